@@ -1,0 +1,92 @@
+"""The run record and the per-minute sample row: the data model the tracker writes and the
+reports read. Plain frozen dataclasses, no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+STATUSES = ("running", "finished", "failed", "crashed")
+SOURCES = ("tracker", "tensorboard", "wandb", "nvidia-smi", "prometheus")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """One training run as stored in the ``runs`` table.
+
+    Times are timezone-aware UTC datetimes. A figure that is not known is ``None`` — never 0:
+    a run without GPU data has ``util_pct=None`` and must not read as idle.
+    """
+
+    id: str
+    name: str
+    project: str = ""
+    team: str = ""
+    user: str = ""
+    host: str = ""
+    tags: tuple[str, ...] = ()
+    framework: str = "plain"
+    started_at: datetime
+    ended_at: datetime | None = None
+    heartbeat_at: datetime | None = None
+    """Last time the run's process wrote to the store; a stale one means the process died."""
+    status: str = "running"
+    gpu_source: str = "none"
+    """Where the GPU figures came from: ``nvml``, ``simulated``, ``replay``, ``none``."""
+    gpu_model: str | None = None
+    """Canonical model key of the price table (``H100``, ``A100-80GB``…), or NVML's name when
+    the price table does not know it."""
+    gpu_count: int = 0
+    nodes: int = 1
+    price_per_gpu_hour: float | None = None
+    price_source: str | None = None
+    gpu_hours: float = 0.0
+    util_pct: float | None = None
+    sm_active_pct: float | None = None
+    mem_peak_gib: float | None = None
+    mem_total_gib: float | None = None
+    energy_kwh: float | None = None
+    steps: int = 0
+    samples: int | None = None
+    tokens: int | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    data_wait_pct: float | None = None
+    cost_usd: float | None = None
+    waste_usd: float | None = None
+    idle_usd: float | None = None
+    verdict: str | None = None
+    advice: str | None = None
+    source: str = "tracker"
+    links: dict[str, str] = field(default_factory=dict)
+
+    def replace(self, **changes: Any) -> RunRecord:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinuteSample:
+    """One GPU's figures over one wall-clock minute of one run (the ``samples`` table).
+
+    ``minute`` is the UTC start of the minute. Means are time-weighted over the part of the
+    minute the run covered; ``covered_s`` says how much of it (60 for a full minute).
+    """
+
+    run_id: str
+    minute: datetime
+    gpu: str
+    """The GPU's UUID."""
+    covered_s: float = 60.0
+    util_pct: float | None = None
+    sm_active_pct: float | None = None
+    mem_used_gib: float | None = None
+    """Peak memory in use during the minute, GiB."""
+    power_w: float | None = None
+    energy_kwh: float | None = None
+    """Energy used during the minute, kWh."""
