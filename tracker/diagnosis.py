@@ -1,0 +1,119 @@
+"""Name a run's main bottleneck and what to do about it, from what the tracker measured.
+
+A pure function of the evidence; the thresholds are the design's defaults and configurable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VERDICTS = ("idle", "input-bound", "communication-bound", "small-batch", "low-efficiency",
+            "below-target", "healthy", "unknown")
+
+ADVICE: dict[str, str] = {
+    "idle": "The GPUs sat allocated but idle: release them (stop the job, shrink the "
+            "reservation) instead of holding them.",
+    "input-bound": "The loop waits for data: use 4-8 DataLoader workers per GPU, pin_memory=True, "
+                   "prefetch_factor, faster storage, and move transforms to the GPU.",
+    "communication-bound": "Ranks wait for each other: overlap communication with compute, tune "
+                           "DDP bucket sizes, sync less often, and check the interconnect.",
+    "small-batch": "Kernels are too small to fill the GPU: raise the batch size (or use gradient "
+                   "accumulation), and cut launch overhead with CUDA graphs or torch.compile.",
+    "low-efficiency": "The GPU is busy but does little math per second: train in bf16/fp16, use "
+                      "fused kernels (FlashAttention), and make matmuls larger.",
+    "below-target": "Utilization is under target with no single cause: profile a few steps "
+                    "(torch.profiler) and look for host syncs (.item(), .cpu()), logging and I/O.",
+    "healthy": "",
+    "unknown": "No GPU data was collected (NVML missing or no GPU): nothing to judge. "
+               "Install nvidia-ml-py and check the driver.",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    target_util_pct: float = 85.0
+    """Utilization a healthy run reaches (recoverable waste is measured against it)."""
+    alert_util_pct: float = 70.0
+    idle_util_pct: float = 5.0
+    idle_window_s: float = 1800.0
+    input_wait_pct: float = 10.0
+    input_wait_critical_pct: float = 20.0
+    small_batch_mem_pct: float = 50.0
+    small_batch_step_ms: float = 100.0
+    low_sm_active_pct: float = 50.0
+    low_mfu: float = 0.2
+    """MFU under which a busy GPU is called inefficient; large transformer training reaches 0.35-0.6."""
+    rank_spread_pct: float = 20.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence:
+    util_pct: float | None
+    """Time-weighted NVML utilization over the run's GPUs, 0-100; None when there was no GPU data."""
+    duration_s: float
+    gpu_count: int = 1
+    idle_gpu_s: float = 0.0
+    """GPU-seconds inside idle stretches (utilization under the idle threshold for the window)."""
+    sm_active_pct: float | None = None
+    mem_used_pct: float | None = None
+    """Peak memory in use, share of the GPU's memory."""
+    data_wait_pct: float | None = None
+    step_time_ms: float | None = None
+    mfu: float | None = None
+    rank_spread_pct: float | None = None
+    """Spread of step time across ranks, (slowest - fastest) / mean, percent."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Diagnosis:
+    verdict: str
+    severity: str
+    """``ok``, ``warning``, ``critical`` or ``unknown``."""
+    reason: str
+    advice: str
+
+
+def diagnose(e: Evidence, t: Thresholds | None = None) -> Diagnosis:
+    """The main bottleneck of a run, the evidence in one line, and the advice."""
+    t = t or Thresholds()
+
+    def verdict(name: str, severity: str, reason: str) -> Diagnosis:
+        return Diagnosis(verdict=name, severity=severity, reason=reason, advice=ADVICE[name])
+
+    gpu_s = e.duration_s * max(e.gpu_count, 1)
+    if e.util_pct is not None and (
+        (gpu_s > 0 and e.idle_gpu_s >= 0.5 * gpu_s)
+        or (e.util_pct < t.idle_util_pct and e.duration_s >= t.idle_window_s)
+    ):
+        return verdict("idle", "critical",
+                       f"utilization {e.util_pct:.0f}%, under {t.idle_util_pct:.0f}% for "
+                       f"{max(e.idle_gpu_s / max(e.gpu_count, 1), e.duration_s) / 60:.0f} min")
+    if e.data_wait_pct is not None and e.data_wait_pct >= t.input_wait_pct:
+        severity = "critical" if e.data_wait_pct >= t.input_wait_critical_pct else "warning"
+        return verdict("input-bound", severity,
+                       f"{e.data_wait_pct:.0f}% of step time spent waiting for data")
+    if e.util_pct is None:
+        return verdict("unknown", "unknown", "no GPU data")
+    below = e.util_pct < t.target_util_pct
+    if (below and e.gpu_count > 1 and e.rank_spread_pct is not None
+            and e.rank_spread_pct >= t.rank_spread_pct):
+        return verdict("communication-bound", "warning",
+                       f"step time differs by {e.rank_spread_pct:.0f}% across ranks at "
+                       f"{e.util_pct:.0f}% utilization")
+    if (below and (e.mem_used_pct is None or e.mem_used_pct < t.small_batch_mem_pct)
+            and (e.step_time_ms is None or e.step_time_ms < t.small_batch_step_ms)):
+        mem = f", {e.mem_used_pct:.0f}% of memory" if e.mem_used_pct is not None else ""
+        return verdict("small-batch", "critical" if e.util_pct < 50 else "warning",
+                       f"utilization {e.util_pct:.0f}%{mem}")
+    if e.util_pct >= t.alert_util_pct:
+        if e.sm_active_pct is not None and e.sm_active_pct < t.low_sm_active_pct:
+            return verdict("low-efficiency", "warning",
+                           f"utilization {e.util_pct:.0f}% but SM activity "
+                           f"{e.sm_active_pct:.0f}%")
+        if e.mfu is not None and e.mfu < t.low_mfu:
+            return verdict("low-efficiency", "warning",
+                           f"utilization {e.util_pct:.0f}% but MFU {e.mfu:.2f}")
+    if not below:
+        return verdict("healthy", "ok", f"utilization {e.util_pct:.0f}%")
+    return verdict("below-target", "critical" if e.util_pct < 50 else "warning",
+                   f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)")

@@ -1,0 +1,328 @@
+"""The sampling thread and its bounded, time-weighted aggregates.
+
+A reading weighs for the interval that ends at it (NVML utilization is a trailing-window share
+of time). Per GPU the sampler keeps running sums (mean, min, max), a fixed 10-bin utilization
+histogram, the energy counter's first and last values, per-minute buckets that it hands to the
+store, and a streaming detector of idle 30-minute stretches: memory stays bounded whatever the
+run length.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from tracker.backend import GpuBackend, GpuInfo, GpuReading
+from tracker.record import MinuteSample
+from tracker.units import j_to_kwh
+
+log = logging.getLogger("gpu_kpi")
+
+HIST_BINS = 10
+"""Utilization histogram: bin k holds the seconds spent at [10k, 10k+10)% (the last bin is 90–100%)."""
+
+_TW_FIELDS = ("util_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct",
+              "dram_active_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz",
+              "proc_util_pct")
+
+
+class TimeWeighted:
+    """Time-weighted mean, min and max of a value held over intervals; O(1) memory."""
+
+    __slots__ = ("last", "max", "min", "seconds", "total")
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.seconds = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+        self.last: float | None = None
+
+    def add(self, value: float | None, dt_s: float) -> None:
+        if value is None:
+            return
+        self.last = value
+        if dt_s > 0:
+            self.total += value * dt_s
+            self.seconds += dt_s
+            self.min = min(self.min, value)
+            self.max = max(self.max, value)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.seconds if self.seconds > 0 else self.last
+
+
+class GpuStats:
+    """Aggregates of one GPU over a span of time (the run, a log window, or a minute)."""
+
+    def __init__(self) -> None:
+        self.tw: dict[str, TimeWeighted] = {f: TimeWeighted() for f in _TW_FIELDS}
+        self.hist_s = [0.0] * HIST_BINS
+        self.mem_peak_gib: float | None = None
+        self.mem_total_gib: float | None = None
+        self.seconds = 0.0
+        self._energy_first_j: float | None = None
+        self._energy_last_j: float | None = None
+        self._power_j = 0.0
+
+    def add(self, r: GpuReading, dt_s: float) -> None:
+        for f in _TW_FIELDS:
+            self.tw[f].add(getattr(r, f), dt_s)
+        self.seconds += max(dt_s, 0.0)
+        if r.util_pct is not None and dt_s > 0:
+            self.hist_s[min(int(r.util_pct // 10), HIST_BINS - 1)] += dt_s
+        if r.mem_used_gib is not None:
+            self.mem_peak_gib = max(self.mem_peak_gib or 0.0, r.mem_used_gib)
+        if r.mem_total_gib is not None:
+            self.mem_total_gib = r.mem_total_gib
+        if r.energy_j is not None:
+            if self._energy_first_j is None:
+                self._energy_first_j = r.energy_j
+            self._energy_last_j = r.energy_j
+        if r.power_w is not None and dt_s > 0:
+            self._power_j += r.power_w * dt_s
+
+    def mean(self, field: str) -> float | None:
+        return self.tw[field].mean
+
+    @property
+    def energy_j(self) -> float | None:
+        """Energy used: the counter's difference; integrated power where there is no counter
+        (or it went backwards, as after a driver reload)."""
+        if self._energy_first_j is not None and self._energy_last_j is not None:
+            used = self._energy_last_j - self._energy_first_j
+            if used >= 0 and (used > 0 or self._power_j == 0):
+                return used
+        return self._power_j if self.tw["power_w"].seconds > 0 else None
+
+
+@dataclass
+class _IdleDetector:
+    """Streams one GPU's minutes and counts idle seconds: a minute is idle when its own
+    utilization is under ``threshold_pct`` and it lies in some ``window``-minute stretch whose
+    mean is under it too. A short blip does not break an idle hour; a busy minute is never idle."""
+
+    window: int
+    threshold_pct: float
+    idle_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        # [util_pct, covered_s, counted] of the last `window` minutes
+        self._recent: deque[list[float | bool]] = deque(maxlen=self.window)
+
+    def add_minute(self, util_pct: float | None, covered_s: float) -> None:
+        if util_pct is None:  # no data is never idle; it breaks the stretch
+            self._recent.clear()
+            return
+        self._recent.append([util_pct, covered_s, False])
+        if len(self._recent) < self.window:
+            return
+        seconds = sum(float(m[1]) for m in self._recent)
+        if seconds <= 0 or sum(float(m[0]) * float(m[1]) for m in self._recent) / seconds \
+                >= self.threshold_pct:
+            return
+        for m in self._recent:
+            if not m[2] and float(m[0]) < self.threshold_pct:
+                m[2] = True
+                self.idle_s += float(m[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertRule:
+    """Fire once when the run's mean utilization over ``window_s`` stays under ``under_pct``."""
+
+    under_pct: float = 70.0
+    window_s: float = 600.0
+
+
+class Sampler:
+    """Reads every GPU of the process at a fixed interval on a daemon thread.
+
+    ``clock`` is wall-clock seconds since the epoch (injected in tests; ``threaded=False`` lets
+    a test drive :meth:`sample` itself). Completed minutes go to ``on_minute``; the alert rule
+    calls ``on_alert`` once.
+    """
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        *,
+        run_id: str = "",
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        threaded: bool = True,
+        on_minute: Callable[[list[MinuteSample]], None] | None = None,
+        alert: AlertRule | None = None,
+        on_alert: Callable[[str], None] | None = None,
+        idle_pct: float = 5.0,
+        idle_window_min: int = 30,
+    ) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.backend = backend
+        self.run_id = run_id
+        self.interval_s = interval_s
+        self.clock = clock
+        self.threaded = threaded
+        self.on_minute = on_minute
+        self.alert = alert
+        self.on_alert = on_alert
+        self.gpus: list[GpuInfo] = []
+        self.run: dict[str, GpuStats] = {}
+        self.window: dict[str, GpuStats] = {}
+        self.idle: dict[str, _IdleDetector] = {}
+        self.last: dict[str, GpuReading] = {}
+        self.lost: set[str] = set()
+        self.failed = False
+        self._idle_args = (idle_window_min, idle_pct)
+        self._minute: dict[str, tuple[int, GpuStats]] = {}
+        self._alert_span: deque[tuple[float, float]] = deque()
+        self._alerted = False
+        self._prev_t: float | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._errors = 0
+
+    # -- life cycle -------------------------------------------------------------------------
+    def start(self) -> list[GpuInfo]:
+        """Open the backend (may raise BackendUnavailable), take the first sample, start the
+        thread."""
+        now = self.clock()
+        self.gpus = self.backend.open(now)
+        for g in self.gpus:
+            self.run[g.uuid] = GpuStats()
+            self.window[g.uuid] = GpuStats()
+            self.idle[g.uuid] = _IdleDetector(*self._idle_args)
+        self.sample(now)
+        if self.threaded:
+            self._thread = threading.Thread(target=self._loop, name="gpu-kpi-sampler", daemon=True)
+            self._thread.start()
+        return self.gpus
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def stop(self) -> None:
+        """Take the last sample, flush the partial minute, join the thread, close the backend."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=max(5.0, 2 * self.interval_s))
+            self._thread = None
+        if self.gpus and not self.failed:
+            self.sample()
+        with self._lock:
+            rows = [self._close_minute(u, m, s) for u, (m, s) in self._minute.items()]
+            self._minute.clear()
+        if rows and self.on_minute:
+            self.on_minute(rows)
+        try:
+            self.backend.close()
+        except Exception as e:  # closing must not hide the run's results
+            log.warning("gpu-kpi: closing the GPU backend failed: %s", e)
+
+    # -- sampling ---------------------------------------------------------------------------
+    def sample(self, now: float | None = None) -> None:
+        """Read the GPUs once and fold the readings into every aggregate."""
+        if self.failed:
+            return
+        now = self.clock() if now is None else now
+        try:
+            readings = self.backend.read(now)
+            self._errors = 0
+        except Exception as e:
+            self._errors += 1
+            if self._errors == 1:
+                log.warning("gpu-kpi: reading the GPUs failed: %s", e)
+            if self._errors >= 10:
+                self.failed = True
+                log.warning("gpu-kpi: GPU sampling stopped after %d failures in a row", self._errors)
+            return
+        self.lost |= self.run.keys() - {r.uuid for r in readings}
+        closed: list[MinuteSample] = []
+        with self._lock:
+            prev = self._prev_t if self._prev_t is not None else now
+            dt = max(now - prev, 0.0)
+            self._prev_t = now
+            for r in readings:
+                if r.uuid not in self.run:
+                    continue
+                self.last[r.uuid] = r
+                self.run[r.uuid].add(r, dt)
+                self.window[r.uuid].add(r, dt)
+                closed.extend(self._add_to_minutes(r, prev, now))
+            alert = self._check_alert(readings, now, dt)
+        if closed and self.on_minute:
+            self.on_minute(closed)
+        if alert and self.on_alert:
+            self.on_alert(alert)
+
+    def _add_to_minutes(self, r: GpuReading, t0: float, t1: float) -> list[MinuteSample]:
+        closed = []
+        t = t0
+        while True:
+            minute = int(t // 60)
+            cur = self._minute.get(r.uuid)
+            if cur is None or cur[0] != minute:
+                if cur is not None:
+                    closed.append(self._close_minute(r.uuid, *cur))
+                cur = (minute, GpuStats())
+                self._minute[r.uuid] = cur
+            end = min(t1, (minute + 1) * 60.0)
+            cur[1].add(r, end - t)
+            if end >= t1:
+                return closed
+            t = end
+
+    def _close_minute(self, uuid: str, minute: int, stats: GpuStats) -> MinuteSample:
+        row = self._minute_row(uuid, minute, stats)
+        self.idle[uuid].add_minute(row.util_pct, row.covered_s)
+        return row
+
+    def _minute_row(self, uuid: str, minute: int, s: GpuStats) -> MinuteSample:
+        energy = s.energy_j
+        return MinuteSample(
+            run_id=self.run_id, minute=datetime.fromtimestamp(minute * 60, UTC), gpu=uuid,
+            covered_s=round(s.seconds, 3), util_pct=s.mean("util_pct"),
+            sm_active_pct=s.mean("sm_active_pct"), mem_used_gib=s.mem_peak_gib,
+            power_w=s.mean("power_w"), energy_kwh=j_to_kwh(energy) if energy is not None else None)
+
+    def _check_alert(self, readings: Iterable[GpuReading], now: float, dt: float) -> str | None:
+        if self.alert is None or self._alerted or dt <= 0:
+            return None
+        utils = [r.util_pct for r in readings if r.util_pct is not None]
+        if not utils:
+            return None
+        span = self._alert_span
+        span.append((dt, sum(utils) / len(utils)))
+        covered = sum(d for d, _ in span)
+        while span and covered - span[0][0] >= self.alert.window_s:
+            covered -= span.popleft()[0]
+        if covered < self.alert.window_s:
+            return None
+        mean = sum(d * u for d, u in span) / covered
+        if mean >= self.alert.under_pct:
+            return None
+        self._alerted = True
+        return (f"GPU utilization averaged {mean:.0f}% over the last {covered / 60:.0f} min, "
+                f"under the {self.alert.under_pct:.0f}% alert threshold")
+
+    # -- results ----------------------------------------------------------------------------
+    def take_window(self) -> dict[str, GpuStats]:
+        """The aggregates since the previous call (the log window), and start a new window."""
+        with self._lock:
+            window, self.window = self.window, {u: GpuStats() for u in self.window}
+        return window
+
+    def idle_seconds(self) -> dict[str, float]:
+        with self._lock:
+            return {u: d.idle_s for u, d in self.idle.items()}
+
