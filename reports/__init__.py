@@ -1,0 +1,1 @@
+"""gpu-kpi reports: the run store's weekly KPIs, the report, the service and the CLI."""

@@ -1,0 +1,222 @@
+"""The ``gpu-kpi`` command line. Subcommands import what they need when they run, so
+``gpu-kpi --help`` pays for no framework, pandas or database driver."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracker.record import RunRecord
+
+
+class CliError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Our own exception types that mean bad input or an unreachable service, not a bug."""
+    from reports.weeks import WeekError
+    from tracker.backend import BackendError
+    from tracker.config import ConfigError
+    from tracker.prices import UnknownGpu
+
+    errors: list[type[BaseException]] = [CliError, BackendError, ConfigError, UnknownGpu,
+                                         WeekError]
+    try:
+        from tracker.store import StoreError
+
+        errors.append(StoreError)
+    except ImportError:  # pragma: no cover - sqlalchemy missing
+        pass
+    return tuple(errors)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from tracker.config import load_settings
+
+    return load_settings(getattr(args, "config", None), store=getattr(args, "store", None))
+
+
+def _open_store(url: str | None) -> Any:
+    from tracker.store import RunStore, default_store_url
+
+    return RunStore(url or default_store_url())
+
+
+# -- output -------------------------------------------------------------------------------------
+RUN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("started", "started_at"), ("name", "name"), ("team", "team"), ("project", "project"),
+    ("gpus", "gpus"), ("gpu_h", "gpu_hours"), ("util_%", "util_pct"), ("cost_$", "cost_usd"),
+    ("waste_$", "waste_usd"), ("status", "status"), ("verdict", "verdict"),
+)
+
+
+def _cell(r: RunRecord, field: str) -> str:
+    if field == "gpus":
+        return f"{r.gpu_count}x{r.gpu_model}" if r.gpu_count else "-"
+    if field == "started_at":
+        return r.started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    value = getattr(r, field)
+    if value is None:
+        return "n/a"
+    if field == "gpu_hours":
+        return f"{value:.2f}"
+    if field == "util_pct":
+        return f"{value:.0f}"
+    if field in ("cost_usd", "waste_usd"):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def format_runs(runs: Sequence[RunRecord]) -> str:
+    """A fixed-width table, one run a line."""
+    table = [[h for h, _ in RUN_COLUMNS]] + [[_cell(r, f) for _, f in RUN_COLUMNS] for r in runs]
+    widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
+    right = {"gpu_h", "util_%", "cost_$", "waste_$"}
+    lines = []
+    for row in table:
+        cells = [c.rjust(w) if h in right else c.ljust(w)
+                 for c, w, (h, _) in zip(row, widths, RUN_COLUMNS, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _record_json(r: RunRecord) -> dict[str, Any]:
+    d = r.as_dict()
+    for k in ("started_at", "ended_at", "heartbeat_at"):
+        d[k] = d[k].isoformat() if d[k] else None
+    d["tags"] = list(d["tags"])
+    return d
+
+
+# -- subcommands -------------------------------------------------------------------------------
+def cmd_runs(args: argparse.Namespace) -> int:
+    from reports.weeks import parse_week, week_bounds, zone
+
+    since = until = None
+    if args.week:
+        since, until = week_bounds(*parse_week(args.week), zone(args.tz))
+    settings = _settings(args)
+    with _open_store(settings.store) as store:
+        store.mark_crashed(now=datetime.now(UTC))
+        runs = store.list_runs(since=since, until=until, project=args.project, team=args.team)
+    if args.format == "json":
+        print(json.dumps([_record_json(r) for r in runs], indent=2))
+    elif args.format == "csv":
+        rows = [_record_json(r) for r in runs]
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["id"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v
+                             for k, v in row.items()})
+    else:
+        print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
+    return 0
+
+
+def cmd_prices(args: argparse.Namespace) -> int:
+    from tracker.prices import PriceTable
+
+    table = PriceTable(_settings(args).prices)
+    rows = [table.get(args.gpu)] if args.gpu else table.rows()
+    if args.format == "json":
+        print(json.dumps([{"gpu": p.gpu, "usd_per_gpu_hour": p.usd_per_gpu_hour,
+                           "as_of": p.as_of, "source": p.source} for p in rows], indent=2))
+        return 0
+    width = max(len(p.gpu) for p in rows)
+    print(f"{'gpu'.ljust(width)}  usd/gpu-h  as_of    source")
+    for p in rows:
+        print(f"{p.gpu.ljust(width)}  {p.usd_per_gpu_hour:9.2f}  {p.as_of:<7}  {p.source}")
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from tracker.spool import Spool
+
+    spool = Spool()
+    pending = spool.pending()
+    with _open_store(_settings(args).store) as store:
+        sent = spool.flush(store)
+    print(f"sent {sent} spooled record(s) to {store.url}; {spool.pending()} left "
+          f"(of {pending})")
+    return 0 if spool.pending() == 0 else 1
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from reports.demo import run_demo
+
+    out = Path(args.dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    url = args.store or f"sqlite:///{out / 'runs.db'}"
+    records = run_demo(url)
+    print(format_runs(records))
+    print()
+    for r in records:
+        if r.verdict and r.verdict != "healthy":
+            print(f"{r.name}: {r.verdict}: {r.advice}")
+    print(f"\n{len(records)} simulated runs written to {url}")
+    print(f"list them again with: gpu-kpi runs --store {url}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tracker import __version__
+
+    p = argparse.ArgumentParser(prog="gpu-kpi", description="Are we wasting our GPUs? GPU "
+                                "utilization, cost and waste per run and per week.")
+    p.add_argument("--version", action="version", version=f"gpu-kpi {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help: str,
+            store: bool = True) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help, description=help)
+        sp.set_defaults(func=func)
+        sp.add_argument("--config", metavar="FILE", help="TOML config file "
+                        "(default: $GPU_KPI_CONFIG or the user config dir)")
+        if store:
+            sp.add_argument("--store", metavar="URL", help="run store URL, sqlite:///PATH or "
+                            "postgresql://USER@HOST/DB (default: $GPU_KPI_STORE or a local "
+                            "SQLite file); put passwords in PGPASSWORD or ~/.pgpass, not here")
+        return sp
+
+    runs = add("runs", cmd_runs, "list tracked runs")
+    runs.add_argument("--week", metavar="YYYY-Www", help="only runs overlapping this ISO week")
+    runs.add_argument("--tz", default="UTC", help="time zone of --week (default UTC)")
+    runs.add_argument("--project")
+    runs.add_argument("--team")
+    runs.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+    prices = add("prices", cmd_prices, "show the GPU price table (USD per GPU-hour)",
+                 store=False)
+    prices.add_argument("--gpu", metavar="MODEL", help="one model, e.g. H100")
+    prices.add_argument("--format", choices=("table", "json"), default="table")
+
+    add("sync", cmd_sync, "send runs spooled while the store was unreachable")
+
+    demo = add("demo", cmd_demo, "simulated training runs into a local store, then list them")
+    demo.add_argument("--dir", default=".gpu-kpi-demo",
+                      help="where the demo store goes (default ./.gpu-kpi-demo)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except _user_errors() as e:
+        print(f"gpu-kpi: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

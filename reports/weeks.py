@@ -1,0 +1,61 @@
+"""ISO weeks (Monday 00:00 to Monday 00:00) in a report time zone."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+
+class WeekError(ValueError):
+    """A bad week or time zone given by the user."""
+
+
+_WEEK_RE = re.compile(r"^(\d{4})-W(\d{2})$")
+
+
+def zone(name: str) -> tzinfo:
+    """A time zone by IANA name (``UTC``, ``Europe/Berlin``); an unknown name is a WeekError."""
+    if name.upper() == "UTC":
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise WeekError(f"unknown time zone {name!r}: use an IANA name such as "
+                         "'UTC' or 'Europe/Berlin'") from None
+
+
+def parse_week(text: str) -> tuple[int, int]:
+    """``2026-W48`` → (2026, 48); a week that does not exist is a WeekError."""
+    m = _WEEK_RE.match(text.strip())
+    if not m:
+        raise WeekError(f"bad week {text!r}: use YYYY-Www, e.g. 2026-W48")
+    year, week = int(m.group(1)), int(m.group(2))
+    try:
+        date.fromisocalendar(year, week, 1)
+    except ValueError:
+        raise WeekError(f"week {text!r} does not exist: {year} has "
+                         f"{date(year, 12, 28).isocalendar().week} ISO weeks") from None
+    return year, week
+
+
+def week_bounds(year: int, week: int, tz: tzinfo = UTC) -> tuple[datetime, datetime]:
+    """[Monday 00:00, next Monday 00:00) of the ISO week in ``tz``, as aware datetimes."""
+    monday = date.fromisocalendar(year, week, 1)
+    start = datetime(monday.year, monday.month, monday.day, tzinfo=tz)
+    nxt = monday + timedelta(days=7)
+    return start, datetime(nxt.year, nxt.month, nxt.day, tzinfo=tz)
+
+
+def week_label(year: int, week: int) -> str:
+    return f"{year}-W{week:02d}"
+
+
+def week_of(moment: datetime, tz: tzinfo = UTC) -> tuple[int, int]:
+    iso = moment.astimezone(tz).isocalendar()
+    return iso.year, iso.week
+
+
+def last_complete_week(now: datetime, tz: tzinfo = UTC) -> tuple[int, int]:
+    """The week before the one ``now`` falls in."""
+    return week_of(now.astimezone(tz) - timedelta(days=7), tz)
