@@ -1,0 +1,96 @@
+"""Shared test fixtures."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL, Engine
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads the developer's config or writes to their data dir (store, spool)."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    for key in list(os.environ):
+        if key.startswith("GPU_KPI_") and key != "GPU_KPI_TEST_PG":
+            monkeypatch.delenv(key)
+
+
+# -- run store: one fresh store per test, on SQLite and on PostgreSQL ----------------------------
+#
+# PostgreSQL comes from $GPU_KPI_TEST_PG, else the server tests/pg-up.sh starts. Unreachable, its
+# tests skip locally and fail in CI (CI=true). Each test gets its own database, dropped after.
+# SQLAlchemy is imported inside the fixtures so that tests of `import tracker` stay honest.
+
+_DEFAULT_TEST_PG = "postgresql://gpu_kpi:gpu_kpi@127.0.0.1:5432/gpu_kpi_test"
+
+
+def _psycopg_url(url: str) -> URL:
+    import sqlalchemy as sa
+
+    parsed = sa.make_url(url)
+    if parsed.drivername in ("postgres", "postgresql"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """URL of a PostgreSQL database whose role may CREATE DATABASE."""
+    import sqlalchemy as sa
+
+    url = os.environ.get("GPU_KPI_TEST_PG") or _DEFAULT_TEST_PG
+    engine = sa.create_engine(_psycopg_url(url), connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except Exception as e:
+        where = sa.make_url(url).render_as_string(hide_password=True)
+        error = " ".join(str(getattr(e, "orig", None) or e).split())[:200]
+        reason = f"PostgreSQL at {where} unreachable ({error}); run tests/pg-up.sh"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def _pg_admin(pg_url: str) -> Iterator[Engine]:
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(
+        _psycopg_url(pg_url), isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}
+    )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """URL of a new, empty run store (no tables yet)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store' / 'runs.db'}"
+        return
+    import sqlalchemy as sa
+
+    pg_url: str = request.getfixturevalue("pg_url")
+    admin: Engine = request.getfixturevalue("_pg_admin")
+    name = f"gpu_kpi_t_{uuid.uuid4().hex[:16]}"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield sa.make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
