@@ -68,8 +68,9 @@ class GpuStats:
         self.mem_peak_gib: float | None = None
         self.mem_total_gib: float | None = None
         self.seconds = 0.0
-        self._energy_first_j: float | None = None
-        self._energy_last_j: float | None = None
+        self.energy_base_j: float | None = None
+        """Counter value where this span starts (else its first reading's)."""
+        self.energy_last_j: float | None = None
         self._power_j = 0.0
 
     def add(self, r: GpuReading, dt_s: float) -> None:
@@ -83,9 +84,9 @@ class GpuStats:
         if r.mem_total_gib is not None:
             self.mem_total_gib = r.mem_total_gib
         if r.energy_j is not None:
-            if self._energy_first_j is None:
-                self._energy_first_j = r.energy_j
-            self._energy_last_j = r.energy_j
+            if self.energy_base_j is None:
+                self.energy_base_j = r.energy_j
+            self.energy_last_j = r.energy_j
         if r.power_w is not None and dt_s > 0:
             self._power_j += r.power_w * dt_s
 
@@ -96,8 +97,8 @@ class GpuStats:
     def energy_j(self) -> float | None:
         """Energy used: the counter's difference; integrated power where there is no counter
         (or it went backwards, as after a driver reload)."""
-        if self._energy_first_j is not None and self._energy_last_j is not None:
-            used = self._energy_last_j - self._energy_first_j
+        if self.energy_base_j is not None and self.energy_last_j is not None:
+            used = self.energy_last_j - self.energy_base_j
             if used >= 0 and (used > 0 or self._power_j == 0):
                 return used
         return self._power_j if self.tw["power_w"].seconds > 0 else None
@@ -220,7 +221,8 @@ class Sampler:
         if self.gpus and not self.failed:
             self.sample()
         with self._lock:
-            rows = [self._close_minute(u, m, s) for u, (m, s) in self._minute.items()]
+            rows = [self._close_minute(u, m, s) for u, (m, s) in self._minute.items()
+                    if s.seconds > 0]
             self._minute.clear()
         if rows and self.on_minute:
             self.on_minute(rows)
@@ -266,15 +268,24 @@ class Sampler:
             self.on_alert(alert)
 
     def _add_to_minutes(self, r: GpuReading, t0: float, t1: float) -> list[MinuteSample]:
-        closed = []
+        """Spread a reading over the minutes of (t0, t1]; return the minutes it closed."""
+        closed: list[MinuteSample] = []
+        if t1 <= t0:
+            if r.uuid not in self._minute:  # the start reading: the energy counter's base
+                self._minute[r.uuid] = (int(t1 // 60), GpuStats())
+                self._minute[r.uuid][1].add(r, 0.0)
+            return closed
         t = t0
         while True:
             minute = int(t // 60)
             cur = self._minute.get(r.uuid)
             if cur is None or cur[0] != minute:
+                stats = GpuStats()
                 if cur is not None:
                     closed.append(self._close_minute(r.uuid, *cur))
-                cur = (minute, GpuStats())
+                    # the energy counter carries over, so the minutes add up to the run
+                    stats.energy_base_j = cur[1].energy_last_j
+                cur = (minute, stats)
                 self._minute[r.uuid] = cur
             end = min(t1, (minute + 1) * 60.0)
             cur[1].add(r, end - t)
