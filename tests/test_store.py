@@ -19,8 +19,9 @@ import pytest
 import sqlalchemy as sa
 
 from tracker.record import MinuteSample, RunRecord
-from tracker.spool import Spool, StoreWriter
+from tracker.spool import Spool
 from tracker.store import RunStore, StoreError
+from tracker.writer import StoreWriter
 
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=UTC)
 CEST = timezone(timedelta(hours=2))

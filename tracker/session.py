@@ -254,7 +254,7 @@ class Session:
     def _open_store(self) -> None:
         if self._store_arg is False:
             return
-        from tracker.spool import StoreWriter
+        from tracker.writer import StoreWriter
 
         url = self._store_arg if isinstance(self._store_arg, str) else self.settings.store
         self._writer = StoreWriter(url)
