@@ -36,7 +36,7 @@ from tracker.peaks import mfu, peak_tflops
 from tracker.prices import Price, PriceTable, UnknownGpu, canonical_gpu
 from tracker.record import MinuteSample, RunRecord
 from tracker.sampler import AlertRule, GpuStats, Sampler
-from tracker.sinks import LoggingSink, Sink, SinkSet, format_summary
+from tracker.sinks import LoggingSink, Sink, SinkSet
 from tracker.units import j_to_kwh, s_to_hours
 
 log = logging.getLogger("gpu_kpi")
@@ -298,16 +298,20 @@ class Session:
         t = self._now()
         last, self._last_end = self._last_end, t
         ready, self._ready = self._ready, None
-        self.steps += 1
-        if samples:
-            self.samples += samples
-        if tokens:
-            self.tokens += tokens
-        if last is not None and self.steps > self.settings.warmup_steps:
-            wait = (ready - last if ready > last else 0.0) if ready is not None else None
-            f = flops if flops is not None else self.flops_per_step
-            self._total.add(t - last, wait, samples, tokens, f)
-            self._window.add(t - last, wait, samples, tokens, f)
+        try:
+            self.steps += 1
+            if samples:
+                self.samples += samples
+            if tokens:
+                self.tokens += tokens
+            if last is not None and self.steps > self.settings.warmup_steps:
+                wait = (ready - last if ready > last else 0.0) if ready is not None else None
+                f = flops if flops is not None else self.flops_per_step
+                self._total.add(t - last, wait, samples, tokens, f)
+                self._window.add(t - last, wait, samples, tokens, f)
+        except Exception as e:  # e.g. a tensor or None-like count from user code
+            self._warn_once("step", "gpu-kpi: step(samples=%r, tokens=%r) not counted: %s",
+                            samples, tokens, e)
         if t >= self._next_log:
             self._next_log = t + self.settings.log_every_s
             self.log_now()
@@ -443,9 +447,6 @@ class Session:
 
     def _on_alert(self, text: str) -> None:
         self.sinks.alert("Low GPU utilization", f"run {self.name}: {text}")
-
-    def summary_line(self) -> str:
-        return format_summary(self.record or self._build_record("running"))
 
 
 def track(**kwargs: Any) -> Session:
