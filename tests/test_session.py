@@ -29,6 +29,10 @@ class ListSink:
         self.logged: list[tuple[dict[str, float], int]] = []
         self.summaries: list[RunRecord] = []
         self.alerts: list[tuple[str, str]] = []
+        self.started: list[RunRecord] = []
+
+    def start(self, record: RunRecord) -> None:
+        self.started.append(record)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.logged.append((dict(metrics), step))

@@ -40,7 +40,17 @@ METRICS: tuple[Metric, ...] = (
     Metric(key="cost/usd_per_1m_tokens", unit="USD", help="cost per 1,000,000 training tokens"),
 )
 
-KEYS: frozenset[str] = frozenset(m.key for m in METRICS)
+RANK_METRICS: tuple[Metric, ...] = (
+    Metric(key="gpu/util_pct_min", unit="%", help="lowest rank's utilization (multi-GPU)"),
+    Metric(key="gpu/util_pct_max", unit="%", help="highest rank's utilization (multi-GPU)"),
+    Metric(key="perf/step_time_ms_max", unit="ms", help="slowest rank's step time (multi-GPU)"),
+    Metric(key="perf/slowest_rank", unit="rank", help="global rank with the longest step time"),
+    Metric(key="perf/rank_spread_pct", unit="%",
+           help="(slowest - fastest) / mean step time across ranks"),
+)
+"""Only with more than one rank: the spread that the mean hides."""
+
+KEYS: frozenset[str] = frozenset(m.key for m in (*METRICS, *RANK_METRICS))
 
 
 def per_gpu_key(index: int, key: str) -> str:

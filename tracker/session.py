@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
+from tracker import ranks
 from tracker.backend import BackendError, GpuBackend, GpuInfo, open_backend
 from tracker.config import ConfigError, Settings, load_settings
 from tracker.diagnosis import Evidence, Thresholds, diagnose
@@ -128,6 +129,10 @@ class Session:
         run_id: str | None = None,
         links: Mapping[str, str] | None = None,
         settings: Settings | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        nodes: int = 1,
+        gather: Callable[[list[float]], list[list[float]]] | None = None,
     ) -> None:
         self.id = run_id or uuidlib.uuid4().hex
         self.name = name
@@ -150,7 +155,15 @@ class Session:
         self._wall = clock or time.time
         self._now = clock or time.perf_counter
         self._threaded = threaded
-        self.sinks = SinkSet([*sinks, *([LoggingSink()] if log_to_python else [])])
+        self.rank = rank
+        self.world_size = world_size
+        self.nodes = nodes
+        self._gather = gather if world_size > 1 else None
+        self._peer_figures: list[dict[str, float | None]] = []
+        # only global rank 0 talks to sinks and writes the run record; every rank writes the
+        # minutes of its own GPUs
+        self.sinks = SinkSet([*sinks, *([LoggingSink()] if log_to_python else [])]
+                             if rank == 0 else [])
         self.settings = Settings()
         self.gpus: list[GpuInfo] = []
         self.gpu_source = "none"
@@ -212,8 +225,12 @@ class Session:
         self._open_store()
         self._active = True
         self._last_end = None
-        self._next_log = self._now() + s.log_every_s
-        self._submit_run(self._build_record("running"))
+        # a time cadence would put ranks into a collective at different steps: ranks log on the
+        # framework's step cadence only
+        self._next_log = self._now() + s.log_every_s if self._gather is None else float("inf")
+        record = self._build_record("running")
+        self._submit_run(record)
+        self.sinks.start(record)
 
     def _open_gpus(self) -> None:
         s = self.settings
@@ -267,6 +284,10 @@ class Session:
         try:
             if self.sampler is not None:
                 self.sampler.stop()
+            if self._gather is not None:  # one last all-gather: every rank's totals
+                self._peer_figures = [ranks.from_vector(v, ranks.RECORD_KEYS)
+                                      for v in self._gather(ranks.to_vector(
+                                          self._figures(), ranks.RECORD_KEYS))]
             self.record = self._build_record(status)
             self._submit_run(self.record)
             self.sinks.summary(self.record)
@@ -280,6 +301,11 @@ class Session:
         return self.record
 
     # -- the hot path -----------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """The time until the next :meth:`step` is not training (validation, a checkpoint
+        save, an epoch boundary): leave that step out of step-time and data-wait figures."""
+        self._last_end = None
+
     def data_ready(self) -> None:
         """Call when the next batch is in hand: the time since the last :meth:`step` was spent
         waiting for input."""
@@ -316,20 +342,41 @@ class Session:
             self._next_log = t + self.settings.log_every_s
             self.log_now()
 
-    def log_now(self) -> dict[str, float]:
-        """Compute the metrics of the window since the last log and send them to the sinks."""
+    def log_now(self, step: int | None = None) -> dict[str, float]:
+        """Compute the metrics of the window since the last log (combined over ranks when there
+        are several) and send them to the sinks; ``step`` defaults to the session's step count.
+
+        With ``world_size > 1`` every rank must call this at the same training step: it runs one
+        small all-gather. Only global rank 0 returns metrics and logs them."""
         try:
             metrics = self.metrics()
-            self.sinks.log_metrics(metrics, self.steps)
+            if self._gather is not None:
+                metrics = self._gather_metrics(metrics)
+            if self.rank == 0:
+                self.sinks.log_metrics(metrics, self.steps if step is None else step)
             return metrics
         except Exception as e:
             self._warn_once("log", "gpu-kpi: computing metrics failed: %s: %s",
                             type(e).__name__, e)
             return {}
 
+    def _gather_metrics(self, local: dict[str, float]) -> dict[str, float]:
+        assert self._gather is not None
+        counts = {"_gpus": float(len(self.gpus)), "_samples": float(self.samples),
+                  "_tokens": float(self.tokens)}
+        vector = (ranks.to_vector({**local, **counts}, ranks.METRIC_KEYS + ranks.COUNT_KEYS)
+                  + ranks.to_vector(self._figures(), ranks.RECORD_KEYS))
+        split = len(ranks.METRIC_KEYS) + len(ranks.COUNT_KEYS)
+        gathered = self._gather(vector)
+        self._peer_figures = [ranks.from_vector(v[split:], ranks.RECORD_KEYS) for v in gathered]
+        if self.rank != 0:
+            return {}
+        return ranks.combine_metrics([ranks.from_vector(v[:split], ranks.METRIC_KEYS
+                                                        + ranks.COUNT_KEYS) for v in gathered])
+
     # -- figures ----------------------------------------------------------------------------
     def metrics(self, *, reset: bool = True) -> dict[str, float]:
-        """The design's metric names with values for the window since the last call."""
+        """This process's metrics (design names) for the window since the last call."""
         out: dict[str, float] = {}
         window, self._window = self._window, (_Steps() if reset else self._window)
 
@@ -339,7 +386,6 @@ class Session:
 
         if self.sampler is not None:
             gpu = self.sampler.take_window() if reset else self.sampler.window
-            run = self.sampler.run
             stats = list(gpu.values())
             put("gpu/util_pct", _weighted_util(stats))
             for f in ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "sm_clock_mhz"):
@@ -353,8 +399,6 @@ class Session:
             put("gpu/power_w", sum(powers) if powers else None)
             put("gpu/temp_c", max((r.temp_c for r in last.values() if r.temp_c is not None),
                                   default=None))
-            energies = [e for s in run.values() if (e := s.energy_j) is not None]
-            put("gpu/energy_kwh", j_to_kwh(sum(energies)) if energies else None)
             if self.per_gpu:
                 for g in self.gpus:
                     if g.uuid in gpu:
@@ -369,24 +413,24 @@ class Session:
         if flops_per_s is not None:
             put("perf/tflops", flops_per_s / 1e12)
             put("perf/mfu", mfu(flops_per_s, self.peak_tflops, len(self.gpus)))
-        rec = self._build_record("running")
-        put("cost/usd", rec.cost_usd)
+        fig = self._figures()
+        put("gpu/energy_kwh", fig["energy_kwh"])
+        put("cost/usd", fig["cost_usd"])
         put("cost/usd_per_hour", self.price.usd_per_gpu_hour * len(self.gpus)
             if self.price and self.gpus else None)
-        put("cost/waste_usd", rec.waste_usd)
-        if rec.cost_usd is not None:
-            put("cost/usd_per_1k_samples", 1000 * rec.cost_usd / self.samples if self.samples else None)
-            put("cost/usd_per_1m_tokens", 1e6 * rec.cost_usd / self.tokens if self.tokens else None)
+        put("cost/waste_usd", fig["waste_usd"])
+        cost = fig["cost_usd"]
+        if cost is not None:
+            put("cost/usd_per_1k_samples", 1000 * cost / self.samples if self.samples else None)
+            put("cost/usd_per_1m_tokens", 1e6 * cost / self.tokens if self.tokens else None)
         return out
 
-    def _build_record(self, status: str) -> RunRecord:
-        now = self._wall()
-        duration_s = max(now - self._started_wall, 0.0)
-        hours = s_to_hours(duration_s)
+    def _figures(self) -> dict[str, float | None]:
+        """This process's cumulative figures since the start (:data:`tracker.ranks.RECORD_KEYS`)."""
+        hours = s_to_hours(max(self._wall() - self._started_wall, 0.0))
         n = len(self.gpus)
-        run = dict(self.sampler.run) if self.sampler is not None else {}
-        stats = list(run.values())
-        util = _weighted_util(stats)
+        stats = list(self.sampler.run.values()) if self.sampler is not None else []
+        idle_gpu_s = sum(self.sampler.idle_seconds().values()) if self.sampler else 0.0
         price = self.price.usd_per_gpu_hour if self.price else None
         cost = waste = idle = None
         if price is not None and n:
@@ -394,26 +438,55 @@ class Session:
             target = self.settings.target_util_pct
             waste = sum(hours * price * max(0.0, 1.0 - u / target)
                         for s in stats if (u := s.mean("util_pct")) is not None)
-            idle_s = self.sampler.idle_seconds() if self.sampler else {}
-            idle = sum(s_to_hours(v) * price for v in idle_s.values())
+            idle = s_to_hours(idle_gpu_s) * price
         total = self._total
-        flops_per_s = total.rate(total.flops)
-        mem_total = _mean(s.mem_total_gib for s in stats)
-        mem_peak = max((s.mem_peak_gib for s in stats if s.mem_peak_gib is not None), default=None)
         energies = [e for s in stats if (e := s.energy_j) is not None]
+        return {
+            "gpu_count": float(n), "gpu_hours": n * hours, "util_pct": _weighted_util(stats),
+            "sm_active_pct": _weighted_util(stats, "sm_active_pct"),
+            "mem_peak_gib": max((s.mem_peak_gib for s in stats if s.mem_peak_gib is not None),
+                                default=None),
+            "mem_total_gib": _mean(s.mem_total_gib for s in stats),
+            "energy_kwh": j_to_kwh(sum(energies)) if energies else None,
+            "steps": float(self.steps), "samples": float(self.samples),
+            "tokens": float(self.tokens), "samples_per_s": total.rate(total.samples),
+            "tokens_per_s": total.rate(total.tokens), "flops_per_s": total.rate(total.flops),
+            "data_wait_pct": total.data_wait_pct, "step_time_ms": total.step_time_ms,
+            "cost_usd": cost, "waste_usd": waste, "idle_usd": idle, "idle_gpu_s": idle_gpu_s,
+        }
+
+    def _build_record(self, status: str) -> RunRecord:
+        """The run record: this process's figures, or on rank 0 of a multi-rank run, every
+        rank's (the others' as of the last gather)."""
+        now = self._wall()
+        fig = self._figures()
+        spread = None
+        if self.world_size > 1 and self.rank == 0 and self._peer_figures:
+            peers = list(self._peer_figures)
+            peers[0] = fig
+            fig = ranks.combine_records(peers)
+            spread = fig["rank_spread_pct"]
+        n = int(fig["gpu_count"] or 0)
+        flops_per_s = fig["flops_per_s"]
         run_mfu = mfu(flops_per_s, self.peak_tflops, n) if flops_per_s else None
+        mem_peak, mem_total = fig["mem_peak_gib"], fig["mem_total_gib"]
+        duration_s = max(now - self._started_wall, 0.0)
         evidence = Evidence(
-            util_pct=util, duration_s=duration_s, gpu_count=n,
-            idle_gpu_s=sum(self.sampler.idle_seconds().values()) if self.sampler else 0.0,
-            sm_active_pct=_weighted_util(stats, "sm_active_pct"),
+            util_pct=fig["util_pct"], duration_s=duration_s, gpu_count=n,
+            idle_gpu_s=fig["idle_gpu_s"] or 0.0, sm_active_pct=fig["sm_active_pct"],
             mem_used_pct=100 * mem_peak / mem_total if mem_peak is not None and mem_total else None,
-            data_wait_pct=total.data_wait_pct, step_time_ms=total.step_time_ms, mfu=run_mfu)
+            data_wait_pct=fig["data_wait_pct"], step_time_ms=fig["step_time_ms"], mfu=run_mfu,
+            rank_spread_pct=spread)
         s = self.settings
         verdict = diagnose(evidence, Thresholds(target_util_pct=s.target_util_pct,
                                                 alert_util_pct=s.alert_util_pct,
                                                 idle_util_pct=s.idle_pct,
                                                 idle_window_s=60.0 * s.idle_window_min))
         model = self.gpus[0].name if self.gpus else None
+
+        def count(key: str) -> int | None:
+            return int(v) if (v := fig[key]) else None
+
         return RunRecord(
             id=self.id, name=self.name or self.id, project=self.project, team=self.team,
             user=self.user or "", host=_host(), tags=self.tags, framework=self.framework,
@@ -422,19 +495,20 @@ class Session:
             heartbeat_at=datetime.fromtimestamp(now, UTC), status=status,
             gpu_source=self.gpu_source,
             gpu_model=(canonical_gpu(model) or model) if model else None, gpu_count=n,
-            price_per_gpu_hour=price, price_source=self.price.source if self.price else None,
-            gpu_hours=n * hours, util_pct=util,
-            sm_active_pct=evidence.sm_active_pct, mem_peak_gib=mem_peak, mem_total_gib=mem_total,
-            energy_kwh=j_to_kwh(sum(energies)) if energies else None,
-            steps=self.steps, samples=self.samples or None, tokens=self.tokens or None,
-            samples_per_s=total.rate(total.samples), tokens_per_s=total.rate(total.tokens),
-            mfu=run_mfu, data_wait_pct=total.data_wait_pct, cost_usd=cost, waste_usd=waste,
-            idle_usd=idle, verdict=verdict.verdict, advice=verdict.advice or None,
-            links=self.links)
+            nodes=self.nodes,
+            price_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
+            price_source=self.price.source if self.price else None,
+            gpu_hours=fig["gpu_hours"] or 0.0, util_pct=fig["util_pct"],
+            sm_active_pct=fig["sm_active_pct"], mem_peak_gib=mem_peak, mem_total_gib=mem_total,
+            energy_kwh=fig["energy_kwh"], steps=self.steps, samples=count("samples"),
+            tokens=count("tokens"), samples_per_s=fig["samples_per_s"],
+            tokens_per_s=fig["tokens_per_s"], mfu=run_mfu, data_wait_pct=fig["data_wait_pct"],
+            cost_usd=fig["cost_usd"], waste_usd=fig["waste_usd"], idle_usd=fig["idle_usd"],
+            verdict=verdict.verdict, advice=verdict.advice or None, links=self.links)
 
     # -- background callbacks ---------------------------------------------------------------
     def _submit_run(self, record: RunRecord) -> None:
-        if self._writer is not None:
+        if self._writer is not None and self.rank == 0:
             self._writer.submit_run(record)
 
     def _on_minute(self, rows: list[MinuteSample]) -> None:

@@ -11,6 +11,7 @@ Spec: ``simulated:PROFILE[@MODEL][:N]``, e.g. ``simulated:input-bound@A100-80GB:
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 
 from tracker.backend import BackendError, GpuInfo, GpuReading
@@ -154,7 +155,9 @@ class SimulatedBackend:
         return cls(profile or "healthy", model=model or "H100", count=n)
 
     def _uuid(self, i: int) -> str:
-        digest = hashlib.sha1(f"{self.profile.name}/{self.gpu.name}/{i}".encode()).hexdigest()
+        # each rank of a multi-process run has GPUs of its own
+        rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
+        digest = hashlib.sha1(f"{self.profile.name}/{self.gpu.name}/{rank}/{i}".encode()).hexdigest()
         return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
     def open(self, now: float) -> list[GpuInfo]:

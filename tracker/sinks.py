@@ -18,6 +18,10 @@ class Sink(Protocol):
 
     name: str
 
+    def start(self, record: RunRecord) -> None:
+        """The run has started: its id, GPU model and price are known."""
+        ...
+
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
 
     def summary(self, record: RunRecord) -> None:
@@ -36,6 +40,11 @@ class LoggingSink:
 
     def __init__(self, level: int = logging.INFO) -> None:
         self.level = level
+
+    def start(self, record: RunRecord) -> None:
+        log.log(self.level, "gpu-kpi run %s (%s): %dx %s at $%s/GPU-h", record.name, record.id,
+                record.gpu_count, record.gpu_model or "no GPU",
+                "n/a" if record.price_per_gpu_hour is None else f"{record.price_per_gpu_hour:.2f}")
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         keys = ("gpu/util_pct", "perf/step_time_ms", "perf/data_wait_pct", "perf/samples_per_s",
@@ -79,6 +88,9 @@ class SinkSet:
                 self.sinks.remove(sink)
                 log.warning("gpu-kpi: sink %r failed (%s: %s); it is turned off for this run",
                             getattr(sink, "name", sink), type(e).__name__, e)
+
+    def start(self, record: RunRecord) -> None:
+        self._each("start", record)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._each("log_metrics", metrics, step)
