@@ -331,6 +331,10 @@ class Sampler:
         """The aggregates since the previous call (the log window), and start a new window."""
         with self._lock:
             window, self.window = self.window, {u: GpuStats() for u in self.window}
+            # a window shorter than the sampling interval shows the latest reading
+            for uuid, stats in self.window.items():
+                if uuid in self.last:
+                    stats.add(self.last[uuid], 0.0)
         return window
 
     def idle_seconds(self) -> dict[str, float]:

@@ -276,15 +276,19 @@ class Session:
         url = self._store_arg if isinstance(self._store_arg, str) else self.settings.store
         self._writer = StoreWriter(url)
 
-    def finish(self, status: str = "finished") -> RunRecord | None:
-        """Stop sampling, compute the summary and verdict, write it everywhere. Never raises."""
+    def finish(self, status: str = "finished", *, collective: bool = True) -> RunRecord | None:
+        """Stop sampling, compute the summary and verdict, write it everywhere. Never raises.
+
+        With several ranks every rank must call it (one last all-gather), unless
+        ``collective=False`` (after an exception, when other ranks may never get here: rank 0
+        then counts the others as of the last log step)."""
         if not self._active:
             return self.record
         self._active = False
         try:
             if self.sampler is not None:
                 self.sampler.stop()
-            if self._gather is not None:  # one last all-gather: every rank's totals
+            if self._gather is not None and collective:  # every rank's totals, once more
                 self._peer_figures = [ranks.from_vector(v, ranks.RECORD_KEYS)
                                       for v in self._gather(ranks.to_vector(
                                           self._figures(), ranks.RECORD_KEYS))]

@@ -1,0 +1,205 @@
+"""The Lightning callback's hooks, written against the trainer's attributes only, so that one
+body serves ``lightning`` (:mod:`tracker.lightning`) and ``pytorch_lightning``
+(:mod:`tracker.pytorch_lightning`). A thin adapter: the measuring lives in the session."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tracker.adapter import BatchFn, FlopMeter, count, infer_batch_size, new_run_id
+from tracker.record import RunRecord
+from tracker.session import Session
+from tracker.sinks import Sink
+
+log = logging.getLogger("gpu_kpi")
+
+
+class LoggersSink:
+    """Metrics through the trainer's own loggers (``WandbLogger``, ``TensorBoardLogger``, CSV…),
+    at ``trainer.global_step``, so they line up with the user's loss curves."""
+
+    name = "lightning-loggers"
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def start(self, record: RunRecord) -> None:
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        for logger in self.trainer.loggers:
+            logger.log_metrics(dict(metrics), step=step)
+
+    def summary(self, record: RunRecord) -> None:
+        pass
+
+    def alert(self, title: str, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str]]:
+    """Sinks for the summary, config and alert of each W&B / TensorBoard logger, and the links."""
+    sinks: list[Sink] = []
+    links: dict[str, str] = {}
+    for logger in trainer.loggers:
+        kind = type(logger).__name__
+        if kind == "WandbLogger":
+            from tracker.wandb import WandbSink
+
+            experiment = logger.experiment
+            sinks.append(WandbSink(experiment, step_metric=None, log_metrics=False))
+            url = getattr(experiment, "url", None)
+            if url:
+                links["wandb"] = str(url)
+        elif kind == "TensorBoardLogger":
+            from tracker.tensorboard import TensorBoardSink
+
+            sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
+            links["tensorboard"] = str(logger.log_dir)
+    return sinks, links
+
+
+class LightningHooks:
+    """``GpuKpiCallback(project=..., team=..., flops_per_step=None, batch_size_fn=None,
+    tokens_fn=None, **session_kwargs)``.
+
+    - samples per step: ``batch_size_fn(batch)``, else the batch's leading dimension;
+      tokens: ``tokens_fn(batch)`` (None: not counted);
+    - FLOPs per step: ``flops_per_step``, else measured once with ``torch.utils.flop_counter``
+      on the first training batch (``measure_flops=False`` turns that off);
+    - logs at ``trainer.log_every_n_steps`` (and, single-process, at least every
+      ``log_every_s`` for very slow steps) through the trainer's loggers;
+    - validation, checkpoint saves, epoch boundaries and the first ``warmup_steps`` are left out
+      of step-time, throughput and data-wait figures.
+    """
+
+    def __init__(self, *, batch_size_fn: BatchFn | None = None,
+                 tokens_fn: BatchFn | None = None, measure_flops: bool = True,
+                 **session_kwargs: Any) -> None:
+        super().__init__()
+        self.batch_size_fn = batch_size_fn
+        self.tokens_fn = tokens_fn
+        self.measure_flops = measure_flops and session_kwargs.get("flops_per_step") is None
+        self.session_kwargs = session_kwargs
+        self.session: Session | None = None
+        self._flops = FlopMeter()
+        self._warned: set[str] = set()
+        self._last_logged = -1
+        self._log_every_s = float(session_kwargs.get("log_every_s") or 60.0)
+        self._next_log_t = 0.0
+
+    # -- setup ------------------------------------------------------------------------------
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or self.session is not None:
+            return
+        try:
+            self.session = self._make_session(trainer, pl_module)
+        except Exception as e:
+            log.warning("gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e)
+
+    def _make_session(self, trainer: Any, pl_module: Any) -> Session:
+        world = int(trainer.world_size)
+        rank = int(trainer.global_rank)
+        run_id = self.session_kwargs.get("run_id") or new_run_id()
+        if world > 1:  # one collective at set-up: every rank writes under rank 0's id
+            run_id = trainer.strategy.broadcast(run_id, src=0)
+        sinks: list[Sink] = []
+        links: dict[str, str] = {}
+        if rank == 0:
+            sinks, links = logger_sinks(trainer)
+            sinks.insert(0, LoggersSink(trainer))
+        kwargs = dict(self.session_kwargs)
+        kwargs.setdefault("framework", "lightning")
+        kwargs.setdefault("dtype", str(trainer.precision))
+        kwargs["links"] = {**links, **kwargs.get("links", {})}
+        kwargs["sinks"] = [*sinks, *kwargs.get("sinks", ())]
+        kwargs["log_every_s"] = float("inf")  # logging follows the trainer's steps, below
+        return Session(run_id=run_id, rank=rank, world_size=world,
+                       nodes=int(getattr(trainer, "num_nodes", 1)),
+                       gather=_gatherer(trainer, pl_module) if world > 1 else None, **kwargs)
+
+    # -- training ---------------------------------------------------------------------------
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            self.session.start()
+            self._next_log_t = time.monotonic() + self._log_every_s
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            self.session.interrupt()  # loader workers restart at an epoch boundary
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        s = self.session
+        if s is None:
+            return
+        s.data_ready()
+        if self.measure_flops and self._flops.flops is None and batch_idx == 0:
+            self._flops.begin()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        s = self.session
+        if s is None:
+            return
+        if self._flops.active and (flops := self._flops.end()) is not None:
+            s.flops_per_step = flops
+        samples = (count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
+                   if self.batch_size_fn else infer_batch_size(batch))
+        s.step(samples=samples, tokens=count(self.tokens_fn, batch, "tokens_fn", self._warned))
+        step = int(trainer.global_step)
+        every = int(getattr(trainer, "log_every_n_steps", 50) or 50)
+        due = step != self._last_logged and step % every == 0
+        if not due and s.world_size == 1 and time.monotonic() >= self._next_log_t:
+            due = step != self._last_logged  # very slow steps: still a point every log_every_s
+        if due:
+            self._last_logged = step
+            self._next_log_t = time.monotonic() + self._log_every_s
+            s.log_now(step=step)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None and not trainer.sanity_checking:
+            self.session.interrupt()
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any,
+                           checkpoint: dict[str, Any]) -> None:
+        if self.session is not None:
+            self.session.interrupt()
+
+    # -- the end ----------------------------------------------------------------------------
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            self.session.finish("finished")
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self.session is not None:
+            # no collective: the other ranks may not reach this point
+            self.session.finish("failed", collective=False)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.session is not None and stage == "fit":
+            self.session.finish("finished")
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The run's final record (global rank 0: every rank's GPUs), once fit has ended."""
+        return self.session.record if self.session is not None else None
+
+
+def _gatherer(trainer: Any, pl_module: Any) -> Any:
+    """All-gather a few floats through the strategy (gloo or NCCL): at log steps only."""
+
+    def gather(vector: list[float]) -> list[list[float]]:
+        import torch
+
+        tensor = torch.tensor(vector, dtype=torch.float64, device=pl_module.device)
+        out = trainer.strategy.all_gather(tensor)
+        return [list(map(float, row)) for row in out.reshape(-1, len(vector)).cpu().tolist()]
+
+    return gather

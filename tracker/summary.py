@@ -1,0 +1,35 @@
+"""The run's final values as flat key → value pairs and as a Markdown table, for the sinks'
+summaries (W&B run summary, TensorBoard text)."""
+
+from __future__ import annotations
+
+from tracker.record import RunRecord
+
+SUMMARY_FIELDS: tuple[str, ...] = (
+    "verdict", "advice", "gpu_model", "gpu_count", "nodes", "gpu_hours", "util_pct",
+    "sm_active_pct", "mem_peak_gib", "energy_kwh", "samples_per_s", "tokens_per_s", "mfu",
+    "data_wait_pct", "cost_usd", "waste_usd", "idle_usd", "price_per_gpu_hour", "gpu_source",
+)
+"""Record fields that go into a run summary, as ``gpu_kpi/<field>``."""
+
+
+def summary_values(r: RunRecord, prefix: str = "gpu_kpi/") -> dict[str, object]:
+    """The summary fields that are known (None left out), keyed ``gpu_kpi/<field>``."""
+    return {f"{prefix}{f}": v for f in SUMMARY_FIELDS if (v := getattr(r, f)) is not None}
+
+
+def start_values(r: RunRecord, prefix: str = "gpu_kpi/") -> dict[str, object]:
+    """What is known when the run starts: for a W&B config or a TensorBoard note."""
+    return {f"{prefix}{k}": v for k, v in (
+        ("run_id", r.id), ("gpu_model", r.gpu_model), ("gpu_count", r.gpu_count),
+        ("price_per_gpu_hour", r.price_per_gpu_hour), ("price_source", r.price_source),
+        ("gpu_source", r.gpu_source)) if v is not None}
+
+
+def summary_markdown(r: RunRecord) -> str:
+    """A two-column Markdown table of the summary, verdict first."""
+    lines = ["| | |", "|---|---|"]
+    for key, value in summary_values(r, prefix="").items():
+        shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+        lines.append(f"| {key} | {shown.replace('|', '/')} |")
+    return "\n".join(lines)
