@@ -73,8 +73,9 @@ class LightningHooks:
       tokens: ``tokens_fn(batch)`` (None: not counted);
     - FLOPs per step: ``flops_per_step``, else measured once with ``torch.utils.flop_counter``
       on the first training batch (``measure_flops=False`` turns that off);
-    - logs at ``trainer.log_every_n_steps`` (and, single-process, at least every
-      ``log_every_s`` for very slow steps) through the trainer's loggers;
+    - logs when Lightning logs (every ``trainer.log_every_n_steps`` optimizer steps, at the same
+      step number) and, single-process, at least every ``log_every_s`` for very slow steps,
+      through the trainer's loggers;
     - validation, checkpoint saves, epoch boundaries and the first ``warmup_steps`` are left out
       of step-time, throughput and data-wait figures.
     """
@@ -153,11 +154,13 @@ class LightningHooks:
         samples = (count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
                    if self.batch_size_fn else infer_batch_size(batch))
         s.step(samples=samples, tokens=count(self.tokens_fn, batch, "tokens_fn", self._warned))
-        step = int(trainer.global_step)
-        every = int(getattr(trainer, "log_every_n_steps", 50) or 50)
-        due = step != self._last_logged and step % every == 0
+        step, accumulating = _log_step(trainer)
+        if accumulating or step == self._last_logged:
+            return
+        every = int(getattr(trainer, "log_every_n_steps", 50) or 0)
+        due = every > 0 and ((step + 1) % every == 0 or bool(trainer.should_stop))
         if not due and s.world_size == 1 and time.monotonic() >= self._next_log_t:
-            due = step != self._last_logged  # very slow steps: still a point every log_every_s
+            due = True  # very slow steps: still a point every log_every_s
         if due:
             self._last_logged = step
             self._next_log_t = time.monotonic() + self._log_every_s
@@ -190,6 +193,18 @@ class LightningHooks:
     def record(self) -> RunRecord | None:
         """The run's final record (global rank 0: every rank's GPUs), once fit has ended."""
         return self.session.record if self.session is not None else None
+
+
+def _log_step(trainer: Any) -> tuple[int, bool]:
+    """The step Lightning logs this batch's metrics at, and whether the batch only accumulates
+    gradients. Lightning logs at ``_batches_that_stepped`` (optimizer steps so far, counted
+    after logging: 0 for the first), not ``global_step``; using the same number lines our points
+    up with the user's loss curve in every logger."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    try:
+        return int(loop._batches_that_stepped), bool(loop._should_accumulate())  # type: ignore[union-attr]
+    except Exception:  # a Lightning without these internals: the closest public figure
+        return max(int(trainer.global_step) - 1, 0), False
 
 
 def _gatherer(trainer: Any, pl_module: Any) -> Any:

@@ -91,13 +91,13 @@ def _mean(values: Iterable[float | None]) -> float | None:
 
 
 def _weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float | None:
-    """GPU-time-weighted mean over GPUs (not a mean of means)."""
-    total = seconds = 0.0
-    for s in stats:
-        tw = s.tw[field]
-        total += tw.total
-        seconds += tw.seconds
-    return total / seconds if seconds > 0 else None
+    """GPU-time-weighted mean over GPUs (not a mean of means); with no time covered yet, the
+    mean of the latest readings."""
+    tws = [s.tw[field] for s in stats]
+    seconds = sum(tw.seconds for tw in tws)
+    if seconds > 0:
+        return sum(tw.total for tw in tws) / seconds
+    return _mean(tw.last for tw in tws)
 
 
 class Session:
