@@ -346,6 +346,15 @@ class Session:
             self._next_log = t + self.settings.log_every_s
             self.log_now()
 
+    def add_flops(self, flops: float, steps: int) -> None:
+        """Model FLOPs of the last ``steps`` steps, known only afterwards (the HF Trainer's
+        ``total_flos``): counted for the measured steps among them, pro rata."""
+        if steps <= 0 or flops <= 0:
+            return
+        per_step = flops / steps
+        for acc in (self._window, self._total):
+            acc.flops += per_step * min(acc.steps, steps)
+
     def log_now(self, step: int | None = None) -> dict[str, float]:
         """Compute the metrics of the window since the last log (combined over ranks when there
         are several) and send them to the sinks; ``step`` defaults to the session's step count.

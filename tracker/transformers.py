@@ -1,0 +1,189 @@
+"""The Hugging Face ``Trainer`` callback: the only module that imports ``transformers``.
+
+```python
+from tracker.transformers import GpuKpiCallback
+
+trainer = Trainer(model=model, args=args, train_dataset=ds,
+                  callbacks=[GpuKpiCallback(project="llm", team="nlp")])
+```
+
+The Trainer's built-in reporters run before user callbacks, so adding keys to ``logs`` in
+``on_log`` would be too late: the callback logs its metrics itself, to the active W&B run and to
+TensorBoard when ``report_to`` names them, at ``train/global_step`` like the Trainer's own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+try:
+    from transformers import TrainerCallback
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("the Trainer callback needs the transformers package: "
+                      "pip install 'gpu-kpi[transformers]'") from e
+
+from tracker import distributed
+from tracker.adapter import new_run_id
+from tracker.record import RunRecord
+from tracker.session import Session
+from tracker.sinks import Sink
+
+__all__ = ["GpuKpiCallback"]
+
+log = logging.getLogger("gpu_kpi")
+
+
+def _report_to(args: Any) -> set[str]:
+    value = getattr(args, "report_to", None) or []
+    return {value} if isinstance(value, str) else set(value)
+
+
+def tensorboard_dir(args: Any) -> Path:
+    """Where our scalars go: ``$TENSORBOARD_LOGGING_DIR`` (then beside the Trainer's own), else
+    ``<output_dir>/runs/gpu-kpi`` (a run of its own next to the Trainer's timestamped one)."""
+    if os.environ.get("TENSORBOARD_LOGGING_DIR"):
+        return Path(os.environ["TENSORBOARD_LOGGING_DIR"])
+    return Path(args.output_dir) / "runs" / "gpu-kpi"
+
+
+def _dtype(args: Any) -> str:
+    if getattr(args, "bf16", False):
+        return "bf16"
+    if getattr(args, "fp16", False):
+        return "fp16"
+    return "fp32"
+
+
+class GpuKpiCallback(TrainerCallback):
+    """``GpuKpiCallback(project=..., team=..., samples_per_step=None, tokens_per_step=None,
+    **session_kwargs)``.
+
+    - samples per optimizer step and rank: ``samples_per_step``, else
+      ``per_device_train_batch_size × gradient_accumulation_steps``; tokens: the Trainer's
+      ``num_input_tokens_seen`` (``include_num_input_tokens_seen=True``), else
+      ``tokens_per_step``;
+    - FLOPs: ``flops_per_step``, else the Trainer's ``total_flos`` (6 × parameters × tokens);
+    - logs at the Trainer's ``logging_steps``; evaluation, checkpoint saves, epoch boundaries and
+      the first ``warmup_steps`` are left out of step-time, throughput and data-wait figures.
+    """
+
+    def __init__(self, *, samples_per_step: int | None = None,
+                 tokens_per_step: int | None = None, **session_kwargs: Any) -> None:
+        self.samples_per_step = samples_per_step
+        self.tokens_per_step = tokens_per_step
+        self.session_kwargs = session_kwargs
+        self.session: Session | None = None
+        self._tokens_seen = 0
+        self._flos = 0.0
+        self._flos_step = 0
+        self._last_logged = -1
+
+    # -- start ------------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            return
+        try:
+            self.session = self._make_session(args, state)
+            self.session.start()
+            atexit.register(self._at_exit)
+        except Exception as e:
+            log.warning("gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e)
+            self.session = None
+
+    def _make_session(self, args: Any, state: Any) -> Session:
+        rank, world, nodes = distributed.world()
+        run_id = self.session_kwargs.get("run_id") or new_run_id()
+        if world > 1:  # one collective at the start: every rank writes under rank 0's id
+            run_id = distributed.broadcast_str(run_id)
+        sinks: list[Sink] = []
+        links: dict[str, str] = {}
+        report = _report_to(args)
+        if rank == 0 and "wandb" in report:
+            from tracker.wandb import WandbSink, active_run
+
+            sinks.append(WandbSink(None, step_metric="train/global_step"))
+            run = active_run()
+            if run is not None and getattr(run, "url", None):
+                links["wandb"] = str(run.url)
+        if rank == 0 and "tensorboard" in report:
+            from tracker.tensorboard import TensorBoardSink
+
+            logdir = tensorboard_dir(args)
+            sinks.append(TensorBoardSink(logdir=logdir))
+            links["tensorboard"] = str(logdir)
+        kwargs = dict(self.session_kwargs)
+        kwargs.setdefault("framework", "transformers")
+        kwargs.setdefault("dtype", _dtype(args))
+        kwargs["links"] = {**links, **kwargs.get("links", {})}
+        kwargs["sinks"] = [*sinks, *kwargs.get("sinks", ())]
+        kwargs["log_every_s"] = float("inf")  # logging follows the Trainer's logging_steps
+        self._tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        self._flos = float(getattr(state, "total_flos", 0.0) or 0.0)
+        self._flos_step = int(state.global_step)
+        if self.samples_per_step is None:
+            self.samples_per_step = (int(args.per_device_train_batch_size)
+                                     * int(args.gradient_accumulation_steps))
+        return Session(run_id=run_id, rank=rank, world_size=world, nodes=nodes,
+                       gather=distributed.gatherer(), **kwargs)
+
+    # -- steps ------------------------------------------------------------------------------
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self.session.data_ready()  # the Trainer fetched this step's batches just before
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        s = self.session
+        if s is None:
+            return
+        tokens = self.tokens_per_step
+        seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
+        if seen > self._tokens_seen:  # summed over ranks by the Trainer: this rank's share
+            tokens = (seen - self._tokens_seen) // max(s.world_size, 1)
+            self._tokens_seen = seen
+        s.step(samples=self.samples_per_step, tokens=tokens)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+               **kwargs: Any) -> None:
+        s = self.session
+        step = int(state.global_step)
+        if s is None or step == self._last_logged or any(k.startswith("eval_") for k in logs or {}):
+            return
+        self._last_logged = step
+        flos = float(getattr(state, "total_flos", 0.0) or 0.0)
+        if "flops_per_step" not in self.session_kwargs and flos > self._flos:
+            # total_flos is summed over ranks and brought up to date just before on_log
+            s.add_flops((flos - self._flos) / max(s.world_size, 1), step - self._flos_step)
+        self._flos, self._flos_step = flos, step
+        s.log_now(step=step)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self.session.interrupt()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self.session.interrupt()
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self.session.interrupt()
+
+    # -- the end ----------------------------------------------------------------------------
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.session is not None:
+            self.session.finish("finished")
+            atexit.unregister(self._at_exit)
+
+    def _at_exit(self) -> None:
+        """The Trainer has no exception hook: a run that never reached on_train_end failed."""
+        if self.session is not None:
+            self.session.finish("failed", collective=False)
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The run's final record (global rank 0: every rank's GPUs), after training."""
+        return self.session.record if self.session is not None else None
