@@ -303,14 +303,17 @@ def read_tensorboard(logdir: Path | str) -> dict[str, list[tuple[int, float]]]:
 
 
 def read_tensorboard_text(logdir: Path | str) -> dict[str, list[str]]:
-    """Text summaries (``add_text``, plugin ``text``) under ``logdir``: tag -> [text, ...]."""
+    """Text summaries (``add_text``, plugin ``text``) under ``logdir``: tag -> [text, ...].
+
+    ``SummaryWriter.add_text("verdict", ...)`` stores the tag as ``"verdict/text_summary"``.
+    """
+    from tensorboard.util import tensor_util
+
     out: dict[str, list[str]] = {}
     for run, acc in _accumulators(logdir):
         for tag in acc.Tags().get("tensors", []):
             if acc.SummaryMetadata(tag).plugin_data.plugin_name != "text":
                 continue
-            from tensorboard.util import tensor_util
-
             texts = out.setdefault(_tag(run, tag), [])
             for e in sorted(acc.Tensors(tag), key=lambda ev: ev.step):
                 arr = tensor_util.make_ndarray(e.tensor_proto)

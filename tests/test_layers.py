@@ -11,7 +11,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # the one module allowed to import each outside library
-OWNERS = {"pynvml": "tracker/nvml.py", "sqlalchemy": "tracker/store.py"}
+OWNERS = {"pynvml": "tracker/nvml.py", "sqlalchemy": "tracker/store.py",
+          "wandb": "tracker/wandb.py", "lightning": "tracker/lightning.py",
+          "pytorch_lightning": "tracker/pytorch_lightning.py",
+          "transformers": "tracker/transformers.py"}
 
 
 def imports(path: Path) -> set[str]:
