@@ -31,6 +31,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/tracker_overhead.py
+	$(BIN)/python bench/callback_overhead.py
 
 clean:
 	rm -rf $(VENV) .gpu-kpi-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
