@@ -248,7 +248,11 @@ class Sampler:
                 self.failed = True
                 log.warning("gpu-kpi: GPU sampling stopped after %d failures in a row", self._errors)
             return
-        self.lost |= self.run.keys() - {r.uuid for r in readings}
+        lost = self.run.keys() - {r.uuid for r in readings} - self.lost
+        if lost:  # no more live figures for them: their last reading is history
+            self.lost |= lost
+            for uuid in lost:
+                self.last.pop(uuid, None)
         closed: list[MinuteSample] = []
         with self._lock:
             prev = self._prev_t if self._prev_t is not None else now
