@@ -181,6 +181,7 @@ class Session:
         self.tokens = 0
         self._last_end: float | None = None
         self._ready: float | None = None
+        self._measured_since_flops = 0
         self._next_log = float("inf")
         self._active = False
         self._warned: set[str] = set()
@@ -339,6 +340,7 @@ class Session:
                 f = flops if flops is not None else self.flops_per_step
                 self._total.add(t - last, wait, samples, tokens, f)
                 self._window.add(t - last, wait, samples, tokens, f)
+                self._measured_since_flops += 1
         except Exception as e:  # e.g. a tensor or None-like count from user code
             self._warn_once("step", "gpu-kpi: step(samples=%r, tokens=%r) not counted: %s",
                             samples, tokens, e)
@@ -348,12 +350,14 @@ class Session:
 
     def add_flops(self, flops: float, steps: int) -> None:
         """Model FLOPs of the last ``steps`` steps, known only afterwards (the HF Trainer's
-        ``total_flos``): counted for the measured steps among them, pro rata."""
+        ``total_flos``): credited pro rata to the measured steps among them, so that FLOP/s
+        divides FLOPs and time of the same steps."""
+        measured, self._measured_since_flops = self._measured_since_flops, 0
         if steps <= 0 or flops <= 0:
             return
-        per_step = flops / steps
-        for acc in (self._window, self._total):
-            acc.flops += per_step * min(acc.steps, steps)
+        credited = flops / steps * min(measured, steps)
+        self._window.flops += credited
+        self._total.flops += credited
 
     def log_now(self, step: int | None = None) -> dict[str, float]:
         """Compute the metrics of the window since the last log (combined over ranks when there
@@ -361,6 +365,7 @@ class Session:
 
         With ``world_size > 1`` every rank must call this at the same training step: it runs one
         small all-gather. Only global rank 0 returns metrics and logs them."""
+        t0 = self._now()
         try:
             metrics = self.metrics()
             if self._gather is not None:
@@ -372,6 +377,11 @@ class Session:
             self._warn_once("log", "gpu-kpi: computing metrics failed: %s: %s",
                             type(e).__name__, e)
             return {}
+        finally:
+            # our own logging is neither the last step nor waiting for input: the next step's
+            # clock starts after it
+            if self._last_end is not None and self._last_end <= t0:
+                self._last_end += self._now() - t0
 
     def _gather_metrics(self, local: dict[str, float]) -> dict[str, float]:
         assert self._gather is not None
