@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tracker.adapter import BatchFn, FlopMeter, count, infer_batch_size, new_run_id
+from tracker.config import ConfigError, Settings, load_settings
 from tracker.record import RunRecord
 from tracker.session import Session
 from tracker.sinks import Sink
@@ -25,13 +26,22 @@ class LoggersSink:
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        self._failed: set[int] = set()
 
     def start(self, record: RunRecord) -> None:
         pass
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        # one logger that rejects our metrics must not cost the others theirs
         for logger in self.trainer.loggers:
-            logger.log_metrics(dict(metrics), step=step)
+            if id(logger) in self._failed:
+                continue
+            try:
+                logger.log_metrics(dict(metrics), step=step)
+            except Exception as e:
+                self._failed.add(id(logger))
+                log.warning("gpu-kpi: logger %s failed (%s: %s); gpu-kpi metrics no longer go "
+                            "to it", type(logger).__name__, type(e).__name__, e)
 
     def summary(self, record: RunRecord) -> None:
         pass
@@ -49,19 +59,22 @@ def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str]]:
     links: dict[str, str] = {}
     for logger in trainer.loggers:
         kind = type(logger).__name__
-        if kind == "WandbLogger":
-            from tracker.wandb import WandbSink
+        try:  # a logger we cannot use costs its own sink, not the run's tracking
+            if kind == "WandbLogger":
+                from tracker.wandb import WandbSink
 
-            experiment = logger.experiment
-            sinks.append(WandbSink(experiment, step_metric=None, log_metrics=False))
-            url = getattr(experiment, "url", None)
-            if url:
-                links["wandb"] = str(url)
-        elif kind == "TensorBoardLogger":
-            from tracker.tensorboard import TensorBoardSink
+                experiment = logger.experiment
+                sinks.append(WandbSink(experiment, step_metric=None, log_metrics=False))
+                url = getattr(experiment, "url", None)
+                if url:
+                    links["wandb"] = str(url)
+            elif kind == "TensorBoardLogger":
+                from tracker.tensorboard import TensorBoardSink
 
-            sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
-            links["tensorboard"] = str(logger.log_dir)
+                sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
+                links["tensorboard"] = str(logger.log_dir)
+        except Exception as e:
+            log.warning("gpu-kpi: no run summary in %s (%s: %s)", kind, type(e).__name__, e)
     return sinks, links
 
 
@@ -76,8 +89,11 @@ class LightningHooks:
     - logs when Lightning logs (every ``trainer.log_every_n_steps`` optimizer steps, at the same
       step number) and, single-process, at least every ``log_every_s`` for very slow steps,
       through the trainer's loggers;
-    - validation, checkpoint saves, epoch boundaries and the first ``warmup_steps`` are left out
-      of step-time, throughput and data-wait figures.
+    - validation, checkpoint saves, epoch boundaries, the step after a log (it carries the
+      loggers' writes) and the first ``warmup_steps`` are left out of step-time, throughput and
+      data-wait figures.
+
+    Each ``fit`` is a run of its own: a resumed fit counts only its own steps and samples.
     """
 
     def __init__(self, *, batch_size_fn: BatchFn | None = None,
@@ -89,16 +105,24 @@ class LightningHooks:
         self.measure_flops = measure_flops and session_kwargs.get("flops_per_step") is None
         self.session_kwargs = session_kwargs
         self.session: Session | None = None
+        self._log_every_s = float(session_kwargs.get("log_every_s") or 0.0)
+        self._reset()
+
+    def _reset(self) -> None:
         self._flops = FlopMeter()
+        self._flops_tried = False
         self._warned: set[str] = set()
         self._last_logged = -1
-        self._log_every_s = float(session_kwargs.get("log_every_s") or 60.0)
         self._next_log_t = 0.0
 
     # -- setup ------------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or self.session is not None:
+        if stage != "fit":
             return
+        # a callback used for a second fit starts a new run, not the first one's counters
+        # under the first one's id
+        self.session = None
+        self._reset()
         try:
             self.session = self._make_session(trainer, pl_module)
         except Exception as e:
@@ -120,13 +144,19 @@ class LightningHooks:
         kwargs.setdefault("dtype", str(trainer.precision))
         kwargs["links"] = {**links, **kwargs.get("links", {})}
         kwargs["sinks"] = [*sinks, *kwargs.get("sinks", ())]
+        if not self._log_every_s:  # the configured cadence for very slow steps
+            try:
+                self._log_every_s = load_settings(kwargs.get("config")).log_every_s
+            except ConfigError:
+                self._log_every_s = Settings().log_every_s  # the session warns about the file
         kwargs["log_every_s"] = float("inf")  # logging follows the trainer's steps, below
         return Session(run_id=run_id, rank=rank, world_size=world,
                        nodes=int(getattr(trainer, "num_nodes", 1)),
                        gather=_gatherer(trainer, pl_module) if world > 1 else None, **kwargs)
 
     # -- training ---------------------------------------------------------------------------
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        # from here on the GPUs are held (the sanity check included): cost counts from here
         if self.session is not None:
             self.session.start()
             self._next_log_t = time.monotonic() + self._log_every_s
@@ -141,7 +171,9 @@ class LightningHooks:
         if s is None:
             return
         s.data_ready()
-        if self.measure_flops and self._flops.flops is None and batch_idx == 0:
+        # the first batch this fit sees (a fit resumed mid-epoch starts at batch_idx > 0)
+        if self.measure_flops and not self._flops_tried:
+            self._flops_tried = True
             self._flops.begin()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
@@ -151,9 +183,8 @@ class LightningHooks:
             return
         if self._flops.active and (flops := self._flops.end()) is not None:
             s.flops_per_step = flops
-        samples = (count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
-                   if self.batch_size_fn else infer_batch_size(batch))
-        s.step(samples=samples, tokens=count(self.tokens_fn, batch, "tokens_fn", self._warned))
+        s.step(samples=self._samples(batch),
+               tokens=count(self.tokens_fn, batch, "tokens_fn", self._warned))
         step, accumulating = _log_step(trainer)
         if accumulating or step == self._last_logged:
             return
@@ -165,6 +196,22 @@ class LightningHooks:
             self._last_logged = step
             self._next_log_t = time.monotonic() + self._log_every_s
             s.log_now(step=step)
+            if every != 1:
+                # our writes and Lightning's (same batch) are neither training nor waiting for
+                # input: leave the gap before the next batch out (unless every step logs)
+                s.interrupt()
+
+    def _samples(self, batch: Any) -> int | None:
+        if self.batch_size_fn is not None:
+            return count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
+        try:
+            return infer_batch_size(batch)
+        except Exception as e:  # an odd batch type: no sample count, training goes on
+            if "batch_size" not in self._warned:
+                self._warned.add("batch_size")
+                log.warning("gpu-kpi: cannot tell the batch size (%s: %s); pass batch_size_fn=",
+                            type(e).__name__, e)
+            return None
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self.session is not None and not trainer.sanity_checking:
@@ -181,6 +228,8 @@ class LightningHooks:
             self.session.finish("finished")
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self._flops.active:  # the failing batch was the one being measured
+            self._flops.end()
         if self.session is not None:
             # no collective: the other ranks may not reach this point
             self.session.finish("failed", collective=False)
