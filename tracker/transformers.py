@@ -68,7 +68,10 @@ class GpuKpiCallback(TrainerCallback):
       ``tokens_per_step``;
     - FLOPs: ``flops_per_step``, else the Trainer's ``total_flos`` (6 × parameters × tokens);
     - logs at the Trainer's ``logging_steps``; evaluation, checkpoint saves, epoch boundaries and
-      the first ``warmup_steps`` are left out of step-time, throughput and data-wait figures.
+      the first ``warmup_steps`` are left out of step-time, throughput and data-wait figures;
+      the Trainer's own logging (its loss read-back, its reporters) counts as step time, not
+      as data wait;
+    - each ``train()`` call is a run of its own.
     """
 
     def __init__(self, *, samples_per_step: int | None = None,
@@ -77,6 +80,9 @@ class GpuKpiCallback(TrainerCallback):
         self.tokens_per_step = tokens_per_step
         self.session_kwargs = session_kwargs
         self.session: Session | None = None
+        self._samples_arg = samples_per_step
+        self._running = False
+        self._pending: tuple[int | None, int | None] | None = None
         self._tokens_seen = 0
         self._flos = 0.0
         self._flos_step = 0
@@ -84,11 +90,15 @@ class GpuKpiCallback(TrainerCallback):
 
     # -- start ------------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            return
+        # each train() call is a run of its own (a resumed run, a hyperparameter-search trial)
+        if self._running:  # the previous train() raised before on_train_end
+            self._at_exit()
+            atexit.unregister(self._at_exit)
+        self.session, self._pending, self._last_logged = None, None, -1
         try:
             self.session = self._make_session(args, state)
             self.session.start()
+            self._running = True
             atexit.register(self._at_exit)
         except Exception as e:
             log.warning("gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e)
@@ -124,6 +134,7 @@ class GpuKpiCallback(TrainerCallback):
         self._tokens_seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
         self._flos = float(getattr(state, "total_flos", 0.0) or 0.0)
         self._flos_step = int(state.global_step)
+        self.samples_per_step = self._samples_arg
         if self.samples_per_step is None:
             self.samples_per_step = (int(args.per_device_train_batch_size)
                                      * int(args.gradient_accumulation_steps))
@@ -133,6 +144,7 @@ class GpuKpiCallback(TrainerCallback):
     # -- steps ------------------------------------------------------------------------------
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.session is not None:
+            self._end_step()
             self.session.data_ready()  # the Trainer fetched this step's batches just before
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -144,13 +156,27 @@ class GpuKpiCallback(TrainerCallback):
         if seen > self._tokens_seen:  # summed over ranks by the Trainer: this rank's share
             tokens = (seen - self._tokens_seen) // max(s.world_size, 1)
             self._tokens_seen = seen
-        s.step(samples=self.samples_per_step, tokens=tokens)
+        self._pending = (self.samples_per_step, tokens)
+        # On a log step the Trainer now reads the loss (a GPU sync) and its reporters write:
+        # that is neither input wait nor the next step, so the step ends in on_log instead.
+        if not getattr(control, "should_log", False):
+            self._end_step()
+
+    def _end_step(self) -> None:
+        """Count the step whose end was deferred (or that just ended)."""
+        if self.session is not None and self._pending is not None:
+            samples, tokens = self._pending
+            self._pending = None
+            self.session.step(samples=samples, tokens=tokens)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:
         s = self.session
+        if s is None:
+            return
+        self._end_step()
         step = int(state.global_step)
-        if s is None or step == self._last_logged or any(k.startswith("eval_") for k in logs or {}):
+        if step == self._last_logged or any(k.startswith("eval_") for k in logs or {}):
             return
         self._last_logged = step
         flos = float(getattr(state, "total_flos", 0.0) or 0.0)
@@ -162,26 +188,32 @@ class GpuKpiCallback(TrainerCallback):
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.session is not None:
+            self._end_step()
             self.session.interrupt()
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.session is not None:
+            self._end_step()
             self.session.interrupt()
 
     def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.session is not None:
+            self._end_step()
             self.session.interrupt()
 
     # -- the end ----------------------------------------------------------------------------
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.session is not None:
+            self._end_step()
             self.session.finish("finished")
-            atexit.unregister(self._at_exit)
+        self._running = False
+        atexit.unregister(self._at_exit)
 
     def _at_exit(self) -> None:
         """The Trainer has no exception hook: a run that never reached on_train_end failed."""
         if self.session is not None:
             self.session.finish("failed", collective=False)
+        self._running = False
 
     @property
     def record(self) -> RunRecord | None:
