@@ -38,6 +38,7 @@ __all__ = [
     "find_wandb_file",
     "is_finite",
     "iter_wandb_records",
+    "read_finished_wandb",
     "read_tensorboard",
     "read_tensorboard_text",
     "read_wandb",
@@ -325,3 +326,16 @@ def read_tensorboard_text(logdir: Path | str) -> dict[str, list[str]]:
 def is_finite(value: Any) -> bool:
     """True for a real, finite number (handy when asserting on decoded W&B values)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_finished_wandb(root: Path | str, timeout_s: float = 20.0) -> WandbRun:
+    """:func:`read_wandb` once wandb-core has written the run out: ``wandb.finish()`` (0.31) can
+    return while the ``.wandb`` file still holds only its 7-byte header."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        run = read_wandb(root)
+        if run.exit_code is not None or time.monotonic() > deadline:
+            return run
+        time.sleep(0.05)

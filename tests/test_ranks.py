@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping
 
 import pytest
+from fakes import T0, ListSink
 
 from tracker import ranks
-from tracker.record import RunRecord
 from tracker.session import Session
 from tracker.store import RunStore
-
-T0 = 1_790_000_040.0
 
 
 def test_combine_metrics_by_hand() -> None:
@@ -60,29 +57,6 @@ class Barrier:
             self.barrier.wait()
             return out
         return gather
-
-
-class ListSink:
-    name = "list"
-
-    def __init__(self) -> None:
-        self.logged: list[tuple[dict[str, float], int]] = []
-        self.summaries: list[RunRecord] = []
-
-    def start(self, record: RunRecord) -> None:
-        pass
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self.logged.append((dict(metrics), step))
-
-    def summary(self, record: RunRecord) -> None:
-        self.summaries.append(record)
-
-    def alert(self, title: str, text: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def test_two_ranks_count_every_gpu(tmp_path: object) -> None:

@@ -6,45 +6,10 @@ import logging
 from collections.abc import Mapping
 
 import pytest
+from fakes import Clock, ListSink
 
 from tracker import track
-from tracker.record import RunRecord
 from tracker.session import Session
-
-T0 = 1_790_000_000.0  # 2026-09-21 10:13:20 UTC
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class ListSink:
-    name = "list"
-
-    def __init__(self) -> None:
-        self.logged: list[tuple[dict[str, float], int]] = []
-        self.summaries: list[RunRecord] = []
-        self.alerts: list[tuple[str, str]] = []
-        self.started: list[RunRecord] = []
-
-    def start(self, record: RunRecord) -> None:
-        self.started.append(record)
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self.logged.append((dict(metrics), step))
-
-    def summary(self, record: RunRecord) -> None:
-        self.summaries.append(record)
-
-    def alert(self, title: str, text: str) -> None:
-        self.alerts.append((title, text))
-
-    def close(self) -> None:
-        pass
 
 
 def loop(run: Session, clock: Clock, *, steps: int, wait_s: float, compute_s: float,

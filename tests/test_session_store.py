@@ -13,22 +13,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fakes import T0, Clock
 
 from tracker import track
 from tracker.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
-T0 = 1_790_000_040.0  # a minute boundary: 2026-09-21 14:14:00 UTC
-
-
-class Clock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_run_and_its_minutes_reach_the_store(store_url: str) -> None:
     clock = Clock()
     with track(name="five-minutes", project="p", team="t", tags=("a", "b"),

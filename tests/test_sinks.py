@@ -7,21 +7,12 @@ from pathlib import Path
 
 import pytest
 import readers
+from fakes import Clock
 
 from tracker import track
 from tracker.sinks import SinkSet
 from tracker.tensorboard import TensorBoardSink
 from tracker.wandb import WandbSink
-
-T0 = 1_790_000_040.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def run_input_bound(sink: object, minutes: int = 12) -> object:
@@ -63,7 +54,7 @@ def test_wandb_offline_run_gets_metrics_summary_config_and_alert(
     wb = wandb.init(mode="offline", dir=str(tmp_path), project="gpu-kpi-test")
     record = run_input_bound(WandbSink(wb, step_metric="train/global_step"))
     wb.finish()
-    got = readers.read_wandb(tmp_path)
+    got = readers.read_finished_wandb(tmp_path)
     rows = [h for h in got.history if "gpu/util_pct" in h]
     assert [r["train/global_step"] for r in rows] == [60 * k for k in range(1, 13)]
     assert rows[0]["gpu/util_pct"] == pytest.approx(60.0)

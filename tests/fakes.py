@@ -1,0 +1,46 @@
+"""Test doubles shared by the tests: an injected clock and a sink that keeps what it gets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tracker.record import RunRecord
+
+T0 = 1_790_000_040.0  # a minute boundary: 2026-09-21 14:14:00 UTC
+
+
+class Clock:
+    """Wall-clock seconds that move only when a test moves them."""
+
+    def __init__(self, t: float = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class ListSink:
+    """A sink that records every call."""
+
+    name = "list"
+
+    def __init__(self) -> None:
+        self.started: list[RunRecord] = []
+        self.logged: list[tuple[dict[str, float], int]] = []
+        self.summaries: list[RunRecord] = []
+        self.alerts: list[tuple[str, str]] = []
+
+    def start(self, record: RunRecord) -> None:
+        self.started.append(record)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self.logged.append((dict(metrics), step))
+
+    def summary(self, record: RunRecord) -> None:
+        self.summaries.append(record)
+
+    def alert(self, title: str, text: str) -> None:
+        self.alerts.append((title, text))
+
+    def close(self) -> None:
+        pass
