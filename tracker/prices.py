@@ -26,26 +26,28 @@ class Price:
     source: str
     """Where it was seen, or ``override`` / ``config`` for a user's own price."""
     description: str = ""
+    mem_gib: float | None = None
+    """Device memory of the model, GB as sold (for right-sizing: does a run fit on it)."""
 
 
 DEFAULT_PRICES: tuple[Price, ...] = (
-    Price(gpu="H200", usd_per_gpu_hour=4.50, as_of="2026-09", description="H200 141GB",
+    Price(gpu="H200", mem_gib=141, usd_per_gpu_hour=4.50, as_of="2026-09", description="H200 141GB",
           source="RunPod 3.59-4.59, Nebius 4.50"),
-    Price(gpu="H100", usd_per_gpu_hour=3.85, as_of="2026-09", description="H100 SXM 80GB",
+    Price(gpu="H100", mem_gib=80, usd_per_gpu_hour=3.85, as_of="2026-09", description="H100 SXM 80GB",
           source="RunPod 2.69-3.49, Lambda 4.29, Nebius 3.85; AWS p5 6.88/GPU (2026-11)"),
-    Price(gpu="A100-80GB", usd_per_gpu_hour=2.00, as_of="2026", description="A100 80GB",
+    Price(gpu="A100-80GB", mem_gib=80, usd_per_gpu_hour=2.00, as_of="2026", description="A100 80GB",
           source="RunPod 1.39-1.59, Modal 2.50; AWS p4de 3.43/GPU (2026-11)"),
-    Price(gpu="A100-40GB", usd_per_gpu_hour=1.99, as_of="2026-09", description="A100 40GB",
+    Price(gpu="A100-40GB", mem_gib=40, usd_per_gpu_hour=1.99, as_of="2026-09", description="A100 40GB",
           source="Lambda 1.99; AWS p4d 2.74/GPU (2026-11)"),
-    Price(gpu="L40S", usd_per_gpu_hour=1.55, as_of="2026-09", description="L40S 48GB",
+    Price(gpu="L40S", mem_gib=48, usd_per_gpu_hour=1.55, as_of="2026-09", description="L40S 48GB",
           source="RunPod 0.79-1.09, Nebius 1.55"),
-    Price(gpu="L4", usd_per_gpu_hour=0.80, as_of="2026", description="L4 24GB",
+    Price(gpu="L4", mem_gib=24, usd_per_gpu_hour=0.80, as_of="2026", description="L4 24GB",
           source="AWS g6.xlarge 0.805, Modal 0.80"),
-    Price(gpu="A10G", usd_per_gpu_hour=1.01, as_of="2026", description="A10G 24GB",
+    Price(gpu="A10G", mem_gib=24, usd_per_gpu_hour=1.01, as_of="2026", description="A10G 24GB",
           source="AWS g5.xlarge 1.006"),
-    Price(gpu="T4", usd_per_gpu_hour=0.53, as_of="2026", description="T4 16GB",
+    Price(gpu="T4", mem_gib=16, usd_per_gpu_hour=0.53, as_of="2026", description="T4 16GB",
           source="AWS g4dn.xlarge 0.526"),
-    Price(gpu="V100", usd_per_gpu_hour=3.06, as_of="older", description="V100 16GB",
+    Price(gpu="V100", mem_gib=16, usd_per_gpu_hour=3.06, as_of="older", description="V100 16GB",
           source="AWS p3.2xlarge 3.06"),
 )
 
@@ -96,7 +98,8 @@ class PriceTable:
                 raise ValueError(f"price for {name!r} must be a number >= 0, got {usd!r}")
             self._rows[key] = Price(gpu=key, usd_per_gpu_hour=float(usd), as_of="user",
                                     source=override_source,
-                                    description=self._rows[key].description)
+                                    description=self._rows[key].description,
+                                    mem_gib=self._rows[key].mem_gib)
 
     def known(self) -> str:
         return ", ".join(self._rows)
