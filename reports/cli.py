@@ -22,13 +22,14 @@ class CliError(Exception):
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Our own exception types that mean bad input or an unreachable service, not a bug."""
+    from reports.errors import ReportError
     from reports.weeks import WeekError
     from tracker.backend import BackendError
     from tracker.config import ConfigError
     from tracker.prices import UnknownGpu
 
     errors: list[type[BaseException]] = [CliError, BackendError, ConfigError, UnknownGpu,
-                                         WeekError]
+                                         WeekError, ReportError]
     try:
         from tracker.store import StoreError
 
@@ -121,6 +122,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from reports.report import Request, build, parse_formats
+    from reports.weeks import parse_week, zone
+
+    req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
+                  basis=args.basis)
+    if args.week:
+        parse_week(args.week)  # a bad week is an error before the store is touched
+    written = build(_settings(args).store, req, Path(args.out))
+    for path in written:
+        print(path)
+    return 0
+
+
 def cmd_prices(args: argparse.Namespace) -> int:
     from tracker.prices import PriceTable
 
@@ -192,6 +207,18 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--project")
     runs.add_argument("--team")
     runs.add_argument("--format", choices=("table", "json", "csv"), default="table")
+
+    report = add("report", cmd_report, "the weekly KPI report: HTML, JSON and CSV of one week, "
+                 "and the index of every archived week")
+    report.add_argument("--week", metavar="YYYY-Www", help="ISO week (default: the last "
+                        "complete week)")
+    report.add_argument("--tz", default="UTC", help="report time zone (default UTC)")
+    report.add_argument("--out", default="reports-out", metavar="DIR",
+                        help="output directory (default ./reports-out)")
+    report.add_argument("--format", default="html,json,csv",
+                        help="comma-separated: html, json, csv (default all)")
+    report.add_argument("--basis", choices=("util", "sm_active"), default="util",
+                        help="utilization basis: NVML utilization or GPM SM activity")
 
     prices = add("prices", cmd_prices, "show the GPU price table (USD per GPU-hour)",
                  store=False)

@@ -93,7 +93,7 @@ def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_help_everywhere_and_no_heavy_imports() -> None:
-    for sub in ("runs", "prices", "sync", "demo"):
+    for sub in ("runs", "prices", "sync", "demo", "report"):
         p = gpu_kpi(sub, "--help")
         assert p.returncode == 0 and "usage: gpu-kpi " + sub in p.stdout
     code = ("import sys, runpy; sys.argv=['gpu-kpi','--help']\n"

@@ -1,0 +1,8 @@
+"""Errors the CLI shows as one line (kept light: importing this pulls no pandas)."""
+
+from __future__ import annotations
+
+
+class ReportError(Exception):
+    """The report cannot be made as asked (empty store, an unknown format, a week that has not
+    started)."""

@@ -1,0 +1,142 @@
+"""Build one week's report from the run store and write it: every output is rendered in memory
+first and written only when all of them succeeded, each through a temporary file and an atomic
+rename, so a failure leaves nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, tzinfo
+from pathlib import Path
+
+import pandas as pd
+
+from reports import kpis
+from reports.errors import ReportError
+from reports.exports import to_json, week_label
+from reports.weeks import parse_week, week_bounds
+
+FORMATS = ("html", "json", "csv")
+"""What ``--format`` takes (the email comes with the mail delivery)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    week: str | None
+    """``YYYY-Www``; None: the last complete week."""
+    tz: tzinfo
+    formats: Sequence[str] = ("html", "json", "csv")
+    basis: str = "util"
+    thresholds: kpis.Thresholds | None = None
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    wanted = tuple(f.strip() for f in text.split(",") if f.strip())
+    bad = [f for f in wanted if f not in FORMATS]
+    if bad or not wanted:
+        raise ReportError(f"unknown format {', '.join(bad) or repr(text)}: use a comma-separated "
+                        f"list of {', '.join(FORMATS)}")
+    return wanted
+
+
+def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
+    """Monday 00:00 of the requested week in ``tz``; it must have started already."""
+    if week is None:
+        from reports.weeks import last_complete_week
+
+        start, _ = week_bounds(*last_complete_week(now, tz), tz)
+        return start
+    start, _ = week_bounds(*parse_week(week), tz)
+    if start > now:
+        raise ReportError(f"week {week} has not started yet")
+    return start
+
+
+def load(store_url: str | None, start: datetime, *, weeks: int = 12,
+         now: datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs and minute samples from ``weeks`` weeks back up to the end of the week at ``start``."""
+    from tracker.store import RunStore, default_store_url
+
+    since = pd.Timestamp(start) - pd.Timedelta(days=7 * (weeks - 1))
+    until = pd.Timestamp(start) + pd.Timedelta(days=7)
+    with RunStore(store_url or default_store_url()) as store:
+        store.mark_crashed(now=now)
+        if not store.list_runs():
+            raise ReportError(f"the run store {store.url} has no runs: nothing to report")
+        runs = store.list_runs(since=since.to_pydatetime(), until=until.to_pydatetime())
+        samples = store.samples(run_ids=[r.id for r in runs], since=since.to_pydatetime(),
+                                until=until.to_pydatetime()) if runs else []
+    return kpis.runs_frame(runs), kpis.samples_frame(samples)
+
+
+def render(k: kpis.WeekKpis, req: Request) -> dict[str, bytes]:
+    """File suffix → content for each requested format (nothing written)."""
+    out: dict[str, bytes] = {}
+    if "json" in req.formats:
+        out["json"] = to_json(k, req.tz).encode()
+    if "csv" in req.formats:
+        from reports.exports import to_csv
+
+        out["csv"] = to_csv(k, req.tz).encode()
+    if "html" in req.formats:
+        from reports.charts import charts
+        from reports.html import render_html
+
+        out["html"] = render_html(k, charts(k)).encode()
+    return out
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def archive_index(out_dir: Path) -> list[dict[str, object]]:
+    """Headline figures of every archived week (from its JSON), oldest first."""
+    weeks = []
+    for p in sorted(out_dir.glob("*-W*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        weeks.append({"week": d["week"], "basis_label": d.get("basis_label"),
+                      **d["headline"], "html": f"{d['week']}.html"
+                      if (out_dir / f"{d['week']}.html").exists() else None})
+    return weeks
+
+
+def build(store_url: str | None, req: Request, out_dir: Path, *,
+          now: datetime | None = None) -> list[Path]:
+    """Make the week's report and write it under ``out_dir``; return the paths written."""
+    now = now or datetime.now(UTC)
+    start = resolve_week(req.week, req.tz, now)
+    runs, samples = load(store_url, start, now=now)
+    k = kpis.week_kpis(runs, samples, start, tz=req.tz, basis=req.basis,
+                       thresholds=req.thresholds, now=now)
+    label = week_label(k.week, req.tz)
+    files = render(k, req)
+    if "json" not in files:  # the index reads the archive's JSON: keep it current
+        files["json"] = to_json(k, req.tz).encode()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suffix, data in files.items():
+        path = out_dir / f"{label}.{suffix}"
+        write_atomically(path, data)
+        written.append(path)
+    if "html" in req.formats:
+        from reports.html import render_index
+
+        index = out_dir / "index.html"
+        write_atomically(index, render_index(archive_index(out_dir)).encode())
+        written.append(index)
+    return written
+
