@@ -166,18 +166,21 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import run_demo
+    from reports.weeks import week_of
 
     out = Path(args.dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     url = args.store or f"sqlite:///{out / 'runs.db'}"
-    records = run_demo(url)
+    records, monday = run_demo(url)
     print(format_runs(records))
     print()
     for r in records:
         if r.verdict and r.verdict != "healthy":
             print(f"{r.name}: {r.verdict}: {r.advice}")
-    print(f"\n{len(records)} simulated runs written to {url}")
-    print(f"list them again with: gpu-kpi runs --store {url}")
+    year, week = week_of(monday)
+    print(f"\n{len(records)} simulated runs in {year}-W{week:02d}, and 11 weeks of fleet "
+          f"history, written to {url}")
+    print(f"list them again with: gpu-kpi runs --store {url} --week {year}-W{week:02d}")
     return 0
 
 

@@ -7,6 +7,7 @@ training take a fraction of a second and the figures are exact.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -64,7 +65,8 @@ class _Clock:
 
 def simulate(run: DemoRun, *, store: str | bool, now: datetime,
              sample_every_s: float = 10.0) -> RunRecord:
-    """Run one demo session in simulated time and return its final record."""
+    """Run one demo session in simulated time, starting ``run.start_hours_ago`` before
+    ``now``, and return its final record."""
     clock = _Clock((now - timedelta(hours=run.start_hours_ago)).timestamp())
     end = clock.t + run.hours * 3600.0
     session = Session(
@@ -99,6 +101,91 @@ def simulate(run: DemoRun, *, store: str | bool, now: datetime,
     return record
 
 
-def run_demo(store: str, *, now: datetime | None = None) -> list[RunRecord]:
+@dataclass(frozen=True, kw_only=True)
+class FleetJob:
+    """A recurring job of the simulated fleet's history: one run a week."""
+
+    name: str
+    project: str
+    team: str
+    user: str
+    gpu: str
+    gpus: int
+    hours: float
+    util_pct: float
+    verdict: str
+    mem_peak_gib: float
+    fixed_weeks_ago: int | None = None
+    """From this many weeks ago on, the bottleneck was fixed: utilization 88%, healthy."""
+
+
+FLEET: tuple[FleetJob, ...] = (
+    FleetJob(name="llm-pretrain", project="llm-pretrain", team="nlp", user="ana", gpu="H100",
+             gpus=8, hours=40, util_pct=90, verdict="healthy", mem_peak_gib=71),
+    FleetJob(name="resnet-sweep", project="vision-cls", team="vision", user="ben",
+             gpu="A100-80GB", gpus=4, hours=20, util_pct=58, verdict="input-bound",
+             mem_peak_gib=38, fixed_weeks_ago=3),
+    FleetJob(name="jlee-notebook", project="scratch", team="research", user="jlee", gpu="L4",
+             gpus=1, hours=30, util_pct=2, verdict="idle", mem_peak_gib=6),
+    FleetJob(name="ranker-finetune", project="ranking", team="search", user="chen",
+             gpu="A10G", gpus=1, hours=15, util_pct=33, verdict="small-batch",
+             mem_peak_gib=3),
+    FleetJob(name="vit-l-train", project="vision-cls", team="vision", user="dana", gpu="H200",
+             gpus=2, hours=10, util_pct=95, verdict="low-efficiency", mem_peak_gib=90),
+    FleetJob(name="detector-eval", project="detection", team="vision", user="ben", gpu="H100",
+             gpus=1, hours=6, util_pct=24, verdict="small-batch", mem_peak_gib=11),
+)
+
+
+def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[RunRecord]:
+    """Summary-only runs of :data:`FLEET`, one per job and week, for ``weeks`` weeks starting
+    Monday ``first_week``; figures vary a little from week to week (seeded)."""
+    from tracker.diagnosis import ADVICE
+    from tracker.prices import PriceTable
+
+    rng = random.Random(seed)
+    prices = PriceTable()
+    out = []
+    for w in range(weeks):
+        monday = first_week + timedelta(days=7 * w)
+        weeks_ago = weeks - w
+        for job in FLEET:
+            fixed = job.fixed_weeks_ago is not None and weeks_ago <= job.fixed_weeks_ago
+            util = 88.0 if fixed else job.util_pct
+            util = min(100.0, max(0.0, util + rng.uniform(-3, 3)))
+            verdict = "healthy" if fixed else job.verdict
+            hours = job.hours * rng.uniform(0.8, 1.2)
+            start = monday + timedelta(days=rng.randrange(0, 5), hours=rng.randrange(0, 12))
+            price = prices.get(job.gpu).usd_per_gpu_hour
+            gpu_hours = job.gpus * hours
+            cost = gpu_hours * price
+            out.append(RunRecord(
+                id=f"fleet-{job.name}-{monday:%Y%m%d}", name=f"{job.name}-{monday:%m%d}",
+                project=job.project, team=job.team, user=job.user, host="gpu-node",
+                tags=("demo-history",), framework="lightning", started_at=start,
+                ended_at=start + timedelta(hours=hours), status="finished",
+                gpu_source="simulated", gpu_model=job.gpu, gpu_count=job.gpus,
+                price_per_gpu_hour=price, price_source="demo", gpu_hours=gpu_hours,
+                util_pct=util, mem_peak_gib=job.mem_peak_gib,
+                mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
+                cost_usd=cost, waste_usd=cost * max(0.0, 1 - util / 85.0),
+                idle_usd=cost if verdict == "idle" else 0.0, verdict=verdict,
+                advice=ADVICE[verdict] or None))
+    return out
+
+
+def run_demo(store: str, *, now: datetime | None = None,
+             history_weeks: int = 11) -> tuple[list[RunRecord], datetime]:
+    """The demo sessions in the last complete ISO week (UTC), and the fleet's runs in that week
+    and the ``history_weeks`` weeks before it, into ``store``. Returns the sessions' records and
+    that week's Monday."""
+    from reports.weeks import last_complete_week, week_bounds
+    from tracker.store import RunStore
+
     now = now or datetime.now(UTC)
-    return [simulate(r, store=store, now=now) for r in DEMO_RUNS]
+    monday, _ = week_bounds(*last_complete_week(now))
+    with RunStore(store) as s:
+        for r in fleet_history(monday - timedelta(days=7 * history_weeks), history_weeks + 1):
+            s.upsert_run(r)
+    friday_evening = monday + timedelta(days=4, hours=20)
+    return [simulate(r, store=store, now=friday_evening) for r in DEMO_RUNS], monday

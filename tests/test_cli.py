@@ -49,8 +49,11 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
 
     listed = gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json")
     assert listed.returncode == 0, listed.stderr
-    runs = {r["name"]: r for r in json.loads(listed.stdout)}
+    everything = json.loads(listed.stdout)
+    runs = {r["name"]: r for r in everything if "demo" in r["tags"]}
     assert len(runs) == 5
+    # and the fleet's history: 6 recurring jobs over the 12 weeks up to the demo's week
+    assert sum("demo-history" in r["tags"] for r in everything) == 6 * 12
     assert runs["notebook-jlee"]["idle_usd"] == pytest.approx(1.20)
     assert runs["llama-8b-sft"]["tags"] == ["demo"]
     assert runs["llama-8b-sft"]["gpu_source"] == "simulated"
