@@ -178,9 +178,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if r.verdict and r.verdict != "healthy":
             print(f"{r.name}: {r.verdict}: {r.advice}")
     year, week = week_of(monday)
-    print(f"\n{len(records)} simulated runs in {year}-W{week:02d}, and 11 weeks of fleet "
-          f"history, written to {url}")
-    print(f"list them again with: gpu-kpi runs --store {url} --week {year}-W{week:02d}")
+    label = f"{year}-W{week:02d}"
+    print(f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
+          f"written to {url}")
+    print(f"list them again with: gpu-kpi runs --store {url} --week {label}")
+    from reports.report import Request, build
+    from reports.weeks import zone
+
+    written = build(url, Request(week=label, tz=zone("UTC")), out / "reports")
+    html = next(p for p in written if p.name == f"{label}.html")
+    print(f"\nthe weekly report of {label}: {html}")
+    print(f"every week so far: {out / 'reports' / 'index.html'}")
     return 0
 
 

@@ -89,11 +89,18 @@ def render(k: kpis.WeekKpis, req: Request) -> dict[str, bytes]:
     return out
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the archive from a web server
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -101,16 +108,21 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def archive_index(out_dir: Path) -> list[dict[str, object]]:
-    """Headline figures of every archived week (from its JSON), oldest first."""
+    """Headline figures of every archived week (from its JSON), for the index page."""
     weeks = []
     for p in sorted(out_dir.glob("*-W*.json")):
         try:
             d = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue
-        weeks.append({"week": d["week"], "basis_label": d.get("basis_label"),
-                      **d["headline"], "html": f"{d['week']}.html"
-                      if (out_dir / f"{d['week']}.html").exists() else None})
+            label, head = d["week"], d["headline"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not one of ours
+        row: dict[str, object] = {"label": label, "basis_label": d.get("basis_label"),
+                                  **{k: head.get(k) for k in ("gpu_hours", "spend_usd",
+                                                              "utilization_pct", "waste_usd",
+                                                              "idle_usd", "runs")}}
+        if (out_dir / f"{label}.html").exists():
+            row["href"] = f"{label}.html"
+        weeks.append(row)
     return weeks
 
 

@@ -46,6 +46,13 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert table["bert-sweep-17"][-1] == "small-batch"
     assert table["vit-l-fp32"][-1] == "low-efficiency"
     assert "DataLoader workers" in p.stdout
+    # the demo ends with the week's report, written where it says
+    report_line = next(line for line in lines if line.startswith("the weekly report of "))
+    html = Path(report_line.rsplit(": ", 1)[1])
+    assert html.parent == tmp_path / ".gpu-kpi-demo" / "reports" and html.exists()
+    assert "GPU efficiency report" in html.read_text()
+    assert (html.parent / "index.html").exists()
+    assert (html.with_suffix(".json")).exists() and (html.with_suffix(".csv")).exists()
 
     listed = gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json")
     assert listed.returncode == 0, listed.stderr
