@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
 
 from tracker.record import RunRecord
 
@@ -44,3 +46,13 @@ class ListSink:
 
     def close(self) -> None:
         pass
+
+
+def run_record(id: str, start: datetime, hours: float, *, gpus: int = 1,
+               util: float | None = 50.0, model: str = "H100", price: float | None = 3.85,
+               **kw: Any) -> RunRecord:
+    """A finished run's summary, as the store holds it: ``gpus`` GPUs for ``hours`` hours."""
+    return RunRecord(id=id, name=kw.pop("name", id), started_at=start,
+                     ended_at=start + timedelta(hours=hours), status="finished",
+                     gpu_model=model, gpu_count=gpus, price_per_gpu_hour=price,
+                     gpu_hours=gpus * hours, util_pct=util, **kw)

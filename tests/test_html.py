@@ -15,6 +15,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from fakes import run_record as run
 
 from reports import html as report_html
 from reports import kpis
@@ -28,14 +29,6 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EVIL_RUN = "<script>alert(1)</script>"
 EVIL_TEAM = '"><img src=x onerror=alert(1)>'
 CHROMIUM = "/usr/bin/chromium"
-
-
-def run(id: str, start: datetime, hours: float, *, gpus: int = 1, util: float | None = 50.0,
-        model: str = "H100", price: float | None = 3.85, **kw: object) -> RunRecord:
-    return RunRecord(id=id, name=kw.pop("name", id), started_at=start,  # type: ignore[arg-type]
-                     ended_at=start + timedelta(hours=hours), status="finished",
-                     gpu_model=model, gpu_count=gpus, price_per_gpu_hour=price,
-                     gpu_hours=gpus * hours, util_pct=util, **kw)  # type: ignore[arg-type]
 
 
 def week(runs: list[RunRecord], samples: list[MinuteSample] | None = None,

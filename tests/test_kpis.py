@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import run_record as run
 
 from reports import kpis
 from tracker.record import MinuteSample, RunRecord
@@ -17,14 +18,6 @@ from tracker.sampler import _IdleDetector
 W48 = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of ISO week 2026-W48
 W49 = W48 + timedelta(days=7)
 NOW = W49 + timedelta(days=3)
-
-
-def run(id: str, start: datetime, hours: float, *, gpus: int = 1, util: float | None = 50.0,
-        model: str = "H100", price: float | None = 3.85, **kw: object) -> RunRecord:
-    return RunRecord(id=id, name=kw.pop("name", id), started_at=start,  # type: ignore[arg-type]
-                     ended_at=start + timedelta(hours=hours), status="finished",
-                     gpu_model=model, gpu_count=gpus, price_per_gpu_hour=price,
-                     gpu_hours=gpus * hours, util_pct=util, **kw)  # type: ignore[arg-type]
 
 
 def minutes(run_id: str, start: datetime, utils: list[float | None], gpu: str = "GPU-a",

@@ -10,8 +10,10 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fakes import run_record
 
 from reports.errors import ReportError
 from reports.report import resolve_week
@@ -23,11 +25,8 @@ W47 = datetime(2026, 11, 16, tzinfo=UTC)
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
 
 
-def record(id: str, start: datetime, hours: float, util: float | None, **kw: object) -> RunRecord:
-    return RunRecord(id=id, name=str(kw.pop("name", id)), started_at=start,
-                     ended_at=start + timedelta(hours=hours), status="finished",
-                     gpu_model="H100", gpu_count=1, price_per_gpu_hour=3.85, gpu_hours=hours,
-                     util_pct=util, **kw)  # type: ignore[arg-type]
+def record(id: str, start: datetime, hours: float, util: float | None, **kw: Any) -> RunRecord:
+    return run_record(id, start, hours, util=util, **kw)
 
 
 @pytest.fixture
