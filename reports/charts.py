@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from reports.kpis import WeekKpis
+from reports.weeks import label_of
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -45,12 +46,9 @@ _RC: dict[Any, Any] = {  # keys: matplotlib rcParams
 }
 
 
-def week_label(ts: pd.Timestamp, *, short: bool = False) -> str:
-    """ISO week label of a week start (``2026-W48``, or ``W48`` when short). The start is
-    Monday 00:00 in the report zone, stored in UTC; mid-week is in the same ISO week in any
-    zone, so no zone is needed."""
-    iso = (pd.Timestamp(ts) + pd.Timedelta(days=3, hours=12)).isocalendar()
-    return f"W{iso.week:02d}" if short else f"{iso.year}-W{iso.week:02d}"
+def _short_label(ts: pd.Timestamp) -> str:
+    """``W48`` for the week starting at ``ts``."""
+    return label_of(ts)[-3:]
 
 
 def utilization_buckets(runs: pd.DataFrame) -> dict[str, float]:
@@ -129,7 +127,7 @@ def _no_data(ax: Axes, text: str = "no GPU time this week") -> None:
 
 def _weeks_axis(ax: Axes, weeks: Sequence[pd.Timestamp]) -> list[int]:
     x = list(range(len(weeks)))
-    ax.set_xticks(x, [week_label(w, short=True) for w in weeks])
+    ax.set_xticks(x, [_short_label(w) for w in weeks])
     ax.set_xlim(-0.6, len(weeks) - 0.4)
     return x
 

@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from reports.kpis import HEADLINE_FIELDS, WeekKpis
+from reports.weeks import label_of
 
 SCHEMA = "gpu-kpi.week/1"
 GROUPS = ("team", "project", "user", "gpu_model")
@@ -55,11 +56,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def week_label(week: pd.Timestamp, tz: tzinfo) -> str:
-    iso = week.tz_convert(tz).isocalendar()
-    return f"{iso.year}-W{iso.week:02d}"
-
-
 def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     cols = [f for f in fields if f in frame.columns]
     return [{k: _plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
@@ -70,7 +66,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
     end = (start + pd.Timedelta(days=7, hours=12)).normalize()
     return {
         "schema": SCHEMA,
-        "week": week_label(k.week, tz),
+        "week": label_of(k.week),
         "week_start": start.isoformat(), "week_end": end.isoformat(),
         "time_zone": str(tz),
         "basis": k.basis, "basis_label": k.basis_label,
@@ -82,7 +78,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "runs": _records(k.runs, RUN_FIELDS),
         "underutilized": [str(r) for r in k.underutilized["run_id"]],
         "rightsizing": _records(k.rightsizing, RIGHTSIZING_FIELDS),
-        "trend": [{"week": week_label(row["week"], tz),
+        "trend": [{"week": label_of(row["week"]),
                    **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
                   for row in k.trend.to_dict("records")],
     }

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import pandas as pd
 
 from reports.kpis import Headline, WeekKpis
+from reports.weeks import label_of as week_label
 
 TEMPLATES_PACKAGE = "reports.templates"
 """Where an installed wheel carries the templates (mapped from the repo's ``templates/``)."""
@@ -101,12 +102,6 @@ def fmt_change(value: object) -> str:
 
 def _text(value: object, default: str = "—") -> str:
     return default if _missing(value) or value == "" else str(value)
-
-
-def week_label(ts: pd.Timestamp | datetime) -> str:
-    """``2026-W48`` for a week start (Monday 00:00 in the report zone, as a UTC instant)."""
-    iso = (pd.Timestamp(ts) + pd.Timedelta(days=3, hours=12)).isocalendar()
-    return f"{iso.year}-W{iso.week:02d}"
 
 
 def _week_dates(label: str) -> str:

@@ -16,8 +16,8 @@ import pandas as pd
 
 from reports import kpis
 from reports.errors import ReportError
-from reports.exports import to_json, week_label
-from reports.weeks import parse_week, week_bounds
+from reports.exports import to_json
+from reports.weeks import label_of, parse_week, week_bounds
 
 FORMATS = ("html", "json", "csv")
 """What ``--format`` takes (the email comes with the mail delivery)."""
@@ -134,7 +134,7 @@ def build(store_url: str | None, req: Request, out_dir: Path, *,
     runs, samples = load(store_url, start, now=now)
     k = kpis.week_kpis(runs, samples, start, tz=req.tz, basis=req.basis,
                        thresholds=req.thresholds, now=now)
-    label = week_label(k.week, req.tz)
+    label = label_of(k.week)
     files = render(k, req)
     if "json" not in files:  # the index reads the archive's JSON: keep it current
         files["json"] = to_json(k, req.tz).encode()

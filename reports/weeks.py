@@ -47,6 +47,13 @@ def week_bounds(year: int, week: int, tz: tzinfo = UTC) -> tuple[datetime, datet
     return start, datetime(nxt.year, nxt.month, nxt.day, tzinfo=tz)
 
 
+def label_of(week_start: datetime) -> str:
+    """``2026-W48`` for a week's start (Monday 00:00 in the report zone, as any aware instant,
+    a ``pandas.Timestamp`` too): mid-week lies in the same ISO week whatever the zone."""
+    year, week, _ = (week_start + timedelta(days=3, hours=12)).isocalendar()
+    return week_label(year, week)
+
+
 def week_label(year: int, week: int) -> str:
     return f"{year}-W{week:02d}"
 
