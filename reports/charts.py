@@ -3,7 +3,7 @@
 Figures are drawn on matplotlib's Agg canvas directly (``Figure`` + ``FigureCanvasAgg``, no
 ``pyplot``), so nothing global is switched: no backend selection, no open-figure registry.
 Each PNG is reduced to a small palette (flat colours, no dithering) and carries no metadata,
-so the same KPIs give the same bytes and all five charts together stay around 40 KB.
+so the same KPIs give the same bytes and all five charts together stay around 25 KB.
 """
 
 from __future__ import annotations

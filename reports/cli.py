@@ -127,7 +127,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from reports.weeks import parse_week, zone
 
     req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
-                  basis=args.basis)
+                  basis=args.basis, report_url=args.report_url)
     if args.week:
         parse_week(args.week)  # a bad week is an error before the store is touched
     written = build(_settings(args).store, req, Path(args.out))
@@ -219,15 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--team")
     runs.add_argument("--format", choices=("table", "json", "csv"), default="table")
 
-    report = add("report", cmd_report, "the weekly KPI report: HTML, JSON and CSV of one week, "
-                 "and the index of every archived week")
+    report = add("report", cmd_report, "the weekly KPI report: HTML, email (.eml), JSON and "
+                 "CSV of one week, and the index of every archived week")
     report.add_argument("--week", metavar="YYYY-Www", help="ISO week (default: the last "
                         "complete week)")
     report.add_argument("--tz", default="UTC", help="report time zone (default UTC)")
     report.add_argument("--out", default="reports-out", metavar="DIR",
                         help="output directory (default ./reports-out)")
-    report.add_argument("--format", default="html,json,csv",
-                        help="comma-separated: html, json, csv (default all)")
+    report.add_argument("--format", default="html,email,json,csv",
+                        help="comma-separated: html, email, json, csv (default all)")
+    report.add_argument("--report-url", metavar="URL",
+                        help="base URL where the archive is served (the email links to it)")
+
     report.add_argument("--basis", choices=("util", "sm_active"), default="util",
                         help="utilization basis: NVML utilization or GPM SM activity")
 

@@ -19,8 +19,7 @@ from reports.errors import ReportError
 from reports.exports import to_json
 from reports.weeks import label_of, parse_week, week_bounds
 
-FORMATS = ("html", "json", "csv")
-"""What ``--format`` takes (the email comes with the mail delivery)."""
+FORMATS = ("html", "email", "json", "csv")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +30,8 @@ class Request:
     formats: Sequence[str] = ("html", "json", "csv")
     basis: str = "util"
     thresholds: kpis.Thresholds | None = None
+    report_url: str | None = None
+    """Base URL where the archive is served: the email links ``<report_url>/<week>.html``."""
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -81,11 +82,21 @@ def render(k: kpis.WeekKpis, req: Request) -> dict[str, bytes]:
         from reports.exports import to_csv
 
         out["csv"] = to_csv(k, req.tz).encode()
-    if "html" in req.formats:
+    if "html" in req.formats or "email" in req.formats:
         from reports.charts import charts
-        from reports.html import render_html
 
-        out["html"] = render_html(k, charts(k)).encode()
+        images = charts(k)
+        if "html" in req.formats:
+            from reports.email import report_link
+            from reports.html import render_html
+
+            page = report_link(req.report_url, label_of(k.week))
+            out["html"] = render_html(k, images, report_url=page).encode()
+        if "email" in req.formats:
+            from reports.email import build_email
+
+            out["eml"] = build_email(k, images, tz=req.tz,
+                                     report_url=req.report_url).as_bytes()
     return out
 
 

@@ -114,3 +114,28 @@ def test_default_week_is_the_last_complete_one() -> None:
     assert resolve_week(None, UTC, now) == W48
     with pytest.raises(ReportError, match="has not started"):
         resolve_week("2026-W50", UTC, now)
+
+
+def test_every_format_with_the_archive_link(store: str, tmp_path: Path) -> None:
+    import email
+    import email.policy
+
+    out = tmp_path / "out"
+    p = gpu_kpi("report", "--week", "2026-W48", "--store", store, "--out", str(out),
+                "--report-url", "https://kpi.example.com/weekly/")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in out.iterdir()) == [
+        "2026-W48.csv", "2026-W48.eml", "2026-W48.html", "2026-W48.json", "index.html"]
+    page = "https://kpi.example.com/weekly/2026-W48.html"
+    assert f'href="{page}"' in (out / "2026-W48.html").read_text()
+    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
+    assert msg.get_content_type() == "multipart/alternative"
+    text = msg.get_body(("plain",))
+    assert text is not None and page in text.get_content() and "$19.25" in text.get_content()
+    assert 'href="2026-W48.html"' in (out / "index.html").read_text()
+    # a second week joins the index; the first stays
+    p = gpu_kpi("report", "--week", "2026-W47", "--store", store, "--out", str(out),
+                "--format", "html")
+    assert p.returncode == 0, p.stderr
+    index = (out / "index.html").read_text()
+    assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index
