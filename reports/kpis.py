@@ -19,6 +19,7 @@ from datetime import datetime, tzinfo
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from tracker.prices import PriceTable
 from tracker.record import MinuteSample, RunRecord
@@ -60,6 +61,42 @@ def samples_frame(samples: Iterable[MinuteSample]) -> pd.DataFrame:
                       columns=list(MinuteSample.__dataclass_fields__))
     df["minute"] = pd.to_datetime(df["minute"], utc=True)
     return df
+
+
+SAMPLE_COLUMNS = ("run_id", "minute", "gpu", "covered_s", "util_pct", "sm_active_pct")
+"""The sample columns the KPIs read."""
+
+
+class SampleFrameBuilder:
+    """Collects chunks of raw sample rows (:data:`SAMPLE_COLUMNS`, as
+    :meth:`tracker.store.RunStore.scan_samples` hands them) into one frame, keeping ids as
+    categories so that ten million rows fit in a few hundred MB."""
+
+    def __init__(self) -> None:
+        self._parts: list[pd.DataFrame] = []
+
+    def __call__(self, chunk: list[tuple[object, ...]]) -> None:
+        df = pd.DataFrame.from_records(chunk, columns=list(SAMPLE_COLUMNS))
+        for col in ("run_id", "gpu"):
+            df[col] = df[col].astype("category")
+        if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
+            df["minute"] = pd.to_datetime(df["minute"], format="ISO8601", utc=True)
+        else:
+            df["minute"] = pd.to_datetime(df["minute"], utc=True)
+        self._parts.append(df)
+
+    def frame(self) -> pd.DataFrame:
+        if not self._parts:
+            return pd.DataFrame({c: pd.Series(dtype="float64") for c in SAMPLE_COLUMNS})
+        out = {}
+        for col in SAMPLE_COLUMNS:
+            values = [p[col] for p in self._parts]
+            if col in ("run_id", "gpu"):
+                out[col] = pd.Series(union_categoricals(values))
+            else:
+                out[col] = pd.concat(values, ignore_index=True)
+        self._parts = []
+        return pd.DataFrame(out)
 
 
 # -- weeks ------------------------------------------------------------------------------------
@@ -118,6 +155,44 @@ def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
 
 
 # -- GPU time per (run, GPU, week) ------------------------------------------------------------
+def _sampled_gpu_time(s: pd.DataFrame, column: str, tz: tzinfo, t: Thresholds) -> pd.DataFrame:
+    """GT rows from minute samples, in arrays: millions of rows take seconds, not minutes."""
+    if not len(s):
+        return pd.DataFrame(columns=GT_COLUMNS)
+    run_codes, run_names = pd.factorize(s["run_id"])
+    gpu_codes, gpu_names = pd.factorize(s["gpu"])
+    minute = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
+    order = np.lexsort((minute, gpu_codes, run_codes))
+    run_codes, gpu_codes, minute = run_codes[order], gpu_codes[order], minute[order]
+    hours = s["covered_s"].to_numpy(dtype=float)[order] / 3600.0
+    util = s[column].to_numpy(dtype=float)[order]
+    series = run_codes.astype(np.int64) * len(gpu_names) + gpu_codes
+    idle = idle_minutes(util, series, threshold_pct=t.idle_pct, window=t.idle_window_min)
+    known = ~np.isnan(util)
+    # the week of each minute: its place among the Monday-midnight boundaries in the zone
+    first, last = pd.Timestamp(int(minute.min()), tz="UTC"), pd.Timestamp(int(minute.max()),
+                                                                          tz="UTC")
+    weeks = [week_start(pd.Series([first]), tz).iloc[0]]
+    while weeks[-1] <= last:
+        weeks.append(_shift_week(weeks[-1], tz, 1))
+    bounds = np.array([w.as_unit("ns").value for w in weeks], dtype=np.int64)
+    week_idx = np.searchsorted(bounds, minute, side="right") - 1
+    cell = series * len(weeks) + week_idx
+    cells, inverse = np.unique(cell, return_inverse=True)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values, minlength=len(cells))
+
+    ser, wk = np.divmod(cells, len(weeks))
+    run_of, gpu_of = np.divmod(ser, len(gpu_names))
+    return pd.DataFrame({
+        "run_id": np.asarray(run_names)[run_of], "gpu": np.asarray(gpu_names)[gpu_of],
+        "week": pd.to_datetime(bounds[wk], utc=True),
+        "gpu_hours": total(hours), "known_hours": total(np.where(known, hours, 0.0)),
+        "used_hours": total(np.where(known, np.nan_to_num(util) / 100.0 * hours, 0.0)),
+        "idle_hours": total(np.where(idle, hours, 0.0))})
+
+
 def gpu_time(runs: pd.DataFrame, samples: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
              thresholds: Thresholds | None = None, now: datetime | None = None) -> pd.DataFrame:
     """GPU-time rows (:data:`GT_COLUMNS`) for every run, split by ISO week in ``tz``."""
@@ -126,19 +201,8 @@ def gpu_time(runs: pd.DataFrame, samples: pd.DataFrame, *, tz: tzinfo, basis: st
     parts = []
     sampled = set(samples["run_id"].unique()) if len(samples) else set()
     if len(samples):
-        s = samples[samples["run_id"].isin(runs["id"])].sort_values(["run_id", "gpu", "minute"])
-        hours = s["covered_s"].to_numpy(dtype=float) / 3600.0
-        util = s[column].to_numpy(dtype=float)
-        keys = pd.factorize(s["run_id"] + "\x00" + s["gpu"])[0]
-        idle = idle_minutes(util, keys, threshold_pct=t.idle_pct, window=t.idle_window_min)
-        known = ~np.isnan(util)
-        frame = pd.DataFrame({
-            "run_id": s["run_id"].to_numpy(), "gpu": s["gpu"].to_numpy(),
-            "week": week_start(s["minute"], tz).to_numpy(),
-            "gpu_hours": hours, "known_hours": np.where(known, hours, 0.0),
-            "used_hours": np.where(known, np.nan_to_num(util) / 100.0 * hours, 0.0),
-            "idle_hours": np.where(idle, hours, 0.0)})
-        parts.append(frame.groupby(["run_id", "gpu", "week"], as_index=False, sort=False).sum())
+        parts.append(_sampled_gpu_time(samples[samples["run_id"].isin(runs["id"])], column,
+                                       tz, t))
     summary_only = runs[~runs["id"].isin(sampled)]
     rows = []
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")

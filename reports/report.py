@@ -68,9 +68,10 @@ def load(store_url: str | None, start: datetime, *, weeks: int = 12,
         if not store.list_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
         runs = store.list_runs(since=since.to_pydatetime(), until=until.to_pydatetime())
-        samples = store.samples(run_ids=[r.id for r in runs], since=since.to_pydatetime(),
-                                until=until.to_pydatetime()) if runs else []
-    return kpis.runs_frame(runs), kpis.samples_frame(samples)
+        samples = kpis.SampleFrameBuilder()
+        store.scan_samples(samples, columns=kpis.SAMPLE_COLUMNS, since=since.to_pydatetime(),
+                           until=until.to_pydatetime())
+    return kpis.runs_frame(runs), samples.frame()
 
 
 def render(k: kpis.WeekKpis, req: Request) -> dict[str, bytes]:

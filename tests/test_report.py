@@ -139,3 +139,28 @@ def test_every_format_with_the_archive_link(store: str, tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     index = (out / "index.html").read_text()
     assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index
+
+
+def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> None:
+    from reports.kpis import SAMPLE_COLUMNS, SampleFrameBuilder
+
+    with RunStore(store_url) as s:
+        s.upsert_run(record("r", W48, 1, 50.0))
+        s.upsert_samples([MinuteSample(run_id="r", minute=W48 + timedelta(minutes=i),
+                                       gpu=f"GPU-{i % 2}", covered_s=60.0, util_pct=10.0 * i,
+                                       sm_active_pct=None) for i in range(5)])
+        chunks: list[int] = []
+        builder = SampleFrameBuilder()
+
+        def consume(rows: list[tuple[object, ...]]) -> None:
+            chunks.append(len(rows))
+            builder(rows)
+
+        s.scan_samples(consume, columns=SAMPLE_COLUMNS, since=W48 + timedelta(minutes=1),
+                       until=W48 + timedelta(minutes=4), chunk_rows=2)
+    assert chunks == [2, 1]
+    frame = builder.frame().sort_values("minute", ignore_index=True)
+    assert frame["minute"].tolist() == [W48 + timedelta(minutes=i) for i in (1, 2, 3)]
+    assert frame["util_pct"].tolist() == [10.0, 20.0, 30.0]
+    assert frame["gpu"].astype(str).tolist() == ["GPU-1", "GPU-0", "GPU-1"]
+    assert frame["sm_active_pct"].isna().all()

@@ -309,6 +309,35 @@ class RunStore:
         result.sort(key=lambda s: (s.minute, s.run_id, s.gpu))
         return result
 
+    def scan_samples(
+        self,
+        consume: Callable[[list[tuple[Any, ...]]], None],
+        *,
+        columns: Sequence[str],
+        since: datetime | None = None,
+        until: datetime | None = None,
+        chunk_rows: int = 250_000,
+    ) -> None:
+        """Hand the minute samples in ``[since, until)`` to ``consume`` in chunks of raw row
+        tuples (``columns`` in that order, any order of rows), for readers of millions of rows
+        that build arrays, not objects. ``minute`` comes as the database's raw value: naive UTC
+        text on SQLite, a timezone-aware datetime on PostgreSQL."""
+        c = samples_table.c
+        cols = [sa.type_coerce(c.minute, sa.String).label("minute") if name == "minute"
+                else c[name] for name in columns]
+        stmt = sa.select(*cols)
+        if since is not None:
+            stmt = stmt.where(c.minute >= _utc(since))
+        if until is not None:
+            stmt = stmt.where(c.minute < _utc(until))
+
+        def work(conn: Connection) -> None:
+            result = conn.execution_options(stream_results=True).execute(stmt)
+            while chunk := result.fetchmany(chunk_rows):
+                consume([tuple(row) for row in chunk])
+
+        self._transaction(work, write=False)
+
     def schema_version(self) -> int:
         """The schema version recorded in the database."""
         version = self._read_version()
