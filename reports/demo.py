@@ -72,6 +72,7 @@ def simulate(run: DemoRun, *, store: str | bool, now: datetime,
     session = Session(
         name=run.name, project=run.project, team=run.team, user=run.user, tags=("demo",),
         backend=f"simulated:{run.gpu}", store=store, clock=clock, threaded=False,
+        run_id=f"demo-{run.name}-{now:%Y%m%d}",  # a second `gpu-kpi demo` replaces, not adds
         interval_s=sample_every_s, log_every_s=1e12, flops_per_step=run.flops_per_step,
         dtype=run.dtype, log_to_python=False)
     session.start()

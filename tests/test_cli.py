@@ -61,6 +61,12 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert len(runs) == 5
     # and the fleet's history: 6 recurring jobs over the 12 weeks up to the demo's week
     assert sum("demo-history" in r["tags"] for r in everything) == 6 * 12
+    # a second demo replaces its runs rather than adding copies to the week
+    again = gpu_kpi("demo", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    relisted = json.loads(gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format",
+                                  "json").stdout)
+    assert len(relisted) == len(everything)
     assert runs["notebook-jlee"]["idle_usd"] == pytest.approx(1.20)
     assert runs["llama-8b-sft"]["tags"] == ["demo"]
     assert runs["llama-8b-sft"]["gpu_source"] == "simulated"
