@@ -64,7 +64,12 @@ def samples_frame(samples: Iterable[MinuteSample]) -> pd.DataFrame:
 
 
 SAMPLE_COLUMNS = ("run_id", "minute", "gpu", "covered_s", "util_pct", "sm_active_pct")
-"""The sample columns the KPIs read."""
+"""The sample columns the KPIs read (of the two utilization columns, the basis's is enough)."""
+
+
+def sample_columns(basis: str) -> tuple[str, ...]:
+    """The sample columns the KPIs of ``basis`` read."""
+    return ("run_id", "minute", "gpu", "covered_s", BASES[basis][0])
 
 
 class SampleFrameBuilder:
@@ -72,11 +77,12 @@ class SampleFrameBuilder:
     :meth:`tracker.store.RunStore.scan_samples` hands them) into one frame, keeping ids as
     categories so that ten million rows fit in a few hundred MB."""
 
-    def __init__(self) -> None:
+    def __init__(self, columns: Sequence[str] = SAMPLE_COLUMNS) -> None:
+        self.columns = tuple(columns)
         self._parts: list[pd.DataFrame] = []
 
-    def __call__(self, chunk: list[tuple[object, ...]]) -> None:
-        df = pd.DataFrame.from_records(chunk, columns=list(SAMPLE_COLUMNS))
+    def __call__(self, chunk: Sequence[tuple[object, ...]]) -> None:
+        df = pd.DataFrame.from_records(chunk, columns=list(self.columns))
         for col in ("run_id", "gpu"):
             df[col] = df[col].astype("category")
         if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
@@ -87,9 +93,9 @@ class SampleFrameBuilder:
 
     def frame(self) -> pd.DataFrame:
         if not self._parts:
-            return pd.DataFrame({c: pd.Series(dtype="float64") for c in SAMPLE_COLUMNS})
+            return pd.DataFrame({c: pd.Series(dtype="float64") for c in self.columns})
         out = {}
-        for col in SAMPLE_COLUMNS:
+        for col in self.columns:
             values = [p[col] for p in self._parts]
             if col in ("run_id", "gpu"):
                 out[col] = pd.Series(union_categoricals(values))

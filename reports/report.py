@@ -56,7 +56,7 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
     return start
 
 
-def load(store_url: str | None, start: datetime, *, weeks: int = 12,
+def load(store_url: str | None, start: datetime, *, weeks: int = 12, basis: str = "util",
          now: datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs and minute samples from ``weeks`` weeks back up to the end of the week at ``start``."""
     from tracker.store import RunStore, default_store_url
@@ -68,8 +68,8 @@ def load(store_url: str | None, start: datetime, *, weeks: int = 12,
         if not store.list_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
         runs = store.list_runs(since=since.to_pydatetime(), until=until.to_pydatetime())
-        samples = kpis.SampleFrameBuilder()
-        store.scan_samples(samples, columns=kpis.SAMPLE_COLUMNS, since=since.to_pydatetime(),
+        samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
+        store.scan_samples(samples, columns=samples.columns, since=since.to_pydatetime(),
                            until=until.to_pydatetime())
     return kpis.runs_frame(runs), samples.frame()
 
@@ -143,7 +143,7 @@ def build(store_url: str | None, req: Request, out_dir: Path, *,
     """Make the week's report and write it under ``out_dir``; return the paths written."""
     now = now or datetime.now(UTC)
     start = resolve_week(req.week, req.tz, now)
-    runs, samples = load(store_url, start, now=now)
+    runs, samples = load(store_url, start, basis=req.basis, now=now)
     k = kpis.week_kpis(runs, samples, start, tz=req.tz, basis=req.basis,
                        thresholds=req.thresholds, now=now)
     label = label_of(k.week)

@@ -311,7 +311,7 @@ class RunStore:
 
     def scan_samples(
         self,
-        consume: Callable[[list[tuple[Any, ...]]], None],
+        consume: Callable[[Sequence[tuple[Any, ...]]], None],
         *,
         columns: Sequence[str],
         since: datetime | None = None,
@@ -322,19 +322,34 @@ class RunStore:
         tuples (``columns`` in that order, any order of rows), for readers of millions of rows
         that build arrays, not objects. ``minute`` comes as the database's raw value: naive UTC
         text on SQLite, a timezone-aware datetime on PostgreSQL."""
-        c = samples_table.c
-        cols = [sa.type_coerce(c.minute, sa.String).label("minute") if name == "minute"
-                else c[name] for name in columns]
-        stmt = sa.select(*cols)
-        if since is not None:
-            stmt = stmt.where(c.minute >= _utc(since))
-        if until is not None:
-            stmt = stmt.where(c.minute < _utc(until))
+        unknown = [name for name in columns if name not in samples_table.c]
+        if unknown:
+            raise ValueError(f"no sample column {', '.join(unknown)}")
+        sqlite = self._engine.dialect.name == "sqlite"
+        # Millions of rows: the driver's own cursor hands out plain tuples (SQLAlchemy's rows
+        # cost as much again). On SQLite a range over most of the table reads 3x faster as a
+        # scan than through the minute index; unary + keeps the planner off that index.
+        mark, minute = ("?", "+minute") if sqlite else ("%s", "minute")
+        where, params = [], []
+        for bound, op in ((since, ">="), (until, "<")):
+            if bound is not None:
+                value = _utc(bound)
+                where.append(f"{minute} {op} {mark}")
+                params.append(value.replace(tzinfo=None).isoformat(" ", "microseconds")
+                              if sqlite else value)
+        sql = (f"SELECT {', '.join(columns)} FROM samples"  # names checked above
+               + (f" WHERE {' AND '.join(where)}" if where else ""))
 
         def work(conn: Connection) -> None:
-            result = conn.execution_options(stream_results=True).execute(stmt)
-            while chunk := result.fetchmany(chunk_rows):
-                consume([tuple(row) for row in chunk])
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            cursor = raw.cursor() if sqlite else raw.cursor(name="gpu_kpi_scan")
+            try:
+                cursor.execute(sql, params)
+                while chunk := cursor.fetchmany(chunk_rows):
+                    consume(chunk)
+            finally:
+                cursor.close()
 
         self._transaction(work, write=False)
 
