@@ -30,14 +30,17 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "Page",
     "WandbRun",
     "find_wandb_file",
     "is_finite",
     "iter_wandb_records",
+    "parse_html",
     "read_finished_wandb",
     "read_tensorboard",
     "read_tensorboard_text",
@@ -339,3 +342,52 @@ def read_finished_wandb(root: Path | str, timeout_s: float = 20.0) -> WandbRun:
         if run.exit_code is not None or time.monotonic() > deadline:
             return run
         time.sleep(0.05)
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+        "track", "wbr"}
+
+
+@dataclass
+class Page(HTMLParser):
+    tags: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    stack: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, {k: v or "" for k, v in attrs}))
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:]}")
+        else:
+            self.stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        if self.stack[-1:] != ["style"]:
+            self.text.append(data)
+
+    def all(self, tag: str) -> list[dict[str, str]]:
+        return [a for t, a in self.tags if t == tag]
+
+    def ids(self) -> set[str]:
+        return {a["id"] for _, a in self.tags if "id" in a}
+
+    def plain(self) -> str:
+        return " ".join(" ".join(self.text).split())
+
+
+def parse_html(doc: str) -> Page:
+    """A tiny DOM of ``doc``: elements with attributes, text, and a check that tags nest."""
+    page = Page()
+    page.feed(doc)
+    page.close()
+    assert page.errors == [] and page.stack == [], (page.errors, page.stack)
+    return page

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from email.message import EmailMessage, Message
-from html.parser import HTMLParser
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import readers
 from fakes import run_record as run
 
 from reports import kpis
@@ -133,43 +133,7 @@ def parts(msg: EmailMessage) -> Parts:
                  related=rich)
 
 
-@dataclass
-class Html(HTMLParser):
-    tags: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    stack: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, {k: v or "" for k, v in attrs}))
-        if tag not in {"br", "img", "meta"}:
-            self.stack.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if not self.stack or self.stack[-1] != tag:
-            self.errors.append(f"</{tag}> closes {self.stack[-1:]}")
-        else:
-            self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        self.text.append(data)
-
-    def all(self, tag: str) -> list[dict[str, str]]:
-        return [a for t, a in self.tags if t == tag]
-
-
-def html_of(text: str) -> Html:
-    doc = Html()
-    doc.feed(text)
-    doc.close()
-    assert doc.errors == [] and doc.stack == []
-    return doc
-
-
-def cids(doc: Html) -> list[str]:
+def cids(doc: readers.Page) -> list[str]:
     srcs = [img["src"] for img in doc.all("img")]
     assert all(s.startswith("cid:") for s in srcs)
     return [s[len("cid:"):] for s in srcs]
@@ -180,7 +144,7 @@ def test_alternative_of_text_and_related_html_with_every_cid_matched(small: tupl
     k, c = small
     msg = parsed(build_email(k, c, tz=UTC, recipients=["lead@example.com"], now=NOW))
     p = parts(msg)
-    referenced = cids(html_of(p.html))
+    referenced = cids(readers.parse_html(p.html))
     assert sorted(referenced) == sorted(p.images)  # each cid has its part and each part a cid
     assert len(referenced) == len(set(referenced)) == len(CHART_NAMES)
     assert sorted(p.images.values()) == sorted(c.values())
@@ -250,7 +214,7 @@ def test_text_part_has_the_hand_computed_headline_with_change(small: tuple) -> N
 def test_html_shows_the_same_figures(small: tuple) -> None:
     k, c = small
     p = parts(parsed(build_email(k, c, tz=UTC, report_url=ARCHIVE)))
-    shown = " ".join(" ".join(html_of(p.html).text).split())
+    shown = " ".join(" ".join(readers.parse_html(p.html).text).split())
     for figure in ("14.0 GPU-h", "$53.90", "67.1%", "▲ 34.3%", "$13.59", "▲ 22.4%", "$26.95",
                    "NVML utilization", "2026-W48", "28.6%", "input-bound"):
         assert figure in shown and figure in p.text
@@ -285,7 +249,7 @@ def test_no_report_link_unless_http(small: tuple, url: str | None) -> None:
     k, c = small
     p = parts(parsed(build_email(k, c, tz=UTC, report_url=url)))
     assert "Full report:" not in p.text and "2026-W48.html" not in p.text
-    hrefs = [a["href"] for a in html_of(p.html).all("a")]
+    hrefs = [a["href"] for a in readers.parse_html(p.html).all("a")]
     assert hrefs == ["https://wandb.ai/acme/vision/runs/b2"]  # the underutilized run's W&B run
     assert "javascript:" not in p.html and "data:" not in p.html
 
@@ -293,7 +257,7 @@ def test_no_report_link_unless_http(small: tuple, url: str | None) -> None:
 def test_report_link_in_both_parts(small: tuple) -> None:
     k, c = small
     p = parts(parsed(build_email(k, c, tz=UTC, report_url=ARCHIVE)))
-    hrefs = [a["href"] for a in html_of(p.html).all("a")]
+    hrefs = [a["href"] for a in readers.parse_html(p.html).all("a")]
     assert hrefs.count(LINK) == 2  # the button and the footer
     assert all(h.startswith("https://") for h in hrefs)
 
@@ -305,7 +269,7 @@ def test_user_strings_are_escaped_in_html_and_plain_in_text(small: tuple) -> Non
     p = parts(msg)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in p.html
     assert "&lt;b&gt;more&lt;/b&gt;" in p.html and "R&amp;D" in p.html
-    doc = html_of(p.html)
+    doc = readers.parse_html(p.html)
     assert doc.all("script") == [] and doc.all("b") == []
     assert EVIL_RUN in doc.text and "vision Bcc: victim@example.com" in " ".join(doc.text)
     # the text part is not HTML-escaped: names as written, on one line
@@ -325,7 +289,7 @@ def test_user_strings_are_escaped_in_html_and_plain_in_text(small: tuple) -> Non
 def test_html_is_email_safe(realistic: tuple) -> None:
     k, c = realistic
     html = parts(parsed(build_email(k, c, tz=UTC, report_url=ARCHIVE))).html
-    doc = html_of(html)
+    doc = readers.parse_html(html)
     for tag in ("style", "script", "link", "iframe", "form", "svg"):
         assert doc.all(tag) == [], tag
     assert "data:" not in html and "url(" not in html and "@import" not in html
@@ -372,7 +336,7 @@ def test_too_many_chart_bytes_keep_the_most_useful_charts(realistic: tuple) -> N
     msg = build_email(k, big, tz=UTC, report_url=ARCHIVE)
     assert wire_size(msg) <= SIZE_BUDGET_BYTES and len(msg.as_bytes()) < 100_000
     p = parts(parsed(msg))
-    assert sorted(cids(html_of(p.html))) == sorted(p.images)
+    assert sorted(cids(readers.parse_html(p.html))) == sorted(p.images)
     kept = {next(n for n, png in big.items() if png == data) for data in p.images.values()}
     assert kept == set(CHART_PREFERENCE[:3]) == {"trend_utilization", "trend_spend",
                                                  "waste_by_team"}
@@ -380,14 +344,14 @@ def test_too_many_chart_bytes_keep_the_most_useful_charts(realistic: tuple) -> N
     assert ("the waste and idle trend and GPU-hours by utilization charts are only in the "
             "full report") in note
     assert "GPU-hours by utilization charts are in the full report" in " ".join(
-        " ".join(html_of(p.html).text).split())
+        " ".join(readers.parse_html(p.html).text).split())
 
 
 def test_a_chart_that_can_never_fit_is_left_out(small: tuple) -> None:
     k, _ = small
     msg = parsed(build_email(k, {"trend_utilization": noise_png(200, 1)}, tz=UTC))
     p = parts(msg)
-    assert p.images == {} and cids(html_of(p.html)) == []
+    assert p.images == {} and cids(readers.parse_html(p.html)) == []
     assert "utilization trend chart is only in the full report" in " ".join(p.text.split())
 
 
@@ -445,5 +409,5 @@ def test_a_real_smtp_server_accepts_it(realistic: tuple,
     assert len(received.images) == len(sent.images) == len(CHART_NAMES)
     assert received.html == sent.html and received.text == sent.text
     assert received.images == sent.images
-    assert sorted(cids(html_of(received.html))) == sorted(received.images)
+    assert sorted(cids(readers.parse_html(received.html))) == sorted(received.images)
     assert not [m for m in got.walk() if isinstance(m, Message) and m.defects]

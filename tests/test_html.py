@@ -9,12 +9,11 @@ import os
 import random
 import shutil
 import subprocess
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+import readers
 from fakes import run_record as run
 
 from reports import html as report_html
@@ -80,54 +79,6 @@ def fleet_week(weeks: int = 8, per_week: int = 8) -> kpis.WeekKpis:
     return week(runs)
 
 
-# -- a tiny DOM: elements with attributes, text, and a check that tags nest ------------------------
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr"}
-
-
-@dataclass
-class Page(HTMLParser):
-    tags: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)
-    stack: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append((tag, {k: v or "" for k, v in attrs}))
-        if tag not in VOID:
-            self.stack.append(tag)
-
-    def handle_endtag(self, tag: str) -> None:
-        if not self.stack or self.stack[-1] != tag:
-            self.errors.append(f"</{tag}> closes {self.stack[-1:]}")
-        else:
-            self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        if self.stack[-1:] != ["style"]:
-            self.text.append(data)
-
-    def all(self, tag: str) -> list[dict[str, str]]:
-        return [a for t, a in self.tags if t == tag]
-
-    def ids(self) -> set[str]:
-        return {a["id"] for _, a in self.tags if "id" in a}
-
-    def plain(self) -> str:
-        return " ".join(" ".join(self.text).split())
-
-
-def parse(doc: str) -> Page:
-    page = Page()
-    page.feed(doc)
-    page.close()
-    assert page.errors == [] and page.stack == [], (page.errors, page.stack)
-    return page
-
-
 @pytest.fixture(scope="module")
 def small() -> tuple[kpis.WeekKpis, dict[str, bytes], str]:
     k = small_week()
@@ -138,7 +89,7 @@ def small() -> tuple[kpis.WeekKpis, dict[str, bytes], str]:
 # -- the report --------------------------------------------------------------------------------
 def test_the_page_parses_and_has_every_section(small: tuple) -> None:
     _, _, doc = small
-    page = parse(doc)
+    page = readers.parse_html(doc)
     assert doc.startswith("<!DOCTYPE html>")
     assert {"headline", "trends", "underutilized-share", "breakdowns", "by-team", "by-project",
             "by-user", "by-gpu_model", "runs", "rightsizing", "definitions"} <= page.ids()
@@ -149,7 +100,7 @@ def test_the_page_parses_and_has_every_section(small: tuple) -> None:
 
 def test_headline_cards_show_the_hand_computed_figures(small: tuple) -> None:
     _, _, doc = small
-    text = parse(doc).plain()
+    text = readers.parse_html(doc).plain()
     assert "14.0 GPU-h" in text
     assert "$53.90" in text  # 14 GPU-h x $3.85
     assert "67.1%" in text  # (0.9 x 10 + 0.1 x 4) / 14, weighted by GPU-hours
@@ -163,7 +114,7 @@ def test_headline_cards_show_the_hand_computed_figures(small: tuple) -> None:
 
 def test_breakdowns_and_engineer_tables(small: tuple) -> None:
     _, _, doc = small
-    text = parse(doc).plain()
+    text = readers.parse_html(doc).plain()
     # by team: nlp 10 GPU-h $38.50 at 90%; the other 4 GPU-h $15.40 at 10%
     assert "nlp 10.0 GPU-h 90.0% $38.50 $0.00 $0.00 1" in text
     assert "4.0 GPU-h 10.0% $15.40 $13.59 $0.00 1" in text
@@ -176,7 +127,7 @@ def test_breakdowns_and_engineer_tables(small: tuple) -> None:
 
 def test_week_over_week_change_has_arrows_and_percent() -> None:
     k = week([run("prev", W47, 28, util=20.0), run("now", W48, 14, util=40.0)])
-    text = parse(report_html.render_html(k, {})).plain()
+    text = readers.parse_html(report_html.render_html(k, {})).plain()
     # GPU-hours and spend halved, utilization doubled
     assert "▼ 50.0%" in text and "▲ 100.0%" in text
     assert "last week: 28.0 GPU-h" in text and "last week: $107.80" in text
@@ -189,7 +140,7 @@ def test_user_strings_are_escaped_never_markup(small: tuple) -> None:
     assert EVIL_TEAM not in doc and "<img src=x" not in doc
     assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in doc
     assert "<b>more</b>" not in doc and "<i>notes</i>" not in doc
-    page = parse(doc)
+    page = readers.parse_html(doc)
     assert EVIL_RUN in page.plain() and EVIL_TEAM in page.plain()  # as text, exactly
     assert page.all("script") == [] and all(a["src"].startswith("data:") for a in page.all("img"))
     assert not any(k.startswith("on") for _, attrs in page.tags for k in attrs)
@@ -197,7 +148,7 @@ def test_user_strings_are_escaped_never_markup(small: tuple) -> None:
 
 def test_only_http_links_become_hrefs(small: tuple) -> None:
     _, _, doc = small
-    page = parse(doc)
+    page = readers.parse_html(doc)
     # run a (90%) is not underutilized, so only run b's links are listed
     hrefs = [a["href"] for a in page.all("a")]
     assert hrefs == ["https://wandb.ai/acme/vision/runs/b2"]
@@ -210,7 +161,7 @@ def test_only_http_links_become_hrefs(small: tuple) -> None:
 
 def test_charts_are_embedded_pngs_and_nothing_is_external(small: tuple) -> None:
     _, c, doc = small
-    page = parse(doc)
+    page = readers.parse_html(doc)
     imgs = page.all("img")
     assert len(imgs) == len(CHART_NAMES) == 5
     for img in imgs:
@@ -228,22 +179,22 @@ def test_charts_are_embedded_pngs_and_nothing_is_external(small: tuple) -> None:
 
 def test_report_url_links_only_when_http() -> None:
     k = small_week()
-    good = parse(report_html.render_html(k, {}, report_url="https://r.example.com/2026-W48.html"))
+    good = readers.parse_html(report_html.render_html(k, {}, report_url="https://r.example.com/2026-W48.html"))
     assert "https://r.example.com/2026-W48.html" in [a["href"] for a in good.all("a")]
-    bad = parse(report_html.render_html(k, {}, report_url="javascript:alert(3)"))
+    bad = readers.parse_html(report_html.render_html(k, {}, report_url="javascript:alert(3)"))
     assert not any("javascript" in a["href"] for a in bad.all("a"))
 
 
 def test_sm_activity_basis_is_named() -> None:
     k = week([run("a", W48, 2, util=90.0, sm_active_pct=45.0)], basis="sm_active")
-    text = parse(report_html.render_html(k, {})).plain()
+    text = readers.parse_html(report_html.render_html(k, {})).plain()
     assert "SM activity" in text and "45.0%" in text and "target 60%" in text
 
 
 def test_an_empty_week_still_renders() -> None:
     k = week([run("old", W47, 3)])
     doc = report_html.render_html(k, charts(k))
-    text = parse(doc).plain()
+    text = readers.parse_html(doc).plain()
     assert "No GPU time was recorded this week." in text
     assert "No underutilized runs this week." in text
 
@@ -289,7 +240,7 @@ def weeks_rows() -> list[dict[str, object]]:
 
 
 def test_index_lists_weeks_newest_first_with_links_and_sparklines() -> None:
-    page = parse(report_html.render_index(weeks_rows()))
+    page = readers.parse_html(report_html.render_index(weeks_rows()))
     links = [(a["href"]) for a in page.all("a")]
     assert links == ["2026-W48.html", "2026-W47.html", "2026-W46.html"]
     text = page.plain()
@@ -373,7 +324,7 @@ def test_the_report_loads_in_headless_chromium(tmp_path: Path) -> None:
 
     dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True,
                          text=True, timeout=60, env=env, check=False).stdout
-    parsed = Page()
+    parsed = readers.Page()
     parsed.feed(dom)
     assert {"headline", "trends", "breakdowns", "runs", "rightsizing"} <= parsed.ids()
     assert len(parsed.all("img")) == 5 and parsed.all("script") == []
