@@ -6,6 +6,10 @@ step, :func:`gpu_time`, turns them into GPU-time per (run, GPU, week): from the 
 samples where a run has them (a run crossing a week boundary is split at the minute), pro rata
 by duration where only a summary exists. Everything after that aggregates those rows.
 
+At fleet scale the samples are not read one by one: the store sums them per (run, GPU, week)
+(:func:`totals_gpu_time`), and only the stretches around minutes under the idle threshold are
+read minute by minute (:func:`idle_candidates`), since the idle rule looks at them in order.
+
 Utilization has a basis: ``util`` (NVML utilization, the share of time a kernel ran) or
 ``sm_active`` (GPM SM activity, Hopper+). Figures of one basis are never mixed with the other;
 GPU-time without a value on the chosen basis is "unknown", never idle.
@@ -13,16 +17,22 @@ GPU-time without a value on the chosen basis is "unknown", never idle.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from tracker.config import Settings
 from tracker.prices import PriceTable
 from tracker.record import MinuteSample, RunRecord
+
+if TYPE_CHECKING:
+    from tracker.store import SampleTotals
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
 
@@ -45,6 +55,17 @@ class Thresholds:
 
 DEFAULT_THRESHOLDS = {"util": Thresholds(),
                       "sm_active": Thresholds(target_pct=60.0, underutilized_pct=30.0)}
+
+
+def thresholds_for(basis: str, settings: Settings) -> Thresholds:
+    """The thresholds of ``basis``: the configured ones (``[thresholds]``) for NVML utilization,
+    the SM activity defaults otherwise: the settings hold NVML-utilization values, and SM
+    activity runs lower for the same work."""
+    if basis != "util":
+        return DEFAULT_THRESHOLDS[basis]
+    return Thresholds(target_pct=settings.target_util_pct,
+                      underutilized_pct=settings.underutilized_pct, idle_pct=settings.idle_pct,
+                      idle_window_min=settings.idle_window_min)
 
 
 # -- frames from records ----------------------------------------------------------------------
@@ -128,6 +149,11 @@ def _week_bounds(start: datetime, end: datetime, tz: tzinfo) -> list[tuple[pd.Ti
     return out
 
 
+def weeks_between(start: datetime, end: datetime, tz: tzinfo) -> list[pd.Timestamp]:
+    """Monday 00:00 (in ``tz``, as UTC instants) of each ISO week that [start, end) overlaps."""
+    return [w0 for w0, _ in _week_bounds(start, end, tz)]
+
+
 def _shift_week(week: pd.Timestamp, tz: tzinfo, n: int) -> pd.Timestamp:
     """The Monday 00:00 ``n`` weeks after ``week`` (a Monday 00:00 in ``tz``), in UTC."""
     return week_start(pd.Series([week + pd.Timedelta(days=7 * n, hours=12)]), tz).iloc[0]
@@ -145,14 +171,16 @@ def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
         return np.zeros(n, dtype=bool)
     known = ~np.isnan(util)
     u = np.where(known, util, 0.0)
-    cs = np.concatenate(([0.0], np.cumsum(u)))
     cn = np.concatenate(([0], np.cumsum(~known)))
     ends = np.arange(window - 1, n)
     starts = ends - window + 1
     same_group = group[starts] == group[ends]
     full = same_group & (cn[ends + 1] - cn[starts] == 0)
+    # each window's own sum, not a difference of running sums: those carry the rounding of
+    # every row before, which would decide a window averaging just at the threshold
+    sums = np.lib.stride_tricks.sliding_window_view(u, window).sum(axis=1)
     qualifies = np.zeros(n, dtype=bool)
-    qualifies[ends] = full & ((cs[ends + 1] - cs[starts]) / window < threshold_pct)
+    qualifies[ends] = full & (sums / window < threshold_pct)
     # minute j is covered when some qualifying window ends in [j, j + window - 1]
     cq = np.concatenate(([0], np.cumsum(qualifies)))
     hi = np.minimum(np.arange(n) + window, n)
@@ -161,10 +189,13 @@ def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
 
 
 # -- GPU time per (run, GPU, week) ------------------------------------------------------------
-def _sampled_gpu_time(s: pd.DataFrame, column: str, tz: tzinfo, t: Thresholds) -> pd.DataFrame:
+def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
+                     thresholds: Thresholds | None = None) -> pd.DataFrame:
     """GT rows from minute samples, in arrays: millions of rows take seconds, not minutes."""
     if not len(s):
         return pd.DataFrame(columns=GT_COLUMNS)
+    column = BASES[basis][0]
+    t = thresholds or DEFAULT_THRESHOLDS[basis]
     run_codes, run_names = pd.factorize(s["run_id"])
     gpu_codes, gpu_names = pd.factorize(s["gpu"])
     minute = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
@@ -199,42 +230,107 @@ def _sampled_gpu_time(s: pd.DataFrame, column: str, tz: tzinfo, t: Thresholds) -
         "idle_hours": total(np.where(idle, hours, 0.0))})
 
 
-def gpu_time(runs: pd.DataFrame, samples: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
-             thresholds: Thresholds | None = None, now: datetime | None = None) -> pd.DataFrame:
-    """GPU-time rows (:data:`GT_COLUMNS`) for every run, split by ISO week in ``tz``."""
+def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
+                     basis: str = "util", now: datetime | None = None) -> pd.DataFrame:
+    """GT rows of the runs not in ``sampled`` (the ids of runs with minute samples), pro rata
+    by duration from their summaries."""
     column = BASES[basis][0]
-    t = thresholds or DEFAULT_THRESHOLDS[basis]
-    parts = []
-    sampled = set(samples["run_id"].unique()) if len(samples) else set()
-    if len(samples):
-        parts.append(_sampled_gpu_time(samples[samples["run_id"].isin(runs["id"])], column,
-                                       tz, t))
-    summary_only = runs[~runs["id"].isin(sampled)]
-    rows = []
+    summary_only = runs[~runs["id"].isin(set(sampled))]
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
+    spans = []
     for r in summary_only.itertuples(index=False):
-        start = r.started_at
         end = r.ended_at if not pd.isna(r.ended_at) else (
             r.heartbeat_at if not pd.isna(r.heartbeat_at) else end_now)
+        if end > r.started_at and r.gpu_hours:
+            spans.append((r, end))
+    if not spans:
+        return pd.DataFrame(columns=GT_COLUMNS)
+    # the weeks of all the runs at once: thousands of runs, a few dozen weeks
+    weeks = _week_bounds(min(r.started_at for r, _ in spans), max(end for _, end in spans), tz)
+    week_starts = [w0 for w0, _ in weeks]
+    rows = []
+    for r, end in spans:
+        start = r.started_at
         total_s = (end - start).total_seconds()
-        if total_s <= 0 or not r.gpu_hours:
-            continue
         value = getattr(r, column)
         idle_total = (r.idle_usd / r.price_per_gpu_hour
                       if r.idle_usd and r.price_per_gpu_hour else 0.0)
-        for w0, w1 in _week_bounds(start, end, tz):
+        overlapped = slice(bisect.bisect_right(week_starts, start) - 1,
+                           bisect.bisect_left(week_starts, end))
+        for w0, w1 in weeks[overlapped]:
             share = (min(end, w1) - max(start, w0)).total_seconds() / total_s
             h = r.gpu_hours * share
             known = 0.0 if value is None or pd.isna(value) else h
             rows.append((r.id, "*", w0, h, known, known * (value or 0.0) / 100.0,
                          idle_total * share))
-    if rows:
-        parts.append(pd.DataFrame(rows, columns=GT_COLUMNS))
+    return pd.DataFrame(rows, columns=GT_COLUMNS)
+
+
+def combine_gpu_time(runs: pd.DataFrame, sampled: pd.DataFrame, *, tz: tzinfo,
+                     basis: str = "util", now: datetime | None = None) -> pd.DataFrame:
+    """GT rows for every run: ``sampled`` (GT rows from minute samples, of runs in ``runs``)
+    and the summaries of the runs without samples."""
+    parts = [p for p in (sampled, summary_gpu_time(runs, sampled=sampled["run_id"].unique(),
+                                                   tz=tz, basis=basis, now=now)) if len(p)]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in GT_COLUMNS})
     out = pd.concat(parts, ignore_index=True)
     out["week"] = pd.to_datetime(out["week"], utc=True)
     return out[GT_COLUMNS]
+
+
+def gpu_time(runs: pd.DataFrame, samples: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
+             thresholds: Thresholds | None = None, now: datetime | None = None) -> pd.DataFrame:
+    """GPU-time rows (:data:`GT_COLUMNS`) for every run, split by ISO week in ``tz``."""
+    sampled = sampled_gpu_time(samples[samples["run_id"].isin(runs["id"])], tz=tz, basis=basis,
+                               thresholds=thresholds)
+    return combine_gpu_time(runs, sampled, tz=tz, basis=basis, now=now)
+
+
+# -- GPU time from the store's totals ---------------------------------------------------------
+TOTALS_COLUMNS = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
+                  "first_low", "last_low"]
+"""The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
+
+
+def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
+    return pd.DataFrame([t.__dict__ for t in totals], columns=TOTALS_COLUMNS)
+
+
+def idle_candidates(totals: pd.DataFrame, t: Thresholds) -> list[tuple[str, str, datetime,
+                                                                        datetime]]:
+    """The stretches of samples that hold every idle minute, as ``(run_id, gpu, first,
+    last)``: from the first to the last minute under the idle threshold, of each GPU with
+    enough samples for a window. An idle minute is one of those, and its window lies in the
+    stretch and the ``idle_window_min - 1`` samples before and after it, which
+    :func:`idle_minutes` needs too (:meth:`tracker.store.RunStore.scan_sample_stretches`)."""
+    series = totals.groupby(["run_id", "gpu"], observed=True).agg(
+        minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max"))
+    ok = series[series["first"].notna() & (series["minutes"] >= t.idle_window_min)]
+    return [(run_id, gpu, pd.Timestamp(first).to_pydatetime(), pd.Timestamp(last).to_pydatetime())
+            for (run_id, gpu), first, last in zip(ok.index, ok["first"], ok["last"], strict=True)]
+
+
+def totals_gpu_time(totals: pd.DataFrame, weeks: Sequence[pd.Timestamp],
+                    idle: pd.DataFrame) -> pd.DataFrame:
+    """GT rows from the store's totals per (run, GPU, week), ``bucket`` indexing ``weeks``
+    (:func:`weeks_between`), with the idle hours of ``idle`` (GT rows from the minute samples
+    of the :func:`idle_candidates`; 0 for the rest)."""
+    week = pd.DatetimeIndex(list(weeks)).tz_convert("UTC").as_unit("ns")
+    gt = pd.DataFrame({
+        "run_id": totals["run_id"].to_numpy(dtype=object),
+        "gpu": totals["gpu"].to_numpy(dtype=object),
+        "week": week[totals["bucket"].to_numpy(dtype=int)],
+        "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / 3600.0,
+        "known_hours": totals["known_s"].to_numpy(dtype=float) / 3600.0,
+        "used_hours": totals["value_s"].to_numpy(dtype=float) / 100.0 / 3600.0})
+    keys = ["run_id", "gpu", "week"]
+    idle_hours = idle.assign(week=pd.to_datetime(idle["week"], utc=True).dt.as_unit("ns"),
+                             run_id=idle["run_id"].astype(object),
+                             gpu=idle["gpu"].astype(object))[[*keys, "idle_hours"]]
+    gt = gt.merge(idle_hours, on=keys, how="left", validate="one_to_one")
+    gt["idle_hours"] = gt["idle_hours"].fillna(0.0)
+    return gt[GT_COLUMNS]
 
 
 # -- one week's KPIs --------------------------------------------------------------------------
@@ -315,7 +411,7 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
             "status", "started_at", "ended_at"]
     m = meta[cols].rename(columns={"gpu_hours": "run_gpu_hours", "samples": "run_samples",
                                    "tokens": "run_tokens"})
-    per = per.join(m, on="run_id")
+    per = per.astype({"run_id": object}).join(m, on="run_id")  # empty: run_id was float
     share = per["gpu_hours"] / per["run_gpu_hours"].where(per["run_gpu_hours"] > 0)
     per["samples"] = per["run_samples"].astype(float) * share
     per["tokens"] = per["run_tokens"].astype(float) * share
@@ -323,7 +419,7 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
 
 
 def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
-    priced = per[per["priced"]]
+    priced = per[per["priced"].astype(bool)]  # an empty object column would select columns
     known = float(per["known_hours"].sum())
     under = per[(per["utilization_pct"] < t.underutilized_pct)
                 & (per["gpu_hours"] >= t.underutilized_min_gpu_hours)]
@@ -399,9 +495,17 @@ def week_kpis(runs: pd.DataFrame, samples: pd.DataFrame, week: datetime, *, tz: 
               now: datetime | None = None) -> WeekKpis:
     """The KPIs of the ISO week starting ``week`` (Monday 00:00 in ``tz``), with the previous
     week for week-over-week change and up to ``trend_weeks`` weeks of trend."""
+    gt = gpu_time(runs, samples, tz=tz, basis=basis, thresholds=thresholds, now=now)
+    return kpis_of_gpu_time(runs, gt, week, tz=tz, basis=basis, thresholds=thresholds,
+                            prices=prices, trend_weeks=trend_weeks)
+
+
+def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz: tzinfo,
+                     basis: str = "util", thresholds: Thresholds | None = None,
+                     prices: PriceTable | None = None, trend_weeks: int = 12) -> WeekKpis:
+    """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`)."""
     t = thresholds or DEFAULT_THRESHOLDS[basis]
     prices = prices or PriceTable()
-    gt = gpu_time(runs, samples, tz=tz, basis=basis, thresholds=t, now=now)
     per = run_weeks(gt, runs, prices=prices, target_pct=t.target_pct)
     w = pd.Timestamp(week).tz_convert("UTC")
     this = per[per["week"] == w]

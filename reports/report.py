@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
@@ -32,6 +32,20 @@ class Request:
     thresholds: kpis.Thresholds | None = None
     report_url: str | None = None
     """Base URL where the archive is served: the email links ``<report_url>/<week>.html``."""
+    prices: Mapping[str, float] = field(default_factory=dict)
+    """Price overrides (USD per GPU-hour by model) over the built-in table."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Computed:
+    """One week's KPIs and the frames they came from (the service derives team reports)."""
+
+    kpis: kpis.WeekKpis
+    runs: pd.DataFrame
+    gpu_time: pd.DataFrame
+    """GPU-time rows (:data:`kpis.GT_COLUMNS`) of every run: a team's KPIs are
+    :func:`kpis.kpis_of_gpu_time` of its runs and their rows."""
+    now: datetime
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -56,26 +70,55 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
     return start
 
 
-def load(store_url: str | None, start: datetime, *, weeks: int = 12, basis: str = "util",
+def compute(store_url: str | None, req: Request, *, now: datetime) -> Computed:
+    """The KPIs of the requested week from the store (nothing written)."""
+    from tracker.prices import PriceTable
+
+    start = resolve_week(req.week, req.tz, now)
+    runs, sampled = load(store_url, start, tz=req.tz, basis=req.basis,
+                         thresholds=req.thresholds, now=now)
+    gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
+    k = kpis.kpis_of_gpu_time(runs, gt, start, tz=req.tz, basis=req.basis,
+                              thresholds=req.thresholds, prices=PriceTable(req.prices))
+    return Computed(kpis=k, runs=runs, gpu_time=gt, now=now)
+
+
+def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
+         basis: str = "util", thresholds: kpis.Thresholds | None = None,
          now: datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and minute samples from ``weeks`` weeks back up to the end of the week at ``start``."""
+    """Runs from ``weeks`` weeks back up to the end of the week at ``start``, and the GPU-time
+    rows (:data:`kpis.GT_COLUMNS`) of those with minute samples in that time.
+
+    The store sums the samples per (run, GPU, week); only the stretches that may hold idle
+    minutes are read minute by minute (:func:`kpis.idle_candidates`)."""
     from tracker.store import RunStore, default_store_url
 
+    t = thresholds or kpis.DEFAULT_THRESHOLDS[basis]
     since = pd.Timestamp(start) - pd.Timedelta(days=7 * (weeks - 1))
     until = pd.Timestamp(start) + pd.Timedelta(days=7)
+    week_starts = kpis.weeks_between(since, until, tz)
+    window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
     with RunStore(store_url or default_store_url()) as store:
         store.mark_crashed(now=now)
         if not store.list_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-        runs = store.list_runs(since=since.to_pydatetime(), until=until.to_pydatetime())
+        runs = kpis.runs_frame(store.list_runs(**window))
+        totals = kpis.totals_frame(store.sample_totals(
+            value=kpis.BASES[basis][0], low_under=t.idle_pct,
+            bucket_edges=[w.to_pydatetime() for w in week_starts[1:]], **window))
+        totals = totals[totals["run_id"].isin(runs["id"])]
         samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
-        store.scan_samples(samples, columns=samples.columns, since=since.to_pydatetime(),
-                           until=until.to_pydatetime())
-    return kpis.runs_frame(runs), samples.frame()
+        store.scan_sample_stretches(samples, columns=samples.columns,
+                                    stretches=kpis.idle_candidates(totals, t),
+                                    margin=t.idle_window_min - 1, **window)
+    idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
+    return runs, kpis.totals_gpu_time(totals, week_starts, idle)
 
 
-def render(k: kpis.WeekKpis, req: Request) -> dict[str, bytes]:
-    """File suffix → content for each requested format (nothing written)."""
+def render(k: kpis.WeekKpis, req: Request,
+           images: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+    """File suffix → content for each requested format (nothing written). ``images``: the
+    charts when already drawn."""
     out: dict[str, bytes] = {}
     if "json" in req.formats:
         out["json"] = to_json(k, req.tz).encode()
@@ -84,9 +127,10 @@ def render(k: kpis.WeekKpis, req: Request) -> dict[str, bytes]:
 
         out["csv"] = to_csv(k, req.tz).encode()
     if "html" in req.formats or "email" in req.formats:
-        from reports.charts import charts
+        if images is None:
+            from reports.charts import charts
 
-        images = charts(k)
+            images = charts(k)
         if "html" in req.formats:
             from reports.email import report_link
             from reports.html import render_html
@@ -138,29 +182,30 @@ def archive_index(out_dir: Path) -> list[dict[str, object]]:
     return weeks
 
 
-def build(store_url: str | None, req: Request, out_dir: Path, *,
-          now: datetime | None = None) -> list[Path]:
-    """Make the week's report and write it under ``out_dir``; return the paths written."""
-    now = now or datetime.now(UTC)
-    start = resolve_week(req.week, req.tz, now)
-    runs, samples = load(store_url, start, basis=req.basis, now=now)
-    k = kpis.week_kpis(runs, samples, start, tz=req.tz, basis=req.basis,
-                       thresholds=req.thresholds, now=now)
-    label = label_of(k.week)
-    files = render(k, req)
-    if "json" not in files:  # the index reads the archive's JSON: keep it current
-        files["json"] = to_json(k, req.tz).encode()
+def write_archive(out_dir: Path, label: str, files: Mapping[str, bytes], *,
+                  index: bool) -> list[Path]:
+    """Write ``<out_dir>/<label>.<suffix>`` for each file, each atomically, and (``index``)
+    the index page of every archived week; return the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for suffix, data in files.items():
         path = out_dir / f"{label}.{suffix}"
         write_atomically(path, data)
         written.append(path)
-    if "html" in req.formats:
+    if index:
         from reports.html import render_index
 
-        index = out_dir / "index.html"
-        write_atomically(index, render_index(archive_index(out_dir)).encode())
-        written.append(index)
+        path = out_dir / "index.html"
+        write_atomically(path, render_index(archive_index(out_dir)).encode())
+        written.append(path)
     return written
 
+
+def build(store_url: str | None, req: Request, out_dir: Path, *,
+          now: datetime | None = None) -> list[Path]:
+    """Make the week's report and write it under ``out_dir``; return the paths written."""
+    c = compute(store_url, req, now=now or datetime.now(UTC))
+    files = render(c.kpis, req)
+    if "json" not in files:  # the index reads the archive's JSON: keep it current
+        files["json"] = to_json(c.kpis, req.tz).encode()
+    return write_archive(out_dir, label_of(c.kpis.week), files, index="html" in req.formats)

@@ -161,6 +161,20 @@ def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
         assert flags.sum() * 60.0 == pytest.approx(detector.idle_s)
 
 
+def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
+    # windows averaging about the threshold: the report reads the stretches around low minutes
+    # only, and must flag the same minutes as over the whole fleet's rows
+    rng = random.Random(1)
+    for _ in range(200):
+        series = np.array([rng.choice([0.0, 2.5, 4.9, 5.0, 5.1, 7.5, 10.0]) for _ in range(40)])
+        alone = kpis.idle_minutes(series, np.ones(40, dtype=int), threshold_pct=5.0, window=30)
+        for before in (np.full(1000, 33.3), np.full(100, 0.7)):
+            rows = np.concatenate([before, series])
+            group = np.concatenate([np.zeros(len(before), dtype=int), np.ones(40, dtype=int)])
+            flags = kpis.idle_minutes(rows, group, threshold_pct=5.0, window=30)
+            assert (flags[len(before):] == alone).all()
+
+
 def test_sm_active_basis_uses_its_own_column_and_thresholds() -> None:
     r = run("a", W48, 1, util=90.0, sm_active_pct=45.0)
     k = week([r], basis="sm_active")

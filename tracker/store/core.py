@@ -1,0 +1,500 @@
+"""The run store: run records and per-minute GPU samples (see the package docstring)."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection, Engine
+
+from tracker.record import MinuteSample, RunRecord
+from tracker.store.engine import (
+    LOCKED_RETRIES,
+    SQLITE_BUSY_TIMEOUT_S,
+    WRITE_OPTION,
+    StoreError,
+    default_store_url,
+    is_locked,
+    mask_text,
+    mask_url,
+    one_line,
+    parse_url,
+    sqlite_on_begin,
+    sqlite_on_connect,
+)
+from tracker.store.samples import (
+    SampleSQL,
+    SampleTotals,
+    bucket_case,
+    check_sample_columns,
+)
+from tracker.store.schema import (
+    SCHEMA_VERSION,
+    create_schema,
+    meta_table,
+    row_to_run,
+    run_to_row,
+    runs_table,
+    sample_to_row,
+    samples_table,
+    upsert,
+    utc,
+)
+
+_IN_CHUNK = 500
+
+# Reading samples in parts at once (SQLite): at most this many, each of at least this many rows.
+_MAX_SAMPLE_READERS = 4
+
+_ROWS_PER_READER = 500_000
+
+T = TypeVar("T")
+
+
+class RunStore:
+    """Runs and minute samples in one SQL database, chosen by URL (default:
+    :func:`default_store_url`). Opening creates the tables when they are missing.
+
+    Safe for many processes at once (SQLite: WAL and write transactions that take the write lock
+    up front; PostgreSQL: a server) and for several threads sharing one instance.
+    Raises :class:`StoreError` when the database cannot be reached or is newer than this code,
+    and ValueError for a naive datetime.
+    """
+
+    url: str
+    """The store's URL with any password masked, for display."""
+
+    def __init__(self, url: str | None = None, *, connect_timeout_s: float = 5.0) -> None:
+        raw = url if url is not None else default_store_url()
+        self._url = parse_url(raw)
+        self.url = mask_url(self._url)
+        self._password = self._url.password if isinstance(self._url.password, str) else None
+        self._engine = self._create_engine(connect_timeout_s)
+        try:
+            self._open_schema()
+        except BaseException:
+            self._engine.dispose()
+            raise
+        dialect = self._engine.dialect.name
+        self._upsert_run = upsert(dialect, runs_table, ("id",))
+        self._upsert_samples = upsert(dialect, samples_table, ("run_id", "minute", "gpu"))
+
+    def __repr__(self) -> str:
+        return f"RunStore({self.url!r})"
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every pooled connection. The store can still be used afterwards (it reconnects)."""
+        self._engine.dispose()
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine, for tables other modules keep in the same database (the
+        scheduler's job store, the delivery log)."""
+        return self._engine
+
+    def transaction(self, work: Callable[[Connection], T], *, write: bool) -> T:
+        """Run ``work(connection)`` in one transaction, as the store's own reads and writes do:
+        on SQLite a writer takes the write lock at BEGIN and a locked database is retried; errors
+        come out as :class:`StoreError` with any password masked."""
+        return self._transaction(work, write=write)
+
+    # -- writes ---------------------------------------------------------------------------------
+
+    def upsert_run(self, record: RunRecord) -> None:
+        """Insert the run, or replace every column of the stored run with the same id."""
+        row = run_to_row(record)
+        self._transaction(lambda conn: conn.execute(self._upsert_run, row), write=True)
+
+    def upsert_samples(self, rows: Sequence[MinuteSample]) -> None:
+        """Insert minute samples, or update the stored one with the same (run_id, minute, gpu).
+
+        Within ``rows``, a later sample for the same key wins.
+        """
+        by_key: dict[tuple[str, datetime, str], dict[str, Any]] = {}
+        for sample in rows:
+            row = sample_to_row(sample)
+            by_key[(row["run_id"], row["minute"], row["gpu"])] = row
+        if not by_key:
+            return
+        params = list(by_key.values())
+        # A list of parameter sets: executemany, which SQLAlchemy batches into multi-row INSERTs.
+        self._transaction(lambda conn: conn.execute(self._upsert_samples, params), write=True)
+
+    def mark_crashed(self, *, now: datetime, stale_after_s: float = 600.0) -> list[str]:
+        """Mark ``running`` runs whose last heartbeat (or start, if none) is more than
+        ``stale_after_s`` seconds before ``now`` as ``crashed``, ending them at that heartbeat.
+
+        Returns the ids of the runs it changed, sorted.
+        """
+        c = runs_table.c
+        last_seen = sa.func.coalesce(c.heartbeat_at, c.started_at)
+        stale = sa.and_(c.status == "running", last_seen < utc(now) - timedelta(seconds=stale_after_s))
+        update = sa.update(runs_table).values(status="crashed", ended_at=last_seen)
+
+        def work(conn: Connection) -> list[str]:
+            if conn.dialect.update_returning:
+                return list(conn.execute(update.where(stale).returning(c.id)).scalars())
+            # SQLite before 3.35 has no RETURNING. Nothing can change between the two
+            # statements: a write transaction there holds the database's write lock.
+            ids = list(conn.execute(sa.select(c.id).where(stale)).scalars())
+            conn.execute(update.where(c.id.in_(ids)))
+            return ids
+
+        return sorted(self._transaction(work, write=True))
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The stored run with this id, or None."""
+        stmt = sa.select(runs_table).where(runs_table.c.id == run_id)
+        row = self._transaction(lambda conn: conn.execute(stmt).mappings().first(), write=False)
+        return None if row is None else row_to_run(row)
+
+    def list_runs(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        project: str | Iterable[str] | None = None,
+        team: str | Iterable[str] | None = None,
+        status: str | Iterable[str] | None = None,
+    ) -> list[RunRecord]:
+        """Runs that overlap ``[since, until)``, ordered by start time (then id).
+
+        A run overlaps when it started before ``until`` and had not ended by ``since``; a run
+        without ``ended_at`` (still running) is open-ended. ``project``, ``team`` and
+        ``status`` each take one value or several.
+        """
+        c = runs_table.c
+        stmt = sa.select(runs_table).order_by(c.started_at, c.id)
+        if until is not None:
+            stmt = stmt.where(c.started_at < utc(until))
+        if since is not None:
+            stmt = stmt.where(sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
+        for column, wanted in ((c.project, project), (c.team, team), (c.status, status)):
+            if wanted is not None:
+                values = [wanted] if isinstance(wanted, str) else list(wanted)
+                stmt = stmt.where(column.in_(values))
+        rows = self._transaction(lambda conn: conn.execute(stmt).mappings().all(), write=False)
+        return [row_to_run(row) for row in rows]
+
+    def samples(
+        self,
+        *,
+        run_ids: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[MinuteSample]:
+        """Minute samples whose minute lies in ``[since, until)``, of the given runs (all runs
+        when ``run_ids`` is None), ordered by minute, run id and GPU."""
+        c = samples_table.c
+        base = sa.select(samples_table)
+        if since is not None:
+            base = base.where(c.minute >= utc(since))
+        if until is not None:
+            base = base.where(c.minute < utc(until))
+        if run_ids is None:
+            stmts = [base]
+        else:
+            ids = list(dict.fromkeys(run_ids))
+            # Chunked so a long id list stays under the databases' bound-parameter limits.
+            stmts = [base.where(c.run_id.in_(ids[i : i + _IN_CHUNK])) for i in range(0, len(ids), _IN_CHUNK)]
+
+        def work(conn: Connection) -> list[MinuteSample]:
+            out: list[MinuteSample] = []
+            for stmt in stmts:
+                out.extend(MinuteSample(**row) for row in conn.execute(stmt).mappings())
+            return out
+
+        result = self._transaction(work, write=False)
+        result.sort(key=lambda s: (s.minute, s.run_id, s.gpu))
+        return result
+
+    def scan_samples(
+        self,
+        consume: Callable[[Sequence[tuple[Any, ...]]], None],
+        *,
+        columns: Sequence[str],
+        since: datetime | None = None,
+        until: datetime | None = None,
+        chunk_rows: int = 250_000,
+    ) -> None:
+        """Hand the minute samples in ``[since, until)`` to ``consume`` in chunks of raw row
+        tuples (``columns`` in that order, any order of rows), for readers of millions of rows
+        that build arrays, not objects. ``minute`` comes as the database's raw value: naive UTC
+        text on SQLite, a timezone-aware datetime on PostgreSQL."""
+        check_sample_columns(columns)
+        sqlite = self._engine.dialect.name == "sqlite"
+        selection = SampleSQL(sqlite, since, until)
+        sql = f"SELECT {', '.join(columns)} FROM {selection.table}{selection.where}"  # checked
+
+        def work(conn: Connection) -> None:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            # Millions of rows: the driver's own cursor hands out plain tuples (SQLAlchemy's rows
+            # cost as much again).
+            cursor = raw.cursor() if sqlite else raw.cursor(name="gpu_kpi_scan")
+            try:
+                cursor.execute(sql, selection.params)
+                while chunk := cursor.fetchmany(chunk_rows):
+                    consume(chunk)
+            finally:
+                cursor.close()
+
+        self._transaction(work, write=False)
+
+    def sample_totals(
+        self,
+        *,
+        value: str,
+        low_under: float,
+        bucket_edges: Sequence[datetime] = (),
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[SampleTotals]:
+        """The minute samples in ``[since, until)`` summed in the database per run, GPU and
+        time bucket, so that a week of a fleet (millions of rows) comes back as thousands.
+
+        ``value`` is a utilization column (``util_pct`` or ``sm_active_pct``); ``low_under``
+        finds the first and the last minute whose value is under it. ``bucket_edges``
+        (ascending) cut time into buckets: a minute's bucket is the number of edges at or
+        before it. Rows come in no order."""
+        check_sample_columns([value])
+        sqlite = self._engine.dialect.name == "sqlite"
+        span = self._minute_span(since, until)
+        if span is None:
+            return []
+        # Each edge may cost every row a comparison: only those inside the samples' span cut.
+        edges = sorted(bucket_edges, key=utc)
+        below = bisect.bisect_right(edges, span[0], key=utc)
+        inner = edges[below : bisect.bisect_right(edges, span[1], key=utc)]
+
+        def read(rowids: tuple[int | None, int | None]) -> list[SampleTotals]:
+            selection = SampleSQL(sqlite, since, until, rowids=rowids)
+            bucket, bucket_params = bucket_case(selection, inner, first=below)
+            low = f"CASE WHEN {value} < {selection.mark} THEN minute END"
+            sql = (f"SELECT run_id, gpu, {bucket} AS bucket, COUNT(*), SUM(covered_s), "  # checked
+                   f"SUM(CASE WHEN {value} IS NOT NULL THEN covered_s ELSE 0 END), "
+                   f"COALESCE(SUM({value} * covered_s), 0), MIN({low}), MAX({low}) "
+                   f"FROM {selection.table}{selection.where} GROUP BY run_id, gpu, bucket")
+            params = (*bucket_params, low_under, low_under, *selection.params)
+
+            def work(conn: Connection) -> list[SampleTotals]:
+                return [SampleTotals(run_id=r[0], gpu=r[1], bucket=int(r[2]), minutes=int(r[3]),
+                                     covered_s=float(r[4]), known_s=float(r[5]),
+                                     value_s=float(r[6]), first_low=selection.minute(r[7]),
+                                     last_low=selection.minute(r[8]))
+                        for r in conn.exec_driver_sql(sql, params)]
+
+            return self._transaction(work, write=False)
+
+        merged: dict[tuple[str, str, int], SampleTotals] = {}
+        for part in self._read_sample_parts(read):
+            for t in part:
+                key = (t.run_id, t.gpu, t.bucket)
+                merged[key] = merged[key].merge(t) if key in merged else t
+        return list(merged.values())
+
+    def scan_sample_stretches(
+        self,
+        consume: Callable[[Sequence[tuple[Any, ...]]], None],
+        *,
+        columns: Sequence[str],
+        stretches: Iterable[tuple[str, str, datetime, datetime]],
+        margin: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        chunk_rows: int = 250_000,
+    ) -> None:
+        """Like :meth:`scan_samples`, for parts of some GPUs' series: for each ``(run_id, gpu,
+        first, last)``, that GPU's samples from ``first`` to ``last`` and the ``margin``
+        samples before and after them, all in ``[since, until)``. Each stretch is read through
+        the primary key, so a few of them in a big table cost little."""
+        check_sample_columns(columns)
+        sqlite = self._engine.dialect.name == "sqlite"
+        q = SampleSQL(sqlite)
+        mark, names = q.mark, ", ".join(columns)  # names checked above
+        one_gpu = f"SELECT {names} FROM samples WHERE run_id = {mark} AND gpu = {mark}"
+        from_since = f" AND minute >= {mark}" if since is not None else ""
+        to_until = f" AND minute < {mark}" if until is not None else ""
+        sql = (f"{one_gpu} AND minute >= {mark} AND minute <= {mark} "
+               f"UNION ALL SELECT {names} FROM ({one_gpu} AND minute < {mark}{from_since} "
+               f"ORDER BY minute DESC LIMIT {mark}) AS earlier "
+               f"UNION ALL SELECT {names} FROM ({one_gpu} AND minute > {mark}{to_until} "
+               f"ORDER BY minute LIMIT {mark}) AS later")
+        since_p = [] if since is None else [q.time_value(since)]
+        until_p = [] if until is None else [q.time_value(until)]
+
+        def work(conn: Connection) -> None:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            cursor = raw.cursor()
+            rows: list[tuple[Any, ...]] = []
+            try:
+                for run_id, gpu, first, last in stretches:
+                    a, b = q.time_value(first), q.time_value(last)
+                    cursor.execute(sql, (run_id, gpu, a, b, run_id, gpu, a, *since_p, margin,
+                                         run_id, gpu, b, *until_p, margin))
+                    rows.extend(cursor.fetchall())
+                    if len(rows) >= chunk_rows:
+                        consume(rows)
+                        rows = []
+            finally:
+                cursor.close()
+            if rows:
+                consume(rows)
+
+        self._transaction(work, write=False)
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the database."""
+        version = self._read_version()
+        if version is None:
+            raise StoreError(f"run store {self.url}: no schema version in table meta")
+        return version
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _minute_span(self, since: datetime | None,
+                     until: datetime | None) -> tuple[datetime, datetime] | None:
+        """The first and the last minute of the samples in ``[since, until)`` (through the
+        minute index), or None when there are none."""
+        c = samples_table.c
+
+        def bound(stmt: sa.Select[Any]) -> sa.ScalarSelect[Any]:
+            if since is not None:
+                stmt = stmt.where(c.minute >= utc(since))
+            if until is not None:
+                stmt = stmt.where(c.minute < utc(until))
+            return stmt.scalar_subquery()
+
+        # two subqueries: SQLite reads a lone min() or max() off the index, not both at once
+        stmt = sa.select(bound(sa.select(sa.func.min(c.minute))),
+                         bound(sa.select(sa.func.max(c.minute))))
+        first, last = self._transaction(lambda conn: conn.execute(stmt).one(), write=False)
+        return None if first is None else (first, last)
+
+    def _read_sample_parts(self, read: Callable[[tuple[int | None, int | None]], T]) -> list[T]:
+        """``read`` the samples table in row-id ranges that split it evenly, on one connection
+        and thread per core: SQLite scans, sorts and sums a query in one thread (with the GIL
+        released), so a big table is read in parts at once. PostgreSQL plans parallel workers
+        itself; a small table or an in-memory database is read whole."""
+        parts = self._sample_rowid_parts()
+        if len(parts) == 1:
+            return [read(parts[0])]
+        with ThreadPoolExecutor(len(parts)) as pool:
+            return list(pool.map(read, parts))
+
+    def _sample_rowid_parts(self) -> list[tuple[int | None, int | None]]:
+        """Row-id ranges ``(first, end)`` for :meth:`_read_sample_parts`."""
+        whole: list[tuple[int | None, int | None]] = [(None, None)]
+        database = self._url.database or ""
+        if (self._engine.dialect.name != "sqlite" or database in ("", ":memory:")
+                or "mode=memory" in database):  # each connection would see a database of its own
+            return whole
+        sql = "SELECT (SELECT min(rowid) FROM samples), (SELECT max(rowid) FROM samples)"
+        first, last = self._transaction(lambda conn: conn.exec_driver_sql(sql).one(), write=False)
+        if first is None:
+            return whole
+        n = min(os.cpu_count() or 1, _MAX_SAMPLE_READERS, 1 + (last - first) // _ROWS_PER_READER)
+        if n < 2:
+            return whole
+        # open at both ends: a row written meanwhile falls in some part
+        cuts = [None, *(first + (last - first + 1) * k // n for k in range(1, n)), None]
+        return list(itertools.pairwise(cuts))
+
+    def _create_engine(self, connect_timeout_s: float) -> Engine:
+        url = self._url
+        if url.get_backend_name() == "postgresql":
+            try:
+                return sa.create_engine(
+                    url,
+                    pool_pre_ping=True,
+                    # libpq takes whole seconds and treats anything under 2 as 2.
+                    connect_args={"connect_timeout": max(1, round(connect_timeout_s))},
+                )
+            except ModuleNotFoundError as e:
+                raise StoreError(
+                    f"run store {self.url} needs psycopg: pip install 'gpu-kpi[postgres]' ({e})"
+                ) from e
+        database = url.database or ""
+        if database and database != ":memory:" and not database.startswith("file:"):
+            try:
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreError(f"run store {self.url}: cannot create its directory: {e}") from e
+        # sqlite3's timeout is SQLite's busy timeout: how long a connection waits for a lock.
+        engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        sa.event.listen(engine, "connect", sqlite_on_connect)
+        sa.event.listen(engine, "begin", sqlite_on_begin)
+        return engine
+
+    def _transaction(self, work: Callable[[Connection], T], *, write: bool) -> T:
+        """Run ``work`` in one transaction; retry when SQLite reports the database locked."""
+        for attempt in range(LOCKED_RETRIES):
+            try:
+                with self._engine.connect() as conn:
+                    if write:
+                        conn.execution_options(**{WRITE_OPTION: True})
+                    with conn.begin():
+                        return work(conn)
+            except sa_exc.OperationalError as e:
+                if is_locked(e) and attempt + 1 < LOCKED_RETRIES:
+                    time.sleep(0.1 * 2**attempt)
+                    continue
+                raise self._error(e) from e
+            except sa_exc.InterfaceError as e:
+                raise self._error(e) from e
+        raise AssertionError("unreachable")
+
+    def _error(self, exc: BaseException) -> StoreError:
+        orig = getattr(exc, "orig", None)
+        reason = str(orig if orig is not None else exc) or type(exc).__name__
+        return StoreError(mask_text(f"run store {self.url}: {one_line(reason)}", self._password))
+
+    def _read_version(self) -> int | None:
+        def work(conn: Connection) -> str | None:
+            if not sa.inspect(conn).has_table("meta"):
+                return None
+            stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+            return conn.execute(stmt).scalar_one_or_none()
+
+        value = self._transaction(work, write=False)
+        if value is None:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise StoreError(f"run store {self.url}: bad schema version {value!r}") from None
+
+    def _open_schema(self) -> None:
+        version = self._read_version()
+        if version is None:
+            self._transaction(create_schema, write=True)
+            version = self.schema_version()
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"run store {self.url} has schema version {version}, newer than this gpu-kpi "
+                f"understands ({SCHEMA_VERSION}); upgrade gpu-kpi"
+            )

@@ -1,0 +1,102 @@
+"""Connecting to the run store's database: URLs (and masking their passwords), the SQLite
+settings that make it safe for several processes, and the store's error type."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL, Connection
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+LOCKED_RETRIES = 4
+
+# Execution option that makes the SQLite "begin" listener take the write lock up front.
+WRITE_OPTION = "gpu_kpi_write"
+
+
+class StoreError(Exception):
+    """The run store cannot be used: unreachable, bad URL, or a schema newer than this code.
+
+    The message is one line, and any password from the URL in it is masked.
+    """
+
+
+def default_store_url() -> str:
+    """``$GPU_KPI_STORE``, else an SQLite file ``runs.db`` in the user's data directory."""
+    env = os.environ.get("GPU_KPI_STORE", "").strip()
+    if env:
+        return env
+    import platformdirs
+
+    path = Path(platformdirs.user_data_dir("gpu-kpi", appauthor=False)) / "runs.db"
+    return f"sqlite:///{path}"
+
+
+def sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # pysqlite's own transaction handling would BEGIN (deferred) behind our back; turn it off
+    # so that sqlite_on_begin decides how each transaction starts.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # With WAL, NORMAL is durable across process crashes; only an OS crash may lose the
+        # last commits.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def sqlite_on_begin(conn: Connection) -> None:
+    # A deferred transaction that reads and then writes must upgrade its lock, and SQLite fails
+    # such an upgrade at once with "database is locked" instead of waiting. Writers take the
+    # write lock at BEGIN, where the busy timeout applies.
+    write = conn.get_execution_options().get(WRITE_OPTION, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def is_locked(exc: sa_exc.OperationalError) -> bool:
+    message = str(exc.orig).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+def parse_url(raw: str) -> URL:
+    try:
+        url = sa.make_url(raw.strip())
+    except sa_exc.ArgumentError:
+        raise StoreError(f"bad run store URL {mask_text(raw, None)!r}") from None
+    backend = url.get_backend_name()
+    if backend in ("postgres", "postgresql"):
+        if url.drivername in ("postgres", "postgresql"):
+            url = url.set(drivername="postgresql+psycopg")
+        elif backend == "postgres":
+            url = url.set(drivername="postgresql+" + url.get_driver_name())
+    elif backend != "sqlite":
+        raise StoreError(
+            f"unsupported run store URL {mask_url(url)!r}: use sqlite:///PATH or postgresql://…"
+        )
+    return url
+
+
+def mask_url(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+_USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
+def mask_text(text: str, password: str | None) -> str:
+    """``text`` with URL passwords (``://user:PASSWORD@``) and ``password`` itself masked."""
+    text = _USERINFO.sub(r"\1***@", text)
+    # A short password would match inside ordinary words; the URL form above covers it.
+    if password and len(password) >= 4:
+        text = text.replace(password, "***")
+    return text
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())

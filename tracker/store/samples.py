@@ -1,0 +1,108 @@
+"""Driver-level SQL for reading millions of minute samples, and the per-bucket sums it returns."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from tracker.store.schema import (
+    samples_table,
+    utc,
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SampleTotals:
+    """One GPU of one run over one time bucket, summed from its minute samples
+    (:meth:`RunStore.sample_totals`)."""
+
+    run_id: str
+    gpu: str
+    bucket: int
+    """Index of the time bucket: the number of bucket edges at or before the minutes."""
+    minutes: int
+    """Minute samples summed."""
+    covered_s: float
+    """Σ covered_s: seconds of the GPU's time the samples cover."""
+    known_s: float
+    """Σ covered_s of the samples with a value."""
+    value_s: float
+    """Σ value × covered_s (the value in %, e.g. ``util_pct``): divided by ``known_s``, the
+    time-weighted mean value."""
+    first_low: datetime | None
+    """The first minute whose value is under the ``low_under`` asked for; None: none is."""
+    last_low: datetime | None
+    """The last such minute."""
+
+    def merge(self, other: SampleTotals) -> SampleTotals:
+        """The totals of both (of the same run, GPU and bucket) together."""
+        firsts = [t for t in (self.first_low, other.first_low) if t is not None]
+        lasts = [t for t in (self.last_low, other.last_low) if t is not None]
+        return dataclasses.replace(
+            self, minutes=self.minutes + other.minutes, covered_s=self.covered_s + other.covered_s,
+            known_s=self.known_s + other.known_s, value_s=self.value_s + other.value_s,
+            first_low=min(firsts, default=None), last_low=max(lasts, default=None))
+
+
+def check_sample_columns(columns: Sequence[str]) -> None:
+    # Column names go into SQL text: only the table's own.
+    unknown = [name for name in columns if name not in samples_table.c]
+    if unknown:
+        raise ValueError(f"no sample column {', '.join(unknown)}")
+
+
+class SampleSQL:
+    """Driver-level SQL for the readers of millions of samples: FROM and WHERE (placeholders,
+    parameters apart) for the minutes in ``[since, until)`` and (SQLite) the row ids in
+    ``rowids`` = ``(first, end)``, and the minute's values as the driver binds and returns them.
+
+    On SQLite a range over most of the table reads 3x faster as a scan than through an index,
+    so the table is read NOT INDEXED (its planner would take the minute or the primary key
+    index)."""
+
+    def __init__(self, sqlite: bool, since: datetime | None = None,
+                 until: datetime | None = None, *,
+                 rowids: tuple[int | None, int | None] = (None, None)) -> None:
+        self.sqlite = sqlite
+        self.mark = "?" if sqlite else "%s"
+        self.table = "samples NOT INDEXED" if sqlite else "samples"
+        clauses: list[str] = []
+        self.params: list[Any] = []
+        first, end = rowids
+        bounds = (("minute >=", None if since is None else self.time_value(since)),
+                  ("minute <", None if until is None else self.time_value(until)),
+                  ("rowid >=", first), ("rowid <", end))
+        for condition, value in bounds:
+            if value is not None:
+                clauses.append(f"{condition} {self.mark}")
+                self.params.append(value)
+        self.where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+
+    def minute(self, raw: Any) -> datetime | None:
+        """A minute as the driver returns it (naive UTC text on SQLite), as an aware datetime."""
+        if raw is None:
+            return None
+        if isinstance(raw, str):
+            return datetime.fromisoformat(raw).replace(tzinfo=UTC)
+        return utc(raw)
+
+    def time_value(self, value: datetime) -> Any:
+        """``value`` as the driver binds it for the minute column: naive UTC text (the form
+        :class:`UTCDateTime` stores) on SQLite."""
+        value = utc(value)
+        return value.replace(tzinfo=None).isoformat(" ", "microseconds") if self.sqlite else value
+
+
+def bucket_case(selection: SampleSQL, edges: Sequence[datetime],
+                 first: int = 0) -> tuple[str, list[Any]]:
+    """SQL for the time bucket of a sample's minute (``first`` + the number of ``edges`` at or
+    before it) and its parameters: a binary search, so a row costs log2 of the comparisons."""
+    if not edges:
+        return str(first), []
+    mid = len(edges) // 2
+    below, below_params = bucket_case(selection, edges[:mid], first)
+    above, above_params = bucket_case(selection, edges[mid + 1 :], first + mid + 1)
+    return (f"CASE WHEN minute < {selection.mark} THEN {below} ELSE {above} END",
+            [selection.time_value(edges[mid]), *below_params, *above_params])

@@ -1,0 +1,169 @@
+"""The run store's tables, their schema version and the conversions between records and rows.
+
+Every datetime going in must be timezone-aware; every datetime coming out is timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Dialect
+
+from tracker.record import MinuteSample, RunRecord
+
+SCHEMA_VERSION = 1
+"""Version of the tables this module writes; stored in ``meta`` under ``schema_version``."""
+
+# Key of the PostgreSQL advisory lock that serializes schema creation across processes.
+SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime. SQLite keeps it as naive UTC text (fixed width, so text
+    order is time order); PostgreSQL as ``timestamptz``."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+metadata = sa.MetaData()
+
+runs_table = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("project", sa.String, nullable=False),
+    sa.Column("team", sa.String, nullable=False),
+    sa.Column("user", sa.String, nullable=False),
+    sa.Column("host", sa.String, nullable=False),
+    sa.Column("tags", sa.Text, nullable=False),  # JSON list
+    sa.Column("framework", sa.String, nullable=False),
+    sa.Column("started_at", UTCDateTime, nullable=False),
+    sa.Column("ended_at", UTCDateTime),
+    sa.Column("heartbeat_at", UTCDateTime),
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("gpu_source", sa.String, nullable=False),
+    sa.Column("gpu_model", sa.String),
+    sa.Column("gpu_count", sa.Integer, nullable=False),
+    sa.Column("nodes", sa.Integer, nullable=False),
+    sa.Column("price_per_gpu_hour", sa.Double),
+    sa.Column("price_source", sa.String),
+    sa.Column("gpu_hours", sa.Double, nullable=False),
+    sa.Column("util_pct", sa.Double),
+    sa.Column("sm_active_pct", sa.Double),
+    sa.Column("mem_peak_gib", sa.Double),
+    sa.Column("mem_total_gib", sa.Double),
+    sa.Column("energy_kwh", sa.Double),
+    sa.Column("steps", sa.BigInteger, nullable=False),
+    sa.Column("samples", sa.BigInteger),
+    sa.Column("tokens", sa.BigInteger),
+    sa.Column("samples_per_s", sa.Double),
+    sa.Column("tokens_per_s", sa.Double),
+    sa.Column("mfu", sa.Double),
+    sa.Column("data_wait_pct", sa.Double),
+    sa.Column("cost_usd", sa.Double),
+    sa.Column("waste_usd", sa.Double),
+    sa.Column("idle_usd", sa.Double),
+    sa.Column("verdict", sa.String),
+    sa.Column("advice", sa.Text),
+    sa.Column("source", sa.String, nullable=False),
+    sa.Column("links", sa.Text, nullable=False),  # JSON object
+    sa.Index("ix_runs_started_at", "started_at"),
+    sa.Index("ix_runs_status", "status"),
+)
+
+samples_table = sa.Table(
+    "samples",
+    metadata,
+    sa.Column("run_id", sa.String, primary_key=True),
+    sa.Column("minute", UTCDateTime, primary_key=True),
+    sa.Column("gpu", sa.String, primary_key=True),
+    sa.Column("covered_s", sa.Double, nullable=False),
+    sa.Column("util_pct", sa.Double),
+    sa.Column("sm_active_pct", sa.Double),
+    sa.Column("mem_used_gib", sa.Double),
+    sa.Column("power_w", sa.Double),
+    sa.Column("energy_kwh", sa.Double),
+    sa.Index("ix_samples_minute", "minute"),
+)
+
+meta_table = sa.Table(
+    "meta",
+    metadata,
+    sa.Column("key", sa.String, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+
+def create_schema(conn: Connection) -> None:
+    """Create missing tables and the version row in one transaction. Concurrent openers of a
+    new database queue behind each other: SQLite through BEGIN IMMEDIATE, PostgreSQL through
+    an advisory lock; the one that comes second finds the tables in place."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    metadata.create_all(conn, checkfirst=True)
+    stmt = upsert(conn.dialect.name, meta_table, ("key",), update=False)
+    conn.execute(stmt, {"key": "schema_version", "value": str(SCHEMA_VERSION)})
+
+
+def insert(dialect_name: str, table: sa.Table) -> postgresql.Insert | sqlite.Insert:
+    """The dialect's INSERT, which has ``ON CONFLICT``."""
+    return postgresql.insert(table) if dialect_name == "postgresql" else sqlite.insert(table)
+
+
+def upsert(dialect_name: str, table: sa.Table, keys: Sequence[str], *, update: bool = True) -> sa.Executable:
+    """``INSERT … ON CONFLICT (keys)`` that updates every other column, or does nothing."""
+    stmt = insert(dialect_name, table)
+    index = [table.c[k] for k in keys]
+    if not update:
+        return stmt.on_conflict_do_nothing(index_elements=index)
+    others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys}
+    return stmt.on_conflict_do_update(index_elements=index, set_=others)
+
+
+def utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value.isoformat()}: the run store needs timezone-aware times")
+    return value.astimezone(UTC)
+
+
+def run_to_row(record: RunRecord) -> dict[str, Any]:
+    row = record.as_dict()
+    row["tags"] = json.dumps(list(record.tags))
+    row["links"] = json.dumps(record.links, sort_keys=True)
+    for name in ("started_at", "ended_at", "heartbeat_at"):
+        if row[name] is not None:
+            row[name] = utc(row[name])
+    return row
+
+
+def row_to_run(row: sa.RowMapping) -> RunRecord:
+    values = dict(row)
+    values["tags"] = tuple(json.loads(values["tags"]))
+    values["links"] = json.loads(values["links"])
+    return RunRecord(**values)
+
+
+def sample_to_row(sample: MinuteSample) -> dict[str, Any]:
+    row = dataclasses.asdict(sample)
+    row["minute"] = utc(sample.minute)
+    return row
