@@ -21,6 +21,7 @@ a header value with a line break, so no run or team name can add a header.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -93,12 +94,13 @@ def report_link(report_url: str | None, week: str) -> str | None:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-def subject_line(k: WeekKpis, week: str) -> str:
-    """``GPU efficiency 2026-W48: $1,662 spend, 80.7% utilization, $62.50 recoverable`` — only
-    the week and numbers."""
+def subject_line(k: WeekKpis, week: str, scope: str | None = None) -> str:
+    """``GPU efficiency 2026-W48: $1,662 spend, 80.7% utilization, $62.50 recoverable`` — the
+    week and numbers, and the ``scope`` (``team nlp``) on one line when given."""
     h = k.headline
     util = "n/a" if h.utilization_pct is None else fmt_pct(h.utilization_pct)
-    return (f"GPU efficiency {week}: ${round(h.spend_usd):,} spend, {util} utilization, "
+    where = f", {_one_line(scope, MAX_NAME_CHARS)}" if scope else ""
+    return (f"GPU efficiency {week}{where}: ${round(h.spend_usd):,} spend, {util} utilization, "
             f"{fmt_usd(h.waste_usd)} recoverable")
 
 
@@ -108,7 +110,8 @@ def _domain(sender: str) -> str:
     return domain if re.fullmatch(r"[A-Za-z0-9.-]+", domain) else "localhost"
 
 
-def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None) -> dict[str, Any]:
+def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
+                   scope: str | None = None) -> dict[str, Any]:
     """The report's display strings, trimmed for an email: the week in ``tz``, the top runs
     and teams, user strings on one line and cut to a sensible length."""
     ctx = report_context(k, {}, title="GPU efficiency report", report_url=None,
@@ -123,6 +126,7 @@ def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None) -> dict[str,
     teams = [{**r, "name": _one_line(r["name"], MAX_NAME_CHARS)}
              for r in by_team["rows"][:MAX_TEAMS]]
     return {**ctx, "week": week, "dates": _week_dates(k, tz),
+            "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
             "report_link": report_link(report_url, week) or "",
             "runs": runs, "more_runs": len(k.underutilized) - len(runs),
             "teams": teams, "more_teams": len(k.by.get("team", ())) - len(teams)}
@@ -175,7 +179,7 @@ def wire_size(msg: EmailMessage) -> int:
 def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
                 sender: str = "gpu-kpi@localhost", recipients: Sequence[str] = (),
                 report_url: str | None = None, subject: str | None = None,
-                now: datetime | None = None) -> EmailMessage:
+                scope: str | None = None, now: datetime | None = None) -> EmailMessage:
     """The week's report as an email (see the module docstring for its parts).
 
     ``charts``: PNG bytes by name, from :func:`reports.charts.charts`; as many are attached as
@@ -183,15 +187,17 @@ def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
     (:data:`CHART_PREFERENCE`). ``tz``: the report's time zone (the week label and dates).
     ``report_url``: the archive's base URL; the email links ``<report_url>/<week>.html`` when it
     is http(s), and nothing otherwise. ``subject``: defaults to :func:`subject_line`; a value with
-    a line break is refused (ValueError). ``now``: the Date header (default: the current time)."""
-    ctx = _email_context(k, tz, report_url)
+    a line break is refused (ValueError). ``scope``: what the figures cover when not the whole
+    fleet (``team nlp``), in the subject and the heading. ``now``: the Date header (default: the
+    current time)."""
+    ctx = _email_context(k, tz, report_url, scope)
     known = [n for n in CHART_NAMES if n in charts]
     names = known + [n for n in charts if n not in known]  # the report's order
     keep = sorted(names, key=lambda n: (CHART_PREFERENCE.index(n)
                                         if n in CHART_PREFERENCE else len(CHART_PREFERENCE)))
     date = (now or datetime.now(UTC)).astimezone(tz)
     options: dict[str, Any] = {
-        "subject": subject_line(k, ctx["week"]) if subject is None else subject,
+        "subject": subject_line(k, ctx["week"], scope) if subject is None else subject,
         "sender": sender, "recipients": list(recipients), "date": date,
         "domain": _domain(sender)}
     while True:
@@ -199,3 +205,34 @@ def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
         if not keep or wire_size(msg) <= SIZE_BUDGET_BYTES:
             return msg
         keep.pop()
+
+
+def build_runs_email(k: WeekKpis, user: str, *, tz: tzinfo, sender: str = "gpu-kpi@localhost",
+                     recipients: Sequence[str] = (), report_url: str | None = None,
+                     now: datetime | None = None) -> EmailMessage | None:
+    """One engineer's underutilized runs of the week (those with ``user``), with each run's
+    verdict, advice and links; None when there are none. No charts: a short, personal list."""
+    mine = k.underutilized[k.underutilized["user"] == user].reset_index(drop=True)
+    if mine.empty:
+        return None
+    ctx = _email_context(dataclasses.replace(k, underutilized=mine), tz, report_url)
+    waste = sum(float(x) for x in mine["waste_usd"])
+    ctx = {**ctx, "user": _one_line(user, MAX_NAME_CHARS), "count": len(mine),
+           "waste": fmt_usd(waste)}
+    env = environment()
+    html = env.get_template("runs_email.html.j2").render(ctx)
+    text = env.overlay(autoescape=False).get_template("runs_email.txt.j2").render(ctx)
+    domain = _domain(sender)
+    msg = EmailMessage(policy=email_policy.default)
+    msg["Subject"] = (f"GPU efficiency {ctx['week']}: {len(mine)} of your runs under "
+                      f"{ctx['thresholds']['underutilized']} utilization, {fmt_usd(waste)} "
+                      "recoverable")
+    msg["From"] = sender
+    if recipients:
+        msg["To"] = ", ".join(recipients)
+    msg["Date"] = format_datetime((now or datetime.now(UTC)).astimezone(tz))
+    msg["Message-ID"] = make_msgid(domain=domain)
+    msg["Auto-Submitted"] = "auto-generated"
+    msg.set_content(str(text), subtype="plain", cte="quoted-printable")
+    msg.add_alternative(str(html), subtype="html", cte="quoted-printable")
+    return msg

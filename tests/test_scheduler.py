@@ -1,0 +1,133 @@
+"""The real APScheduler: its trigger fires within the test, the job store lives in the run
+store's database, and the delivery log keeps restarts and a second scheduler from sending twice."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+import sqlalchemy as sa
+from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
+from smtp_servers import SmtpServer
+from test_service import CTO, NLP, add_week, settings
+
+from reports.scheduler import JOBS_TABLE, ServiceScheduler, next_fire_time, parse_schedule
+from reports.service import RunResult, Service
+from reports.service_config import ServiceSettings
+from tracker.store import RunStore
+
+
+class Results:
+    """Collects each weekly run's result; ``wait(n)`` blocks until n have come."""
+
+    def __init__(self) -> None:
+        self.items: list[RunResult] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, result: RunResult) -> None:
+        with self._cond:
+            self.items.append(result)
+            self._cond.notify_all()
+
+    def wait(self, n: int, timeout: float = 60.0) -> list[RunResult]:
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self.items) >= n, timeout), self.items
+            return list(self.items)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    add_week(url, Service(ServiceSettings()).latest_week(datetime.now(UTC)))
+    return url
+
+
+def test_the_cron_schedule_is_monday_eight_in_the_report_zone() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    after = datetime(2026, 11, 30, 7, 59, tzinfo=berlin)  # a Monday, a minute early
+    assert next_fire_time("0 8 * * mon", berlin, after) == datetime(2026, 11, 30, 8, 0,
+                                                                    tzinfo=berlin)
+    nxt = next_fire_time("0 8 * * mon", berlin, after + timedelta(minutes=2))
+    assert nxt == datetime(2026, 12, 7, 8, 0, tzinfo=berlin)
+    assert nxt is not None and nxt.utcoffset() == timedelta(hours=1)
+    # across the spring DST change, still 08:00 local
+    spring = next_fire_time("0 8 * * mon", berlin, datetime(2027, 3, 24, tzinfo=berlin))
+    assert spring == datetime(2027, 3, 29, 8, 0, tzinfo=berlin)
+    assert spring is not None and spring.utcoffset() == timedelta(hours=2)
+    with pytest.raises(ValueError, match="5 cron fields"):
+        parse_schedule("0 8 * mon", "UTC")
+
+
+def test_the_trigger_fires_archives_and_mails_once(tmp_path: Path, store: str,
+                                                   smtp_server: SmtpServer) -> None:
+    s = settings(tmp_path, store, smtp_server, CTO, NLP)
+    results = Results()
+    with RunStore(store) as st:
+        scheduler = ServiceScheduler(s, st.engine, on_result=results)
+        scheduler.start(run_now=True)
+        try:
+            (first,) = results.wait(1)
+            next_run = scheduler.next_run_time()
+        finally:
+            scheduler.shutdown()
+    assert [o.status for o in first.outcomes] == ["sent", "sent"]
+    assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [CTO.to, NLP.to]
+    assert (tmp_path / "archive" / f"{first.weeks[-1]}.html").exists()
+    # after the immediate run, the job waits for the next Monday 08:00 (UTC here)
+    now = datetime.now(UTC)
+    assert next_run is not None and next_run.weekday() == 0 and next_run.hour == 8
+    assert now < next_run <= now + timedelta(days=7)
+
+    # a restart on the same job store: one job, and running it again sends nothing
+    results2 = Results()
+    with RunStore(store) as st:
+        scheduler = ServiceScheduler(s, st.engine, on_result=results2)
+        scheduler.start(run_now=True)
+        try:
+            (second,) = results2.wait(1)
+        finally:
+            scheduler.shutdown()
+        with st.engine.connect() as conn:
+            jobs = conn.execute(sa.text(f"SELECT id FROM {JOBS_TABLE}")).scalars().all()
+    assert second.outcomes == () and len(smtp_server.messages) == 2
+    assert jobs == ["gpu-kpi-weekly-report"]
+
+
+def test_two_schedulers_on_one_database_send_once(tmp_path: Path, store: str,
+                                                  smtp_server: SmtpServer) -> None:
+    s = settings(tmp_path, store, smtp_server, CTO)
+    results = Results()
+    stores = [RunStore(store), RunStore(store)]
+    schedulers = [ServiceScheduler(s, st.engine, on_result=results) for st in stores]
+    try:
+        for scheduler in schedulers:
+            scheduler.start(run_now=True)
+        both = results.wait(2)
+    finally:
+        for scheduler in schedulers:
+            scheduler.shutdown()
+        for st in stores:
+            st.close()
+    statuses = sorted(o.status for r in both for o in r.outcomes)
+    assert statuses in (["sent"], ["sent", "skipped"])  # the loser found it claimed or done
+    assert [m.rcpt_tos for m in smtp_server.messages] == [[CTO.to]]
+
+
+def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,
+                                             smtp_server_factory: object) -> None:
+    server = smtp_server_factory(data_replies=["451 4.3.0 try again later"])  # type: ignore[operator]
+    s = settings(tmp_path, store, server, CTO, retry_after_min=1 / 60)  # 1 s
+    results = Results()
+    with RunStore(store) as st:
+        scheduler = ServiceScheduler(s, st.engine, on_result=results)
+        scheduler.start(run_now=True)
+        try:
+            first, retry = results.wait(2)
+        finally:
+            scheduler.shutdown()
+    assert [o.status for o in first.outcomes] == ["deferred"]
+    assert [o.status for o in retry.outcomes] == ["sent"]
+    assert len(server.messages) == 1

@@ -1,0 +1,99 @@
+"""The report service's delivery log, as SQL: one row per (report kind, week, recipient) in the
+run store's database, claimed before a report is sent. What the statuses mean and when a row is
+owed is the service's business (:mod:`reports.deliveries`); this module only makes a claim
+atomic on SQLite and PostgreSQL.
+
+The table is created on first use, not with the run store's schema: stores made before the
+service existed have none, and the tracker never needs it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tracker.store.schema import UTCDateTime, insert, utc
+
+if TYPE_CHECKING:
+    from tracker.store.core import RunStore
+
+_metadata = sa.MetaData()
+deliveries_table = sa.Table(
+    "gpu_kpi_deliveries", _metadata,
+    sa.Column("kind", sa.String(200), primary_key=True),
+    sa.Column("week", sa.String(8), primary_key=True),
+    sa.Column("recipient", sa.String(320), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("claimed_by", sa.String(200), nullable=False),
+    sa.Column("claimed_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime),
+    sa.Column("message_id", sa.String(300)),
+    sa.Column("error", sa.Text),
+)
+_COLUMNS = tuple(c.name for c in deliveries_table.c)
+
+
+def _key(kind: str, week: str, recipient: str) -> Any:
+    t = deliveries_table.c
+    return (t.kind == kind) & (t.week == week) & (t.recipient == recipient)
+
+
+def ensure_table(store: RunStore) -> None:
+    store.transaction(lambda conn: _metadata.create_all(conn, checkfirst=True), write=True)
+
+
+def claim(store: RunStore, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
+          lease_s: float) -> bool:
+    """Insert the row as ``sending``, or take over one that is ``deferred`` or whose
+    ``sending`` claim is older than ``lease_s``: True for exactly one of any number of
+    concurrent claimers (the primary key decides inserts; an UPDATE's WHERE is re-checked
+    under the row lock on PostgreSQL and runs under SQLite's write lock)."""
+    now = utc(now)
+    t = deliveries_table
+    new = insert(store.engine.dialect.name, t).values(
+        kind=kind, week=week, recipient=recipient, status="sending", attempts=1,
+        claimed_by=owner, claimed_at=now).on_conflict_do_nothing()
+    retake = (sa.update(t)
+              .where(_key(kind, week, recipient)
+                     & ((t.c.status == "deferred")
+                        | ((t.c.status == "sending")
+                           & (t.c.claimed_at < now - timedelta(seconds=lease_s)))))
+              .values(status="sending", attempts=t.c.attempts + 1, claimed_by=owner,
+                      claimed_at=now, finished_at=None))
+
+    def work(conn: Connection) -> bool:
+        return conn.execute(new).rowcount == 1 or conn.execute(retake).rowcount == 1
+
+    return store.transaction(work, write=True)
+
+
+def finish(store: RunStore, kind: str, week: str, recipient: str, *, status: str, now: datetime,
+           message_id: str | None, error: str | None) -> None:
+    stmt = (sa.update(deliveries_table).where(_key(kind, week, recipient))
+            .values(status=status, finished_at=utc(now), message_id=message_id, error=error))
+    store.transaction(lambda conn: conn.execute(stmt), write=True)
+
+
+def rows(store: RunStore, *, kind: str | None = None,
+         recipient: str | None = None) -> list[dict[str, Any]]:
+    """The log's rows (by week, kind, recipient), optionally of one kind and recipient."""
+    t = deliveries_table
+    stmt = sa.select(t).order_by(t.c.week, t.c.kind, t.c.recipient)
+    if kind is not None:
+        stmt = stmt.where(t.c.kind == kind)
+    if recipient is not None:
+        stmt = stmt.where(t.c.recipient == recipient)
+    found = store.transaction(lambda conn: conn.execute(stmt).mappings().all(), write=False)
+    return [{c: row[c] for c in _COLUMNS} for row in found]
+
+
+def counts(store: RunStore) -> dict[tuple[str, str], int]:
+    """(kind, status) → rows."""
+    t = deliveries_table
+    stmt = sa.select(t.c.kind, t.c.status, sa.func.count()).group_by(t.c.kind, t.c.status)
+    found = store.transaction(lambda conn: conn.execute(stmt).all(), write=False)
+    return {(kind, status): int(n) for kind, status, n in found}
