@@ -86,9 +86,16 @@ class ServiceScheduler:
         downtime, ``serve --once``-like), then on schedule."""
         s = self._settings
         self._scheduler.start(paused=True)
+        # Replacing the stored job would compute its next run from now and forget a run that
+        # fell due while the service was down; keep that one, and the scheduler runs it if it
+        # is within the misfire grace time (coalesced: once, however many were missed).
+        stored = self._scheduler.get_job(JOB_ID)
+        missed = (stored.next_run_time if stored is not None and stored.next_run_time is not None
+                  and stored.next_run_time <= datetime.now(self._tz) else None)
         self._scheduler.add_job(
             WEEKLY_JOB, parse_schedule(s.schedule, self._tz), id=JOB_ID,
-            name="weekly GPU KPI report", kwargs={"settings": s}, replace_existing=True)
+            name="weekly GPU KPI report", kwargs={"settings": s}, replace_existing=True,
+            **({"next_run_time": missed} if missed is not None else {}))
         if run_now:
             self._scheduler.modify_job(JOB_ID, next_run_time=datetime.now(self._tz))
         if self._refresh is not None:

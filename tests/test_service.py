@@ -4,6 +4,7 @@ reaches each recipient once: reruns, restarts and catch-ups send nothing twice."
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
@@ -14,7 +15,7 @@ from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
 from smtp_servers import USERS, SmtpServer
 
 from reports.deliveries import DeliveryLog
-from reports.service import Service
+from reports.service import RunResult, Service
 from reports.service_config import Recipient, ServiceSettings
 from tracker.config import Settings
 from tracker.record import MinuteSample
@@ -114,6 +115,27 @@ def test_a_second_run_sends_nothing(tmp_path: Path, store: str, smtp_server: Smt
     again = Service(s, owner="another-host:1").run(now=W49 + MONDAY_8 + timedelta(minutes=5))
     assert again.outcomes == () and again.weeks == ("2026-W48",)
     assert len(smtp_server.messages) == 3
+
+
+def test_racing_senders_send_once(tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
+    """Four services (as four `serve` processes would) run the same week at the same moment."""
+    s = settings(tmp_path, store, smtp_server)
+    start = threading.Barrier(4)
+    results: list[RunResult] = []
+
+    def race(i: int) -> None:
+        service = Service(s, owner=f"host-{i}:1")
+        start.wait()
+        results.append(service.run(now=W49 + MONDAY_8))
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert len(results) == 4
+    assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [ALICE.to, CTO.to, NLP.to]
+    assert sum(r.count("sent") for r in results) == 3
 
 
 def test_three_weeks_of_service_mail_three_reports_to_each_recipient(
