@@ -117,9 +117,12 @@ def test_a_second_run_sends_nothing(tmp_path: Path, store: str, smtp_server: Smt
     assert len(smtp_server.messages) == 3
 
 
-def test_racing_senders_send_once(tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
-    """Four services (as four `serve` processes would) run the same week at the same moment."""
-    s = settings(tmp_path, store, smtp_server)
+def test_racing_senders_send_once(tmp_path: Path, store_url: str,
+                                  smtp_server: SmtpServer) -> None:
+    """Four services (as four `serve` processes would) run the same week at the same moment,
+    on SQLite and on PostgreSQL."""
+    add_week(store_url, W48)
+    s = settings(tmp_path, store_url, smtp_server)
     start = threading.Barrier(4)
     results: list[RunResult] = []
 
@@ -285,3 +288,24 @@ def test_minute_samples_split_the_team_report(tmp_path: Path, smtp_server: SmtpS
     Service(settings(tmp_path, url, smtp_server, NLP)).run(now=W49 + MONDAY_8)
     (lead,) = to(smtp_server, NLP.to)
     assert ", team nlp: $8 spend, 50.0% utilization" in subject(lead)
+
+
+def test_user_strings_are_escaped_in_the_team_and_runs_emails(
+        tmp_path: Path, smtp_server: SmtpServer) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    team = '"><img src=x onerror=alert(1)>\nBcc: evil@example.com'
+    with RunStore(url) as st:
+        st.upsert_run(run_record("x", W48 + timedelta(days=1), 4, util=10.0, team=team,
+                                 user="eve", name="<script>alert(1)</script>"))
+    recipients = (Recipient(to="lead@example.com", report="team", team=team),
+                  Recipient(to="eve@example.com", report="runs", user="eve"))
+    result = Service(settings(tmp_path, url, smtp_server, *recipients)).run(now=W49 + MONDAY_8)
+    assert [o.status for o in result.outcomes] == ["sent", "sent"]
+    for m in smtp_server.messages:
+        html = m.message.get_body(("html",))
+        assert html is not None
+        body = str(html.get_content())
+        assert "<script>alert(1)</script>" not in body and "<img src=x" not in body
+        assert "&lt;script&gt;" in body or "&lt;img" in body
+        assert m.rcpt_tos in (["lead@example.com"], ["eve@example.com"])  # no Bcc smuggled in
+        assert "\n" not in subject(m.message)

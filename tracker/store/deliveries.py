@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tracker.store.schema import UTCDateTime, insert, utc
+from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, insert, utc
 
 if TYPE_CHECKING:
     from tracker.store.core import RunStore
@@ -23,15 +23,15 @@ if TYPE_CHECKING:
 _metadata = sa.MetaData()
 deliveries_table = sa.Table(
     "gpu_kpi_deliveries", _metadata,
-    sa.Column("kind", sa.String(200), primary_key=True),
+    sa.Column("kind", sa.Text, primary_key=True),
     sa.Column("week", sa.String(8), primary_key=True),
-    sa.Column("recipient", sa.String(320), primary_key=True),
+    sa.Column("recipient", sa.Text, primary_key=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("claimed_by", sa.String(200), nullable=False),
+    sa.Column("claimed_by", sa.Text, nullable=False),
     sa.Column("claimed_at", UTCDateTime, nullable=False),
     sa.Column("finished_at", UTCDateTime),
-    sa.Column("message_id", sa.String(300)),
+    sa.Column("message_id", sa.Text),
     sa.Column("error", sa.Text),
 )
 _COLUMNS = tuple(c.name for c in deliveries_table.c)
@@ -43,7 +43,14 @@ def _key(kind: str, week: str, recipient: str) -> Any:
 
 
 def ensure_table(store: RunStore) -> None:
-    store.transaction(lambda conn: _metadata.create_all(conn, checkfirst=True), write=True)
+    """Create the table when it is missing; concurrent creators queue on PostgreSQL's advisory
+    lock (as the run store's own schema does), on SQLite on the write lock."""
+    def work(conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        _metadata.create_all(conn, checkfirst=True)
+
+    store.transaction(work, write=True)
 
 
 def claim(store: RunStore, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
@@ -56,17 +63,20 @@ def claim(store: RunStore, kind: str, week: str, recipient: str, *, owner: str, 
     t = deliveries_table
     new = insert(store.engine.dialect.name, t).values(
         kind=kind, week=week, recipient=recipient, status="sending", attempts=1,
-        claimed_by=owner, claimed_at=now).on_conflict_do_nothing()
+        claimed_by=owner, claimed_at=now).on_conflict_do_nothing().returning(t.c.kind)
     retake = (sa.update(t)
               .where(_key(kind, week, recipient)
                      & ((t.c.status == "deferred")
                         | ((t.c.status == "sending")
                            & (t.c.claimed_at < now - timedelta(seconds=lease_s)))))
               .values(status="sending", attempts=t.c.attempts + 1, claimed_by=owner,
-                      claimed_at=now, finished_at=None))
+                      claimed_at=now, finished_at=None)
+              .returning(t.c.kind))
 
     def work(conn: Connection) -> bool:
-        return conn.execute(new).rowcount == 1 or conn.execute(retake).rowcount == 1
+        # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT DO NOTHING
+        return (conn.execute(new).first() is not None
+                or conn.execute(retake).first() is not None)
 
     return store.transaction(work, write=True)
 
