@@ -102,7 +102,7 @@ METRICS: tuple[PromMetric, ...] = (
     # the service itself
     PromMetric(name="gpu_kpi_emails_total", type="counter", labels=("kind", "outcome"),
                scope="service", help="report emails in the delivery log by kind (summary, team, "
-               "runs) and outcome (sent, empty, deferred, failed, skipped)"),
+               "runs) and outcome (sending, sent, empty, deferred, failed, skipped)"),
     PromMetric(name="gpu_kpi_reports_built_total", type="counter", labels=(), scope="service",
                help="weekly reports built since the service started"),
     _gauge("gpu_kpi_last_report_timestamp_seconds", "service", "",
@@ -111,7 +111,7 @@ METRICS: tuple[PromMetric, ...] = (
 )
 
 NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
-EMAIL_OUTCOMES = ("sent", "empty", "deferred", "failed", "skipped")
+EMAIL_OUTCOMES = ("sending", "sent", "empty", "deferred", "failed", "skipped")
 
 Samples = Mapping[str, tuple[tuple[tuple[str, ...], float], ...]]
 """Metric name → (label values, value) per series."""

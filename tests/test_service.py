@@ -309,3 +309,20 @@ def test_user_strings_are_escaped_in_the_team_and_runs_emails(
         assert "&lt;script&gt;" in body or "&lt;img" in body
         assert m.rcpt_tos in (["lead@example.com"], ["eve@example.com"])  # no Bcc smuggled in
         assert "\n" not in subject(m.message)
+
+
+def test_the_metrics_refresh_reads_the_week_and_the_delivery_log(
+        tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
+    from reports.prom import KpiExporter
+    from reports.serve import MetricsRefresher
+
+    s = settings(tmp_path, store, smtp_server)
+    Service(s).run(now=W49 + MONDAY_8)
+    exporter = KpiExporter()
+    MetricsRefresher(s, exporter)(now=W49 + MONDAY_8 + timedelta(hours=1))
+    got = exporter.samples()
+    assert dict(got["gpu_kpi_week_spend_usd"]) == {("2026-W48", "util"): pytest.approx(84.7)}
+    assert dict(got["gpu_kpi_emails_total"]) == {
+        ("runs", "sent"): 1.0, ("summary", "sent"): 1.0, ("team", "sent"): 1.0}
+    # the current week (W49) has no runs yet: zero GPU-hours so far
+    assert dict(got["gpu_kpi_week_to_date_gpu_hours"]) == {("2026-W49", "util"): 0.0}
