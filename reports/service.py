@@ -136,6 +136,7 @@ class Service:
                 owed = self.owed(deliveries, now)
                 weeks = sorted({*owed, label_of(self.latest_week(now))})
                 mailer, errors = self._open_mailer() if owed else (None, [])
+                built: list[str] = []
                 archived: list[Path] = []
                 outcomes: list[Outcome] = []
                 for label in weeks:
@@ -145,6 +146,7 @@ class Service:
                         errors.append(f"{label}: {e}")
                         log.error("gpu-kpi: no report for %s: %s", label, e)
                         continue
+                    built.append(label)
                     archived += self._archive(week, errors)
                     for r in owed.get(label, []):
                         if mailer is not None:
@@ -152,10 +154,10 @@ class Service:
         except StoreError as e:
             log.error("gpu-kpi: the weekly report did not run: %s", e)
             return RunResult(errors=(str(e),))
-        result = RunResult(weeks=tuple(weeks), archived=tuple(archived),
+        result = RunResult(weeks=tuple(built), archived=tuple(archived),
                            outcomes=tuple(outcomes), errors=tuple(errors))
         log.info("gpu-kpi: weekly report %s: %d sent, %d empty, %d deferred, %d failed, "
-                 "%d skipped", ", ".join(weeks), result.count("sent"), result.count("empty"),
+                 "%d skipped", ", ".join(built) or "none", result.count("sent"), result.count("empty"),
                  result.deferred, result.count("failed"), result.count("skipped"))
         return result
 
@@ -164,10 +166,10 @@ class Service:
             return self._mailer, []
         try:
             password = read_password(self.settings.smtp)
-        except ConfigError as e:
+            return SmtpMailer(self.settings.smtp, password=password), []
+        except ConfigError as e:  # no password, an unreadable password or CA file
             log.error("gpu-kpi: nothing mailed: %s", e)
             return None, [str(e)]
-        return SmtpMailer(self.settings.smtp, password=password), []
 
     def request(self, label: str) -> Any:
         from reports.report import FORMATS, Request

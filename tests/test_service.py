@@ -326,3 +326,16 @@ def test_the_metrics_refresh_reads_the_week_and_the_delivery_log(
         ("runs", "sent"): 1.0, ("summary", "sent"): 1.0, ("team", "sent"): 1.0}
     # the current week (W49) has no runs yet: zero GPU-hours so far
     assert dict(got["gpu_kpi_week_to_date_gpu_hours"]) == {("2026-W49", "util"): 0.0}
+
+
+def test_an_unreadable_password_file_archives_and_sends_nothing(
+        tmp_path: Path, store: str, auth_server: SmtpServer) -> None:
+    smtp = auth_server.settings(username="alice", password_file=str(tmp_path / "missing"))
+    s = ServiceSettings(tracker=Settings(store=store), out_dir=str(tmp_path / "archive"),
+                        smtp=smtp, recipients=(CTO,))
+    result = Service(s).run(now=W49 + MONDAY_8)
+    assert result.outcomes == () and auth_server.messages == []
+    assert len(result.errors) == 1 and result.errors[0].startswith("smtp.password_file: ")
+    assert (tmp_path / "archive" / "2026-W48.html").exists()
+    (tmp_path / "missing").write_text(USERS["alice"] + "\n")  # fixed: the week is still owed
+    assert [o.status for o in Service(s).run(now=W49 + MONDAY_8).outcomes] == ["sent"]
