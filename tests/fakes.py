@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from tracker.record import RunRecord
+
+T = TypeVar("T")
 
 T0 = 1_790_000_040.0  # a minute boundary: 2026-09-21 14:14:00 UTC
 
@@ -56,3 +59,31 @@ def run_record(id: str, start: datetime, hours: float, *, gpus: int = 1,
                      ended_at=start + timedelta(hours=hours), status="finished",
                      gpu_model=model, gpu_count=gpus, price_per_gpu_hour=price,
                      gpu_hours=gpus * hours, util_pct=util, **kw)
+
+
+def run_together(n: int, prepare: Callable[[int], Callable[[], T]],
+                 timeout_s: float = 120.0) -> list[T]:
+    """Run ``n`` threads that each call ``prepare(i)`` (set-up: open a store, make a service),
+    wait for all to be ready, then call what it returned at the same moment; the results in
+    thread order. A thread that raises fails the call."""
+    start = threading.Barrier(n, timeout=timeout_s)
+    results: list[T | None] = [None] * n
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            go = prepare(i)
+            start.wait()
+            results[i] = go()
+        except BaseException as e:
+            errors.append(e)
+            start.abort()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    if errors:
+        raise errors[0]
+    return [r for r in results if r is not None]

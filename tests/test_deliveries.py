@@ -3,8 +3,10 @@ stale, and concurrent claimers get exactly one winner."""
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+
+from fakes import run_together
 
 from reports.deliveries import Delivery, DeliveryLog, pending_weeks
 from tracker.store import RunStore
@@ -43,21 +45,18 @@ def test_deferred_and_stale_claims_are_taken_again(store_url: str) -> None:
 
 
 def test_concurrent_claimers_get_one_winner(store_url: str) -> None:
-    wins: list[str] = []
-    start = threading.Barrier(8, timeout=60)
+    stores: list[RunStore] = []
 
-    def claim(i: int) -> None:
-        with RunStore(store_url) as store:
-            log = DeliveryLog(store)
-            start.wait()
-            if log.claim(*KEY, owner=f"h{i}:1", now=NOW):
-                wins.append(f"h{i}")
+    def claimer(i: int) -> Callable[[], bool]:
+        stores.append(store := RunStore(store_url))
+        log = DeliveryLog(store)
+        return lambda: log.claim(*KEY, owner=f"h{i}:1", now=NOW)
 
-    threads = [threading.Thread(target=claim, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    try:
+        wins = [won for won in run_together(8, claimer) if won]
+    finally:
+        for store in stores:
+            store.close()
     assert len(wins) == 1
 
 

@@ -4,13 +4,13 @@ reaches each recipient once: reruns, restarts and catch-ups send nothing twice."
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
-from fakes import run_record
+from fakes import run_record, run_together
 from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
 from smtp_servers import USERS, SmtpServer
 
@@ -123,19 +123,12 @@ def test_racing_senders_send_once(tmp_path: Path, store_url: str,
     on SQLite and on PostgreSQL."""
     add_week(store_url, W48)
     s = settings(tmp_path, store_url, smtp_server)
-    start = threading.Barrier(4)
-    results: list[RunResult] = []
 
-    def race(i: int) -> None:
+    def sender(i: int) -> Callable[[], RunResult]:
         service = Service(s, owner=f"host-{i}:1")
-        start.wait()
-        results.append(service.run(now=W49 + MONDAY_8))
+        return lambda: service.run(now=W49 + MONDAY_8)
 
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+    results = run_together(4, sender)
     assert len(results) == 4
     assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [ALICE.to, CTO.to, NLP.to]
     assert sum(r.count("sent") for r in results) == 3
