@@ -209,8 +209,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"gpu-kpi: config error: {e}", file=sys.stderr)
         if errors:
             return 2
+        from reports.scheduler import next_fire_time
+
+        nxt = next_fire_time(settings.schedule, settings.tz, datetime.now(UTC))
         print(f"config OK: {len(settings.recipients)} recipient(s), schedule "
-              f"{settings.schedule!r} in {settings.timezone}, SMTP {settings.smtp.host}:"
+              f"{settings.schedule!r} in {settings.timezone} (next: "
+              f"{nxt:%Y-%m-%d %H:%M %Z}), SMTP {settings.smtp.host}:"
               f"{settings.smtp.effective_port} ({settings.smtp.security}), archive in "
               f"{settings.out_dir}")
         return 0

@@ -143,16 +143,9 @@ def _render(ctx: Mapping[str, Any], charts: Sequence[Mapping[str, str]],
     return str(text), str(html)
 
 
-def _message(ctx: Mapping[str, Any], charts: Mapping[str, bytes], names: Sequence[str], *,
-             subject: str, sender: str, recipients: Sequence[str], date: datetime,
-             domain: str) -> EmailMessage:
-    # short Content-IDs: a header line over 78 characters is folded, which some parsers
-    # (CPython's among them) read back with the fold's leading space
-    shown = [{"name": n, "cid": f"{n}.{secrets.token_hex(8)}@{domain}",
-              "alt": CHART_ALT.get(n, n.replace("_", " "))} for n in names]
-    omitted = [CHART_TITLES.get(n, n.replace("_", " ")) for n in charts if n not in names]
-    text, html = _render(ctx, shown, omitted)
-
+def _alternative(text: str, html: str, *, subject: str, sender: str,
+                 recipients: Sequence[str], date: datetime, domain: str) -> EmailMessage:
+    """The headers and the ``multipart/alternative`` of a text and an HTML part."""
     msg = EmailMessage(policy=email_policy.default)
     msg["Subject"] = subject
     msg["From"] = sender
@@ -163,6 +156,20 @@ def _message(ctx: Mapping[str, Any], charts: Mapping[str, bytes], names: Sequenc
     msg["Auto-Submitted"] = "auto-generated"  # RFC 3834: no vacation replies
     msg.set_content(text, subtype="plain", cte="quoted-printable")
     msg.add_alternative(html, subtype="html", cte="quoted-printable")
+    return msg
+
+
+def _message(ctx: Mapping[str, Any], charts: Mapping[str, bytes], names: Sequence[str], *,
+             subject: str, sender: str, recipients: Sequence[str], date: datetime,
+             domain: str) -> EmailMessage:
+    # short Content-IDs: a header line over 78 characters is folded, which some parsers
+    # (CPython's among them) read back with the fold's leading space
+    shown = [{"name": n, "cid": f"{n}.{secrets.token_hex(8)}@{domain}",
+              "alt": CHART_ALT.get(n, n.replace("_", " "))} for n in names]
+    omitted = [CHART_TITLES.get(n, n.replace("_", " ")) for n in charts if n not in names]
+    text, html = _render(ctx, shown, omitted)
+    msg = _alternative(text, html, subject=subject, sender=sender, recipients=recipients,
+                       date=date, domain=domain)
     _, html_part = msg.iter_parts()
     for chart in shown:
         html_part.add_related(charts[chart["name"]], maintype="image", subtype="png",
@@ -222,17 +229,8 @@ def build_runs_email(k: WeekKpis, user: str, *, tz: tzinfo, sender: str = "gpu-k
     env = environment()
     html = env.get_template("runs_email.html.j2").render(ctx)
     text = env.overlay(autoescape=False).get_template("runs_email.txt.j2").render(ctx)
-    domain = _domain(sender)
-    msg = EmailMessage(policy=email_policy.default)
-    msg["Subject"] = (f"GPU efficiency {ctx['week']}: {len(mine)} of your runs under "
-                      f"{ctx['thresholds']['underutilized']} utilization, {fmt_usd(waste)} "
-                      "recoverable")
-    msg["From"] = sender
-    if recipients:
-        msg["To"] = ", ".join(recipients)
-    msg["Date"] = format_datetime((now or datetime.now(UTC)).astimezone(tz))
-    msg["Message-ID"] = make_msgid(domain=domain)
-    msg["Auto-Submitted"] = "auto-generated"
-    msg.set_content(str(text), subtype="plain", cte="quoted-printable")
-    msg.add_alternative(str(html), subtype="html", cte="quoted-printable")
-    return msg
+    subject = (f"GPU efficiency {ctx['week']}: {len(mine)} of your runs under "
+               f"{ctx['thresholds']['underutilized']} utilization, {fmt_usd(waste)} recoverable")
+    return _alternative(str(text), str(html), subject=subject, sender=sender,
+                        recipients=recipients, date=(now or datetime.now(UTC)).astimezone(tz),
+                        domain=_domain(sender))

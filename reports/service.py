@@ -28,7 +28,7 @@ from tracker.config import ConfigError
 
 if TYPE_CHECKING:
     from reports.kpis import WeekKpis
-    from reports.report import Computed
+    from reports.report import Computed, Request
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,8 @@ class Service:
             log.error("gpu-kpi: nothing mailed: %s", e)
             return None, [str(e)]
 
-    def request(self, label: str) -> Any:
+    def request(self, label: str) -> Request:
+        """The report request of week ``label`` with this service's settings."""
         from reports.report import FORMATS, Request
 
         s = self.settings

@@ -56,15 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.mailer import SECURITY_MODES, SmtpSettings
-from tracker.config import (
-    ENV_PREFIX,
-    ConfigError,
-    Settings,
-    config_path,
-    from_env,
-    from_toml,
-    read_toml,
-)
+from tracker.config import ENV_PREFIX, ConfigError, Settings, config_path, read_toml, settings_from
 
 REPORT_KINDS = ("summary", "team", "runs")
 """summary: the whole week's email (management); team: the same report for one team's runs
@@ -288,20 +280,6 @@ def _recipients(data: Mapping[str, Any], errors: _Errors) -> tuple[Recipient, ..
     return tuple(out)
 
 
-def _tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: _Errors,
-             overrides: Mapping[str, Any]) -> Settings:
-    merged: dict[str, Any] = {}
-    try:
-        merged.update(from_toml(data))
-        environment = from_env(env)
-        prices = {**merged.get("prices", {}), **environment.pop("prices", {})}
-        merged.update(environment)
-        merged["prices"] = prices
-    except ConfigError as e:
-        errors.items.append(str(e))
-    return Settings(**merged).replace(**overrides)
-
-
 def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
                           store: str | None = None) -> tuple[ServiceSettings, list[str]]:
     """The settings and every error found (each ``key: reason``, one line). Defaults < file <
@@ -315,7 +293,11 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
             data = read_toml(file)
         except ConfigError as e:
             return ServiceSettings(), [str(e)]
-    tracker = _tracker(data, env, errors, {"store": store})
+    try:
+        tracker = settings_from(data, env, store=store)
+    except ConfigError as e:
+        errors.items.append(str(e))
+        tracker = Settings(store=store)
     report, service = _section(data, "report", errors, env), _section(data, "service", errors, env)
     smtp_values = _section(data, "smtp", errors, env)
     if service.get("metrics_port") == 0:

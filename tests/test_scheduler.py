@@ -39,6 +39,19 @@ class Results:
             return list(self.items)
 
 
+def run_scheduler(s: ServiceSettings, engine: object, *, run_now: bool = True,
+                  runs: int = 1) -> tuple[list[RunResult], datetime | None]:
+    """Start a real scheduler on ``engine``'s job store, wait for ``runs`` weekly runs, stop it;
+    their results and the job's next run time at that point."""
+    results = Results()
+    scheduler = ServiceScheduler(s, engine, on_result=results)
+    scheduler.start(run_now=run_now)
+    try:
+        return results.wait(runs), scheduler.next_run_time()
+    finally:
+        scheduler.shutdown()
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -65,15 +78,8 @@ def test_the_cron_schedule_is_monday_eight_in_the_report_zone() -> None:
 def test_the_trigger_fires_archives_and_mails_once(tmp_path: Path, store: str,
                                                    smtp_server: SmtpServer) -> None:
     s = settings(tmp_path, store, smtp_server, CTO, NLP)
-    results = Results()
     with RunStore(store) as st:
-        scheduler = ServiceScheduler(s, st.engine, on_result=results)
-        scheduler.start(run_now=True)
-        try:
-            (first,) = results.wait(1)
-            next_run = scheduler.next_run_time()
-        finally:
-            scheduler.shutdown()
+        (first,), next_run = run_scheduler(s, st.engine)
     assert [o.status for o in first.outcomes] == ["sent", "sent"]
     assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [CTO.to, NLP.to]
     assert (tmp_path / "archive" / f"{first.weeks[-1]}.html").exists()
@@ -83,14 +89,8 @@ def test_the_trigger_fires_archives_and_mails_once(tmp_path: Path, store: str,
     assert now < next_run <= now + timedelta(days=7)
 
     # a restart on the same job store: one job, and running it again sends nothing
-    results2 = Results()
     with RunStore(store) as st:
-        scheduler = ServiceScheduler(s, st.engine, on_result=results2)
-        scheduler.start(run_now=True)
-        try:
-            (second,) = results2.wait(1)
-        finally:
-            scheduler.shutdown()
+        (second,), _ = run_scheduler(s, st.engine)
         with st.engine.connect() as conn:
             jobs = conn.execute(sa.text(f"SELECT id FROM {JOBS_TABLE}")).scalars().all()
     assert second.outcomes == () and len(smtp_server.messages) == 2
@@ -118,14 +118,8 @@ def test_a_run_missed_while_down_fires_on_restart(tmp_path: Path, store: str,
                          misfire_grace_time=3600, coalesce=True, max_instances=1,
                          next_run_time=datetime.now(UTC) - timedelta(minutes=5)))
 
-        results = Results()
-        scheduler = ServiceScheduler(s, st.engine, on_result=results)
-        scheduler.start()  # no run_now: the stored, missed run is what fires
-        try:
-            (missed,) = results.wait(1)
-            next_run = scheduler.next_run_time()
-        finally:
-            scheduler.shutdown()
+        # no run_now: the stored, missed run is what fires
+        (missed,), next_run = run_scheduler(s, st.engine, run_now=False)
     assert [o.status for o in missed.outcomes] == ["sent"]
     assert [m.rcpt_tos for m in smtp_server.messages] == [[CTO.to]]
     assert next_run is not None and next_run > datetime.now(UTC)
@@ -172,14 +166,8 @@ def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,
                                              smtp_server_factory: object) -> None:
     server = smtp_server_factory(data_replies=["451 4.3.0 try again later"])  # type: ignore[operator]
     s = settings(tmp_path, store, server, CTO, retry_after_min=1 / 60)  # 1 s
-    results = Results()
     with RunStore(store) as st:
-        scheduler = ServiceScheduler(s, st.engine, on_result=results)
-        scheduler.start(run_now=True)
-        try:
-            first, retry = results.wait(2)
-        finally:
-            scheduler.shutdown()
+        (first, retry), _ = run_scheduler(s, st.engine, runs=2)
     assert [o.status for o in first.outcomes] == ["deferred"]
     assert [o.status for o in retry.outcomes] == ["sent"]
     assert len(server.messages) == 1

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,8 @@ def test_check_config_on_the_command_line(tmp_path: Path) -> None:
     p = gpu_kpi("serve", "--check-config", "--config", str(good))
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("config OK: 3 recipient(s)")
+    nxt = re.search(r"\(next: (\d{4}-\d\d-\d\d) 07:30 CES?T\)", p.stdout)  # "30 7 * * mon"
+    assert nxt is not None and date.fromisoformat(nxt.group(1)).weekday() == 0
     assert SECRET not in p.stdout + p.stderr
 
 

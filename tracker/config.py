@@ -164,13 +164,15 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
                   **overrides: Any) -> Settings:
     """Defaults < TOML file < environment < ``overrides`` (None values are ignored)."""
     env = os.environ if env is None else env
-    merged: dict[str, Any] = {}
     file = Path(path) if path is not None else config_path(env)
-    if file is not None:
-        merged.update(from_toml(read_toml(file)))
+    return settings_from(read_toml(file) if file is not None else {}, env, **overrides)
+
+
+def settings_from(data: Mapping[str, Any], env: Mapping[str, str], **overrides: Any) -> Settings:
+    """The tracker's settings from a parsed TOML document: its values < ``env`` < ``overrides``
+    (None values are ignored); prices merge model by model."""
+    merged = from_toml(data)
     from_environment = from_env(env)
-    prices = {**merged.get("prices", {}), **from_environment.pop("prices", {})}
+    merged["prices"] = {**merged.get("prices", {}), **from_environment.pop("prices", {})}
     merged.update(from_environment)
-    merged["prices"] = prices
-    settings = Settings(**merged)
-    return settings.replace(**overrides)
+    return Settings(**merged).replace(**overrides)
