@@ -40,8 +40,8 @@ def per_call_us(n: int) -> tuple[float, float]:
 
 def sample_us(n: int, gpus: int) -> float:
     """CPU time of one sampler pass (read + aggregates) over ``gpus`` simulated GPUs, µs."""
+    from tracker.gpu.simulated import SimulatedBackend
     from tracker.sampler import Sampler
-    from tracker.simulated import SimulatedBackend
 
     clock = [0.0]
     sampler = Sampler(SimulatedBackend("input-bound", count=gpus), clock=lambda: clock[0],

@@ -24,8 +24,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Our own exception types that mean bad input or an unreachable service, not a bug."""
     from reports.errors import ReportError
     from reports.weeks import WeekError
-    from tracker.backend import BackendError
     from tracker.config import ConfigError
+    from tracker.gpu import BackendError
     from tracker.prices import UnknownGpu
 
     errors: list[type[BaseException]] = [CliError, BackendError, ConfigError, UnknownGpu,
@@ -36,7 +36,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         errors.append(StoreError)
     except ImportError:  # pragma: no cover - sqlalchemy missing
         pass
-    from reports.mailer import MailError
+    from reports.service.mailer import MailError
 
     errors.append(MailError)
     return tuple(errors)
@@ -126,8 +126,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports.kpis import thresholds_for
-    from reports.report import Request, build, parse_formats
+    from reports.build import Request, build, parse_formats
+    from reports.kpi import thresholds_for
     from reports.weeks import parse_week, zone
 
     settings = _settings(args)
@@ -159,7 +159,7 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    from tracker.spool import Spool
+    from tracker.store.spool import Spool
 
     spool = Spool()
     pending = spool.pending()
@@ -171,14 +171,14 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def _service_settings(args: argparse.Namespace) -> Any:
-    from reports.service_config import load_service_settings
+    from reports.service.config import load_service_settings
 
     return load_service_settings(getattr(args, "config", None), store=getattr(args, "store", None))
 
 
 def cmd_send(args: argparse.Namespace) -> int:
-    from reports.service import Service
-    from reports.service_config import parse_address
+    from reports.service.config import parse_address
+    from reports.service.job import Service
     from reports.weeks import parse_week
 
     parse_week(args.week)
@@ -200,7 +200,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
-    from reports.service_config import check_service_settings, read_service_settings
+    from reports.service.config import check_service_settings, read_service_settings
 
     settings, errors = read_service_settings(args.config, store=args.store)
     if args.check_config:
@@ -209,7 +209,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"gpu-kpi: config error: {e}", file=sys.stderr)
         if errors:
             return 2
-        from reports.scheduler import next_fire_time
+        from reports.service.scheduler import next_fire_time
 
         nxt = next_fire_time(settings.schedule, settings.tz, datetime.now(UTC))
         print(f"config OK: {len(settings.recipients)} recipient(s), schedule "
@@ -224,7 +224,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("; ".join(errors))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.once:
-        from reports.service import Service
+        from reports.service.job import Service
 
         result = Service(settings).run()
         for path in result.archived:
@@ -232,7 +232,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for o in result.outcomes:
             print(f"{o.week} {o.kind} {o.recipient}: {o.status}" + (f" ({o.error})" if o.error else ""))
         return 1 if result.errors or result.count("failed") or result.deferred else 0
-    from reports.serve import serve_forever
+    from reports.service.serve import serve_forever
 
     return serve_forever(settings)
 
@@ -255,7 +255,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
           f"written to {url}")
     print(f"list them again with: gpu-kpi runs --store {url} --week {label}")
-    from reports.report import Request, build
+    from reports.build import Request, build
     from reports.weeks import zone
 
     written = build(url, Request(week=label, tz=zone("UTC")), out / "reports")

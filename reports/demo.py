@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from tracker.cost import Thresholds, waste_usd
 from tracker.record import RunRecord
-from tracker.session import Session
+from tracker.session import track
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +70,7 @@ def simulate(run: DemoRun, *, store: str | bool, now: datetime,
     ``now``, and return its final record."""
     clock = _Clock((now - timedelta(hours=run.start_hours_ago)).timestamp())
     end = clock.t + run.hours * 3600.0
-    session = Session(
+    session = track(
         name=run.name, project=run.project, team=run.team, user=run.user, tags=("demo",),
         backend=f"simulated:{run.gpu}", store=store, clock=clock, threaded=False,
         run_id=f"demo-{run.name}-{now:%Y%m%d}",  # a second `gpu-kpi demo` replaces, not adds
@@ -169,7 +170,7 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
                 price_per_gpu_hour=price, price_source="demo", gpu_hours=gpu_hours,
                 util_pct=util, mem_peak_gib=job.mem_peak_gib,
                 mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
-                cost_usd=cost, waste_usd=cost * max(0.0, 1 - util / 85.0),
+                cost_usd=cost, waste_usd=waste_usd(cost, util, Thresholds().target_util_pct),
                 idle_usd=cost if verdict == "idle" else 0.0, verdict=verdict,
                 advice=ADVICE[verdict] or None))
     return out

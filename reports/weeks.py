@@ -66,3 +66,33 @@ def week_of(moment: datetime, tz: tzinfo = UTC) -> tuple[int, int]:
 def last_complete_week(now: datetime, tz: tzinfo = UTC) -> tuple[int, int]:
     """The week before the one ``now`` falls in."""
     return week_of(now.astimezone(tz) - timedelta(days=7), tz)
+
+
+def week_start_of(moment: datetime, tz: tzinfo = UTC) -> datetime:
+    """Monday 00:00 in ``tz`` of the ISO week ``moment`` falls in, as an aware UTC datetime.
+    Computed on the local calendar, so a daylight-saving change inside the week does not move
+    it."""
+    local = moment.astimezone(tz)
+    monday = local.date() - timedelta(days=local.weekday())
+    return datetime(monday.year, monday.month, monday.day, tzinfo=tz).astimezone(UTC)
+
+
+def shift_week(week: datetime, tz: tzinfo, n: int) -> datetime:
+    """The Monday 00:00 ``n`` weeks after ``week`` (a Monday 00:00 in ``tz``), in UTC."""
+    return week_start_of(week + timedelta(days=7 * n, hours=12), tz)
+
+
+def week_spans(start: datetime, end: datetime, tz: tzinfo) -> list[tuple[datetime, datetime]]:
+    """The ISO weeks (in ``tz``) that [start, end) overlaps, as [Monday, next Monday) in UTC."""
+    out = []
+    w = week_start_of(start, tz)
+    while w < end:
+        nxt = shift_week(w, tz, 1)
+        out.append((w, nxt))
+        w = nxt
+    return out
+
+
+def weeks_between(start: datetime, end: datetime, tz: tzinfo) -> list[datetime]:
+    """Monday 00:00 (in ``tz``, as UTC) of each ISO week that [start, end) overlaps."""
+    return [w0 for w0, _ in week_spans(start, end, tz)]

@@ -35,7 +35,7 @@ import trustme
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from reports.mailer import SmtpSettings
+from reports.service.mailer import SmtpSettings
 
 __all__ = ["AUTH_MECHANISMS", "HOST", "REFUSED", "USERS", "Received", "SmtpServer", "auth_server",
            "flaky_server", "refusing_server", "running_server", "silent_server", "smtp_ca",

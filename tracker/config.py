@@ -1,5 +1,10 @@
-"""The tracker's settings: defaults, then one TOML file, then ``GPU_KPI_*`` environment variables,
-then arguments. Read when a run starts, never at import.
+"""Settings, and the one parser of the config file: defaults, then one TOML file, then
+``GPU_KPI_*`` environment variables, then arguments. Read when a run starts, never at import.
+
+Every key is declared once, in a table of :class:`Key` (its parser and its variable); the
+service (:mod:`reports.service.config`) adds its own sections to the same machinery. Every
+error is one line naming its key (``tracker.interval_s: expected a number >= 0.01, got 'x'``),
+and all of a file's errors are reported together.
 
 ```toml
 store = "postgresql://gpu_kpi@db.internal/gpu_kpi"   # password: PGPASSWORD or ~/.pgpass
@@ -26,18 +31,24 @@ H100 = 2.49
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tracker.cost import Thresholds
 
 ENV_PREFIX = "GPU_KPI_"
 
 
 class ConfigError(ValueError):
     """A setting is wrong; the message names its key."""
+
+
+_THRESHOLD_KEYS = frozenset(f.name for f in dataclasses.fields(Thresholds))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,62 +58,174 @@ class Settings:
     gpu: str | None = None
     """GPU backend spec: ``nvml``, ``simulated:PROFILE[@MODEL][:N]``, ``replay:PATH.csv``."""
     interval_s: float = 1.0
+    """GPU sampling interval."""
     log_every_s: float = 30.0
+    """Live metrics cadence of the plain-loop API (the callbacks follow the trainer's)."""
     warmup_steps: int = 3
+    """Steps left out of throughput and step-time figures."""
     alert_window_s: float = 600.0
-    target_util_pct: float = 85.0
-    alert_util_pct: float = 70.0
-    underutilized_pct: float = 50.0
-    idle_pct: float = 5.0
-    idle_window_min: int = 30
+    """How long utilization stays under ``alert_util_pct`` before the one alert."""
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    """Target, alert, underutilized and idle thresholds (``[thresholds]``)."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """Price overrides, USD per GPU-hour, by GPU model."""
 
     def replace(self, **changes: Any) -> Settings:
-        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+        """A copy with ``changes`` (None values ignored); threshold names (``target_util_pct``…)
+        change :attr:`thresholds`."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        limits = {k: changes.pop(k) for k in list(changes) if k in _THRESHOLD_KEYS}
+        if limits:
+            changes["thresholds"] = dataclasses.replace(self.thresholds, **limits)
+        return dataclasses.replace(self, **changes)
 
 
-_SECTIONS = {
-    "": ("store", "gpu"),
-    "tracker": ("interval_s", "log_every_s", "warmup_steps", "alert_window_s"),
-    "thresholds": ("target_util_pct", "alert_util_pct", "underutilized_pct", "idle_pct",
-                   "idle_window_min"),
+# -- parsers: each takes a raw value (TOML or a variable's text) and returns it parsed, or raises
+# ValueError with the reason; the key is added by the caller
+Parser = Callable[[object], Any]
+
+
+def text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def number(low: float, high: float | None = None) -> Parser:
+    """A finite number in [low, high]."""
+    def parse(value: object) -> float:
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got {value!r}")
+        try:
+            x = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise ValueError(f"expected a number, got {value!r}") from None
+        if not (math.isfinite(x) and x >= low and (high is None or x <= high)):
+            bounds = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
+            raise ValueError(f"expected a number {bounds}, got {value!r}")
+        return x
+    return parse
+
+
+def whole(low: int, high: int | None = None) -> Parser:
+    as_number = number(low, high)
+
+    def parse(value: object) -> int:
+        x = as_number(value)
+        if x != int(x):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        return int(x)
+    return parse
+
+
+def choice(options: tuple[str, ...]) -> Parser:
+    def parse(value: object) -> str:
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+        return str(value)
+    return parse
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Parser
+    env: str | None = None
+    """``GPU_KPI_<env>`` overrides the file's value."""
+
+
+Sections = Mapping[str, Mapping[str, Key]]
+"""Section name (``""``: the top level) → key → :class:`Key`."""
+
+
+class Errors:
+    """Collects every error as one ``key: reason`` line."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def parse(self, key: str, parser: Parser, value: object) -> Any:
+        try:
+            return parser(value)
+        except ValueError as e:
+            self.items.append(f"{key}: {e}")
+            return None
+
+    def raise_any(self) -> None:
+        if self.items:
+            raise ConfigError("; ".join(self.items))
+
+
+def read_sections(data: Mapping[str, Any], sections: Sections, env: Mapping[str, str],
+                  errors: Errors) -> dict[str, dict[str, Any]]:
+    """The parsed values of ``sections`` in a TOML document, each overridden by its variable.
+    A key a section does not declare is an error (at the top level only other sections' names
+    are allowed: the file is shared). A value in error is left out, keeping its default."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, keys in sections.items():
+        table = data if not name else data.get(name, {})
+        if not isinstance(table, Mapping):
+            errors.items.append(f"{name}: expected a table")
+            table = {}
+        values = {k: v for k, v in table.items() if name or k in keys}
+        from_env = {k: ENV_PREFIX + key.env for k, key in keys.items()
+                    if key.env and env.get(ENV_PREFIX + key.env)}
+        values.update({k: env[var] for k, var in from_env.items()})
+        parsed: dict[str, Any] = {}
+        for k, value in values.items():
+            qualified = f"{name}.{k}" if name else k
+            if k in from_env:
+                qualified += f" (from {from_env[k]})"
+            if k not in keys:
+                errors.items.append(f"{qualified}: unknown setting")
+            elif (v := errors.parse(qualified, keys[k].parse, value)) is not None:
+                parsed[k] = v
+        out[name] = parsed
+    return out
+
+
+def _pct(low: float = 0.0) -> Parser:
+    return number(low, 100.0)
+
+
+TRACKER_SECTIONS: Sections = {
+    "": {"store": Key(text, "STORE"), "gpu": Key(text, "GPU")},
+    "tracker": {"interval_s": Key(number(0.01), "INTERVAL_S"),
+                "log_every_s": Key(number(0), "LOG_EVERY_S"),
+                "warmup_steps": Key(whole(0), "WARMUP_STEPS"),
+                "alert_window_s": Key(number(0), "ALERT_WINDOW_S")},
+    "thresholds": {"target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),
+                   "alert_util_pct": Key(_pct(), "ALERT_UTIL_PCT"),
+                   "underutilized_pct": Key(_pct(), "UNDERUTILIZED_PCT"),
+                   "underutilized_min_gpu_hours": Key(number(0), "UNDERUTILIZED_MIN_GPU_HOURS"),
+                   "idle_pct": Key(_pct(), "IDLE_PCT"),
+                   "idle_window_min": Key(whole(1, 7 * 24 * 60), "IDLE_WINDOW_MIN")},
 }
-_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
+"""The tracker's keys; the file's other sections belong to the reports side."""
+
+price = number(0)
+"""USD per GPU-hour: finite, >= 0."""
 
 
-def _coerce(key: str, value: object) -> object:
-    kind = _TYPES[key]
-    try:
-        if kind == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            number = float(value)  # type: ignore[arg-type]
-            if not number >= 0:  # negative or NaN
-                raise ValueError
-            return number
-        if kind == "int":
-            if isinstance(value, bool) or float(value) != int(float(value)):  # type: ignore[arg-type]
-                raise ValueError
-            return int(float(value))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        wanted = "non-negative number" if kind == "float" else "whole number"
-        raise ConfigError(f"{key}: expected a {wanted}, got {value!r}") from None
-    if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    return value
+def read_prices(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> dict[str, float]:
+    """``[prices]`` (GPU model = USD per GPU-hour), then ``GPU_KPI_PRICE_<MODEL>``, model by model."""
+    table = data.get("prices", {})
+    if not isinstance(table, Mapping):
+        errors.items.append("prices: expected a table of GPU model = USD per GPU-hour")
+        table = {}
+    out: dict[str, float] = {}
+    for key, value in [*((f"prices.{k}", v) for k, v in table.items()),
+                       *((k, v) for k, v in env.items() if k.startswith(ENV_PREFIX + "PRICE_"))]:
+        usd = errors.parse(key, price, value)
+        if usd is not None:
+            out[key.removeprefix("prices.").removeprefix(ENV_PREFIX + "PRICE_")] = usd
+    return out
 
 
-def _price(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{key}: expected a price in USD per GPU-hour, got {value!r}")
-    try:
-        usd = float(value)
-    except ValueError:
-        raise ConfigError(f"{key}: expected a price in USD per GPU-hour, got {value!r}") from None
-    if not usd >= 0:
-        raise ConfigError(f"{key}: a price must be >= 0, got {value!r}")
-    return usd
+def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> Settings:
+    """The tracker's settings in a parsed TOML document, each overridden by its variable."""
+    found = read_sections(data, TRACKER_SECTIONS, env, errors)
+    return Settings(**found[""], **found["tracker"], thresholds=Thresholds(**found["thresholds"]),
+                    prices=read_prices(data, env, errors))
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path | None:
@@ -126,40 +249,6 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {e}") from None
 
 
-def from_toml(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The tracker's settings in a parsed TOML document; sections it does not own are left to
-    the reports side."""
-    out: dict[str, Any] = {}
-    for section, keys in _SECTIONS.items():
-        table = data if not section else data.get(section, {})
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"{section}: expected a table")
-        for key, value in table.items():
-            name = f"{section}.{key}" if section else key
-            if key in keys:
-                out[key] = _coerce(key, value)
-            elif section:
-                raise ConfigError(f"{name}: unknown setting")
-    prices = data.get("prices", {})
-    if not isinstance(prices, Mapping):
-        raise ConfigError("prices: expected a table of GPU model = USD per GPU-hour")
-    out["prices"] = {k: _price(f"prices.{k}", v) for k, v in prices.items()}
-    return out
-
-
-def from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in _TYPES.keys() - {"prices"}:
-        value = env.get(ENV_PREFIX + key.upper())
-        if value:
-            out[key] = _coerce(key, value)
-    prices = {k[len(ENV_PREFIX + "PRICE_"):]: _price(k, v) for k, v in env.items()
-              if k.startswith(ENV_PREFIX + "PRICE_")}
-    if prices:
-        out["prices"] = prices
-    return out
-
-
 def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
                   **overrides: Any) -> Settings:
     """Defaults < TOML file < environment < ``overrides`` (None values are ignored)."""
@@ -170,9 +259,8 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
 
 def settings_from(data: Mapping[str, Any], env: Mapping[str, str], **overrides: Any) -> Settings:
     """The tracker's settings from a parsed TOML document: its values < ``env`` < ``overrides``
-    (None values are ignored); prices merge model by model."""
-    merged = from_toml(data)
-    from_environment = from_env(env)
-    merged["prices"] = {**merged.get("prices", {}), **from_environment.pop("prices", {})}
-    merged.update(from_environment)
-    return Settings(**merged).replace(**overrides)
+    (None values are ignored); :class:`ConfigError` with every error when any is wrong."""
+    errors = Errors()
+    settings = read_tracker(data, env, errors)
+    errors.raise_any()
+    return settings.replace(**overrides)

@@ -1,11 +1,14 @@
 """Name a run's main bottleneck and what to do about it, from what the tracker measured.
 
-A pure function of the evidence; the thresholds are the design's defaults and configurable.
+A pure function of the evidence; the thresholds (:class:`tracker.cost.Thresholds`) are the
+configured ones, the evidence limits (:class:`Limits`) the design's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tracker.cost import Thresholds
 
 VERDICTS = ("idle", "input-bound", "communication-bound", "small-batch", "low-efficiency",
             "below-target", "healthy", "unknown")
@@ -30,12 +33,10 @@ ADVICE: dict[str, str] = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class Thresholds:
-    target_util_pct: float = 85.0
-    """Utilization a healthy run reaches (recoverable waste is measured against it)."""
-    alert_util_pct: float = 70.0
-    idle_util_pct: float = 5.0
-    idle_window_s: float = 1800.0
+class Limits:
+    """Where the evidence points to a cause; the utilization thresholds are
+    :class:`tracker.cost.Thresholds`, shared with the reports."""
+
     input_wait_pct: float = 10.0
     input_wait_critical_pct: float = 20.0
     small_batch_mem_pct: float = 50.0
@@ -73,9 +74,10 @@ class Diagnosis:
     advice: str
 
 
-def diagnose(e: Evidence, t: Thresholds | None = None) -> Diagnosis:
+def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = None) -> Diagnosis:
     """The main bottleneck of a run, the evidence in one line, and the advice."""
     t = t or Thresholds()
+    lim = limits or Limits()
 
     def verdict(name: str, severity: str, reason: str) -> Diagnosis:
         return Diagnosis(verdict=name, severity=severity, reason=reason, advice=ADVICE[name])
@@ -83,37 +85,37 @@ def diagnose(e: Evidence, t: Thresholds | None = None) -> Diagnosis:
     gpu_s = e.duration_s * max(e.gpu_count, 1)
     if e.util_pct is not None and (
         (gpu_s > 0 and e.idle_gpu_s >= 0.5 * gpu_s)
-        or (e.util_pct < t.idle_util_pct and e.duration_s >= t.idle_window_s)
+        or (e.util_pct < t.idle_pct and e.duration_s >= t.idle_window_s)
     ):
         return verdict("idle", "critical",
-                       f"utilization {e.util_pct:.0f}%, under {t.idle_util_pct:.0f}% for "
+                       f"utilization {e.util_pct:.0f}%, under {t.idle_pct:.0f}% for "
                        f"{max(e.idle_gpu_s / max(e.gpu_count, 1), e.duration_s) / 60:.0f} min")
-    if e.data_wait_pct is not None and e.data_wait_pct >= t.input_wait_pct:
-        severity = "critical" if e.data_wait_pct >= t.input_wait_critical_pct else "warning"
+    if e.data_wait_pct is not None and e.data_wait_pct >= lim.input_wait_pct:
+        severity = "critical" if e.data_wait_pct >= lim.input_wait_critical_pct else "warning"
         return verdict("input-bound", severity,
                        f"{e.data_wait_pct:.0f}% of step time spent waiting for data")
     if e.util_pct is None:
         return verdict("unknown", "unknown", "no GPU data")
     below = e.util_pct < t.target_util_pct
     if (below and e.gpu_count > 1 and e.rank_spread_pct is not None
-            and e.rank_spread_pct >= t.rank_spread_pct):
+            and e.rank_spread_pct >= lim.rank_spread_pct):
         return verdict("communication-bound", "warning",
                        f"step time differs by {e.rank_spread_pct:.0f}% across ranks at "
                        f"{e.util_pct:.0f}% utilization")
-    if (below and (e.mem_used_pct is None or e.mem_used_pct < t.small_batch_mem_pct)
-            and (e.step_time_ms is None or e.step_time_ms < t.small_batch_step_ms)):
+    if (below and (e.mem_used_pct is None or e.mem_used_pct < lim.small_batch_mem_pct)
+            and (e.step_time_ms is None or e.step_time_ms < lim.small_batch_step_ms)):
         mem = f", {e.mem_used_pct:.0f}% of memory" if e.mem_used_pct is not None else ""
-        return verdict("small-batch", "critical" if e.util_pct < 50 else "warning",
+        return verdict("small-batch", "critical" if e.util_pct < t.underutilized_pct else "warning",
                        f"utilization {e.util_pct:.0f}%{mem}")
     if e.util_pct >= t.alert_util_pct:
-        if e.sm_active_pct is not None and e.sm_active_pct < t.low_sm_active_pct:
+        if e.sm_active_pct is not None and e.sm_active_pct < lim.low_sm_active_pct:
             return verdict("low-efficiency", "warning",
                            f"utilization {e.util_pct:.0f}% but SM activity "
                            f"{e.sm_active_pct:.0f}%")
-        if e.mfu is not None and e.mfu < t.low_mfu:
+        if e.mfu is not None and e.mfu < lim.low_mfu:
             return verdict("low-efficiency", "warning",
                            f"utilization {e.util_pct:.0f}% but MFU {e.mfu:.2f}")
     if not below:
         return verdict("healthy", "ok", f"utilization {e.util_pct:.0f}%")
-    return verdict("below-target", "critical" if e.util_pct < 50 else "warning",
+    return verdict("below-target", "critical" if e.util_pct < t.underutilized_pct else "warning",
                    f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)")

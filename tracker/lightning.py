@@ -16,7 +16,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("the Lightning callback needs the lightning package: "
                       "pip install 'gpu-kpi[lightning]'") from e
 
-from tracker.lightning_hooks import LightningHooks
+from tracker.integrations.lightning_hooks import LightningHooks
 
 __all__ = ["GpuKpiCallback"]
 

@@ -9,7 +9,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("this callback needs the pytorch_lightning package: "
                       "pip install pytorch-lightning (or use tracker.lightning)") from e
 
-from tracker.lightning_hooks import LightningHooks
+from tracker.integrations.lightning_hooks import LightningHooks
 
 __all__ = ["GpuKpiCallback"]
 

@@ -9,7 +9,8 @@ and the spread that a mean hides (min, max, slowest rank).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from tracker.metrics import METRICS
 
@@ -134,3 +135,14 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
         "idle_usd": total("idle_usd"), "idle_gpu_s": total("idle_gpu_s"),
         "rank_spread_pct": _spread(steps)[3],
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where this process sits in a multi-GPU run. ``gather`` is the one small all-gather (a
+    list of floats per rank), called at log steps and once at the end, never per step."""
+
+    rank: int = 0
+    world_size: int = 1
+    nodes: int = 1
+    gather: Callable[[list[float]], list[list[float]]] | None = None

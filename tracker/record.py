@@ -90,3 +90,28 @@ class MinuteSample:
     power_w: float | None = None
     energy_kwh: float | None = None
     """Energy used during the minute, kWh."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    """What a run is, as its user describes it (the arguments of :func:`tracker.track`)."""
+
+    id: str
+    name: str | None = None
+    """None: ``<project>-YYYYMMDD-HHMMSS`` at start."""
+    project: str = ""
+    team: str = ""
+    user: str | None = None
+    """None: the login name."""
+    tags: tuple[str, ...] = ()
+    framework: str = "plain"
+    links: dict[str, str] = field(default_factory=dict)
+    """Where else the run is seen: ``{"wandb": URL, "tensorboard": DIR}``."""
+    flops_per_step: float | None = None
+    """Model FLOPs of one step on this process, for MFU."""
+    dtype: str | None = None
+    """Training dtype (``bf16``, ``fp32``…): which GPU peak MFU is measured against."""
+    price_per_gpu_hour: float | None = None
+    """USD; None: the price table's for the GPU model."""
+    per_gpu: bool = False
+    """Log ``gpu/<i>/…`` too."""

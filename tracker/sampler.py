@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tracker.backend import GpuBackend, GpuInfo, GpuReading
+from tracker.cost import IdleDetector
+from tracker.gpu.base import GpuBackend, GpuInfo, GpuReading
 from tracker.record import MinuteSample
 from tracker.units import j_to_kwh
 
@@ -104,37 +105,6 @@ class GpuStats:
         return self._power_j if self.tw["power_w"].seconds > 0 else None
 
 
-@dataclass
-class _IdleDetector:
-    """Streams one GPU's minutes and counts idle seconds: a minute is idle when its own
-    utilization is under ``threshold_pct`` and it lies in some ``window``-minute stretch whose
-    mean is under it too. A short blip does not break an idle hour; a busy minute is never idle."""
-
-    window: int
-    threshold_pct: float
-    idle_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        # [util_pct, covered_s, counted] of the last `window` minutes
-        self._recent: deque[list[float | bool]] = deque(maxlen=self.window)
-
-    def add_minute(self, util_pct: float | None, covered_s: float) -> None:
-        if util_pct is None:  # no data is never idle; it breaks the stretch
-            self._recent.clear()
-            return
-        self._recent.append([util_pct, covered_s, False])
-        if len(self._recent) < self.window:
-            return
-        seconds = sum(float(m[1]) for m in self._recent)
-        if seconds <= 0 or sum(float(m[0]) * float(m[1]) for m in self._recent) / seconds \
-                >= self.threshold_pct:
-            return
-        for m in self._recent:
-            if not m[2] and float(m[0]) < self.threshold_pct:
-                m[2] = True
-                self.idle_s += float(m[1])
-
-
 @dataclass(frozen=True, kw_only=True)
 class AlertRule:
     """Fire once when the run's mean utilization over ``window_s`` stays under ``under_pct``."""
@@ -178,7 +148,7 @@ class Sampler:
         self.gpus: list[GpuInfo] = []
         self.run: dict[str, GpuStats] = {}
         self.window: dict[str, GpuStats] = {}
-        self.idle: dict[str, _IdleDetector] = {}
+        self.idle: dict[str, IdleDetector] = {}
         self.last: dict[str, GpuReading] = {}
         self.lost: set[str] = set()
         self.failed = False
@@ -201,7 +171,7 @@ class Sampler:
         for g in self.gpus:
             self.run[g.uuid] = GpuStats()
             self.window[g.uuid] = GpuStats()
-            self.idle[g.uuid] = _IdleDetector(*self._idle_args)
+            self.idle[g.uuid] = IdleDetector(*self._idle_args)
         self.sample(now)
         if self.threaded:
             self._thread = threading.Thread(target=self._loop, name="gpu-kpi-sampler", daemon=True)

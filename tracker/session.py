@@ -28,142 +28,59 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from tracker import ranks
-from tracker.backend import BackendError, GpuBackend, GpuInfo, open_backend
+from tracker import figures, ranks
 from tracker.config import ConfigError, Settings, load_settings
-from tracker.diagnosis import Evidence, Thresholds, diagnose
-from tracker.metrics import per_gpu_key
-from tracker.peaks import mfu, peak_tflops
+from tracker.diagnosis import diagnose
+from tracker.gpu import BackendError, GpuBackend, GpuInfo, open_backend
+from tracker.peaks import peak_tflops
 from tracker.prices import Price, PriceTable, UnknownGpu, canonical_gpu
-from tracker.record import MinuteSample, RunRecord
-from tracker.sampler import AlertRule, GpuStats, Sampler
+from tracker.ranks import Placement
+from tracker.record import MinuteSample, RunRecord, RunSpec
+from tracker.sampler import AlertRule, Sampler
 from tracker.sinks import LoggingSink, Sink, SinkSet
-from tracker.units import j_to_kwh, s_to_hours
+from tracker.throughput import StepCounter, mfu
 
 log = logging.getLogger("gpu_kpi")
 
 
-class _Steps:
-    """Step counters over a span (the run, or the current log window). Warm-up excluded."""
-
-    __slots__ = ("flops", "samples", "steps", "time_s", "tokens", "wait_s", "waited")
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.time_s = 0.0
-        self.wait_s = 0.0
-        self.waited = 0
-        self.samples = 0
-        self.tokens = 0
-        self.flops = 0.0
-
-    def add(self, dt: float, wait: float | None, samples: int | None, tokens: int | None,
-            flops: float | None) -> None:
-        self.steps += 1
-        self.time_s += dt
-        if wait is not None:
-            self.wait_s += wait
-            self.waited += 1
-        if samples:
-            self.samples += samples
-        if tokens:
-            self.tokens += tokens
-        if flops:
-            self.flops += flops
-
-    def rate(self, total: float) -> float | None:
-        return total / self.time_s if total and self.time_s > 0 else None
-
-    @property
-    def data_wait_pct(self) -> float | None:
-        if not self.waited or self.time_s <= 0:
-            return None
-        return min(100.0, 100.0 * self.wait_s / self.time_s)
-
-    @property
-    def step_time_ms(self) -> float | None:
-        return 1000.0 * self.time_s / self.steps if self.steps else None
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return sum(vals) / len(vals) if vals else None
-
-
-def _weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float | None:
-    """GPU-time-weighted mean over GPUs (not a mean of means); with no time covered yet, the
-    mean of the latest readings."""
-    tws = [s.tw[field] for s in stats]
-    seconds = sum(tw.seconds for tw in tws)
-    if seconds > 0:
-        return sum(tw.total for tw in tws) / seconds
-    return _mean(tw.last for tw in tws)
-
-
 class Session:
-    """One tracked training run. Use as a context manager (see :func:`track`)."""
+    """One tracked training run. Use as a context manager (see :func:`track`).
 
-    def __init__(
-        self,
-        *,
-        name: str | None = None,
-        project: str = "",
-        team: str = "",
-        user: str | None = None,
-        tags: Sequence[str] = (),
-        framework: str = "plain",
-        backend: str | GpuBackend | None = None,
-        store: str | bool | None = None,
-        config: str | None = None,
-        interval_s: float | None = None,
-        log_every_s: float | None = None,
-        warmup_steps: int | None = None,
-        flops_per_step: float | None = None,
-        dtype: str | None = None,
-        price_per_gpu_hour: float | None = None,
-        sinks: Sequence[Sink] = (),
-        log_to_python: bool = True,
-        per_gpu: bool = False,
-        clock: Callable[[], float] | None = None,
-        threaded: bool = True,
-        run_id: str | None = None,
-        links: Mapping[str, str] | None = None,
-        settings: Settings | None = None,
-        rank: int = 0,
-        world_size: int = 1,
-        nodes: int = 1,
-        gather: Callable[[list[float]], list[list[float]]] | None = None,
-    ) -> None:
-        self.id = run_id or uuidlib.uuid4().hex
-        self.name = name
-        self.project = project
-        self.team = team
-        self.user = user
-        self.tags = tuple(tags)
-        self.framework = framework
-        self.links = dict(links or {})
-        self.flops_per_step = flops_per_step
-        self.dtype = dtype
-        self.per_gpu = per_gpu
+    ``spec`` says what the run is; ``settings`` (else the config file, then ``overrides``, a
+    dict of :class:`Settings` fields) how it is measured; the rest is wiring: the GPU
+    ``backend`` (a spec or an instance), the ``store`` (a URL; False: none), ``sinks``, the
+    ``clock`` (tests), ``threaded`` (False: the tests drive the sampler), and this process's
+    ``placement`` among the ranks.
+    """
+
+    def __init__(self, spec: RunSpec, *, settings: Settings | None = None,
+                 config: str | None = None, overrides: Mapping[str, Any] | None = None,
+                 backend: str | GpuBackend | None = None, store: str | bool | None = None,
+                 sinks: Sequence[Sink] = (), log_to_python: bool = True,
+                 clock: Callable[[], float] | None = None, threaded: bool = True,
+                 placement: Placement | None = None) -> None:
+        self.spec = spec
+        self.id = spec.id
+        self.name = spec.name
+        self.user = spec.user
+        self.links = dict(spec.links)
+        self.flops_per_step = spec.flops_per_step
+        place = placement or Placement()
+        self.rank, self.world_size, self.nodes = place.rank, place.world_size, place.nodes
+        self._gather = place.gather if place.world_size > 1 else None
         self._backend_arg = backend
         self._store_arg = store
         self._config = config
-        self._overrides = {"interval_s": interval_s, "log_every_s": log_every_s,
-                           "warmup_steps": warmup_steps}
+        self._overrides = dict(overrides or {})
         self._settings = settings
-        self._price_override = price_per_gpu_hour
         self._wall = clock or time.time
         self._now = clock or time.perf_counter
         self._threaded = threaded
-        self.rank = rank
-        self.world_size = world_size
-        self.nodes = nodes
-        self._gather = gather if world_size > 1 else None
         self._peer_figures: list[dict[str, float | None]] = []
         # only global rank 0 talks to sinks and writes the run record; every rank writes the
         # minutes of its own GPUs
         self.sinks = SinkSet([*sinks, *([LoggingSink()] if log_to_python else [])]
-                             if rank == 0 else [])
+                             if self.rank == 0 else [])
         self.settings = Settings()
         self.gpus: list[GpuInfo] = []
         self.gpu_source = "none"
@@ -174,8 +91,8 @@ class Session:
         self._writer: Any = None
         self._started_wall = 0.0
         self._started_at = datetime.now(UTC)
-        self._total = _Steps()
-        self._window = _Steps()
+        self._total = StepCounter()
+        self._window = StepCounter()
         self.steps = 0
         self.samples = 0
         self.tokens = 0
@@ -221,7 +138,7 @@ class Session:
         self.user = self.user if self.user is not None else _user()
         self._started_wall = self._wall()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
-        self.name = self.name or f"{self.project or 'run'}-{self._started_at:%Y%m%d-%H%M%S}"
+        self.name = self.name or f"{self.spec.project or 'run'}-{self._started_at:%Y%m%d-%H%M%S}"
         self._open_gpus()
         self._open_store()
         self._active = True
@@ -234,15 +151,15 @@ class Session:
         self.sinks.start(record)
 
     def _open_gpus(self) -> None:
-        s = self.settings
+        s, t = self.settings, self.settings.thresholds
         try:
             backend = (self._backend_arg if isinstance(self._backend_arg, GpuBackend)
                        else open_backend(self._backend_arg or s.gpu))
             self.sampler = Sampler(
                 backend, run_id=self.id, interval_s=s.interval_s, clock=self._wall,
                 threaded=self._threaded, on_minute=self._on_minute,
-                alert=AlertRule(under_pct=s.alert_util_pct, window_s=s.alert_window_s),
-                on_alert=self._on_alert, idle_pct=s.idle_pct, idle_window_min=s.idle_window_min)
+                alert=AlertRule(under_pct=t.alert_util_pct, window_s=s.alert_window_s),
+                on_alert=self._on_alert, idle_pct=t.idle_pct, idle_window_min=t.idle_window_min)
             self.gpus = self.sampler.start()
             self.gpu_source = backend.name
         except BackendError as e:
@@ -251,28 +168,31 @@ class Session:
                         "GPU data 'none', never as idle", e)
             return
         model = self.gpus[0].name if self.gpus else ""
-        if self._price_override is not None:
-            self.price = Price(gpu=canonical_gpu(model) or model, as_of="run",
-                               usd_per_gpu_hour=float(self._price_override), source="override")
-        else:
+        self.price = self._lookup_price(model)
+        if self.spec.dtype:
             try:
-                self.price = PriceTable(s.prices).lookup(model)
-            except (UnknownGpu, ValueError) as e:
-                log.warning("gpu-kpi: ignoring price overrides: %s", e)
-                self.price = PriceTable().lookup(model)
-            if self.price is None:
-                log.warning("gpu-kpi: no price for GPU model %r: cost is not computed; set "
-                            "price_per_gpu_hour= or [prices] in the config", model)
-        if self.dtype:
-            try:
-                self.peak_tflops = peak_tflops(model, self.dtype)
+                self.peak_tflops = peak_tflops(model, self.spec.dtype)
             except ValueError as e:
                 log.warning("gpu-kpi: no MFU: %s", e)
+
+    def _lookup_price(self, model: str) -> Price | None:
+        if self.spec.price_per_gpu_hour is not None:
+            return Price(gpu=canonical_gpu(model) or model, as_of="run",
+                         usd_per_gpu_hour=float(self.spec.price_per_gpu_hour), source="override")
+        try:
+            price = PriceTable(self.settings.prices).lookup(model)
+        except (UnknownGpu, ValueError) as e:
+            log.warning("gpu-kpi: ignoring price overrides: %s", e)
+            price = PriceTable().lookup(model)
+        if price is None:
+            log.warning("gpu-kpi: no price for GPU model %r: cost is not computed; set "
+                        "price_per_gpu_hour= or [prices] in the config", model)
+        return price
 
     def _open_store(self) -> None:
         if self._store_arg is False:
             return
-        from tracker.writer import StoreWriter
+        from tracker.store.writer import StoreWriter
 
         url = self._store_arg if isinstance(self._store_arg, str) else self.settings.store
         self._writer = StoreWriter(url)
@@ -399,84 +319,29 @@ class Session:
 
     # -- figures ----------------------------------------------------------------------------
     def metrics(self, *, reset: bool = True) -> dict[str, float]:
-        """This process's metrics (design names) for the window since the last call."""
+        """This process's metrics (:mod:`tracker.metrics` names) for the window since the last
+        call."""
+        window, self._window = self._window, (StepCounter() if reset else self._window)
         out: dict[str, float] = {}
-        window, self._window = self._window, (_Steps() if reset else self._window)
-
-        def put(key: str, value: float | None) -> None:
-            if value is not None:
-                out[key] = value
-
         if self.sampler is not None:
             gpu = self.sampler.take_window() if reset else self.sampler.window
-            stats = list(gpu.values())
-            put("gpu/util_pct", _weighted_util(stats))
-            for f in ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "sm_clock_mhz"):
-                put(f"gpu/{f}", _mean(s.mean(f) for s in stats))
-            mem = _mean(s.mean("mem_used_gib") for s in stats)
-            total = _mean(s.mem_total_gib for s in stats)
-            put("gpu/mem_used_gib", mem)
-            put("gpu/mem_used_pct", 100.0 * mem / total if mem is not None and total else None)
-            last = self.sampler.last
-            powers = [r.power_w for r in last.values() if r.power_w is not None]
-            put("gpu/power_w", sum(powers) if powers else None)
-            put("gpu/temp_c", max((r.temp_c for r in last.values() if r.temp_c is not None),
-                                  default=None))
-            if self.per_gpu:
-                for g in self.gpus:
-                    if g.uuid in gpu:
-                        put(per_gpu_key(g.index, "gpu/util_pct"), gpu[g.uuid].mean("util_pct"))
-                        put(per_gpu_key(g.index, "gpu/mem_used_gib"),
-                            gpu[g.uuid].mean("mem_used_gib"))
-        put("perf/step_time_ms", window.step_time_ms)
-        put("perf/data_wait_pct", window.data_wait_pct)
-        put("perf/samples_per_s", window.rate(window.samples))
-        put("perf/tokens_per_s", window.rate(window.tokens))
-        flops_per_s = window.rate(window.flops)
-        if flops_per_s is not None:
-            put("perf/tflops", flops_per_s / 1e12)
-            put("perf/mfu", mfu(flops_per_s, self.peak_tflops, len(self.gpus)))
-        fig = self._figures()
-        put("gpu/energy_kwh", fig["energy_kwh"])
-        put("cost/usd", fig["cost_usd"])
-        put("cost/usd_per_hour", self.price.usd_per_gpu_hour * len(self.gpus)
-            if self.price and self.gpus else None)
-        put("cost/waste_usd", fig["waste_usd"])
-        cost = fig["cost_usd"]
-        if cost is not None:
-            put("cost/usd_per_1k_samples", 1000 * cost / self.samples if self.samples else None)
-            put("cost/usd_per_1m_tokens", 1e6 * cost / self.tokens if self.tokens else None)
+            out.update(figures.gpu_metrics(gpu, self.sampler.last,
+                                           self.gpus if self.spec.per_gpu else ()))
+        out.update(figures.window_metrics(
+            window, self._figures(), peak_tflops=self.peak_tflops, gpu_count=len(self.gpus),
+            usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None))
         return out
 
     def _figures(self) -> dict[str, float | None]:
         """This process's cumulative figures since the start (:data:`tracker.ranks.RECORD_KEYS`)."""
-        hours = s_to_hours(max(self._wall() - self._started_wall, 0.0))
-        n = len(self.gpus)
-        stats = list(self.sampler.run.values()) if self.sampler is not None else []
-        idle_gpu_s = sum(self.sampler.idle_seconds().values()) if self.sampler else 0.0
-        price = self.price.usd_per_gpu_hour if self.price else None
-        cost = waste = idle = None
-        if price is not None and n:
-            cost = n * hours * price
-            target = self.settings.target_util_pct
-            waste = sum(hours * price * max(0.0, 1.0 - u / target)
-                        for s in stats if (u := s.mean("util_pct")) is not None)
-            idle = s_to_hours(idle_gpu_s) * price
-        total = self._total
-        energies = [e for s in stats if (e := s.energy_j) is not None]
-        return {
-            "gpu_count": float(n), "gpu_hours": n * hours, "util_pct": _weighted_util(stats),
-            "sm_active_pct": _weighted_util(stats, "sm_active_pct"),
-            "mem_peak_gib": max((s.mem_peak_gib for s in stats if s.mem_peak_gib is not None),
-                                default=None),
-            "mem_total_gib": _mean(s.mem_total_gib for s in stats),
-            "energy_kwh": j_to_kwh(sum(energies)) if energies else None,
-            "steps": float(self.steps), "samples": float(self.samples),
-            "tokens": float(self.tokens), "samples_per_s": total.rate(total.samples),
-            "tokens_per_s": total.rate(total.tokens), "flops_per_s": total.rate(total.flops),
-            "data_wait_pct": total.data_wait_pct, "step_time_ms": total.step_time_ms,
-            "cost_usd": cost, "waste_usd": waste, "idle_usd": idle, "idle_gpu_s": idle_gpu_s,
-        }
+        sampler = self.sampler
+        return figures.run_figures(
+            duration_s=self._wall() - self._started_wall, gpu_count=len(self.gpus),
+            stats=list(sampler.run.values()) if sampler is not None else [],
+            idle_gpu_s=sum(sampler.idle_seconds().values()) if sampler is not None else 0.0,
+            usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
+            thresholds=self.settings.thresholds, total=self._total, steps=self.steps,
+            samples=self.samples, tokens=self.tokens)
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
@@ -492,27 +357,18 @@ class Session:
         n = int(fig["gpu_count"] or 0)
         flops_per_s = fig["flops_per_s"]
         run_mfu = mfu(flops_per_s, self.peak_tflops, n) if flops_per_s else None
-        mem_peak, mem_total = fig["mem_peak_gib"], fig["mem_total_gib"]
         duration_s = max(now - self._started_wall, 0.0)
-        evidence = Evidence(
-            util_pct=fig["util_pct"], duration_s=duration_s, gpu_count=n,
-            idle_gpu_s=fig["idle_gpu_s"] or 0.0, sm_active_pct=fig["sm_active_pct"],
-            mem_used_pct=100 * mem_peak / mem_total if mem_peak is not None and mem_total else None,
-            data_wait_pct=fig["data_wait_pct"], step_time_ms=fig["step_time_ms"], mfu=run_mfu,
-            rank_spread_pct=spread)
-        s = self.settings
-        verdict = diagnose(evidence, Thresholds(target_util_pct=s.target_util_pct,
-                                                alert_util_pct=s.alert_util_pct,
-                                                idle_util_pct=s.idle_pct,
-                                                idle_window_s=60.0 * s.idle_window_min))
+        verdict = diagnose(figures.evidence(fig, duration_s=duration_s, run_mfu=run_mfu,
+                                            rank_spread_pct=spread), self.settings.thresholds)
         model = self.gpus[0].name if self.gpus else None
+        spec = self.spec
 
         def count(key: str) -> int | None:
             return int(v) if (v := fig[key]) else None
 
         return RunRecord(
-            id=self.id, name=self.name or self.id, project=self.project, team=self.team,
-            user=self.user or "", host=_host(), tags=self.tags, framework=self.framework,
+            id=self.id, name=self.name or self.id, project=spec.project, team=spec.team,
+            user=self.user or "", host=_host(), tags=spec.tags, framework=spec.framework,
             started_at=self._started_at,
             ended_at=datetime.fromtimestamp(now, UTC) if status != "running" else None,
             heartbeat_at=datetime.fromtimestamp(now, UTC), status=status,
@@ -522,12 +378,13 @@ class Session:
             price_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
             price_source=self.price.source if self.price else None,
             gpu_hours=fig["gpu_hours"] or 0.0, util_pct=fig["util_pct"],
-            sm_active_pct=fig["sm_active_pct"], mem_peak_gib=mem_peak, mem_total_gib=mem_total,
-            energy_kwh=fig["energy_kwh"], steps=self.steps, samples=count("samples"),
-            tokens=count("tokens"), samples_per_s=fig["samples_per_s"],
-            tokens_per_s=fig["tokens_per_s"], mfu=run_mfu, data_wait_pct=fig["data_wait_pct"],
-            cost_usd=fig["cost_usd"], waste_usd=fig["waste_usd"], idle_usd=fig["idle_usd"],
-            verdict=verdict.verdict, advice=verdict.advice or None, links=self.links)
+            sm_active_pct=fig["sm_active_pct"], mem_peak_gib=fig["mem_peak_gib"],
+            mem_total_gib=fig["mem_total_gib"], energy_kwh=fig["energy_kwh"], steps=self.steps,
+            samples=count("samples"), tokens=count("tokens"),
+            samples_per_s=fig["samples_per_s"], tokens_per_s=fig["tokens_per_s"], mfu=run_mfu,
+            data_wait_pct=fig["data_wait_pct"], cost_usd=fig["cost_usd"],
+            waste_usd=fig["waste_usd"], idle_usd=fig["idle_usd"], verdict=verdict.verdict,
+            advice=verdict.advice or None, links=self.links)
 
     # -- background callbacks ---------------------------------------------------------------
     def _submit_run(self, record: RunRecord) -> None:
@@ -546,12 +403,30 @@ class Session:
         self.sinks.alert("Low GPU utilization", f"run {self.name}: {text}")
 
 
-def track(**kwargs: Any) -> Session:
+_SPEC_FIELDS = frozenset(RunSpec.__dataclass_fields__) - {"id"}
+_SETTING_ARGS = ("interval_s", "log_every_s", "warmup_steps")
+
+
+def track(*, run_id: str | None = None, tags: Iterable[str] = (),
+          links: Mapping[str, str] | None = None, rank: int = 0, world_size: int = 1,
+          nodes: int = 1, gather: Callable[[list[float]], list[list[float]]] | None = None,
+          **kwargs: Any) -> Session:
     """A tracking session for a plain training loop; ``with track(...) as run:``.
 
-    Keyword arguments are :class:`Session`'s.
+    Keyword arguments: what the run is (:class:`tracker.record.RunSpec`'s fields: ``name``,
+    ``project``, ``team``, ``user``, ``framework``, ``flops_per_step``, ``dtype``,
+    ``price_per_gpu_hour``, ``per_gpu``, and ``run_id``, ``tags``, ``links``); settings for this
+    run (``interval_s``, ``log_every_s``, ``warmup_steps``; the rest from the config file); and
+    :class:`Session`'s wiring (``backend``, ``store``, ``config``, ``settings``, ``sinks``,
+    ``log_to_python``, ``clock``, ``threaded``; ``rank``, ``world_size``, ``nodes``, ``gather``
+    for several ranks).
     """
-    return Session(**kwargs)
+    spec = RunSpec(id=run_id or uuidlib.uuid4().hex, tags=tuple(tags), links=dict(links or {}),
+                   **{k: kwargs.pop(k) for k in list(kwargs) if k in _SPEC_FIELDS})
+    overrides = {k: kwargs.pop(k) for k in _SETTING_ARGS if k in kwargs}
+    return Session(spec, overrides=overrides,
+                   placement=Placement(rank=rank, world_size=world_size, nodes=nodes,
+                                       gather=gather), **kwargs)
 
 
 def _user() -> str:

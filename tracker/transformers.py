@@ -26,10 +26,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError("the Trainer callback needs the transformers package: "
                       "pip install 'gpu-kpi[transformers]'") from e
 
-from tracker import distributed
-from tracker.adapter import new_run_id
+from tracker.integrations import distributed
+from tracker.integrations.common import new_run_id
 from tracker.record import RunRecord
-from tracker.session import Session
+from tracker.session import Session, track
 from tracker.sinks import Sink
 
 __all__ = ["GpuKpiCallback"]
@@ -113,14 +113,14 @@ class GpuKpiCallback(TrainerCallback):
         links: dict[str, str] = {}
         report = _report_to(args)
         if rank == 0 and "wandb" in report:
-            from tracker.wandb import WandbSink, active_run
+            from tracker.sinks.wandb import WandbSink, active_run
 
             sinks.append(WandbSink(None, step_metric="train/global_step"))
             run = active_run()
             if run is not None and getattr(run, "url", None):
                 links["wandb"] = str(run.url)
         if rank == 0 and "tensorboard" in report:
-            from tracker.tensorboard import TensorBoardSink
+            from tracker.sinks.tensorboard import TensorBoardSink
 
             logdir = tensorboard_dir(args)
             sinks.append(TensorBoardSink(logdir=logdir))
@@ -138,7 +138,7 @@ class GpuKpiCallback(TrainerCallback):
         if self.samples_per_step is None:
             self.samples_per_step = (int(args.per_device_train_batch_size)
                                      * int(args.gradient_accumulation_steps))
-        return Session(run_id=run_id, rank=rank, world_size=world, nodes=nodes,
+        return track(run_id=run_id, rank=rank, world_size=world, nodes=nodes,
                        gather=distributed.gatherer(), **kwargs)
 
     # -- steps ------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tracker.backend import BackendUnavailable, GpuInfo, GpuReading
-from tracker.nvml import NvmlBackend
+from tracker.gpu import BackendUnavailable, GpuInfo, GpuReading
+from tracker.gpu.nvml import NvmlBackend
 
 pytestmark = pytest.mark.gpu
 

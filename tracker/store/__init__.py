@@ -12,8 +12,8 @@ timezone-aware; every datetime coming out is timezone-aware UTC.
 - :mod:`.deliveries`: the report service's delivery log (its claims are SQL).
 """
 
-from tracker.store.core import RunStore
 from tracker.store.engine import StoreError, default_store_url
+from tracker.store.runs import RunStore
 from tracker.store.samples import SampleTotals
 from tracker.store.schema import SCHEMA_VERSION
 

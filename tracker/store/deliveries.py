@@ -1,6 +1,6 @@
 """The report service's delivery log, as SQL: one row per (report kind, week, recipient) in the
 run store's database, claimed before a report is sent. What the statuses mean and when a row is
-owed is the service's business (:mod:`reports.deliveries`); this module only makes a claim
+owed is the service's business (:mod:`reports.service.deliveries`); this module only makes a claim
 atomic on SQLite and PostgreSQL.
 
 The table is created on first use, not with the run store's schema: stores made before the
@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, insert, utc
 
 if TYPE_CHECKING:
-    from tracker.store.core import RunStore
+    from tracker.store.runs import RunStore
 
 _metadata = sa.MetaData()
 deliveries_table = sa.Table(

@@ -1,0 +1,43 @@
+"""Weekly KPIs: pure functions of pandas frames (no I/O), so a test can state every number.
+
+- :mod:`.frames`: the frames read from the store's records and rows; the utilization basis and
+  its thresholds;
+- :mod:`.gputime`: GPU-time per (run, GPU, week), from minute samples, the store's totals or
+  run summaries, with the idle rule over arrays;
+- :mod:`.weekly`: one week's headline, change, breakdowns, runs, trend;
+- :mod:`.rightsizing`: runs that would have cost less on a cheaper GPU.
+
+Money (spend, waste, idle) and the thresholds are :mod:`tracker.cost`'s; weeks are
+:mod:`reports.weeks`'.
+"""
+
+from reports.kpi.frames import (
+    BASES,
+    GT_COLUMNS,
+    SAMPLE_COLUMNS,
+    TOTALS_COLUMNS,
+    SampleFrameBuilder,
+    default_thresholds,
+    runs_frame,
+    sample_columns,
+    samples_frame,
+    thresholds_for,
+    totals_frame,
+)
+from reports.kpi.gputime import (
+    combine_gpu_time,
+    gpu_time,
+    idle_candidates,
+    idle_minutes,
+    sampled_gpu_time,
+    summary_gpu_time,
+    totals_gpu_time,
+)
+from reports.kpi.rightsizing import rightsizing
+from reports.kpi.weekly import HEADLINE_FIELDS, Headline, WeekKpis, kpis_of_gpu_time, run_weeks, week_kpis
+
+__all__ = ["BASES", "GT_COLUMNS", "HEADLINE_FIELDS", "SAMPLE_COLUMNS", "TOTALS_COLUMNS", "Headline",
+           "SampleFrameBuilder", "WeekKpis", "combine_gpu_time", "default_thresholds", "gpu_time",
+           "idle_candidates", "idle_minutes", "kpis_of_gpu_time", "rightsizing", "run_weeks",
+           "runs_frame", "sample_columns", "sampled_gpu_time", "samples_frame", "summary_gpu_time",
+           "thresholds_for", "totals_frame", "totals_gpu_time", "week_kpis"]

@@ -1,0 +1,108 @@
+"""Frames the KPIs read, built from the store's records and rows, and the basis they are judged on.
+
+Utilization has a basis: ``util`` (NVML utilization, the share of time a kernel ran) or
+``sm_active`` (GPM SM activity, Hopper+). Figures of one basis are never mixed with the other;
+GPU-time without a value on the chosen basis is "unknown", never idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import pandas as pd
+from pandas.api.types import union_categoricals
+
+from tracker.config import Settings
+from tracker.cost import SM_ACTIVE_THRESHOLDS, Thresholds
+from tracker.record import MinuteSample, RunRecord
+
+if TYPE_CHECKING:
+    from tracker.store import SampleTotals
+
+BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
+
+GT_COLUMNS = ["run_id", "gpu", "week", "gpu_hours", "known_hours", "used_hours", "idle_hours"]
+"""One row per (run, GPU, week): hours allocated, hours with a utilization value, Σ util × hours
+(as a fraction, so used/known is the utilization), hours in idle stretches. Summary-only runs
+have one row per week with ``gpu = "*"`` standing for all their GPUs."""
+
+
+def default_thresholds(basis: str) -> Thresholds:
+    """The default thresholds of ``basis``: SM activity runs lower than NVML utilization for the
+    same work."""
+    return Thresholds() if basis == "util" else SM_ACTIVE_THRESHOLDS
+
+
+def thresholds_for(basis: str, settings: Settings) -> Thresholds:
+    """The thresholds of ``basis``: the configured ones (``[thresholds]``) for NVML utilization,
+    the SM activity defaults otherwise (the settings hold NVML-utilization values)."""
+    return settings.thresholds if basis == "util" else default_thresholds(basis)
+
+
+# -- frames from records ----------------------------------------------------------------------
+def runs_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
+    rows = [r.as_dict() for r in runs]
+    df = pd.DataFrame(rows, columns=list(RunRecord.__dataclass_fields__))
+    for col in ("started_at", "ended_at", "heartbeat_at"):
+        df[col] = pd.to_datetime(df[col], utc=True)
+    return df
+
+
+def samples_frame(samples: Iterable[MinuteSample]) -> pd.DataFrame:
+    df = pd.DataFrame([s.__dict__ for s in samples],
+                      columns=list(MinuteSample.__dataclass_fields__))
+    df["minute"] = pd.to_datetime(df["minute"], utc=True)
+    return df
+
+
+SAMPLE_COLUMNS = ("run_id", "minute", "gpu", "covered_s", "util_pct", "sm_active_pct")
+"""The sample columns the KPIs read (of the two utilization columns, the basis's is enough)."""
+
+
+def sample_columns(basis: str) -> tuple[str, ...]:
+    """The sample columns the KPIs of ``basis`` read."""
+    return ("run_id", "minute", "gpu", "covered_s", BASES[basis][0])
+
+
+class SampleFrameBuilder:
+    """Collects chunks of raw sample rows (:data:`SAMPLE_COLUMNS`, as
+    :meth:`tracker.store.RunStore.scan_samples` hands them) into one frame, keeping ids as
+    categories so that ten million rows fit in a few hundred MB."""
+
+    def __init__(self, columns: Sequence[str] = SAMPLE_COLUMNS) -> None:
+        self.columns = tuple(columns)
+        self._parts: list[pd.DataFrame] = []
+
+    def __call__(self, chunk: Sequence[tuple[object, ...]]) -> None:
+        df = pd.DataFrame.from_records(chunk, columns=list(self.columns))
+        for col in ("run_id", "gpu"):
+            df[col] = df[col].astype("category")
+        if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
+            df["minute"] = pd.to_datetime(df["minute"], format="ISO8601", utc=True)
+        else:
+            df["minute"] = pd.to_datetime(df["minute"], utc=True)
+        self._parts.append(df)
+
+    def frame(self) -> pd.DataFrame:
+        if not self._parts:
+            return pd.DataFrame({c: pd.Series(dtype="float64") for c in self.columns})
+        out = {}
+        for col in self.columns:
+            values = [p[col] for p in self._parts]
+            if col in ("run_id", "gpu"):
+                out[col] = pd.Series(union_categoricals(values))
+            else:
+                out[col] = pd.concat(values, ignore_index=True)
+        self._parts = []
+        return pd.DataFrame(out)
+
+
+# -- GPU time from the store's totals ---------------------------------------------------------
+TOTALS_COLUMNS = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
+                  "first_low", "last_low"]
+"""The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
+
+
+def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
+    return pd.DataFrame([t.__dict__ for t in totals], columns=TOTALS_COLUMNS)

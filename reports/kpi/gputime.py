@@ -1,0 +1,192 @@
+"""GPU-time per (run, GPU, week): the rows every weekly figure is summed from.
+
+:func:`gpu_time` turns the store's runs and minute samples into :data:`GT_COLUMNS` rows: from
+the per-minute samples where a run has them (a run crossing a week boundary is split at the
+minute), pro rata by duration where only a summary exists. At fleet scale the samples are not
+read one by one: the store sums them per (run, GPU, week) (:func:`totals_gpu_time`), and only the
+stretches around minutes under the idle threshold are read minute by minute
+(:func:`idle_candidates`), since the idle rule looks at them in order.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from datetime import datetime, tzinfo
+
+import numpy as np
+import pandas as pd
+
+from reports.kpi.frames import BASES, GT_COLUMNS, default_thresholds
+from reports.weeks import shift_week, week_spans, week_start_of
+from tracker.cost import Thresholds
+
+
+def _ts(moment: datetime) -> pd.Timestamp:
+    return pd.Timestamp(moment).tz_convert("UTC")
+
+
+# -- idle minutes -----------------------------------------------------------------------------
+def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
+                 window: int) -> np.ndarray:
+    """Which minutes are idle: the minute's own utilization is under ``threshold_pct`` and it
+    lies in some ``window``-minute stretch (consecutive rows of one ``group``) averaging under
+    it. NaN (no data) is never idle and breaks a stretch. Rows sorted by group, then minute.
+    The rule of :class:`tracker.cost.IdleDetector`, vectorized (tested equal)."""
+    n = len(util)
+    if n < window:
+        return np.zeros(n, dtype=bool)
+    known = ~np.isnan(util)
+    u = np.where(known, util, 0.0)
+    cn = np.concatenate(([0], np.cumsum(~known)))
+    ends = np.arange(window - 1, n)
+    starts = ends - window + 1
+    same_group = group[starts] == group[ends]
+    full = same_group & (cn[ends + 1] - cn[starts] == 0)
+    # each window's own sum, not a difference of running sums: those carry the rounding of
+    # every row before, which would decide a window averaging just at the threshold
+    sums = np.lib.stride_tricks.sliding_window_view(u, window).sum(axis=1)
+    qualifies = np.zeros(n, dtype=bool)
+    qualifies[ends] = full & (sums / window < threshold_pct)
+    # minute j is covered when some qualifying window ends in [j, j + window - 1]
+    cq = np.concatenate(([0], np.cumsum(qualifies)))
+    hi = np.minimum(np.arange(n) + window, n)
+    covered = cq[hi] - cq[np.arange(n)] > 0
+    return covered & known & (u < threshold_pct)
+
+
+# -- GPU time per (run, GPU, week) ------------------------------------------------------------
+def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
+                     thresholds: Thresholds | None = None) -> pd.DataFrame:
+    """GT rows from minute samples, in arrays: millions of rows take seconds, not minutes."""
+    if not len(s):
+        return pd.DataFrame(columns=GT_COLUMNS)
+    column = BASES[basis][0]
+    t = thresholds or default_thresholds(basis)
+    run_codes, run_names = pd.factorize(s["run_id"])
+    gpu_codes, gpu_names = pd.factorize(s["gpu"])
+    minute = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
+    order = np.lexsort((minute, gpu_codes, run_codes))
+    run_codes, gpu_codes, minute = run_codes[order], gpu_codes[order], minute[order]
+    hours = s["covered_s"].to_numpy(dtype=float)[order] / 3600.0
+    util = s[column].to_numpy(dtype=float)[order]
+    series = run_codes.astype(np.int64) * len(gpu_names) + gpu_codes
+    idle = idle_minutes(util, series, threshold_pct=t.idle_pct, window=t.idle_window_min)
+    known = ~np.isnan(util)
+    # the week of each minute: its place among the Monday-midnight boundaries in the zone
+    first, last = pd.Timestamp(int(minute.min()), tz="UTC"), pd.Timestamp(int(minute.max()),
+                                                                          tz="UTC")
+    weeks = [_ts(week_start_of(first, tz))]
+    while weeks[-1] <= last:
+        weeks.append(_ts(shift_week(weeks[-1], tz, 1)))
+    bounds = np.array([w.as_unit("ns").value for w in weeks], dtype=np.int64)
+    week_idx = np.searchsorted(bounds, minute, side="right") - 1
+    cell = series * len(weeks) + week_idx
+    cells, inverse = np.unique(cell, return_inverse=True)
+
+    def total(values: np.ndarray) -> np.ndarray:
+        return np.bincount(inverse, weights=values, minlength=len(cells))
+
+    ser, wk = np.divmod(cells, len(weeks))
+    run_of, gpu_of = np.divmod(ser, len(gpu_names))
+    return pd.DataFrame({
+        "run_id": np.asarray(run_names)[run_of], "gpu": np.asarray(gpu_names)[gpu_of],
+        "week": pd.to_datetime(bounds[wk], utc=True),
+        "gpu_hours": total(hours), "known_hours": total(np.where(known, hours, 0.0)),
+        "used_hours": total(np.where(known, np.nan_to_num(util) / 100.0 * hours, 0.0)),
+        "idle_hours": total(np.where(idle, hours, 0.0))})
+
+
+def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
+                     basis: str = "util", now: datetime | None = None) -> pd.DataFrame:
+    """GT rows of the runs not in ``sampled`` (the ids of runs with minute samples), pro rata
+    by duration from their summaries."""
+    column = BASES[basis][0]
+    summary_only = runs[~runs["id"].isin(set(sampled))]
+    end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
+    spans = []
+    for r in summary_only.itertuples(index=False):
+        end = r.ended_at if not pd.isna(r.ended_at) else (
+            r.heartbeat_at if not pd.isna(r.heartbeat_at) else end_now)
+        if end > r.started_at and r.gpu_hours:
+            spans.append((r, end))
+    if not spans:
+        return pd.DataFrame(columns=GT_COLUMNS)
+    # the weeks of all the runs at once: thousands of runs, a few dozen weeks
+    weeks = week_spans(min(r.started_at for r, _ in spans), max(end for _, end in spans), tz)
+    week_starts = [w0 for w0, _ in weeks]
+    rows = []
+    for r, end in spans:
+        start = r.started_at
+        total_s = (end - start).total_seconds()
+        value = getattr(r, column)
+        idle_total = (r.idle_usd / r.price_per_gpu_hour
+                      if r.idle_usd and r.price_per_gpu_hour else 0.0)
+        overlapped = slice(bisect.bisect_right(week_starts, start) - 1,
+                           bisect.bisect_left(week_starts, end))
+        for w0, w1 in weeks[overlapped]:
+            share = (min(end, w1) - max(start, w0)).total_seconds() / total_s
+            h = r.gpu_hours * share
+            known = 0.0 if value is None or pd.isna(value) else h
+            rows.append((r.id, "*", w0, h, known, known * (value or 0.0) / 100.0,
+                         idle_total * share))
+    return pd.DataFrame(rows, columns=GT_COLUMNS)
+
+
+def combine_gpu_time(runs: pd.DataFrame, sampled: pd.DataFrame, *, tz: tzinfo,
+                     basis: str = "util", now: datetime | None = None) -> pd.DataFrame:
+    """GT rows for every run: ``sampled`` (GT rows from minute samples, of runs in ``runs``)
+    and the summaries of the runs without samples."""
+    parts = [p for p in (sampled, summary_gpu_time(runs, sampled=sampled["run_id"].unique(),
+                                                   tz=tz, basis=basis, now=now)) if len(p)]
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in GT_COLUMNS})
+    out = pd.concat(parts, ignore_index=True)
+    out["week"] = pd.to_datetime(out["week"], utc=True)
+    return out[GT_COLUMNS]
+
+
+def gpu_time(runs: pd.DataFrame, samples: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
+             thresholds: Thresholds | None = None, now: datetime | None = None) -> pd.DataFrame:
+    """GPU-time rows (:data:`GT_COLUMNS`) for every run, split by ISO week in ``tz``."""
+    sampled = sampled_gpu_time(samples[samples["run_id"].isin(runs["id"])], tz=tz, basis=basis,
+                               thresholds=thresholds)
+    return combine_gpu_time(runs, sampled, tz=tz, basis=basis, now=now)
+
+
+def idle_candidates(totals: pd.DataFrame, t: Thresholds) -> list[tuple[str, str, datetime,
+                                                                        datetime]]:
+    """The stretches of samples that hold every idle minute, as ``(run_id, gpu, first,
+    last)``: from the first to the last minute under the idle threshold, of each GPU with
+    enough samples for a window. An idle minute is one of those, and its window lies in the
+    stretch and the ``idle_window_min - 1`` samples before and after it, which
+    :func:`idle_minutes` needs too (:meth:`tracker.store.RunStore.scan_sample_stretches`)."""
+    series = totals.groupby(["run_id", "gpu"], observed=True).agg(
+        minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max"))
+    ok = series[series["first"].notna() & (series["minutes"] >= t.idle_window_min)]
+    return [(run_id, gpu, pd.Timestamp(first).to_pydatetime(), pd.Timestamp(last).to_pydatetime())
+            for (run_id, gpu), first, last in zip(ok.index, ok["first"], ok["last"], strict=True)]
+
+
+def totals_gpu_time(totals: pd.DataFrame, weeks: Sequence[pd.Timestamp],
+                    idle: pd.DataFrame) -> pd.DataFrame:
+    """GT rows from the store's totals per (run, GPU, week), ``bucket`` indexing ``weeks``
+    (:func:`weeks_between`), with the idle hours of ``idle`` (GT rows from the minute samples
+    of the :func:`idle_candidates`; 0 for the rest)."""
+    week = pd.DatetimeIndex(list(weeks)).tz_convert("UTC").as_unit("ns")
+    gt = pd.DataFrame({
+        "run_id": totals["run_id"].to_numpy(dtype=object),
+        "gpu": totals["gpu"].to_numpy(dtype=object),
+        "week": week[totals["bucket"].to_numpy(dtype=int)],
+        "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / 3600.0,
+        "known_hours": totals["known_s"].to_numpy(dtype=float) / 3600.0,
+        "used_hours": totals["value_s"].to_numpy(dtype=float) / 100.0 / 3600.0})
+    keys = ["run_id", "gpu", "week"]
+    idle_hours = idle.assign(week=pd.to_datetime(idle["week"], utc=True).dt.as_unit("ns"),
+                             run_id=idle["run_id"].astype(object),
+                             gpu=idle["gpu"].astype(object))[[*keys, "idle_hours"]]
+    gt = gt.merge(idle_hours, on=keys, how="left", validate="one_to_one")
+    gt["idle_hours"] = gt["idle_hours"].fillna(0.0)
+    return gt[GT_COLUMNS]
+
+

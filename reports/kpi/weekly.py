@@ -1,0 +1,189 @@
+"""One week's KPIs from GPU-time rows: the headline, week-over-week change, breakdowns, the
+runs ordered by waste, the 12-week trend. Money comes from :mod:`tracker.cost`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+
+import numpy as np
+import pandas as pd
+
+from reports.kpi.frames import BASES, default_thresholds
+from reports.kpi.gputime import gpu_time
+from reports.kpi.rightsizing import rightsizing
+from reports.weeks import shift_week
+from tracker.cost import Thresholds, spend_usd, waste_share
+from tracker.prices import PriceTable
+
+
+# -- one week's KPIs --------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Headline:
+    gpu_hours: float
+    known_gpu_hours: float
+    """GPU-hours with a utilization value on the basis; the rest is "unknown", never idle."""
+    utilization_pct: float | None
+    """Σ util × hours ÷ Σ hours over known GPU-time: weighted by GPU-hours."""
+    spend_usd: float
+    waste_usd: float
+    idle_usd: float
+    runs: int
+    underutilized_runs: int
+    underutilized_gpu_hours_pct: float | None
+    usd_per_1k_samples: float | None
+    usd_per_1m_tokens: float | None
+    unpriced_gpu_hours: float
+    """GPU-hours of models without a price: not in spend or waste."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeekKpis:
+    week: pd.Timestamp
+    basis: str
+    basis_label: str
+    thresholds: Thresholds
+    headline: Headline
+    previous: Headline | None
+    change_pct: dict[str, float | None]
+    """Week-over-week change of each headline figure, in %; None when there is no previous
+    week or it was 0."""
+    by: dict[str, pd.DataFrame]
+    """Breakdowns by team, project, user and gpu_model: gpu_hours, utilization_pct, spend_usd,
+    waste_usd, idle_usd, runs."""
+    runs: pd.DataFrame
+    """One row per run with GPU time in the week, with its week figures, ordered by waste."""
+    underutilized: pd.DataFrame
+    trend: pd.DataFrame
+    """One row per week (up to 12, oldest first) of headline figures."""
+    rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+def _price(runs: pd.DataFrame, prices: PriceTable) -> pd.Series:
+    """Each run's price per GPU-hour: the one it ran with, else the table's for its model."""
+    table = runs["gpu_model"].map(
+        lambda m: (p.usd_per_gpu_hour if isinstance(m, str) and (p := prices.lookup(m))
+                   else np.nan))
+    return runs["price_per_gpu_hour"].astype(float).fillna(table)
+
+
+def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
+              target_util_pct: float) -> pd.DataFrame:
+    """Per (run, week): GPU-hours, utilization, spend, waste (per GPU: cost × max(0, 1 −
+    util ÷ target)), idle $, and the run's attributes."""
+    meta = runs.set_index("id")
+    price = _price(runs, prices).to_numpy()
+    price_of = pd.Series(price, index=runs["id"].to_numpy())
+    g = gt.copy()
+    g["price"] = g["run_id"].map(price_of)
+    util = np.where(g["known_hours"] > 0, g["used_hours"] / g["known_hours"].where(
+        g["known_hours"] > 0, 1.0), np.nan)
+    g["cost"] = spend_usd(g["gpu_hours"], g["price"])
+    g["waste"] = g["cost"] * waste_share(util * 100.0, target_util_pct)
+    g["waste"] = g["waste"].where(~np.isnan(util), 0.0)
+    g["idle"] = g["idle_hours"] * g["price"]
+    per = g.groupby(["run_id", "week"], as_index=False).agg(
+        gpu_hours=("gpu_hours", "sum"), known_hours=("known_hours", "sum"),
+        used_hours=("used_hours", "sum"), spend_usd=("cost", "sum"),
+        waste_usd=("waste", "sum"), idle_usd=("idle", "sum"),
+        priced=("price", lambda p: bool(p.notna().all())))
+    per["utilization_pct"] = np.where(per["known_hours"] > 0,
+                                      100.0 * per["used_hours"] / per["known_hours"].where(
+                                          per["known_hours"] > 0, 1.0), np.nan)
+    cols = ["name", "project", "team", "user", "gpu_model", "gpu_count", "gpu_hours",
+            "samples", "tokens", "verdict", "advice", "links", "mem_peak_gib", "mem_total_gib",
+            "status", "started_at", "ended_at"]
+    m = meta[cols].rename(columns={"gpu_hours": "run_gpu_hours", "samples": "run_samples",
+                                   "tokens": "run_tokens"})
+    per = per.astype({"run_id": object}).join(m, on="run_id")  # empty: run_id was float
+    share = per["gpu_hours"] / per["run_gpu_hours"].where(per["run_gpu_hours"] > 0)
+    per["samples"] = per["run_samples"].astype(float) * share
+    per["tokens"] = per["run_tokens"].astype(float) * share
+    return per
+
+
+def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
+    priced = per[per["priced"].astype(bool)]  # an empty object column would select columns
+    known = float(per["known_hours"].sum())
+    under = per[(per["utilization_pct"] < t.underutilized_pct)
+                & (per["gpu_hours"] >= t.underutilized_min_gpu_hours)]
+    total = float(per["gpu_hours"].sum())
+
+    def unit(col: str, scale: float) -> float | None:
+        rows = priced[priced[col].notna() & (priced[col] > 0)]
+        n = float(rows[col].sum())
+        return scale * float(rows["spend_usd"].sum()) / n if n > 0 else None
+
+    return Headline(
+        gpu_hours=total, known_gpu_hours=known,
+        utilization_pct=100.0 * float(per["used_hours"].sum()) / known if known > 0 else None,
+        spend_usd=float(priced["spend_usd"].sum()), waste_usd=float(priced["waste_usd"].sum()),
+        idle_usd=float(priced["idle_usd"].sum()), runs=int(per["run_id"].nunique()),
+        underutilized_runs=int(under["run_id"].nunique()),
+        underutilized_gpu_hours_pct=100.0 * float(under["gpu_hours"].sum()) / total
+        if total > 0 else None,
+        usd_per_1k_samples=unit("samples", 1e3), usd_per_1m_tokens=unit("tokens", 1e6),
+        unpriced_gpu_hours=float(per.loc[~per["priced"], "gpu_hours"].sum()))
+
+
+def _change(now: float | None, before: float | None) -> float | None:
+    if now is None or before is None or before == 0:
+        return None
+    return 100.0 * (now - before) / before
+
+
+def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
+    g = per.assign(**{key: per[key].fillna("(none)").replace("", "(none)")}).groupby(key)
+    out = g.agg(gpu_hours=("gpu_hours", "sum"), known_hours=("known_hours", "sum"),
+                used_hours=("used_hours", "sum"), spend_usd=("spend_usd", "sum"),
+                waste_usd=("waste_usd", "sum"), idle_usd=("idle_usd", "sum"),
+                runs=("run_id", "nunique"))
+    out["utilization_pct"] = 100.0 * out["used_hours"] / out["known_hours"].where(
+        out["known_hours"] > 0)
+    return (out.drop(columns=["known_hours", "used_hours"])
+            .sort_values(["waste_usd", "spend_usd"], ascending=False).reset_index())
+
+
+HEADLINE_FIELDS: Sequence[str] = tuple(Headline.__dataclass_fields__)
+
+
+def week_kpis(runs: pd.DataFrame, samples: pd.DataFrame, week: datetime, *, tz: tzinfo,
+              basis: str = "util", thresholds: Thresholds | None = None,
+              prices: PriceTable | None = None, trend_weeks: int = 12,
+              now: datetime | None = None) -> WeekKpis:
+    """The KPIs of the ISO week starting ``week`` (Monday 00:00 in ``tz``), with the previous
+    week for week-over-week change and up to ``trend_weeks`` weeks of trend."""
+    gt = gpu_time(runs, samples, tz=tz, basis=basis, thresholds=thresholds, now=now)
+    return kpis_of_gpu_time(runs, gt, week, tz=tz, basis=basis, thresholds=thresholds,
+                            prices=prices, trend_weeks=trend_weeks)
+
+
+def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz: tzinfo,
+                     basis: str = "util", thresholds: Thresholds | None = None,
+                     prices: PriceTable | None = None, trend_weeks: int = 12) -> WeekKpis:
+    """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`)."""
+    t = thresholds or default_thresholds(basis)
+    prices = prices or PriceTable()
+    per = run_weeks(gt, runs, prices=prices, target_util_pct=t.target_util_pct)
+    w = pd.Timestamp(week).tz_convert("UTC")
+    this = per[per["week"] == w]
+    prev_w = shift_week(w, tz, -1)
+    prev = per[per["week"] == prev_w]
+    head = _headline(this, t)
+    previous = _headline(prev, t) if len(prev) else None
+    change = {f: _change(getattr(head, f), getattr(previous, f) if previous else None)
+              for f in HEADLINE_FIELDS}
+    weeks = [shift_week(w, tz, -k) for k in range(trend_weeks - 1, -1, -1)]
+    trend = pd.DataFrame([{"week": pd.Timestamp(wk), **_headline(per[per["week"] == wk], t).__dict__}
+                          for wk in weeks])
+    ordered = this.sort_values(["waste_usd", "spend_usd"], ascending=False, ignore_index=True)
+    under = ordered[(ordered["utilization_pct"] < t.underutilized_pct)
+                    & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)]
+    return WeekKpis(
+        week=w, basis=basis, basis_label=BASES[basis][1], thresholds=t, headline=head,
+        previous=previous, change_pct=change,
+        by={k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model")},
+        runs=ordered, underutilized=under.reset_index(drop=True), trend=trend,
+        rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct))

@@ -1,0 +1,119 @@
+"""JSON and CSV exports of a week's KPIs for dashboards and BI tools.
+
+Field names are stable and documented here; the schema id changes when they do.
+
+JSON (``<week>.json``): ``schema`` (``gpu-kpi.week/1``), ``week`` (``2026-W48``),
+``week_start``/``week_end`` (ISO 8601, the report time zone), ``time_zone``, ``basis``
+(``util`` | ``sm_active``) and ``basis_label``, ``thresholds``, ``headline`` and ``previous``
+(:data:`HEADLINE_FIELDS`), ``change_pct`` (week-over-week, %), ``by_team``, ``by_project``,
+``by_user``, ``by_gpu_model`` (:data:`GROUP_FIELDS` plus the group's name), ``runs``
+(:data:`RUN_FIELDS`), ``underutilized`` (run ids), ``rightsizing`` and ``trend`` (one headline
+per week, oldest first). Unknown values are ``null``.
+
+CSV (``<week>.csv``): the same figures in long form, one value per line:
+``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
+``project``, ``user``, ``gpu_model``, ``run`` or ``trend``; ``key`` the group, run id or week.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from datetime import tzinfo
+from typing import Any
+
+import pandas as pd
+
+from reports.kpi import HEADLINE_FIELDS, WeekKpis
+from reports.weeks import label_of
+from tracker.cost import Thresholds
+
+SCHEMA = "gpu-kpi.week/1"
+GROUPS = ("team", "project", "user", "gpu_model")
+GROUP_FIELDS = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "runs")
+RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_count",
+              "gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "verdict",
+              "advice", "status", "links")
+RIGHTSIZING_FIELDS = ("run_id", "name", "team", "gpu_model", "utilization_pct", "mem_peak_gib",
+                      "suggested_gpu", "saving_usd")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: NaN/NA → None, numpy scalars → Python, timestamps → ISO strings."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    cols = [f for f in fields if f in frame.columns]
+    return [{k: _plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
+
+
+def _thresholds(t: Thresholds) -> dict[str, Any]:
+    """The JSON's field names (stable since the first release; the config's keys differ)."""
+    return {"target_pct": t.target_util_pct, "underutilized_pct": t.underutilized_pct,
+            "underutilized_min_gpu_hours": t.underutilized_min_gpu_hours,
+            "idle_pct": t.idle_pct, "idle_window_min": t.idle_window_min}
+
+
+def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
+    start = k.week.tz_convert(tz)
+    end = (start + pd.Timedelta(days=7, hours=12)).normalize()
+    return {
+        "schema": SCHEMA,
+        "week": label_of(k.week),
+        "week_start": start.isoformat(), "week_end": end.isoformat(),
+        "time_zone": str(tz),
+        "basis": k.basis, "basis_label": k.basis_label,
+        "thresholds": _thresholds(k.thresholds),
+        "headline": _plain(k.headline.__dict__),
+        "previous": _plain(k.previous.__dict__) if k.previous else None,
+        "change_pct": _plain(k.change_pct),
+        **{f"by_{g}": _records(k.by[g], (g, *GROUP_FIELDS)) for g in GROUPS},
+        "runs": _records(k.runs, RUN_FIELDS),
+        "underutilized": [str(r) for r in k.underutilized["run_id"]],
+        "rightsizing": _records(k.rightsizing, RIGHTSIZING_FIELDS),
+        "trend": [{"week": label_of(row["week"]),
+                   **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
+                  for row in k.trend.to_dict("records")],
+    }
+
+
+def to_json(k: WeekKpis, tz: tzinfo) -> str:
+    return json.dumps(to_dict(k, tz), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def to_csv(k: WeekKpis, tz: tzinfo) -> str:
+    d = to_dict(k, tz)
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["week", "basis", "section", "key", "metric", "value"])
+
+    def rows(section: str, key: str, values: dict[str, Any]) -> None:
+        for metric, value in values.items():
+            if not isinstance(value, dict | list):
+                w.writerow([d["week"], d["basis"], section, key, metric,
+                            "" if value is None else value])
+
+    rows("headline", "", d["headline"])
+    for g in GROUPS:
+        for row in d[f"by_{g}"]:
+            rows(g, row[g], {f: row.get(f) for f in GROUP_FIELDS})
+    for row in d["runs"]:
+        rows("run", row["run_id"], {f: row.get(f) for f in RUN_FIELDS if f != "run_id"})
+    for row in d["trend"]:
+        rows("trend", row["week"], {f: row.get(f) for f in HEADLINE_FIELDS})
+    return out.getvalue()

@@ -1,0 +1,262 @@
+"""Live KPIs for Prometheus and Grafana: the last complete week, the week so far and the
+service's own counters, on an HTTP ``/metrics`` endpoint. The only module that imports
+``prometheus_client`` (the ``[reports]`` extra), and only when it is used.
+
+Every series is declared once in :data:`METRICS`. Weeks are labelled ``2026-W48``; the KPI
+series also carry ``basis`` (``util`` | ``sm_active``), since utilization, waste and the
+thresholds behind them mean different things on each. A figure that is not known (a week
+without utilization data) is absent, never 0, and before the first :meth:`KpiExporter.update`
+there are no KPI series at all.
+
+A scrape reads one snapshot: :meth:`KpiExporter.update` replaces all KPI series at once, so a
+scrape never sees half a week and the previous week's series vanish with the swap.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from reports.kpi import WeekKpis
+from reports.weeks import label_of
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric as Family
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromMetric:
+    """One exported series family, by the name a PromQL query uses."""
+
+    name: str
+    type: str
+    """``gauge`` or ``counter`` (a counter's name ends in ``_total``)."""
+    help: str
+    labels: tuple[str, ...]
+    scope: str
+    """Where the value comes from: ``week`` (the last complete week's headline), ``team``
+    (its per-team breakdown), ``week_to_date`` (the current week's headline so far) or
+    ``service`` (counted by the service itself)."""
+    field: str = ""
+    """The :class:`reports.kpi.Headline` field or team-breakdown column shown."""
+
+
+_WEEK = ("week", "basis")
+_TEAM = ("week", "basis", "team")
+_UTIL = ("GPU utilization (%), Σ util × GPU-hours ÷ Σ GPU-hours over GPU-time with a value, on "
+         "the basis label (util: NVML utilization, nvidia-smi's GPU-Util; sm_active: GPM SM "
+         "activity); absent when no GPU-time had a value")
+_WASTE = ("recoverable waste (USD): cost × max(0, 1 − util ÷ target) per GPU, what the same work "
+          "would have cost less at the target utilization")
+_IDLE = "idle cost (USD): GPU-time whose 30-minute rolling utilization was under the idle threshold"
+
+
+def _gauge(name: str, scope: str, field: str, help: str, labels: tuple[str, ...]) -> PromMetric:
+    return PromMetric(name=name, type="gauge", help=help, labels=labels, scope=scope, field=field)
+
+
+METRICS: tuple[PromMetric, ...] = (
+    # the last complete ISO week, as the weekly report has it
+    _gauge("gpu_kpi_week_gpu_hours", "week", "gpu_hours",
+           "GPU-hours allocated to runs in the last complete week", _WEEK),
+    _gauge("gpu_kpi_week_spend_usd", "week", "spend_usd",
+           "spend (USD) in the last complete week: GPU-hours × price of the GPU model", _WEEK),
+    _gauge("gpu_kpi_week_utilization_percent", "week", "utilization_pct",
+           f"{_UTIL}; last complete week", _WEEK),
+    _gauge("gpu_kpi_week_waste_usd", "week", "waste_usd", f"{_WASTE}; last complete week", _WEEK),
+    _gauge("gpu_kpi_week_idle_usd", "week", "idle_usd", f"{_IDLE}; last complete week", _WEEK),
+    _gauge("gpu_kpi_week_runs", "week", "runs", "runs with GPU-time in the last complete week",
+           _WEEK),
+    _gauge("gpu_kpi_week_underutilized_runs", "week", "underutilized_runs",
+           "runs under the underutilized threshold with at least the minimum GPU-hours, "
+           "last complete week", _WEEK),
+    # the same week by team ("(none)" for runs without one)
+    _gauge("gpu_kpi_team_gpu_hours", "team", "gpu_hours",
+           "GPU-hours per team, last complete week", _TEAM),
+    _gauge("gpu_kpi_team_spend_usd", "team", "spend_usd", "spend (USD) per team, last complete week",
+           _TEAM),
+    _gauge("gpu_kpi_team_utilization_percent", "team", "utilization_pct",
+           f"{_UTIL}; per team, last complete week", _TEAM),
+    _gauge("gpu_kpi_team_waste_usd", "team", "waste_usd", f"{_WASTE}; per team, last complete week",
+           _TEAM),
+    _gauge("gpu_kpi_team_idle_usd", "team", "idle_usd", f"{_IDLE}; per team, last complete week",
+           _TEAM),
+    # the current week so far: running totals, rising through the week
+    _gauge("gpu_kpi_week_to_date_gpu_hours", "week_to_date", "gpu_hours",
+           "GPU-hours so far in the current week", _WEEK),
+    _gauge("gpu_kpi_week_to_date_spend_usd", "week_to_date", "spend_usd",
+           "spend (USD) so far in the current week", _WEEK),
+    _gauge("gpu_kpi_week_to_date_utilization_percent", "week_to_date", "utilization_pct",
+           f"{_UTIL}; current week so far", _WEEK),
+    _gauge("gpu_kpi_week_to_date_waste_usd", "week_to_date", "waste_usd",
+           f"{_WASTE}; current week so far", _WEEK),
+    _gauge("gpu_kpi_week_to_date_idle_usd", "week_to_date", "idle_usd",
+           f"{_IDLE}; current week so far", _WEEK),
+    # the service itself
+    PromMetric(name="gpu_kpi_emails_total", type="counter", labels=("kind", "outcome"),
+               scope="service", help="report emails in the delivery log by kind (summary, team, "
+               "runs) and outcome (sending, sent, empty, deferred, failed, skipped)"),
+    PromMetric(name="gpu_kpi_reports_built_total", type="counter", labels=(), scope="service",
+               help="weekly reports built since the service started"),
+    _gauge("gpu_kpi_last_report_timestamp_seconds", "service", "",
+           "when the last weekly report was built (Unix seconds); its week in the week label",
+           ("week",)),
+)
+
+NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
+EMAIL_OUTCOMES = ("sending", "sent", "empty", "deferred", "failed", "skipped")
+
+Samples = Mapping[str, tuple[tuple[tuple[str, ...], float], ...]]
+"""Metric name → (label values, value) per series."""
+
+
+def _finite(value: object) -> float | None:
+    if value is None:
+        return None
+    v = float(value)  # type: ignore[arg-type]
+    return v if math.isfinite(v) else None
+
+
+def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None) -> Samples:
+    """The KPI series of the week and the week so far; unknown figures are left out."""
+    out: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+
+    def add(name: str, labels: tuple[str, ...], value: object) -> None:
+        if (v := _finite(value)) is not None:
+            out.setdefault(name, []).append((labels, v))
+
+    week = (label_of(latest.week), latest.basis)
+    teams = latest.by.get("team")
+    for m in METRICS:
+        if m.scope == "week":
+            add(m.name, week, getattr(latest.headline, m.field))
+        elif m.scope == "team" and teams is not None:
+            for team, value in zip(teams["team"], teams[m.field], strict=True):
+                add(m.name, (*week, str(team)), value)
+        elif m.scope == "week_to_date" and week_to_date is not None:
+            add(m.name, (label_of(week_to_date.week), week_to_date.basis),
+                getattr(week_to_date.headline, m.field))
+    return MappingProxyType({k: tuple(v) for k, v in out.items()})
+
+
+class KpiExporter:
+    """Holds the latest figures and serves them; thread-safe (update from the scheduler's
+    thread, scrape from the HTTP thread). Own ``CollectorRegistry``, never the global one."""
+
+    def __init__(self) -> None:
+        try:
+            from prometheus_client import CollectorRegistry
+        except ImportError as e:  # pragma: no cover - the [reports] extra is missing
+            raise ImportError("the metrics endpoint needs prometheus-client: "
+                              "pip install 'gpu-kpi[reports]'") from e
+        self._lock = threading.Lock()
+        self._kpis: Samples = MappingProxyType({})
+        self._emails: dict[tuple[str, str], int] = {}
+        self._reports_built = 0
+        self._last_report: tuple[str, float] | None = None
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)  # a collector: it has collect()
+
+    def update(self, latest: WeekKpis, *, week_to_date: WeekKpis | None = None) -> None:
+        """latest: the last complete week; week_to_date: the current week so far (running
+        totals). Replaces every KPI series: a week not given here is no longer exported."""
+        samples = kpi_samples(latest, week_to_date)
+        with self._lock:
+            self._kpis = samples
+
+    def count_email(self, kind: str, outcome: str) -> None:
+        """One report email of ``kind`` (``weekly``…) ended ``outcome``: sent, failed or
+        skipped (already delivered, or nobody to send to)."""
+        if outcome not in EMAIL_OUTCOMES:
+            raise ValueError(f"email outcome {outcome!r}: use one of {', '.join(EMAIL_OUTCOMES)}")
+        with self._lock:
+            self._emails[kind, outcome] = self._emails.get((kind, outcome), 0) + 1
+
+    def set_email_counts(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Every email count at once, (kind, outcome) → total, as the delivery log holds them:
+        the log survives restarts and counts every ``serve`` process, so it is the source."""
+        bad = sorted({o for _, o in counts if o not in EMAIL_OUTCOMES})
+        if bad:
+            raise ValueError(f"email outcome {bad[0]!r}: use one of {', '.join(EMAIL_OUTCOMES)}")
+        with self._lock:
+            self._emails = dict(counts)
+
+    def report_built(self, week: str, at: datetime) -> None:
+        """The weekly report of ``week`` (``2026-W48``) was built at ``at`` (timezone-aware)."""
+        if at.tzinfo is None or at.utcoffset() is None:
+            raise ValueError(f"report time {at.isoformat()} has no time zone")
+        with self._lock:
+            self._reports_built += 1
+            self._last_report = (week, at.timestamp())
+
+    def samples(self) -> Samples:
+        """Every series as a scrape would show it, as one consistent snapshot."""
+        with self._lock:
+            out = dict(self._kpis)
+            out["gpu_kpi_reports_built_total"] = (((), float(self._reports_built)),)
+            if self._emails:
+                out["gpu_kpi_emails_total"] = tuple(
+                    (key, float(n)) for key, n in sorted(self._emails.items()))
+            if self._last_report is not None:
+                week, ts = self._last_report
+                out["gpu_kpi_last_report_timestamp_seconds"] = (((week,), ts),)
+        return MappingProxyType(out)
+
+    def collect(self) -> Iterator[Family]:
+        """The prometheus_client collector protocol: one family per metric that has series."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        samples = self.samples()
+        for m in METRICS:
+            if m.name not in samples:
+                continue
+            cls = CounterMetricFamily if m.type == "counter" else GaugeMetricFamily
+            family = cls(m.name, m.help, labels=m.labels)
+            for labels, value in samples[m.name]:
+                family.add_metric(list(labels), value)
+            yield family
+
+    def serve(self, host: str = "127.0.0.1", port: int = 9464) -> MetricsServer:
+        """Serve ``/metrics`` on a daemon thread; ``port`` 0 takes any free port."""
+        from prometheus_client import start_http_server
+
+        httpd, thread = start_http_server(port, addr=host, registry=self.registry)
+        return MetricsServer(httpd, thread)
+
+
+class MetricsServer:
+    """A running metrics endpoint: ``host``, ``port`` (the bound one) and :meth:`close`."""
+
+    def __init__(self, httpd: WSGIServer, thread: threading.Thread) -> None:
+        self._httpd = httpd
+        self._thread = thread
+        self._closed = False
+        self.host: str = str(httpd.server_address[0])
+        self.port: int = int(httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        """Stop serving and free the port; closing twice is harmless."""
+        if self._closed:
+            return
+        self._closed = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,134 @@
+"""The service's scheduler: the only module that imports APScheduler (3.x).
+
+One weekly job, kept in a SQLAlchemy job store in the run store's database under a fixed id:
+restarting the service replaces it (``replace_existing``) instead of adding a second one. Runs are
+coalesced, one at a time, and a run missed by up to ``misfire_grace_h`` (the process was busy or
+suspended) still happens. The job is referenced by name (``reports.service.job:weekly_job``) with the
+settings as its argument, so the store holds no code and no secret (the SMTP password is read
+when a message is sent).
+
+Two processes sharing one job store both fire the job (APScheduler 3 does not coordinate
+schedulers); the delivery log makes the second one a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.memory import MemoryJobStore
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+if TYPE_CHECKING:
+    from reports.service.config import ServiceSettings
+
+log = logging.getLogger("gpu_kpi")
+
+JOB_ID = "gpu-kpi-weekly-report"
+RETRY_JOB_ID = "gpu-kpi-retry"
+METRICS_JOB_ID = "gpu-kpi-metrics"
+JOBS_TABLE = "gpu_kpi_jobs"
+WEEKLY_JOB = "reports.service.job:weekly_job"
+
+
+def parse_schedule(expr: str, tz: tzinfo | str) -> CronTrigger:
+    """A cron trigger from five fields (minute hour day month weekday) in ``tz``; ValueError with
+    the reason when the expression is wrong."""
+    fields = expr.split()
+    if len(fields) != 5:
+        raise ValueError(f"expected 5 cron fields (minute hour day month weekday), got "
+                         f"{len(fields)} in {expr!r}")
+    try:
+        return CronTrigger.from_crontab(expr, timezone=tz)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"bad cron expression {expr!r}: {e}") from None
+
+
+def next_fire_time(expr: str, tz: tzinfo, after: datetime) -> datetime | None:
+    """When the schedule fires next after ``after``."""
+    trigger = parse_schedule(expr, tz)
+    return trigger.get_next_fire_time(None, after.astimezone(tz))
+
+
+class ServiceScheduler:
+    """The weekly job in a background scheduler; ``engine``: the run store's SQLAlchemy engine
+    (:attr:`tracker.store.RunStore.engine`), which holds the job store.
+
+    ``on_result(result)`` sees each weekly run's :class:`reports.service.job.RunResult` (in the
+    scheduler's thread); ``refresh`` (optional) runs every ``refresh_s`` seconds, from memory only, for the
+    Prometheus figures."""
+
+    def __init__(self, settings: ServiceSettings, engine: Any, *,
+                 refresh: Callable[[], None] | None = None, refresh_s: float = 300.0,
+                 on_result: Callable[[Any], None] | None = None) -> None:
+        self._settings = settings
+        self._on_result = on_result
+        self._tz = settings.tz
+        self._refresh = refresh
+        self._refresh_s = refresh_s
+        self._scheduler = BackgroundScheduler(
+            jobstores={"default": SQLAlchemyJobStore(engine=engine, tablename=JOBS_TABLE),
+                       "memory": MemoryJobStore()},
+            executors={"default": ThreadPoolExecutor(1)},
+            job_defaults={"coalesce": True, "max_instances": 1,
+                          "misfire_grace_time": max(1, round(settings.misfire_grace_h * 3600))},
+            timezone=self._tz)
+        self._scheduler.add_listener(self._on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
+
+    def start(self, *, run_now: bool = False) -> None:
+        """Start in the background. ``run_now``: run the weekly job at once (catch-up after
+        downtime, ``serve --once``-like), then on schedule."""
+        s = self._settings
+        self._scheduler.start(paused=True)
+        # Replacing the stored job would compute its next run from now and forget a run that
+        # fell due while the service was down; keep that one, and the scheduler runs it if it
+        # is within the misfire grace time (coalesced: once, however many were missed).
+        stored = self._scheduler.get_job(JOB_ID)
+        missed = (stored.next_run_time if stored is not None and stored.next_run_time is not None
+                  and stored.next_run_time <= datetime.now(self._tz) else None)
+        self._scheduler.add_job(
+            WEEKLY_JOB, parse_schedule(s.schedule, self._tz), id=JOB_ID,
+            name="weekly GPU KPI report", kwargs={"settings": s}, replace_existing=True,
+            **({"next_run_time": missed} if missed is not None else {}))
+        if run_now:
+            self._scheduler.modify_job(JOB_ID, next_run_time=datetime.now(self._tz))
+        if self._refresh is not None:
+            self._scheduler.add_job(self._refresh, "interval", seconds=self._refresh_s,
+                                    id=METRICS_JOB_ID, jobstore="memory", replace_existing=True,
+                                    next_run_time=datetime.now(self._tz))
+        self._scheduler.resume()
+
+    def run_now(self) -> None:
+        self._scheduler.modify_job(JOB_ID, next_run_time=datetime.now(self._tz))
+
+    def next_run_time(self) -> datetime | None:
+        job = self._scheduler.get_job(JOB_ID)
+        return None if job is None else job.next_run_time
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        """Stop; ``wait``: let a running report finish first."""
+        if self._scheduler.running:
+            self._scheduler.shutdown(wait=wait)
+
+    def _on_event(self, event: JobExecutionEvent) -> None:
+        if event.job_id not in (JOB_ID, RETRY_JOB_ID):
+            return
+        if event.exception is not None:
+            log.error("gpu-kpi: the weekly report job failed: %s", event.exception)
+            return
+        if self._on_result is not None:
+            self._on_result(event.retval)
+        if getattr(event.retval, "deferred", 0):
+            # a temporary SMTP failure: try again soon rather than next week
+            when = datetime.now(UTC) + timedelta(minutes=self._settings.retry_after_min)
+            self._scheduler.add_job(WEEKLY_JOB, "date", run_date=when, id=RETRY_JOB_ID,
+                                    jobstore="memory", replace_existing=True,
+                                    kwargs={"settings": self._settings})
+            log.warning("gpu-kpi: %d deliveries deferred; trying again at %s",
+                        event.retval.deferred, when.astimezone(self._tz).isoformat(" ", "minutes"))

@@ -1,0 +1,182 @@
+"""Weekly KPIs against numbers computed by hand on small frames."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import numpy as np
+import pytest
+from fakes import run_record as run
+
+from reports import kpi as kpis
+from tracker.cost import IdleDetector
+from tracker.record import MinuteSample, RunRecord
+
+W48 = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of ISO week 2026-W48
+W49 = W48 + timedelta(days=7)
+NOW = W49 + timedelta(days=3)
+
+
+def minutes(run_id: str, start: datetime, utils: list[float | None], gpu: str = "GPU-a",
+            ) -> list[MinuteSample]:
+    return [MinuteSample(run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu,
+                         covered_s=60.0, util_pct=u) for i, u in enumerate(utils)]
+
+
+def week(runs: list[RunRecord], samples: list[MinuteSample] | None = None,
+         at: datetime = W48, tz: str = "UTC", **kw: object) -> kpis.WeekKpis:
+    zone = UTC if tz == "UTC" else ZoneInfo(tz)
+    return kpis.week_kpis(kpis.runs_frame(runs), kpis.samples_frame(samples or []), at,
+                          tz=zone, now=NOW, **kw)  # type: ignore[arg-type]
+
+
+def test_utilization_is_weighted_by_gpu_hours_not_a_mean_of_means() -> None:
+    k = week([run("a", W48, 10, util=90.0), run("b", W48 + timedelta(days=1), 1, gpus=4,
+                                                 util=10.0)])
+    h = k.headline
+    assert h.gpu_hours == pytest.approx(14.0)
+    assert h.utilization_pct == pytest.approx(100 * (0.9 * 10 + 0.1 * 4) / 14)  # 67.14, not 50
+    assert h.spend_usd == pytest.approx(14 * 3.85)
+    # waste: a at 90% is over target; b: 4 GPU-h x 3.85 x (1 - 10/85)
+    assert h.waste_usd == pytest.approx(4 * 3.85 * (1 - 10 / 85))
+    assert h.runs == 2
+
+
+def test_a_run_crossing_the_week_boundary_is_split_by_its_minutes() -> None:
+    start = W49 - timedelta(hours=2)  # Sunday 22:00 UTC, 4 hours
+    samples = minutes("x", start, [50.0] * 120 + [100.0] * 120)
+    r = run("x", start, 4, util=75.0)
+    before, after = week([r], samples, at=W48), week([r], samples, at=W49)
+    assert before.headline.gpu_hours == pytest.approx(2.0)
+    assert before.headline.utilization_pct == pytest.approx(50.0)
+    assert after.headline.gpu_hours == pytest.approx(2.0)
+    assert after.headline.utilization_pct == pytest.approx(100.0)
+    # week-over-week against W48: GPU-hours flat, utilization doubled
+    assert after.change_pct["gpu_hours"] == pytest.approx(0.0)
+    assert after.change_pct["utilization_pct"] == pytest.approx(100.0)
+
+
+def test_the_week_boundary_is_in_the_report_time_zone() -> None:
+    # Monday 00:00 in Berlin (UTC+1 in November) is Sunday 23:00 UTC: 1 h before, 3 h after
+    start = W49 - timedelta(hours=2)
+    r = run("x", start, 4, util=60.0)
+    berlin_w49 = datetime(2026, 11, 30, tzinfo=ZoneInfo("Europe/Berlin"))
+    after = week([r], at=berlin_w49, tz="Europe/Berlin")
+    assert after.headline.gpu_hours == pytest.approx(3.0)  # pro rata: summary only
+    sampled = week([r], minutes("x", start, [60.0] * 240), at=berlin_w49, tz="Europe/Berlin")
+    assert sampled.headline.gpu_hours == pytest.approx(3.0)
+
+
+def test_a_run_without_gpu_metrics_is_unknown_never_idle() -> None:
+    k = week([run("known", W48, 2, util=40.0), run("blind", W48, 6, util=None)])
+    h = k.headline
+    assert (h.gpu_hours, h.known_gpu_hours) == (pytest.approx(8.0), pytest.approx(2.0))
+    assert h.utilization_pct == pytest.approx(40.0)  # the blind run does not pull it to 10%
+    assert h.idle_usd == 0.0
+    assert h.waste_usd == pytest.approx(2 * 3.85 * (1 - 40 / 85))
+    blind = k.runs.set_index("run_id").loc["blind"]
+    assert np.isnan(blind["utilization_pct"]) and blind["waste_usd"] == 0.0
+    assert h.underutilized_runs == 1  # only the known one (40% < 50%, 2 GPU-h)
+
+
+def test_two_gpu_models_at_their_prices() -> None:
+    k = week([run("h", W48, 2, util=85.0, model="H100", price=None),
+              run("a", W48, 3, util=17.0, model="A100-80GB", price=None)])
+    assert k.headline.spend_usd == pytest.approx(2 * 3.85 + 3 * 2.00)
+    assert k.headline.waste_usd == pytest.approx(3 * 2.00 * (1 - 17 / 85))
+    by = k.by["gpu_model"].set_index("gpu_model")
+    assert by.loc["A100-80GB", "spend_usd"] == pytest.approx(6.0)
+    assert by.loc["H100", "utilization_pct"] == pytest.approx(85.0)
+
+
+def test_unpriced_models_are_counted_apart() -> None:
+    k = week([run("q", W48, 5, util=30.0, model="Quantum QX-9", price=None),
+              run("h", W48, 1, util=30.0)])
+    assert k.headline.unpriced_gpu_hours == pytest.approx(5.0)
+    assert k.headline.spend_usd == pytest.approx(3.85)
+
+
+def test_previous_week_missing() -> None:
+    k = week([run("a", W48, 1)])
+    assert k.previous is None
+    assert set(k.change_pct.values()) == {None}
+    assert len(k.trend) == 12 and k.trend["gpu_hours"].tolist() == [0.0] * 11 + [1.0]
+
+
+def test_waste_is_per_gpu_so_one_busy_gpu_never_hides_an_idle_one() -> None:
+    r = run("two", W48, 1, gpus=2, util=50.0)
+    samples = (minutes("two", W48, [100.0] * 60, gpu="GPU-busy")
+               + minutes("two", W48, [0.0] * 60, gpu="GPU-idle"))
+    k = week([r], samples)
+    # the idle GPU wastes its whole hour; the run-level rule would say 7.70 x (1 - 50/85) = 3.17
+    assert k.headline.waste_usd == pytest.approx(3.85)
+    # 60 minutes under 5%: idle $ is the idle GPU's hour
+    assert k.headline.idle_usd == pytest.approx(3.85)
+    assert k.headline.utilization_pct == pytest.approx(50.0)
+
+
+def test_underutilized_needs_enough_gpu_hours() -> None:
+    k = week([run("big", W48, 2, util=40.0), run("small", W48, 0.5, util=30.0),
+              run("fine", W48, 3, util=80.0)])
+    assert k.underutilized["run_id"].tolist() == ["big"]
+    assert k.headline.underutilized_gpu_hours_pct == pytest.approx(100 * 2 / 5.5)
+
+
+def test_runs_are_ordered_by_waste_with_verdict_and_team() -> None:
+    k = week([run("a", W48, 1, util=10.0, team="nlp", verdict="input-bound"),
+              run("b", W48, 4, util=10.0, team="vision", verdict="idle")])
+    assert k.runs["run_id"].tolist() == ["b", "a"]
+    assert k.runs.iloc[0]["verdict"] == "idle"
+    teams = k.by["team"].set_index("team")
+    assert teams.loc["vision", "waste_usd"] == pytest.approx(4 * 3.85 * (1 - 10 / 85))
+
+
+def test_unit_costs() -> None:
+    k = week([run("a", W48, 2, samples=1_000_000, tokens=4_000_000_000)])
+    assert k.headline.usd_per_1k_samples == pytest.approx(1000 * 7.70 / 1_000_000)
+    assert k.headline.usd_per_1m_tokens == pytest.approx(1e6 * 7.70 / 4e9)
+
+
+def test_rightsizing_names_a_cheaper_gpu_that_fits() -> None:
+    k = week([run("small-job", W48, 10, util=20.0, mem_peak_gib=12.0, mem_total_gib=80.0)])
+    (s,) = k.rightsizing.to_dict("records")
+    # 12 GiB x 1.2 headroom fits a 16 GB T4 at $0.53: 10 h x (3.85 - 0.53)
+    assert s["suggested_gpu"] == "T4" and s["saving_usd"] == pytest.approx(10 * (3.85 - 0.53))
+
+
+def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
+    rng = random.Random(7)
+    for _ in range(30):
+        n = rng.randint(1, 200)
+        utils = [rng.choice([0.0, 1.0, 3.0, 4.9, 6.0, 40.0, 90.0, None]) if rng.random() < 0.3
+                 else rng.choice([0.0, 2.0]) for _ in range(n)]
+        detector = IdleDetector(window=30, threshold_pct=5.0)
+        for u in utils:
+            detector.add_minute(u, 60.0)
+        flags = kpis.idle_minutes(np.array([np.nan if u is None else u for u in utils]),
+                                  np.zeros(n, dtype=int), threshold_pct=5.0, window=30)
+        assert flags.sum() * 60.0 == pytest.approx(detector.idle_s)
+
+
+def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
+    # windows averaging about the threshold: the report reads the stretches around low minutes
+    # only, and must flag the same minutes as over the whole fleet's rows
+    rng = random.Random(1)
+    for _ in range(200):
+        series = np.array([rng.choice([0.0, 2.5, 4.9, 5.0, 5.1, 7.5, 10.0]) for _ in range(40)])
+        alone = kpis.idle_minutes(series, np.ones(40, dtype=int), threshold_pct=5.0, window=30)
+        for before in (np.full(1000, 33.3), np.full(100, 0.7)):
+            rows = np.concatenate([before, series])
+            group = np.concatenate([np.zeros(len(before), dtype=int), np.ones(40, dtype=int)])
+            flags = kpis.idle_minutes(rows, group, threshold_pct=5.0, window=30)
+            assert (flags[len(before):] == alone).all()
+
+
+def test_sm_active_basis_uses_its_own_column_and_thresholds() -> None:
+    r = run("a", W48, 1, util=90.0, sm_active_pct=45.0)
+    k = week([r], basis="sm_active")
+    assert k.basis_label == "SM activity"
+    assert k.headline.utilization_pct == pytest.approx(45.0)
+    assert k.headline.waste_usd == pytest.approx(3.85 * (1 - 45 / 60))  # target 60% on SM

@@ -1,0 +1,166 @@
+"""`gpu-kpi report`: a real store, real files, hand-computed numbers; bad input writes nothing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import run_record
+
+from reports.build import resolve_week
+from reports.errors import ReportError
+from tracker.record import MinuteSample, RunRecord
+from tracker.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+W47 = datetime(2026, 11, 16, tzinfo=UTC)
+W48 = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+def record(id: str, start: datetime, hours: float, util: float | None, **kw: Any) -> RunRecord:
+    return run_record(id, start, hours, util=util, **kw)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(record("last-week", W47 + timedelta(days=1), 2, 50.0, team="nlp"))
+        s.upsert_run(record("busy", W48 + timedelta(days=1), 3, 90.0, team="nlp"))
+        s.upsert_run(record("slow", W48 + timedelta(days=2), 1, None, team="vision",
+                            name="<script>alert(1)</script>"))
+        sampled = record("sampled", W48 + timedelta(days=3), 1, 30.0, team="vision")
+        s.upsert_run(sampled)
+        s.upsert_samples([MinuteSample(run_id="sampled", minute=sampled.started_at
+                                       + timedelta(minutes=i), gpu="GPU-a", covered_s=60.0,
+                                       util_pct=20.0 if i < 30 else 40.0) for i in range(60)])
+    return url
+
+
+def gpu_kpi(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reports.cli", *args], capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_json_and_csv_of_a_week(store: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = gpu_kpi("report", "--week", "2026-W48", "--store", store, "--out", str(out),
+                "--format", "json,csv")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [str(out / "2026-W48.json"), str(out / "2026-W48.csv")]
+    d = json.loads((out / "2026-W48.json").read_text())
+    assert d["schema"] == "gpu-kpi.week/1" and d["week"] == "2026-W48"
+    assert d["week_start"] == "2026-11-23T00:00:00+00:00"
+    h = d["headline"]
+    # busy 3 h at 90%, slow 1 h unknown, sampled 1 h: 30 min at 20% + 30 min at 40% = 30%
+    assert h["gpu_hours"] == pytest.approx(5.0)
+    assert h["known_gpu_hours"] == pytest.approx(4.0)
+    assert h["utilization_pct"] == pytest.approx((3 * 90 + 1 * 30) / 4)
+    assert h["spend_usd"] == pytest.approx(5 * 3.85)
+    assert h["waste_usd"] == pytest.approx(3.85 * (1 - 30 / 85))
+    assert h["runs"] == 3
+    # last week: 2 h at $3.85
+    assert d["previous"]["spend_usd"] == pytest.approx(7.70)
+    assert d["change_pct"]["spend_usd"] == pytest.approx(100 * (19.25 - 7.70) / 7.70)
+    teams = {row["team"]: row for row in d["by_team"]}
+    assert teams["vision"]["gpu_hours"] == pytest.approx(2.0)
+    runs = {r["run_id"]: r for r in d["runs"]}
+    assert runs["slow"]["utilization_pct"] is None  # unknown, never 0
+    assert runs["slow"]["name"] == "<script>alert(1)</script>"  # data, not markup
+    assert [w["week"] for w in d["trend"]][-2:] == ["2026-W47", "2026-W48"]
+
+    rows = list(csv.DictReader(io.StringIO((out / "2026-W48.csv").read_text())))
+    spend = [r for r in rows if r["section"] == "headline" and r["metric"] == "spend_usd"]
+    assert len(spend) == 1 and float(spend[0]["value"]) == pytest.approx(19.25)
+    assert {r["key"] for r in rows if r["section"] == "team"} == {"nlp", "vision"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--week", "2026-W54"), "week '2026-W54' does not exist"),
+    (("--week", "2026-48"), "bad week '2026-48'"),
+    (("--week", "2030-W01"), "week 2030-W01 has not started yet"),
+    (("--week", "2026-W48", "--tz", "Nowhere/City"), "unknown time zone 'Nowhere/City'"),
+    (("--week", "2026-W48", "--format", "json,pdf"), "unknown format pdf"),
+])
+def test_bad_input_writes_nothing(store: str, tmp_path: Path, args: tuple[str, ...],
+                                  message: str) -> None:
+    out = tmp_path / "out"
+    p = gpu_kpi("report", "--store", store, "--out", str(out), *args)
+    assert p.returncode == 2, p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("gpu-kpi: error: ") and message in line
+    assert not out.exists()
+
+
+def test_an_empty_store_is_an_error(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = gpu_kpi("report", "--week", "2026-W48", "--store", f"sqlite:///{tmp_path}/empty.db",
+                "--out", str(out), "--format", "json")
+    assert p.returncode == 2 and "has no runs: nothing to report" in p.stderr
+    assert not out.exists()
+
+
+def test_default_week_is_the_last_complete_one() -> None:
+    now = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)  # a Monday morning
+    assert resolve_week(None, UTC, now) == W48
+    with pytest.raises(ReportError, match="has not started"):
+        resolve_week("2026-W50", UTC, now)
+
+
+def test_every_format_with_the_archive_link(store: str, tmp_path: Path) -> None:
+    import email
+    import email.policy
+
+    out = tmp_path / "out"
+    p = gpu_kpi("report", "--week", "2026-W48", "--store", store, "--out", str(out),
+                "--report-url", "https://kpi.example.com/weekly/")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in out.iterdir()) == [
+        "2026-W48.csv", "2026-W48.eml", "2026-W48.html", "2026-W48.json", "index.html"]
+    page = "https://kpi.example.com/weekly/2026-W48.html"
+    assert f'href="{page}"' in (out / "2026-W48.html").read_text()
+    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
+    assert msg.get_content_type() == "multipart/alternative"
+    text = msg.get_body(("plain",))
+    assert text is not None and page in text.get_content() and "$19.25" in text.get_content()
+    assert 'href="2026-W48.html"' in (out / "index.html").read_text()
+    # a second week joins the index; the first stays
+    p = gpu_kpi("report", "--week", "2026-W47", "--store", store, "--out", str(out),
+                "--format", "html")
+    assert p.returncode == 0, p.stderr
+    index = (out / "index.html").read_text()
+    assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index
+
+
+def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> None:
+    from reports.kpi import SAMPLE_COLUMNS, SampleFrameBuilder
+
+    with RunStore(store_url) as s:
+        s.upsert_run(record("r", W48, 1, 50.0))
+        s.upsert_samples([MinuteSample(run_id="r", minute=W48 + timedelta(minutes=i),
+                                       gpu=f"GPU-{i % 2}", covered_s=60.0, util_pct=10.0 * i,
+                                       sm_active_pct=None) for i in range(5)])
+        chunks: list[int] = []
+        builder = SampleFrameBuilder()
+
+        def consume(rows: list[tuple[object, ...]]) -> None:
+            chunks.append(len(rows))
+            builder(rows)
+
+        s.scan_samples(consume, columns=SAMPLE_COLUMNS, since=W48 + timedelta(minutes=1),
+                       until=W48 + timedelta(minutes=4), chunk_rows=2)
+    assert chunks == [2, 1]
+    frame = builder.frame().sort_values("minute", ignore_index=True)
+    assert frame["minute"].tolist() == [W48 + timedelta(minutes=i) for i in (1, 2, 3)]
+    assert frame["util_pct"].tolist() == [10.0, 20.0, 30.0]
+    assert frame["gpu"].astype(str).tolist() == ["GPU-1", "GPU-0", "GPU-1"]
+    assert frame["sm_active_pct"].isna().all()

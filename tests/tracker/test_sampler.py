@@ -1,0 +1,210 @@
+"""The sampler: time-weighted aggregates, minutes, idle stretches, the alert, lost GPUs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from tracker.gpu import GpuInfo, GpuReading
+from tracker.gpu.simulated import SimulatedBackend
+from tracker.record import MinuteSample
+from tracker.sampler import AlertRule, GpuStats, Sampler, TimeWeighted
+
+
+@dataclass
+class ScriptedBackend:
+    """Readings from a script: ``values[uuid]`` is called with the time of each read."""
+
+    utils: dict[str, list[float]]
+    name: str = "scripted"
+    lost_after: dict[str, int] = field(default_factory=dict)
+    reads: int = 0
+
+    def open(self, now: float) -> list[GpuInfo]:
+        return [GpuInfo(index=i, uuid=u, name="NVIDIA H100 80GB HBM3", mem_total_gib=80.0)
+                for i, u in enumerate(self.utils)]
+
+    def read(self, now: float) -> list[GpuReading]:
+        n = self.reads
+        self.reads += 1
+        return [GpuReading(uuid=u, util_pct=vals[min(n, len(vals) - 1)], mem_used_gib=10.0 + n,
+                           mem_total_gib=80.0, power_w=100.0)
+                for u, vals in self.utils.items()
+                if n < self.lost_after.get(u, 10**9)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_time_weighted_mean_min_max() -> None:
+    tw = TimeWeighted()
+    tw.add(50.0, 0.0)  # a start reading weighs nothing
+    tw.add(100.0, 3.0)
+    tw.add(0.0, 1.0)
+    tw.add(None, 5.0)  # missing values do not dilute the mean
+    assert tw.mean == pytest.approx(75.0)
+    assert (tw.min, tw.max, tw.seconds) == (0.0, 100.0, 4.0)
+
+
+def test_histogram_and_peak() -> None:
+    s = GpuStats()
+    s.add(GpuReading(uuid="g", util_pct=95.0, mem_used_gib=5.0), 2.0)
+    s.add(GpuReading(uuid="g", util_pct=100.0, mem_used_gib=7.0), 1.0)
+    s.add(GpuReading(uuid="g", util_pct=12.0, mem_used_gib=6.0), 4.0)
+    assert s.hist_s == [0.0, 4.0, 0, 0, 0, 0, 0, 0, 0, 3.0]
+    assert s.mem_peak_gib == 7.0
+
+
+def test_energy_from_counter_else_integrated_power() -> None:
+    counter = GpuStats()
+    counter.add(GpuReading(uuid="g", energy_j=1000.0, power_w=999.0), 0.0)
+    counter.add(GpuReading(uuid="g", energy_j=1600.0, power_w=999.0), 2.0)
+    assert counter.energy_j == 600.0  # the counter's difference, not power x time
+    power_only = GpuStats()
+    power_only.add(GpuReading(uuid="g", power_w=300.0), 0.0)
+    power_only.add(GpuReading(uuid="g", power_w=200.0), 3.0)
+    assert power_only.energy_j == 600.0
+    assert GpuStats().energy_j is None
+
+
+def test_run_shorter_than_one_interval_gets_start_and_stop_samples() -> None:
+    clock = [100.0]
+    b = SimulatedBackend("healthy")
+    s = Sampler(b, interval_s=60.0, clock=lambda: clock[0], threaded=False)
+    (g,) = s.start()
+    clock[0] = 100.5
+    s.stop()
+    assert s.run[g.uuid].seconds == pytest.approx(0.5)
+    assert s.run[g.uuid].mean("util_pct") == pytest.approx(92.0)
+
+
+def test_minutes_split_at_boundaries() -> None:
+    rows: list[MinuteSample] = []
+    clock = [90.0]  # 1.5 min after the epoch
+    b = ScriptedBackend({"g": [0.0, 40.0, 100.0]})
+    s = Sampler(b, run_id="r", clock=lambda: clock[0], threaded=False, on_minute=rows.extend)
+    s.start()  # reading 0 at t=90
+    clock[0] = 150.0
+    s.sample()  # 40% over (90, 150]: 30 s in minute 1, 30 s in minute 2
+    clock[0] = 170.0
+    s.sample()  # 100% over (150, 170]
+    s.stop()  # stop reads again (100%) with dt 0
+    assert [r.minute.timestamp() for r in rows] == [60.0, 120.0]
+    assert rows[0].covered_s == 30.0 and rows[0].util_pct == pytest.approx(40.0)
+    assert rows[1].covered_s == 50.0
+    assert rows[1].util_pct == pytest.approx((30 * 40 + 20 * 100) / 50)
+    assert rows[0].run_id == "r" and rows[0].gpu == "g"
+
+
+def test_idle_stretch_counts_its_idle_minutes_only() -> None:
+    # 20 busy minutes, 40 idle ones with a 60% blip in the middle, 10 busy: the 39 idle
+    # minutes are idle; the blip and the busy minutes next to the stretch are not
+    utils = [90.0] * 20 + [1.0] * 20 + [60.0] + [1.0] * 19 + [90.0] * 10
+    clock = [0.0]
+    b = ScriptedBackend({"g": [90.0, *utils]})
+    s = Sampler(b, clock=lambda: clock[0], threaded=False)
+    s.start()
+    for minute in range(1, 71):
+        clock[0] = minute * 60.0
+        s.sample()
+    s.stop()
+    assert s.idle_seconds() == {"g": pytest.approx(39 * 60.0)}
+
+
+def test_twenty_idle_minutes_between_busy_ones_are_not_idle() -> None:
+    utils = [90.0] * 15 + [0.0] * 20 + [90.0] * 15
+    clock = [0.0]
+    s = Sampler(ScriptedBackend({"g": [90.0, *utils]}), clock=lambda: clock[0], threaded=False)
+    s.start()
+    for minute in range(1, len(utils) + 1):
+        clock[0] = minute * 60.0
+        s.sample()
+    s.stop()
+    assert s.idle_seconds() == {"g": 0.0}
+
+
+def test_alert_fires_once_after_the_window() -> None:
+    alerts: list[str] = []
+    clock = [0.0]
+    s = Sampler(ScriptedBackend({"g": [40.0]}), clock=lambda: clock[0], threaded=False,
+                alert=AlertRule(under_pct=70.0, window_s=300.0), on_alert=alerts.append)
+    s.start()
+    for t in range(10, 600, 10):
+        clock[0] = float(t)
+        s.sample()
+        if t < 300:
+            assert alerts == []
+    assert len(alerts) == 1
+    assert "40%" in alerts[0] and "70%" in alerts[0]
+
+
+def test_no_alert_when_busy() -> None:
+    alerts: list[str] = []
+    clock = [0.0]
+    s = Sampler(ScriptedBackend({"g": [90.0]}), clock=lambda: clock[0], threaded=False,
+                alert=AlertRule(under_pct=70.0, window_s=60.0), on_alert=alerts.append)
+    s.start()
+    for t in range(10, 300, 10):
+        clock[0] = float(t)
+        s.sample()
+    assert alerts == []
+
+
+def test_lost_gpu_leaves_the_others_sampled() -> None:
+    clock = [0.0]
+    b = ScriptedBackend({"a": [50.0], "b": [80.0]}, lost_after={"b": 3})
+    s = Sampler(b, clock=lambda: clock[0], threaded=False)
+    s.start()
+    for t in range(1, 6):
+        clock[0] = float(t)
+        s.sample()
+    assert s.lost == {"b"}
+    assert s.run["a"].seconds == 5.0
+    assert s.run["b"].seconds == 2.0  # readings 1 and 2 only
+
+
+def test_backend_that_keeps_failing_is_turned_off(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(ScriptedBackend):
+        def read(self, now: float) -> list[GpuReading]:
+            if self.reads:
+                raise OSError("driver went away")
+            self.reads += 1
+            return super().read(now)
+
+    s = Sampler(Broken({"g": [50.0]}), clock=lambda: 0.0, threaded=False)
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        s.start()
+        for _ in range(12):
+            s.sample()
+    assert s.failed
+    assert [r.message for r in caplog.records].count(
+        "gpu-kpi: reading the GPUs failed: driver went away") == 1
+
+
+def test_memory_is_bounded_whatever_the_run_length() -> None:
+    clock = [0.0]
+    s = Sampler(SimulatedBackend("input-bound"), clock=lambda: clock[0], threaded=False,
+                alert=AlertRule(window_s=600.0))
+    s.start()
+    for t in range(1, 20_001):  # 5.5 hours at 1 s
+        clock[0] = float(t)
+        s.sample()
+    (stats,) = s.run.values()
+    assert len(s._alert_span) <= 601
+    assert len(stats.hist_s) == 10
+    assert len(s.idle[next(iter(s.idle))]._recent) <= 30
+    assert stats.mean("util_pct") == pytest.approx(60.0)
+
+
+def test_thread_samples_and_stops_cleanly() -> None:
+    s = Sampler(SimulatedBackend("healthy"), interval_s=0.01)
+    s.start()
+    time.sleep(0.2)
+    s.stop()
+    (stats,) = s.run.values()
+    assert stats.seconds > 0.1
+    assert not any(t.name == "gpu-kpi-sampler" for t in threading.enumerate())

@@ -1,0 +1,222 @@
+"""The plain-loop session: numbers computed by hand from simulated profiles, in injected time."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import pytest
+from fakes import Clock, ListSink
+
+from tracker import track
+from tracker.session import Session
+
+
+def loop(run: Session, clock: Clock, *, steps: int, wait_s: float, compute_s: float,
+         samples: int = 32, tokens: int | None = None, sample_every: int = 1) -> None:
+    for i in range(steps):
+        clock.t += wait_s
+        run.data_ready()
+        clock.t += compute_s
+        run.step(samples=samples, tokens=tokens)
+        if run.sampler is not None and i % sample_every == 0:
+            run.sampler.sample()
+
+
+def test_input_bound_two_h100_for_two_hours() -> None:
+    """2 GPUs x 2 h x $3.85 = $15.40. util 60% (6 s busy / 4 s idle), target 85%:
+    waste = 15.40 x (1 - 60/85) = $4.5294. Energy per GPU = 70 W x 7200 s + 630 W x 0.6 x
+    7200 s = 3,225,600 J = 0.896 kWh. Data wait 0.3 s of each 1 s step = 30%."""
+    clock = Clock()
+    sink = ListSink()
+    with track(name="ib", backend="simulated:input-bound@H100:2", store=False, clock=clock,
+               threaded=False, warmup_steps=0, sinks=[sink], log_to_python=False) as run:
+        loop(run, clock, steps=7200, wait_s=0.3, compute_s=0.7)
+    r = run.record
+    assert r is not None
+    assert r.status == "finished" and r.gpu_source == "simulated"
+    assert (r.gpu_model, r.gpu_count, r.price_per_gpu_hour) == ("H100", 2, 3.85)
+    assert r.gpu_hours == pytest.approx(4.0)
+    assert r.util_pct == pytest.approx(60.0)
+    assert r.cost_usd == pytest.approx(15.40)
+    assert r.waste_usd == pytest.approx(15.40 * (1 - 60 / 85))
+    assert r.energy_kwh == pytest.approx(2 * 0.896)
+    assert r.data_wait_pct == pytest.approx(30.0, abs=1e-4)
+    assert r.samples == 7200 * 32 and r.samples_per_s == pytest.approx(32.0)
+    assert r.idle_usd == 0.0
+    assert r.verdict == "input-bound" and "DataLoader workers" in (r.advice or "")
+    assert sink.summaries == [r]
+    # the 60% run crossed the 70% alert threshold over the 10 min window: one alert
+    assert len(sink.alerts) == 1 and "60%" in sink.alerts[0][1]
+
+
+def test_healthy_run_has_no_waste_and_mfu_by_hand() -> None:
+    """H100 bf16 dense peak 989.4 TFLOP/s. 4e14 FLOPs per 1 s step = 400 TFLOP/s -> MFU 0.4043."""
+    clock = Clock()
+    with track(name="ok", backend="simulated:healthy@H100", store=False, clock=clock,
+               threaded=False, warmup_steps=0, flops_per_step=4e14, dtype="bf16",
+               log_to_python=False) as run:
+        loop(run, clock, steps=600, wait_s=0.01, compute_s=0.99, tokens=4096)
+    r = run.record
+    assert r is not None
+    assert r.util_pct == pytest.approx(92.0)
+    assert r.waste_usd == 0.0
+    assert r.mfu == pytest.approx(400 / 989.4, rel=1e-6)
+    assert r.tokens_per_s == pytest.approx(4096.0)
+    assert r.verdict == "healthy" and r.advice is None
+    assert r.cost_usd == pytest.approx(3.85 / 6)
+
+
+def test_warmup_steps_are_left_out_of_throughput() -> None:
+    clock = Clock()
+    with track(name="w", backend="simulated:healthy", store=False, clock=clock, threaded=False,
+               warmup_steps=3, log_to_python=False) as run:
+        for dt in (10.0, 10.0, 10.0, 1.0, 1.0):  # three slow warm-up steps (compile, cache)
+            clock.t += dt
+            run.step(samples=8)
+    r = run.record
+    assert r is not None
+    assert r.steps == 5 and r.samples == 40
+    assert r.samples_per_s == pytest.approx(8.0)  # only the last two steps
+
+
+def test_small_batch_and_idle_and_low_efficiency_verdicts() -> None:
+    verdicts = {}
+    for profile, hours in (("small-batch@A10G", 0.5), ("idle@L4", 1.0),
+                           ("low-efficiency@H200", 0.5)):
+        clock = Clock()
+        with track(name=profile, backend=f"simulated:{profile}", store=False, clock=clock,
+                   threaded=False, interval_s=10.0, log_to_python=False) as run:
+            for _ in range(int(hours * 360)):
+                clock.t += 10.0
+                run.sampler.sample()  # type: ignore[union-attr]
+        assert run.record is not None
+        verdicts[profile] = run.record
+    assert verdicts["small-batch@A10G"].verdict == "small-batch"
+    idle = verdicts["idle@L4"]
+    assert idle.verdict == "idle"
+    # every minute of a 60 min, 0% run is idle: idle $ = cost = 1 h x $0.80
+    assert idle.idle_usd == pytest.approx(0.80)
+    assert idle.waste_usd == pytest.approx(0.80)
+    low = verdicts["low-efficiency@H200"]
+    assert low.verdict == "low-efficiency"
+    assert low.sm_active_pct == pytest.approx(97 * 0.3)
+
+
+def test_live_metrics_use_the_design_names() -> None:
+    clock = Clock()
+    sink = ListSink()
+    with track(name="m", backend="simulated:healthy@H100:2", store=False, clock=clock,
+               threaded=False, warmup_steps=0, log_every_s=60.0, sinks=[sink],
+               log_to_python=False, flops_per_step=1e14, dtype="bf16", per_gpu=True) as run:
+        loop(run, clock, steps=130, wait_s=0.1, compute_s=0.9, tokens=1000)
+    assert [step for _, step in sink.logged] == [60, 120]
+    m, _ = sink.logged[0]
+    assert m["gpu/util_pct"] == pytest.approx(92.0)
+    assert m["gpu/1/util_pct"] == pytest.approx(92.0)
+    assert m["gpu/power_w"] == pytest.approx(2 * (70 + 630 * 0.92))
+    assert m["perf/step_time_ms"] == pytest.approx(1000.0)
+    assert m["perf/data_wait_pct"] == pytest.approx(10.0)
+    assert m["perf/samples_per_s"] == pytest.approx(32.0)
+    assert m["perf/tflops"] == pytest.approx(100.0)
+    assert m["perf/mfu"] == pytest.approx(100 / (2 * 989.4))
+    assert m["cost/usd_per_hour"] == pytest.approx(7.70)
+    assert m["cost/usd"] == pytest.approx(7.70 * 60 / 3600)
+    assert m["cost/usd_per_1m_tokens"] == pytest.approx(1e6 * m["cost/usd"] / 60_000)
+    from tracker.metrics import KEYS
+
+    assert {k for k in m if k.count("/") == 1} <= KEYS
+
+
+def test_no_gpu_is_recorded_as_unknown_never_idle(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+
+    class NoNvml:
+        name = "nvml"
+
+        def open(self, now: float) -> list:  # type: ignore[type-arg]
+            from tracker.gpu import BackendUnavailable
+
+            raise BackendUnavailable("NVML library not found (no NVIDIA driver)")
+
+        def read(self, now: float) -> list:  # type: ignore[type-arg]
+            raise AssertionError("never read")
+
+        def close(self) -> None:
+            pass
+
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
+            track(name="cpu", backend=NoNvml(), store=False, clock=clock, threaded=False,
+                  warmup_steps=0, log_to_python=False) as run:
+        for _ in range(100):
+            clock.t += 1.0
+            run.step(samples=4)
+    r = run.record
+    assert r is not None
+    assert (r.gpu_source, r.gpu_count, r.util_pct, r.cost_usd) == ("none", 0, None, None)
+    assert r.verdict == "unknown"
+    assert r.samples_per_s == pytest.approx(4.0)
+    assert sum("no GPU metrics" in m for m in caplog.messages) == 1
+
+
+def test_training_error_marks_the_run_failed_and_propagates() -> None:
+    clock = Clock()
+    with pytest.raises(RuntimeError, match="CUDA out of memory"), \
+            track(name="oom", backend="simulated:healthy", store=False, clock=clock,
+                  threaded=False, log_to_python=False) as run:
+        clock.t += 5
+        raise RuntimeError("CUDA out of memory")
+    assert run.record is not None and run.record.status == "failed"
+
+
+def test_a_broken_sink_is_turned_off_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(ListSink):
+        name = "broken"
+
+        def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+            raise ConnectionError("sink down")
+
+    good, bad = ListSink(), Broken()
+    clock = Clock()
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
+            track(name="s", backend="simulated:healthy", store=False, clock=clock,
+                  threaded=False, log_every_s=1.0, sinks=[bad, good], log_to_python=False) as run:
+        loop(run, clock, steps=10, wait_s=0.0, compute_s=1.0)
+    assert len(good.logged) >= 9
+    assert bad.summaries == [] and len(good.summaries) == 1
+    assert sum("sink 'broken' failed" in m for m in caplog.messages) == 1
+
+
+def test_unknown_gpu_model_has_no_cost_and_no_mfu(tmp_path: object) -> None:
+    from tracker.gpu import GpuInfo, GpuReading
+
+    class Exotic:
+        name = "replay"
+
+        def open(self, now: float) -> list[GpuInfo]:
+            return [GpuInfo(index=0, uuid="GPU-x", name="Quantum QX-9", mem_total_gib=32.0)]
+
+        def read(self, now: float) -> list[GpuReading]:
+            return [GpuReading(uuid="GPU-x", util_pct=50.0)]
+
+        def close(self) -> None:
+            pass
+
+    clock = Clock()
+    with track(name="x", backend=Exotic(), store=False, clock=clock, threaded=False,
+               flops_per_step=1e12, dtype="bf16", log_to_python=False, warmup_steps=0) as run:
+        loop(run, clock, steps=10, wait_s=0.0, compute_s=1.0)
+    r = run.record
+    assert r is not None
+    assert r.gpu_model == "Quantum QX-9" and r.util_pct == 50.0
+    assert r.cost_usd is None and r.mfu is None
+
+
+def test_price_override_per_run() -> None:
+    clock = Clock()
+    with track(name="p", backend="simulated:healthy@H100", store=False, clock=clock,
+               threaded=False, price_per_gpu_hour=2.0, log_to_python=False) as run:
+        clock.t += 1800
+    assert run.record is not None
+    assert run.record.cost_usd == pytest.approx(1.0)
+    assert run.record.price_source == "override"

@@ -1,0 +1,124 @@
+"""The session and the run store together: start, heartbeats, summary, SIGKILL, spool."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fakes import T0, Clock
+
+from tracker import track
+from tracker.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+def test_run_and_its_minutes_reach_the_store(store_url: str) -> None:
+    clock = Clock()
+    with track(name="five-minutes", project="p", team="t", tags=("a", "b"),
+               backend="simulated:input-bound@H100:2", store=store_url, clock=clock,
+               threaded=False, log_to_python=False) as run:
+        for _ in range(300):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    with RunStore(store_url) as store:
+        stored = store.get_run(run.id)
+        rows = store.samples(run_ids=[run.id])
+    assert stored == run.record
+    assert stored is not None and stored.status == "finished" and stored.tags == ("a", "b")
+    # 5 minutes x 2 GPUs; each minute of the 10 s input-bound cycle averages 60%
+    assert len(rows) == 10
+    assert {r.gpu for r in rows} == {g.uuid for g in run.gpus}
+    assert all(r.covered_s == 60.0 and r.util_pct == pytest.approx(60.0) for r in rows)
+    # per-minute energy adds up to the run's energy
+    assert sum(r.energy_kwh or 0 for r in rows) == pytest.approx(stored.energy_kwh)
+    assert rows[0].minute == datetime.fromtimestamp(T0, UTC)
+
+
+KILLED_RUN = textwrap.dedent("""
+    import sys, time
+    from tracker import track
+    from tracker.store import RunStore
+    clock = [1_790_000_040.0]
+    run = track(name="killed", backend="simulated:healthy@H100", store=sys.argv[1],
+                clock=lambda: clock[0], threaded=False, log_to_python=False).start()
+    for _ in range(150):            # 2.5 minutes: two full minutes close, two heartbeats
+        clock[0] += 1.0
+        run.sampler.sample()
+    with RunStore(sys.argv[1]) as store:  # wait for the writer thread, then report
+        for _ in range(200):
+            if len(store.samples(run_ids=[run.id])) == 2:
+                break
+            time.sleep(0.05)
+    print(run.id, flush=True)
+    time.sleep(60)
+""")
+
+
+def test_sigkill_keeps_the_heartbeats_and_the_run_is_marked_crashed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    p = subprocess.Popen([sys.executable, "-c", KILLED_RUN, url], stdout=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.stdout is not None
+    run_id = p.stdout.readline().strip()
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    assert run_id
+    with RunStore(url) as store:
+        r = store.get_run(run_id)
+        assert r is not None and r.status == "running"
+        # the reading at 2:01 closed the second minute and sent the heartbeat
+        assert r.heartbeat_at == datetime.fromtimestamp(T0 + 121, UTC)
+        assert r.gpu_hours == pytest.approx(121 / 3600)  # up to the last heartbeat
+        assert len(store.samples(run_ids=[run_id])) == 2
+        assert store.mark_crashed(now=r.heartbeat_at + timedelta(minutes=5)) == []
+        assert store.mark_crashed(now=r.heartbeat_at + timedelta(minutes=11)) == [run_id]
+        crashed = store.get_run(run_id)
+    assert crashed is not None and crashed.status == "crashed"
+    assert crashed.ended_at == r.heartbeat_at
+
+
+def test_unreachable_store_spools_then_sync_sends(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
+            track(name="offline", backend="simulated:healthy", clock=clock, threaded=False,
+                  store="postgresql://kpi:hunter2@127.0.0.1:1/runs", log_to_python=False) as run:
+        for _ in range(180):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    assert run.record is not None and run.record.status == "finished"
+    warnings = [m for m in caplog.messages if "store" in m]
+    assert len(warnings) == 1 and "hunter2" not in warnings[0]
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    p = subprocess.run([sys.executable, "-m", "reports.cli", "sync", "--store", url],
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                       text=True, timeout=60, check=False)
+    assert p.returncode == 0, p.stderr
+    assert "0 left" in p.stdout
+    with RunStore(url) as store:
+        assert store.get_run(run.id) == run.record
+        assert len(store.samples(run_ids=[run.id])) == 3
+
+
+def test_threaded_session_on_a_real_clock(tmp_path: Path) -> None:
+    """The defaults: a real sampler thread and writer thread, a few real steps."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with track(name="real-clock", backend="simulated:healthy@L4", store=url, interval_s=0.02,
+               warmup_steps=1, log_to_python=False) as run:
+        for _ in range(20):
+            run.data_ready()
+            time.sleep(0.005)
+            run.step(samples=2)
+    with RunStore(url) as store:
+        r = store.get_run(run.id)
+    assert r is not None and r.status == "finished" and r.steps == 20 and r.samples == 40
+    assert r.util_pct == pytest.approx(92.0)
+    assert r.gpu_model == "L4" and r.cost_usd is not None and r.cost_usd > 0

@@ -1,0 +1,129 @@
+"""A run's figures from what was measured: pure functions of the sampler's aggregates
+(:class:`tracker.sampler.GpuStats`), the step counters (:class:`tracker.throughput.StepCounter`),
+the price and the thresholds. No clock, no thread, no I/O: the session passes the numbers in.
+
+- :func:`window_metrics`: the live metrics of one log window (the names of
+  :mod:`tracker.metrics`);
+- :func:`run_figures`: the run's cumulative figures (:data:`tracker.ranks.RECORD_KEYS`), which
+  ranks add up and the run record carries;
+- :func:`evidence`: what :func:`tracker.diagnosis.diagnose` judges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from tracker.cost import Thresholds, run_cost
+from tracker.diagnosis import Evidence
+from tracker.gpu.base import GpuInfo, GpuReading
+from tracker.metrics import per_gpu_key
+from tracker.sampler import GpuStats
+from tracker.throughput import StepCounter, mfu
+from tracker.units import j_to_kwh, s_to_hours
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float | None:
+    """GPU-time-weighted mean over GPUs (not a mean of means); with no time covered yet, the
+    mean of the latest readings."""
+    tws = [s.tw[field] for s in stats]
+    seconds = sum(tw.seconds for tw in tws)
+    if seconds > 0:
+        return sum(tw.total for tw in tws) / seconds
+    return mean(tw.last for tw in tws)
+
+
+def gpu_metrics(window: Mapping[str, GpuStats], last: Mapping[str, GpuReading],
+                per_gpu: Sequence[GpuInfo] = ()) -> dict[str, float]:
+    """``gpu/*`` of one log window: ``window`` the GPUs' aggregates since the last log,
+    ``last`` their latest readings, ``per_gpu`` the GPUs to report one by one too."""
+    out: dict[str, float | None] = {}
+    stats = list(window.values())
+    out["gpu/util_pct"] = weighted_util(stats)
+    for f in ("sm_active_pct", "tensor_active_pct", "dram_active_pct", "sm_clock_mhz"):
+        out[f"gpu/{f}"] = mean(s.mean(f) for s in stats)
+    mem = mean(s.mean("mem_used_gib") for s in stats)
+    total = mean(s.mem_total_gib for s in stats)
+    out["gpu/mem_used_gib"] = mem
+    out["gpu/mem_used_pct"] = 100.0 * mem / total if mem is not None and total else None
+    powers = [r.power_w for r in last.values() if r.power_w is not None]
+    out["gpu/power_w"] = sum(powers) if powers else None
+    out["gpu/temp_c"] = max((r.temp_c for r in last.values() if r.temp_c is not None),
+                            default=None)
+    for g in per_gpu:
+        if g.uuid in window:
+            out[per_gpu_key(g.index, "gpu/util_pct")] = window[g.uuid].mean("util_pct")
+            out[per_gpu_key(g.index, "gpu/mem_used_gib")] = window[g.uuid].mean("mem_used_gib")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def window_metrics(steps: StepCounter, fig: Mapping[str, float | None], *,
+                   peak_tflops: float | None, gpu_count: int,
+                   usd_per_gpu_hour: float | None) -> dict[str, float]:
+    """``perf/*``, ``cost/*`` and ``gpu/energy_kwh`` of one log window: ``steps`` counted over
+    the window, ``fig`` the run's :func:`run_figures` so far."""
+    out: dict[str, float | None] = {
+        "perf/step_time_ms": steps.step_time_ms, "perf/data_wait_pct": steps.data_wait_pct,
+        "perf/samples_per_s": steps.rate(steps.samples),
+        "perf/tokens_per_s": steps.rate(steps.tokens)}
+    flops_per_s = steps.rate(steps.flops)
+    if flops_per_s is not None:
+        out["perf/tflops"] = flops_per_s / 1e12
+        out["perf/mfu"] = mfu(flops_per_s, peak_tflops, gpu_count)
+    out["gpu/energy_kwh"] = fig["energy_kwh"]
+    cost = fig["cost_usd"]
+    out["cost/usd"] = cost
+    out["cost/usd_per_hour"] = (usd_per_gpu_hour * gpu_count
+                                if usd_per_gpu_hour is not None and gpu_count else None)
+    out["cost/waste_usd"] = fig["waste_usd"]
+    samples, tokens = fig["samples"], fig["tokens"]
+    if cost is not None:
+        out["cost/usd_per_1k_samples"] = 1000 * cost / samples if samples else None
+        out["cost/usd_per_1m_tokens"] = 1e6 * cost / tokens if tokens else None
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def run_figures(*, duration_s: float, gpu_count: int, stats: Sequence[GpuStats],
+                idle_gpu_s: float, usd_per_gpu_hour: float | None, thresholds: Thresholds,
+                total: StepCounter, steps: int, samples: int,
+                tokens: int) -> dict[str, float | None]:
+    """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
+    ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``total``
+    the measured (post-warm-up) steps, ``steps``/``samples``/``tokens`` every step's counts."""
+    hours = s_to_hours(max(duration_s, 0.0))
+    cost = waste = idle = None
+    if usd_per_gpu_hour is not None and gpu_count:
+        c = run_cost(gpu_hours_each=hours, utils_pct=[s.mean("util_pct") for s in stats],
+                     gpu_count=gpu_count, usd_per_gpu_hour=usd_per_gpu_hour,
+                     idle_gpu_s=idle_gpu_s, target_util_pct=thresholds.target_util_pct)
+        cost, waste, idle = c.spend_usd, c.waste_usd, c.idle_usd
+    energies = [e for s in stats if (e := s.energy_j) is not None]
+    return {
+        "gpu_count": float(gpu_count), "gpu_hours": gpu_count * hours,
+        "util_pct": weighted_util(stats), "sm_active_pct": weighted_util(stats, "sm_active_pct"),
+        "mem_peak_gib": max((s.mem_peak_gib for s in stats if s.mem_peak_gib is not None),
+                            default=None),
+        "mem_total_gib": mean(s.mem_total_gib for s in stats),
+        "energy_kwh": j_to_kwh(sum(energies)) if energies else None,
+        "steps": float(steps), "samples": float(samples), "tokens": float(tokens),
+        "samples_per_s": total.rate(total.samples), "tokens_per_s": total.rate(total.tokens),
+        "flops_per_s": total.rate(total.flops), "data_wait_pct": total.data_wait_pct,
+        "step_time_ms": total.step_time_ms,
+        "cost_usd": cost, "waste_usd": waste, "idle_usd": idle, "idle_gpu_s": idle_gpu_s,
+    }
+
+
+def evidence(fig: Mapping[str, float | None], *, duration_s: float, run_mfu: float | None,
+             rank_spread_pct: float | None) -> Evidence:
+    """What the diagnosis judges, from :func:`run_figures` (of one process or every rank)."""
+    mem_peak, mem_total = fig["mem_peak_gib"], fig["mem_total_gib"]
+    return Evidence(
+        util_pct=fig["util_pct"], duration_s=duration_s, gpu_count=int(fig["gpu_count"] or 0),
+        idle_gpu_s=fig["idle_gpu_s"] or 0.0, sm_active_pct=fig["sm_active_pct"],
+        mem_used_pct=100 * mem_peak / mem_total if mem_peak is not None and mem_total else None,
+        data_wait_pct=fig["data_wait_pct"], step_time_ms=fig["step_time_ms"], mfu=run_mfu,
+        rank_spread_pct=rank_spread_pct)

@@ -1,0 +1,90 @@
+"""The GPU backend interface: what every source of GPU readings provides, and its errors.
+
+The implementations (:mod:`.nvml`, :mod:`.simulated`, :mod:`.replay`) import this module;
+:func:`tracker.gpu.open_backend` picks one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class BackendError(Exception):
+    """A GPU backend could not do what was asked (bad spec, unreadable log)."""
+
+
+class BackendUnavailable(BackendError):
+    """No GPU data can be had at all (NVML missing, no driver, no visible GPU)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInfo:
+    """One GPU this process uses, as the backend sees it at start."""
+
+    index: int
+    """Position among the process's GPUs (0 = its first CUDA device)."""
+    uuid: str
+    """NVML UUID (``GPU-…`` or ``MIG-…``); simulated and replay backends make stable ones."""
+    name: str
+    """Model name as NVML reports it (nvidia-smi ``name``), e.g. ``NVIDIA H100 80GB HBM3``."""
+    mem_total_gib: float | None
+    """Device memory (nvidia-smi ``memory.total``), GiB."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuReading:
+    """One sample of one GPU. ``None`` means the device does not report that metric.
+
+    Utilization figures describe the time since the previous reading of the same GPU (NVML's
+    utilization is a trailing-window share of time), so a reading weighs for the interval that
+    ends at it.
+    """
+
+    uuid: str
+    util_pct: float | None = None
+    """Share of time a kernel ran (nvidia-smi ``utilization.gpu``), 0–100."""
+    mem_used_gib: float | None = None
+    """Device memory in use (nvidia-smi ``memory.used``), GiB."""
+    mem_total_gib: float | None = None
+    power_w: float | None = None
+    """Board power draw now (nvidia-smi ``power.draw``), W."""
+    energy_j: float | None = None
+    """Cumulative energy counter since driver load (NVML total energy consumption), J."""
+    sm_clock_mhz: float | None = None
+    """SM clock (nvidia-smi ``clocks.sm``), MHz."""
+    temp_c: float | None = None
+    """GPU core temperature (nvidia-smi ``temperature.gpu``), °C."""
+    sm_active_pct: float | None = None
+    """GPM SM activity (DCGM ``PROF_SM_ACTIVE``), Hopper+, 0–100."""
+    sm_occupancy_pct: float | None = None
+    """GPM SM occupancy (DCGM ``PROF_SM_OCCUPANCY``), Hopper+, 0–100."""
+    tensor_active_pct: float | None = None
+    """GPM tensor-core activity (DCGM ``PROF_PIPE_TENSOR_ACTIVE``), Hopper+, 0–100."""
+    dram_active_pct: float | None = None
+    """GPM DRAM bandwidth activity (DCGM ``PROF_DRAM_ACTIVE``), Hopper+, 0–100."""
+    proc_util_pct: float | None = None
+    """This process's own SM utilization when other processes share the GPU, 0–100."""
+
+
+@runtime_checkable
+class GpuBackend(Protocol):
+    """A source of GPU readings. Implementations translate their own errors into ours."""
+
+    name: str
+    """``nvml``, ``simulated`` or ``replay``: recorded with the run as its GPU data source."""
+
+    def open(self, now: float) -> list[GpuInfo]:
+        """Find the process's GPUs. ``now`` is the wall-clock time (s since epoch).
+
+        Raises :class:`BackendUnavailable` when there is no GPU data to be had.
+        """
+        ...
+
+    def read(self, now: float) -> list[GpuReading]:
+        """One reading per GPU still answering. A GPU that stops answering is left out of this
+        and every later reading (its absence is the signal; the backend logs it once), so the
+        other GPUs' readings are never lost with it."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,461 @@
+"""The NVML GPU backend: real NVIDIA hardware through ``nvidia-ml-py`` (``pynvml``).
+
+The only module of the project that imports ``pynvml``, and only inside methods: importing this
+module touches no library and no driver. Every NVML error is translated here: into
+:class:`~tracker.gpu.BackendUnavailable` when there is no GPU data at all, into a missing
+value (``None``) when a device lacks one metric, and into a GPU left out of the readings when it
+stops answering. Nothing above this module sees an ``NVMLError``.
+
+Which GPUs are the process's own: the CUDA devices of this rank, matched to NVML by UUID through
+``CUDA_VISIBLE_DEVICES`` (see :func:`visible_devices`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracker.gpu.base import BackendUnavailable, GpuInfo, GpuReading
+from tracker.units import bytes_to_gib, mj_to_j, mw_to_w
+
+log = logging.getLogger("gpu_kpi")
+
+GPM_METRICS: dict[str, str] = {
+    "sm_active_pct": "NVML_GPM_METRIC_SM_UTIL",
+    "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "tensor_active_pct": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_active_pct": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+}
+"""GPM metrics read on Hopper and newer: :class:`GpuReading` field → ``pynvml`` metric id name."""
+
+# NVML errors by meaning, named as pynvml names its classes (looked up on the module at run time).
+_UNSUPPORTED_ERRORS = (
+    "NVMLError_NotSupported",
+    "NVMLError_NoPermission",
+    "NVMLError_FunctionNotFound",
+    "NVMLLibraryMismatchError",  # an unversioned call the installed driver lacks
+)
+_LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_ResetRequired")
+_INIT_HINTS = {
+    "NVMLError_LibraryNotFound": "libnvidia-ml not found (no NVIDIA driver on this machine)",
+    "NVMLError_DriverNotLoaded": "the NVIDIA driver is not loaded",
+    "NVMLError_NoPermission": "no permission to talk to the NVIDIA driver",
+    "NVMLError_LibRmVersionMismatch": "NVML and driver versions differ (reload the driver)",
+}
+_NO_GPU_HINT = "use GPU_KPI_GPU=simulated:PROFILE to run without one"
+
+
+def visible_devices(cvd: str | None, nvml_devices: Sequence[tuple[str, str]]) -> list[str]:
+    """The UUIDs CUDA makes visible, in CUDA ordinal order, following CUDA's own rules.
+
+    ``cvd`` is the value of ``CUDA_VISIBLE_DEVICES`` (``None`` when unset). ``nvml_devices`` is
+    ``(uuid, kind)`` per device, ``kind`` being ``"gpu"`` (physical GPUs, in NVML index order)
+    or ``"mig"`` (MIG devices that may be named in ``cvd``).
+
+    Unset: every GPU in NVML order. Each comma-separated entry is an index into the GPUs, a
+    ``GPU-…`` UUID or a ``MIG-…`` UUID, either possibly shortened to a unique prefix. As CUDA
+    does, the first invalid, ambiguous or repeated entry ends the list, so ``""`` shows nothing.
+    Indices assume CUDA's order is NVML's (PCI bus order), true for identical GPUs or with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+    """
+    gpus = [uuid for uuid, kind in nvml_devices if kind == "gpu"]
+    if cvd is None:
+        return gpus
+    pools = {"GPU-": gpus, "MIG-": [uuid for uuid, kind in nvml_devices if kind == "mig"]}
+    out: list[str] = []
+    for raw in cvd.split(","):
+        token = raw.strip()
+        uuid: str | None = None
+        if token.isascii() and token.isdigit():
+            uuid = gpus[int(token)] if int(token) < len(gpus) else None
+        elif token[:4] in pools and len(token) > 4:
+            hits = [u for u in pools[token[:4]] if u.startswith(token)]
+            uuid = hits[0] if len(hits) == 1 else None
+        if uuid is None or uuid in out:
+            break
+        out.append(uuid)
+    return out
+
+
+def select_devices(
+    visible: Sequence[str], devices: Sequence[int] | None, local_rank: str | None
+) -> list[int]:
+    """CUDA ordinals (positions in ``visible``) that belong to this process.
+
+    ``devices`` wins when given; else, with ``LOCAL_RANK`` set and more than one visible GPU,
+    that one GPU (all of them when ``LOCAL_RANK`` is out of range); else every visible GPU.
+    Raises :class:`BackendUnavailable` for a requested ordinal that is not visible.
+    """
+    if devices is not None:
+        bad = [d for d in devices if not 0 <= d < len(visible)]
+        if bad:
+            raise BackendUnavailable(
+                f"CUDA device {bad[0]} is not visible: this process sees {len(visible)} GPU(s)"
+            )
+        return list(dict.fromkeys(devices))
+    if local_rank is not None and len(visible) > 1:
+        rank = int(local_rank) if local_rank.strip().isdigit() else -1
+        if 0 <= rank < len(visible):
+            return [rank]
+    return list(range(len(visible)))
+
+
+@dataclass
+class _Gpm:
+    """Two GPM sample buffers used in turn: the newest and the one before it."""
+
+    samples: list[Any]
+    cur: int = 0
+    have_prev: bool = False
+
+
+@dataclass
+class _Gpu:
+    """What the backend keeps per GPU between readings."""
+
+    index: int
+    uuid: str
+    handle: Any
+    is_mig: bool
+    gpm: _Gpm | None = None
+    unsupported: set[str] = field(default_factory=set)
+    """Metrics this device lacks: not asked again."""
+    noted: set[str] = field(default_factory=set)
+    """Metrics whose passing errors were already logged."""
+    proc_seen_us: int = 0
+    """Newest per-process sample time seen (NVML's µs timestamp)."""
+
+
+class _Lost(Exception):
+    """Internal: the GPU stopped answering during a reading."""
+
+
+def _error_classes(nvml: Any, names: Sequence[str]) -> tuple[type[BaseException], ...]:
+    found = (getattr(nvml, name, None) for name in names)
+    return tuple(c for c in found if isinstance(c, type) and issubclass(c, BaseException))
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _describe(err: BaseException) -> str:
+    try:
+        return str(err) or type(err).__name__
+    except Exception:  # pynvml's __str__ may itself call into a missing library
+        return type(err).__name__
+
+
+class NvmlBackend:
+    """GPU readings from NVML for the CUDA devices of this process.
+
+    ``devices``: CUDA ordinals within ``CUDA_VISIBLE_DEVICES`` (such as
+    ``torch.cuda.current_device()``); by default the ``LOCAL_RANK``-th visible GPU when several
+    are visible, else all of them.
+    A GPU that stops answering is left out of this and later readings, logged once and listed in
+    :attr:`lost`. Thread-safe: a sampler thread may read while another thread closes.
+    """
+
+    name = "nvml"
+
+    def __init__(self, devices: Sequence[int] | None = None) -> None:
+        self._devices = list(devices) if devices is not None else None
+        self._nvml: Any = None
+        self._gpus: list[_Gpu] = []
+        self._infos: list[GpuInfo] = []
+        self._lost_errors: tuple[type[BaseException], ...] = ()
+        self._unsupported_errors: tuple[type[BaseException], ...] = ()
+        self._lock = threading.Lock()
+        self.lost: set[str] = set()
+        """UUIDs of GPUs that stopped answering (NVML "GPU is lost") since :meth:`open`."""
+
+    # -- GpuBackend ------------------------------------------------------------------------------
+
+    def open(self, now: float) -> list[GpuInfo]:
+        """Start NVML and find the process's GPUs (``now``: wall clock, s; unused by NVML).
+
+        Raises :class:`BackendUnavailable` with a one-line reason when NVML, the driver or a
+        visible GPU is missing. Opening an open backend returns the same GPUs.
+        """
+        with self._lock:
+            if self._nvml is not None:
+                return list(self._infos)
+            self._nvml = self._init()
+            self._lost_errors = _error_classes(self._nvml, _LOST_ERRORS)
+            self._unsupported_errors = (
+                AttributeError,
+                *_error_classes(self._nvml, _UNSUPPORTED_ERRORS),
+            )
+            gpus: list[_Gpu] = []
+            try:
+                self._infos = self._discover(gpus)
+            except BaseException:
+                self._shutdown(gpus)
+                raise
+            self._gpus = gpus
+            self.lost = set()
+            return list(self._infos)
+
+    def read(self, now: float) -> list[GpuReading]:
+        """One reading per GPU still answering; ``[]`` when the backend is not open.
+
+        Metrics a device lacks are ``None`` (logged once per GPU and metric). A GPU that stops
+        answering is left out from then on (one warning; its UUID goes to :attr:`lost`).
+        """
+        with self._lock:
+            if self._nvml is None:
+                return []
+            readings: list[GpuReading] = []
+            for gpu in list(self._gpus):
+                try:
+                    readings.append(self._read_one(gpu))
+                except _Lost as err:
+                    self._gpus.remove(gpu)
+                    self.lost.add(gpu.uuid)
+                    self._free_gpm(gpu)
+                    log.warning(
+                        "GPU %d (%s) stopped answering (%s); left out of the readings from now on",
+                        gpu.index,
+                        gpu.uuid,
+                        err,
+                    )
+            return readings
+
+    def close(self) -> None:
+        """Free GPM samples and shut NVML down. Safe to call twice or before :meth:`open`."""
+        with self._lock:
+            gpus, self._gpus = self._gpus, []
+            if self._nvml is not None:
+                self._shutdown(gpus)
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _init() -> Any:
+        try:
+            import pynvml
+        except ImportError as err:
+            raise BackendUnavailable(
+                "NVML unavailable: the nvidia-ml-py package is not installed "
+                "(pip install nvidia-ml-py)"
+            ) from err
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as err:
+            hint = _INIT_HINTS.get(type(err).__name__, _describe(err))
+            raise BackendUnavailable(f"NVML unavailable: {hint}; {_NO_GPU_HINT}") from err
+        return pynvml
+
+    def _discover(self, gpus: list[_Gpu]) -> list[GpuInfo]:
+        """Fill ``gpus`` with the process's GPUs (so that a failure can free what was taken)."""
+        nvml = self._nvml
+        cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            handles: dict[str, tuple[Any, str]] = {}
+            for i in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(i)
+                handles[_text(nvml.nvmlDeviceGetUUID(handle))] = (handle, "gpu")
+            # MIG devices are found only by the UUID CUDA_VISIBLE_DEVICES gives.
+            for token in (cvd or "").split(","):
+                if token.strip().startswith("MIG-"):
+                    try:
+                        handle = nvml.nvmlDeviceGetHandleByUUID(token.strip())
+                    except nvml.NVMLError:
+                        continue
+                    handles[_text(nvml.nvmlDeviceGetUUID(handle))] = (handle, "mig")
+        except nvml.NVMLError as err:
+            raise BackendUnavailable(f"NVML could not list the GPUs: {_describe(err)}") from err
+
+        visible = visible_devices(cvd, [(uuid, kind) for uuid, (_, kind) in handles.items()])
+        if not visible:
+            where = (
+                "NVML sees no GPU"
+                if cvd is None or not handles
+                else f"CUDA_VISIBLE_DEVICES={cvd!r} leaves none of {len(handles)} GPU(s) visible"
+            )
+            raise BackendUnavailable(f"no GPU visible to this process: {where}; {_NO_GPU_HINT}")
+        ordinals = select_devices(visible, self._devices, os.environ.get("LOCAL_RANK"))
+
+        infos: list[GpuInfo] = []
+        for ordinal in ordinals:
+            handle, kind = handles[visible[ordinal]]
+            gpu = _Gpu(index=ordinal, uuid=visible[ordinal], handle=handle, is_mig=kind == "mig")
+            gpus.append(gpu)
+            try:
+                name = _text(nvml.nvmlDeviceGetName(handle))
+                mem = self._query(gpu, "mem_used_gib", "nvmlDeviceGetMemoryInfo")
+                gpu.gpm = self._start_gpm(gpu)
+            except (nvml.NVMLError, _Lost) as err:
+                raise BackendUnavailable(
+                    f"NVML could not open GPU {ordinal} ({gpu.uuid}): {_describe(err)}"
+                ) from err
+            total = bytes_to_gib(mem.total) if mem is not None else None
+            infos.append(GpuInfo(index=ordinal, uuid=gpu.uuid, name=name, mem_total_gib=total))
+        return infos
+
+    def _start_gpm(self, gpu: _Gpu) -> _Gpm | None:
+        # GPM on a MIG device needs the parent GPU and the instance id; not read here.
+        if gpu.is_mig:
+            return None
+        support = self._query(gpu, "gpm", "nvmlGpmQueryDeviceSupport")
+        if support is None:
+            return None
+        if not support.isSupportedDevice:
+            log.info(
+                "GPU %d (%s): GPM metrics not supported (Hopper or newer); reported as missing",
+                gpu.index,
+                gpu.uuid,
+            )
+            return None
+        samples: list[Any] = []
+        try:
+            for _ in range(2):
+                samples.append(self._nvml.nvmlGpmSampleAlloc())
+        except self._nvml.NVMLError as err:
+            log.info("GPU %d (%s): no GPM sample (%s)", gpu.index, gpu.uuid, _describe(err))
+            self._free_samples(samples)
+            return None
+        return _Gpm(samples=samples)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _read_one(self, gpu: _Gpu) -> GpuReading:
+        nvml = self._nvml
+        util = self._query(gpu, "util_pct", "nvmlDeviceGetUtilizationRates")
+        mem = self._query(gpu, "mem_used_gib", "nvmlDeviceGetMemoryInfo")
+        power_mw = self._query(gpu, "power_w", "nvmlDeviceGetPowerUsage")
+        energy_mj = self._query(gpu, "energy_j", "nvmlDeviceGetTotalEnergyConsumption")
+        clock = self._query(gpu, "sm_clock_mhz", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
+        temp = self._query(gpu, "temp_c", "nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU)
+        gpm = self._read_gpm(gpu)
+        return GpuReading(
+            uuid=gpu.uuid,
+            util_pct=float(util.gpu) if util is not None else None,
+            mem_used_gib=bytes_to_gib(mem.used) if mem is not None else None,
+            mem_total_gib=bytes_to_gib(mem.total) if mem is not None else None,
+            power_w=mw_to_w(power_mw) if power_mw is not None else None,
+            energy_j=mj_to_j(energy_mj) if energy_mj is not None else None,
+            sm_clock_mhz=float(clock) if clock is not None else None,
+            temp_c=float(temp) if temp is not None else None,
+            sm_active_pct=gpm.get("sm_active_pct"),
+            sm_occupancy_pct=gpm.get("sm_occupancy_pct"),
+            tensor_active_pct=gpm.get("tensor_active_pct"),
+            dram_active_pct=gpm.get("dram_active_pct"),
+            proc_util_pct=self._read_proc_util(gpu),
+        )
+
+    def _read_gpm(self, gpu: _Gpu) -> dict[str, float | None]:
+        """GPM metrics between the previous sample and a new one; ``{}`` on the first read."""
+        g = gpu.gpm
+        if g is None:
+            return {}
+        nvml = self._nvml
+        cur, prev = g.samples[g.cur], g.samples[1 - g.cur]
+        if self._query(gpu, "gpm", "nvmlGpmSampleGet", cur) is None:
+            self._drop_gpm_if_unsupported(gpu)
+            return {}
+        had_prev, g.have_prev, g.cur = g.have_prev, True, 1 - g.cur
+        if not had_prev:
+            return {}
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = prev, cur
+        for i, metric in enumerate(GPM_METRICS.values()):
+            request.metrics[i].metricId = getattr(nvml, metric)
+        # nvmlGpmMetricsGet takes no device; wrap it so errors are translated like the others.
+        result = self._query(gpu, "gpm", lambda _handle: nvml.nvmlGpmMetricsGet(request))
+        if result is None:
+            self._drop_gpm_if_unsupported(gpu)
+            return {}
+        return {
+            key: float(m.value) if m.nvmlReturn == nvml.NVML_SUCCESS else None
+            for key, m in zip(GPM_METRICS, request.metrics, strict=False)
+        }
+
+    def _read_proc_util(self, gpu: _Gpu) -> float | None:
+        """This process's SM utilization (%) when other processes use the GPU too, else None.
+
+        NVML reports host PIDs: inside a PID namespace (most containers) this process is not
+        found and the figure stays None.
+        """
+        procs = self._query(gpu, "proc_util_pct", "nvmlDeviceGetComputeRunningProcesses")
+        me = os.getpid()
+        if not procs or all(p.pid == me for p in procs):
+            return None
+        samples = self._query(
+            gpu, "proc_util_pct", "nvmlDeviceGetProcessUtilization", gpu.proc_seen_us
+        )
+        if not samples:
+            return None
+        gpu.proc_seen_us = max(gpu.proc_seen_us, *(int(s.timeStamp) for s in samples))
+        mine = [float(s.smUtil) for s in samples if s.pid == me]
+        return sum(mine) / len(mine) if mine else None
+
+    # -- NVML calls and their errors -------------------------------------------------------------
+
+    def _query(self, gpu: _Gpu, metric: str, fn: Any, *args: Any) -> Any:
+        """``fn(handle, *args)``, or None when the device lacks ``metric`` or it failed this time.
+
+        ``fn`` is a pynvml function name or a callable. Not supported → None, logged once, never
+        asked again; GPU lost → :class:`_Lost`; any other NVML error → None this time.
+        """
+        if metric in gpu.unsupported:
+            return None
+        nvml = self._nvml
+        call = getattr(nvml, fn, None) if isinstance(fn, str) else fn
+        try:
+            if call is None:
+                raise AttributeError(f"pynvml has no {fn}")
+            return call(gpu.handle, *args)
+        except self._lost_errors as err:
+            raise _Lost(_describe(err)) from err
+        except self._unsupported_errors as err:
+            gpu.unsupported.add(metric)
+            log.info(
+                "GPU %d (%s): %s not available (%s); reported as missing",
+                gpu.index,
+                gpu.uuid,
+                metric,
+                _describe(err),
+            )
+            return None
+        except nvml.NVMLError as err:
+            if metric not in gpu.noted:
+                gpu.noted.add(metric)
+                log.debug("GPU %d (%s): %s failed: %s", gpu.index, gpu.uuid, metric, _describe(err))
+            return None
+
+    def _drop_gpm_if_unsupported(self, gpu: _Gpu) -> None:
+        if "gpm" in gpu.unsupported:
+            self._free_gpm(gpu)
+        elif gpu.gpm is not None:
+            gpu.gpm.have_prev = False  # a failed sample must not pair with a later one
+
+    def _free_gpm(self, gpu: _Gpu) -> None:
+        if gpu.gpm is not None:
+            self._free_samples(gpu.gpm.samples)
+            gpu.gpm = None
+
+    def _free_samples(self, samples: list[Any]) -> None:
+        nvml = self._nvml
+        for sample in samples:
+            try:
+                nvml.nvmlGpmSampleFree(sample)
+            except nvml.NVMLError as err:
+                log.debug("freeing a GPM sample failed: %s", _describe(err))
+
+    def _shutdown(self, gpus: list[_Gpu]) -> None:
+        """Free the GPUs' GPM samples, then shut NVML down (NVML counts inits: others stay)."""
+        nvml = self._nvml
+        for gpu in gpus:
+            self._free_gpm(gpu)
+        self._nvml = None
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as err:
+            log.debug("nvmlShutdown failed: %s", _describe(err))

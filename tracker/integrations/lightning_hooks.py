@@ -1,0 +1,269 @@
+"""The Lightning callback's hooks, written against the trainer's attributes only, so that one
+body serves ``lightning`` (:mod:`tracker.lightning`) and ``pytorch_lightning``
+(:mod:`tracker.pytorch_lightning`). A thin adapter: the measuring lives in the session."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tracker.config import ConfigError, Settings, load_settings
+from tracker.integrations.common import BatchFn, FlopMeter, count, infer_batch_size, new_run_id
+from tracker.record import RunRecord
+from tracker.session import Session, track
+from tracker.sinks import Sink
+
+log = logging.getLogger("gpu_kpi")
+
+
+class LoggersSink:
+    """Metrics through the trainer's own loggers (``WandbLogger``, ``TensorBoardLogger``, CSV…),
+    at ``trainer.global_step``, so they line up with the user's loss curves."""
+
+    name = "lightning-loggers"
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self._failed: set[int] = set()
+
+    def start(self, record: RunRecord) -> None:
+        pass
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        # one logger that rejects our metrics must not cost the others theirs
+        for logger in self.trainer.loggers:
+            if id(logger) in self._failed:
+                continue
+            try:
+                logger.log_metrics(dict(metrics), step=step)
+            except Exception as e:
+                self._failed.add(id(logger))
+                log.warning("gpu-kpi: logger %s failed (%s: %s); gpu-kpi metrics no longer go "
+                            "to it", type(logger).__name__, type(e).__name__, e)
+
+    def summary(self, record: RunRecord) -> None:
+        pass
+
+    def alert(self, title: str, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str]]:
+    """Sinks for the summary, config and alert of each W&B / TensorBoard logger, and the links."""
+    sinks: list[Sink] = []
+    links: dict[str, str] = {}
+    for logger in trainer.loggers:
+        kind = type(logger).__name__
+        try:  # a logger we cannot use costs its own sink, not the run's tracking
+            if kind == "WandbLogger":
+                from tracker.sinks.wandb import WandbSink
+
+                experiment = logger.experiment
+                sinks.append(WandbSink(experiment, step_metric=None, log_metrics=False))
+                url = getattr(experiment, "url", None)
+                if url:
+                    links["wandb"] = str(url)
+            elif kind == "TensorBoardLogger":
+                from tracker.sinks.tensorboard import TensorBoardSink
+
+                sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
+                links["tensorboard"] = str(logger.log_dir)
+        except Exception as e:
+            log.warning("gpu-kpi: no run summary in %s (%s: %s)", kind, type(e).__name__, e)
+    return sinks, links
+
+
+class LightningHooks:
+    """``GpuKpiCallback(project=..., team=..., flops_per_step=None, batch_size_fn=None,
+    tokens_fn=None, **session_kwargs)``.
+
+    - samples per step: ``batch_size_fn(batch)``, else the batch's leading dimension;
+      tokens: ``tokens_fn(batch)`` (None: not counted);
+    - FLOPs per step: ``flops_per_step``, else measured once with ``torch.utils.flop_counter``
+      on the first training batch (``measure_flops=False`` turns that off);
+    - logs when Lightning logs (every ``trainer.log_every_n_steps`` optimizer steps, at the same
+      step number) and, single-process, at least every ``log_every_s`` for very slow steps,
+      through the trainer's loggers;
+    - validation, checkpoint saves, epoch boundaries, the step after a log (it carries the
+      loggers' writes) and the first ``warmup_steps`` are left out of step-time, throughput and
+      data-wait figures.
+
+    Each ``fit`` is a run of its own: a resumed fit counts only its own steps and samples.
+    """
+
+    def __init__(self, *, batch_size_fn: BatchFn | None = None,
+                 tokens_fn: BatchFn | None = None, measure_flops: bool = True,
+                 **session_kwargs: Any) -> None:
+        super().__init__()
+        self.batch_size_fn = batch_size_fn
+        self.tokens_fn = tokens_fn
+        self.measure_flops = measure_flops and session_kwargs.get("flops_per_step") is None
+        self.session_kwargs = session_kwargs
+        self.session: Session | None = None
+        self._log_every_s = float(session_kwargs.get("log_every_s") or 0.0)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._flops = FlopMeter()
+        self._flops_tried = False
+        self._warned: set[str] = set()
+        self._last_logged = -1
+        self._next_log_t = 0.0
+
+    # -- setup ------------------------------------------------------------------------------
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit":
+            return
+        # a callback used for a second fit starts a new run, not the first one's counters
+        # under the first one's id
+        self.session = None
+        self._reset()
+        try:
+            self.session = self._make_session(trainer, pl_module)
+        except Exception as e:
+            log.warning("gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e)
+
+    def _make_session(self, trainer: Any, pl_module: Any) -> Session:
+        world = int(trainer.world_size)
+        rank = int(trainer.global_rank)
+        run_id = self.session_kwargs.get("run_id") or new_run_id()
+        if world > 1:  # one collective at set-up: every rank writes under rank 0's id
+            run_id = trainer.strategy.broadcast(run_id, src=0)
+        sinks: list[Sink] = []
+        links: dict[str, str] = {}
+        if rank == 0:
+            sinks, links = logger_sinks(trainer)
+            sinks.insert(0, LoggersSink(trainer))
+        kwargs = dict(self.session_kwargs)
+        kwargs.setdefault("framework", "lightning")
+        kwargs.setdefault("dtype", str(trainer.precision))
+        kwargs["links"] = {**links, **kwargs.get("links", {})}
+        kwargs["sinks"] = [*sinks, *kwargs.get("sinks", ())]
+        if not self._log_every_s:  # the configured cadence for very slow steps
+            try:
+                self._log_every_s = load_settings(kwargs.get("config")).log_every_s
+            except ConfigError:
+                self._log_every_s = Settings().log_every_s  # the session warns about the file
+        kwargs["log_every_s"] = float("inf")  # logging follows the trainer's steps, below
+        return track(run_id=run_id, rank=rank, world_size=world,
+                       nodes=int(getattr(trainer, "num_nodes", 1)),
+                       gather=_gatherer(trainer, pl_module) if world > 1 else None, **kwargs)
+
+    # -- training ---------------------------------------------------------------------------
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        # from here on the GPUs are held (the sanity check included): cost counts from here
+        if self.session is not None:
+            self.session.start()
+            self._next_log_t = time.monotonic() + self._log_every_s
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            self.session.interrupt()  # loader workers restart at an epoch boundary
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        s = self.session
+        if s is None:
+            return
+        s.data_ready()
+        # the first batch this fit sees (a fit resumed mid-epoch starts at batch_idx > 0)
+        if self.measure_flops and not self._flops_tried:
+            self._flops_tried = True
+            self._flops.begin()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        s = self.session
+        if s is None:
+            return
+        if self._flops.active and (flops := self._flops.end()) is not None:
+            s.flops_per_step = flops
+        s.step(samples=self._samples(batch),
+               tokens=count(self.tokens_fn, batch, "tokens_fn", self._warned))
+        step, accumulating = _log_step(trainer)
+        if accumulating or step == self._last_logged:
+            return
+        every = int(getattr(trainer, "log_every_n_steps", 50) or 0)
+        due = every > 0 and ((step + 1) % every == 0 or bool(trainer.should_stop))
+        if not due and s.world_size == 1 and time.monotonic() >= self._next_log_t:
+            due = True  # very slow steps: still a point every log_every_s
+        if due:
+            self._last_logged = step
+            self._next_log_t = time.monotonic() + self._log_every_s
+            s.log_now(step=step)
+            if every != 1:
+                # our writes and Lightning's (same batch) are neither training nor waiting for
+                # input: leave the gap before the next batch out (unless every step logs)
+                s.interrupt()
+
+    def _samples(self, batch: Any) -> int | None:
+        if self.batch_size_fn is not None:
+            return count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
+        try:
+            return infer_batch_size(batch)
+        except Exception as e:  # an odd batch type: no sample count, training goes on
+            if "batch_size" not in self._warned:
+                self._warned.add("batch_size")
+                log.warning("gpu-kpi: cannot tell the batch size (%s: %s); pass batch_size_fn=",
+                            type(e).__name__, e)
+            return None
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None and not trainer.sanity_checking:
+            self.session.interrupt()
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any,
+                           checkpoint: dict[str, Any]) -> None:
+        if self.session is not None:
+            self.session.interrupt()
+
+    # -- the end ----------------------------------------------------------------------------
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.session is not None:
+            self.session.finish("finished")
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self._flops.active:  # the failing batch was the one being measured
+            self._flops.end()
+        if self.session is not None:
+            # no collective: the other ranks may not reach this point
+            self.session.finish("failed", collective=False)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.session is not None and stage == "fit":
+            self.session.finish("finished")
+
+    @property
+    def record(self) -> RunRecord | None:
+        """The run's final record (global rank 0: every rank's GPUs), once fit has ended."""
+        return self.session.record if self.session is not None else None
+
+
+def _log_step(trainer: Any) -> tuple[int, bool]:
+    """The step Lightning logs this batch's metrics at, and whether the batch only accumulates
+    gradients. Lightning logs at ``_batches_that_stepped`` (optimizer steps so far, counted
+    after logging: 0 for the first), not ``global_step``; using the same number lines our points
+    up with the user's loss curve in every logger."""
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    try:
+        return int(loop._batches_that_stepped), bool(loop._should_accumulate())  # type: ignore[union-attr]
+    except Exception:  # a Lightning without these internals: the closest public figure
+        return max(int(trainer.global_step) - 1, 0), False
+
+
+def _gatherer(trainer: Any, pl_module: Any) -> Any:
+    """All-gather a few floats through the strategy (gloo or NCCL): at log steps only."""
+
+    def gather(vector: list[float]) -> list[list[float]]:
+        import torch
+
+        tensor = torch.tensor(vector, dtype=torch.float64, device=pl_module.device)
+        out = trainer.strategy.all_gather(tensor)
+        return [list(map(float, row)) for row in out.reshape(-1, len(vector)).cpu().tolist()]
+
+    return gather
