@@ -194,7 +194,7 @@ def write_archive(out_dir: Path, label: str, files: Mapping[str, bytes], *,
         write_atomically(path, data)
         written.append(path)
     if index:
-        from reports.render.html import render_index
+        from reports.render.index import render_index
 
         path = out_dir / "index.html"
         write_atomically(path, render_index(archive_index(out_dir)).encode())

@@ -233,9 +233,9 @@ def config_path(env: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if env is None else env
     if env.get(ENV_PREFIX + "CONFIG"):
         return Path(env[ENV_PREFIX + "CONFIG"])
-    import platformdirs
+    from tracker.paths import config_dir
 
-    default = Path(platformdirs.user_config_dir("gpu-kpi")) / "config.toml"
+    default = config_dir() / "config.toml"
     return default if default.exists() else None
 
 

@@ -12,9 +12,10 @@ the price and the thresholds. No clock, no thread, no I/O: the session passes th
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tracker.cost import Thresholds, run_cost
-from tracker.diagnosis import Evidence
+from tracker.diagnosis import Evidence, diagnose
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.metrics import per_gpu_key
 from tracker.sampler import GpuStats
@@ -127,3 +128,28 @@ def evidence(fig: Mapping[str, float | None], *, duration_s: float, run_mfu: flo
         mem_used_pct=100 * mem_peak / mem_total if mem_peak is not None and mem_total else None,
         data_wait_pct=fig["data_wait_pct"], step_time_ms=fig["step_time_ms"], mfu=run_mfu,
         rank_spread_pct=rank_spread_pct)
+
+
+def record_fields(fig: Mapping[str, float | None], *, duration_s: float,
+                  peak_tflops: float | None, rank_spread_pct: float | None,
+                  thresholds: Thresholds) -> dict[str, Any]:
+    """The run record's figures, MFU and verdict from :func:`run_figures` (of one process, or
+    every rank's combined): the :class:`tracker.record.RunRecord` fields they fill."""
+    n = int(fig["gpu_count"] or 0)
+    flops_per_s = fig["flops_per_s"]
+    run_mfu = mfu(flops_per_s, peak_tflops, n) if flops_per_s else None
+    verdict = diagnose(evidence(fig, duration_s=duration_s, run_mfu=run_mfu,
+                                rank_spread_pct=rank_spread_pct), thresholds)
+
+    def count(key: str) -> int | None:
+        return int(v) if (v := fig[key]) else None
+
+    return {
+        "gpu_count": n, "gpu_hours": fig["gpu_hours"] or 0.0, "util_pct": fig["util_pct"],
+        "sm_active_pct": fig["sm_active_pct"], "mem_peak_gib": fig["mem_peak_gib"],
+        "mem_total_gib": fig["mem_total_gib"], "energy_kwh": fig["energy_kwh"],
+        "samples": count("samples"), "tokens": count("tokens"),
+        "samples_per_s": fig["samples_per_s"], "tokens_per_s": fig["tokens_per_s"],
+        "mfu": run_mfu, "data_wait_pct": fig["data_wait_pct"], "cost_usd": fig["cost_usd"],
+        "waste_usd": fig["waste_usd"], "idle_usd": fig["idle_usd"],
+        "verdict": verdict.verdict, "advice": verdict.advice or None}

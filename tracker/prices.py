@@ -7,9 +7,12 @@ per config file (``[prices]`` in the TOML) or per environment. Model names from 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+log = logging.getLogger("gpu_kpi")
 
 
 class UnknownGpu(ValueError):
@@ -118,3 +121,21 @@ class PriceTable:
         if row is None:
             raise UnknownGpu(f"unknown GPU model {name!r}; known: {self.known()}")
         return row
+
+
+def price_for(model: str, override: float | None = None,
+              overrides: Mapping[str, float] | None = None) -> Price | None:
+    """The price a run on ``model`` pays: ``override`` (the run's own), else ``overrides`` (the
+    config's ``[prices]``) over the table; None, with a warning, when nothing prices the model."""
+    if override is not None:
+        return Price(gpu=canonical_gpu(model) or model, as_of="run",
+                     usd_per_gpu_hour=float(override), source="override")
+    try:
+        price = PriceTable(overrides).lookup(model)
+    except (UnknownGpu, ValueError) as e:
+        log.warning("gpu-kpi: ignoring price overrides: %s", e)
+        price = PriceTable().lookup(model)
+    if price is None:
+        log.warning("gpu-kpi: no price for GPU model %r: cost is not computed; set "
+                    "price_per_gpu_hour= or [prices] in the config", model)
+    return price

@@ -137,6 +137,22 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     }
 
 
+def log_vector(metrics: Mapping[str, float | None], counts: Mapping[str, float],
+               figures: Mapping[str, float | None]) -> list[float]:
+    """What a rank sends at a log step: its window's metrics, its raw counts
+    (:data:`COUNT_KEYS`) and its cumulative figures (:data:`RECORD_KEYS`)."""
+    return (to_vector({**metrics, **counts}, METRIC_KEYS + COUNT_KEYS)
+            + to_vector(figures, RECORD_KEYS))
+
+
+def split_log_vectors(gathered: Sequence[Sequence[float]]) -> tuple[
+        list[dict[str, float | None]], list[dict[str, float | None]]]:
+    """Every rank's :func:`log_vector`, as (metrics with counts, figures) per rank."""
+    split = len(METRIC_KEYS) + len(COUNT_KEYS)
+    return ([from_vector(v[:split], METRIC_KEYS + COUNT_KEYS) for v in gathered],
+            [from_vector(v[split:], RECORD_KEYS) for v in gathered])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Placement:
     """Where this process sits in a multi-GPU run. ``gather`` is the one small all-gather (a

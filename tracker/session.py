@@ -30,15 +30,14 @@ from typing import Any
 
 from tracker import figures, ranks
 from tracker.config import ConfigError, Settings, load_settings
-from tracker.diagnosis import diagnose
 from tracker.gpu import BackendError, GpuBackend, GpuInfo, open_backend
 from tracker.peaks import peak_tflops
-from tracker.prices import Price, PriceTable, UnknownGpu, canonical_gpu
+from tracker.prices import Price, canonical_gpu, price_for
 from tracker.ranks import Placement
 from tracker.record import MinuteSample, RunRecord, RunSpec
 from tracker.sampler import AlertRule, Sampler
 from tracker.sinks import LoggingSink, Sink, SinkSet
-from tracker.throughput import StepCounter, mfu
+from tracker.throughput import StepCounter
 
 log = logging.getLogger("gpu_kpi")
 
@@ -135,7 +134,7 @@ class Session:
             self.settings = Settings()
         self.settings = self.settings.replace(**self._overrides)
         s = self.settings
-        self.user = self.user if self.user is not None else _user()
+        self.user = self.user if self.user is not None else _ask(getpass.getuser)
         self._started_wall = self._wall()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
         self.name = self.name or f"{self.spec.project or 'run'}-{self._started_at:%Y%m%d-%H%M%S}"
@@ -168,26 +167,12 @@ class Session:
                         "GPU data 'none', never as idle", e)
             return
         model = self.gpus[0].name if self.gpus else ""
-        self.price = self._lookup_price(model)
+        self.price = price_for(model, self.spec.price_per_gpu_hour, self.settings.prices)
         if self.spec.dtype:
             try:
                 self.peak_tflops = peak_tflops(model, self.spec.dtype)
             except ValueError as e:
                 log.warning("gpu-kpi: no MFU: %s", e)
-
-    def _lookup_price(self, model: str) -> Price | None:
-        if self.spec.price_per_gpu_hour is not None:
-            return Price(gpu=canonical_gpu(model) or model, as_of="run",
-                         usd_per_gpu_hour=float(self.spec.price_per_gpu_hour), source="override")
-        try:
-            price = PriceTable(self.settings.prices).lookup(model)
-        except (UnknownGpu, ValueError) as e:
-            log.warning("gpu-kpi: ignoring price overrides: %s", e)
-            price = PriceTable().lookup(model)
-        if price is None:
-            log.warning("gpu-kpi: no price for GPU model %r: cost is not computed; set "
-                        "price_per_gpu_hour= or [prices] in the config", model)
-        return price
 
     def _open_store(self) -> None:
         if self._store_arg is False:
@@ -307,15 +292,9 @@ class Session:
         assert self._gather is not None
         counts = {"_gpus": float(len(self.gpus)), "_samples": float(self.samples),
                   "_tokens": float(self.tokens)}
-        vector = (ranks.to_vector({**local, **counts}, ranks.METRIC_KEYS + ranks.COUNT_KEYS)
-                  + ranks.to_vector(self._figures(), ranks.RECORD_KEYS))
-        split = len(ranks.METRIC_KEYS) + len(ranks.COUNT_KEYS)
-        gathered = self._gather(vector)
-        self._peer_figures = [ranks.from_vector(v[split:], ranks.RECORD_KEYS) for v in gathered]
-        if self.rank != 0:
-            return {}
-        return ranks.combine_metrics([ranks.from_vector(v[:split], ranks.METRIC_KEYS
-                                                        + ranks.COUNT_KEYS) for v in gathered])
+        gathered = self._gather(ranks.log_vector(local, counts, self._figures()))
+        metrics, self._peer_figures = ranks.split_log_vectors(gathered)
+        return ranks.combine_metrics(metrics) if self.rank == 0 else {}
 
     # -- figures ----------------------------------------------------------------------------
     def metrics(self, *, reset: bool = True) -> dict[str, float]:
@@ -354,37 +333,22 @@ class Session:
             peers[0] = fig
             fig = ranks.combine_records(peers)
             spread = fig["rank_spread_pct"]
-        n = int(fig["gpu_count"] or 0)
-        flops_per_s = fig["flops_per_s"]
-        run_mfu = mfu(flops_per_s, self.peak_tflops, n) if flops_per_s else None
-        duration_s = max(now - self._started_wall, 0.0)
-        verdict = diagnose(figures.evidence(fig, duration_s=duration_s, run_mfu=run_mfu,
-                                            rank_spread_pct=spread), self.settings.thresholds)
         model = self.gpus[0].name if self.gpus else None
         spec = self.spec
-
-        def count(key: str) -> int | None:
-            return int(v) if (v := fig[key]) else None
-
         return RunRecord(
             id=self.id, name=self.name or self.id, project=spec.project, team=spec.team,
-            user=self.user or "", host=_host(), tags=spec.tags, framework=spec.framework,
+            user=self.user or "", host=_ask(socket.gethostname), tags=spec.tags, framework=spec.framework,
             started_at=self._started_at,
             ended_at=datetime.fromtimestamp(now, UTC) if status != "running" else None,
             heartbeat_at=datetime.fromtimestamp(now, UTC), status=status,
             gpu_source=self.gpu_source,
-            gpu_model=(canonical_gpu(model) or model) if model else None, gpu_count=n,
-            nodes=self.nodes,
+            gpu_model=(canonical_gpu(model) or model) if model else None, nodes=self.nodes,
             price_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
-            price_source=self.price.source if self.price else None,
-            gpu_hours=fig["gpu_hours"] or 0.0, util_pct=fig["util_pct"],
-            sm_active_pct=fig["sm_active_pct"], mem_peak_gib=fig["mem_peak_gib"],
-            mem_total_gib=fig["mem_total_gib"], energy_kwh=fig["energy_kwh"], steps=self.steps,
-            samples=count("samples"), tokens=count("tokens"),
-            samples_per_s=fig["samples_per_s"], tokens_per_s=fig["tokens_per_s"], mfu=run_mfu,
-            data_wait_pct=fig["data_wait_pct"], cost_usd=fig["cost_usd"],
-            waste_usd=fig["waste_usd"], idle_usd=fig["idle_usd"], verdict=verdict.verdict,
-            advice=verdict.advice or None, links=self.links)
+            price_source=self.price.source if self.price else None, steps=self.steps,
+            links=self.links,
+            **figures.record_fields(fig, duration_s=max(now - self._started_wall, 0.0),
+                                    peak_tflops=self.peak_tflops, rank_spread_pct=spread,
+                                    thresholds=self.settings.thresholds))
 
     # -- background callbacks ---------------------------------------------------------------
     def _submit_run(self, record: RunRecord) -> None:
@@ -413,13 +377,10 @@ def track(*, run_id: str | None = None, tags: Iterable[str] = (),
           **kwargs: Any) -> Session:
     """A tracking session for a plain training loop; ``with track(...) as run:``.
 
-    Keyword arguments: what the run is (:class:`tracker.record.RunSpec`'s fields: ``name``,
-    ``project``, ``team``, ``user``, ``framework``, ``flops_per_step``, ``dtype``,
-    ``price_per_gpu_hour``, ``per_gpu``, and ``run_id``, ``tags``, ``links``); settings for this
-    run (``interval_s``, ``log_every_s``, ``warmup_steps``; the rest from the config file); and
-    :class:`Session`'s wiring (``backend``, ``store``, ``config``, ``settings``, ``sinks``,
-    ``log_to_python``, ``clock``, ``threaded``; ``rank``, ``world_size``, ``nodes``, ``gather``
-    for several ranks).
+    Keyword arguments: what the run is (:class:`tracker.record.RunSpec`'s fields, ``run_id`` for
+    its ``id``); ``interval_s``, ``log_every_s``, ``warmup_steps`` over the config file's; the
+    wiring of :class:`Session` (``backend``, ``store``, ``sinks``…); and for several ranks,
+    :class:`tracker.ranks.Placement`'s ``rank``, ``world_size``, ``nodes``, ``gather``.
     """
     spec = RunSpec(id=run_id or uuidlib.uuid4().hex, tags=tuple(tags), links=dict(links or {}),
                    **{k: kwargs.pop(k) for k in list(kwargs) if k in _SPEC_FIELDS})
@@ -429,15 +390,9 @@ def track(*, run_id: str | None = None, tags: Iterable[str] = (),
                                        gather=gather), **kwargs)
 
 
-def _user() -> str:
+def _ask(who: Callable[[], str]) -> str:
+    """The login or host name; "" when the system cannot say."""
     try:
-        return getpass.getuser()
-    except Exception:
-        return ""
-
-
-def _host() -> str:
-    try:
-        return socket.gethostname()
+        return who()
     except Exception:
         return ""

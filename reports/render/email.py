@@ -34,14 +34,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from reports.kpi import WeekKpis
 from reports.render.charts import CHART_NAMES
-from reports.render.html import (
-    CHART_ALT,
-    environment,
-    fmt_pct,
-    fmt_usd,
-    report_context,
-    safe_http_url,
-)
+from reports.render.fmt import fmt_pct, fmt_usd, safe_http_url
+from reports.render.html import CHART_ALT, environment, report_context
 from reports.weeks import label_of
 
 SIZE_BUDGET_BYTES = 90_000

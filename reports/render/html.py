@@ -10,19 +10,28 @@ file next to it and no JavaScript.
 from __future__ import annotations
 
 import base64
-import math
-import numbers
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pandas as pd
 
-from reports.kpi import Headline, WeekKpis
+from reports.kpi import WeekKpis
+from reports.render.fmt import (
+    as_number,
+    fmt_change,
+    fmt_gib,
+    fmt_hours,
+    fmt_int,
+    fmt_pct,
+    fmt_usd,
+    links_of,
+    missing,
+    safe_http_url,
+    text_or_dash,
+    week_dates,
+)
 from reports.weeks import label_of as week_label
 
 TEMPLATES_PACKAGE = "reports.templates"
@@ -32,7 +41,6 @@ BREAKDOWNS = (("team", "Team"), ("project", "Project"), ("user", "User"),
               ("gpu_model", "GPU model"))
 MAX_BREAKDOWN_ROWS = 15
 MAX_RUN_ROWS = 50
-LINK_NAMES = {"wandb": "W&B run", "tensorboard": "TensorBoard"}
 CHART_ALT = {
     "trend_utilization": "Utilization per week over the last 12 weeks, with the target line",
     "trend_spend": "Spend in dollars per week over the last 12 weeks",
@@ -40,113 +48,6 @@ CHART_ALT = {
     "util_distribution": "This week's GPU-hours by run utilization bucket",
     "waste_by_team": "This week's recoverable waste in dollars by team",
 }
-_WEEK_LABEL = re.compile(r"^\d{4}-W\d{2}$")
-
-
-# -- formatting --------------------------------------------------------------------------------
-def _num(value: object) -> float | None:
-    """A number, or None for None, NaN, NA and anything that is not a number."""
-    if isinstance(value, numbers.Real) and not math.isnan(float(value)):
-        return float(value)
-    return None
-
-
-def _missing(value: object) -> bool:
-    if value is None or value is pd.NA or value is pd.NaT:
-        return True
-    return isinstance(value, float) and math.isnan(value)
-
-
-def fmt_usd(value: object) -> str:
-    """``$1,234.56``; ``-$3.00``; ``n/a`` when unknown."""
-    v = _num(value)
-    if v is None:
-        return "n/a"
-    return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
-
-
-def fmt_pct(value: object, digits: int = 1) -> str:
-    """``67.1%``; ``n/a`` when unknown."""
-    v = _num(value)
-    return "n/a" if v is None else f"{v:,.{digits}f}%"
-
-
-def fmt_hours(value: object) -> str:
-    """``12.3 GPU-h`` (two decimals under 1 GPU-hour); ``n/a`` when unknown."""
-    v = _num(value)
-    if v is None:
-        return "n/a"
-    return f"{v:,.2f} GPU-h" if 0 < abs(v) < 1 else f"{v:,.1f} GPU-h"
-
-
-def fmt_gib(value: object) -> str:
-    v = _num(value)
-    return "n/a" if v is None else f"{v:,.1f} GiB"
-
-
-def fmt_int(value: object) -> str:
-    v = _num(value)
-    return "n/a" if v is None else f"{round(v):,}"
-
-
-def fmt_change(value: object) -> str:
-    """Week-over-week change: ``▲ 12.3%``, ``▼ 4.0%``, ``0.0%``; ``n/a`` without a previous
-    week (or when it was 0)."""
-    v = _num(value)
-    if v is None:
-        return "n/a"
-    if round(v, 1) == 0:
-        return "0.0%"
-    return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f}%"
-
-
-def _text(value: object, default: str = "—") -> str:
-    return default if _missing(value) or value == "" else str(value)
-
-
-def _week_dates(label: str) -> str:
-    year, week = int(label[:4]), int(label[6:])
-    monday, sunday = date.fromisocalendar(year, week, 1), date.fromisocalendar(year, week, 7)
-    if monday.year != sunday.year:
-        return f"{monday:%-d %b %Y} – {sunday:%-d %b %Y}"
-    if monday.month != sunday.month:
-        return f"{monday:%-d %b} – {sunday:%-d %b %Y}"
-    return f"{monday:%-d}–{sunday:%-d %b %Y}"
-
-
-# -- links -------------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class Link:
-    text: str
-    href: str | None
-    """Only an http(s) URL becomes a link; anything else (a log dir, ``javascript:``) is text."""
-    target: str = ""
-
-
-def safe_http_url(value: object) -> str | None:
-    """``value`` when it is an absolute http(s) URL with a host, else None."""
-    if not isinstance(value, str):
-        return None
-    url = value.strip()
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return None
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        return None
-    return url
-
-
-def _links(value: object) -> list[Link]:
-    if not isinstance(value, Mapping):
-        return []
-    out = []
-    for key, target in value.items():
-        name = LINK_NAMES.get(str(key), str(key))
-        href = safe_http_url(target)
-        out.append(Link(text=name, href=href, target="" if href else str(target)))
-    # URLs first (W&B before TensorBoard), then paths shown as text
-    return sorted(out, key=lambda link: (link.href is None, link.text.lower()))
 
 
 # -- the report's rows -------------------------------------------------------------------------
@@ -179,7 +80,7 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
     }
     cards = []
     for field, label, fmt, good in _CARDS:
-        change = _num(k.change_pct.get(field))
+        change = as_number(k.change_pct.get(field))
         previous = getattr(k.previous, field) if k.previous is not None else None
         if change is None or round(change, 1) == 0 or good == 0:
             tone = "flat"
@@ -189,7 +90,7 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
         cards.append({
             "field": field, "label": label,
             "value": _hours_number(value) if field == "gpu_hours" else fmt(value),
-            "unit": "GPU-h" if field == "gpu_hours" and _num(value) is not None else "",
+            "unit": "GPU-h" if field == "gpu_hours" and as_number(value) is not None else "",
             "change": fmt_change(change),
             "tone": tone, "previous": fmt(previous) if k.previous is not None else "none",
             "note": notes[field]})
@@ -199,7 +100,7 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
 def _breakdown_rows(df: pd.DataFrame, key: str) -> list[dict[str, str]]:
     rows = []
     for r in df.head(MAX_BREAKDOWN_ROWS).to_dict("records"):
-        rows.append({"name": _text(r[key], "(none)"), "gpu_hours": fmt_hours(r["gpu_hours"]),
+        rows.append({"name": text_or_dash(r[key], "(none)"), "gpu_hours": fmt_hours(r["gpu_hours"]),
                      "utilization": fmt_pct(r["utilization_pct"]),
                      "spend": fmt_usd(r["spend_usd"]),
                      "waste": fmt_usd(r["waste_usd"]), "idle": fmt_usd(r["idle_usd"]),
@@ -208,8 +109,8 @@ def _breakdown_rows(df: pd.DataFrame, key: str) -> list[dict[str, str]]:
 
 
 def _gpus(count: object, model: object) -> str:
-    model_text = _text(model, "unknown GPU")
-    n = _num(count)
+    model_text = text_or_dash(model, "unknown GPU")
+    n = as_number(count)
     return f"{round(n)} × {model_text}" if n else model_text
 
 
@@ -218,14 +119,14 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     for r in df.head(MAX_RUN_ROWS).to_dict("records"):
         started = r.get("started_at")
         rows.append({
-            "name": _text(r["name"], _text(r.get("run_id"))), "team": _text(r["team"]),
-            "project": _text(r["project"]), "user": _text(r["user"]),
+            "name": text_or_dash(r["name"], text_or_dash(r.get("run_id"))), "team": text_or_dash(r["team"]),
+            "project": text_or_dash(r["project"]), "user": text_or_dash(r["user"]),
             "gpus": _gpus(r["gpu_count"], r["gpu_model"]),
-            "started": "" if _missing(started) else f"{pd.Timestamp(started):%Y-%m-%d %H:%M}",
+            "started": "" if missing(started) else f"{pd.Timestamp(started):%Y-%m-%d %H:%M}",
             "gpu_hours": fmt_hours(r["gpu_hours"]), "utilization": fmt_pct(r["utilization_pct"]),
             "spend": fmt_usd(r["spend_usd"]), "waste": fmt_usd(r["waste_usd"]),
-            "verdict": _text(r["verdict"]), "advice": _text(r["advice"], ""),
-            "links": _links(r["links"])})
+            "verdict": text_or_dash(r["verdict"]), "advice": text_or_dash(r["advice"], ""),
+            "links": links_of(r["links"])})
     return rows
 
 
@@ -238,11 +139,12 @@ def _rightsizing_rows(k: WeekKpis) -> list[dict[str, str]]:
     for r in k.rightsizing.head(MAX_RUN_ROWS).to_dict("records"):
         total = totals.get(r["run_id"])
         peak = fmt_gib(r["mem_peak_gib"])
-        rows.append({"name": _text(r["name"], _text(r["run_id"])), "team": _text(r["team"]),
-                     "current": _text(r["gpu_model"], "unknown GPU"),
-                     "memory": peak if _missing(total) else f"{peak} of {fmt_gib(total)}",
+        rows.append({"name": text_or_dash(r["name"], text_or_dash(r["run_id"])),
+                     "team": text_or_dash(r["team"]),
+                     "current": text_or_dash(r["gpu_model"], "unknown GPU"),
+                     "memory": peak if missing(total) else f"{peak} of {fmt_gib(total)}",
                      "utilization": fmt_pct(r["utilization_pct"]),
-                     "suggested": _text(r["suggested_gpu"]), "saving": fmt_usd(r["saving_usd"])})
+                     "suggested": text_or_dash(r["suggested_gpu"]), "saving": fmt_usd(r["saving_usd"])})
     return rows
 
 
@@ -293,7 +195,7 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
     label = week_label(k.week)
     under_rows = _run_rows(k.underutilized)
     return {
-        "title": title, "week": label, "dates": _week_dates(label),
+        "title": title, "week": label, "dates": week_dates(label),
         "basis_label": k.basis_label, "lede": _lede(k),
         "generated_at": (generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
                          if generated_at else ""),
@@ -301,7 +203,7 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
         "cards": _cards(k),
         "unit_costs": [f"{fmt_usd(v)} {unit}" for v, unit in (
             (h.usd_per_1k_samples, "per 1k samples"), (h.usd_per_1m_tokens, "per 1M tokens"))
-            if not _missing(v)],
+            if not missing(v)],
         "charts": _charts(charts), "totals": _trend_totals(k),
         "underutilized": {
             "share": fmt_pct(h.underutilized_gpu_hours_pct), "runs": f"{h.underutilized_runs:,}",
@@ -340,9 +242,7 @@ def _load_resource(name: str) -> str | None:
 
 def source_templates_dir() -> Path:
     """The repo's ``templates/`` next to the ``reports`` package (a source checkout)."""
-    import reports
-
-    return Path(reports.__file__).resolve().parent.parent / "templates"
+    return Path(__file__).resolve().parents[2] / "templates"
 
 
 def environment() -> Any:
@@ -372,114 +272,3 @@ def render_html(k: WeekKpis, charts: Mapping[str, bytes], *, title: str = "GPU e
     return str(environment().get_template("report.html.j2").render(**context))
 
 
-# -- the multi-week index ----------------------------------------------------------------------
-SPARK_W, SPARK_H, SPARK_PAD = 300, 48, 4
-
-
-def sparkline(values: Sequence[object]) -> dict[str, Any]:
-    """An inline SVG sparkline's geometry: polyline point lists (a gap where a value is
-    missing), the last point, and the range, for a ``SPARK_W`` × ``SPARK_H`` box."""
-    nums = [_num(v) for v in values]
-    known = [v for v in nums if v is not None]
-    lo, hi = (min(known), max(known)) if known else (0.0, 1.0)  # low to high, like a sparkline
-    span = hi - lo or 1.0
-    step = (SPARK_W - 2 * SPARK_PAD) / max(len(values) - 1, 1)
-    segments: list[list[str]] = [[]]
-    last: tuple[float, float] | None = None
-    for i, v in enumerate(nums):
-        if v is None:
-            if segments[-1]:
-                segments.append([])
-            continue
-        x = SPARK_PAD + i * step if len(values) > 1 else SPARK_W / 2
-        y = SPARK_H - SPARK_PAD - (v - lo) / span * (SPARK_H - 2 * SPARK_PAD)
-        segments[-1].append(f"{x:.1f},{y:.1f}")
-        last = (x, y)
-    return {"width": SPARK_W, "height": SPARK_H,
-            "lines": [" ".join(s) for s in segments if len(s) > 1],
-            "dots": [] if last is None else [{"x": f"{last[0]:.1f}", "y": f"{last[1]:.1f}"}]}
-
-
-INDEX_FIELDS = ("label", "gpu_hours", "spend_usd", "utilization_pct", "waste_usd", "idle_usd",
-                "runs")
-
-
-def _index_href(week: Mapping[str, Any], label: str) -> str:
-    href = week.get("href")
-    if href is None:
-        return f"{label}.html"
-    href = str(href)
-    parts = urlsplit(href)
-    if parts.scheme.lower() in ("http", "https") and parts.netloc:
-        return href
-    if not parts.scheme and not parts.netloc and not href.startswith("/"):
-        return href  # relative, next to the index
-    raise ValueError(f"week {label}: href {href!r} is neither relative nor http(s)")
-
-
-def index_context(weeks: Iterable[Mapping[str, Any]], *, title: str,
-                  generated_at: datetime | None) -> dict[str, Any]:
-    rows = []
-    for w in weeks:
-        missing = [f for f in INDEX_FIELDS if f not in w]
-        if missing:
-            raise ValueError(f"week {w.get('label')!r} lacks {', '.join(missing)}")
-        label = str(w["label"])
-        if not _WEEK_LABEL.match(label):
-            raise ValueError(f"bad week label {label!r}: use YYYY-Www, e.g. 2026-W48")
-        rows.append((label, w))
-    rows.sort(key=lambda lw: lw[0])
-    if len({label for label, _ in rows}) != len(rows):
-        raise ValueError("a week is listed twice")
-
-    def series(field: str) -> list[float | None]:
-        return [_num(w[field]) for _, w in rows]
-
-    def latest(field: str, fmt: Any) -> str:
-        return fmt(rows[-1][1][field]) if rows else "n/a"
-
-    def span(field: str, fmt: Any) -> str:
-        known = [v for v in series(field) if v is not None]
-        return f"low {fmt(min(known))} · high {fmt(max(known))}" if known else "no data"
-
-    sparks = [
-        {"title": "Utilization", "value": latest("utilization_pct", fmt_pct),
-         "range": span("utilization_pct", fmt_pct), "css": "util",
-         **sparkline(series("utilization_pct"))},
-        {"title": "Spend", "value": latest("spend_usd", fmt_usd),
-         "range": span("spend_usd", fmt_usd), "css": "spend", **sparkline(series("spend_usd"))},
-        {"title": "Recoverable waste", "value": latest("waste_usd", fmt_usd),
-         "range": span("waste_usd", fmt_usd), "css": "waste", **sparkline(series("waste_usd"))},
-    ]
-    bases = sorted({str(w["basis_label"]) for _, w in rows if w.get("basis_label")})
-    table = [{"label": label, "href": _index_href(w, label), "dates": _week_dates(label),
-              "gpu_hours": fmt_hours(w["gpu_hours"]), "spend": fmt_usd(w["spend_usd"]),
-              "utilization": fmt_pct(w["utilization_pct"]), "waste": fmt_usd(w["waste_usd"]),
-              "idle": fmt_usd(w["idle_usd"]), "runs": fmt_int(w["runs"])}
-             for label, w in reversed(rows)]
-    return {"title": title, "weeks": table, "sparks": sparks,
-            "first": rows[0][0] if rows else "", "last": rows[-1][0] if rows else "",
-            "basis": " / ".join(bases),
-            "generated_at": (generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-                             if generated_at else "")}
-
-
-def index_row(k: WeekKpis) -> dict[str, Any]:
-    """The index's row for one week's KPIs (what :func:`render_index` takes)."""
-    h: Headline = k.headline
-    return {"label": week_label(k.week), "gpu_hours": h.gpu_hours, "spend_usd": h.spend_usd,
-            "utilization_pct": h.utilization_pct, "waste_usd": h.waste_usd,
-            "idle_usd": h.idle_usd, "runs": h.runs, "basis_label": k.basis_label}
-
-
-def render_index(weeks: list[dict[str, Any]], *, title: str = "GPU efficiency — all weeks",
-                 generated_at: datetime | None = None) -> str:
-    """The multi-week management dashboard: one row per archived week, newest first, linking
-    ``<label>.html`` (or the row's ``href``: relative or http(s)), with sparklines of
-    utilization, spend and recoverable waste, oldest to newest.
-
-    Each week is a dict with ``label`` (``2026-W48``), ``gpu_hours``, ``spend_usd``,
-    ``utilization_pct`` (None when unknown), ``waste_usd``, ``idle_usd``, ``runs``, and
-    optionally ``href`` and ``basis_label`` — :func:`index_row` makes one from a week's KPIs."""
-    context = index_context(weeks, title=title, generated_at=generated_at)
-    return str(environment().get_template("index.html.j2").render(**context))

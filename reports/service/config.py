@@ -48,7 +48,7 @@ by ``smtp.password_env`` (default ``GPU_KPI_SMTP_PASSWORD``) or the file ``smtp.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from email.utils import parseaddr
@@ -56,7 +56,22 @@ from pathlib import Path
 from typing import Any
 
 from reports.service.mailer import SECURITY_MODES, SmtpSettings
-from tracker.config import ENV_PREFIX, ConfigError, Settings, config_path, read_toml, settings_from
+from tracker.config import (
+    TRACKER_SECTIONS,
+    ConfigError,
+    Errors,
+    Key,
+    Sections,
+    Settings,
+    choice,
+    config_path,
+    number,
+    read_sections,
+    read_toml,
+    read_tracker,
+    text,
+    whole,
+)
 
 REPORT_KINDS = ("summary", "team", "runs")
 """summary: the whole week's email (management); team: the same report for one team's runs
@@ -110,52 +125,11 @@ class ServiceSettings:
         return thresholds_for(self.basis, self.tracker)
 
 
-# -- reading ----------------------------------------------------------------------------------
-# key → (section, parser). Parsers raise ValueError with the reason; the key is added here.
-def _text(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def _number(low: float, high: float | None = None) -> Callable[[object], float]:
-    def parse(value: object) -> float:
-        if isinstance(value, bool):
-            raise ValueError(f"expected a number, got {value!r}")
-        try:
-            x = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {value!r}") from None
-        if not (x >= low and (high is None or x <= high)):
-            bounds = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
-            raise ValueError(f"expected a number {bounds}, got {value!r}")
-        return x
-    return parse
-
-
-def _whole(low: int, high: int | None = None) -> Callable[[object], int]:
-    number = _number(low, high)
-
-    def parse(value: object) -> int:
-        x = number(value)
-        if x != int(x):
-            raise ValueError(f"expected a whole number, got {value!r}")
-        return int(x)
-    return parse
-
-
-def _choice(options: tuple[str, ...]) -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
-        return str(value)
-    return parse
-
-
+# -- reading: the tracker's parsers (tracker.config), with the sections this side owns ---------
 def _zone(value: object) -> str:
     from reports.weeks import WeekError, zone
 
-    name = _text(value)
+    name = text(value)
     try:
         zone(name)
     except WeekError as e:
@@ -164,90 +138,51 @@ def _zone(value: object) -> str:
 
 
 def _url(value: object) -> str:
-    text = _text(value)
-    if not text.startswith(("http://", "https://")):
+    url = text(value)
+    if not url.startswith(("http://", "https://")):
         raise ValueError(f"expected an http(s) URL, got {value!r}")
-    return text.rstrip("/")
+    return url.rstrip("/")
 
 
 def parse_address(value: object) -> str:
-    text = _text(value)
-    _, addr = parseaddr(text)
-    if "@" not in addr or any(c in text for c in "\r\n"):
+    address = text(value)
+    _, addr = parseaddr(address)
+    if "@" not in addr or any(c in address for c in "\r\n"):
         raise ValueError(f"expected an email address, got {value!r}")
-    return text
+    return address
 
 
 def _schedule(value: object) -> str:
     from reports.service.scheduler import parse_schedule
 
-    text = _text(value)
-    parse_schedule(text, "UTC")  # ValueError with APScheduler's reason
-    return text
+    expr = text(value)
+    parse_schedule(expr, "UTC")  # ValueError with APScheduler's reason
+    return expr
 
 
-_KEYS: dict[str, dict[str, Callable[[object], Any]]] = {
-    "report": {"timezone": _zone, "out_dir": _text, "report_url": _url,
-               "basis": _choice(("util", "sm_active"))},
-    "service": {"schedule": _schedule, "misfire_grace_h": _number(0),
-                "catch_up_weeks": _whole(0, 52), "retry_after_min": _number(1),
-                "metrics_host": _text, "metrics_port": _whole(0, 65535)},
-    "smtp": {"host": _text, "port": _whole(1, 65535), "security": _choice(SECURITY_MODES),
-             "username": _text, "password_env": _text, "password_file": _text,
-             "sender": parse_address, "timeout_s": _number(0.1), "retries": _whole(0, 20),
-             "backoff_s": _number(0), "ca_file": _text},
+SERVICE_SECTIONS: Sections = {
+    "report": {"timezone": Key(_zone, "TIMEZONE"), "out_dir": Key(text, "OUT_DIR"),
+               "report_url": Key(_url, "REPORT_URL"),
+               "basis": Key(choice(("util", "sm_active")), "BASIS")},
+    "service": {"schedule": Key(_schedule, "SCHEDULE"), "misfire_grace_h": Key(number(0)),
+                "catch_up_weeks": Key(whole(0, 52), "CATCH_UP_WEEKS"),
+                "retry_after_min": Key(number(1)), "metrics_host": Key(text, "METRICS_HOST"),
+                "metrics_port": Key(whole(0, 65535), "METRICS_PORT")},
+    "smtp": {"host": Key(text, "SMTP_HOST"), "port": Key(whole(1, 65535), "SMTP_PORT"),
+             "security": Key(choice(SECURITY_MODES), "SMTP_SECURITY"),
+             "username": Key(text, "SMTP_USERNAME"), "password_env": Key(text),
+             "password_file": Key(text, "SMTP_PASSWORD_FILE"),
+             "sender": Key(parse_address, "SMTP_SENDER"), "timeout_s": Key(number(0.1)),
+             "retries": Key(whole(0, 20)), "backoff_s": Key(number(0)), "ca_file": Key(text)},
 }
-_RECIPIENT_KEYS = {"to": parse_address, "report": _choice(REPORT_KINDS), "team": _text, "user": _text}
-_ENV_KEYS = {  # GPU_KPI_<NAME> → (section, key)
-    "TIMEZONE": ("report", "timezone"), "OUT_DIR": ("report", "out_dir"),
-    "REPORT_URL": ("report", "report_url"), "BASIS": ("report", "basis"),
-    "SCHEDULE": ("service", "schedule"), "CATCH_UP_WEEKS": ("service", "catch_up_weeks"),
-    "METRICS_PORT": ("service", "metrics_port"), "METRICS_HOST": ("service", "metrics_host"),
-    "SMTP_HOST": ("smtp", "host"), "SMTP_PORT": ("smtp", "port"),
-    "SMTP_SECURITY": ("smtp", "security"), "SMTP_USERNAME": ("smtp", "username"),
-    "SMTP_PASSWORD_FILE": ("smtp", "password_file"), "SMTP_SENDER": ("smtp", "sender"),
-}
-"""Variables that override the file; the password variable itself is read only when sending."""
+"""The reports side's keys; ``GPU_KPI_<env>`` overrides the file. The SMTP password variable
+itself is read only when sending."""
+_RECIPIENT_KEYS = {"to": parse_address, "report": choice(REPORT_KINDS), "team": text,
+                   "user": text}
+_TOP_LEVEL = {*TRACKER_SECTIONS[""], *TRACKER_SECTIONS, *SERVICE_SECTIONS, "prices", "recipients"}
 
 
-class _Errors:
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def parse(self, key: str, parser: Callable[[object], Any], value: object) -> Any:
-        try:
-            return parser(value)
-        except ValueError as e:
-            self.items.append(f"{key}: {e}")
-            return None
-        except ConfigError as e:
-            self.items.append(str(e))
-            return None
-
-
-def _section(data: Mapping[str, Any], name: str, errors: _Errors,
-             env: Mapping[str, str]) -> dict[str, Any]:
-    table = data.get(name, {})
-    if not isinstance(table, Mapping):
-        errors.items.append(f"{name}: expected a table")
-        table = {}
-    values = dict(table)
-    for var, (section, key) in _ENV_KEYS.items():
-        if section == name and env.get(ENV_PREFIX + var):
-            values[key] = env[ENV_PREFIX + var]
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        parser = _KEYS[name].get(key)
-        if parser is None:
-            errors.items.append(f"{name}.{key}: unknown setting")
-            continue
-        parsed = errors.parse(f"{name}.{key}", parser, value)
-        if parsed is not None:
-            out[key] = parsed
-    return out
-
-
-def _recipients(data: Mapping[str, Any], errors: _Errors) -> tuple[Recipient, ...]:
+def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...]:
     rows = data.get("recipients", [])
     if not isinstance(rows, list):
         errors.items.append("recipients: expected an array of tables ([[recipients]])")
@@ -285,7 +220,7 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
     """The settings and every error found (each ``key: reason``, one line). Defaults < file <
     environment < ``store``; a value in error keeps its default."""
     env = os.environ if env is None else env
-    errors = _Errors()
+    errors = Errors()
     file = Path(path) if path is not None else config_path(env)
     data: Mapping[str, Any] = {}
     if file is not None:
@@ -293,17 +228,14 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
             data = read_toml(file)
         except ConfigError as e:
             return ServiceSettings(), [str(e)]
-    try:
-        tracker = settings_from(data, env, store=store)
-    except ConfigError as e:
-        errors.items.append(str(e))
-        tracker = Settings(store=store)
-    report, service = _section(data, "report", errors, env), _section(data, "service", errors, env)
-    smtp_values = _section(data, "smtp", errors, env)
+    errors.items.extend(f"{k}: unknown setting" for k in data if k not in _TOP_LEVEL)
+    tracker = read_tracker(data, env, errors).replace(store=store)
+    found = read_sections(data, SERVICE_SECTIONS, env, errors)
+    service = found["service"]
     if service.get("metrics_port") == 0:
         service["metrics_port"] = None
-    smtp = SmtpSettings(**smtp_values)
-    settings = ServiceSettings(tracker=tracker, **report, **service, smtp=smtp,
+    settings = ServiceSettings(tracker=tracker, **found["report"], **service,
+                               smtp=SmtpSettings(**found["smtp"]),
                                recipients=_recipients(data, errors))
     return settings, errors.items
 

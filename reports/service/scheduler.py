@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -24,9 +24,6 @@ from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
-
-if TYPE_CHECKING:
-    from reports.service.config import ServiceSettings
 
 log = logging.getLogger("gpu_kpi")
 
@@ -56,6 +53,21 @@ def next_fire_time(expr: str, tz: tzinfo, after: datetime) -> datetime | None:
     return trigger.get_next_fire_time(None, after.astimezone(tz))
 
 
+class ScheduleSettings(Protocol):
+    """What the scheduler reads of the service's settings
+    (:class:`reports.service.config.ServiceSettings`, which also validates ``schedule`` with
+    :func:`parse_schedule`: the dependency goes that way only)."""
+
+    @property
+    def schedule(self) -> str: ...
+    @property
+    def misfire_grace_h(self) -> float: ...
+    @property
+    def retry_after_min(self) -> float: ...
+    @property
+    def tz(self) -> tzinfo: ...
+
+
 class ServiceScheduler:
     """The weekly job in a background scheduler; ``engine``: the run store's SQLAlchemy engine
     (:attr:`tracker.store.RunStore.engine`), which holds the job store.
@@ -64,7 +76,7 @@ class ServiceScheduler:
     scheduler's thread); ``refresh`` (optional) runs every ``refresh_s`` seconds, from memory only, for the
     Prometheus figures."""
 
-    def __init__(self, settings: ServiceSettings, engine: Any, *,
+    def __init__(self, settings: ScheduleSettings, engine: Any, *,
                  refresh: Callable[[], None] | None = None, refresh_s: float = 300.0,
                  on_result: Callable[[Any], None] | None = None) -> None:
         self._settings = settings

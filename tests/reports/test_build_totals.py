@@ -79,9 +79,9 @@ def ordered(gt: pd.DataFrame) -> pd.DataFrame:
 @pytest.mark.parametrize(("basis", "parts"), [("util", 1), ("util", 3), ("sm_active", 1)])
 def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
         store_url: str, basis: str, parts: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tracker.store.runs._ROWS_PER_READER", 1000 if parts > 1 else 10**9)
-    monkeypatch.setattr("tracker.store.runs._MAX_SAMPLE_READERS", parts)
-    monkeypatch.setattr("tracker.store.runs.os.cpu_count", lambda: 4)
+    monkeypatch.setattr("tracker.store.scans._ROWS_PER_READER", 1000 if parts > 1 else 10**9)
+    monkeypatch.setattr("tracker.store.scans._MAX_SAMPLE_READERS", parts)
+    monkeypatch.setattr("tracker.store.scans.os.cpu_count", lambda: 4)
     with RunStore(store_url) as store:
         fill(store, seed=parts)
     runs, samples = every_minute(store_url, W44, basis)

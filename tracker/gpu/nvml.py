@@ -7,7 +7,7 @@ value (``None``) when a device lacks one metric, and into a GPU left out of the 
 stops answering. Nothing above this module sees an ``NVMLError``.
 
 Which GPUs are the process's own: the CUDA devices of this rank, matched to NVML by UUID through
-``CUDA_VISIBLE_DEVICES`` (see :func:`visible_devices`).
+``CUDA_VISIBLE_DEVICES`` (:mod:`tracker.gpu.devices`).
 """
 
 from __future__ import annotations
@@ -20,89 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracker.gpu.base import BackendUnavailable, GpuInfo, GpuReading
+from tracker.gpu.devices import select_devices, visible_devices
+from tracker.gpu.nvml_names import (
+    GPM_METRICS,
+    INIT_HINTS,
+    LOST_ERRORS,
+    NO_GPU_HINT,
+    UNSUPPORTED_ERRORS,
+)
 from tracker.units import bytes_to_gib, mj_to_j, mw_to_w
 
 log = logging.getLogger("gpu_kpi")
-
-GPM_METRICS: dict[str, str] = {
-    "sm_active_pct": "NVML_GPM_METRIC_SM_UTIL",
-    "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",
-    "tensor_active_pct": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
-    "dram_active_pct": "NVML_GPM_METRIC_DRAM_BW_UTIL",
-}
-"""GPM metrics read on Hopper and newer: :class:`GpuReading` field → ``pynvml`` metric id name."""
-
-# NVML errors by meaning, named as pynvml names its classes (looked up on the module at run time).
-_UNSUPPORTED_ERRORS = (
-    "NVMLError_NotSupported",
-    "NVMLError_NoPermission",
-    "NVMLError_FunctionNotFound",
-    "NVMLLibraryMismatchError",  # an unversioned call the installed driver lacks
-)
-_LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_ResetRequired")
-_INIT_HINTS = {
-    "NVMLError_LibraryNotFound": "libnvidia-ml not found (no NVIDIA driver on this machine)",
-    "NVMLError_DriverNotLoaded": "the NVIDIA driver is not loaded",
-    "NVMLError_NoPermission": "no permission to talk to the NVIDIA driver",
-    "NVMLError_LibRmVersionMismatch": "NVML and driver versions differ (reload the driver)",
-}
-_NO_GPU_HINT = "use GPU_KPI_GPU=simulated:PROFILE to run without one"
-
-
-def visible_devices(cvd: str | None, nvml_devices: Sequence[tuple[str, str]]) -> list[str]:
-    """The UUIDs CUDA makes visible, in CUDA ordinal order, following CUDA's own rules.
-
-    ``cvd`` is the value of ``CUDA_VISIBLE_DEVICES`` (``None`` when unset). ``nvml_devices`` is
-    ``(uuid, kind)`` per device, ``kind`` being ``"gpu"`` (physical GPUs, in NVML index order)
-    or ``"mig"`` (MIG devices that may be named in ``cvd``).
-
-    Unset: every GPU in NVML order. Each comma-separated entry is an index into the GPUs, a
-    ``GPU-…`` UUID or a ``MIG-…`` UUID, either possibly shortened to a unique prefix. As CUDA
-    does, the first invalid, ambiguous or repeated entry ends the list, so ``""`` shows nothing.
-    Indices assume CUDA's order is NVML's (PCI bus order), true for identical GPUs or with
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
-    """
-    gpus = [uuid for uuid, kind in nvml_devices if kind == "gpu"]
-    if cvd is None:
-        return gpus
-    pools = {"GPU-": gpus, "MIG-": [uuid for uuid, kind in nvml_devices if kind == "mig"]}
-    out: list[str] = []
-    for raw in cvd.split(","):
-        token = raw.strip()
-        uuid: str | None = None
-        if token.isascii() and token.isdigit():
-            uuid = gpus[int(token)] if int(token) < len(gpus) else None
-        elif token[:4] in pools and len(token) > 4:
-            hits = [u for u in pools[token[:4]] if u.startswith(token)]
-            uuid = hits[0] if len(hits) == 1 else None
-        if uuid is None or uuid in out:
-            break
-        out.append(uuid)
-    return out
-
-
-def select_devices(
-    visible: Sequence[str], devices: Sequence[int] | None, local_rank: str | None
-) -> list[int]:
-    """CUDA ordinals (positions in ``visible``) that belong to this process.
-
-    ``devices`` wins when given; else, with ``LOCAL_RANK`` set and more than one visible GPU,
-    that one GPU (all of them when ``LOCAL_RANK`` is out of range); else every visible GPU.
-    Raises :class:`BackendUnavailable` for a requested ordinal that is not visible.
-    """
-    if devices is not None:
-        bad = [d for d in devices if not 0 <= d < len(visible)]
-        if bad:
-            raise BackendUnavailable(
-                f"CUDA device {bad[0]} is not visible: this process sees {len(visible)} GPU(s)"
-            )
-        return list(dict.fromkeys(devices))
-    if local_rank is not None and len(visible) > 1:
-        rank = int(local_rank) if local_rank.strip().isdigit() else -1
-        if 0 <= rank < len(visible):
-            return [rank]
-    return list(range(len(visible)))
-
 
 @dataclass
 class _Gpm:
@@ -185,10 +113,10 @@ class NvmlBackend:
             if self._nvml is not None:
                 return list(self._infos)
             self._nvml = self._init()
-            self._lost_errors = _error_classes(self._nvml, _LOST_ERRORS)
+            self._lost_errors = _error_classes(self._nvml, LOST_ERRORS)
             self._unsupported_errors = (
                 AttributeError,
-                *_error_classes(self._nvml, _UNSUPPORTED_ERRORS),
+                *_error_classes(self._nvml, UNSUPPORTED_ERRORS),
             )
             gpus: list[_Gpu] = []
             try:
@@ -246,8 +174,8 @@ class NvmlBackend:
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as err:
-            hint = _INIT_HINTS.get(type(err).__name__, _describe(err))
-            raise BackendUnavailable(f"NVML unavailable: {hint}; {_NO_GPU_HINT}") from err
+            hint = INIT_HINTS.get(type(err).__name__, _describe(err))
+            raise BackendUnavailable(f"NVML unavailable: {hint}; {NO_GPU_HINT}") from err
         return pynvml
 
     def _discover(self, gpus: list[_Gpu]) -> list[GpuInfo]:
@@ -277,7 +205,7 @@ class NvmlBackend:
                 if cvd is None or not handles
                 else f"CUDA_VISIBLE_DEVICES={cvd!r} leaves none of {len(handles)} GPU(s) visible"
             )
-            raise BackendUnavailable(f"no GPU visible to this process: {where}; {_NO_GPU_HINT}")
+            raise BackendUnavailable(f"no GPU visible to this process: {where}; {NO_GPU_HINT}")
         ordinals = select_devices(visible, self._devices, os.environ.get("LOCAL_RANK"))
 
         infos: list[GpuInfo] = []

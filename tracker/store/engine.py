@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -32,9 +31,9 @@ def default_store_url() -> str:
     env = os.environ.get("GPU_KPI_STORE", "").strip()
     if env:
         return env
-    import platformdirs
+    from tracker.paths import data_dir
 
-    path = Path(platformdirs.user_data_dir("gpu-kpi", appauthor=False)) / "runs.db"
+    path = data_dir() / "runs.db"
     return f"sqlite:///{path}"
 
 

@@ -85,9 +85,9 @@ class Spool:
 
     def __init__(self, directory: Path | None = None, *, lock_wait_s: float = 10.0) -> None:
         if directory is None:
-            import platformdirs
+            from tracker.paths import data_dir
 
-            directory = Path(platformdirs.user_data_dir("gpu-kpi", appauthor=False)) / "spool"
+            directory = data_dir() / "spool"
         self.directory = Path(directory)
         self.lock_wait_s = lock_wait_s
 

@@ -18,6 +18,7 @@ from fakes import run_record as run
 
 from reports import kpi as kpis
 from reports.render import html as report_html
+from reports.render import index as report_index
 from reports.render.charts import CHART_NAMES, charts, utilization_buckets
 from tracker.record import MinuteSample, RunRecord
 
@@ -240,7 +241,7 @@ def weeks_rows() -> list[dict[str, object]]:
 
 
 def test_index_lists_weeks_newest_first_with_links_and_sparklines() -> None:
-    page = readers.parse_html(report_html.render_index(weeks_rows()))
+    page = readers.parse_html(report_index.render_index(weeks_rows()))
     links = [(a["href"]) for a in page.all("a")]
     assert links == ["2026-W48.html", "2026-W47.html", "2026-W46.html"]
     text = page.plain()
@@ -261,18 +262,18 @@ def test_index_lists_weeks_newest_first_with_links_and_sparklines() -> None:
 def test_index_refuses_a_label_or_href_that_is_not_a_week_page() -> None:
     rows = weeks_rows()
     with pytest.raises(ValueError, match="bad week label"):
-        report_html.render_index([{**rows[0], "label": "javascript:alert(1)//"}])
+        report_index.render_index([{**rows[0], "label": "javascript:alert(1)//"}])
     with pytest.raises(ValueError, match="neither relative nor http"):
-        report_html.render_index([{**rows[0], "href": "javascript:alert(1)"}])
+        report_index.render_index([{**rows[0], "href": "javascript:alert(1)"}])
     with pytest.raises(ValueError, match="lacks"):
-        report_html.render_index([{"label": "2026-W48"}])
+        report_index.render_index([{"label": "2026-W48"}])
 
 
 def test_index_row_from_kpis(small: tuple) -> None:
     k, _, _ = small
-    row = report_html.index_row(k)
+    row = report_index.index_row(k)
     assert row["label"] == "2026-W48" and row["spend_usd"] == pytest.approx(53.9)
-    assert "2026-W48.html" in report_html.render_index([row])
+    assert "2026-W48.html" in report_index.render_index([row])
 
 
 # -- formatting -------------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from tracker.gpu import BackendUnavailable, GpuBackend
-from tracker.gpu.nvml import NvmlBackend, select_devices, visible_devices
+from tracker.gpu.devices import select_devices, visible_devices
+from tracker.gpu.nvml import NvmlBackend
 
 GIB = 1024**3
 OTHER_PID = 4_000_000  # above Linux's pid_max: never this process

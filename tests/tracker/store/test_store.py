@@ -203,9 +203,9 @@ def test_samples_time_and_run_filter(store: RunStore) -> None:
 def test_sample_totals_per_run_gpu_and_time_bucket(store: RunStore, parts: int,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     # parts: a big SQLite table is summed in row-id ranges at once; the sums are the same
-    monkeypatch.setattr("tracker.store.runs._ROWS_PER_READER", 1 if parts > 1 else 10**9)
-    monkeypatch.setattr("tracker.store.runs._MAX_SAMPLE_READERS", parts)
-    monkeypatch.setattr("tracker.store.runs.os.cpu_count", lambda: 4)
+    monkeypatch.setattr("tracker.store.scans._ROWS_PER_READER", 1 if parts > 1 else 10**9)
+    monkeypatch.setattr("tracker.store.scans._MAX_SAMPLE_READERS", parts)
+    monkeypatch.setattr("tracker.store.scans.os.cpu_count", lambda: 4)
     utils = [2.0, 50.0, None, 3.0, 80.0, 4.0]
     store.upsert_samples(
         [sample("a", m, util_pct=u, covered_s=30.0 if m == 5 else 60.0) for m, u in enumerate(utils)]

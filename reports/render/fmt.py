@@ -1,0 +1,121 @@
+"""Display strings for every format: money, percentages, hours, changes, week dates, and links
+that are only ever http(s). ``—`` stands for a figure that is not known."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from urllib.parse import urlsplit
+
+import pandas as pd
+
+LINK_NAMES = {"wandb": "W&B run", "tensorboard": "TensorBoard"}
+
+
+# -- formatting --------------------------------------------------------------------------------
+def as_number(value: object) -> float | None:
+    """A number, or None for None, NaN, NA and anything that is not a number."""
+    if isinstance(value, numbers.Real) and not math.isnan(float(value)):
+        return float(value)
+    return None
+
+
+def missing(value: object) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def fmt_usd(value: object) -> str:
+    """``$1,234.56``; ``-$3.00``; ``n/a`` when unknown."""
+    v = as_number(value)
+    if v is None:
+        return "n/a"
+    return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
+
+
+def fmt_pct(value: object, digits: int = 1) -> str:
+    """``67.1%``; ``n/a`` when unknown."""
+    v = as_number(value)
+    return "n/a" if v is None else f"{v:,.{digits}f}%"
+
+
+def fmt_hours(value: object) -> str:
+    """``12.3 GPU-h`` (two decimals under 1 GPU-hour); ``n/a`` when unknown."""
+    v = as_number(value)
+    if v is None:
+        return "n/a"
+    return f"{v:,.2f} GPU-h" if 0 < abs(v) < 1 else f"{v:,.1f} GPU-h"
+
+
+def fmt_gib(value: object) -> str:
+    v = as_number(value)
+    return "n/a" if v is None else f"{v:,.1f} GiB"
+
+
+def fmt_int(value: object) -> str:
+    v = as_number(value)
+    return "n/a" if v is None else f"{round(v):,}"
+
+
+def fmt_change(value: object) -> str:
+    """Week-over-week change: ``▲ 12.3%``, ``▼ 4.0%``, ``0.0%``; ``n/a`` without a previous
+    week (or when it was 0)."""
+    v = as_number(value)
+    if v is None:
+        return "n/a"
+    if round(v, 1) == 0:
+        return "0.0%"
+    return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f}%"
+
+
+def text_or_dash(value: object, default: str = "—") -> str:
+    return default if missing(value) or value == "" else str(value)
+
+
+def week_dates(label: str) -> str:
+    year, week = int(label[:4]), int(label[6:])
+    monday, sunday = date.fromisocalendar(year, week, 1), date.fromisocalendar(year, week, 7)
+    if monday.year != sunday.year:
+        return f"{monday:%-d %b %Y} – {sunday:%-d %b %Y}"
+    if monday.month != sunday.month:
+        return f"{monday:%-d %b} – {sunday:%-d %b %Y}"
+    return f"{monday:%-d}–{sunday:%-d %b %Y}"
+
+
+# -- links -------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    text: str
+    href: str | None
+    """Only an http(s) URL becomes a link; anything else (a log dir, ``javascript:``) is text."""
+    target: str = ""
+
+
+def safe_http_url(value: object) -> str | None:
+    """``value`` when it is an absolute http(s) URL with a host, else None."""
+    if not isinstance(value, str):
+        return None
+    url = value.strip()
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        return None
+    return url
+
+
+def links_of(value: object) -> list[Link]:
+    if not isinstance(value, Mapping):
+        return []
+    out = []
+    for key, target in value.items():
+        name = LINK_NAMES.get(str(key), str(key))
+        href = safe_http_url(target)
+        out.append(Link(text=name, href=href, target="" if href else str(target)))
+    # URLs first (W&B before TensorBoard), then paths shown as text
+    return sorted(out, key=lambda link: (link.href is None, link.text.lower()))

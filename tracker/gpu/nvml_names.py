@@ -1,0 +1,26 @@
+"""NVML's names, as ``pynvml`` spells them: the GPM metric ids we read and the NVML error
+classes by what they mean to us. Plain data: :mod:`tracker.gpu.nvml` looks them up on the
+``pynvml`` module at run time (this module imports nothing)."""
+
+from __future__ import annotations
+
+GPM_METRICS: dict[str, str] = {
+    "sm_active_pct": "NVML_GPM_METRIC_SM_UTIL",
+    "sm_occupancy_pct": "NVML_GPM_METRIC_SM_OCCUPANCY",
+    "tensor_active_pct": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "dram_active_pct": "NVML_GPM_METRIC_DRAM_BW_UTIL",
+}
+"""GPM metrics read on Hopper and newer: :class:`GpuReading` field → ``pynvml`` metric id name."""
+
+# NVML errors by meaning, named as pynvml names its classes (looked up on the module at run time).
+# (NVMLLibraryMismatchError: an unversioned call the installed driver lacks)
+UNSUPPORTED_ERRORS = ("NVMLError_NotSupported", "NVMLError_NoPermission",
+                       "NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_ResetRequired")
+INIT_HINTS = {
+    "NVMLError_LibraryNotFound": "libnvidia-ml not found (no NVIDIA driver on this machine)",
+    "NVMLError_DriverNotLoaded": "the NVIDIA driver is not loaded",
+    "NVMLError_NoPermission": "no permission to talk to the NVIDIA driver",
+    "NVMLError_LibRmVersionMismatch": "NVML and driver versions differ (reload the driver)",
+}
+NO_GPU_HINT = "use GPU_KPI_GPU=simulated:PROFILE to run without one"
