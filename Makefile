@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo install lint bench clean
+.PHONY: test test-fast demo install lint bench gpu-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,21 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest
 
+# the inner loop: no PostgreSQL, no Chromium, no DDP, no real trainers; the whole suite is `make test`
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -m "not postgres and not chromium and not ddp and not slow and not trainer"
+
 demo: $(STAMP)
 	$(BIN)/gpu-kpi demo
 
 bench: $(STAMP)
 	$(BIN)/python bench/tracker_overhead.py
 	$(BIN)/python bench/callback_overhead.py
+
+# on a machine with an NVIDIA GPU: tests/gpu, sampler cost, utilization vs nvidia-smi, MFU (< 5 min)
+gpu-check: $(STAMP)
+	$(BIN)/python bench/gpu_check.py
 
 clean:
 	rm -rf $(VENV) .gpu-kpi-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

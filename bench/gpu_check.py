@@ -292,11 +292,8 @@ def check_util() -> None:
 
 def check_mfu() -> None:
     torch = cuda_torch()
-    try:
-        from tracker.throughput import mfu
-    except ImportError:
-        from tracker.peaks import mfu
     from tracker.peaks import peak_tflops
+    from tracker.throughput import mfu
 
     n = MATMUL_N
     a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)

@@ -18,7 +18,7 @@ from reports import kpi as kpis
 from reports.errors import ReportError
 from reports.render.exports import to_json
 from reports.weeks import label_of, parse_week, week_bounds, weeks_between
-from tracker.cost import Thresholds
+from tracker.cost import Thresholds, thresholds_for
 
 FORMATS = ("html", "email", "json", "csv")
 
@@ -94,7 +94,7 @@ def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
     minutes are read minute by minute (:func:`kpis.idle_candidates`)."""
     from tracker.store import RunStore, default_store_url
 
-    t = thresholds or kpis.default_thresholds(basis)
+    t = thresholds or thresholds_for(basis)
     since = pd.Timestamp(start) - pd.Timedelta(days=7 * (weeks - 1))
     until = pd.Timestamp(start) + pd.Timedelta(days=7)
     week_starts = weeks_between(since, until, tz)

@@ -127,13 +127,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from reports.build import Request, build, parse_formats
-    from reports.kpi import thresholds_for
     from reports.weeks import parse_week, zone
+    from tracker.cost import thresholds_for
 
     settings = _settings(args)
     req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
                   basis=args.basis, report_url=args.report_url, prices=settings.prices,
-                  thresholds=thresholds_for(args.basis, settings))
+                  thresholds=thresholds_for(args.basis, settings.thresholds))
     if args.week:
         parse_week(args.week)  # a bad week is an error before the store is touched
     written = build(settings.store, req, Path(args.out))

@@ -54,6 +54,15 @@ SM_ACTIVE_THRESHOLDS = Thresholds(target_util_pct=60.0, underutilized_pct=30.0)
 """The defaults on the SM-activity basis (GPM ``sm_active_pct``)."""
 
 
+def thresholds_for(basis: str, configured: Thresholds | None = None) -> Thresholds:
+    """The thresholds a figure on ``basis`` is judged by: ``configured`` (the config's
+    ``[thresholds]``, else the defaults) on NVML utilization (``"util"``); the SM-activity
+    defaults on ``"sm_active"``, since the configured values are NVML-utilization ones."""
+    if basis == "util":
+        return configured or Thresholds()
+    return SM_ACTIVE_THRESHOLDS
+
+
 def spend_usd(gpu_hours: N, usd_per_gpu_hour: N) -> N:
     """GPU-hours × price per GPU-hour."""
     return gpu_hours * usd_per_gpu_hour

@@ -117,10 +117,3 @@ def peak_tflops(gpu_name: str, dtype: str, *, matmul_precision: str | None = Non
     if d == "fp32" and peak.ampere_or_newer and precision in ("high", "medium"):
         d = "tf32"
     return peak.tflops.get(d)
-
-
-def mfu(flops_per_s: float, peak_tflops_per_gpu: float | None, gpu_count: int) -> float | None:
-    """Model FLOPs utilization, a fraction 0–1, or None when the peak or GPUs are unknown."""
-    if not peak_tflops_per_gpu or gpu_count <= 0:
-        return None
-    return flops_per_s / (peak_tflops_per_gpu * 1e12 * gpu_count)

@@ -17,11 +17,9 @@ from reports.kpi.frames import (
     SAMPLE_COLUMNS,
     TOTALS_COLUMNS,
     SampleFrameBuilder,
-    default_thresholds,
     runs_frame,
     sample_columns,
     samples_frame,
-    thresholds_for,
     totals_frame,
 )
 from reports.kpi.gputime import (
@@ -37,7 +35,7 @@ from reports.kpi.rightsizing import rightsizing
 from reports.kpi.weekly import HEADLINE_FIELDS, Headline, WeekKpis, kpis_of_gpu_time, run_weeks, week_kpis
 
 __all__ = ["BASES", "GT_COLUMNS", "HEADLINE_FIELDS", "SAMPLE_COLUMNS", "TOTALS_COLUMNS", "Headline",
-           "SampleFrameBuilder", "WeekKpis", "combine_gpu_time", "default_thresholds", "gpu_time",
+           "SampleFrameBuilder", "WeekKpis", "combine_gpu_time", "gpu_time",
            "idle_candidates", "idle_minutes", "kpis_of_gpu_time", "rightsizing", "run_weeks",
            "runs_frame", "sample_columns", "sampled_gpu_time", "samples_frame", "summary_gpu_time",
-           "thresholds_for", "totals_frame", "totals_gpu_time", "week_kpis"]
+           "totals_frame", "totals_gpu_time", "week_kpis"]

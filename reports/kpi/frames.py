@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from pandas.api.types import union_categoricals
 
-from tracker.config import Settings
-from tracker.cost import SM_ACTIVE_THRESHOLDS, Thresholds
 from tracker.record import MinuteSample, RunRecord
 
 if TYPE_CHECKING:
@@ -26,18 +24,6 @@ GT_COLUMNS = ["run_id", "gpu", "week", "gpu_hours", "known_hours", "used_hours",
 """One row per (run, GPU, week): hours allocated, hours with a utilization value, Σ util × hours
 (as a fraction, so used/known is the utilization), hours in idle stretches. Summary-only runs
 have one row per week with ``gpu = "*"`` standing for all their GPUs."""
-
-
-def default_thresholds(basis: str) -> Thresholds:
-    """The default thresholds of ``basis``: SM activity runs lower than NVML utilization for the
-    same work."""
-    return Thresholds() if basis == "util" else SM_ACTIVE_THRESHOLDS
-
-
-def thresholds_for(basis: str, settings: Settings) -> Thresholds:
-    """The thresholds of ``basis``: the configured ones (``[thresholds]``) for NVML utilization,
-    the SM activity defaults otherwise (the settings hold NVML-utilization values)."""
-    return settings.thresholds if basis == "util" else default_thresholds(basis)
 
 
 # -- frames from records ----------------------------------------------------------------------

@@ -17,9 +17,9 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
-from reports.kpi.frames import BASES, GT_COLUMNS, default_thresholds
+from reports.kpi.frames import BASES, GT_COLUMNS
 from reports.weeks import shift_week, week_spans, week_start_of
-from tracker.cost import Thresholds
+from tracker.cost import Thresholds, thresholds_for
 
 
 def _ts(moment: datetime) -> pd.Timestamp:
@@ -62,7 +62,7 @@ def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
     if not len(s):
         return pd.DataFrame(columns=GT_COLUMNS)
     column = BASES[basis][0]
-    t = thresholds or default_thresholds(basis)
+    t = thresholds or thresholds_for(basis)
     run_codes, run_names = pd.factorize(s["run_id"])
     gpu_codes, gpu_names = pd.factorize(s["gpu"])
     minute = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()

@@ -11,11 +11,11 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
-from reports.kpi.frames import BASES, default_thresholds
+from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
 from reports.weeks import shift_week
-from tracker.cost import Thresholds, spend_usd, waste_share
+from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share
 from tracker.prices import PriceTable
 
 
@@ -164,7 +164,7 @@ def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz
                      basis: str = "util", thresholds: Thresholds | None = None,
                      prices: PriceTable | None = None, trend_weeks: int = 12) -> WeekKpis:
     """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`)."""
-    t = thresholds or default_thresholds(basis)
+    t = thresholds or thresholds_for(basis)
     prices = prices or PriceTable()
     per = run_weeks(gt, runs, prices=prices, target_util_pct=t.target_util_pct)
     w = pd.Timestamp(week).tz_convert("UTC")

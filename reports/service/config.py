@@ -72,6 +72,7 @@ from tracker.config import (
     text,
     whole,
 )
+from tracker.cost import Thresholds, thresholds_for
 
 REPORT_KINDS = ("summary", "team", "runs")
 """summary: the whole week's email (management); team: the same report for one team's runs
@@ -118,11 +119,9 @@ class ServiceSettings:
 
         return zone(self.timezone)
 
-    def thresholds(self) -> Any:
-        """The KPI thresholds of the basis (:func:`reports.kpi.thresholds_for`)."""
-        from reports.kpi import thresholds_for
-
-        return thresholds_for(self.basis, self.tracker)
+    def thresholds(self) -> Thresholds:
+        """The KPI thresholds of the basis (:func:`tracker.cost.thresholds_for`)."""
+        return thresholds_for(self.basis, self.tracker.thresholds)
 
 
 # -- reading: the tracker's parsers (tracker.config), with the sections this side owns ---------

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tracker.diagnosis import Evidence, diagnose
-from tracker.peaks import mfu, normalize_dtype, peak_tflops
+from tracker.peaks import normalize_dtype, peak_tflops
 from tracker.prices import DEFAULT_PRICES, PriceTable, UnknownGpu, canonical_gpu
+from tracker.throughput import mfu
 
 
 @pytest.mark.parametrize(("name", "key"), [

@@ -9,7 +9,7 @@
 :func:`open_backend` picks one from a spec string such as ``"nvml"``,
 ``"simulated:input-bound@H100:4"`` or ``"replay:gpu.csv"``. A new backend is a module here that
 implements :class:`GpuBackend`, a branch in :func:`open_backend`, and a line in
-``tests/contracts/test_backends.py``.
+``tests/contracts/test_backend_contract.py``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 - :mod:`.tensorboard`: TensorBoard event files, public as :mod:`tracker.tensorboard`;
 - :mod:`.summary`: the run's final values as flat pairs and a Markdown table, for summaries.
 
-A new sink implements :class:`Sink` and gets ``tests/contracts/test_sinks.py`` by adding a line
+A new sink implements :class:`Sink` and gets ``tests/contracts/test_sink_contract.py`` by adding a line
 to its fixture.
 """
 

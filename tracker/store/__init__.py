@@ -5,10 +5,18 @@ directory) or ``postgresql://…`` / ``postgres://…`` (psycopg 3). This packag
 that imports SQLAlchemy; it uses SQLAlchemy Core, not the ORM. Every datetime going in must be
 timezone-aware; every datetime coming out is timezone-aware UTC.
 
-- :mod:`.core`: :class:`RunStore`, the store's reads and writes;
+What the tracker writes, and reads back:
+
+- :mod:`.runs`: :class:`RunStore`, runs and minute samples in and out;
 - :mod:`.schema`: the tables and the record ↔ row conversions;
 - :mod:`.engine`: URLs, SQLite settings, :class:`StoreError`;
-- :mod:`.samples`: the SQL that reads millions of minute samples;
+- :mod:`.writer`: the tracker's background writer, which spools what the store does not take;
+- :mod:`.spool`: the local spool (JSON lines), flushed by the next write or ``gpu-kpi sync``.
+
+What only the reports read or write (apart, so the tracker's path stays small):
+
+- :mod:`.scans`, over :mod:`.samples`' SQL: millions of minute samples summed per run, GPU and
+  week in the database, and read around idle stretches;
 - :mod:`.deliveries`: the report service's delivery log (its claims are SQL).
 """
 

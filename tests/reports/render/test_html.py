@@ -297,6 +297,7 @@ def _chromium() -> str:
     return found
 
 
+@pytest.mark.chromium
 def test_the_report_loads_in_headless_chromium(tmp_path: Path) -> None:
     from PIL import Image
 

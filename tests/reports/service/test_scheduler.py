@@ -3,19 +3,23 @@ store's database, and the delivery log keeps restarts and a second scheduler fro
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+import smtp_servers
 import sqlalchemy as sa
 from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
 from smtp_servers import SmtpServer
 from test_job import CTO, NLP, add_week, settings
 
 from reports.service.config import ServiceSettings
+from reports.service.deliveries import DeliveryLog
 from reports.service.job import RunResult, Service
 from reports.service.scheduler import JOBS_TABLE, ServiceScheduler, next_fire_time, parse_schedule
 from tracker.store import RunStore
@@ -37,6 +41,26 @@ class Results:
         with self._cond:
             assert self._cond.wait_for(lambda: len(self.items) >= n, timeout), self.items
             return list(self.items)
+
+
+class HeldData:
+    """Holds the first message at the test SMTP server's DATA command until ``release`` is set
+    (60 s at most), and lets later ones through: its sender stays mid-send, the delivery claimed
+    (``sending``) and not yet sent. ``arrived``: that message has reached DATA."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        take = smtp_servers._Handler.handle_DATA
+
+        async def held(handler: Any, *args: Any) -> str:
+            if not self.arrived.is_set():  # the server's one event loop: no race here
+                self.arrived.set()
+                await asyncio.to_thread(self.release.wait, 60.0)
+            return await take(handler, *args)
+
+        # aiosmtpd looks the hooks up per connection, so this holds the connections made after it
+        monkeypatch.setattr(smtp_servers._Handler, "handle_DATA", held)
 
 
 def run_scheduler(s: ServiceSettings, engine: object, *, run_now: bool = True,
@@ -136,30 +160,44 @@ def test_overdue_only_for_recipients_with_history(tmp_path: Path, store: str,
     assert Service(s).overdue(now) is False
 
 
-def test_two_schedulers_on_one_database_send_once(tmp_path: Path, store_url: str,
-                                                  smtp_server: SmtpServer) -> None:
-    """Both fire the job when they see it due (APScheduler 3 does not coordinate schedulers
-    sharing a job store; the first to run it may also move it on before the other looks): in
-    every case, one email. On SQLite and on PostgreSQL."""
-    store = store_url
-    add_week(store, Service(ServiceSettings()).latest_week(datetime.now(UTC)))
-    s = settings(tmp_path, store, smtp_server, CTO)
-    results = Results()
-    stores = [RunStore(store), RunStore(store)]
-    schedulers = [ServiceScheduler(s, st.engine, on_result=results) for st in stores]
-    try:
-        for scheduler in schedulers:
-            scheduler.start(run_now=True)
-        results.wait(1)
-        time.sleep(2)  # room for the other scheduler's run, if it fires
-    finally:
-        for scheduler in schedulers:
-            scheduler.shutdown()
-        for st in stores:
-            st.close()
-    statuses = sorted(o.status for r in results.items for o in r.outcomes)
-    assert statuses in (["sent"], ["sent", "skipped"])  # a loser found it claimed or done
+def test_a_second_scheduler_fired_mid_send_skips_then_owes_nothing(
+        tmp_path: Path, store_url: str, smtp_server: SmtpServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two schedulers on one job store each fire the job (APScheduler 3 does not coordinate
+    them). The second fires while the first is held at the SMTP server's DATA, its delivery
+    claimed and not yet sent: it finds the claim and skips. Fired again once the first has sent,
+    it finds nothing owed. One email in all; on SQLite and on PostgreSQL."""
+    add_week(store_url, Service(ServiceSettings()).latest_week(datetime.now(UTC)))
+    # a held DATA must not time out the sender
+    s = replace(settings(tmp_path, store_url, smtp_server, CTO),
+                smtp=smtp_server.settings(timeout_s=60.0))
+    held = HeldData(monkeypatch)
+    first, second = Results(), Results()
+    with RunStore(store_url) as st_a, RunStore(store_url) as st_b:
+        a = ServiceScheduler(s, st_a.engine, on_result=first)
+        b = ServiceScheduler(s, st_b.engine, on_result=second)
+        try:
+            a.start(run_now=True)
+            assert held.arrived.wait(60), "the first scheduler never reached DATA"
+            moved_on = a.next_run_time()  # a fired and moved the job to next Monday
+            b.start(run_now=True)
+            (mid_send,) = second.wait(1)
+            held.release.set()
+            (sent,) = first.wait(1)
+            b.run_now()
+            _, after = second.wait(2)
+        finally:
+            held.release.set()
+            a.shutdown()
+            b.shutdown()
+        entries = DeliveryLog(st_a).entries()
+    assert moved_on is not None and moved_on > datetime.now(UTC)
+    assert [o.status for o in mid_send.outcomes] == ["skipped"]
+    assert [o.status for o in sent.outcomes] == ["sent"]
+    assert after.outcomes == () and after.weeks == sent.weeks
+    assert (len(first.items), len(second.items)) == (1, 2)
     assert [m.rcpt_tos for m in smtp_server.messages] == [[CTO.to]]
+    assert [(e.recipient, e.status, e.attempts) for e in entries] == [(CTO.to, "sent", 1)]
 
 
 def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,

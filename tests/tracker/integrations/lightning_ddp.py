@@ -1,4 +1,4 @@
-"""A 2-process DDP fit on CPU (gloo) with the Lightning callback, for tests/test_lightning.py.
+"""A 2-process DDP fit on CPU (gloo) with the Lightning callback, for test_lightning.py.
 
     GPU_KPI_GPU=simulated:healthy@H100 python tests/tracker/integrations/lightning_ddp.py OUT_DIR
 

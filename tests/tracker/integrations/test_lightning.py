@@ -40,6 +40,7 @@ H100_MEM_GIB = 81559 / 1024  # the simulated H100's memory.total
 FP32_PEAK, TF32_PEAK, BF16_PEAK = 66.9e12, 494.7e12, 989.4e12  # H100 SXM, dense FLOP/s
 
 pytestmark = [
+    pytest.mark.trainer,
     pytest.mark.filterwarnings("ignore:.*does not have many workers"),
     pytest.mark.filterwarnings("ignore:.*LeafSpec.*:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:.*is deprecated:DeprecationWarning"),
@@ -720,6 +721,7 @@ def test_pytorch_lightning_trainer(tmp_path: Path) -> None:
 # -- 8. two ranks --------------------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.ddp
 def test_ddp_two_ranks_on_cpu(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GPU_KPI_GPU": "simulated:healthy@H100",
            "PYTHONWARNINGS": "ignore"}

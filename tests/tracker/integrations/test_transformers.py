@@ -38,6 +38,8 @@ from tracker.store import RunStore  # noqa: E402
 from tracker.store.spool import Spool  # noqa: E402
 from tracker.transformers import GpuKpiCallback  # noqa: E402
 
+pytestmark = pytest.mark.trainer
+
 REPO = Path(__file__).resolve().parents[3]
 
 # A GPT-2 small enough for CPU yet with steps (~30 ms) long against the tracker's own logging.
@@ -676,6 +678,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.ddp
 def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
     import hf_ddp
 
