@@ -26,10 +26,11 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-# the inner loop: no PostgreSQL, no Chromium, no DDP, no real trainers; the whole suite is `make test`
+# the inner loop: no PostgreSQL, Chromium, DDP, real trainers or end-to-end service runs;
+# the whole suite is `make test`
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -m "not postgres and not chromium and not ddp and not slow and not trainer"
+	$(BIN)/pytest -q -m "not postgres and not chromium and not ddp and not slow and not trainer and not service"
 
 demo: $(STAMP)
 	$(BIN)/gpu-kpi demo

@@ -11,6 +11,8 @@ import sys
 from functools import cache
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("tracker", "reports")
 
@@ -199,6 +201,7 @@ def test_importing_tracker_and_the_cli_is_light_and_does_nothing() -> None:
     assert "HEAVY []" in p.stdout, p.stdout + p.stderr[-2000:]
 
 
+@pytest.mark.trainer  # imports Lightning and transformers (~10 s)
 def test_the_public_import_paths_still_work() -> None:
     code = ("from tracker import track, Session\n"
             "from tracker.wandb import WandbSink\n"

@@ -29,6 +29,7 @@ def one_line_error(p: subprocess.CompletedProcess[str], text: str) -> None:
     assert "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
 def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     p = gpu_kpi("demo", cwd=tmp_path)
     assert p.returncode == 0, p.stderr

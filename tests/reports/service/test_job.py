@@ -21,6 +21,8 @@ from tracker.config import Settings
 from tracker.record import MinuteSample
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.service  # real SMTP servers, schedulers, subprocesses: `make test`
+
 W46 = datetime(2026, 11, 9, tzinfo=UTC)
 W47 = datetime(2026, 11, 16, tzinfo=UTC)
 W48 = datetime(2026, 11, 23, tzinfo=UTC)

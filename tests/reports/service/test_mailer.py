@@ -21,6 +21,8 @@ from reports.service.mailer import (
 )
 from tracker.config import ConfigError
 
+pytestmark = pytest.mark.service  # real SMTP servers, schedulers, subprocesses: `make test`
+
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(64))
 
 

@@ -24,6 +24,8 @@ from reports.service.job import RunResult, Service
 from reports.service.scheduler import JOBS_TABLE, ServiceScheduler, next_fire_time, parse_schedule
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.service  # real SMTP servers, schedulers, subprocesses: `make test`
+
 
 class Results:
     """Collects each weekly run's result; ``wait(n)`` blocks until n have come."""

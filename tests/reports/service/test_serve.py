@@ -21,6 +21,8 @@ from reports.service.config import ServiceSettings
 from reports.service.job import Service
 from reports.weeks import label_of
 
+pytestmark = pytest.mark.service  # real SMTP servers, schedulers, subprocesses: `make test`
+
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "Pw-only-in-the-env-7781"
 
