@@ -50,3 +50,28 @@ def test_bad_env_value_names_the_variable_key() -> None:
     with pytest.raises(ConfigError,
                        match=r"tracker.warmup_steps \(from GPU_KPI_WARMUP_STEPS\): expected a number"):
         load_settings(env={"GPU_KPI_WARMUP_STEPS": "many"})
+
+
+def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
+    path = write(tmp_path, '[tracker]\ninterval_s = 0\n[thresholds]\ntarget_util_pct = 0\n'
+                 'idle_pct = 101\n[prices]\nH100 = inf\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(path, env={})
+    assert str(e.value).split("; ") == [
+        "tracker.interval_s: expected a number >= 0.01, got 0",
+        "thresholds.target_util_pct: expected a number between 1 and 100, got 0",
+        "thresholds.idle_pct: expected a number between 0 and 100, got 101",
+        "prices.H100: expected a number >= 0, got inf",
+    ]
+
+
+def test_the_service_reads_the_same_keys_with_the_same_parser(tmp_path: Path) -> None:
+    from reports.service.config import read_service_settings
+
+    path = write(tmp_path, '[thresholds]\ntarget_util_pct = 80\nunderutilized_min_gpu_hours = 2\n'
+                 '[tracker]\ninterval_s = "x"\n[recipent]\nto = "a@b.c"\n')
+    settings, errors = read_service_settings(path, env={})
+    assert errors == ["recipent: unknown setting",
+                      "tracker.interval_s: expected a number, got 'x'"]
+    assert settings.thresholds().target_util_pct == 80.0
+    assert settings.thresholds().underutilized_min_gpu_hours == 2.0
