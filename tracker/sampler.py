@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from tracker.cost import IdleDetector
+from tracker.cost import IdleDetector, Thresholds
 from tracker.gpu.base import GpuBackend, GpuInfo, GpuReading
 from tracker.record import MinuteSample
 from tracker.units import j_to_kwh
@@ -105,11 +105,14 @@ class GpuStats:
         return self._power_j if self.tw["power_w"].seconds > 0 else None
 
 
+_DEFAULTS = Thresholds()
+
+
 @dataclass(frozen=True, kw_only=True)
 class AlertRule:
     """Fire once when the run's mean utilization over ``window_s`` stays under ``under_pct``."""
 
-    under_pct: float = 70.0
+    under_pct: float = _DEFAULTS.alert_util_pct
     window_s: float = 600.0
 
 
@@ -132,8 +135,8 @@ class Sampler:
         on_minute: Callable[[list[MinuteSample]], None] | None = None,
         alert: AlertRule | None = None,
         on_alert: Callable[[str], None] | None = None,
-        idle_pct: float = 5.0,
-        idle_window_min: int = 30,
+        idle_pct: float = _DEFAULTS.idle_pct,
+        idle_window_min: int = _DEFAULTS.idle_window_min,
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tracker.cost import Thresholds
 from tracker.prices import PriceTable
 
 
-def rightsizing(per: pd.DataFrame, prices: PriceTable, *, max_util_pct: float = 50.0,
+def rightsizing(per: pd.DataFrame, prices: PriceTable, *,
+                max_util_pct: float = Thresholds().underutilized_pct,
                 headroom: float = 1.2) -> pd.DataFrame:
     """Runs that used little of a big GPU: the cheapest model in the price table whose memory
     holds the run's peak (× ``headroom``), and what the week would have cost less on it."""
