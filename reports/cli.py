@@ -48,10 +48,34 @@ def _settings(args: argparse.Namespace) -> Any:
     return load_settings(getattr(args, "config", None), store=getattr(args, "store", None))
 
 
-def _open_store(url: str | None) -> Any:
+def _open_store(url: str | None, *, create: bool = True) -> Any:
+    """The run store; ``create=False`` for commands that only read: a store that does not exist
+    is an error there, not a new empty database and its folders."""
     from tracker.store import RunStore, default_store_url
 
-    return RunStore(url or default_store_url())
+    return RunStore(url or default_store_url(), create=create)
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with any password masked, for printing."""
+    from tracker.store.engine import mask_text
+
+    return mask_text(url, None)
+
+
+def _writable_dir(path: Path, flag: str) -> Path:
+    """``path`` created as a folder we can write to, or a one-line error naming ``flag``."""
+    import os
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{flag} {path}: exists and is not a folder") from None
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot create it: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: not writable") from None
+    return path
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -60,6 +84,16 @@ RUN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("gpus", "gpus"), ("gpu_h", "gpu_hours"), ("util_%", "util_pct"), ("cost_$", "cost_usd"),
     ("waste_$", "waste_usd"), ("status", "status"), ("verdict", "verdict"),
 )
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control characters (escape sequences, carriage returns, bells)
+    shown as ``\\xNN``: a run named by a training script must not rewrite the operator's
+    terminal."""
+    return text.translate(_CONTROL)
 
 
 def _cell(r: RunRecord, field: str) -> str:
@@ -81,7 +115,8 @@ def _cell(r: RunRecord, field: str) -> str:
 
 def format_runs(runs: Sequence[RunRecord]) -> str:
     """A fixed-width table, one run a line."""
-    table = [[h for h, _ in RUN_COLUMNS]] + [[_cell(r, f) for _, f in RUN_COLUMNS] for r in runs]
+    table = [[h for h, _ in RUN_COLUMNS]] + [[printable(_cell(r, f)) for _, f in RUN_COLUMNS]
+                                             for r in runs]
     widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     right = {"gpu_h", "util_%", "cost_$", "waste_$"}
     lines = []
@@ -108,7 +143,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.week:
         since, until = week_bounds(*parse_week(args.week), zone(args.tz))
     settings = _settings(args)
-    with _open_store(settings.store) as store:
+    with _open_store(settings.store, create=False) as store:
         store.mark_crashed(now=datetime.now(UTC))
         runs = store.list_runs(since=since, until=until, project=args.project, team=args.team)
     if args.format == "json":
@@ -136,6 +171,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                   thresholds=thresholds_for(args.basis, settings.thresholds))
     if args.week:
         parse_week(args.week)  # a bad week is an error before the store is touched
+    _open_store(settings.store, create=False).close()
     written = build(settings.store, req, Path(args.out))
     for path in written:
         print(path)
@@ -174,8 +210,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import run_demo
     from reports.weeks import week_of
 
-    out = Path(args.dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = _writable_dir(Path(args.dir).resolve(), "--dir")
     url = args.store or f"sqlite:///{out / 'runs.db'}"
     records, monday = run_demo(url)
     print(format_runs(records))
@@ -186,8 +221,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     year, week = week_of(monday)
     label = f"{year}-W{week:02d}"
     print(f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
-          f"written to {url}")
-    print(f"list them again with: gpu-kpi runs --store {url} --week {label}")
+          f"written to {_shown_url(url)}")
+    print(f"list them again with: gpu-kpi runs --store {_shown_url(url)} --week {label}")
     from reports.build import Request, build
     from reports.weeks import zone
 
@@ -257,14 +292,37 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+EXTRAS = {"pandas": "reports", "numpy": "reports", "jinja2": "reports", "matplotlib": "reports",
+          "PIL": "reports", "apscheduler": "reports", "prometheus_client": "reports",
+          "psycopg": "postgres"}
+"""Top-level modules of the optional extras (pyproject.toml), by the extra that installs them."""
+
+
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
     except _user_errors() as e:
-        print(f"gpu-kpi: error: {e}", file=sys.stderr)
+        print(f"gpu-kpi: error: {printable(str(e))}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:
+        extra = EXTRAS.get((e.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(f"gpu-kpi: error: {args.command!r} needs the {extra} extra ({e.name} is not "
+              f"installed): pip install 'gpu-kpi[{extra}]'", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # `gpu-kpi runs | head`: the reader left; say nothing more, and keep Python from
+        # complaining when it flushes stdout at exit
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         return 130
 

@@ -11,7 +11,11 @@ class WeekError(ValueError):
     """A bad week or time zone given by the user."""
 
 
-_WEEK_RE = re.compile(r"^(\d{4})-W(\d{2})$")
+_WEEK_RE = re.compile(r"([0-9]{4})-W([0-9]{2})")
+
+FIRST_YEAR, LAST_YEAR = 1970, 9998
+"""Weeks a report can be about: from the Unix epoch, and one year short of ``datetime``'s end so
+that the next week and the 12-week history stay representable."""
 
 
 def zone(name: str) -> tzinfo:
@@ -27,10 +31,12 @@ def zone(name: str) -> tzinfo:
 
 def parse_week(text: str) -> tuple[int, int]:
     """``2026-W48`` → (2026, 48); a week that does not exist is a WeekError."""
-    m = _WEEK_RE.match(text.strip())
+    m = _WEEK_RE.fullmatch(text.strip())
     if not m:
         raise WeekError(f"bad week {text!r}: use YYYY-Www, e.g. 2026-W48")
     year, week = int(m.group(1)), int(m.group(2))
+    if not FIRST_YEAR <= year <= LAST_YEAR:
+        raise WeekError(f"week {text.strip()!r} is out of range: years {FIRST_YEAR}–{LAST_YEAR}")
     try:
         date.fromisocalendar(year, week, 1)
     except ValueError:

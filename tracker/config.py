@@ -34,7 +34,7 @@ import dataclasses
 import math
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,14 @@ Sections = Mapping[str, Mapping[str, Key]]
 """Section name (``""``: the top level) → key → :class:`Key`."""
 
 
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """`` (did you mean 'smtp'?)`` for a misspelt name, else ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 class Errors:
     """Collects every error as one ``key: reason`` line."""
 
@@ -149,6 +157,10 @@ class Errors:
         except ValueError as e:
             self.items.append(f"{key}: {e}")
             return None
+
+    def unknown(self, key: str, name: str, valid: Iterable[str]) -> None:
+        """``key: unknown setting``, with the closest valid name when one is close."""
+        self.items.append(f"{key}: unknown setting{did_you_mean(name, valid)}")
 
     def raise_any(self) -> None:
         if self.items:
@@ -166,6 +178,10 @@ def read_sections(data: Mapping[str, Any], sections: Sections, env: Mapping[str,
         if not isinstance(table, Mapping):
             errors.items.append(f"{name}: expected a table")
             table = {}
+        if not name:
+            for k in table:
+                if k not in keys and k not in FILE_SECTIONS:
+                    errors.unknown(k, k, {*keys, *FILE_SECTIONS})
         values = {k: v for k, v in table.items() if name or k in keys}
         from_env = {k: ENV_PREFIX + key.env for k, key in keys.items()
                     if key.env and env.get(ENV_PREFIX + key.env)}
@@ -176,7 +192,7 @@ def read_sections(data: Mapping[str, Any], sections: Sections, env: Mapping[str,
             if k in from_env:
                 qualified += f" (from {from_env[k]})"
             if k not in keys:
-                errors.items.append(f"{qualified}: unknown setting")
+                errors.unknown(qualified, k, keys)
             elif (v := errors.parse(qualified, keys[k].parse, value)) is not None:
                 parsed[k] = v
         out[name] = parsed
@@ -201,6 +217,13 @@ TRACKER_SECTIONS: Sections = {
                    "idle_window_min": Key(whole(1, 7 * 24 * 60), "IDLE_WINDOW_MIN")},
 }
 """The tracker's keys; the file's other sections belong to the reports side."""
+
+FILE_SECTIONS = frozenset({*TRACKER_SECTIONS, "prices", "report", "service", "smtp", "recipients"}
+                          - {""})
+"""Every section the file may have, the reports side's too (the file is shared): any other
+top-level name is a misspelling (``[smpt]``, ``[[recipient]]``) and an error with the closest
+name, not a silently ignored table. ``tests/test_layers.py`` checks that the service declares
+no section missing here."""
 
 price = number(0)
 """USD per GPU-hour: finite, >= 0."""
@@ -246,7 +269,18 @@ def read_toml(path: Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError(f"config file {path}: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"config file {path}: {e}") from None
+        raise ConfigError(f"config file {path}: {one_line(str(e))}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+                          f"at offset {e.start})") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: nested too deeply") from None
+    except MemoryError:
+        raise ConfigError(f"config file {path}: too large") from None
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,

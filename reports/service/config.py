@@ -57,7 +57,6 @@ from typing import Any
 
 from reports.service.mailer import SECURITY_MODES, SmtpSettings
 from tracker.config import (
-    TRACKER_SECTIONS,
     ConfigError,
     Errors,
     Key,
@@ -178,7 +177,6 @@ SERVICE_SECTIONS: Sections = {
 itself is read only when sending."""
 _RECIPIENT_KEYS = {"to": parse_address, "report": choice(REPORT_KINDS), "team": text,
                    "user": text}
-_TOP_LEVEL = {*TRACKER_SECTIONS[""], *TRACKER_SECTIONS, *SERVICE_SECTIONS, "prices", "recipients"}
 
 
 def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...]:
@@ -196,7 +194,7 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
         for k, v in row.items():
             parser = _RECIPIENT_KEYS.get(k)
             if parser is None:
-                errors.items.append(f"{key}.{k}: unknown setting")
+                errors.unknown(f"{key}.{k}", k, _RECIPIENT_KEYS)
             elif (parsed := errors.parse(f"{key}.{k}", parser, v)) is not None:
                 values[k] = parsed
         report = values.get("report", "summary")
@@ -227,7 +225,6 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
             data = read_toml(file)
         except ConfigError as e:
             return ServiceSettings(), [str(e)]
-    errors.items.extend(f"{k}: unknown setting" for k in data if k not in _TOP_LEVEL)
     tracker = read_tracker(data, env, errors).replace(store=store)
     found = read_sections(data, SERVICE_SECTIONS, env, errors)
     service = found["service"]

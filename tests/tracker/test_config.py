@@ -71,7 +71,7 @@ def test_the_service_reads_the_same_keys_with_the_same_parser(tmp_path: Path) ->
     path = write(tmp_path, '[thresholds]\ntarget_util_pct = 80\nunderutilized_min_gpu_hours = 2\n'
                  '[tracker]\ninterval_s = "x"\n[recipent]\nto = "a@b.c"\n')
     settings, errors = read_service_settings(path, env={})
-    assert errors == ["recipent: unknown setting",
+    assert errors == ["recipent: unknown setting (did you mean 'recipients'?)",
                       "tracker.interval_s: expected a number, got 'x'"]
     assert settings.thresholds().target_util_pct == 80.0
     assert settings.thresholds().underutilized_min_gpu_hours == 2.0

@@ -53,21 +53,26 @@ class RunStore(SampleScans):
 
     Safe for many processes at once (SQLite: WAL and write transactions that take the write lock
     up front; PostgreSQL: a server) and for several threads sharing one instance.
-    Raises :class:`StoreError` when the database cannot be reached or is newer than this code,
-    and ValueError for a naive datetime.
+    Raises :class:`StoreError` when the database cannot be reached, is not a run store (a text
+    file, a damaged SQLite file, tables without a valid schema version) or is newer than this
+    code, and ValueError for a naive datetime. ``create=False`` (the read-only commands) also
+    refuses a store that does not exist yet instead of creating an empty one and its folders.
     """
 
     url: str
     """The store's URL with any password masked, for display."""
 
-    def __init__(self, url: str | None = None, *, connect_timeout_s: float = 5.0) -> None:
+    def __init__(self, url: str | None = None, *, connect_timeout_s: float = 5.0,
+                 create: bool = True) -> None:
         raw = url if url is not None else default_store_url()
         self._url = parse_url(raw)
         self.url = mask_url(self._url)
         self._password = self._url.password if isinstance(self._url.password, str) else None
+        if not create:
+            self._require_file()
         self._engine = self._create_engine(connect_timeout_s)
         try:
-            self._open_schema()
+            self._open_schema(create=create)
         except BaseException:
             self._engine.dispose()
             raise
@@ -266,7 +271,11 @@ class RunStore(SampleScans):
                     time.sleep(0.1 * 2**attempt)
                     continue
                 raise self._error(e) from e
-            except sa_exc.InterfaceError as e:
+            except (sa_exc.IntegrityError, sa_exc.ProgrammingError):
+                raise  # our bug, not the store's state
+            except (sa_exc.InterfaceError, sa_exc.DatabaseError) as e:
+                # a text file or a damaged SQLite file ("file is not a database", "database disk
+                # image is malformed"), or a PostgreSQL value it cannot take
                 raise self._error(e) from e
         raise AssertionError("unreachable")
 
@@ -275,24 +284,45 @@ class RunStore(SampleScans):
         reason = str(orig if orig is not None else exc) or type(exc).__name__
         return StoreError(mask_text(f"run store {self.url}: {one_line(reason)}", self._password))
 
+    def _require_file(self) -> None:
+        database = self._url.database or ""
+        if (self._url.get_backend_name() == "sqlite" and database and database != ":memory:"
+                and not database.startswith("file:") and not Path(database).expanduser().exists()):
+            raise StoreError(f"no run store at {Path(database).expanduser()}: nothing has been "
+                             f"tracked into it (check --store or GPU_KPI_STORE)")
+
     def _read_version(self) -> int | None:
-        def work(conn: Connection) -> str | None:
-            if not sa.inspect(conn).has_table("meta"):
-                return None
+        """The recorded schema version; None for a database with none of our tables (a new
+        store). Tables without a valid version are an error, never silently accepted."""
+        def work(conn: Connection) -> tuple[set[str], str | None]:
+            tables = set(sa.inspect(conn).get_table_names()) & {"meta", "runs", "samples"}
+            if "meta" not in tables:
+                return tables, None
             stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
-            return conn.execute(stmt).scalar_one_or_none()
+            return tables, conn.execute(stmt).scalar_one_or_none()
 
-        value = self._transaction(work, write=False)
-        if value is None:
+        tables, value = self._transaction(work, write=False)
+        if not tables:
             return None
+        if value is None:
+            what = "a meta table without" if "meta" in tables else "tables but no meta table with"
+            raise StoreError(f"run store {self.url} has {what} a schema version: not a gpu-kpi "
+                             "store, or a damaged one")
         try:
-            return int(value)
-        except ValueError:
-            raise StoreError(f"run store {self.url}: bad schema version {value!r}") from None
+            version = int(value)
+        except (TypeError, ValueError):
+            version = 0
+        if version < 1:
+            raise StoreError(f"run store {self.url}: bad schema version {value!r} (expected a "
+                             f"whole number from 1 to {SCHEMA_VERSION})")
+        return version
 
-    def _open_schema(self) -> None:
+    def _open_schema(self, *, create: bool = True) -> None:
         version = self._read_version()
         if version is None:
+            if not create:
+                raise StoreError(f"run store {self.url} is empty: nothing has been tracked into "
+                                 "it (check --store or GPU_KPI_STORE)")
             self._transaction(create_schema, write=True)
             version = self.schema_version()
         if version > SCHEMA_VERSION:
