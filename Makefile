@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast demo install lint bench gpu-check clean
+.PHONY: test test-fast demo install lint bench gpu-check clean smoke
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ bench: $(STAMP)
 # on a machine with an NVIDIA GPU: tests/gpu, sampler cost, utilization vs nvidia-smi, MFU (< 5 min)
 gpu-check: $(STAMP)
 	$(BIN)/python bench/gpu_check.py
+
+# the built wheel in fresh venvs outside the checkout ([reports] and core-only); needs pip's index
+smoke:
+	bash .ci/wheel-smoke
 
 clean:
 	rm -rf $(VENV) .gpu-kpi-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
