@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 AddCommand = Callable[..., argparse.ArgumentParser]
+
+SEND_TIMEOUT_S = 60.0
+"""How long ``gpu-kpi send`` tries, retries included, unless ``--timeout`` says otherwise."""
 
 
 def _service_settings(args: argparse.Namespace) -> Any:
@@ -32,7 +35,8 @@ def cmd_send(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(f"--to: {e}") from None
     service = Service(_service_settings(args))
-    path = service.send(args.week, args.to, dry_run=Path(args.out) if args.dry_run else None)
+    path = service.send(args.week, args.to, dry_run=Path(args.out) if args.dry_run else None,
+                        timeout_s=args.timeout, retry=not args.no_retry)
     if path is not None:
         print(f"dry run: {path} (not sent)")
     else:
@@ -68,17 +72,52 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError("; ".join(errors))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if args.once:
-        from reports.service.job import Service
+        import signal
 
-        result = Service(settings).run()
+        from reports.service.serve import run_once
+
+        result, stopped_by = run_once(settings, retry_failed=args.retry_failed)
         for path in result.archived:
             print(path)
         for o in result.outcomes:
             print(f"{o.week} {o.kind} {o.recipient}: {o.status}" + (f" ({o.error})" if o.error else ""))
+        for week in result.weeks:
+            if not result.owed.get(week):
+                print(nothing_owed(week, result.earlier.get(week, {}), len(settings.recipients)))
+        if stopped_by is not None:
+            from reports.service.job import STOPPED
+
+            left = sum(o.error == STOPPED for o in result.outcomes)
+            print(f"gpu-kpi: stopped by {stopped_by}: {result.count('sent')} sent, {left} not "
+                  f"tried and left owed (the next run sends them)", file=sys.stderr)
+            return 128 + signal.Signals[stopped_by].value
         return 1 if result.errors or result.count("failed") or result.deferred else 0
     from reports.service.serve import serve_forever
 
-    return serve_forever(settings)
+    return serve_forever(settings, retry_failed=args.retry_failed)
+
+
+def nothing_owed(week: str, earlier: Mapping[str, int], recipients: int) -> str:
+    """The line ``serve --once`` prints for a week it owed nobody, from the log's counts of the
+    recipients' earlier deliveries (status → recipients)."""
+    if not recipients:
+        return f"{week}: archived; no recipients configured"
+    line = f"{week}: already delivered to {earlier.get('sent', 0)} recipient(s)"
+    if earlier.get("empty"):
+        line += f", {earlier['empty']} with nothing to send"
+    if earlier.get("failed"):
+        line += f", {earlier['failed']} failed (serve --retry-failed tries again)"
+    return line + "; nothing owed"
+
+
+def _seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        s = float("nan")
+    if not s > 0 or s == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
+    return s
 
 
 def add_service_commands(add: AddCommand) -> None:
@@ -93,6 +132,11 @@ def add_service_commands(add: AddCommand) -> None:
                       help="write <out>/<week>.eml instead of sending")
     send.add_argument("--out", default="reports-out", metavar="DIR",
                       help="where --dry-run writes (default ./reports-out)")
+    send.add_argument("--timeout", type=_seconds, default=SEND_TIMEOUT_S, metavar="SECONDS",
+                      help="give up after this long, retries and their waits included "
+                      f"(default {SEND_TIMEOUT_S:g})")
+    send.add_argument("--no-retry", action="store_true",
+                      help="one attempt only, none of smtp.retries")
 
     serve = add("serve", cmd_serve, "the scheduled service: every week (default Monday 08:00 "
                 "in the report time zone) archive the last week's report and mail it to the "
@@ -101,3 +145,7 @@ def add_service_commands(add: AddCommand) -> None:
                        help="run the job now (build, archive, deliver what is owed) and exit")
     serve.add_argument("--check-config", action="store_true",
                        help="validate the config and exit: every error with its key")
+    serve.add_argument("--retry-failed", action="store_true",
+                       help="run the job now and send again the deliveries that failed for good "
+                       "in the catch-up window (those that failed for a fault of the [smtp] "
+                       "settings are tried again anyway once the settings change)")

@@ -10,7 +10,14 @@ for longer than the lease). Statuses:
 - ``sent``: the SMTP server accepted it;
 - ``empty``: nothing to send this week (an engineer with no underutilized runs);
 - ``deferred``: a temporary failure (4xx, server unreachable): the next run tries again;
-- ``failed``: a permanent failure (5xx, refused address): not tried again for that week.
+- ``failed``: a permanent failure (5xx, refused address): not tried again for that week, unless
+  it was a fault of the SMTP settings (authentication, TLS: the row keeps the settings'
+  fingerprint in ``smtp_config``) and those settings have changed since, or ``serve
+  --retry-failed`` asks.
+
+A sender stopped by SIGTERM finishes the message in flight, then gives back its claims
+(:meth:`DeliveryLog.release`) and logs what it did not try as ``deferred`` with 0 attempts
+(:meth:`DeliveryLog.defer_unclaimed`): the next run sends those at once.
 
 A sender that dies between the server's acceptance and the ``sent`` mark leaves a ``sending``
 row; after the lease it is sent again. That window (milliseconds) is the only way to get two
@@ -45,6 +52,17 @@ class Delivery:
     finished_at: datetime | None
     message_id: str | None
     error: str | None
+    smtp_config: str | None = None
+    """Fingerprint of the SMTP settings of a ``failed`` row that failed for their fault
+    (:func:`reports.service.mailer.config_fingerprint`); None otherwise."""
+
+    def owed_again(self, *, smtp_config: str | None = None, retry_failed: bool = False) -> bool:
+        """A ``failed`` row that is owed once more: every one with ``retry_failed``, else one that
+        failed for a fault of SMTP settings other than ``smtp_config`` (the current ones)."""
+        if self.status != "failed":
+            return False
+        return retry_failed or (smtp_config is not None and self.smtp_config is not None
+                                and self.smtp_config != smtp_config)
 
 
 class DeliveryLog:
@@ -56,18 +74,36 @@ class DeliveryLog:
         self._lease_s = lease_s
         sql.ensure_table(store)
 
-    def claim(self, kind: str, week: str, recipient: str, *, owner: str, now: datetime) -> bool:
-        """True when this caller may send (and must then :meth:`finish`); False when another
-        sender has it or it is done."""
+    def claim(self, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
+              smtp_config: str | None = None, retry_failed: bool = False) -> bool:
+        """True when this caller may send (and must then :meth:`finish` or :meth:`release`);
+        False when another sender has it or it is done. A ``failed`` row is claimed again as
+        :meth:`Delivery.owed_again` says."""
         return sql.claim(self._store, kind, week, recipient, owner=owner, now=now,
-                         lease_s=self._lease_s)
+                         lease_s=self._lease_s, smtp_config=smtp_config,
+                         retry_failed=retry_failed)
 
     def finish(self, kind: str, week: str, recipient: str, *, status: str, now: datetime,
-               message_id: str | None = None, error: str | None = None) -> None:
+               message_id: str | None = None, error: str | None = None,
+               smtp_config: str | None = None) -> None:
+        """``smtp_config``: with ``failed``, the fingerprint of the SMTP settings at fault."""
         if status not in STATUSES or status == "sending":
             raise ValueError(f"not a final delivery status: {status!r}")
         sql.finish(self._store, kind, week, recipient, status=status, now=now,
-                   message_id=message_id, error=error)
+                   message_id=message_id, error=error,
+                   smtp_config=smtp_config if status == "failed" else None)
+
+    def release(self, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
+                error: str) -> None:
+        """Give back a claim that was not tried after all: ``deferred``, the attempt uncounted."""
+        sql.release(self._store, kind, week, recipient, owner=owner, now=now, error=error)
+
+    def defer_unclaimed(self, kind: str, week: str, recipient: str, *, owner: str,
+                        now: datetime, error: str) -> bool:
+        """Log an owed delivery that was not tried as ``deferred`` (0 attempts) unless it has a
+        row already; True when it was logged."""
+        return sql.defer_unclaimed(self._store, kind, week, recipient, owner=owner, now=now,
+                                   error=error)
 
     def entries(self, *, kind: str | None = None, recipient: str | None = None) -> list[Delivery]:
         return [Delivery(**row) for row in sql.rows(self._store, kind=kind, recipient=recipient)]
@@ -81,15 +117,18 @@ class DeliveryLog:
         return out
 
 
-def pending_weeks(entries: Sequence[Delivery], candidates: Sequence[str]) -> list[str]:
+def pending_weeks(entries: Sequence[Delivery], candidates: Sequence[str], *,
+                  smtp_config: str | None = None, retry_failed: bool = False) -> list[str]:
     """Which of ``candidates`` (week labels, oldest first, the latest last) one recipient of one
     kind is still owed, given its log ``entries``: a recipient with no history gets only the
     latest week (no back issues), one with history every candidate since its first logged week
-    that has no final entry."""
+    that has no final entry, or a ``failed`` one that is owed again
+    (:meth:`Delivery.owed_again` with ``smtp_config`` and ``retry_failed``)."""
     if not candidates:
         return []
     if not entries:
         return [candidates[-1]]
-    done = {e.week for e in entries if e.status in FINAL}
+    done = {e.week for e in entries if e.status in FINAL
+            and not e.owed_again(smtp_config=smtp_config, retry_failed=retry_failed)}
     first = min(e.week for e in entries)
     return [w for w in candidates if w >= first and w not in done]

@@ -5,7 +5,9 @@ Deliveries go through the :mod:`reports.service.deliveries` log: a recipient is 
 claiming it there, so a restart, a second trigger or a second ``serve`` process sends nothing
 twice. Weeks missed while the service was down are caught up once (at most
 ``catch_up_weeks`` back). The archive is written whatever happens to the mail, and a failure for
-one recipient never stops the others.
+one recipient never stops the others. A failure of the SMTP settings (authentication, TLS) is
+tried again once they change (or with ``retry_failed``); a stop (SIGTERM) lets the message in
+flight finish and leaves the rest owed to the next run at once.
 """
 
 from __future__ import annotations
@@ -13,16 +15,24 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reports.service.config import Recipient, ServiceSettings
-from reports.service.deliveries import DeliveryLog, pending_weeks
-from reports.service.mailer import Mailer, MailError, SmtpMailer, read_password
+from reports.service.deliveries import Delivery, DeliveryLog, pending_weeks
+from reports.service.mailer import (
+    Mailer,
+    MailError,
+    SmtpMailer,
+    config_fingerprint,
+    read_password,
+)
 from reports.weeks import label_of, parse_week
 from tracker.config import ConfigError
 
@@ -31,6 +41,8 @@ if TYPE_CHECKING:
     from reports.kpi import WeekKpis
 
 log = logging.getLogger("gpu_kpi")
+
+STOPPED = "not tried: the service was stopping; owed to the next run"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +63,14 @@ class RunResult:
     outcomes: tuple[Outcome, ...] = ()
     errors: tuple[str, ...] = ()
     """What went wrong outside one delivery (no data, archive not writable, no password)."""
+    owed: Mapping[str, int] = field(default_factory=dict)
+    """Week → recipients owed it when the run started (0 or absent: nothing owed)."""
+    earlier: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Week → status (sent, empty, failed) → configured recipients whose delivery of that week
+    was done before this run (nothing owed to them)."""
+    stopped: bool = False
+    """A stop (SIGTERM) came while the run ran: what it had not tried is left owed (``deferred``
+    outcomes with :data:`STOPPED` as their error)."""
 
     def count(self, status: str) -> int:
         return sum(o.status == status for o in self.outcomes)
@@ -61,7 +81,7 @@ class RunResult:
 
 
 def weekly_job(settings: ServiceSettings) -> RunResult:
-    """The scheduler's entry point (referenced by name from the persistent job store)."""
+    """The scheduler's default job (by name, ``reports.service.job:weekly_job``)."""
     return Service(settings).run()
 
 
@@ -79,15 +99,24 @@ class _Week:
     teams: dict[str, WeekKpis | None] = field(default_factory=dict)
 
 
+History = dict[tuple[str, str], list[Delivery]]
+"""(kind, recipient) → its delivery log entries."""
+
+
 class Service:
     """``mailer``: where messages go (default: SMTP from the settings, the password read when
-    :meth:`run` starts). ``owner``: this sender's name in the delivery log."""
+    :meth:`run` starts). ``owner``: this sender's name in the delivery log. ``stop``: once set,
+    :meth:`run` finishes the message in flight, tries no other and leaves them owed."""
 
     def __init__(self, settings: ServiceSettings, *, mailer: Mailer | None = None,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, stop: threading.Event | None = None) -> None:
         self.settings = settings
         self._mailer = mailer
         self.owner = owner or _owner()
+        self._stop = stop
+
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
 
     # -- what is owed ---------------------------------------------------------------------------
     def latest_week(self, now: datetime) -> datetime:
@@ -102,44 +131,58 @@ class Service:
         n = self.settings.catch_up_weeks
         return [label_of(latest - timedelta(days=7 * i)) for i in range(n, -1, -1)]
 
-    def owed(self, deliveries: DeliveryLog, now: datetime) -> dict[str, list[Recipient]]:
-        """Week → the recipients still owed it."""
+    def owed(self, deliveries: DeliveryLog, now: datetime, *,
+             retry_failed: bool = False) -> dict[str, list[Recipient]]:
+        """Week → the recipients still owed it; a delivery that failed for a fault of other SMTP
+        settings than today's is owed again, and with ``retry_failed`` every failed one."""
+        return self._owed(_history(deliveries), now, config_fingerprint(self.settings.smtp),
+                          retry_failed)
+
+    def _owed(self, history: History, now: datetime, smtp_config: str,
+              retry_failed: bool) -> dict[str, list[Recipient]]:
         weeks = self.candidates(now)
         out: dict[str, list[Recipient]] = {}
         for r in self.settings.recipients:
-            for week in pending_weeks(deliveries.entries(kind=r.kind, recipient=r.to), weeks):
+            for week in pending_weeks(history.get((r.kind, r.to), []), weeks,
+                                      smtp_config=smtp_config, retry_failed=retry_failed):
                 out.setdefault(week, []).append(r)
         return out
 
     def overdue(self, now: datetime | None = None) -> bool:
-        """Whether a recipient who was sent reports before is owed one now (the service was
-        down when the schedule fired): ``serve`` then runs the job at once."""
+        """Whether a recipient who was sent reports before (or whose delivery was left owed by a
+        stop) is owed one now, e.g. the service was down when the schedule fired: ``serve``
+        then runs the job at once. The delivery log decides; no schedule is persisted."""
         from tracker.store import RunStore
 
         now = now or datetime.now(UTC)
         with RunStore(self.settings.tracker.store) as store:
-            deliveries = DeliveryLog(store)
-            return any(deliveries.entries(kind=r.kind, recipient=r.to)
-                       for rs in self.owed(deliveries, now).values() for r in rs)
+            history = _history(DeliveryLog(store))
+        owed = self._owed(history, now, config_fingerprint(self.settings.smtp), False)
+        return any(history.get((r.kind, r.to)) for rs in owed.values() for r in rs)
 
     # -- the job ----------------------------------------------------------------------------------
-    def run(self, now: datetime | None = None) -> RunResult:
-        """Build, archive and deliver what is due at ``now`` (default: the current time)."""
+    def run(self, now: datetime | None = None, *, retry_failed: bool = False) -> RunResult:
+        """Build, archive and deliver what is due at ``now`` (default: the current time);
+        ``retry_failed``: failed deliveries of the weeks in the catch-up window are owed again."""
         from reports.errors import ReportError
         from tracker.store import RunStore, StoreError
 
         now = now or datetime.now(UTC)
         s = self.settings
+        smtp_config = config_fingerprint(s.smtp)
         try:
             with RunStore(s.tracker.store) as store:
                 deliveries = DeliveryLog(store)
-                owed = self.owed(deliveries, now)
+                history = _history(deliveries)
+                owed = self._owed(history, now, smtp_config, retry_failed)
                 weeks = sorted({*owed, label_of(self.latest_week(now))})
                 mailer, errors = self._open_mailer() if owed else (None, [])
                 built: list[str] = []
                 archived: list[Path] = []
                 outcomes: list[Outcome] = []
                 for label in weeks:
+                    if self._stopping():
+                        break
                     try:
                         week = self._build(label, now)
                     except ReportError as e:
@@ -149,24 +192,63 @@ class Service:
                     built.append(label)
                     archived += self._archive(week, errors)
                     for r in owed.get(label, []):
-                        if mailer is not None:
-                            outcomes.append(self._deliver(deliveries, mailer, r, week, now))
+                        if mailer is not None and not self._stopping():
+                            outcomes.append(self._deliver(
+                                deliveries, mailer, r, week, now, smtp_config=smtp_config,
+                                retry_failed=retry_failed))
+                stopped = self._stopping()
+                if stopped and mailer is not None:
+                    outcomes += self._leave_owed(deliveries, owed, outcomes, now)
         except StoreError as e:
             log.error("gpu-kpi: the weekly report did not run: %s", e)
             return RunResult(errors=(str(e),))
         result = RunResult(weeks=tuple(built), archived=tuple(archived),
-                           outcomes=tuple(outcomes), errors=tuple(errors))
+                           outcomes=tuple(outcomes), errors=tuple(errors),
+                           owed={w: len(rs) for w, rs in owed.items()},
+                           earlier=self._earlier(history, owed, built), stopped=stopped)
         log.info("gpu-kpi: weekly report %s: %d sent, %d empty, %d deferred, %d failed, "
-                 "%d skipped", ", ".join(built) or "none", result.count("sent"), result.count("empty"),
-                 result.deferred, result.count("failed"), result.count("skipped"))
+                 "%d skipped%s", ", ".join(built) or "none", result.count("sent"),
+                 result.count("empty"), result.deferred, result.count("failed"),
+                 result.count("skipped"), "; stopped early" if stopped else "")
         return result
 
-    def _open_mailer(self) -> tuple[Mailer | None, list[str]]:
+    def _earlier(self, history: History, owed: Mapping[str, list[Recipient]],
+                 weeks: Sequence[str]) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for week in weeks:
+            owed_now = {(r.kind, r.to) for r in owed.get(week, [])}
+            done = Counter(e.status for r in self.settings.recipients
+                           if (r.kind, r.to) not in owed_now
+                           for e in history.get((r.kind, r.to), []) if e.week == week)
+            out[week] = dict(done)
+        return out
+
+    def _leave_owed(self, deliveries: DeliveryLog, owed: Mapping[str, list[Recipient]],
+                    tried: Sequence[Outcome], now: datetime) -> list[Outcome]:
+        """After a stop: log each owed delivery not tried as ``deferred`` (0 attempts), so the
+        next run, and ``overdue``, find it owed at once."""
+        done = {(o.kind, o.week, o.recipient) for o in tried}
+        out = []
+        for week, recipients in sorted(owed.items()):
+            for r in recipients:
+                if (r.kind, week, r.to) not in done:
+                    deliveries.defer_unclaimed(r.kind, week, r.to, owner=self.owner, now=now,
+                                               error=STOPPED)
+                    out.append(Outcome(kind=r.kind, week=week, recipient=r.to,
+                                       status="deferred", error=STOPPED))
+        if out:
+            log.warning("gpu-kpi: stopping: %d deliveries not tried, left owed to the next run",
+                        len(out))
+        return out
+
+    def _open_mailer(self, *, total_s: float | None = None,
+                     retry: bool = True) -> tuple[Mailer | None, list[str]]:
         if self._mailer is not None:
             return self._mailer, []
+        smtp = self.settings.smtp if retry else replace(self.settings.smtp, retries=0)
         try:
-            password = read_password(self.settings.smtp)
-            return SmtpMailer(self.settings.smtp, password=password), []
+            password = read_password(smtp)
+            return SmtpMailer(smtp, password=password, total_s=total_s, stop=self._stop), []
         except ConfigError as e:  # no password, an unreadable password or CA file
             log.error("gpu-kpi: nothing mailed: %s", e)
             return None, [str(e)]
@@ -202,13 +284,18 @@ class Service:
 
     # -- one recipient --------------------------------------------------------------------------
     def _deliver(self, deliveries: DeliveryLog, mailer: Mailer, r: Recipient, week: _Week,
-                 now: datetime) -> Outcome:
+                 now: datetime, *, smtp_config: str, retry_failed: bool) -> Outcome:
         key = (r.kind, week.label, r.to)
-        if not deliveries.claim(*key, owner=self.owner, now=now):
+        if not deliveries.claim(*key, owner=self.owner, now=now, smtp_config=smtp_config,
+                                retry_failed=retry_failed):
             return Outcome(kind=r.kind, week=week.label, recipient=r.to, status="skipped")
-        status, error, message_id = "sent", None, None
+        status, error, message_id, at_fault = "sent", None, None, None
         try:
             msg = self.message(r, week, now)
+            if self._stopping():  # stopped while the message was being made: not in flight yet
+                deliveries.release(*key, owner=self.owner, now=now, error=STOPPED)
+                return Outcome(kind=r.kind, week=week.label, recipient=r.to, status="deferred",
+                               error=STOPPED)
             if msg is None:
                 status = "empty"
             else:
@@ -216,12 +303,16 @@ class Service:
                 mailer.send(msg, [r.to])
         except MailError as e:
             status, error = ("deferred" if e.temporary else "failed"), str(e)
-            log.warning("gpu-kpi: %s for %s to %s %s: %s", r.kind, week.label, r.to,
-                        "deferred" if e.temporary else "failed", e)
+            at_fault = smtp_config if e.config else None
+            log.warning("gpu-kpi: %s for %s to %s %s: %s%s", r.kind, week.label, r.to,
+                        "deferred" if e.temporary else "failed", e,
+                        "; a fault of the [smtp] settings: tried again when they change, or "
+                        "with serve --retry-failed" if e.config else "")
         except Exception as e:  # a bug in one recipient's message must not stop the others
             status, error = "failed", f"{type(e).__name__}: {e}"
             log.exception("gpu-kpi: %s for %s to %s failed", r.kind, week.label, r.to)
-        deliveries.finish(*key, status=status, now=now, message_id=message_id, error=error)
+        deliveries.finish(*key, status=status, now=now, message_id=message_id, error=error,
+                          smtp_config=at_fault)
         return Outcome(kind=r.kind, week=week.label, recipient=r.to, status=status, error=error)
 
     def message(self, r: Recipient, week: _Week, now: datetime) -> EmailMessage | None:
@@ -260,9 +351,12 @@ class Service:
 
     # -- one report now (``gpu-kpi send``) ------------------------------------------------------
     def send(self, label: str, to: Sequence[str], *, now: datetime | None = None,
-             dry_run: Path | None = None) -> Path | None:
+             dry_run: Path | None = None, timeout_s: float | None = None,
+             retry: bool = True) -> Path | None:
         """Mail the week's summary to ``to`` now, outside the schedule and the delivery log;
-        ``dry_run``: write the message to ``<dry_run>/<week>.eml`` instead (returned)."""
+        ``dry_run``: write the message to ``<dry_run>/<week>.eml`` instead (returned).
+        ``timeout_s``: give up after this long, retries and their waits included; ``retry``:
+        False for one attempt only."""
         from reports.build import write_atomically
         from reports.render.email import build_email
 
@@ -277,9 +371,15 @@ class Service:
             path = dry_run / f"{label}.eml"
             write_atomically(path, msg.as_bytes())
             return path
-        mailer, errors = self._open_mailer()
+        mailer, errors = self._open_mailer(total_s=timeout_s, retry=retry)
         if mailer is None:
             raise ConfigError(errors[0])
         mailer.send(msg, list(to))
         return None
 
+
+def _history(deliveries: DeliveryLog) -> History:
+    out: History = {}
+    for e in deliveries.entries():
+        out.setdefault((e.kind, e.recipient), []).append(e)
+    return out

@@ -5,8 +5,10 @@ to a :class:`Mailer`; :class:`SmtpMailer` delivers it over STARTTLS (port 587), 
 (465) or plain SMTP (25), with AUTH when a username is set. Every failure becomes one
 :class:`MailError` that says whether it is worth trying later; temporary failures (4xx replies,
 connection refused, timeouts, a dropped connection) are first retried here with exponential
-backoff. The password comes from the environment or a file (:func:`read_password`), never from
-the command line, and never appears in an error or a log line: a server reply that echoes it is
+backoff, within an optional total time limit; a failure of the SMTP settings themselves
+(authentication, TLS, no STARTTLS, the sender refused) is marked as such (``MailError.config``).
+The password comes from the environment or a file (:func:`read_password`), never from the
+command line, and never appears in an error or a log line: a server reply that echoes it is
 shown with ``***`` in its place.
 
 ```toml
@@ -20,10 +22,13 @@ sender = "gpu-kpi@example.com"
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import smtplib
 import ssl
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,13 +97,18 @@ class MailError(Exception):
     holds the password.
 
     ``temporary``: every failure was of the kind worth trying again later (a 4xx reply,
-    connection refused, a timeout, a dropped connection). ``recipients``: the addresses the
-    message did not reach: all of them, unless the server refused only some.
+    connection refused, a timeout, a dropped connection). ``config``: a permanent failure of the
+    SMTP settings, the same for every recipient (authentication refused, TLS or the certificate
+    failed, STARTTLS or AUTH not offered, the sender refused): worth trying again once they
+    change. ``recipients``: the addresses the message did not reach: all of them, unless the
+    server refused only some.
     """
 
-    def __init__(self, message: str, *, temporary: bool, recipients: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, *, temporary: bool, recipients: Sequence[str] = (),
+                 config: bool = False) -> None:
         super().__init__(message)
         self.temporary = temporary
+        self.config = config and not temporary
         self.recipients = tuple(recipients)
 
 
@@ -125,6 +135,35 @@ def read_password(settings: SmtpSettings, env: Mapping[str, str] | None = None) 
     return None
 
 
+def config_fingerprint(settings: SmtpSettings, env: Mapping[str, str] | None = None) -> str:
+    """16 hex digits that change when a setting an authentication or TLS failure can lie in
+    changes: host, port, security, username, sender, ``ca_file`` and its content, and where the
+    password comes from (the variable's name; or the file's path and modification time, so a
+    new password written there counts). Never the password nor a hash of it: the delivery log
+    that keeps this is writable by every tracker. A new password in the same variable leaves it
+    as it was (``serve --retry-failed`` then)."""
+    environ = os.environ if env is None else env
+    if environ.get(settings.password_env):
+        source = f"env:{settings.password_env}"
+    elif settings.password_file:
+        path = Path(settings.password_file).expanduser()
+        try:
+            source = f"file:{path}:{path.stat().st_mtime_ns}"
+        except OSError:
+            source = f"file:{path}:unreadable"
+    else:
+        source = "none"
+    ca = ""
+    if settings.ca_file:
+        try:
+            ca = hashlib.sha256(Path(settings.ca_file).expanduser().read_bytes()).hexdigest()
+        except OSError:
+            ca = "unreadable"
+    parts = [settings.host, settings.effective_port, settings.security, settings.username,
+             settings.sender, settings.ca_file, ca, source]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
+
+
 def _no_password(settings: SmtpSettings) -> str:
     return (f"smtp.username is {settings.username!r} but there is no password: set the environment "
             f"variable {settings.password_env} (smtp.password_env) or smtp.password_file")
@@ -141,16 +180,29 @@ Refusals = dict[str, tuple[int, str]]
 
 
 class SmtpMailer:
-    """A :class:`Mailer` over SMTP. One connection per attempt; ``sleep`` waits between
-    attempts (injected so that tests do not wait)."""
+    """A :class:`Mailer` over SMTP. One connection per attempt.
+
+    ``total_s``: a bound on one :meth:`send`, retries and waits included: no retry starts whose
+    wait would end past it, and each connection's timeout is cut to the time left. ``stop``:
+    once set, no retry starts (a message in flight is finished). ``sleep`` waits between
+    attempts (default: ``stop.wait``, else ``time.sleep``) and ``clock`` reads the time (both
+    injected so that tests do not wait)."""
 
     def __init__(self, settings: SmtpSettings, *, password: str | None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], object] | None = None,
+                 clock: Callable[[], float] = time.monotonic, total_s: float | None = None,
+                 stop: threading.Event | None = None) -> None:
         if settings.username and not password:
             raise ConfigError(_no_password(settings))
+        if total_s is not None and not total_s > 0:
+            raise ValueError(f"total time limit {total_s}s: must be above 0")
         self._settings = settings
         self._password = password
-        self._sleep = sleep
+        self._sleep = sleep if sleep is not None else stop.wait if stop else time.sleep
+        self._clock = clock
+        self._total_s = total_s
+        self._stop = stop
+        self._timeout = settings.timeout_s  # of the attempt under way (cut by total_s)
         self._where = f"{settings.host}:{settings.effective_port}"
         self._tls = None if settings.security == "none" else _tls_context(settings.ca_file)
 
@@ -170,23 +222,34 @@ class SmtpMailer:
         if not pending:
             raise ValueError("no recipients")
         refused_for_good: Refusals = {}
-        attempts = self._settings.retries + 1
+        allowed = self._settings.retries + 1
+        start = self._clock()
         reason = ""
-        for attempt in range(attempts):
-            if attempt:
-                delay = self._settings.backoff_s * 2 ** (attempt - 1)
+        attempts = 0
+        while attempts < allowed:
+            if attempts:
+                delay = self._settings.backoff_s * 2 ** (attempts - 1)
+                if self._stopping():
+                    reason += "; not retried: stopping"
+                    break
+                if self._total_s is not None and self._elapsed(start) + delay >= self._total_s:
+                    break
                 log.warning("smtp %s: attempt %d of %d failed: %s; retrying in %gs",
-                            self._where, attempt, attempts, reason, delay)
+                            self._where, attempts, allowed, reason, delay)
                 self._sleep(delay)
+                if self._stopping():
+                    reason += "; not retried: stopping"
+                    break
+            attempts += 1
             try:
-                refused = self._send_once(msg, pending)
+                refused = self._send_once(msg, pending, self._timeout_s(start))
             except (smtplib.SMTPException, OSError) as e:
-                explained, temporary = self._explain(e)
+                explained, temporary, config = self._explain(e)
                 reason = self._clean(explained)
                 if not temporary:
-                    raise self._error(reason, temporary=False,
+                    raise self._error(reason, temporary=False, config=config,
                                       undelivered=[*pending, *refused_for_good],
-                                      order=recipients) from None
+                                      order=recipients, attempts=attempts, start=start) from None
                 continue
             refused_for_good.update({a: r for a, r in refused.items() if not _is_temporary(r[0])})
             pending = [a for a in pending if a in refused and _is_temporary(refused[a][0])]
@@ -198,15 +261,28 @@ class SmtpMailer:
                 reason = f"{self._refusal_reason(refused_for_good)}; {reason}"
             raise self._error(reason, temporary=not refused_for_good,
                               undelivered=[*pending, *refused_for_good], order=recipients,
-                              attempts=attempts)
+                              attempts=attempts, start=start)
         if refused_for_good:
             raise self._error(self._refusal_reason(refused_for_good), temporary=False,
                               undelivered=list(refused_for_good), order=recipients)
 
-    def _send_once(self, msg: EmailMessage, recipients: list[str]) -> Refusals:
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
+
+    def _elapsed(self, start: float) -> float:
+        return max(0.0, self._clock() - start)
+
+    def _timeout_s(self, start: float) -> float:
+        """Each socket operation's timeout: the setting, cut to the time left of ``total_s``."""
+        if self._total_s is None:
+            return self._settings.timeout_s
+        return max(0.1, min(self._settings.timeout_s, self._total_s - self._elapsed(start)))
+
+    def _send_once(self, msg: EmailMessage, recipients: list[str], timeout_s: float) -> Refusals:
         """One connection: deliver, and return the recipients the server refused."""
         s = self._settings
-        smtp = self._connect()
+        self._timeout = timeout_s
+        smtp = self._connect(timeout_s)
         try:
             if s.username:
                 assert self._password is not None
@@ -223,15 +299,15 @@ class SmtpMailer:
             smtp.close()
         return {addr: (code, _text(reply)) for addr, (code, reply) in refused.items()}
 
-    def _connect(self) -> smtplib.SMTP:
+    def _connect(self, timeout_s: float) -> smtplib.SMTP:
         s = self._settings
         # the constructor connects: smtplib (3.11) checks the certificate against the host
         # given to it, not the one given to connect()
         smtp: smtplib.SMTP
         if s.security == "tls":
-            smtp = smtplib.SMTP_SSL(s.host, s.effective_port, timeout=s.timeout_s, context=self._tls)
+            smtp = smtplib.SMTP_SSL(s.host, s.effective_port, timeout=timeout_s, context=self._tls)
         else:
-            smtp = smtplib.SMTP(s.host, s.effective_port, timeout=s.timeout_s)
+            smtp = smtplib.SMTP(s.host, s.effective_port, timeout=timeout_s)
         smtp.set_debuglevel(0)
         try:
             smtp.ehlo_or_helo_if_needed()
@@ -246,47 +322,51 @@ class SmtpMailer:
             raise
         return smtp
 
-    def _explain(self, e: OSError) -> tuple[str, bool]:
-        """(what went wrong, whether it is temporary) for an error of one attempt."""
+    def _explain(self, e: OSError) -> tuple[str, bool, bool]:
+        """(what went wrong, whether it is temporary, whether the SMTP settings are at fault)
+        for an error of one attempt."""
         match e:
             case smtplib.SMTPAuthenticationError():
-                return f"authentication failed: {e.smtp_code} {_text(e.smtp_error)}", _is_temporary(
-                    e.smtp_code)
+                return (f"authentication failed: {e.smtp_code} {_text(e.smtp_error)}",
+                        _is_temporary(e.smtp_code), True)
             case smtplib.SMTPSenderRefused():
                 return (f"sender {e.sender} refused: {e.smtp_code} {_text(e.smtp_error)}",
-                        _is_temporary(e.smtp_code))
+                        _is_temporary(e.smtp_code), True)
             case smtplib.SMTPResponseException():
-                return f"{e.smtp_code} {_text(e.smtp_error)}", _is_temporary(e.smtp_code)
+                return f"{e.smtp_code} {_text(e.smtp_error)}", _is_temporary(e.smtp_code), False
             case smtplib.SMTPServerDisconnected() if isinstance(e.__context__, TimeoutError):
-                return f"timed out after {self._settings.timeout_s:g}s", True
+                return f"timed out after {self._timeout:.3g}s", True, False
             case smtplib.SMTPServerDisconnected():
-                return f"server disconnected ({e or 'no reason given'})", True
+                return f"server disconnected ({e or 'no reason given'})", True, False
             case smtplib.SMTPException():  # no STARTTLS or AUTH, no usable AUTH mechanism
-                return str(e), False
+                return str(e), False, True
             case ssl.SSLCertVerificationError():
                 return (f"certificate not trusted: {e.verify_message} "
-                        "(smtp.ca_file can name the CA that signed it)", False)
+                        "(smtp.ca_file can name the CA that signed it)", False, True)
             case ssl.SSLError():
-                return f"TLS failed: {e.reason or e}", False
+                return f"TLS failed: {e.reason or e}", False, True
             case ConnectionRefusedError():
-                return "connection refused", True
+                return "connection refused", True, False
             case TimeoutError():
-                return f"timed out after {self._settings.timeout_s:g}s", True
+                return f"timed out after {self._timeout:.3g}s", True, False
             case _:
-                return e.strerror or str(e) or type(e).__name__, True
+                return e.strerror or str(e) or type(e).__name__, True, False
 
     def _refusal_reason(self, refused: Refusals) -> str:
         listed = ", ".join(f"{addr} ({code} {text})" for addr, (code, text) in refused.items())
         return f"recipients refused: {listed}"
 
     def _error(self, reason: str, *, temporary: bool, undelivered: Sequence[str],
-               order: Sequence[str], attempts: int = 1) -> MailError:
+               order: Sequence[str], attempts: int = 1, start: float | None = None,
+               config: bool = False) -> MailError:
         kind = "temporary" if temporary else "permanent"
         if attempts > 1 or temporary:
             kind += f"; gave up after {attempts} attempt{'s' if attempts > 1 else ''}"
+            if self._total_s is not None and start is not None:
+                kind += f" in {self._elapsed(start):.1f}s; time limit {self._total_s:g}s"
         missed = set(undelivered)
         return MailError(f"smtp {self._where}: {self._clean(reason)} ({kind})", temporary=temporary,
-                         recipients=[a for a in dict.fromkeys(order) if a in missed])
+                         recipients=[a for a in dict.fromkeys(order) if a in missed], config=config)
 
     def _clean(self, text: str) -> str:
         """One line, cut short, the password masked."""

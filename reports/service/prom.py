@@ -2,9 +2,11 @@
 service's own counters, on an HTTP ``/metrics`` endpoint. The only module that imports
 ``prometheus_client`` (the ``[reports]`` extra), and only when it is used.
 
-Every series is declared once in :data:`METRICS`. Weeks are labelled ``2026-W48``; the KPI
-series also carry ``basis`` (``util`` | ``sm_active``), since utilization, waste and the
-thresholds behind them mean different things on each. A figure that is not known (a week
+Every series is declared once in :data:`METRICS`, named as Prometheus' naming practices and
+``promtool check metrics`` want: base units (GPU time in GPU-seconds, not hours; utilization as a
+ratio 0–1, not a percentage), ``_total`` on counters and only there. Weeks are labelled
+``2026-W48``; the KPI series also carry ``basis`` (``util`` | ``sm_active``), since utilization,
+waste and the thresholds behind them mean different things on each. A figure that is not known (a week
 without utilization data) is absent, never 0, and before the first :meth:`KpiExporter.update`
 there are no KPI series at all.
 
@@ -15,6 +17,7 @@ scrape never sees half a week and the previous week's series vanish with the swa
 from __future__ import annotations
 
 import math
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ from typing import TYPE_CHECKING
 
 from reports.kpi import WeekKpis
 from reports.weeks import label_of
+from tracker.config import ConfigError
+from tracker.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -46,30 +51,37 @@ class PromMetric:
     ``service`` (counted by the service itself)."""
     field: str = ""
     """The :class:`reports.kpi.Headline` field or team-breakdown column shown."""
+    scale: float = 1.0
+    """Multiplies ``field`` (in the report's units) into the unit the name says."""
 
 
 _WEEK = ("week", "basis")
 _TEAM = ("week", "basis", "team")
-_UTIL = ("GPU utilization (%), Σ util × GPU-hours ÷ Σ GPU-hours over GPU-time with a value, on "
-         "the basis label (util: NVML utilization, nvidia-smi's GPU-Util; sm_active: GPM SM "
-         "activity); absent when no GPU-time had a value")
+_UTIL = ("GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
+         "GPU-time with a value, on the basis label (util: NVML utilization, nvidia-smi's "
+         "GPU-Util; sm_active: GPM SM activity); absent when no GPU-time had a value")
+_GPU_S = "GPU time in GPU-seconds (GPU-hours × 3600)"
+RATIO_PER_PCT = 0.01
+"""A percentage (the report's ``utilization_pct``) to the ratio Prometheus wants."""
 _WASTE = ("recoverable waste (USD): cost × max(0, 1 − util ÷ target) per GPU, what the same work "
           "would have cost less at the target utilization")
 _IDLE = "idle cost (USD): GPU-time whose 30-minute rolling utilization was under the idle threshold"
 
 
-def _gauge(name: str, scope: str, field: str, help: str, labels: tuple[str, ...]) -> PromMetric:
-    return PromMetric(name=name, type="gauge", help=help, labels=labels, scope=scope, field=field)
+def _gauge(name: str, scope: str, field: str, help: str, labels: tuple[str, ...], *,
+           scale: float = 1.0) -> PromMetric:
+    return PromMetric(name=name, type="gauge", help=help, labels=labels, scope=scope, field=field,
+                      scale=scale)
 
 
 METRICS: tuple[PromMetric, ...] = (
     # the last complete ISO week, as the weekly report has it
-    _gauge("gpu_kpi_week_gpu_hours", "week", "gpu_hours",
-           "GPU-hours allocated to runs in the last complete week", _WEEK),
+    _gauge("gpu_kpi_week_gpu_seconds", "week", "gpu_hours",
+           f"{_GPU_S} allocated to runs in the last complete week", _WEEK, scale=S_PER_HOUR),
     _gauge("gpu_kpi_week_spend_usd", "week", "spend_usd",
            "spend (USD) in the last complete week: GPU-hours × price of the GPU model", _WEEK),
-    _gauge("gpu_kpi_week_utilization_percent", "week", "utilization_pct",
-           f"{_UTIL}; last complete week", _WEEK),
+    _gauge("gpu_kpi_week_utilization_ratio", "week", "utilization_pct",
+           f"{_UTIL}; last complete week", _WEEK, scale=RATIO_PER_PCT),
     _gauge("gpu_kpi_week_waste_usd", "week", "waste_usd", f"{_WASTE}; last complete week", _WEEK),
     _gauge("gpu_kpi_week_idle_usd", "week", "idle_usd", f"{_IDLE}; last complete week", _WEEK),
     _gauge("gpu_kpi_week_runs", "week", "runs", "runs with GPU-time in the last complete week",
@@ -78,23 +90,23 @@ METRICS: tuple[PromMetric, ...] = (
            "runs under the underutilized threshold with at least the minimum GPU-hours, "
            "last complete week", _WEEK),
     # the same week by team ("(none)" for runs without one)
-    _gauge("gpu_kpi_team_gpu_hours", "team", "gpu_hours",
-           "GPU-hours per team, last complete week", _TEAM),
+    _gauge("gpu_kpi_team_gpu_seconds", "team", "gpu_hours",
+           f"{_GPU_S} per team, last complete week", _TEAM, scale=S_PER_HOUR),
     _gauge("gpu_kpi_team_spend_usd", "team", "spend_usd", "spend (USD) per team, last complete week",
            _TEAM),
-    _gauge("gpu_kpi_team_utilization_percent", "team", "utilization_pct",
-           f"{_UTIL}; per team, last complete week", _TEAM),
+    _gauge("gpu_kpi_team_utilization_ratio", "team", "utilization_pct",
+           f"{_UTIL}; per team, last complete week", _TEAM, scale=RATIO_PER_PCT),
     _gauge("gpu_kpi_team_waste_usd", "team", "waste_usd", f"{_WASTE}; per team, last complete week",
            _TEAM),
     _gauge("gpu_kpi_team_idle_usd", "team", "idle_usd", f"{_IDLE}; per team, last complete week",
            _TEAM),
     # the current week so far: running totals, rising through the week
-    _gauge("gpu_kpi_week_to_date_gpu_hours", "week_to_date", "gpu_hours",
-           "GPU-hours so far in the current week", _WEEK),
+    _gauge("gpu_kpi_week_to_date_gpu_seconds", "week_to_date", "gpu_hours",
+           f"{_GPU_S} so far in the current week", _WEEK, scale=S_PER_HOUR),
     _gauge("gpu_kpi_week_to_date_spend_usd", "week_to_date", "spend_usd",
            "spend (USD) so far in the current week", _WEEK),
-    _gauge("gpu_kpi_week_to_date_utilization_percent", "week_to_date", "utilization_pct",
-           f"{_UTIL}; current week so far", _WEEK),
+    _gauge("gpu_kpi_week_to_date_utilization_ratio", "week_to_date", "utilization_pct",
+           f"{_UTIL}; current week so far", _WEEK, scale=RATIO_PER_PCT),
     _gauge("gpu_kpi_week_to_date_waste_usd", "week_to_date", "waste_usd",
            f"{_WASTE}; current week so far", _WEEK),
     _gauge("gpu_kpi_week_to_date_idle_usd", "week_to_date", "idle_usd",
@@ -128,20 +140,20 @@ def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None) -> Sampl
     """The KPI series of the week and the week so far; unknown figures are left out."""
     out: dict[str, list[tuple[tuple[str, ...], float]]] = {}
 
-    def add(name: str, labels: tuple[str, ...], value: object) -> None:
+    def add(m: PromMetric, labels: tuple[str, ...], value: object) -> None:
         if (v := _finite(value)) is not None:
-            out.setdefault(name, []).append((labels, v))
+            out.setdefault(m.name, []).append((labels, v * m.scale))
 
     week = (label_of(latest.week), latest.basis)
     teams = latest.by.get("team")
     for m in METRICS:
         if m.scope == "week":
-            add(m.name, week, getattr(latest.headline, m.field))
+            add(m, week, getattr(latest.headline, m.field))
         elif m.scope == "team" and teams is not None:
             for team, value in zip(teams["team"], teams[m.field], strict=True):
-                add(m.name, (*week, str(team)), value)
+                add(m, (*week, str(team)), value)
         elif m.scope == "week_to_date" and week_to_date is not None:
-            add(m.name, (label_of(week_to_date.week), week_to_date.basis),
+            add(m, (label_of(week_to_date.week), week_to_date.basis),
                 getattr(week_to_date.headline, m.field))
     return MappingProxyType({k: tuple(v) for k, v in out.items()})
 
@@ -224,10 +236,17 @@ class KpiExporter:
             yield family
 
     def serve(self, host: str = "127.0.0.1", port: int = 9464) -> MetricsServer:
-        """Serve ``/metrics`` on a daemon thread; ``port`` 0 takes any free port."""
+        """Serve ``/metrics`` on a daemon thread; ``port`` 0 takes any free port. A port in use
+        or a host that cannot be bound is a :class:`ConfigError` naming ``host:port``."""
         from prometheus_client import start_http_server
 
-        httpd, thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            httpd, thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as e:
+            key = "metrics_host" if isinstance(e, socket.gaierror) else "metrics_port"
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise ConfigError(f"service.{key}: cannot serve /metrics on {where}: "
+                              f"{e.strerror or e}") from None
         return MetricsServer(httpd, thread)
 
 

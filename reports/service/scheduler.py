@@ -1,14 +1,16 @@
 """The service's scheduler: the only module that imports APScheduler (3.x).
 
-One weekly job, kept in a SQLAlchemy job store in the run store's database under a fixed id:
-restarting the service replaces it (``replace_existing``) instead of adding a second one. Runs are
-coalesced, one at a time, and a run missed by up to ``misfire_grace_h`` (the process was busy or
-suspended) still happens. The job is referenced by name (``reports.service.job:weekly_job``) with the
-settings as its argument, so the store holds no code and no secret (the SMTP password is read
-when a message is sent).
+One weekly job under a fixed id, kept in memory (APScheduler's ``MemoryJobStore``) and made anew
+at every start: nothing about the schedule is stored in, or read from, the run store's database,
+which every training process can write. (Versions before issue 10 kept the job in a pickling
+``SQLAlchemyJobStore`` in the table ``gpu_kpi_jobs``; that table is never read, and safe to drop.)
+Runs are coalesced, one at a time, and a run missed by up to ``misfire_grace_h`` (the process was
+busy or suspended) still happens. What a restart owes (a Monday missed while the service was
+down, a delivery left by a stop) is the delivery log's to say: ``serve`` asks
+:meth:`reports.service.job.Service.overdue` and starts with ``run_now``.
 
-Two processes sharing one job store both fire the job (APScheduler 3 does not coordinate
-schedulers); the delivery log makes the second one a no-op.
+Two ``serve`` processes each fire their own job (APScheduler 3 does not coordinate schedulers);
+the delivery log makes the second one a no-op.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any, Protocol
 from apscheduler.events import EVENT_JOB_ERROR, EVENT_JOB_EXECUTED, JobExecutionEvent
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.memory import MemoryJobStore
-from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
@@ -30,7 +31,6 @@ log = logging.getLogger("gpu_kpi")
 JOB_ID = "gpu-kpi-weekly-report"
 RETRY_JOB_ID = "gpu-kpi-retry"
 METRICS_JOB_ID = "gpu-kpi-metrics"
-JOBS_TABLE = "gpu_kpi_jobs"
 WEEKLY_JOB = "reports.service.job:weekly_job"
 
 
@@ -69,14 +69,14 @@ class ScheduleSettings(Protocol):
 
 
 class ServiceScheduler:
-    """The weekly job in a background scheduler; ``engine``: the run store's SQLAlchemy engine
-    (:attr:`tracker.store.RunStore.engine`), which holds the job store.
+    """The weekly job in a background scheduler, in memory only.
 
-    ``on_result(result)`` sees each weekly run's :class:`reports.service.job.RunResult` (in the
-    scheduler's thread); ``refresh`` (optional) runs every ``refresh_s`` seconds, from memory only, for the
-    Prometheus figures."""
+    ``job()`` is one weekly run and returns its :class:`reports.service.job.RunResult` (default:
+    :func:`reports.service.job.weekly_job` with ``settings``). ``on_result(result)`` sees each
+    run's result (in the scheduler's thread); ``refresh`` (optional) runs every ``refresh_s``
+    seconds, from memory only, for the Prometheus figures."""
 
-    def __init__(self, settings: ScheduleSettings, engine: Any, *,
+    def __init__(self, settings: ScheduleSettings, *, job: Callable[[], Any] | None = None,
                  refresh: Callable[[], None] | None = None, refresh_s: float = 300.0,
                  on_result: Callable[[Any], None] | None = None) -> None:
         self._settings = settings
@@ -84,9 +84,10 @@ class ServiceScheduler:
         self._tz = settings.tz
         self._refresh = refresh
         self._refresh_s = refresh_s
+        self._job: tuple[Any, dict[str, Any]] = ((job, {}) if job is not None
+                                                 else (WEEKLY_JOB, {"settings": settings}))
         self._scheduler = BackgroundScheduler(
-            jobstores={"default": SQLAlchemyJobStore(engine=engine, tablename=JOBS_TABLE),
-                       "memory": MemoryJobStore()},
+            jobstores={"default": MemoryJobStore()},
             executors={"default": ThreadPoolExecutor(1)},
             job_defaults={"coalesce": True, "max_instances": 1,
                           "misfire_grace_time": max(1, round(settings.misfire_grace_h * 3600))},
@@ -96,25 +97,16 @@ class ServiceScheduler:
     def start(self, *, run_now: bool = False) -> None:
         """Start in the background. ``run_now``: run the weekly job at once (catch-up after
         downtime, ``serve --once``-like), then on schedule."""
-        s = self._settings
-        self._scheduler.start(paused=True)
-        # Replacing the stored job would compute its next run from now and forget a run that
-        # fell due while the service was down; keep that one, and the scheduler runs it if it
-        # is within the misfire grace time (coalesced: once, however many were missed).
-        stored = self._scheduler.get_job(JOB_ID)
-        missed = (stored.next_run_time if stored is not None and stored.next_run_time is not None
-                  and stored.next_run_time <= datetime.now(self._tz) else None)
-        self._scheduler.add_job(
-            WEEKLY_JOB, parse_schedule(s.schedule, self._tz), id=JOB_ID,
-            name="weekly GPU KPI report", kwargs={"settings": s}, replace_existing=True,
-            **({"next_run_time": missed} if missed is not None else {}))
-        if run_now:
-            self._scheduler.modify_job(JOB_ID, next_run_time=datetime.now(self._tz))
+        func, kwargs = self._job
+        now = {"next_run_time": datetime.now(self._tz)} if run_now else {}
+        self._scheduler.add_job(func, parse_schedule(self._settings.schedule, self._tz),
+                                id=JOB_ID, name="weekly GPU KPI report", kwargs=kwargs,
+                                replace_existing=True, **now)
         if self._refresh is not None:
             self._scheduler.add_job(self._refresh, "interval", seconds=self._refresh_s,
-                                    id=METRICS_JOB_ID, jobstore="memory", replace_existing=True,
+                                    id=METRICS_JOB_ID, replace_existing=True,
                                     next_run_time=datetime.now(self._tz))
-        self._scheduler.resume()
+        self._scheduler.start()
 
     def run_now(self) -> None:
         self._scheduler.modify_job(JOB_ID, next_run_time=datetime.now(self._tz))
@@ -136,11 +128,11 @@ class ServiceScheduler:
             return
         if self._on_result is not None:
             self._on_result(event.retval)
-        if getattr(event.retval, "deferred", 0):
+        if getattr(event.retval, "deferred", 0) and not getattr(event.retval, "stopped", False):
             # a temporary SMTP failure: try again soon rather than next week
             when = datetime.now(UTC) + timedelta(minutes=self._settings.retry_after_min)
-            self._scheduler.add_job(WEEKLY_JOB, "date", run_date=when, id=RETRY_JOB_ID,
-                                    jobstore="memory", replace_existing=True,
-                                    kwargs={"settings": self._settings})
+            func, kwargs = self._job
+            self._scheduler.add_job(func, "date", run_date=when, id=RETRY_JOB_ID,
+                                    replace_existing=True, kwargs=kwargs)
             log.warning("gpu-kpi: %d deliveries deferred; trying again at %s",
                         event.retval.deferred, when.astimezone(self._tz).isoformat(" ", "minutes"))

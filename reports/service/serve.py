@@ -1,12 +1,18 @@
 """``gpu-kpi serve``: the scheduler in the foreground until SIGTERM or SIGINT, with the optional
-Prometheus endpoint. The job itself is :mod:`reports.service.job`; the scheduler
-:mod:`reports.service.scheduler`."""
+Prometheus endpoint; and ``serve --once``. The job itself is :mod:`reports.service.job`; the
+scheduler :mod:`reports.service.scheduler`.
+
+SIGTERM or SIGINT never cuts a message off: the job finishes the message in flight, then leaves
+what it has not tried owed to the next run (which ``serve`` runs at once on its next start).
+"""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
@@ -18,6 +24,42 @@ log = logging.getLogger("gpu_kpi")
 
 METRICS_REFRESH_S = 300.0
 """How often the Prometheus figures are recomputed from the store."""
+OLD_JOBS_TABLE = "gpu_kpi_jobs"
+"""Where versions before issue 10 pickled the scheduler's job: never read now."""
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[list[str]]:
+    """Within the block, SIGTERM and SIGINT set ``stop`` (main thread only; elsewhere nothing is
+    installed); yields the list of the signals' names received, in order. The old handlers come
+    back afterwards."""
+    got: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        got.append(name)
+        log.info("gpu-kpi: %s: stopping after the message in flight", name)
+        stop.set()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield got
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def run_once(settings: ServiceSettings, *, retry_failed: bool = False,
+             stop: threading.Event | None = None) -> tuple[RunResult, str | None]:
+    """``serve --once``: the job now, stopping gracefully on SIGTERM/SIGINT; the result and
+    the name of the signal that stopped it (None when none came)."""
+    stop = stop or threading.Event()
+    with stop_on_signals(stop) as got:
+        result = Service(settings, stop=stop).run(retry_failed=retry_failed)
+    return result, (got[0] if got else None)
 
 
 class MetricsRefresher:
@@ -50,13 +92,20 @@ class MetricsRefresher:
             log.warning("gpu-kpi: metrics not refreshed: %s", e)
 
 
-def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = None) -> int:
-    """Run until ``stop`` is set (SIGTERM/SIGINT set it when this is the main thread)."""
+def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = None,
+                  retry_failed: bool = False,
+                  on_result: Callable[[RunResult], None] | None = None) -> int:
+    """Run until ``stop`` is set (SIGTERM/SIGINT set it when this is the main thread); a job
+    running then finishes its message in flight and leaves the rest owed. ``retry_failed``: run
+    the job at once, failed deliveries of the catch-up window owed again (that first run only).
+    ``on_result`` sees each weekly run's result."""
     from reports.service.scheduler import ServiceScheduler
     from tracker.store import RunStore
+    from tracker.store.deliveries import has_table
 
     stop = stop or threading.Event()
-    server = refresh = on_result = None
+    server = refresh = None
+    hooks = [on_result] if on_result is not None else []
     if settings.metrics_port:
         from reports.service.prom import KpiExporter
 
@@ -64,32 +113,38 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
         server = exporter.serve(settings.metrics_host, settings.metrics_port)
         refresh = MetricsRefresher(settings, exporter)
 
-        def on_result(result: RunResult) -> None:
+        def export(result: RunResult) -> None:
             for week in result.weeks:
                 exporter.report_built(week, datetime.now(UTC))
             refresh()
 
+        hooks.insert(0, export)
         log.info("gpu-kpi: metrics on %s", server.url)
-    store = RunStore(settings.tracker.store)
-    scheduler = ServiceScheduler(settings, store.engine, refresh=refresh,
-                                 refresh_s=METRICS_REFRESH_S, on_result=on_result)
+    retry = [retry_failed]
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("gpu-kpi: %s: stopping after the running job", signal.Signals(signum).name)
-        stop.set()
+    def job() -> RunResult:
+        first, retry[0] = retry[0], False
+        return Service(settings, stop=stop).run(retry_failed=first)
 
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
-    try:
-        overdue = Service(settings).overdue()
-        scheduler.start(run_now=overdue)
-        log.info("gpu-kpi: serving; next weekly report at %s%s", scheduler.next_run_time(),
-                 " (catching up a missed week now)" if overdue else "")
-        stop.wait()
-    finally:
-        scheduler.shutdown(wait=True)
-        if server is not None:
-            server.close()
-        store.close()
+    def results(result: RunResult) -> None:
+        for hook in hooks:
+            hook(result)
+
+    scheduler = ServiceScheduler(settings, job=job, refresh=refresh,
+                                 refresh_s=METRICS_REFRESH_S, on_result=results)
+    with stop_on_signals(stop):
+        try:
+            with RunStore(settings.tracker.store) as store:
+                if has_table(store, OLD_JOBS_TABLE):
+                    log.warning("gpu-kpi: table %s (the pickled job store of older versions) is "
+                                "ignored; safe to drop", OLD_JOBS_TABLE)
+            overdue = Service(settings).overdue()
+            scheduler.start(run_now=overdue or retry_failed)
+            log.info("gpu-kpi: serving; next weekly report at %s%s", scheduler.next_run_time(),
+                     " (catching up a missed week now)" if overdue else "")
+            stop.wait()
+        finally:
+            scheduler.shutdown(wait=True)
+            if server is not None:
+                server.close()
     return 0

@@ -4,6 +4,7 @@ stale, and concurrent claimers get exactly one winner."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from fakes import run_together
@@ -73,3 +74,76 @@ def test_pending_weeks() -> None:
     assert pending_weeks([entry("2026-W47", "sent")], weeks) == ["2026-W48"]
     assert pending_weeks([entry("2026-W47", "deferred")], weeks) == ["2026-W47", "2026-W48"]
     assert pending_weeks([entry("2026-W48", "failed")], weeks) == []
+
+
+def test_a_config_fault_is_claimed_again_only_under_other_settings(store_url: str) -> None:
+    """A delivery that failed for a fault of the SMTP settings (fingerprint "aaaa") is claimed
+    again under other settings ("bbbb") or with retry_failed, not under the same ones; one that
+    failed for the recipient (no fingerprint) only with retry_failed."""
+    other = ("summary", "2026-W48", "nobody@example.com")
+    with RunStore(store_url) as store:
+        log = DeliveryLog(store)
+        for key, at_fault in ((KEY, "aaaa"), (other, None)):
+            assert log.claim(*key, owner="a:1", now=NOW)
+            log.finish(*key, status="failed", now=NOW, error="535 / 550", smtp_config=at_fault)
+        assert not log.claim(*KEY, owner="b:2", now=NOW, smtp_config="aaaa")
+        assert not log.claim(*other, owner="b:2", now=NOW, smtp_config="bbbb")
+        assert log.claim(*KEY, owner="b:2", now=NOW, smtp_config="bbbb")
+        log.finish(*KEY, status="sent", now=NOW, smtp_config="bbbb")  # kept on failures only
+        assert log.claim(*other, owner="c:3", now=NOW, retry_failed=True)
+        log.finish(*other, status="failed", now=NOW, error="550 no such user")
+        got = {e.recipient: (e.status, e.attempts, e.smtp_config) for e in log.entries()}
+    assert got == {KEY[2]: ("sent", 2, None), other[2]: ("failed", 2, None)}
+
+
+def test_a_released_claim_and_an_untried_delivery_are_owed_at_once(store_url: str) -> None:
+    untried = ("team:nlp", "2026-W48", "lead@example.com")
+    with RunStore(store_url) as store:
+        log = DeliveryLog(store)
+        assert log.claim(*KEY, owner="a:1", now=NOW)
+        log.release(*KEY, owner="z:9", now=NOW, error="stopping")  # not the owner: nothing
+        assert [e.status for e in log.entries()] == ["sending"]
+        log.release(*KEY, owner="a:1", now=NOW, error="stopping")
+        assert log.defer_unclaimed(*untried, owner="a:1", now=NOW, error="stopping")
+        assert not log.defer_unclaimed(*KEY, owner="a:1", now=NOW, error="stopping")  # has a row
+        rows = {e.recipient: (e.status, e.attempts, e.error) for e in log.entries()}
+        assert rows == {KEY[2]: ("deferred", 0, "stopping"),
+                        untried[2]: ("deferred", 0, "stopping")}
+        # well within the lease: a restart takes both at once
+        later = NOW + timedelta(seconds=5)
+        assert log.claim(*KEY, owner="b:2", now=later)
+        assert log.claim(*untried, owner="b:2", now=later)
+
+
+def test_a_log_made_before_smtp_config_gets_the_column(store_url: str) -> None:
+    import sqlalchemy as sa
+
+    with RunStore(store_url) as store:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text(
+                "CREATE TABLE gpu_kpi_deliveries (kind TEXT, week VARCHAR(8), recipient TEXT, "
+                "status VARCHAR(16) NOT NULL, attempts INTEGER NOT NULL, claimed_by TEXT NOT NULL,"
+                " claimed_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, message_id TEXT, "
+                "error TEXT, PRIMARY KEY (kind, week, recipient))"))
+            conn.execute(sa.text(
+                "INSERT INTO gpu_kpi_deliveries VALUES ('summary', '2026-W47', 'cto@example.com',"
+                " 'sent', 1, 'a:1', '2026-11-23 08:00:00', NULL, NULL, NULL)"))
+        log = DeliveryLog(store)
+        DeliveryLog(store)  # a second start finds the column there
+        assert [(e.week, e.status, e.smtp_config) for e in log.entries()] == [
+            ("2026-W47", "sent", None)]
+        assert log.claim(*KEY, owner="a:1", now=NOW)
+        log.finish(*KEY, status="failed", now=NOW, error="535", smtp_config="aaaa")
+        assert log.entries()[-1].smtp_config == "aaaa"
+
+
+def test_pending_weeks_owes_a_config_fault_again_under_other_settings() -> None:
+    weeks = ["2026-W47", "2026-W48"]
+    fault = replace(entry("2026-W48", "failed"), smtp_config="aaaa")
+    history = [entry("2026-W47", "sent"), fault]
+    assert pending_weeks(history, weeks, smtp_config="aaaa") == []
+    assert pending_weeks(history, weeks, smtp_config="bbbb") == ["2026-W48"]
+    assert pending_weeks([entry("2026-W47", "sent"), entry("2026-W48", "failed")], weeks,
+                         smtp_config="bbbb") == []  # the recipient's fault: stays failed
+    assert pending_weeks([entry("2026-W47", "failed"), entry("2026-W48", "failed")], weeks,
+                         retry_failed=True) == weeks

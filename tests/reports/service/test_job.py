@@ -323,7 +323,7 @@ def test_the_metrics_refresh_reads_the_week_and_the_delivery_log(
     assert dict(got["gpu_kpi_emails_total"]) == {
         ("runs", "sent"): 1.0, ("summary", "sent"): 1.0, ("team", "sent"): 1.0}
     # the current week (W49) has no runs yet: zero GPU-hours so far
-    assert dict(got["gpu_kpi_week_to_date_gpu_hours"]) == {("2026-W49", "util"): 0.0}
+    assert dict(got["gpu_kpi_week_to_date_gpu_seconds"]) == {("2026-W49", "util"): 0.0}
 
 
 def test_an_unreadable_password_file_archives_and_sends_nothing(

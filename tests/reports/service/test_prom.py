@@ -28,6 +28,7 @@ W48 = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of ISO week 2026-W48
 W49 = W48 + timedelta(days=7)
 NOW = W49 + timedelta(days=3)
 H100 = 3.85  # USD per GPU-hour, the runs' price
+HOUR = 3600.0  # GPU-seconds per GPU-hour: the endpoint's GPU time is in seconds
 
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -102,10 +103,10 @@ def test_the_week_and_its_teams_are_the_hand_computed_figures(
     exporter.update(k48)
     s = scrape(server)
     wk = {"week": "2026-W48", "basis": "util"}
-    assert value(s, "gpu_kpi_week_gpu_hours", **wk) == pytest.approx(18.0)
+    assert value(s, "gpu_kpi_week_gpu_seconds", **wk) == pytest.approx(18 * HOUR)
     assert value(s, "gpu_kpi_week_spend_usd", **wk) == pytest.approx(18 * H100)
-    # Σ util × h over the 16 known GPU-hours: 0.9 × 10 + 0.1 × 4 + 0.5 × 2 = 10.4 → 65%
-    assert value(s, "gpu_kpi_week_utilization_percent", **wk) == pytest.approx(65.0)
+    # Σ util × h over the 16 known GPU-hours: 0.9 × 10 + 0.1 × 4 + 0.5 × 2 = 10.4 → 0.65
+    assert value(s, "gpu_kpi_week_utilization_ratio", **wk) == pytest.approx(0.65)
     assert value(s, "gpu_kpi_week_waste_usd", **wk) == pytest.approx(CV_WASTE + H100)
     assert value(s, "gpu_kpi_week_idle_usd", **wk) == pytest.approx(H100)
     assert value(s, "gpu_kpi_week_runs", **wk) == 4
@@ -113,17 +114,17 @@ def test_the_week_and_its_teams_are_the_hand_computed_figures(
 
     assert value(s, "gpu_kpi_team_spend_usd", team="ml", **wk) == pytest.approx(12 * H100)
     assert value(s, "gpu_kpi_team_spend_usd", team="cv", **wk) == pytest.approx(4 * H100)
-    assert value(s, "gpu_kpi_team_gpu_hours", team="ops", **wk) == pytest.approx(2.0)
-    assert value(s, "gpu_kpi_team_utilization_percent", team="ml", **wk) == pytest.approx(
-        100 * (0.9 * 10 + 0.5 * 2) / 12)
-    assert value(s, "gpu_kpi_team_utilization_percent", team="cv", **wk) == pytest.approx(10.0)
+    assert value(s, "gpu_kpi_team_gpu_seconds", team="ops", **wk) == pytest.approx(2 * HOUR)
+    assert value(s, "gpu_kpi_team_utilization_ratio", team="ml", **wk) == pytest.approx(
+        (0.9 * 10 + 0.5 * 2) / 12)
+    assert value(s, "gpu_kpi_team_utilization_ratio", team="cv", **wk) == pytest.approx(0.10)
     assert value(s, "gpu_kpi_team_waste_usd", team="cv", **wk) == pytest.approx(CV_WASTE)
     assert value(s, "gpu_kpi_team_waste_usd", team="ml", **wk) == pytest.approx(H100)
     assert value(s, "gpu_kpi_team_idle_usd", team="ml", **wk) == pytest.approx(H100)
     assert value(s, "gpu_kpi_team_idle_usd", team="cv", **wk) == 0.0
     # ops has no GPU data: no utilization series at all, never a 0
     teams_with_util = {dict(labels)["team"] for name, labels in s
-                       if name == "gpu_kpi_team_utilization_percent"}
+                       if name == "gpu_kpi_team_utilization_ratio"}
     assert teams_with_util == {"ml", "cv"}
     # no week to date given: none exported
     assert not {n for n in names(s) if n.startswith("gpu_kpi_week_to_date_")}
@@ -135,9 +136,9 @@ def test_the_week_to_date_is_its_own_week(served: tuple[KpiExporter, MetricsServ
     exporter.update(k48, week_to_date=k49)
     s = scrape(server)
     wtd = {"week": "2026-W49", "basis": "util"}
-    assert value(s, "gpu_kpi_week_to_date_gpu_hours", **wtd) == pytest.approx(3.0)
+    assert value(s, "gpu_kpi_week_to_date_gpu_seconds", **wtd) == pytest.approx(3 * HOUR)
     assert value(s, "gpu_kpi_week_to_date_spend_usd", **wtd) == pytest.approx(3 * H100)
-    assert value(s, "gpu_kpi_week_to_date_utilization_percent", **wtd) == pytest.approx(40.0)
+    assert value(s, "gpu_kpi_week_to_date_utilization_ratio", **wtd) == pytest.approx(0.40)
     assert value(s, "gpu_kpi_week_to_date_waste_usd", **wtd) == pytest.approx(
         3 * H100 * (1 - 40 / 85))
     assert value(s, "gpu_kpi_week_to_date_idle_usd", **wtd) == 0.0
@@ -155,8 +156,9 @@ def test_an_unknown_utilization_is_left_out_not_zero(
     s = scrape(server)
     assert value(s, "gpu_kpi_week_spend_usd", week="2026-W48", basis="util") == pytest.approx(
         2 * H100)
-    assert value(s, "gpu_kpi_week_to_date_gpu_hours", week="2026-W48", basis="util") == 2.0
-    assert not {n for n in names(s) if n.endswith("_utilization_percent")}
+    assert value(s, "gpu_kpi_week_to_date_gpu_seconds", week="2026-W48", basis="util") == (
+        2 * HOUR)
+    assert not {n for n in names(s) if n.endswith("_utilization_ratio")}
 
 
 def test_before_any_update_only_the_service_counters_show(
@@ -281,7 +283,7 @@ def test_the_declared_table_matches_prometheus_conventions() -> None:
         assert re.fullmatch(r"gpu_kpi_[a-z0-9_]+", m.name), m.name
         assert m.name.endswith("_total") == (m.type == "counter"), m.name
         assert m.help and m.labels == tuple(sorted(set(m.labels), key=m.labels.index))
-        if m.name.endswith(("_usd", "_percent", "_hours")) and m.scope != "service":
+        if m.name.endswith(("_usd", "_ratio", "_seconds")) and m.scope != "service":
             assert "week" in m.labels and "basis" in m.labels, m.name
 
 

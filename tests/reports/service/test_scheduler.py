@@ -1,10 +1,16 @@
-"""The real APScheduler: its trigger fires within the test, the job store lives in the run
-store's database, and the delivery log keeps restarts and a second scheduler from sending twice."""
+"""The real APScheduler: its trigger fires within the test, the schedule lives in memory only
+(nothing is read from the run store's database, which every tracker can write: a pickle planted
+there never runs), and the delivery log keeps restarts and a second scheduler from sending
+twice, and tells a restart what was missed."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import pickle
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,8 +27,11 @@ from test_job import CTO, NLP, add_week, settings
 from reports.service.config import ServiceSettings
 from reports.service.deliveries import DeliveryLog
 from reports.service.job import RunResult, Service
-from reports.service.scheduler import JOBS_TABLE, ServiceScheduler, next_fire_time, parse_schedule
+from reports.service.scheduler import JOB_ID, ServiceScheduler, next_fire_time, parse_schedule
+from reports.service.serve import OLD_JOBS_TABLE, serve_forever
+from reports.weeks import label_of
 from tracker.store import RunStore
+from tracker.store.deliveries import has_table
 
 pytestmark = pytest.mark.service  # real SMTP servers, schedulers, subprocesses: `make test`
 
@@ -32,6 +41,7 @@ class Results:
 
     def __init__(self) -> None:
         self.items: list[RunResult] = []
+        self.error: BaseException | None = None
         self._cond = threading.Condition()
 
     def __call__(self, result: RunResult) -> None:
@@ -39,9 +49,17 @@ class Results:
             self.items.append(result)
             self._cond.notify_all()
 
+    def failed(self, error: BaseException) -> None:
+        with self._cond:
+            self.error = error
+            self._cond.notify_all()
+
     def wait(self, n: int, timeout: float = 60.0) -> list[RunResult]:
         with self._cond:
-            assert self._cond.wait_for(lambda: len(self.items) >= n, timeout), self.items
+            done = self._cond.wait_for(lambda: len(self.items) >= n or self.error, timeout)
+            if self.error is not None:
+                raise self.error
+            assert done, self.items
             return list(self.items)
 
 
@@ -65,17 +83,41 @@ class HeldData:
         monkeypatch.setattr(smtp_servers._Handler, "handle_DATA", held)
 
 
-def run_scheduler(s: ServiceSettings, engine: object, *, run_now: bool = True,
+def run_scheduler(s: ServiceSettings, *, run_now: bool = True,
                   runs: int = 1) -> tuple[list[RunResult], datetime | None]:
-    """Start a real scheduler on ``engine``'s job store, wait for ``runs`` weekly runs, stop it;
-    their results and the job's next run time at that point."""
+    """Start a real scheduler, wait for ``runs`` weekly runs, stop it; their results and the
+    job's next run time at that point."""
     results = Results()
-    scheduler = ServiceScheduler(s, engine, on_result=results)
+    scheduler = ServiceScheduler(s, on_result=results)
     scheduler.start(run_now=run_now)
     try:
         return results.wait(runs), scheduler.next_run_time()
     finally:
         scheduler.shutdown()
+
+
+@contextmanager
+def serving(s: ServiceSettings, results: Results) -> Iterator[threading.Event]:
+    """``serve_forever`` on a thread until the block ends; yields its stop event (set at the end
+    of the block in any case). An exception of ``serve_forever`` is raised here."""
+    stop = threading.Event()
+
+    def serve() -> None:
+        try:
+            serve_forever(s, stop=stop, on_result=results)
+        except BaseException as e:
+            results.failed(e)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    if results.error is not None:
+        raise results.error
 
 
 @pytest.fixture
@@ -104,8 +146,7 @@ def test_the_cron_schedule_is_monday_eight_in_the_report_zone() -> None:
 def test_the_trigger_fires_archives_and_mails_once(tmp_path: Path, store: str,
                                                    smtp_server: SmtpServer) -> None:
     s = settings(tmp_path, store, smtp_server, CTO, NLP)
-    with RunStore(store) as st:
-        (first,), next_run = run_scheduler(s, st.engine)
+    (first,), next_run = run_scheduler(s)
     assert [o.status for o in first.outcomes] == ["sent", "sent"]
     assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [CTO.to, NLP.to]
     assert (tmp_path / "archive" / f"{first.weeks[-1]}.html").exists()
@@ -114,41 +155,62 @@ def test_the_trigger_fires_archives_and_mails_once(tmp_path: Path, store: str,
     assert next_run is not None and next_run.weekday() == 0 and next_run.hour == 8
     assert now < next_run <= now + timedelta(days=7)
 
-    # a restart on the same job store: one job, and running it again sends nothing
-    with RunStore(store) as st:
-        (second,), _ = run_scheduler(s, st.engine)
-        with st.engine.connect() as conn:
-            jobs = conn.execute(sa.text(f"SELECT id FROM {JOBS_TABLE}")).scalars().all()
+    # a restart: running it again sends nothing; the schedule was never written to the store
+    (second,), _ = run_scheduler(s)
     assert second.outcomes == () and len(smtp_server.messages) == 2
-    assert jobs == ["gpu-kpi-weekly-report"]
-
-
-def test_a_run_missed_while_down_fires_on_restart(tmp_path: Path, store: str,
-                                                  smtp_server: SmtpServer) -> None:
-    """The job store says the weekly run was due five minutes ago (the service was down at
-    08:00): within the misfire grace, the restarted scheduler runs it once."""
-    from apscheduler.job import Job
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
-    from apscheduler.schedulers.background import BackgroundScheduler
-
-    from reports.service.scheduler import JOB_ID, WEEKLY_JOB
-
-    s = settings(tmp_path, store, smtp_server, CTO)
     with RunStore(store) as st:
-        # what a service that stopped before 08:00 left in the job store
-        jobs = SQLAlchemyJobStore(engine=st.engine, tablename=JOBS_TABLE)
-        owner = BackgroundScheduler(timezone=UTC)
-        jobs.start(owner, "default")
-        jobs.add_job(Job(owner, id=JOB_ID, func=WEEKLY_JOB, trigger=parse_schedule(s.schedule, UTC),
-                         executor="default", args=(), kwargs={"settings": s}, name="weekly",
-                         misfire_grace_time=3600, coalesce=True, max_instances=1,
-                         next_run_time=datetime.now(UTC) - timedelta(minutes=5)))
+        assert not has_table(st, OLD_JOBS_TABLE)
 
-        # no run_now: the stored, missed run is what fires
-        (missed,), next_run = run_scheduler(s, st.engine, run_now=False)
-    assert [o.status for o in missed.outcomes] == ["sent"]
-    assert [m.rcpt_tos for m in smtp_server.messages] == [[CTO.to]]
-    assert next_run is not None and next_run > datetime.now(UTC)
+
+class Planted:
+    """Unpickling this creates ``path``: what anyone who can write to the run store's database
+    (every training process) could have the service run, with its SMTP password at hand."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return open, (str(self.path), "w")
+
+
+@pytest.mark.parametrize("planted", ["pickle", "garbage"])
+def test_serve_never_reads_the_old_job_table_and_catches_up_from_the_log(
+        tmp_path: Path, store_url: str, smtp_server: SmtpServer, planted: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A job row in ``gpu_kpi_jobs`` (APScheduler's columns), due five minutes ago: a pickle
+    whose loading creates a file, or bytes that are no pickle. The week before was sent and the
+    last one missed (the service was down): serve starts, says the table is ignored, and sends
+    the missed week at once; the file never appears and the row stays as it was. On SQLite and
+    on PostgreSQL."""
+    latest = Service(ServiceSettings()).latest_week(datetime.now(UTC))
+    add_week(store_url, latest)
+    s = settings(tmp_path, store_url, smtp_server, CTO)
+    Service(s).run(now=datetime.now(UTC) - timedelta(days=7))
+    pickle.loads(pickle.dumps(Planted(tmp_path / "armed")))  # the pickle does what it says
+    assert (tmp_path / "armed").exists()
+    marker = tmp_path / "planted-pickle-ran"
+    state = pickle.dumps(Planted(marker)) if planted == "pickle" else b"\x80\x05no pickle\x00"
+    due = (datetime.now(UTC) - timedelta(minutes=5)).timestamp()
+    jobs = sa.Table(OLD_JOBS_TABLE, sa.MetaData(),
+                    sa.Column("id", sa.Unicode(191), primary_key=True),
+                    sa.Column("next_run_time", sa.Float(25), index=True),
+                    sa.Column("job_state", sa.LargeBinary, nullable=False))
+    with RunStore(store_url) as st:
+        jobs.metadata.create_all(st.engine)
+        with st.engine.begin() as conn:
+            conn.execute(jobs.insert().values(id=JOB_ID, next_run_time=due, job_state=state))
+
+    results = Results()
+    with caplog.at_level(logging.INFO, logger="gpu_kpi"), serving(s, results):
+        (caught_up,) = results.wait(1)
+    assert not marker.exists()
+    assert [(o.week, o.status) for o in caught_up.outcomes] == [(label_of(latest), "sent")]
+    assert len(smtp_server.messages) == 2  # the week before, then the missed one
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(OLD_JOBS_TABLE in m and "ignored; safe to drop" in m for m in logged), logged
+    assert any("catching up a missed week now" in m for m in logged), logged
+    with RunStore(store_url) as st, st.engine.connect() as conn:
+        assert conn.execute(sa.select(jobs)).all() == [(JOB_ID, due, state)]
 
 
 def test_overdue_only_for_recipients_with_history(tmp_path: Path, store: str,
@@ -165,19 +227,19 @@ def test_overdue_only_for_recipients_with_history(tmp_path: Path, store: str,
 def test_a_second_scheduler_fired_mid_send_skips_then_owes_nothing(
         tmp_path: Path, store_url: str, smtp_server: SmtpServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two schedulers on one job store each fire the job (APScheduler 3 does not coordinate
-    them). The second fires while the first is held at the SMTP server's DATA, its delivery
-    claimed and not yet sent: it finds the claim and skips. Fired again once the first has sent,
-    it finds nothing owed. One email in all; on SQLite and on PostgreSQL."""
+    """Two schedulers (two ``serve`` processes) each fire the job (APScheduler 3 does not
+    coordinate them). The second fires while the first is held at the SMTP server's DATA, its
+    delivery claimed and not yet sent: it finds the claim and skips. Fired again once the first
+    has sent, it finds nothing owed. One email in all; on SQLite and on PostgreSQL."""
     add_week(store_url, Service(ServiceSettings()).latest_week(datetime.now(UTC)))
     # a held DATA must not time out the sender
     s = replace(settings(tmp_path, store_url, smtp_server, CTO),
                 smtp=smtp_server.settings(timeout_s=60.0))
     held = HeldData(monkeypatch)
     first, second = Results(), Results()
-    with RunStore(store_url) as st_a, RunStore(store_url) as st_b:
-        a = ServiceScheduler(s, st_a.engine, on_result=first)
-        b = ServiceScheduler(s, st_b.engine, on_result=second)
+    with RunStore(store_url) as st_a:
+        a = ServiceScheduler(s, on_result=first)
+        b = ServiceScheduler(s, on_result=second)
         try:
             a.start(run_now=True)
             assert held.arrived.wait(60), "the first scheduler never reached DATA"
@@ -206,8 +268,7 @@ def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,
                                              smtp_server_factory: object) -> None:
     server = smtp_server_factory(data_replies=["451 4.3.0 try again later"])  # type: ignore[operator]
     s = settings(tmp_path, store, server, CTO, retry_after_min=1 / 60)  # 1 s
-    with RunStore(store) as st:
-        (first, retry), _ = run_scheduler(s, st.engine, runs=2)
+    (first, retry), _ = run_scheduler(s, runs=2)
     assert [o.status for o in first.outcomes] == ["deferred"]
     assert [o.status for o in retry.outcomes] == ["sent"]
     assert len(server.messages) == 1

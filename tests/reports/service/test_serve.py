@@ -1,10 +1,13 @@
 """``gpu-kpi serve``, ``serve --once`` and ``send`` as a user runs them: a subprocess, a config
-file, a real SMTP server on 127.0.0.1, the Prometheus endpoint scraped over HTTP."""
+file, a real SMTP server on 127.0.0.1, the Prometheus endpoint scraped over HTTP; what they say
+when there is nothing to do, when the server is down and when the metrics port is taken."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
-from smtp_servers import SmtpServer, unused_port
+from smtp_servers import USERS, SmtpServer, unused_port
 
 from reports.service.config import ServiceSettings
 from reports.service.job import Service
@@ -40,7 +43,8 @@ def store(tmp_path: Path) -> str:
     return url
 
 
-def config(tmp_path: Path, store: str, port: int, extra: str = "") -> Path:
+def config(tmp_path: Path, store: str, port: int, extra: str = "",
+           smtp: str = "retries = 0") -> Path:
     path = tmp_path / "gpu-kpi.toml"
     path.write_text(f"""
 store = "{store}"
@@ -50,7 +54,7 @@ out_dir = "{tmp_path}/archive"
 host = "127.0.0.1"
 port = {port}
 security = "none"
-retries = 0
+{smtp}
 sender = "gpu-kpi@example.com"
 [[recipients]]
 to = "cto@example.com"
@@ -62,11 +66,11 @@ team = "nlp"
     return path
 
 
-def gpu_kpi(*args: str, **kw: object) -> subprocess.CompletedProcess[str]:
+def gpu_kpi(*args: str, password: str = SECRET, **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "reports.cli", *args], capture_output=True,
                           text=True, timeout=180, check=False,
                           env={**os.environ, "PYTHONPATH": str(ROOT),
-                               "GPU_KPI_SMTP_PASSWORD": SECRET}, **kw)  # type: ignore[call-overload]
+                               "GPU_KPI_SMTP_PASSWORD": password}, **kw)  # type: ignore[call-overload]
 
 
 def test_serve_once_archives_and_delivers(tmp_path: Path, store: str,
@@ -81,7 +85,11 @@ def test_serve_once_archives_and_delivers(tmp_path: Path, store: str,
     assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == ["cto@example.com",
                                                                    "nlp-lead@example.com"]
     again = gpu_kpi("serve", "--once", "--config", str(cfg))
-    assert again.returncode == 0 and "sent" not in again.stdout
+    assert again.returncode == 0, again.stderr
+    *archived, said = again.stdout.splitlines()
+    assert sorted(archived) == sorted(line for line in p.stdout.splitlines()
+                                      if line.startswith(str(tmp_path)))  # rewritten, not sent
+    assert said == f"{week}: already delivered to 2 recipient(s); nothing owed"
     assert len(smtp_server.messages) == 2
     assert SECRET not in p.stdout + p.stderr + again.stdout + again.stderr
 
@@ -148,7 +156,7 @@ def test_serve_runs_until_sigterm_and_exports_metrics(tmp_path: Path, store: str
         week = latest_label()
         assert f'gpu_kpi_week_spend_usd{{basis="util",week="{week}"}} 84.7' in text
         assert f'gpu_kpi_team_spend_usd{{basis="util",team="nlp",week="{week}"}} 46.2' in text
-        assert "gpu_kpi_week_to_date_gpu_hours" in text
+        assert "gpu_kpi_week_to_date_gpu_seconds" in text
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -157,3 +165,72 @@ def test_serve_runs_until_sigterm_and_exports_metrics(tmp_path: Path, store: str
     assert proc.returncode == 0, err
     assert "serving; next weekly report at" in err and "SIGTERM" in err
     assert smtp_server.messages == []  # a first start owes no back issue
+
+
+def test_serve_once_retry_failed_sends_what_a_wrong_password_failed(
+        tmp_path: Path, store: str, smtp_server_factory: object) -> None:
+    server = smtp_server_factory(users=USERS)  # type: ignore[operator]
+    cfg = config(tmp_path, store, server.port, smtp='retries = 0\nusername = "alice"')
+    week = latest_label()
+    failed = gpu_kpi("serve", "--once", "--config", str(cfg))  # SECRET is not alice's password
+    assert failed.returncode == 1
+    assert f"{week} summary cto@example.com: failed (smtp 127.0.0.1:{server.port}: " \
+           "authentication failed: 535" in failed.stdout
+    # the right password in the same variable: the settings' fingerprint is the same
+    same = gpu_kpi("serve", "--once", "--config", str(cfg), password=USERS["alice"])
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines()[-1] == (f"{week}: already delivered to 0 recipient(s), 2 "
+                                            "failed (serve --retry-failed tries again); nothing owed")
+    retried = gpu_kpi("serve", "--once", "--retry-failed", "--config", str(cfg),
+                      password=USERS["alice"])
+    assert retried.returncode == 0, retried.stderr
+    assert f"{week} summary cto@example.com: sent" in retried.stdout
+    assert f"{week} team:nlp nlp-lead@example.com: sent" in retried.stdout
+    assert sorted(m.rcpt_tos[0] for m in server.messages) == ["cto@example.com",
+                                                              "nlp-lead@example.com"]
+
+
+def test_send_to_a_closed_port_gives_up_within_its_timeout_and_says_how_long(
+        tmp_path: Path, store: str) -> None:
+    """smtp.retries = 10 with a 1 s backoff would try for 1 + 2 + … + 512 = 1023 s. With
+    ``--timeout 5``: attempts at 0, 1 and 3 s; the next would start at 7 s, so it stops."""
+    port = unused_port()
+    cfg = config(tmp_path, store, port, smtp="retries = 10\nbackoff_s = 1")
+    week = latest_label()
+    start = time.monotonic()
+    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--timeout", "5",
+                "--config", str(cfg))
+    took = time.monotonic() - start
+    *retrying, error = p.stderr.splitlines()  # one warning per retry, then the one-line error
+    assert p.returncode == 2 and len(retrying) == 2, p.stderr
+    assert all(line.startswith(f"smtp 127.0.0.1:{port}: attempt ") for line in retrying)
+    found = re.fullmatch(rf"gpu-kpi: error: smtp 127\.0\.0\.1:{port}: connection refused "
+                         r"\(temporary; gave up after (\d+) attempts in ([\d.]+)s; time limit 5s\)",
+                         error)
+    assert found, p.stderr
+    assert int(found[1]) == 3 and 3.0 <= float(found[2]) <= 5.0
+    assert took < 60  # the report is built first; the trying itself took under 5 s
+    once = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--no-retry",
+                   "--config", str(cfg))
+    assert once.returncode == 2 and once.stderr.count("\n") == 1
+    assert once.stderr.strip().endswith("(temporary; gave up after 1 attempt in 0.0s; "
+                                        "time limit 60s)"), once.stderr
+
+
+def test_a_bad_send_timeout_is_a_usage_error(tmp_path: Path, store: str) -> None:
+    p = gpu_kpi("send", "--week", latest_label(), "--to", "a@example.com", "--timeout", "0",
+                "--config", str(config(tmp_path, store, unused_port())))
+    assert p.returncode == 2 and "--timeout: expected a number of seconds above 0" in p.stderr
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path, store: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg = config(tmp_path, store, unused_port(), extra=f"[service]\nmetrics_port = {port}\n")
+        p = gpu_kpi("serve", "--config", str(cfg))
+    assert p.returncode == 2
+    assert p.stderr == (f"gpu-kpi: error: service.metrics_port: cannot serve /metrics on "
+                        f"127.0.0.1:{port}: Address already in use\n")
+    assert p.stdout == ""
