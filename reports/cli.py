@@ -63,7 +63,7 @@ def _shown_url(url: str) -> str:
     return mask_text(url, None)
 
 
-def _writable_dir(path: Path, flag: str) -> Path:
+def writable_dir(path: Path, flag: str) -> Path:
     """``path`` created as a folder we can write to, or a one-line error naming ``flag``."""
     import os
 
@@ -210,7 +210,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import run_demo
     from reports.weeks import week_of
 
-    out = _writable_dir(Path(args.dir).resolve(), "--dir")
+    out = writable_dir(Path(args.dir).resolve(), "--dir")
     url = args.store or f"sqlite:///{out / 'runs.db'}"
     records, monday = run_demo(url)
     print(format_runs(records))

@@ -5,6 +5,8 @@ from __future__ import annotations
 BYTES_PER_GIB = 1024**3
 J_PER_KWH = 3.6e6
 S_PER_HOUR = 3600.0
+RATIO_PER_PCT = 0.01
+"""A percentage (0–100) times this is a ratio (0–1)."""
 
 
 def bytes_to_gib(n: float) -> float:
@@ -29,3 +31,4 @@ def j_to_kwh(n: float) -> float:
 
 def s_to_hours(n: float) -> float:
     return n / S_PER_HOUR
+

@@ -35,6 +35,10 @@ def cmd_send(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(f"--to: {e}") from None
     service = Service(_service_settings(args))
+    if args.dry_run:
+        from reports.cli import writable_dir
+
+        writable_dir(Path(args.out), "--out")
     path = service.send(args.week, args.to, dry_run=Path(args.out) if args.dry_run else None,
                         timeout_s=args.timeout, retry=not args.no_retry)
     if path is not None:

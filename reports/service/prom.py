@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from reports.kpi import WeekKpis
 from reports.weeks import label_of
 from tracker.config import ConfigError
-from tracker.units import S_PER_HOUR
+from tracker.units import RATIO_PER_PCT, S_PER_HOUR
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -61,8 +61,6 @@ _UTIL = ("GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ 
          "GPU-time with a value, on the basis label (util: NVML utilization, nvidia-smi's "
          "GPU-Util; sm_active: GPM SM activity); absent when no GPU-time had a value")
 _GPU_S = "GPU time in GPU-seconds (GPU-hours × 3600)"
-RATIO_PER_PCT = 0.01
-"""A percentage (the report's ``utilization_pct``) to the ratio Prometheus wants."""
 _WASTE = ("recoverable waste (USD): cost × max(0, 1 − util ÷ target) per GPU, what the same work "
           "would have cost less at the target utilization")
 _IDLE = "idle cost (USD): GPU-time whose 30-minute rolling utilization was under the idle threshold"

@@ -292,3 +292,13 @@ def test_a_bad_week_via_the_entry_point(tmp_path: Path, store_url: str) -> None:
     one_line_error(gpu_kpi("report", "--week", "9999-W52", "--store", store_url, "--out",
                            str(tmp_path / "o"), env={"GPU_KPI_CONFIG": os.devnull}),
                    "out of range")
+
+
+def test_send_dry_run_out_that_is_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         store_url: str) -> None:
+    target = tmp_path / "out"
+    target.write_text("mine")
+    assert_one_line(*run_cli(capsys, "send", "--week", "2026-W48", "--to", "a@example.com",
+                             "--dry-run", "--out", str(target), "--store", store_url),
+                    f"--out {target}: exists and is not a folder")
+    assert target.read_text() == "mine"

@@ -101,7 +101,7 @@ class RunStore(SampleScans):
     @property
     def engine(self) -> Engine:
         """The SQLAlchemy engine, for tables other modules keep in the same database (the
-        scheduler's job store, the delivery log)."""
+        delivery log)."""
         return self._engine
 
     def transaction(self, work: Callable[[Connection], T], *, write: bool) -> T:
