@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reports.errors import UsageError
+from reports.errors import UsageError, writable_dir
 
 if TYPE_CHECKING:
     from tracker.record import RunRecord
@@ -61,21 +61,6 @@ def _shown_url(url: str) -> str:
     from tracker.store.engine import mask_text
 
     return mask_text(url, None)
-
-
-def writable_dir(path: Path, flag: str) -> Path:
-    """``path`` created as a folder we can write to, or a one-line error naming ``flag``."""
-    import os
-
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise UsageError(f"{flag} {path}: exists and is not a folder") from None
-    except OSError as e:
-        raise UsageError(f"{flag} {path}: cannot create it: {e.strerror or e}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"{flag} {path}: not writable") from None
-    return path
 
 
 # -- output -------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             raise UsageError(f"--to: {e}") from None
     service = Service(_service_settings(args))
     if args.dry_run:
-        from reports.cli import writable_dir
+        from reports.errors import writable_dir
 
         writable_dir(Path(args.out), "--out")
     path = service.send(args.week, args.to, dry_run=Path(args.out) if args.dry_run else None,
