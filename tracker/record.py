@@ -4,6 +4,7 @@ reports read. Plain frozen dataclasses, no I/O."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -115,3 +116,28 @@ class RunSpec:
     """USD; None: the price table's for the GPU model."""
     per_gpu: bool = False
     """Log ``gpu/<i>/…`` too."""
+
+
+_NUMBER_TYPES = ("int", "float", "int | None", "float | None")
+_RECORD_NUMBERS = tuple(f for f in dataclasses.fields(RunRecord) if f.type in _NUMBER_TYPES)
+# the store's columns: INTEGER for these two, BIGINT for the other whole numbers
+_INT_MAX = {"gpu_count": 2**31 - 1, "nodes": 2**31 - 1}
+
+
+def checked_record(record: RunRecord) -> tuple[RunRecord, list[str]]:
+    """``record`` with every number that is not a finite number >= 0 (nan, inf, a negative
+    price or cost, a string where a number belongs, a whole number too large for the store)
+    replaced by its field's default (None: not known), and the names of the fields replaced.
+
+    No number of a run record can be negative: prices, costs, hours, shares, counts, rates."""
+    bad: dict[str, Any] = {}
+    for f in _RECORD_NUMBERS:
+        v = getattr(record, f.name)
+        if v is None and "None" in str(f.type):
+            continue
+        whole = str(f.type).startswith("int")
+        ok = (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf
+              and (not whole or (isinstance(v, int) and v <= _INT_MAX.get(f.name, 2**63 - 1))))
+        if not ok:
+            bad[f.name] = f.default
+    return (record.replace(**bad) if bad else record), sorted(bad)

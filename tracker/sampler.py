@@ -17,11 +17,15 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from tracker.cost import IdleDetector, Thresholds
 from tracker.gpu.base import GpuBackend, GpuInfo, GpuReading
 from tracker.record import MinuteSample
 from tracker.units import j_to_kwh
+
+if TYPE_CHECKING:
+    from tracker.config import Settings
 
 log = logging.getLogger("gpu_kpi")
 
@@ -123,6 +127,15 @@ class Sampler:
     a test drive :meth:`sample` itself). Completed minutes go to ``on_minute``; the alert rule
     calls ``on_alert`` once.
     """
+
+    @classmethod
+    def from_settings(cls, backend: GpuBackend, settings: Settings, **kwargs: Any) -> Sampler:
+        """A sampler that measures as ``settings`` say (interval, alert and idle rules);
+        ``kwargs``: the other arguments of :class:`Sampler`."""
+        t = settings.thresholds
+        return cls(backend, interval_s=settings.interval_s, idle_pct=t.idle_pct,
+                   idle_window_min=t.idle_window_min, **kwargs,
+                   alert=AlertRule(under_pct=t.alert_util_pct, window_s=settings.alert_window_s))
 
     def __init__(
         self,

@@ -18,8 +18,10 @@ error inside the tracker costs a warning and turns the failing part off.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import logging
+import math
 import socket
 import time
 import uuid as uuidlib
@@ -28,16 +30,16 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from tracker import figures, ranks
+from tracker import config, figures, ranks
 from tracker.config import ConfigError, Settings, load_settings
 from tracker.gpu import BackendError, GpuBackend, GpuInfo, open_backend
 from tracker.peaks import peak_tflops
 from tracker.prices import Price, canonical_gpu, price_for
 from tracker.ranks import Placement
-from tracker.record import MinuteSample, RunRecord, RunSpec
-from tracker.sampler import AlertRule, Sampler
+from tracker.record import MinuteSample, RunRecord, RunSpec, checked_record
+from tracker.sampler import Sampler
 from tracker.sinks import LoggingSink, Sink, SinkSet
-from tracker.throughput import StepCounter
+from tracker.throughput import RunSteps
 
 log = logging.getLogger("gpu_kpi")
 
@@ -58,19 +60,22 @@ class Session:
                  sinks: Sequence[Sink] = (), log_to_python: bool = True,
                  clock: Callable[[], float] | None = None, threaded: bool = True,
                  placement: Placement | None = None) -> None:
-        self.spec = spec
+        self.spec = spec = dataclasses.replace(spec, **{  # bad numbers: see _ARGS
+            k: _checked(k, getattr(spec, k)) for k in ("price_per_gpu_hour", "flops_per_step")})
+        place = placement or Placement()
         self.id = spec.id
         self.name = spec.name
         self.user = spec.user
         self.links = dict(spec.links)
         self.flops_per_step = spec.flops_per_step
-        place = placement or Placement()
-        self.rank, self.world_size, self.nodes = place.rank, place.world_size, place.nodes
+        self.rank, self.world_size = place.rank, place.world_size
+        self.nodes: int = _checked("nodes", place.nodes) or 1
         self._gather = place.gather if place.world_size > 1 else None
         self._backend_arg = backend
         self._store_arg = store
         self._config = config
-        self._overrides = dict(overrides or {})
+        self._overrides = {k: _checked(k, v) if k in _SETTINGS else v
+                           for k, v in (overrides or {}).items()}
         self._settings = settings
         self._wall = clock or time.time
         self._now = clock or time.perf_counter
@@ -90,17 +95,15 @@ class Session:
         self._writer: Any = None
         self._started_wall = 0.0
         self._started_at = datetime.now(UTC)
-        self._total = StepCounter()
-        self._window = StepCounter()
-        self.steps = 0
-        self.samples = 0
-        self.tokens = 0
-        self._last_end: float | None = None
-        self._ready: float | None = None
-        self._measured_since_flops = 0
+        self.counts = RunSteps()
         self._next_log = float("inf")
         self._active = False
         self._warned: set[str] = set()
+
+    @property
+    def steps(self) -> int:
+        """Steps so far, warm-up included (:attr:`counts` has samples and tokens too)."""
+        return self.counts.steps
 
     # -- life cycle -------------------------------------------------------------------------
     def __enter__(self) -> Session:
@@ -122,8 +125,7 @@ class Session:
         try:
             self._start()
         except Exception as e:
-            self._warn_once("start", "gpu-kpi: tracking is off for this run: %s: %s",
-                            type(e).__name__, e)
+            self._warn_once("start", "gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e)
         return self
 
     def _start(self) -> None:
@@ -133,7 +135,6 @@ class Session:
             log.warning("gpu-kpi: ignoring the config (%s); using defaults", e)
             self.settings = Settings()
         self.settings = self.settings.replace(**self._overrides)
-        s = self.settings
         self.user = self.user if self.user is not None else _ask(getpass.getuser)
         self._started_wall = self._wall()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
@@ -141,24 +142,21 @@ class Session:
         self._open_gpus()
         self._open_store()
         self._active = True
-        self._last_end = None
+        self.counts.interrupt()
         # a time cadence would put ranks into a collective at different steps: ranks log on the
         # framework's step cadence only
-        self._next_log = self._now() + s.log_every_s if self._gather is None else float("inf")
+        self._next_log = self._now() + self.settings.log_every_s if self._gather is None else float("inf")
         record = self._build_record("running")
         self._submit_run(record)
         self.sinks.start(record)
 
     def _open_gpus(self) -> None:
-        s, t = self.settings, self.settings.thresholds
         try:
             backend = (self._backend_arg if isinstance(self._backend_arg, GpuBackend)
-                       else open_backend(self._backend_arg or s.gpu))
-            self.sampler = Sampler(
-                backend, run_id=self.id, interval_s=s.interval_s, clock=self._wall,
-                threaded=self._threaded, on_minute=self._on_minute,
-                alert=AlertRule(under_pct=t.alert_util_pct, window_s=s.alert_window_s),
-                on_alert=self._on_alert, idle_pct=t.idle_pct, idle_window_min=t.idle_window_min)
+                       else open_backend(self._backend_arg or self.settings.gpu))
+            self.sampler = Sampler.from_settings(
+                backend, self.settings, run_id=self.id, clock=self._wall, threaded=self._threaded,
+                on_minute=self._on_minute, on_alert=self._on_alert)
             self.gpus = self.sampler.start()
             self.gpu_source = backend.name
         except BackendError as e:
@@ -169,18 +167,19 @@ class Session:
         model = self.gpus[0].name if self.gpus else ""
         self.price = price_for(model, self.spec.price_per_gpu_hour, self.settings.prices)
         if self.spec.dtype:
-            try:
-                self.peak_tflops = peak_tflops(model, self.spec.dtype)
+            try:  # str(): a torch.dtype or Lightning's precision 32 names a dtype too
+                self.peak_tflops = peak_tflops(model, str(self.spec.dtype))
             except ValueError as e:
                 log.warning("gpu-kpi: no MFU: %s", e)
 
     def _open_store(self) -> None:
         if self._store_arg is False:
             return
+        from tracker.store.spool import Spool
         from tracker.store.writer import StoreWriter
 
         url = self._store_arg if isinstance(self._store_arg, str) else self.settings.store
-        self._writer = StoreWriter(url)
+        self._writer = StoreWriter(url, spool=Spool.for_store(url))
 
     def finish(self, status: str = "finished", *, collective: bool = True) -> RunRecord | None:
         """Stop sampling, compute the summary and verdict, write it everywhere. Never raises.
@@ -191,19 +190,21 @@ class Session:
         if not self._active:
             return self.record
         self._active = False
-        try:
+        try:  # a failure here costs the latest figures, not the record
             if self.sampler is not None:
                 self.sampler.stop()
             if self._gather is not None and collective:  # every rank's totals, once more
                 self._peer_figures = [ranks.from_vector(v, ranks.RECORD_KEYS)
                                       for v in self._gather(ranks.to_vector(
                                           self._figures(), ranks.RECORD_KEYS))]
+        except Exception as e:
+            self._warn_once("stop", "gpu-kpi: stopping failed: %s: %s", type(e).__name__, e)
+        try:
             self.record = self._build_record(status)
             self._submit_run(self.record)
             self.sinks.summary(self.record)
         except Exception as e:
-            self._warn_once("finish", "gpu-kpi: finishing the run's record failed: %s: %s",
-                            type(e).__name__, e)
+            self._warn_once("finish", "gpu-kpi: writing the run's record failed: %s: %s", type(e).__name__, e)
         finally:
             if self._writer is not None:
                 self._writer.close()
@@ -214,41 +215,26 @@ class Session:
     def interrupt(self) -> None:
         """The time until the next :meth:`step` is not training (validation, a checkpoint
         save, an epoch boundary): leave that step out of step-time and data-wait figures."""
-        self._last_end = None
+        self.counts.interrupt()
 
     def data_ready(self) -> None:
         """Call when the next batch is in hand: the time since the last :meth:`step` was spent
         waiting for input."""
-        self._ready = self._now()
+        self.counts.ready(self._now())
 
     def iterate(self, loader: Iterable[Any]) -> Iterator[Any]:
         """Yield from ``loader``, timing how long each batch took to arrive."""
         for batch in loader:
-            self._ready = self._now()
+            self.counts.ready(self._now())
             yield batch
 
     def step(self, samples: int | None = None, tokens: int | None = None,
              flops: float | None = None) -> None:
-        """Mark the end of a training step. ``samples``/``tokens`` processed in it (all ranks of
-        this process), ``flops`` its model FLOPs (default: ``flops_per_step``)."""
+        """Mark the end of a training step: ``samples``/``tokens`` processed in it (all ranks of
+        this process), ``flops`` its FLOPs (default ``flops_per_step``); a bad count is dropped."""
         t = self._now()
-        last, self._last_end = self._last_end, t
-        ready, self._ready = self._ready, None
-        try:
-            self.steps += 1
-            if samples:
-                self.samples += samples
-            if tokens:
-                self.tokens += tokens
-            if last is not None and self.steps > self.settings.warmup_steps:
-                wait = (ready - last if ready > last else 0.0) if ready is not None else None
-                f = flops if flops is not None else self.flops_per_step
-                self._total.add(t - last, wait, samples, tokens, f)
-                self._window.add(t - last, wait, samples, tokens, f)
-                self._measured_since_flops += 1
-        except Exception as e:  # e.g. a tensor or None-like count from user code
-            self._warn_once("step", "gpu-kpi: step(samples=%r, tokens=%r) not counted: %s",
-                            samples, tokens, e)
+        self._count(self.counts.step(t, warmup_steps=self.settings.warmup_steps, samples=samples,
+                                     tokens=tokens, flops=flops, flops_per_step=self.flops_per_step))
         if t >= self._next_log:
             self._next_log = t + self.settings.log_every_s
             self.log_now()
@@ -257,12 +243,11 @@ class Session:
         """Model FLOPs of the last ``steps`` steps, known only afterwards (the HF Trainer's
         ``total_flos``): credited pro rata to the measured steps among them, so that FLOP/s
         divides FLOPs and time of the same steps."""
-        measured, self._measured_since_flops = self._measured_since_flops, 0
-        if steps <= 0 or flops <= 0:
-            return
-        credited = flops / steps * min(measured, steps)
-        self._window.flops += credited
-        self._total.flops += credited
+        self._count(self.counts.add_flops(flops, steps))
+
+    def _count(self, bad: list[str]) -> None:
+        if bad:  # one warning per run, not one per step
+            self._warn_once("count", "gpu-kpi: not counting %s (nor later bad counts)", ", ".join(bad))
 
     def log_now(self, step: int | None = None) -> dict[str, float]:
         """Compute the metrics of the window since the last log (combined over ranks when there
@@ -279,19 +264,17 @@ class Session:
                 self.sinks.log_metrics(metrics, self.steps if step is None else step)
             return metrics
         except Exception as e:
-            self._warn_once("log", "gpu-kpi: computing metrics failed: %s: %s",
-                            type(e).__name__, e)
+            self._warn_once("log", "gpu-kpi: computing metrics failed: %s: %s", type(e).__name__, e)
             return {}
         finally:
             # our own logging is neither the last step nor waiting for input: the next step's
             # clock starts after it
-            if self._last_end is not None and self._last_end <= t0:
-                self._last_end += self._now() - t0
+            self.counts.pause(t0, self._now())
 
     def _gather_metrics(self, local: dict[str, float]) -> dict[str, float]:
         assert self._gather is not None
-        counts = {"_gpus": float(len(self.gpus)), "_samples": float(self.samples),
-                  "_tokens": float(self.tokens)}
+        counts = {"_gpus": float(len(self.gpus)), "_samples": float(self.counts.samples),
+                  "_tokens": float(self.counts.tokens)}
         gathered = self._gather(ranks.log_vector(local, counts, self._figures()))
         metrics, self._peer_figures = ranks.split_log_vectors(gathered)
         return ranks.combine_metrics(metrics) if self.rank == 0 else {}
@@ -300,7 +283,7 @@ class Session:
     def metrics(self, *, reset: bool = True) -> dict[str, float]:
         """This process's metrics (:mod:`tracker.metrics` names) for the window since the last
         call."""
-        window, self._window = self._window, (StepCounter() if reset else self._window)
+        window = self.counts.take_window() if reset else self.counts.window
         out: dict[str, float] = {}
         if self.sampler is not None:
             gpu = self.sampler.take_window() if reset else self.sampler.window
@@ -319,36 +302,41 @@ class Session:
             stats=list(sampler.run.values()) if sampler is not None else [],
             idle_gpu_s=sum(sampler.idle_seconds().values()) if sampler is not None else 0.0,
             usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
-            thresholds=self.settings.thresholds, total=self._total, steps=self.steps,
-            samples=self.samples, tokens=self.tokens)
+            thresholds=self.settings.thresholds, total=self.counts.total, steps=self.steps,
+            samples=self.counts.samples, tokens=self.counts.tokens)  # type: ignore[arg-type]
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
-        rank's (the others' as of the last gather)."""
+        rank's (the others' as of the last gather). Never raises for its figures: those that
+        cannot be computed, or are not finite numbers >= 0, are recorded as unknown."""
         now = self._wall()
-        fig = self._figures()
-        spread = None
-        if self.world_size > 1 and self.rank == 0 and self._peer_figures:
-            peers = list(self._peer_figures)
-            peers[0] = fig
-            fig = ranks.combine_records(peers)
-            spread = fig["rank_spread_pct"]
+        try:
+            fig, spread = self._figures(), None
+            if self.world_size > 1 and self.rank == 0 and self._peer_figures:
+                fig = ranks.combine_records([fig, *self._peer_figures[1:]])
+                spread = fig["rank_spread_pct"]
+            fields = figures.record_fields(
+                {k: v if v is None or math.isfinite(v) else None for k, v in fig.items()},
+                duration_s=max(now - self._started_wall, 0.0), peak_tflops=self.peak_tflops,
+                rank_spread_pct=spread, thresholds=self.settings.thresholds)
+        except Exception as e:
+            self._warn_once("figures", "gpu-kpi: no figures for the run: %s: %s", type(e).__name__, e)
+            fields = {"gpu_count": len(self.gpus)}
         model = self.gpus[0].name if self.gpus else None
-        spec = self.spec
-        return RunRecord(
+        spec, price = self.spec, self.price
+        record, bad = checked_record(RunRecord(
             id=self.id, name=self.name or self.id, project=spec.project, team=spec.team,
-            user=self.user or "", host=_ask(socket.gethostname), tags=spec.tags, framework=spec.framework,
-            started_at=self._started_at,
+            user=self.user or "", host=_ask(socket.gethostname), tags=spec.tags,
+            framework=spec.framework, started_at=self._started_at, status=status,
             ended_at=datetime.fromtimestamp(now, UTC) if status != "running" else None,
-            heartbeat_at=datetime.fromtimestamp(now, UTC), status=status,
-            gpu_source=self.gpu_source,
+            heartbeat_at=datetime.fromtimestamp(now, UTC), gpu_source=self.gpu_source,
             gpu_model=(canonical_gpu(model) or model) if model else None, nodes=self.nodes,
-            price_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
-            price_source=self.price.source if self.price else None, steps=self.steps,
-            links=self.links,
-            **figures.record_fields(fig, duration_s=max(now - self._started_wall, 0.0),
-                                    peak_tflops=self.peak_tflops, rank_spread_pct=spread,
-                                    thresholds=self.settings.thresholds))
+            price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
+            price_source=price.source if price else None, steps=self.steps, links=self.links,
+            **fields))
+        if bad:
+            self._warn_once("bad", "gpu-kpi: recording %s as unknown (not finite, or < 0)", ", ".join(bad))
+        return record
 
     # -- background callbacks ---------------------------------------------------------------
     def _submit_run(self, record: RunRecord) -> None:
@@ -369,6 +357,20 @@ class Session:
 
 _SPEC_FIELDS = frozenset(RunSpec.__dataclass_fields__) - {"id"}
 _SETTING_ARGS = ("interval_s", "log_every_s", "warmup_steps")
+# the caller's numbers, parsed as the config file's are (a price as [prices]…): a bad one costs
+# a warning and falls back to its default (the price table, the config's value), not the run
+_SETTINGS = {k: key.parse for keys in config.TRACKER_SECTIONS.values() for k, key in keys.items()}
+_ARGS = {"price_per_gpu_hour": config.price, "flops_per_step": config.number(0),
+         "nodes": config.whole(1), **_SETTINGS}
+
+
+def _checked(name: str, value: Any) -> Any:
+    """``value`` of the argument ``name`` as :data:`_ARGS` parses it; None (its default) if bad."""
+    try:
+        return None if value is None else _ARGS[name](value)
+    except ValueError as e:
+        log.warning("gpu-kpi: ignoring %s: %s; using its default instead", name, e)
+        return None
 
 
 def track(*, run_id: str | None = None, tags: Iterable[str] = (),

@@ -1,11 +1,51 @@
-"""Step maths, no I/O and no clock: step counters over a span, rates, data wait, MFU.
+"""Step maths, no I/O and no clock: step counters over a span, rates, data wait, MFU, and the
+rule for what counts as a step's count.
 
-The session feeds :class:`StepCounter` with what its hooks measured (a step's duration, the
-time it waited for input, its samples, tokens and FLOPs); everything here is arithmetic on
-those numbers, so a test states the expected figure directly.
+The session feeds :class:`RunSteps` with what its hooks measured (a step's duration, the time it
+waited for input, its samples, tokens and FLOPs); everything here is arithmetic on those
+numbers, so a test states the expected figure directly.
 """
 
 from __future__ import annotations
+
+import math
+import operator
+import reprlib
+
+
+def count(value: object) -> int | float:
+    """``value`` as one step's count (samples, tokens, FLOPs): a finite number >= 0, an int kept
+    an int (numpy integers and one-element integer tensors become ints too).
+
+    Raises ValueError, with the reason, for anything else: nan, ±inf, a negative number, a bool,
+    a string (even ``"5"``), an object that is not a number."""
+    if type(value) is int:  # the common cases first: step() calls this on the hot path
+        n: int | float = value
+    elif type(value) is float:
+        n = value
+    elif isinstance(value, bool | str | bytes):
+        raise ValueError("not a number")
+    else:
+        try:
+            n = operator.index(value)  # type: ignore[arg-type]
+        except Exception:
+            try:
+                n = float(value)  # type: ignore[arg-type]
+            except Exception:
+                raise ValueError("not a number") from None
+    if not 0 <= n < math.inf:  # nan compares false too
+        raise ValueError("not a finite number >= 0")
+    return n
+
+
+def _check_sum(total: int | float, n: int | float) -> None:
+    """ValueError when ``total + n`` would no longer be a finite float."""
+    try:
+        if math.isfinite(total + n):
+            return
+    except OverflowError:  # an int beyond the float range
+        pass
+    raise ValueError("the run's total would overflow")
 
 
 class StepCounter:
@@ -19,12 +59,12 @@ class StepCounter:
         self.time_s = 0.0
         self.wait_s = 0.0
         self.waited = 0
-        self.samples = 0
-        self.tokens = 0
+        self.samples: int | float = 0
+        self.tokens: int | float = 0
         self.flops = 0.0
 
-    def add(self, dt: float, wait: float | None, samples: int | None, tokens: int | None,
-            flops: float | None) -> None:
+    def add(self, dt: float, wait: float | None, samples: int | float | None,
+            tokens: int | float | None, flops: float | None) -> None:
         """One step of ``dt`` seconds, ``wait`` of them waiting for input (None: not known)."""
         self.steps += 1
         self.time_s += dt
@@ -52,6 +92,119 @@ class StepCounter:
     @property
     def step_time_ms(self) -> float | None:
         return 1000.0 * self.time_s / self.steps if self.steps else None
+
+
+class RunSteps:
+    """A run's steps as the session's hooks see them, in the times of its clock (seconds):
+    ``steps``, ``samples`` and ``tokens`` of every step, and the measured (post-warm-up) steps
+    in ``total`` (the whole run) and ``window`` (since the last log).
+
+    Counts come from user code, so each is checked (:func:`count`): a bad one (nan, inf,
+    negative, not a number, or one that would overflow the run's total) is dropped as if it had
+    not been given, and :meth:`step`, :meth:`add` and :meth:`add_flops` return ``name=value
+    (reason)`` for each one dropped. The totals therefore stay finite sums of the good counts."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.samples: int | float = 0
+        self.tokens: int | float = 0
+        self.total = StepCounter()
+        self.window = StepCounter()
+        self._unflopped = 0  # measured steps since the last add_flops
+        self._last_end: float | None = None
+        self._ready: float | None = None
+
+    def ready(self, t: float) -> None:
+        """The next batch was in hand at ``t``: the time since the last step waited for input."""
+        self._ready = t
+
+    def interrupt(self) -> None:
+        """The time until the next step is not training: that step is not measured."""
+        self._last_end = None
+
+    def pause(self, t0: float, t1: float) -> None:
+        """``t0`` to ``t1`` went to the tracker itself (logging): not to the next step."""
+        if self._last_end is not None and self._last_end <= t0:
+            self._last_end += t1 - t0
+
+    def step(self, t: float, *, warmup_steps: int, samples: object = None, tokens: object = None,
+             flops: object = None, flops_per_step: object = None) -> list[str]:
+        """A step ended at ``t``; measured unless it is among the first ``warmup_steps`` or
+        follows an :meth:`interrupt`. Never raises: the session calls it on the training
+        thread."""
+        last, self._last_end = self._last_end, t
+        ready, self._ready = self._ready, None
+        try:
+            dt = wait = None
+            if last is not None and self.steps >= warmup_steps:
+                dt = t - last
+                wait = (ready - last if ready > last else 0.0) if ready is not None else None
+            return self.add(dt, wait, samples=samples, tokens=tokens, flops=flops,
+                            flops_per_step=flops_per_step)
+        except Exception as e:  # a bug of ours, or settings built by hand: not the caller's
+            return [f"a step ({type(e).__name__}: {e})"]
+
+    def add(self, dt: float | None, wait: float | None, *, samples: object = None,
+            tokens: object = None, flops: object = None,
+            flops_per_step: object = None) -> list[str]:
+        """One step: ``dt`` seconds long (None: not measured, as in warm-up or after an
+        interruption), ``wait`` of them waiting for input; ``flops`` its model FLOPs, default
+        ``flops_per_step``."""
+        bad: list[str] = []
+        self.steps += 1
+        n_samples = self._checked("samples", samples, self.samples, bad)
+        n_tokens = self._checked("tokens", tokens, self.tokens, bad)
+        f = self._checked("flops", flops, self.total.flops, bad)
+        if f is None:
+            f = self._checked("flops_per_step", flops_per_step, self.total.flops, bad)
+        if n_samples:
+            self.samples += n_samples
+        if n_tokens:
+            self.tokens += n_tokens
+        if dt is not None:
+            self.total.add(dt, wait, n_samples, n_tokens, f)
+            self.window.add(dt, wait, n_samples, n_tokens, f)
+            self._unflopped += 1
+        return bad
+
+    def add_flops(self, flops: object, steps: object) -> list[str]:
+        """Model FLOPs of the last ``steps`` steps, known only afterwards (the HF Trainer's
+        ``total_flos``): credited pro rata to the measured steps among them, so that FLOP/s
+        divides FLOPs and time of the same steps."""
+        measured, self._unflopped = self._unflopped, 0
+        bad: list[str] = []
+        f = self._checked("flops", flops, self.total.flops, bad)
+        n = self._checked("steps", steps, 0, bad)
+        if f and n:
+            credited = f / n * min(measured, n)
+            self.window.flops += credited
+            self.total.flops += credited
+        return bad
+
+    def take_window(self) -> StepCounter:
+        """The log window's counters; a new window starts."""
+        window, self.window = self.window, StepCounter()
+        return window
+
+    @staticmethod
+    def _checked(name: str, value: object, total: int | float,
+                 bad: list[str]) -> int | float | None:
+        if value is None:
+            return None
+        try:
+            n = count(value)
+            _check_sum(total, n)
+            return n
+        except ValueError as e:
+            bad.append(f"{name}={_short_repr(value)} ({e})")
+            return None
+
+
+def _short_repr(value: object) -> str:
+    try:
+        return reprlib.repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def mfu(flops_per_s: float, peak_tflops_per_gpu: float | None, gpu_count: int) -> float | None:

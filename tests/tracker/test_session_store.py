@@ -17,6 +17,7 @@ from fakes import T0, Clock
 
 from tracker import track
 from tracker.store import RunStore
+from tracker.store.spool import Spool
 
 ROOT = Path(__file__).resolve().parents[2]
 def test_run_and_its_minutes_reach_the_store(store_url: str) -> None:
@@ -84,28 +85,38 @@ def test_sigkill_keeps_the_heartbeats_and_the_run_is_marked_crashed(tmp_path: Pa
     assert crashed.ended_at == r.heartbeat_at
 
 
-def test_unreachable_store_spools_then_sync_sends(tmp_path: Path,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_unreachable_store_spools_and_sync_to_another_store_leaves_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 10: a run spooled for store A is A's. ``gpu-kpi sync --store B`` must not write it
+    into B; it stays in A's spool (sync exits non-zero: ops left). Sent on purpose, through A's
+    spool, it arrives whole: 180 s make 7 ops (the start; minutes 1 and 2, samples and a
+    heartbeat each; minute 3's samples, closed by the end; the end)."""
     clock = Clock()
+    store_a = "postgresql://kpi:hunter2@127.0.0.1:1/runs"
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
             track(name="offline", backend="simulated:healthy", clock=clock, threaded=False,
-                  store="postgresql://kpi:hunter2@127.0.0.1:1/runs", log_to_python=False) as run:
+                  store=store_a, log_to_python=False) as run:
         for _ in range(180):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]
     assert run.record is not None and run.record.status == "finished"
     warnings = [m for m in caplog.messages if "store" in m]
     assert len(warnings) == 1 and "hunter2" not in warnings[0]
+    spool_a = Spool.for_store(store_a)
+    assert spool_a.pending() == 7
 
     url = f"sqlite:///{tmp_path}/runs.db"
     p = subprocess.run([sys.executable, "-m", "reports.cli", "sync", "--store", url],
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                        text=True, timeout=60, check=False)
-    assert p.returncode == 0, p.stderr
-    assert "0 left" in p.stdout
+    assert p.returncode == 1, p.stderr
     with RunStore(url) as store:
+        assert store.get_run(run.id) is None
+        assert spool_a.pending() == 7
+        assert spool_a.flush(store) == 7
         assert store.get_run(run.id) == run.record
         assert len(store.samples(run_ids=[run.id])) == 3
+    assert Spool().pending() == 0
 
 
 def test_threaded_session_on_a_real_clock(tmp_path: Path) -> None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import math
+import reprlib
+from fractions import Fraction
 
-from tracker.throughput import StepCounter, mfu
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tracker.throughput import RunSteps, StepCounter, count, mfu
 
 
 def test_step_counter_rates_and_data_wait() -> None:
@@ -28,3 +34,88 @@ def test_mfu_against_the_dense_peak() -> None:
     assert mfu(791.52e12, 989.4, 2) == pytest.approx(0.4)
     assert mfu(1e12, None, 1) is None  # unknown GPU: no MFU rather than a wrong one
     assert mfu(1e12, 989.4, 0) is None
+
+
+# -- what counts as a step's count, and a run's totals (issue 10) ---------------------------------
+
+
+class _Index:
+    def __index__(self) -> int:
+        return 7
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (0, 0), (32, 32), (2.5, 2.5), (1e300, 1e300), (Fraction(3, 2), 1.5), (_Index(), 7)])
+def test_count_takes_finite_numbers_at_or_above_zero(value: object, expected: float) -> None:
+    n = count(value)
+    assert n == expected and type(n) is type(expected)
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    (float("nan"), "not a finite number >= 0"), (float("inf"), "not a finite number >= 0"),
+    (-5, "not a finite number >= 0"), (-1e-300, "not a finite number >= 0"),
+    (True, "not a number"), ("5", "not a number"), (b"5", "not a number"),
+    (None, "not a number"), ([1], "not a number"), (object(), "not a number")])
+def test_count_refuses_the_rest(value: object, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason):
+        count(value)
+
+
+def test_run_steps_time_the_steps_and_drop_bad_counts() -> None:
+    """Steps end at 10, 11, 13 and 14 s; the batch of the third was ready at 12.5 s, the first
+    two are warm-up. Measured: steps 3 and 4, 2 s + 1 s = 3 s; step 3 waited from the end of
+    step 2 to its batch, 12.5 - 11 = 1.5 s (step 4's wait is not known). Good samples 4 + 4 + 4
+    = 12 (step 2's nan dropped); measured samples 8."""
+    s = RunSteps()
+    assert s.step(10.0, warmup_steps=2, samples=4) == []
+    assert s.step(11.0, warmup_steps=2, samples=float("nan")) == [
+        "samples=nan (not a finite number >= 0)"]
+    s.ready(12.5)
+    assert s.step(13.0, warmup_steps=2, samples=4, flops="x") == ["flops='x' (not a number)"]
+    assert s.step(14.0, warmup_steps=2, samples=4, flops_per_step=1e12) == []
+    assert (s.steps, s.samples) == (4, 12)
+    assert (s.total.steps, s.total.time_s, s.total.wait_s, s.total.samples) == (2, 3.0, 1.5, 8)
+    assert s.total.flops == 1e12
+    assert s.take_window().time_s == 3.0 and s.window.steps == 0
+
+
+def test_run_steps_never_let_a_total_overflow() -> None:
+    s = RunSteps()
+    assert s.add(None, None, samples=1e308) == []
+    assert s.add(None, None, samples=1e308) == [
+        "samples=1e+308 (the run's total would overflow)"]
+    assert s.add(None, None, samples=2**1100) == [
+        f"samples={reprlib.repr(2**1100)} (the run's total would overflow)"]
+    assert s.samples == 1e308 and s.steps == 3
+
+
+def test_run_steps_pause_and_interrupt() -> None:
+    """Logging from 11 to 11.25 s is not the next step's: 12 - 11 - 0.25 = 0.75 s. After an
+    interruption the next step is not measured at all."""
+    s = RunSteps()
+    s.step(10.0, warmup_steps=0)
+    s.step(11.0, warmup_steps=0)
+    s.pause(11.0, 11.25)
+    s.step(12.0, warmup_steps=0)
+    s.interrupt()
+    s.step(20.0, warmup_steps=0)
+    assert (s.steps, s.total.steps, s.total.time_s) == (4, 2, 1.75)
+
+
+def test_a_step_with_unusable_settings_is_reported_not_raised() -> None:
+    s = RunSteps()
+    s.step(1.0, warmup_steps=0)
+    bad = s.step(2.0, warmup_steps="3", samples=1)  # type: ignore[arg-type]
+    assert len(bad) == 1 and bad[0].startswith("a step (TypeError")
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_run_steps_totals_stay_finite_whatever_they_get(values: list[float]) -> None:
+    s = RunSteps()
+    for i, v in enumerate(values):
+        s.step(float(i), warmup_steps=0, samples=v, tokens=v, flops=v)
+        s.add_flops(v, 1)
+    for total in (s.samples, s.tokens, s.total.flops, s.total.samples, s.window.flops):
+        assert math.isfinite(total) and total >= 0
+    assert s.steps == len(values)

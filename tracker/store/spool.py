@@ -1,11 +1,24 @@
-"""The local spool: run-store writes that could not be sent, kept on disk until
-:meth:`Spool.flush` replays them, in order, into the store. The tracker's background writer
+"""The local spool: run-store writes that could not be sent, kept on disk until a flush replays
+them, in order, into the store they were meant for. The tracker's background writer
 (:mod:`tracker.store.writer`) spools what the store does not take.
 
-One JSON-lines file per run (``<run>.jsonl``); each line is one op, ``run`` (a
+**One spool per store.** A spool bound to a store (:meth:`Spool.for_store`, what the session
+gives its writer) keeps its ops in ``stores/<key>/`` under the spool directory. ``<key>`` is
+the first 32 hex digits of the SHA-256 of the store's URL without its password, normalized
+(:func:`store_identity`), and ``stores/<key>/store.json`` holds that URL, so that ``gpu-kpi
+sync`` can reconnect later: the password then comes from the environment or ``~/.pgpass`` as
+always, or from the configured URL when that names the same store. Flushing a bound spool sends
+its store's ops only, so a run spooled while store A was down never lands in store B;
+:meth:`Spool.flush_all` sends each store's ops to their own store.
+
+**Ops without a store** (written by versions before the key, at the top of the spool
+directory) go to the first store a flush opens, as those versions did: nothing records which
+store they were meant for, and the store in use now is the likeliest.
+
+Files: one JSON-lines file per run (``<run>.jsonl``); each line is one op, ``run`` (a
 :class:`RunRecord`) or ``samples`` (a list of :class:`MinuteSample`), datetimes as ISO 8601
-strings. Ops are idempotent upserts, so replaying one twice is harmless; the spool still
-sends each op once.
+strings (:mod:`tracker.store.spool_files`). Ops are idempotent upserts, so replaying one twice is
+harmless; the spool still sends each op once.
 
 A flush claims a run's file by renaming it to ``<run>.<claim ns>.<host>.<pid>.claimed``: an
 append that comes later starts a new file, two flushers cannot both claim the same file, and a
@@ -18,43 +31,47 @@ concurrent flushers is lost.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
-import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
-from urllib.parse import quote
+from typing import Protocol
 
 from tracker.record import MinuteSample, RunRecord
+from tracker.store.spool_files import (
+    PENDING_SUFFIX,
+    append_line,
+    claim_name,
+    claimer_gone,
+    decode_line,
+    encode_line,
+    fcntl,
+    file_key,
+    flock_within,
+    host,
+    parse_claim,
+    read_lines,
+    run_key,
+)
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
-
-__all__ = ["OPS", "RunSink", "Spool", "one_line", "store_unavailable"]
+__all__ = ["OPS", "Flushed", "RunSink", "Spool", "one_line", "store_identity", "store_unavailable"]
 
 logger = logging.getLogger("gpu_kpi")
 
 OPS = ("run", "samples")
 """The ops a spool line can hold."""
 
-_PENDING_SUFFIX = ".jsonl"
-_CLAIMED = re.compile(r"^(?P<key>[^.]+)\.(?P<ts>\d+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.claimed$")
 _LOCK_NAME = ".flush.lock"
 _REJECTED_NAME = ".rejected.jsonl"
-_MAX_KEY_LEN = 120
-# A claim from another host cannot be checked for a live process; after this long it is taken.
-_FOREIGN_CLAIM_STALE_S = 3600.0
-_RUN_TIMES = ("started_at", "ended_at", "heartbeat_at")
+_STORES = "stores"
+_STORE_FILE = "store.json"
+_STORE_KEY = re.compile(r"^[0-9a-f]{32}$")
 # Serializes flushes between threads of this process (the lock file does it between processes).
 _PROCESS_FLUSH_LOCK = threading.Lock()
 
@@ -67,93 +84,181 @@ class RunSink(Protocol):
     def upsert_samples(self, rows: Sequence[MinuteSample]) -> None: ...
 
 
-class _Claim(NamedTuple):
-    path: Path
-    key: str
-    ts_ns: int
-    host: str
-    pid: int
+@dataclass(frozen=True, kw_only=True)
+class Flushed:
+    """What :meth:`Spool.flush_all` did for one store: ``sent`` ops, ``left`` still spooled,
+    and why not all, in one line (``error``: the store could not be reached or opened)."""
+
+    url: str
+    """The store's URL without its password."""
+    sent: int
+    left: int
+    error: str | None = None
 
 
 class Spool:
     """Pending run-store ops in ``directory`` (default ``<user data dir>/spool``, created on the
     first append). Safe to use from several threads and processes at once.
 
+    With ``store_url`` the spool is that store's: it appends there and flushes only that
+    store's ops (and those without a store). Without, it appends ops without a store, and
+    :meth:`pending` and :meth:`has_pending` see every store's.
+
     ``lock_wait_s`` is how long a flush waits for another one on the same directory to finish
     before giving up and sending nothing.
     """
 
-    def __init__(self, directory: Path | None = None, *, lock_wait_s: float = 10.0) -> None:
+    def __init__(self, directory: Path | None = None, *, store_url: str | None = None,
+                 lock_wait_s: float = 10.0) -> None:
         if directory is None:
             from tracker.paths import data_dir
 
             directory = data_dir() / "spool"
         self.directory = Path(directory)
         self.lock_wait_s = lock_wait_s
+        self.store_key: str | None = None
+        self.store_url: str | None = None
+        """The store's URL without its password (None: not bound to a store)."""
+        if store_url is not None:
+            self.store_key, self.store_url = store_identity(store_url)
+
+    @classmethod
+    def for_store(cls, url: str | None, directory: Path | None = None, *,
+                  lock_wait_s: float = 10.0) -> Spool:
+        """The spool of the store at ``url`` (None: :func:`tracker.store.default_store_url`)."""
+        from tracker.store.engine import default_store_url
+
+        return cls(directory, store_url=url if url is not None else default_store_url(),
+                   lock_wait_s=lock_wait_s)
 
     def __repr__(self) -> str:
-        return f"Spool({str(self.directory)!r})"
+        store = f", store_url={self.store_url!r}" if self.store_url is not None else ""
+        return f"Spool({str(self.directory)!r}{store})"
 
     def append(self, run_id: str, op: str, payload: RunRecord | Sequence[MinuteSample]) -> None:
         """Add one op for run ``run_id`` at the end of its file."""
-        if op == "run" and isinstance(payload, RunRecord):
-            body: Any = _encode(payload)
-        elif op == "samples" and not isinstance(payload, RunRecord):
-            body = [_encode(sample) for sample in payload]
-        else:
-            raise ValueError(f"spool op must be 'run' with a RunRecord or 'samples', not {op!r}")
-        line = json.dumps({"op": op, "run_id": run_id, "payload": body}, separators=(",", ":"))
-        self.directory.mkdir(parents=True, exist_ok=True)
-        _append_line(self.directory / (_key(run_id) + _PENDING_SUFFIX), (line + "\n").encode())
+        data = encode_line(run_id, op, payload)
+        home = self.directory if self.store_key is None else self._store_dir(self.store_key)
+        home.mkdir(parents=True, exist_ok=True)
+        if self.store_url is not None and not (home / _STORE_FILE).exists():
+            tmp = home / f".{_STORE_FILE}.{os.getpid()}.{threading.get_ident()}"
+            tmp.write_text(json.dumps({"url": self.store_url}) + "\n")
+            os.replace(tmp, home / _STORE_FILE)
+        append_line(home / (run_key(run_id) + PENDING_SUFFIX), data)
 
     def pending(self) -> int:
         """Number of ops waiting to be sent, claimed ones included."""
-        count = 0
-        for path in self._files():
-            with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
-                count += sum(1 for line in f if line.strip())
-        return count
+        return sum(_count_ops(self._files(d)) for d in self._dirs())
 
     def has_pending(self, run_id: str | None = None) -> bool:
         """Whether any op (of run ``run_id``, when given) waits to be sent."""
-        key = None if run_id is None else _key(run_id)
-        return any(key is None or _file_key(path.name) == key for path in self._files())
+        key = None if run_id is None else run_key(run_id)
+        return any(key is None or file_key(path.name) == key
+                   for d in self._dirs() for path in self._files(d))
 
     def flush(self, store: RunSink) -> int:
-        """Send every pending op, each run's in the order appended, and delete what was sent.
+        """Send the pending ops meant for ``store``, each run's in the order appended, and delete
+        what was sent: a bound spool's ops (into ``store`` whatever it is: also the way to send
+        a lost store's ops elsewhere), an unbound spool's for the store at ``store.url`` when it
+        has one; either way also the ops without a store.
 
-        Returns the number of ops sent (0 when another flush of this directory held the lock
-        for ``lock_wait_s``). Raises what the store raises; ops not yet sent stay in the spool.
+        Returns the number of ops sent (0 from a directory another flush held for
+        ``lock_wait_s``). Raises what the store raises; ops not yet sent stay in the spool.
         """
-        if not self.directory.is_dir():
-            return 0
-        with self._flush_lock() as locked:
-            if not locked:
-                return 0
-            keys = sorted({k for k in (_file_key(p.name) for p in self._files()) if k})
-            return sum(self._flush_run(key, store) for key in keys)
+        key = self.store_key
+        if key is None and isinstance(url := getattr(store, "url", None), str):
+            key = store_identity(url)[0]
+        dirs = [self.directory, *([self._store_dir(key)] if key is not None else [])]
+        return sum(self._flush_dir(d, store) for d in dirs)
+
+    def flush_all(self, open_store: Callable[[str], RunSink],
+                  default_url: str | None = None) -> list[Flushed]:
+        """Send every store's pending ops to that store (a bound spool: its own store's only):
+        ``open_store(url)`` opens each; ``default_url`` (None: the default store) is the URL for
+        the store it names, password included, and takes the ops without a store.
+
+        One :class:`Flushed` per store that had ops, the default store first. A store that
+        cannot be reached or opened keeps its ops (``error`` says why); any other error
+        raises."""
+        if default_url is None:
+            from tracker.store.engine import default_store_url
+
+            default_url = default_store_url()
+        default_key, default_plain = store_identity(default_url)
+        targets: dict[str, list[Path]] = {}
+        if self._files(self.directory):
+            targets[default_key] = [self.directory]
+        for d in self._dirs()[1:]:
+            if self._files(d):
+                targets.setdefault(d.name, []).append(d)
+        results = []
+        for key, dirs in sorted(targets.items(), key=lambda kv: kv[0] != default_key):
+            url = default_url if key == default_key else _stored_url(self._store_dir(key))
+            plain = default_plain if key == default_key else store_identity(url or "")[1]
+            sent, error = 0, None
+            if url is None:
+                plain, error = f"<store {key}>", f"no readable {_STORE_FILE}: unknown store"
+            else:
+                try:
+                    store = open_store(url)
+                    try:
+                        for d in dirs:
+                            sent += self._flush_dir(d, store)
+                    finally:
+                        with contextlib.suppress(Exception):
+                            getattr(store, "close", lambda: None)()
+                except Exception as e:
+                    if not store_unavailable(e):
+                        raise
+                    error = one_line(e)
+            left = sum(_count_ops(self._files(d)) for d in dirs)
+            results.append(Flushed(url=plain, sent=sent, left=left, error=error))
+        return results
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _files(self) -> list[Path]:
-        try:
-            entries = list(os.scandir(self.directory))
-        except FileNotFoundError:
-            return []
-        return [Path(e.path) for e in entries if _file_key(e.name)]
+    def _store_dir(self, key: str) -> Path:
+        return self.directory / _STORES / key
 
-    def _flush_run(self, key: str, store: RunSink) -> int:
-        host, pid = _host(), os.getpid()
+    def _dirs(self) -> list[Path]:
+        """The directories this spool sees: the ops without a store first, then the stores'."""
+        if self.store_key is not None:
+            return [self.directory, self._store_dir(self.store_key)]
+        try:
+            entries = sorted(e.name for e in os.scandir(self.directory / _STORES) if e.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
+            entries = []
+        return [self.directory, *(self._store_dir(n) for n in entries if _STORE_KEY.match(n))]
+
+    @staticmethod
+    def _files(directory: Path) -> list[Path]:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [Path(e.path) for e in entries if file_key(e.name) and e.is_file()]
+
+    def _flush_dir(self, directory: Path, store: RunSink) -> int:
+        if not directory.is_dir():
+            return 0
+        with self._flush_lock(directory) as locked:
+            if not locked:
+                return 0
+            keys = sorted({k for k in (file_key(p.name) for p in self._files(directory)) if k})
+            return sum(self._flush_run(directory, key, store) for key in keys)
+
+    def _flush_run(self, directory: Path, key: str, store: RunSink) -> int:
+        me, pid = host(), os.getpid()
         claims = sorted(
-            (c for c in map(_parse_claim, self.directory.glob(f"{key}.*.claimed")) if c),
+            (c for c in map(parse_claim, directory.glob(f"{key}.*.claimed")) if c),
             key=lambda c: c.ts_ns,
         )
         mine: list[Path] = []
         for claim in claims:
-            if (claim.host, claim.pid) == (host, pid):
+            if (claim.host, claim.pid) == (me, pid):
                 mine.append(claim.path)
-            elif _claimer_gone(claim):
-                taken = claim.path.with_name(_claim_name(key, claim.ts_ns, host, pid))
+            elif claimer_gone(claim):
+                taken = claim.path.with_name(claim_name(key, claim.ts_ns, me, pid))
                 try:
                     os.rename(claim.path, taken)
                 except FileNotFoundError:
@@ -164,17 +269,17 @@ class Spool:
                 # put the run back in an older state when it sends those.
                 return 0
         last_ts = claims[-1].ts_ns if claims else 0
-        claimed = self.directory / _claim_name(key, max(time.time_ns(), last_ts + 1), host, pid)
+        claimed = directory / claim_name(key, max(time.time_ns(), last_ts + 1), me, pid)
         try:
-            os.rename(self.directory / (key + _PENDING_SUFFIX), claimed)
+            os.rename(directory / (key + PENDING_SUFFIX), claimed)
             mine.append(claimed)
         except FileNotFoundError:
             pass
         sent = 0
         for path in mine:
-            for line in _read_lines(path):
+            for line in read_lines(path):
                 try:
-                    op, payload = _decode(line)
+                    op, payload = decode_line(line)
                     if op == "run":
                         store.upsert_run(payload)
                     else:
@@ -182,23 +287,23 @@ class Spool:
                 except Exception as e:
                     if store_unavailable(e):
                         raise
-                    self._set_aside(line, e)
+                    self._set_aside(directory, line, e)
                     continue
                 sent += 1
             path.unlink()
         return sent
 
-    def _set_aside(self, line: bytes, exc: Exception) -> None:
+    def _set_aside(self, directory: Path, line: bytes, exc: Exception) -> None:
         """Keep an op the store refused (or a line cut short by a crash) out of the way of the
         others, in ``.rejected.jsonl``, so that it cannot block the spool."""
-        rejected = self.directory / _REJECTED_NAME
-        _append_line(rejected, line + b"\n")
+        rejected = directory / _REJECTED_NAME
+        append_line(rejected, line + b"\n")
         logger.warning(
             "gpu-kpi: set aside a spooled op the run store cannot take (%s) in %s", one_line(exc), rejected
         )
 
     @contextlib.contextmanager
-    def _flush_lock(self) -> Iterator[bool]:
+    def _flush_lock(self, directory: Path) -> Iterator[bool]:
         if not _PROCESS_FLUSH_LOCK.acquire(timeout=self.lock_wait_s):
             yield False
             return
@@ -206,67 +311,53 @@ class Spool:
             if fcntl is None:
                 yield True
                 return
-            fd = os.open(self.directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                yield _flock_within(fd, self.lock_wait_s)
+                yield flock_within(fd, self.lock_wait_s)
             finally:
                 os.close(fd)  # also releases the flock
         finally:
             _PROCESS_FLUSH_LOCK.release()
 
 
+def store_identity(url: str) -> tuple[str, str]:
+    """(key, URL without its password) of the store at ``url``. The URL is normalized as the
+    store opens it (``postgres://`` as ``postgresql+psycopg://``, a relative SQLite path made
+    absolute, a ``password`` query parameter dropped), so that every spelling of one store,
+    with or without its password (or with ``***`` for it, as :attr:`RunStore.url` shows it),
+    has one key: the first 32 hex digits of the normalized URL's SHA-256."""
+    from tracker.store.engine import StoreError, mask_text, parse_url
+
+    try:
+        u = parse_url(url)
+        u = u._replace(password=None).difference_update_query(["password"])
+        db = u.database or ""
+        if u.get_backend_name() == "sqlite" and db and db != ":memory:" and not db.startswith("file:"):
+            u = u.set(database=os.path.abspath(db))
+        plain = u.render_as_string(hide_password=False)
+    except StoreError:  # not a URL the store can open: key it by its text, password masked
+        plain = mask_text(url.strip(), None)
+    return hashlib.sha256(plain.encode()).hexdigest()[:32], plain
+
+
+def _stored_url(directory: Path) -> str | None:
+    try:
+        url = json.loads((directory / _STORE_FILE).read_text())["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return url if isinstance(url, str) else None
+
+
+def _count_ops(files: list[Path]) -> int:
+    count = 0
+    for path in files:
+        with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+            count += sum(1 for line in f if line.strip())
+    return count
+
+
 def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
-
-
-def _flock_within(fd: int, wait_s: float) -> bool:
-    """Take an exclusive flock on ``fd``, waiting at most ``wait_s`` seconds."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-
-
-def _append_line(path: Path, data: bytes) -> None:
-    while True:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            # A flush may have claimed (renamed) the file between our open and our lock; it has
-            # read that file already, so the line must go to a new one.
-            if _is_at(fd, path):
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-                return
-        finally:
-            os.close(fd)
-
-
-def _read_lines(path: Path) -> list[bytes]:
-    """The non-empty lines of a claimed spool file."""
-    with path.open("rb") as f:
-        if fcntl is not None:
-            # Wait out an append that opened the file before it was claimed.
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        return [line for line in f.read().splitlines() if line.strip()]
-
-
-def _decode(line: bytes) -> tuple[str, Any]:
-    entry = json.loads(line)
-    op = entry["op"]
-    if op == "run":
-        return op, _decode_run(entry["payload"])
-    if op == "samples":
-        return op, [_decode_sample(row) for row in entry["payload"]]
-    raise ValueError(f"unknown spool op {op!r}")
 
 
 def store_unavailable(exc: BaseException) -> bool:
@@ -275,83 +366,3 @@ def store_unavailable(exc: BaseException) -> bool:
     from tracker.store import StoreError
 
     return isinstance(exc, StoreError | ConnectionError | TimeoutError)
-
-
-def _is_at(fd: int, path: Path) -> bool:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    fst = os.fstat(fd)
-    return (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino)
-
-
-def _key(run_id: str) -> str:
-    """A file-name-safe key for a run id, without dots (they separate a claim's fields)."""
-    key = quote(run_id, safe="-_").replace(".", "%2E").replace("~", "%7E")
-    if not key or len(key) > _MAX_KEY_LEN:
-        key = "~" + hashlib.sha256(run_id.encode()).hexdigest()
-    return key
-
-
-def _file_key(name: str) -> str | None:
-    """The run key of a spool file name, or None for any other file."""
-    if name.endswith(_PENDING_SUFFIX):
-        key = name[: -len(_PENDING_SUFFIX)]
-        return key if key and "." not in key else None
-    match = _CLAIMED.match(name)
-    return match["key"] if match else None
-
-
-def _claim_name(key: str, ts_ns: int, host: str, pid: int) -> str:
-    return f"{key}.{ts_ns}.{host}.{pid}.claimed"
-
-
-def _parse_claim(path: Path) -> _Claim | None:
-    match = _CLAIMED.match(path.name)
-    if match is None:
-        return None
-    return _Claim(path, match["key"], int(match["ts"]), match["host"], int(match["pid"]))
-
-
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "localhost"
-
-
-def _claimer_gone(claim: _Claim) -> bool:
-    if claim.host != _host():
-        return (time.time_ns() - claim.ts_ns) / 1e9 > _FOREIGN_CLAIM_STALE_S
-    try:
-        os.kill(claim.pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # e.g. PermissionError: the process exists under another user
-        return False
-    return False
-
-
-def _encode(value: RunRecord | MinuteSample) -> dict[str, Any]:
-    out = dataclasses.asdict(value)
-    for name, item in out.items():
-        if isinstance(item, datetime):
-            out[name] = item.isoformat()
-        elif isinstance(item, tuple):
-            out[name] = list(item)
-    return out
-
-
-def _decode_run(data: dict[str, Any]) -> RunRecord:
-    known = {f.name for f in dataclasses.fields(RunRecord)}
-    values = {k: v for k, v in data.items() if k in known}
-    for name in _RUN_TIMES:
-        if values.get(name) is not None:
-            values[name] = datetime.fromisoformat(values[name])
-    values["tags"] = tuple(values.get("tags", ()))
-    return RunRecord(**values)
-
-
-def _decode_sample(data: dict[str, Any]) -> MinuteSample:
-    known = {f.name for f in dataclasses.fields(MinuteSample)}
-    values = {k: v for k, v in data.items() if k in known}
-    values["minute"] = datetime.fromisoformat(values["minute"])
-    return MinuteSample(**values)

@@ -660,13 +660,14 @@ def test_a_lost_gpu_is_not_reported_live_afterwards(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_store_spools_the_run(tmp_path: Path) -> None:
-    cb = callback(tmp_path, store="postgresql://x:y@127.0.0.1:1/db", measure_flops=False)
+    down = "postgresql://x:y@127.0.0.1:1/db"
+    cb = callback(tmp_path, store=down, measure_flops=False)
     t = trainer([cb], max_steps=6)
     t.fit(Tiny(), loader(6 * BATCH))
     assert t.state.finished
     record = final(cb)
     assert record.status == "finished"
-    spool = Spool()
+    spool = Spool.for_store(down)  # the run is the down store's; sent elsewhere on purpose
     assert spool.has_pending(record.id)
     url = f"sqlite:///{tmp_path}/later.db"
     with RunStore(url) as store:

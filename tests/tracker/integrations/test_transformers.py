@@ -644,15 +644,15 @@ def test_lost_gpu_is_not_logged_after_it_is_gone(tmp_path: Path) -> None:
 def test_unreachable_store_spools_the_run(tmp_path: Path,
                                           caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
-    cb = GpuKpiCallback(backend="simulated:healthy@H100",
-                        store="postgresql://x:y@127.0.0.1:1/db")
+    down = "postgresql://x:y@127.0.0.1:1/db"
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=down)
     trainer = make_trainer(tmp_path, cb, max_steps=10)
     started = time.monotonic()
     trainer.train()
     assert time.monotonic() - started < 30
     r = final(cb)
     assert trainer.state.global_step == 10 and r.status == "finished"
-    spool = Spool()
+    spool = Spool.for_store(down)  # the run is the down store's; sent elsewhere on purpose
     assert spool.has_pending(r.id)
     assert sum("run store unavailable" in w for w in gpu_kpi_warnings(caplog)) == 1
     # nothing was dropped: replayed into a store that is up, the final record arrives
