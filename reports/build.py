@@ -1,11 +1,20 @@
-"""Build one week's report from the run store and write it: every output is rendered in memory
-first and written only when all of them succeeded, each through a temporary file and an atomic
-rename, so a failure leaves nothing half-written."""
+"""Build one week's report from the run store and write it.
+
+One bad run or sample row does not stop the report: it is left out, counted and named in every
+output and in one warning of the ``gpu_kpi`` logger (:mod:`reports.kpi.checks`).
+
+Every output is rendered in memory, then written into a temporary folder inside the output
+folder, then moved into place (``os.replace`` each, the index last): an error before the moves
+(a full disk, a failing renderer) changes nothing of the archive and the temporary folder is
+removed. The moves are renames in one folder, which take no space. An output folder that cannot
+be written is a :class:`ReportError` before anything is computed."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,9 +25,12 @@ import pandas as pd
 
 from reports import kpi as kpis
 from reports.errors import ReportError
+from reports.kpi.checks import one_line
 from reports.render.exports import to_json
 from reports.weeks import label_of, parse_week, week_bounds, weeks_between
 from tracker.cost import Thresholds, thresholds_for
+
+log = logging.getLogger("gpu_kpi")
 
 FORMATS = ("html", "email", "json", "csv")
 
@@ -76,44 +88,57 @@ def compute(store_url: str | None, req: Request, *, now: datetime) -> Computed:
     from tracker.prices import PriceTable
 
     start = resolve_week(req.week, req.tz, now)
-    runs, sampled = load(store_url, start, tz=req.tz, basis=req.basis,
-                         thresholds=req.thresholds, now=now)
+    runs, sampled, skipped = load(store_url, start, tz=req.tz, basis=req.basis,
+                                  thresholds=req.thresholds, now=now)
     gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
     k = kpis.kpis_of_gpu_time(runs, gt, start, tz=req.tz, basis=req.basis,
                               thresholds=req.thresholds, prices=PriceTable(req.prices))
-    return Computed(kpis=k, runs=runs, gpu_time=gt, now=now)
+    if skipped:
+        log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
+    return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt,
+                    now=now)
 
 
 def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
          basis: str = "util", thresholds: Thresholds | None = None,
-         now: datetime) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs from ``weeks`` weeks back up to the end of the week at ``start``, and the GPU-time
-    rows (:data:`kpis.GT_COLUMNS`) of those with minute samples in that time.
+         now: datetime) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
+    """Runs from ``weeks`` weeks back up to the end of the week at ``start``, the GPU-time
+    rows (:data:`kpis.GT_COLUMNS`) of those with minute samples in that time, and what was
+    left out (runs that cannot be used, sample rows that cannot be used as they are).
 
     The store sums the samples per (run, GPU, week); only the stretches that may hold idle
     minutes are read minute by minute (:func:`kpis.idle_candidates`)."""
     from tracker.store import RunStore, default_store_url
 
     t = thresholds or thresholds_for(basis)
+    value = kpis.BASES[basis][0]
     since = pd.Timestamp(start) - pd.Timedelta(days=7 * (weeks - 1))
     until = pd.Timestamp(start) + pd.Timedelta(days=7)
     week_starts = weeks_between(since, until, tz)
     window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
     with RunStore(store_url or default_store_url()) as store:
         store.mark_crashed(now=now)
-        if not store.list_runs():
+        if not store.has_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-        runs = kpis.runs_frame(store.list_runs(**window))
+        records, unreadable = store.read_runs(**window)
+        good, excluded = kpis.usable_runs(records)
+        excluded = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason)
+                    for u in unreadable] + excluded
+        runs = kpis.runs_frame(good)
         totals = kpis.totals_frame(store.sample_totals(
-            value=kpis.BASES[basis][0], low_under=t.idle_pct,
-            bucket_edges=week_starts[1:], **window))
+            value=value, low_under=t.idle_pct, bucket_edges=week_starts[1:],
+            value_range=kpis.PCT_RANGE, **window))
         totals = totals[totals["run_id"].isin(runs["id"])]
+        bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)),
+                               value=value)
+        totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
         samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
         store.scan_sample_stretches(samples, columns=samples.columns,
                                     stretches=kpis.idle_candidates(totals, t),
                                     margin=t.idle_window_min - 1, **window)
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
-    return runs, kpis.totals_gpu_time(totals, week_starts, idle)
+    skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
+    return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
 
 
 def render(k: kpis.WeekKpis, req: Request,
@@ -152,6 +177,15 @@ def _umask() -> int:
     return mask
 
 
+def _write_new(path: Path, data: bytes) -> None:
+    """Write ``data`` to the new file ``path`` (mode 0666 less the umask, as ``open`` makes
+    it), and to the disk: a full disk shows here, before any rename."""
+    with open(path, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -164,49 +198,70 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """ReportError (one line: ``cannot write the report to PATH: reason``) unless ``out_dir``
+    is a folder this process may write in, or can be made in the nearest folder above it that
+    exists. Nothing is created."""
+    there = out_dir
+    while not there.exists() and there.parent != there:
+        there = there.parent
+    if not there.is_dir():
+        what = "it is" if there == out_dir else f"{there} is"
+        raise ReportError(f"cannot write the report to {out_dir}: {what} not a folder")
+    if not os.access(there, os.W_OK | os.X_OK):
+        where = "" if there == out_dir else f" in {there}"
+        raise ReportError(f"cannot write the report to {out_dir}: permission denied{where}")
+
+
 def archive_index(out_dir: Path) -> list[dict[str, object]]:
-    """Headline figures of every archived week (from its JSON), for the index page."""
-    weeks = []
-    for p in sorted(out_dir.glob("*-W*.json")):
-        try:
-            d = json.loads(p.read_text())
-            label, head = d["week"], d["headline"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not one of ours
-        row: dict[str, object] = {"label": label, "basis_label": d.get("basis_label"),
-                                  **{k: head.get(k) for k in ("gpu_hours", "spend_usd",
-                                                              "utilization_pct", "waste_usd",
-                                                              "idle_usd", "runs")}}
-        if (out_dir / f"{label}.html").exists():
-            row["href"] = f"{label}.html"
-        weeks.append(row)
-    return weeks
+    """Headline figures of every archived week (from its JSON), for the index page; files that
+    are not ours are left out (:func:`reports.render.index.read_archive`)."""
+    from reports.render.index import read_archive
+
+    return list(read_archive(out_dir)[0])
 
 
 def write_archive(out_dir: Path, label: str, files: Mapping[str, bytes], *,
                   index: bool) -> list[Path]:
-    """Write ``<out_dir>/<label>.<suffix>`` for each file, each atomically, and (``index``)
-    the index page of every archived week; return the paths written."""
+    """Write ``<out_dir>/<label>.<suffix>`` for each file and (``index``) the index page of
+    every archived week, all or none (see the module docstring); return the paths written.
+    OSError when the folder cannot be written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for suffix, data in files.items():
-        path = out_dir / f"{label}.{suffix}"
-        write_atomically(path, data)
-        written.append(path)
-    if index:
-        from reports.render.index import render_index
+    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".gpu-kpi-{label}-", suffix=".tmp"))
+    try:
+        names = [f"{label}.{suffix}" for suffix in files]
+        for name, data in zip(names, files.values(), strict=True):
+            _write_new(staging / name, data)
+        if index:
+            from reports.render.index import read_archive, render_index
 
-        path = out_dir / "index.html"
-        write_atomically(path, render_index(archive_index(out_dir)).encode())
-        written.append(path)
-    return written
+            weeks, left_out = read_archive(out_dir, staged=staging)
+            if left_out:
+                log.warning("gpu-kpi: the index of %s leaves out %d file(s) that are not "
+                            "gpu-kpi week reports: %s", out_dir, len(left_out),
+                            one_line("; ".join(f"{f.name} ({f.reason})" for f in left_out)))
+            _write_new(staging / "index.html",
+                       render_index(weeks, left_out=left_out).encode())
+            names.append("index.html")
+        for name in names:  # the index last: it links the week's page
+            os.replace(staging / name, out_dir / name)
+        return [out_dir / name for name in names]
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def build(store_url: str | None, req: Request, out_dir: Path, *,
           now: datetime | None = None) -> list[Path]:
-    """Make the week's report and write it under ``out_dir``; return the paths written."""
+    """Make the week's report and write it under ``out_dir``; return the paths written.
+    ReportError when ``out_dir`` cannot be written (checked first) or writing fails."""
+    check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
     files = render(c.kpis, req)
     if "json" not in files:  # the index reads the archive's JSON: keep it current
         files["json"] = to_json(c.kpis, req.tz).encode()
-    return write_archive(out_dir, label_of(c.kpis.week), files, index="html" in req.formats)
+    try:
+        return write_archive(out_dir, label_of(c.kpis.week), files,
+                             index="html" in req.formats)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e

@@ -1,5 +1,6 @@
 """Weekly KPIs: pure functions of pandas frames (no I/O), so a test can state every number.
 
+- :mod:`.checks`: which runs and sample rows the report cannot use, and why;
 - :mod:`.frames`: the frames read from the store's records and rows; the utilization basis and
   its thresholds;
 - :mod:`.gputime`: GPU-time per (run, GPU, week), from minute samples, the store's totals or
@@ -11,6 +12,7 @@ Money (spend, waste, idle) and the thresholds are :mod:`tracker.cost`'s; weeks a
 :mod:`reports.weeks`'.
 """
 
+from reports.kpi.checks import PCT_RANGE, BadSamples, ExcludedRun, Skipped, bad_samples, usable_runs
 from reports.kpi.frames import (
     BASES,
     GT_COLUMNS,
@@ -34,8 +36,9 @@ from reports.kpi.gputime import (
 from reports.kpi.rightsizing import rightsizing
 from reports.kpi.weekly import HEADLINE_FIELDS, Headline, WeekKpis, kpis_of_gpu_time, run_weeks, week_kpis
 
-__all__ = ["BASES", "GT_COLUMNS", "HEADLINE_FIELDS", "SAMPLE_COLUMNS", "TOTALS_COLUMNS", "Headline",
-           "SampleFrameBuilder", "WeekKpis", "combine_gpu_time", "gpu_time",
+__all__ = ["BASES", "GT_COLUMNS", "HEADLINE_FIELDS", "PCT_RANGE", "SAMPLE_COLUMNS", "TOTALS_COLUMNS",
+           "BadSamples", "ExcludedRun", "Headline", "SampleFrameBuilder", "Skipped", "WeekKpis",
+           "bad_samples", "combine_gpu_time", "gpu_time",
            "idle_candidates", "idle_minutes", "kpis_of_gpu_time", "rightsizing", "run_weeks",
            "runs_frame", "sample_columns", "sampled_gpu_time", "samples_frame", "summary_gpu_time",
-           "totals_frame", "totals_gpu_time", "week_kpis"]
+           "totals_frame", "totals_gpu_time", "usable_runs", "week_kpis"]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from reports.kpi.checks import PCT_RANGE
 from tracker.record import MinuteSample, RunRecord
 
 if TYPE_CHECKING:
@@ -54,7 +55,11 @@ def sample_columns(basis: str) -> tuple[str, ...]:
 class SampleFrameBuilder:
     """Collects chunks of raw sample rows (:data:`SAMPLE_COLUMNS`, as
     :meth:`tracker.store.RunStore.scan_samples` hands them) into one frame, keeping ids as
-    categories so that ten million rows fit in a few hundred MB."""
+    categories so that ten million rows fit in a few hundred MB.
+
+    As the store's totals do (:mod:`reports.kpi.checks`): a utilization that is text,
+    non-finite or outside 0–100 becomes unknown (NaN); a row whose minute is no time or whose
+    ``covered_s`` is not a number is left out."""
 
     def __init__(self, columns: Sequence[str] = SAMPLE_COLUMNS) -> None:
         self.columns = tuple(columns)
@@ -63,12 +68,24 @@ class SampleFrameBuilder:
     def __call__(self, chunk: Sequence[tuple[object, ...]]) -> None:
         df = pd.DataFrame.from_records(chunk, columns=list(self.columns))
         for col in ("run_id", "gpu"):
-            df[col] = df[col].astype("category")
-        if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
-            df["minute"] = pd.to_datetime(df["minute"], format="ISO8601", utc=True)
-        else:
-            df["minute"] = pd.to_datetime(df["minute"], utc=True)
-        self._parts.append(df)
+            if col in df:
+                df[col] = df[col].astype("category")
+        keep = pd.Series(True, index=df.index)
+        if "minute" in df:
+            if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
+                df["minute"] = pd.to_datetime(df["minute"], format="ISO8601", utc=True,
+                                              errors="coerce")
+            else:
+                df["minute"] = pd.to_datetime(df["minute"], utc=True, errors="coerce")
+            keep &= df["minute"].notna()  # text that is no time: the row is left out
+        if "covered_s" in df:
+            df["covered_s"] = pd.to_numeric(df["covered_s"], errors="coerce")
+            keep &= df["covered_s"].notna()
+        for col in ("util_pct", "sm_active_pct"):
+            if col in df:  # text, non-finite or out of range: unknown, as the store's totals
+                value = pd.to_numeric(df[col], errors="coerce").astype(float)
+                df[col] = value.where(value.between(*PCT_RANGE))
+        self._parts.append(df if keep.all() else df[keep])
 
     def frame(self) -> pd.DataFrame:
         if not self._parts:
@@ -86,7 +103,7 @@ class SampleFrameBuilder:
 
 # -- GPU time from the store's totals ---------------------------------------------------------
 TOTALS_COLUMNS = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
-                  "first_low", "last_low"]
+                  "first_low", "last_low", "dropped", "bad_values"]
 """The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
 
 

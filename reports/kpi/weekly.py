@@ -11,6 +11,7 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
+from reports.kpi.checks import Skipped
 from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
@@ -59,6 +60,9 @@ class WeekKpis:
     trend: pd.DataFrame
     """One row per week (up to 12, oldest first) of headline figures."""
     rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
+    skipped: Skipped = field(default_factory=Skipped)
+    """Runs and sample rows left out of these figures, with the reason (set by the report
+    builder, which reads the store)."""
 
 
 def _price(runs: pd.DataFrame, prices: PriceTable) -> pd.Series:

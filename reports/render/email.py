@@ -52,6 +52,8 @@ CHART_TITLES = {
 MAX_RUNS = 10
 """Underutilized runs listed in the email (the full report lists them all)."""
 MAX_TEAMS = 8
+MAX_SKIPPED = 5
+"""Runs left out of the figures named in the email (the full report names them all)."""
 MAX_NAME_CHARS = 60
 MAX_ADVICE_CHARS = 200
 CHART_WIDTH_PX, CHART_HEIGHT_PX = 600, 244
@@ -119,7 +121,13 @@ def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
     by_team = next(b for b in ctx["breakdowns"] if b["key"] == "team")
     teams = [{**r, "name": _one_line(r["name"], MAX_NAME_CHARS)}
              for r in by_team["rows"][:MAX_TEAMS]]
-    return {**ctx, "week": week, "dates": _week_dates(k, tz),
+    skipped = ctx["skipped"]
+    named = [{**r, "name": _one_line(r["name"], MAX_NAME_CHARS),
+              "run_id": _one_line(r["run_id"], MAX_NAME_CHARS)}
+             for r in [*skipped["runs"], *skipped["samples"]][:MAX_SKIPPED]]
+    skipped = {"summary": skipped["summary"], "named": named,
+               "more": len(skipped["runs"]) + len(skipped["samples"]) - len(named)}
+    return {**ctx, "week": week, "dates": _week_dates(k, tz), "skipped": skipped,
             "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
             "report_link": report_link(report_url, week) or "",
             "runs": runs, "more_runs": len(k.underutilized) - len(runs),

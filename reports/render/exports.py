@@ -2,22 +2,28 @@
 
 Field names are stable and documented here; the schema id changes when they do.
 
-JSON (``<week>.json``): ``schema`` (``gpu-kpi.week/1``), ``week`` (``2026-W48``),
+JSON (``<week>.json``): ``generator`` (``gpu-kpi``: the archive index reads only files with
+it, or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`` (``2026-W48``),
 ``week_start``/``week_end`` (ISO 8601, the report time zone), ``time_zone``, ``basis``
 (``util`` | ``sm_active``) and ``basis_label``, ``thresholds``, ``headline`` and ``previous``
 (:data:`HEADLINE_FIELDS`), ``change_pct`` (week-over-week, %), ``by_team``, ``by_project``,
 ``by_user``, ``by_gpu_model`` (:data:`GROUP_FIELDS` plus the group's name), ``runs``
 (:data:`RUN_FIELDS`), ``underutilized`` (run ids), ``rightsizing`` and ``trend`` (one headline
-per week, oldest first). Unknown values are ``null``.
+per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``, ``name``,
+``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as unknown,
+per run and reason: ``run_id``, ``name``, ``rows``, ``reason``) and ``bad_sample_rows``, and
+``skipped`` (the one-line summary of both, ``""`` when none). Unknown values are ``null``.
 
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
-``project``, ``user``, ``gpu_model``, ``run`` or ``trend``; ``key`` the group, run id or week.
+``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
+``reason``) or ``bad_samples`` (``name``, ``rows``, ``reason``); ``key`` the group, run id or
+week. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula is
+prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numbers.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -27,10 +33,12 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
+from reports.render.csvsafe import writer as csv_writer
 from reports.weeks import label_of
 from tracker.cost import Thresholds
 
 SCHEMA = "gpu-kpi.week/1"
+GENERATOR = "gpu-kpi"
 GROUPS = ("team", "project", "user", "gpu_model")
 GROUP_FIELDS = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "runs")
 RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_count",
@@ -72,7 +80,9 @@ def _thresholds(t: Thresholds) -> dict[str, Any]:
 def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
     start = k.week.tz_convert(tz)
     end = (start + pd.Timedelta(days=7, hours=12)).normalize()
+    skipped = k.skipped
     return {
+        "generator": GENERATOR,
         "schema": SCHEMA,
         "week": label_of(k.week),
         "week_start": start.isoformat(), "week_end": end.isoformat(),
@@ -89,6 +99,13 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "trend": [{"week": label_of(row["week"]),
                    **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
                   for row in k.trend.to_dict("records")],
+        "excluded": [{"run_id": r.run_id, "name": r.name, "reason": r.reason}
+                     for r in skipped.runs],
+        "excluded_count": len(skipped.runs),
+        "bad_samples": [{"run_id": b.run_id, "name": b.name, "rows": b.rows, "reason": b.reason}
+                        for b in skipped.samples],
+        "bad_sample_rows": skipped.sample_rows,
+        "skipped": skipped.summary(),
     }
 
 
@@ -98,8 +115,8 @@ def to_json(k: WeekKpis, tz: tzinfo) -> str:
 
 def to_csv(k: WeekKpis, tz: tzinfo) -> str:
     d = to_dict(k, tz)
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
+    out = io.StringIO(newline="")
+    w = csv_writer(out)  # formula cells neutralized; a cell with a line break is quoted
     w.writerow(["week", "basis", "section", "key", "metric", "value"])
 
     def rows(section: str, key: str, values: dict[str, Any]) -> None:
@@ -116,4 +133,8 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
         rows("run", row["run_id"], {f: row.get(f) for f in RUN_FIELDS if f != "run_id"})
     for row in d["trend"]:
         rows("trend", row["week"], {f: row.get(f) for f in HEADLINE_FIELDS})
+    for row in d["excluded"]:
+        rows("excluded", row["run_id"], {"name": row["name"], "reason": row["reason"]})
+    for row in d["bad_samples"]:
+        rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
     return out.getvalue()

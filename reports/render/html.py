@@ -188,6 +188,16 @@ def _lede(k: WeekKpis) -> str:
     return text + "."
 
 
+def _skipped(k: WeekKpis) -> dict[str, Any]:
+    """What the figures leave out (:class:`reports.kpi.Skipped`), as display strings."""
+    s = k.skipped
+    return {"summary": s.summary(),
+            "runs": [{"name": text_or_dash(r.name, r.run_id), "run_id": r.run_id,
+                      "reason": r.reason} for r in s.runs],
+            "samples": [{"name": text_or_dash(b.name, b.run_id), "run_id": b.run_id,
+                         "rows": fmt_int(b.rows), "reason": b.reason} for b in s.samples]}
+
+
 def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
                    report_url: str | None, generated_at: datetime | None) -> dict[str, Any]:
     """Everything the report template shows, as display strings."""
@@ -224,6 +234,7 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
                        "min_hours": fmt_hours(t.underutilized_min_gpu_hours),
                        "idle": fmt_pct(t.idle_pct, 0), "idle_window": str(t.idle_window_min)},
         "unpriced": fmt_hours(h.unpriced_gpu_hours) if h.unpriced_gpu_hours > 0 else "",
+        "skipped": _skipped(k),
     }
 
 

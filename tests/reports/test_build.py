@@ -103,8 +103,10 @@ def test_bad_input_writes_nothing(store: str, tmp_path: Path, args: tuple[str, .
 
 def test_an_empty_store_is_an_error(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = gpu_kpi("report", "--week", "2026-W48", "--store", f"sqlite:///{tmp_path}/empty.db",
-                "--out", str(out), "--format", "json")
+    url = f"sqlite:///{tmp_path}/empty.db"
+    RunStore(url).close()  # the tables, no run
+    p = gpu_kpi("report", "--week", "2026-W48", "--store", url, "--out", str(out),
+                "--format", "json")
     assert p.returncode == 2 and "has no runs: nothing to report" in p.stderr
     assert not out.exists()
 

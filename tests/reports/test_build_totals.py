@@ -88,7 +88,8 @@ def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
     expected = kpis.gpu_time(runs, samples, tz=BERLIN, basis=basis, now=NOW)
     assert expected["idle_hours"].sum() > 1.0 and expected["week"].nunique() == 2
 
-    runs_read, sampled = load(store_url, W44, tz=BERLIN, basis=basis, now=NOW)
+    runs_read, sampled, skipped = load(store_url, W44, tz=BERLIN, basis=basis, now=NOW)
+    assert not skipped  # a clean store: nothing left out
     got = kpis.combine_gpu_time(runs_read, sampled, tz=BERLIN, basis=basis, now=NOW)
     pd.testing.assert_frame_equal(ordered(got), ordered(expected), check_exact=False,
                                   rtol=1e-9, atol=1e-9)
@@ -137,7 +138,7 @@ def test_an_empty_fleet_week(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as store:
         store.upsert_run(run_record("old", datetime(2025, 1, 6, tzinfo=UTC), 1))
-    runs, sampled = load(url, W44, tz=BERLIN, now=NOW)
-    assert runs.empty and sampled.empty
+    runs, sampled, skipped = load(url, W44, tz=BERLIN, now=NOW)
+    assert runs.empty and sampled.empty and not skipped
     c = compute(url, Request(week="2026-W44", tz=BERLIN), now=NOW)
     assert c.kpis.headline.gpu_hours == 0.0 and c.gpu_time.empty

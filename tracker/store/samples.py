@@ -1,8 +1,18 @@
-"""Driver-level SQL for reading millions of minute samples, and the per-bucket sums it returns."""
+"""Driver-level SQL for reading millions of minute samples, and the per-bucket sums it returns.
+
+The database is dynamically typed (SQLite keeps ``'abc'`` in a REAL column) and a float column
+can hold ``inf``: the readers here take only **usable** rows, those whose ``covered_s`` is a
+number of seconds in ``[0, 60]`` (:data:`COVERED_S_RANGE`); the rest are left out and counted
+(:attr:`SampleTotals.dropped`). A usable row whose utilization value is not a number in the
+range asked for is kept with the value unknown (:attr:`SampleTotals.bad_values`), like a minute
+the GPU gave no value for. A SQLite ``minute`` that is text but no time is not checked per row
+(it would cost a second pass's time): the minute-by-minute readers leave such a row out.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -11,6 +21,10 @@ from tracker.store.schema import (
     samples_table,
     utc,
 )
+
+COVERED_S_RANGE = (0.0, 60.0)
+"""A sample covers this many seconds of its minute; a row outside it (or text, or non-finite) is
+not a sample the readers use."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,6 +49,12 @@ class SampleTotals:
     """The first minute whose value is under the ``low_under`` asked for; None: none is."""
     last_low: datetime | None
     """The last such minute."""
+    dropped: int = 0
+    """Rows left out, not in the figures above: ``covered_s`` not in :data:`COVERED_S_RANGE`
+    (text, non-finite, out of range). A bucket of only such rows has ``minutes == 0``."""
+    bad_values: int = 0
+    """Rows counted with their value unknown: a value that is not a number in the range asked
+    for (text, non-finite, out of range)."""
 
     def merge(self, other: SampleTotals) -> SampleTotals:
         """The totals of both (of the same run, GPU and bucket) together."""
@@ -43,7 +63,8 @@ class SampleTotals:
         return dataclasses.replace(
             self, minutes=self.minutes + other.minutes, covered_s=self.covered_s + other.covered_s,
             known_s=self.known_s + other.known_s, value_s=self.value_s + other.value_s,
-            first_low=min(firsts, default=None), last_low=max(lasts, default=None))
+            first_low=min(firsts, default=None), last_low=max(lasts, default=None),
+            dropped=self.dropped + other.dropped, bad_values=self.bad_values + other.bad_values)
 
 
 def check_sample_columns(columns: Sequence[str]) -> None:
@@ -80,12 +101,25 @@ class SampleSQL:
                 self.params.append(value)
         self.where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
 
+    @property
+    def usable(self) -> str:
+        """SQL true for a row the readers use (see the module docstring). ``x BETWEEN a AND b``
+        is false for text on SQLite (numbers sort before text), for NULL, for ±inf and for
+        PostgreSQL's NaN (which sorts above every number)."""
+        lo, hi = (_literal(v) for v in COVERED_S_RANGE)
+        return f"(covered_s BETWEEN {lo} AND {hi})"
+
     def minute(self, raw: Any) -> datetime | None:
-        """A minute as the driver returns it (naive UTC text on SQLite), as an aware datetime."""
+        """A minute as the driver returns it (naive UTC text on SQLite), as an aware datetime;
+        None for text that is no time (checking every row's text in SQL would cost the scan
+        twice: such a row is left out where minutes are read one by one)."""
         if raw is None:
             return None
         if isinstance(raw, str):
-            return datetime.fromisoformat(raw).replace(tzinfo=UTC)
+            try:
+                return datetime.fromisoformat(raw).replace(tzinfo=UTC)
+            except ValueError:
+                return None
         return utc(raw)
 
     def time_value(self, value: datetime) -> Any:
@@ -93,6 +127,23 @@ class SampleSQL:
         :class:`UTCDateTime` stores) on SQLite."""
         value = utc(value)
         return value.replace(tzinfo=None).isoformat(" ", "microseconds") if self.sqlite else value
+
+
+def _literal(value: float) -> str:
+    """A finite float as SQL text (our own constants and bounds, never user input)."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"not a finite bound: {value!r}")
+    return repr(number)
+
+
+def checked_value(column: str, value_range: tuple[float, float] | None) -> str:
+    """SQL for ``column`` (a checked name) where it is a number in ``value_range``, else NULL
+    (unknown); the column itself when ``value_range`` is None."""
+    if value_range is None:
+        return column
+    lo, hi = (_literal(v) for v in value_range)
+    return f"(CASE WHEN {column} BETWEEN {lo} AND {hi} THEN {column} END)"
 
 
 def bucket_case(selection: SampleSQL, edges: Sequence[datetime],

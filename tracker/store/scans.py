@@ -1,22 +1,35 @@
 """The reports' reads of the samples table at fleet scale: millions of minute rows scanned in
-raw chunks, summed per run, GPU and week in the database, and read around idle stretches. The
-tracker never calls these; :class:`tracker.store.RunStore` carries them for the report."""
+raw chunks, summed per run, GPU and week in the database, and read around idle stretches; and
+the runs read so that one unreadable row does not stop the report. The tracker never calls
+these; :class:`tracker.store.RunStore` carries them for the report.
+
+Only usable sample rows are read (:mod:`.samples`): a row whose ``covered_s`` is text,
+non-finite or not in ``[0, 60]`` is left out, and :meth:`SampleScans.sample_totals` counts it."""
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from tracker.store.samples import SampleSQL, SampleTotals, bucket_case, check_sample_columns
-from tracker.store.schema import samples_table, utc
+from tracker.record import RunRecord
+from tracker.store.samples import (
+    SampleSQL,
+    SampleTotals,
+    bucket_case,
+    check_sample_columns,
+    checked_value,
+)
+from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
 
 T = TypeVar("T")
 
@@ -24,6 +37,28 @@ T = TypeVar("T")
 _MAX_SAMPLE_READERS = 4
 
 _ROWS_PER_READER = 500_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnreadableRun:
+    """A row of ``runs`` that :meth:`SampleScans.read_runs` could not make a record of."""
+
+    run_id: str
+    name: str
+    reason: str
+
+
+def _stored_time(raw: Any) -> datetime | None:
+    """A stored time as the driver returns it (SQLite: naive UTC text) as an aware UTC datetime;
+    ValueError when it is not a time."""
+    if raw is None:
+        return None
+    if isinstance(raw, datetime):
+        return utc(raw)
+    if not isinstance(raw, str):
+        raise ValueError(f"not a time: {raw!r}")
+    value = datetime.fromisoformat(raw)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class SampleScans:
@@ -51,7 +86,8 @@ class SampleScans:
         check_sample_columns(columns)
         sqlite = self._engine.dialect.name == "sqlite"
         selection = SampleSQL(sqlite, since, until)
-        sql = f"SELECT {', '.join(columns)} FROM {selection.table}{selection.where}"  # checked
+        where = f"{selection.where} {'AND' if selection.where else 'WHERE'} {selection.usable}"
+        sql = f"SELECT {', '.join(columns)} FROM {selection.table}{where}"  # names checked
 
         def work(conn: Connection) -> None:
             raw = conn.connection.dbapi_connection
@@ -76,14 +112,18 @@ class SampleScans:
         bucket_edges: Sequence[datetime] = (),
         since: datetime | None = None,
         until: datetime | None = None,
+        value_range: tuple[float, float] | None = None,
     ) -> list[SampleTotals]:
         """The minute samples in ``[since, until)`` summed in the database per run, GPU and
         time bucket, so that a week of a fleet (millions of rows) comes back as thousands.
 
         ``value`` is a utilization column (``util_pct`` or ``sm_active_pct``); ``low_under``
-        finds the first and the last minute whose value is under it. ``bucket_edges``
-        (ascending) cut time into buckets: a minute's bucket is the number of edges at or
-        before it. Rows come in no order."""
+        finds the first and the last minute whose value is under it. ``value_range``: a value
+        outside it (or text, or non-finite) counts as unknown, in ``bad_values``; None takes
+        the values as they are. ``bucket_edges`` (ascending) cut time into buckets: a minute's
+        bucket is the number of edges at or before it. Unusable rows are left out and counted
+        in ``dropped``; a bucket of only such rows comes back with ``minutes == 0``. Rows come
+        in no order."""
         check_sample_columns([value])
         sqlite = self._engine.dialect.name == "sqlite"
         span = self._minute_span(since, until)
@@ -97,18 +137,26 @@ class SampleScans:
         def read(rowids: tuple[int | None, int | None]) -> list[SampleTotals]:
             selection = SampleSQL(sqlite, since, until, rowids=rowids)
             bucket, bucket_params = bucket_case(selection, inner, first=below)
-            low = f"CASE WHEN {value} < {selection.mark} THEN minute END"
-            sql = (f"SELECT run_id, gpu, {bucket} AS bucket, COUNT(*), SUM(covered_s), "  # checked
-                   f"SUM(CASE WHEN {value} IS NOT NULL THEN covered_s ELSE 0 END), "
-                   f"COALESCE(SUM({value} * covered_s), 0), MIN({low}), MAX({low}) "
-                   f"FROM {selection.table}{selection.where} GROUP BY run_id, gpu, bucket")
+            # c: covered_s of a usable row, else NULL; v: the value where usable, else NULL.
+            # A subquery the planner flattens: each costs one CASE per row, not a second scan.
+            rows = (f"SELECT run_id, gpu, minute, {value} AS raw, "  # names checked
+                    f"CASE WHEN {selection.usable} THEN covered_s END AS c, "
+                    f"{checked_value(value, value_range)} AS v "
+                    f"FROM {selection.table}{selection.where}")
+            low = f"CASE WHEN c IS NOT NULL AND v < {selection.mark} THEN minute END"
+            sql = (f"SELECT run_id, gpu, {bucket} AS bucket, COUNT(c), COALESCE(SUM(c), 0), "
+                   f"COALESCE(SUM(CASE WHEN v IS NOT NULL THEN c END), 0), "
+                   f"COALESCE(SUM(v * c), 0), MIN({low}), MAX({low}), COUNT(*) - COUNT(c), "
+                   f"COUNT(CASE WHEN c IS NOT NULL AND raw IS NOT NULL AND v IS NULL THEN 1 END) "
+                   f"FROM ({rows}) AS usable GROUP BY run_id, gpu, bucket")
             params = (*bucket_params, low_under, low_under, *selection.params)
 
             def work(conn: Connection) -> list[SampleTotals]:
                 return [SampleTotals(run_id=r[0], gpu=r[1], bucket=int(r[2]), minutes=int(r[3]),
                                      covered_s=float(r[4]), known_s=float(r[5]),
                                      value_s=float(r[6]), first_low=selection.minute(r[7]),
-                                     last_low=selection.minute(r[8]))
+                                     last_low=selection.minute(r[8]), dropped=int(r[9]),
+                                     bad_values=int(r[10]))
                         for r in conn.exec_driver_sql(sql, params)]
 
             return self._transaction(work, write=False)
@@ -139,7 +187,8 @@ class SampleScans:
         sqlite = self._engine.dialect.name == "sqlite"
         q = SampleSQL(sqlite)
         mark, names = q.mark, ", ".join(columns)  # names checked above
-        one_gpu = f"SELECT {names} FROM samples WHERE run_id = {mark} AND gpu = {mark}"
+        one_gpu = (f"SELECT {names} FROM samples WHERE run_id = {mark} AND gpu = {mark} "
+                   f"AND {q.usable}")
         from_since = f" AND minute >= {mark}" if since is not None else ""
         to_until = f" AND minute < {mark}" if until is not None else ""
         sql = (f"{one_gpu} AND minute >= {mark} AND minute <= {mark} "
@@ -170,6 +219,47 @@ class SampleScans:
                 consume(rows)
 
         self._transaction(work, write=False)
+
+    def has_runs(self) -> bool:
+        """Whether the store holds any run (reads one id, converts no row)."""
+        stmt = sa.select(runs_table.c.id).limit(1)
+        return self._transaction(lambda conn: conn.execute(stmt).first(), write=False) is not None
+
+    def read_runs(
+        self, *, since: datetime | None = None, until: datetime | None = None,
+    ) -> tuple[list[RunRecord], list[UnreadableRun]]:
+        """The runs :meth:`RunStore.list_runs` gives for ``[since, until)``, read row by row
+        so that one that cannot be read (a time that is no time, tags or links that are not
+        JSON) is left out and named rather than failing the read. The values are as stored:
+        a text value in a number column comes back as text (the report checks them)."""
+        c = runs_table.c
+        times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
+        # the times as the driver returns them (SQLite: text), converted here one row at a time
+        stmt = sa.select(*[sa.type_coerce(col, sa.String).label(col.name) if col in times
+                           else col for col in runs_table.c]).order_by(c.started_at, c.id)
+        if until is not None:
+            stmt = stmt.where(c.started_at < utc(until))
+        if since is not None:
+            stmt = stmt.where(sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
+        rows = self._transaction(lambda conn: conn.execute(stmt).mappings().all(), write=False)
+        runs: list[RunRecord] = []
+        unreadable: list[UnreadableRun] = []
+        for row in rows:
+            values = dict(row)
+            column = ""
+            try:
+                for col in times:
+                    column = col.name
+                    values[column] = _stored_time(values[column])
+                for column in ("tags", "links"):
+                    json.loads(values[column])
+                column = ""
+                runs.append(row_to_run(values))  # type: ignore[arg-type]
+            except (ValueError, TypeError, KeyError) as e:
+                reason = f"unreadable {column}" if column else f"unreadable row ({type(e).__name__})"
+                unreadable.append(UnreadableRun(run_id=str(values.get("id")),
+                                                name=str(values.get("name")), reason=reason))
+        return runs, unreadable
 
     def _minute_span(self, since: datetime | None,
                      until: datetime | None) -> tuple[datetime, datetime] | None:

@@ -201,7 +201,8 @@ def test_text_part_has_the_hand_computed_headline_with_change(small: tuple) -> N
     assert row("Recoverable waste") == ["$13.59", "▲", "22.4%", "$11.10"]
     assert row("Idle") == ["$0.00", "n/a", "$0.00"]
     assert row("Runs") == ["2", "▲", "100.0%", "1"]
-    assert "GPU efficiency — 2026-W48" in text and "23–29 Nov 2026" in text
+    assert lines[:2] == ["GPU efficiency — 2026-W48",
+                         "23–29 Nov 2026 · utilization basis: NVML utilization"]
     assert "28.6% of the GPU-hours were in 1 underutilized run (4.0 GPU-h, $13.59" in text
     # the underutilized run: name, team, waste, verdict
     i = lines.index(f"1. {EVIL_RUN}")

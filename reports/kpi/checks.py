@@ -1,0 +1,170 @@
+"""What the report leaves out, and why: runs whose figures cannot be used, and sample rows that
+cannot. One bad run or row never stops the weekly report; it is skipped, counted and named.
+
+A **run** is excluded (all of it: its summary and its samples) when a figure of its record is
+not a number (SQLite is dynamically typed: ``util_pct = 'abc'`` is stored as text), is not
+finite (``inf``, or PostgreSQL's ``NaN``), or lies outside what the figure can be
+(:data:`NOT_NEGATIVE`, :data:`PERCENT`); or when the store could not read its row at all.
+A **sample row** is not a run's whole story: a row whose ``covered_s`` is unusable is left out
+(its GPU-time with it), and a row whose utilization is unusable counts with utilization unknown,
+as when the GPU gave none (:mod:`tracker.store.samples`). A run whose sample rows in the window
+are all unusable is reported from its summary, like a run without samples.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tracker.record import RunRecord
+
+NUMBERS = ("price_per_gpu_hour", "gpu_hours", "util_pct", "sm_active_pct", "gpu_count", "nodes",
+           "mem_peak_gib", "mem_total_gib", "energy_kwh", "steps", "samples", "tokens",
+           "samples_per_s", "tokens_per_s", "mfu", "data_wait_pct", "cost_usd", "waste_usd",
+           "idle_usd")
+"""The number fields of a run record: each is a finite number or unknown (None)."""
+NOT_NEGATIVE = ("price_per_gpu_hour", "gpu_hours", "gpu_count", "mem_peak_gib", "mem_total_gib",
+                "samples", "tokens", "idle_usd")
+"""Figures the KPIs read that cannot be negative."""
+PERCENT = ("util_pct", "sm_active_pct")
+"""Utilization figures: 0–100."""
+PCT_RANGE = (0.0, 100.0)
+"""A utilization value (a run's or a minute's) outside this range is not a utilization."""
+
+MAX_NAMED = 20
+"""Runs named one by one in the email and the log line; the report, JSON and CSV name all."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExcludedRun:
+    run_id: str
+    name: str
+    reason: str
+    """``non-finite price_per_gpu_hour``, ``text in util_pct``, ``negative gpu_hours``,
+    ``util_pct out of 0–100``, ``unreadable started_at``…"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BadSamples:
+    """Sample rows of one run the report could not use as they are."""
+
+    run_id: str
+    name: str
+    rows: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Skipped:
+    """Everything one report left out or read as unknown."""
+
+    runs: tuple[ExcludedRun, ...] = ()
+    samples: tuple[BadSamples, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.runs or self.samples)
+
+    @property
+    def sample_rows(self) -> int:
+        return sum(b.rows for b in self.samples)
+
+    def summary(self) -> str:
+        """One sentence: ``2 runs excluded: non-finite price_per_gpu_hour (1), text in util_pct
+        (1); 3 sample rows of 1 run not used as they are``; empty when nothing was skipped."""
+        parts = []
+        if self.runs:
+            reasons = Counter(r.reason for r in self.runs)
+            parts.append(f"{_count(len(self.runs), 'run')} excluded: "
+                         + ", ".join(f"{reason} ({n})" for reason, n in sorted(reasons.items())))
+        if self.samples:
+            runs = len({b.run_id for b in self.samples})
+            parts.append(f"{_count(self.sample_rows, 'sample row')} of {_count(runs, 'run')} "
+                         "left out or read as unknown")
+        return "; ".join(parts)
+
+    def log_line(self) -> str:
+        """The summary and each run by name, id and reason, on one line (user strings with
+        line breaks cannot split it)."""
+        named = [f"{r.name} ({r.run_id}): {r.reason}" for r in self.runs]
+        named += [f"{b.name} ({b.run_id}): {_count(b.rows, 'sample row')}, {b.reason}"
+                  for b in self.samples]
+        more = len(named) - MAX_NAMED
+        text = f"{self.summary()} — {'; '.join(named[:MAX_NAMED])}"
+        return one_line(text + (f"; and {more} more" if more > 0 else ""))
+
+
+def one_line(value: object) -> str:
+    return _CONTROL.sub(" ", str(value)).strip()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _problem(field: str, value: object) -> str | None:
+    """Why ``value`` cannot be the run's ``field``, or None when it can."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return f"text in {field}"
+    if not isinstance(value, numbers.Real):
+        return f"unreadable {field}"
+    number = float(value)
+    if not math.isfinite(number):
+        return f"non-finite {field}"
+    if field in NOT_NEGATIVE and number < 0:
+        return f"negative {field}"
+    if field in PERCENT and not PCT_RANGE[0] <= number <= PCT_RANGE[1]:
+        return f"{field} out of 0–100"
+    return None
+
+
+def run_problem(run: RunRecord) -> str | None:
+    """Why the report cannot use ``run`` (the first figure that is wrong), or None."""
+    for field in NUMBERS:
+        problem = _problem(field, getattr(run, field))
+        if problem:
+            return problem
+    return None
+
+
+def usable_runs(runs: Iterable[RunRecord]) -> tuple[list[RunRecord], list[ExcludedRun]]:
+    """The runs the report can use, and the others with the reason."""
+    good, excluded = [], []
+    for run in runs:
+        problem = run_problem(run)
+        if problem is None:
+            good.append(run)
+        else:
+            excluded.append(ExcludedRun(run_id=str(run.id), name=str(run.name), reason=problem))
+    return good, excluded
+
+
+def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *,
+                value: str) -> list[BadSamples]:
+    """Per run of ``names`` (id → name), the sample rows the store's totals
+    (:data:`reports.kpi.TOTALS_COLUMNS`) say were left out or read with ``value`` unknown."""
+    if totals.empty:
+        return []
+    per = (totals.astype({"run_id": object})
+           .groupby("run_id")[["dropped", "bad_values"]].sum())
+    out = []
+    for run_id, row in per.iterrows():
+        if run_id not in names:
+            continue
+        if row["dropped"] > 0:
+            out.append(BadSamples(run_id=str(run_id), name=names[run_id], rows=int(row["dropped"]),
+                                  reason="unusable covered_s: left out"))
+        if row["bad_values"] > 0:
+            out.append(BadSamples(run_id=str(run_id), name=names[run_id],
+                                  rows=int(row["bad_values"]),
+                                  reason=f"unusable {value}: read as unknown"))
+    return out

@@ -1,0 +1,210 @@
+"""One bad run or sample row does not stop the weekly report: it is left out, counted and named
+in the HTML, the email, the JSON, the CSV and one warning line; the figures are those of the
+good data, computed by hand. The bad rows are written with raw SQL into real stores (SQLite is
+dynamically typed: a REAL column keeps ``'abc'``; both databases keep ``inf``)."""
+
+from __future__ import annotations
+
+import csv
+import email
+import email.policy
+import io
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fakes import run_record
+
+from reports.build import Request, build, compute
+from tracker.record import MinuteSample
+from tracker.store import RunStore
+
+W48 = datetime(2026, 11, 23, tzinfo=UTC)
+NOW = W48 + timedelta(days=8)
+PRICE = 3.85
+
+
+def sql(url: str, statement: str, **params: Any) -> None:
+    with RunStore(url) as store, store.engine.begin() as conn:
+        conn.execute(sa.text(statement), params)
+
+
+def fill(url: str) -> None:
+    """Two good runs and a bad one, all in W48 on H100 at $3.85."""
+    with RunStore(url) as s:
+        s.upsert_run(run_record("a", W48 + timedelta(days=1), 2, util=90.0, name="good-a"))
+        s.upsert_run(run_record("b", W48 + timedelta(days=2), 1, gpus=2, util=40.0,
+                                name="good-b"))
+        s.upsert_run(run_record("bad", W48 + timedelta(days=3), 3, util=50.0,
+                                name="<b>bad-run</b>"))
+
+
+def report(url: str, out: Path) -> dict[str, Any]:
+    build(url, Request(week="2026-W48", tz=UTC, formats=("html", "email", "json", "csv")), out,
+          now=NOW)
+    return dict(json.loads((out / "2026-W48.json").read_text()))
+
+
+def text_part(out: Path, kind: str = "plain") -> str:
+    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(),
+                                   policy=email.policy.default)
+    body = msg.get_body((kind,))  # type: ignore[attr-defined]
+    assert body is not None
+    return str(body.get_content())
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == "gpu_kpi" and r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize(("statement", "reason"), [
+    ("UPDATE runs SET price_per_gpu_hour = 9e999 WHERE id = 'bad'",
+     "non-finite price_per_gpu_hour"),
+    ("UPDATE runs SET cost_usd = -9e999 WHERE id = 'bad'", "non-finite cost_usd"),
+    ("UPDATE runs SET util_pct = 'abc' WHERE id = 'bad'", "text in util_pct"),
+    ("UPDATE runs SET gpu_hours = 'three' WHERE id = 'bad'", "text in gpu_hours"),
+    ("UPDATE runs SET gpu_hours = -3 WHERE id = 'bad'", "negative gpu_hours"),
+    ("UPDATE runs SET util_pct = 250 WHERE id = 'bad'", "util_pct out of 0–100"),
+    ("UPDATE runs SET util_pct = -1 WHERE id = 'bad'", "util_pct out of 0–100"),
+    ("UPDATE runs SET started_at = '2026-11-26 garbage' WHERE id = 'bad'",
+     "unreadable started_at"),
+    ("UPDATE runs SET tags = '{' WHERE id = 'bad'", "unreadable tags"),
+])
+def test_a_bad_run_is_left_out_counted_and_named_everywhere(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, statement: str, reason: str) -> None:
+    """Good runs only: a 2 h at 90% and b 2 GPU-h at 40%, at $3.85.
+    GPU-hours 4; spend 4 × 3.85 = $15.40; utilization (2 × 90 + 2 × 40) / 4 = 65%;
+    waste: a is over the 85% target, b 7.70 × (1 − 40/85) = $4.08."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    fill(url)
+    sql(url, statement)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        d = report(url, out)
+
+    h = d["headline"]
+    assert h["gpu_hours"] == pytest.approx(4.0)
+    assert h["spend_usd"] == pytest.approx(4 * PRICE)
+    assert h["utilization_pct"] == pytest.approx(65.0)
+    assert h["waste_usd"] == pytest.approx(2 * PRICE * (1 - 40 / 85))
+    assert h["runs"] == 2
+    assert {r["run_id"] for r in d["runs"]} == {"a", "b"}
+    assert d["excluded"] == [{"run_id": "bad", "name": "<b>bad-run</b>", "reason": reason}]
+    assert d["excluded_count"] == 1 and d["bad_samples"] == [] and d["bad_sample_rows"] == 0
+    summary = f"1 run excluded: {reason} (1)"
+    assert d["skipped"] == summary
+
+    page = (out / "2026-W48.html").read_text()
+    assert f"Left out of these figures: {summary}." in page
+    assert "&lt;b&gt;bad-run&lt;/b&gt;" in page and "<b>bad-run" not in page  # escaped
+    text = text_part(out)
+    assert f"Left out of these figures: {summary}." in " ".join(text.split())
+    assert f"- <b>bad-run</b> (bad): {reason}" in text
+    html_part = text_part(out, "html")
+    assert f"Left out of these figures: {summary}." in html_part
+    assert f"&lt;b&gt;bad-run&lt;/b&gt; (bad): {reason}" in html_part
+    rows = list(csv.reader(io.StringIO((out / "2026-W48.csv").read_text())))
+    assert ["2026-W48", "util", "excluded", "bad", "reason", reason] in rows
+    (line,) = warnings(caplog)
+    assert summary in line and f"<b>bad-run</b> (bad): {reason}" in line and "\n" not in line
+
+
+def test_inf_on_either_database(store_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Bound as floats, ``inf`` and ``-inf`` are stored by SQLite and PostgreSQL alike."""
+    fill(store_url)
+    with RunStore(store_url) as s:
+        s.upsert_run(run_record("bad2", W48 + timedelta(days=4), 1, util=10.0, name="bad-two"))
+    sql(store_url, "UPDATE runs SET price_per_gpu_hour = :v WHERE id = 'bad'", v=float("inf"))
+    sql(store_url, "UPDATE runs SET gpu_hours = :v WHERE id = 'bad2'", v=float("-inf"))
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        c = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
+    assert c.kpis.headline.spend_usd == pytest.approx(4 * PRICE)
+    assert sorted((r.run_id, r.reason) for r in c.kpis.skipped.runs) == [
+        ("bad", "non-finite price_per_gpu_hour"), ("bad2", "non-finite gpu_hours")]
+    assert c.kpis.skipped.summary() == (
+        "2 runs excluded: non-finite gpu_hours (1), non-finite price_per_gpu_hour (1)")
+    assert len(warnings(caplog)) == 1
+
+
+def sampled_run(url: str) -> None:
+    """Run s: one GPU for 60 minutes, 2% for minutes 0–39 (idle), 60% for 40–59."""
+    with RunStore(url) as s:
+        s.upsert_run(run_record("s", W48 + timedelta(days=1), 1, util=50.0, name="sampled"))
+        s.upsert_samples([MinuteSample(run_id="s", minute=W48 + timedelta(days=1, minutes=i),
+                                       gpu="GPU-a", covered_s=60.0,
+                                       util_pct=2.0 if i < 40 else 60.0) for i in range(60)])
+
+
+def corrupt(url: str, minute: int, column: str, value: object) -> None:
+    at = W48 + timedelta(days=1, minutes=minute)
+    # SQLite keeps the minute as the text SQLAlchemy writes; PostgreSQL as timestamptz
+    stored = f"{at:%Y-%m-%d %H:%M:%S.%f}" if url.startswith("sqlite") else at
+    sql(url, f"UPDATE samples SET {column} = :v WHERE minute = :m", v=value, m=stored)
+
+
+def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
+        store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Minute 5's utilization is text (SQLite) or NaN (PostgreSQL), minute 51's is inf: both
+    count with utilization unknown. Minute 50's covered_s is text or inf: left out.
+    GPU-hours: 59 minutes = 59/60 h, $3.85 × 59/60. Known: 57 minutes; used = 39 × 2% +
+    18 × 60% = 11.58 minute-fractions, utilization 11.58 / 57 = 20.32%. Idle: minute 5 breaks
+    the idle stretch, so minutes 0–4 have no 30-minute window; minutes 6–39 (34) do:
+    $3.85 × 34/60."""
+    sampled_run(store_url)
+    sqlite = store_url.startswith("sqlite")
+    corrupt(store_url, 5, "util_pct", "abc" if sqlite else float("nan"))
+    corrupt(store_url, 51, "util_pct", float("inf"))
+    corrupt(store_url, 50, "covered_s", "x" if sqlite else float("inf"))
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        d = report(store_url, out)
+
+    h = d["headline"]
+    assert h["gpu_hours"] == pytest.approx(59 / 60)
+    assert h["known_gpu_hours"] == pytest.approx(57 / 60)
+    assert h["utilization_pct"] == pytest.approx(100 * 11.58 / 57)
+    assert h["spend_usd"] == pytest.approx(PRICE * 59 / 60)
+    assert h["idle_usd"] == pytest.approx(PRICE * 34 / 60)
+    assert h["waste_usd"] == pytest.approx(PRICE * 59 / 60 * (1 - 11.58 / 57 / 0.85))
+    assert d["excluded"] == [] and d["bad_sample_rows"] == 3
+    assert d["bad_samples"] == [
+        {"run_id": "s", "name": "sampled", "rows": 1, "reason": "unusable covered_s: left out"},
+        {"run_id": "s", "name": "sampled", "rows": 2,
+         "reason": "unusable util_pct: read as unknown"}]
+    summary = "3 sample rows of 1 run left out or read as unknown"
+    assert d["skipped"] == summary
+    assert f"Left out of these figures: {summary}." in (out / "2026-W48.html").read_text()
+    assert "- sampled (s): 2 sample rows, unusable util_pct: read as unknown" in text_part(out)
+    (line,) = warnings(caplog)
+    assert "sampled (s): 1 sample row, unusable covered_s: left out" in line
+
+
+def test_a_run_whose_samples_are_all_unusable_counts_from_its_summary(tmp_path: Path) -> None:
+    """Every covered_s of run s is text: its 60 rows are left out, and the run is reported
+    from its summary (1 GPU-h at 50%), like a run without samples."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    sampled_run(url)
+    sql(url, "UPDATE samples SET covered_s = 'x'")
+    c = compute(url, Request(week="2026-W48", tz=UTC), now=NOW)
+    assert c.kpis.headline.gpu_hours == pytest.approx(1.0)
+    assert c.kpis.headline.utilization_pct == pytest.approx(50.0)
+    assert [(b.rows, b.reason) for b in c.kpis.skipped.samples] == [
+        (60, "unusable covered_s: left out")]
+
+
+def test_a_clean_store_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    fill(url)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        d = report(url, out)
+    assert d["excluded"] == [] and d["excluded_count"] == 0 and d["skipped"] == ""
+    assert d["headline"]["runs"] == 3
+    assert "Left out" not in (out / "2026-W48.html").read_text()
+    assert "Left out" not in text_part(out)
+    assert warnings(caplog) == []
