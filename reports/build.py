@@ -83,8 +83,10 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
     return start
 
 
-def compute(store_url: str | None, req: Request, *, now: datetime) -> Computed:
-    """The KPIs of the requested week from the store (nothing written)."""
+def compute(store_url: str | None, req: Request, *, now: datetime,
+            warn: bool = True) -> Computed:
+    """The KPIs of the requested week from the store (nothing written). ``warn``: log what was
+    skipped (the metrics refresh, every few minutes, leaves that to the weekly job)."""
     from tracker.prices import PriceTable
 
     start = resolve_week(req.week, req.tz, now)
@@ -93,7 +95,7 @@ def compute(store_url: str | None, req: Request, *, now: datetime) -> Computed:
     gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
     k = kpis.kpis_of_gpu_time(runs, gt, start, tz=req.tz, basis=req.basis,
                               thresholds=req.thresholds, prices=PriceTable(req.prices))
-    if skipped:
+    if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt,
                     now=now)

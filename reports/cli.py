@@ -134,11 +134,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([_record_json(r) for r in runs], indent=2))
     elif args.format == "csv":
+        from reports.render.csvsafe import safe_cell
+
         rows = [_record_json(r) for r in runs]
+        # the default dialect ends lines with CRLF, so a cell holding a CR is quoted
         writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["id"])
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: json.dumps(v) if isinstance(v, list | dict) else v
+            writer.writerow({k: safe_cell(json.dumps(v) if isinstance(v, list | dict) else v)
                              for k, v in row.items()})
     else:
         print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
@@ -180,15 +183,18 @@ def cmd_prices(args: argparse.Namespace) -> int:
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
+    """Each store's spooled records to that store; ``--store`` (or the configured store) also
+    takes the records spooled before spools were kept per store."""
+    from tracker.store import RunStore
     from tracker.store.spool import Spool
 
-    spool = Spool()
-    pending = spool.pending()
-    with _open_store(_settings(args).store) as store:
-        sent = spool.flush(store)
-    print(f"sent {sent} spooled record(s) to {store.url}; {spool.pending()} left "
-          f"(of {pending})")
-    return 0 if spool.pending() == 0 else 1
+    results = Spool().flush_all(RunStore, default_url=_settings(args).store)
+    if not results:
+        print("nothing spooled")
+    for r in results:
+        print(printable(f"sent {r.sent} spooled record(s) to {r.url}; {r.left} left"
+                        + (f" ({r.error})" if r.error else "")))
+    return 1 if any(r.left for r in results) else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

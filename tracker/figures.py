@@ -90,8 +90,8 @@ def window_metrics(steps: StepCounter, fig: Mapping[str, float | None], *,
 
 def run_figures(*, duration_s: float, gpu_count: int, stats: Sequence[GpuStats],
                 idle_gpu_s: float, usd_per_gpu_hour: float | None, thresholds: Thresholds,
-                total: StepCounter, steps: int, samples: int,
-                tokens: int) -> dict[str, float | None]:
+                total: StepCounter, steps: int, samples: float,
+                tokens: float) -> dict[str, float | None]:
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
     ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``total``
     the measured (post-warm-up) steps, ``steps``/``samples``/``tokens`` every step's counts."""

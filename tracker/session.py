@@ -303,7 +303,7 @@ class Session:
             idle_gpu_s=sum(sampler.idle_seconds().values()) if sampler is not None else 0.0,
             usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
             thresholds=self.settings.thresholds, total=self.counts.total, steps=self.steps,
-            samples=self.counts.samples, tokens=self.counts.tokens)  # type: ignore[arg-type]
+            samples=self.counts.samples, tokens=self.counts.tokens)
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every

@@ -347,6 +347,8 @@ class Service:
         gt = c.gpu_time[c.gpu_time["run_id"].isin(runs["id"])]
         tk = kpis_of_gpu_time(runs, gt, c.kpis.week, tz=s.tz, basis=s.basis,
                               thresholds=s.thresholds(), prices=PriceTable(s.tracker.prices))
+        # what the week's report left out is said in every email of that week
+        tk = replace(tk, skipped=c.kpis.skipped)
         return tk if tk.headline.gpu_hours > 0 else None
 
     # -- one report now (``gpu-kpi send``) ------------------------------------------------------

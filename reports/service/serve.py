@@ -82,9 +82,9 @@ class MetricsRefresher:
         service = Service(s)
         try:
             latest = compute(s.tracker.store, service.request(label_of(service.latest_week(now))),
-                             now=now)
+                             now=now, warn=False)
             current = compute(s.tracker.store, service.request(week_label(*week_of(now, s.tz))),
-                              now=now)
+                              now=now, warn=False)
             self._exporter.update(latest.kpis, week_to_date=current.kpis)
             with RunStore(s.tracker.store) as store:
                 self._exporter.set_email_counts(DeliveryLog(store).counts())

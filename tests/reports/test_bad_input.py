@@ -302,3 +302,19 @@ def test_send_dry_run_out_that_is_a_file(capsys: pytest.CaptureFixture[str], tmp
                              "--dry-run", "--out", str(target), "--store", store_url),
                     f"--out {target}: exists and is not a folder")
     assert target.read_text() == "mine"
+
+
+def test_runs_csv_neutralizes_formulas(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import csv
+    import io
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("r1", MONDAY, 1.0, name='=HYPERLINK("http://evil","x")',
+                                team="+cmd|' /C calc'!A0", project="@SUM(A1)"))
+    code, out, _ = run_cli(capsys, "runs", "--store", url, "--format", "csv")
+    assert code == 0
+    (row,) = list(csv.DictReader(io.StringIO(out)))
+    assert row["name"] == "'=HYPERLINK(\"http://evil\",\"x\")"
+    assert row["team"] == "'+cmd|' /C calc'!A0" and row["project"] == "'@SUM(A1)"
+    assert row["gpu_hours"] == "1.0" and row["util_pct"] == "50.0"  # numbers stay numbers

@@ -110,6 +110,10 @@ def test_unreachable_store_spools_and_sync_to_another_store_leaves_it(
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
                        text=True, timeout=60, check=False)
     assert p.returncode == 1, p.stderr
+    # one line per store: A could not be reached and keeps its 7 ops; its password never shows
+    (line,) = p.stdout.splitlines()
+    assert line.startswith("sent 0 spooled record(s) to postgresql+psycopg://kpi@127.0.0.1:1/runs; "
+                           "7 left (") and "hunter2" not in p.stdout + p.stderr
     with RunStore(url) as store:
         assert store.get_run(run.id) is None
         assert spool_a.pending() == 7

@@ -44,7 +44,11 @@ class StoreWriter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = store if callable(store) else functools.partial(_open_store, store)
-        self._spool = spool if spool is not None else Spool()
+        if spool is None:
+            # a URL's (or the default store's) records are that store's; a factory's are kept
+            # without a store, for whichever store a flush opens
+            spool = Spool() if callable(store) else Spool.for_store(store)
+        self._spool = spool
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._store: RunSink | None = None
