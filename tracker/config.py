@@ -107,6 +107,14 @@ def number(low: float, high: float | None = None) -> Parser:
     return parse
 
 
+def cadence(value: object) -> float:
+    """Seconds between live logs, >= 0; ``inf``: never on a timer (the framework callbacks log at
+    the trainer's own steps and pass it)."""
+    if isinstance(value, float) and value == math.inf:
+        return value
+    return float(number(0)(value))
+
+
 def whole(low: int, high: int | None = None) -> Parser:
     as_number = number(low, high)
 
@@ -206,7 +214,7 @@ def _pct(low: float = 0.0) -> Parser:
 TRACKER_SECTIONS: Sections = {
     "": {"store": Key(text, "STORE"), "gpu": Key(text, "GPU")},
     "tracker": {"interval_s": Key(number(0.01), "INTERVAL_S"),
-                "log_every_s": Key(number(0), "LOG_EVERY_S"),
+                "log_every_s": Key(cadence, "LOG_EVERY_S"),
                 "warmup_steps": Key(whole(0), "WARMUP_STEPS"),
                 "alert_window_s": Key(number(0), "ALERT_WINDOW_S")},
     "thresholds": {"target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),
