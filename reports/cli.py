@@ -82,6 +82,13 @@ def printable(text: str) -> str:
 
 
 def _cell(r: RunRecord, field: str) -> str:
+    try:
+        return _formatted(r, field)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return str(getattr(r, field, "?"))  # a value as stored, e.g. text in a number column
+
+
+def _formatted(r: RunRecord, field: str) -> str:
     if field == "gpus":
         return f"{r.gpu_count}x{r.gpu_model}" if r.gpu_count else "-"
     if field == "started_at":
@@ -115,8 +122,11 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
 def _record_json(r: RunRecord) -> dict[str, Any]:
     d = r.as_dict()
     for k in ("started_at", "ended_at", "heartbeat_at"):
-        d[k] = d[k].isoformat() if d[k] else None
+        d[k] = d[k].isoformat() if isinstance(d[k], datetime) else d[k]
     d["tags"] = list(d["tags"])
+    for k, v in d.items():  # text the store holds as bytes
+        if isinstance(v, bytes):
+            d[k] = v.decode("utf-8", errors="replace")
     return d
 
 
@@ -130,9 +140,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     settings = _settings(args)
     with _open_store(settings.store, create=False) as store:
         store.mark_crashed(now=datetime.now(UTC))
-        runs = store.list_runs(since=since, until=until, project=args.project, team=args.team)
+        # row by row: a row that cannot be read is named, not a traceback for every run
+        runs, unreadable = store.read_runs(since=since, until=until)
+    runs = [r for r in runs if args.project in (None, r.project) and args.team in (None, r.team)]
+    if unreadable:
+        print(printable(f"gpu-kpi: {len(unreadable)} run(s) could not be read: " + "; ".join(
+            f"{u.run_id} ({u.reason})" for u in unreadable[:5])), file=sys.stderr)
     if args.format == "json":
-        print(json.dumps([_record_json(r) for r in runs], indent=2))
+        print(json.dumps([_record_json(r) for r in runs], indent=2, default=str))
     elif args.format == "csv":
         from reports.render.csvsafe import safe_cell
 
@@ -141,7 +156,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["id"])
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: safe_cell(json.dumps(v) if isinstance(v, list | dict) else v)
+            writer.writerow({k: safe_cell(json.dumps(v, default=str) if isinstance(v, list | dict)
+                                          else v)
                              for k, v in row.items()})
     else:
         print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
@@ -295,7 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a full disk or a closed pipe is seen here, not at exit
+        return code
     except _user_errors() as e:
         print(f"gpu-kpi: error: {printable(str(e))}", file=sys.stderr)
         return 2
@@ -314,6 +332,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+    except OSError as e:  # writing the output: a full disk, /dev/full, a vanished folder
+        where = f": {e.filename}" if e.filename else ""
+        print(f"gpu-kpi: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -24,7 +24,7 @@ def zone(name: str) -> tzinfo:
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe" is a folder
         raise WeekError(f"unknown time zone {name!r}: use an IANA name such as "
                          "'UTC' or 'Europe/Berlin'") from None
 

@@ -299,6 +299,29 @@ def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | No
     return settings_from(read_toml(file) if file is not None else {}, env, **overrides)
 
 
+def read_settings(path: str | Path | None = None, *,
+                  env: Mapping[str, str] | None = None) -> Settings:
+    """The tracker's settings for a training run, which a config error must not stop or
+    misdirect: every valid value is used and each bad one (a misspelt section of the shared file
+    too) keeps its default, with one warning; a file that cannot be read at all means the
+    defaults and the environment."""
+    import logging
+
+    env = os.environ if env is None else env
+    file = Path(path) if path is not None else config_path(env)
+    errors = Errors()
+    try:
+        data = read_toml(file) if file is not None else {}
+    except ConfigError as e:
+        errors.items.append(str(e))
+        data = {}
+    settings = read_tracker(data, env, errors)
+    if errors.items:
+        logging.getLogger("gpu_kpi").warning("gpu-kpi: config: %s; using the other settings",
+                                             "; ".join(errors.items))
+    return settings
+
+
 def settings_from(data: Mapping[str, Any], env: Mapping[str, str], **overrides: Any) -> Settings:
     """The tracker's settings from a parsed TOML document: its values < ``env`` < ``overrides``
     (None values are ignored); :class:`ConfigError` with every error when any is wrong."""

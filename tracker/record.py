@@ -124,13 +124,47 @@ _RECORD_NUMBERS = tuple(f for f in dataclasses.fields(RunRecord) if f.type in _N
 _INT_MAX = {"gpu_count": 2**31 - 1, "nodes": 2**31 - 1}
 
 
+_TEXT_TYPES = ("str", "str | None")
+_RECORD_TEXTS = tuple(f for f in dataclasses.fields(RunRecord) if f.type in _TEXT_TYPES)
+
+
+def _text(value: object) -> str:
+    """Any value as text: bytes decoded as UTF-8 (bad bytes replaced), others by ``str``."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _texts(record: RunRecord) -> dict[str, Any]:
+    """The text fields that are not text (``team=None`` from an unset variable, bytes from a
+    subprocess, a number), as text or their default: the store takes only text there."""
+    fixed: dict[str, Any] = {}
+    for f in _RECORD_TEXTS:
+        v = getattr(record, f.name)
+        if v is None and f.type != "str":
+            continue
+        if not isinstance(v, str):
+            fixed[f.name] = f.default if v is None and f.default is not dataclasses.MISSING \
+                else _text(v)
+    if not (isinstance(record.tags, tuple) and all(isinstance(t, str) for t in record.tags)):
+        tags = record.tags if isinstance(record.tags, list | tuple | set | frozenset) else ()
+        fixed["tags"] = tuple(_text(t) for t in tags)
+    if not (isinstance(record.links, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in record.links.items())):
+        links = record.links if isinstance(record.links, dict) else {}
+        fixed["links"] = {_text(k): _text(v) for k, v in links.items()}
+    return fixed
+
+
 def checked_record(record: RunRecord) -> tuple[RunRecord, list[str]]:
     """``record`` with every number that is not a finite number >= 0 (nan, inf, a negative
     price or cost, a string where a number belongs, a whole number too large for the store)
-    replaced by its field's default (None: not known), and the names of the fields replaced.
+    replaced by its field's default (None: not known), every text field that is not text made
+    text (bytes decoded, None where text is required: its default), and the names of the fields
+    replaced.
 
     No number of a run record can be negative: prices, costs, hours, shares, counts, rates."""
-    bad: dict[str, Any] = {}
+    bad: dict[str, Any] = _texts(record)
     for f in _RECORD_NUMBERS:
         v = getattr(record, f.name)
         if v is None and "None" in str(f.type):

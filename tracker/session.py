@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from tracker import config, figures, ranks
-from tracker.config import ConfigError, Settings, load_settings
+from tracker.config import Settings, read_settings
 from tracker.gpu import BackendError, GpuBackend, GpuInfo, open_backend
 from tracker.peaks import peak_tflops
 from tracker.prices import Price, canonical_gpu, price_for
@@ -129,12 +129,7 @@ class Session:
         return self
 
     def _start(self) -> None:
-        try:
-            self.settings = self._settings or load_settings(self._config)
-        except ConfigError as e:
-            log.warning("gpu-kpi: ignoring the config (%s); using defaults", e)
-            self.settings = Settings()
-        self.settings = self.settings.replace(**self._overrides)
+        self.settings = (self._settings or read_settings(self._config)).replace(**self._overrides)
         self.user = self.user if self.user is not None else _ask(getpass.getuser)
         self._started_wall = self._wall()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
@@ -335,7 +330,8 @@ class Session:
             price_source=price.source if price else None, steps=self.steps, links=self.links,
             **fields))
         if bad:
-            self._warn_once("bad", "gpu-kpi: recording %s as unknown (not finite, or < 0)", ", ".join(bad))
+            self._warn_once("bad", "gpu-kpi: recording %s as unknown or as text (not finite, < 0, "
+                            "or not text)", ", ".join(bad))
         return record
 
     # -- background callbacks ---------------------------------------------------------------

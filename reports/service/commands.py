@@ -35,6 +35,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UsageError(f"--to: {e}") from None
     service = Service(_service_settings(args))
+    from tracker.store import RunStore
+
+    RunStore(service.settings.tracker.store, create=False).close()  # it only reads: none made
     if args.dry_run:
         from reports.errors import writable_dir
 

@@ -318,3 +318,63 @@ def test_runs_csv_neutralizes_formulas(capsys: pytest.CaptureFixture[str], tmp_p
     assert row["name"] == "'=HYPERLINK(\"http://evil\",\"x\")"
     assert row["team"] == "'+cmd|' /C calc'!A0" and row["project"] == "'@SUM(A1)"
     assert row["gpu_hours"] == "1.0" and row["util_pct"] == "50.0"  # numbers stay numbers
+
+
+@pytest.mark.parametrize("tz", ["Europe", "A" * 300, "../../etc/passwd", "UTC\x00"])
+def test_time_zones_that_are_not_zones(capsys: pytest.CaptureFixture[str], store_url: str,
+                                       tz: str) -> None:
+    assert_one_line(*run_cli(capsys, "runs", "--store", store_url, "--week", "2026-W48", "--tz",
+                             tz), "unknown time zone")
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://u@127.0.0.1:1/db?password=Sup3rSecret",
+    "postgresql://u@127.0.0.1:1/db?sslmode=disable&password=Sup3rSecret&bogus=1",
+])
+def test_a_password_parameter_is_masked(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    code, out, err = run_cli(capsys, "runs", "--store", url)
+    assert_one_line(code, out, err, "password=***")
+    assert "Sup3rSecret" not in out + err
+
+
+def test_output_to_a_full_disk(tmp_path: Path, store_url: str) -> None:
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "reports.cli", "runs", "--store", store_url],
+                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["gpu-kpi: error: No space left on device"]
+
+
+def test_send_never_creates_a_missing_store(capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nowhere' / 'runs.db'}"
+    assert_one_line(*run_cli(capsys, "send", "--week", "2026-W48", "--to", "a@example.com",
+                             "--dry-run", "--out", str(tmp_path / "out"), "--store", url),
+                    "no run store at")
+    assert not (tmp_path / "nowhere").exists() and not (tmp_path / "out").exists()
+
+
+def test_an_empty_file_is_left_as_it_is(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    empty = tmp_path / "runs.db"
+    empty.write_bytes(b"")
+    assert_one_line(*run_cli(capsys, "runs", "--store", f"sqlite:///{empty}"), "is empty")
+    assert empty.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == [
+        "empty-config.toml", "runs.db"]
+
+
+def test_runs_lists_what_it_can_and_names_what_it_cannot(capsys: pytest.CaptureFixture[str],
+                                                         store_url: str) -> None:
+    with RunStore(store_url) as s:
+        s.upsert_run(run_record("r2", MONDAY, 1.0, name="text-util"))
+        s.upsert_run(run_record("r3", MONDAY, 1.0, name="bytes-team"))
+        s.upsert_run(run_record("r4", MONDAY, 1.0, name="bad-tags"))
+    with sqlite3.connect(store_url.removeprefix("sqlite:///")) as db:
+        db.execute("UPDATE runs SET util_pct = 'abc', gpu_hours = 'x' WHERE id = 'r2'")
+        db.execute("UPDATE runs SET team = X'6e6c700a' WHERE id = 'r3'")
+        db.execute("UPDATE runs SET tags = '{' WHERE id = 'r4'")
+    for fmt in ("table", "json", "csv"):
+        code, out, err = run_cli(capsys, "runs", "--store", store_url, "--format", fmt)
+        assert code == 0, err
+        assert "text-util" in out and "bytes-team" in out and "bad-tags" not in out
+        assert err.startswith("gpu-kpi: 1 run(s) could not be read: r4 (") and "Traceback" not in err

@@ -83,14 +83,30 @@ def parse_url(raw: str) -> URL:
 
 
 def mask_url(url: URL) -> str:
+    """The URL for display: its password, in the user part or as a ``password=`` parameter
+    (libpq takes both), shown as ``***``."""
+    if "password" in url.query:
+        url = url.update_query_dict({"password": "***"})
     return url.render_as_string(hide_password=True)
 
+
+def url_password(url: URL) -> str | None:
+    """The URL's password, from the user part or a ``password=`` parameter."""
+    if isinstance(url.password, str):
+        return url.password
+    value = url.query.get("password")
+    return value if isinstance(value, str) else None
+
+
 _USERINFO = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+_PASSWORD_PARAM = re.compile(r"([?&]password=)[^&\s'\"]*", re.IGNORECASE)
 
 
 def mask_text(text: str, password: str | None) -> str:
-    """``text`` with URL passwords (``://user:PASSWORD@``) and ``password`` itself masked."""
+    """``text`` with URL passwords (``://user:PASSWORD@``, ``?password=PASSWORD``) and
+    ``password`` itself masked."""
     text = _USERINFO.sub(r"\1***@", text)
+    text = _PASSWORD_PARAM.sub(r"\1***", text)
     # A short password would match inside ordinary words; the URL form above covers it.
     if password and len(password) >= 4:
         text = text.replace(password, "***")

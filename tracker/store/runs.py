@@ -27,6 +27,7 @@ from tracker.store.engine import (
     parse_url,
     sqlite_on_begin,
     sqlite_on_connect,
+    url_password,
 )
 from tracker.store.scans import SampleScans
 from tracker.store.schema import (
@@ -67,12 +68,17 @@ class RunStore(SampleScans):
         raw = url if url is not None else default_store_url()
         self._url = parse_url(raw)
         self.url = mask_url(self._url)
-        self._password = self._url.password if isinstance(self._url.password, str) else None
+        self._password = url_password(self._url)
         if not create:
             self._require_file()
         self._engine = self._create_engine(connect_timeout_s)
         try:
             self._open_schema(create=create)
+        except sa_exc.DBAPIError as e:
+            # the first contact: what fails here is the URL's or the database's fault (a
+            # connection option libpq does not know, a damaged file), not a bug of ours
+            self._engine.dispose()
+            raise self._error(e) from e
         except BaseException:
             self._engine.dispose()
             raise
@@ -286,10 +292,16 @@ class RunStore(SampleScans):
 
     def _require_file(self) -> None:
         database = self._url.database or ""
-        if (self._url.get_backend_name() == "sqlite" and database and database != ":memory:"
-                and not database.startswith("file:") and not Path(database).expanduser().exists()):
-            raise StoreError(f"no run store at {Path(database).expanduser()}: nothing has been "
-                             f"tracked into it (check --store or GPU_KPI_STORE)")
+        if (self._url.get_backend_name() != "sqlite" or not database or database == ":memory:"
+                or database.startswith("file:")):
+            return
+        path = Path(database).expanduser()
+        if not path.exists():
+            raise StoreError(f"no run store at {path}: nothing has been tracked into it (check "
+                             "--store or GPU_KPI_STORE)")
+        if path.is_file() and path.stat().st_size == 0:  # left as it is: opening would change it
+            raise StoreError(f"run store {self.url} is empty: nothing has been tracked into it "
+                             "(check --store or GPU_KPI_STORE)")
 
     def _read_version(self) -> int | None:
         """The recorded schema version; None for a database with none of our tables (a new
