@@ -4,11 +4,19 @@ cannot. One bad run or row never stops the weekly report; it is skipped, counted
 A **run** is excluded (all of it: its summary and its samples) when a figure of its record is
 not a number (SQLite is dynamically typed: ``util_pct = 'abc'`` is stored as text), is not
 finite (``inf``, or PostgreSQL's ``NaN``), or lies outside what the figure can be
-(:data:`NOT_NEGATIVE`, :data:`PERCENT`); or when the store could not read its row at all.
-A **sample row** is not a run's whole story: a row whose ``covered_s`` is unusable is left out
-(its GPU-time with it), and a row whose utilization is unusable counts with utilization unknown,
-as when the GPU gave none (:mod:`tracker.store.samples`). A run whose sample rows in the window
-are all unusable is reported from its summary, like a run without samples.
+(:data:`NOT_NEGATIVE`, :data:`PERCENT`, :data:`MAX_FIGURE`); or when the store could not read
+its row at all. A **sample row** is not a run's whole story: a row whose ``covered_s`` is
+unusable, or whose minute is not shaped like a time, is left out (its GPU-time with it), and a
+row whose utilization is unusable counts with utilization unknown, as when the GPU gave none
+(:mod:`tracker.store.samples`). A run whose sample rows in the window are all unusable is
+reported from its summary, like a run without samples.
+
+A **text field** (:data:`TEXTS`) that the store gives as bytes (SQLite keeps a BLOB in a TEXT
+column: a tracker that passed ``bytes``, a hand-made ``X'…'``) is decoded as UTF-8, a bad byte
+replaced by U+FFFD, and the run counts: a name in the wrong type is no reason to lose a run's
+GPU-hours from the fleet's. A text field that is neither text nor bytes (a number, a list;
+None where text is required) excludes the run (``name is not text``), as does an ``id`` that
+is not text: the id joins a run to its samples, and decoded it could equal another run's.
 """
 
 from __future__ import annotations
@@ -34,6 +42,15 @@ NOT_NEGATIVE = ("price_per_gpu_hour", "gpu_hours", "gpu_count", "mem_peak_gib", 
 """Figures the KPIs read that cannot be negative."""
 PERCENT = ("util_pct", "sm_active_pct")
 """Utilization figures: 0–100."""
+TEXTS = ("id", "name", "project", "team", "user", "host", "framework", "status", "gpu_source",
+         "gpu_model", "price_source", "verdict", "advice", "source")
+"""The text fields of a run record."""
+OPTIONAL_TEXTS = ("gpu_model", "price_source", "verdict", "advice")
+"""Text fields that may be unknown (None)."""
+MAX_FIGURE = 1e18
+"""No figure of a run is this large (a run of 10^13 tokens is one of the biggest trained): a
+larger one is corrupt, and sums and products of such figures would pass float's range (inf),
+which no chart or JSON can show."""
 PCT_RANGE = (0.0, 100.0)
 """A utilization value (a run's or a minute's) outside this range is not a utilization."""
 
@@ -102,7 +119,15 @@ class Skipped:
 
 
 def one_line(value: object) -> str:
-    return _CONTROL.sub(" ", str(value)).strip()
+    return _CONTROL.sub(" ", as_text(value)).strip()
+
+
+def as_text(value: object) -> str:
+    """``value`` as text: bytes decoded as UTF-8 (a bad byte becomes U+FFFD), anything else
+    by ``str``."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
 
 
 def _count(n: int, noun: str) -> str:
@@ -117,18 +142,41 @@ def _problem(field: str, value: object) -> str | None:
         return f"text in {field}"
     if not isinstance(value, numbers.Real):
         return f"unreadable {field}"
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number no float holds
+        return f"{field} out of range"
     if not math.isfinite(number):
         return f"non-finite {field}"
     if field in NOT_NEGATIVE and number < 0:
         return f"negative {field}"
     if field in PERCENT and not PCT_RANGE[0] <= number <= PCT_RANGE[1]:
         return f"{field} out of 0–100"
+    if abs(number) > MAX_FIGURE:
+        return f"{field} out of range"
     return None
 
 
+def readable_texts(run: RunRecord) -> tuple[RunRecord, str | None]:
+    """``run`` with its text fields that are bytes decoded (see the module docstring), and
+    why it cannot be used when a text field is no text at all (None when all are)."""
+    changes: dict[str, str] = {}
+    for field in TEXTS:
+        value = getattr(run, field)
+        if isinstance(value, str) or (value is None and field in OPTIONAL_TEXTS):
+            continue
+        if field == "id" or not isinstance(value, bytes | bytearray | memoryview):
+            return run, f"{field} is not text"
+        changes[field] = as_text(value)
+    return (run.replace(**changes) if changes else run), None
+
+
 def run_problem(run: RunRecord) -> str | None:
-    """Why the report cannot use ``run`` (the first figure that is wrong), or None."""
+    """Why the report cannot use ``run`` (a text field that is no text, or the first figure
+    that is wrong), or None."""
+    _, problem = readable_texts(run)
+    if problem:
+        return problem
     for field in NUMBERS:
         problem = _problem(field, getattr(run, field))
         if problem:
@@ -137,14 +185,17 @@ def run_problem(run: RunRecord) -> str | None:
 
 
 def usable_runs(runs: Iterable[RunRecord]) -> tuple[list[RunRecord], list[ExcludedRun]]:
-    """The runs the report can use, and the others with the reason."""
+    """The runs the report can use (text fields that were bytes decoded), and the others with
+    the reason."""
     good, excluded = [], []
     for run in runs:
-        problem = run_problem(run)
+        fixed, problem = readable_texts(run)
+        problem = problem or run_problem(fixed)
         if problem is None:
-            good.append(run)
+            good.append(fixed)
         else:
-            excluded.append(ExcludedRun(run_id=str(run.id), name=str(run.name), reason=problem))
+            excluded.append(ExcludedRun(run_id=as_text(run.id), name=as_text(run.name),
+                                        reason=problem))
     return good, excluded
 
 
@@ -154,8 +205,8 @@ def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *,
     (:data:`reports.kpi.TOTALS_COLUMNS`) say were left out or read with ``value`` unknown."""
     if totals.empty:
         return []
-    per = (totals.astype({"run_id": object})
-           .groupby("run_id")[["dropped", "bad_values"]].sum())
+    counts = [c for c in ("dropped", "bad_minutes", "bad_values") if c in totals.columns]
+    per = totals.astype({"run_id": object}).groupby("run_id")[counts].sum()
     out = []
     for run_id, row in per.iterrows():
         if run_id not in names:
@@ -163,6 +214,10 @@ def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *,
         if row["dropped"] > 0:
             out.append(BadSamples(run_id=str(run_id), name=names[run_id], rows=int(row["dropped"]),
                                   reason="unusable covered_s: left out"))
+        if row.get("bad_minutes", 0) > 0:
+            out.append(BadSamples(run_id=str(run_id), name=names[run_id],
+                                  rows=int(row["bad_minutes"]),
+                                  reason="unreadable minute: left out"))
         if row["bad_values"] > 0:
             out.append(BadSamples(run_id=str(run_id), name=names[run_id],
                                   rows=int(row["bad_values"]),

@@ -103,7 +103,7 @@ class SampleFrameBuilder:
 
 # -- GPU time from the store's totals ---------------------------------------------------------
 TOTALS_COLUMNS = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
-                  "first_low", "last_low", "dropped", "bad_values"]
+                  "first_low", "last_low", "dropped", "bad_values", "bad_minutes"]
 """The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
 
 

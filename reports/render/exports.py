@@ -12,7 +12,10 @@ it, or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`
 per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``, ``name``,
 ``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as unknown,
 per run and reason: ``run_id``, ``name``, ``rows``, ``reason``) and ``bad_sample_rows``, and
-``skipped`` (the one-line summary of both, ``""`` when none). Unknown values are ``null``.
+``skipped`` (the one-line summary of both, ``""`` when none). Unknown values are ``null``, as
+is a figure past a float's range (a sum of absurd but finite stored figures); bytes are
+written as text (UTF-8, a bad byte replaced) and a value of a type no field should have as its
+``str``: writing the JSON never fails on a value.
 
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
@@ -33,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
+from reports.kpi.checks import as_text
 from reports.render.csvsafe import writer as csv_writer
 from reports.weeks import label_of
 from tracker.cost import Thresholds
@@ -49,9 +53,12 @@ RIGHTSIZING_FIELDS = ("run_id", "name", "team", "gpu_model", "utilization_pct", 
 
 
 def _plain(value: Any) -> Any:
-    """JSON-safe: NaN/NA → None, numpy scalars → Python, timestamps → ISO strings."""
+    """JSON-safe: NaN/NA/±inf → None, numpy scalars → Python, timestamps → ISO strings, bytes
+    → text (UTF-8, a bad byte replaced)."""
     if value is None or value is pd.NA:
         return None
+    if isinstance(value, bytes | bytearray | memoryview):
+        return as_text(value)
     if isinstance(value, pd.Timestamp):
         return value.isoformat()
     if isinstance(value, dict):
@@ -60,8 +67,8 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if hasattr(value, "item"):  # numpy scalar
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # NaN: unknown; ±inf (a sum past float's range): JSON has no such number
     return value
 
 
@@ -109,8 +116,18 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
     }
 
 
+def _last_resort(value: object) -> Any:
+    """What ``json`` cannot write, as :func:`_plain` makes it or else as text: a value of a
+    type no figure should have must not stop the report."""
+    plain = _plain(value)
+    if plain is not value and isinstance(plain, str | int | float | list | dict | None):
+        return plain
+    return as_text(value)
+
+
 def to_json(k: WeekKpis, tz: tzinfo) -> str:
-    return json.dumps(to_dict(k, tz), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json.dumps(to_dict(k, tz), indent=2, ensure_ascii=False, allow_nan=False,
+                      default=_last_resort) + "\n"
 
 
 def to_csv(k: WeekKpis, tz: tzinfo) -> str:

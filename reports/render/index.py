@@ -7,6 +7,9 @@ number or null, and whose ``generator`` is ``gpu-kpi``. Archives written before 
 ``generator`` mark have none: they are taken when their ``schema`` is a ``gpu-kpi.week/…`` id
 (every version wrote one) and the rest holds. Any other ``*-W*.json`` is left out, counted and
 named on the page; a JSON file whose name does not look like a week is not looked at.
+Whatever reading or interpreting such a file raises (JSON nested too deep for the parser, a
+number no float holds, a file too big for memory) leaves it out with the reason: a file that
+is not ours never stops the report.
 """
 
 from __future__ import annotations
@@ -47,6 +50,19 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a number")  # NaN, Infinity: JSON has none
 
 
+def _index_number(v: object) -> bool:
+    """Whether ``v`` can be an index figure: null, or a number a float holds (JSON's
+    ``1`` followed by 400 zeros is a Python int no float can be)."""
+    if v is None:
+        return True
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _week_row(name: str, text: str) -> dict[str, Any]:
     """The index row of the archived week JSON ``text`` named ``name``; ValueError with the
     reason when it is not one of ours."""
@@ -61,6 +77,8 @@ def _week_row(name: str, text: str) -> dict[str, Any]:
         d = json.loads(text, parse_constant=_no_constant)
     except ValueError:
         raise ValueError("not JSON") from None
+    except RecursionError:  # e.g. '[' * 100000: nested deeper than the parser goes
+        raise ValueError("not JSON (nested too deep)") from None
     if not isinstance(d, dict):
         raise ValueError("not a gpu-kpi week report")
     generator, schema = d.get("generator"), d.get("schema")
@@ -76,9 +94,7 @@ def _week_row(name: str, text: str) -> dict[str, Any]:
     for f in HEADLINE_INDEX_FIELDS:
         if f not in head:
             raise ValueError(f"headline lacks {f}")
-        v = head[f]
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
-                              or not math.isfinite(v)):
+        if not _index_number(head[f]):
             raise ValueError(f"headline {f} is not a number")
     basis = d.get("basis_label")
     return {"label": label.group(1), "basis_label": basis if isinstance(basis, str) else None,
@@ -108,6 +124,9 @@ def read_archive(folder: Path, *, staged: Path | None = None,
             continue
         except ValueError as e:
             left_out.append(LeftOut(name=name, reason=str(e)))
+            continue
+        except Exception as e:  # not our file: whatever it raises, it is left out
+            left_out.append(LeftOut(name=name, reason=f"unreadable ({type(e).__name__})"))
             continue
         if f"{row['label']}.html" in pages:
             row["href"] = f"{row['label']}.html"

@@ -6,6 +6,7 @@ dynamically typed: a REAL column keeps ``'abc'``; both databases keep ``inf``)."
 from __future__ import annotations
 
 import csv
+import dataclasses
 import email
 import email.policy
 import io
@@ -74,6 +75,16 @@ def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ("UPDATE runs SET started_at = '2026-11-26 garbage' WHERE id = 'bad'",
      "unreadable started_at"),
     ("UPDATE runs SET tags = '{' WHERE id = 'bad'", "unreadable tags"),
+    # issue 10's review: each of these ended the report in a traceback, or lost the run unnamed
+    pytest.param(f"UPDATE runs SET tags = '{'[' * 100_000}{']' * 100_000}' WHERE id = 'bad'",
+                 "unreadable tags", id="tags-nested-past-the-parser"),  # RecursionError
+    ("UPDATE runs SET tags = '[1]' WHERE id = 'bad'", "unreadable tags"),
+    ("UPDATE runs SET links = '[\"a\"]' WHERE id = 'bad'", "unreadable links"),
+    ("UPDATE runs SET started_at = 'garbage' WHERE id = 'bad'",  # sorts after every week
+     "unreadable started_at"),
+    ("UPDATE runs SET ended_at = 5 WHERE id = 'bad'", "unreadable ended_at"),  # before every week
+    ("UPDATE runs SET id = X'626164' WHERE id = 'bad'", "id is not text"),  # bytes of 'bad'
+    ("UPDATE runs SET gpu_hours = 1e300 WHERE id = 'bad'", "gpu_hours out of range"),
 ])
 def test_a_bad_run_is_left_out_counted_and_named_everywhere(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, statement: str, reason: str) -> None:
@@ -208,3 +219,92 @@ def test_a_clean_store_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert "Left out" not in (out / "2026-W48.html").read_text()
     assert "Left out" not in text_part(out)
     assert warnings(caplog) == []
+
+
+def test_a_run_with_an_unreadable_start_is_named_in_every_report(tmp_path: Path) -> None:
+    """``started_at = 'garbage'`` sorts after every week in SQL text order: the run was in no
+    report and named in none. Now every week's report names it."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    fill(url)
+    sql(url, "UPDATE runs SET started_at = 'garbage' WHERE id = 'bad'")
+    for week in ("2026-W40", "2026-W48"):
+        c = compute(url, Request(week=week, tz=UTC), now=NOW)
+        assert [(r.run_id, r.reason) for r in c.kpis.skipped.runs] == [
+            ("bad", "unreadable started_at")]
+
+
+@pytest.mark.parametrize(("column", "stored", "text"), [
+    ("name", "X'6578702d34320a'", "exp-42\n"),  # BLOB: a tracker that passed bytes
+    ("team", "X'766973696f6e'", "vision"),
+    ("project", "X'6c6c616d61'", "llama"),
+    ('"user"', "X'6a6c6565'", "jlee"),
+    ("verdict", "X'6f6b'", "ok"),
+    ("advice", "X'ff6f6b'", "\ufffdok"),  # not UTF-8: the bad byte replaced
+    ("gpu_model", "X'48313030'", "H100"),  # the price is still found
+    ("name", "CAST(X'ff41' AS TEXT)", "\ufffdA"),  # TEXT that is not UTF-8: failed the read
+])
+def test_text_stored_as_bytes_is_decoded_and_the_run_counts(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, column: str, stored: str,
+        text: str) -> None:
+    """A text column holding bytes made the JSON export raise (``bytes is not JSON
+    serializable``); TEXT that is not UTF-8 failed the whole read. The run keeps its
+    GPU-hours: 2 + 2 + 3 = 7 GPU-h at $3.85, nothing excluded, the text decoded everywhere."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    fill(url)
+    sql(url, f"UPDATE runs SET {column} = {stored} WHERE id = 'bad'")
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        d = report(url, out)
+    assert d["headline"]["gpu_hours"] == pytest.approx(7.0)
+    assert d["headline"]["spend_usd"] == pytest.approx(7 * PRICE)
+    assert d["headline"]["runs"] == 3 and d["excluded"] == [] and d["skipped"] == ""
+    field = column.strip('"')
+    (run,) = [r for r in d["runs"] if r["run_id"] == "bad"]
+    assert run[field] == text
+    if field in ("team", "project", "user", "gpu_model"):
+        assert text in [g[field] for g in d[f"by_{field}"]]
+    rows = list(csv.reader(io.StringIO((out / "2026-W48.csv").read_text())))
+    assert ["2026-W48", "util", "run", "bad", "gpu_hours", "3.0"] in rows
+    assert warnings(caplog) == []
+
+
+def test_sample_rows_whose_minute_is_no_time_are_left_out_and_named(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Minute 0's stored minute is ``'2026-11-24 !!'`` (sorts first: the samples' earliest),
+    minute 59's ``'2026-11-24 zz'`` (sorts last): the span query raised ValueError. Both rows
+    are left out and named. GPU-hours: 58 minutes; known 58, used 39 × 2% + 19 × 60% = 12.18
+    minute-fractions; idle minutes 1–39 (39, a 30-minute window) = $3.85 × 39/60."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    sampled_run(url)
+    corrupt(url, 0, "minute", "2026-11-24 !!")
+    corrupt(url, 59, "minute", "2026-11-24 zz")
+    out = tmp_path / "out"
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        d = report(url, out)
+    h = d["headline"]
+    assert h["gpu_hours"] == pytest.approx(58 / 60)
+    assert h["utilization_pct"] == pytest.approx(100 * 12.18 / 58)
+    assert h["idle_usd"] == pytest.approx(PRICE * 39 / 60)
+    assert d["excluded"] == [] and d["bad_sample_rows"] == 2
+    assert d["bad_samples"] == [{"run_id": "s", "name": "sampled", "rows": 2,
+                                 "reason": "unreadable minute: left out"}]
+    (line,) = warnings(caplog)
+    assert "sampled (s): 2 sample rows, unreadable minute: left out" in line
+
+
+def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
+    """A value of a type no field should have (bytes, a set, an object) is written as text,
+    and a figure past float's range as null: writing the JSON never fails on a value."""
+    from reports.render.exports import to_json
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    fill(url)
+    k = compute(url, Request(week="2026-W48", tz=UTC), now=NOW).kpis
+    n = len(k.runs)
+    odd = k.runs.assign(name=[b"exp-\xff"] * n, links=[{"a"}] * n, verdict=[object()] * n,
+                        gpu_hours=[float("inf")] * n)
+    d = json.loads(to_json(dataclasses.replace(k, runs=odd), UTC))
+    assert {r["name"] for r in d["runs"]} == {"exp-\ufffd"}
+    assert {r["links"] for r in d["runs"]} == {"{'a'}"}
+    assert all(r["verdict"].startswith("<object object") for r in d["runs"])
+    assert {r["gpu_hours"] for r in d["runs"]} == {None}

@@ -5,17 +5,24 @@ can hold ``inf``: the readers here take only **usable** rows, those whose ``cove
 number of seconds in ``[0, 60]`` (:data:`COVERED_S_RANGE`); the rest are left out and counted
 (:attr:`SampleTotals.dropped`). A usable row whose utilization value is not a number in the
 range asked for is kept with the value unknown (:attr:`SampleTotals.bad_values`), like a minute
-the GPU gave no value for. A SQLite ``minute`` that is text but no time is not checked per row
-(it would cost a second pass's time): the minute-by-minute readers leave such a row out.
+the GPU gave no value for. A SQLite ``minute`` that is not shaped like a time (``'2026-11-25
+zz'``, :func:`time_shaped`) is left out and counted apart (:attr:`SampleTotals.bad_minutes`):
+one ``LIKE`` per row, in the bucket's ``CASE`` (no cost a scan of millions shows; a ``GLOB`` of
+digits would cost a tenth more). Text shaped like a time that still is none (``2026-02-31``)
+is not caught there: it is counted by its text's order, and read as no time (None; the row is
+left out) where minutes are parsed one by one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
+
+from sqlalchemy.engine import Connection
 
 from tracker.store.schema import (
     samples_table,
@@ -55,6 +62,15 @@ class SampleTotals:
     bad_values: int = 0
     """Rows counted with their value unknown: a value that is not a number in the range asked
     for (text, non-finite, out of range)."""
+    bad_minutes: int = 0
+    """Rows left out because their minute is not shaped like a time (SQLite text), in a bucket
+    of their own (-1, ``minutes == 0``); not in ``dropped``."""
+
+    @classmethod
+    def misshaped(cls, run_id: str, gpu: str, rows: int) -> SampleTotals:
+        """``rows`` sample rows of a GPU whose minute is not shaped like a time: all left out."""
+        return cls(run_id=run_id, gpu=gpu, bucket=MISSHAPED_BUCKET, minutes=0, covered_s=0.0,
+                   known_s=0.0, value_s=0.0, first_low=None, last_low=None, bad_minutes=rows)
 
     def merge(self, other: SampleTotals) -> SampleTotals:
         """The totals of both (of the same run, GPU and bucket) together."""
@@ -64,7 +80,47 @@ class SampleTotals:
             self, minutes=self.minutes + other.minutes, covered_s=self.covered_s + other.covered_s,
             known_s=self.known_s + other.known_s, value_s=self.value_s + other.value_s,
             first_low=min(firsts, default=None), last_low=max(lasts, default=None),
-            dropped=self.dropped + other.dropped, bad_values=self.bad_values + other.bad_values)
+            dropped=self.dropped + other.dropped, bad_values=self.bad_values + other.bad_values,
+            bad_minutes=self.bad_minutes + other.bad_minutes)
+
+
+MISSHAPED_BUCKET = -1
+"""The bucket of the rows whose minute is not shaped like a time."""
+
+TIME_SHAPE = "____-__-__ __:__%"
+"""The ``LIKE`` pattern of a time as SQLite holds it (``2026-11-25 10:00:00.000000``)."""
+
+
+def time_shaped(column: str) -> str:
+    """SQLite SQL true when ``column`` (a name of ours, never user input) holds text shaped
+    like a time (:data:`TIME_SHAPE`); false for other text, a number or a blob, NULL for NULL.
+    Only a value so shaped sorts among the times."""
+    return f"({column} LIKE '{TIME_SHAPE}')"
+
+
+def text_of(value: object) -> str:
+    """A stored value as text, to name a run: bytes decoded as UTF-8 (a bad byte replaced)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value)
+
+
+@contextmanager
+def lenient_text(conn: Connection) -> Iterator[None]:
+    """On SQLite, the reads inside decode text that is not UTF-8 with the bad bytes replaced
+    (the driver would fail the whole read on one such value); the connection goes back to the
+    pool as it was. A Python call per text value: for reads of thousands of rows, not of
+    millions."""
+    raw = conn.connection.dbapi_connection
+    if conn.dialect.name != "sqlite" or raw is None:
+        yield
+        return
+    before = getattr(raw, "text_factory", str)
+    setattr(raw, "text_factory", text_of)  # noqa: B010 — not in the DB-API protocol's type
+    try:
+        yield
+    finally:
+        setattr(raw, "text_factory", before)  # noqa: B010
 
 
 def check_sample_columns(columns: Sequence[str]) -> None:
@@ -109,18 +165,27 @@ class SampleSQL:
         lo, hi = (_literal(v) for v in COVERED_S_RANGE)
         return f"(covered_s BETWEEN {lo} AND {hi})"
 
+    @property
+    def shaped(self) -> str:
+        """SQL true for a row whose minute is shaped like a time (:func:`time_shaped`; always on
+        PostgreSQL, whose ``timestamptz`` holds only times)."""
+        return time_shaped("minute") if self.sqlite else "TRUE"
+
     def minute(self, raw: Any) -> datetime | None:
         """A minute as the driver returns it (naive UTC text on SQLite), as an aware datetime;
-        None for text that is no time (checking every row's text in SQL would cost the scan
-        twice: such a row is left out where minutes are read one by one)."""
+        None for a value that is no time (text shaped like one, ``2026-02-31``, passes
+        :attr:`shaped`)."""
         if raw is None:
             return None
         if isinstance(raw, str):
             try:
-                return datetime.fromisoformat(raw).replace(tzinfo=UTC)
+                value = datetime.fromisoformat(raw)
             except ValueError:
                 return None
-        return utc(raw)
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if isinstance(raw, datetime) and raw.tzinfo is not None:
+            return utc(raw)
+        return None
 
     def time_value(self, value: datetime) -> Any:
         """``value`` as the driver binds it for the minute column: naive UTC text (the form

@@ -4,7 +4,10 @@ the runs read so that one unreadable row does not stop the report. The tracker n
 these; :class:`tracker.store.RunStore` carries them for the report.
 
 Only usable sample rows are read (:mod:`.samples`): a row whose ``covered_s`` is text,
-non-finite or not in ``[0, 60]`` is left out, and :meth:`SampleScans.sample_totals` counts it."""
+non-finite or not in ``[0, 60]``, or whose minute is not shaped like a time, is left out, and
+:meth:`SampleScans.sample_totals` counts it. On SQLite, text that is not UTF-8 (``CAST(X'ff' AS
+TEXT)``) is read with the bad bytes replaced (U+FFFD) by the reads that give runs and totals,
+rather than failing the whole read."""
 
 from __future__ import annotations
 
@@ -23,11 +26,15 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from tracker.record import RunRecord
 from tracker.store.samples import (
+    MISSHAPED_BUCKET,
+    TIME_SHAPE,
     SampleSQL,
     SampleTotals,
     bucket_case,
     check_sample_columns,
     checked_value,
+    lenient_text,
+    text_of,
 )
 from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
 
@@ -46,6 +53,23 @@ class UnreadableRun:
     run_id: str
     name: str
     reason: str
+
+
+def _check_tags_links(values: dict[str, Any]) -> str:
+    """The first of ``tags`` (a JSON list of strings) and ``links`` (a JSON object of strings)
+    that is not what the store writes, or ``""``."""
+    for column in ("tags", "links"):
+        try:
+            value = json.loads(values[column])
+        except Exception:  # not JSON, nested past the parser's depth, bytes that are no text
+            return column
+        if column == "tags":
+            ok = isinstance(value, list) and all(isinstance(t, str) for t in value)
+        else:
+            ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        if not ok:
+            return column
+    return ""
 
 
 def _stored_time(raw: Any) -> datetime | None:
@@ -86,7 +110,8 @@ class SampleScans:
         check_sample_columns(columns)
         sqlite = self._engine.dialect.name == "sqlite"
         selection = SampleSQL(sqlite, since, until)
-        where = f"{selection.where} {'AND' if selection.where else 'WHERE'} {selection.usable}"
+        where = (f"{selection.where} {'AND' if selection.where else 'WHERE'} "
+                 f"{selection.usable} AND {selection.shaped}")
         sql = f"SELECT {', '.join(columns)} FROM {selection.table}{where}"  # names checked
 
         def work(conn: Connection) -> None:
@@ -123,22 +148,30 @@ class SampleScans:
         the values as they are. ``bucket_edges`` (ascending) cut time into buckets: a minute's
         bucket is the number of edges at or before it. Unusable rows are left out and counted
         in ``dropped``; a bucket of only such rows comes back with ``minutes == 0``. Rows come
-        in no order."""
+        in no order. Rows whose minute is not shaped like a time are left out and counted in
+        ``bad_minutes``."""
         check_sample_columns([value])
         sqlite = self._engine.dialect.name == "sqlite"
         span = self._minute_span(since, until)
         if span is None:
             return []
-        # Each edge may cost every row a comparison: only those inside the samples' span cut.
+        # Each edge may cost every row a comparison: only those inside the samples' span cut
+        # (a bound that is no time cuts nothing off).
         edges = sorted(bucket_edges, key=utc)
-        below = bisect.bisect_right(edges, span[0], key=utc)
-        inner = edges[below : bisect.bisect_right(edges, span[1], key=utc)]
+        first, last = span
+        below = 0 if first is None else bisect.bisect_right(edges, first, key=utc)
+        above = len(edges) if last is None else bisect.bisect_right(edges, last, key=utc)
+        inner = edges[below:above]
 
         def read(rowids: tuple[int | None, int | None]) -> list[SampleTotals]:
             selection = SampleSQL(sqlite, since, until, rowids=rowids)
             bucket, bucket_params = bucket_case(selection, inner, first=below)
+            if sqlite:  # a minute not shaped like a time: bucket -1, its rows counted apart
+                bucket = f"CASE WHEN {selection.shaped} THEN {bucket} ELSE {MISSHAPED_BUCKET} END"
             # c: covered_s of a usable row, else NULL; v: the value where usable, else NULL.
-            # A subquery the planner flattens: each costs one CASE per row, not a second scan.
+            # A subquery the planner flattens: each costs one CASE per row, not a second scan
+            # (and so c's CASE is evaluated where c is named: the minute's shape, dearer than a
+            # BETWEEN, is checked once, in the bucket).
             rows = (f"SELECT run_id, gpu, minute, {value} AS raw, "  # names checked
                     f"CASE WHEN {selection.usable} THEN covered_s END AS c, "
                     f"{checked_value(value, value_range)} AS v "
@@ -152,12 +185,16 @@ class SampleScans:
             params = (*bucket_params, low_under, low_under, *selection.params)
 
             def work(conn: Connection) -> list[SampleTotals]:
+                with lenient_text(conn):
+                    rows = conn.exec_driver_sql(sql, params).all()
                 return [SampleTotals(run_id=r[0], gpu=r[1], bucket=int(r[2]), minutes=int(r[3]),
                                      covered_s=float(r[4]), known_s=float(r[5]),
                                      value_s=float(r[6]), first_low=selection.minute(r[7]),
                                      last_low=selection.minute(r[8]), dropped=int(r[9]),
                                      bad_values=int(r[10]))
-                        for r in conn.exec_driver_sql(sql, params)]
+                        if r[2] != MISSHAPED_BUCKET
+                        else SampleTotals.misshaped(r[0], r[1], int(r[3]) + int(r[9]))
+                        for r in rows]
 
             return self._transaction(work, write=False)
 
@@ -188,7 +225,7 @@ class SampleScans:
         q = SampleSQL(sqlite)
         mark, names = q.mark, ", ".join(columns)  # names checked above
         one_gpu = (f"SELECT {names} FROM samples WHERE run_id = {mark} AND gpu = {mark} "
-                   f"AND {q.usable}")
+                   f"AND {q.usable} AND {q.shaped}")
         from_since = f" AND minute >= {mark}" if since is not None else ""
         to_until = f" AND minute < {mark}" if until is not None else ""
         sql = (f"{one_gpu} AND minute >= {mark} AND minute <= {mark} "
@@ -230,18 +267,37 @@ class SampleScans:
     ) -> tuple[list[RunRecord], list[UnreadableRun]]:
         """The runs :meth:`RunStore.list_runs` gives for ``[since, until)``, read row by row
         so that one that cannot be read (a time that is no time, tags or links that are not
-        JSON) is left out and named rather than failing the read. The values are as stored:
-        a text value in a number column comes back as text (the report checks them)."""
+        what the store writes, whatever else fails on the row) is left out and named rather
+        than failing the read. The values are as stored: a text value in a number column comes
+        back as text, bytes as bytes (the report checks them).
+
+        On SQLite a ``started_at`` or ``ended_at`` that is not shaped like a time sorts outside
+        every window (text order): such a run is named among the unreadable ones of every
+        window, never silently missing."""
         c = runs_table.c
         times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
         # the times as the driver returns them (SQLite: text), converted here one row at a time
         stmt = sa.select(*[sa.type_coerce(col, sa.String).label(col.name) if col in times
                            else col for col in runs_table.c]).order_by(c.started_at, c.id)
+        sqlite = self._engine.dialect.name == "sqlite"
+
+        def or_misshaped(col: sa.Column[Any], condition: sa.ColumnElement[bool],
+                         ) -> sa.ColumnElement[bool]:
+            if not sqlite:  # timestamptz: always a time
+                return condition
+            return sa.or_(condition, sa.not_(sa.type_coerce(col, sa.String).like(TIME_SHAPE)))
+
         if until is not None:
-            stmt = stmt.where(c.started_at < utc(until))
+            stmt = stmt.where(or_misshaped(c.started_at, c.started_at < utc(until)))
         if since is not None:
-            stmt = stmt.where(sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
-        rows = self._transaction(lambda conn: conn.execute(stmt).mappings().all(), write=False)
+            stmt = stmt.where(or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None),
+                                                              c.ended_at > utc(since))))
+
+        def work(conn: Connection) -> list[Any]:
+            with lenient_text(conn):
+                return list(conn.execute(stmt).mappings().all())
+
+        rows = self._transaction(work, write=False)
         runs: list[RunRecord] = []
         unreadable: list[UnreadableRun] = []
         for row in rows:
@@ -251,21 +307,23 @@ class SampleScans:
                 for col in times:
                     column = col.name
                     values[column] = _stored_time(values[column])
-                for column in ("tags", "links"):
-                    json.loads(values[column])
-                column = ""
+                column = _check_tags_links(values)
+                if column:
+                    raise ValueError(column)
                 runs.append(row_to_run(values))  # type: ignore[arg-type]
-            except (ValueError, TypeError, KeyError) as e:
+            except Exception as e:  # one row: whatever it raises, it is named, not fatal
                 reason = f"unreadable {column}" if column else f"unreadable row ({type(e).__name__})"
-                unreadable.append(UnreadableRun(run_id=str(values.get("id")),
-                                                name=str(values.get("name")), reason=reason))
+                unreadable.append(UnreadableRun(run_id=text_of(values.get("id")),
+                                                name=text_of(values.get("name")), reason=reason))
         return runs, unreadable
 
-    def _minute_span(self, since: datetime | None,
-                     until: datetime | None) -> tuple[datetime, datetime] | None:
+    def _minute_span(self, since: datetime | None, until: datetime | None,
+                     ) -> tuple[datetime | None, datetime | None] | None:
         """The first and the last minute of the samples in ``[since, until)`` (through the
-        minute index), or None when there are none."""
+        minute index), or None when there are none. A bound that is no time (SQLite text such
+        as ``'2026-11-25 zz'``, which sorts among the times) comes back None: no bound."""
         c = samples_table.c
+        raw = sa.type_coerce(c.minute, sa.String)  # as stored: parsed here, never by the driver
 
         def bound(stmt: sa.Select[Any]) -> sa.ScalarSelect[Any]:
             if since is not None:
@@ -275,10 +333,12 @@ class SampleScans:
             return stmt.scalar_subquery()
 
         # two subqueries: SQLite reads a lone min() or max() off the index, not both at once
-        stmt = sa.select(bound(sa.select(sa.func.min(c.minute))),
-                         bound(sa.select(sa.func.max(c.minute))))
+        stmt = sa.select(bound(sa.select(sa.func.min(raw))), bound(sa.select(sa.func.max(raw))))
         first, last = self._transaction(lambda conn: conn.execute(stmt).one(), write=False)
-        return None if first is None else (first, last)
+        if first is None:
+            return None
+        q = SampleSQL(self._engine.dialect.name == "sqlite")
+        return q.minute(first), q.minute(last)
 
     def _read_sample_parts(self, read: Callable[[tuple[int | None, int | None]], T]) -> list[T]:
         """``read`` the samples table in row-id ranges that split it evenly, on one connection

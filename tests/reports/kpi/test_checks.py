@@ -28,6 +28,14 @@ W48 = datetime(2026, 11, 23, tzinfo=UTC)
     ({"mfu": float("-inf")}, "non-finite mfu"),
     ({"mem_peak_gib": -2.0}, "negative mem_peak_gib"),
     ({"energy_kwh": -2.0}, None),  # not read by the KPIs: a run is not dropped for it
+    ({"mem_peak_gib": 1e300}, "mem_peak_gib out of range"),  # finite, but sums reach inf
+    ({"price": 1e19}, "price_per_gpu_hour out of range"),
+    ({"tokens": 10**400}, "tokens out of range"),  # no float holds it
+    ({"tokens": 3 * 10**13}, None),  # among the biggest runs trained
+    ({"name": b"exp-42"}, None), ({"team": bytearray(b"vision")}, None),  # decoded, counted
+    ({"verdict": None, "model": None}, None),  # text that may be unknown
+    ({"name": 42}, "name is not text"), ({"team": None}, "team is not text"),
+    ({"advice": ["a"]}, "advice is not text"),
 ])
 def test_run_problem(changes: dict[str, object], problem: str | None) -> None:
     assert run_problem(run_record("r", W48, 1, **changes)) == problem  # type: ignore[arg-type]
@@ -39,6 +47,19 @@ def test_the_first_wrong_figure_is_the_reason_and_good_runs_keep_their_order() -
     good, excluded = usable_runs(runs)  # type: ignore[arg-type]
     assert [r.id for r in good] == ["a", "b"]
     assert excluded == [ExcludedRun(run_id="x", name="x", reason="non-finite price_per_gpu_hour")]
+
+
+def test_text_fields_stored_as_bytes_are_decoded_and_the_run_kept() -> None:
+    """The store gives bytes for a BLOB in a TEXT column: the run counts with its text
+    decoded (UTF-8, a bad byte replaced); a run whose id is bytes is named by its decoded id."""
+    runs = [run_record("a", W48, 1, name=b"exp-42\n", team=b"vis\xffion",
+                       model=memoryview(b"H100"), advice=b"ok"),
+            run_record("b", W48, 1).replace(id=b"b\xff", name=b"n")]  # the key: never guessed
+    good, excluded = usable_runs(runs)
+    assert [(r.id, r.name, r.team, r.gpu_model, r.advice) for r in good] == [
+        ("a", "exp-42\n", "vis\ufffdion", "H100", "ok")]
+    assert excluded == [ExcludedRun(run_id="b\ufffd", name="n", reason="id is not text")]
+    assert kpis.runs_frame(good)["name"].tolist() == ["exp-42\n"]
 
 
 def test_summary_and_log_line() -> None:
@@ -66,6 +87,16 @@ def test_bad_samples_per_run_of_the_report() -> None:
                               reason="unusable covered_s: left out"),
                    BadSamples(run_id="s", name="sampled", rows=4,
                               reason="unusable sm_active_pct: read as unknown")]
+
+
+def test_bad_samples_name_rows_whose_minute_is_no_time() -> None:
+    totals = pd.DataFrame({"run_id": ["s", "s"], "dropped": [0, 1], "bad_values": [0, 0],
+                           "bad_minutes": [2, 0]})
+    got = kpis.bad_samples(totals, {"s": "sampled"}, value="util_pct")
+    assert got == [BadSamples(run_id="s", name="sampled", rows=1,
+                              reason="unusable covered_s: left out"),
+                   BadSamples(run_id="s", name="sampled", rows=2,
+                              reason="unreadable minute: left out")]
 
 
 def test_the_frame_builder_reads_bad_values_as_unknown_and_drops_unusable_rows() -> None:

@@ -94,3 +94,77 @@ def test_foreign_files_do_not_stop_the_report(tmp_path: Path,
     assert "2026-W42.json (not a gpu-kpi week report)" in line and "config.json" not in line
     # the foreign files are left where they were
     assert (out / "notes-W01.json").read_text() == FOREIGN["notes-W01.json"][0]
+
+
+def with_gpu_hours(week: str, value: str) -> str:
+    """A gpu-kpi week JSON whose headline ``gpu_hours`` is the JSON number ``value``."""
+    return week_json(week, generator="gpu-kpi").replace('"gpu_hours": 10.0',
+                                                        f'"gpu_hours": {value}')
+
+
+# Files that made the parser or the number check raise past the reasons above (issue 10).
+BREAKING = {
+    "2026-W01.json": ("[" * 100_000, "not JSON (nested too deep)"),  # RecursionError
+    "2026-W02.json": ('{"a":' * 100_000 + "1" + "}" * 100_000, "not JSON (nested too deep)"),
+    "2026-W03.json": (with_gpu_hours("2026-W03", "1" + "0" * 400), "headline gpu_hours is not a number"),
+    "2026-W04.json": (with_gpu_hours("2026-W04", "-1e400"), "headline gpu_hours is not a number"),  # -inf
+}
+
+
+def test_files_that_break_the_parser_or_the_float_range_are_left_out(tmp_path: Path) -> None:
+    """JSON nested past the parser's depth raised RecursionError, an integer no float holds
+    (10**400) OverflowError: each is a foreign file, left out with its reason."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, (text, _) in BREAKING.items():
+        (out / name).write_text(text)
+    (out / "2026-W05.json").write_text(week_json("2026-W05"))
+    weeks, left_out = read_archive(out)
+    assert [w["label"] for w in weeks] == ["2026-W05"]
+    assert left_out == [LeftOut(name=n, reason=r) for n, (_, r) in BREAKING.items()]
+
+
+def test_whatever_reading_a_foreign_file_raises_leaves_it_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only the errors foreseen: any exception while interpreting a file that is not ours
+    (here MemoryError, as a file too big for memory gives) names it, with the reason."""
+    from reports.render import index
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "2026-W05.json").write_text(week_json("2026-W05"))
+    (out / "2026-W06.json").write_text(week_json("2026-W06"))
+    real = index._week_row
+
+    def week_row(name: str, text: str) -> dict[str, Any]:
+        if name == "2026-W06.json":
+            raise MemoryError
+        return real(name, text)
+
+    monkeypatch.setattr(index, "_week_row", week_row)
+    weeks, left_out = read_archive(out)
+    assert [w["label"] for w in weeks] == ["2026-W05"]
+    assert left_out == [LeftOut(name="2026-W06.json", reason="unreadable (MemoryError)")]
+
+
+def test_a_deeply_nested_foreign_file_does_not_stop_the_report(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The review's repro: ``'[' * 100000`` in the archive folder made ``gpu-kpi report``
+    end in a RecursionError; now the report and the index are written and the file named."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("a", W48 + timedelta(days=1), 2, util=50.0))
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, (text, _) in BREAKING.items():
+        (out / name).write_text(text)
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        written = build(url, Request(week="2026-W48", tz=UTC, formats=("html", "json")), out,
+                        now=W48 + timedelta(days=8))
+    assert [p.name for p in written] == ["2026-W48.json", "2026-W48.html", "index.html"]
+    index = (out / "index.html").read_text()
+    assert "4 files in this folder are not gpu-kpi week reports and left out" in index
+    assert "2026-W01.json</span> (not JSON (nested too deep))" in index
+    assert "2026-W03.json</span> (headline gpu_hours is not a number)" in index
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "gpu_kpi"]
+    assert "leaves out 4 file(s)" in line
