@@ -27,7 +27,7 @@ from reports import kpi as kpis
 from reports.errors import ReportError
 from reports.kpi.checks import one_line
 from reports.render.exports import to_json
-from reports.weeks import label_of, parse_week, week_bounds, weeks_between
+from reports.weeks import label_of, parse_week, shift_week, week_bounds, weeks_between
 from tracker.cost import Thresholds, thresholds_for
 
 log = logging.getLogger("gpu_kpi")
@@ -114,8 +114,9 @@ def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
 
     t = thresholds or thresholds_for(basis)
     value = kpis.BASES[basis][0]
-    since = pd.Timestamp(start) - pd.Timedelta(days=7 * (weeks - 1))
-    until = pd.Timestamp(start) + pd.Timedelta(days=7)
+    # each bound a local calendar Monday on its own: across a DST change a week is 167 or 169 h
+    since = pd.Timestamp(shift_week(start, tz, -(weeks - 1)))
+    until = pd.Timestamp(shift_week(start, tz, 1))
     week_starts = weeks_between(since, until, tz)
     window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
     with RunStore(store_url or default_store_url()) as store:

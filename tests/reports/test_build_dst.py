@@ -1,0 +1,65 @@
+"""Issue 11, weeks with a daylight-saving change: each bound is a local calendar Monday, so the
+autumn week is 169 h and the spring week 167 h, and the 12-week window starts on the oldest
+week's own Monday. Real SQLite stores, hand-placed runs, Europe/Berlin."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from fakes import run_record
+
+from reports.build import Request, compute
+from reports.weeks import label_of, week_bounds
+from tracker.record import MinuteSample
+from tracker.store import RunStore
+
+BERLIN = ZoneInfo("Europe/Berlin")
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+# 2026-W43: Monday 19 Oct 00:00 CEST (18 Oct 22:00 UTC) to Monday 26 Oct 00:00 CET (25 Oct 23:00
+# UTC): 169 h; clocks went back on Sunday 25 Oct at 03:00 CEST
+W43_END_UTC = datetime(2026, 10, 25, 23, tzinfo=UTC)
+
+
+def test_the_autumn_week_has_169_hours() -> None:
+    start, end = week_bounds(2026, 43, BERLIN)
+    assert end.astimezone(UTC) - start.astimezone(UTC) == timedelta(hours=169)
+    assert end.astimezone(UTC) == W43_END_UTC
+
+
+def test_the_last_hour_of_the_autumn_week_is_read(tmp_path: object) -> None:
+    """A summary-only run at Sunday 23:15 CET (22:15 UTC) for 30 min: 0.5 GPU-h in W43 (not W44).
+    A sampled run 21:30-22:30 UTC at 40%: 60 minutes, all in W43 = 1.0 GPU-h. W43: 1.5 GPU-h,
+    spend 1.5 x $3.85 = $5.775; utilization over GPU-time with a value = 40%."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    late = datetime(2026, 10, 25, 22, 15, tzinfo=UTC)
+    sampled = datetime(2026, 10, 25, 21, 30, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("late", late, 0.5, util=None))
+        s.upsert_run(run_record("sampled", sampled, 1.0, util=40.0))
+        s.upsert_samples([MinuteSample(run_id="sampled", minute=sampled + timedelta(minutes=m),
+                                       gpu="GPU-0", covered_s=60.0, util_pct=40.0)
+                          for m in range(60)])
+    w43 = compute(url, Request(week="2026-W43", tz=BERLIN), now=NOW).kpis
+    assert w43.headline.gpu_hours == pytest.approx(1.5)
+    assert w43.headline.spend_usd == pytest.approx(5.775)
+    assert w43.headline.utilization_pct == pytest.approx(40.0)
+    w44 = compute(url, Request(week="2026-W44", tz=BERLIN), now=NOW).kpis
+    assert w44.headline.gpu_hours == 0.0
+    assert w44.previous is not None and w44.previous.gpu_hours == pytest.approx(1.5)
+
+
+def test_the_oldest_trend_week_keeps_its_first_hour(tmp_path: object) -> None:
+    """W45's 12-week window starts with W34: Monday 17 Aug 00:00 CEST = 16 Aug 22:00 UTC. W45
+    starts on 2 Nov 00:00 CET = 1 Nov 23:00 UTC, and 77 x 24 h before that is 16 Aug 23:00 UTC:
+    an hour late. A run at 00:10 CEST (22:10 UTC) for 30 min: 0.5 GPU-h in W34's trend row."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("early", datetime(2026, 8, 16, 22, 10, tzinfo=UTC), 0.5))
+        s.upsert_run(run_record("now", datetime(2026, 11, 3, 10, tzinfo=UTC), 1.0))
+    k = compute(url, Request(week="2026-W45", tz=BERLIN), now=NOW).kpis
+    trend = {label_of(w): h for w, h in zip(k.trend["week"], k.trend["gpu_hours"], strict=True)}
+    assert list(trend)[0] == "2026-W34" and len(trend) == 12
+    assert trend["2026-W34"] == pytest.approx(0.5)
+    assert trend["2026-W45"] == pytest.approx(1.0)
