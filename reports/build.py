@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 
 import pandas as pd
@@ -136,9 +136,13 @@ def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
                                value=value)
         totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
         samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
+        # idle windows reach across the window's edges: read the idle_window_min - 1 minutes
+        # either side, so that a week's idle is final and equal to what later reports show
+        reach = timedelta(minutes=t.idle_window_min - 1)
         store.scan_sample_stretches(samples, columns=samples.columns,
                                     stretches=kpis.idle_candidates(totals, t),
-                                    margin=t.idle_window_min - 1, **window)
+                                    margin=t.idle_window_min - 1,
+                                    since=window["since"] - reach, until=window["until"] + reach)
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
     skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
     return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped

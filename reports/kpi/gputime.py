@@ -158,12 +158,14 @@ def idle_candidates(totals: pd.DataFrame, t: Thresholds) -> list[tuple[str, str,
                                                                         datetime]]:
     """The stretches of samples that hold every idle minute, as ``(run_id, gpu, first,
     last)``: from the first to the last minute under the idle threshold, of each GPU with
-    enough samples for a window. An idle minute is one of those, and its window lies in the
+    one. An idle minute is one of those, and its window lies in the
     stretch and the ``idle_window_min - 1`` samples before and after it, which
     :func:`idle_minutes` needs too (:meth:`tracker.store.RunStore.scan_sample_stretches`)."""
     series = totals.groupby(["run_id", "gpu"], observed=True).agg(
         minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max"))
-    ok = series[series["first"].notna() & (series["minutes"] >= t.idle_window_min)]
+    # any GPU with a low minute: one with fewer minutes than a window in these weeks may
+    # continue past their edge, where the store reads the rest of its window
+    ok = series[series["first"].notna()]
     return [(run_id, gpu, pd.Timestamp(first).to_pydatetime(), pd.Timestamp(last).to_pydatetime())
             for (run_id, gpu), first, last in zip(ok.index, ok["first"], ok["last"], strict=True)]
 

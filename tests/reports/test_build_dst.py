@@ -60,6 +60,40 @@ def test_the_oldest_trend_week_keeps_its_first_hour(tmp_path: object) -> None:
         s.upsert_run(run_record("now", datetime(2026, 11, 3, 10, tzinfo=UTC), 1.0))
     k = compute(url, Request(week="2026-W45", tz=BERLIN), now=NOW).kpis
     trend = {label_of(w): h for w, h in zip(k.trend["week"], k.trend["gpu_hours"], strict=True)}
-    assert list(trend)[0] == "2026-W34" and len(trend) == 12
+    assert next(iter(trend)) == "2026-W34" and len(trend) == 12
     assert trend["2026-W34"] == pytest.approx(0.5)
     assert trend["2026-W45"] == pytest.approx(1.0)
+
+
+def test_idle_stretches_across_the_week_edge_count_in_their_own_week(tmp_path: object) -> None:
+    """A GPU at 1% from Sunday 23:40 to Monday 00:20 UTC (W47 into W48): every minute lies in a
+    30-minute stretch under 5%, so all 40 are idle. W47 holds 20 of them: 20/60 h x $3.85 =
+    $1.2833 idle, in its own report and as the next report's previous week; W48 the other 20."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 22, 23, 40, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("edge", start, 40 / 60, util=1.0))
+        s.upsert_samples([MinuteSample(run_id="edge", minute=start + timedelta(minutes=m),
+                                       gpu="GPU-0", covered_s=60.0, util_pct=1.0)
+                          for m in range(40)])
+    idle_20 = 20 / 60 * 3.85
+    w47 = compute(url, Request(week="2026-W47", tz=UTC), now=NOW).kpis
+    assert w47.headline.gpu_hours == pytest.approx(20 / 60)
+    assert w47.headline.idle_usd == pytest.approx(idle_20)
+    w48 = compute(url, Request(week="2026-W48", tz=UTC), now=NOW).kpis
+    assert w48.headline.idle_usd == pytest.approx(idle_20)
+    assert w48.previous is not None and w48.previous.idle_usd == pytest.approx(w47.headline.idle_usd)
+
+
+def test_a_short_idle_blip_at_the_edge_is_not_idle(tmp_path: object) -> None:
+    """The same GPU busy (90%) after 23:55: the low minutes 23:40-23:54 are only 15, and every
+    30-minute window holding them averages over 5% -> no idle anywhere."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 22, 23, 40, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("blip", start, 40 / 60, util=40.0))
+        s.upsert_samples([MinuteSample(run_id="blip", minute=start + timedelta(minutes=m),
+                                       gpu="GPU-0", covered_s=60.0,
+                                       util_pct=1.0 if m < 15 else 90.0) for m in range(40)])
+    for week in ("2026-W47", "2026-W48"):
+        assert compute(url, Request(week=week, tz=UTC), now=NOW).kpis.headline.idle_usd == 0.0

@@ -111,8 +111,11 @@ def test_only_stretches_with_low_minutes_are_read_minute_by_minute() -> None:
                            "value_s": 0.0,
                            "first_low": [none, none, at[3], at[0], at[1], at[12]],
                            "last_low": [none, none, at[5], at[1], at[2], at[19]]})
-    # "short": too few minutes for a window; "weeks": one stretch over both weeks
+    # "short": fewer minutes than a window here, but it may go on past the weeks read (the store
+    # reads the rest of its window there); "weeks": one stretch over both weeks; "busy" and
+    # "low"/"a" have no low minute
     assert kpis.idle_candidates(totals, t) == [("low", "b", at[3], at[5]),
+                                               ("short", "a", at[0], at[1]),
                                                ("weeks", "a", at[1], at[19])]
 
 
