@@ -72,6 +72,17 @@ def fmt_change(value: object) -> str:
     return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f}%"
 
 
+def fmt_change_pp(value: object) -> str:
+    """A change of a percentage, in percentage points: ``▲ 2.1 pp``, ``▼ 0.5 pp``, ``0.0 pp``
+    (65% → 64.5% is ``▼ 0.5 pp``, not a relative ``▼ 0.8%``); ``n/a`` without a previous week."""
+    v = as_number(value)
+    if v is None:
+        return "n/a"
+    if round(v, 1) == 0:
+        return "0.0 pp"
+    return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f} pp"
+
+
 def text_or_dash(value: object, default: str = "—") -> str:
     return default if missing(value) or value == "" else str(value)
 

@@ -21,6 +21,7 @@ from reports.kpi import WeekKpis
 from reports.render.fmt import (
     as_number,
     fmt_change,
+    fmt_change_pp,
     fmt_gib,
     fmt_hours,
     fmt_int,
@@ -82,6 +83,8 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
     for field, label, fmt, good in _CARDS:
         change = as_number(k.change_pct.get(field))
         previous = getattr(k.previous, field) if k.previous is not None else None
+        if field == "utilization_pct":  # a share changes in points, as a manager reads it
+            change = _points(getattr(k.headline, field), previous)
         if change is None or round(change, 1) == 0 or good == 0:
             tone = "flat"
         else:
@@ -91,10 +94,15 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
             "field": field, "label": label,
             "value": _hours_number(value) if field == "gpu_hours" else fmt(value),
             "unit": "GPU-h" if field == "gpu_hours" and as_number(value) is not None else "",
-            "change": fmt_change(change),
+            "change": fmt_change_pp(change) if field == "utilization_pct" else fmt_change(change),
             "tone": tone, "previous": fmt(previous) if k.previous is not None else "none",
             "note": notes[field]})
     return cards
+
+
+def _points(now: object, before: object) -> float | None:
+    a, b = as_number(now), as_number(before)
+    return None if a is None or b is None else a - b
 
 
 def _breakdown_rows(df: pd.DataFrame, key: str) -> list[dict[str, str]]:

@@ -197,7 +197,8 @@ def test_text_part_has_the_hand_computed_headline_with_change(small: tuple) -> N
     # W47: 7 GPU-h, $26.95 at 50%, waste 26.95 × (1 − 50/85) = 11.10
     assert row("GPU-hours") == ["14.0", "GPU-h", "▲", "100.0%", "7.0", "GPU-h"]
     assert row("Spend") == ["$53.90", "▲", "100.0%", "$26.95"]
-    assert row("Utilization, NVML utilization") == ["67.1%", "▲", "34.3%", "50.0%"]
+    # utilization changes in percentage points: 67.14 − 50.0 = 17.1 pp (not a relative 34.3%)
+    assert row("Utilization, NVML utilization") == ["67.1%", "▲", "17.1", "pp", "50.0%"]
     assert row("Recoverable waste") == ["$13.59", "▲", "22.4%", "$11.10"]
     assert row("Idle") == ["$0.00", "n/a", "$0.00"]
     assert row("Runs") == ["2", "▲", "100.0%", "1"]
@@ -216,7 +217,7 @@ def test_html_shows_the_same_figures(small: tuple) -> None:
     k, c = small
     p = parts(parsed(build_email(k, c, tz=UTC, report_url=ARCHIVE)))
     shown = " ".join(" ".join(readers.parse_html(p.html).text).split())
-    for figure in ("14.0 GPU-h", "$53.90", "67.1%", "▲ 34.3%", "$13.59", "▲ 22.4%", "$26.95",
+    for figure in ("14.0 GPU-h", "$53.90", "67.1%", "▲ 17.1 pp", "$13.59", "▲ 22.4%", "$26.95",
                    "NVML utilization", "2026-W48", "28.6%", "input-bound"):
         assert figure in shown and figure in p.text
     assert "Spend $53.90 ▲ 100.0% last week: $26.95" in shown

@@ -129,8 +129,8 @@ def test_breakdowns_and_engineer_tables(small: tuple) -> None:
 def test_week_over_week_change_has_arrows_and_percent() -> None:
     k = week([run("prev", W47, 28, util=20.0), run("now", W48, 14, util=40.0)])
     text = readers.parse_html(report_html.render_html(k, {})).plain()
-    # GPU-hours and spend halved, utilization doubled
-    assert "▼ 50.0%" in text and "▲ 100.0%" in text
+    # GPU-hours and spend halved; utilization 20% → 40%: up 20 points (not a relative 100%)
+    assert "▼ 50.0%" in text and "▲ 20.0 pp" in text and "▲ 100.0%" not in text
     assert "last week: 28.0 GPU-h" in text and "last week: $107.80" in text
 
 
@@ -284,6 +284,8 @@ def test_numbers_are_formatted_for_humans() -> None:
     assert f.fmt_pct(67.14) == "67.1%" and f.fmt_hours(12.34) == "12.3 GPU-h"
     assert f.fmt_hours(0.25) == "0.25 GPU-h" and f.fmt_hours(1234.5) == "1,234.5 GPU-h"
     assert f.fmt_change(12.34) == "▲ 12.3%" and f.fmt_change(-4) == "▼ 4.0%"
+    assert f.fmt_change_pp(-0.5) == "▼ 0.5 pp" and f.fmt_change_pp(0.04) == "0.0 pp"
+    assert f.fmt_change_pp(None) == "n/a"
     assert f.fmt_change(None) == "n/a" and f.fmt_change(0.01) == "0.0%"
 
 
