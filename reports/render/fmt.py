@@ -37,6 +37,18 @@ def fmt_usd(value: object) -> str:
     return f"-${-v:,.2f}" if v < 0 else f"${v:,.2f}"
 
 
+def fmt_unit_usd(value: object) -> str:
+    """A unit cost with three significant digits however small: ``$0.00412``, ``$0.0410``,
+    ``$1.25``, ``$1,234.57`` (``$0.00 per 1k samples`` says nothing); ``n/a`` when unknown."""
+    v = as_number(value)
+    if v is None:
+        return "n/a"
+    if v == 0 or abs(v) >= 1:
+        return fmt_usd(v)
+    digits = max(2, 2 - math.floor(math.log10(abs(v))))
+    return f"-${-v:.{digits}f}" if v < 0 else f"${v:.{digits}f}"
+
+
 def fmt_pct(value: object, digits: int = 1) -> str:
     """``67.1%``; ``n/a`` when unknown."""
     v = as_number(value)

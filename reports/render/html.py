@@ -26,6 +26,7 @@ from reports.render.fmt import (
     fmt_hours,
     fmt_int,
     fmt_pct,
+    fmt_unit_usd,
     fmt_usd,
     links_of,
     missing,
@@ -219,7 +220,7 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
                          if generated_at else ""),
         "report_url": safe_http_url(report_url) or "",
         "cards": _cards(k),
-        "unit_costs": [f"{fmt_usd(v)} {unit}" for v, unit in (
+        "unit_costs": [f"{fmt_unit_usd(v)} {unit}" for v, unit in (
             (h.usd_per_1k_samples, "per 1k samples"), (h.usd_per_1m_tokens, "per 1M tokens"))
             if not missing(v)],
         "charts": _charts(charts), "totals": _trend_totals(k),

@@ -286,6 +286,9 @@ def test_numbers_are_formatted_for_humans() -> None:
     assert f.fmt_change(12.34) == "▲ 12.3%" and f.fmt_change(-4) == "▼ 4.0%"
     assert f.fmt_change_pp(-0.5) == "▼ 0.5 pp" and f.fmt_change_pp(0.04) == "0.0 pp"
     assert f.fmt_change_pp(None) == "n/a"
+    # unit costs keep three significant digits however small
+    assert [f.fmt_unit_usd(v) for v in (0.0041234, 0.041, 1.2549, 1234.567, 0, None)] == [
+        "$0.00412", "$0.0410", "$1.25", "$1,234.57", "$0.00", "n/a"]
     assert f.fmt_change(None) == "n/a" and f.fmt_change(0.01) == "0.0%"
 
 
