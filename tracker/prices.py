@@ -93,16 +93,25 @@ class PriceTable:
         base: Iterable[Price] = DEFAULT_PRICES,
     ) -> None:
         self._rows: dict[str, Price] = {p.gpu: p for p in base}
+        self._own: list[tuple[re.Pattern[str], str]] = []
+        """Models the table does not know, priced by the user (B200, MI300X…): matched to a
+        name (NVML's ``NVIDIA B200``) as a whole word, the longest first."""
         for name, usd in (overrides or {}).items():
-            key = canonical_gpu(name)
-            if key is None:
-                raise UnknownGpu(f"unknown GPU model {name!r} in price overrides; known: {self.known()}")
             if not usd >= 0:
                 raise ValueError(f"price for {name!r} must be a number >= 0, got {usd!r}")
+            key = canonical_gpu(name)
+            if key is None:  # any model can carry a price
+                key = " ".join(name.split())
+                if not key:
+                    raise UnknownGpu(f"empty GPU model name in price overrides; known: {self.known()}")
+                words = r"\s*".join(re.escape(w) for w in key.upper().split())
+                self._own.append((re.compile(rf"(^|[^A-Z0-9]){words}($|[^A-Z0-9])"), key))
+                self._own.sort(key=lambda pk: -len(pk[1]))
+            known = self._rows.get(key)
             self._rows[key] = Price(gpu=key, usd_per_gpu_hour=float(usd), as_of="user",
                                     source=override_source,
-                                    description=self._rows[key].description,
-                                    mem_gib=self._rows[key].mem_gib)
+                                    description=known.description if known else key,
+                                    mem_gib=known.mem_gib if known else None)
 
     def known(self) -> str:
         return ", ".join(self._rows)
@@ -112,7 +121,9 @@ class PriceTable:
 
     def lookup(self, name: str) -> Price | None:
         """The price row for a model name, or None when the model is unknown."""
-        key = canonical_gpu(name)
+        upper = name.strip().upper()
+        key = next((k for pattern, k in self._own if pattern.search(upper)), None)
+        key = key or canonical_gpu(name)
         return self._rows.get(key) if key else None
 
     def get(self, name: str) -> Price:

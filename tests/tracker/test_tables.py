@@ -42,8 +42,22 @@ def test_overrides_and_unknown_models() -> None:
     assert table.get("T4").usd_per_gpu_hour == 0.53
     with pytest.raises(UnknownGpu, match="unknown GPU model 'RTX 4090'; known: H200, H100"):
         table.get("RTX 4090")
-    with pytest.raises(UnknownGpu):
-        PriceTable({"B300": 9.0})
+    with pytest.raises(ValueError, match="must be a number >= 0"):
+        PriceTable({"B300": -9.0})
+
+
+def test_any_model_can_carry_a_price() -> None:
+    """Issue 11: models the table does not know are priced by name and matched to NVML's names
+    as whole words, the longest name first."""
+    table = PriceTable({"B200": 5.5, "GB200": 6.25, "MI300X": 3.2, "RTX 6000 Ada": 1.1})
+    assert table.get("NVIDIA B200").usd_per_gpu_hour == 5.5
+    assert table.get("NVIDIA GB200").usd_per_gpu_hour == 6.25  # not B200's: a whole word
+    assert table.get("AMD Instinct MI300X").usd_per_gpu_hour == 3.2
+    assert table.get("NVIDIA RTX 6000 Ada Generation").usd_per_gpu_hour == 1.1
+    assert table.get("b200").source == "config" and table.get("B200").mem_gib is None
+    with pytest.raises(UnknownGpu, match="'B2000'"):
+        table.get("B2000")
+    assert PriceTable().lookup("NVIDIA B200") is None  # not in the shipped table
 
 
 def test_peaks_and_mfu() -> None:
