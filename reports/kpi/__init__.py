@@ -34,11 +34,45 @@ from reports.kpi.gputime import (
     totals_gpu_time,
 )
 from reports.kpi.rightsizing import rightsizing
-from reports.kpi.weekly import HEADLINE_FIELDS, Headline, WeekKpis, kpis_of_gpu_time, run_weeks, week_kpis
+from reports.kpi.weekly import (
+    HEADLINE_FIELDS,
+    Headline,
+    WeekKpis,
+    kpis_of_gpu_time,
+    run_weeks,
+    runs_to_fix,
+    week_kpis,
+)
 
-__all__ = ["BASES", "GT_COLUMNS", "HEADLINE_FIELDS", "PCT_RANGE", "SAMPLE_COLUMNS", "TOTALS_COLUMNS",
-           "BadSamples", "ExcludedRun", "Headline", "SampleFrameBuilder", "Skipped", "WeekKpis",
-           "bad_samples", "combine_gpu_time", "gpu_time",
-           "idle_candidates", "idle_minutes", "kpis_of_gpu_time", "rightsizing", "run_weeks",
-           "runs_frame", "sample_columns", "sampled_gpu_time", "samples_frame", "summary_gpu_time",
-           "totals_frame", "totals_gpu_time", "usable_runs", "week_kpis"]
+__all__ = [
+    "BASES",
+    "GT_COLUMNS",
+    "HEADLINE_FIELDS",
+    "PCT_RANGE",
+    "SAMPLE_COLUMNS",
+    "TOTALS_COLUMNS",
+    "BadSamples",
+    "ExcludedRun",
+    "Headline",
+    "SampleFrameBuilder",
+    "Skipped",
+    "WeekKpis",
+    "bad_samples",
+    "combine_gpu_time",
+    "gpu_time",
+    "idle_candidates",
+    "idle_minutes",
+    "kpis_of_gpu_time",
+    "rightsizing",
+    "run_weeks",
+    "runs_frame",
+    "runs_to_fix",
+    "sample_columns",
+    "sampled_gpu_time",
+    "samples_frame",
+    "summary_gpu_time",
+    "totals_frame",
+    "totals_gpu_time",
+    "usable_runs",
+    "week_kpis",
+]

@@ -191,3 +191,16 @@ def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz
         by={k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model")},
         runs=ordered, underutilized=under.reset_index(drop=True), trend=trend,
         rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct))
+
+
+def runs_to_fix(k: WeekKpis) -> pd.DataFrame:
+    """The week's runs worth an engineer's look, by recoverable waste (largest first): every
+    run with waste or a verdict other than healthy, whatever its utilization. An input-bound
+    run at 60% or a low-MFU run is as much to fix as one under the underutilized threshold."""
+    r = k.runs
+    if not len(r):
+        return r
+    waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0)
+    verdict = r["verdict"].astype(object)
+    flagged = verdict.notna() & ~verdict.isin(["healthy", ""])
+    return r[(waste >= 0.005) | flagged].reset_index(drop=True)

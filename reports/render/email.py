@@ -130,7 +130,7 @@ def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
     return {**ctx, "week": week, "dates": _week_dates(k, tz), "skipped": skipped,
             "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
             "report_link": report_link(report_url, week) or "",
-            "runs": runs, "more_runs": len(k.underutilized) - len(runs),
+            "runs": runs, "more_runs": ctx["runs_to_fix"] - len(runs),
             "teams": teams, "more_teams": len(k.by.get("team", ())) - len(teams)}
 
 

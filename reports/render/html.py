@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.kpi import WeekKpis
+from reports.kpi import WeekKpis, runs_to_fix
 from reports.render.fmt import (
     as_number,
     fmt_change,
@@ -212,7 +212,8 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
     """Everything the report template shows, as display strings."""
     h, t = k.headline, k.thresholds
     label = week_label(k.week)
-    under_rows = _run_rows(k.underutilized)
+    fix = runs_to_fix(k)
+    under_rows = _run_rows(fix)
     return {
         "title": title, "week": label, "dates": week_dates(label),
         "basis_label": k.basis_label, "lede": _lede(k),
@@ -235,7 +236,8 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
                         "rows": _breakdown_rows(k.by.get(key, pd.DataFrame()), key),
                         "more": max(len(k.by.get(key, ())) - MAX_BREAKDOWN_ROWS, 0)}
                        for key, name in BREAKDOWNS],
-        "runs": under_rows, "more_runs": max(len(k.underutilized) - MAX_RUN_ROWS, 0),
+        "runs": under_rows, "runs_to_fix": len(fix),
+        "more_runs": max(len(fix) - MAX_RUN_ROWS, 0),
         "rightsizing": _rightsizing_rows(k),
         "more_rightsizing": max(len(k.rightsizing) - MAX_RUN_ROWS, 0),
         "thresholds": {"target": fmt_pct(t.target_util_pct, 0),

@@ -197,7 +197,7 @@ def test_an_empty_week_still_renders() -> None:
     doc = report_html.render_html(k, charts(k))
     text = readers.parse_html(doc).plain()
     assert "No GPU time was recorded this week." in text
-    assert "No underutilized runs this week." in text
+    assert "No runs to fix this week" in text
 
 
 # -- charts -----------------------------------------------------------------------------------
@@ -336,3 +336,22 @@ def test_the_report_loads_in_headless_chromium(tmp_path: Path) -> None:
     assert {"headline", "trends", "breakdowns", "runs", "rightsizing"} <= parsed.ids()
     assert len(parsed.all("img")) == 5 and parsed.all("script") == []
     assert EVIL_RUN in parsed.plain()  # the browser built a text node, not a script
+
+
+def test_runs_to_fix_cover_every_verdict_by_waste() -> None:
+    """Issue 11: an input-bound run at 60% (8 GPU-h x $2.00 = $16.00; waste 16 x (1 - 60/85) =
+    $4.71) and a low-efficiency run at 88% (no waste) are to fix although neither is under 50%;
+    a healthy run at 92% is not. Ordered by waste."""
+    k = week([
+        run("aug", W48, 2, gpus=4, util=60.0, model="A100-80GB", price=2.00,
+            name="resnet50-heavy-aug", verdict="input-bound"),
+        run("vit", W48, 1, util=88.0, name="vit-l-fp32", verdict="low-efficiency"),
+        run("llama", W48, 3, gpus=8, util=92.0, name="llama-8b-sft", verdict="healthy"),
+    ])
+    assert len(k.underutilized) == 0
+    page = readers.parse_html(report_html.render_html(k, {}))
+    rows = [ln for ln in page.plain().split("For engineers: runs to fix, by recoverable waste")[1]
+            .split("Right-sizing")[0].split(" started ")]
+    text = " ".join(rows)
+    assert text.index("resnet50-heavy-aug") < text.index("vit-l-fp32")
+    assert "$4.71" in text and "llama-8b-sft" not in text
