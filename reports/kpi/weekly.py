@@ -190,7 +190,8 @@ def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz
         previous=previous, change_pct=change,
         by={k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model")},
         runs=ordered, underutilized=under.reset_index(drop=True), trend=trend,
-        rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct))
+        rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct,
+                                target_util_pct=t.target_util_pct))
 
 
 def runs_to_fix(k: WeekKpis) -> pd.DataFrame:

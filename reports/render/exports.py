@@ -49,7 +49,7 @@ RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_cou
               "gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "verdict",
               "advice", "status", "links")
 RIGHTSIZING_FIELDS = ("run_id", "name", "team", "gpu_model", "utilization_pct", "mem_peak_gib",
-                      "suggested_gpu", "saving_usd")
+                      "suggested_gpu", "saving_usd", "assumption")
 
 
 def _plain(value: Any) -> Any:

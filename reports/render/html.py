@@ -153,7 +153,8 @@ def _rightsizing_rows(k: WeekKpis) -> list[dict[str, str]]:
                      "current": text_or_dash(r["gpu_model"], "unknown GPU"),
                      "memory": peak if missing(total) else f"{peak} of {fmt_gib(total)}",
                      "utilization": fmt_pct(r["utilization_pct"]),
-                     "suggested": text_or_dash(r["suggested_gpu"]), "saving": fmt_usd(r["saving_usd"])})
+                     "suggested": text_or_dash(r["suggested_gpu"]), "saving": fmt_usd(r["saving_usd"]),
+                     "assumption": text_or_dash(r.get("assumption"), "")})
     return rows
 
 

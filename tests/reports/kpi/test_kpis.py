@@ -140,10 +140,27 @@ def test_unit_costs() -> None:
 
 
 def test_rightsizing_names_a_cheaper_gpu_that_fits() -> None:
+    """Issue 11: memory AND compute. An H100 job at 20% used 0.20 x 989.4 = 197.9 TFLOP/s
+    (16-bit): a T4 (85% of 65 = 55.3) or an L4 (85% of 121 = 102.9) cannot do that work in the
+    same hours; an L40S can (85% of 362.05 = 307.7) and holds 12 GiB x 1.2 in 48 GB:
+    10 h x (3.85 - 1.55) = $23.00."""
     k = week([run("small-job", W48, 10, util=20.0, mem_peak_gib=12.0, mem_total_gib=80.0)])
     (s,) = k.rightsizing.to_dict("records")
-    # 12 GiB x 1.2 headroom fits a 16 GB T4 at $0.53: 10 h x (3.85 - 0.53)
-    assert s["suggested_gpu"] == "T4" and s["saving_usd"] == pytest.approx(10 * (3.85 - 0.53))
+    assert s["suggested_gpu"] == "L40S" and s["saving_usd"] == pytest.approx(10 * (3.85 - 1.55))
+    assert s["assumption"] == ("12.0 GiB × 1.2 fits 48 GiB; 20.0% of 989.4 = 198 TFLOP/s "
+                               "(16-bit) fits 85% of its 362.05 = 308: the same hours")
+
+
+def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
+    """At 10% an H100 job needs 98.9 TFLOP/s: an L4 (102.9 at 85%) does it: $0.80. An idle
+    notebook gets no suggestion (release the GPU), nor does a GPU without a published peak."""
+    k = week([
+        run("light", W48, 4, util=10.0, mem_peak_gib=12.0, mem_total_gib=80.0),
+        run("notebook", W48, 8, util=2.0, mem_peak_gib=3.0, mem_total_gib=80.0, verdict="idle"),
+        run("a10g", W48, 5, util=10.0, model="A10G", price=1.01, mem_peak_gib=2.0),
+    ])
+    assert k.rightsizing[["run_id", "suggested_gpu"]].values.tolist() == [["light", "L4"]]
+    assert k.rightsizing["saving_usd"].tolist() == pytest.approx([4 * (3.85 - 0.80)])
 
 
 def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
