@@ -76,23 +76,22 @@ def fmt_int(value: object) -> str:
 def fmt_change(value: object) -> str:
     """Week-over-week change: ``▲ 12.3%``, ``▼ 4.0%``, ``0.0%``; ``n/a`` without a previous
     week (or when it was 0)."""
-    v = as_number(value)
-    if v is None:
-        return "n/a"
-    if round(v, 1) == 0:
-        return "0.0%"
-    return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f}%"
+    return _arrow(value, "%")
 
 
 def fmt_change_pp(value: object) -> str:
     """A change of a percentage, in percentage points: ``▲ 2.1 pp``, ``▼ 0.5 pp``, ``0.0 pp``
     (65% → 64.5% is ``▼ 0.5 pp``, not a relative ``▼ 0.8%``); ``n/a`` without a previous week."""
+    return _arrow(value, " pp")
+
+
+def _arrow(value: object, unit: str) -> str:
     v = as_number(value)
     if v is None:
         return "n/a"
     if round(v, 1) == 0:
-        return "0.0 pp"
-    return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f} pp"
+        return f"0.0{unit}"
+    return f"{'▲' if v > 0 else '▼'} {abs(v):,.1f}{unit}"
 
 
 def text_or_dash(value: object, default: str = "—") -> str:
