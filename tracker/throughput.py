@@ -18,13 +18,17 @@ def count(value: object) -> int | float:
     an int (numpy integers and one-element integer tensors become ints too).
 
     Raises ValueError, with the reason, for anything else: nan, ±inf, a negative number, a bool,
-    a string (even ``"5"``), an object that is not a number."""
+    a string (even ``"5"``), an object that is not a number, and a tensor on a GPU, which is
+    not read at all (that would synchronize the GPU on every step)."""
     if type(value) is int:  # the common cases first: step() calls this on the hot path
         n: int | float = value
     elif type(value) is float:
         n = value
     elif isinstance(value, bool | str | bytes):
         raise ValueError("not a number")
+    elif getattr(getattr(value, "device", None), "type", "cpu") != "cpu":
+        # reading a GPU tensor's value waits for the GPU: never on the step path
+        raise ValueError("a tensor on the GPU (reading it would synchronize): pass a Python number")
     else:
         try:
             n = operator.index(value)  # type: ignore[arg-type]

@@ -119,3 +119,28 @@ def test_run_steps_totals_stay_finite_whatever_they_get(values: list[float]) -> 
     for total in (s.samples, s.tokens, s.total.flops, s.total.samples, s.window.flops):
         assert math.isfinite(total) and total >= 0
     assert s.steps == len(values)
+
+
+def test_a_gpu_tensor_count_is_dropped_without_reading_it() -> None:
+    """Reading a CUDA tensor's value synchronizes the GPU: step() must never do it."""
+
+    read: list[str] = []
+
+    class CudaScalar:
+        device = type("Device", (), {"type": "cuda"})()
+
+        def __index__(self) -> int:
+            read.append("index")
+            return 8
+
+        def __float__(self) -> float:
+            read.append("float")
+            return 8.0
+
+    with pytest.raises(ValueError, match="a tensor on the GPU"):
+        count(CudaScalar())
+    assert read == []
+    steps = RunSteps()
+    bad = steps.step(1.0, warmup_steps=0, samples=CudaScalar(), tokens=16)
+    assert read == [] and steps.samples == 0 and steps.tokens == 16
+    assert bad and "a tensor on the GPU" in bad[0]
