@@ -88,7 +88,10 @@ def test_sigterm_during_serve_once_finishes_the_message_and_leaves_the_rest_owed
         proc.send_signal(signal.SIGTERM)
         err.wait_for("SIGTERM: stopping after the message in flight")
         held.release.set()
-        out, _ = proc.communicate(timeout=60)
+        # stdout only: communicate() would read stderr too, racing the Stderr thread for lines
+        assert proc.stdout is not None
+        out = proc.stdout.read()
+        proc.wait(timeout=60)
     finally:
         held.release.set()
         if proc.poll() is None:
