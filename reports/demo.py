@@ -170,8 +170,10 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
                 price_per_gpu_hour=price, price_source="demo", gpu_hours=gpu_hours,
                 util_pct=util, mem_peak_gib=job.mem_peak_gib,
                 mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
-                cost_usd=cost, waste_usd=waste_usd(cost, util, Thresholds().target_util_pct),
-                idle_usd=cost if verdict == "idle" else 0.0, verdict=verdict,
+                cost_usd=cost, idle_usd=cost if verdict == "idle" else 0.0,
+                waste_usd=waste_usd(cost, util, Thresholds().target_util_pct,
+                                    idle_share=1.0 if verdict == "idle" else 0.0),
+                verdict=verdict,
                 advice=ADVICE[verdict] or None))
     return out
 

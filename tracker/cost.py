@@ -3,9 +3,10 @@ behind them. The tracker (live and in the run record), the weekly KPIs, the demo
 all use this module; nothing else restates a formula or a default.
 
 - **spend** = GPU-hours × price per GPU-hour of that GPU model (USD);
-- **recoverable waste** = spend × max(0, 1 − utilization ÷ target): what the same work would
-  have cost less at the target utilization, per GPU (one GPU's busy time never hides another's
-  idle time);
+- **recoverable waste**, per GPU (one GPU's busy time never hides another's idle time): its idle
+  time in full, and the rest of its spend × max(0, 1 − utilization ÷ target), the utilization of
+  its time that was not idle. Idle money is thus a part of waste, never more than it: waste =
+  idle $ + what the busy time would have cost less at the target utilization;
 - **idle**: a GPU-minute is idle when its own utilization is under ``idle_pct`` and it lies in
   some ``idle_window_min``-minute stretch whose mean is under it too (allocated but unused; a
   short blip does not break an idle hour, a busy minute is never idle, no data is never idle).
@@ -68,19 +69,23 @@ def spend_usd(gpu_hours: N, usd_per_gpu_hour: N) -> N:
     return gpu_hours * usd_per_gpu_hour
 
 
-def waste_share(util_pct: N, target_util_pct: float) -> N:
-    """max(0, 1 − util ÷ target): the share of the spend that is recoverable waste. Works on a
-    float and on numpy arrays or pandas Series alike (NaN stays NaN)."""
+def waste_share(util_pct: N, target_util_pct: float, idle_share: N | float = 0.0) -> N:
+    """The share of a GPU's spend that is recoverable waste: ``idle_share`` (of its time, idle)
+    in full, and max(0, 1 − util ÷ target) of the rest, ``util_pct`` being the utilization of
+    the time that was not idle. Works on a float and on numpy arrays or pandas Series alike
+    (NaN stays NaN)."""
     shortfall = 1.0 - util_pct / target_util_pct
-    return (shortfall + abs(shortfall)) / 2.0
+    return idle_share + (1.0 - idle_share) * (shortfall + abs(shortfall)) / 2.0
 
 
-def waste_usd(spend: float, util_pct: float | None, target_util_pct: float) -> float:
-    """Recoverable waste of one GPU's spend at ``util_pct``; 0 when utilization is unknown (no
-    data is never waste)."""
+def waste_usd(spend: float, util_pct: float | None, target_util_pct: float, *,
+              idle_share: float = 0.0) -> float:
+    """Recoverable waste of one GPU's spend: ``idle_share`` of it in full, the rest at
+    ``util_pct`` (of the time not idle) by the target rule. The rest counts 0 when its
+    utilization is unknown (no data is never waste)."""
     if util_pct is None:
-        return 0.0
-    return spend * waste_share(util_pct, target_util_pct)
+        return spend * idle_share
+    return spend * waste_share(util_pct, target_util_pct, idle_share)
 
 
 def idle_usd(idle_gpu_s: float, usd_per_gpu_hour: float) -> float:
@@ -89,20 +94,43 @@ def idle_usd(idle_gpu_s: float, usd_per_gpu_hour: float) -> float:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GpuUse:
+    """One GPU over a span: seconds with a utilization value and Σ util × seconds over them,
+    and the same two over its idle minutes (:class:`IdleDetector`)."""
+
+    known_s: float
+    util_s: float
+    idle_s: float = 0.0
+    idle_util_s: float = 0.0
+
+    def idle_share(self, span_s: float) -> float:
+        """Idle seconds ÷ the span (capped at 1)."""
+        return min(self.idle_s / span_s, 1.0) if span_s > 0 else 0.0
+
+    def busy_util_pct(self) -> float | None:
+        """Utilization of the time with data that was not idle; None when there is none."""
+        rest = self.known_s - self.idle_s
+        return (self.util_s - self.idle_util_s) / rest if rest > 0 else None
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunCost:
     spend_usd: float
     waste_usd: float
+    """Idle $ included."""
     idle_usd: float
 
 
-def run_cost(*, gpu_hours_each: float, utils_pct: list[float | None], gpu_count: int,
-             usd_per_gpu_hour: float, idle_gpu_s: float, target_util_pct: float) -> RunCost:
+def run_cost(*, gpu_hours_each: float, gpus: list[GpuUse], gpu_count: int,
+             usd_per_gpu_hour: float, target_util_pct: float) -> RunCost:
     """A run's spend, waste and idle $: ``gpu_count`` GPUs for ``gpu_hours_each`` hours each,
-    ``utils_pct`` the time-weighted utilization of each GPU that has one."""
+    ``gpus`` the use of each GPU that was sampled."""
     each = spend_usd(gpu_hours_each, usd_per_gpu_hour)
+    span_s = 3600.0 * gpu_hours_each
     return RunCost(spend_usd=gpu_count * each,
-                   waste_usd=sum(waste_usd(each, u, target_util_pct) for u in utils_pct),
-                   idle_usd=idle_usd(idle_gpu_s, usd_per_gpu_hour))
+                   waste_usd=sum(waste_usd(each, g.busy_util_pct(), target_util_pct,
+                                           idle_share=g.idle_share(span_s)) for g in gpus),
+                   idle_usd=idle_usd(sum(g.idle_s for g in gpus), usd_per_gpu_hour))
 
 
 @dataclass
@@ -116,6 +144,8 @@ class IdleDetector:
     window: int
     threshold_pct: float
     idle_s: float = 0.0
+    idle_util_s: float = 0.0
+    """Σ utilization × seconds over the idle minutes."""
     # [util_pct, covered_s, counted] of the last `window` minutes
     _recent: deque[list[Any]] = field(init=False, repr=False)
 
@@ -136,3 +166,4 @@ class IdleDetector:
             if not m[2] and m[0] < self.threshold_pct:
                 m[2] = True
                 self.idle_s += float(m[1])
+                self.idle_util_s += float(m[0]) * float(m[1])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tracker.cost import Thresholds, run_cost
+from tracker.cost import GpuUse, Thresholds, run_cost
 from tracker.diagnosis import Evidence, diagnose
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.metrics import per_gpu_key
@@ -88,20 +88,33 @@ def window_metrics(steps: StepCounter, fig: Mapping[str, float | None], *,
     return {k: v for k, v in out.items() if v is not None}
 
 
+def gpu_use(stats: GpuStats, idle_s: float = 0.0, idle_util_s: float = 0.0) -> GpuUse:
+    """One GPU's :class:`GpuUse` from its run aggregates and its idle detector's counts; a
+    single reading (no interval yet) stands for the span."""
+    tw = stats.tw["util_pct"]
+    if tw.seconds > 0 or tw.last is None:
+        return GpuUse(known_s=tw.seconds, util_s=tw.total, idle_s=idle_s, idle_util_s=idle_util_s)
+    return GpuUse(known_s=1.0, util_s=tw.last)
+
+
 def run_figures(*, duration_s: float, gpu_count: int, stats: Sequence[GpuStats],
-                idle_gpu_s: float, usd_per_gpu_hour: float | None, thresholds: Thresholds,
+                idle: Sequence[tuple[float, float]] = (), usd_per_gpu_hour: float | None,
+                thresholds: Thresholds,
                 total: StepCounter, steps: int, samples: float,
                 tokens: float) -> dict[str, float | None]:
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
-    ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``total``
+    ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``idle``
+    each one's idle seconds and Σ util × idle seconds (in the order of ``stats``), ``total``
     the measured (post-warm-up) steps, ``steps``/``samples``/``tokens`` every step's counts."""
     hours = s_to_hours(max(duration_s, 0.0))
-    cost = waste = idle = None
+    idle_each = [*idle, *[(0.0, 0.0)] * (len(stats) - len(idle))]
+    idle_gpu_s = sum(i[0] for i in idle_each)
+    cost = waste = idle_cost = None
     if usd_per_gpu_hour is not None and gpu_count:
-        c = run_cost(gpu_hours_each=hours, utils_pct=[s.mean("util_pct") for s in stats],
-                     gpu_count=gpu_count, usd_per_gpu_hour=usd_per_gpu_hour,
-                     idle_gpu_s=idle_gpu_s, target_util_pct=thresholds.target_util_pct)
-        cost, waste, idle = c.spend_usd, c.waste_usd, c.idle_usd
+        c = run_cost(gpu_hours_each=hours, gpu_count=gpu_count, usd_per_gpu_hour=usd_per_gpu_hour,
+                     gpus=[gpu_use(s, *i) for s, i in zip(stats, idle_each, strict=False)],
+                     target_util_pct=thresholds.target_util_pct)
+        cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
     return {
         "gpu_count": float(gpu_count), "gpu_hours": gpu_count * hours,
@@ -114,7 +127,7 @@ def run_figures(*, duration_s: float, gpu_count: int, stats: Sequence[GpuStats],
         "samples_per_s": total.rate(total.samples), "tokens_per_s": total.rate(total.tokens),
         "flops_per_s": total.rate(total.flops), "data_wait_pct": total.data_wait_pct,
         "step_time_ms": total.step_time_ms,
-        "cost_usd": cost, "waste_usd": waste, "idle_usd": idle, "idle_gpu_s": idle_gpu_s,
+        "cost_usd": cost, "waste_usd": waste, "idle_usd": idle_cost, "idle_gpu_s": idle_gpu_s,
     }
 
 

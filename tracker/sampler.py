@@ -331,3 +331,10 @@ class Sampler:
         with self._lock:
             return {u: d.idle_s for u, d in self.idle.items()}
 
+    def idle_of_run(self) -> list[tuple[float, float]]:
+        """Each GPU's idle seconds and Σ utilization × seconds over them so far, in the order
+        of :attr:`run`."""
+        with self._lock:
+            return [(d.idle_s, d.idle_util_s) if (d := self.idle.get(u)) else (0.0, 0.0)
+                    for u in self.run]
+

@@ -295,7 +295,7 @@ class Session:
         return figures.run_figures(
             duration_s=self._wall() - self._started_wall, gpu_count=len(self.gpus),
             stats=list(sampler.run.values()) if sampler is not None else [],
-            idle_gpu_s=sum(sampler.idle_seconds().values()) if sampler is not None else 0.0,
+            idle=sampler.idle_of_run() if sampler is not None else [],
             usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
             thresholds=self.settings.thresholds, total=self.counts.total, steps=self.steps,
             samples=self.counts.samples, tokens=self.counts.tokens)

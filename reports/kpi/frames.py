@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
 
-GT_COLUMNS = ["run_id", "gpu", "week", "gpu_hours", "known_hours", "used_hours", "idle_hours"]
+GT_COLUMNS = ["run_id", "gpu", "week", "gpu_hours", "known_hours", "used_hours", "idle_hours",
+              "idle_used_hours"]
 """One row per (run, GPU, week): hours allocated, hours with a utilization value, Σ util × hours
-(as a fraction, so used/known is the utilization), hours in idle stretches. Summary-only runs
+(as a fraction, so used/known is the utilization), hours in idle stretches and Σ util × hours
+over them (so the utilization of the rest is known: waste counts idle hours in full). Summary-only runs
 have one row per week with ``gpu = "*"`` standing for all their GPUs."""
 
 

@@ -94,7 +94,8 @@ def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
         "week": pd.to_datetime(bounds[wk], utc=True),
         "gpu_hours": total(hours), "known_hours": total(np.where(known, hours, 0.0)),
         "used_hours": total(np.where(known, np.nan_to_num(util) / 100.0 * hours, 0.0)),
-        "idle_hours": total(np.where(idle, hours, 0.0))})
+        "idle_hours": total(np.where(idle, hours, 0.0)),
+        "idle_used_hours": total(np.where(idle, np.nan_to_num(util) / 100.0 * hours, 0.0))})
 
 
 def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
@@ -128,8 +129,9 @@ def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
             share = (min(end, w1) - max(start, w0)).total_seconds() / total_s
             h = r.gpu_hours * share
             known = 0.0 if value is None or pd.isna(value) else h
+            # a summary does not say how busy its idle minutes were: under idle_pct, taken as 0
             rows.append((r.id, "*", w0, h, known, known * (value or 0.0) / 100.0,
-                         idle_total * share))
+                         idle_total * share, 0.0))
     return pd.DataFrame(rows, columns=GT_COLUMNS)
 
 
@@ -186,9 +188,10 @@ def totals_gpu_time(totals: pd.DataFrame, weeks: Sequence[pd.Timestamp],
     keys = ["run_id", "gpu", "week"]
     idle_hours = idle.assign(week=pd.to_datetime(idle["week"], utc=True).dt.as_unit("ns"),
                              run_id=idle["run_id"].astype(object),
-                             gpu=idle["gpu"].astype(object))[[*keys, "idle_hours"]]
+                             gpu=idle["gpu"].astype(object))[[*keys, "idle_hours",
+                                                              "idle_used_hours"]]
     gt = gt.merge(idle_hours, on=keys, how="left", validate="one_to_one")
-    gt["idle_hours"] = gt["idle_hours"].fillna(0.0)
+    gt[["idle_hours", "idle_used_hours"]] = gt[["idle_hours", "idle_used_hours"]].fillna(0.0)
     return gt[GT_COLUMNS]
 
 

@@ -75,18 +75,22 @@ def _price(runs: pd.DataFrame, prices: PriceTable) -> pd.Series:
 
 def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
               target_util_pct: float) -> pd.DataFrame:
-    """Per (run, week): GPU-hours, utilization, spend, waste (per GPU: cost × max(0, 1 −
-    util ÷ target)), idle $, and the run's attributes."""
+    """Per (run, week): GPU-hours, utilization, spend, waste (per GPU: its idle hours in full,
+    the rest × max(0, 1 − util of the rest ÷ target)), idle $, and the run's attributes."""
     meta = runs.set_index("id")
     price = _price(runs, prices).to_numpy()
     price_of = pd.Series(price, index=runs["id"].to_numpy())
     g = gt.copy()
     g["price"] = g["run_id"].map(price_of)
-    util = np.where(g["known_hours"] > 0, g["used_hours"] / g["known_hours"].where(
-        g["known_hours"] > 0, 1.0), np.nan)
+    idle_share = (g["idle_hours"] / g["gpu_hours"].where(g["gpu_hours"] > 0)).clip(0.0, 1.0)
+    busy_known = g["known_hours"] - g["idle_hours"]
+    busy_util = 100.0 * (g["used_hours"] - g["idle_used_hours"]) / busy_known.where(
+        busy_known > 0)
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
-    g["waste"] = g["cost"] * waste_share(util * 100.0, target_util_pct)
-    g["waste"] = g["waste"].where(~np.isnan(util), 0.0)
+    # an unknown busy utilization counts nothing beyond the idle share (no data is never waste)
+    idle_share = idle_share.fillna(0.0)
+    share = waste_share(busy_util, target_util_pct, idle_share).fillna(idle_share)
+    g["waste"] = g["cost"] * share
     g["idle"] = g["idle_hours"] * g["price"]
     per = g.groupby(["run_id", "week"], as_index=False).agg(
         gpu_hours=("gpu_hours", "sum"), known_hours=("known_hours", "sum"),

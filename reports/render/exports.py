@@ -72,6 +72,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+DEFINITIONS = {
+    "spend_usd": "GPU-hours x the price per GPU-hour of each GPU model",
+    "waste_usd": "recoverable waste, per run and GPU: idle_usd in full, plus the cost of the "
+                 "rest x max(0, 1 - utilization of the rest / target_pct)",
+    "idle_usd": "part of waste_usd: the cost of GPU-minutes under idle_pct inside an "
+                "idle_window_min-minute stretch averaging under it",
+}
+"""What the JSON's money fields mean (the report's definitions footer says the same)."""
+
+
 def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     cols = [f for f in fields if f in frame.columns]
     return [{k: _plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
@@ -96,6 +106,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "time_zone": str(tz),
         "basis": k.basis, "basis_label": k.basis_label,
         "thresholds": _thresholds(k.thresholds),
+        "definitions": DEFINITIONS,
         "headline": _plain(k.headline.__dict__),
         "previous": _plain(k.previous.__dict__) if k.previous else None,
         "change_pct": _plain(k.change_pct),

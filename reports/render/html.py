@@ -76,8 +76,10 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
         "spend_usd": (f"excludes {fmt_hours(h.unpriced_gpu_hours)} without a price"
                       if h.unpriced_gpu_hours > 0 else "GPU-hours × price of the model"),
         "utilization_pct": f"{k.basis_label}, weighted by GPU-hours; target {t.target_util_pct:.0f}%",
-        "waste_usd": f"cost of running under the {t.target_util_pct:.0f}% target",
-        "idle_usd": f"GPU-time under {t.idle_pct:.0f}% for {t.idle_window_min}+ minutes",
+        "waste_usd": (f"of which idle {fmt_usd(h.idle_usd)}; the rest: running under the "
+                      f"{t.target_util_pct:.0f}% target"),
+        "idle_usd": (f"part of waste: GPU-time under {t.idle_pct:.0f}% for "
+                     f"{t.idle_window_min}+ minutes"),
         "runs": f"{h.underutilized_runs:,} underutilized (under {t.underutilized_pct:.0f}%)",
     }
     cards = []

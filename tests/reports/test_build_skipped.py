@@ -165,7 +165,8 @@ def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
     GPU-hours: 59 minutes = 59/60 h, $3.85 × 59/60. Known: 57 minutes; used = 39 × 2% +
     18 × 60% = 11.58 minute-fractions, utilization 11.58 / 57 = 20.32%. Idle: minute 5 breaks
     the idle stretch, so minutes 0–4 have no 30-minute window; minutes 6–39 (34) do:
-    $3.85 × 34/60."""
+    $3.85 × 34/60. Waste counts those 34 minutes in full; the other 25 minutes (2 unknown)
+    by the busy utilization (11.58 − 34 × 2%) / (57 − 34) = 10.90 / 23 = 47.39%."""
     sampled_run(store_url)
     sqlite = store_url.startswith("sqlite")
     corrupt(store_url, 5, "util_pct", "abc" if sqlite else float("nan"))
@@ -181,7 +182,7 @@ def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
     assert h["utilization_pct"] == pytest.approx(100 * 11.58 / 57)
     assert h["spend_usd"] == pytest.approx(PRICE * 59 / 60)
     assert h["idle_usd"] == pytest.approx(PRICE * 34 / 60)
-    assert h["waste_usd"] == pytest.approx(PRICE * 59 / 60 * (1 - 11.58 / 57 / 0.85))
+    assert h["waste_usd"] == pytest.approx(PRICE * (34 / 60 + 25 / 60 * (1 - 10.90 / 23 / 0.85)))
     assert d["excluded"] == [] and d["bad_sample_rows"] == 3
     assert d["bad_samples"] == [
         {"run_id": "s", "name": "sampled", "rows": 1, "reason": "unusable covered_s: left out"},

@@ -128,13 +128,14 @@ def test_gpu_time_of_totals_takes_idle_hours_where_read() -> None:
                            "first_low": pd.NaT, "last_low": pd.NaT})
     idle = pd.DataFrame({"run_id": ["a"], "gpu": ["g"], "week": [weeks[1]],
                          "gpu_hours": [0.5], "known_hours": [0.25], "used_hours": [0.0],
-                         "idle_hours": [0.25]})
+                         "idle_hours": [0.25], "idle_used_hours": [0.0025]})
     gt = kpis.totals_gpu_time(totals, weeks, idle)
     assert gt["week"].tolist() == [weeks[0], weeks[1], weeks[1]]
     assert gt["gpu_hours"].tolist() == [1.0, 0.5, 2.0]
     assert gt["known_hours"].tolist() == [1.0, 0.25, 0.0]
     assert gt["used_hours"].tolist() == [0.4, 0.0, 0.0]  # 40% of an hour
     assert gt["idle_hours"].tolist() == [0.0, 0.25, 0.0]
+    assert gt["idle_used_hours"].tolist() == [0.0, 0.0025, 0.0]
 
 
 def test_an_empty_fleet_week(tmp_path: object) -> None:

@@ -197,3 +197,25 @@ def test_sm_active_basis_uses_its_own_column_and_thresholds() -> None:
     assert k.basis_label == "SM activity"
     assert k.headline.utilization_pct == pytest.approx(45.0)
     assert k.headline.waste_usd == pytest.approx(3.85 * (1 - 45 / 60))  # target 60% on SM
+
+
+def test_idle_is_part_of_waste_in_every_breakdown() -> None:
+    """Team research, H100 at $3.85. Run n: one GPU, 60 minutes at 1% (all idle). Run t: one
+    GPU, 30 minutes at 2% (an idle half hour) then 90 minutes at 68%.
+    n: idle $3.85, waste $3.85 (the old rule said 3.85 x (1 - 1/85) = $3.80, under idle).
+    t: idle 0.5 h = $1.925 in full; the busy 1.5 h ($5.775) at 68%: 5.775 x (1 - 68/85) =
+    $1.155; waste $3.08. Team: idle $5.775 of waste $6.93."""
+    runs = [run("n", W48, 1, util=1.0, team="research"),
+            run("t", W48 + timedelta(hours=3), 2, util=51.5, team="research")]
+    samples = (minutes("n", W48, [1.0] * 60)
+               + minutes("t", W48 + timedelta(hours=3), [2.0] * 30 + [68.0] * 90))
+    k = week(runs, samples)
+    by_run = k.runs.set_index("run_id")
+    assert by_run.loc["n", "waste_usd"] == pytest.approx(3.85)
+    assert by_run.loc["t", "idle_usd"] == pytest.approx(1.925)
+    assert by_run.loc["t", "waste_usd"] == pytest.approx(1.925 + 5.775 * (1 - 68 / 85))
+    team = k.by["team"].set_index("team").loc["research"]
+    assert team["idle_usd"] == pytest.approx(5.775)
+    assert team["waste_usd"] == pytest.approx(6.93)
+    assert k.headline.waste_usd == pytest.approx(6.93)
+    assert k.headline.idle_usd == pytest.approx(5.775)
