@@ -39,7 +39,8 @@ OWNERS: dict[str, tuple[str, ...]] = {
 # training step (tracker.lightning) to a row of the weekly JSON (reports.render.exports) goes
 # down through these, never back up.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("tracker.units", "tracker.metrics", "tracker.record", "tracker.paths"),
+    ("tracker.units", "tracker.metrics", "tracker.record", "tracker.paths", "tracker.owned",
+     "tracker.carbon"),
     ("tracker.cost", "tracker.throughput", "tracker.prices", "tracker.peaks", "tracker.ranks",
      "tracker.config", "tracker.diagnosis"),
     ("tracker.gpu", "tracker.sinks", "tracker.store"),

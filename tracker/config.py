@@ -25,6 +25,20 @@ idle_window_min = 30
 
 [prices]          # USD per GPU-hour
 H100 = 2.49
+
+[owned.H100]      # an owned fleet, per GPU: priced at its amortized cost, compared with renting
+purchase_usd = 30000
+life_years = 4
+power_w = 700     # average, with the GPU's share of the host
+usd_per_kwh = 0.12
+pue = 1.3
+gpus = 64
+
+[carbon]
+g_per_kwh = 400   # grid intensity, g CO2e/kWh
+pue = 1.2         # facility energy ÷ GPU energy
+[carbon.hosts]    # host glob = g CO2e/kWh; the first match wins
+"dgx-eu-*" = 56
 ```
 """
 
@@ -39,7 +53,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracker.carbon import Carbon
 from tracker.cost import Thresholds
+from tracker.owned import OwnedGpu
 
 ENV_PREFIX = "GPU_KPI_"
 
@@ -69,6 +85,10 @@ class Settings:
     """Target, alert, underutilized and idle thresholds (``[thresholds]``)."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """Price overrides, USD per GPU-hour, by GPU model."""
+    owned: Mapping[str, OwnedGpu] = field(default_factory=dict)
+    """Owned GPU models by model (``[owned.<MODEL>]``), priced at their amortized cost."""
+    carbon: Carbon = field(default_factory=Carbon)
+    """Grid carbon intensity and PUE for CO2e (``[carbon]``)."""
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` (None values ignored); threshold names (``target_util_pct``…)
@@ -226,8 +246,8 @@ TRACKER_SECTIONS: Sections = {
 }
 """The tracker's keys; the file's other sections belong to the reports side."""
 
-FILE_SECTIONS = frozenset({*TRACKER_SECTIONS, "prices", "report", "service", "smtp", "recipients"}
-                          - {""})
+FILE_SECTIONS = frozenset({*TRACKER_SECTIONS, "prices", "report", "service", "smtp", "recipients",
+                           "owned", "carbon"} - {""})
 """Every section the file may have, the reports side's too (the file is shared): any other
 top-level name is a misspelling (``[smpt]``, ``[[recipient]]``) and an error with the closest
 name, not a silently ignored table. ``tests/test_layers.py`` checks that the service declares
@@ -252,11 +272,59 @@ def read_prices(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
     return out
 
 
+OWNED_KEYS: Mapping[str, Key] = {
+    "purchase_usd": Key(number(0)), "life_years": Key(number(0.1)), "power_w": Key(number(0)),
+    "usd_per_kwh": Key(number(0)), "pue": Key(number(1)), "gpus": Key(whole(1)),
+    "rent_usd_per_gpu_hour": Key(price), "overhead_usd_per_year": Key(number(0))}
+"""``[owned.<MODEL>]``'s keys (see :class:`tracker.owned.OwnedGpu`); no variables."""
+_OWNED_REQUIRED = {"purchase_usd": "the price paid per GPU", "life_years": "the service life",
+                   "power_w": "the average draw per GPU", "usd_per_kwh": "the electricity price"}
+
+
+def read_owned(data: Mapping[str, Any], errors: Errors) -> dict[str, OwnedGpu]:
+    """``[owned.<MODEL>]``, one table per owned GPU model. A fleet is described in the file
+    only: no environment variables. A model with a key missing or in error is left out."""
+    tables = data.get("owned", {})
+    if not isinstance(tables, Mapping):
+        errors.items.append("owned: expected a table per GPU model ([owned.H100])")
+        return {}
+    out: dict[str, OwnedGpu] = {}
+    for model, table in tables.items():
+        name = f"owned.{model}"
+        found = read_sections({name: table}, {name: OWNED_KEYS}, {}, errors)[name]
+        errors.items += [f"{name}.{k}: missing ({what})" for k, what in _OWNED_REQUIRED.items()
+                         if isinstance(table, Mapping) and k not in table]
+        if set(_OWNED_REQUIRED) <= set(found):
+            out[model] = OwnedGpu(model=model, **found)
+    return out
+
+
+CARBON_SECTION: Sections = {"carbon": {"g_per_kwh": Key(number(0), "CARBON_G_PER_KWH"),
+                                       "pue": Key(number(1), "CARBON_PUE")}}
+"""``[carbon]``'s scalar keys; its ``hosts`` table is read by :func:`read_carbon`."""
+
+
+def read_carbon(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> Carbon:
+    """``[carbon]`` (``GPU_KPI_CARBON_G_PER_KWH`` and ``_PUE`` override it), and
+    ``[carbon.hosts]``: host glob = g CO2e/kWh, in file order, from the file only."""
+    table = data.get("carbon", {})
+    hosts = table.get("hosts", {}) if isinstance(table, Mapping) else {}
+    scalars = {k: v for k, v in table.items() if k != "hosts"} if isinstance(table, Mapping) else table
+    found = read_sections({"carbon": scalars}, CARBON_SECTION, env, errors)["carbon"]
+    if not isinstance(hosts, Mapping):
+        errors.items.append("carbon.hosts: expected a table of host pattern = g CO2e/kWh")
+        hosts = {}
+    pairs = [(pattern, g) for pattern, v in hosts.items()
+             if (g := errors.parse(f"carbon.hosts.{pattern}", number(0), v)) is not None]
+    return Carbon(**found, hosts=tuple(pairs))
+
+
 def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> Settings:
     """The tracker's settings in a parsed TOML document, each overridden by its variable."""
     found = read_sections(data, TRACKER_SECTIONS, env, errors)
     return Settings(**found[""], **found["tracker"], thresholds=Thresholds(**found["thresholds"]),
-                    prices=read_prices(data, env, errors))
+                    prices=read_prices(data, env, errors), owned=read_owned(data, errors),
+                    carbon=read_carbon(data, env, errors))
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path | None:

@@ -75,3 +75,97 @@ def test_the_service_reads_the_same_keys_with_the_same_parser(tmp_path: Path) ->
                       "tracker.interval_s: expected a number, got 'x'"]
     assert settings.thresholds().target_util_pct == 80.0
     assert settings.thresholds().underutilized_min_gpu_hours == 2.0
+
+
+OWNED_AND_CARBON = """
+[owned.H100]
+purchase_usd = 30000
+life_years = 4
+power_w = 700
+usd_per_kwh = 0.12
+pue = 1.3
+gpus = 64
+[carbon]
+g_per_kwh = 400
+pue = 1.2
+[carbon.hosts]
+"dgx-eu-*" = 56
+"dgx-*" = 300
+"""
+
+
+def test_owned_fleets_and_carbon_from_the_file(tmp_path: Path) -> None:
+    from tracker.carbon import Carbon
+    from tracker.owned import OwnedGpu, owned_prices
+
+    s = load_settings(write(tmp_path, OWNED_AND_CARBON), env={})
+    assert dict(s.owned) == {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4,
+                                              power_w=700, usd_per_kwh=0.12, pue=1.3, gpus=64)}
+    assert owned_prices(s.owned)["H100"] == pytest.approx(0.964778, abs=1e-6)
+    assert s.carbon == Carbon(g_per_kwh=400, pue=1.2, hosts=(("dgx-eu-*", 56), ("dgx-*", 300)))
+    assert s.carbon.co2e_kg(10, "DGX-EU-3") == pytest.approx(0.672)  # 10 kWh × 1.2 × 56 g
+    defaults = load_settings(write(tmp_path, ""), env={})
+    assert (dict(defaults.owned), defaults.carbon) == ({}, Carbon())
+
+
+def test_the_carbon_variables_beat_the_file_and_keep_its_hosts(tmp_path: Path) -> None:
+    s = load_settings(write(tmp_path, OWNED_AND_CARBON),
+                      env={"GPU_KPI_CARBON_G_PER_KWH": "30", "GPU_KPI_CARBON_PUE": "1.1"})
+    assert (s.carbon.g_per_kwh, s.carbon.pue, s.carbon.intensity_for("dgx-eu-1")) == (30, 1.1, 56)
+    with pytest.raises(ConfigError) as e:
+        load_settings(env={"GPU_KPI_CARBON_G_PER_KWH": "dirty"})
+    assert str(e.value) == ("carbon.g_per_kwh (from GPU_KPI_CARBON_G_PER_KWH): "
+                            "expected a number, got 'dirty'")
+
+
+def test_owned_and_carbon_errors_one_line_each(tmp_path: Path) -> None:
+    path = write(tmp_path, '[owned.H100]\npurchase_usd = 30000\nlife_years = "x"\npower_w = 700\n'
+                 'usd_per_kwh = 0.12\ngpu = 8\n[owned.A100]\npower_w = 400\n'
+                 '[carbon]\ng_per_kwh = -1\npue = 0.9\nhost = 1\n[carbon.hosts]\n"a*" = "low"\n'
+                 '[ownd]\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(path, env={})
+    assert str(e.value).split("; ") == [
+        "ownd: unknown setting (did you mean 'owned'?)",
+        "owned.H100.life_years: expected a number, got 'x'",
+        "owned.H100.gpu: unknown setting (did you mean 'gpus'?)",
+        "owned.A100.purchase_usd: missing (the price paid per GPU)",
+        "owned.A100.life_years: missing (the service life)",
+        "owned.A100.usd_per_kwh: missing (the electricity price)",
+        "carbon.g_per_kwh: expected a number >= 0, got -1",
+        "carbon.pue: expected a number >= 1, got 0.9",
+        "carbon.host: unknown setting",
+        "carbon.hosts.a*: expected a number, got 'low'",
+    ]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("owned = 1\n", "owned: expected a table per GPU model ([owned.H100])"),
+    ("[owned]\nH100 = 2.5\n", "owned.H100: expected a table"),
+    ("carbon = 400\n", "carbon: expected a table"),
+    ("[carbon]\nhosts = 56\n", "carbon.hosts: expected a table of host pattern = g CO2e/kWh"),
+])
+def test_owned_and_carbon_must_be_tables(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        load_settings(write(tmp_path, text), env={})
+    assert str(e.value) == message
+
+
+def test_a_training_run_leaves_a_bad_owned_model_out_and_warns(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from tracker.config import read_settings
+
+    s = read_settings(write(tmp_path, OWNED_AND_CARBON.replace("life_years = 4", "life_years = 0")),
+                      env={})
+    assert dict(s.owned) == {}
+    assert s.carbon.g_per_kwh == 400
+    assert "owned.H100.life_years: expected a number >= 0.1, got 0" in caplog.text
+
+
+def test_the_service_accepts_owned_and_carbon(tmp_path: Path) -> None:
+    from reports.service.config import read_service_settings
+
+    settings, errors = read_service_settings(write(tmp_path, OWNED_AND_CARBON), env={})
+    assert errors == []
+    assert set(settings.tracker.owned) == {"H100"}
+    assert settings.tracker.carbon.pue == 1.2
