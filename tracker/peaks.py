@@ -10,7 +10,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-PEAKS_VERSION = "2026-11"
+from tracker.prices import canonical_gpu
+
+PEAKS_VERSION = "2026-12"
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -25,30 +27,77 @@ class Peak:
 
 
 _HOPPER = {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}
+_HOPPER_PCIE = {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0}
+_HOPPER_NVL = {"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5}
 _A100 = {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0}
+# Per GPU. The Blackwell datasheets quote tensor figures with sparsity only. TF32 on HGX is
+# the 8-GPU total halved (18 PFLOPS / 8 / 2 = 1,125, half the 16-bit rate as on every tensor
+# core since Ampere); the per-GPU column rounds the same figure to "2.2 PFLOPS" sparse.
+_HGX_BLACKWELL = {"fp32": 75.0, "tf32": 1125.0, "bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0}
+_GRACE_BLACKWELL = {"fp32": 80.0, "tf32": 1250.0, "bf16": 2500.0, "fp16": 2500.0, "fp8": 5000.0}
 
 PEAKS: dict[str, Peak] = {
     p.model: p
     for p in (
+        Peak(model="B200", tflops=_HGX_BLACKWELL, ampere_or_newer=True,
+             source="NVIDIA HGX B200 datasheet, per GPU (1,000 W): sparse tensor figures / 2 "
+                    "(TF32 from the 8-GPU total), FP32 as quoted"),
+        Peak(model="B300", tflops=_HGX_BLACKWELL, ampere_or_newer=True,
+             source="NVIDIA HGX B300 datasheet, 8-GPU totals / 8: sparse tensor figures / 2, "
+                    "FP32 as quoted (the B200's figures but for FP4, INT8 and FP64)"),
+        Peak(model="GB200", tflops=_GRACE_BLACKWELL, ampere_or_newer=True,
+             source="NVIDIA GB200 NVL72 datasheet, per-GPU column (up to 1,200 W): sparse "
+                    "tensor figures / 2, FP32 as quoted (rack: 5,760 TFLOPS / 72)"),
+        Peak(model="GB300", tflops=_GRACE_BLACKWELL, ampere_or_newer=True,
+             source="NVIDIA GB300 NVL72 datasheet, per GPU (rack figures / 72): sparse "
+                    "tensor figures / 2, FP32 as quoted (GB200's figures but for FP4, INT8, FP64)"),
         Peak(model="H200", tflops=_HOPPER, ampere_or_newer=True,
              source="NVIDIA H200 Tensor Core GPU datasheet (SXM), sparse figures / 2"),
+        Peak(model="H200-NVL", tflops=_HOPPER_NVL, ampere_or_newer=True,
+             source="NVIDIA H200 Tensor Core GPU datasheet (NVL), sparse figures / 2"),
+        Peak(model="GH200", tflops=_HOPPER, ampere_or_newer=True,
+             source="NVIDIA GH200 Grace Hopper Superchip datasheet (its H100 GPU), sparse "
+                    "figures / 2"),
         Peak(model="H100", tflops=_HOPPER, ampere_or_newer=True,
              source="NVIDIA H100 Tensor Core GPU datasheet (SXM5), sparse figures / 2"),
-        Peak(model="H100-PCIe",
-             tflops={"fp32": 51.2, "tf32": 378.0, "bf16": 756.0, "fp16": 756.0, "fp8": 1513.0},
-             ampere_or_newer=True,
+        Peak(model="H100-PCIe", tflops=_HOPPER_PCIE, ampere_or_newer=True,
              source="NVIDIA H100 Tensor Core GPU datasheet (PCIe), sparse figures / 2"),
-        Peak(model="H100-NVL",
-             tflops={"fp32": 60.0, "tf32": 417.5, "bf16": 835.5, "fp16": 835.5, "fp8": 1670.5},
-             ampere_or_newer=True,
+        Peak(model="H100-NVL", tflops=_HOPPER_NVL, ampere_or_newer=True,
              source="NVIDIA H100 Tensor Core GPU datasheet (NVL), sparse figures / 2"),
+        # the export parts cut NVLink and FP64, not the tensor or FP32 rates
+        Peak(model="H800", tflops=_HOPPER, ampere_or_newer=True,
+             source="NVIDIA H800 datasheet (SXM5): the H100 SXM5 figures, sparse / 2"),
+        Peak(model="H800-PCIe", tflops=_HOPPER_PCIE, ampere_or_newer=True,
+             source="NVIDIA H800 PCIe datasheet: the H100 PCIe figures, sparse / 2"),
+        Peak(model="H20",
+             tflops={"fp32": 44.0, "tf32": 74.0, "bf16": 148.0, "fp16": 148.0, "fp8": 296.0},
+             ampere_or_newer=True,
+             source="NVIDIA H20 datasheet, dense as quoted (no sparse figures halved)"),
         Peak(model="A100-80GB", tflops=_A100, ampere_or_newer=True,
              source="NVIDIA A100 Tensor Core GPU datasheet, dense"),
         Peak(model="A100-40GB", tflops=_A100, ampere_or_newer=True,
              source="NVIDIA A100 Tensor Core GPU datasheet, dense"),
+        Peak(model="A800", tflops=_A100, ampere_or_newer=True,
+             source="NVIDIA A800 datasheet: the A100 figures, dense"),
+        Peak(model="A10",
+             tflops={"fp32": 31.2, "tf32": 62.5, "bf16": 125.0, "fp16": 125.0},
+             ampere_or_newer=True, source="NVIDIA A10 datasheet, dense column"),
+        Peak(model="A30",
+             tflops={"fp32": 10.3, "tf32": 82.0, "bf16": 165.0, "fp16": 165.0},
+             ampere_or_newer=True, source="NVIDIA A30 datasheet, dense column"),
+        Peak(model="A40",
+             tflops={"fp32": 37.4, "tf32": 74.8, "bf16": 149.7, "fp16": 149.7},
+             ampere_or_newer=True, source="NVIDIA A40 datasheet, dense column"),
+        Peak(model="A2",
+             tflops={"fp32": 4.5, "tf32": 9.0, "bf16": 18.0, "fp16": 18.0},
+             ampere_or_newer=True, source="NVIDIA A2 datasheet, dense column"),
         Peak(model="L40S",
              tflops={"fp32": 91.6, "tf32": 183.0, "bf16": 362.05, "fp16": 362.05, "fp8": 733.0},
              ampere_or_newer=True, source="NVIDIA L40S datasheet, sparse figures / 2"),
+        # half the L40S's tensor rates on the same AD102: the L40 datasheet says so
+        Peak(model="L40",
+             tflops={"fp32": 90.5, "tf32": 90.5, "bf16": 181.05, "fp16": 181.05, "fp8": 362.0},
+             ampere_or_newer=True, source="NVIDIA L40 datasheet, dense column"),
         Peak(model="L4",
              tflops={"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.5},
              ampere_or_newer=True, source="NVIDIA L4 datasheet, sparse figures / 2"),
@@ -58,19 +107,21 @@ PEAKS: dict[str, Peak] = {
              source="NVIDIA V100 datasheet (SXM2)"),
     )
 }
-# A10G (AWS) is left out on purpose: NVIDIA publishes no datasheet peak for it.
+# Left out on purpose, so that they get no MFU rather than a wrong one (their names are still
+# recognised and can be priced):
+# - A10G (AWS): NVIDIA publishes no datasheet peak for it.
+# - L20: no public NVIDIA datasheet (a China-market part).
+# - RTX 6000 Ada Generation: its datasheet quotes one tensor figure, 1,457 TFLOPS FP8 with
+#   sparsity; whether 16-bit with FP32 accumulate runs at half that rate (as on the L40, the
+#   same AD102 configuration at 181 TFLOPS bf16) or at the full 364 is not stated.
+# - RTX PRO 6000 Blackwell (Server and Workstation Editions): the datasheet quotes FP4 only.
 
 
 def peak_key(gpu_name: str) -> str | None:
-    """The peak-table key for a GPU model name; PCIe and NVL H100s have lower peaks than SXM."""
-    from tracker.prices import canonical_gpu
-
+    """The peak-table key for a GPU model name or a table key (``NVIDIA H100 NVL`` and
+    ``H100-NVL`` → ``H100-NVL``), or None without a peak. A variant is never given its base
+    model's peak: PCIe and NVL parts run lower clocks than SXM."""
     key = canonical_gpu(gpu_name)
-    upper = gpu_name.upper()
-    if key == "H100" and "PCIE" in upper:
-        return "H100-PCIe"
-    if key == "H100" and "NVL" in upper:
-        return "H100-NVL"
     return key if key in PEAKS else None
 
 

@@ -2,7 +2,9 @@
 
 The default table is a starting point; users override rows per run (``price_per_gpu_hour=``),
 per config file (``[prices]`` in the TOML) or per environment. Model names from NVML
-(``NVIDIA H100 80GB HBM3``) are mapped to the table's keys by :func:`canonical_gpu`.
+(``NVIDIA H100 80GB HBM3``) are mapped to the table's keys by :func:`canonical_gpu`, the most
+specific first: a variant (``H100-NVL``) is its own key, priced by its base model's row
+(``H100``) until it has one; :mod:`tracker.peaks` keys its peaks the same way.
 """
 
 from __future__ import annotations
@@ -54,36 +56,108 @@ DEFAULT_PRICES: tuple[Price, ...] = (
           source="AWS p3.2xlarge 3.06"),
 )
 
-# Ordered: the first pattern that matches the upper-cased name wins (H200 before H100, the
-# 80GB A100 before the plain one).
-_MODEL_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"H200", "H200"),
-    (r"H100", "H100"),
-    (r"A100.*80\s*G", "A100-80GB"),
-    (r"A100", "A100-40GB"),
-    (r"L40S", "L40S"),
-    (r"(^|[^A-Z0-9])L4($|[^A-Z0-9])", "L4"),
-    (r"A10G", "A10G"),
-    (r"(^|[^A-Z0-9])T4($|[^A-Z0-9])", "T4"),
-    (r"V100", "V100"),
+
+def _word(name: str) -> str:
+    """A pattern for ``name`` as a whole word: ``L4`` is not the start of ``L40``."""
+    return rf"(?<![A-Z0-9]){name}(?![A-Z0-9])"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuModel:
+    """A GPU model the tables know: its key, how to recognise its name, and which model's
+    price row it falls back to."""
+
+    key: str
+    """Table key, e.g. ``H100-NVL``: the price, peak and recorded-run key."""
+    pattern: str
+    """Regular expression searched in the upper-cased name (NVML's or a user's)."""
+    base: str | None = None
+    """For a variant (``H100-NVL``), the model whose price row applies until the variant has
+    one of its own (``H100``); peaks are never borrowed from the base."""
+    mem_gib: float | None = None
+    """Device memory as sold, GB, for a row the user prices (right-sizing: does a run fit)."""
+    description: str = ""
+
+
+# Ordered, most specific first: the first pattern that matches the upper-cased name wins
+# (GH200 before H200 before H20, the variants before their base, GB200 before B200, L40S
+# before L40 before L4, A10G before A10; A100, A10, A2 as whole words so that the RTX A1000 or
+# A2000 is none of them).
+MODELS: tuple[GpuModel, ...] = (
+    GpuModel(key="GH200", pattern=r"GH200", description="GH200 Grace Hopper"),
+    GpuModel(key="H200-NVL", pattern=r"H200.*NVL", base="H200", mem_gib=141,
+             description="H200 NVL 141GB"),
+    GpuModel(key="H200", pattern=r"H200", mem_gib=141, description="H200 141GB"),
+    # NVML names the PCIe card "H100 PCIe" or by its memory, HBM2e (the SXM5 part has HBM3)
+    GpuModel(key="H100-PCIe", pattern=r"H100.*(PCIE|HBM2E)", base="H100", mem_gib=80,
+             description="H100 PCIe 80GB"),
+    GpuModel(key="H100-NVL", pattern=r"H100.*NVL", base="H100", mem_gib=94,
+             description="H100 NVL 94GB"),
+    GpuModel(key="H100", pattern=r"H100", mem_gib=80, description="H100 SXM 80GB"),
+    GpuModel(key="H800-PCIe", pattern=r"H800.*PCIE", base="H800", mem_gib=80,
+             description="H800 PCIe 80GB"),
+    GpuModel(key="H800", pattern=r"H800", mem_gib=80, description="H800 SXM 80GB"),
+    GpuModel(key="H20", pattern=_word("H20"), mem_gib=96, description="H20 96GB"),
+    GpuModel(key="GB300", pattern=r"GB300", description="GB300"),
+    # per GPU, from NVIDIA's GB200 NVL72 per-GPU column
+    GpuModel(key="GB200", pattern=r"GB200", mem_gib=186, description="GB200 186GB"),
+    GpuModel(key="B300", pattern=_word("B300"), description="B300"),
+    # 180 GB as NVIDIA sells it (HGX/DGX B200); the package carries 192 GB of HBM3e
+    GpuModel(key="B200", pattern=_word("B200"), mem_gib=180, description="B200 180GB"),
+    GpuModel(key="A100-80GB", pattern=r"(?<![A-Z0-9])A100(?!\d).*80\s*G", mem_gib=80,
+             description="A100 80GB"),
+    GpuModel(key="A100-40GB", pattern=r"(?<![A-Z0-9])A100(?!\d)", mem_gib=40,
+             description="A100 40GB"),
+    GpuModel(key="A800", pattern=_word("A800"), description="A800"),
+    GpuModel(key="A10G", pattern=r"A10G", mem_gib=24, description="A10G 24GB"),
+    GpuModel(key="A10", pattern=_word("A10"), mem_gib=24, description="A10 24GB"),
+    GpuModel(key="A30", pattern=_word("A30"), mem_gib=24, description="A30 24GB"),
+    GpuModel(key="A40", pattern=_word("A40"), mem_gib=48, description="A40 48GB"),
+    GpuModel(key="A2", pattern=_word("A2"), mem_gib=16, description="A2 16GB"),
+    GpuModel(key="L40S", pattern=r"L40S", mem_gib=48, description="L40S 48GB"),
+    GpuModel(key="L40", pattern=_word("L40"), mem_gib=48, description="L40 48GB"),
+    GpuModel(key="L20", pattern=_word("L20"), mem_gib=48, description="L20 48GB"),
+    GpuModel(key="L4", pattern=_word("L4"), mem_gib=24, description="L4 24GB"),
+    GpuModel(key="T4", pattern=_word("T4"), mem_gib=16, description="T4 16GB"),
+    GpuModel(key="V100", pattern=r"V100", mem_gib=16, description="V100 16GB"),
+    GpuModel(key="RTX-PRO-6000", pattern=r"RTX[\s_-]*PRO[\s_-]*6000", mem_gib=96,
+             description="RTX PRO 6000 Blackwell 96GB"),
+    GpuModel(key="RTX-6000-Ada", pattern=r"RTX[\s_-]*6000.*ADA", mem_gib=48,
+             description="RTX 6000 Ada Generation 48GB"),
 )
+_BY_KEY: dict[str, GpuModel] = {m.key: m for m in MODELS}
 
 
 def canonical_gpu(name: str) -> str | None:
-    """The price-table key for a GPU model name (NVML's or a user's), or None if unknown.
+    """The most specific table key for a GPU model name (NVML's, a user's or a key itself),
+    or None if unknown: the variant where it has one (``H100-NVL``), else the model.
 
     >>> canonical_gpu("NVIDIA A100-SXM4-80GB")
     'A100-80GB'
+    >>> canonical_gpu("NVIDIA H100 NVL")
+    'H100-NVL'
     """
     upper = name.strip().upper()
-    for pattern, key in _MODEL_PATTERNS:
-        if re.search(pattern, upper):
-            return key
-    return None
+    return next((m.key for m in MODELS if re.search(m.pattern, upper)), None)
+
+
+def gpu_keys(name: str) -> tuple[str, ...]:
+    """The keys a model name is priced by, most specific first: ``("H100-NVL", "H100")`` for
+    ``NVIDIA H100 NVL``; empty when the model is unknown."""
+    keys: list[str] = []
+    key = canonical_gpu(name)
+    while key is not None and key not in keys:
+        keys.append(key)
+        key = _BY_KEY[key].base
+    return tuple(keys)
 
 
 class PriceTable:
-    """The default prices with a user's overrides on top."""
+    """The default prices with a user's overrides on top.
+
+    A variant without a row of its own is priced by its base model's row: ``NVIDIA H100 NVL``
+    pays the ``H100`` row (the default, or the user's ``H100``) until ``H100 NVL`` is priced.
+    """
 
     def __init__(
         self,
@@ -94,8 +168,8 @@ class PriceTable:
     ) -> None:
         self._rows: dict[str, Price] = {p.gpu: p for p in base}
         self._own: list[tuple[re.Pattern[str], str]] = []
-        """Models the table does not know, priced by the user (B200, MI300X…): matched to a
-        name (NVML's ``NVIDIA B200``) as a whole word, the longest first."""
+        """Models the tables do not know, priced by the user (MI300X, Gaudi 3…): matched to a
+        name (``AMD Instinct MI300X``) as a whole word, the longest first."""
         for name, usd in (overrides or {}).items():
             if not usd >= 0:
                 raise ValueError(f"price for {name!r} must be a number >= 0, got {usd!r}")
@@ -108,10 +182,12 @@ class PriceTable:
                 self._own.append((re.compile(rf"(^|[^A-Z0-9]){words}($|[^A-Z0-9])"), key))
                 self._own.sort(key=lambda pk: -len(pk[1]))
             known = self._rows.get(key)
-            self._rows[key] = Price(gpu=key, usd_per_gpu_hour=float(usd), as_of="user",
-                                    source=override_source,
-                                    description=known.description if known else key,
-                                    mem_gib=known.mem_gib if known else None)
+            model = _BY_KEY.get(key)
+            self._rows[key] = Price(
+                gpu=key, usd_per_gpu_hour=float(usd), as_of="user", source=override_source,
+                description=(known.description if known
+                             else model.description if model else key),
+                mem_gib=known.mem_gib if known else model.mem_gib if model else None)
 
     def known(self) -> str:
         return ", ".join(self._rows)
@@ -120,17 +196,23 @@ class PriceTable:
         return list(self._rows.values())
 
     def lookup(self, name: str) -> Price | None:
-        """The price row for a model name, or None when the model is unknown."""
+        """The price row for a model name, or None when nothing prices the model: the most
+        specific known key with a row (``H100-NVL``, else ``H100``), else a model the user
+        priced by a name of its own."""
+        row = next((self._rows[k] for k in gpu_keys(name) if k in self._rows), None)
+        if row is not None:
+            return row
         upper = name.strip().upper()
         key = next((k for pattern, k in self._own if pattern.search(upper)), None)
-        key = key or canonical_gpu(name)
         return self._rows.get(key) if key else None
 
     def get(self, name: str) -> Price:
-        """Like :meth:`lookup`, but an unknown model is an error naming the known ones."""
+        """Like :meth:`lookup`, but an unpriced model is an error naming the priced ones."""
         row = self.lookup(name)
         if row is None:
-            raise UnknownGpu(f"unknown GPU model {name!r}; known: {self.known()}")
+            key = canonical_gpu(name)
+            hint = f" (the {key} has no price: set one in [prices])" if key else ""
+            raise UnknownGpu(f"unknown GPU model {name!r}{hint}; known: {self.known()}")
         return row
 
 

@@ -6,27 +6,74 @@ import pytest
 
 from tracker.diagnosis import Evidence, diagnose
 from tracker.peaks import normalize_dtype, peak_tflops
-from tracker.prices import DEFAULT_PRICES, PriceTable, UnknownGpu, canonical_gpu
+from tracker.prices import DEFAULT_PRICES, MODELS, PriceTable, UnknownGpu, canonical_gpu, gpu_keys
 from tracker.throughput import mfu
 
 
 @pytest.mark.parametrize(("name", "key"), [
     ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA H100 PCIe", "H100"),
+    ("NVIDIA H100 PCIe", "H100-PCIe"),
+    ("NVIDIA H100 80GB HBM2e", "H100-PCIe"),  # the PCIe card's memory
+    ("NVIDIA H100 NVL", "H100-NVL"),
     ("NVIDIA H200", "H200"),
+    ("NVIDIA H200 NVL", "H200-NVL"),
+    ("NVIDIA GH200 480GB", "GH200"),  # not H200
+    ("NVIDIA H20", "H20"),  # not H200
+    ("NVIDIA H800", "H800"),
+    ("NVIDIA H800 PCIe", "H800-PCIe"),
+    ("NVIDIA B200", "B200"),
+    ("NVIDIA GB200", "GB200"),  # not B200
+    ("NVIDIA B300 SXM6 AC", "B300"),
+    ("NVIDIA GB300", "GB300"),
     ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+    ("NVIDIA A100 80GB PCIe", "A100-80GB"),
     ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
-    ("NVIDIA L40S", "L40S"),
-    ("NVIDIA L4", "L4"),
+    ("NVIDIA A800-SXM4-80GB", "A800"),
     ("NVIDIA A10G", "A10G"),
+    ("NVIDIA A10", "A10"),  # not A10G, not A100
+    ("NVIDIA A30", "A30"),
+    ("NVIDIA A40", "A40"),
+    ("NVIDIA A2", "A2"),
+    ("NVIDIA L40S", "L40S"),
+    ("NVIDIA L40", "L40"),  # not L40S, not L4
+    ("NVIDIA L20", "L20"),
+    ("NVIDIA L4", "L4"),
     ("Tesla T4", "T4"),
     ("Tesla V100-SXM2-16GB", "V100"),
+    ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"),  # not the Ada
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000"),
     ("a100 80gb", "A100-80GB"),
-    ("NVIDIA L40", None),  # not L4, not L40S
+    ("h100 nvl", "H100-NVL"),
+    ("H100_NVL", "H100-NVL"),  # GPU_KPI_PRICE_H100_NVL
+    ("RTX_6000_ADA", "RTX-6000-Ada"),
+    ("NVIDIA RTX A1000", None),  # not an A100
+    ("NVIDIA RTX A2000", None),  # not an A2
+    ("NVIDIA RTX A4000", None),  # not an A40
+    ("Quadro RTX 6000", None),  # Turing: neither RTX 6000 above
     ("NVIDIA GeForce RTX 4090", None),
+    ("AMD Instinct MI300X", None),
+    ("Intel Gaudi 3", None),
 ])
 def test_canonical_gpu(name: str, key: str | None) -> None:
     assert canonical_gpu(name) == key
+
+
+def test_every_key_is_its_own_name() -> None:
+    """A recorded run keeps the key (``H100-NVL``): read back, it must name the same model."""
+    assert all(canonical_gpu(m.key) == m.key for m in MODELS)
+    assert {p.gpu for p in DEFAULT_PRICES} <= {m.key for m in MODELS}
+    bases = {m.base for m in MODELS if m.base}
+    assert bases <= {m.key for m in MODELS}
+    assert gpu_keys("NVIDIA H100 NVL") == ("H100-NVL", "H100")
+    assert gpu_keys("NVIDIA H100 80GB HBM3") == ("H100",)
+    assert gpu_keys("RTX 4090") == ()
+
+
+def test_a_model_row_agrees_with_its_price_row() -> None:
+    models = {m.key: m for m in MODELS}
+    for p in DEFAULT_PRICES:
+        assert (models[p.gpu].mem_gib, models[p.gpu].description) == (p.mem_gib, p.description)
 
 
 def test_every_default_price_has_a_source_and_date() -> None:
@@ -49,15 +96,45 @@ def test_overrides_and_unknown_models() -> None:
 def test_any_model_can_carry_a_price() -> None:
     """Issue 11: models the table does not know are priced by name and matched to NVML's names
     as whole words, the longest name first."""
-    table = PriceTable({"B200": 5.5, "GB200": 6.25, "MI300X": 3.2, "RTX 6000 Ada": 1.1})
+    table = PriceTable({"B200": 5.5, "GB200": 6.25, "MI300X": 3.2, "RTX 6000 Ada": 1.1,
+                        "Gaudi 3": 1.2})
     assert table.get("NVIDIA B200").usd_per_gpu_hour == 5.5
-    assert table.get("NVIDIA GB200").usd_per_gpu_hour == 6.25  # not B200's: a whole word
+    assert table.get("NVIDIA GB200").usd_per_gpu_hour == 6.25  # not B200's
     assert table.get("AMD Instinct MI300X").usd_per_gpu_hour == 3.2
+    assert table.get("Intel Gaudi 3").usd_per_gpu_hour == 1.2
     assert table.get("NVIDIA RTX 6000 Ada Generation").usd_per_gpu_hour == 1.1
-    assert table.get("b200").source == "config" and table.get("B200").mem_gib is None
+    assert table.lookup("NVIDIA RTX PRO 6000 Blackwell Server Edition") is None
+    # a known model priced by the user takes its memory from the model table
+    assert table.get("b200").source == "config" and table.get("B200").mem_gib == 180
+    assert table.get("MI300X").mem_gib is None
+    # a known model's own row comes before a user's name that is a word of it
+    turing = PriceTable({"RTX 6000": 0.9, "RTX 6000 Ada": 1.1})
+    assert turing.get("NVIDIA RTX 6000 Ada Generation").usd_per_gpu_hour == 1.1
+    assert turing.get("Quadro RTX 6000").usd_per_gpu_hour == 0.9
     with pytest.raises(UnknownGpu, match="'B2000'"):
         table.get("B2000")
     assert PriceTable().lookup("NVIDIA B200") is None  # not in the shipped table
+    with pytest.raises(UnknownGpu, match=r"'NVIDIA B200' \(the B200 has no price"):
+        PriceTable().get("NVIDIA B200")
+
+
+def test_a_variant_has_its_own_price_or_its_base_models() -> None:
+    """Issue 11: ``[prices] "H100 NVL"`` prices the NVL only, not the SXM H100; a variant without
+    a price of its own pays its base model's, the default or the user's."""
+    nvl = PriceTable({"H100 NVL": 3.0})
+    assert nvl.get("NVIDIA H100 NVL").usd_per_gpu_hour == 3.0
+    assert nvl.get("NVIDIA H100 NVL").mem_gib == 94
+    assert nvl.get("NVIDIA H100 80GB HBM3").usd_per_gpu_hour == 3.85
+    assert nvl.get("NVIDIA H100 PCIe").usd_per_gpu_hour == 3.85
+    assert nvl.get("H100-NVL").usd_per_gpu_hour == 3.0  # a recorded run's key
+    base = PriceTable({"H100": 2.0})
+    assert base.get("NVIDIA H100 NVL").usd_per_gpu_hour == 2.0
+    assert base.get("NVIDIA H100 PCIe").gpu == "H100"
+    assert PriceTable().get("NVIDIA H100 NVL").usd_per_gpu_hour == 3.85
+    assert PriceTable().get("NVIDIA H200 NVL").usd_per_gpu_hour == 4.50
+    assert PriceTable({"H800": 2.2}).get("NVIDIA H800 PCIe").usd_per_gpu_hour == 2.2
+    assert PriceTable().lookup("NVIDIA H800") is None  # not a variant of the H100
+    assert PriceTable().lookup("NVIDIA GH200 480GB") is None  # nor the GH200 of the H200
 
 
 def test_peaks_and_mfu() -> None:
