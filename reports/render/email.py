@@ -22,6 +22,7 @@ a header value with a line break, so no run or team name can add a header.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -79,14 +80,27 @@ def _week_dates(k: WeekKpis, tz: tzinfo) -> str:
     return f"{monday:%-d}–{sunday:%-d %b %Y}"
 
 
-def report_link(report_url: str | None, week: str) -> str | None:
-    """``<report_url>/<week>.html`` when ``report_url`` is an http(s) URL (the archive's base),
-    else None."""
+def team_folder(team: str) -> str:
+    """The archive folder of a team's pages, ``teams/<slug>``: the name lower-cased with every
+    run of other characters than a-z, 0-9 made one ``-``, and a hash of the name when that
+    changed it (``Research & Dev`` → ``teams/research-dev-1a2b3c4d``), so two teams never
+    share a folder and no name reaches outside the archive."""
+    slug = re.sub(r"[^a-z0-9]+", "-", team.lower()).strip("-")[:48]
+    if slug != team or not slug:
+        digest = hashlib.sha256(team.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        slug = f"{slug}-{digest}" if slug else digest
+    return f"teams/{slug}"
+
+
+def report_link(report_url: str | None, week: str, team: str | None = None) -> str | None:
+    """``<report_url>/<week>.html`` (``<report_url>/teams/<slug>/<week>.html`` for a team's
+    page) when ``report_url`` is an http(s) URL (the archive's base), else None."""
     base = safe_http_url(report_url)
     if base is None:
         return None
     parts = urlsplit(base)
-    path = f"{parts.path.rstrip('/')}/{week}.html"
+    folder = f"/{team_folder(team)}" if team is not None else ""
+    path = f"{parts.path.rstrip('/')}{folder}/{week}.html"
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
@@ -107,7 +121,7 @@ def _domain(sender: str) -> str:
 
 
 def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
-                   scope: str | None = None) -> dict[str, Any]:
+                   scope: str | None = None, team: str | None = None) -> dict[str, Any]:
     """The report's display strings, trimmed for an email: the week in ``tz``, the top runs
     and teams, user strings on one line and cut to a sensible length."""
     ctx = report_context(k, {}, title="GPU efficiency report", report_url=None,
@@ -129,7 +143,7 @@ def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
                "more": len(skipped["runs"]) + len(skipped["samples"]) - len(named)}
     return {**ctx, "week": week, "dates": _week_dates(k, tz), "skipped": skipped,
             "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
-            "report_link": report_link(report_url, week) or "",
+            "report_link": report_link(report_url, week, team) or "",
             "runs": runs, "more_runs": ctx["runs_to_fix"] - len(runs),
             "teams": teams, "more_teams": len(k.by.get("team", ())) - len(teams)}
 
@@ -188,7 +202,8 @@ def wire_size(msg: EmailMessage) -> int:
 def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
                 sender: str = "gpu-kpi@localhost", recipients: Sequence[str] = (),
                 report_url: str | None = None, subject: str | None = None,
-                scope: str | None = None, now: datetime | None = None) -> EmailMessage:
+                scope: str | None = None, team: str | None = None,
+                now: datetime | None = None) -> EmailMessage:
     """The week's report as an email (see the module docstring for its parts).
 
     ``charts``: PNG bytes by name, from :func:`reports.render.charts.charts`; as many are attached as
@@ -197,9 +212,9 @@ def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
     ``report_url``: the archive's base URL; the email links ``<report_url>/<week>.html`` when it
     is http(s), and nothing otherwise. ``subject``: defaults to :func:`subject_line`; a value with
     a line break is refused (ValueError). ``scope``: what the figures cover when not the whole
-    fleet (``team nlp``), in the subject and the heading. ``now``: the Date header (default: the
-    current time)."""
-    ctx = _email_context(k, tz, report_url, scope)
+    fleet (``team nlp``), in the subject and the heading; ``team``: the link opens that team's
+    page (:func:`team_folder`). ``now``: the Date header (default: the current time)."""
+    ctx = _email_context(k, tz, report_url, scope, team)
     known = [n for n in CHART_NAMES if n in charts]
     names = known + [n for n in charts if n not in known]  # the report's order
     keep = sorted(names, key=lambda n: (CHART_PREFERENCE.index(n)

@@ -97,6 +97,7 @@ class _Week:
     computed: Computed
     images: Mapping[str, bytes]
     teams: dict[str, WeekKpis | None] = field(default_factory=dict)
+    team_images: dict[str, Mapping[str, bytes]] = field(default_factory=dict)
 
 
 History = dict[tuple[str, str], list[Delivery]]
@@ -260,7 +261,7 @@ class Service:
         s = self.settings
         return Request(week=label, tz=s.tz, formats=FORMATS, basis=s.basis,
                        thresholds=s.thresholds(), report_url=s.report_url,
-                       prices=s.tracker.prices)
+                       prices=s.tracker.prices, owned=s.tracker.owned, carbon=s.tracker.carbon)
 
     def _build(self, label: str, now: datetime) -> _Week:
         from reports.build import compute
@@ -270,17 +271,42 @@ class Service:
         return _Week(label=label, computed=computed, images=charts(computed.kpis))
 
     def _archive(self, week: _Week, errors: list[str]) -> list[Path]:
+        """The week's report, and a page per team that has a team recipient (their email
+        links it: ``teams/<slug>/<week>.html``)."""
         from reports.build import render, write_archive
+        from reports.render.email import report_link, team_folder
+        from reports.render.html import render_html
 
         req = self.request(week.label)
+        out = Path(self.settings.out_dir).expanduser()
         try:
             files = render(week.computed.kpis, req, images=week.images)
-            return write_archive(Path(self.settings.out_dir).expanduser(), week.label, files,
-                                 index=True)
+            written = write_archive(out, week.label, files, index=True)
+            for team in dict.fromkeys(r.team for r in self.settings.recipients
+                                      if r.report == "team" and r.team is not None):
+                tk = self._team(week, team)
+                if tk is None:
+                    continue
+                page = render_html(tk, week.team_images[team],
+                                   title=f"GPU efficiency report — team {team}",
+                                   report_url=report_link(req.report_url, week.label, team))
+                written += write_archive(out / team_folder(team), week.label,
+                                         {"html": page.encode()}, index=False)
+            return written
         except OSError as e:
             errors.append(f"report.out_dir: {e}")
             log.error("gpu-kpi: the %s report was not archived: %s", week.label, e)
             return []
+
+    def _team(self, week: _Week, team: str) -> WeekKpis | None:
+        """The team's KPIs of the week (and its charts), made once per week."""
+        from reports.render.charts import charts
+
+        if team not in week.teams:  # with what the week's report left out, said in every email
+            tk = week.teams[team] = week.computed.team(self.request(week.label), team)
+            if tk is not None:
+                week.team_images[team] = charts(tk)
+        return week.teams[team]
 
     # -- one recipient --------------------------------------------------------------------------
     def _deliver(self, deliveries: DeliveryLog, mailer: Mailer, r: Recipient, week: _Week,
@@ -318,7 +344,6 @@ class Service:
     def message(self, r: Recipient, week: _Week, now: datetime) -> EmailMessage | None:
         """The email for ``r``, or None when it would be empty (no GPU time for the team, no
         underutilized runs of the user)."""
-        from reports.render.charts import charts
         from reports.render.email import build_email, build_runs_email
 
         s = self.settings
@@ -327,29 +352,15 @@ class Service:
         k = week.computed.kpis
         if r.report == "team":
             assert r.team is not None
-            if r.team not in week.teams:
-                week.teams[r.team] = self._team_kpis(week, r.team)
-            tk = week.teams[r.team]
+            tk = self._team(week, r.team)
             if tk is None:
                 return None
-            return build_email(tk, charts(tk), scope=f"team {r.team}", **common)
+            return build_email(tk, week.team_images[r.team], scope=f"team {r.team}",
+                               team=r.team, **common)
         if r.report == "runs":
             assert r.user is not None
             return build_runs_email(k, r.user, **common)
         return build_email(k, week.images, **common)
-
-    def _team_kpis(self, week: _Week, team: str) -> WeekKpis | None:
-        from reports.kpi import kpis_of_gpu_time
-        from tracker.prices import PriceTable
-
-        c, s = week.computed, self.settings
-        runs = c.runs[c.runs["team"] == team]
-        gt = c.gpu_time[c.gpu_time["run_id"].isin(runs["id"])]
-        tk = kpis_of_gpu_time(runs, gt, c.kpis.week, tz=s.tz, basis=s.basis,
-                              thresholds=s.thresholds(), prices=PriceTable(s.tracker.prices))
-        # what the week's report left out is said in every email of that week
-        tk = replace(tk, skipped=c.kpis.skipped)
-        return tk if tk.headline.gpu_hours > 0 else None
 
     # -- one report now (``gpu-kpi send``) ------------------------------------------------------
     def send(self, label: str, to: Sequence[str], *, now: datetime | None = None,

@@ -28,6 +28,7 @@ from reports.render.email import (
     SIZE_BUDGET_BYTES,
     build_email,
     report_link,
+    team_folder,
     wire_size,
 )
 from tracker.record import RunRecord
@@ -237,6 +238,19 @@ def test_week_label_and_dates_are_in_the_report_time_zone() -> None:
 
 
 # -- links -------------------------------------------------------------------------------------
+def test_a_teams_link_is_its_own_page_in_a_folder_of_its_own() -> None:
+    assert report_link(ARCHIVE, "2026-W48", "nlp") == \
+        "https://reports.example.com/gpu/teams/nlp/2026-W48.html"
+    # a name that is not a plain slug keeps a hash of itself: two teams never share a folder,
+    # and nothing in a name reaches out of the archive
+    a, b = team_folder("Research & Dev"), team_folder("research-dev")
+    assert a.startswith("teams/research-dev-") and len(a) == len("teams/research-dev-") + 8
+    assert b == "teams/research-dev" and a != b
+    assert team_folder("../../etc") == "teams/etc-" + team_folder("../../etc")[-8:]
+    assert team_folder("Ünïcode") != team_folder("unicode") and "/" not in team_folder("a/b")[6:]
+    assert team_folder("") .startswith("teams/") and len(team_folder("")) == len("teams/") + 8
+
+
 def test_report_link_is_the_weeks_page_under_an_http_archive() -> None:
     assert report_link(ARCHIVE, "2026-W48") == LINK
     assert report_link("https://reports.example.com/gpu", "2026-W48") == LINK

@@ -83,7 +83,13 @@ def test_one_run_archives_the_week_and_mails_each_recipient_their_report(
 
     archive = tmp_path / "archive"
     assert sorted(p.name for p in archive.iterdir()) == [
-        "2026-W48.csv", "2026-W48.eml", "2026-W48.html", "2026-W48.json", "index.html"]
+        "2026-W48.csv", "2026-W48.eml", "2026-W48.html", "2026-W48.json", "index.html", "teams"]
+    # the team lead's link opens a page of nlp's numbers: 12 GPU-hours, $46.20, no vision
+    team_page = archive / "teams" / "nlp" / "2026-W48.html"
+    assert sorted(p.name for p in team_page.parent.iterdir()) == ["2026-W48.html"]
+    page = team_page.read_text()
+    assert "team nlp" in page and "$46.20" in page and "vision" not in page
+    assert "carol" not in page and "alice-sweep-w48" in page
     assert [(o.kind, o.week, o.status) for o in result.outcomes] == [
         ("summary", "2026-W48", "sent"), ("team:nlp", "2026-W48", "sent"),
         ("runs:alice", "2026-W48", "sent")]
@@ -98,6 +104,8 @@ def test_one_run_archives_the_week_and_mails_each_recipient_their_report(
     (lead,) = to(smtp_server, NLP.to)
     assert subject(lead).startswith("GPU efficiency 2026-W48, team nlp: $46 spend, 50.0%")
     assert "vision" not in text_of(lead)
+    assert "https://gpu-kpi.example.com/r/teams/nlp/2026-W48.html" in text_of(lead)
+    assert "https://gpu-kpi.example.com/r/2026-W48.html" not in text_of(lead)
     # alice's own: her one underutilized run, waste 8 × 3.85 × (1 − 30/85) = $19.93
     (mine,) = to(smtp_server, ALICE.to)
     body = text_of(mine)
