@@ -25,10 +25,13 @@ import pandas as pd
 
 from reports import kpi as kpis
 from reports.errors import ReportError
+from reports.kpi import WeekKpis
 from reports.kpi.checks import one_line
 from reports.render.exports import to_json
 from reports.weeks import label_of, parse_week, shift_week, week_bounds, weeks_between
+from tracker.carbon import Carbon
 from tracker.cost import Thresholds, thresholds_for
+from tracker.owned import OwnedGpu
 
 log = logging.getLogger("gpu_kpi")
 
@@ -47,6 +50,18 @@ class Request:
     """Base URL where the archive is served: the email links ``<report_url>/<week>.html``."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """Price overrides (USD per GPU-hour by model) over the built-in table."""
+    owned: Mapping[str, OwnedGpu] = field(default_factory=dict)
+    """Owned models (``[owned.<MODEL>]``): priced at their amortized rate, compared with rent."""
+    carbon: Carbon = field(default_factory=Carbon)
+    """Grid intensity and PUE for CO2e (``[carbon]``)."""
+
+    def kpis(self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime) -> kpis.WeekKpis:
+        """The KPIs of the week starting ``start`` from these runs and their GPU-time rows."""
+        from tracker.prices import PriceTable
+
+        return kpis.kpis_of_gpu_time(runs, gt, start, tz=self.tz, basis=self.basis,
+                                     thresholds=self.thresholds, prices=PriceTable(self.prices),
+                                     owned=self.owned, carbon=self.carbon)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +74,15 @@ class Computed:
     """GPU-time rows (:data:`kpis.GT_COLUMNS`) of every run: a team's KPIs are
     :func:`kpis.kpis_of_gpu_time` of its runs and their rows."""
     now: datetime
+
+    def team(self, req: Request, team: str) -> WeekKpis | None:
+        """The week's KPIs of ``team``'s runs alone (None when it had no GPU time), with what
+        the whole report left out."""
+        runs = self.runs[self.runs["team"] == team]
+        gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
+        tk = dataclasses.replace(req.kpis(runs, gt, self.kpis.week),
+                                 skipped=self.kpis.skipped)
+        return tk if tk.headline.gpu_hours > 0 else None
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -87,14 +111,11 @@ def compute(store_url: str | None, req: Request, *, now: datetime,
             warn: bool = True) -> Computed:
     """The KPIs of the requested week from the store (nothing written). ``warn``: log what was
     skipped (the metrics refresh, every few minutes, leaves that to the weekly job)."""
-    from tracker.prices import PriceTable
-
     start = resolve_week(req.week, req.tz, now)
     runs, sampled, skipped = load(store_url, start, tz=req.tz, basis=req.basis,
                                   thresholds=req.thresholds, now=now)
     gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
-    k = kpis.kpis_of_gpu_time(runs, gt, start, tz=req.tz, basis=req.basis,
-                              thresholds=req.thresholds, prices=PriceTable(req.prices))
+    k = req.kpis(runs, gt, start)
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt,

@@ -172,6 +172,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     settings = _settings(args)
     req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
                   basis=args.basis, report_url=args.report_url, prices=settings.prices,
+                  owned=settings.owned, carbon=settings.carbon,
                   thresholds=thresholds_for(args.basis, settings.thresholds))
     if args.week:
         parse_week(args.week)  # a bad week is an error before the store is touched

@@ -4,7 +4,7 @@ runs ordered by waste, the 12-week trend. Money comes from :mod:`tracker.cost`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
@@ -12,11 +12,14 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.checks import Skipped
+from reports.kpi.fleet import owned_table, rent_vs_own_lines
 from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
 from reports.weeks import shift_week
+from tracker.carbon import Carbon
 from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share
+from tracker.owned import OwnedGpu, RentVsOwn
 from tracker.prices import PriceTable
 
 
@@ -38,6 +41,12 @@ class Headline:
     usd_per_1m_tokens: float | None
     unpriced_gpu_hours: float
     """GPU-hours of models without a price: not in spend or waste."""
+    energy_kwh: float | None = None
+    """GPU energy of the runs that measured it (NVML's counter), kWh; None when none did."""
+    co2e_kg: float | None = None
+    """energy × PUE × the grid's g CO2e/kWh (``[carbon]``), kg."""
+    energy_gpu_hours: float = 0.0
+    """GPU-hours of the runs with an energy figure: what ``energy_kwh`` covers."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,25 +69,36 @@ class WeekKpis:
     trend: pd.DataFrame
     """One row per week (up to 12, oldest first) of headline figures."""
     rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
+    rent_vs_own: tuple[RentVsOwn, ...] = ()
+    """One line per owned model (``[owned.<MODEL>]``): its week owned vs rented."""
+    carbon: Carbon = field(default_factory=Carbon)
+    """The grid intensity and PUE behind ``co2e_kg``."""
     skipped: Skipped = field(default_factory=Skipped)
     """Runs and sample rows left out of these figures, with the reason (set by the report
     builder, which reads the store)."""
 
 
-def _price(runs: pd.DataFrame, prices: PriceTable) -> pd.Series:
-    """Each run's price per GPU-hour: the one it ran with, else the table's for its model."""
-    table = runs["gpu_model"].map(
-        lambda m: (p.usd_per_gpu_hour if isinstance(m, str) and (p := prices.lookup(m))
-                   else np.nan))
-    return runs["price_per_gpu_hour"].astype(float).fillna(table)
+def _price(runs: pd.DataFrame, prices: PriceTable,
+           owned: Mapping[str, OwnedGpu] | None = None) -> pd.Series:
+    """Each run's price per GPU-hour: an owned model's amortized rate, else the one the run
+    ran with, else the table's for its model."""
+    def of(table: PriceTable) -> pd.Series:
+        return runs["gpu_model"].map(
+            lambda m: (p.usd_per_gpu_hour if isinstance(m, str) and (p := table.lookup(m))
+                       else np.nan)).astype(float)
+
+    price = runs["price_per_gpu_hour"].astype(float).fillna(of(prices))
+    return of(owned_table(owned)).fillna(price) if owned else price
 
 
 def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
-              target_util_pct: float) -> pd.DataFrame:
+              target_util_pct: float, owned: Mapping[str, OwnedGpu] | None = None,
+              carbon: Carbon | None = None) -> pd.DataFrame:
     """Per (run, week): GPU-hours, utilization, spend, waste (per GPU: its idle hours in full,
-    the rest × max(0, 1 − util of the rest ÷ target)), idle $, and the run's attributes."""
+    the rest × max(0, 1 − util of the rest ÷ target)), idle $, energy and CO2e (the run's, pro
+    rata by GPU-hours), and the run's attributes."""
     meta = runs.set_index("id")
-    price = _price(runs, prices).to_numpy()
+    price = _price(runs, prices, owned).to_numpy()
     price_of = pd.Series(price, index=runs["id"].to_numpy())
     g = gt.copy()
     g["price"] = g["run_id"].map(price_of)
@@ -100,15 +120,18 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
     per["utilization_pct"] = np.where(per["known_hours"] > 0,
                                       100.0 * per["used_hours"] / per["known_hours"].where(
                                           per["known_hours"] > 0, 1.0), np.nan)
-    cols = ["name", "project", "team", "user", "gpu_model", "gpu_count", "gpu_hours",
-            "samples", "tokens", "verdict", "advice", "links", "mem_peak_gib", "mem_total_gib",
-            "status", "started_at", "ended_at"]
+    cols = ["name", "project", "team", "user", "host", "gpu_model", "gpu_count", "gpu_hours",
+            "samples", "tokens", "energy_kwh", "verdict", "advice", "links", "mem_peak_gib",
+            "mem_total_gib", "status", "started_at", "ended_at"]
     m = meta[cols].rename(columns={"gpu_hours": "run_gpu_hours", "samples": "run_samples",
-                                   "tokens": "run_tokens"})
+                                   "tokens": "run_tokens", "energy_kwh": "run_energy_kwh"})
     per = per.astype({"run_id": object}).join(m, on="run_id")  # empty: run_id was float
     share = per["gpu_hours"] / per["run_gpu_hours"].where(per["run_gpu_hours"] > 0)
     per["samples"] = per["run_samples"].astype(float) * share
     per["tokens"] = per["run_tokens"].astype(float) * share
+    per["energy_kwh"] = per["run_energy_kwh"].astype(float) * share
+    per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"],
+                                                         per["host"].fillna(""))
     return per
 
 
@@ -118,6 +141,7 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
     under = per[(per["utilization_pct"] < t.underutilized_pct)
                 & (per["gpu_hours"] >= t.underutilized_min_gpu_hours)]
     total = float(per["gpu_hours"].sum())
+    metered = per[per["energy_kwh"].notna()]
 
     def unit(col: str, scale: float) -> float | None:
         rows = priced[priced[col].notna() & (priced[col] > 0)]
@@ -133,7 +157,10 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
         underutilized_gpu_hours_pct=100.0 * float(under["gpu_hours"].sum()) / total
         if total > 0 else None,
         usd_per_1k_samples=unit("samples", 1e3), usd_per_1m_tokens=unit("tokens", 1e6),
-        unpriced_gpu_hours=float(per.loc[~per["priced"], "gpu_hours"].sum()))
+        unpriced_gpu_hours=float(per.loc[~per["priced"], "gpu_hours"].sum()),
+        energy_kwh=float(metered["energy_kwh"].sum()) if len(metered) else None,
+        co2e_kg=float(metered["co2e_kg"].sum()) if len(metered) else None,
+        energy_gpu_hours=float(metered["gpu_hours"].sum()))
 
 
 def _change(now: float | None, before: float | None) -> float | None:
@@ -147,7 +174,7 @@ def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
     out = g.agg(gpu_hours=("gpu_hours", "sum"), known_hours=("known_hours", "sum"),
                 used_hours=("used_hours", "sum"), spend_usd=("spend_usd", "sum"),
                 waste_usd=("waste_usd", "sum"), idle_usd=("idle_usd", "sum"),
-                runs=("run_id", "nunique"))
+                co2e_kg=("co2e_kg", lambda c: c.sum(min_count=1)), runs=("run_id", "nunique"))
     out["utilization_pct"] = 100.0 * out["used_hours"] / out["known_hours"].where(
         out["known_hours"] > 0)
     return (out.drop(columns=["known_hours", "used_hours"])
@@ -160,21 +187,28 @@ HEADLINE_FIELDS: Sequence[str] = tuple(Headline.__dataclass_fields__)
 def week_kpis(runs: pd.DataFrame, samples: pd.DataFrame, week: datetime, *, tz: tzinfo,
               basis: str = "util", thresholds: Thresholds | None = None,
               prices: PriceTable | None = None, trend_weeks: int = 12,
-              now: datetime | None = None) -> WeekKpis:
+              now: datetime | None = None, owned: Mapping[str, OwnedGpu] | None = None,
+              carbon: Carbon | None = None) -> WeekKpis:
     """The KPIs of the ISO week starting ``week`` (Monday 00:00 in ``tz``), with the previous
     week for week-over-week change and up to ``trend_weeks`` weeks of trend."""
     gt = gpu_time(runs, samples, tz=tz, basis=basis, thresholds=thresholds, now=now)
     return kpis_of_gpu_time(runs, gt, week, tz=tz, basis=basis, thresholds=thresholds,
-                            prices=prices, trend_weeks=trend_weeks)
+                            prices=prices, trend_weeks=trend_weeks, owned=owned, carbon=carbon)
 
 
 def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz: tzinfo,
                      basis: str = "util", thresholds: Thresholds | None = None,
-                     prices: PriceTable | None = None, trend_weeks: int = 12) -> WeekKpis:
-    """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`)."""
+                     prices: PriceTable | None = None, trend_weeks: int = 12,
+                     owned: Mapping[str, OwnedGpu] | None = None,
+                     carbon: Carbon | None = None) -> WeekKpis:
+    """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`). ``prices``: the
+    rental table (with the config's ``[prices]``); ``owned`` models are priced at their
+    amortized rate and compared with it."""
     t = thresholds or thresholds_for(basis)
     prices = prices or PriceTable()
-    per = run_weeks(gt, runs, prices=prices, target_util_pct=t.target_util_pct)
+    carbon = carbon or Carbon()
+    per = run_weeks(gt, runs, prices=prices, target_util_pct=t.target_util_pct, owned=owned,
+                    carbon=carbon)
     w = pd.Timestamp(week).tz_convert("UTC")
     this = per[per["week"] == w]
     prev_w = shift_week(w, tz, -1)
@@ -189,13 +223,17 @@ def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz
     ordered = this.sort_values(["waste_usd", "spend_usd"], ascending=False, ignore_index=True)
     under = ordered[(ordered["utilization_pct"] < t.underutilized_pct)
                     & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)]
+    by = {k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model")}
+    hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
     return WeekKpis(
         week=w, basis=basis, basis_label=BASES[basis][1], thresholds=t, headline=head,
-        previous=previous, change_pct=change,
-        by={k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model")},
+        previous=previous, change_pct=change, by=by,
         runs=ordered, underutilized=under.reset_index(drop=True), trend=trend,
         rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct,
-                                target_util_pct=t.target_util_pct))
+                                target_util_pct=t.target_util_pct),
+        rent_vs_own=tuple(rent_vs_own_lines(by["gpu_model"], owned, rent=prices,
+                                            hours_in_week=hours_in_week)) if owned else (),
+        carbon=carbon)
 
 
 def runs_to_fix(k: WeekKpis) -> pd.DataFrame:
