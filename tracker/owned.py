@@ -125,6 +125,8 @@ class RentVsOwn:
     rent (inf when renting is free)."""
     fleet_known: bool
     cheaper: Literal["own", "rent"]
+    basis: str = ""
+    """How the owned rate was made (:meth:`Amortized.label`)."""
 
     def sentence(self, period: str = "this week") -> str:
         """One line for a report."""
@@ -163,4 +165,5 @@ def rent_vs_own(*, model: str, gpu_hours: float, util_pct: float | None, hours_i
                      rent_usd_per_gpu_hour=rent_usd_per_gpu_hour, owned_usd=owned_usd,
                      rented_usd=rented_usd, allocation_pct=allocation,
                      break_even_allocation_pct=even, fleet_known=owned.gpus is not None,
-                     cheaper="rent" if rented_usd < owned_usd else "own")
+                     cheaper="rent" if rented_usd < owned_usd else "own",
+                     basis=amortize(owned).label())

@@ -27,6 +27,7 @@ prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numb
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -44,9 +45,11 @@ from tracker.cost import Thresholds
 SCHEMA = "gpu-kpi.week/1"
 GENERATOR = "gpu-kpi"
 GROUPS = ("team", "project", "user", "gpu_model")
-GROUP_FIELDS = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "runs")
+GROUP_FIELDS = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "co2e_kg",
+                "runs")
 RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_count",
-              "gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "verdict",
+              "gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "energy_kwh",
+              "co2e_kg", "verdict",
               "advice", "status", "links")
 RIGHTSIZING_FIELDS = ("run_id", "name", "team", "gpu_model", "utilization_pct", "mem_peak_gib",
                       "suggested_gpu", "saving_usd", "assumption")
@@ -76,6 +79,8 @@ DEFINITIONS = {
     "spend_usd": "GPU-hours x the price per GPU-hour of each GPU model",
     "waste_usd": "recoverable waste, per run and GPU: idle_usd in full, plus the cost of the "
                  "rest x max(0, 1 - utilization of the rest / target_pct)",
+    "co2e_kg": "GPU energy_kwh x carbon.pue x the grid's g CO2e/kWh / 1000, over the runs "
+               "that measured energy (energy_gpu_hours of the GPU-hours)",
     "idle_usd": "part of waste_usd: the cost of GPU-minutes under idle_pct inside an "
                 "idle_window_min-minute stretch averaging under it",
 }
@@ -114,6 +119,10 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "runs": _records(k.runs, RUN_FIELDS),
         "underutilized": [str(r) for r in k.underutilized["run_id"]],
         "rightsizing": _records(k.rightsizing, RIGHTSIZING_FIELDS),
+        "carbon": {"g_per_kwh": k.carbon.g_per_kwh, "pue": k.carbon.pue,
+                   "hosts": [{"pattern": p, "g_per_kwh": g} for p, g in k.carbon.hosts]},
+        "rent_vs_own": [_plain({**dataclasses.asdict(r), "sentence": r.sentence()})
+                        for r in k.rent_vs_own],
         "trend": [{"week": label_of(row["week"]),
                    **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
                   for row in k.trend.to_dict("records")],

@@ -68,6 +68,18 @@ def fmt_gib(value: object) -> str:
     return "n/a" if v is None else f"{v:,.1f} GiB"
 
 
+def fmt_kg(value: object) -> str:
+    """kg with 3 significant figures under 100 (``4.80 kg``), whole kg above, t from 10 t."""
+    v = as_number(value)
+    if v is None:
+        return "—"
+    if abs(v) >= 10_000:
+        return f"{v / 1000:,.1f} t"
+    if abs(v) >= 100:
+        return f"{v:,.0f} kg"
+    return f"{v:.1f} kg" if abs(v) >= 10 else f"{v:.2f} kg" if abs(v) >= 1 else f"{v:.3g} kg"
+
+
 def fmt_int(value: object) -> str:
     v = as_number(value)
     return "n/a" if v is None else f"{round(v):,}"

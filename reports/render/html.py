@@ -25,6 +25,7 @@ from reports.render.fmt import (
     fmt_gib,
     fmt_hours,
     fmt_int,
+    fmt_kg,
     fmt_pct,
     fmt_unit_usd,
     fmt_usd,
@@ -115,8 +116,27 @@ def _breakdown_rows(df: pd.DataFrame, key: str) -> list[dict[str, str]]:
                      "utilization": fmt_pct(r["utilization_pct"]),
                      "spend": fmt_usd(r["spend_usd"]),
                      "waste": fmt_usd(r["waste_usd"]), "idle": fmt_usd(r["idle_usd"]),
-                     "runs": fmt_int(r["runs"])})
+                     "co2e": fmt_kg(r.get("co2e_kg")), "runs": fmt_int(r["runs"])})
     return rows
+
+
+def _energy(k: WeekKpis) -> str:
+    """``Energy 412 kWh · 198 kg CO2e (480 g/kWh, PUE 1.0), from runs with 75% of the
+    GPU-hours``; empty when no run measured its energy."""
+    h, c = k.headline, k.carbon
+    if missing(h.energy_kwh) or missing(h.co2e_kg):
+        return ""
+    grid = f"{c.g_per_kwh:g} g/kWh" + (" or per host" if c.hosts else "")
+    text = f"Energy {fmt_int(h.energy_kwh)} kWh · {fmt_kg(h.co2e_kg)} CO2e ({grid}, PUE {c.pue:g})"
+    if h.gpu_hours > 0 and h.energy_gpu_hours < h.gpu_hours - 0.005:
+        text += f", from the runs with {fmt_pct(100 * h.energy_gpu_hours / h.gpu_hours, 0)} " \
+                "of the GPU-hours that measured it"
+    return text
+
+
+def _rent_vs_own(k: WeekKpis) -> list[dict[str, str]]:
+    return [{"sentence": r.sentence(), "basis": r.basis, "cheaper": r.cheaper}
+            for r in k.rent_vs_own]
 
 
 def _gpus(count: object, model: object) -> str:
@@ -242,6 +262,7 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
         "runs": under_rows, "runs_to_fix": len(fix),
         "more_runs": max(len(fix) - MAX_RUN_ROWS, 0),
         "rightsizing": _rightsizing_rows(k),
+        "energy": _energy(k), "rent_vs_own": _rent_vs_own(k),
         "more_rightsizing": max(len(k.rightsizing) - MAX_RUN_ROWS, 0),
         "thresholds": {"target": fmt_pct(t.target_util_pct, 0),
                        "underutilized": fmt_pct(t.underutilized_pct, 0),

@@ -97,3 +97,41 @@ def test_a_short_idle_blip_at_the_edge_is_not_idle(tmp_path: object) -> None:
                                        util_pct=1.0 if m < 15 else 90.0) for m in range(40)])
     for week in ("2026-W47", "2026-W48"):
         assert compute(url, Request(week=week, tz=UTC), now=NOW).kpis.headline.idle_usd == 0.0
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def test_new_york_weeks_are_169_and_167_hours() -> None:
+    """Clocks go back on Sunday 1 Nov 2026 (the last day of 2026-W44) and forward on Sunday
+    8 Mar 2026 (the last day of 2026-W10)."""
+    start, end = week_bounds(2026, 44, NEW_YORK)
+    assert start.astimezone(UTC) == datetime(2026, 10, 26, 4, tzinfo=UTC)  # 00:00 EDT
+    assert end.astimezone(UTC) == datetime(2026, 11, 2, 5, tzinfo=UTC)  # 00:00 EST
+    start, end = week_bounds(2026, 10, NEW_YORK)
+    assert end.astimezone(UTC) - start.astimezone(UTC) == timedelta(hours=167)
+
+
+def test_new_yorks_last_autumn_hour_and_an_owned_fleets_169_hours(tmp_path: object) -> None:
+    """A run on Sunday 1 Nov 23:30 EST (2 Nov 04:30 UTC) for 20 min is in W44: start + 168 h
+    would end W44 at 04:00 UTC and lose it. An owned H100 fleet of 2 pays for every one of the
+    week's 169 hours: 2 x 169 x ($30,000 / (4 x 8766 h) + 0.7 kW x $0.12 x 1.3) = $326.095;
+    the run's 1/3 GPU-h is priced at that amortized rate, $0.3216, not the $3.85 it ran with."""
+    from tracker.owned import OwnedGpu
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("late", datetime(2026, 11, 2, 4, 30, tzinfo=UTC), 1 / 3))
+    owned = {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
+                              usd_per_kwh=0.12, pue=1.3, gpus=2)}
+    rate = 30000 / (4 * 8766) + 0.7 * 0.12 * 1.3
+    k = compute(url, Request(week="2026-W44", tz=NEW_YORK, owned=owned), now=NOW).kpis
+    assert label_of(k.week) == "2026-W44"
+    assert k.headline.gpu_hours == pytest.approx(1 / 3)
+    assert k.headline.spend_usd == pytest.approx(rate / 3)
+    (line,) = k.rent_vs_own
+    assert line.hours_in_period == 169.0
+    assert line.owned_usd == pytest.approx(2 * 169 * rate) == pytest.approx(326.095, abs=0.001)
+    assert line.rented_usd == pytest.approx(3.85 / 3)
+    w45 = compute(url, Request(week="2026-W45", tz=NEW_YORK, owned=owned), now=NOW).kpis
+    assert w45.headline.gpu_hours == 0.0 and w45.rent_vs_own[0].hours_in_period == 168.0

@@ -117,8 +117,8 @@ def test_breakdowns_and_engineer_tables(small: tuple) -> None:
     _, _, doc = small
     text = readers.parse_html(doc).plain()
     # by team: nlp 10 GPU-h $38.50 at 90%; the other 4 GPU-h $15.40 at 10%
-    assert "nlp 10.0 GPU-h 90.0% $38.50 $0.00 $0.00 1" in text
-    assert "4.0 GPU-h 10.0% $15.40 $13.59 $0.00 1" in text
+    assert "nlp 10.0 GPU-h 90.0% $38.50 $0.00 $0.00 — 1" in text  # no energy: no CO2e
+    assert "4.0 GPU-h 10.0% $15.40 $13.59 $0.00 — 1" in text
     # the underutilized run: 4 x H100, with verdict and advice
     assert "4 × H100 4.0 GPU-h 10.0% $15.40 $13.59 input-bound" in text
     assert "<b>more</b> DataLoader workers" in text  # shown as text
