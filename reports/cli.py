@@ -215,7 +215,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from reports.demo import run_demo
+    from reports.demo import DEMO_OWNED, run_demo
     from reports.weeks import week_of
 
     out = writable_dir(Path(args.dir).resolve(), "--dir")
@@ -234,7 +234,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from reports.build import Request, build
     from reports.weeks import zone
 
-    written = build(url, Request(week=label, tz=zone("UTC")), out / "reports")
+    written = build(url, Request(week=label, tz=zone("UTC"), owned=DEMO_OWNED), out / "reports")
     html = next(p for p in written if p.name == f"{label}.html")
     print(f"\nthe weekly report of {label}: {html}")
     print(f"every week so far: {out / 'reports' / 'index.html'}")

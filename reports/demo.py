@@ -13,8 +13,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tracker.cost import Thresholds, waste_usd
+from tracker.owned import OwnedGpu
 from tracker.record import RunRecord
 from tracker.session import track
+
+DEMO_OWNED = {"A100-80GB": OwnedGpu(model="A100-80GB", purchase_usd=15_000, life_years=4,
+                                    power_w=500, usd_per_kwh=0.10, pue=1.3, gpus=4)}
+"""The demo fleet owns 4 A100s (the rest is rented): the report prices them at the amortized
+rate and says whether owning paid off this week."""
+
+BOARD_W = {"H100": 700, "H200": 700, "A100-80GB": 400, "L4": 72, "A10G": 300}
+"""Board power at full load of the history's GPUs (datasheet TDP), W: a run at ``u``% draws
+about (0.2 + 0.8 u/100) of it, for the history's energy figures."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,6 +179,7 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
                 gpu_source="simulated", gpu_model=job.gpu, gpu_count=job.gpus,
                 price_per_gpu_hour=price, price_source="demo", gpu_hours=gpu_hours,
                 util_pct=util, mem_peak_gib=job.mem_peak_gib,
+                energy_kwh=gpu_hours * BOARD_W[job.gpu] * (0.2 + 0.8 * util / 100) / 1000,
                 mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
                 cost_usd=cost, idle_usd=cost if verdict == "idle" else 0.0,
                 waste_usd=waste_usd(cost, util, Thresholds().target_util_pct,

@@ -71,7 +71,7 @@ class Amortized:
         overhead = f" + ${o.overhead_usd_per_year:,.0f}/y" if o.overhead_usd_per_year else ""
         pue = f" × PUE {o.pue:g}" if o.pue != 1 else ""
         return (f"owned: ${o.purchase_usd:,.0f} over {o.life_years:g} y{overhead}"
-                f" + {o.power_w / W_PER_KW:.2f} kW × ${o.usd_per_kwh:g}/kWh{pue}"
+                f" + {o.power_w / W_PER_KW:.2f} kW × ${o.usd_per_kwh:.2f}/kWh{pue}"
                 f" = ${self.usd_per_gpu_hour:.3f}/GPU-h")
 
 

@@ -176,7 +176,7 @@ def _trend_waste(k: WeekKpis, ax: Axes) -> None:
     waste = [float(v) for v in t["waste_usd"]]
     idle = [float(v) for v in t["idle_usd"]]
     ax.bar([i - 0.19 for i in x], waste, width=0.38, color=ORANGE, label="recoverable waste")
-    ax.bar([i + 0.19 for i in x], idle, width=0.38, color=RED, label="idle")
+    ax.bar([i + 0.19 for i in x], idle, width=0.38, color=RED, label="of which idle")
     ax.set_ylim(0, max([*waste, *idle, 1.0]) * 1.15)
     ax.yaxis.set_major_formatter(FuncFormatter(_usd))
     ax.legend(loc="upper left", ncols=2)

@@ -75,7 +75,8 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
         "gpu_hours": (f"{fmt_hours(h.gpu_hours - h.known_gpu_hours)} without utilization data"
                       if h.gpu_hours - h.known_gpu_hours > 0.005 else "allocated to runs"),
         "spend_usd": (f"excludes {fmt_hours(h.unpriced_gpu_hours)} without a price"
-                      if h.unpriced_gpu_hours > 0 else "GPU-hours × price of the model"),
+                      if h.unpriced_gpu_hours > 0 else "GPU-hours × price of the model"
+                      + ("; owned: amortized" if k.rent_vs_own else "")),
         "utilization_pct": f"{k.basis_label}, weighted by GPU-hours; target {t.target_util_pct:.0f}%",
         "waste_usd": (f"of which idle {fmt_usd(h.idle_usd)}; the rest: running under the "
                       f"{t.target_util_pct:.0f}% target"),
@@ -127,7 +128,8 @@ def _energy(k: WeekKpis) -> str:
     if missing(h.energy_kwh) or missing(h.co2e_kg):
         return ""
     grid = f"{c.g_per_kwh:g} g/kWh" + (" or per host" if c.hosts else "")
-    text = f"Energy {fmt_int(h.energy_kwh)} kWh · {fmt_kg(h.co2e_kg)} CO2e ({grid}, PUE {c.pue:g})"
+    pue = f"{c.pue:.1f}" if round(c.pue, 1) == c.pue else f"{c.pue:g}"
+    text = f"Energy {fmt_int(h.energy_kwh)} kWh · {fmt_kg(h.co2e_kg)} CO2e ({grid}, PUE {pue})"
     if h.gpu_hours > 0 and h.energy_gpu_hours < h.gpu_hours - 0.005:
         text += f", from the runs with {fmt_pct(100 * h.energy_gpu_hours / h.gpu_hours, 0)} " \
                 "of the GPU-hours that measured it"
@@ -216,7 +218,7 @@ def _lede(k: WeekKpis) -> str:
     text = (f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs cost {fmt_usd(h.spend_usd)} at "
             f"{util}. {fmt_usd(h.waste_usd)} of it was recoverable waste")
     if h.idle_usd > 0:
-        text += f" and {fmt_usd(h.idle_usd)} paid for idle GPUs"
+        text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
     return text + "."
 
 

@@ -40,7 +40,7 @@ def test_overhead_is_spread_over_every_hour_of_the_year_and_pue_1_is_not_shown()
     # 3506.4 / 8766 = 0.4; 1753.2 / 8766 = 0.2; 0.1 kW × $0.2 = 0.02
     assert (a.capital_usd_per_gpu_hour, a.overhead_usd_per_gpu_hour,
             a.power_usd_per_gpu_hour) == pytest.approx((0.4, 0.2, 0.02))
-    assert a.label() == "owned: $3,506 over 1 y + $1,753/y + 0.10 kW × $0.2/kWh = $0.620/GPU-h"
+    assert a.label() == "owned: $3,506 over 1 y + $1,753/y + 0.10 kW × $0.20/kWh = $0.620/GPU-h"
 
 
 def test_owned_prices_and_the_rent_rate_to_compare_with() -> None:
