@@ -64,9 +64,11 @@ def gpu_metrics(window: Mapping[str, GpuStats], last: Mapping[str, GpuReading],
 
 def window_metrics(steps: StepCounter, fig: Mapping[str, float | None], *,
                    peak_tflops: float | None, gpu_count: int,
-                   usd_per_gpu_hour: float | None) -> dict[str, float]:
-    """``perf/*``, ``cost/*`` and ``gpu/energy_kwh`` of one log window: ``steps`` counted over
-    the window, ``fig`` the run's :func:`run_figures` so far."""
+                   usd_per_gpu_hour: float | None,
+                   co2e_kg_per_kwh: float | None = None) -> dict[str, float]:
+    """``perf/*``, ``cost/*``, ``gpu/energy_kwh`` and ``gpu/co2e_kg`` of one log window:
+    ``steps`` counted over the window, ``fig`` the run's :func:`run_figures` so far,
+    ``co2e_kg_per_kwh`` the kg CO2e of a kWh of GPU energy here (PUE × grid intensity)."""
     out: dict[str, float | None] = {
         "perf/step_time_ms": steps.step_time_ms, "perf/data_wait_pct": steps.data_wait_pct,
         "perf/samples_per_s": steps.rate(steps.samples),
@@ -75,7 +77,9 @@ def window_metrics(steps: StepCounter, fig: Mapping[str, float | None], *,
     if flops_per_s is not None:
         out["perf/tflops"] = flops_per_s / 1e12
         out["perf/mfu"] = mfu(flops_per_s, peak_tflops, gpu_count)
-    out["gpu/energy_kwh"] = fig["energy_kwh"]
+    energy = out["gpu/energy_kwh"] = fig["energy_kwh"]
+    out["gpu/co2e_kg"] = (energy * co2e_kg_per_kwh
+                          if energy is not None and co2e_kg_per_kwh is not None else None)
     cost = fig["cost_usd"]
     out["cost/usd"] = cost
     out["cost/usd_per_hour"] = (usd_per_gpu_hour * gpu_count

@@ -25,6 +25,8 @@ METRICS: tuple[Metric, ...] = (
     Metric(key="gpu/mem_used_pct", unit="%", help="device memory in use, share of total"),
     Metric(key="gpu/power_w", unit="W", help="board power now, summed over the run's GPUs"),
     Metric(key="gpu/energy_kwh", unit="kWh", help="energy since run start, all GPUs"),
+    Metric(key="gpu/co2e_kg", unit="kg",
+           help="CO2e since run start: energy × PUE × grid g/kWh ([carbon])"),
     Metric(key="gpu/temp_c", unit="°C", help="GPU temperature, hottest GPU"),
     Metric(key="gpu/sm_clock_mhz", unit="MHz", help="SM clock, mean over GPUs"),
     Metric(key="perf/step_time_ms", unit="ms", help="mean step time since the last log"),

@@ -1,7 +1,8 @@
 """GPU models and their prices (USD per GPU-hour, on-demand), every row with its source and date.
 
 The default table is a starting point; users override rows per run (``price_per_gpu_hour=``),
-per config file (``[prices]`` in the TOML) or per environment. Model names from NVML
+per config file (``[prices]`` in the TOML) or per environment; a model the user owns
+(``[owned.<MODEL>]``) is priced at its amortized rate instead (:mod:`tracker.owned`). Model names from NVML
 (``NVIDIA H100 80GB HBM3``) are mapped to the table's keys by :func:`canonical_gpu`, the most
 specific first: a variant (``H100-NVL``) is its own key, priced by its base model's row
 (``H100``) until it has one; :mod:`tracker.peaks` keys its peaks the same way.
@@ -13,6 +14,8 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from tracker.owned import OwnedGpu, owned_prices
 
 log = logging.getLogger("gpu_kpi")
 
@@ -216,13 +219,34 @@ class PriceTable:
         return row
 
 
+OWNED_SOURCE = "owned (amortized)"
+"""The price source of an owned model's amortized rate."""
+
+
+def owned_table(owned: Mapping[str, OwnedGpu]) -> PriceTable:
+    """The owned models alone, each at its amortized rate (source :data:`OWNED_SOURCE`): a
+    model name maps to the owned row the way the price table maps names (``NVIDIA H100 NVL``
+    to an owned ``H100`` unless ``H100 NVL`` is owned too)."""
+    return PriceTable(owned_prices(owned), override_source=OWNED_SOURCE, base=())
+
+
 def price_for(model: str, override: float | None = None,
-              overrides: Mapping[str, float] | None = None) -> Price | None:
-    """The price a run on ``model`` pays: ``override`` (the run's own), else ``overrides`` (the
+              overrides: Mapping[str, float] | None = None, *,
+              owned: Mapping[str, OwnedGpu] | None = None) -> Price | None:
+    """The price a run on ``model`` pays: ``override`` (the run's own), else the amortized rate
+    when ``owned`` (the config's ``[owned.<MODEL>]``) has the model, else ``overrides`` (the
     config's ``[prices]``) over the table; None, with a warning, when nothing prices the model."""
     if override is not None:
         return Price(gpu=canonical_gpu(model) or model, as_of="run",
                      usd_per_gpu_hour=float(override), source="override")
+    if owned:
+        try:
+            mine = owned_table(owned).lookup(model)
+        except (ArithmeticError, ValueError) as e:  # UnknownGpu is a ValueError
+            log.warning("gpu-kpi: ignoring [owned]: %s", e)
+            mine = None
+        if mine is not None:
+            return mine
     try:
         price = PriceTable(overrides).lookup(model)
     except (UnknownGpu, ValueError) as e:

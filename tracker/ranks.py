@@ -16,8 +16,8 @@ from tracker.metrics import METRICS
 
 NAN = math.nan
 
-_SUM = {"gpu/power_w", "gpu/energy_kwh", "perf/samples_per_s", "perf/tokens_per_s",
-        "perf/tflops", "cost/usd", "cost/usd_per_hour", "cost/waste_usd"}
+_SUM = {"gpu/power_w", "gpu/energy_kwh", "gpu/co2e_kg", "perf/samples_per_s",
+        "perf/tokens_per_s", "perf/tflops", "cost/usd", "cost/usd_per_hour", "cost/waste_usd"}
 _MAX = {"gpu/temp_c"}
 _MEAN = {"perf/step_time_ms", "perf/data_wait_pct"}
 # everything else in METRICS is a GPU-weighted mean (utilizations, memory, clocks, MFU),

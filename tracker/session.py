@@ -90,6 +90,7 @@ class Session:
         self.gpu_source = "none"
         self.sampler: Sampler | None = None
         self.price: Price | None = None
+        self.co2e_kg_per_kwh: float | None = None  # per kWh of GPU energy, on this host
         self.peak_tflops: float | None = None
         self.record: RunRecord | None = None
         self._writer: Any = None
@@ -130,6 +131,7 @@ class Session:
 
     def _start(self) -> None:
         self.settings = (self._settings or read_settings(self._config)).replace(**self._overrides)
+        self.co2e_kg_per_kwh = self.settings.carbon.co2e_kg(1.0, _ask(socket.gethostname))
         self.user = self.user if self.user is not None else _ask(getpass.getuser)
         self._started_wall = self._wall()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
@@ -160,7 +162,8 @@ class Session:
                         "GPU data 'none', never as idle", e)
             return
         model = self.gpus[0].name if self.gpus else ""
-        self.price = price_for(model, self.spec.price_per_gpu_hour, self.settings.prices)
+        self.price = price_for(model, self.spec.price_per_gpu_hour, self.settings.prices,
+                               owned=self.settings.owned)
         if self.spec.dtype:
             try:  # str(): a torch.dtype or Lightning's precision 32 names a dtype too
                 self.peak_tflops = peak_tflops(model, str(self.spec.dtype))
@@ -286,7 +289,8 @@ class Session:
                                            self.gpus if self.spec.per_gpu else ()))
         out.update(figures.window_metrics(
             window, self._figures(), peak_tflops=self.peak_tflops, gpu_count=len(self.gpus),
-            usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None))
+            usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
+            co2e_kg_per_kwh=self.co2e_kg_per_kwh))
         return out
 
     def _figures(self) -> dict[str, float | None]:

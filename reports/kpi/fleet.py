@@ -10,14 +10,8 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from tracker.owned import OwnedGpu, RentVsOwn, owned_prices, rent_rate, rent_vs_own
-from tracker.prices import PriceTable
-
-
-def owned_table(owned: Mapping[str, OwnedGpu]) -> PriceTable:
-    """The owned models alone, each at its amortized rate (source "owned (amortized)"): a
-    model name maps to the owned row the way the price table maps names."""
-    return PriceTable(owned_prices(owned), override_source="owned (amortized)", base=())
+from tracker.owned import OwnedGpu, RentVsOwn, rent_rate, rent_vs_own
+from tracker.prices import PriceTable, owned_table
 
 
 def rent_vs_own_lines(by_model: pd.DataFrame, owned: Mapping[str, OwnedGpu], *,

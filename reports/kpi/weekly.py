@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.checks import Skipped
-from reports.kpi.fleet import owned_table, rent_vs_own_lines
+from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
@@ -20,7 +20,7 @@ from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share
 from tracker.owned import OwnedGpu, RentVsOwn
-from tracker.prices import PriceTable
+from tracker.prices import PriceTable, owned_table
 
 
 # -- one week's KPIs --------------------------------------------------------------------------

@@ -17,13 +17,14 @@ from tracker.store import RunStore
 def test_combine_metrics_by_hand() -> None:
     r0 = {"gpu/util_pct": 60.0, "gpu/power_w": 500.0, "gpu/temp_c": 70.0,
           "perf/step_time_ms": 100.0, "perf/samples_per_s": 320.0, "perf/mfu": 0.2,
-          "cost/usd": 1.0, "_gpus": 1.0, "_samples": 1000.0, "_tokens": 0.0}
+          "cost/usd": 1.0, "gpu/co2e_kg": 0.25, "_gpus": 1.0, "_samples": 1000.0, "_tokens": 0.0}
     r1 = {"gpu/util_pct": 90.0, "gpu/power_w": 600.0, "gpu/temp_c": 75.0,
           "perf/step_time_ms": 140.0, "perf/samples_per_s": 300.0, "perf/mfu": 0.35,
-          "cost/usd": 3.0, "_gpus": 3.0, "_samples": 3000.0, "_tokens": 0.0}
+          "cost/usd": 3.0, "gpu/co2e_kg": 0.5, "_gpus": 3.0, "_samples": 3000.0, "_tokens": 0.0}
     m = ranks.combine_metrics([r0, r1])
     assert m["gpu/util_pct"] == pytest.approx((60 * 1 + 90 * 3) / 4)  # GPU-weighted
     assert m["gpu/power_w"] == 1100.0 and m["gpu/temp_c"] == 75.0
+    assert m["gpu/co2e_kg"] == 0.75  # each rank's at its own host's intensity, summed
     assert m["perf/samples_per_s"] == 620.0
     assert m["perf/mfu"] == pytest.approx((0.2 + 0.35 * 3) / 4)
     assert m["perf/step_time_ms"] == 120.0 and m["perf/step_time_ms_max"] == 140.0
@@ -103,6 +104,9 @@ def test_two_ranks_count_every_gpu(tmp_path: object) -> None:
     assert (metrics["gpu/util_pct_min"], metrics["gpu/util_pct_max"]) == (
         pytest.approx(60.0), pytest.approx(92.0))
     assert metrics["perf/samples_per_s"] == pytest.approx(16.0)
+    # every rank's energy at the default 480 g/kWh: (70 + 630 × 60%) + 2 × (70 + 630 × 92%) W
+    assert metrics["gpu/co2e_kg"] == pytest.approx(metrics["gpu/energy_kwh"] * 0.48)
+    assert metrics["gpu/energy_kwh"] == pytest.approx((448 + 2 * 649.6) / 1000)  # 1 hour
     (record,) = sinks[0].summaries
     assert (record.gpu_count, record.nodes) == (3, 2)
     assert record.gpu_hours == pytest.approx(3.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 
@@ -9,6 +10,9 @@ import pytest
 from fakes import Clock, ListSink
 
 from tracker import track
+from tracker.carbon import Carbon
+from tracker.config import Settings
+from tracker.owned import OwnedGpu
 from tracker.session import Session
 
 
@@ -220,3 +224,87 @@ def test_price_override_per_run() -> None:
     assert run.record is not None
     assert run.record.cost_usd == pytest.approx(1.0)
     assert run.record.price_source == "override"
+
+
+H100_OWNED = OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
+                      usd_per_kwh=0.12, pue=1.3)
+"""$30,000 over 4 × 8766 h = $0.8556/GPU-h, plus 0.7 kW × $0.12/kWh × PUE 1.3 = $0.1092/GPU-h."""
+
+
+def test_an_owned_model_is_priced_at_its_amortized_rate() -> None:
+    """2 owned H100 for 30 min: 1 GPU-h at 30000 / (4 × 8766) + 0.7 × 0.12 × 1.3 = $0.9648/h;
+    the NVL variant of an owned H100 is priced the way the price table would price it."""
+    rate = 30000 / (4 * 8766) + 0.7 * 0.12 * 1.3
+    clock = Clock()
+    with track(name="own", backend="simulated:healthy@H100:2", store=False, clock=clock,
+               threaded=False, settings=Settings(owned={"H100": H100_OWNED},
+                                                 prices={"H100": 9.0}),
+               log_to_python=False) as run:
+        clock.t += 1800
+    r = run.record
+    assert r is not None
+    assert r.price_per_gpu_hour == pytest.approx(rate) and rate == pytest.approx(0.9648, abs=1e-4)
+    assert r.price_source == "owned (amortized)"
+    assert r.gpu_hours == pytest.approx(1.0) and r.cost_usd == pytest.approx(1.0 * rate)
+
+
+def test_the_runs_own_price_beats_an_owned_rate_and_other_models_are_rented() -> None:
+    clock = Clock()
+    owned = Settings(owned={"H100": H100_OWNED})
+    with track(name="p", backend="simulated:healthy@H100", store=False, clock=clock,
+               threaded=False, price_per_gpu_hour=2.0, settings=owned,
+               log_to_python=False) as run:
+        clock.t += 1800
+    assert run.record is not None
+    assert (run.record.price_per_gpu_hour, run.record.price_source) == (2.0, "override")
+    with track(name="a", backend="simulated:healthy@A100-80GB", store=False, clock=clock,
+               threaded=False, settings=owned, log_to_python=False) as run:
+        clock.t += 1800
+    assert run.record is not None
+    assert run.record.price_per_gpu_hour == 2.00  # the table's A100 80GB row
+    assert run.record.price_source != "owned (amortized)"
+
+
+def co2e_run(settings: Settings, minutes: int = 3) -> list[dict[str, float]]:
+    """Two healthy H100 (each 70 W + 630 W × 92% = 649.6 W), logging every 60 s."""
+    clock = Clock()
+    sink = ListSink()
+    with track(name="co2", backend="simulated:healthy@H100:2", store=False, clock=clock,
+               threaded=False, warmup_steps=0, log_every_s=60.0, sinks=[sink], settings=settings,
+               log_to_python=False) as run:
+        loop(run, clock, steps=minutes * 60, wait_s=0.1, compute_s=0.9)
+    return [m for m, _ in sink.logged]
+
+
+def test_live_co2e_is_energy_times_pue_times_grid_intensity() -> None:
+    """Carbon 400 g/kWh × PUE 1.2 = 0.48 kg per kWh of GPU energy, logged as the run's total
+    so far (cumulative like gpu/energy_kwh): the last log holds the run's."""
+    logged = co2e_run(Settings(carbon=Carbon(g_per_kwh=400, pue=1.2)))
+    assert len(logged) == 3
+    for m in logged:
+        assert m["gpu/co2e_kg"] == pytest.approx(m["gpu/energy_kwh"] * 0.48)
+    # 2 × 649.6 W over the 59 s sampled before the first log (the 60th sample comes after it)
+    assert logged[0]["gpu/energy_kwh"] == pytest.approx(2 * 649.6 * 59 / 3.6e6)
+    assert logged[-1]["gpu/co2e_kg"] > logged[0]["gpu/co2e_kg"]
+    (default,) = co2e_run(Settings(), minutes=1)
+    assert default["gpu/co2e_kg"] == pytest.approx(default["gpu/energy_kwh"] * 480 / 1000)
+
+
+def test_co2e_uses_this_hosts_intensity_looked_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    looked_up: list[str] = []
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Counting(Carbon):
+        def intensity_for(self, host: str) -> float:
+            looked_up.append(host)
+            return super().intensity_for(host)
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "DGX-EU-7")
+    logged = co2e_run(Settings(carbon=Counting(hosts=(("dgx-eu-*", 50.0), ("*", 900.0)),
+                                               pue=1.1)))
+    assert len(logged) == 3
+    assert all(m["gpu/co2e_kg"] == pytest.approx(m["gpu/energy_kwh"] * 50 * 1.1 / 1000)
+               for m in logged)
+    assert looked_up == ["DGX-EU-7"]

@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from tracker.diagnosis import Evidence, diagnose
+from tracker.owned import OwnedGpu
 from tracker.peaks import normalize_dtype, peak_tflops
-from tracker.prices import DEFAULT_PRICES, MODELS, PriceTable, UnknownGpu, canonical_gpu, gpu_keys
+from tracker.prices import (
+    DEFAULT_PRICES,
+    MODELS,
+    PriceTable,
+    UnknownGpu,
+    canonical_gpu,
+    gpu_keys,
+    price_for,
+)
 from tracker.throughput import mfu
 
 
@@ -135,6 +144,28 @@ def test_a_variant_has_its_own_price_or_its_base_models() -> None:
     assert PriceTable({"H800": 2.2}).get("NVIDIA H800 PCIe").usd_per_gpu_hour == 2.2
     assert PriceTable().lookup("NVIDIA H800") is None  # not a variant of the H100
     assert PriceTable().lookup("NVIDIA GH200 480GB") is None  # nor the GH200 of the H200
+
+
+def test_an_owned_model_pays_its_amortized_rate(caplog: pytest.LogCaptureFixture) -> None:
+    """$20,000 over 2 y = $1.1408/GPU-h + 0.5 kW × $0.2/kWh = $0.1/GPU-h: $1.2408. The owned
+    row beats ``[prices]`` (as in the weekly report) and prices the model's variants, as a
+    base model's row does; the run's own price beats both."""
+    owned = {"H100": OwnedGpu(model="H100", purchase_usd=20_000, life_years=2, power_w=500,
+                              usd_per_kwh=0.2)}
+    rate = 20_000 / (2 * 8766) + 0.1
+    for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL", "h100"):
+        p = price_for(name, None, {"H100": 9.0, "H100 NVL": 3.0}, owned=owned)
+        assert p is not None and (p.gpu, p.source) == ("H100", "owned (amortized)")
+        assert p.usd_per_gpu_hour == pytest.approx(rate)
+    a100 = price_for("NVIDIA A100-SXM4-80GB", owned=owned)
+    assert a100 is not None and a100.usd_per_gpu_hour == 2.00  # not owned: rented
+    run = price_for("NVIDIA H100 80GB HBM3", 1.5, owned=owned)
+    assert run is not None and (run.usd_per_gpu_hour, run.source) == (1.5, "override")
+    broken = {"H100": OwnedGpu(model="H100", purchase_usd=1, life_years=0, power_w=1,
+                               usd_per_kwh=1)}
+    fallback = price_for("NVIDIA H100 80GB HBM3", owned=broken)
+    assert fallback is not None and fallback.usd_per_gpu_hour == 3.85
+    assert any("ignoring [owned]" in m for m in caplog.messages)
 
 
 def test_peaks_and_mfu() -> None:

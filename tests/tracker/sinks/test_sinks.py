@@ -60,6 +60,12 @@ def test_wandb_offline_run_gets_metrics_summary_config_and_alert(
     assert rows[0]["gpu/util_pct"] == pytest.approx(60.0)
     assert got.summary["gpu_kpi/verdict"] == "below-target"
     assert got.summary["gpu_kpi/cost_usd"] == pytest.approx(record.cost_usd)  # type: ignore[attr-defined]
+    # CO2e is logged as the total so far, so the summary (the last value per key) holds the
+    # run's: 12 min of 70 W + 630 W x 60% at the default 480 g/kWh, PUE 1
+    last = rows[-1]
+    assert last["gpu/co2e_kg"] == pytest.approx(last["gpu/energy_kwh"] * 480 / 1000)
+    assert got.summary["gpu/energy_kwh"] == pytest.approx(448 * 720 / 3.6e6)  # 0.0896 kWh
+    assert got.summary["gpu/co2e_kg"] == pytest.approx(0.0896 * 0.48)
     assert got.config["gpu_kpi/run_id"] == record.id  # type: ignore[attr-defined]
     assert got.config["gpu_kpi/price_per_gpu_hour"] == 3.85
     (alert,) = got.alerts
