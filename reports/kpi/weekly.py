@@ -80,15 +80,20 @@ class WeekKpis:
 
 def _price(runs: pd.DataFrame, prices: PriceTable,
            owned: Mapping[str, OwnedGpu] | None = None) -> pd.Series:
-    """Each run's price per GPU-hour: an owned model's amortized rate, else the one the run
-    ran with, else the table's for its model."""
+    """Each run's price per GPU-hour: a price the run was given itself (``price_source``
+    "override"), else an owned model's amortized rate, else the one the run ran with, else
+    the table's for its model: the tracker's order (:func:`tracker.prices.price_for`)."""
     def of(table: PriceTable) -> pd.Series:
         return runs["gpu_model"].map(
             lambda m: (p.usd_per_gpu_hour if isinstance(m, str) and (p := table.lookup(m))
                        else np.nan)).astype(float)
 
-    price = runs["price_per_gpu_hour"].astype(float).fillna(of(prices))
-    return of(owned_table(owned)).fillna(price) if owned else price
+    ran_with = runs["price_per_gpu_hour"].astype(float)
+    price = ran_with.fillna(of(prices))
+    if not owned:
+        return price
+    own = of(owned_table(owned)).where(runs["price_source"].astype(object) != "override")
+    return own.fillna(price)
 
 
 def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,

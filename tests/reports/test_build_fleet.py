@@ -87,3 +87,24 @@ def test_an_owned_fleet_and_its_carbon_in_the_weekly_report(tmp_path: Path) -> N
     assert "Rent or own:" in page and "breaks even at 25%" in page and "$648" in page
     assert "owned: $30,000 over 4 y + 0.70 kW × $0.12/kWh × PUE 1.3 = $0.965/GPU-h" in page
     assert "Energy 15 kWh · 1.52 kg CO2e (400 g/kWh or per host, PUE 1.2)" in page
+
+
+def test_a_runs_own_price_beats_the_owned_rate_as_in_the_tracker(tmp_path: Path) -> None:
+    """Two 1-GPU H100 runs of 2 h: one given its own $1.50 (price_source "override"), one that
+    ran with the table's $3.85. With H100 owned, the first keeps $3.00, the second is priced
+    2 x $0.964778."""
+    from reports.build import Request, compute
+    from tracker.owned import OwnedGpu
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    day = datetime(2026, 11, 24, 9, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("own", day, 2, price=1.5, price_source="override"))
+        s.upsert_run(run_record("table", day, 2, price_source="table"))
+    owned = {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
+                              usd_per_kwh=0.12, pue=1.3)}
+    k = compute(url, Request(week="2026-W48", tz=UTC, owned=owned),
+                now=datetime(2026, 12, 1, tzinfo=UTC)).kpis
+    spend = k.runs.set_index("run_id")["spend_usd"]
+    assert spend["own"] == pytest.approx(3.0)
+    assert spend["table"] == pytest.approx(2 * RATE)
