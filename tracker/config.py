@@ -253,8 +253,9 @@ top-level name is a misspelling (``[smpt]``, ``[[recipient]]``) and an error wit
 name, not a silently ignored table. ``tests/test_layers.py`` checks that the service declares
 no section missing here."""
 
-price = number(0)
-"""USD per GPU-hour: finite, >= 0."""
+price = number(0, 10_000)
+"""USD per GPU-hour: finite, 0 to $10,000 (no GPU-hour costs more; a bigger figure is a typo
+that would overflow a week's sums)."""
 
 
 def read_prices(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> dict[str, float]:
@@ -273,9 +274,10 @@ def read_prices(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
 
 
 OWNED_KEYS: Mapping[str, Key] = {
-    "purchase_usd": Key(number(0)), "life_years": Key(number(0.1)), "power_w": Key(number(0)),
-    "usd_per_kwh": Key(number(0)), "pue": Key(number(1)), "gpus": Key(whole(1)),
-    "rent_usd_per_gpu_hour": Key(price), "overhead_usd_per_year": Key(number(0))}
+    "purchase_usd": Key(number(0, 1e7)), "life_years": Key(number(0.1, 100)),
+    "power_w": Key(number(0, 100_000)), "usd_per_kwh": Key(number(0, 100)),
+    "pue": Key(number(1, 10)), "gpus": Key(whole(1, 10_000_000)),
+    "rent_usd_per_gpu_hour": Key(price), "overhead_usd_per_year": Key(number(0, 1e7))}
 """``[owned.<MODEL>]``'s keys (see :class:`tracker.owned.OwnedGpu`); no variables."""
 _OWNED_REQUIRED = {"purchase_usd": "the price paid per GPU", "life_years": "the service life",
                    "power_w": "the average draw per GPU", "usd_per_kwh": "the electricity price"}
@@ -296,11 +298,22 @@ def read_owned(data: Mapping[str, Any], errors: Errors) -> dict[str, OwnedGpu]:
                          if isinstance(table, Mapping) and k not in table]
         if set(_OWNED_REQUIRED) <= set(found):
             out[model] = OwnedGpu(model=model, **found)
+    from tracker.prices import canonical_gpu
+
+    seen: dict[str, str] = {}
+    for model in out:
+        key = canonical_gpu(model) or " ".join(model.upper().split())
+        if key in seen:
+            errors.items.append(f"owned.{model}: the same GPU model ({key}) as "
+                                f"owned.{seen[key]}: describe each owned model once")
+        seen.setdefault(key, model)
     return out
 
 
-CARBON_SECTION: Sections = {"carbon": {"g_per_kwh": Key(number(0), "CARBON_G_PER_KWH"),
-                                       "pue": Key(number(1), "CARBON_PUE")}}
+GRID = number(0, 10_000)
+"""g CO2e/kWh: the dirtiest grids are ~1,000."""
+CARBON_SECTION: Sections = {"carbon": {"g_per_kwh": Key(GRID, "CARBON_G_PER_KWH"),
+                                       "pue": Key(number(1, 10), "CARBON_PUE")}}
 """``[carbon]``'s scalar keys; its ``hosts`` table is read by :func:`read_carbon`."""
 
 
@@ -315,7 +328,7 @@ def read_carbon(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
         errors.items.append("carbon.hosts: expected a table of host pattern = g CO2e/kWh")
         hosts = {}
     pairs = [(pattern, g) for pattern, v in hosts.items()
-             if (g := errors.parse(f"carbon.hosts.{pattern}", number(0), v)) is not None]
+             if (g := errors.parse(f"carbon.hosts.{pattern}", GRID, v)) is not None]
     return Carbon(**found, hosts=tuple(pairs))
 
 

@@ -139,7 +139,7 @@ class RentVsOwn:
             even = f"Owning breaks even at {self.break_even_allocation_pct:.0f}% of owned hours in use"
         if self.allocation_pct is None:
             return (f"Owned {self.model} (fleet size unknown): ${self.owned_usd:,.0f} {period} "
-                    f"for the hours used ({rate}); {rented}. {even}; set owned.{self.model}.gpus "
+                    f"for the hours used ({rate}); {rented}. {even}; set gpus in its [owned] table "
                     "to compare.")
         return (f"{self.gpus} owned {self.model}: ${self.owned_usd:,.0f} {period} ({rate}); "
                 f"{rented}. {even}; {period} {self.allocation_pct:.0f}%.")

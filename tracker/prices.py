@@ -169,6 +169,8 @@ class PriceTable:
         override_source: str = "config",
         base: Iterable[Price] = DEFAULT_PRICES,
     ) -> None:
+        self.overrides: dict[str, float] = dict(overrides or {})
+        """The user's prices as given (model name → USD per GPU-hour)."""
         self._rows: dict[str, Price] = {p.gpu: p for p in base}
         self._own: list[tuple[re.Pattern[str], str]] = []
         """Models the tables do not know, priced by the user (MI300X, Gaudi 3…): matched to a
@@ -230,6 +232,19 @@ def owned_table(owned: Mapping[str, OwnedGpu]) -> PriceTable:
     return PriceTable(owned_prices(owned), override_source=OWNED_SOURCE, base=())
 
 
+def owned_row(model: str, owned: Mapping[str, OwnedGpu],
+              overrides: Mapping[str, float] | None = None) -> Price | None:
+    """The owned model's row (its amortized rate) that prices a run on ``model``, or None. A
+    variant the user priced in ``[prices]`` (``H100 NVL``) is rented, not the owned base
+    model (``H100``): an owned base claims only variants without a price of their own."""
+    row = owned_table(owned).lookup(model)
+    key = canonical_gpu(model)
+    if row is None or key is None or key == row.gpu or not overrides:
+        return row
+    priced = {canonical_gpu(name) for name in overrides}
+    return None if key in priced else row
+
+
 def price_for(model: str, override: float | None = None,
               overrides: Mapping[str, float] | None = None, *,
               owned: Mapping[str, OwnedGpu] | None = None) -> Price | None:
@@ -241,7 +256,7 @@ def price_for(model: str, override: float | None = None,
                      usd_per_gpu_hour=float(override), source="override")
     if owned:
         try:
-            mine = owned_table(owned).lookup(model)
+            mine = owned_row(model, owned, overrides)
         except (ArithmeticError, ValueError) as e:  # UnknownGpu is a ValueError
             log.warning("gpu-kpi: ignoring [owned]: %s", e)
             mine = None

@@ -38,7 +38,7 @@ NUMBERS = ("price_per_gpu_hour", "gpu_hours", "util_pct", "sm_active_pct", "gpu_
            "idle_usd")
 """The number fields of a run record: each is a finite number or unknown (None)."""
 NOT_NEGATIVE = ("price_per_gpu_hour", "gpu_hours", "gpu_count", "mem_peak_gib", "mem_total_gib",
-                "samples", "tokens", "idle_usd")
+                "samples", "tokens", "idle_usd", "energy_kwh")
 """Figures the KPIs read that cannot be negative."""
 PERCENT = ("util_pct", "sm_active_pct")
 """Utilization figures: 0–100."""

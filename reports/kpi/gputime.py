@@ -121,7 +121,8 @@ def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
         start = r.started_at
         total_s = (end - start).total_seconds()
         value = getattr(r, column)
-        idle_total = (r.idle_usd / r.price_per_gpu_hour
+        # never more idle hours than GPU-hours, whatever the summary says
+        idle_total = (min(r.idle_usd / r.price_per_gpu_hour, r.gpu_hours)
                       if r.idle_usd and r.price_per_gpu_hour else 0.0)
         overlapped = slice(bisect.bisect_right(week_starts, start) - 1,
                            bisect.bisect_left(week_starts, end))

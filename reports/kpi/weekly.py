@@ -20,7 +20,7 @@ from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share
 from tracker.owned import OwnedGpu, RentVsOwn
-from tracker.prices import PriceTable, owned_table
+from tracker.prices import PriceTable, owned_row
 
 
 # -- one week's KPIs --------------------------------------------------------------------------
@@ -79,21 +79,25 @@ class WeekKpis:
 
 
 def _price(runs: pd.DataFrame, prices: PriceTable,
-           owned: Mapping[str, OwnedGpu] | None = None) -> pd.Series:
+           owned: Mapping[str, OwnedGpu] | None = None) -> tuple[pd.Series, pd.Series]:
     """Each run's price per GPU-hour: a price the run was given itself (``price_source``
-    "override"), else an owned model's amortized rate, else the one the run ran with, else
-    the table's for its model: the tracker's order (:func:`tracker.prices.price_for`)."""
+    "override"), else an owned model's amortized rate (:func:`tracker.prices.owned_row`), else
+    the one the run ran with, else the table's for its model: the tracker's order
+    (:func:`tracker.prices.price_for`). And the owned model pricing each run (None: rented)."""
     def of(table: PriceTable) -> pd.Series:
         return runs["gpu_model"].map(
             lambda m: (p.usd_per_gpu_hour if isinstance(m, str) and (p := table.lookup(m))
                        else np.nan)).astype(float)
 
-    ran_with = runs["price_per_gpu_hour"].astype(float)
-    price = ran_with.fillna(of(prices))
+    price = runs["price_per_gpu_hour"].astype(float).fillna(of(prices))
+    none = pd.Series([None] * len(runs), index=runs.index, dtype=object)
     if not owned:
-        return price
-    own = of(owned_table(owned)).where(runs["price_source"].astype(object) != "override")
-    return own.fillna(price)
+        return price, none
+    rows = runs["gpu_model"].map(
+        lambda m: owned_row(m, owned, prices.overrides) if isinstance(m, str) else None)
+    rows = rows.where(runs["price_source"].astype(object) != "override", none)
+    own = rows.map(lambda r: r.usd_per_gpu_hour if r is not None else np.nan).astype(float)
+    return own.fillna(price), rows.map(lambda r: r.gpu if r is not None else None)
 
 
 def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
@@ -103,7 +107,8 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
     the rest × max(0, 1 − util of the rest ÷ target)), idle $, energy and CO2e (the run's, pro
     rata by GPU-hours), and the run's attributes."""
     meta = runs.set_index("id")
-    price = _price(runs, prices, owned).to_numpy()
+    price_of_run, owned_gpu = _price(runs, prices, owned)
+    price = price_of_run.to_numpy()
     price_of = pd.Series(price, index=runs["id"].to_numpy())
     g = gt.copy()
     g["price"] = g["run_id"].map(price_of)
@@ -135,6 +140,8 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
     per["samples"] = per["run_samples"].astype(float) * share
     per["tokens"] = per["run_tokens"].astype(float) * share
     per["energy_kwh"] = per["run_energy_kwh"].astype(float) * share
+    per["owned_gpu"] = per["run_id"].map(
+        pd.Series(owned_gpu.to_numpy(), index=runs["id"].to_numpy())).astype(object)
     per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"],
                                                          per["host"].fillna(""))
     return per
@@ -236,7 +243,7 @@ def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz
         runs=ordered, underutilized=under.reset_index(drop=True), trend=trend,
         rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct,
                                 target_util_pct=t.target_util_pct),
-        rent_vs_own=tuple(rent_vs_own_lines(by["gpu_model"], owned, rent=prices,
+        rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices,
                                             hours_in_week=hours_in_week)) if owned else (),
         carbon=carbon)
 

@@ -83,10 +83,13 @@ def _week_dates(k: WeekKpis, tz: tzinfo) -> str:
 def team_folder(team: str) -> str:
     """The archive folder of a team's pages, ``teams/<slug>``: the name lower-cased with every
     run of other characters than a-z, 0-9 made one ``-``, and a hash of the name when that
-    changed it (``Research & Dev`` → ``teams/research-dev-1a2b3c4d``), so two teams never
-    share a folder and no name reaches outside the archive."""
+    changed it or the name ends like a hash (``Research & Dev`` →
+    ``teams/research-dev-1a2b3c4d``), so two teams never share a folder (short of a 32-bit
+    hash collision) and no name reaches outside the archive."""
     slug = re.sub(r"[^a-z0-9]+", "-", team.lower()).strip("-")[:48]
-    if slug != team or not slug:
+    # a name that already looks hashed gets a hash too: "foo-1cbec737" never lands on the
+    # folder of "Foo"
+    if slug != team or not slug or re.search(r"-[0-9a-f]{8}$", slug):
         digest = hashlib.sha256(team.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         slug = f"{slug}-{digest}" if slug else digest
     return f"teams/{slug}"

@@ -108,3 +108,42 @@ def test_a_runs_own_price_beats_the_owned_rate_as_in_the_tracker(tmp_path: Path)
     spend = k.runs.set_index("run_id")["spend_usd"]
     assert spend["own"] == pytest.approx(3.0)
     assert spend["table"] == pytest.approx(2 * RATE)
+    # the run that paid its own price was rented: only the other's 2 h are owned use
+    (line,) = k.rent_vs_own
+    assert line.gpu_hours == pytest.approx(2.0) and line.rented_usd == pytest.approx(7.70)
+
+
+def test_a_variant_priced_in_prices_is_rented_not_the_owned_base(tmp_path: Path) -> None:
+    """H100 is owned; "H100 NVL" has its own $3.00 in [prices]. A 1 h run on an NVL is rented
+    at $3.00 and stays out of the owned H100's hours; a 1 h run on an SXM H100 is owned."""
+    from reports.build import Request, compute
+    from tracker.owned import OwnedGpu
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    day = datetime(2026, 11, 24, 9, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("nvl", day, 1, model="NVIDIA H100 NVL", price=None))
+        s.upsert_run(run_record("sxm", day, 1, model="NVIDIA H100 80GB HBM3", price=None))
+    owned = {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
+                              usd_per_kwh=0.12, pue=1.3, gpus=1)}
+    k = compute(url, Request(week="2026-W48", tz=UTC, owned=owned, prices={"H100 NVL": 3.0}),
+                now=datetime(2026, 12, 1, tzinfo=UTC)).kpis
+    spend = k.runs.set_index("run_id")["spend_usd"]
+    assert spend["nvl"] == pytest.approx(3.0) and spend["sxm"] == pytest.approx(RATE)
+    (line,) = k.rent_vs_own
+    assert line.gpu_hours == pytest.approx(1.0)
+    assert line.allocation_pct == pytest.approx(100 / 168)
+
+
+def test_a_summary_claiming_more_idle_than_spend_is_capped_at_its_hours(tmp_path: Path) -> None:
+    """A summary-only run: 10 GPU-h at $2 = $20, utilization 50%, but idle_usd $30 (bad data).
+    Its idle hours are capped at its 10 GPU-hours: idle $20, waste $20, never idle > waste."""
+    from reports.build import Request, compute
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("c", datetime(2026, 11, 24, 9, tzinfo=UTC), 10, price=2.0,
+                                cost_usd=20.0, idle_usd=30.0))
+    h = compute(url, Request(week="2026-W48", tz=UTC),
+                now=datetime(2026, 12, 1, tzinfo=UTC)).kpis.headline
+    assert (h.spend_usd, h.idle_usd, h.waste_usd) == pytest.approx((20.0, 20.0, 20.0))

@@ -37,7 +37,7 @@ def test_config_path_from_env(tmp_path: Path) -> None:
     ("[tracker]\ninterval_s = \"fast\"\n", "tracker.interval_s: expected a number, got 'fast'"),
     ("[tracker]\nintervall_s = 1\n", "tracker.intervall_s: unknown setting"),
     ("[thresholds]\nidle_window_min = 2.5\n", "idle_window_min: expected a whole number"),
-    ("[prices]\nH100 = -1\n", "prices.H100: expected a number >= 0, got -1"),
+    ("[prices]\nH100 = -1\n", "prices.H100: expected a number between 0 and 10000, got -1"),
     ("store = [1]\n", "store: expected a non-empty string"),
     ("[tracker\n", "gpu-kpi.toml: "),
 ])
@@ -61,7 +61,7 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
         "tracker.interval_s: expected a number >= 0.01, got 0",
         "thresholds.target_util_pct: expected a number between 1 and 100, got 0",
         "thresholds.idle_pct: expected a number between 0 and 100, got 101",
-        "prices.H100: expected a number >= 0, got inf",
+        "prices.H100: expected a number between 0 and 10000, got inf",
     ]
 
 
@@ -132,8 +132,8 @@ def test_owned_and_carbon_errors_one_line_each(tmp_path: Path) -> None:
         "owned.A100.purchase_usd: missing (the price paid per GPU)",
         "owned.A100.life_years: missing (the service life)",
         "owned.A100.usd_per_kwh: missing (the electricity price)",
-        "carbon.g_per_kwh: expected a number >= 0, got -1",
-        "carbon.pue: expected a number >= 1, got 0.9",
+        "carbon.g_per_kwh: expected a number between 0 and 10000, got -1",
+        "carbon.pue: expected a number between 1 and 10, got 0.9",
         "carbon.host: unknown setting",
         "carbon.hosts.a*: expected a number, got 'low'",
     ]
@@ -159,7 +159,7 @@ def test_a_training_run_leaves_a_bad_owned_model_out_and_warns(
                       env={})
     assert dict(s.owned) == {}
     assert s.carbon.g_per_kwh == 400
-    assert "owned.H100.life_years: expected a number >= 0.1, got 0" in caplog.text
+    assert "owned.H100.life_years: expected a number between 0.1 and 100, got 0" in caplog.text
 
 
 def test_the_service_accepts_owned_and_carbon(tmp_path: Path) -> None:
@@ -169,3 +169,20 @@ def test_the_service_accepts_owned_and_carbon(tmp_path: Path) -> None:
     assert errors == []
     assert set(settings.tracker.owned) == {"H100"}
     assert settings.tracker.carbon.pue == 1.2
+
+
+def test_one_owned_model_twice_and_overflowing_figures_are_errors(tmp_path: Path) -> None:
+    """Two tables for the H100 would price its runs by one and count its hours in both lines;
+    a finite but absurd figure would overflow a week's sums into inf."""
+    base = 'purchase_usd = 30000\nlife_years = 4\npower_w = 700\nusd_per_kwh = 0.12\n'
+    path = write(tmp_path, f'[owned.H100]\n{base}[owned."H100 SXM"]\n{base}'
+                 f'[owned.L4]\n{base.replace("700", "1e200")}'
+                 '[prices]\nA100 = 1e308\n[carbon]\ng_per_kwh = 1e308\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(path, env={})
+    assert str(e.value).split("; ") == [
+        "prices.A100: expected a number between 0 and 10000, got 1e+308",
+        "owned.L4.power_w: expected a number between 0 and 100000, got 1e+200",
+        "owned.H100 SXM: the same GPU model (H100) as owned.H100: describe each owned model once",
+        "carbon.g_per_kwh: expected a number between 0 and 10000, got 1e+308",
+    ]

@@ -89,7 +89,7 @@ def test_without_the_fleet_size_only_the_hours_used_are_counted() -> None:
     assert r.sentence("last month") == (
         "Owned H100 (fleet size unknown): $2,914 last month for the hours used (amortized "
         "$0.965/GPU-h); renting the 3,020 GPU-hours used at $3.85 would cost $11,627. Owning "
-        "breaks even at 25% of owned hours in use; set owned.H100.gpus to compare.")
+        "breaks even at 25% of owned hours in use; set gpus in its [owned] table to compare.")
 
 
 def test_a_cheap_rent_that_owning_never_beats() -> None:

@@ -149,14 +149,18 @@ def test_a_variant_has_its_own_price_or_its_base_models() -> None:
 def test_an_owned_model_pays_its_amortized_rate(caplog: pytest.LogCaptureFixture) -> None:
     """$20,000 over 2 y = $1.1408/GPU-h + 0.5 kW × $0.2/kWh = $0.1/GPU-h: $1.2408. The owned
     row beats ``[prices]`` (as in the weekly report) and prices the model's variants, as a
-    base model's row does; the run's own price beats both."""
+    base model's row does, unless ``[prices]`` prices the variant itself (then it is rented);
+    the run's own price beats both."""
     owned = {"H100": OwnedGpu(model="H100", purchase_usd=20_000, life_years=2, power_w=500,
                               usd_per_kwh=0.2)}
     rate = 20_000 / (2 * 8766) + 0.1
-    for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL", "h100"):
+    for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "h100"):
         p = price_for(name, None, {"H100": 9.0, "H100 NVL": 3.0}, owned=owned)
         assert p is not None and (p.gpu, p.source) == ("H100", "owned (amortized)")
         assert p.usd_per_gpu_hour == pytest.approx(rate)
+    nvl = price_for("NVIDIA H100 NVL", None, {"H100": 9.0, "H100 NVL": 3.0}, owned=owned)
+    assert nvl is not None and (nvl.gpu, nvl.usd_per_gpu_hour, nvl.source) == (
+        "H100-NVL", 3.0, "config")
     a100 = price_for("NVIDIA A100-SXM4-80GB", owned=owned)
     assert a100 is not None and a100.usd_per_gpu_hour == 2.00  # not owned: rented
     run = price_for("NVIDIA H100 80GB HBM3", 1.5, owned=owned)

@@ -27,7 +27,7 @@ W48 = datetime(2026, 11, 23, tzinfo=UTC)
     ({"tokens": b"\x00"}, "unreadable tokens"),
     ({"mfu": float("-inf")}, "non-finite mfu"),
     ({"mem_peak_gib": -2.0}, "negative mem_peak_gib"),
-    ({"energy_kwh": -2.0}, None),  # not read by the KPIs: a run is not dropped for it
+    ({"energy_kwh": -2.0}, "negative energy_kwh"),  # CO2e reads it: a negative one would subtract
     ({"mem_peak_gib": 1e300}, "mem_peak_gib out of range"),  # finite, but sums reach inf
     ({"price": 1e19}, "price_per_gpu_hour out of range"),
     ({"tokens": 10**400}, "tokens out of range"),  # no float holds it

@@ -248,7 +248,10 @@ def test_a_teams_link_is_its_own_page_in_a_folder_of_its_own() -> None:
     assert b == "teams/research-dev" and a != b
     assert team_folder("../../etc") == "teams/etc-" + team_folder("../../etc")[-8:]
     assert team_folder("Ünïcode") != team_folder("unicode") and "/" not in team_folder("a/b")[6:]
-    assert team_folder("") .startswith("teams/") and len(team_folder("")) == len("teams/") + 8
+    assert team_folder("").startswith("teams/") and len(team_folder("")) == len("teams/") + 8
+    # a name shaped like a hashed folder is hashed too: "foo-<hash of Foo>" is not Foo's folder
+    foo = team_folder("Foo")
+    assert team_folder(foo.removeprefix("teams/")) != foo
 
 
 def test_report_link_is_the_weeks_page_under_an_http_archive() -> None:
