@@ -159,7 +159,9 @@ def rent_vs_own(*, model: str, gpu_hours: float, util_pct: float | None, hours_i
     else:
         owned_usd, allocation = gpu_hours * rate, None
     rented_usd = gpu_hours * rent_usd_per_gpu_hour
-    even = 100.0 * rate / rent_usd_per_gpu_hour if rent_usd_per_gpu_hour else float("inf")
+    # free owned hours pay at any allocation; free rent means owning never pays
+    even = (100.0 * rate / rent_usd_per_gpu_hour if rent_usd_per_gpu_hour
+            else 0.0 if rate == 0 else float("inf"))
     return RentVsOwn(model=model, gpus=owned.gpus, gpu_hours=gpu_hours, util_pct=util_pct,
                      hours_in_period=hours_in_period, amortized_usd_per_gpu_hour=rate,
                      rent_usd_per_gpu_hour=rent_usd_per_gpu_hour, owned_usd=owned_usd,

@@ -308,15 +308,18 @@ def environment() -> Any:
 
 
 def render_html(k: WeekKpis, charts: Mapping[str, bytes], *, title: str = "GPU efficiency report",
-                report_url: str | None = None, generated_at: datetime | None = None) -> str:
+                report_url: str | None = None, generated_at: datetime | None = None,
+                fleet_url: str | None = None) -> str:
     """The week's report as one standalone HTML page: headline cards with week-over-week
     change, the trend charts (``charts``, PNG bytes by name, from :func:`reports.render.charts.charts`;
     missing ones are left out), spend and waste by team, project, user and GPU model, the
     underutilized runs with their verdicts and links, right-sizing, and the definitions.
     ``report_url`` (http(s)) is shown as the report's permanent address; ``generated_at`` is
-    printed in the footer when given (left out otherwise, so the page is reproducible)."""
+    printed in the footer when given (left out otherwise, so the page is reproducible).
+    ``fleet_url``: on a team's page, the whole fleet's report, linked in the footer."""
     context = report_context(k, charts, title=title, report_url=report_url,
                              generated_at=generated_at)
+    context["fleet_url"] = safe_http_url(fleet_url) or ""
     return str(environment().get_template("report.html.j2").render(**context))
 
 

@@ -289,7 +289,8 @@ class Service:
                     continue
                 page = render_html(tk, week.team_images[team],
                                    title=f"GPU efficiency report — team {team}",
-                                   report_url=report_link(req.report_url, week.label, team))
+                                   report_url=report_link(req.report_url, week.label, team),
+                                   fleet_url=report_link(req.report_url, week.label))
                 written += write_archive(out / team_folder(team), week.label,
                                          {"html": page.encode()}, index=False)
             return written

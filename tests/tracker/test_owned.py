@@ -111,3 +111,14 @@ def test_impossible_periods_are_refused(hours: float, gpu_hours: float, rent: fl
     with pytest.raises(ValueError, match="rent_vs_own: hours_in_period > 0"):
         rent_vs_own(model="H100", gpu_hours=gpu_hours, util_pct=None, hours_in_period=hours,
                     owned=H100, rent_usd_per_gpu_hour=rent)
+
+
+def test_free_owned_hours_break_even_at_zero() -> None:
+    """A fully written-off GPU on free power costs $0/h: owning pays at any allocation, even
+    against free rent (the sentence must not say it never pays)."""
+    free = OwnedGpu(model="V100", purchase_usd=0, life_years=4, power_w=0, usd_per_kwh=0.1,
+                    gpus=2)
+    r = rent_vs_own(model="V100", gpu_hours=10, util_pct=None, hours_in_period=168, owned=free,
+                    rent_usd_per_gpu_hour=0.0)
+    assert r.break_even_allocation_pct == 0.0 and r.cheaper == "own"
+    assert "never pays" not in r.sentence() and "breaks even at 0%" in r.sentence()

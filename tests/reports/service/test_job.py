@@ -90,6 +90,7 @@ def test_one_run_archives_the_week_and_mails_each_recipient_their_report(
     page = team_page.read_text()
     assert "team nlp" in page and "$46.20" in page and "vision" not in page
     assert "carol" not in page and "alice-sweep-w48" in page
+    assert "The whole fleet's report: <a href=\"https://gpu-kpi.example.com/r/2026-W48.html\"" in page
     assert [(o.kind, o.week, o.status) for o in result.outcomes] == [
         ("summary", "2026-W48", "sent"), ("team:nlp", "2026-W48", "sent"),
         ("runs:alice", "2026-W48", "sent")]
