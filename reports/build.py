@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -149,6 +150,14 @@ def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
         excluded = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason)
                     for u in unreadable] + excluded
         runs = kpis.runs_frame(good)
+        if _rollups_answer(store.version, t, basis, [*week_starts, until]):
+            totals, idle = _from_rollups(store, value, week_starts, until)
+            totals = totals[totals["run_id"].isin(runs["id"])]
+            bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)),
+                                   value=value)
+            totals = totals[totals["minutes"] > 0]
+            skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
+            return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
         totals = kpis.totals_frame(store.sample_totals(
             value=value, low_under=t.idle_pct, bucket_edges=week_starts[1:],
             value_range=kpis.PCT_RANGE, **window))
@@ -167,6 +176,38 @@ def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
     skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
     return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
+
+
+def _rollups_answer(version: int, t: Thresholds, basis: str,
+                    week_starts: Sequence[pd.Timestamp]) -> bool:
+    """Whether the store's rollups answer this report: a version 2 store, the idle rule they
+    were kept by (:data:`tracker.store.rollups.ROLLUP_RULES`), and week bounds on whole UTC
+    hours (not in a zone like Asia/Kolkata, +05:30). Otherwise the minutes are read."""
+    from tracker.store.rollups import ROLLUP_RULES
+
+    return (version >= 2 and ROLLUP_RULES[basis] == (t.idle_pct, t.idle_window_min)
+            and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts))
+
+
+
+def _from_rollups(store: Any, value: str, week_starts: Sequence[pd.Timestamp],
+                  until: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The store's totals per (run, GPU, week) (:data:`kpis.TOTALS_COLUMNS`, with ``damaged``
+    rollup rows) and the idle GPU-time rows, summed from the hourly rollups."""
+    hours = [pd.Timestamp(w).value // 3_600_000_000_000 for w in [*week_starts, until]]
+    rows = store.rollup_totals(value=value, hour_edges=hours[1:-1], since_hour=hours[0],
+                               until_hour=hours[-1])
+    columns = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
+               "idle_s", "idle_value_s", "dropped", "bad_values", "bad_minutes", "damaged"]
+    frame = pd.DataFrame(rows, columns=columns)
+    totals = frame.assign(first_low=pd.NaT, last_low=pd.NaT)[[*kpis.TOTALS_COLUMNS, "damaged"]]
+    timed = frame[frame["bucket"] >= 0]
+    idle = pd.DataFrame({
+        "run_id": timed["run_id"].astype(object), "gpu": timed["gpu"].astype(object),
+        "week": [pd.Timestamp(week_starts[b]) for b in timed["bucket"]],
+        "idle_hours": timed["idle_s"].astype(float) / 3600.0,
+        "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0})
+    return totals, idle
 
 
 def render(k: kpis.WeekKpis, req: Request,

@@ -214,6 +214,19 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 1 if any(r.left for r in results) else 0
 
 
+def cmd_store(args: argparse.Namespace) -> int:
+    """``store rebuild-rollups``: every hourly rollup recomputed from the minute rows (and a
+    version 1 store migrated), after rows were loaded or repaired behind the store's back."""
+    import time
+
+    began = time.perf_counter()
+    with _open_store(_settings(args).store, create=False) as store:
+        written = store.rebuild_rollups()
+        print(f"rebuilt {written:,} hourly rollups of {store.url} in "
+              f"{time.perf_counter() - began:.1f} s")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import DEMO_OWNED, run_demo
     from reports.weeks import week_of
@@ -289,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     prices.add_argument("--format", choices=("table", "json"), default="table")
 
     add("sync", cmd_sync, "send runs spooled while the store was unreachable")
+    store = add("store", cmd_store, "look after the run store: rebuild-rollups recomputes the "
+                "hourly rollups the weekly report reads from the minute rows")
+    store.add_argument("action", choices=("rebuild-rollups",))
 
     from reports.service.commands import add_service_commands
 

@@ -40,7 +40,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
 # down through these, never back up.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("tracker.units", "tracker.metrics", "tracker.record", "tracker.paths", "tracker.owned",
-     "tracker.carbon"),
+     "tracker.carbon", "tracker.parsers"),
     ("tracker.cost", "tracker.throughput", "tracker.prices", "tracker.peaks", "tracker.ranks",
      "tracker.config", "tracker.diagnosis"),
     ("tracker.gpu", "tracker.sinks", "tracker.store"),

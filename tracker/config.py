@@ -45,10 +45,9 @@ pue = 1.2         # facility energy ÷ GPU energy
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,13 +55,25 @@ from typing import Any
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds
 from tracker.owned import OwnedGpu
+from tracker.parsers import (
+    ENV_PREFIX,
+    ConfigError,
+    Errors,
+    Key,
+    Parser,
+    Sections,
+    cadence,
+    choice,
+    did_you_mean,
+    number,
+    text,
+    whole,
+)
 
-ENV_PREFIX = "GPU_KPI_"
-
-
-class ConfigError(ValueError):
-    """A setting is wrong; the message names its key."""
-
+__all__ = ["ENV_PREFIX", "FILE_SECTIONS", "TRACKER_SECTIONS", "ConfigError", "Errors", "Key",
+           "Parser", "Sections", "Settings", "cadence", "choice", "config_path", "did_you_mean",
+           "load_settings", "number", "read_prices", "read_sections", "read_settings",
+           "read_toml", "read_tracker", "settings_from", "text", "whole"]
 
 _THRESHOLD_KEYS = frozenset(f.name for f in dataclasses.fields(Thresholds))
 
@@ -98,101 +109,6 @@ class Settings:
         if limits:
             changes["thresholds"] = dataclasses.replace(self.thresholds, **limits)
         return dataclasses.replace(self, **changes)
-
-
-# -- parsers: each takes a raw value (TOML or a variable's text) and returns it parsed, or raises
-# ValueError with the reason; the key is added by the caller
-Parser = Callable[[object], Any]
-
-
-def text(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value.strip()
-
-
-def number(low: float, high: float | None = None) -> Parser:
-    """A finite number in [low, high]."""
-    def parse(value: object) -> float:
-        if isinstance(value, bool):
-            raise ValueError(f"expected a number, got {value!r}")
-        try:
-            x = float(value)  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {value!r}") from None
-        if not (math.isfinite(x) and x >= low and (high is None or x <= high)):
-            bounds = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
-            raise ValueError(f"expected a number {bounds}, got {value!r}")
-        return x
-    return parse
-
-
-def cadence(value: object) -> float:
-    """Seconds between live logs, >= 0; ``inf``: never on a timer (the framework callbacks log at
-    the trainer's own steps and pass it)."""
-    if isinstance(value, float) and value == math.inf:
-        return value
-    return float(number(0)(value))
-
-
-def whole(low: int, high: int | None = None) -> Parser:
-    as_number = number(low, high)
-
-    def parse(value: object) -> int:
-        x = as_number(value)
-        if x != int(x):
-            raise ValueError(f"expected a whole number, got {value!r}")
-        return int(x)
-    return parse
-
-
-def choice(options: tuple[str, ...]) -> Parser:
-    def parse(value: object) -> str:
-        if value not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
-        return str(value)
-    return parse
-
-
-@dataclass(frozen=True)
-class Key:
-    parse: Parser
-    env: str | None = None
-    """``GPU_KPI_<env>`` overrides the file's value."""
-
-
-Sections = Mapping[str, Mapping[str, Key]]
-"""Section name (``""``: the top level) → key → :class:`Key`."""
-
-
-def did_you_mean(name: str, valid: Iterable[str]) -> str:
-    """`` (did you mean 'smtp'?)`` for a misspelt name, else ``""``."""
-    import difflib
-
-    close = difflib.get_close_matches(name, sorted(valid), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-class Errors:
-    """Collects every error as one ``key: reason`` line."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def parse(self, key: str, parser: Parser, value: object) -> Any:
-        try:
-            return parser(value)
-        except ValueError as e:
-            self.items.append(f"{key}: {e}")
-            return None
-
-    def unknown(self, key: str, name: str, valid: Iterable[str]) -> None:
-        """``key: unknown setting``, with the closest valid name when one is close."""
-        self.items.append(f"{key}: unknown setting{did_you_mean(name, valid)}")
-
-    def raise_any(self) -> None:
-        if self.items:
-            raise ConfigError("; ".join(self.items))
 
 
 def read_sections(data: Mapping[str, Any], sections: Sections, env: Mapping[str, str],

@@ -10,13 +10,15 @@ all use this module; nothing else restates a formula or a default.
 - **idle**: a GPU-minute is idle when its own utilization is under ``idle_pct`` and it lies in
   some ``idle_window_min``-minute stretch whose mean is under it too (allocated but unused; a
   short blip does not break an idle hour, a busy minute is never idle, no data is never idle).
-  :class:`IdleDetector` is the rule, streamed; :func:`reports.kpi.gputime.idle_minutes` is the
-  same rule over arrays, tested against it.
+  :class:`IdleDetector` is the rule, streamed; :func:`idle_flags` the same over a list (the
+  store's rollups); :func:`reports.kpi.gputime.idle_minutes` over arrays; tested equal.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -131,6 +133,45 @@ def run_cost(*, gpu_hours_each: float, gpus: list[GpuUse], gpu_count: int,
                    waste_usd=sum(waste_usd(each, g.busy_util_pct(), target_util_pct,
                                            idle_share=g.idle_share(span_s)) for g in gpus),
                    idle_usd=idle_usd(sum(g.idle_s for g in gpus), usd_per_gpu_hour))
+
+
+NEAR = 1e-6
+"""A window sum this close to the limit is decided exactly (math.fsum), by both rules."""
+
+
+def idle_flags(values: Sequence[float | None], threshold_pct: float, window: int) -> list[bool]:
+    """Which rows are idle: the row's own value is under ``threshold_pct`` and it lies in some
+    ``window``-row stretch of known values averaging under it. None (no value) is never idle
+    and breaks a stretch. A window sum within :data:`NEAR` of the limit is compared exactly."""
+    n = len(values)
+    flags = [False] * n
+    if n < window:
+        return flags
+    u = [0.0 if v is None else v for v in values]
+    sums = [0.0] * (n + 1)
+    nones = [0] * (n + 1)
+    for i, v in enumerate(values):
+        sums[i + 1] = sums[i] + u[i]
+        nones[i + 1] = nones[i] + (v is None)
+    limit = threshold_pct * window
+    qualifies = [False] * n
+    for end in range(window - 1, n):
+        start = end - window + 1
+        if nones[end + 1] != nones[start]:
+            continue
+        approx = sums[end + 1] - sums[start]
+        if abs(approx - limit) <= NEAR + 1e-15 * abs(sums[end + 1]):
+            qualifies[end] = math.fsum(u[start:end + 1]) / window < threshold_pct
+        else:
+            qualifies[end] = approx < limit
+    # row j is covered when a qualifying window ends in [j, j + window - 1]
+    nearest = n + window  # the nearest qualifying end at or after j (none: out of reach)
+    for j in range(n - 1, -1, -1):
+        if qualifies[j]:
+            nearest = j
+        v = values[j]
+        flags[j] = nearest <= j + window - 1 and v is not None and v < threshold_pct
+    return flags
 
 
 @dataclass

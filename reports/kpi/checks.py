@@ -205,7 +205,8 @@ def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *,
     (:data:`reports.kpi.TOTALS_COLUMNS`) say were left out or read with ``value`` unknown."""
     if totals.empty:
         return []
-    counts = [c for c in ("dropped", "bad_minutes", "bad_values") if c in totals.columns]
+    counts = [c for c in ("dropped", "bad_minutes", "bad_values", "damaged")
+              if c in totals.columns]
     per = totals.astype({"run_id": object}).groupby("run_id")[counts].sum()
     out = []
     for run_id, row in per.iterrows():
@@ -218,6 +219,11 @@ def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *,
             out.append(BadSamples(run_id=str(run_id), name=names[run_id],
                                   rows=int(row["bad_minutes"]),
                                   reason="unreadable minute: left out"))
+        if row.get("damaged", 0) > 0:
+            out.append(BadSamples(run_id=str(run_id), name=names[run_id],
+                                  rows=int(row["damaged"]),
+                                  reason="damaged hourly rollups: left out (rebuild them with "
+                                         "gpu-kpi store rebuild-rollups)"))
         if row["bad_values"] > 0:
             out.append(BadSamples(run_id=str(run_id), name=names[run_id],
                                   rows=int(row["bad_values"]),

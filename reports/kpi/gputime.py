@@ -11,6 +11,7 @@ stretches around minutes under the idle threshold are read minute by minute
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime, tzinfo
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 from reports.kpi.frames import BASES, GT_COLUMNS
 from reports.weeks import shift_week, week_spans, week_start_of
-from tracker.cost import Thresholds, thresholds_for
+from tracker.cost import NEAR, Thresholds, thresholds_for
 
 
 def _ts(moment: datetime) -> pd.Timestamp:
@@ -44,10 +45,15 @@ def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
     same_group = group[starts] == group[ends]
     full = same_group & (cn[ends + 1] - cn[starts] == 0)
     # each window's own sum, not a difference of running sums: those carry the rounding of
-    # every row before, which would decide a window averaging just at the threshold
-    sums = np.lib.stride_tricks.sliding_window_view(u, window).sum(axis=1)
+    # every row before; a sum about at the limit is decided exactly, as the store's rollups
+    # decide it (tracker.store.rollups.idle_flags)
+    views = np.lib.stride_tricks.sliding_window_view(u, window)
+    sums = views.sum(axis=1)
+    below = sums < threshold_pct * window
+    for i in np.flatnonzero(np.abs(sums - threshold_pct * window) <= NEAR):
+        below[i] = math.fsum(views[i]) / window < threshold_pct
     qualifies = np.zeros(n, dtype=bool)
-    qualifies[ends] = full & (sums / window < threshold_pct)
+    qualifies[ends] = full & below
     # minute j is covered when some qualifying window ends in [j, j + window - 1]
     cq = np.concatenate(([0], np.cumsum(qualifies)))
     hi = np.minimum(np.arange(n) + window, n)

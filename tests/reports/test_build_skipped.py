@@ -151,11 +151,19 @@ def sampled_run(url: str) -> None:
                                        util_pct=2.0 if i < 40 else 60.0) for i in range(60)])
 
 
+def rebuilt(url: str) -> None:
+    """Rows changed behind the store's back reach the report through the hourly rollups once
+    they are rebuilt (``gpu-kpi store rebuild-rollups``), which reads every minute row."""
+    with RunStore(url) as store:
+        store.rebuild_rollups()
+
+
 def corrupt(url: str, minute: int, column: str, value: object) -> None:
     at = W48 + timedelta(days=1, minutes=minute)
     # SQLite keeps the minute as the text SQLAlchemy writes; PostgreSQL as timestamptz
     stored = f"{at:%Y-%m-%d %H:%M:%S.%f}" if url.startswith("sqlite") else at
     sql(url, f"UPDATE samples SET {column} = :v WHERE minute = :m", v=value, m=stored)
+    rebuilt(url)
 
 
 def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
@@ -202,6 +210,7 @@ def test_a_run_whose_samples_are_all_unusable_counts_from_its_summary(tmp_path: 
     url = f"sqlite:///{tmp_path}/runs.db"
     sampled_run(url)
     sql(url, "UPDATE samples SET covered_s = 'x'")
+    rebuilt(url)
     c = compute(url, Request(week="2026-W48", tz=UTC), now=NOW)
     assert c.kpis.headline.gpu_hours == pytest.approx(1.0)
     assert c.kpis.headline.utilization_pct == pytest.approx(50.0)
@@ -309,3 +318,20 @@ def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
     assert {r["links"] for r in d["runs"]} == {"{'a'}"}
     assert all(r["verdict"].startswith("<object object") for r in d["runs"])
     assert {r["gpu_hours"] for r in d["runs"]} == {None}
+
+
+def test_a_damaged_rollup_row_is_left_out_and_named(store_url: str) -> None:
+    """Run s's first hour of rollups (minutes 0-59 of 24 Nov 00:00) gets covered_s = inf in the
+    database: the hour is left out of the figures (its run counts from nothing else in W48: 0
+    GPU-hours) and named with the way to repair it; a rebuild brings the hour back."""
+    sampled_run(store_url)
+    sql(store_url, "UPDATE rollups SET covered_s = :v WHERE run_id = 's'", v=float("inf"))
+    c = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
+    assert [(b.rows, b.reason) for b in c.kpis.skipped.samples] == [
+        (1, "damaged hourly rollups: left out (rebuild them with gpu-kpi store "
+            "rebuild-rollups)")]
+    assert c.kpis.headline.gpu_hours == pytest.approx(1.0)  # from the run's summary
+    rebuilt(store_url)
+    again = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
+    assert not again.kpis.skipped.samples
+    assert again.kpis.headline.utilization_pct == pytest.approx((40 * 2.0 + 20 * 60.0) / 60)

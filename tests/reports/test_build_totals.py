@@ -146,3 +146,34 @@ def test_an_empty_fleet_week(tmp_path: object) -> None:
     assert runs.empty and sampled.empty and not skipped
     c = compute(url, Request(week="2026-W44", tz=BERLIN), now=NOW)
     assert c.kpis.headline.gpu_hours == 0.0 and c.gpu_time.empty
+
+
+def test_a_migrated_store_reports_what_its_minutes_say(store_url: str) -> None:
+    """The random store above (gaps, partial minutes, unknown minutes, idle stretches across
+    Berlin's DST week edge) as version 1 left it: its week computed from every minute, then
+    the report (which migrates it) from the rollups it built: the same week, to 1e-9."""
+    import sqlalchemy as sa
+
+    with RunStore(store_url) as store:
+        fill(store, seed=7)
+
+        def downgrade(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("DROP TABLE rollups")
+            conn.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+        store.transaction(downgrade, write=True)
+    with RunStore(store_url, create=False) as reader:
+        assert reader.version == 1  # a reader leaves it as it is
+    runs, samples = every_minute(store_url, W44, "util")
+    before = kpis.week_kpis(runs, samples, W44, tz=BERLIN, now=NOW)
+    after = compute(store_url, Request(week="2026-W44", tz=BERLIN), now=NOW).kpis
+    with RunStore(store_url, create=False) as migrated:
+        assert migrated.version == 2
+    assert before.headline.idle_usd > 0 and before.headline.gpu_hours > 10
+    for name, value in before.headline.__dict__.items():
+        got = getattr(after.headline, name)
+        assert got == value if value is None else got == pytest.approx(value, rel=1e-9), name
+    pd.testing.assert_frame_equal(after.by["team"], before.by["team"], check_exact=False,
+                                  rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(after.trend, before.trend, check_exact=False, rtol=1e-9,
+                                  atol=1e-9)

@@ -14,6 +14,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
 from tracker.record import MinuteSample, RunRecord
+from tracker.store import rollup_sql
 from tracker.store.engine import (
     LOCKED_RETRIES,
     SQLITE_BUSY_TIMEOUT_S,
@@ -62,6 +63,8 @@ class RunStore(SampleScans):
 
     url: str
     """The store's URL with any password masked, for display."""
+    version: int
+    """The store's schema version: 1 (no rollups: reports read the minutes) or 2."""
 
     def __init__(self, url: str | None = None, *, connect_timeout_s: float = 5.0,
                  create: bool = True) -> None:
@@ -135,8 +138,26 @@ class RunStore(SampleScans):
         if not by_key:
             return
         params = list(by_key.values())
-        # A list of parameter sets: executemany, which SQLAlchemy batches into multi-row INSERTs.
-        self._transaction(lambda conn: conn.execute(self._upsert_samples, params), write=True)
+        first: dict[tuple[str, str], datetime] = {}
+        for run_id, minute, gpu in by_key:
+            first[(run_id, gpu)] = min(minute, first.get((run_id, gpu), minute))
+
+        def work(conn: Connection) -> None:
+            # executemany, which SQLAlchemy batches into multi-row INSERTs; then the rollups
+            # these rows change, in the same transaction
+            conn.execute(self._upsert_samples, params)
+            if self.version >= 2:
+                rollup_sql.refresh(conn, first)
+
+        self._transaction(work, write=True)
+
+    def rebuild_rollups(self) -> int:
+        """Recompute every rollup from the minute samples (after a bulk load or a repair);
+        the number of rollup rows written. A version 1 store is migrated first."""
+        if self.version < 2:
+            self._transaction(lambda conn: rollup_sql.migrate(conn, self.version), write=True)
+            self.version = SCHEMA_VERSION
+        return self._transaction(rollup_sql.rebuild, write=True)
 
     def mark_crashed(self, *, now: datetime, stale_after_s: float = 600.0) -> list[str]:
         """Mark ``running`` runs whose last heartbeat (or start, if none) is more than
@@ -342,3 +363,8 @@ class RunStore(SampleScans):
                 f"run store {self.url} has schema version {version}, newer than this gpu-kpi "
                 f"understands ({SCHEMA_VERSION}); upgrade gpu-kpi"
             )
+        if version < SCHEMA_VERSION and create:  # a reader leaves an old store as it is
+            old = version
+            self._transaction(lambda conn: rollup_sql.migrate(conn, old), write=True)
+            version = SCHEMA_VERSION
+        self.version = version

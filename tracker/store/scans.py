@@ -205,6 +205,18 @@ class SampleScans:
                 merged[key] = merged[key].merge(t) if key in merged else t
         return list(merged.values())
 
+    def rollup_totals(self, *, value: str, hour_edges: Sequence[int], since_hour: int,
+                      until_hour: int) -> list[tuple[Any, ...]]:
+        """:func:`tracker.store.rollup_sql.rollup_totals` (a version 2 store)."""
+        from tracker.store.rollup_sql import rollup_totals
+
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            with lenient_text(conn):
+                return rollup_totals(conn, value=value, hour_edges=hour_edges,
+                                     since_hour=since_hour, until_hour=until_hour)
+
+        return self._transaction(work, write=False)
+
     def scan_sample_stretches(
         self,
         consume: Callable[[Sequence[tuple[Any, ...]]], None],

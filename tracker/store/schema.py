@@ -17,8 +17,11 @@ from sqlalchemy.engine import Connection, Dialect
 
 from tracker.record import MinuteSample, RunRecord
 
-SCHEMA_VERSION = 1
-"""Version of the tables this module writes; stored in ``meta`` under ``schema_version``."""
+SCHEMA_VERSION = 2
+"""Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
+1: runs, samples, meta. 2: and ``rollups`` (:mod:`tracker.store.rollups`), built from the
+samples when a version 1 store is opened for writing
+(:func:`tracker.store.rollup_sql.migrate`)."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
@@ -106,6 +109,31 @@ samples_table = sa.Table(
     sa.Index("ix_samples_minute", "minute"),
 )
 
+rollups_table = sa.Table(
+    "rollups",
+    metadata,
+    sa.Column("run_id", sa.String, primary_key=True),
+    sa.Column("gpu", sa.String, primary_key=True),
+    sa.Column("hour", sa.BigInteger, primary_key=True),  # UTC epoch seconds // 3600
+    sa.Column("minutes", sa.Integer, nullable=False),
+    sa.Column("covered_s", sa.Double, nullable=False),
+    sa.Column("util_known_s", sa.Double, nullable=False),
+    sa.Column("util_s", sa.Double, nullable=False),
+    sa.Column("util_idle_s", sa.Double, nullable=False),
+    sa.Column("util_idle_value_s", sa.Double, nullable=False),
+    sa.Column("sm_known_s", sa.Double, nullable=False),
+    sa.Column("sm_s", sa.Double, nullable=False),
+    sa.Column("sm_idle_s", sa.Double, nullable=False),
+    sa.Column("sm_idle_value_s", sa.Double, nullable=False),
+    sa.Column("energy_kwh", sa.Double),
+    sa.Column("mem_peak_gib", sa.Double),
+    sa.Column("dropped", sa.Integer, nullable=False),
+    sa.Column("bad_util", sa.Integer, nullable=False),
+    sa.Column("bad_sm", sa.Integer, nullable=False),
+    sa.Column("bad_minutes", sa.Integer, nullable=False),
+    sa.Index("ix_rollups_hour", "hour"),
+)
+
 meta_table = sa.Table(
     "meta",
     metadata,
@@ -167,3 +195,4 @@ def sample_to_row(sample: MinuteSample) -> dict[str, Any]:
     row = dataclasses.asdict(sample)
     row["minute"] = utc(sample.minute)
     return row
+

@@ -283,16 +283,18 @@ def test_mark_crashed_ends_stale_running_runs_at_their_heartbeat(store: RunStore
     assert store.mark_crashed(now=now, stale_after_s=600) == []
 
 
-def test_schema_is_created_once_at_version_1(store_url: str) -> None:
+def test_schema_is_created_once_at_version_2(store_url: str) -> None:
     with RunStore(store_url) as first:
         first.upsert_run(full_run())
-        assert first.schema_version() == 1
+        assert first.schema_version() == first.version == 2
     with RunStore(store_url) as again:
         assert again.get_run("run-1") == full_run()
     engine = _engine(store_url)
     try:
         inspector = sa.inspect(engine)
-        assert {"runs", "samples", "meta"} <= set(inspector.get_table_names())
+        assert {"runs", "samples", "meta", "rollups"} <= set(inspector.get_table_names())
+        assert inspector.get_pk_constraint("rollups")["constrained_columns"] == [
+            "run_id", "gpu", "hour"]
         indexes = {ix["name"] for t in ("runs", "samples") for ix in inspector.get_indexes(t)}
         assert {"ix_runs_started_at", "ix_runs_status", "ix_samples_minute"} <= indexes
         assert inspector.get_pk_constraint("samples")["constrained_columns"] == [
@@ -309,10 +311,10 @@ def test_newer_schema_is_refused(store_url: str) -> None:
     engine = _engine(store_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
+            conn.execute(sa.text("UPDATE meta SET value = '3' WHERE key = 'schema_version'"))
     finally:
         engine.dispose()
-    with pytest.raises(StoreError, match="schema version 2"):
+    with pytest.raises(StoreError, match="schema version 3"):
         RunStore(store_url)
 
 

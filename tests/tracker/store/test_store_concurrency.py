@@ -72,4 +72,10 @@ def test_sixteen_processes_write_at_once(store_url: str) -> None:
         assert sum(s.util_pct or 0 for s in samples) == (
             PROCESSES * RUNS_PER_PROCESS * sum(range(MINUTES_PER_RUN))
         )
-        assert store.schema_version() == 1
+        assert store.schema_version() == 2
+        # every process kept its runs' rollups: one row per (run, GPU, hour), all minutes in
+        totals = store.rollup_totals(value="util_pct", hour_edges=[], since_hour=0,
+                                     until_hour=10**9)
+        assert sum(t[3] for t in totals) == len(samples)
+        assert sum(t[6] for t in totals) == pytest.approx(
+            60.0 * PROCESSES * RUNS_PER_PROCESS * sum(range(MINUTES_PER_RUN)))

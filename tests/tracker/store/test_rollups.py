@@ -1,0 +1,135 @@
+"""Rollups per (run, GPU, hour): the idle rule over a list equal to the streamed and the array
+rules, hand-computed hours, rollups kept current by every write equal to a rebuild from the
+minutes, and a version 1 store migrated in place (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from reports.kpi.gputime import idle_minutes
+from tracker.cost import IdleDetector, idle_flags
+from tracker.record import MinuteSample
+from tracker.store import RunStore
+from tracker.store.rollups import COLUMNS, rollups_of
+
+T0 = datetime(2026, 11, 24, 9, 45, tzinfo=UTC)  # 15 minutes before an hour
+
+
+def test_idle_flags_equal_the_streamed_and_the_array_rule() -> None:
+    rng = random.Random(11)
+    for _ in range(300):
+        n = rng.randint(1, 120)
+        values = [rng.choice([0.0, 1.0, 2.5, 4.9, 5.0, 5.1, 7.0, 40.0, None])
+                  if rng.random() < 0.35 else rng.choice([0.1, 0.2, 4.7, 5.3]) for _ in range(n)]
+        flags = idle_flags(values, 5.0, 30)
+        array = idle_minutes(np.array([np.nan if v is None else v for v in values]),
+                             np.zeros(n, dtype=int), threshold_pct=5.0, window=30)
+        assert flags == array.tolist()
+        detector = IdleDetector(window=30, threshold_pct=5.0)
+        for v in values:
+            detector.add_minute(v, 60.0)
+        assert sum(flags) * 60.0 == pytest.approx(detector.idle_s)
+
+
+def test_a_window_exactly_at_the_threshold_is_not_idle_by_either_rule() -> None:
+    """30 rows of 0.1 x 3 + ... sum to 150.0 only up to rounding: both rules decide it exactly
+    (mean 5.0 is not under 5.0)."""
+    values = [4.9, 5.1] * 15
+    assert idle_flags(values, 5.0, 30) == [False] * 30
+    assert not idle_minutes(np.array(values), np.zeros(30, dtype=int), threshold_pct=5.0,
+                            window=30).any()
+
+
+def test_rollups_of_one_gpu_by_hand() -> None:
+    """Minutes 09:45-10:44: 15 in the 09 hour, 45 in the 10 hour. Minutes 0-39 at 2% (one idle
+    stretch of 40), 40-59 at 60%; minute 50 unknown; minute 51 covers 30 s; minute 52 is text.
+    09h: 15 min x 60 s, all idle at 2%. 10h: 44 usable minutes (52 dropped): 25 at 2% (idle),
+    then 40-59 less 52: 18 rows at 60%, one unknown (50), minute 51 30 s."""
+    rows = []
+    for i in range(60):
+        util = 2.0 if i < 40 else 60.0
+        rows.append((T0 + timedelta(minutes=i), "x" if i == 52 else (30.0 if i == 51 else 60.0),
+                     None if i == 50 else util, None, 0.01, 7.0 + i / 100))
+    h9, h10 = rollups_of("r", "g", rows)
+    assert (h9.hour, h9.minutes, h9.covered_s) == (int(T0.timestamp()) // 3600, 15, 900.0)
+    assert (h9.util_known_s, h9.util_s, h9.util_idle_s) == (900.0, 1800.0, 900.0)
+    assert h10.minutes == 44 and h10.dropped == 1
+    assert h10.covered_s == 43 * 60.0 + 30.0
+    assert h10.util_known_s == 42 * 60.0 + 30.0  # minute 50 unknown
+    assert h10.util_s == pytest.approx(25 * 60 * 2.0 + 17 * 60 * 60.0 + 30 * 60.0)
+    assert h10.util_idle_s == 25 * 60.0 and h10.util_idle_value_s == 25 * 60 * 2.0
+    assert h10.sm_known_s == 0.0 and h10.energy_kwh == pytest.approx(0.44)
+    assert h10.mem_peak_gib == pytest.approx(7.59)
+    assert h10.bad_util == 0  # None is unknown, not bad; text covered_s is dropped
+
+
+def samples_of(run_id: str, gpu: str, utils: list[float | None], start: datetime = T0,
+               ) -> list[MinuteSample]:
+    return [MinuteSample(run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu,
+                         covered_s=60.0, util_pct=u, sm_active_pct=None if u is None else u / 2,
+                         energy_kwh=0.01) for i, u in enumerate(utils)]
+
+
+def rollup_rows(store: RunStore) -> list[tuple[object, ...]]:
+    def work(conn: sa.Connection) -> list[tuple[object, ...]]:
+        sql = f"SELECT {', '.join(COLUMNS)} FROM rollups ORDER BY run_id, gpu, hour"
+        return [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
+                for r in conn.exec_driver_sql(sql).all()]
+
+    return store.transaction(work, write=False)
+
+
+def test_rollups_kept_by_every_write_equal_a_rebuild(store_url: str) -> None:
+    """Two runs, three GPUs, 300 minutes each of idle and busy stretches with gaps, written in
+    random batches (some into the past, some rewriting minutes): the rollups kept by the writes
+    are the rollups rebuilt from the minutes."""
+    rng = random.Random(5)
+    every: list[MinuteSample] = []
+    for run_id, gpu in (("a", "GPU-0"), ("a", "GPU-1"), ("b", "GPU-0")):
+        utils: list[float | None] = []
+        while len(utils) < 300:
+            utils += [rng.choice([0.0, 1.0, 4.0, 6.0, None, 50.0, 95.0])] * rng.randint(1, 40)
+        every += [s for s in samples_of(run_id, gpu, utils[:300]) if rng.random() > 0.05]
+    with RunStore(store_url) as store:
+        order = sorted(every, key=lambda s: s.minute)
+        batches = []
+        while order:
+            n = rng.randint(1, 90)
+            batches.append(order[:n])
+            order = order[n:]
+        rng.shuffle(batches[len(batches) // 2:])  # the later half out of order
+        for batch in batches:
+            store.upsert_samples(batch)
+        store.upsert_samples([s.replace(util_pct=3.0) if hasattr(s, "replace") else
+                              MinuteSample(**{**s.__dict__, "util_pct": 3.0})
+                              for s in rng.sample(every, 25)])
+        kept = rollup_rows(store)
+        assert len(kept) >= 3 * 5
+        store.rebuild_rollups()
+        assert rollup_rows(store) == kept
+
+
+def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> None:
+    """A store as version 1 left it (no rollups table): a reader (create=False) leaves it so;
+    a writer builds its rollups from the minutes and marks it version 2."""
+    with RunStore(store_url) as store:
+        store.upsert_samples(samples_of("r", "g", [2.0] * 40 + [80.0] * 40))
+        expected = rollup_rows(store)
+
+        def downgrade(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("DROP TABLE rollups")
+            conn.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+        store.transaction(downgrade, write=True)
+    with RunStore(store_url, create=False) as reader:
+        assert reader.version == 1 and reader.schema_version() == 1
+    with RunStore(store_url) as writer:
+        assert writer.version == 2 and writer.schema_version() == 2
+        assert rollup_rows(writer) == expected
+        # the 40 idle minutes at 2%: 15 in the first hour, 25 in the next
+        assert [r[COLUMNS.index("util_idle_s")] for r in expected[:2]] == [900.0, 1500.0]

@@ -1,0 +1,195 @@
+"""The rollups table's SQL: kept current as samples are written (:func:`refresh`), built from
+every sample (:func:`rebuild`, the 1 → 2 migration and ``gpu-kpi store rebuild-rollups``), and
+summed per run, GPU and time bucket for the report (:func:`rollup_totals`).
+
+Rollups are computed from the minute rows as the database holds them, read with the drivers'
+own cursors (raw values: text on SQLite, where a REAL column may hold anything), so a row that
+is not a usable sample is left out or read as unknown exactly as the minute readers do
+(:mod:`tracker.store.samples`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tracker.store.rollups import (
+    CONTEXT_ROWS,
+    HOUR_MIN,
+    MISSHAPED_HOUR,
+    MinuteRow,
+    Rollup,
+    epoch_minute,
+    rollups_of,
+)
+from tracker.store.samples import SampleSQL
+from tracker.store.schema import SCHEMA_LOCK_KEY, SCHEMA_VERSION, meta_table, rollups_table
+
+_ROW = "minute, covered_s, util_pct, sm_active_pct, energy_kwh, mem_used_gib"
+_CHUNK = 50_000
+
+
+def _selection(conn: Connection) -> SampleSQL:
+    return SampleSQL(conn.dialect.name == "sqlite")
+
+
+def _earliest_of_last(conn: Connection, q: SampleSQL, run_id: str, gpu: str, *, before: Any,
+                      n: int) -> Any | None:
+    """The raw minute of the earliest of the series' last ``n`` rows before ``before`` (all of
+    them when it has fewer), or None when it has none."""
+    sql = (f"SELECT MIN(minute) FROM (SELECT minute FROM samples WHERE run_id = {q.mark} AND "
+           f"gpu = {q.mark} AND minute < {q.mark} ORDER BY minute DESC LIMIT {int(n)}) AS last")
+    return conn.exec_driver_sql(sql, (run_id, gpu, before)).scalar()
+
+
+def _rows(conn: Connection, q: SampleSQL, run_id: str, gpu: str,
+          since: Any | None) -> list[MinuteRow]:
+    where = f"run_id = {q.mark} AND gpu = {q.mark}"
+    params: list[Any] = [run_id, gpu]
+    if since is not None:
+        where += f" AND minute >= {q.mark}"
+        params.append(since)
+    sql = f"SELECT {_ROW} FROM samples WHERE {where} ORDER BY minute"
+    return [(q.minute(r[0]), *r[1:]) for r in conn.exec_driver_sql(sql, tuple(params)).all()]
+
+
+def _write(conn: Connection, rollups: Sequence[Rollup]) -> None:
+    if rollups:
+        conn.execute(sa.insert(rollups_table), [r.as_row() for r in rollups])
+
+
+def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None:
+    """Recompute the rollups that rows written at or after ``first[(run_id, gpu)]`` can change:
+    from the hour of the row ``window - 1`` rows before it on (its idleness may change), with
+    ``window - 1`` rows before that hour as context. Appending a minute recomputes an hour or
+    two; a row written into the past recomputes the series from there on."""
+    q = _selection(conn)
+    c = rollups_table.c
+    for (run_id, gpu), minute in first.items():
+        reach = q.minute(_earliest_of_last(conn, q, run_id, gpu, before=q.time_value(minute),
+                                           n=CONTEXT_ROWS))
+        start_hour = epoch_minute(min(reach, minute) if reach else minute) // HOUR_MIN
+        hour_start = q.time_value(datetime.fromtimestamp(start_hour * 3600, UTC))
+        since = _earliest_of_last(conn, q, run_id, gpu, before=hour_start, n=CONTEXT_ROWS)
+        rows = _rows(conn, q, run_id, gpu, since if since is not None else hour_start)
+        conn.execute(sa.delete(rollups_table).where(
+            c.run_id == run_id, c.gpu == gpu, c.hour >= start_hour, c.hour != MISSHAPED_HOUR))
+        _write(conn, rollups_of(run_id, gpu, rows, from_hour=start_hour))
+
+
+def _series(conn: Connection) -> Iterator[tuple[str, str, list[MinuteRow]]]:
+    """Every series' rows, one run at a time: read in the primary key's order (run_id, minute,
+    gpu), so nothing is sorted and only one run is held in memory."""
+    q = _selection(conn)
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    cursor = raw.cursor() if q.sqlite else raw.cursor(name="gpu_kpi_rollups")
+
+    def split(run_id: str, rows: list[tuple[Any, ...]]) -> Iterator[tuple[str, str, list[MinuteRow]]]:
+        by_gpu: dict[str, list[MinuteRow]] = {}
+        for r in rows:
+            by_gpu.setdefault(r[0], []).append((q.minute(r[1]), *r[2:]))
+        for gpu, series in by_gpu.items():
+            yield run_id, gpu, _ordered(series)
+
+    try:
+        cursor.execute(f"SELECT run_id, gpu, {_ROW} FROM samples ORDER BY run_id, minute, gpu")
+        run: str | None = None
+        rows: list[tuple[Any, ...]] = []
+        while chunk := cursor.fetchmany(_CHUNK):
+            for r in chunk:
+                if r[0] != run:
+                    if run is not None:
+                        yield from split(run, rows)
+                    run, rows = r[0], []
+                rows.append(r[1:])
+        if run is not None:
+            yield from split(run, rows)
+    finally:
+        cursor.close()
+
+
+def rebuild(conn: Connection) -> int:
+    """Replace every rollup with those computed from every sample; the number written."""
+    conn.execute(sa.delete(rollups_table))
+    batch: list[Rollup] = []
+    written = 0
+    for run_id, gpu, rows in _series(conn):
+        batch += rollups_of(run_id, gpu, rows)
+        if len(batch) >= _CHUNK:
+            _write(conn, batch)
+            written, batch = written + len(batch), []
+    _write(conn, batch)
+    return written + len(batch)
+
+
+def _ordered(rows: Iterable[MinuteRow]) -> list[MinuteRow]:
+    """Rows with a minute in time order (a SQLite text minute that is no time sorts among the
+    text; it is counted apart, not placed)."""
+    listed = list(rows)
+    timed = sorted((r for r in listed if r[0] is not None), key=lambda r: r[0])
+    return [r for r in listed if r[0] is None] + timed
+
+
+BASIS_COLUMNS = {"util_pct": ("util_known_s", "util_s", "util_idle_s", "util_idle_value_s",
+                              "bad_util"),
+                 "sm_active_pct": ("sm_known_s", "sm_s", "sm_idle_s", "sm_idle_value_s",
+                                   "bad_sm")}
+"""Per sample column (a utilization basis): its rollup columns."""
+
+
+def _finite(column: str, high: float) -> str:
+    """SQL for ``column`` where it is a finite number in [0, high], else NULL (a rollup row
+    damaged in the database: text on SQLite, inf, NaN)."""
+    return f"(CASE WHEN {column} BETWEEN 0.0 AND {float(high)!r} THEN {column} END)"
+
+
+def rollup_totals(conn: Connection, *, value: str, hour_edges: Sequence[int], since_hour: int,
+                  until_hour: int) -> list[tuple[Any, ...]]:
+    """The rollups of the hours in ``[since_hour, until_hour)`` summed per run, GPU and bucket
+    (the number of ``hour_edges`` at or before the hour), and the rows whose minute is no time
+    (bucket -1): ``(run_id, gpu, bucket, minutes, covered_s, known_s, value_s, idle_s,
+    idle_value_s, dropped, bad_values, bad_minutes, damaged)``. A rollup row with a figure that
+    is not a finite number in range is left out and counted in ``damaged``."""
+    known, used, idle, idle_used, bad = BASIS_COLUMNS[value]
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
+    bucket = "0"
+    for i, edge in enumerate(sorted(hour_edges)):
+        bucket = f"CASE WHEN hour < {int(edge)} THEN {bucket} ELSE {i + 1} END" if i == 0 else \
+            f"CASE WHEN hour < {int(edge)} THEN ({bucket}) ELSE {i + 1} END"
+    bucket = f"CASE WHEN hour = {MISSHAPED_HOUR} THEN -1 ELSE {bucket} END"
+    hour_s = 3600.0
+    checks = [_finite("covered_s", hour_s), _finite(known, hour_s), _finite(used, 100 * hour_s),
+              _finite(idle, hour_s), _finite(idle_used, 100 * hour_s)]
+    ok = " AND ".join(f"{c} IS NOT NULL" for c in checks)
+    sql = (f"SELECT run_id, gpu, {bucket} AS bucket, "
+           f"SUM(CASE WHEN {ok} THEN minutes ELSE 0 END), "
+           f"SUM(CASE WHEN {ok} THEN covered_s ELSE 0 END), "
+           f"SUM(CASE WHEN {ok} THEN {known} ELSE 0 END), "
+           f"SUM(CASE WHEN {ok} THEN {used} ELSE 0 END), "
+           f"SUM(CASE WHEN {ok} THEN {idle} ELSE 0 END), "
+           f"SUM(CASE WHEN {ok} THEN {idle_used} ELSE 0 END), "
+           f"SUM(dropped), SUM({bad}), SUM(bad_minutes), "
+           f"SUM(CASE WHEN {ok} THEN 0 ELSE 1 END) "
+           f"FROM rollups WHERE (hour >= {mark} AND hour < {mark}) OR hour = {MISSHAPED_HOUR} "
+           f"GROUP BY run_id, gpu, bucket")
+    return [tuple(r) for r in conn.exec_driver_sql(sql, (since_hour, until_hour)).all()]
+
+
+def migrate(conn: Connection, version: int) -> None:
+    """Bring a store of ``version`` to :data:`SCHEMA_VERSION` in one transaction (the caller's),
+    serialized like :func:`create_schema`; a second migrator finds the work done. 1 → 2:
+    create ``rollups`` and build them from every sample (:func:`rebuild`)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+    stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
+    if int(conn.execute(stmt).scalar_one()) >= SCHEMA_VERSION:
+        return
+    if version < 2:
+        rollups_table.create(conn, checkfirst=True)
+        rebuild(conn)
+    conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version")
+                 .values(value=str(SCHEMA_VERSION)))
