@@ -26,7 +26,13 @@ from tracker.store.rollups import (
     rollups_of,
 )
 from tracker.store.samples import SampleSQL
-from tracker.store.schema import SCHEMA_LOCK_KEY, SCHEMA_VERSION, meta_table, rollups_table
+from tracker.store.schema import (
+    SCHEMA_LOCK_KEY,
+    SCHEMA_VERSION,
+    meta_table,
+    rollups_table,
+    upsert,
+)
 
 _ROW = "minute, covered_s, util_pct, sm_active_pct, energy_kwh, mem_used_gib"
 _CHUNK = 50_000
@@ -57,8 +63,12 @@ def _rows(conn: Connection, q: SampleSQL, run_id: str, gpu: str,
 
 
 def _write(conn: Connection, rollups: Sequence[Rollup]) -> None:
+    """Insert, or replace a row another writer of the same series put there meanwhile (two
+    processes refreshing one GPU's hours at once on PostgreSQL: the last one wins, and it
+    computed from every row it could see)."""
     if rollups:
-        conn.execute(sa.insert(rollups_table), [r.as_row() for r in rollups])
+        stmt = upsert(conn.dialect.name, rollups_table, ("run_id", "gpu", "hour"))
+        conn.execute(stmt, [r.as_row() for r in rollups])
 
 
 def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None:
