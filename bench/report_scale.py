@@ -1,111 +1,330 @@
-"""How long ``gpu-kpi report`` takes for a 1,000-GPU fleet, and how much memory.
+"""How long ``gpu-kpi report`` takes at fleet scale and how much memory, next to DuckDB.
 
-Generates (once, reused when present) a SQLite run store with one week of per-minute samples for
-1,000 GPUs (125 runs x 8 GPUs x 10,080 minutes = 10.08 M rows) plus 11 earlier weeks of run
-summaries, then times ``gpu-kpi report`` for that week in a subprocess and reads its peak RSS.
-Target on the 2-core machine: under 15 s and under 3 GB.
+For each fleet size (``--gpus``: runs of 8 GPUs, the last one with the rest; one week of
+per-minute samples per GPU, plus 11 earlier weeks of run summaries: 1,000 GPUs = 125 runs x 8 x
+10,080 minutes = 10.08 M rows) and each case (benign; with ``--worst`` also the worst case: one
+minute at 1% at both ends of every GPU's week, so that every GPU's idle candidates stretch over
+its whole week), it
 
-    .venv/bin/python bench/report_scale.py [--dir /tmp/gpu-kpi-scale] [--formats json,csv,html]
+1. generates the week's samples once into Parquet (DuckDB), and loads a run store from that
+   Parquet (untimed; cached by size and case under ``--dir``, or in a PostgreSQL database);
+2. calls :func:`prepare` on the store (timed on its own: ``prepare: X s``);
+3. times ``gpu-kpi report`` for that week in a subprocess, and reads its peak RSS;
+4. times DuckDB computing the same headline figures from the Parquet in another subprocess
+   (``bench/scale_data.py reference``: window functions for the idle rule), with its peak RSS;
+5. compares the report's JSON ``headline`` (``gpu_hours``, ``utilization_pct``, ``spend_usd``,
+   ``idle_usd``) with DuckDB's figures: the largest relative difference.
 
-The store is written with sqlite3 directly (fast, untimed); reading it is what is measured.
+It prints one table and a verdict per target: ours <= 1.0x DuckDB's time and < 1 GiB; the worst
+case <= 1.2x the benign one; on each store measured at several sizes, time growing no faster than
+GPUs x hours and memory flat.
+
+    .venv/bin/python bench/report_scale.py [--gpus 250,1000,4000] [--worst] [--dir DIR]
+        [--store-url sqlite] [--store-url postgresql://USER:PASSWORD@HOST:PORT/DB]
+        [--formats json,csv,html] [--repeat N]
+
+``--store-url`` (repeatable; default ``sqlite``): ``sqlite`` for a SQLite file per size and case
+in ``--dir``; a ``postgresql://`` URL for its server: the bench creates (drops and recreates when
+not completely loaded) one database per size and case there, ``gpu_kpi_bench_<gpus>g_<case>``,
+so the URL's role needs CREATEDB; the URL's own database is never written to. With the tests'
+server (``bash tests/pg-up.sh``): ``postgresql://gpu_kpi:gpu_kpi@127.0.0.1:5432/gpu_kpi_test``.
+
+Peak memory is each subprocess's own: ``os.wait4``'s rusage of that child, in a small waiter
+process (not ``RUSAGE_CHILDREN`` here, which is the largest over every child so far, and at least
+this process's own peak: a child's high-water mark starts from its parent's resident pages). Needs DuckDB
+(``pip install -e '.[bench]'``) and, for PostgreSQL, psycopg.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
-import resource
-import sqlite3
+import json
 import subprocess
 import sys
+import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-WEEK = datetime(2026, 11, 23, tzinfo=UTC)  # 2026-W48
-RUNS, GPUS_PER_RUN, MINUTES = 125, 8, 7 * 24 * 60
-MODELS = ("H100", "A100-80GB", "H200", "L40S")
-TEAMS = ("nlp", "vision", "search", "research", "speech")
+from bench import scale_data as data  # noqa: E402
+
+HEADLINE = ("gpu_hours", "utilization_pct", "spend_usd", "idle_usd")
+TARGET_VS_DUCKDB, TARGET_GIB, TARGET_WORST = 1.0, 1.0, 1.2
+AGREE = 1e-6  # the largest relative difference of a headline figure that counts as agreeing
+FLAT_MEMORY = 1.25  # peak memory at the largest size ÷ at the smallest: "flat" up to this
 
 
-def _ts(t: datetime) -> str:
-    """The store's SQLite text form of a UTC datetime (SQLAlchemy's DateTime)."""
-    return t.replace(tzinfo=None).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def generate(path: Path) -> None:
-    from tracker.record import RunRecord
+def prepare(url: str) -> float:
+    """Work on a freshly loaded store before reports are timed; the seconds it took. The
+    samples are written behind the store's back (sqlite3 / COPY), so a store that keeps
+    rollups (``RunStore.rebuild_rollups``, schema version 2) has none yet: they are built here.
+    A store without rollups: nothing, 0.0."""
     from tracker.store import RunStore
 
-    rng = random.Random(1000)
-    url = f"sqlite:///{path}"
-    history = []
-    for w in range(1, 12):
-        monday = WEEK - timedelta(days=7 * w)
-        for i in range(RUNS):
-            util = rng.uniform(5, 95)
-            history.append(RunRecord(
-                id=f"h{w:02d}-{i:03d}", name=f"job-{i:03d}", team=TEAMS[i % 5],
-                project=f"p{i % 17}", user=f"u{i % 40}", started_at=monday,
-                ended_at=monday + timedelta(days=7), status="finished", gpu_source="nvml",
-                gpu_model=MODELS[i % 4], gpu_count=GPUS_PER_RUN, price_per_gpu_hour=3.0,
-                gpu_hours=GPUS_PER_RUN * 168.0, util_pct=util))
-    week_runs = [RunRecord(
-        id=f"w-{i:03d}", name=f"job-{i:03d}", team=TEAMS[i % 5], project=f"p{i % 17}",
-        user=f"u{i % 40}", started_at=WEEK, ended_at=WEEK + timedelta(days=7),
-        status="finished", gpu_source="nvml", gpu_model=MODELS[i % 4], gpu_count=GPUS_PER_RUN,
-        price_per_gpu_hour=3.0, gpu_hours=GPUS_PER_RUN * 168.0, util_pct=50.0,
-        mem_peak_gib=20.0, mem_total_gib=80.0) for i in range(RUNS)]
-    with RunStore(url) as store:
-        for r in history + week_runs:
-            store.upsert_run(r)
-    minutes = [_ts(WEEK + timedelta(minutes=m)) for m in range(MINUTES)]
-    con = sqlite3.connect(path)
-    con.execute("PRAGMA synchronous=OFF")
+    if not hasattr(RunStore, "rebuild_rollups"):
+        return 0.0
     t0 = time.perf_counter()
-    for i in range(RUNS):
-        base = rng.uniform(0, 100)
-        rows = []
-        for g in range(GPUS_PER_RUN):
-            gpu = f"GPU-{i:04d}-{g}"
-            # a run idles for its first 2 hours when i % 7 == 0: idle minutes to find
-            for m, minute in enumerate(minutes):
-                u = 1.0 if (i % 7 == 0 and m < 120) else min(100.0, max(0.0, base + (m % 13)))
-                rows.append((f"w-{i:03d}", minute, gpu, 60.0, u, u * 0.7, 20.0, 300.0, 0.005))
-        con.executemany("INSERT INTO samples (run_id, minute, gpu, covered_s, util_pct, "
-                        "sm_active_pct, mem_used_gib, power_w, energy_kwh) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-        con.commit()
-    con.close()
-    print(f"generated {RUNS * GPUS_PER_RUN * MINUTES:,} sample rows in "
-          f"{time.perf_counter() - t0:.0f} s: {path} ({path.stat().st_size / 2**30:.2f} GiB)")
+    with RunStore(url) as store:
+        store.rebuild_rollups()
+    return time.perf_counter() - t0
+
+
+# -- measuring a subprocess ---------------------------------------------------------------------
+@dataclass
+class Measured:
+    seconds: float
+    peak_gib: float
+    stdout: str
+
+
+# The child is started by a fresh, small Python process (this one's peak RSS would otherwise be
+# the floor of the child's: a child forked, or vforked, from a process counts that process's
+# resident pages, and exec carries the high-water mark over), which waits for it with wait4 and
+# writes its wall time and its own peak RSS to the file named by its second argument.
+_WAITER = """
+import json, os, subprocess, sys, time
+t0 = time.perf_counter()
+p = subprocess.Popen(json.loads(sys.argv[1]))
+_, status, usage = os.wait4(p.pid, 0)
+wall = time.perf_counter() - t0
+with open(sys.argv[2], "w") as f:
+    json.dump({"rc": os.waitstatus_to_exitcode(status), "seconds": wall,
+               "maxrss_kib": usage.ru_maxrss}, f)
+"""
+
+
+def measured(cmd: list[str], env: dict[str, str], what: str) -> Measured:
+    """Run ``cmd``; its wall time and its own peak RSS (``wait4``). Exits on failure."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(suffix=".json") as result:
+        subprocess.run([sys.executable, "-c", _WAITER, json.dumps(cmd), result.name],
+                       stdout=out, stderr=err, env=env, check=True)
+        r = json.loads(Path(result.name).read_text())
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if r["rc"] != 0:
+        sys.exit(f"{what} failed ({r['rc']}): {stderr.strip()[-2000:]}")
+    return Measured(r["seconds"], r["maxrss_kib"] / 2**20, stdout)  # ru_maxrss: KiB on Linux
+
+
+def best(runs: list[Measured]) -> Measured:
+    """The fastest of ``runs``, with the largest peak memory of them all."""
+    fast = min(runs, key=lambda m: m.seconds)
+    return Measured(fast.seconds, max(m.peak_gib for m in runs), fast.stdout)
+
+
+# -- stores ---------------------------------------------------------------------------------------
+@dataclass
+class Files:
+    samples: Path
+    runs: Path
+
+
+def parquet_for(d: Path, gpus: int, case: str) -> Files:
+    v = data.DATA_VERSION
+    f = Files(d / f"samples-v{v}-{gpus}g-{case}.parquet", d / f"runs-v{v}-{gpus}g.parquet")
+    if not f.samples.exists() or not f.runs.exists():
+        t0 = time.perf_counter()
+        data.write_parquet(gpus, case, f.samples, f.runs)
+        print(f"  generated {f.samples.name} ({f.samples.stat().st_size / 2**20:.0f} MiB) in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return f
+
+
+def store_for(d: Path, store: str, gpus: int, case: str, files: Files) -> str:
+    """The run store URL of (``store``, ``gpus``, ``case``), loaded when not already."""
+    v = data.DATA_VERSION
+    t0 = time.perf_counter()
+    if store == "sqlite":
+        db = d / f"store-v{v}-{gpus}g-{case}.db"
+        if db.exists():
+            return f"sqlite:///{db}"
+        n = data.load_sqlite(db, gpus, files.samples)
+        where = f"{db} ({db.stat().st_size / 2**30:.2f} GiB)"
+        url = f"sqlite:///{db}"
+    else:
+        name = f"gpu_kpi_bench_{gpus}g_{case}"
+        url = data.pg_url_for(store, name)
+        expect = f"v{v}-{gpus}g-{case}"
+        if data.pg_loaded(url, expect):
+            return url
+        n = data.load_pg(store, name, gpus, files.samples, expect, d)
+        where = f"PostgreSQL database {name}"
+    print(f"  loaded {n:,} sample rows into {where} in {time.perf_counter() - t0:.0f} s",
+          flush=True)
+    return url
+
+
+def store_label(store: str) -> str:
+    return "sqlite" if store == "sqlite" else "postgres"
+
+
+# -- one measurement ------------------------------------------------------------------------------
+@dataclass
+class Row:
+    gpus: int
+    store: str
+    case: str
+    prepare_s: float
+    ours: Measured
+    duckdb: Measured
+    max_rel_diff: float
+    vs_benign: float | None = None
+
+
+def ours(url: str, out: Path, formats: str, d: Path, repeat: int) -> tuple[Measured, dict]:
+    cmd = [sys.executable, "-m", "reports.cli", "report", "--week", "2026-W48", "--store", url,
+           "--out", str(out), "--format", formats]
+    # no user config (prices, thresholds) may change the figures
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
+           "XDG_CONFIG_HOME": str(d / "xdg-config"), "XDG_DATA_HOME": str(d / "xdg-data")}
+    m = best([measured(cmd, env, "gpu-kpi report") for _ in range(repeat)])
+    written = [Path(line) for line in m.stdout.splitlines() if line.endswith(".json")]
+    if len(written) != 1:
+        sys.exit(f"gpu-kpi report wrote no single JSON file: {m.stdout!r}")
+    return m, json.loads(written[0].read_text())["headline"]
+
+
+def reference(files: Files, repeat: int) -> tuple[Measured, dict]:
+    cmd = [sys.executable, str(ROOT / "bench" / "scale_data.py"), "reference", str(files.samples),
+           str(files.runs)]
+    env = {"PATH": "/usr/bin:/bin"}
+    m = best([measured(cmd, env, "DuckDB reference") for _ in range(repeat)])
+    return m, json.loads(m.stdout)
+
+
+def rel_diff(a: float | None, b: float | None) -> float:
+    if a is None or b is None:
+        return 0.0 if a is None and b is None else float("inf")
+    if a == b:
+        return 0.0
+    return abs(a - b) / max(abs(a), abs(b))
+
+
+# -- output ---------------------------------------------------------------------------------------
+COLUMNS = ("gpus", "store", "case", "prepare_s", "ours_s", "ours_GiB", "duckdb_s", "duckdb_GiB",
+           "ratio", "vs_benign", "max_rel_diff")
+
+
+def cells(r: Row) -> list[str]:
+    return [f"{r.gpus:,}", r.store, r.case, f"{r.prepare_s:.2f}", f"{r.ours.seconds:.2f}",
+            f"{r.ours.peak_gib:.2f}", f"{r.duckdb.seconds:.2f}", f"{r.duckdb.peak_gib:.2f}",
+            f"{r.ours.seconds / r.duckdb.seconds:.2f}",
+            "-" if r.vs_benign is None else f"{r.vs_benign:.2f}", f"{r.max_rel_diff:.1e}"]
+
+
+def table(rows: list[Row]) -> str:
+    body = [list(COLUMNS)] + [cells(r) for r in rows]
+    widths = [max(len(line[i]) for line in body) for i in range(len(COLUMNS))]
+    return "\n".join("  ".join(c.rjust(w) if i not in (1, 2) else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
+                     for line in body)
+
+
+def verdicts(rows: list[Row]) -> list[str]:
+    def mark(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    out = []
+    worst_ratio = max(rows, key=lambda r: r.ours.seconds / r.duckdb.seconds)
+    ratio = worst_ratio.ours.seconds / worst_ratio.duckdb.seconds
+    out.append(f"{mark(ratio <= TARGET_VS_DUCKDB)}  ours <= {TARGET_VS_DUCKDB:.1f}x DuckDB's time: "
+               f"largest ratio {ratio:.2f} ({worst_ratio.gpus:,} GPUs, {worst_ratio.store}, "
+               f"{worst_ratio.case})")
+    biggest = max(rows, key=lambda r: r.ours.peak_gib)
+    out.append(f"{mark(biggest.ours.peak_gib < TARGET_GIB)}  ours < {TARGET_GIB:.0f} GiB: "
+               f"largest peak {biggest.ours.peak_gib:.2f} GiB ({biggest.gpus:,} GPUs, "
+               f"{biggest.store}, {biggest.case})")
+    worst = [r for r in rows if r.vs_benign is not None]
+    if worst:
+        w = max(worst, key=lambda r: r.vs_benign or 0.0)
+        out.append(f"{mark((w.vs_benign or 0.0) <= TARGET_WORST)}  worst <= {TARGET_WORST:.1f}x "
+                   f"benign: largest {w.vs_benign:.2f} ({w.gpus:,} GPUs, {w.store})")
+    else:
+        out.append("n/a   worst <= 1.2x benign: run with --worst")
+    for store in dict.fromkeys(r.store for r in rows):
+        for case in dict.fromkeys(r.case for r in rows):
+            sized = sorted((r for r in rows if r.store == store and r.case == case),
+                           key=lambda r: r.gpus)
+            if len(sized) < 2:
+                out.append(f"n/a   {store} {case}: growth with GPUs x hours, memory flat: "
+                           "one size (give --gpus several)")
+                continue
+            lo, hi = sized[0], sized[-1]
+            scale = hi.gpus / lo.gpus  # the same week: GPU-hours grow as GPUs
+            t_growth = hi.ours.seconds / lo.ours.seconds
+            m_growth = hi.ours.peak_gib / lo.ours.peak_gib
+            out.append(f"{mark(t_growth <= scale and m_growth <= FLAT_MEMORY)}  {store} {case}: "
+                       f"{lo.gpus:,} -> {hi.gpus:,} GPUs (x{scale:.0f} GPU-hours): time "
+                       f"x{t_growth:.2f} (<= x{scale:.0f}), memory x{m_growth:.2f} "
+                       f"(<= x{FLAT_MEMORY})")
+    diff = max(r.max_rel_diff for r in rows)
+    out.append(f"{mark(diff <= AGREE)}  headline agrees with DuckDB (gpu_hours, utilization_pct, "
+               f"spend_usd, idle_usd): max relative difference {diff:.1e} (<= {AGREE:.0e})")
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default="/tmp/gpu-kpi-scale")
-    ap.add_argument("--formats", default="json,csv,html")
+    ap.add_argument("--dir", default="/tmp/gpu-kpi-scale",
+                    help="cache of the generated Parquet and SQLite stores, and report output")
+    ap.add_argument("--gpus", default="1000",
+                    help="comma-separated fleet sizes (runs of 8 GPUs, the last with the rest)")
+    ap.add_argument("--worst", action="store_true",
+                    help="also the worst case (a 1%% minute at both ends of every GPU's week)")
+    ap.add_argument("--store-url", action="append", dest="stores", metavar="URL",
+                    help="'sqlite' (default) or a postgresql:// server URL; repeatable")
+    ap.add_argument("--formats", default="json,csv,html",
+                    help="gpu-kpi report --format (json is always added)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each side N times: the fastest time, the largest peak memory")
     args = ap.parse_args()
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
-    db = d / "runs.db"
-    if not db.exists():
-        generate(db)
-    cmd = [sys.executable, "-m", "reports.cli", "report", "--week", "2026-W48", "--store",
-           f"sqlite:///{db}", "--out", str(d / "out"), "--format", args.formats]
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    wall = time.perf_counter() - t0
-    peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
-    if p.returncode != 0:
-        sys.exit(f"gpu-kpi report failed: {p.stderr.strip()}")
-    print(f"gpu-kpi report --format {args.formats}: {wall:.1f} s (target < 15 s), "
-          f"peak RSS {peak_gib:.2f} GiB (target < 3 GB)")
-    print(f"ratios to target: time {wall / 15:.2f}, memory {peak_gib * 2**30 / 3e9:.2f}")
+    sizes = [int(g) for g in args.gpus.split(",")]
+    for g in sizes:
+        data.runs_of(g)  # checks it
+    stores = args.stores or ["sqlite"]
+    for s in stores:
+        if s != "sqlite" and not s.startswith(("postgresql://", "postgres://",
+                                               "postgresql+psycopg://")):
+            sys.exit(f"--store-url {s}: 'sqlite' or a postgresql:// URL")
+    formats = ",".join(dict.fromkeys(["json", *args.formats.split(",")]))
+    cases = ["benign", "worst"] if args.worst else ["benign"]
+    rows: list[Row] = []
+    for gpus in sizes:
+        for case in cases:
+            print(f"{gpus:,} GPUs, {case}:", flush=True)
+            files = parquet_for(d, gpus, case)
+            duck, ref = reference(files, args.repeat)
+            print(f"  duckdb: {duck.seconds:.2f} s (query {ref['query_s']:.2f} s), "
+                  f"{duck.peak_gib:.2f} GiB, {ref['rows']:,.0f} rows", flush=True)
+            for store in stores:
+                url = store_for(d, store, gpus, case, files)
+                label = store_label(store)
+                prep = prepare(url)
+                print(f"  {label} prepare: {prep:.2f} s", flush=True)
+                out = d / f"out-{gpus}g-{label}-{case}"
+                m, head = ours(url, out, formats, d, args.repeat)
+                diff = max(rel_diff(head[k], ref[k]) for k in HEADLINE)
+                print(f"  {label} gpu-kpi report: {m.seconds:.2f} s, {m.peak_gib:.2f} GiB; "
+                      + ", ".join(f"{k} {head[k]:,.4f} vs {ref[k]:,.4f}" for k in HEADLINE),
+                      flush=True)
+                row = Row(gpus, label, case, prep, m, duck, diff)
+                if case == "worst":
+                    benign = next(r for r in rows if (r.gpus, r.store, r.case)
+                                  == (gpus, label, "benign"))
+                    row.vs_benign = m.seconds / benign.ours.seconds
+                rows.append(row)
+    print()
+    print(table(rows))
+    print()
+    for line in verdicts(rows):
+        print(line)
 
 
 if __name__ == "__main__":
