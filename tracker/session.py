@@ -216,9 +216,8 @@ class Session:
         self.counts.interrupt()
 
     def data_ready(self) -> None:
-        """Call when the next batch is in hand: the time since the last :meth:`step` was spent
-        waiting for input."""
-        self.counts.ready(self._now())
+        """The next batch is in hand: the time since the last :meth:`step` was spent waiting for it."""
+        self.counts.ready_at = self._now()
 
     def iterate(self, loader: Iterable[Any]) -> Iterator[Any]:
         """Yield from ``loader``, timing how long each batch took to arrive."""
@@ -231,8 +230,9 @@ class Session:
         """Mark the end of a training step: ``samples``/``tokens`` processed in it (all ranks of
         this process), ``flops`` its FLOPs (default ``flops_per_step``); a bad count is dropped."""
         t = self._now()
-        self._count(self.counts.step(t, warmup_steps=self.settings.warmup_steps, samples=samples,
-                                     tokens=tokens, flops=flops, flops_per_step=self.flops_per_step))
+        if bad := self.counts.step(t, warmup_steps=self.settings.warmup_steps, samples=samples,
+                                   tokens=tokens, flops=flops, flops_per_step=self.flops_per_step):
+            self._count(bad)
         if t >= self._next_log:
             self._next_log = t + self.settings.log_every_s
             self.log_now()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import reprlib
+from typing import Any
 
 
 def count(value: object) -> int | float:
@@ -42,6 +43,11 @@ def count(value: object) -> int | float:
     return n
 
 
+_FAST_MAX = 1e300
+"""Two counts below it sum to a finite float: ``0 <= n < _FAST_MAX > total`` lets ``n`` be
+added to ``total`` unchecked."""
+
+
 def _check_sum(total: int | float, n: int | float) -> None:
     """ValueError when ``total + n`` would no longer be a finite float."""
     try:
@@ -53,8 +59,8 @@ def _check_sum(total: int | float, n: int | float) -> None:
 
 
 class StepCounter:
-    """Step counters over a span (the run, or the current log window). Warm-up excluded by the
-    caller. Times in seconds; FLOPs are model FLOPs."""
+    """Step counters over a span (the run, or the current log window), kept by
+    :class:`RunSteps`. Warm-up excluded. Times in seconds; FLOPs are model FLOPs."""
 
     __slots__ = ("flops", "samples", "steps", "time_s", "tokens", "wait_s", "waited")
 
@@ -66,21 +72,6 @@ class StepCounter:
         self.samples: int | float = 0
         self.tokens: int | float = 0
         self.flops = 0.0
-
-    def add(self, dt: float, wait: float | None, samples: int | float | None,
-            tokens: int | float | None, flops: float | None) -> None:
-        """One step of ``dt`` seconds, ``wait`` of them waiting for input (None: not known)."""
-        self.steps += 1
-        self.time_s += dt
-        if wait is not None:
-            self.wait_s += wait
-            self.waited += 1
-        if samples:
-            self.samples += samples
-        if tokens:
-            self.tokens += tokens
-        if flops:
-            self.flops += flops
 
     def rate(self, total: float) -> float | None:
         """``total`` per second of step time, or None before any measured time."""
@@ -97,30 +88,46 @@ class StepCounter:
     def step_time_ms(self) -> float | None:
         return 1000.0 * self.time_s / self.steps if self.steps else None
 
+    def since(self, earlier: StepCounter) -> StepCounter:
+        """The steps added after ``earlier`` (a :meth:`copy` of this counter) was taken."""
+        out = StepCounter()
+        for name in StepCounter.__slots__:
+            setattr(out, name, getattr(self, name) - getattr(earlier, name))
+        return out
+
+    def copy(self) -> StepCounter:
+        return self.since(_ZERO)
+
 
 class RunSteps:
     """A run's steps as the session's hooks see them, in the times of its clock (seconds):
     ``steps``, ``samples`` and ``tokens`` of every step, and the measured (post-warm-up) steps
-    in ``total`` (the whole run) and ``window`` (since the last log).
+    in ``total`` (the whole run) and ``window`` (since the last log). A step adds to ``total``
+    only: the window is the total less what it was at the last log, so a step costs one
+    counter's update.
 
     Counts come from user code, so each is checked (:func:`count`): a bad one (nan, inf,
     negative, not a number, or one that would overflow the run's total) is dropped as if it had
-    not been given, and :meth:`step`, :meth:`add` and :meth:`add_flops` return ``name=value
+    not been given, and :meth:`step` and :meth:`add_flops` return ``name=value
     (reason)`` for each one dropped. The totals therefore stay finite sums of the good counts."""
+
+    __slots__ = ("_last_end", "_unflopped", "_window_start", "ready_at", "samples", "steps",
+                 "tokens", "total")
 
     def __init__(self) -> None:
         self.steps = 0
         self.samples: int | float = 0
         self.tokens: int | float = 0
         self.total = StepCounter()
-        self.window = StepCounter()
+        self._window_start = StepCounter()  # ``total`` as it was at the last log
         self._unflopped = 0  # measured steps since the last add_flops
         self._last_end: float | None = None
-        self._ready: float | None = None
+        self.ready_at: float | None = None
+        """When the next batch was in hand (:meth:`ready`), if known."""
 
     def ready(self, t: float) -> None:
         """The next batch was in hand at ``t``: the time since the last step waited for input."""
-        self._ready = t
+        self.ready_at = t
 
     def interrupt(self) -> None:
         """The time until the next step is not training: that step is not measured."""
@@ -134,41 +141,47 @@ class RunSteps:
     def step(self, t: float, *, warmup_steps: int, samples: object = None, tokens: object = None,
              flops: object = None, flops_per_step: object = None) -> list[str]:
         """A step ended at ``t``; measured unless it is among the first ``warmup_steps`` or
-        follows an :meth:`interrupt`. Never raises: the session calls it on the training
-        thread."""
+        follows an :meth:`interrupt`; ``flops`` its model FLOPs, default ``flops_per_step``.
+        Never raises: the session calls it on the training thread, on every step."""
         last, self._last_end = self._last_end, t
-        ready, self._ready = self._ready, None
-        try:
-            dt = wait = None
-            if last is not None and self.steps >= warmup_steps:
-                dt = t - last
-                wait = (ready - last if ready > last else 0.0) if ready is not None else None
-            return self.add(dt, wait, samples=samples, tokens=tokens, flops=flops,
-                            flops_per_step=flops_per_step)
-        except Exception as e:  # a bug of ours, or settings built by hand: not the caller's
-            return [f"a step ({type(e).__name__}: {e})"]
-
-    def add(self, dt: float | None, wait: float | None, *, samples: object = None,
-            tokens: object = None, flops: object = None,
-            flops_per_step: object = None) -> list[str]:
-        """One step: ``dt`` seconds long (None: not measured, as in warm-up or after an
-        interruption), ``wait`` of them waiting for input; ``flops`` its model FLOPs, default
-        ``flops_per_step``."""
+        ready, self.ready_at = self.ready_at, None
         bad: list[str] = []
-        self.steps += 1
-        n_samples = self._checked("samples", samples, self.samples, bad)
-        n_tokens = self._checked("tokens", tokens, self.tokens, bad)
-        f = self._checked("flops", flops, self.total.flops, bad)
-        if f is None:
-            f = self._checked("flops_per_step", flops_per_step, self.total.flops, bad)
-        if n_samples:
-            self.samples += n_samples
-        if n_tokens:
-            self.tokens += n_tokens
-        if dt is not None:
-            self.total.add(dt, wait, n_samples, n_tokens, f)
-            self.window.add(dt, wait, n_samples, n_tokens, f)
-            self._unflopped += 1
+        try:
+            n: Any = samples
+            k: Any = tokens
+            f: Any = flops if flops is not None else flops_per_step
+            # counts that are None or plain numbers far below overflowing their total are
+            # taken as they are (a few compares); anything else gets the full rule
+            if not ((n is None or (type(n) is int and 0 <= n < _FAST_MAX > self.samples))
+                    and (k is None or (type(k) is int and 0 <= k < _FAST_MAX > self.tokens))
+                    and (f is None or (type(f) in (float, int)
+                                       and 0 <= f < _FAST_MAX > self.total.flops))):
+                n = self._checked("samples", samples, self.samples, bad)
+                k = self._checked("tokens", tokens, self.tokens, bad)
+                f = self._checked("flops", flops, self.total.flops, bad)
+                if f is None:
+                    f = self._checked("flops_per_step", flops_per_step, self.total.flops, bad)
+            if last is not None and self.steps >= warmup_steps:
+                c = self.total
+                c.steps += 1
+                c.time_s += t - last
+                if ready is not None:
+                    c.wait_s += ready - last if ready > last else 0.0
+                    c.waited += 1
+                if n:
+                    c.samples += n
+                if k:
+                    c.tokens += k
+                if f:
+                    c.flops += f
+                self._unflopped += 1
+            self.steps += 1
+            if n:
+                self.samples += n
+            if k:
+                self.tokens += k
+        except Exception as e:  # a bug of ours, or settings built by hand: not the caller's
+            bad.append(f"a step ({type(e).__name__}: {e})")
         return bad
 
     def add_flops(self, flops: object, steps: object) -> list[str]:
@@ -181,13 +194,18 @@ class RunSteps:
         n = self._checked("steps", steps, 0, bad)
         if f and n:
             credited = f / n * min(measured, n)
-            self.window.flops += credited
             self.total.flops += credited
         return bad
 
+    @property
+    def window(self) -> StepCounter:
+        """The measured steps since the last :meth:`take_window`."""
+        return self.total.since(self._window_start)
+
     def take_window(self) -> StepCounter:
         """The log window's counters; a new window starts."""
-        window, self.window = self.window, StepCounter()
+        window = self.window
+        self._window_start = self.total.copy()
         return window
 
     @staticmethod
@@ -202,6 +220,9 @@ class RunSteps:
         except ValueError as e:
             bad.append(f"{name}={_short_repr(value)} ({e})")
             return None
+
+
+_ZERO = StepCounter()
 
 
 def _short_repr(value: object) -> str:

@@ -82,7 +82,9 @@ class GpuKpiCallback(TrainerCallback):
         self.session: Session | None = None
         self._samples_arg = samples_per_step
         self._running = False
-        self._pending: tuple[int | None, int | None] | None = None
+        # a step whose end waits for on_log: its samples and tokens
+        self._pending = False
+        self._pending_counts: tuple[int | None, int | None] = (None, None)
         self._tokens_seen = 0
         self._flos = 0.0
         self._flos_step = 0
@@ -94,7 +96,7 @@ class GpuKpiCallback(TrainerCallback):
         if self._running:  # the previous train() raised before on_train_end
             self._at_exit()
             atexit.unregister(self._at_exit)
-        self.session, self._pending, self._last_logged = None, None, -1
+        self.session, self._pending, self._last_logged = None, False, -1
         try:
             self.session = self._make_session(args, state)
             self.session.start()
@@ -142,32 +144,37 @@ class GpuKpiCallback(TrainerCallback):
                        gather=distributed.gatherer(), **kwargs)
 
     # -- steps ------------------------------------------------------------------------------
+    # on_step_begin and on_step_end run on every optimizer step: no call, dict or tuple there
+    # that a plain step does not need
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.session is not None:
-            self._end_step()
-            self.session.data_ready()  # the Trainer fetched this step's batches just before
+        s = self.session
+        if s is not None:
+            if self._pending:
+                self._end_step()
+            s.data_ready()  # the Trainer fetched this step's batches just before
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         s = self.session
         if s is None:
             return
         tokens = self.tokens_per_step
-        seen = int(getattr(state, "num_input_tokens_seen", 0) or 0)
-        if seen > self._tokens_seen:  # summed over ranks by the Trainer: this rank's share
+        seen = getattr(state, "num_input_tokens_seen", 0)
+        if seen and seen > self._tokens_seen:  # summed over ranks by the Trainer: this rank's share
+            seen = int(seen)
             tokens = (seen - self._tokens_seen) // max(s.world_size, 1)
             self._tokens_seen = seen
-        self._pending = (self.samples_per_step, tokens)
         # On a log step the Trainer now reads the loss (a GPU sync) and its reporters write:
         # that is neither input wait nor the next step, so the step ends in on_log instead.
-        if not getattr(control, "should_log", False):
-            self._end_step()
+        if getattr(control, "should_log", False):
+            self._pending, self._pending_counts = True, (self.samples_per_step, tokens)
+        else:
+            s.step(self.samples_per_step, tokens)
 
     def _end_step(self) -> None:
-        """Count the step whose end was deferred (or that just ended)."""
-        if self.session is not None and self._pending is not None:
-            samples, tokens = self._pending
-            self._pending = None
-            self.session.step(samples=samples, tokens=tokens)
+        """Count the step whose end was deferred to on_log."""
+        if self.session is not None and self._pending:
+            self._pending = False
+            self.session.step(*self._pending_counts)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
                **kwargs: Any) -> None:

@@ -14,9 +14,12 @@ from tracker.throughput import RunSteps, StepCounter, count, mfu
 
 
 def test_step_counter_rates_and_data_wait() -> None:
-    c = StepCounter()
-    c.add(0.5, 0.1, 32, 4096, 1e12)
-    c.add(1.5, None, 32, 4096, 1e12)  # a step whose wait is unknown adds time, not wait
+    s = RunSteps()
+    s.step(10.0, warmup_steps=0)  # the first step has no start: not timed
+    s.ready(10.1)
+    s.step(10.5, warmup_steps=0, samples=32, tokens=4096, flops=1e12)
+    s.step(12.0, warmup_steps=0, samples=32, tokens=4096, flops=1e12)  # wait unknown: time only
+    c = s.total
     assert c.steps == 2 and c.time_s == 2.0
     assert c.rate(c.samples) == 32.0  # 64 samples in 2 s
     assert c.rate(c.tokens) == 4096.0
@@ -81,12 +84,17 @@ def test_run_steps_time_the_steps_and_drop_bad_counts() -> None:
 
 def test_run_steps_never_let_a_total_overflow() -> None:
     s = RunSteps()
-    assert s.add(None, None, samples=1e308) == []
-    assert s.add(None, None, samples=1e308) == [
+    assert s.step(1.0, warmup_steps=0, samples=1e308) == []
+    assert s.step(2.0, warmup_steps=0, samples=1e308) == [
         "samples=1e+308 (the run's total would overflow)"]
-    assert s.add(None, None, samples=2**1100) == [
+    assert s.step(3.0, warmup_steps=0, samples=2**1100) == [
         f"samples={reprlib.repr(2**1100)} (the run's total would overflow)"]
-    assert s.samples == 1e308 and s.steps == 3
+    # an int that is a fine count alone still overflows a total near the limit
+    assert s.step(4.0, warmup_steps=0, samples=2**1023) == [
+        f"samples={reprlib.repr(2**1023)} (the run's total would overflow)"]
+    assert s.step(5.0, warmup_steps=0, samples=10**299) == []  # beside 1e308, still finite
+    assert s.samples == 1e308 + 10**299 and s.steps == 5
+    assert s.total.samples == 10**299 and s.total.steps == 4  # the first step is not timed
 
 
 def test_run_steps_pause_and_interrupt() -> None:

@@ -16,18 +16,25 @@ BatchFn = Callable[[Any], int | None]
 def infer_batch_size(batch: Any) -> int | None:
     """The leading dimension of the first tensor found in ``batch`` (a tensor, a sequence,
     a mapping such as a HF ``BatchEncoding``), or None. Reads only the shape: no GPU sync."""
+    found = batch_leaf(batch)
+    return found[0] if found is not None else None
+
+
+def batch_leaf(batch: Any) -> tuple[int, tuple[Any, ...]] | None:
+    """:func:`infer_batch_size`'s answer and the keys (indices) that lead from ``batch`` to the
+    tensor it read: ``batch[k0][k1]...`` for ``(k0, k1, ...)``, ``()`` for a tensor."""
     shape = getattr(batch, "shape", None)
     if shape is not None:
-        return int(shape[0]) if len(shape) else None
+        return (int(shape[0]), ()) if len(shape) else None
     if isinstance(batch, Mapping):
-        for value in batch.values():
-            if (n := infer_batch_size(value)) is not None:
-                return n
+        items: Any = batch.items()
+    elif isinstance(batch, Sequence) and not isinstance(batch, str | bytes):
+        items = enumerate(batch)
+    else:
         return None
-    if isinstance(batch, Sequence) and not isinstance(batch, str | bytes):
-        for value in batch:
-            if (n := infer_batch_size(value)) is not None:
-                return n
+    for key, value in items:
+        if (found := batch_leaf(value)) is not None:
+            return found[0], (key, *found[1])
     return None
 
 

@@ -5,12 +5,13 @@ body serves ``lightning`` (:mod:`tracker.lightning`) and ``pytorch_lightning``
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from tracker.config import ConfigError, Settings, load_settings
-from tracker.integrations.common import BatchFn, FlopMeter, count, infer_batch_size, new_run_id
+from tracker.integrations.common import BatchFn, FlopMeter, batch_leaf, count, new_run_id
 from tracker.record import RunRecord
 from tracker.session import Session, track
 from tracker.sinks import Sink
@@ -94,6 +95,11 @@ class LightningHooks:
       data-wait figures.
 
     Each ``fit`` is a run of its own: a resumed fit counts only its own steps and samples.
+
+    The batch hooks run on every step, so they stay cheap (see ``bench/callback_overhead.py``):
+    few Python calls, the batch's leading dimension the only part of it read (the keys to that
+    tensor are found in the first batch and kept while later batches have the same type), the
+    trainer's figures looked up once a fit, the log cadence one integer compare.
     """
 
     def __init__(self, *, batch_size_fn: BatchFn | None = None,
@@ -110,10 +116,19 @@ class LightningHooks:
 
     def _reset(self) -> None:
         self._flops = FlopMeter()
-        self._flops_tried = False
+        self._flops_due = self.measure_flops  # on the first batch this fit sees
+        self._flops_open = False
+        # the batch type, and keys into it, that the last batch's size was read from
+        self._batch_type: type | None = None
+        self._batch_path: tuple[Any, ...] = ()
         self._warned: set[str] = set()
         self._last_logged = -1
         self._next_log_t = 0.0
+        # the trainer's figures, looked up once a fit (on_fit_start)
+        self._loop: Any = None
+        self._every = 0
+        self._accumulates = True
+        self._due_step = sys.maxsize  # no step before this one logs on the step cadence
 
     # -- setup ------------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -160,6 +175,13 @@ class LightningHooks:
         if self.session is not None:
             self.session.start()
             self._next_log_t = time.monotonic() + self._log_every_s
+        loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+        # a Lightning without these internals: _log_step's fallback on every step
+        self._loop = loop if hasattr(loop, "_batches_that_stepped") else None
+        self._every = int(getattr(trainer, "log_every_n_steps", 50) or 0)
+        # one batch per optimizer step never accumulates: no need to ask on every step
+        self._accumulates = getattr(trainer, "accumulate_grad_batches", 2) != 1
+        self._due_step = 0 if self._every > 0 else sys.maxsize
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if self.session is not None:
@@ -172,46 +194,79 @@ class LightningHooks:
             return
         s.data_ready()
         # the first batch this fit sees (a fit resumed mid-epoch starts at batch_idx > 0)
-        if self.measure_flops and not self._flops_tried:
-            self._flops_tried = True
+        if self._flops_due:
+            self._flops_due = False
             self._flops.begin()
+            self._flops_open = self._flops.active
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         s = self.session
         if s is None:
             return
-        if self._flops.active and (flops := self._flops.end()) is not None:
-            s.flops_per_step = flops
-        s.step(samples=self._samples(batch),
-               tokens=count(self.tokens_fn, batch, "tokens_fn", self._warned))
-        step, accumulating = _log_step(trainer)
+        if self._flops_open:
+            self._flops_open = False
+            if (flops := self._flops.end()) is not None:
+                s.flops_per_step = flops
+        samples = None
+        if self.batch_size_fn is not None:
+            samples = count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
+        else:
+            if type(batch) is self._batch_type:
+                try:  # inline, not a call: this runs on every step
+                    leaf: Any = batch
+                    for key in self._batch_path:
+                        leaf = leaf[key]
+                    samples = leaf.shape[0]
+                except Exception:  # not the structure the keys came from
+                    pass
+            if type(samples) is not int:
+                samples = self._batch_size(batch)
+        s.step(samples, None if self.tokens_fn is None
+               else count(self.tokens_fn, batch, "tokens_fn", self._warned))
+        loop = self._loop
+        if loop is None:
+            step, accumulating = _log_step(trainer)
+        else:
+            step = loop._batches_that_stepped
+            accumulating = self._accumulates and _accumulating(loop)
         if accumulating or step == self._last_logged:
             return
-        every = int(getattr(trainer, "log_every_n_steps", 50) or 0)
-        due = every > 0 and ((step + 1) % every == 0 or bool(trainer.should_stop))
-        if not due and s.world_size == 1 and time.monotonic() >= self._next_log_t:
-            due = True  # very slow steps: still a point every log_every_s
-        if due:
-            self._last_logged = step
-            self._next_log_t = time.monotonic() + self._log_every_s
-            s.log_now(step=step)
-            if every != 1:
-                # our writes and Lightning's (same batch) are neither training nor waiting for
-                # input: leave the gap before the next batch out (unless every step logs)
-                s.interrupt()
+        due = False
+        if step >= self._due_step:  # the one compare of most steps
+            every = self._every
+            due = (step + 1) % every == 0
+            self._due_step = ((step + 1) // every + 1) * every - 1  # the next such step
+        if not due:
+            if self._every > 0 and trainer.should_stop:
+                due = True
+            elif s.world_size == 1 and time.monotonic() >= self._next_log_t:
+                due = True  # very slow steps: still a point every log_every_s
+            else:
+                return
+        self._last_logged = step
+        self._next_log_t = time.monotonic() + self._log_every_s
+        s.log_now(step=step)
+        if self._every != 1:
+            # our writes and Lightning's (same batch) are neither training nor waiting for
+            # input: leave the gap before the next batch out (unless every step logs)
+            s.interrupt()
 
-    def _samples(self, batch: Any) -> int | None:
-        if self.batch_size_fn is not None:
-            return count(self.batch_size_fn, batch, "batch_size_fn", self._warned)
+    def _batch_size(self, batch: Any) -> int | None:
+        """The batch's leading dimension, found by walking it; the keys to it are kept."""
+        self._batch_type = None
         try:
-            return infer_batch_size(batch)
+            found = batch_leaf(batch)
         except Exception as e:  # an odd batch type: no sample count, training goes on
             if "batch_size" not in self._warned:
                 self._warned.add("batch_size")
-                log.warning("gpu-kpi: cannot tell the batch size (%s: %s); pass batch_size_fn=",
-                            type(e).__name__, e)
+                log.warning("gpu-kpi: cannot tell the batch size (%s: %s); pass "
+                            "batch_size_fn=", type(e).__name__, e)
             return None
+        if found is None:
+            return None
+        self._batch_type, self._batch_path = type(batch), found[1]
+        return found[0]
 
     def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if self.session is not None and not trainer.sanity_checking:
@@ -229,6 +284,7 @@ class LightningHooks:
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if self._flops.active:  # the failing batch was the one being measured
+            self._flops_open = False
             self._flops.end()
         if self.session is not None:
             # no collective: the other ranks may not reach this point
@@ -254,6 +310,13 @@ def _log_step(trainer: Any) -> tuple[int, bool]:
         return int(loop._batches_that_stepped), bool(loop._should_accumulate())  # type: ignore[union-attr]
     except Exception:  # a Lightning without these internals: the closest public figure
         return max(int(trainer.global_step) - 1, 0), False
+
+
+def _accumulating(loop: Any) -> bool:
+    try:
+        return bool(loop._should_accumulate())
+    except Exception:
+        return False
 
 
 def _gatherer(trainer: Any, pl_module: Any) -> Any:
