@@ -25,7 +25,7 @@ from tracker.store.rollups import (
     epoch_minute,
     rollups_of,
 )
-from tracker.store.samples import SampleSQL
+from tracker.store.samples import SampleSQL, checked_value
 from tracker.store.schema import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
@@ -151,12 +151,6 @@ BASIS_COLUMNS = {"util_pct": ("util_known_s", "util_s", "util_idle_s", "util_idl
 """Per sample column (a utilization basis): its rollup columns."""
 
 
-def _finite(column: str, high: float) -> str:
-    """SQL for ``column`` where it is a finite number in [0, high], else NULL (a rollup row
-    damaged in the database: text on SQLite, inf, NaN)."""
-    return f"(CASE WHEN {column} BETWEEN 0.0 AND {float(high)!r} THEN {column} END)"
-
-
 def rollup_totals(conn: Connection, *, value: str, hour_edges: Sequence[int], since_hour: int,
                   until_hour: int) -> list[tuple[Any, ...]]:
     """The rollups of the hours in ``[since_hour, until_hour)`` summed per run, GPU and bucket
@@ -168,12 +162,13 @@ def rollup_totals(conn: Connection, *, value: str, hour_edges: Sequence[int], si
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
     bucket = "0"
     for i, edge in enumerate(sorted(hour_edges)):
-        bucket = f"CASE WHEN hour < {int(edge)} THEN {bucket} ELSE {i + 1} END" if i == 0 else \
-            f"CASE WHEN hour < {int(edge)} THEN ({bucket}) ELSE {i + 1} END"
+        bucket = f"CASE WHEN hour < {int(edge)} THEN ({bucket}) ELSE {i + 1} END"
     bucket = f"CASE WHEN hour = {MISSHAPED_HOUR} THEN -1 ELSE {bucket} END"
     hour_s = 3600.0
-    checks = [_finite("covered_s", hour_s), _finite(known, hour_s), _finite(used, 100 * hour_s),
-              _finite(idle, hour_s), _finite(idle_used, 100 * hour_s)]
+    # a figure damaged in the database (text on SQLite, inf, NaN) reads as NULL
+    checks = [checked_value("covered_s", (0.0, hour_s)), checked_value(known, (0.0, hour_s)),
+              checked_value(used, (0.0, 100 * hour_s)), checked_value(idle, (0.0, hour_s)),
+              checked_value(idle_used, (0.0, 100 * hour_s))]
     ok = " AND ".join(f"{c} IS NOT NULL" for c in checks)
     sql = (f"SELECT run_id, gpu, {bucket} AS bucket, "
            f"SUM(CASE WHEN {ok} THEN minutes ELSE 0 END), "
