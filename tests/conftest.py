@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,5 +93,14 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         yield sa.make_url(pg_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        # FORCE cannot end an autovacuum worker (the superuser's) that a test's writes woke on
+        # this database: it ends within moments, so try again rather than fail the test
+        for attempt in range(10):
+            try:
+                with admin.connect() as conn:
+                    conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                break
+            except sa.exc.DBAPIError:
+                if attempt == 9:
+                    raise
+                time.sleep(0.5)
