@@ -51,6 +51,10 @@ def main(out: Path) -> None:
     record = callback.record
     if trainer.is_world_process_zero() and record is not None:
         (out / "run_id").write_text(record.id)
+    # Trainer leaves the gloo group up; without this a rank can abort at exit ("terminate called
+    # without an active exception", pytorch/pytorch#190489) after a run that went well.
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
