@@ -9,7 +9,8 @@ its whole week), it
 1. generates the week's samples once into Parquet (DuckDB), and loads a run store from that
    Parquet (untimed; cached by size and case under ``--dir``, or in a PostgreSQL database);
 2. calls :func:`prepare` on the store (timed on its own: ``prepare: X s``);
-3. times ``gpu-kpi report`` for that week in a subprocess, and reads its peak RSS;
+3. times ``gpu-kpi report`` for that week in a subprocess, and reads its peak RSS; in the
+   benign case also what a ``/metrics`` refresh computes (:func:`refresh_times`);
 4. times DuckDB computing the same headline figures from the Parquet in another subprocess
    (``bench/scale_data.py reference``: window functions for the idle rule), with its peak RSS;
 5. compares the report's JSON ``headline`` (``gpu_hours``, ``utilization_pct``, ``spend_usd``,
@@ -70,6 +71,31 @@ def prepare(url: str) -> float:
     with RunStore(url) as store:
         store.rebuild_rollups()
     return time.perf_counter() - t0
+
+
+def refresh_times(url: str, repeat: int) -> tuple[float, float]:
+    """Seconds for what ``/metrics`` recomputes every 5 minutes at a time in the week after the
+    bench's (W48 complete, W49 so far): ``compute_live`` (one read of the two weeks), and the
+    two whole reports' ``compute`` it replaced. In this process, the fastest of ``repeat``."""
+    from datetime import UTC, datetime
+
+    from reports.build import Request, compute, compute_live
+
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    req = Request(week=None, tz=UTC)
+
+    def timed(f: object) -> float:
+        out = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            f()  # type: ignore[operator]
+            out.append(time.perf_counter() - t0)
+        return min(out)
+
+    live = timed(lambda: compute_live(url, req, now=now))
+    two = timed(lambda: [compute(url, Request(week=w, tz=UTC), now=now, warn=False)
+                         for w in ("2026-W48", "2026-W49")])
+    return live, two
 
 
 # -- measuring a subprocess ---------------------------------------------------------------------
@@ -315,6 +341,10 @@ def main() -> None:
                       + ", ".join(f"{k} {head[k]:,.4f} vs {ref[k]:,.4f}" for k in HEADLINE),
                       flush=True)
                 row = Row(gpus, label, case, prep, m, duck, diff)
+                if case == "benign":
+                    live, two = refresh_times(url, args.repeat)
+                    print(f"  {label} /metrics refresh: {live:.2f} s (two reports' compute, as "
+                          f"before: {two:.2f} s; x{two / live:.1f})", flush=True)
                 if case == "worst":
                     benign = next(r for r in rows if (r.gpus, r.store, r.case)
                                   == (gpus, label, "benign"))

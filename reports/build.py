@@ -56,13 +56,15 @@ class Request:
     carbon: Carbon = field(default_factory=Carbon)
     """Grid intensity and PUE for CO2e (``[carbon]``)."""
 
-    def kpis(self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime) -> kpis.WeekKpis:
+    def kpis(self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *,
+             trend_weeks: int = 12) -> kpis.WeekKpis:
         """The KPIs of the week starting ``start`` from these runs and their GPU-time rows."""
         from tracker.prices import PriceTable
 
         return kpis.kpis_of_gpu_time(runs, gt, start, tz=self.tz, basis=self.basis,
                                      thresholds=self.thresholds, prices=PriceTable(self.prices),
-                                     owned=self.owned, carbon=self.carbon)
+                                     owned=self.owned, carbon=self.carbon,
+                                     trend_weeks=trend_weeks)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +123,24 @@ def compute(store_url: str | None, req: Request, *, now: datetime,
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt,
                     now=now)
+
+
+def compute_live(store_url: str | None, req: Request, *,
+                 now: datetime) -> tuple[WeekKpis, WeekKpis]:
+    """The last complete week and the current week so far (``req.week`` is not used), as
+    ``/metrics`` shows them: one read of those two weeks, where :func:`compute` of each reads
+    twelve for the trend. Headline and breakdowns equal :func:`compute`'s; the trend holds the
+    two weeks and the last complete week has no previous week to compare with."""
+    from reports.weeks import week_of
+
+    current = week_bounds(*week_of(now, req.tz), req.tz)[0]
+    runs, sampled, skipped = load(store_url, current, tz=req.tz, weeks=2, basis=req.basis,
+                                  thresholds=req.thresholds, now=now)
+    gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
+    latest, so_far = (dataclasses.replace(req.kpis(runs, gt, start, trend_weeks=2),
+                                          skipped=skipped)
+                      for start in (shift_week(current, req.tz, -1), current))
+    return latest, so_far
 
 
 def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,

@@ -254,8 +254,9 @@ class Service:
             log.error("gpu-kpi: nothing mailed: %s", e)
             return None, [str(e)]
 
-    def request(self, label: str) -> Request:
-        """The report request of week ``label`` with this service's settings."""
+    def request(self, label: str | None) -> Request:
+        """The report request of week ``label`` (None: the last complete week) with this
+        service's settings."""
         from reports.build import FORMATS, Request
 
         s = self.settings

@@ -71,21 +71,17 @@ class MetricsRefresher:
         self._exporter = exporter
 
     def __call__(self, now: datetime | None = None) -> None:
-        from reports.build import compute
+        from reports.build import compute_live
         from reports.errors import ReportError
         from reports.service.deliveries import DeliveryLog
-        from reports.weeks import label_of, week_label, week_of
         from tracker.store import RunStore, StoreError
 
         s = self._settings
         now = now or datetime.now(UTC)
-        service = Service(s)
         try:
-            latest = compute(s.tracker.store, service.request(label_of(service.latest_week(now))),
-                             now=now, warn=False)
-            current = compute(s.tracker.store, service.request(week_label(*week_of(now, s.tz))),
-                              now=now, warn=False)
-            self._exporter.update(latest.kpis, week_to_date=current.kpis)
+            # the two weeks in one read, without the trend a report needs
+            latest, current = compute_live(s.tracker.store, Service(s).request(None), now=now)
+            self._exporter.update(latest, week_to_date=current)
             with RunStore(s.tracker.store) as store:
                 self._exporter.set_email_counts(DeliveryLog(store).counts())
         except (ReportError, StoreError) as e:

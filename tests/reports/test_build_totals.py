@@ -4,6 +4,7 @@ week boundary and a daylight-saving change, with gaps, unknown minutes and idle 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -13,7 +14,7 @@ import pytest
 from fakes import run_record
 
 from reports import kpi as kpis
-from reports.build import Request, compute, load
+from reports.build import Request, compute, compute_live, load
 from tracker.cost import Thresholds
 from tracker.record import MinuteSample
 from tracker.store import RunStore
@@ -177,3 +178,22 @@ def test_a_migrated_store_reports_what_its_minutes_say(store_url: str) -> None:
                                   rtol=1e-9, atol=1e-9)
     pd.testing.assert_frame_equal(after.trend, before.trend, check_exact=False, rtol=1e-9,
                                   atol=1e-9)
+
+
+def test_the_live_figures_are_the_reports_of_both_weeks(store_url: str) -> None:
+    """/metrics reads the last complete week and the week so far in one go (two weeks of
+    rollups, no trend): headline and team figures equal the report of each week."""
+    with RunStore(store_url) as store:
+        fill(store, seed=3)
+    now = W44 + timedelta(days=3, hours=5)
+    req = Request(week=None, tz=BERLIN)
+    live = compute_live(store_url, req, now=now)
+    for got, week in zip(live, ("2026-W43", "2026-W44"), strict=True):
+        want = compute(store_url, dataclasses.replace(req, week=week), now=now).kpis
+        assert got.week == want.week and want.headline.gpu_hours > 1
+        for name, value in want.headline.__dict__.items():
+            had = getattr(got.headline, name)
+            assert had == value if value is None else had == pytest.approx(value, rel=1e-9), name
+        pd.testing.assert_frame_equal(got.by["team"], want.by["team"], check_exact=False,
+                                      rtol=1e-9, atol=1e-9)
+    assert live[1].headline.idle_usd > 0
