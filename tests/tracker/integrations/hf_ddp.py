@@ -8,6 +8,7 @@ id to ``OUT_DIR/run_id``.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -51,9 +52,14 @@ def main(out: Path) -> None:
     record = callback.record
     if trainer.is_world_process_zero() and record is not None:
         (out / "run_id").write_text(record.id)
-    # Trainer leaves the gloo group up; without this a rank can abort at exit ("terminate called
-    # without an active exception", pytorch/pytorch#190489) after a run that went well.
+    # The Trainer leaves the gloo group up. Left to interpreter exit, its teardown aborted a rank
+    # in CI ("terminate called without an active exception", pytorch/pytorch#190489); destroyed
+    # while the trainer (and DDP's wrapper) still lived, a rank hung once in about 30 runs. So:
+    # the trainer first, then the group, once every rank is past its last collective.
+    del trainer
+    gc.collect()
     if torch.distributed.is_initialized():
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
