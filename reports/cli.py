@@ -22,14 +22,14 @@ if TYPE_CHECKING:
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Our own exception types that mean bad input or an unreachable service, not a bug."""
-    from reports.errors import ReportError
+    from reports.errors import ImportFailed, ReportError
     from reports.weeks import WeekError
     from tracker.config import ConfigError
     from tracker.gpu import BackendError
     from tracker.prices import UnknownGpu
 
     errors: list[type[BaseException]] = [UsageError, BackendError, ConfigError, UnknownGpu,
-                                         WeekError, ReportError]
+                                         WeekError, ReportError, ImportFailed]
     try:
         from tracker.store import StoreError
 
@@ -227,6 +227,27 @@ def cmd_store(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """``import nvidia-smi FILE...``: the logs' runs and minute samples into the store, all
+    or nothing; the runs printed as ``gpu-kpi runs`` prints them."""
+    from reports.imports.nvsmi import Labels, import_nvsmi
+    from reports.weeks import zone
+
+    settings = _settings(args)
+    if args.price is not None and not 0 <= args.price <= 10_000:
+        raise UsageError(f"--price {args.price:g}: USD per GPU-hour from 0 to 10,000")
+    if args.max_gap is not None and not args.max_gap > 0:
+        raise UsageError(f"--max-gap {args.max_gap:g}: seconds, more than 0")
+    labels = Labels(project=args.project, team=args.team, user=args.user, host=args.host,
+                    gpu_model=args.gpu_model, price=args.price)
+    done = import_nvsmi(settings.store, args.files, tz=zone(args.tz), labels=labels,
+                        per_gpu=args.per_gpu, settings=settings, max_gap_s=args.max_gap)
+    print(format_runs(done.records))
+    print(f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
+          f"{_shown_url(settings.store)}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import DEMO_OWNED, run_demo
     from reports.weeks import week_of
@@ -300,6 +321,21 @@ def build_parser() -> argparse.ArgumentParser:
                  store=False)
     prices.add_argument("--gpu", metavar="MODEL", help="one model, e.g. H100")
     prices.add_argument("--format", choices=("table", "json"), default="table")
+
+    imp = add("import", cmd_import, "bring runs our callback did not track into the store: "
+              "nvidia-smi CSV logs (--query-gpu=timestamp,uuid,name,utilization.gpu,... "
+              "--format=csv -l N), at their own timestamps")
+    imp.add_argument("source", choices=("nvidia-smi",))
+    imp.add_argument("files", nargs="+", metavar="FILE")
+    imp.add_argument("--tz", default="UTC", help="time zone of the log's timestamps (default UTC)")
+    for label in ("project", "team", "user", "host"):
+        imp.add_argument(f"--{label}", default="", help=f"the runs' {label}")
+    imp.add_argument("--gpu-model", metavar="MODEL", help="GPU model when the log has no 'name' "
+                     "column, or to override it (e.g. H100)")
+    imp.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour for these runs")
+    imp.add_argument("--per-gpu", action="store_true", help="one run per GPU UUID, not per file")
+    imp.add_argument("--max-gap", type=float, metavar="S", help="seconds between two readings "
+                     "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)")
 
     add("sync", cmd_sync, "send runs spooled while the store was unreachable")
     store = add("store", cmd_store, "look after the run store: rebuild-rollups recomputes the "

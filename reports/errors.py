@@ -11,6 +11,10 @@ class ReportError(Exception):
     started)."""
 
 
+class ImportFailed(Exception):
+    """An import cannot read its input (a file and line, a URL): nothing was imported."""
+
+
 class UsageError(Exception):
     """Bad input on the command line: printed as one line, exit status 2."""
 

@@ -54,7 +54,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reports.kpi",),
     ("reports.render",),
     ("reports.build",),
-    ("reports.service", "reports.demo"),
+    ("reports.service", "reports.demo", "reports.imports"),
     ("reports", "reports.cli"),
 )
 

@@ -316,6 +316,12 @@ class Sampler:
         return (f"GPU utilization averaged {mean:.0f}% over the last {covered / 60:.0f} min, "
                 f"under the {self.alert.under_pct:.0f}% alert threshold")
 
+    def gap(self) -> None:
+        """The time since the last reading was not observed (a gap in an imported log): the
+        next reading starts a new stretch and covers no time before it."""
+        with self._lock:
+            self._prev_t = None
+
     # -- results ----------------------------------------------------------------------------
     def take_window(self) -> dict[str, GpuStats]:
         """The aggregates since the previous call (the log window), and start a new window."""

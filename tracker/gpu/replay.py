@@ -64,18 +64,19 @@ def _parse_value(field: str, text: str) -> float | None:
     return value
 
 
-def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
-    """Parse an nvidia-smi CSV log. Raises :class:`BackendError` naming the file and line."""
+def read_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[tuple[datetime, GpuReading]]]]:
+    """An nvidia-smi CSV log's GPUs (by index) and each one's readings at the log's own naive
+    timestamps, in file order. Raises :class:`BackendError` naming the file and line."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise BackendError(f"cannot read replay log {p}: {e.strerror or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BackendError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
     reader = csv.reader(text.splitlines())
     try:
         header = [h.strip().split(" [")[0] for h in next(reader)]
     except StopIteration:
-        raise BackendError(f"{p}: empty replay log") from None
+        raise BackendError(f"{p}: empty nvidia-smi log") from None
     if "timestamp" not in header or "utilization.gpu" not in header:
         raise BackendError(f"{p}:1: not an nvidia-smi --format=csv log: need columns "
                            f"'timestamp' and 'utilization.gpu', got {', '.join(header)}")
@@ -83,8 +84,7 @@ def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
         raise BackendError(f"{p}:1: need a 'uuid' or 'index' column")
     col = {name: i for i, name in enumerate(header)}
     infos: dict[str, GpuInfo] = {}
-    rows: dict[str, list[_Row]] = {}
-    t0: datetime | None = None
+    rows: dict[str, list[tuple[datetime, GpuReading]]] = {}
     for lineno, cells in enumerate(reader, start=2):
         if not cells or all(not c.strip() for c in cells):
             continue
@@ -97,19 +97,28 @@ def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
         except ValueError as e:
             raise BackendError(f"{p}:{lineno}: {e}") from None
         uuid = cells[col["uuid"]].strip() if "uuid" in col else f"GPU-replay-{index}"
-        t0 = t0 or ts
         if uuid not in infos:
             name = cells[col["name"]].strip() if "name" in col else "unknown"
             infos[uuid] = GpuInfo(index=index, uuid=uuid, name=name,
                                   mem_total_gib=values.get("mem_total_gib"))
             rows[uuid] = []
-        rows[uuid].append(_Row(t=(ts - t0).total_seconds(), reading=GpuReading(uuid=uuid, **values)))
+        rows[uuid].append((ts, GpuReading(uuid=uuid, **values)))
     if not infos:
-        raise BackendError(f"{p}: replay log has a header but no rows")
+        raise BackendError(f"{p}: nvidia-smi log has a header but no rows")
+    return sorted(infos.values(), key=lambda g: g.index), rows
+
+
+def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
+    """An nvidia-smi CSV log as :class:`ReplayBackend` plays it: times in seconds since its
+    first timestamp. Raises :class:`BackendError` naming the file and line."""
+    infos, readings = read_log(path)
+    t0 = min(series[0][0] for series in readings.values())
+    rows = {uuid: [_Row(t=(ts - t0).total_seconds(), reading=r) for ts, r in series]
+            for uuid, series in readings.items()}
     for uuid, series in rows.items():
         if any(b.t < a.t for a, b in pairwise(series)):
-            raise BackendError(f"{p}: timestamps of GPU {uuid} go backwards")
-    return sorted(infos.values(), key=lambda g: g.index), rows
+            raise BackendError(f"{path}: timestamps of GPU {uuid} go backwards")
+    return infos, rows
 
 
 class ReplayBackend:

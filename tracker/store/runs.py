@@ -131,23 +131,31 @@ class RunStore(SampleScans):
 
         Within ``rows``, a later sample for the same key wins.
         """
+        if rows:
+            self.put((), rows)
+
+    def put(self, records: Sequence[RunRecord], rows: Sequence[MinuteSample]) -> None:
+        """:meth:`upsert_run` of each record and :meth:`upsert_samples` of ``rows`` in one
+        transaction (an import): all of it is stored, or nothing."""
+        runs = [run_to_row(r) for r in records]
         by_key: dict[tuple[str, datetime, str], dict[str, Any]] = {}
         for sample in rows:
             row = sample_to_row(sample)
             by_key[(row["run_id"], row["minute"], row["gpu"])] = row
-        if not by_key:
-            return
         params = list(by_key.values())
         first: dict[tuple[str, str], datetime] = {}
         for run_id, minute, gpu in by_key:
             first[(run_id, gpu)] = min(minute, first.get((run_id, gpu), minute))
 
         def work(conn: Connection) -> None:
+            if runs:
+                conn.execute(self._upsert_run, runs)
             # executemany, which SQLAlchemy batches into multi-row INSERTs; then the rollups
             # these rows change, in the same transaction
-            conn.execute(self._upsert_samples, params)
-            if self.version >= 2:
-                rollup_sql.refresh(conn, first)
+            if params:
+                conn.execute(self._upsert_samples, params)
+                if self.version >= 2:
+                    rollup_sql.refresh(conn, first)
 
         self._transaction(work, write=True)
 

@@ -71,7 +71,7 @@ def test_log_repeats_after_its_end(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("", "empty replay log"),
+    ("", "empty nvidia-smi log"),
     ("a,b,c\n1,2,3\n", ":1: not an nvidia-smi --format=csv log"),
     ("timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0, 5 %\n"
      "2026/11/23 10:00:01, 0, lots\n", ":3: bad util_pct value 'lots'"),
@@ -86,5 +86,5 @@ def test_malformed_logs_name_file_and_line(tmp_path: Path, text: str, message: s
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(BackendError, match="cannot read replay log"):
+    with pytest.raises(BackendError, match=r"cannot read .*nope.csv: No such file"):
         ReplayBackend(tmp_path / "nope.csv").open(0.0)
