@@ -241,7 +241,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     labels = Labels(project=args.project, team=args.team, user=args.user, host=args.host,
                     gpu_model=args.gpu_model, price=args.price)
     done = import_nvsmi(settings.store, args.files, tz=zone(args.tz), labels=labels,
-                        per_gpu=args.per_gpu, settings=settings, max_gap_s=args.max_gap)
+                        per_gpu=args.per_gpu, settings=settings, max_gap_s=args.max_gap,
+                        replace=args.replace)
     print(format_runs(done.records))
     print(f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
           f"{_shown_url(settings.store)}")
@@ -334,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "column, or to override it (e.g. H100)")
     imp.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour for these runs")
     imp.add_argument("--per-gpu", action="store_true", help="one run per GPU UUID, not per file")
+    imp.add_argument("--replace", action="store_true", help="drop earlier nvidia-smi imports "
+                     "that hold minutes of the same GPUs in the same time (other options)")
     imp.add_argument("--max-gap", type=float, metavar="S", help="seconds between two readings "
                      "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)")
 

@@ -139,10 +139,13 @@ NEAR = 1e-6
 """A window sum this close to the limit is decided exactly (math.fsum), by both rules."""
 
 
-def idle_flags(values: Sequence[float | None], threshold_pct: float, window: int) -> list[bool]:
+def idle_flags(values: Sequence[float | None], threshold_pct: float, window: int,
+               minutes: Sequence[int] | None = None) -> list[bool]:
     """Which rows are idle: the row's own value is under ``threshold_pct`` and it lies in some
     ``window``-row stretch of known values averaging under it. None (no value) is never idle
-    and breaks a stretch. A window sum within :data:`NEAR` of the limit is compared exactly."""
+    and breaks a stretch, and so does a missing minute when ``minutes`` (each row's epoch
+    minute, increasing) are given. A window sum within :data:`NEAR` of the limit is compared
+    exactly."""
     n = len(values)
     flags = [False] * n
     if n < window:
@@ -157,7 +160,8 @@ def idle_flags(values: Sequence[float | None], threshold_pct: float, window: int
     qualifies = [False] * n
     for end in range(window - 1, n):
         start = end - window + 1
-        if nones[end + 1] != nones[start]:
+        if nones[end + 1] != nones[start] or (
+                minutes is not None and minutes[end] - minutes[start] != window - 1):
             continue
         approx = sums[end + 1] - sums[start]
         if abs(approx - limit) <= NEAR + 1e-15 * abs(sums[end + 1]):
@@ -180,7 +184,7 @@ class IdleDetector:
 
     A minute is idle when its own utilization is under ``threshold_pct`` and it lies in some
     ``window``-minute stretch whose (time-weighted) mean is under it too. A minute without data
-    is never idle and breaks the stretch."""
+    (no value, or no row: ``minute`` skips one) is never idle and breaks the stretch."""
 
     window: int
     threshold_pct: float
@@ -189,11 +193,19 @@ class IdleDetector:
     """Σ utilization × seconds over the idle minutes."""
     # [util_pct, covered_s, counted] of the last `window` minutes
     _recent: deque[list[Any]] = field(init=False, repr=False)
+    _last_minute: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._recent = deque(maxlen=self.window)
 
-    def add_minute(self, util_pct: float | None, covered_s: float) -> None:
+    def add_minute(self, util_pct: float | None, covered_s: float,
+                   minute: int | None = None) -> None:
+        """The next minute of the GPU; ``minute`` (epoch minutes), when given, tells a minute
+        with no row before it."""
+        if minute is not None:
+            if self._last_minute is not None and minute != self._last_minute + 1:
+                self._recent.clear()
+            self._last_minute = minute
         if util_pct is None:
             self._recent.clear()
             return

@@ -285,7 +285,7 @@ class Sampler:
 
     def _close_minute(self, uuid: str, minute: int, stats: GpuStats) -> MinuteSample:
         row = self._minute_row(uuid, minute, stats)
-        self.idle[uuid].add_minute(row.util_pct, row.covered_s)
+        self.idle[uuid].add_minute(row.util_pct, row.covered_s, minute)
         return row
 
     def _minute_row(self, uuid: str, minute: int, s: GpuStats) -> MinuteSample:

@@ -23,16 +23,17 @@ import hashlib
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from reports.errors import ImportFailed
 from tracker import figures
 from tracker.config import Settings
 from tracker.gpu import BackendError
 from tracker.gpu.base import GpuInfo, GpuReading
-from tracker.gpu.replay import read_log
+from tracker.gpu.replay import Readings, read_log
 from tracker.prices import canonical_gpu, price_for
 from tracker.record import MinuteSample, RunRecord, checked_record
 from tracker.sampler import Sampler
@@ -83,30 +84,40 @@ class _Log:
         pass
 
 
-def _utc(path: Path, uuid: str, naive: Sequence[datetime], tz: tzinfo) -> list[float]:
-    """Epoch seconds of one GPU's local timestamps; the repeated hour of a DST change read
-    forwards. Raises :class:`ImportFailed` when they go back anyway."""
-    out: list[float] = []
+def _utc_times(path: Path, readings: Readings, tz: tzinfo) -> dict[int, float]:
+    """Line number → epoch seconds of every reading's local timestamp, decided in file order:
+    the hour repeated when the clocks go back is read forwards. Raises :class:`ImportFailed` for
+    a time the clocks skipped (a wrong ``tz``, most likely) or outside the years 1970-9998."""
+    out: dict[int, float] = {}
     last = float("-inf")
-    for ts in naive:
+    for line, ts in sorted((line, ts) for series in readings.values() for ts, line, _ in series):
+        if not 1970 <= ts.year <= 9998:
+            raise ImportFailed(f"{path}:{line}: {ts} is outside the years 1970-9998")
         t = ts.replace(tzinfo=tz).timestamp()
-        if t < last:
+        if datetime.fromtimestamp(t, tz).replace(tzinfo=None) != ts:
+            raise ImportFailed(f"{path}:{line}: {ts} does not exist in {tz} (the clocks skipped "
+                               "it): is --tz right?")
+        if t < last:  # the second pass of a repeated hour, if this is one
             t = ts.replace(tzinfo=tz, fold=1).timestamp()
-            if t < last:
-                raise ImportFailed(f"{path}: timestamps of GPU {uuid} go back at {ts}")
-        out.append(t)
-        last = t
+        out[line] = t
+        last = max(last, t)
     return out
 
 
-def _gpu(path: Path, info: GpuInfo, series: list[tuple[datetime, GpuReading]], *, run_id: str,
-         tz: tzinfo, settings: Settings, max_gap_s: float | None,
+def _gpu(path: Path, info: GpuInfo, series: list[tuple[datetime, int, GpuReading]], *,
+         utc: dict[int, float], run_id: str, settings: Settings, max_gap_s: float | None,
          rows: list[MinuteSample]) -> tuple[Sampler, float, float]:
     """Play one GPU's readings through a sampler; its minute rows go to ``rows``. The sampler
     (its run aggregates and idle detector) and the GPU's first and last time."""
-    times = _utc(path, info.uuid, [ts for ts, _ in series], tz)
-    readings = dict(zip(times, (r for _, r in series), strict=True))  # a repeated time: the last
-    times = sorted(readings)
+    readings: dict[float, GpuReading] = {}
+    times: list[float] = []
+    for ts, line, reading in series:
+        t = utc[line]
+        if times and t <= times[-1]:
+            what = "a second reading at" if t == times[-1] else "a reading back at"
+            raise ImportFailed(f"{path}:{line}: GPU {info.uuid} has {what} {ts}")
+        readings[t] = reading
+        times.append(t)
     steps = [b - a for a, b in pairwise(times)]
     gap = max_gap_s if max_gap_s is not None else (
         GAP_INTERVALS * statistics.median(steps) if steps else 0.0)
@@ -130,13 +141,17 @@ def _run_id(uuids: Sequence[str], first: datetime) -> str:
     return "nvsmi-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _run(path: Path, name: str, gpus: list[GpuInfo],
-         series: dict[str, list[tuple[datetime, GpuReading]]], *, tz: tzinfo, labels: Labels,
-         settings: Settings, max_gap_s: float | None) -> tuple[RunRecord, list[MinuteSample]]:
+def _run(path: Path, name: str, gpus: list[GpuInfo], series: Readings, *, utc: dict[int, float],
+         labels: Labels, settings: Settings,
+         max_gap_s: float | None) -> tuple[RunRecord, list[MinuteSample]]:
+    models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
+    if len(models) > 1 and labels.gpu_model is None:
+        raise ImportFailed(f"{path}: GPUs of different models ({', '.join(models)}) in one run: "
+                           "import with --per-gpu, or say the model with --gpu-model")
     first = min(series[g.uuid][0][0] for g in gpus)
     run_id = _run_id([g.uuid for g in gpus], first)
     rows: list[MinuteSample] = []
-    played = [_gpu(path, g, series[g.uuid], run_id=run_id, tz=tz, settings=settings,
+    played = [_gpu(path, g, series[g.uuid], utc=utc, run_id=run_id, settings=settings,
                    max_gap_s=max_gap_s, rows=rows) for g in gpus]
     stats = [s.run[g.uuid] for (s, _, _), g in zip(played, gpus, strict=True)]
     idle = [s.idle_of_run()[0] for s, _, _ in played]
@@ -145,6 +160,9 @@ def _run(path: Path, name: str, gpus: list[GpuInfo],
     model = canonical_gpu(model_name) or model_name
     price = price_for(model, labels.price, settings.prices, owned=settings.owned)
     covered_s = sum(s.seconds for s in stats) / len(gpus)
+    if not covered_s:
+        raise ImportFailed(f"{path}: no GPU of {name} has two readings in a row: no time to "
+                           "import")
     fig = figures.run_figures(
         duration_s=covered_s, gpu_count=len(gpus), stats=stats, idle=idle,
         usd_per_gpu_hour=price.usd_per_gpu_hour if price else None,
@@ -169,29 +187,54 @@ def read_nvsmi(paths: Sequence[str | Path], *, tz: tzinfo = UTC, labels: Labels 
     :class:`ImportFailed` naming the file (and line) of the first bad input."""
     labels = labels or Labels()
     settings = settings or Settings()
-    records: list[RunRecord] = []
+    records: dict[str, tuple[Path, RunRecord]] = {}
     samples: list[MinuteSample] = []
-    for raw in paths:
-        path = Path(raw)
+    for path in dict.fromkeys(Path(p).resolve() for p in paths):  # a file given twice: once
         try:
             gpus, series = read_log(path)
         except BackendError as e:
             raise ImportFailed(str(e)) from None
-        groups = [[g] for g in gpus] if per_gpu else [gpus]
-        for group in groups:
+        utc = _utc_times(path, series, tz)
+        for group in [[g] for g in gpus] if per_gpu else [gpus]:
             name = f"{path.stem}-{group[0].uuid}" if per_gpu else path.stem
-            record, rows = _run(path, name, group, series, tz=tz, labels=labels,
+            record, rows = _run(path, name, group, series, utc=utc, labels=labels,
                                 settings=settings, max_gap_s=max_gap_s)
-            records.append(record)
+            if record.id in records:
+                raise ImportFailed(f"{path}: the same GPUs and first reading as "
+                                   f"{records[record.id][0]}: the same log twice?")
+            records[record.id] = (path, record)
             samples.extend(rows)
-    return Imported(records, samples)
+    return Imported([r for _, r in records.values()], samples)
 
 
-def import_nvsmi(store_url: str, paths: Sequence[str | Path], **kwargs: object) -> Imported:
-    """:func:`read_nvsmi`, then every run and sample into the store in one transaction."""
+def import_nvsmi(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
+                 **kwargs: object) -> Imported:
+    """:func:`read_nvsmi`, then every run and sample into the store in one transaction. A run
+    imported before from the same log (same id) is replaced whole. Another run with minutes of
+    the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time counts once),
+    unless it is an earlier nvidia-smi import and ``replace``: then it is dropped."""
     from tracker.store import RunStore
 
     imported = read_nvsmi(paths, **kwargs)  # type: ignore[arg-type]
+    ours = {r.id for r in imported.records}
+    others: set[str] = set()
     with RunStore(store_url) as store:
-        store.put(imported.records, imported.samples)
+        spans: dict[str, list[Any]] = {}  # run id → [first minute, last minute, GPUs]
+        for row in imported.samples:
+            span = spans.setdefault(row.run_id, [row.minute, row.minute, set()])
+            span[0], span[1] = min(span[0], row.minute), max(span[1], row.minute)
+            span[2].add(row.gpu)
+        names = {r.id: r.name for r in imported.records}
+        for rid, (a, b, gpus) in spans.items():
+            for other in store.gpu_runs(sorted(gpus), since=a, until=b + timedelta(minutes=1)):
+                if other in ours:
+                    continue
+                run = store.get_run(other)
+                if not replace or run is None or run.source != SOURCE:
+                    what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
+                    hint = "; --replace imports over it" if run and run.source == SOURCE else ""
+                    raise ImportFailed(f"{names[rid]}: its GPUs already have minutes in that time "
+                                       f"from {what}: a GPU's time counts once{hint}")
+                others.add(other)
+        store.put(imported.records, imported.samples, drop=[*ours, *others])
     return imported

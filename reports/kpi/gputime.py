@@ -29,10 +29,11 @@ def _ts(moment: datetime) -> pd.Timestamp:
 
 # -- idle minutes -----------------------------------------------------------------------------
 def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
-                 window: int) -> np.ndarray:
+                 window: int, minute: np.ndarray | None = None) -> np.ndarray:
     """Which minutes are idle: the minute's own utilization is under ``threshold_pct`` and it
     lies in some ``window``-minute stretch (consecutive rows of one ``group``) averaging under
-    it. NaN (no data) is never idle and breaks a stretch. Rows sorted by group, then minute.
+    it. NaN (no data) is never idle and breaks a stretch, and so does a minute with no row when
+    ``minute`` (each row's UTC minute in ns) is given. Rows sorted by group, then minute.
     The rule of :class:`tracker.cost.IdleDetector`, vectorized (tested equal)."""
     n = len(util)
     if n < window:
@@ -44,6 +45,8 @@ def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
     starts = ends - window + 1
     same_group = group[starts] == group[ends]
     full = same_group & (cn[ends + 1] - cn[starts] == 0)
+    if minute is not None:  # no minute missing in between
+        full &= minute[ends] - minute[starts] == (window - 1) * 60_000_000_000
     # each window's own sum, not a difference of running sums: those carry the rounding of
     # every row before; a sum about at the limit is decided exactly, as the store's rollups
     # decide it (tracker.store.rollups.idle_flags)
@@ -77,7 +80,8 @@ def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
     hours = s["covered_s"].to_numpy(dtype=float)[order] / 3600.0
     util = s[column].to_numpy(dtype=float)[order]
     series = run_codes.astype(np.int64) * len(gpu_names) + gpu_codes
-    idle = idle_minutes(util, series, threshold_pct=t.idle_pct, window=t.idle_window_min)
+    idle = idle_minutes(util, series, threshold_pct=t.idle_pct, window=t.idle_window_min,
+                        minute=minute)
     known = ~np.isnan(util)
     # the week of each minute: its place among the Monday-midnight boundaries in the zone
     first, last = pd.Timestamp(int(minute.min()), tz="UTC"), pd.Timestamp(int(minute.max()),

@@ -131,7 +131,22 @@ def test_local_timestamps_across_the_change_to_winter_time(tmp_path: Path) -> No
 @pytest.mark.parametrize(("text", "where", "message"), [
     ("timestamp, gpu, load\n2026/11/23 10:00:00, 0, 5\n", ":1:", "not an nvidia-smi"),
     (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n2026/11/29 23:01:00.000, 0, GPU-0aaa, {H100}, "
-     "lots %, 1 MiB, 2 MiB, 3 W\n", ":3:", "bad util_pct value 'lots %'"),
+     "lots %, 1 MiB, 2 MiB, 3 W\n", ":3:", "bad utilization.gpu value 'lots %' (a number in %)"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '150')}\n", ":2:", "'150 %' (% from 0 to 100)"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '-5')}\n", ":2:", "'-5 %' (% from 0 to 100)"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '50', watts=-50)}\n", ":2:", "power.draw value '-50.00 W'"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('400.00 W', '1e400 W')}\n", ":2:",
+     "power.draw value '1e400 W'"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('50 %', '50 W')}\n", ":2:",
+     "'50 W' (a number in %)"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('GPU-0aaa', '[N/A]')}\n", ":2:",
+     "no GPU uuid ('[N/A]')"),
+    (f"{HEADER}\n{line(datetime(9999, 12, 31, 23, 0), 0, '50')}\n", ":2:",
+     "outside the years 1970-9998"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n{line(SUNDAY_23, 0, '90')}\n", ":3:",
+     "GPU GPU-0aaa has a second reading at 2026-11-29 23:00:00"),
+    (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n", "", "no GPU of bad has two readings"),
+    ("\0" * 70_000, ":1:", "a line of over 65,536 characters"),
     (f"{HEADER}\n2026/11/29 23:00:00.000, 0, GPU-0aaa\n", ":2:", "expected 8 cells, got 3"),
     ("", "", "empty nvidia-smi log"),
 ])
@@ -151,8 +166,103 @@ def test_bad_input_names_file_and_line_and_imports_nothing(
 
 def test_timestamps_that_go_back(tmp_path: Path) -> None:
     rows = [HEADER, line(SUNDAY_23, 0, "50"), line(SUNDAY_23 - timedelta(hours=3), 0, "50")]
-    with pytest.raises(ImportFailed, match=r"back\.csv: timestamps of GPU GPU-0aaa go back"):
+    with pytest.raises(ImportFailed, match=r"back\.csv:3: GPU GPU-0aaa has a reading back at "
+                                           r"2026-11-29 20:00:00"):
         read_nvsmi([write(tmp_path, "back.csv", "\n".join(rows))])
+
+
+def test_a_time_the_clocks_skipped_is_a_wrong_zone(tmp_path: Path) -> None:
+    rows = [HEADER, line(datetime(2026, 3, 29, 1, 50), 0, "50"),
+            line(datetime(2026, 3, 29, 2, 30), 0, "50")]
+    with pytest.raises(ImportFailed, match=r"spring\.csv:3: 2026-03-29 02:30:00 does not exist in "
+                                           r"Europe/Berlin \(the clocks skipped it\): is --tz right"):
+        read_nvsmi([write(tmp_path, "spring.csv", "\n".join(rows))],
+                   tz=ZoneInfo("Europe/Berlin"))
+
+
+def test_the_repeated_hour_is_decided_for_the_whole_file(tmp_path: Path) -> None:
+    """GPU 1 logs only from the second pass of 02:10 on: file order, not its own, says which."""
+    first = [datetime(2026, 10, 25, 1, 50) + timedelta(minutes=10 * i) for i in range(7)]  # ..02:50
+    second = [datetime(2026, 10, 25, 2, 0) + timedelta(minutes=10 * i) for i in range(8)]  # ..03:10
+    rows = [HEADER, *(line(t, 0, "60") for t in first)]
+    for t in second:
+        rows.append(line(t, 0, "60"))
+        if t.minute >= 10 or t.hour == 3:
+            rows.append(line(t, 1, "60"))
+    (r,) = read_nvsmi([write(tmp_path, "fall.csv", "\n".join(rows))],
+                      tz=ZoneInfo("Europe/Berlin"), per_gpu=False).records
+    assert r.started_at == datetime(2026, 10, 24, 23, 50, tzinfo=UTC)
+    # GPU 0: 01:50 CEST to 03:10 CET = 2 h 20 min; GPU 1: 02:10 CET to 03:10 CET = 1 h
+    assert r.gpu_hours == pytest.approx(140 / 60 + 1.0)
+
+
+def test_a_bom_and_a_repeated_header_are_read(tmp_path: Path) -> None:
+    body = crossing_week().split("\n", 1)[1]
+    text = "\ufeff" + HEADER + "\n" + body.replace(line(SUNDAY_23 + timedelta(minutes=30), 0, "90"),
+                                                   HEADER + "\n" + line(SUNDAY_23 + timedelta(
+                                                       minutes=30), 0, "90"))
+    (r,) = read_nvsmi([write(tmp_path, "bom.csv", text)]).records
+    assert r.gpu_hours == pytest.approx(3.0)
+
+
+def test_gpus_of_different_models_need_per_gpu_or_a_model(tmp_path: Path) -> None:
+    rows = [HEADER, line(SUNDAY_23, 0, "50"), line(SUNDAY_23 + timedelta(minutes=1), 0, "50"),
+            line(SUNDAY_23, 1, "50").replace(H100, "NVIDIA A100-SXM4-80GB"),
+            line(SUNDAY_23 + timedelta(minutes=1), 1, "50").replace(H100, "NVIDIA A100-SXM4-80GB")]
+    log = write(tmp_path, "mixed.csv", "\n".join(rows))
+    with pytest.raises(ImportFailed, match=r"mixed\.csv: GPUs of different models \(A100-80GB, "
+                                           r"H100\) in one run: import with --per-gpu"):
+        read_nvsmi([log])
+    assert sorted(r.gpu_model for r in read_nvsmi([log], per_gpu=True).records) == [
+        "A100-80GB", "H100"]
+    (r,) = read_nvsmi([log], labels=Labels(gpu_model="H100")).records
+    assert (r.gpu_model, r.gpu_count) == ("H100", 2)
+
+
+def test_a_second_import_replaces_the_first_and_never_counts_a_gpu_twice(
+        tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    log = write(tmp_path, "job.csv", crossing_week())
+    import_nvsmi(url, [log], tz=ZoneInfo("Europe/Berlin"))  # the wrong zone first
+    (r,) = import_nvsmi(url, [log]).records  # then UTC: the same run, its minutes moved
+    with RunStore(url) as store:
+        assert [x.id for x in store.list_runs()] == [r.id]
+        assert len(store.samples()) == 180 and store.samples()[0].minute == r.started_at
+    assert week(url, "2026-W48").gpu_hours == pytest.approx(2.0)
+    # --per-gpu makes other runs of the same GPU-time: refused, then --replace drops the first
+    assert main(["import", "nvidia-smi", str(log), "--per-gpu", "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert "job-GPU-0aaa: its GPUs already have minutes in that time from run 'job' " in err
+    assert err.rstrip().endswith("a GPU's time counts once; --replace imports over it")
+    assert main(["import", "nvidia-smi", str(log), "--per-gpu", "--replace", "--store", url]) == 0
+    with RunStore(url) as store:
+        assert sorted(x.name for x in store.list_runs()) == ["job-GPU-0aaa", "job-GPU-1aaa"]
+        assert len(store.samples()) == 180
+    assert week(url, "2026-W48").gpu_hours == pytest.approx(2.0)
+
+
+def test_a_tracked_run_on_the_same_gpu_is_never_replaced(tmp_path: Path, url: str) -> None:
+    from fakes import run_record
+
+    from tracker.record import MinuteSample
+
+    with RunStore(url) as store:
+        store.upsert_run(run_record("tracked", SUNDAY_23.replace(tzinfo=UTC), 1))
+        store.upsert_samples([MinuteSample(run_id="tracked", gpu="GPU-1aaa", util_pct=10.0,
+                                           minute=(SUNDAY_23 + timedelta(minutes=5)).replace(
+                                               tzinfo=UTC))])
+    log = write(tmp_path, "ops.csv", crossing_week())
+    with pytest.raises(ImportFailed, match=r"ops: its GPUs already have minutes in that time from "
+                                           r"run 'tracked' \(tracker\): a GPU's time counts once$"):
+        import_nvsmi(url, [log], replace=True)
+
+
+def test_the_same_log_twice_in_one_command(tmp_path: Path) -> None:
+    log = write(tmp_path, "job.csv", crossing_week())
+    assert len(read_nvsmi([log, tmp_path / "." / "job.csv"]).records) == 1
+    copy = write(tmp_path, "copy.csv", crossing_week())
+    with pytest.raises(ImportFailed, match=r"copy\.csv: the same GPUs and first reading as "
+                                           r".*job\.csv: the same log twice\?"):
+        read_nvsmi([log, copy])
 
 
 def test_the_command_prints_the_runs(tmp_path: Path, url: str,
@@ -167,3 +277,23 @@ def test_the_command_prints_the_runs(tmp_path: Path, url: str,
     assert "gpu_kpi:gpu_kpi@" not in out  # the test server's password is masked
     assert main(["import", "nvidia-smi", str(log), "--store", url, "--price", "-1"]) == 2
     assert "--price -1: USD per GPU-hour" in capsys.readouterr().err
+
+
+def test_idle_minutes_on_either_side_of_a_gap_are_no_idle_stretch(tmp_path: Path,
+                                                                    url: str) -> None:
+    """16 minutes at 0%, five hours without a reading, 16 more at 0%: no 30-minute stretch of
+    minutes with data, so nothing idle, in the run record and in the report alike."""
+    t0 = datetime(2026, 11, 24, 10, 0)
+    times = [t0 + timedelta(minutes=m) for m in range(17)]
+    times += [t0 + timedelta(hours=5, minutes=m) for m in range(17)]
+    log = write(tmp_path, "gap.csv", "\n".join([HEADER, *(line(t, 0, "0") for t in times)]))
+    (r,) = import_nvsmi(url, [log], labels=Labels(price=60.0)).records
+    assert r.gpu_hours == pytest.approx(32 / 60)
+    assert r.idle_usd == 0.0
+    w48 = week(url, "2026-W48")
+    assert (w48.gpu_hours, w48.idle_usd) == (pytest.approx(32 / 60), 0.0)
+    # the same with the minutes together: one 32-minute stretch, all of it idle
+    together = [t0 + timedelta(minutes=m) for m in range(33)]
+    log = write(tmp_path, "nogap.csv", "\n".join([HEADER, *(line(t, 1, "0") for t in together)]))
+    (r,) = read_nvsmi([log], labels=Labels(price=60.0)).records
+    assert r.idle_usd == pytest.approx(32.0)

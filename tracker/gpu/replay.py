@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import bisect
 import csv
+import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -19,20 +21,25 @@ from pathlib import Path
 from tracker.gpu.base import BackendError, GpuInfo, GpuReading
 from tracker.units import mib_to_gib
 
-# nvidia-smi header → (GpuReading field, unit suffix the value may carry)
-_COLUMNS: dict[str, str] = {
-    "utilization.gpu": "util_pct",
-    "memory.used": "mem_used_gib",
-    "memory.total": "mem_total_gib",
-    "power.draw": "power_w",
-    "power.draw.instant": "power_w",
-    "clocks.sm": "sm_clock_mhz",
-    "clocks.current.sm": "sm_clock_mhz",
-    "temperature.gpu": "temp_c",
+# nvidia-smi header → (GpuReading field, the unit its values may carry, lowest, highest)
+_COLUMNS: dict[str, tuple[str, str, float, float]] = {
+    "utilization.gpu": ("util_pct", "%", 0.0, 100.0),
+    "memory.used": ("mem_used_gib", "MiB", 0.0, math.inf),
+    "memory.total": ("mem_total_gib", "MiB", 0.0, math.inf),
+    "power.draw": ("power_w", "W", 0.0, math.inf),
+    "power.draw.instant": ("power_w", "W", 0.0, math.inf),
+    "clocks.sm": ("sm_clock_mhz", "MHz", 0.0, math.inf),
+    "clocks.current.sm": ("sm_clock_mhz", "MHz", 0.0, math.inf),
+    "temperature.gpu": ("temp_c", "C", -273.15, math.inf),
 }
 _UNIT_RE = re.compile(r"^\s*([-+0-9.eE]+)\s*(%|MiB|W|MHz|C)?\s*$")
 _TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f",
                  "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
+_MAX_LINE = 65_536
+"""Longest line read: a longer one (a binary file, /dev/zero) is an error, not a memory hog."""
+
+Readings = dict[str, list[tuple[datetime, int, GpuReading]]]
+"""GPU UUID → its readings in file order: (the log's naive timestamp, line number, reading)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,61 +58,89 @@ def _parse_time(text: str) -> datetime:
     raise ValueError(f"bad timestamp {text.strip()!r}")
 
 
-def _parse_value(field: str, text: str) -> float | None:
+def _parse_value(column: str, text: str) -> float | None:
+    """A cell of ``column`` as its :class:`GpuReading` value; ``[N/A]`` and other ``[…]`` cells
+    (and empty ones) are None. ValueError for anything else that is not a number in the
+    column's unit and range."""
+    _, unit, lo, hi = _COLUMNS[column]
     text = text.strip()
     if not text or text.startswith("["):
         return None
     m = _UNIT_RE.match(text)
-    if m is None:
-        raise ValueError(f"bad {field} value {text!r}")
+    if m is None or (m.group(2) is not None and m.group(2) != unit):
+        raise ValueError(f"bad {column} value {text!r} (a number in {unit})")
     value = float(m.group(1))
-    if field.startswith("mem_"):
-        value = mib_to_gib(value)
-    return value
+    if not (math.isfinite(value) and lo <= value <= hi):
+        shown = f"from {lo:g} to {hi:g}" if hi < math.inf else f"at least {lo:g}"
+        raise ValueError(f"bad {column} value {text!r} ({unit} {shown})")
+    return mib_to_gib(value) if unit == "MiB" else value
 
 
-def read_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[tuple[datetime, GpuReading]]]]:
+def _rows(p: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) of each row of a CSV file, streamed; a UTF-8 BOM is skipped. Raises
+    :class:`BackendError` naming the file and line for what is not UTF-8 CSV text."""
+    try:
+        with open(p, encoding="utf-8-sig", newline="") as f:
+
+            def lines() -> Iterator[str]:
+                while line := f.readline(_MAX_LINE):
+                    if len(line) == _MAX_LINE and not line.endswith(("\n", "\r")):
+                        raise csv.Error(f"a line of over {_MAX_LINE:,} characters")
+                    yield line
+
+            reader = csv.reader(lines())
+            try:
+                for cells in reader:
+                    yield reader.line_num, cells
+            except (csv.Error, UnicodeDecodeError) as e:
+                what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+                raise BackendError(f"{p}:{reader.line_num + 1}: {what}") from None
+    except OSError as e:
+        raise BackendError(f"cannot read {p}: {e.strerror or e}") from None
+
+
+def read_log(path: str | Path) -> tuple[list[GpuInfo], Readings]:
     """An nvidia-smi CSV log's GPUs (by index) and each one's readings at the log's own naive
-    timestamps, in file order. Raises :class:`BackendError` naming the file and line."""
+    timestamps, in file order. A repeated header line (a log appended to) is skipped. Raises
+    :class:`BackendError` naming the file and line of the first bad row."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise BackendError(f"cannot read {p}: {getattr(e, 'strerror', None) or e}") from None
-    reader = csv.reader(text.splitlines())
-    try:
-        header = [h.strip().split(" [")[0] for h in next(reader)]
-    except StopIteration:
-        raise BackendError(f"{p}: empty nvidia-smi log") from None
+    rows = _rows(p)
+    first = next(rows, None)
+    if first is None:
+        raise BackendError(f"{p}: empty nvidia-smi log")
+    raw_header = first[1]
+    header = [h.strip().split(" [")[0] for h in raw_header]
     if "timestamp" not in header or "utilization.gpu" not in header:
         raise BackendError(f"{p}:1: not an nvidia-smi --format=csv log: need columns "
-                           f"'timestamp' and 'utilization.gpu', got {', '.join(header)}")
+                           f"'timestamp' and 'utilization.gpu', got {', '.join(header)[:300]}")
     if "uuid" not in header and "index" not in header:
         raise BackendError(f"{p}:1: need a 'uuid' or 'index' column")
     col = {name: i for i, name in enumerate(header)}
     infos: dict[str, GpuInfo] = {}
-    rows: dict[str, list[tuple[datetime, GpuReading]]] = {}
-    for lineno, cells in enumerate(reader, start=2):
-        if not cells or all(not c.strip() for c in cells):
+    readings: Readings = {}
+    for lineno, cells in rows:
+        if not cells or all(not c.strip() for c in cells) or cells == raw_header:
             continue
         if len(cells) != len(header):
             raise BackendError(f"{p}:{lineno}: expected {len(header)} cells, got {len(cells)}")
         try:
             ts = _parse_time(cells[col["timestamp"]])
-            values = {f: _parse_value(f, cells[col[h]]) for h, f in _COLUMNS.items() if h in col}
+            values = {_COLUMNS[h][0]: _parse_value(h, cells[col[h]]) for h in _COLUMNS if h in col}
             index = int(cells[col["index"]]) if "index" in col else len(infos)
+            uuid = cells[col["uuid"]].strip() if "uuid" in col else f"GPU-replay-{index}"
+            if not uuid or uuid.startswith("["):
+                raise ValueError(f"no GPU uuid ({uuid!r})")
         except ValueError as e:
             raise BackendError(f"{p}:{lineno}: {e}") from None
-        uuid = cells[col["uuid"]].strip() if "uuid" in col else f"GPU-replay-{index}"
         if uuid not in infos:
             name = cells[col["name"]].strip() if "name" in col else "unknown"
             infos[uuid] = GpuInfo(index=index, uuid=uuid, name=name,
                                   mem_total_gib=values.get("mem_total_gib"))
-            rows[uuid] = []
-        rows[uuid].append((ts, GpuReading(uuid=uuid, **values)))
+            readings[uuid] = []
+        readings[uuid].append((ts, lineno, GpuReading(uuid=uuid, **values)))
     if not infos:
         raise BackendError(f"{p}: nvidia-smi log has a header but no rows")
-    return sorted(infos.values(), key=lambda g: g.index), rows
+    return sorted(infos.values(), key=lambda g: g.index), readings
 
 
 def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
@@ -113,7 +148,7 @@ def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
     first timestamp. Raises :class:`BackendError` naming the file and line."""
     infos, readings = read_log(path)
     t0 = min(series[0][0] for series in readings.values())
-    rows = {uuid: [_Row(t=(ts - t0).total_seconds(), reading=r) for ts, r in series]
+    rows = {uuid: [_Row(t=(ts - t0).total_seconds(), reading=r) for ts, _, r in series]
             for uuid, series in readings.items()}
     for uuid, series in rows.items():
         if any(b.t < a.t for a, b in pairwise(series)):

@@ -127,8 +127,8 @@ def rollups_of(run_id: str, gpu: str, rows: Iterable[MinuteRow], *,
             r = at(m // HOUR_MIN)
             r.bad_util += u is not None and utils[-1] is None
             r.bad_sm += sm is not None and sms[-1] is None
-    idle_util = idle_flags(utils, *ROLLUP_RULES["util"])
-    idle_sm = idle_flags(sms, *ROLLUP_RULES["sm_active"])
+    idle_util = idle_flags(utils, *ROLLUP_RULES["util"], minutes)
+    idle_sm = idle_flags(sms, *ROLLUP_RULES["sm_active"], minutes)
     for i, m in enumerate(minutes):
         hour = m // HOUR_MIN
         if from_hour is not None and hour < from_hour:

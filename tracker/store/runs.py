@@ -35,6 +35,7 @@ from tracker.store.schema import (
     SCHEMA_VERSION,
     create_schema,
     meta_table,
+    rollups_table,
     row_to_run,
     run_to_row,
     runs_table,
@@ -134,9 +135,11 @@ class RunStore(SampleScans):
         if rows:
             self.put((), rows)
 
-    def put(self, records: Sequence[RunRecord], rows: Sequence[MinuteSample]) -> None:
+    def put(self, records: Sequence[RunRecord], rows: Sequence[MinuteSample], *,
+            drop: Sequence[str] = ()) -> None:
         """:meth:`upsert_run` of each record and :meth:`upsert_samples` of ``rows`` in one
-        transaction (an import): all of it is stored, or nothing."""
+        transaction (an import): all of it is stored, or nothing. The runs ``drop`` names (a
+        re-import's own, and those it replaces) lose their record, samples and rollups first."""
         runs = [run_to_row(r) for r in records]
         by_key: dict[tuple[str, datetime, str], dict[str, Any]] = {}
         for sample in rows:
@@ -146,8 +149,13 @@ class RunStore(SampleScans):
         first: dict[tuple[str, str], datetime] = {}
         for run_id, minute, gpu in by_key:
             first[(run_id, gpu)] = min(minute, first.get((run_id, gpu), minute))
+        ids = list(dict.fromkeys(drop))
 
         def work(conn: Connection) -> None:
+            for i in range(0, len(ids), _IN_CHUNK):
+                for table in (runs_table, samples_table, *([rollups_table] if self.version >= 2 else [])):
+                    key = table.c.id if table is runs_table else table.c.run_id
+                    conn.execute(sa.delete(table).where(key.in_(ids[i : i + _IN_CHUNK])))
             if runs:
                 conn.execute(self._upsert_run, runs)
             # executemany, which SQLAlchemy batches into multi-row INSERTs; then the rollups
@@ -158,6 +166,16 @@ class RunStore(SampleScans):
                     rollup_sql.refresh(conn, first)
 
         self._transaction(work, write=True)
+
+    def gpu_runs(self, gpus: Sequence[str], *, since: datetime, until: datetime) -> set[str]:
+        """Ids of the runs with minute samples of any of ``gpus`` (UUIDs) in ``[since, until)``."""
+        c = samples_table.c
+        ids = list(dict.fromkeys(gpus))
+        stmts = [sa.select(c.run_id).distinct().where(
+            c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until))
+            for i in range(0, len(ids), _IN_CHUNK)]
+        return self._transaction(
+            lambda conn: {r for stmt in stmts for r in conn.execute(stmt).scalars()}, write=False)
 
     def rebuild_rollups(self) -> int:
         """Recompute every rollup from the minute samples (after a bulk load or a repair);

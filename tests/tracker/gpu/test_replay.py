@@ -74,7 +74,7 @@ def test_log_repeats_after_its_end(tmp_path: Path) -> None:
     ("", "empty nvidia-smi log"),
     ("a,b,c\n1,2,3\n", ":1: not an nvidia-smi --format=csv log"),
     ("timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0, 5 %\n"
-     "2026/11/23 10:00:01, 0, lots\n", ":3: bad util_pct value 'lots'"),
+     "2026/11/23 10:00:01, 0, lots\n", ":3: bad utilization.gpu value 'lots' \\(a number in %\\)"),
     ("timestamp, index, utilization.gpu [%]\nyesterday, 0, 5 %\n", ":2: bad timestamp"),
     ("timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0\n", ":2: expected 3 cells"),
     ("timestamp, index, utilization.gpu [%]\n", "header but no rows"),

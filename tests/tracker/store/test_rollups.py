@@ -36,6 +36,33 @@ def test_idle_flags_equal_the_streamed_and_the_array_rule() -> None:
         assert sum(flags) * 60.0 == pytest.approx(detector.idle_s)
 
 
+def test_a_missing_minute_breaks_a_stretch_in_every_rule() -> None:
+    """Minutes without a row (an imported log's gap) break a stretch as a minute without a
+    value does, in the list, the array and the streamed rule alike."""
+    values: list[float | None] = [0.0] * 58
+    minutes = [*range(29), *range(30, 59)]  # minute 29 has no row
+    assert idle_flags(values, 5.0, 30) == [True] * 58  # rows alone: one stretch
+    assert idle_flags(values, 5.0, 30, minutes) == [False] * 58
+    rng = random.Random(12)
+    for _ in range(300):
+        n = rng.randint(1, 120)
+        values = [rng.choice([0.0, 2.5, 4.9, 5.1, 40.0, None]) if rng.random() < 0.2 else 1.0
+                  for _ in range(n)]
+        minutes, m = [], 10_000
+        for _ in range(n):
+            m += rng.choice([1] * 30 + [2, 9])
+            minutes.append(m)
+        flags = idle_flags(values, 5.0, 30, minutes)
+        array = idle_minutes(np.array([np.nan if v is None else v for v in values]),
+                             np.zeros(n, dtype=int), threshold_pct=5.0, window=30,
+                             minute=np.array(minutes, dtype=np.int64) * 60_000_000_000)
+        assert flags == array.tolist()
+        detector = IdleDetector(window=30, threshold_pct=5.0)
+        for v, minute in zip(values, minutes, strict=True):
+            detector.add_minute(v, 60.0, minute)
+        assert sum(flags) * 60.0 == pytest.approx(detector.idle_s)
+
+
 def test_a_window_exactly_at_the_threshold_is_not_idle_by_either_rule() -> None:
     """30 rows of 0.1 x 3 + ... sum to 150.0 only up to rounding: both rules decide it exactly
     (mean 5.0 is not under 5.0)."""
