@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 from reports.errors import ImportFailed
 from tracker import figures
@@ -219,22 +218,29 @@ def import_nvsmi(store_url: str, paths: Sequence[str | Path], *, replace: bool =
     ours = {r.id for r in imported.records}
     others: set[str] = set()
     with RunStore(store_url) as store:
-        spans: dict[str, list[Any]] = {}  # run id → [first minute, last minute, GPUs]
+        spans: dict[tuple[str, str], list[datetime]] = {}  # (run id, GPU) → first, last minute
         for row in imported.samples:
-            span = spans.setdefault(row.run_id, [row.minute, row.minute, set()])
+            span = spans.setdefault((row.run_id, row.gpu), [row.minute, row.minute])
             span[0], span[1] = min(span[0], row.minute), max(span[1], row.minute)
-            span[2].add(row.gpu)
         names = {r.id: r.name for r in imported.records}
-        for rid, (a, b, gpus) in spans.items():
-            for other in store.gpu_runs(sorted(gpus), since=a, until=b + timedelta(minutes=1)):
-                if other in ours:
-                    continue
-                run = store.get_run(other)
-                if not replace or run is None or run.source != SOURCE:
-                    what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
-                    hint = "; --replace imports over it" if run and run.source == SOURCE else ""
-                    raise ImportFailed(f"{names[rid]}: its GPUs already have minutes in that time "
-                                       f"from {what}: a GPU's time counts once{hint}")
-                others.add(other)
+        by_gpu: dict[str, list[tuple[str, datetime, datetime]]] = {}
+        for (rid, gpu), (x, y) in spans.items():
+            by_gpu.setdefault(gpu, []).append((rid, x, y))
+        held = store.gpu_spans(sorted(by_gpu),
+                               since=min(a for a, _ in spans.values()),
+                               until=max(b for _, b in spans.values()) + timedelta(minutes=1))
+        for other, gpu, a, b in held:
+            if other in ours or other in others:
+                continue
+            mine = next((rid for rid, x, y in by_gpu[gpu] if a <= y and x <= b), None)
+            if mine is None:  # that run's minutes of this GPU fall in no imported run's span
+                continue
+            run = store.get_run(other)
+            if not replace or run is None or run.source != SOURCE:
+                what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
+                hint = "; --replace imports over it" if run and run.source == SOURCE else ""
+                raise ImportFailed(f"{names[mine]}: its GPUs already have minutes in that time "
+                                   f"from {what}: a GPU's time counts once{hint}")
+            others.add(other)
         store.put(imported.records, imported.samples, drop=[*ours, *others])
     return imported

@@ -251,9 +251,18 @@ def test_a_tracked_run_on_the_same_gpu_is_never_replaced(tmp_path: Path, url: st
                                            minute=(SUNDAY_23 + timedelta(minutes=5)).replace(
                                                tzinfo=UTC))])
     log = write(tmp_path, "ops.csv", crossing_week())
+    later = MinuteSample(run_id="later", gpu="GPU-1aaa", util_pct=10.0,  # after GPU 1 left
+                         minute=(SUNDAY_23 + timedelta(minutes=90)).replace(tzinfo=UTC))
+    with RunStore(url) as store:
+        store.put([run_record("later", later.minute, 1)], [later])
     with pytest.raises(ImportFailed, match=r"ops: its GPUs already have minutes in that time from "
                                            r"run 'tracked' \(tracker\): a GPU's time counts once$"):
         import_nvsmi(url, [log], replace=True)
+    with RunStore(url) as store:  # without the overlapping run, the import goes in beside both
+        store.put([], [], drop=["tracked"])
+    (r,) = import_nvsmi(url, [log]).records
+    with RunStore(url) as store:
+        assert sorted(x.id for x in store.list_runs()) == sorted(["later", r.id])
 
 
 def test_the_same_log_twice_in_one_command(tmp_path: Path) -> None:

@@ -167,15 +167,19 @@ class RunStore(SampleScans):
 
         self._transaction(work, write=True)
 
-    def gpu_runs(self, gpus: Sequence[str], *, since: datetime, until: datetime) -> set[str]:
-        """Ids of the runs with minute samples of any of ``gpus`` (UUIDs) in ``[since, until)``."""
+    def gpu_spans(self, gpus: Sequence[str], *, since: datetime,
+                  until: datetime) -> list[tuple[str, str, datetime, datetime]]:
+        """(run id, GPU, first minute, last minute) of the minute samples of ``gpus`` (UUIDs) in
+        ``[since, until)``, one per run and GPU."""
         c = samples_table.c
         ids = list(dict.fromkeys(gpus))
-        stmts = [sa.select(c.run_id).distinct().where(
-            c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until))
-            for i in range(0, len(ids), _IN_CHUNK)]
-        return self._transaction(
-            lambda conn: {r for stmt in stmts for r in conn.execute(stmt).scalars()}, write=False)
+        stmts = [sa.select(c.run_id, c.gpu, sa.func.min(c.minute), sa.func.max(c.minute))
+                 .where(c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since),
+                        c.minute < utc(until)).group_by(c.run_id, c.gpu)
+                 for i in range(0, len(ids), _IN_CHUNK)]
+        return self._transaction(lambda conn: [
+            (r, g, utc(a), utc(b)) for stmt in stmts for r, g, a, b in conn.execute(stmt)],
+            write=False)
 
     def rebuild_rollups(self) -> int:
         """Recompute every rollup from the minute samples (after a bulk load or a repair);
