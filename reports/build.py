@@ -29,7 +29,7 @@ from reports.errors import ReportError
 from reports.kpi import WeekKpis
 from reports.kpi.checks import one_line
 from reports.render.exports import to_json
-from reports.weeks import label_of, parse_week, shift_week, week_bounds, weeks_between
+from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of, weeks_between
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, thresholds_for
 from tracker.owned import OwnedGpu
@@ -354,3 +354,42 @@ def build(store_url: str | None, req: Request, out_dir: Path, *,
     except OSError as e:
         reason = e.strerror or str(e)
         raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e
+
+
+def backfill(store_url: str | None, req: Request, out_dir: Path, *, since: str | None,
+             now: datetime | None = None) -> list[Path]:
+    """Archive every week from ``since`` (``YYYY-Www``; None: the week of the oldest run) to the
+    last complete week that ``out_dir`` does not hold yet (no ``<week>.json``), then write the
+    index once; return the paths written. Weeks already archived are left as they are."""
+    from tracker.store import RunStore, default_store_url
+
+    check_out_dir(out_dir)
+    now = now or datetime.now(UTC)
+    last = resolve_week(None, req.tz, now)
+    if since is None:
+        with RunStore(store_url or default_store_url(), create=False) as store:
+            runs, _ = store.read_runs(until=now)
+        if not runs:
+            raise ReportError(f"the run store {store.url} has no runs: nothing to report")
+        oldest = min(r.started_at for r in runs)
+        start = week_bounds(*week_of(oldest, req.tz), req.tz)[0]
+    else:
+        start = resolve_week(since, req.tz, now)
+        if start > last:
+            raise ReportError(f"--since {since}: after the last complete week, {label_of(last)}")
+    written: list[Path] = []
+    try:
+        week = start
+        while week <= last:
+            label = label_of(week)
+            if not (out_dir / f"{label}.json").exists():
+                c = compute(store_url, dataclasses.replace(req, week=label), now=now)
+                files = render(c.kpis, req)
+                files.setdefault("json", to_json(c.kpis, req.tz).encode())
+                written += write_archive(out_dir, label, files, index=False)
+            week = shift_week(week, req.tz, 1)
+        if "html" in req.formats:
+            written += write_archive(out_dir, "index", {}, index=True)
+    except OSError as e:
+        raise ReportError(f"cannot write the report to {out_dir}: {e.strerror or e}") from e
+    return written

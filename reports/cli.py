@@ -165,7 +165,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports.build import Request, build, parse_formats
+    from reports.build import Request, backfill, build, parse_formats
     from reports.weeks import parse_week, zone
     from tracker.cost import thresholds_for
 
@@ -174,10 +174,16 @@ def cmd_report(args: argparse.Namespace) -> int:
                   basis=args.basis, report_url=args.report_url, prices=settings.prices,
                   owned=settings.owned, carbon=settings.carbon,
                   thresholds=thresholds_for(args.basis, settings.thresholds))
-    if args.week:
-        parse_week(args.week)  # a bad week is an error before the store is touched
+    if args.week and (args.since or args.all):
+        raise UsageError("--week is one week; --since/--all archive every missing week: not both")
+    for week in (args.week, args.since):
+        if week:
+            parse_week(week)  # a bad week is an error before the store is touched
     _open_store(settings.store, create=False).close()
-    written = build(settings.store, req, Path(args.out))
+    if args.since or args.all:
+        written = backfill(settings.store, req, Path(args.out), since=args.since)
+    else:
+        written = build(settings.store, req, Path(args.out))
     for path in written:
         print(path)
     return 0
@@ -307,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
                  "CSV of one week, and the index of every archived week")
     report.add_argument("--week", metavar="YYYY-Www", help="ISO week (default: the last "
                         "complete week)")
+    when = report.add_mutually_exclusive_group()
+    when.add_argument("--since", metavar="YYYY-Www", help="archive every week from this one to "
+                      "the last complete week that --out does not hold yet, then the index once")
+    when.add_argument("--all", action="store_true", help="--since the week of the oldest run")
     report.add_argument("--tz", default="UTC", help="report time zone (default UTC)")
     report.add_argument("--out", default="reports-out", metavar="DIR",
                         help="output directory (default ./reports-out)")

@@ -1,0 +1,79 @@
+"""``gpu-kpi report --since WEEK`` / ``--all``: every week the archive lacks, the index once."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fakes import run_record
+
+from reports.build import Request, backfill, build
+from reports.cli import main
+from reports.errors import ReportError
+from tracker.store import RunStore
+
+W45 = datetime(2026, 11, 2, tzinfo=UTC)  # Monday of 2026-W45
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)  # in W49: the last complete week is W48
+REQ = Request(week=None, tz=UTC, formats=("html", "json"))
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    u = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(u) as store:
+        store.upsert_run(run_record("a", W45 + timedelta(days=1), 4))  # W45: 4 GPU-h
+        store.upsert_run(run_record("b", W45 + timedelta(days=15), 2, gpus=3))  # W47: 6 GPU-h
+    return u
+
+
+def gpu_hours(out: Path, week: str) -> float:
+    return float(json.loads((out / f"{week}.json").read_text())["headline"]["gpu_hours"])
+
+
+def test_since_archives_the_missing_weeks_then_the_index_once(tmp_path: Path, url: str) -> None:
+    out = tmp_path / "archive"
+    build(url, Request(week="2026-W46", tz=UTC, formats=("html", "json")), out, now=NOW)
+    kept = (out / "2026-W46.json").read_bytes()
+    (out / "2026-W46.json").write_bytes(kept.replace(b'"runs"', b'"runs" '))  # marked
+    written = backfill(url, REQ, out, since="2026-W45", now=NOW)
+    assert sorted(p.name for p in written) == [
+        "2026-W45.html", "2026-W45.json", "2026-W47.html", "2026-W47.json",
+        "2026-W48.html", "2026-W48.json", "index.html"]
+    assert (out / "2026-W46.json").read_bytes() != kept  # the archived week was left alone
+    assert (gpu_hours(out, "2026-W45"), gpu_hours(out, "2026-W47"),
+            gpu_hours(out, "2026-W48")) == (4.0, 6.0, 0.0)
+    index = (out / "index.html").read_text()
+    assert all(f'href="2026-W4{n}.html"' in index for n in (5, 6, 7, 8))
+    # nothing left to archive: only the index again
+    assert [p.name for p in backfill(url, REQ, out, since="2026-W45", now=NOW)] == ["index.html"]
+
+
+def test_all_starts_at_the_oldest_run(tmp_path: Path, url: str) -> None:
+    with RunStore(url) as store:
+        store.upsert_run(run_record("old", datetime(2026, 10, 1, tzinfo=UTC), 1))  # 2026-W40
+    out = tmp_path / "archive"
+    backfill(url, Request(week=None, tz=UTC, formats=("json",)), out, since=None, now=NOW)
+    assert sorted(p.name for p in out.iterdir()) == [f"2026-W{w}.json" for w in range(40, 49)]
+    assert gpu_hours(out, "2026-W40") == 1.0
+
+
+def test_a_week_not_complete_yet(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ReportError, match="--since 2026-W49: after the last complete week, "
+                                          "2026-W48"):
+        backfill(url, REQ, tmp_path / "a", since="2026-W49", now=NOW)
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--week", "2026-W45", "--since", "2026-W44"], "--week is one week; --since/--all"),
+    (["--since", "2026-W99"], "2026-W99"),
+])
+def test_the_command_refuses_what_it_cannot_do(tmp_path: Path, url: str,
+                                               capsys: pytest.CaptureFixture[str],
+                                               args: list[str], message: str) -> None:
+    code = main(["report", "--store", url, "--out", str(tmp_path / "out"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
