@@ -132,7 +132,7 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
                                           per["known_hours"] > 0, 1.0), np.nan)
     cols = ["name", "project", "team", "user", "host", "gpu_model", "gpu_count", "gpu_hours",
             "samples", "tokens", "energy_kwh", "verdict", "advice", "links", "mem_peak_gib",
-            "mem_total_gib", "status", "started_at", "ended_at"]
+            "mem_total_gib", "status", "started_at", "ended_at", "source"]
     m = meta[cols].rename(columns={"gpu_hours": "run_gpu_hours", "samples": "run_samples",
                                    "tokens": "run_tokens", "energy_kwh": "run_energy_kwh"})
     per = per.astype({"run_id": object}).join(m, on="run_id")  # empty: run_id was float
@@ -235,7 +235,7 @@ def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz
     ordered = this.sort_values(["waste_usd", "spend_usd"], ascending=False, ignore_index=True)
     under = ordered[(ordered["utilization_pct"] < t.underutilized_pct)
                     & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)]
-    by = {k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model")}
+    by = {k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model", "source")}
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
     return WeekKpis(
         week=w, basis=basis, basis_label=BASES[basis][1], thresholds=t, headline=head,

@@ -7,7 +7,8 @@ it, or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`
 ``week_start``/``week_end`` (ISO 8601, the report time zone), ``time_zone``, ``basis``
 (``util`` | ``sm_active``) and ``basis_label``, ``thresholds``, ``headline`` and ``previous``
 (:data:`HEADLINE_FIELDS`), ``change_pct`` (week-over-week, %), ``by_team``, ``by_project``,
-``by_user``, ``by_gpu_model`` (:data:`GROUP_FIELDS` plus the group's name), ``runs``
+``by_user``, ``by_gpu_model``, ``by_source`` (where the runs came from: ``tracker``,
+``nvidia-smi``…) (:data:`GROUP_FIELDS` plus the group's name), ``runs``
 (:data:`RUN_FIELDS`), ``underutilized`` (run ids), ``rightsizing`` and ``trend`` (one headline
 per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``, ``name``,
 ``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as unknown,
@@ -44,7 +45,7 @@ from tracker.cost import Thresholds
 
 SCHEMA = "gpu-kpi.week/1"
 GENERATOR = "gpu-kpi"
-GROUPS = ("team", "project", "user", "gpu_model")
+GROUPS = ("team", "project", "user", "gpu_model", "source")
 GROUP_FIELDS = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "co2e_kg",
                 "runs")
 RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_count",

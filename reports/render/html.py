@@ -41,7 +41,7 @@ TEMPLATES_PACKAGE = "reports.templates"
 """Where an installed wheel carries the templates (mapped from the repo's ``templates/``)."""
 
 BREAKDOWNS = (("team", "Team"), ("project", "Project"), ("user", "User"),
-              ("gpu_model", "GPU model"))
+              ("gpu_model", "GPU model"), ("source", "Source"))
 MAX_BREAKDOWN_ROWS = 15
 MAX_RUN_ROWS = 50
 CHART_ALT = {

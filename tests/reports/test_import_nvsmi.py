@@ -3,6 +3,7 @@ report's figures, computed by hand."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -306,3 +307,22 @@ def test_idle_minutes_on_either_side_of_a_gap_are_no_idle_stretch(tmp_path: Path
     log = write(tmp_path, "nogap.csv", "\n".join([HEADER, *(line(t, 1, "0") for t in together)]))
     (r,) = read_nvsmi([log], labels=Labels(price=60.0)).records
     assert r.idle_usd == pytest.approx(32.0)
+
+
+def test_the_report_says_where_its_runs_came_from(tmp_path: Path, url: str) -> None:
+    from fakes import run_record
+
+    from reports.build import render
+
+    with RunStore(url) as store:  # a tracked summary run: 4 GPU-hours on Tuesday of W48
+        store.upsert_run(run_record("tracked", datetime(2026, 11, 24, 9, tzinfo=UTC), 4))
+    import_nvsmi(url, [write(tmp_path, "ops.csv", crossing_week())], labels=Labels(price=PRICE))
+    req = Request(week="2026-W48", tz=UTC, formats=("html", "json"))
+    k = compute(url, req, now=datetime(2026, 12, 7, tzinfo=UTC)).kpis
+    by = k.by["source"].set_index("source")
+    assert by.loc["nvidia-smi", ["gpu_hours", "runs"]].tolist() == [pytest.approx(2.0), 1]
+    assert by.loc["tracker", ["gpu_hours", "runs"]].tolist() == [pytest.approx(4.0), 1]
+    files = render(k, req)
+    assert {r["source"]: r["gpu_hours"] for r in json.loads(files["json"])["by_source"]} == {
+        "nvidia-smi": pytest.approx(2.0), "tracker": pytest.approx(4.0)}
+    assert b">Source<" in files["html"] and b">nvidia-smi<" in files["html"]
