@@ -1,0 +1,100 @@
+"""How fast ``gpu-kpi import nvidia-smi`` reads a log, in rows per second, and its peak memory.
+
+Writes an nvidia-smi CSV log of ``--gpus`` GPUs sampled every ``--interval`` seconds for
+``--hours`` hours (utilization 0-100 with units, memory, power), then times, each in a fresh
+subprocess with its peak RSS (``wait4``): reading it (:func:`reports.imports.nvsmi.read_nvsmi`:
+parsing, the sampler, the minute rows; nothing written) and the whole import into a new SQLite
+store. It prints rows/s, and what a 1,000-GPU week at 1 s would take at that rate, against the
+goal of 1 M rows/s for CSV.
+
+    .venv/bin/python bench/import_scale.py [--gpus 8] [--hours 1] [--interval 1] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GOAL_ROWS_PER_S = 1_000_000
+WEEK_ROWS = 1_000 * 7 * 24 * 3600  # a 1,000-GPU week at 1 s
+
+
+def write_log(path: Path, gpus: int, hours: float, interval: float) -> int:
+    rng = random.Random(0)
+    t0 = datetime(2026, 11, 23, 9, 0)
+    steps = int(hours * 3600 / interval)
+    with open(path, "w") as f:
+        f.write("timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], "
+                "memory.total [MiB], power.draw [W]\n")
+        for i in range(steps):
+            ts = (t0 + timedelta(seconds=i * interval)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+            for g in range(gpus):
+                f.write(f"{ts}, {g}, GPU-{g:08d}-bench, NVIDIA H100 80GB HBM3, "
+                        f"{rng.randint(0, 100)} %, {rng.randint(1000, 80000)} MiB, 81559 MiB, "
+                        f"{rng.uniform(60, 700):.2f} W\n")
+    return steps * gpus
+
+
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from reports.imports.nvsmi import import_nvsmi, read_nvsmi
+t0 = time.perf_counter()
+if sys.argv[3] == "read":
+    done = read_nvsmi([sys.argv[2]])
+else:
+    done = import_nvsmi(sys.argv[4], [sys.argv[2]])
+print(json.dumps({"s": time.perf_counter() - t0, "minutes": len(done.samples)}))
+"""
+
+
+def measured(args: list[str]) -> tuple[float, int, float]:
+    """(seconds inside, minute rows, peak GiB) of one child."""
+    with subprocess.Popen([sys.executable, "-c", _CHILD, str(ROOT), *args],
+                          stdout=subprocess.PIPE, text=True) as p:
+        _, status, usage = os.wait4(p.pid, 0)
+        out = p.stdout.read() if p.stdout else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"the import failed: {out}")
+    r = json.loads(out)
+    return r["s"], r["minutes"], usage.ru_maxrss / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=float, default=1.0)
+    ap.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
+    ap.add_argument("--dir", help="where the log and store go (default: a temporary folder)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(args.dir or tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        log = d / f"nvsmi-{args.gpus}g-{args.hours:g}h.csv"
+        t = time.perf_counter()
+        rows = write_log(log, args.gpus, args.hours, args.interval)
+        print(f"log: {rows:,} rows, {log.stat().st_size / 2**20:.1f} MiB "
+              f"(written in {time.perf_counter() - t:.1f} s)")
+        db = d / "import.db"
+        db.unlink(missing_ok=True)
+        for what, extra in (("read", []), ("import", [f"sqlite:///{db}"])):
+            s, minutes, gib = measured([str(log), what, *extra])
+            rate = rows / s
+            print(f"{what:6s}: {s:6.2f} s, {rate:>10,.0f} rows/s, {minutes:,} minute rows, "
+                  f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: {WEEK_ROWS / rate / 3600:.1f} h")
+        verdict = "PASS" if rows / s >= GOAL_ROWS_PER_S else "FAIL"
+        print(f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rows / s:,.0f} rows/s "
+              f"({rows / s / GOAL_ROWS_PER_S:.3f}x the goal)")
+
+
+if __name__ == "__main__":
+    main()
