@@ -77,8 +77,7 @@ class Session:
         self._overrides = {k: _checked(k, v) if k in _SETTINGS else v
                            for k, v in (overrides or {}).items()}
         self._settings = settings
-        self._wall = clock or time.time
-        self._now = clock or time.perf_counter
+        self._wall, self._now = clock or time.time, clock or time.perf_counter
         self._threaded = threaded
         self._peer_figures: list[dict[str, float | None]] = []
         # only global rank 0 talks to sinks and writes the run record; every rank writes the
@@ -96,7 +95,7 @@ class Session:
         self._writer: Any = None
         self._started_wall = 0.0
         self._started_at = datetime.now(UTC)
-        self.counts = RunSteps()
+        self.counts = RunSteps(self.settings.warmup_steps)
         self._next_log = float("inf")
         self._active = False
         self._warned: set[str] = set()
@@ -131,6 +130,7 @@ class Session:
 
     def _start(self) -> None:
         self.settings = (self._settings or read_settings(self._config)).replace(**self._overrides)
+        self.counts.warmup_steps = self.settings.warmup_steps
         self.co2e_kg_per_kwh = self.settings.carbon.co2e_kg(1.0, _ask(socket.gethostname))
         self.user = self.user if self.user is not None else _ask(getpass.getuser)
         self._started_wall = self._wall()
@@ -140,8 +140,7 @@ class Session:
         self._open_store()
         self._active = True
         self.counts.interrupt()
-        # a time cadence would put ranks into a collective at different steps: ranks log on the
-        # framework's step cadence only
+        # ranks log on the framework's step cadence only: a time cadence would misalign collectives
         self._next_log = self._now() + self.settings.log_every_s if self._gather is None else float("inf")
         record = self._build_record("running")
         self._submit_run(record)
@@ -188,6 +187,7 @@ class Session:
         if not self._active:
             return self.record
         self._active = False
+        self.counts.flush()
         try:  # a failure here costs the latest figures, not the record
             if self.sampler is not None:
                 self.sampler.stop()
@@ -230,8 +230,10 @@ class Session:
         """Mark the end of a training step: ``samples``/``tokens`` processed in it (all ranks of
         this process), ``flops`` its FLOPs (default ``flops_per_step``); a bad count is dropped."""
         t = self._now()
-        if bad := self.counts.step(t, warmup_steps=self.settings.warmup_steps, samples=samples,
-                                   tokens=tokens, flops=flops, flops_per_step=self.flops_per_step):
+        c = self.counts  # most steps are held: one append (RunSteps.tick)
+        if not c.tick(t, samples, tokens, self.flops_per_step if flops is None else flops) and (
+                bad := c.step(t, warmup_steps=c.warmup_steps, samples=samples, tokens=tokens,
+                              flops=flops, flops_per_step=self.flops_per_step)):
             self._count(bad)
         if t >= self._next_log:
             self._next_log = t + self.settings.log_every_s
@@ -265,8 +267,7 @@ class Session:
             self._warn_once("log", "gpu-kpi: computing metrics failed: %s: %s", type(e).__name__, e)
             return {}
         finally:
-            # our own logging is neither the last step nor waiting for input: the next step's
-            # clock starts after it
+            # our logging is neither the last step nor waiting for input: the next step starts after
             self.counts.pause(t0, self._now())
 
     def _gather_metrics(self, local: dict[str, float]) -> dict[str, float]:
@@ -279,8 +280,7 @@ class Session:
 
     # -- figures ----------------------------------------------------------------------------
     def metrics(self, *, reset: bool = True) -> dict[str, float]:
-        """This process's metrics (:mod:`tracker.metrics` names) for the window since the last
-        call."""
+        """This process's metrics (:mod:`tracker.metrics` names) for the window since the last call."""
         window = self.counts.take_window() if reset else self.counts.window
         out: dict[str, float] = {}
         if self.sampler is not None:

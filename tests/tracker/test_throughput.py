@@ -152,3 +152,55 @@ def test_a_gpu_tensor_count_is_dropped_without_reading_it() -> None:
     bad = steps.step(1.0, warmup_steps=0, samples=CudaScalar(), tokens=16)
     assert read == [] and steps.samples == 0 and steps.tokens == 16
     assert bad and "a tensor on the GPU" in bad[0]
+
+
+@given(st.lists(st.tuples(
+    st.sampled_from(["step", "ready", "interrupt", "pause", "flops", "odd"]),
+    st.integers(0, 64), st.floats(0.0, 2.0)), max_size=60), st.integers(0, 3))
+@settings(max_examples=300, deadline=None)
+def test_held_steps_add_up_to_what_checked_steps_give(ops: list[tuple[str, int, float]],
+                                                      warmup: int) -> None:
+    """The same hooks through :meth:`RunSteps.tick` (held, added up later) and through
+    :meth:`RunSteps.step` (added at once): the same counters once flushed, whatever comes in
+    between (input waits, interruptions, logging pauses, FLOPs known afterwards, and counts
+    that tick leaves to step)."""
+    held, direct = RunSteps(warmup_steps=warmup), RunSteps()
+    t = 0.0
+    for op, n, dt in ops:
+        t += dt
+        if op == "step":
+            assert held.tick(t, n, 2 * n, 1e9)
+            direct.step(t, warmup_steps=warmup, samples=n, tokens=2 * n, flops=1e9)
+        elif op == "odd":  # a float count: not held; step takes it after what is held
+            assert not held.tick(t, float(n), None, None)
+            held.step(t, warmup_steps=warmup, samples=float(n))
+            direct.step(t, warmup_steps=warmup, samples=float(n))
+        elif op == "ready":
+            held.ready(t)
+            direct.ready(t)
+        elif op == "interrupt":
+            held.interrupt()
+            direct.interrupt()
+        elif op == "pause":
+            held.pause(t - dt / 2, t)
+            direct.pause(t - dt / 2, t)
+        else:
+            assert held.add_flops(5e9, 2) == direct.add_flops(5e9, 2) == []
+    window = held.take_window()  # a log: it adds up what is held
+    expect = direct.take_window()
+    for name in StepCounter.__slots__:
+        assert getattr(window, name) == pytest.approx(getattr(expect, name)), name
+        assert getattr(held.total, name) == pytest.approx(getattr(direct.total, name)), name
+    assert (held.steps, held.samples, held.tokens) == (direct.steps, direct.samples,
+                                                       direct.tokens)
+
+
+def test_held_steps_wait_for_a_flush_and_a_huge_count_is_not_held() -> None:
+    s = RunSteps()
+    assert s.tick(1.0, 8, None, None) and s.tick(2.0, 8, None, None)
+    assert (s.steps, s.samples) == (0, 0)  # held: the session flushes at each log and the end
+    s.flush()
+    assert (s.steps, s.samples, s.total.steps, s.total.time_s) == (2, 16, 1, 1.0)
+    assert not s.tick(3.0, 10**291, None, None)  # over HOLD_MAX: step() checks it
+    assert s.step(3.0, warmup_steps=0, samples=10**291) == []
+    assert s.samples == 16 + 10**291
