@@ -358,25 +358,26 @@ def build(store_url: str | None, req: Request, out_dir: Path, *,
 
 def backfill(store_url: str | None, req: Request, out_dir: Path, *, since: str | None,
              now: datetime | None = None) -> list[Path]:
-    """Archive every week from ``since`` (``YYYY-Www``; None: the week of the oldest run) to the
-    last complete week that ``out_dir`` does not hold yet (no ``<week>.json``), then write the
-    index once; return the paths written. Weeks already archived are left as they are."""
+    """Archive every week from ``since`` (``YYYY-Www``, but not before the week of the oldest
+    run; None: that week) to the last complete week that ``out_dir`` does not hold yet (no
+    ``<week>.json``), then write the index once; return the paths written. Weeks already
+    archived are left as they are."""
     from tracker.store import RunStore, default_store_url
 
     check_out_dir(out_dir)
     now = now or datetime.now(UTC)
     last = resolve_week(None, req.tz, now)
-    if since is None:
-        with RunStore(store_url or default_store_url(), create=False) as store:
-            runs, _ = store.read_runs(until=now)
-        if not runs:
-            raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-        oldest = min(r.started_at for r in runs)
-        start = week_bounds(*week_of(oldest, req.tz), req.tz)[0]
-    else:
-        start = resolve_week(since, req.tz, now)
-        if start > last:
+    with RunStore(store_url or default_store_url(), create=False) as store:
+        runs, _ = store.read_runs(until=now)
+    if not runs:
+        raise ReportError(f"the run store {store.url} has no runs: nothing to report")
+    # no empty weeks before the first run, however far back --since reaches
+    start = week_bounds(*week_of(min(r.started_at for r in runs), req.tz), req.tz)[0]
+    if since is not None:
+        wanted = resolve_week(since, req.tz, now)
+        if wanted > last:
             raise ReportError(f"--since {since}: after the last complete week, {label_of(last)}")
+        start = max(start, wanted)
     written: list[Path] = []
     try:
         week = start

@@ -59,6 +59,12 @@ def test_all_starts_at_the_oldest_run(tmp_path: Path, url: str) -> None:
     assert gpu_hours(out, "2026-W40") == 1.0
 
 
+def test_since_reaches_back_no_further_than_the_oldest_run(tmp_path: Path, url: str) -> None:
+    out = tmp_path / "archive"
+    backfill(url, Request(week=None, tz=UTC, formats=("json",)), out, since="1970-W02", now=NOW)
+    assert sorted(p.name for p in out.iterdir()) == [f"2026-W{w}.json" for w in range(45, 49)]
+
+
 def test_a_week_not_complete_yet(tmp_path: Path, url: str) -> None:
     with pytest.raises(ReportError, match="--since 2026-W49: after the last complete week, "
                                           "2026-W48"):
