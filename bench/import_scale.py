@@ -86,14 +86,15 @@ def main() -> None:
               f"(written in {time.perf_counter() - t:.1f} s)")
         db = d / "import.db"
         db.unlink(missing_ok=True)
+        rate = 0.0
         for what, extra in (("read", []), ("import", [f"sqlite:///{db}"])):
             s, minutes, gib = measured([str(log), what, *extra])
-            rate = rows / s
+            rate = rows / s  # the last one, the whole import, is judged below
             print(f"{what:6s}: {s:6.2f} s, {rate:>10,.0f} rows/s, {minutes:,} minute rows, "
                   f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: {WEEK_ROWS / rate / 3600:.1f} h")
-        verdict = "PASS" if rows / s >= GOAL_ROWS_PER_S else "FAIL"
-        print(f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rows / s:,.0f} rows/s "
-              f"({rows / s / GOAL_ROWS_PER_S:.3f}x the goal)")
+        verdict = "PASS" if rate >= GOAL_ROWS_PER_S else "FAIL"
+        print(f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rate:,.0f} rows/s "
+              f"({rate / GOAL_ROWS_PER_S:.3f}x the goal)")
 
 
 if __name__ == "__main__":

@@ -131,8 +131,6 @@ def compute_live(store_url: str | None, req: Request, *,
     ``/metrics`` shows them: one read of those two weeks, where :func:`compute` of each reads
     twelve for the trend. Headline and breakdowns equal :func:`compute`'s; the trend holds the
     two weeks and the last complete week has no previous week to compare with."""
-    from reports.weeks import week_of
-
     current = week_bounds(*week_of(now, req.tz), req.tz)[0]
     runs, sampled, skipped = load(store_url, current, tz=req.tz, weeks=2, basis=req.basis,
                                   thresholds=req.thresholds, now=now)

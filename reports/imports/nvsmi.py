@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from reports.errors import ImportFailed
 from tracker import figures
@@ -207,14 +208,14 @@ def read_nvsmi(paths: Sequence[str | Path], *, tz: tzinfo = UTC, labels: Labels 
 
 
 def import_nvsmi(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
-                 **kwargs: object) -> Imported:
+                 **kwargs: Any) -> Imported:
     """:func:`read_nvsmi`, then every run and sample into the store in one transaction. A run
     imported before from the same log (same id) is replaced whole. Another run with minutes of
     the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time counts once),
     unless it is an earlier nvidia-smi import and ``replace``: then it is dropped."""
     from tracker.store import RunStore
 
-    imported = read_nvsmi(paths, **kwargs)  # type: ignore[arg-type]
+    imported = read_nvsmi(paths, **kwargs)
     ours = {r.id for r in imported.records}
     others: set[str] = set()
     with RunStore(store_url) as store:
