@@ -1,0 +1,192 @@
+"""What every import shares: a GPU's readings played through the tracker's own
+:class:`tracker.sampler.Sampler` at the readings' own times, a run record made from what was
+played (the tracker's figures and rules), and the all-or-nothing write that lets a GPU's time
+count once.
+
+A reading covers the time since the same GPU's previous reading. After a gap longer than
+``max_gap_s`` (default: 3 × that GPU's median interval) the next reading covers nothing: a gap
+stays a gap, never GPU-time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from typing import Any
+
+from reports.errors import ImportFailed
+from tracker import figures
+from tracker.config import Settings
+from tracker.gpu.base import GpuInfo, GpuReading
+from tracker.prices import canonical_gpu, price_for
+from tracker.record import MinuteSample, RunRecord, checked_record
+from tracker.sampler import Sampler
+from tracker.throughput import StepCounter
+
+GAP_INTERVALS = 3.0
+"""A gap is longer than this many times the GPU's median interval between readings."""
+
+Series = Sequence[tuple[float, str, str, GpuReading]]
+"""One GPU's readings in the order read: (epoch seconds, where it was read — ``file:line`` —,
+the time as the source wrote it, the reading)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Labels:
+    """What a source does not say about its runs, or what overrides it: who ran them, where, on
+    what (empty: the source's own, where it has one)."""
+
+    project: str = ""
+    team: str = ""
+    user: str = ""
+    host: str = ""
+    gpu_model: str | None = None
+    """The model when the source does not name it, or to override it."""
+    price: float | None = None
+    """USD per GPU-hour for these runs, over the price table."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    records: list[RunRecord]
+    samples: list[MinuteSample]
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    """Why → the names of the runs found but not imported (not an error: counted and named)."""
+
+
+class _Log:
+    """One GPU's readings as a backend the sampler reads at the source's times."""
+
+    name = "import"
+
+    def __init__(self, info: GpuInfo, readings: dict[float, GpuReading]) -> None:
+        self.info = info
+        self.readings = readings
+        self.now = 0.0
+
+    def open(self, now: float) -> list[GpuInfo]:
+        return [self.info]
+
+    def read(self, now: float) -> list[GpuReading]:
+        return [self.readings[now]]
+
+    def close(self) -> None:
+        pass
+
+
+def play_gpu(info: GpuInfo, series: Series, *, run_id: str, settings: Settings,
+             max_gap_s: float | None, rows: list[MinuteSample]) -> tuple[Sampler, float, float]:
+    """Play one GPU's readings through a sampler; its minute rows go to ``rows``. The sampler
+    (its run aggregates and idle detector) and the GPU's first and last time. Readings must go
+    forwards in time: a second reading at the same time, or one back, is an ImportFailed."""
+    readings: dict[float, GpuReading] = {}
+    times: list[float] = []
+    for t, where, shown, reading in series:
+        if times and t <= times[-1]:
+            what = "a second reading at" if t == times[-1] else "a reading back at"
+            raise ImportFailed(f"{where}: GPU {info.uuid} has {what} {shown}")
+        readings[t] = reading
+        times.append(t)
+    steps = [b - a for a, b in pairwise(times)]
+    gap = max_gap_s if max_gap_s is not None else (
+        GAP_INTERVALS * statistics.median(steps) if steps else 0.0)
+    log = _Log(info, readings)
+    sampler = Sampler.from_settings(log, settings, run_id=run_id, clock=lambda: log.now,
+                                    threaded=False, on_minute=rows.extend)
+    sampler.alert = None
+    log.now = times[0]
+    sampler.start()
+    for prev, t in pairwise(times):
+        if t - prev > gap:
+            sampler.gap()
+        log.now = t
+        sampler.sample(t)
+    sampler.stop()
+    return sampler, times[0], times[-1]
+
+
+def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series], *,
+               run_id: str, name: str, labels: Labels, settings: Settings,
+               max_gap_s: float | None, source: str, **fields: Any,
+               ) -> tuple[RunRecord, list[MinuteSample]]:
+    """A finished run of ``gpus`` from their readings (``series`` by UUID) and its minute rows.
+    ``fields`` fill the record where the source knows more (``steps``, ``framework``, ``links``,
+    ``status``, throughput…); ``labels`` fill project, team, user and host where set."""
+    models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
+    if len(models) > 1 and labels.gpu_model is None:
+        raise ImportFailed(f"{where}: GPUs of different models ({', '.join(models)}) in one "
+                           "run: import with --per-gpu, or say the model with --gpu-model")
+    rows: list[MinuteSample] = []
+    played = [play_gpu(g, series[g.uuid], run_id=run_id, settings=settings,
+                       max_gap_s=max_gap_s, rows=rows) for g in gpus]
+    stats = [s.run[g.uuid] for (s, _, _), g in zip(played, gpus, strict=True)]
+    idle = [s.idle_of_run()[0] for s, _, _ in played]
+    start, end = min(a for _, a, _ in played), max(b for _, _, b in played)
+    model_name = labels.gpu_model or gpus[0].name
+    model = canonical_gpu(model_name) or model_name
+    price = price_for(model, labels.price, settings.prices, owned=settings.owned)
+    covered_s = sum(s.seconds for s in stats) / len(gpus)
+    if not covered_s:
+        raise ImportFailed(f"{where}: no GPU of {name} has two readings in a row: no time to "
+                           "import")
+    fig = figures.run_figures(
+        duration_s=covered_s, gpu_count=len(gpus), stats=stats, idle=idle,
+        usd_per_gpu_hour=price.usd_per_gpu_hour if price else None,
+        thresholds=settings.thresholds, total=StepCounter(), steps=0, samples=0, tokens=0)
+    values = figures.record_fields(fig, duration_s=covered_s, peak_tflops=None,
+                                   rank_spread_pct=None, thresholds=settings.thresholds)
+    values.update(fields)
+    for label in ("project", "team", "user", "host"):
+        values[label] = getattr(labels, label) or values.get(label) or ""
+    values.setdefault("framework", "unknown")
+    values.setdefault("status", "finished")
+    record, _ = checked_record(RunRecord(
+        id=run_id, name=name, started_at=datetime.fromtimestamp(start, UTC),
+        ended_at=datetime.fromtimestamp(end, UTC), heartbeat_at=datetime.fromtimestamp(end, UTC),
+        gpu_source=source, gpu_model=model,
+        price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
+        price_source=price.source if price else None, source=source, **values))
+    return record, rows
+
+
+def write_imported(store_url: str, imported: Imported, *, source: str,
+                   replace: bool = False) -> None:
+    """Every run and sample of ``imported`` into the store in one transaction; a run imported
+    before (same id) is replaced whole. Another run with minutes of the same GPUs in the same
+    time is an :class:`ImportFailed` (a GPU's time counts once), unless it is an earlier import
+    of the same ``source`` and ``replace``: then it is dropped."""
+    from tracker.store import RunStore
+
+    if not imported.records:
+        return
+    ours = {r.id for r in imported.records}
+    others: set[str] = set()
+    with RunStore(store_url) as store:
+        spans: dict[tuple[str, str], list[datetime]] = {}  # (run id, GPU) → first, last minute
+        for row in imported.samples:
+            span = spans.setdefault((row.run_id, row.gpu), [row.minute, row.minute])
+            span[0], span[1] = min(span[0], row.minute), max(span[1], row.minute)
+        names = {r.id: r.name for r in imported.records}
+        by_gpu: dict[str, list[tuple[str, datetime, datetime]]] = {}
+        for (rid, gpu), (x, y) in spans.items():
+            by_gpu.setdefault(gpu, []).append((rid, x, y))
+        held = store.gpu_spans(sorted(by_gpu),
+                               since=min(a for a, _ in spans.values()),
+                               until=max(b for _, b in spans.values()) + timedelta(minutes=1))
+        for other, gpu, a, b in held:
+            if other in ours or other in others:
+                continue
+            mine = next((rid for rid, x, y in by_gpu[gpu] if a <= y and x <= b), None)
+            if mine is None:  # that run's minutes of this GPU fall in no imported run's span
+                continue
+            run = store.get_run(other)
+            if not replace or run is None or run.source != source:
+                what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
+                hint = "; --replace imports over it" if run and run.source == source else ""
+                raise ImportFailed(f"{names[mine]}: its GPUs already have minutes in that time "
+                                   f"from {what}: a GPU's time counts once{hint}")
+            others.add(other)
+        store.put(imported.records, imported.samples, drop=[*ours, *others])
