@@ -234,22 +234,16 @@ def cmd_store(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """``import nvidia-smi FILE...``: the logs' runs and minute samples into the store, all
-    or nothing; the runs printed as ``gpu-kpi runs`` prints them."""
-    from reports.imports.nvsmi import Labels, import_nvsmi
-    from reports.weeks import zone
+    """``import SOURCE PATH...``: the runs and minute samples into the store, all or nothing;
+    the runs printed as ``gpu-kpi runs`` prints them, the skipped ones named."""
+    from reports.imports.commands import run_import
 
     settings = _settings(args)
-    if args.price is not None and not 0 <= args.price <= 10_000:
-        raise UsageError(f"--price {args.price:g}: USD per GPU-hour from 0 to 10,000")
-    if args.max_gap is not None and not args.max_gap > 0:
-        raise UsageError(f"--max-gap {args.max_gap:g}: seconds, more than 0")
-    labels = Labels(project=args.project, team=args.team, user=args.user, host=args.host,
-                    gpu_model=args.gpu_model, price=args.price)
-    done = import_nvsmi(settings.store, args.files, tz=zone(args.tz), labels=labels,
-                        per_gpu=args.per_gpu, settings=settings, max_gap_s=args.max_gap,
-                        replace=args.replace)
-    print(format_runs(done.records))
+    done = run_import(args, settings)
+    if done.records:
+        print(format_runs(done.records))
+    for why, names in done.skipped.items():
+        print(f"skipped {len(names)} run(s), {why}: {printable(', '.join(names))}")
     print(f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
           f"{_shown_url(settings.store)}")
     return 0

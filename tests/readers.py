@@ -45,6 +45,7 @@ __all__ = [
     "read_tensorboard",
     "read_tensorboard_text",
     "read_wandb",
+    "write_wandb_log",
 ]
 
 # -- W&B transaction log -----------------------------------------------------------------------
@@ -92,47 +93,10 @@ def find_wandb_file(root: Path | str) -> Path:
 
 
 def _iter_payloads(data: bytes, *, check_crc: bool = True) -> Iterator[bytes]:
-    if len(data) < _FILE_HEADER.size:
-        raise ValueError("not a W&B transaction log: too short")
-    ident, magic, version = _FILE_HEADER.unpack_from(data, 0)
-    if ident != _FILE_IDENT or magic != _FILE_MAGIC or version != _FILE_VERSION:
-        raise ValueError(f"not a W&B transaction log: header {ident!r} {magic:#x} v{version}")
-    pos = _FILE_HEADER.size
-    pending: bytearray | None = None
-    while pos < len(data):
-        left_in_block = _BLOCK - pos % _BLOCK
-        if left_in_block < _REC_HEADER.size:  # zero padding at the end of a block
-            pos += left_in_block
-            continue
-        if pos + _REC_HEADER.size > len(data):
-            break  # truncated tail (run still being written)
-        crc, length, rtype = _REC_HEADER.unpack_from(data, pos)
-        start = pos + _REC_HEADER.size
-        end = start + length
-        if rtype == 0 and length == 0:  # zeroed/preallocated tail
-            pos += left_in_block
-            continue
-        if end > len(data):
-            break  # truncated tail
-        chunk = data[start:end]
-        if check_crc and zlib.crc32(chunk, zlib.crc32(bytes([rtype]))) & 0xFFFFFFFF != crc:
-            raise ValueError(f"CRC mismatch in W&B log at offset {pos}")
-        pos = end
-        if rtype == _FULL:
-            pending = None
-            yield bytes(chunk)
-        elif rtype == _FIRST:
-            pending = bytearray(chunk)
-        elif rtype == _MIDDLE:
-            if pending is not None:
-                pending += chunk
-        elif rtype == _LAST:
-            if pending is not None:
-                pending += chunk
-                yield bytes(pending)
-            pending = None
-        else:
-            raise ValueError(f"unknown W&B log record type {rtype} at offset {pos}")
+    # the package's reader of the framing, tolerant of a torn tail (a run still being written)
+    from reports.imports.wandb_log import payloads
+
+    return payloads(data, check_crc=check_crc, whole=False)
 
 
 def iter_wandb_records(path: Path | str, *, check_crc: bool = True) -> Iterator[Any]:
@@ -391,3 +355,28 @@ def parse_html(doc: str) -> Page:
     page.close()
     assert page.errors == [] and page.stack == [], (page.errors, page.stack)
     return page
+
+
+def write_wandb_log(path: Path | str, records: list[Any]) -> None:
+    """Write ``wandb_internal_pb2.Record`` messages as a ``.wandb`` file, in the framing
+    described above (chunks split across 32 KiB blocks): for tests that add to a log the real
+    ``wandb`` package wrote what it cannot write on a machine without a GPU."""
+    out = bytearray(_FILE_HEADER.pack(_FILE_IDENT, _FILE_MAGIC, _FILE_VERSION))
+    for rec in records:
+        payload = rec.SerializeToString()
+        first = True
+        while True:
+            left = _BLOCK - len(out) % _BLOCK
+            if left < _REC_HEADER.size:
+                out += bytes(left)
+                continue
+            room = left - _REC_HEADER.size
+            chunk, payload = payload[:room], payload[room:]
+            kind = ((_FULL if not payload else _FIRST) if first
+                    else (_LAST if not payload else _MIDDLE))
+            crc = zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF
+            out += _REC_HEADER.pack(crc, len(chunk), kind) + chunk
+            first = False
+            if not payload:
+                break
+    Path(path).write_bytes(bytes(out))

@@ -1,0 +1,191 @@
+"""Runs from W&B run directories (``wandb/run-*``, ``wandb/offline-run-*``), read from their
+``.wandb`` transaction logs (``gpu-kpi import wandb DIR...``).
+
+W&B samples every GPU of a run by default (``system/gpu.N.gpu``, ``gpu.N.powerWatts``,
+``gpu.N.memoryAllocatedBytes``, …): those readings play through the tracker's sampler at their
+own times (see :mod:`reports.imports.play`), so a run nobody instrumented gets GPU-hours,
+utilization, idle time, cost and a verdict by the tracker's rules. The GPUs' names and UUIDs
+come from the run's environment record.
+
+A run our callback logged (its config holds ``gpu_kpi/run_id``) keeps that id: when the store
+already has it, it is skipped (the tracker's own record is better); when not, it is imported,
+from W&B's system metrics or, where W&B recorded none, from our own ``gpu/*`` points, and its
+summary's throughput and MFU. Other runs get the id ``wandb-`` + a hash of entity, project,
+W&B run id and start, so importing a directory again replaces its runs with the same ones.
+
+A run with no GPU metrics at all (a CPU run) is skipped, counted and named; a damaged file is an
+:class:`reports.errors.ImportFailed` naming it, and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from reports.errors import ImportFailed
+from reports.imports.play import Imported, Labels, Series, played_run, write_imported
+from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog, number, read_log
+from tracker.config import Settings
+from tracker.gpu.base import GpuInfo, GpuReading
+from tracker.record import MinuteSample, RunRecord
+
+SOURCE = "wandb"
+NO_GPU = "no GPU metrics (a CPU run?)"
+NO_MODEL = "no GPU model in the log: say it with --gpu-model"
+TWICE = "the same run as another file"
+TRACKED = "already in the store, tracked by gpu-kpi"
+
+_GPU_KEY = re.compile(r"gpu\.(\d+)\.(gpu|memoryAllocatedBytes|powerWatts|temp|smClock|smActive)$")
+_UNITS: dict[str, tuple[str, float, float, float]] = {
+    # W&B key → (GpuReading field, scale, lowest, highest) after scaling
+    "gpu": ("util_pct", 1.0, 0.0, 100.0),
+    "memoryAllocatedBytes": ("mem_used_gib", 2.0**-30, 0.0, 1e6),
+    "powerWatts": ("power_w", 1.0, 0.0, 1e5),
+    "temp": ("temp_c", 1.0, -100.0, 300.0),
+    "smClock": ("sm_clock_mhz", 1.0, 0.0, 1e5),
+    "smActive": ("sm_active_pct", 1.0, 0.0, 100.0),
+}
+_OURS = {"gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
+         "gpu/mem_used_gib": "mem_used_gib", "gpu/temp_c": "temp_c"}
+_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
+
+
+def find_logs(paths: Sequence[str | Path]) -> list[Path]:
+    """Every ``.wandb`` file given, or under a directory given, each once, in path order."""
+    found: dict[Path, None] = {}
+    for given in paths:
+        path = Path(given)
+        if path.is_file():
+            found[path.resolve()] = None
+            continue
+        if not path.is_dir():
+            raise ImportFailed(f"{path}: no such file or directory")
+        logs = sorted(p.resolve() for p in path.rglob("*.wandb") if p.is_file())
+        if not logs:
+            raise ImportFailed(f"{path}: no .wandb file under it (W&B keeps runs in "
+                               "wandb/run-*/ and wandb/offline-run-*/)")
+        found.update(dict.fromkeys(logs))
+    return list(found)
+
+
+def _system_readings(log: WandbLog) -> dict[int, list[tuple[float, dict[str, Any]]]]:
+    """W&B's own GPU metrics: GPU index → [(time, reading fields)]."""
+    out: dict[int, list[tuple[float, dict[str, Any]]]] = {}
+    for t, items in log.stats:
+        per: dict[int, dict[str, float | None]] = {}
+        for key, value in items.items():
+            if (m := _GPU_KEY.match(key)) is None:
+                continue
+            name, scale, low, high = _UNITS[m[2]]
+            v = number(value)
+            per.setdefault(int(m[1]), {})[name] = (
+                v * scale if v is not None and low <= v * scale <= high else None)
+        for i, fields in per.items():
+            out.setdefault(i, []).append((t, fields))
+    return out
+
+
+def _our_readings(log: WandbLog, count: int) -> dict[int, list[tuple[float, dict[str, Any]]]]:
+    """Our callback's own ``gpu/*`` points (window means over the run's GPUs), one reading per
+    GPU: for a run of ours where W&B kept no system metrics."""
+    out: dict[int, list[tuple[float, dict[str, Any]]]] = {}
+    for row in log.history:
+        t = number(row.get("_timestamp"))
+        if t is None or not 0 <= t < LAST_EPOCH_S or number(row.get("gpu/util_pct")) is None:
+            continue
+        fields = {f: number(row.get(k)) for k, f in _OURS.items()}
+        power = number(row.get("gpu/power_w"))
+        fields["power_w"] = power / count if power is not None else None
+        for i in range(count):
+            out.setdefault(i, []).append((t, fields))
+    return out
+
+
+def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: float | None,
+            ) -> tuple[RunRecord, list[MinuteSample]] | str:
+    """The run of one log, or why it is skipped."""
+    ours = log.config.get("gpu_kpi/run_id")
+    readings = _system_readings(log)
+    if not readings and isinstance(ours, str):
+        count = int(number(log.config.get("gpu_kpi/gpu_count")) or 1)
+        readings = _our_readings(log, max(1, min(count, 4096)))
+        # each point is the mean of all the time since the one before: no gaps between them
+        max_gap_s = math.inf if max_gap_s is None else max_gap_s
+    readings = {i: r for i, r in readings.items() if len(r) > 1}
+    if not readings:
+        return NO_GPU
+    model = (log.config.get("gpu_kpi/gpu_model") if isinstance(ours, str) else None)
+    gpus: list[GpuInfo] = []
+    series: dict[str, Series] = {}
+    for i in sorted(readings):
+        name, uuid, mem = log.gpus.get(i, ("", "", None))
+        name = name or log.gpu_type or (model if isinstance(model, str) else "")
+        if not (name or labels.gpu_model):
+            return NO_MODEL
+        uuid = uuid or f"wandb-{log.run_id or log.path.parent.name}-gpu{i}"
+        gpus.append(GpuInfo(index=i, uuid=uuid, name=name or str(labels.gpu_model),
+                            mem_total_gib=mem))
+        series[uuid] = [(t, str(log.path), datetime.fromtimestamp(t, UTC).isoformat(),
+                         GpuReading(uuid=uuid, mem_total_gib=mem, **fields))
+                        for t, fields in readings[i]]
+    if isinstance(ours, str) and ours:
+        run_id = ours
+    else:
+        key = f"{log.entity}/{log.project}/{log.run_id}/{log.start}"
+        run_id = "wandb-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+    extra: dict[str, Any] = {}
+    if isinstance(ours, str):
+        extra = {f: v for f in _SUMMARY if (v := number(log.summary.get(f"gpu_kpi/{f}")))
+                 is not None and v >= 0}
+    status = ("crashed" if log.exit_code is None else
+              "finished" if log.exit_code == 0 else "failed")
+    return played_run(str(log.path), gpus, series, run_id=run_id,
+                      name=log.name or log.run_id or log.path.parent.name, labels=labels,
+                      settings=settings, max_gap_s=max_gap_s, source=SOURCE, status=status,
+                      project=log.project, user=log.user, host=log.host, tags=tuple(log.tags),
+                      links={"wandb": str(log.path.parent)}, **extra)
+
+
+def read_wandb(paths: Sequence[str | Path], *, labels: Labels | None = None,
+               settings: Settings | None = None, max_gap_s: float | None = None) -> Imported:
+    """The runs and minute samples of the W&B runs in ``paths`` (nothing written)."""
+    labels = labels or Labels()
+    settings = settings or Settings()
+    records: dict[str, RunRecord] = {}
+    samples: list[MinuteSample] = []
+    skipped: dict[str, list[str]] = {}
+    for path in find_logs(paths):
+        log = read_log(path)
+        got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s)
+        if isinstance(got, str) or got[0].id in records:
+            why = got if isinstance(got, str) else TWICE
+            skipped.setdefault(why, []).append(log.name or str(path))
+            continue
+        record, rows = got
+        records[record.id] = record
+        samples.extend(rows)
+    return Imported(list(records.values()), samples, skipped)
+
+
+def import_wandb(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
+                 **kwargs: Any) -> Imported:
+    """:func:`read_wandb`, less the runs of ours the store already has, then the rest into
+    the store in one transaction (:func:`reports.imports.play.write_imported`)."""
+    from tracker.store import RunStore
+
+    imported = read_wandb(paths, **kwargs)
+    with RunStore(store_url) as store:
+        held = {r.id for r in imported.records
+                if (old := store.get_run(r.id)) is not None and old.source != SOURCE}
+    skipped = dict(imported.skipped)
+    if held:
+        skipped[TRACKED] = [r.name for r in imported.records if r.id in held]
+    kept = Imported([r for r in imported.records if r.id not in held],
+                    [s for s in imported.samples if s.run_id not in held], skipped)
+    write_imported(store_url, kept, source=SOURCE, replace=replace)
+    return kept

@@ -1,0 +1,220 @@
+"""``gpu-kpi import wandb``: run directories written by the real ``wandb`` package (offline),
+imported into a real store, the numbers checked by hand.
+
+This machine has no GPU, so W&B's own system monitor writes no ``gpu.N.*`` metrics: the
+un-instrumented run is a real offline run to which W&B's GPU records (an environment record
+naming two H100s, a stats record every 15 s) are added in W&B's own protobuf and framing, as
+wandb-core writes them on a GPU host.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+import readers
+
+from reports.build import Request, compute
+from reports.cli import main
+from reports.imports.play import Labels
+from reports.imports.wandb_runs import NO_GPU, TRACKED, import_wandb, read_wandb
+from tracker.session import track
+from tracker.sinks.wandb import WandbSink
+from tracker.store import RunStore
+
+MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # 2026-W48
+H100_PRICE = 3.85  # the price table's H100, USD per GPU-hour
+
+
+def real_run(root: Path, monkeypatch: pytest.MonkeyPatch, *, name: str) -> Path:
+    """A finished offline W&B run (a few history rows, a config); its ``.wandb`` file."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = wandb.init(mode="offline", dir=str(root), project="vision", name=name,
+                     config={"lr": 0.1})
+    for step in range(3):
+        run.log({"loss": 1.0 / (step + 1)})
+    run.finish()
+    return readers.read_finished_wandb(root).path
+
+
+def add_gpu_records(path: Path, *, minutes: int = 60) -> None:
+    """Add to a W&B log what wandb-core writes on a host with two H100s: their environment,
+    and a stats record every 15 s from MONDAY_10 on: GPU 0 at 80%, 40 GiB, 500 W; GPU 1 at 2%
+    (idle), 1 GiB, 100 W. Written before the run's exit record, as a live run would."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    records = list(readers.iter_wandb_records(path))
+    end = next(i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit")
+    env = pb.Record()
+    for i in range(2):
+        gpu = env.environment.gpu_nvidia.add()
+        gpu.name, gpu.uuid, gpu.memory_total = "NVIDIA H100 80GB HBM3", f"GPU-w{i}", 80 * 2**30
+    added = [env]
+    for k in range(minutes * 4 + 1):
+        rec = pb.Record()
+        rec.stats.timestamp.seconds = int((MONDAY_10 + timedelta(seconds=15 * k)).timestamp())
+        for key, value in (("gpu.0.gpu", 80), ("gpu.0.memoryAllocatedBytes", 40 * 2**30),
+                           ("gpu.0.powerWatts", 500.0), ("gpu.process.0.gpu", 80),
+                           ("gpu.1.gpu", 2), ("gpu.1.memoryAllocatedBytes", 2**30),
+                           ("gpu.1.powerWatts", 100.0), ("cpu", 12.5)):
+            item = rec.stats.item.add()
+            item.key, item.value_json = key, str(value)
+        added.append(rec)
+    readers.write_wandb_log(path, [*records[:end], *added, *records[end:]])
+
+
+@pytest.fixture
+def gpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The ``wandb`` directory of one un-instrumented run on two H100s."""
+    add_gpu_records(real_run(tmp_path, monkeypatch, name="resnet-a"))
+    return tmp_path / "wandb"
+
+
+def test_an_uninstrumented_run_gets_its_gpu_time_and_cost_by_hand(
+        gpu_run: Path, store_url: str) -> None:
+    done = import_wandb(store_url, [gpu_run], labels=Labels(team="vision-team"))
+    (r,) = done.records
+    assert (r.source, r.name, r.project, r.team, r.gpu_model, r.gpu_count, r.status) == (
+        "wandb", "resnet-a", "vision", "vision-team", "H100", 2, "finished")
+    assert (r.started_at, r.ended_at) == (MONDAY_10, MONDAY_10 + timedelta(hours=1))
+    assert r.gpu_hours == pytest.approx(2.0)
+    assert r.util_pct == pytest.approx((80 + 2) / 2)
+    assert r.cost_usd == pytest.approx(2 * H100_PRICE)
+    assert r.idle_usd == pytest.approx(H100_PRICE)  # GPU 1: an hour under 5%
+    # idle in full, GPU 0 against the 85% target
+    assert r.waste_usd == pytest.approx(H100_PRICE + H100_PRICE * (1 - 80 / 85))
+    assert r.energy_kwh == pytest.approx(0.5 + 0.1)  # 500 W and 100 W for an hour
+    assert r.mem_peak_gib == pytest.approx(40.0)
+    assert r.id.startswith("wandb-")
+    assert r.links == {"wandb": str(next(gpu_run.rglob("*.wandb")).resolve().parent)}
+    w48 = compute(store_url, Request(week="2026-W48", tz=UTC),
+                  now=datetime(2026, 12, 7, tzinfo=UTC))
+    assert w48.kpis.headline.gpu_hours == pytest.approx(2.0)
+    assert w48.kpis.headline.spend_usd == pytest.approx(2 * H100_PRICE)
+    with RunStore(store_url) as store:
+        assert len(store.samples(run_ids=[r.id])) == 2 * 60  # a row per GPU-minute
+
+
+def test_importing_again_adds_nothing(gpu_run: Path, store_url: str) -> None:
+    first = import_wandb(store_url, [gpu_run])
+    again = import_wandb(store_url, [gpu_run, next(gpu_run.rglob("*.wandb"))])
+    assert [r.id for r in again.records] == [r.id for r in first.records]
+    with RunStore(store_url) as store:
+        assert [r.id for r in store.list_runs()] == [first.records[0].id]
+        assert len(store.samples()) == 120
+
+
+def test_a_cpu_run_is_skipped_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    add_gpu_records(real_run(tmp_path / "a", monkeypatch, name="on-gpu"))
+    real_run(tmp_path / "b", monkeypatch, name="on-cpu")
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["import", "wandb", str(tmp_path / "a"), str(tmp_path / "b"),
+                 "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped 1 run(s), {NO_GPU}: on-cpu" in out
+    assert "imported 1 run(s), 120 minute rows" in out
+    with RunStore(url) as store:
+        assert [r.name for r in store.list_runs()] == ["on-gpu"]
+
+
+def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain-loop run tracked live with W&B (simulated H100, input-bound at 60%): the store
+    that tracked it skips it; a new store gets it from our own ``gpu/*`` points (W&B kept no GPU
+    metrics here), under the tracker's run id."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    tracked = f"sqlite:///{tmp_path / 'tracked.db'}"
+    wb = wandb.init(mode="offline", dir=str(tmp_path), project="nlp")
+    with track(name="ours", backend="simulated:input-bound@H100", store=tracked,
+               interval_s=0.1, log_every_s=0.5, warmup_steps=0, sinks=[WandbSink(wb)],
+               log_to_python=False) as run:
+        deadline = time.monotonic() + 3.2
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+            run.step(samples=8)
+    wb.finish()
+    logged = readers.read_finished_wandb(tmp_path)
+    points = [(h["_timestamp"], h["gpu/util_pct"]) for h in logged.history if "gpu/util_pct" in h]
+    assert len(points) >= 4
+
+    again = import_wandb(tracked, [tmp_path / "wandb"])
+    assert again.records == [] and list(again.skipped) == [TRACKED]
+    assert len(again.skipped[TRACKED]) == 1
+
+    fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+    (r,) = import_wandb(fresh, [tmp_path / "wandb"]).records
+    assert (r.id, r.source, r.gpu_model, r.gpu_count) == (run.record.id, "wandb", "H100", 1)  # type: ignore[union-attr]
+    # each point is the window since the one before: GPU-time from the first to the last
+    span = points[-1][0] - points[0][0]
+    assert r.gpu_hours == pytest.approx(span / 3600, rel=1e-6)
+    weighted = sum((b[0] - a[0]) * b[1] for a, b in pairwise(points))
+    assert r.util_pct == pytest.approx(weighted / span, rel=1e-6)
+    assert r.samples_per_s == pytest.approx(logged.summary["gpu_kpi/samples_per_s"])
+
+
+def truncated(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-5])
+
+
+def bad_crc(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def not_wandb(path: Path) -> None:
+    path.write_bytes(b"timestamp,uuid\n")
+
+
+def year_30000(path: Path) -> None:
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rec = pb.Record()
+    rec.stats.timestamp.seconds = 10**12
+    readers.write_wandb_log(path, [*readers.iter_wandb_records(path), rec])
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (truncated, "cut off at byte"), (bad_crc, "checksum mismatch"),
+    (not_wandb, "not a W&B transaction log"), (year_30000, "1000000000000 s since 1970: no time")],
+    ids=["truncated", "crc", "foreign", "no-time"])
+def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        damage: Any, message: str) -> None:
+    add_gpu_records(real_run(tmp_path / "good", monkeypatch, name="good"))
+    bad = real_run(tmp_path / "bad", monkeypatch, name="bad")
+    add_gpu_records(bad)
+    damage(bad)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    code = main(["import", "wandb", str(tmp_path / "good"), str(tmp_path / "bad"),
+                 "--store", url])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith(f"gpu-kpi: error: {bad}: ") and message in err
+    assert err.count("\n") == 1
+    with RunStore(url) as store:
+        assert store.list_runs() == []  # not even the good run
+
+
+def test_no_wandb_runs_and_nvidia_smi_options_are_clear_errors(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["import", "wandb", str(tmp_path), "--store", url]) == 2
+    assert "no .wandb file under it" in capsys.readouterr().err
+    assert main(["import", "wandb", str(tmp_path), "--tz", "Europe/Berlin",
+                 "--store", url]) == 2
+    assert "--tz and --per-gpu are for nvidia-smi logs" in capsys.readouterr().err
+
+
+def test_read_wandb_takes_a_file_and_its_directory_once(gpu_run: Path) -> None:
+    log = next(gpu_run.rglob("*.wandb"))
+    assert len(read_wandb([log, log.parent, gpu_run]).records) == 1
