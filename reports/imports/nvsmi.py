@@ -105,6 +105,5 @@ def import_nvsmi(store_url: str, paths: Sequence[str | Path], *, replace: bool =
     imported before from the same log (same id) is replaced whole. Another run with minutes of
     the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time counts once),
     unless it is an earlier nvidia-smi import and ``replace``: then it is dropped."""
-    imported = read_nvsmi(paths, **kwargs)
-    write_imported(store_url, imported, source=SOURCE, replace=replace)
-    return imported
+    return write_imported(store_url, read_nvsmi(paths, **kwargs), source=SOURCE,
+                          replace=replace)

@@ -152,41 +152,59 @@ def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series]
     return record, rows
 
 
+TRACKED = "already in the store, tracked by gpu-kpi"
+
+
 def write_imported(store_url: str, imported: Imported, *, source: str,
-                   replace: bool = False) -> None:
-    """Every run and sample of ``imported`` into the store in one transaction; a run imported
-    before (same id) is replaced whole. Another run with minutes of the same GPUs in the same
-    time is an :class:`ImportFailed` (a GPU's time counts once), unless it is an earlier import
-    of the same ``source`` and ``replace``: then it is dropped."""
+                   replace: bool = False) -> Imported:
+    """Every run and sample of ``imported`` into the store in one transaction, less the runs
+    the store has from another source (a run our callback logged, brought back by a W&B or
+    TensorBoard import: the tracker's own record is better; skipped as :data:`TRACKED`); what
+    was written is returned. A run imported before (same id) is replaced whole. Another run
+    with minutes of the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time
+    counts once), unless it is an earlier import of the same ``source`` and ``replace``: then
+    it is dropped."""
     from tracker.store import RunStore
 
-    if not imported.records:
-        return
+    with RunStore(store_url) as store:
+        held = {r.id for r in imported.records
+                if (old := store.get_run(r.id)) is not None and old.source != source}
+        if held:
+            skipped = {**imported.skipped,
+                       TRACKED: [r.name for r in imported.records if r.id in held]}
+            imported = Imported([r for r in imported.records if r.id not in held],
+                                [s for s in imported.samples if s.run_id not in held], skipped)
+        if imported.records:
+            _write(store, imported, source=source, replace=replace)
+    return imported
+
+
+def _write(store: Any, imported: Imported, *, source: str, replace: bool) -> None:
+    """:func:`write_imported`'s write, in the open ``store``."""
     ours = {r.id for r in imported.records}
     others: set[str] = set()
-    with RunStore(store_url) as store:
-        spans: dict[tuple[str, str], list[datetime]] = {}  # (run id, GPU) → first, last minute
-        for row in imported.samples:
-            span = spans.setdefault((row.run_id, row.gpu), [row.minute, row.minute])
-            span[0], span[1] = min(span[0], row.minute), max(span[1], row.minute)
-        names = {r.id: r.name for r in imported.records}
-        by_gpu: dict[str, list[tuple[str, datetime, datetime]]] = {}
-        for (rid, gpu), (x, y) in spans.items():
-            by_gpu.setdefault(gpu, []).append((rid, x, y))
-        held = store.gpu_spans(sorted(by_gpu),
-                               since=min(a for a, _ in spans.values()),
-                               until=max(b for _, b in spans.values()) + timedelta(minutes=1))
-        for other, gpu, a, b in held:
-            if other in ours or other in others:
-                continue
-            mine = next((rid for rid, x, y in by_gpu[gpu] if a <= y and x <= b), None)
-            if mine is None:  # that run's minutes of this GPU fall in no imported run's span
-                continue
-            run = store.get_run(other)
-            if not replace or run is None or run.source != source:
-                what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
-                hint = "; --replace imports over it" if run and run.source == source else ""
-                raise ImportFailed(f"{names[mine]}: its GPUs already have minutes in that time "
-                                   f"from {what}: a GPU's time counts once{hint}")
-            others.add(other)
-        store.put(imported.records, imported.samples, drop=[*ours, *others])
+    spans: dict[tuple[str, str], list[datetime]] = {}  # (run id, GPU) → first, last minute
+    for row in imported.samples:
+        span = spans.setdefault((row.run_id, row.gpu), [row.minute, row.minute])
+        span[0], span[1] = min(span[0], row.minute), max(span[1], row.minute)
+    names = {r.id: r.name for r in imported.records}
+    by_gpu: dict[str, list[tuple[str, datetime, datetime]]] = {}
+    for (rid, gpu), (x, y) in spans.items():
+        by_gpu.setdefault(gpu, []).append((rid, x, y))
+    held = store.gpu_spans(sorted(by_gpu),
+                           since=min(a for a, _ in spans.values()),
+                           until=max(b for _, b in spans.values()) + timedelta(minutes=1))
+    for other, gpu, a, b in held:
+        if other in ours or other in others:
+            continue
+        mine = next((rid for rid, x, y in by_gpu[gpu] if a <= y and x <= b), None)
+        if mine is None:  # that run's minutes of this GPU fall in no imported run's span
+            continue
+        run = store.get_run(other)
+        if not replace or run is None or run.source != source:
+            what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
+            hint = "; --replace imports over it" if run and run.source == source else ""
+            raise ImportFailed(f"{names[mine]}: its GPUs already have minutes in that time "
+                               f"from {what}: a GPU's time counts once{hint}")
+        others.add(other)
+    store.put(imported.records, imported.samples, drop=[*ours, *others])

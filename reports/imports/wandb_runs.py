@@ -38,7 +38,6 @@ SOURCE = "wandb"
 NO_GPU = "no GPU metrics (a CPU run?)"
 NO_MODEL = "no GPU model in the log: say it with --gpu-model"
 TWICE = "the same run as another file"
-TRACKED = "already in the store, tracked by gpu-kpi"
 
 _GPU_KEY = re.compile(r"gpu\.(\d+)\.(gpu|memoryAllocatedBytes|powerWatts|temp|smClock|smActive)$")
 _UNITS: dict[str, tuple[str, float, float, float]] = {
@@ -174,18 +173,7 @@ def read_wandb(paths: Sequence[str | Path], *, labels: Labels | None = None,
 
 def import_wandb(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
                  **kwargs: Any) -> Imported:
-    """:func:`read_wandb`, less the runs of ours the store already has, then the rest into
-    the store in one transaction (:func:`reports.imports.play.write_imported`)."""
-    from tracker.store import RunStore
-
-    imported = read_wandb(paths, **kwargs)
-    with RunStore(store_url) as store:
-        held = {r.id for r in imported.records
-                if (old := store.get_run(r.id)) is not None and old.source != SOURCE}
-    skipped = dict(imported.skipped)
-    if held:
-        skipped[TRACKED] = [r.name for r in imported.records if r.id in held]
-    kept = Imported([r for r in imported.records if r.id not in held],
-                    [s for s in imported.samples if s.run_id not in held], skipped)
-    write_imported(store_url, kept, source=SOURCE, replace=replace)
-    return kept
+    """:func:`read_wandb`, then into the store in one transaction, less the runs of ours the
+    store already has (:func:`reports.imports.play.write_imported`)."""
+    return write_imported(store_url, read_wandb(paths, **kwargs), source=SOURCE,
+                          replace=replace)

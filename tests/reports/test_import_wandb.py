@@ -20,8 +20,8 @@ import readers
 
 from reports.build import Request, compute
 from reports.cli import main
-from reports.imports.play import Labels
-from reports.imports.wandb_runs import NO_GPU, TRACKED, import_wandb, read_wandb
+from reports.imports.play import TRACKED, Labels
+from reports.imports.wandb_runs import NO_GPU, import_wandb, read_wandb
 from tracker.session import track
 from tracker.sinks.wandb import WandbSink
 from tracker.store import RunStore
