@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from reports.imports.play import Imported
 
 AddCommand = Callable[..., argparse.ArgumentParser]
-SOURCES = ("nvidia-smi", "wandb")
+MAPPABLE = ("util_pct", "samples_per_s", "tokens_per_s")
+SOURCES = ("nvidia-smi", "wandb", "tensorboard")
 
 
 def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int]) -> None:
@@ -22,10 +23,11 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp = add("import", run, "bring runs our callback did not track into the store: "
               "nvidia-smi CSV logs (--query-gpu=timestamp,uuid,name,utilization.gpu,... "
               "--format=csv -l N) at their own timestamps; W&B run directories (their "
-              ".wandb logs: W&B's own GPU metrics)")
+              ".wandb logs: W&B's own GPU metrics); TensorBoard logdirs")
     imp.add_argument("source", choices=SOURCES)
     imp.add_argument("files", nargs="+", metavar="PATH", help="nvidia-smi: CSV files; wandb: "
-                     ".wandb files or directories holding W&B runs (e.g. ./wandb)")
+                     ".wandb files or directories holding W&B runs (e.g. ./wandb); "
+                     "tensorboard: logdirs")
     imp.add_argument("--tz", help="nvidia-smi: time zone of the log's timestamps (default UTC)")
     for label in ("project", "team", "user", "host"):
         imp.add_argument(f"--{label}", default="", help=f"the runs' {label} (W&B: over the "
@@ -37,6 +39,11 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
                      "not per file")
     imp.add_argument("--replace", action="store_true", help="drop earlier imports of the source "
                      "that hold minutes of the same GPUs in the same time (other options)")
+    imp.add_argument("--gpus", type=int, metavar="N", help="tensorboard: GPUs of each run "
+                     "not logged by gpu-kpi (default 1)")
+    imp.add_argument("--tag", action="append", default=[], metavar="KEY=TAG",
+                     help="tensorboard: the scalar tag holding KEY, one of "
+                     f"{', '.join(MAPPABLE)} (repeat the option)")
     imp.add_argument("--max-gap", type=float, metavar="S", help="seconds between two readings "
                      "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)")
 
@@ -55,14 +62,39 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
                     gpu_model=args.gpu_model, price=args.price)
     common = {"labels": labels, "settings": settings, "max_gap_s": args.max_gap,
               "replace": args.replace}
+    if args.source != "tensorboard" and (args.gpus is not None or args.tag):
+        raise UsageError("--gpus and --tag are for TensorBoard logdirs")
+    if args.source != "nvidia-smi" and (args.tz is not None or args.per_gpu):
+        raise UsageError(f"--tz and --per-gpu are for nvidia-smi logs: {args.source} keeps "
+                         "UTC times and one run per run")
     if args.source == "wandb":
         from reports.imports.wandb_runs import import_wandb
 
-        if args.tz is not None or args.per_gpu:
-            raise UsageError("--tz and --per-gpu are for nvidia-smi logs: W&B keeps UTC times "
-                             "and one run per run")
         return import_wandb(settings.store, args.files, **common)
+    if args.source == "tensorboard":
+        from reports.imports.tb_runs import import_tensorboard
+
+        return import_tensorboard(settings.store, args.files, gpus=_gpus(args.gpus),
+                                  tags=_tags(args.tag), **common)
     from reports.imports.nvsmi import import_nvsmi
 
     return import_nvsmi(settings.store, args.files, tz=zone(args.tz or "UTC"),
                         per_gpu=args.per_gpu, **common)
+
+
+def _gpus(n: int | None) -> int:
+    if n is not None and not 1 <= n <= 4096:
+        raise UsageError(f"--gpus {n}: from 1 to 4096")
+    return n or 1
+
+
+def _tags(given: list[str]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for item in given:
+        key, eq, tag = item.partition("=")
+        if not eq or key not in MAPPABLE or not tag:
+            raise UsageError(f"--tag {item!r}: KEY=TAG with KEY one of {', '.join(MAPPABLE)}")
+        if key in tags:
+            raise UsageError(f"--tag {key}= given twice")
+        tags[key] = tag
+    return tags

@@ -1,0 +1,286 @@
+"""Runs from TensorBoard log directories (``gpu-kpi import tensorboard LOGDIR...``).
+
+A run is a directory holding ``events.out.tfevents.*`` files (all of them together); every run
+below each LOGDIR is read, every event of it (not TensorBoard's sample of 10,000 per tag).
+
+- A run our callback logged (its ``gpu-kpi/run`` note names the run id) keeps that id; its
+  ``gpu/*`` points (means of the time since the point before) play through the tracker's
+  sampler at their wall times, and its summary note gives throughput and MFU. The store that
+  tracked it skips it (:data:`reports.imports.play.TRACKED`).
+- Any other run is GPU-time from the wall times of its summaries (a gap longer than ``max_gap_s``, by
+  default 3 × the median interval, stays a gap) on ``gpus`` GPUs of ``--gpu-model``, its steps
+  the highest step logged, utilization unknown unless ``tags`` maps ``util_pct`` to a scalar
+  tag (0–100); ``samples_per_s`` and ``tokens_per_s`` mapped the same way are the means of
+  those tags. Without a model it is skipped, counted and named.
+
+The id of such a run is ``tb-`` and a hash of its event files' names (which hold the writer's
+start time, host and process id), so importing a logdir again, or the same run moved, replaces
+it with the same run.
+
+Event files are TFRecord files: per record a uint64 length, its masked CRC-32C, the data, and
+the data's masked CRC-32C. Every length is checked; the data's CRC is checked for the records an
+import uses (scalars and text: a pure-Python CRC-32C over image and histogram records would cost
+seconds per MB). A damaged or cut-off file is an :class:`reports.errors.ImportFailed` naming it
+and the byte offset, and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from reports.errors import ImportFailed
+from reports.imports.play import Imported, Labels, Series, played_run, write_imported
+from reports.imports.wandb_log import LAST_EPOCH_S
+from tracker.config import Settings
+from tracker.gpu.base import GpuInfo, GpuReading
+from tracker.record import MinuteSample, RunRecord
+
+SOURCE = "tensorboard"
+EVENTS = "events.out.tfevents."
+NO_MODEL = "not logged by gpu-kpi and no --gpu-model: its GPUs are unknown"
+NO_TIME = "fewer than two events: no time"
+TWICE = "the same run as another directory"
+
+_OURS = {"gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
+         "gpu/mem_used_gib": "mem_used_gib", "gpu/temp_c": "temp_c", "gpu/power_w": "power_w"}
+_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
+_LENGTH = struct.Struct("<QI")
+
+
+class EventsDamaged(ValueError):
+    """Not a whole TFRecord file; the message says where."""
+
+
+def _records(data: bytes) -> Iterator[tuple[int, bytes, int]]:
+    """(offset, data, its masked CRC) of each record; every length's CRC is checked."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    pos = 0
+    while pos < len(data):
+        if pos + _LENGTH.size > len(data):
+            raise EventsDamaged(f"cut off at byte {pos} (a run still being written?)")
+        length, crc = _LENGTH.unpack_from(data, pos)
+        if masked_crc32c(data[pos:pos + 8]) != crc:
+            raise EventsDamaged(f"damaged at byte {pos} (length checksum mismatch)")
+        start = pos + _LENGTH.size
+        end = start + length
+        if end + 4 > len(data):
+            raise EventsDamaged(f"cut off at byte {pos} (a run still being written?)")
+        yield pos, data[start:end], struct.unpack_from("<I", data, end)[0]
+        pos = end + 4
+
+
+@dataclass
+class _Run:
+    """What a run's event files say, as far as an import needs it."""
+
+    path: Path
+    files: list[str]
+    wanted: frozenset[str]
+    times: set[int] = field(default_factory=set)
+    """Every event's wall time, whole seconds."""
+    max_step: int = 0
+    scalars: dict[str, list[tuple[float, int, float]]] = field(default_factory=dict)
+    """Tag → (wall time, step, value) of the tags an import uses."""
+    note: dict[str, str] = field(default_factory=dict)
+    summary: dict[str, str] = field(default_factory=dict)
+
+
+def _text(value: Any) -> str | None:
+    if value.WhichOneof("value") == "tensor" and value.tensor.string_val:
+        return bytes(value.tensor.string_val[0]).decode("utf-8", "replace")
+    return None
+
+
+def _scalar(value: Any) -> float | None:
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        return float(value.simple_value)
+    if kind == "tensor":
+        t = value.tensor
+        if t.float_val:
+            return float(t.float_val[0])
+        if t.double_val:
+            return float(t.double_val[0])
+        if len(t.tensor_content) in (4, 8) and t.dtype in (1, 2):  # DT_FLOAT, DT_DOUBLE
+            return float(struct.unpack("<f" if t.dtype == 1 else "<d", t.tensor_content)[0])
+    return None
+
+
+def _read(run: _Run, path: Path) -> None:
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    for pos, data, crc in _records(path.read_bytes()):
+        event = Event()
+        try:
+            event.ParseFromString(data)
+        except Exception as e:
+            why = ("data checksum mismatch" if masked_crc32c(data) != crc
+                   else f"not an event: {type(e).__name__}")
+            raise EventsDamaged(f"damaged at byte {pos} ({why})") from None
+        wall = event.wall_time
+        if not 0 <= wall < LAST_EPOCH_S:
+            raise EventsDamaged(f"an event at {wall:.0f} s since 1970 (byte {pos}): no time")
+        if not event.summary.value:  # the file's version, a graph, a log line: no point
+            continue
+        run.times.add(int(wall))
+        run.max_step = max(run.max_step, event.step)
+        used = [v for v in event.summary.value
+                if v.tag in run.wanted or v.tag in ("gpu-kpi/run", "gpu-kpi/summary")
+                or v.tag.startswith(("gpu-kpi/run/", "gpu-kpi/summary/"))]
+        if used and masked_crc32c(data) != crc:
+            raise EventsDamaged(f"damaged at byte {pos} (data checksum mismatch)")
+        for v in used:
+            if (text := _text(v)) is not None:
+                into = run.note if v.tag.startswith("gpu-kpi/run") else run.summary
+                into.update(_pairs(text))
+            elif (x := _scalar(v)) is not None and math.isfinite(x):
+                run.scalars.setdefault(v.tag, []).append((wall, event.step, x))
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """``- key: value`` lines (our run note) and ``| key | value |`` rows (our summary)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("- ") and ": " in line:
+            key, _, value = line[2:].partition(": ")
+            out[key.strip()] = value.strip()
+        elif line.startswith("|") and line.count("|") == 3:
+            key, value = (c.strip() for c in line.strip("|").split("|"))
+            out[key] = value
+    return out
+
+
+def find_runs(paths: Sequence[str | Path]) -> list[tuple[Path, list[Path]]]:
+    """Every run directory (and its event files, in name order) given or below the paths."""
+    runs: dict[Path, list[Path]] = {}
+    for given in paths:
+        root = Path(given)
+        if not root.is_dir():
+            raise ImportFailed(f"{root}: not a directory (give a TensorBoard logdir)")
+        files = sorted(p.resolve() for p in root.rglob(f"{EVENTS}*") if p.is_file())
+        if not files:
+            raise ImportFailed(f"{root}: no TensorBoard event file ({EVENTS}*) under it")
+        for f in files:
+            runs.setdefault(f.parent, []).append(f)
+    return sorted(runs.items())
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        x = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return x if x is not None and math.isfinite(x) and x >= 0 else None
+
+
+def _points(run: _Run, count: int, uuids: list[str], util_tag: str | None,
+            ours: bool) -> dict[str, Series]:
+    """Each GPU's readings: our ``gpu/*`` points, the mapped utilization tag's, or the
+    events' times with utilization unknown."""
+    where = str(run.path)
+    if ours:
+        by_step = {tag: {step: x for _, step, x in run.scalars.get(tag, [])} for tag in _OURS}
+        points = []
+        for wall, step, _ in run.scalars.get("gpu/util_pct", []):
+            fields = {f: by_step[tag].get(step) for tag, f in _OURS.items()}
+            if fields["power_w"] is not None:
+                fields["power_w"] /= count
+            points.append((wall, fields))
+    elif util_tag:
+        points = [(wall, {"util_pct": x if 0 <= x <= 100 else None})
+                  for wall, _, x in run.scalars.get(util_tag, [])]
+    else:
+        points = [(float(t), {}) for t in sorted(run.times)]
+    points.sort(key=lambda p: p[0])
+    return {uuid: [(t, where, datetime.fromtimestamp(t, UTC).isoformat(),
+                    GpuReading(uuid=uuid, **fields)) for t, fields in points]
+            for uuid in uuids}
+
+
+def _run_of(path: Path, files: list[Path], root_names: dict[Path, str], *, labels: Labels,
+            settings: Settings, max_gap_s: float | None, gpus: int,
+            tags: Mapping[str, str]) -> tuple[RunRecord, list[MinuteSample]] | str:
+    run = _Run(path, [f.name for f in files], frozenset([*_OURS, *tags.values()]))
+    for f in files:
+        try:
+            _read(run, f)
+        except (EventsDamaged, OSError) as e:
+            raise ImportFailed(f"{f}: {e}") from None
+    run_id = run.note.get("run_id")
+    ours = bool(run_id) and "gpu/util_pct" in run.scalars
+    if ours:
+        count = max(1, min(int(_float(run.note.get("gpu_count")) or 1), 4096))
+        model: str | None = run.note.get("gpu_model") or labels.gpu_model
+        max_gap_s = math.inf if max_gap_s is None else max_gap_s  # points cover all the time
+    else:
+        count, model = gpus, labels.gpu_model
+        key = "|".join(run.files)
+        run_id = "tb-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+    if not model:
+        return NO_MODEL
+    uuids = [f"{run_id}-gpu{i}" for i in range(count)]
+    series = _points(run, count, uuids, tags.get("util_pct"), ours)
+    if len(series[uuids[0]]) < 2:
+        return NO_TIME
+    infos = [GpuInfo(index=i, uuid=u, name=model, mem_total_gib=None) for i, u in enumerate(uuids)]
+    extra: dict[str, Any] = {}
+    if ours:
+        extra = {f: v for f in _SUMMARY if (v := _float(run.summary.get(f))) is not None}
+    else:
+        for figure in ("samples_per_s", "tokens_per_s"):
+            values = [x for _, _, x in run.scalars.get(tags.get(figure, ""), []) if x >= 0]
+            if values:
+                extra[figure] = statistics.fmean(values)
+        extra["steps"] = run.max_step
+    parts = run.files[0][len(EVENTS):].split(".")  # <time>.<host>.<pid>.<n>; a host has dots
+    host = ".".join(parts[1:-2]) if len(parts) >= 4 else ""
+    return played_run(str(path), infos, series, run_id=str(run_id), name=root_names[path],
+                      labels=labels, settings=settings, max_gap_s=max_gap_s, source=SOURCE,
+                      host=host, links={"tensorboard": str(path)}, **extra)
+
+
+def read_tensorboard(paths: Sequence[str | Path], *, labels: Labels | None = None,
+                     settings: Settings | None = None, max_gap_s: float | None = None,
+                     gpus: int = 1, tags: Mapping[str, str] | None = None) -> Imported:
+    """The runs and minute samples of the TensorBoard runs below ``paths`` (nothing written)."""
+    labels = labels or Labels()
+    settings = settings or Settings()
+    runs = find_runs(paths)
+    names: dict[Path, str] = {}
+    for given in paths:
+        root = Path(given).resolve()
+        for path, _ in runs:
+            if path == root or root in path.parents:
+                names.setdefault(path, str(path.relative_to(root)) if path != root
+                                 else root.name)
+    records: dict[str, RunRecord] = {}
+    samples: list[MinuteSample] = []
+    skipped: dict[str, list[str]] = {}
+    for path, files in runs:
+        got = _run_of(path, files, names, labels=labels, settings=settings,
+                      max_gap_s=max_gap_s, gpus=gpus, tags=tags or {})
+        if isinstance(got, str) or got[0].id in records:
+            skipped.setdefault(got if isinstance(got, str) else TWICE, []).append(names[path])
+            continue
+        records[got[0].id] = got[0]
+        samples.extend(got[1])
+    return Imported(list(records.values()), samples, skipped)
+
+
+def import_tensorboard(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
+                       **kwargs: Any) -> Imported:
+    """:func:`read_tensorboard`, then into the store in one transaction, less the runs of ours
+    the store already has (:func:`reports.imports.play.write_imported`)."""
+    return write_imported(store_url, read_tensorboard(paths, **kwargs), source=SOURCE,
+                          replace=replace)
