@@ -77,35 +77,58 @@ class _Log:
         pass
 
 
+class Player:
+    """One GPU's readings played through a sampler as they come, in time order: its minute
+    rows go to ``rows``; after a gap longer than ``gap_s`` the next reading covers nothing.
+    A second reading at the same time, or one back, is an :class:`ImportFailed`."""
+
+    def __init__(self, info: GpuInfo, *, run_id: str, settings: Settings, gap_s: float,
+                 rows: list[MinuteSample]) -> None:
+        self.info = info
+        self.gap_s = gap_s
+        self._log = _Log(info, {})
+        self.sampler = Sampler.from_settings(self._log, settings, run_id=run_id,
+                                             clock=lambda: self._log.now, threaded=False,
+                                             on_minute=rows.extend)
+        self.sampler.alert = None
+        self.first: float | None = None
+        self.last = float("-inf")
+
+    def add(self, t: float, where: str, shown: str, reading: GpuReading) -> None:
+        if t <= self.last:
+            what = "a second reading at" if t == self.last else "a reading back at"
+            raise ImportFailed(f"{where}: GPU {self.info.uuid} has {what} {shown}")
+        log = self._log
+        log.readings = {t: reading}
+        log.now = t
+        if self.first is None:
+            self.first = t
+            self.sampler.start()
+        else:
+            if t - self.last > self.gap_s:
+                self.sampler.gap()
+            self.sampler.sample(t)
+        self.last = t
+
+    def finish(self) -> tuple[Sampler, float, float]:
+        """The sampler (its run aggregates and idle detector), the first and last time."""
+        self.sampler.stop()
+        assert self.first is not None, "a player with no reading"
+        return self.sampler, self.first, self.last
+
+
 def play_gpu(info: GpuInfo, series: Series, *, run_id: str, settings: Settings,
              max_gap_s: float | None, rows: list[MinuteSample]) -> tuple[Sampler, float, float]:
-    """Play one GPU's readings through a sampler; its minute rows go to ``rows``. The sampler
-    (its run aggregates and idle detector) and the GPU's first and last time. Readings must go
-    forwards in time: a second reading at the same time, or one back, is an ImportFailed."""
-    readings: dict[float, GpuReading] = {}
-    times: list[float] = []
-    for t, where, shown, reading in series:
-        if times and t <= times[-1]:
-            what = "a second reading at" if t == times[-1] else "a reading back at"
-            raise ImportFailed(f"{where}: GPU {info.uuid} has {what} {shown}")
-        readings[t] = reading
-        times.append(t)
+    """Play one GPU's whole series (:class:`Player`); the gap is ``max_gap_s``, by default
+    :data:`GAP_INTERVALS` × the series' median interval."""
+    times = [t for t, _, _, _ in series]
     steps = [b - a for a, b in pairwise(times)]
     gap = max_gap_s if max_gap_s is not None else (
         GAP_INTERVALS * statistics.median(steps) if steps else 0.0)
-    log = _Log(info, readings)
-    sampler = Sampler.from_settings(log, settings, run_id=run_id, clock=lambda: log.now,
-                                    threaded=False, on_minute=rows.extend)
-    sampler.alert = None
-    log.now = times[0]
-    sampler.start()
-    for prev, t in pairwise(times):
-        if t - prev > gap:
-            sampler.gap()
-        log.now = t
-        sampler.sample(t)
-    sampler.stop()
-    return sampler, times[0], times[-1]
+    player = Player(info, run_id=run_id, settings=settings, gap_s=gap, rows=rows)
+    for item in series:
+        player.add(*item)
+    return player.finish()
 
 
 def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series], *,
@@ -115,13 +138,22 @@ def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series]
     """A finished run of ``gpus`` from their readings (``series`` by UUID) and its minute rows.
     ``fields`` fill the record where the source knows more (``steps``, ``framework``, ``links``,
     ``status``, throughput…); ``labels`` fill project, team, user and host where set."""
+    rows: list[MinuteSample] = []
+    played = [play_gpu(g, series[g.uuid], run_id=run_id, settings=settings,
+                       max_gap_s=max_gap_s, rows=rows) for g in gpus]
+    return run_record(where, gpus, played, run_id=run_id, name=name, labels=labels,
+                      settings=settings, source=source, **fields), rows
+
+
+def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Sampler, float, float]],
+               *, run_id: str, name: str, labels: Labels, settings: Settings, source: str,
+               **fields: Any) -> RunRecord:
+    """The finished run of ``gpus`` from what their samplers played (:meth:`Player.finish`,
+    in the order of ``gpus``)."""
     models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
     if len(models) > 1 and labels.gpu_model is None:
         raise ImportFailed(f"{where}: GPUs of different models ({', '.join(models)}) in one "
                            "run: import with --per-gpu, or say the model with --gpu-model")
-    rows: list[MinuteSample] = []
-    played = [play_gpu(g, series[g.uuid], run_id=run_id, settings=settings,
-                       max_gap_s=max_gap_s, rows=rows) for g in gpus]
     stats = [s.run[g.uuid] for (s, _, _), g in zip(played, gpus, strict=True)]
     idle = [s.idle_of_run()[0] for s, _, _ in played]
     start, end = min(a for _, a, _ in played), max(b for _, _, b in played)
@@ -149,7 +181,7 @@ def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series]
         gpu_source=source, gpu_model=model,
         price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
         price_source=price.source if price else None, source=source, **values))
-    return record, rows
+    return record
 
 
 TRACKED = "already in the store, tracked by gpu-kpi"
