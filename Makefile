@@ -22,6 +22,7 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	bash tests/pg-up.sh
+	bash tests/prom-up.sh
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -30,7 +31,7 @@ test: $(STAMP)
 # the whole suite is `make test`
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -m "not postgres and not chromium and not ddp and not slow and not trainer and not service"
+	$(BIN)/pytest -q -m "not postgres and not chromium and not prometheus and not ddp and not slow and not trainer and not service"
 
 demo: $(STAMP)
 	$(BIN)/gpu-kpi demo

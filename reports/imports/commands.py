@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from reports.errors import UsageError
@@ -14,7 +15,8 @@ if TYPE_CHECKING:
 
 AddCommand = Callable[..., argparse.ArgumentParser]
 MAPPABLE = ("util_pct", "samples_per_s", "tokens_per_s")
-SOURCES = ("nvidia-smi", "wandb", "tensorboard")
+SOURCES = ("nvidia-smi", "wandb", "tensorboard", "prometheus")
+MAP_KEYS = ("run", "team", "project", "user")
 
 
 def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int]) -> None:
@@ -23,11 +25,12 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp = add("import", run, "bring runs our callback did not track into the store: "
               "nvidia-smi CSV logs (--query-gpu=timestamp,uuid,name,utilization.gpu,... "
               "--format=csv -l N) at their own timestamps; W&B run directories (their "
-              ".wandb logs: W&B's own GPU metrics); TensorBoard logdirs")
+              ".wandb logs: W&B's own GPU metrics); TensorBoard logdirs; DCGM-exporter "
+              "metrics from Prometheus")
     imp.add_argument("source", choices=SOURCES)
     imp.add_argument("files", nargs="+", metavar="PATH", help="nvidia-smi: CSV files; wandb: "
                      ".wandb files or directories holding W&B runs (e.g. ./wandb); "
-                     "tensorboard: logdirs")
+                     "tensorboard: logdirs; prometheus: the server's URL")
     imp.add_argument("--tz", help="nvidia-smi: time zone of the log's timestamps (default UTC)")
     for label in ("project", "team", "user", "host"):
         imp.add_argument(f"--{label}", default="", help=f"the runs' {label} (W&B: over the "
@@ -44,6 +47,13 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp.add_argument("--tag", action="append", default=[], metavar="KEY=TAG",
                      help="tensorboard: the scalar tag holding KEY, one of "
                      f"{', '.join(MAPPABLE)} (repeat the option)")
+    imp.add_argument("--since", metavar="WHEN", help="prometheus: from (2026-W47, 2026-11-16, "
+                     "2026-11-16T08:00; UTC unless it says otherwise)")
+    imp.add_argument("--until", metavar="WHEN", help="prometheus: to (the same forms)")
+    imp.add_argument("--map", action="append", default=[], metavar="KEY=LABEL",
+                     help="prometheus: the series label naming KEY, one of "
+                     f"{', '.join(MAP_KEYS)} (run takes labels in order: run=pod,hpc_job; "
+                     "default run=pod,hpc_job team=namespace)")
     imp.add_argument("--max-gap", type=float, metavar="S", help="seconds between two readings "
                      "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)")
 
@@ -62,6 +72,10 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
                     gpu_model=args.gpu_model, price=args.price)
     common = {"labels": labels, "settings": settings, "max_gap_s": args.max_gap,
               "replace": args.replace}
+    if args.source != "prometheus" and (args.since or args.until or args.map):
+        raise UsageError("--since, --until and --map are for Prometheus")
+    if args.source == "prometheus":
+        return _prometheus(args, settings, common)
     if args.source != "tensorboard" and (args.gpus is not None or args.tag):
         raise UsageError("--gpus and --tag are for TensorBoard logdirs")
     if args.source != "nvidia-smi" and (args.tz is not None or args.per_gpu):
@@ -98,3 +112,47 @@ def _tags(given: list[str]) -> dict[str, str]:
             raise UsageError(f"--tag {key}= given twice")
         tags[key] = tag
     return tags
+
+
+def _moment(text: str | None, flag: str) -> datetime:
+    """A week (its Monday 00:00 UTC), a date or a date and time (UTC unless it says)."""
+    from reports.weeks import parse_week, week_bounds
+
+    if not text:
+        raise UsageError(f"prometheus needs {flag} (2026-W47, 2026-11-16 or 2026-11-16T08:00)")
+    if "W" in text.upper() and "T" not in text.upper():
+        return week_bounds(*parse_week(text.upper()))[0]
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: use 2026-W47, 2026-11-16 or 2026-11-16T08:00") from None
+    if not 1970 <= moment.year <= 9998:
+        raise UsageError(f"{flag} {text!r}: years 1970-9998")
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _prometheus(args: argparse.Namespace, settings: Any, common: dict[str, Any]) -> Imported:
+    from reports.imports.prom import LabelMap, import_prometheus
+
+    if args.tz is not None or args.per_gpu or args.gpus is not None or args.tag:
+        raise UsageError("--tz, --per-gpu, --gpus and --tag are not for Prometheus")
+    if len(args.files) != 1:
+        raise UsageError("prometheus takes one URL (http://prometheus:9090)")
+    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    if not since < until:
+        raise UsageError(f"--since {args.since} is not before --until {args.until}")
+    if until - since > timedelta(days=366):
+        raise UsageError("--since to --until is over a year: import a range at a time")
+    given: dict[str, str] = {}
+    for item in args.map:
+        key, eq, label = item.partition("=")
+        if not eq or key not in MAP_KEYS or not label.strip(", "):
+            raise UsageError(f"--map {item!r}: KEY=LABEL with KEY one of {', '.join(MAP_KEYS)}")
+        given[key] = label
+    default = LabelMap()
+    mapping = LabelMap(
+        run=tuple(x for x in given["run"].split(",") if x) if "run" in given else default.run,
+        team=given.get("team", default.team), project=given.get("project", default.project),
+        user=given.get("user", default.user))
+    return import_prometheus(settings.store, args.files[0], since=since, until=until,
+                             mapping=mapping, **common)

@@ -1,0 +1,291 @@
+"""Runs from DCGM-exporter metrics in Prometheus (``gpu-kpi import prometheus URL --since
+--until``): the path for fleets beyond one machine, with Prometheus (or Thanos, Mimir, any
+server of the same HTTP API) as the engine and the run store as the store.
+
+Each DCGM field is read with one range query per chunk of :data:`CHUNK_POINTS` minutes
+(Prometheus refuses more than 11,000 points per series, and a chunk keeps each answer small):
+``avg_over_time(FIELD[60s])`` (``max_over_time`` for memory and the energy counter) at every
+whole minute, so a point is the mean of the scrapes in the minute before it. The points of each
+GPU play through the tracker's sampler as they arrive, chunk after chunk, as a live run's would:
+a point covers the minute before it; after a gap longer than ``max_gap_s`` (default 3 minutes)
+the next covers nothing.
+
+A series' labels say whose the GPU was: :class:`LabelMap` (default: the run is the ``pod``,
+else the ``hpc_job``; the team the ``namespace``). The minutes a GPU has samples but no run
+label are **unallocated**: a run per GPU named ``unallocated HOST GPU N``, team
+:data:`UNALLOCATED`, tagged ``unallocated``, so the report's team breakdown shows the fleet's
+unallocated GPU-time and what it cost. A MIG instance (``GPU_I_ID``, ``GPU_I_PROFILE`` such as
+``3g.40gb``) is a GPU of its own, priced as its share of the whole one (3 of 7 slices).
+
+A run's id hashes its run label values and the import's time range, so importing the same range
+again replaces its runs with the same ones; import ranges that do not overlap (one a week) and a
+job crossing their edge is a run per range. Nothing is written until every chunk is read: a
+Prometheus that is down, refuses a query or answers something else is an
+:class:`reports.errors.ImportFailed` naming the URL, and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from reports.errors import ImportFailed
+from reports.imports.play import Imported, Labels, Player, run_record, write_imported
+from tracker.config import Settings
+from tracker.gpu.base import GpuInfo, GpuReading
+from tracker.prices import price_for
+from tracker.record import MinuteSample, RunRecord
+
+SOURCE = "prometheus"
+UNALLOCATED = "(unallocated)"
+STEP_S = 60
+CHUNK_POINTS = 360
+"""Minutes per range query: 6 hours (Prometheus's limit is 11,000 points per series)."""
+TOKEN_ENV = "GPU_KPI_PROMETHEUS_TOKEN"
+"""A bearer token for the Prometheus API, if it needs one (never on the command line)."""
+TIMEOUT_S = 120.0
+NO_MODEL = "no modelName label: say the model with --gpu-model"
+
+FIELDS: dict[str, tuple[str, float, str, float, float]] = {
+    # DCGM field → (reading field, scale to its unit, aggregation, lowest, highest after scaling)
+    "DCGM_FI_DEV_GPU_UTIL": ("util_pct", 1.0, "avg", 0.0, 100.0),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_pct", 100.0, "avg", 0.0, 100.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_pct", 100.0, "avg", 0.0, 100.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active_pct", 100.0, "avg", 0.0, 100.0),
+    "DCGM_FI_DEV_FB_USED": ("mem_used_gib", 1 / 1024, "max", 0.0, 1e6),  # MiB
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0, "avg", 0.0, 1e5),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 1e-3, "max", 0.0, 1e18),  # mJ
+}
+_SLICES = {"A30": 4}
+"""Compute slices of a whole GPU, where not 7 (A100, H100, H200, B200)."""
+
+
+@dataclass(frozen=True)
+class LabelMap:
+    """Which series labels say what: the first of ``run`` present names the run; ``team``,
+    ``project`` and ``user`` name those (empty: not from a label)."""
+
+    run: tuple[str, ...] = ("pod", "hpc_job")
+    team: str = "namespace"
+    project: str = ""
+    user: str = ""
+
+
+def _get(url: str, params: dict[str, str], token: str | None) -> Any:
+    """One API call's ``data``; an :class:`ImportFailed` naming ``url`` for anything else."""
+    full = f"{url}/api/v1/query_range?{urllib.parse.urlencode(params)}"
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(full, headers=headers),
+                                    timeout=TIMEOUT_S) as resp:
+            body = json.load(resp)
+    except urllib.error.HTTPError as e:
+        try:
+            said = json.loads(e.read()).get("error") or e.reason
+        except (ValueError, AttributeError, OSError):
+            said = e.reason
+        raise ImportFailed(f"{url}: Prometheus answered {e.code}: {said}") from None
+    except (urllib.error.URLError, OSError) as e:
+        why = e.reason if isinstance(e, urllib.error.URLError) else e
+        raise ImportFailed(f"{url}: cannot reach Prometheus ({why})") from None
+    except ValueError:
+        raise ImportFailed(f"{url}: the answer is not JSON: is this the Prometheus API?") from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        said = body.get("error") if isinstance(body, dict) else None
+        raise ImportFailed(f"{url}: Prometheus refused the query: {said or body!r:.200}")
+    data = body.get("data")
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(
+            data.get("result"), list):
+        raise ImportFailed(f"{url}: not a range query's answer: is this the Prometheus API?")
+    return data["result"]
+
+
+def _number(text: Any, scale: float, low: float, high: float) -> float | None:
+    try:
+        x = float(text) * scale
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) and low <= x <= high else None
+
+
+def chunks(since: float, until: float, step: int = STEP_S,
+           points: int = CHUNK_POINTS) -> Iterator[tuple[float, float]]:
+    """(first, last) minute of each query: whole minutes from ``since`` to ``until``."""
+    t = math.ceil(since / step) * step
+    end = math.floor(until / step) * step
+    while t <= end:
+        last = min(end, t + (points - 1) * step)
+        yield t, last
+        t = last + step
+
+
+@dataclass
+class _Run:
+    key: tuple[str, ...]
+    run_id: str
+    name: str
+    labels: dict[str, str]
+    players: dict[str, Player]
+    infos: dict[str, GpuInfo]
+    unallocated: bool
+
+
+class _Fleet:
+    """The runs found so far, their GPUs' players fed in time order."""
+
+    def __init__(self, url: str, since: float, until: float, *, mapping: LabelMap,
+                 labels: Labels, settings: Settings, max_gap_s: float | None) -> None:
+        self.url, self.mapping, self.labels, self.settings = url, mapping, labels, settings
+        self.range_key = f"{since:.0f}-{until:.0f}"
+        self.gap_s = max_gap_s if max_gap_s is not None else 3.0 * STEP_S
+        self.runs: dict[tuple[str, ...], _Run] = {}
+        self.rows: list[MinuteSample] = []
+        self.skipped: dict[str, list[str]] = {}
+
+    def _run(self, metric: dict[str, str]) -> tuple[_Run, str] | None:
+        host = metric.get("Hostname", "")
+        gpu = metric.get("UUID") or f"{host}/gpu{metric.get('gpu', '?')}"
+        if metric.get("GPU_I_ID"):
+            gpu += f"/mig{metric['GPU_I_ID']}"
+        owner = next((metric[k] for k in self.mapping.run if metric.get(k)), "")
+        team = metric.get(self.mapping.team, "") if self.mapping.team else ""
+        key = ("run", team, owner) if owner else ("unallocated", host, gpu)
+        run = self.runs.get(key)
+        if run is None:
+            name = owner or f"unallocated {host} GPU {metric.get('gpu', '?')}"
+            run_id = "prom-" + hashlib.sha256("|".join(
+                [*key, self.range_key]).encode()).hexdigest()[:24]
+            run = self.runs[key] = _Run(key, run_id, name, metric, {}, {}, not owner)
+        if gpu not in run.players:
+            model = metric.get("modelName") or self.labels.gpu_model
+            if not model:
+                if run.name not in self.skipped.setdefault(NO_MODEL, []):
+                    self.skipped[NO_MODEL].append(run.name)
+                return None
+            info = GpuInfo(index=len(run.infos), uuid=gpu, name=model, mem_total_gib=None)
+            run.infos[gpu] = info
+            run.players[gpu] = Player(info, run_id=run.run_id, settings=self.settings,
+                                      gap_s=self.gap_s, rows=self.rows)
+        return run, gpu
+
+    def feed(self, points: dict[tuple[str, ...], dict[float, dict[str, float | None]]],
+             metrics: dict[tuple[str, ...], dict[str, str]]) -> None:
+        """One chunk's points: series labels → minute → reading fields. Series of the same GPU
+        and run (a label such as ``container`` that changed) are merged minute by minute."""
+        merged: dict[tuple[tuple[str, ...], str], dict[float, dict[str, float | None]]] = {}
+        for labels_key in sorted(points):
+            found = self._run(metrics[labels_key])
+            if found is None:
+                continue
+            run, gpu = found
+            into = merged.setdefault((run.key, gpu), {})
+            for t, fields in points[labels_key].items():
+                have = into.setdefault(t, {})
+                for k, v in fields.items():
+                    if have.get(k) is None:
+                        have[k] = v
+        for (key, gpu), per in merged.items():
+            player = self.runs[key].players[gpu]
+            for t in sorted(per):
+                fields = per[t]
+                gr = fields.pop("gr_engine_pct", None)
+                if fields.get("util_pct") is None and gr is not None:
+                    fields["util_pct"] = gr  # DCGM's profiling activity where no NVML figure
+                player.add(t, self.url, datetime.fromtimestamp(t, UTC).isoformat(),
+                           GpuReading(uuid=gpu, **fields))
+
+    def records(self) -> Imported:
+        records: list[RunRecord] = []
+        for run in self.runs.values():
+            if not run.players:
+                continue
+            played = [p.finish() for p in run.players.values()]
+            if all(first == last for _, first, last in played):
+                continue  # one minute of samples: no time
+            gpus = list(run.infos.values())
+            m = self.mapping
+            fields: dict[str, Any] = {
+                "host": run.labels.get("Hostname", ""),
+                "team": UNALLOCATED if run.unallocated else run.labels.get(m.team, "") if m.team
+                else "",
+                "project": run.labels.get(m.project, "") if m.project else "",
+                "user": run.labels.get(m.user, "") if m.user else "",
+                "links": {"prometheus": self.url}}
+            if run.unallocated:
+                fields["tags"] = ("unallocated",)
+            records.append(run_record(self.url, gpus, played, run_id=run.run_id,
+                                      name=run.name, labels=self._labels(run, gpus[0].name),
+                                      settings=self.settings, source=SOURCE, **fields))
+        return Imported(records, self.rows, self.skipped)
+
+    def _labels(self, run: _Run, model: str) -> Labels:
+        """The labels for ``run``: none of the command line's owners on unallocated time, and a
+        MIG instance's price its share of the whole GPU's."""
+        labels = replace(self.labels, team="", project="", user="") if run.unallocated \
+            else self.labels
+        profile = run.labels.get("GPU_I_PROFILE", "")
+        if not (m := re.match(r"(\d+)g\.", profile)):
+            return labels
+        price = price_for(model, self.labels.price, self.settings.prices,
+                          owned=self.settings.owned)
+        if price is None:
+            return labels
+        whole = next((n for k, n in _SLICES.items() if k in model.upper()), 7)
+        return replace(labels, price=price.usd_per_gpu_hour * min(1.0, int(m[1]) / whole))
+
+
+def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: LabelMap | None = None,
+                    labels: Labels | None = None, settings: Settings | None = None,
+                    max_gap_s: float | None = None, progress: bool | None = None) -> Imported:
+    """The runs and minute samples of the DCGM series in ``[since, until]`` (nothing written)."""
+    url = url.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise ImportFailed(f"{url}: a Prometheus URL starts with http:// or https://")
+    start, end = since.timestamp(), until.timestamp()
+    fleet = _Fleet(url, start, end, mapping=mapping or LabelMap(), labels=labels or Labels(),
+                   settings=settings or Settings(), max_gap_s=max_gap_s)
+    token = os.environ.get(TOKEN_ENV) or None
+    spans = list(chunks(start, end))
+    show = sys.stderr.isatty() if progress is None else progress
+    for n, (first, last) in enumerate(spans, 1):
+        points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
+        metrics: dict[tuple[str, ...], dict[str, str]] = {}
+        for name, (field, scale, agg, low, high) in FIELDS.items():
+            query = f"{agg}_over_time({name}[{STEP_S}s])"
+            for series in _get(url, {"query": query, "start": f"{first:.0f}",
+                                     "end": f"{last:.0f}", "step": f"{STEP_S}s"}, token):
+                metric = {k: str(v) for k, v in series.get("metric", {}).items()
+                          if k != "__name__"}
+                key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
+                metrics[key] = metric
+                per = points.setdefault(key, {})
+                for t, value in series.get("values", []):
+                    per.setdefault(float(t), {})[field] = _number(value, scale, low, high)
+        fleet.feed(points, metrics)
+        if show:
+            print(f"\rprometheus: {n}/{len(spans)} chunks of {CHUNK_POINTS} minutes, "
+                  f"{len(fleet.rows):,} minute rows", end="", file=sys.stderr, flush=True)
+    if show and spans:
+        print(file=sys.stderr)
+    return fleet.records()
+
+
+def import_prometheus(store_url: str, url: str, *, replace: bool = False,
+                      **kwargs: Any) -> Imported:
+    """:func:`read_prometheus`, then every run into the store in one transaction
+    (:func:`reports.imports.play.write_imported`)."""
+    return write_imported(store_url, read_prometheus(url, **kwargs), source=SOURCE,
+                          replace=replace)

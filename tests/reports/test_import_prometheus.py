@@ -1,0 +1,198 @@
+"""``gpu-kpi import prometheus``: a real Prometheus over a TSDB of generated DCGM-exporter
+samples (a scrape every 15 s), imported into a real store; busy, idle and unallocated GPUs
+checked by hand."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from prom_server import Sample, running_prometheus
+
+from reports.build import Request, compute
+from reports.cli import main
+from reports.errors import ImportFailed
+from reports.imports.prom import UNALLOCATED, LabelMap, chunks, import_prometheus, read_prometheus
+from tracker.store import RunStore
+
+pytestmark = pytest.mark.prometheus
+
+H100 = "NVIDIA H100 80GB HBM3"
+H100_PRICE = 3.85
+TEN = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # Monday of 2026-W48
+NOON = TEN + timedelta(hours=2)
+
+
+def scrapes(labels: dict[str, str], start: datetime, end: datetime, *, util: float,
+            mib: float, watts: float, sm: float | None = None) -> list[Sample]:
+    """DCGM-exporter's series of one GPU, a scrape every 15 s from ``start`` to ``end``."""
+    out: list[Sample] = []
+    t = start
+    while t <= end:
+        ts = t.timestamp()
+        out += [("DCGM_FI_DEV_GPU_UTIL", labels, util, ts),
+                ("DCGM_FI_DEV_FB_USED", labels, mib, ts),
+                ("DCGM_FI_DEV_POWER_USAGE", labels, watts, ts)]
+        if sm is not None:
+            out.append(("DCGM_FI_PROF_SM_ACTIVE", labels, sm, ts))
+        t += timedelta(seconds=15)
+    return out
+
+
+def gpu(host: str, index: int, uuid: str, **workload: str) -> dict[str, str]:
+    return {"Hostname": host, "gpu": str(index), "UUID": uuid, "modelName": H100, **workload}
+
+
+def fleet() -> list[Sample]:
+    """node1: GPU-a runs train-1 (nlp) at 80% for an hour, then sits unallocated at 0%; GPU-b
+    runs train-1 at 40%, then eval-2 (vision) at 3% (idle). node2: GPU-c unallocated for two
+    hours."""
+    last = TEN + timedelta(minutes=59, seconds=45)
+    eleven = TEN + timedelta(hours=1)
+    train = {"pod": "train-1", "namespace": "nlp", "container": "main"}
+    return [
+        *scrapes(gpu("node1", 0, "GPU-a", **train), TEN, last, util=80, mib=40960, watts=500,
+                 sm=0.7),
+        *scrapes(gpu("node1", 0, "GPU-a"), eleven, NOON, util=0, mib=0, watts=60),
+        *scrapes(gpu("node1", 1, "GPU-b", **train), TEN, last, util=40, mib=20480, watts=300),
+        *scrapes(gpu("node1", 1, "GPU-b", pod="eval-2", namespace="vision"), eleven, NOON,
+                 util=3, mib=1024, watts=80),
+        *scrapes(gpu("node2", 0, "GPU-c"), TEN, NOON, util=0, mib=0, watts=60),
+    ]
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_prometheus(tmp_path_factory.mktemp("prom"), fleet()) as url:
+        yield url
+
+
+def test_busy_idle_and_unallocated_gpus_by_hand(prometheus: str, store_url: str) -> None:
+    done = import_prometheus(store_url, prometheus, since=TEN, until=NOON, progress=False)
+    runs = {r.name: r for r in done.records}
+    assert sorted(runs) == ["eval-2", "train-1", "unallocated node1 GPU 0",
+                            "unallocated node2 GPU 0"]
+    train = runs["train-1"]
+    assert (train.source, train.team, train.host, train.gpu_model, train.gpu_count) == (
+        "prometheus", "nlp", "node1", "H100", 2)
+    assert (train.started_at, train.ended_at) == (TEN, TEN + timedelta(hours=1))
+    assert train.gpu_hours == pytest.approx(2.0)
+    assert train.util_pct == pytest.approx((80 + 40) / 2)
+    assert train.cost_usd == pytest.approx(2 * H100_PRICE)
+    assert train.energy_kwh == pytest.approx(0.5 + 0.3)
+    assert train.mem_peak_gib == pytest.approx(40.0)
+    assert train.waste_usd == pytest.approx(H100_PRICE * (1 - 80 / 85) + H100_PRICE * (1 - 40 / 85))
+    assert train.sm_active_pct == pytest.approx(70.0)  # GPU-a only: GPU-b has no profiling
+    ev = runs["eval-2"]
+    assert (ev.team, ev.gpu_hours, ev.idle_usd) == ("vision", pytest.approx(1.0),
+                                                    pytest.approx(H100_PRICE))
+    un1, un2 = runs["unallocated node1 GPU 0"], runs["unallocated node2 GPU 0"]
+    assert (un1.team, un1.tags, un1.gpu_hours) == (UNALLOCATED, ("unallocated",),
+                                                   pytest.approx(1.0))
+    assert (un2.gpu_hours, un2.idle_usd) == (pytest.approx(2.0), pytest.approx(2 * H100_PRICE))
+    # the weekly report: unallocated GPU-time is a row of the team breakdown
+    k = compute(store_url, Request(week="2026-W48", tz=UTC),
+                now=datetime(2026, 12, 7, tzinfo=UTC)).kpis
+    by = k.by["team"].set_index("team")
+    assert by.loc[UNALLOCATED, "gpu_hours"] == pytest.approx(3.0)
+    assert by.loc[UNALLOCATED, "spend_usd"] == pytest.approx(3 * H100_PRICE)
+    assert k.headline.gpu_hours == pytest.approx(6.0)
+    with RunStore(store_url) as store:
+        assert len(store.samples()) == 6 * 60  # a row per GPU-minute
+
+
+def test_importing_the_range_again_adds_nothing_and_chunks_join(prometheus: str,
+                                                                tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    first = import_prometheus(url, prometheus, since=TEN, until=NOON, progress=False)
+    again = import_prometheus(url, prometheus, since=TEN, until=NOON, progress=False)
+    assert sorted(r.id for r in again.records) == sorted(r.id for r in first.records)
+    with RunStore(url) as store:
+        assert len(store.list_runs()) == 4 and len(store.samples()) == 360
+    # 7-minute chunks (18 queries a metric) give the same minutes as one
+    import reports.imports.prom as prom
+
+    small = read_prometheus(prometheus, since=TEN, until=NOON, progress=False)
+    prom.CHUNK_POINTS, saved = 7, prom.CHUNK_POINTS
+    try:
+        chunked = read_prometheus(prometheus, since=TEN, until=NOON, progress=False)
+    finally:
+        prom.CHUNK_POINTS = saved
+    assert sorted((s.run_id, s.gpu, s.minute, s.util_pct) for s in chunked.samples) == sorted(
+        (s.run_id, s.gpu, s.minute, s.util_pct) for s in small.samples)
+
+
+def test_the_label_map_names_runs_and_owners(prometheus: str) -> None:
+    done = read_prometheus(prometheus, since=TEN, until=NOON, progress=False,
+                           mapping=LabelMap(run=("container",), team="", project="namespace"))
+    runs = {r.name: r for r in done.records}
+    assert runs["main"].project == "nlp" and runs["main"].team == ""
+    # eval-2 has no container label: its GPU's hour is unallocated by this map
+    assert runs["unallocated node1 GPU 1"].gpu_hours == pytest.approx(1.0)
+
+
+def test_chunks_are_whole_minutes_and_never_overlap() -> None:
+    got = list(chunks(30.0, 60.0 * 725 + 10, points=360))
+    assert got == [(60.0, 60.0 * 360), (60.0 * 361, 60.0 * 720), (60.0 * 721, 60.0 * 725)]
+
+
+def test_a_prometheus_that_is_down_or_foreign_is_one_line(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["import", "prometheus", "http://127.0.0.1:9", "--since", "2026-W48",
+                 "--until", "2026-W49", "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-kpi: error: http://127.0.0.1:9: cannot reach Prometheus")
+    assert err.count("\n") == 1
+
+    class Html(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"<html>grafana</html>")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ImportFailed, match="the answer is not JSON"):
+            read_prometheus(f"http://127.0.0.1:{server.server_port}", since=TEN, until=NOON,
+                            progress=False)
+    finally:
+        server.shutdown()
+    with RunStore(url) as store:
+        assert store.list_runs() == []
+
+
+def test_a_refused_query_names_the_url(prometheus: str) -> None:
+    import reports.imports.prom as prom
+
+    saved = prom.FIELDS.copy()
+    prom.FIELDS["DCGM_FI_DEV_GPU_UTIL{"] = ("util_pct", 1.0, "avg", 0.0, 100.0)
+    try:
+        with pytest.raises(ImportFailed, match=rf"^{prometheus}: Prometheus answered 400: "):
+            read_prometheus(prometheus, since=TEN, until=NOON, progress=False)
+    finally:
+        prom.FIELDS.clear()
+        prom.FIELDS.update(saved)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--since", "2026-W48"], "prometheus needs --until"),
+    (["--since", "2026-W49", "--until", "2026-W48"], "is not before --until"),
+    (["--since", "2026-W01", "--until", "2027-W10"], "over a year"),
+    (["--since", "yesterday", "--until", "2026-W48"], "use 2026-W47, 2026-11-16"),
+    (["--since", "2026-W48", "--until", "2026-W49", "--map", "cost=pod"], "KEY=LABEL"),
+    (["--since", "2026-W48", "--until", "2026-W49", "--tz", "UTC"], "not for Prometheus"),
+])
+def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  args: list[str], message: str) -> None:
+    assert main(["import", "prometheus", "http://127.0.0.1:9", *args,
+                 "--store", f"sqlite:///{tmp_path / 'runs.db'}"]) == 2
+    assert message in capsys.readouterr().err
