@@ -257,6 +257,11 @@ def read_tensorboard(paths: Sequence[str | Path], *, labels: Labels | None = Non
     labels = labels or Labels()
     settings = settings or Settings()
     runs = find_runs(paths)
+    try:
+        import tensorboard.compat.proto.event_pb2  # noqa: F401  (the event format)
+    except ImportError:
+        raise ImportFailed("reading TensorBoard event files needs the tensorboard package: "
+                           "pip install 'gpu-kpi[tensorboard]'") from None
     names: dict[Path, str] = {}
     for given in paths:
         root = Path(given).resolve()
