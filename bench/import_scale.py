@@ -1,4 +1,5 @@
-"""How fast ``gpu-kpi import nvidia-smi`` reads a log, in rows per second, and its peak memory.
+"""How fast ``gpu-kpi import nvidia-smi`` reads a log, in rows per second, and its peak memory;
+and with ``--prometheus``, how fast ``gpu-kpi import prometheus`` reads DCGM-exporter samples.
 
 Writes an nvidia-smi CSV log of ``--gpus`` GPUs sampled every ``--interval`` seconds for
 ``--hours`` hours (utilization 0-100 with units, memory, power), then times, each in a fresh
@@ -7,7 +8,15 @@ parsing, the sampler, the minute rows; nothing written) and the whole import int
 store. It prints rows/s, and what a 1,000-GPU week at 1 s would take at that rate, against the
 goal of 1 M rows/s for CSV.
 
+With ``--prometheus`` it also writes ``--prom-gpus`` GPUs' DCGM-exporter series (utilization,
+memory, power; a scrape every 15 s for ``--prom-hours``, each GPU a new pod every 6 hours),
+builds a TSDB of them with ``promtool tsdb create-blocks-from openmetrics``, starts a real
+Prometheus over it (Debian's ``prometheus``, as the tests do) and times
+:func:`reports.imports.prom.read_prometheus` over the whole range in a fresh subprocess: DCGM
+samples/s (what Prometheus averaged into the minutes) and minute rows/s, peak memory.
+
     .venv/bin/python bench/import_scale.py [--gpus 8] [--hours 1] [--interval 1] [--dir DIR]
+        [--prometheus --prom-gpus 100 --prom-hours 24]
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,12 +78,74 @@ def measured(args: list[str]) -> tuple[float, int, float]:
     return r["s"], r["minutes"], usage.ru_maxrss / 2**20
 
 
+_PROM_CHILD = """
+import json, sys, time
+from datetime import datetime, UTC
+sys.path.insert(0, sys.argv[1])
+from reports.imports.prom import read_prometheus
+since, until = (datetime.fromtimestamp(float(x), UTC) for x in sys.argv[3:5])
+t0 = time.perf_counter()
+done = read_prometheus(sys.argv[2], since=since, until=until, progress=False)
+print(json.dumps({"s": time.perf_counter() - t0, "minutes": len(done.samples),
+                  "runs": len(done.records)}))
+"""
+
+
+def write_openmetrics(path: Path, gpus: int, hours: float, t0: float) -> int:
+    """DCGM-exporter series as OpenMetrics, streamed (each metric's series together, each in
+    time order), never held in memory: a child spawned later inherits the peak."""
+    metrics = (("DCGM_FI_DEV_GPU_UTIL", lambda r: r.randint(0, 100)),
+               ("DCGM_FI_DEV_FB_USED", lambda r: r.randint(1000, 80000)),
+               ("DCGM_FI_DEV_POWER_USAGE", lambda r: round(r.uniform(60, 700), 1)))
+    scrapes = int(hours * 3600 / 15)
+    n = 0
+    with open(path, "w") as f:
+        for name, value in metrics:
+            rng = random.Random(name)
+            f.write(f"# TYPE {name} gauge\n")
+            for g in range(gpus):
+                for i in range(scrapes + 1):
+                    labels = (f'Hostname="node{g // 8}",UUID="GPU-{g:06d}",gpu="{g % 8}",'
+                              f'modelName="NVIDIA H100 80GB HBM3",namespace="team{g % 5}",'
+                              f'pod="job-{g}-{i * 15 // 21600}"')
+                    f.write(f"{name}{{{labels}}} {value(rng)} {t0 + 15 * i:.3f}\n")
+                    n += 1
+        f.write("# EOF\n")
+    return n
+
+
+def prometheus(d: Path, gpus: int, hours: float) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from prom_server import serving
+
+    t0 = datetime(2026, 11, 23, 0, 0, tzinfo=UTC).timestamp()
+    t = time.perf_counter()
+    samples = write_openmetrics(d / "dcgm.om", gpus, hours, t0)
+    with serving(d, d / "dcgm.om") as url:
+        print(f"prometheus: {samples:,} DCGM samples of {gpus} GPUs over {hours:g} h, "
+              f"TSDB built and served in {time.perf_counter() - t:.1f} s")
+        with subprocess.Popen([sys.executable, "-c", _PROM_CHILD, str(ROOT), url, str(t0),
+                               str(t0 + hours * 3600)], stdout=subprocess.PIPE, text=True) as p:
+            _, status, usage = os.wait4(p.pid, 0)
+            out = p.stdout.read() if p.stdout else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"the Prometheus import failed: {out}")
+    r = json.loads(out)
+    print(f"read  : {r['s']:6.2f} s, {samples / r['s']:>10,.0f} DCGM samples/s, "
+          f"{r['minutes'] / r['s']:>8,.0f} minute rows/s ({r['minutes']:,} rows, "
+          f"{r['runs']:,} runs), peak {usage.ru_maxrss / 2**20:.2f} GiB; a 1,000-GPU week: "
+          f"{1000 * 7 * 24 * 60 / (r['minutes'] / r['s']) / 60:.1f} min")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--hours", type=float, default=1.0)
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     ap.add_argument("--dir", help="where the log and store go (default: a temporary folder)")
+    ap.add_argument("--prometheus", action="store_true", help="also time the Prometheus import")
+    ap.add_argument("--prom-gpus", type=int, default=100)
+    ap.add_argument("--prom-hours", type=float, default=24.0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.dir or tmp)
@@ -95,6 +166,9 @@ def main() -> None:
         verdict = "PASS" if rate >= GOAL_ROWS_PER_S else "FAIL"
         print(f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rate:,.0f} rows/s "
               f"({rate / GOAL_ROWS_PER_S:.3f}x the goal)")
+        if args.prometheus:
+            (d / "prom").mkdir(exist_ok=True)
+            prometheus(d / "prom", args.prom_gpus, args.prom_hours)
 
 
 if __name__ == "__main__":

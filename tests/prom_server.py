@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["Sample", "openmetrics", "running_prometheus"]
+__all__ = ["Sample", "openmetrics", "running_prometheus", "serving"]
 
 Sample = tuple[str, dict[str, str], float, float]
 """(metric name, labels, value, epoch seconds)."""
@@ -60,12 +60,19 @@ def _free_port() -> int:
 @contextmanager
 def running_prometheus(workdir: Path, samples: Iterable[Sample]) -> Iterator[str]:
     """A Prometheus serving ``samples``; its base URL."""
-    promtool, prometheus = _need("promtool"), _need("prometheus")
-    data = workdir / "tsdb"
     source = workdir / "dcgm.om"
     source.write_text(openmetrics(samples))
+    with serving(workdir, source) as url:
+        yield url
+
+
+@contextmanager
+def serving(workdir: Path, source: Path) -> Iterator[str]:
+    """A Prometheus serving the OpenMetrics file ``source`` (ending ``# EOF``); its base URL."""
+    promtool, prometheus = _need("promtool"), _need("prometheus")
+    data = workdir / "tsdb"
     subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source),
-                    str(data)], check=True, capture_output=True, timeout=120)
+                    str(data)], check=True, capture_output=True, timeout=3600)
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1h\n")
     port = _free_port()
