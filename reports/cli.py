@@ -266,13 +266,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
           f"written to {_shown_url(url)}")
     print(f"list them again with: gpu-kpi runs --store {_shown_url(url)} --week {label}")
-    from reports.build import Request, build
+    from reports.build import FORMATS, Request, backfill, build
     from reports.weeks import zone
 
-    written = build(url, Request(week=label, tz=zone("UTC"), owned=DEMO_OWNED), out / "reports")
+    req = Request(week=label, tz=zone("UTC"), owned=DEMO_OWNED, formats=FORMATS)
+    # every week of the history, so the index and its trends are full on the first look; the
+    # demo's own week again, as a second demo replaced its runs
+    written = [*backfill(url, req, out / "reports", since=None), *build(url, req, out / "reports")]
     html = next(p for p in written if p.name == f"{label}.html")
+    weeks = len({p.stem for p in written if p.suffix == ".json"})
     print(f"\nthe weekly report of {label}: {html}")
-    print(f"every week so far: {out / 'reports' / 'index.html'}")
+    print(f"every week so far ({weeks} written now, each a page, an email, JSON and CSV): "
+          f"{out / 'reports' / 'index.html'}")
     return 0
 
 

@@ -54,6 +54,14 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert "GPU efficiency report" in html.read_text()
     assert (html.parent / "index.html").exists()
     assert (html.with_suffix(".json")).exists() and (html.with_suffix(".csv")).exists()
+    # all 12 weeks of the history, each with its page and email, the index listing them all
+    weeks = sorted(p.stem for p in html.parent.glob("*-W*.json"))
+    assert len(weeks) == 12 and weeks[-1] == html.stem
+    assert all((html.parent / f"{w}.eml").exists() and (html.parent / f"{w}.html").exists()
+               for w in weeks)
+    index = (html.parent / "index.html").read_text()
+    assert all(f'href="{w}.html"' in index for w in weeks)
+    assert "every week so far (12 written now, each a page, an email, JSON and CSV): " in p.stdout
 
     listed = gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json")
     assert listed.returncode == 0, listed.stderr
