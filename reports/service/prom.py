@@ -47,7 +47,8 @@ class PromMetric:
     labels: tuple[str, ...]
     scope: str
     """Where the value comes from: ``week`` (the last complete week's headline), ``team``
-    (its per-team breakdown), ``week_to_date`` (the current week's headline so far) or
+    (its per-team breakdown), ``week_to_date`` (the current week's headline so far),
+    ``weekly`` (the headline of each of the last 12 complete weeks, from the report's trend) or
     ``service`` (counted by the service itself)."""
     field: str = ""
     """The :class:`reports.kpi.Headline` field or team-breakdown column shown."""
@@ -109,6 +110,18 @@ METRICS: tuple[PromMetric, ...] = (
            f"{_WASTE}; current week so far", _WEEK),
     _gauge("gpu_kpi_week_to_date_idle_usd", "week_to_date", "idle_usd",
            f"{_IDLE}; current week so far", _WEEK),
+    # each of the last 12 complete weeks, labelled by week, so a trend panel is full on day one
+    _gauge("gpu_kpi_weekly_gpu_seconds", "weekly", "gpu_hours",
+           f"{_GPU_S} in each of the last 12 complete weeks (week label)", _WEEK,
+           scale=S_PER_HOUR),
+    _gauge("gpu_kpi_weekly_spend_usd", "weekly", "spend_usd",
+           "spend (USD) in each of the last 12 complete weeks (week label)", _WEEK),
+    _gauge("gpu_kpi_weekly_utilization_ratio", "weekly", "utilization_pct",
+           f"{_UTIL}; each of the last 12 complete weeks", _WEEK, scale=RATIO_PER_PCT),
+    _gauge("gpu_kpi_weekly_waste_usd", "weekly", "waste_usd",
+           f"{_WASTE}; each of the last 12 complete weeks", _WEEK),
+    _gauge("gpu_kpi_weekly_idle_usd", "weekly", "idle_usd",
+           f"{_IDLE}; each of the last 12 complete weeks", _WEEK),
     # the service itself
     PromMetric(name="gpu_kpi_emails_total", type="counter", labels=("kind", "outcome"),
                scope="service", help="report emails in the delivery log by kind (summary, team, "
@@ -134,8 +147,11 @@ def _finite(value: object) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None) -> Samples:
-    """The KPI series of the week and the week so far; unknown figures are left out."""
+def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None,
+                history: WeekKpis | None = None) -> Samples:
+    """The KPI series of the week, the week so far and each week of ``history``'s trend (from
+    the first with GPU-time on: no row of zeros for the weeks before there were runs); unknown
+    figures are left out."""
     out: dict[str, list[tuple[tuple[str, ...], float]]] = {}
 
     def add(m: PromMetric, labels: tuple[str, ...], value: object) -> None:
@@ -153,6 +169,11 @@ def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None) -> Sampl
         elif m.scope == "week_to_date" and week_to_date is not None:
             add(m, (label_of(week_to_date.week), week_to_date.basis),
                 getattr(week_to_date.headline, m.field))
+        elif m.scope == "weekly" and history is not None:
+            rows = history.trend.to_dict("records")
+            first = next((i for i, r in enumerate(rows) if r["gpu_hours"]), len(rows))
+            for row in rows[first:]:
+                add(m, (label_of(row["week"]), history.basis), row[m.field])
     return MappingProxyType({k: tuple(v) for k, v in out.items()})
 
 
@@ -174,10 +195,12 @@ class KpiExporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a collector: it has collect()
 
-    def update(self, latest: WeekKpis, *, week_to_date: WeekKpis | None = None) -> None:
+    def update(self, latest: WeekKpis, *, week_to_date: WeekKpis | None = None,
+               history: WeekKpis | None = None) -> None:
         """latest: the last complete week; week_to_date: the current week so far (running
-        totals). Replaces every KPI series: a week not given here is no longer exported."""
-        samples = kpi_samples(latest, week_to_date)
+        totals); history: a week's full KPIs, whose 12-week trend is exported week by week.
+        Replaces every KPI series: a week not given here is no longer exported."""
+        samples = kpi_samples(latest, week_to_date, history)
         with self._lock:
             self._kpis = samples
 

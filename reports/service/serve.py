@@ -64,11 +64,33 @@ def run_once(settings: ServiceSettings, *, retry_failed: bool = False,
 
 class MetricsRefresher:
     """Recomputes the figures ``/metrics`` shows: the last complete week, the current week so
-    far, and the delivery counts from the log (so they survive restarts)."""
+    far, the delivery counts from the log (so they survive restarts), and the last 12 complete
+    weeks week by week: those from a full report's trend, recomputed when the last complete
+    week changes and at most every :attr:`history_max_age_s` (imports and late runs change old
+    weeks), not at every refresh."""
+
+    history_max_age_s = 3600.0
 
     def __init__(self, settings: ServiceSettings, exporter: Any) -> None:
         self._settings = settings
         self._exporter = exporter
+        self._history: tuple[Any, datetime, Any] | None = None  # (week, computed at, kpis)
+
+    def forget_history(self) -> None:
+        """Recompute the 12 weeks at the next refresh (a weekly report was just built)."""
+        self._history = None
+
+    def _weeks(self, latest: Any, now: datetime) -> Any:
+        from reports.build import compute
+        from reports.weeks import label_of
+
+        held = self._history
+        if held is None or held[0] != latest.week or (
+                (now - held[1]).total_seconds() >= self.history_max_age_s):
+            req = Service(self._settings).request(label_of(latest.week))
+            held = self._history = (latest.week, now, compute(self._settings.tracker.store,
+                                                              req, now=now).kpis)
+        return held[2]
 
     def __call__(self, now: datetime | None = None) -> None:
         from reports.build import compute_live
@@ -81,7 +103,7 @@ class MetricsRefresher:
         try:
             # the two weeks in one read, without the trend a report needs
             latest, current = compute_live(s.tracker.store, Service(s).request(None), now=now)
-            self._exporter.update(latest, week_to_date=current)
+            self._exporter.update(latest, week_to_date=current, history=self._weeks(latest, now))
             with RunStore(s.tracker.store) as store:
                 self._exporter.set_email_counts(DeliveryLog(store).counts())
         except (ReportError, StoreError) as e:
@@ -112,6 +134,7 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
         def export(result: RunResult) -> None:
             for week in result.weeks:
                 exporter.report_built(week, datetime.now(UTC))
+            refresh.forget_history()
             refresh()
 
         hooks.insert(0, export)

@@ -329,6 +329,9 @@ def test_the_metrics_refresh_reads_the_week_and_the_delivery_log(
     MetricsRefresher(s, exporter)(now=W49 + MONDAY_8 + timedelta(hours=1))
     got = exporter.samples()
     assert dict(got["gpu_kpi_week_spend_usd"]) == {("2026-W48", "util"): pytest.approx(84.7)}
+    # the 12-week history, from the first week with GPU-time: the store's W46 to W48
+    assert dict(got["gpu_kpi_weekly_spend_usd"]) == {
+        (w, "util"): pytest.approx(84.7) for w in ("2026-W46", "2026-W47", "2026-W48")}
     assert dict(got["gpu_kpi_emails_total"]) == {
         ("runs", "sent"): 1.0, ("summary", "sent"): 1.0, ("team", "sent"): 1.0}
     # the current week (W49) has no runs yet: zero GPU-hours so far

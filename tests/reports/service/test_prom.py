@@ -147,6 +147,29 @@ def test_the_week_to_date_is_its_own_week(served: tuple[KpiExporter, MetricsServ
         18 * H100)
 
 
+def test_the_last_12_weeks_are_labelled_by_week(served: tuple[KpiExporter, MetricsServer],
+                                                k48: kpis.WeekKpis) -> None:
+    """A run in W45 (2 GPU-h at 50%) and W48's: W45 to W48 each a series, W46 and W47 a true
+    0; none for the weeks before the first run."""
+    exporter, server = served
+    w45 = run("p", W48 - timedelta(days=21), 2, util=50.0, team="ml")
+    history = week([w45, *W48_RUNS], W48_SAMPLES)
+    exporter.update(k48, history=history)
+    got = scrape(server)
+    spend = {dict(labels)["week"]: v for (name, labels), v in got.items()
+             if name == "gpu_kpi_weekly_spend_usd"}
+    assert spend == {"2026-W45": pytest.approx(2 * H100), "2026-W46": 0.0, "2026-W47": 0.0,
+                     "2026-W48": pytest.approx(value(got, "gpu_kpi_week_spend_usd",
+                                                     week="2026-W48", basis="util"))}
+    assert value(got, "gpu_kpi_weekly_gpu_seconds", week="2026-W45", basis="util") == \
+        pytest.approx(2 * HOUR)
+    assert value(got, "gpu_kpi_weekly_utilization_ratio", week="2026-W45",
+                 basis="util") == pytest.approx(0.5)
+    # a week without utilization data has no ratio, not 0
+    assert ("gpu_kpi_weekly_utilization_ratio",
+            frozenset({("week", "2026-W46"), ("basis", "util")})) not in got
+
+
 def test_an_unknown_utilization_is_left_out_not_zero(
         served: tuple[KpiExporter, MetricsServer]) -> None:
     exporter, server = served
@@ -278,7 +301,7 @@ def test_two_exporters_keep_their_own_registries(k48: kpis.WeekKpis) -> None:
 
 
 def test_the_declared_table_matches_prometheus_conventions() -> None:
-    assert len(NAMES) == len(METRICS) == 20
+    assert len(NAMES) == len(METRICS) == 25
     for m in METRICS:
         assert re.fullmatch(r"gpu_kpi_[a-z0-9_]+", m.name), m.name
         assert m.name.endswith("_total") == (m.type == "counter"), m.name

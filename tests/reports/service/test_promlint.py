@@ -199,7 +199,8 @@ def exposition() -> str:
 
     exporter = KpiExporter()
     exporter.update(week(W48_RUNS, W48_SAMPLES), week_to_date=week(W48_RUNS + W49_RUNS,
-                                                                   W48_SAMPLES, at=W49))
+                                                                   W48_SAMPLES, at=W49),
+                    history=week(W48_RUNS, W48_SAMPLES))
     exporter.count_email("summary", "sent")
     exporter.report_built("2026-W48", datetime(2026, 11, 30, 8, tzinfo=UTC))
     with exporter.serve(port=0) as server, urllib.request.urlopen(server.url, timeout=5) as r:
@@ -248,4 +249,4 @@ def test_the_dashboard_shows_the_base_units_as_people_read_them() -> None:
     units = {o["matcher"]["options"]: o["properties"][0]["value"] for p in shown
              if p["type"] == "table" for o in p["fieldConfig"]["overrides"]}
     assert units["Utilization"] == "percentunit" and units["GPU-hours"] == "suffix: GPU-h"
-    assert (gpu_s, ratio) == (3, 5)
+    assert (gpu_s, ratio) == (4, 5)
