@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.play import Imported, Labels, played_run, write_imported
+from reports.imports.play import Imported, Labels, played_run, progress, write_imported
 from tracker.config import Settings
 from tracker.gpu import BackendError
 from tracker.gpu.base import GpuInfo
@@ -81,7 +81,8 @@ def read_nvsmi(paths: Sequence[str | Path], *, tz: tzinfo = UTC, labels: Labels 
     settings = settings or Settings()
     records: dict[str, tuple[Path, RunRecord]] = {}
     samples: list[MinuteSample] = []
-    for path in dict.fromkeys(Path(p).resolve() for p in paths):  # a file given twice: once
+    files = list(dict.fromkeys(Path(p).resolve() for p in paths))  # a file given twice: once
+    for path in progress(files, "nvidia-smi logs"):
         try:
             gpus, series = read_log(path)
         except BackendError as e:

@@ -11,11 +11,12 @@ stays a gap, never GPU-time.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 
 from reports.errors import ImportFailed
 from tracker import figures
@@ -55,6 +56,21 @@ class Imported:
     samples: list[MinuteSample]
     skipped: dict[str, list[str]] = field(default_factory=dict)
     """Why → the names of the runs found but not imported (not an error: counted and named)."""
+
+
+T = TypeVar("T")
+
+
+def progress(items: Sequence[T], what: str, *, show: bool | None = None) -> Iterator[T]:
+    """``items``, with ``what: n/N`` rewritten on stderr as they go when it is a terminal and
+    there are several (never into a log or a pipe)."""
+    show = (sys.stderr.isatty() and len(items) > 1) if show is None else show
+    for n, item in enumerate(items, 1):
+        if show:
+            print(f"\r{what}: {n}/{len(items)}", end="", file=sys.stderr, flush=True)
+        yield item
+    if show:
+        print(file=sys.stderr)
 
 
 class _Log:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.play import Imported, Labels, Series, played_run, write_imported
+from reports.imports.play import Imported, Labels, Series, played_run, progress, write_imported
 from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
@@ -272,7 +272,7 @@ def read_tensorboard(paths: Sequence[str | Path], *, labels: Labels | None = Non
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
-    for path, files in runs:
+    for path, files in progress(runs, "TensorBoard runs"):
         got = _run_of(path, files, names, labels=labels, settings=settings,
                       max_gap_s=max_gap_s, gpus=gpus, tags=tags or {})
         if isinstance(got, str) or got[0].id in records:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.play import Imported, Labels, Series, played_run, write_imported
+from reports.imports.play import Imported, Labels, Series, played_run, progress, write_imported
 from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog, number, read_log
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
@@ -158,7 +158,7 @@ def read_wandb(paths: Sequence[str | Path], *, labels: Labels | None = None,
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
-    for path in find_logs(paths):
+    for path in progress(find_logs(paths), "W&B runs"):
         log = read_log(path)
         got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s)
         if isinstance(got, str) or got[0].id in records:

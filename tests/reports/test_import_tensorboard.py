@@ -167,3 +167,12 @@ def test_the_reader_agrees_with_tensorboards_own(tmp_path: Path) -> None:
                             labels=Labels(gpu_model="A100-80GB")).records
     assert len(scalars["sys/gpu_util"]) == 31
     assert r.gpu_hours == pytest.approx((31 - 1) * 10 / 3600)
+
+
+def test_progress_goes_to_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
+    from reports.imports.play import progress
+
+    assert list(progress(["a", "b"], "TensorBoard runs", show=True)) == ["a", "b"]
+    assert capsys.readouterr().err == "\rTensorBoard runs: 1/2\rTensorBoard runs: 2/2\n"
+    assert list(progress(["a", "b"], "TensorBoard runs")) == ["a", "b"]  # stderr is no tty here
+    assert capsys.readouterr().err == ""
