@@ -20,7 +20,8 @@ PACKAGES = ("tracker", "reports")
 OWNERS: dict[str, tuple[str, ...]] = {
     "pynvml": ("tracker/gpu/nvml.py",),
     "sqlalchemy": ("tracker/store/",),
-    "wandb": ("tracker/sinks/wandb.py", "reports/imports/wandb_log.py"),
+    "wandb": ("tracker/sinks/wandb.py", "reports/imports/wandb_log.py",
+              "reports/imports/wandb_api.py"),
     "lightning": ("tracker/lightning.py",),
     "pytorch_lightning": ("tracker/pytorch_lightning.py",),
     "transformers": ("tracker/transformers.py",),

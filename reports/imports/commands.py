@@ -4,6 +4,7 @@ its parser; nothing here runs at import time."""
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,8 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
               "metrics from Prometheus")
     imp.add_argument("source", choices=SOURCES)
     imp.add_argument("files", nargs="+", metavar="PATH", help="nvidia-smi: CSV files; wandb: "
-                     ".wandb files or directories holding W&B runs (e.g. ./wandb); "
+                     ".wandb files or directories holding W&B runs (e.g. ./wandb), or with "
+                     "--since/--until one ENTITY/PROJECT through W&B's API; "
                      "tensorboard: logdirs; prometheus: the server's URL")
     imp.add_argument("--tz", help="nvidia-smi: time zone of the log's timestamps (default UTC)")
     for label in ("project", "team", "user", "host"):
@@ -47,9 +49,10 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp.add_argument("--tag", action="append", default=[], metavar="KEY=TAG",
                      help="tensorboard: the scalar tag holding KEY, one of "
                      f"{', '.join(MAPPABLE)} (repeat the option)")
-    imp.add_argument("--since", metavar="WHEN", help="prometheus: from (2026-W47, 2026-11-16, "
-                     "2026-11-16T08:00; UTC unless it says otherwise)")
-    imp.add_argument("--until", metavar="WHEN", help="prometheus: to (the same forms)")
+    imp.add_argument("--since", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: from "
+                     "(2026-W47, 2026-11-16, 2026-11-16T08:00; UTC unless it says otherwise)")
+    imp.add_argument("--until", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: to (the "
+                     "same forms)")
     imp.add_argument("--map", action="append", default=[], metavar="KEY=LABEL",
                      help="prometheus: the series label naming KEY, one of "
                      f"{', '.join(MAP_KEYS)} (run takes labels in order: run=pod,hpc_job; "
@@ -72,8 +75,10 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
                     gpu_model=args.gpu_model, price=args.price)
     common = {"labels": labels, "settings": settings, "max_gap_s": args.max_gap,
               "replace": args.replace}
-    if args.source != "prometheus" and (args.since or args.until or args.map):
-        raise UsageError("--since, --until and --map are for Prometheus")
+    if args.source not in ("prometheus", "wandb") and (args.since or args.until):
+        raise UsageError("--since and --until are for Prometheus and the W&B API")
+    if args.source != "prometheus" and args.map:
+        raise UsageError("--map is for Prometheus")
     if args.source == "prometheus":
         return _prometheus(args, settings, common)
     if args.source != "tensorboard" and (args.gpus is not None or args.tag):
@@ -81,6 +86,14 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     if args.source != "nvidia-smi" and (args.tz is not None or args.per_gpu):
         raise UsageError(f"--tz and --per-gpu are for nvidia-smi logs: {args.source} keeps "
                          "UTC times and one run per run")
+    if args.source == "wandb" and (args.since or args.until):
+        from reports.imports.wandb_runs import import_wandb_api
+
+        if len(args.files) != 1 or not re.fullmatch(r"[\w.-]+/[\w.-]+", args.files[0]):
+            raise UsageError("the W&B API takes one ENTITY/PROJECT with --since and --until")
+        since, until = _range(args)
+        return import_wandb_api(settings.store, args.files[0], since=since, until=until,
+                                **common)
     if args.source == "wandb":
         from reports.imports.wandb_runs import import_wandb
 
@@ -119,7 +132,7 @@ def _moment(text: str | None, flag: str) -> datetime:
     from reports.weeks import parse_week, week_bounds
 
     if not text:
-        raise UsageError(f"prometheus needs {flag} (2026-W47, 2026-11-16 or 2026-11-16T08:00)")
+        raise UsageError(f"this import needs {flag} (2026-W47, 2026-11-16 or 2026-11-16T08:00)")
     if "W" in text.upper() and "T" not in text.upper():
         return week_bounds(*parse_week(text.upper()))[0]
     try:
@@ -131,6 +144,15 @@ def _moment(text: str | None, flag: str) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _range(args: argparse.Namespace) -> tuple[datetime, datetime]:
+    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    if not since < until:
+        raise UsageError(f"--since {args.since} is not before --until {args.until}")
+    if until - since > timedelta(days=366):
+        raise UsageError("--since to --until is over a year: import a range at a time")
+    return since, until
+
+
 def _prometheus(args: argparse.Namespace, settings: Any, common: dict[str, Any]) -> Imported:
     from reports.imports.prom import LabelMap, import_prometheus
 
@@ -138,11 +160,7 @@ def _prometheus(args: argparse.Namespace, settings: Any, common: dict[str, Any])
         raise UsageError("--tz, --per-gpu, --gpus and --tag are not for Prometheus")
     if len(args.files) != 1:
         raise UsageError("prometheus takes one URL (http://prometheus:9090)")
-    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
-    if not since < until:
-        raise UsageError(f"--since {args.since} is not before --until {args.until}")
-    if until - since > timedelta(days=366):
-        raise UsageError("--since to --until is over a year: import a range at a time")
+    since, until = _range(args)
     given: dict[str, str] = {}
     for item in args.map:
         key, eq, label = item.partition("=")

@@ -135,6 +135,8 @@ class WandbLog:
     history: list[dict[str, Any]] = field(default_factory=list)
     """Logged rows (``_step``, ``_timestamp`` and the user's keys)."""
     exit_code: int | None = None
+    url: str = ""
+    """The run's page when it came through W&B's API (then ``path`` is entity/project/id)."""
 
 
 def _seconds(ts: Any) -> float | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -127,9 +127,10 @@ def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: flo
         if not (name or labels.gpu_model):
             return NO_MODEL
         uuid = uuid or f"wandb-{log.run_id or log.path.parent.name}-gpu{i}"
+        where = log.url or str(log.path)
         gpus.append(GpuInfo(index=i, uuid=uuid, name=name or str(labels.gpu_model),
                             mem_total_gib=mem))
-        series[uuid] = [(t, str(log.path), datetime.fromtimestamp(t, UTC).isoformat(),
+        series[uuid] = [(t, where, datetime.fromtimestamp(t, UTC).isoformat(),
                          GpuReading(uuid=uuid, mem_total_gib=mem, **fields))
                         for t, fields in readings[i]]
     if isinstance(ours, str) and ours:
@@ -143,23 +144,45 @@ def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: flo
                  is not None and v >= 0}
     status = ("crashed" if log.exit_code is None else
               "finished" if log.exit_code == 0 else "failed")
-    return played_run(str(log.path), gpus, series, run_id=run_id,
+    return played_run(log.url or str(log.path), gpus, series, run_id=run_id,
                       name=log.name or log.run_id or log.path.parent.name, labels=labels,
                       settings=settings, max_gap_s=max_gap_s, source=SOURCE, status=status,
                       project=log.project, user=log.user, host=log.host, tags=tuple(log.tags),
-                      links={"wandb": str(log.path.parent)}, **extra)
+                      links={"wandb": log.url or str(log.path.parent)}, **extra)
 
 
 def read_wandb(paths: Sequence[str | Path], *, labels: Labels | None = None,
                settings: Settings | None = None, max_gap_s: float | None = None) -> Imported:
     """The runs and minute samples of the W&B runs in ``paths`` (nothing written)."""
+    logs = ((str(p), read_log(p)) for p in progress(find_logs(paths), "W&B runs"))
+    return _read(logs, labels=labels, settings=settings, max_gap_s=max_gap_s)
+
+
+def read_wandb_api(path: str, *, since: datetime, until: datetime, labels: Labels | None = None,
+                   settings: Settings | None = None, max_gap_s: float | None = None,
+                   api: Any = None) -> Imported:
+    """The runs of the W&B project ``path`` (``ENTITY/PROJECT``) created in ``[since, until)``,
+    through W&B's public API (:mod:`reports.imports.wandb_api`; nothing written)."""
+    from reports.imports.wandb_api import api_runs
+
+    return _read(api_runs(path, since=since, until=until, api=api), labels=labels,
+                 settings=settings, max_gap_s=max_gap_s)
+
+
+def _read(logs: Iterable[tuple[str, WandbLog | None]], *, labels: Labels | None,
+          settings: Settings | None, max_gap_s: float | None) -> Imported:
+    from reports.imports.wandb_api import RUNNING
+
     labels = labels or Labels()
     settings = settings or Settings()
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
-    for path in progress(find_logs(paths), "W&B runs"):
-        log = read_log(path)
+    for name, log in logs:
+        if log is None:
+            skipped.setdefault(RUNNING, []).append(name)
+            continue
+        path = log.path
         got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s)
         if isinstance(got, str) or got[0].id in records:
             why = got if isinstance(got, str) else TWICE
@@ -176,4 +199,11 @@ def import_wandb(store_url: str, paths: Sequence[str | Path], *, replace: bool =
     """:func:`read_wandb`, then into the store in one transaction, less the runs of ours the
     store already has (:func:`reports.imports.play.write_imported`)."""
     return write_imported(store_url, read_wandb(paths, **kwargs), source=SOURCE,
+                          replace=replace)
+
+
+def import_wandb_api(store_url: str, path: str, *, replace: bool = False,
+                     **kwargs: Any) -> Imported:
+    """:func:`read_wandb_api`, then into the store as :func:`import_wandb` does."""
+    return write_imported(store_url, read_wandb_api(path, **kwargs), source=SOURCE,
                           replace=replace)

@@ -184,7 +184,7 @@ def test_a_refused_query_names_the_url(prometheus: str) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--since", "2026-W48"], "prometheus needs --until"),
+    (["--since", "2026-W48"], "this import needs --until"),
     (["--since", "2026-W49", "--until", "2026-W48"], "is not before --until"),
     (["--since", "2026-W01", "--until", "2027-W10"], "over a year"),
     (["--since", "yesterday", "--until", "2026-W48"], "use 2026-W47, 2026-11-16"),

@@ -20,6 +20,7 @@ import readers
 
 from reports.build import Request, compute
 from reports.cli import main
+from reports.errors import ImportFailed
 from reports.imports.play import TRACKED, Labels
 from reports.imports.wandb_runs import NO_GPU, import_wandb, read_wandb
 from tracker.session import track
@@ -218,3 +219,102 @@ def test_no_wandb_runs_and_nvidia_smi_options_are_clear_errors(
 def test_read_wandb_takes_a_file_and_its_directory_once(gpu_run: Path) -> None:
     log = next(gpu_run.rglob("*.wandb"))
     assert len(read_wandb([log, log.parent, gpu_run]).records) == 1
+
+
+# -- (b) a project through W&B's public API --------------------------------------------------
+# No W&B server can be reached here: the API objects below follow the shapes the public API
+# documents (wandb.apis.public.Run: id, name, entity, project, url, state, config, summary,
+# created_at, tags, user; metadata from wandb-metadata.json, written by wandb-core as protobuf
+# JSON; history(stream="system") rows keyed "system.gpu.N.gpu" with "_timestamp").
+
+
+class ApiRun:
+    def __init__(self, run_id: str, name: str, *, state: str = "finished", minutes: int = 60,
+                 config: dict[str, Any] | None = None, gpus: int = 2) -> None:
+        self.id, self.name, self.state = run_id, name, state
+        self.entity, self.project = "acme", "vision"
+        self.url = f"https://wandb.ai/acme/vision/runs/{run_id}"
+        self.config = config or {"lr": {"value": 0.1, "desc": None}}
+        self.summary: dict[str, Any] = {}
+        self.created_at = "2026-11-23T10:00:00Z"
+        self.tags = ["baseline"]
+        self.user = "alice"
+        self.metadata = {"host": "gpu-node-7", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": gpus,
+                         "gpu_nvidia": [{"name": "NVIDIA H100 80GB HBM3",
+                                         "memoryTotal": str(80 * 2**30), "uuid": f"GPU-api{i}"}
+                                        for i in range(gpus)]}
+        self._minutes = minutes
+        self.asked: list[dict[str, Any]] = []
+
+    def history(self, **kwargs: Any) -> list[dict[str, Any]]:
+        self.asked.append(kwargs)
+        return [{"_timestamp": (MONDAY_10 + timedelta(seconds=15 * k)).timestamp(),
+                 "_runtime": 15 * k, "system.gpu.0.gpu": 90, "system.gpu.1.gpu": 30,
+                 "system.gpu.0.powerWatts": 600.0, "system.cpu": 5.0}
+                for k in range(self._minutes * 4 + 1)]
+
+    def scan_history(self) -> list[dict[str, Any]]:
+        return []
+
+
+class Api:
+    def __init__(self, runs: list[ApiRun]) -> None:
+        self._runs = runs
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def runs(self, path: str, filters: dict[str, Any]) -> list[ApiRun]:
+        self.asked.append((path, filters))
+        return self._runs
+
+
+def test_a_project_through_the_api_maps_as_a_local_log(tmp_path: Path) -> None:
+    from reports.imports.wandb_api import RUNNING
+    from reports.imports.wandb_runs import import_wandb_api
+
+    done_run, live = ApiRun("a1b2c3d4", "resnet-b"), ApiRun("zz", "still-going", state="running")
+    api = Api([done_run, live])
+    since, until = MONDAY_10 - timedelta(days=1), MONDAY_10 + timedelta(days=6)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    done = import_wandb_api(url, "acme/vision", since=since, until=until, api=api)
+    assert api.asked == [("acme/vision", {"createdAt": {"$gte": since.isoformat(),
+                                                         "$lt": until.isoformat()}})]
+    assert done_run.asked == [{"stream": "system", "pandas": False, "samples": 1_000_000}]
+    assert done.skipped == {RUNNING: ["still-going"]}
+    (r,) = done.records
+    assert (r.name, r.project, r.user, r.host, r.tags, r.status, r.gpu_model, r.gpu_count) == (
+        "resnet-b", "vision", "alice", "gpu-node-7", ("baseline",), "finished", "H100", 2)
+    assert r.links == {"wandb": "https://wandb.ai/acme/vision/runs/a1b2c3d4"}
+    assert (r.started_at, r.gpu_hours) == (MONDAY_10, pytest.approx(2.0))
+    assert r.util_pct == pytest.approx((90 + 30) / 2)
+    assert r.energy_kwh == pytest.approx(0.6)  # GPU 0's 600 W for an hour; GPU 1 reports none
+    # the same project again: the same run, not a second
+    again = import_wandb_api(url, "acme/vision", since=since, until=until,
+                             api=Api([ApiRun("a1b2c3d4", "resnet-b")]))
+    assert [x.id for x in again.records] == [r.id]
+    with RunStore(url) as store:
+        assert len(store.list_runs()) == 1
+
+
+def test_an_api_failure_is_one_line_naming_the_project(tmp_path: Path) -> None:
+    from reports.imports.wandb_runs import read_wandb_api
+
+    class Refusing:
+        def runs(self, path: str, filters: dict[str, Any]) -> list[ApiRun]:
+            raise PermissionError("401 Unauthorized: check WANDB_API_KEY")
+
+    with pytest.raises(ImportFailed, match=r"^acme/vision: the W&B API failed \(PermissionError: "
+                                           r"401 Unauthorized"):
+        read_wandb_api("acme/vision", since=MONDAY_10, until=MONDAY_10 + timedelta(days=7),
+                       api=Refusing())
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["acme/vision", "--since", "2026-W48"], "this import needs --until"),
+    (["acme/vision", "other/proj", "--since", "2026-W48", "--until", "2026-W49"],
+     "one ENTITY/PROJECT"),
+    (["./wandb", "--map", "run=pod"], "--map is for Prometheus"),
+])
+def test_api_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 args: list[str], message: str) -> None:
+    assert main(["import", "wandb", *args, "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+    assert message in capsys.readouterr().err
