@@ -244,6 +244,9 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(format_runs(done.records))
     for why, names in done.skipped.items():
         print(f"skipped {len(names)} run(s), {why}: {printable(', '.join(names))}")
+    if done.replaced:
+        print(f"replaced {len(done.replaced)} earlier import(s) whole (--replace): "
+              f"{printable(', '.join(done.replaced))}")
     print(f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
           f"{_shown_url(settings.store)}")
     return 0

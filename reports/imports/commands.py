@@ -7,6 +7,7 @@ import argparse
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reports.errors import UsageError
@@ -18,6 +19,7 @@ AddCommand = Callable[..., argparse.ArgumentParser]
 MAPPABLE = ("util_pct", "samples_per_s", "tokens_per_s")
 SOURCES = ("nvidia-smi", "wandb", "tensorboard", "prometheus")
 MAP_KEYS = ("run", "team", "project", "user")
+_LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int]) -> None:
@@ -91,6 +93,9 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
 
         if len(args.files) != 1 or not re.fullmatch(r"[\w.-]+/[\w.-]+", args.files[0]):
             raise UsageError("the W&B API takes one ENTITY/PROJECT with --since and --until")
+        if Path(args.files[0]).exists():
+            raise UsageError(f"{args.files[0]} is a local path: import it without --since and "
+                             "--until (they are for a W&B project, ENTITY/PROJECT)")
         since, until = _range(args)
         return import_wandb_api(settings.store, args.files[0], since=since, until=until,
                                 **common)
@@ -164,8 +169,13 @@ def _prometheus(args: argparse.Namespace, settings: Any, common: dict[str, Any])
     given: dict[str, str] = {}
     for item in args.map:
         key, eq, label = item.partition("=")
-        if not eq or key not in MAP_KEYS or not label.strip(", "):
-            raise UsageError(f"--map {item!r}: KEY=LABEL with KEY one of {', '.join(MAP_KEYS)}")
+        names = label.split(",") if key == "run" else [label]
+        if not eq or key not in MAP_KEYS or not all(_LABEL.fullmatch(n) for n in names):
+            raise UsageError(f"--map {item!r}: KEY=LABEL with KEY one of {', '.join(MAP_KEYS)} "
+                             "and LABEL a Prometheus label name (run= takes several: "
+                             "run=pod,hpc_job)")
+        if key in given:
+            raise UsageError(f"--map {key}= given twice")
         given[key] = label
     default = LabelMap()
     mapping = LabelMap(

@@ -10,6 +10,7 @@ stays a gap, never GPU-time.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -56,6 +57,8 @@ class Imported:
     samples: list[MinuteSample]
     skipped: dict[str, list[str]] = field(default_factory=dict)
     """Why → the names of the runs found but not imported (not an error: counted and named)."""
+    replaced: list[str] = field(default_factory=list)
+    """Earlier imports dropped whole by ``--replace``: name and GPU-hours."""
 
 
 T = TypeVar("T")
@@ -201,58 +204,107 @@ def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Sampl
 
 
 TRACKED = "already in the store, tracked by gpu-kpi"
+SHARED = "a GPU of theirs has minutes of another run of this import at the same time"
+OVERLAPS = ("a GPU of theirs has minutes of a run from another source in the store at the "
+            "same time (a tracked run's minutes count)")
+
+
+def _minutes(rows: Sequence[MinuteSample]) -> dict[str, set[tuple[str, datetime]]]:
+    """Run id → its (GPU, minute) keys."""
+    out: dict[str, set[tuple[str, datetime]]] = {}
+    for row in rows:
+        out.setdefault(row.run_id, set()).add((row.gpu, row.minute))
+    return out
+
+
+def _without(imported: Imported, drop: dict[str, str]) -> Imported:
+    """``imported`` less the runs in ``drop`` (run id → why), which are counted and named."""
+    if not drop:
+        return imported
+    skipped = {k: list(v) for k, v in imported.skipped.items()}
+    for r in imported.records:
+        if r.id in drop:
+            skipped.setdefault(drop[r.id], []).append(r.name)
+    return dataclasses.replace(
+        imported, records=[r for r in imported.records if r.id not in drop],
+        samples=[s for s in imported.samples if s.run_id not in drop], skipped=skipped)
+
+
+def _shared(imported: Imported, minutes: dict[str, set[tuple[str, datetime]]]) -> dict[str, str]:
+    """The runs whose GPU-minutes an earlier run of the same import already holds (two logs of
+    the same GPU, a GPU shared by two pods): each GPU-minute counts once, the first run's."""
+    claimed: set[tuple[str, datetime]] = set()
+    drop: dict[str, str] = {}
+    for r in imported.records:
+        mine = minutes.get(r.id, set())
+        if mine & claimed:
+            drop[r.id] = SHARED
+        else:
+            claimed |= mine
+    return drop
 
 
 def write_imported(store_url: str, imported: Imported, *, source: str,
                    replace: bool = False) -> Imported:
-    """Every run and sample of ``imported`` into the store in one transaction, less the runs
-    the store has from another source (a run our callback logged, brought back by a W&B or
-    TensorBoard import: the tracker's own record is better; skipped as :data:`TRACKED`); what
-    was written is returned. A run imported before (same id) is replaced whole. Another run
-    with minutes of the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time
-    counts once), unless it is an earlier import of the same ``source`` and ``replace``: then
-    it is dropped."""
+    """Every run and sample of ``imported`` into the store in one transaction; what was
+    written is returned, with what was not counted and named in ``skipped``:
+
+    - a run the store has from another source (a run our callback logged, brought back by a
+      W&B or TensorBoard import: the tracker's own record is better; :data:`TRACKED`);
+    - a run with a GPU-minute that an earlier run of this import holds (:data:`SHARED`), or that
+      a run from another source in the store holds (:data:`OVERLAPS`): a GPU's time counts once.
+
+    A run imported before (same id) is replaced whole. A GPU-minute held by another earlier
+    import of the same ``source`` is an :class:`ImportFailed`, unless ``replace``: then that
+    earlier run is dropped whole and named in ``replaced``."""
     from tracker.store import RunStore
 
+    minutes = _minutes(imported.samples)
+    imported = _without(imported, _shared(imported, minutes))
     with RunStore(store_url) as store:
-        held = {r.id for r in imported.records
-                if (old := store.get_run(r.id)) is not None and old.source != source}
-        if held:
-            skipped = {**imported.skipped,
-                       TRACKED: [r.name for r in imported.records if r.id in held]}
-            imported = Imported([r for r in imported.records if r.id not in held],
-                                [s for s in imported.samples if s.run_id not in held], skipped)
+        imported = _without(imported, {
+            r.id: TRACKED for r in imported.records
+            if (old := store.get_run(r.id)) is not None and old.source != source})
         if imported.records:
-            _write(store, imported, source=source, replace=replace)
+            imported = _write(store, imported, minutes, source=source, replace=replace)
     return imported
 
 
-def _write(store: Any, imported: Imported, *, source: str, replace: bool) -> None:
-    """:func:`write_imported`'s write, in the open ``store``."""
+def _write(store: Any, imported: Imported, minutes: dict[str, set[tuple[str, datetime]]], *,
+           source: str, replace: bool) -> Imported:
+    """:func:`write_imported`'s checks against the store and its write, in the open ``store``."""
     ours = {r.id for r in imported.records}
-    others: set[str] = set()
-    spans: dict[tuple[str, str], list[datetime]] = {}  # (run id, GPU) → first, last minute
-    for row in imported.samples:
-        span = spans.setdefault((row.run_id, row.gpu), [row.minute, row.minute])
-        span[0], span[1] = min(span[0], row.minute), max(span[1], row.minute)
     names = {r.id: r.name for r in imported.records}
-    by_gpu: dict[str, list[tuple[str, datetime, datetime]]] = {}
-    for (rid, gpu), (x, y) in spans.items():
-        by_gpu.setdefault(gpu, []).append((rid, x, y))
-    held = store.gpu_spans(sorted(by_gpu),
-                           since=min(a for a, _ in spans.values()),
-                           until=max(b for _, b in spans.values()) + timedelta(minutes=1))
-    for other, gpu, a, b in held:
-        if other in ours or other in others:
-            continue
-        mine = next((rid for rid, x, y in by_gpu[gpu] if a <= y and x <= b), None)
-        if mine is None:  # that run's minutes of this GPU fall in no imported run's span
+    by_gpu: dict[str, set[str]] = {}  # GPU → our runs with minutes of it
+    for rid in ours:
+        for gpu, _ in minutes.get(rid, ()):
+            by_gpu.setdefault(gpu, set()).add(rid)
+    if not by_gpu:
+        store.put(imported.records, imported.samples, drop=sorted(ours))
+        return imported
+    every = [m for rid in ours for _, m in minutes.get(rid, ())]
+    held = store.gpu_spans(sorted(by_gpu), since=min(every),
+                           until=max(every) + timedelta(minutes=1))
+    candidates = sorted({other for other, _, _, _ in held if other not in ours})
+    drop: dict[str, str] = {}
+    replaced: dict[str, str] = {}  # earlier run id → "name (GPU-hours)"
+    for other in candidates:
+        theirs = {(row.gpu, row.minute) for row in store.samples(run_ids=[other])}
+        hit = [r.id for r in imported.records if minutes.get(r.id, set()) & theirs]
+        if not hit:  # spans that cross, minutes that do not (a run with a gap)
             continue
         run = store.get_run(other)
-        if not replace or run is None or run.source != source:
+        if run is not None and run.source != source:
+            drop.update(dict.fromkeys(hit, OVERLAPS))
+            continue
+        if not replace or run is None:
             what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
-            hint = "; --replace imports over it" if run and run.source == source else ""
-            raise ImportFailed(f"{names[mine]}: its GPUs already have minutes in that time "
+            hint = "; --replace imports over it" if run else ""
+            raise ImportFailed(f"{names[hit[0]]}: its GPUs already have minutes in that time "
                                f"from {what}: a GPU's time counts once{hint}")
-        others.add(other)
-    store.put(imported.records, imported.samples, drop=[*ours, *others])
+        replaced[other] = f"{run.name} ({run.gpu_hours:,.2f} GPU-h)"
+    kept = _without(imported, drop)
+    if not kept.records:
+        return kept
+    store.put(kept.records, kept.samples, drop=[*(r.id for r in kept.records), *replaced])
+    return dataclasses.replace(kept, replaced=list(replaced.values()))

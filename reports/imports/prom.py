@@ -32,6 +32,7 @@ import math
 import os
 import re
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -42,6 +43,7 @@ from typing import Any
 
 from reports.errors import ImportFailed
 from reports.imports.play import Imported, Labels, Player, run_record, write_imported
+from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.prices import price_for
@@ -55,6 +57,8 @@ CHUNK_POINTS = 360
 TOKEN_ENV = "GPU_KPI_PROMETHEUS_TOKEN"
 """A bearer token for the Prometheus API, if it needs one (never on the command line)."""
 TIMEOUT_S = 120.0
+"""Seconds one query may take, its whole answer read."""
+MAX_ANSWER_BYTES = 512 << 20
 NO_MODEL = "no modelName label: say the model with --gpu-model"
 
 FIELDS: dict[str, tuple[str, float, str, float, float]] = {
@@ -82,22 +86,52 @@ class LabelMap:
     user: str = ""
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is refused, not followed: the token must not travel to another host."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _read(resp: Any, url: str, deadline: float) -> bytes:
+    """The whole body by ``deadline`` and at most :data:`MAX_ANSWER_BYTES`."""
+    body = bytearray()
+    while chunk := resp.read(1 << 20):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise ImportFailed(f"{url}: an answer of over {MAX_ANSWER_BYTES >> 20} MiB: the "
+                               "chunk holds too many series for one query")
+        if time.monotonic() > deadline:
+            raise ImportFailed(f"{url}: no whole answer in {TIMEOUT_S:.0f} s")
+    return bytes(body)
+
+
 def _get(url: str, params: dict[str, str], token: str | None) -> Any:
     """One API call's ``data``; an :class:`ImportFailed` naming ``url`` for anything else."""
     full = f"{url}/api/v1/query_range?{urllib.parse.urlencode(params)}"
     headers = {"Accept": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    deadline = time.monotonic() + TIMEOUT_S
     try:
-        with urllib.request.urlopen(urllib.request.Request(full, headers=headers),
-                                    timeout=TIMEOUT_S) as resp:
-            body = json.load(resp)
+        with _OPENER.open(urllib.request.Request(full, headers=headers),
+                          timeout=TIMEOUT_S) as resp:
+            body = json.loads(_read(resp, url, deadline))
     except urllib.error.HTTPError as e:
+        if 300 <= e.code < 400:
+            where = e.headers.get("Location", "?")
+            raise ImportFailed(f"{url}: Prometheus answered {e.code}, a redirect to "
+                               f"{where[:200]}: give that URL (redirects are not "
+                               "followed, so that the token stays with the server named)") from None
         try:
-            said = json.loads(e.read()).get("error") or e.reason
+            said = json.loads(e.read(1 << 16)).get("error") or e.reason
         except (ValueError, AttributeError, OSError):
             said = e.reason
-        raise ImportFailed(f"{url}: Prometheus answered {e.code}: {said}") from None
+        raise ImportFailed(f"{url}: Prometheus answered {e.code}: {str(said)[:300]}"
+                           ) from None
     except (urllib.error.URLError, OSError) as e:
         why = e.reason if isinstance(e, urllib.error.URLError) else e
         raise ImportFailed(f"{url}: cannot reach Prometheus ({why})") from None
@@ -105,12 +139,27 @@ def _get(url: str, params: dict[str, str], token: str | None) -> Any:
         raise ImportFailed(f"{url}: the answer is not JSON: is this the Prometheus API?") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         said = body.get("error") if isinstance(body, dict) else None
-        raise ImportFailed(f"{url}: Prometheus refused the query: {said or body!r:.200}")
+        raise ImportFailed(f"{url}: Prometheus refused the query: "
+                           f"{str(said or body)[:200]}")
     data = body.get("data")
     if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(
             data.get("result"), list):
         raise ImportFailed(f"{url}: not a range query's answer: is this the Prometheus API?")
     return data["result"]
+
+
+def _series(url: str, series: Any) -> tuple[dict[str, str], list[tuple[float, Any]]]:
+    """A range query's series: its labels and its (time, value) points, checked."""
+    try:
+        labels = {str(k): str(v) for k, v in series["metric"].items() if k != "__name__"}
+        points = [(float(t), v) for t, v in series["values"]]
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise ImportFailed(f"{url}: a series of unexpected shape in the answer ({type(e).__name__}: "
+                           f"{str(e)[:100]})") from None
+    for t, _ in points:
+        if not (math.isfinite(t) and 0 <= t < LAST_EPOCH_S):
+            raise ImportFailed(f"{url}: a point at {t} s since 1970: no time")
+    return labels, points
 
 
 def _number(text: Any, scale: float, low: float, high: float) -> float | None:
@@ -252,8 +301,13 @@ def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: Labe
                     max_gap_s: float | None = None, progress: bool | None = None) -> Imported:
     """The runs and minute samples of the DCGM series in ``[since, until]`` (nothing written)."""
     url = url.rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise ImportFailed(f"{url}: a Prometheus URL starts with http:// or https://")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImportFailed(f"{url[:200]}: a Prometheus URL is http:// or https://HOST")
+    if parts.username or parts.password:
+        raise ImportFailed(f"{parts.scheme}://***@{parts.hostname}: no credentials in the URL "
+                           f"(they would show in ps and in logs): put a bearer token in "
+                           f"{TOKEN_ENV}")
     start, end = since.timestamp(), until.timestamp()
     fleet = _Fleet(url, start, end, mapping=mapping or LabelMap(), labels=labels or Labels(),
                    settings=settings or Settings(), max_gap_s=max_gap_s)
@@ -267,13 +321,12 @@ def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: Labe
             query = f"{agg}_over_time({name}[{STEP_S}s])"
             for series in _get(url, {"query": query, "start": f"{first:.0f}",
                                      "end": f"{last:.0f}", "step": f"{STEP_S}s"}, token):
-                metric = {k: str(v) for k, v in series.get("metric", {}).items()
-                          if k != "__name__"}
+                metric, values = _series(url, series)
                 key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
                 metrics[key] = metric
                 per = points.setdefault(key, {})
-                for t, value in series.get("values", []):
-                    per.setdefault(float(t), {})[field] = _number(value, scale, low, high)
+                for t, value in values:
+                    per.setdefault(t, {})[field] = _number(value, scale, low, high)
         fleet.feed(points, metrics)
         if show:
             print(f"\rprometheus: {n}/{len(spans)} chunks of {CHUNK_POINTS} minutes, "

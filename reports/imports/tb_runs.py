@@ -202,7 +202,7 @@ def _points(run: _Run, count: int, uuids: list[str], util_tag: str | None,
                   for wall, _, x in run.scalars.get(util_tag, [])]
     else:
         points = [(float(t), {}) for t in sorted(run.times)]
-    points.sort(key=lambda p: p[0])
+    points = sorted(dict(points).items())  # one point per wall time, the last logged
     return {uuid: [(t, where, datetime.fromtimestamp(t, UTC).isoformat(),
                     GpuReading(uuid=uuid, **fields)) for t, fields in points]
             for uuid in uuids}
@@ -245,7 +245,7 @@ def _run_of(path: Path, files: list[Path], root_names: dict[Path, str], *, label
         extra["steps"] = run.max_step
     parts = run.files[0][len(EVENTS):].split(".")  # <time>.<host>.<pid>.<n>; a host has dots
     host = ".".join(parts[1:-2]) if len(parts) >= 4 else ""
-    return played_run(str(path), infos, series, run_id=str(run_id), name=root_names[path],
+    return played_run(str(path), infos, series, run_id=str(run_id), name=root_names.get(path, path.name),
                       labels=labels, settings=settings, max_gap_s=max_gap_s, source=SOURCE,
                       host=host, links={"tensorboard": str(path)}, **extra)
 
@@ -276,7 +276,8 @@ def read_tensorboard(paths: Sequence[str | Path], *, labels: Labels | None = Non
         got = _run_of(path, files, names, labels=labels, settings=settings,
                       max_gap_s=max_gap_s, gpus=gpus, tags=tags or {})
         if isinstance(got, str) or got[0].id in records:
-            skipped.setdefault(got if isinstance(got, str) else TWICE, []).append(names[path])
+            skipped.setdefault(got if isinstance(got, str) else TWICE, []).append(
+                names.get(path, path.name))
             continue
         records[got[0].id] = got[0]
         samples.extend(got[1])

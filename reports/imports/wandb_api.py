@@ -22,6 +22,7 @@ from reports.imports.wandb_log import WandbLog, number
 
 SYSTEM_SAMPLES = 1_000_000
 RUNNING = "still running: import it when it has ended"
+UNREADABLE = "unreadable through the API"
 _STATES = {"finished": 0, "failed": 1, "killed": 1, "crashed": None, "preempted": None,
            "preempting": None}
 
@@ -76,10 +77,10 @@ def api_log(run: Any) -> WandbLog:
 
 
 def api_runs(path: str, *, since: datetime, until: datetime,
-             api: Any = None) -> Iterator[tuple[str, WandbLog | None]]:
+             api: Any = None) -> Iterator[tuple[str, WandbLog | str]]:
     """(name, log) of each run of ``path`` (``ENTITY/PROJECT``) created in ``[since, until)``;
-    the log is None for a run still running. Any API error is an :class:`ImportFailed` naming
-    ``path``."""
+    instead of a log, why not (:data:`RUNNING`, :data:`UNREADABLE`). An error listing the
+    project is an :class:`ImportFailed` naming ``path``."""
     try:
         if api is None:
             import wandb
@@ -89,7 +90,15 @@ def api_runs(path: str, *, since: datetime, until: datetime,
             "$gte": since.astimezone(UTC).isoformat(), "$lt": until.astimezone(UTC).isoformat()}})
         for run in runs:
             name = _text(run.name) or _text(run.id)
-            yield name, (None if run.state == "running" else api_log(run))
+            if run.state == "running":
+                yield name, RUNNING
+                continue
+            try:
+                log = api_log(run)
+            except Exception as e:  # one run the API gives oddly: that run, named, not all
+                yield f"{name} ({type(e).__name__}: {str(e)[:100]})", UNREADABLE
+                continue
+            yield name, log
     except ImportFailed:
         raise
     except ImportError:

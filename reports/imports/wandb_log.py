@@ -9,9 +9,10 @@ The framing is LevelDB's log format behind a 7-byte file header:
   4 last). A block tail shorter than 7 bytes is padding; the first block is 7 bytes shorter.
 - each whole payload is a ``wandb.proto.wandb_internal_pb2.Record``.
 
-A damaged file (bad header, a chunk whose CRC does not match, a record cut off) is an
-:class:`reports.errors.ImportFailed` naming the file and the byte offset: an import takes a run
-whole or not at all.
+A damaged file (bad header, a chunk whose CRC does not match) is an
+:class:`reports.errors.ImportFailed` naming the file and the byte offset. A record cut off at
+the end, as a killed run leaves it, is left out: the run is read up to there (and without its
+exit record, it is ``crashed``).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def read_log(path: Path) -> WandbLog:
     run = WandbLog(path)
     try:
         data = path.read_bytes()
-        for payload in payloads(data):
+        for payload in payloads(data, whole=False):  # a killed run's torn tail: the rest
             rec = pb.Record()  # type: ignore[attr-defined]  # generated, no stubs
             rec.ParseFromString(payload)
             _take(run, rec)

@@ -86,7 +86,13 @@ def _system_readings(log: WandbLog) -> dict[int, list[tuple[float, dict[str, Any
                 v * scale if v is not None and low <= v * scale <= high else None)
         for i, fields in per.items():
             out.setdefault(i, []).append((t, fields))
-    return out
+    return {i: _in_order(points) for i, points in out.items()}
+
+
+def _in_order(points: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, dict[str, Any]]]:
+    """Points in time order, one per time (the last written): two writers' records, or a
+    clock set back, must not stop an import."""
+    return sorted(dict(points).items())
 
 
 def _our_readings(log: WandbLog, count: int) -> dict[int, list[tuple[float, dict[str, Any]]]]:
@@ -102,7 +108,7 @@ def _our_readings(log: WandbLog, count: int) -> dict[int, list[tuple[float, dict
         fields["power_w"] = power / count if power is not None else None
         for i in range(count):
             out.setdefault(i, []).append((t, fields))
-    return out
+    return {i: _in_order(points) for i, points in out.items()}
 
 
 def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: float | None,
@@ -169,18 +175,16 @@ def read_wandb_api(path: str, *, since: datetime, until: datetime, labels: Label
                  settings=settings, max_gap_s=max_gap_s)
 
 
-def _read(logs: Iterable[tuple[str, WandbLog | None]], *, labels: Labels | None,
+def _read(logs: Iterable[tuple[str, WandbLog | str]], *, labels: Labels | None,
           settings: Settings | None, max_gap_s: float | None) -> Imported:
-    from reports.imports.wandb_api import RUNNING
-
     labels = labels or Labels()
     settings = settings or Settings()
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
     for name, log in logs:
-        if log is None:
-            skipped.setdefault(RUNNING, []).append(name)
+        if isinstance(log, str):  # why the run could not be read
+            skipped.setdefault(log, []).append(name)
             continue
         path = log.path
         got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s)

@@ -14,6 +14,7 @@ from reports.build import Request, compute
 from reports.cli import main
 from reports.errors import ImportFailed
 from reports.imports.nvsmi import Labels, import_nvsmi, read_nvsmi
+from reports.imports.play import OVERLAPS, SHARED
 from tracker.store import RunStore
 
 HEADER = ("timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], "
@@ -235,9 +236,22 @@ def test_a_second_import_replaces_the_first_and_never_counts_a_gpu_twice(
     assert "job-GPU-0aaa: its GPUs already have minutes in that time from run 'job' " in err
     assert err.rstrip().endswith("a GPU's time counts once; --replace imports over it")
     assert main(["import", "nvidia-smi", str(log), "--per-gpu", "--replace", "--store", url]) == 0
+    assert "replaced 1 earlier import(s) whole (--replace): job (3.00 GPU-h)" in \
+        capsys.readouterr().out
     with RunStore(url) as store:
         assert sorted(x.name for x in store.list_runs()) == ["job-GPU-0aaa", "job-GPU-1aaa"]
         assert len(store.samples()) == 180
+    assert week(url, "2026-W48").gpu_hours == pytest.approx(2.0)
+
+
+def test_one_gpu_in_two_logs_of_one_import_counts_once(tmp_path: Path, url: str) -> None:
+    """The same GPU logged twice at once (two ops scripts), from 10 s apart: the second log's
+    run is skipped and named, the GPU's hour counted once."""
+    a = write(tmp_path, "a.csv", crossing_week())
+    text = crossing_week().replace(":00.000, ", ":10.000, ")
+    b = write(tmp_path, "b.csv", text)
+    done = import_nvsmi(url, [a, b])
+    assert [r.name for r in done.records] == ["a"] and done.skipped == {SHARED: ["b"]}
     assert week(url, "2026-W48").gpu_hours == pytest.approx(2.0)
 
 
@@ -256,9 +270,11 @@ def test_a_tracked_run_on_the_same_gpu_is_never_replaced(tmp_path: Path, url: st
                          minute=(SUNDAY_23 + timedelta(minutes=90)).replace(tzinfo=UTC))
     with RunStore(url) as store:
         store.put([run_record("later", later.minute, 1)], [later])
-    with pytest.raises(ImportFailed, match=r"ops: its GPUs already have minutes in that time from "
-                                           r"run 'tracked' \(tracker\): a GPU's time counts once$"):
-        import_nvsmi(url, [log], replace=True)
+    # the tracked run's minute counts: the log's run is skipped and named, even with --replace
+    done = import_nvsmi(url, [log], replace=True)
+    assert (done.records, done.skipped) == ([], {OVERLAPS: ["ops"]})
+    with RunStore(url) as store:
+        assert sorted(x.id for x in store.list_runs()) == ["later", "tracked"]
     with RunStore(url) as store:  # without the overlapping run, the import goes in beside both
         store.put([], [], drop=["tracked"])
     (r,) = import_nvsmi(url, [log]).records

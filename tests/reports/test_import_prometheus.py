@@ -5,10 +5,14 @@ checked by hand."""
 from __future__ import annotations
 
 import http.server
+import json
+import re
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prom_server import Sample, running_prometheus
@@ -195,4 +199,103 @@ def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
                                   args: list[str], message: str) -> None:
     assert main(["import", "prometheus", "http://127.0.0.1:9", *args,
                  "--store", f"sqlite:///{tmp_path / 'runs.db'}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+class Fake(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the server's ``status``, ``body`` and ``headers``; records
+    the requests' Authorization headers."""
+
+    def do_GET(self) -> None:
+        srv: Any = self.server
+        srv.seen.append(self.headers.get("Authorization"))
+        self.send_response(srv.status)
+        for k, v in srv.headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(srv.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def fake(status: int = 200, body: object = b"", **headers: str) -> Iterator[Any]:
+    server: Any = http.server.HTTPServer(("127.0.0.1", 0), Fake)
+    server.status, server.headers, server.seen = status, headers, []
+    server.body = body if isinstance(body, bytes) else json.dumps(body).encode()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_redirect_is_refused_and_the_token_stays_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_KPI_PROMETHEUS_TOKEN", "s3cret")
+    with fake(body={"status": "success", "data": {"resultType": "matrix", "result": []}}) as evil:
+        target = f"http://127.0.0.1:{evil.server_port}/api/v1/query_range"
+        with fake(302, Location=target) as home:
+            with pytest.raises(ImportFailed, match=r"answered 302, a redirect to http://127"):
+                read_prometheus(f"http://127.0.0.1:{home.server_port}", since=TEN, until=NOON,
+                                progress=False)
+            assert home.seen == ["Bearer s3cret"]
+        assert evil.seen == []  # never asked, never given the token
+
+
+@pytest.mark.parametrize(("result", "message"), [
+    ([{"metric": {}, "values": 5}], "a series of unexpected shape"),
+    (["x"], "a series of unexpected shape"),
+    ([{"metric": [], "values": []}], "a series of unexpected shape"),
+    ([{"metric": {}, "values": [[1, 2, 3]]}], "a series of unexpected shape"),
+    ([{"metric": {}, "values": [["abc", "1"]]}], "a series of unexpected shape"),
+    ([{"metric": {}, "values": [["NaN", "1"]]}], "a point at nan s since 1970: no time"),
+    ([{"metric": {}, "values": [["1e20", "1"]]}], "a point at 1e+20 s since 1970: no time"),
+], ids=["values-int", "series-str", "metric-list", "triple", "time-text", "time-nan", "time-huge"])
+def test_an_odd_answer_is_one_line_naming_the_url(result: object, message: str) -> None:
+    body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
+    with fake(body=body) as server:
+        url = f"http://127.0.0.1:{server.server_port}"
+        with pytest.raises(ImportFailed, match=rf"^{url}: {re.escape(message)}"):
+            read_prometheus(url, since=TEN, until=NOON, progress=False)
+
+
+def test_credentials_in_the_url_are_refused_and_never_shown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", "prometheus", "http://admin:hunter2@127.0.0.1:9", "--since", "2026-W48",
+                 "--until", "2026-W49", "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert "hunter2" not in err and "put a bearer token in GPU_KPI_PROMETHEUS_TOKEN" in err
+
+
+def test_a_tracked_run_on_a_gpu_skips_that_run_not_the_fleet(prometheus: str,
+                                                              tmp_path: Path) -> None:
+    """train-1's GPU-a was tracked by our callback: train-1 is skipped and named, the rest of
+    the fleet goes in."""
+    from fakes import run_record
+
+    from reports.imports.play import OVERLAPS
+    from tracker.record import MinuteSample
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(url) as store:
+        store.put([run_record("tracked", TEN, 1)],
+                  [MinuteSample(run_id="tracked", gpu="GPU-a", minute=TEN + timedelta(minutes=m),
+                                covered_s=60.0, util_pct=80.0) for m in range(30)])
+    done = import_prometheus(url, prometheus, since=TEN, until=NOON, progress=False)
+    assert done.skipped == {OVERLAPS: ["train-1"]}
+    assert sorted(r.name for r in done.records) == ["eval-2", "unallocated node1 GPU 0",
+                                                    "unallocated node2 GPU 0"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--map", "team=team,namespace"], "LABEL a Prometheus label name"),
+    (["--map", "run=pod,bad-label"], "LABEL a Prometheus label name"),
+    (["--map", "team=a", "--map", "team=b"], "--map team= given twice"),
+])
+def test_bad_label_maps_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     args: list[str], message: str) -> None:
+    assert main(["import", "prometheus", "http://127.0.0.1:9", "--since", "2026-W48", "--until",
+                 "2026-W49", *args, "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
     assert message in capsys.readouterr().err

@@ -176,3 +176,17 @@ def test_progress_goes_to_a_terminal_only(capsys: pytest.CaptureFixture[str]) ->
     assert capsys.readouterr().err == "\rTensorBoard runs: 1/2\rTensorBoard runs: 2/2\n"
     assert list(progress(["a", "b"], "TensorBoard runs")) == ["a", "b"]  # stderr is no tty here
     assert capsys.readouterr().err == ""
+
+
+def test_two_points_at_one_wall_time_do_not_stop_the_import(tmp_path: Path) -> None:
+    """Two writers (or a restarted one) logging the mapped tag at the same wall time: one point
+    per time, the last; the run goes in."""
+    write_run(tmp_path / "r", seconds=600, util=50.0)
+    w = SummaryWriter(log_dir=str(tmp_path / "r"))
+    w.add_scalar("sys/gpu_util", 70.0, 999, walltime=(MONDAY_10 + timedelta(minutes=5)).timestamp())
+    w.close()
+    (r,) = read_tensorboard([tmp_path / "r"], tags={"util_pct": "sys/gpu_util"},
+                            labels=Labels(gpu_model="A100-80GB")).records
+    assert r.gpu_hours == pytest.approx(600 / 3600)
+    # the point at 10:05 (70%) covers 10 s of 600
+    assert r.util_pct == pytest.approx((590 * 50 + 10 * 70) / 600)

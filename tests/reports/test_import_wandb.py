@@ -185,9 +185,8 @@ def year_30000(path: Path) -> None:
 
 
 @pytest.mark.parametrize(("damage", "message"), [
-    (truncated, "cut off at byte"), (bad_crc, "checksum mismatch"),
-    (not_wandb, "not a W&B transaction log"), (year_30000, "1000000000000 s since 1970: no time")],
-    ids=["truncated", "crc", "foreign", "no-time"])
+    (bad_crc, "checksum mismatch"), (not_wandb, "not a W&B transaction log"),
+    (year_30000, "1000000000000 s since 1970: no time")], ids=["crc", "foreign", "no-time"])
 def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         damage: Any, message: str) -> None:
@@ -204,6 +203,20 @@ def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
     assert err.count("\n") == 1
     with RunStore(url) as store:
         assert store.list_runs() == []  # not even the good run
+
+
+def test_a_killed_runs_torn_tail_is_left_out_and_the_run_imported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed mid-write leaves its last record cut off: read up to there."""
+    log = real_run(tmp_path, monkeypatch, name="killed")
+    add_gpu_records(log)
+    records = list(readers.iter_wandb_records(log))
+    end = next(i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit")
+    readers.write_wandb_log(log, records[:end])  # no exit record: the process died
+    truncated(log)  # and the last record torn
+    (r,) = read_wandb([tmp_path]).records
+    assert (r.name, r.status) == ("killed", "crashed")
+    assert r.gpu_hours == pytest.approx(2.0, abs=2 * 15 / 3600)  # the torn record: one point
 
 
 def test_no_wandb_runs_and_nvidia_smi_options_are_clear_errors(
@@ -308,13 +321,30 @@ def test_an_api_failure_is_one_line_naming_the_project(tmp_path: Path) -> None:
                        api=Refusing())
 
 
+def test_one_odd_run_of_a_project_is_skipped_and_named() -> None:
+    from reports.imports.wandb_api import UNREADABLE
+    from reports.imports.wandb_runs import read_wandb_api
+
+    odd = ApiRun("bad1", "odd-config")
+    odd.config = ["not", "a", "dict"]  # type: ignore[assignment]
+    done = read_wandb_api("acme/vision", since=MONDAY_10, until=MONDAY_10 + timedelta(days=7),
+                          api=Api([odd, ApiRun("ok1", "fine")]))
+    assert [r.name for r in done.records] == ["fine"]
+    (name,) = done.skipped[UNREADABLE]
+    assert name.startswith("odd-config (ValueError: ")
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["acme/vision", "--since", "2026-W48"], "this import needs --until"),
     (["acme/vision", "other/proj", "--since", "2026-W48", "--until", "2026-W49"],
      "one ENTITY/PROJECT"),
     (["./wandb", "--map", "run=pod"], "--map is for Prometheus"),
+    (["here/wandb", "--since", "2026-W48", "--until", "2026-W49"], "is a local path"),
 ])
 def test_api_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                 args: list[str], message: str) -> None:
+                                 monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                 message: str) -> None:
+    (tmp_path / "here" / "wandb").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
     assert main(["import", "wandb", *args, "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
     assert message in capsys.readouterr().err
