@@ -32,8 +32,9 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "smtplib": ("reports/service/mailer.py",),
     "jinja2": ("reports/render/html.py",),
     "matplotlib": ("reports/render/charts.py",),
-    "pandas": ("reports/kpi/", "reports/render/", "reports/build.py"),
-    "numpy": ("reports/kpi/",),
+    "pandas": ("reports/kpi/", "reports/render/", "reports/build.py",
+               "reports/imports/nvsmi_fast.py"),
+    "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py"),
 }
 
 # Floors, lowest first: a module imports only modules on its own floor or below. A walk from a

@@ -164,11 +164,12 @@ def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series]
                       settings=settings, source=source, **fields), rows
 
 
-def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Sampler, float, float]],
+def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Any, float, float]],
                *, run_id: str, name: str, labels: Labels, settings: Settings, source: str,
                **fields: Any) -> RunRecord:
     """The finished run of ``gpus`` from what their samplers played (:meth:`Player.finish`,
-    in the order of ``gpus``)."""
+    in the order of ``gpus``; or anything with the sampler's ``run[uuid]`` and
+    ``idle_of_run()``, as :class:`reports.imports.nvsmi_fast.Played`)."""
     models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
     if len(models) > 1 and labels.gpu_model is None:
         raise ImportFailed(f"{where}: GPUs of different models ({', '.join(models)}) in one "

@@ -1,0 +1,116 @@
+"""The vectorized nvidia-smi import gives what the sampler path gives, run by run and minute by
+minute, on random logs: units or none, ``[N/A]`` cells, gaps, readings that cross minutes at
+odd fractions of a second, GPUs that come and go. And a log it does not take goes the exact
+way, with the exact path's error."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from reports.errors import ImportFailed
+from reports.imports.nvsmi import read_nvsmi
+from reports.imports.nvsmi_fast import parse
+
+T0 = datetime(2026, 11, 29, 23, 40)  # across the W48/W49 edge
+
+
+def random_log(rng: random.Random, *, units: bool) -> str:
+    cols = ["timestamp", "index", "uuid", "name", "utilization.gpu [%]", "memory.used [MiB]",
+            "memory.total [MiB]", "power.draw [W]"]
+    rows = [", ".join(c if units else c.split(" [")[0] for c in cols)]
+    gpus = rng.randint(1, 3)
+    t = T0 + timedelta(seconds=rng.random() * 60)
+    alive = {g: True for g in range(gpus)}
+    for _ in range(rng.randint(2, 400)):
+        # mostly ~1-30 s apart, sometimes a gap of minutes, at odd fractions of a second
+        step = rng.choice([rng.uniform(0.5, 2.0), rng.uniform(5, 40), rng.uniform(120, 900)])
+        t += timedelta(milliseconds=int(step * 1000))
+        for g in range(gpus):
+            if rng.random() < 0.02:
+                alive[g] = not alive[g]
+            if not alive[g]:
+                continue
+            util = "[N/A]" if rng.random() < 0.05 else str(rng.choice([0, 1, 3, 50, 97, 100,
+                                                                        rng.randint(0, 100)]))
+            mem = "[N/A]" if rng.random() < 0.05 else str(rng.randint(0, 81559))
+            watts = "[N/A]" if rng.random() < 0.1 else f"{rng.uniform(50, 700):.2f}"
+
+            def u(v: str, unit: str) -> str:
+                return v if not units or v.startswith("[") else f"{v} {unit}"
+
+            rows.append(f"{t:%Y/%m/%d %H:%M:%S}.{t.microsecond // 1000:03d}, {g}, GPU-{g}f, "
+                        f"NVIDIA H100 80GB HBM3, {u(util, '%')}, {u(mem, 'MiB')}, "
+                        f"{u('81559', 'MiB')}, {u(watts, 'W')}")
+    return "\n".join(rows) + "\n"
+
+
+def same(a: object, b: object, where: str) -> None:
+    for f in dataclasses.fields(a):  # type: ignore[arg-type]
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, float) and isinstance(y, float):
+            assert math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9), (where, f.name, x, y)
+        else:
+            assert x == y, (where, f.name, x, y)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_vectorized_import_equals_the_sampler_path(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    log = tmp_path / f"log{seed}.csv"
+    log.write_text(random_log(rng, units=seed % 2 == 0))
+    assert parse(log) is not None  # the fast path takes it
+    per_gpu = seed % 3 == 0
+    try:
+        exact = read_nvsmi([log], fast=False, per_gpu=per_gpu)
+    except ImportFailed as e:  # a GPU with one reading: both say so
+        with pytest.raises(ImportFailed, match=str(e).split(":")[-1].strip()[:30]):
+            read_nvsmi([log], per_gpu=per_gpu)
+        return
+    fast = read_nvsmi([log], per_gpu=per_gpu)
+    assert len(fast.records) == len(exact.records)
+    for a, b in zip(fast.records, exact.records, strict=True):
+        same(a, b, f"seed {seed} record")
+    key = lambda s: (s.run_id, s.gpu, s.minute)  # noqa: E731
+    assert [key(s) for s in sorted(fast.samples, key=key)] == [
+        key(s) for s in sorted(exact.samples, key=key)]
+    for a, b in zip(sorted(fast.samples, key=key), sorted(exact.samples, key=key), strict=True):
+        same(a, b, f"seed {seed} minute {a.minute}")
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("timestamp, uuid, utilization.gpu [%], temperature.gpu\n"
+     "2026/11/23 10:00:00.000, GPU-a, 5 %, 40\n", "a column it does not read"),
+    ("timestamp, uuid, utilization.gpu\n2026-11-23 10:00:00, GPU-a, 5\n", "another time format"),
+    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a, 150\n", "out of range"),
+    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a\n", "a short row"),
+    ("timestamp, uuid, utilization.gpu\r\n2026/11/23 10:00:00.000, GPU-a, 5\r\n", "CRLF"),
+    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:01.000, GPU-a, 5\n"
+     "timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a, 5\n", "repeated header"),
+    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:01.000, GPU-a, 5\n"
+     "2026/11/23 10:00:00.000, GPU-a, 5\n", "going back"),
+    ("timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
+     "2026/11/23 10:00:00.000, GPU-a, 50 W, 300 %\n", "units in the wrong columns"),
+    ("timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
+     "2026/11/23 10:00:00.000, GPU-a, 50, 300 W\n", "a value without its unit"),
+], ids=["column", "time-format", "range", "short", "crlf", "header", "back", "swapped-units",
+        "no-unit"])
+def test_what_it_does_not_take_goes_the_exact_way(tmp_path: Path, text: str, why: str) -> None:
+    log = tmp_path / "odd.csv"
+    log.write_bytes(text.encode())
+    assert parse(log) is None, why
+
+
+def test_a_name_that_looks_like_a_unit_stays_whole(tmp_path: Path) -> None:
+    log = tmp_path / "odd.csv"
+    log.write_text("timestamp, uuid, name, utilization.gpu [%], power.draw [W]\n"
+                   "2026/11/23 10:00:00.000, GPU-a, Odd W, 50 %, 300 W\n"
+                   "2026/11/23 10:00:01.000, GPU-a, Odd W, 60 %, 300 W\n")
+    (s,) = parse(log) or []
+    assert s.info.name == "Odd W" and s.fields["util_pct"].tolist() == [50.0, 60.0]
+    same(read_nvsmi([log]).records[0], read_nvsmi([log], fast=False).records[0], "unit name")
