@@ -106,6 +106,8 @@ def _runs(path: Path, *, tz: tzinfo, per_gpu: bool, labels: Labels, settings: Se
         from reports.imports.nvsmi_fast import parse
 
         if (parsed := parse(path)) is not None:
+            if not parsed:  # as the exact path says it
+                raise ImportFailed(f"{path}: nvidia-smi log has a header but no rows")
             return [_fast_run(path, f"{path.stem}-{group[0].info.uuid}" if per_gpu
                               else path.stem, group, labels=labels, settings=settings,
                               max_gap_s=max_gap_s)

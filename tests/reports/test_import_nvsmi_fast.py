@@ -114,3 +114,11 @@ def test_a_name_that_looks_like_a_unit_stays_whole(tmp_path: Path) -> None:
     (s,) = parse(log) or []
     assert s.info.name == "Odd W" and s.fields["util_pct"].tolist() == [50.0, 60.0]
     same(read_nvsmi([log]).records[0], read_nvsmi([log], fast=False).records[0], "unit name")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_header_alone_is_one_line_either_way(tmp_path: Path, fast: bool) -> None:
+    log = tmp_path / "hdr.csv"
+    log.write_text("timestamp, uuid, utilization.gpu [%]\n")
+    with pytest.raises(ImportFailed, match=r"hdr\.csv: nvidia-smi log has a header but no rows$"):
+        read_nvsmi([log], fast=fast)
