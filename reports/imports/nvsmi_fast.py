@@ -29,20 +29,11 @@ import pandas as pd
 
 from tracker.cost import IdleDetector
 from tracker.gpu.base import GpuInfo
+from tracker.gpu.replay import COLUMNS as _NUMERIC
 from tracker.record import MinuteSample
 from tracker.sampler import HIST_BINS, GpuStats
 from tracker.units import j_to_kwh
 
-# header → (GpuReading field, unit, lowest, highest)
-_NUMERIC: dict[str, tuple[str, str, float, float]] = {
-    "utilization.gpu": ("util_pct", "%", 0.0, 100.0),
-    "memory.used": ("mem_used_gib", "MiB", 0.0, math.inf),
-    "memory.total": ("mem_total_gib", "MiB", 0.0, math.inf),
-    "power.draw": ("power_w", "W", 0.0, math.inf),
-    "power.draw.instant": ("power_w", "W", 0.0, math.inf),
-    "clocks.sm": ("sm_clock_mhz", "MHz", 0.0, math.inf),
-    "clocks.current.sm": ("sm_clock_mhz", "MHz", 0.0, math.inf),
-}
 _TEXT = ("timestamp", "index", "uuid", "name")
 _MISSING = ["[N/A]", "[Not Supported]", "[Unknown Error]", "[GPU is lost]", "[Insufficient Permissions]"]
 _MAX_LINE = 65_536
@@ -61,8 +52,28 @@ class Series:
     fields: dict[str, np.ndarray]
 
 
+def _text(values: pd.Index) -> bool:
+    """Whether category values stayed the strings the file holds (pandas reads ``007`` as 7)."""
+    return pd.api.types.is_object_dtype(values.dtype) or pd.api.types.is_string_dtype(
+        values.dtype)
+
+
+def _stamps_ok(texts: pd.Series) -> bool:
+    """Every timestamp exactly ``YYYY/MM/DD HH:MM:SS.mmm`` (what nvidia-smi writes), minutes
+    and seconds under 60: pandas would read ``now``, a 60th second or 7 fraction digits, which
+    the exact path refuses."""
+    chars = texts.to_numpy(dtype="U24").view(np.uint32).reshape(len(texts), 24)
+    digits = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
+    d = chars[:, digits]
+    return bool(((d >= ord("0")) & (d <= ord("9"))).all()
+                and (chars[:, [4, 7]] == ord("/")).all() and (chars[:, 10] == ord(" ")).all()
+                and (chars[:, [13, 16]] == ord(":")).all() and (chars[:, 19] == ord(".")).all()
+                and (chars[:, 23] == 0).all() and (chars[:, [14, 17]] <= ord("5")).all())
+
+
 def parse(path: Path) -> list[Series] | None:
-    """The log's GPUs, in order of first appearance, if it is the common log; else None."""
+    """The log's GPUs, in the exact path's order (by index, then first appearance), if it is
+    the common log; else None."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -70,6 +81,11 @@ def parse(path: Path) -> list[Series] | None:
     data = data.removeprefix(b"\xef\xbb\xbf")
     if not data or b"\r" in data or b'"' in data:
         return None
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == ord("\n"))
+    if np.diff(ends, prepend=-1).max() > _MAX_LINE:
+        return None  # a line the exact path refuses as too long
     head, _, body = data.partition(b"\n")
     del data
     try:
@@ -80,18 +96,19 @@ def parse(path: Path) -> list[Series] | None:
     if (len(set(names)) != len(names) or not set(names) <= {*_TEXT, *_NUMERIC}
             or not {"timestamp", "uuid", "utilization.gpu"} <= set(names) or head in body):
         return None  # another log, or a repeated header (a log appended to)
-    if body and not body.endswith(b"\n"):
-        body += b"\n"
-    lines = body.count(b"\n")
+    lines = len(ends) - 1
+    if body.count(b",") != lines * (len(names) - 1):
+        return None  # a row of another length
+    numeric = [n for n in _NUMERIC if n in names]  # the exact path's order: a later one wins
     units = "[" in raw
     columns = list(names)
     if units:
         # each value's unit into a column of its own ("50 %" → "50,%"; "[N/A]" → "[N/A],?"),
         # checked below: a unit in the wrong column, or a cell without one, is the exact path's
         columns = [c for n in names for c in ((n, f"{n}#unit") if n in _NUMERIC else (n,))]
-        ends = {(f" {_NUMERIC[n][1]}".encode(), b"\n" if i == len(names) - 1 else b",")
-                for i, n in enumerate(names) if n in _NUMERIC}
-        for token, end in ends:
+        tails = {(f" {_NUMERIC[n][1]}".encode(), b"\n" if i == len(names) - 1 else b",")
+                 for i, n in enumerate(names) if n in _NUMERIC}
+        for token, end in tails:
             body = body.replace(token + end, b"," + token[1:] + end)
         if b"[" in body:
             for missing in _MISSING:
@@ -99,20 +116,21 @@ def parse(path: Path) -> list[Series] | None:
     if b" ," in body or b" \n" in body:
         return None  # a cell with trailing blanks: the exact path strips them
     if body.count(b",") != lines * (len(columns) - 1):
-        return None  # a row of another length
-    numeric = {n for n in names if n in _NUMERIC}
+        return None  # a unit or [N/A] out of place
     try:
         frame = pd.read_csv(
             io.BytesIO(body), header=None, names=columns, skipinitialspace=True,
             na_values={n: _MISSING for n in numeric}, keep_default_na=False,
             skip_blank_lines=False, engine="c",
-            dtype={n: (np.float64 if n in numeric else np.int64 if n == "index"
-                       else str if n == "timestamp" else "category") for n in columns})
+            dtype={n: (np.float64 if n in numeric else str if n == "timestamp"
+                       else "category") for n in columns})
         del body
+        if len(frame) != lines or frame["timestamp"].isna().any():
+            return None
+        if not _stamps_ok(frame["timestamp"]):
+            return None
         stamps = pd.to_datetime(frame["timestamp"], format="%Y/%m/%d %H:%M:%S.%f")
     except (ValueError, TypeError, OverflowError):
-        return None
-    if len(frame) != lines or stamps.isna().any():
         return None
     if units:
         for n in numeric:
@@ -130,15 +148,14 @@ def parse(path: Path) -> list[Series] | None:
         return None
     # whole microseconds over 1e6, exact as datetime.timestamp() computes it: the same floats
     t = (stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64) // 1000).astype(np.float64) / 1e6
+    # categories are read as what they look like: text columns must stay text, as written
+    if any(c in frame and not _text(frame[c].cat.categories) for c in ("uuid", "name")):
+        return None
     uuid_codes = frame["uuid"].cat.codes.to_numpy()
-    uuid_names = frame["uuid"].cat.categories
-    if (uuid_codes < 0).any() or any(not u or u.startswith("[") or len(u) >= _MAX_LINE
+    uuid_names = list(frame["uuid"].cat.categories)
+    if (uuid_codes < 0).any() or any(not u or u != u.strip() or u.startswith("[")
                                      for u in uuid_names):
-        return None  # a row without a GPU uuid: the exact path names its line
-    gpu_names = frame.get("name")
-    if gpu_names is not None and any(len(str(x)) >= _MAX_LINE
-                                     for x in gpu_names.cat.categories):
-        return None  # a line too long for the exact path
+        return None  # a row without a GPU uuid, or one the exact path strips
     fields: dict[str, np.ndarray] = {}
     for n in numeric:
         field, unit, lo, hi = _NUMERIC[n]
@@ -147,16 +164,27 @@ def parse(path: Path) -> list[Series] | None:
         if not ok.all():
             return None
         fields[field] = v / 1024.0 if unit == "MiB" else v
-    index = frame["index"].to_numpy() if "index" in frame else None
-    # the GPUs in order of first appearance, each one's rows in file order
+    index: np.ndarray | None = None
+    if "index" in frame:
+        index_codes = frame["index"].cat.codes.to_numpy()
+        cells = frame["index"].cat.categories
+        if not (_text(cells) or pd.api.types.is_integer_dtype(cells.dtype)):
+            return None  # 3.0, 1e3, True: cells the exact path's int() refuses
+        try:  # int() as the exact path reads every cell, on each distinct cell once
+            values = [int(x) for x in cells]
+        except (ValueError, TypeError):
+            return None
+        if (index_codes < 0).any():
+            return None
+        index = np.asarray(values, dtype=np.int64)[index_codes]
+    gpu_names = frame.get("name")
+    # each GPU's rows in file order
     by_gpu = np.argsort(uuid_codes, kind="stable")
     counts = np.bincount(uuid_codes, minlength=len(uuid_names))
-    groups = np.split(by_gpu, np.cumsum(counts)[:-1])
+    groups = [g for g in np.split(by_gpu, np.cumsum(counts)[:-1]) if len(g)]
+    groups.sort(key=lambda g: int(g[0]))  # first appearance
     out: list[Series] = []
-    for code in sorted(range(len(groups)), key=lambda c: groups[c][0] if len(groups[c]) else 0):
-        rows = groups[code]
-        if not len(rows):
-            continue
+    for rows in groups:
         first = int(rows[0])
         ts = t[rows]
         if len(ts) > 1 and not (np.diff(ts) > 0).all():
@@ -164,12 +192,13 @@ def parse(path: Path) -> list[Series] | None:
         per = {f: v[rows] for f, v in fields.items()}
         mem_total = per.get("mem_total_gib")
         info = GpuInfo(index=int(index[first]) if index is not None else len(out),
-                       uuid=str(uuid_names[code]),
+                       uuid=str(uuid_names[uuid_codes[first]]),
                        name=(str(gpu_names.iloc[first]).strip() if gpu_names is not None
                              else "unknown"),
                        mem_total_gib=(None if mem_total is None or np.isnan(mem_total[0])
                                       else float(mem_total[0])))
         out.append(Series(info, stamps.iloc[first].to_pydatetime(), ts, rows + 2, per))
+    out.sort(key=lambda s: s.info.index)  # the exact path's order; stable: ties by appearance
     return out
 
 

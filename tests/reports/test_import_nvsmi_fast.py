@@ -122,3 +122,60 @@ def test_a_header_alone_is_one_line_either_way(tmp_path: Path, fast: bool) -> No
     log.write_text("timestamp, uuid, utilization.gpu [%]\n")
     with pytest.raises(ImportFailed, match=r"hdr\.csv: nvidia-smi log has a header but no rows$"):
         read_nvsmi([log], fast=fast)
+
+
+def agree(log: Path, **kwargs: object) -> None:
+    """The default (fast where it can) and the exact path give the same runs and minutes, or
+    the same error."""
+    try:
+        exact = read_nvsmi([log], fast=False, **kwargs)  # type: ignore[arg-type]
+    except ImportFailed as e:
+        with pytest.raises(ImportFailed) as got:
+            read_nvsmi([log], **kwargs)  # type: ignore[arg-type]
+        assert str(got.value) == str(e)
+        return
+    fast = read_nvsmi([log], **kwargs)  # type: ignore[arg-type]
+    assert [r.name for r in fast.records] == [r.name for r in exact.records]
+    for a, b in zip(fast.records, exact.records, strict=True):
+        same(a, b, "record")
+    key = lambda s: (s.run_id, s.gpu, s.minute)  # noqa: E731
+    assert len(fast.samples) == len(exact.samples)
+    for a, b in zip(sorted(fast.samples, key=key), sorted(exact.samples, key=key), strict=True):
+        same(a, b, "minute")
+
+
+def rows(header: str, cells: list[str], n: int = 12) -> str:
+    """``n`` rows 5 s apart from 10:00; ``{T}`` in a cell is the row's time."""
+    out = [header]
+    for i in range(n):
+        t = f"2026/11/23 10:00:{5 * i:02d}.000"
+        out.append(", ".join(c.replace("{T}", t) for c in cells))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("text", [
+    # both power columns: the later one (power.draw.instant) is the power, as the exact path has
+    rows("timestamp, index, uuid, name, utilization.gpu [%], power.draw [W], "
+         "power.draw.instant [W]",
+         ["{T}", "0", "GPU-a", "NVIDIA H100 80GB HBM3", "50 %", "300.00 W", "650.00 W"]),
+    rows("timestamp, uuid, utilization.gpu", ["{T}", "GPU-a\t", "50"]),  # the exact path strips
+    rows("timestamp, uuid, utilization.gpu", ["now", "GPU-a", "50"]),
+    rows("timestamp, uuid, utilization.gpu", ["2026/11/23 10:00:60.000", "GPU-a", "50"], n=1)
+    + "2026/11/23 10:01:10.000, GPU-a, 50\n",
+    rows("timestamp, uuid, utilization.gpu", ["{T}1234", "GPU-a", "50"]),
+    rows("timestamp, index, uuid, utilization.gpu [%]", ["{T}", "0", "GPU-a", "5,%"]),
+    rows("timestamp, index, uuid, utilization.gpu", ["{T}", "3.0", "GPU-a", "50"]),
+    rows("timestamp, index, uuid, utilization.gpu", ["{T}", "1e3", "GPU-a", "50"]),
+    rows("timestamp, uuid, name, utilization.gpu", ["{T}", "GPU-a", "x" * 70_000, "50"]),
+    "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
+    "2026/11/23 10:00:00.000, 0, GPU-a, 10\n2026/11/23 10:00:05.000, 1, GPU-b, 50\n"
+    "2026/11/23 10:00:05.000, 0, GPU-a, 10\n",
+    "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
+    "2026/11/23 10:00:00.000, 0, GPU-a, 10\n",
+], ids=["two-powers", "uuid-tab", "now", "second-60", "7-digits", "unit-cell", "index-float",
+        "index-exp", "long-line", "index-order", "one-reading-each"])
+@pytest.mark.parametrize("per_gpu", [False, True])
+def test_odd_logs_agree_with_the_exact_path(tmp_path: Path, text: str, per_gpu: bool) -> None:
+    log = tmp_path / "odd.csv"
+    log.write_text(text)
+    agree(log, per_gpu=per_gpu)

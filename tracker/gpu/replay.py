@@ -21,8 +21,9 @@ from pathlib import Path
 from tracker.gpu.base import BackendError, GpuInfo, GpuReading
 from tracker.units import mib_to_gib
 
-# nvidia-smi header → (GpuReading field, the unit its values may carry, lowest, highest)
-_COLUMNS: dict[str, tuple[str, str, float, float]] = {
+# nvidia-smi header → (GpuReading field, the unit its values may carry, lowest, highest); a later
+# column of the same field (power.draw.instant after power.draw) wins
+COLUMNS: dict[str, tuple[str, str, float, float]] = {
     "utilization.gpu": ("util_pct", "%", 0.0, 100.0),
     "memory.used": ("mem_used_gib", "MiB", 0.0, math.inf),
     "memory.total": ("mem_total_gib", "MiB", 0.0, math.inf),
@@ -62,7 +63,7 @@ def _parse_value(column: str, text: str) -> float | None:
     """A cell of ``column`` as its :class:`GpuReading` value; ``[N/A]`` and other ``[…]`` cells
     (and empty ones) are None. ValueError for anything else that is not a number in the
     column's unit and range."""
-    _, unit, lo, hi = _COLUMNS[column]
+    _, unit, lo, hi = COLUMNS[column]
     text = text.strip()
     if not text or text.startswith("["):
         return None
@@ -125,7 +126,7 @@ def read_log(path: str | Path) -> tuple[list[GpuInfo], Readings]:
             raise BackendError(f"{p}:{lineno}: expected {len(header)} cells, got {len(cells)}")
         try:
             ts = _parse_time(cells[col["timestamp"]])
-            values = {_COLUMNS[h][0]: _parse_value(h, cells[col[h]]) for h in _COLUMNS if h in col}
+            values = {COLUMNS[h][0]: _parse_value(h, cells[col[h]]) for h in COLUMNS if h in col}
             index = int(cells[col["index"]]) if "index" in col else len(infos)
             uuid = cells[col["uuid"]].strip() if "uuid" in col else f"GPU-replay-{index}"
             if not uuid or uuid.startswith("["):
