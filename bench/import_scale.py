@@ -18,7 +18,7 @@ Prometheus over it (Debian's ``prometheus``, as the tests do) and times
 samples/s (what Prometheus averaged into the minutes) and minute rows/s, peak memory.
 
     .venv/bin/python bench/import_scale.py [--gpus 8] [--hours 1] [--interval 1] [--dir DIR]
-        [--nounits] [--prometheus --prom-gpus 100 --prom-hours 24]
+        [--nounits] [--files 1] [--prometheus --prom-gpus 100 --prom-hours 24]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ WEEK_ROWS = 1_000 * 7 * 24 * 3600  # a 1,000-GPU week at 1 s
 
 
 def write_log(path: Path, gpus: int, hours: float, interval: float, *,
-              units: bool = True) -> int:
+              units: bool = True, first_gpu: int = 0) -> int:
     rng = random.Random(0)
     t0 = datetime(2026, 11, 23, 9, 0)
     steps = int(hours * 3600 / interval)
@@ -51,8 +51,8 @@ def write_log(path: Path, gpus: int, hours: float, interval: float, *,
                 "name, utilization.gpu, memory.used, memory.total, power.draw\n")
         for i in range(steps):
             ts = (t0 + timedelta(seconds=i * interval)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
-            for g in range(gpus):
-                f.write(f"{ts}, {g}, GPU-{g:08d}-bench, NVIDIA H100 80GB HBM3, "
+            for g in range(first_gpu, first_gpu + gpus):
+                f.write(f"{ts}, {g - first_gpu}, GPU-{g:08d}-bench, NVIDIA H100 80GB HBM3, "
                         f"{rng.randint(0, 100)}{pct}, {rng.randint(1000, 80000)}{mib}, "
                         f"81559{mib}, {rng.uniform(60, 700):.2f}{w}\n")
     return steps * gpus
@@ -63,10 +63,12 @@ import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from reports.imports.nvsmi import import_nvsmi, read_nvsmi
 t0 = time.perf_counter()
+import os
+files = sys.argv[2].split(os.pathsep)
 if sys.argv[3] in ("read", "exact"):
-    done = read_nvsmi([sys.argv[2]], fast=sys.argv[3] == "read")
+    done = read_nvsmi(files, fast=sys.argv[3] == "read", workers=None)
 else:
-    done = import_nvsmi(sys.argv[4], [sys.argv[2]])
+    done = import_nvsmi(sys.argv[4], files, workers=None)
 print(json.dumps({"s": time.perf_counter() - t0, "minutes": len(done.samples)}))
 """
 
@@ -149,6 +151,8 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     ap.add_argument("--dir", help="where the log and store go (default: a temporary folder)")
     ap.add_argument("--nounits", action="store_true", help="a --format=csv,nounits log")
+    ap.add_argument("--files", type=int, default=1, help="logs of --gpus GPUs each, imported "
+                    "together (one per node; files are read side by side, a process per CPU)")
     ap.add_argument("--prometheus", action="store_true", help="also time the Prometheus import")
     ap.add_argument("--prom-gpus", type=int, default=100)
     ap.add_argument("--prom-hours", type=float, default=24.0)
@@ -156,17 +160,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.dir or tmp)
         d.mkdir(parents=True, exist_ok=True)
-        log = d / f"nvsmi-{args.gpus}g-{args.hours:g}h.csv"
+        logs = [d / f"nvsmi-{args.gpus}g-{args.hours:g}h-{n}.csv" for n in range(args.files)]
         t = time.perf_counter()
-        rows = write_log(log, args.gpus, args.hours, args.interval, units=not args.nounits)
-        print(f"log: {rows:,} rows, {log.stat().st_size / 2**20:.1f} MiB "
+        rows = sum(write_log(log, args.gpus, args.hours, args.interval, units=not args.nounits,
+                             first_gpu=n * args.gpus) for n, log in enumerate(logs))
+        size = sum(log.stat().st_size for log in logs)
+        print(f"log: {rows:,} rows in {len(logs)} file(s), {size / 2**20:.1f} MiB "
               f"(written in {time.perf_counter() - t:.1f} s)")
+        log = os.pathsep.join(map(str, logs))
         db = d / "import.db"
         db.unlink(missing_ok=True)
         rate = 0.0
         rates = {}
         for what, extra in (("exact", []), ("read", []), ("import", [f"sqlite:///{db}"])):
-            s, minutes, gib = measured([str(log), what, *extra])
+            s, minutes, gib = measured([log, what, *extra])
             rate = rates[what] = rows / s  # the last one, the whole import, is judged below
             print(f"{what:6s}: {s:6.2f} s, {rate:>10,.0f} rows/s, {minutes:,} minute rows, "
                   f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: {WEEK_ROWS / rate / 3600:.1f} h")

@@ -111,7 +111,7 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     from reports.imports.nvsmi import import_nvsmi
 
     return import_nvsmi(settings.store, args.files, tz=zone(args.tz or "UTC"),
-                        per_gpu=args.per_gpu, **common)
+                        per_gpu=args.per_gpu, workers=None, **common)
 
 
 def _gpus(n: int | None) -> int:

@@ -179,3 +179,23 @@ def test_odd_logs_agree_with_the_exact_path(tmp_path: Path, text: str, per_gpu: 
     log = tmp_path / "odd.csv"
     log.write_text(text)
     agree(log, per_gpu=per_gpu)
+
+
+def test_files_read_side_by_side_give_what_one_process_gives(tmp_path: Path) -> None:
+    logs = []
+    for seed in range(3):
+        log = tmp_path / f"node{seed}.csv"
+        log.write_text(random_log(random.Random(100 + seed), units=True).replace(
+            "GPU-", f"GPU-n{seed}-"))
+        logs.append(log)
+    one = read_nvsmi(logs, workers=1)
+    two = read_nvsmi(logs, workers=2)
+    assert [r.id for r in two.records] == [r.id for r in one.records]
+    for a, b in zip(two.records, one.records, strict=True):
+        same(a, b, "record")
+    assert len(two.samples) == len(one.samples)
+    # the first bad file in file order is the error, as in one process
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-x, 150\n")
+    with pytest.raises(ImportFailed, match=r"bad\.csv:2: bad utilization\.gpu value '150'"):
+        read_nvsmi([logs[0], bad, logs[1]], workers=2)
