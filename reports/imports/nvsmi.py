@@ -125,6 +125,8 @@ def _runs(path: Path, *, tz: tzinfo, per_gpu: bool, labels: Labels, settings: Se
 
 PARALLEL_BYTES = 32 << 20
 """Files together over this size are read by several processes (starting them costs ~1 s)."""
+MAX_WORKERS = 8
+"""Each process holds its file about 5 times over while it reads: no more than this many."""
 
 
 def _file_runs(job: tuple[Path, dict[str, Any]]) -> list[tuple[RunRecord, list[MinuteSample]]]:
@@ -139,7 +141,8 @@ def _each_file(files: list[Path], kwargs: dict[str, Any], *, workers: int | None
     error in file order is raised, as one process would."""
     if workers is None:
         size = sum(p.stat().st_size for p in files if p.is_file())
-        workers = min(len(files), os.cpu_count() or 1) if size > PARALLEL_BYTES else 1
+        workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS) if size > PARALLEL_BYTES \
+            else 1
     if workers <= 1 or len(files) < 2:
         for path in progress(files, "nvidia-smi logs"):
             yield path, _runs(path, **kwargs)
