@@ -36,6 +36,23 @@ Series = Sequence[tuple[float, str, str, GpuReading]]
 the time as the source wrote it, the reading)."""
 
 
+OUR_POINTS = {"gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
+              "gpu/mem_used_gib": "mem_used_gib", "gpu/temp_c": "temp_c", "gpu/power_w": "power_w"}
+"""The keys our callback logs to W&B and TensorBoard → the reading fields they stand for."""
+OUR_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
+"""Run figures our callback's summary holds that a reading cannot give."""
+
+
+def our_reading(values: Mapping[str, float | None], gpu_count: int) -> dict[str, float | None]:
+    """One of our logged points (``values`` by :data:`OUR_POINTS` key) as each GPU's reading
+    fields: the means over the run's GPUs as they are, the power (logged summed over them)
+    split evenly."""
+    fields = {f: values.get(k) for k, f in OUR_POINTS.items()}
+    if (power := fields["power_w"]) is not None:
+        fields["power_w"] = power / gpu_count
+    return fields
+
+
 @dataclass(frozen=True, kw_only=True)
 class Labels:
     """What a source does not say about its runs, or what overrides it: who ran them, where, on

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import re
-import sys
 import time
 import urllib.error
 import urllib.parse
@@ -43,6 +42,7 @@ from typing import Any
 
 from reports.errors import ImportFailed
 from reports.imports.play import Imported, Labels, Player, run_record, write_imported
+from reports.imports.play import progress as shown  # the parameter is named progress
 from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
@@ -313,8 +313,7 @@ def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: Labe
                    settings=settings or Settings(), max_gap_s=max_gap_s)
     token = os.environ.get(TOKEN_ENV) or None
     spans = list(chunks(start, end))
-    show = sys.stderr.isatty() if progress is None else progress
-    for n, (first, last) in enumerate(spans, 1):
+    for first, last in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
         points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
         metrics: dict[tuple[str, ...], dict[str, str]] = {}
         for name, (field, scale, agg, low, high) in FIELDS.items():
@@ -328,11 +327,6 @@ def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: Labe
                 for t, value in values:
                     per.setdefault(t, {})[field] = _number(value, scale, low, high)
         fleet.feed(points, metrics)
-        if show:
-            print(f"\rprometheus: {n}/{len(spans)} chunks of {CHUNK_POINTS} minutes, "
-                  f"{len(fleet.rows):,} minute rows", end="", file=sys.stderr, flush=True)
-    if show and spans:
-        print(file=sys.stderr)
     return fleet.records()
 
 

@@ -37,7 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.play import Imported, Labels, Series, played_run, progress, write_imported
+from reports.imports.play import (
+    OUR_POINTS,
+    OUR_SUMMARY,
+    Imported,
+    Labels,
+    Series,
+    our_reading,
+    played_run,
+    progress,
+    write_imported,
+)
 from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
@@ -49,9 +59,6 @@ NO_MODEL = "not logged by gpu-kpi and no --gpu-model: its GPUs are unknown"
 NO_TIME = "fewer than two events: no time"
 TWICE = "the same run as another directory"
 
-_OURS = {"gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
-         "gpu/mem_used_gib": "mem_used_gib", "gpu/temp_c": "temp_c", "gpu/power_w": "power_w"}
-_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
 _LENGTH = struct.Struct("<QI")
 
 
@@ -190,13 +197,10 @@ def _points(run: _Run, count: int, uuids: list[str], util_tag: str | None,
     events' times with utilization unknown."""
     where = str(run.path)
     if ours:
-        by_step = {tag: {step: x for _, step, x in run.scalars.get(tag, [])} for tag in _OURS}
-        points = []
-        for wall, step, _ in run.scalars.get("gpu/util_pct", []):
-            fields = {f: by_step[tag].get(step) for tag, f in _OURS.items()}
-            if fields["power_w"] is not None:
-                fields["power_w"] /= count
-            points.append((wall, fields))
+        by_step = {tag: {step: x for _, step, x in run.scalars.get(tag, [])}
+                   for tag in OUR_POINTS}
+        points = [(wall, our_reading({tag: by_step[tag].get(step) for tag in OUR_POINTS}, count))
+                  for wall, step, _ in run.scalars.get("gpu/util_pct", [])]
     elif util_tag:
         points = [(wall, {"util_pct": x if 0 <= x <= 100 else None})
                   for wall, _, x in run.scalars.get(util_tag, [])]
@@ -211,7 +215,7 @@ def _points(run: _Run, count: int, uuids: list[str], util_tag: str | None,
 def _run_of(path: Path, files: list[Path], root_names: dict[Path, str], *, labels: Labels,
             settings: Settings, max_gap_s: float | None, gpus: int,
             tags: Mapping[str, str]) -> tuple[RunRecord, list[MinuteSample]] | str:
-    run = _Run(path, [f.name for f in files], frozenset([*_OURS, *tags.values()]))
+    run = _Run(path, [f.name for f in files], frozenset([*OUR_POINTS, *tags.values()]))
     for f in files:
         try:
             _read(run, f)
@@ -236,7 +240,7 @@ def _run_of(path: Path, files: list[Path], root_names: dict[Path, str], *, label
     infos = [GpuInfo(index=i, uuid=u, name=model, mem_total_gib=None) for i, u in enumerate(uuids)]
     extra: dict[str, Any] = {}
     if ours:
-        extra = {f: v for f in _SUMMARY if (v := _float(run.summary.get(f))) is not None}
+        extra = {f: v for f in OUR_SUMMARY if (v := _float(run.summary.get(f))) is not None}
     else:
         for figure in ("samples_per_s", "tokens_per_s"):
             values = [x for _, _, x in run.scalars.get(tags.get(figure, ""), []) if x >= 0]

@@ -28,7 +28,17 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.play import Imported, Labels, Series, played_run, progress, write_imported
+from reports.imports.play import (
+    OUR_POINTS,
+    OUR_SUMMARY,
+    Imported,
+    Labels,
+    Series,
+    our_reading,
+    played_run,
+    progress,
+    write_imported,
+)
 from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog, number, read_log
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
@@ -49,9 +59,6 @@ _UNITS: dict[str, tuple[str, float, float, float]] = {
     "smClock": ("sm_clock_mhz", 1.0, 0.0, 1e5),
     "smActive": ("sm_active_pct", 1.0, 0.0, 100.0),
 }
-_OURS = {"gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
-         "gpu/mem_used_gib": "mem_used_gib", "gpu/temp_c": "temp_c"}
-_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
 
 
 def find_logs(paths: Sequence[str | Path]) -> list[Path]:
@@ -103,9 +110,7 @@ def _our_readings(log: WandbLog, count: int) -> dict[int, list[tuple[float, dict
         t = number(row.get("_timestamp"))
         if t is None or not 0 <= t < LAST_EPOCH_S or number(row.get("gpu/util_pct")) is None:
             continue
-        fields = {f: number(row.get(k)) for k, f in _OURS.items()}
-        power = number(row.get("gpu/power_w"))
-        fields["power_w"] = power / count if power is not None else None
+        fields = our_reading({k: number(row.get(k)) for k in OUR_POINTS}, count)
         for i in range(count):
             out.setdefault(i, []).append((t, fields))
     return {i: _in_order(points) for i, points in out.items()}
@@ -146,7 +151,7 @@ def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: flo
         run_id = "wandb-" + hashlib.sha256(key.encode()).hexdigest()[:24]
     extra: dict[str, Any] = {}
     if isinstance(ours, str):
-        extra = {f: v for f in _SUMMARY if (v := number(log.summary.get(f"gpu_kpi/{f}")))
+        extra = {f: v for f in OUR_SUMMARY if (v := number(log.summary.get(f"gpu_kpi/{f}")))
                  is not None and v >= 0}
     status = ("crashed" if log.exit_code is None else
               "finished" if log.exit_code == 0 else "failed")
