@@ -34,7 +34,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "matplotlib": ("reports/render/charts.py",),
     "pandas": ("reports/kpi/", "reports/render/", "reports/build.py",
                "reports/imports/nvsmi_fast.py"),
-    "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py"),
+    "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py", "reports/imports/nvsmi_minutes.py"),
 }
 
 # Floors, lowest first: a module imports only modules on its own floor or below. A walk from a

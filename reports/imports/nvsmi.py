@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from reports.errors import ImportFailed
@@ -42,6 +42,9 @@ from tracker.gpu import BackendError
 from tracker.gpu.base import GpuInfo
 from tracker.gpu.replay import Readings, read_log
 from tracker.record import MinuteSample, RunRecord
+
+if TYPE_CHECKING:
+    from tracker.store.rollups import Rollup
 
 SOURCE = "nvidia-smi"
 
@@ -85,7 +88,7 @@ def _run(path: Path, name: str, gpus: list[GpuInfo], series: Readings, *, utc: d
 def _fast_run(path: Path, name: str, group: list[Any], *, labels: Labels, settings: Settings,
               max_gap_s: float | None) -> tuple[RunRecord, list[MinuteSample]]:
     """:func:`_run` of the common UTC log, vectorized (:mod:`reports.imports.nvsmi_fast`)."""
-    from reports.imports.nvsmi_fast import median_step, play
+    from reports.imports.nvsmi_minutes import median_step, play
 
     rows: list[MinuteSample] = []
     run_id = _run_id([s.info.uuid for s in group], min(s.first for s in group))
@@ -129,13 +132,21 @@ MAX_WORKERS = 8
 """Each process holds its file about 5 times over while it reads: no more than this many."""
 
 
-def _file_runs(job: tuple[Path, dict[str, Any]]) -> list[tuple[RunRecord, list[MinuteSample]]]:
+FileRuns = list[tuple[RunRecord, list[MinuteSample], "dict[str, list[Rollup]]"]]
+"""A file's runs: each one's record, minute rows and their rollups (where computed)."""
+
+
+def _file_runs(job: tuple[Path, dict[str, Any]]) -> FileRuns:
+    """:func:`_runs` of a file, with the rollups the store would compute from its minute rows,
+    computed here: in a process of its own when files are read side by side."""
+    from tracker.store.rollups import sample_rollups
+
     path, kwargs = job
-    return _runs(path, **kwargs)
+    return [(record, rows, sample_rollups(rows) or {}) for record, rows in _runs(path, **kwargs)]
 
 
 def _each_file(files: list[Path], kwargs: dict[str, Any], *, workers: int | None,
-               ) -> Iterator[tuple[Path, list[tuple[RunRecord, list[MinuteSample]]]]]:
+               ) -> Iterator[tuple[Path, FileRuns]]:
     """Each file's runs, in file order: a file's minute rows are ~60 times fewer than its
     readings, so reading files in other processes costs little to send back. The first
     error in file order is raised, as one process would."""
@@ -145,7 +156,7 @@ def _each_file(files: list[Path], kwargs: dict[str, Any], *, workers: int | None
             else 1
     if workers <= 1 or len(files) < 2:
         for path in progress(files, "nvidia-smi logs"):
-            yield path, _runs(path, **kwargs)
+            yield path, _file_runs((path, kwargs))
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -175,14 +186,16 @@ def read_nvsmi(paths: Sequence[str | Path], *, tz: tzinfo = UTC, labels: Labels 
     files = list(dict.fromkeys(Path(p).resolve() for p in paths))  # a file given twice: once
     kwargs = {"tz": tz, "per_gpu": per_gpu, "labels": labels, "settings": settings,
               "max_gap_s": max_gap_s, "fast": fast}
+    rollups: dict[str, list[Rollup]] = {}
     for path, runs in _each_file(files, kwargs, workers=workers):
-        for record, rows in runs:
+        for record, rows, computed in runs:
             if record.id in records:
                 raise ImportFailed(f"{path}: the same GPUs and first reading as "
                                    f"{records[record.id][0]}: the same log twice?")
             records[record.id] = (path, record)
             samples.extend(rows)
-    return Imported([r for _, r in records.values()], samples)
+            rollups.update(computed)
+    return Imported([r for _, r in records.values()], samples, rollups=rollups)
 
 
 def import_nvsmi(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,

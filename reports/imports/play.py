@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from reports.errors import ImportFailed
 from tracker import figures
@@ -27,6 +27,9 @@ from tracker.prices import canonical_gpu, price_for
 from tracker.record import MinuteSample, RunRecord, checked_record
 from tracker.sampler import Sampler
 from tracker.throughput import StepCounter
+
+if TYPE_CHECKING:
+    from tracker.store.rollups import Rollup
 
 GAP_INTERVALS = 3.0
 """A gap is longer than this many times the GPU's median interval between readings."""
@@ -76,6 +79,9 @@ class Imported:
     """Why → the names of the runs found but not imported (not an error: counted and named)."""
     replaced: list[str] = field(default_factory=list)
     """Earlier imports dropped whole by ``--replace``: name and GPU-hours."""
+    rollups: dict[str, list[Rollup]] = field(default_factory=dict)
+    """Run id → the rollups of its samples where computed beside the reading
+    (:func:`tracker.store.rollups.sample_rollups`); the store computes the others'."""
 
 
 T = TypeVar("T")
@@ -186,7 +192,7 @@ def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Any, 
                **fields: Any) -> RunRecord:
     """The finished run of ``gpus`` from what their samplers played (:meth:`Player.finish`,
     in the order of ``gpus``; or anything with the sampler's ``run[uuid]`` and
-    ``idle_of_run()``, as :class:`reports.imports.nvsmi_fast.Played`)."""
+    ``idle_of_run()``, as :class:`reports.imports.nvsmi_minutes.Played`)."""
     models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
     if len(models) > 1 and labels.gpu_model is None:
         raise ImportFailed(f"{where}: GPUs of different models ({', '.join(models)}) in one "
@@ -245,7 +251,8 @@ def _without(imported: Imported, drop: dict[str, str]) -> Imported:
             skipped.setdefault(drop[r.id], []).append(r.name)
     return dataclasses.replace(
         imported, records=[r for r in imported.records if r.id not in drop],
-        samples=[s for s in imported.samples if s.run_id not in drop], skipped=skipped)
+        samples=[s for s in imported.samples if s.run_id not in drop], skipped=skipped,
+        rollups={k: v for k, v in imported.rollups.items() if k not in drop})
 
 
 def _shared(imported: Imported, minutes: dict[str, set[tuple[str, datetime]]]) -> dict[str, str]:
@@ -298,7 +305,8 @@ def _write(store: Any, imported: Imported, minutes: dict[str, set[tuple[str, dat
         for gpu, _ in minutes.get(rid, ()):
             by_gpu.setdefault(gpu, set()).add(rid)
     if not by_gpu:
-        store.put(imported.records, imported.samples, drop=sorted(ours))
+        store.put(imported.records, imported.samples, drop=sorted(ours),
+                  rollups=imported.rollups)
         return imported
     every = [m for rid in ours for _, m in minutes.get(rid, ())]
     held = store.gpu_spans(sorted(by_gpu), since=min(every),
@@ -324,5 +332,6 @@ def _write(store: Any, imported: Imported, minutes: dict[str, set[tuple[str, dat
     kept = _without(imported, drop)
     if not kept.records:
         return kept
-    store.put(kept.records, kept.samples, drop=[*(r.id for r in kept.records), *replaced])
+    store.put(kept.records, kept.samples, drop=[*(r.id for r in kept.records), *replaced],
+              rollups=kept.rollups)
     return dataclasses.replace(kept, replaced=list(replaced.values()))

@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 from reports.errors import ImportFailed
-from reports.imports.nvsmi import read_nvsmi
+from reports.imports.nvsmi import import_nvsmi, read_nvsmi
 from reports.imports.nvsmi_fast import parse
+from reports.imports.nvsmi_minutes import WINDOW_SUMS_MAX, idle_totals
+from tracker.cost import IdleDetector
+from tracker.store import RunStore
+from tracker.store.rollups import COLUMNS as ROLLUP_COLUMNS
 
 T0 = datetime(2026, 11, 29, 23, 40)  # across the W48/W49 edge
 
@@ -166,6 +170,19 @@ def rows(header: str, cells: list[str], n: int = 12) -> str:
     rows("timestamp, index, uuid, utilization.gpu [%]", ["{T}", "0", "GPU-a", "5,%"]),
     rows("timestamp, index, uuid, utilization.gpu", ["{T}", "3.0", "GPU-a", "50"]),
     rows("timestamp, index, uuid, utilization.gpu", ["{T}", "1e3", "GPU-a", "50"]),
+    # dates that are no dates, read from the bytes: the exact path's error
+    rows("timestamp, uuid, utilization.gpu", ["2026/02/29 10:00:00.000", "GPU-a", "50"], n=1),
+    rows("timestamp, uuid, utilization.gpu", ["2026/11/23 24:00:00.000", "GPU-a", "50"], n=1),
+    rows("timestamp, uuid, utilization.gpu", ["2024/02/29 23:59:59.999", "GPU-a", "50"], n=1)
+    + "2024/03/01 00:00:04.999, GPU-a, 60\n",  # a leap day, across the month
+    # blanks after a cell: numbers read as the exact path strips them, a uuid is the exact path's
+    rows("timestamp, uuid, utilization.gpu [%], power.draw [W]",
+         ["{T}", "GPU-a", "50 % ", "[N/A] "]),
+    rows("timestamp, uuid, utilization.gpu, power.draw", ["{T}", "GPU-a ", "50  ", "300 "]),
+    rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", "5 %]"]),
+    rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", " %"]),
+    rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", "[Unknown Error]"])
+    + "2026/11/23 10:01:00.000, GPU-a, 7 %\n",
     rows("timestamp, uuid, name, utilization.gpu", ["{T}", "GPU-a", "x" * 70_000, "50"]),
     "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
     "2026/11/23 10:00:00.000, 0, GPU-a, 10\n2026/11/23 10:00:05.000, 1, GPU-b, 50\n"
@@ -173,7 +190,9 @@ def rows(header: str, cells: list[str], n: int = 12) -> str:
     "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
     "2026/11/23 10:00:00.000, 0, GPU-a, 10\n",
 ], ids=["two-powers", "uuid-tab", "now", "second-60", "7-digits", "unit-cell", "index-float",
-        "index-exp", "long-line", "index-order", "one-reading-each"])
+        "index-exp", "feb-29", "hour-24", "leap-day", "blank-units", "blank-nounits",
+        "unit-bracket", "unit-alone", "missing-then-value", "long-line", "index-order",
+        "one-reading-each"])
 @pytest.mark.parametrize("per_gpu", [False, True])
 def test_odd_logs_agree_with_the_exact_path(tmp_path: Path, text: str, per_gpu: bool) -> None:
     log = tmp_path / "odd.csv"
@@ -199,3 +218,52 @@ def test_files_read_side_by_side_give_what_one_process_gives(tmp_path: Path) -> 
     bad.write_text("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-x, 150\n")
     with pytest.raises(ImportFailed, match=r"bad\.csv:2: bad utilization\.gpu value '150'"):
         read_nvsmi([logs[0], bad, logs[1]], workers=2)
+
+
+def test_a_file_that_is_no_regular_file_goes_the_exact_way(tmp_path: Path) -> None:
+    # read whole, /dev/zero would never end: the exact path reads lines and stops at 64 KiB
+    assert parse(Path("/dev/zero")) is None
+    with pytest.raises(ImportFailed, match=r"/dev/zero:1: a line of over 65,536 characters"):
+        read_nvsmi(["/dev/zero"])
+
+
+@pytest.mark.parametrize("window", [1, 3, 30, WINDOW_SUMS_MAX + 1])
+def test_idle_totals_are_the_streamed_detectors(window: int) -> None:
+    rng = random.Random(window)
+    for _ in range(60):
+        minutes, utils, covered = [], [], []
+        m = rng.randint(0, 10_000)
+        for _ in range(rng.randint(0, 400)):
+            m += rng.choice([1, 1, 1, 1, 2, 30])  # mostly the next minute, sometimes a gap
+            minutes.append(m)
+            utils.append(None if rng.random() < 0.03 else rng.choice(
+                [0.0, 0.5, 4.9, 5.0, 80.0, rng.uniform(0, 10), rng.uniform(0, 100)]))
+            covered.append(rng.choice([60.0, 0.0, round(rng.uniform(0, 60), 3)]))
+        streamed = IdleDetector(window, 5.0)
+        for minute, u, c in zip(minutes, utils, covered, strict=True):
+            streamed.add_minute(u, c, minute)
+        got = idle_totals(minutes, utils, covered, window=window, threshold_pct=5.0)
+        assert got == (streamed.idle_s, streamed.idle_util_s)  # the same floats, not close
+
+
+def test_rollups_computed_beside_the_reading_are_the_stores(tmp_path: Path,
+                                                            store_url: str) -> None:
+    logs = []
+    for seed in range(3):
+        log = tmp_path / f"node{seed}.csv"
+        log.write_text(random_log(random.Random(200 + seed), units=seed != 1).replace(
+            "GPU-", f"GPU-n{seed}-"))
+        logs.append(log)
+    done = import_nvsmi(store_url, logs, workers=2)
+    assert done.records and set(done.rollups) == {r.id for r in done.records}
+
+    def rows(store: RunStore) -> list[tuple[object, ...]]:
+        return store.transaction(lambda conn: [tuple(r) for r in conn.exec_driver_sql(
+            f"SELECT {', '.join(ROLLUP_COLUMNS)} FROM rollups ORDER BY run_id, gpu, hour"
+        ).all()], write=False)
+
+    with RunStore(store_url) as store:
+        written = rows(store)
+        assert len(written) >= len(done.records)
+        store.rebuild_rollups()  # from the minute rows the store holds, as it computes them
+        assert rows(store) == written  # exactly: every sum in the same order

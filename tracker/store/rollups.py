@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from tracker.cost import SM_ACTIVE_THRESHOLDS, Thresholds, idle_flags
+from tracker.record import MinuteSample
 
 HOUR_MIN = 60
 MISSHAPED_HOUR = -1
@@ -154,3 +155,34 @@ def rollups_of(run_id: str, gpu: str, rows: Iterable[MinuteRow], *,
         if mem is not None:
             r.mem_peak_gib = max(r.mem_peak_gib or 0.0, mem)
     return [out[h] for h in sorted(out)]
+
+
+def series_rollups(series: Mapping[tuple[str, str], list[MinuteRow]]) -> list[Rollup]:
+    """The rollups of whole series, (run id, GPU) → its rows (sorted here by minute)."""
+    out: list[Rollup] = []
+    for (run_id, gpu), rows in series.items():
+        rows.sort(key=lambda row: row[0])
+        out += rollups_of(run_id, gpu, rows)
+    return out
+
+
+def sample_rollups(samples: Iterable[MinuteSample]) -> dict[str, list[Rollup]] | None:
+    """Run id → the rollups of its minute samples, as the store computes them from the rows
+    once it holds these (and no other rows of those runs; a later sample of the same run, GPU
+    and minute wins): an import computes them where it reads, beside its other work. None when
+    a value would read back from a database other than it is (a NaN, a bool, not a number)."""
+    latest: dict[tuple[str, str, datetime], MinuteRow] = {}
+    for s in samples:
+        values = (s.covered_s, s.util_pct, s.sm_active_pct, s.energy_kwh, s.mem_used_gib)
+        for v in values:
+            if v is not None and (type(v) is not float or math.isnan(v)) and (
+                    type(v) is not int):
+                return None
+        latest[(s.run_id, s.gpu, s.minute)] = (s.minute, *values)
+    series: dict[tuple[str, str], list[MinuteRow]] = {}
+    for (run_id, gpu, _), row in latest.items():
+        series.setdefault((run_id, gpu), []).append(row)
+    out: dict[str, list[Rollup]] = {}
+    for r in series_rollups(series):
+        out.setdefault(r.run_id, []).append(r)
+    return out

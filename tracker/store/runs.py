@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,7 @@ from tracker.store.engine import (
     sqlite_on_connect,
     url_password,
 )
+from tracker.store.rollups import Rollup
 from tracker.store.scans import SampleScans
 from tracker.store.schema import (
     SCHEMA_VERSION,
@@ -136,16 +137,18 @@ class RunStore(SampleScans):
             self.put((), rows)
 
     def put(self, records: Sequence[RunRecord], rows: Sequence[MinuteSample], *,
-            drop: Sequence[str] = ()) -> None:
+            drop: Sequence[str] = (), rollups: Mapping[str, Sequence[Rollup]] | None = None,
+            ) -> None:
         """:meth:`upsert_run` of each record and :meth:`upsert_samples` of ``rows`` in one
         transaction (an import): all of it is stored, or nothing. The runs ``drop`` names (a
-        re-import's own, and those it replaces) lose their record, samples and rollups first."""
+        re-import's own, and those it replaces) lose their record, samples and rollups first;
+        ``rollups``: such runs' rollups, as :func:`tracker.store.rollups.sample_rollups` gives
+        them from ``rows`` (computed by the caller where it has time to spare)."""
         runs = [run_to_row(r) for r in records]
         by_key: dict[tuple[str, datetime, str], dict[str, Any]] = {}
         for sample in rows:
             row = sample_to_row(sample)
             by_key[(row["run_id"], row["minute"], row["gpu"])] = row
-        params = list(by_key.values())
         first: dict[tuple[str, str], datetime] = {}
         for run_id, minute, gpu in by_key:
             first[(run_id, gpu)] = min(minute, first.get((run_id, gpu), minute))
@@ -158,12 +161,9 @@ class RunStore(SampleScans):
                     conn.execute(sa.delete(table).where(key.in_(ids[i : i + _IN_CHUNK])))
             if runs:
                 conn.execute(self._upsert_run, runs)
-            # executemany, which SQLAlchemy batches into multi-row INSERTs; then the rollups
-            # these rows change, in the same transaction
-            if params:
-                conn.execute(self._upsert_samples, params)
-                if self.version >= 2:
-                    rollup_sql.refresh(conn, first)
+            rollup_sql.write_samples(conn, self._upsert_samples, list(by_key.values()),
+                                     samples_table, first=first, dropped=set(ids),
+                                     rollups=rollups or {}, keep_rollups=self.version >= 2)
 
         self._transaction(work, write=True)
 
