@@ -54,6 +54,9 @@ def _text(values: pd.Index) -> bool:
 
 
 _DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
+LAST_YEAR = 2200
+"""Later years go the exact way: their epoch microseconds pass 2**53 (in 2255), where a float
+of them would round twice and miss the exact path's ``datetime.timestamp()`` by a bit."""
 _MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 
 
@@ -69,8 +72,9 @@ def _days(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
 def _stamps(buf: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Epoch microseconds (UTC) of each line's leading ``YYYY/MM/DD HH:MM:SS.mmm,`` (what
     nvidia-smi writes), and its seven fields (year ... millisecond); None if a line does not
-    start with exactly that, a real date and time in the years 1970-9998 (the exact path refuses
-    ``now``, a 60th second, 7 fraction digits). Read from the bytes: no string per reading."""
+    start with exactly that, a real date and time in the years 1970-:data:`LAST_YEAR` (the
+    exact path refuses ``now``, a 60th second, 7 fraction digits). Read from the bytes: no
+    string per reading."""
     # the 24 bytes from each line's start, gathered in one step (not an index per byte)
     chars = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - 23, 24),
                                             strides=(1, 1))[starts]
@@ -86,7 +90,7 @@ def _stamps(buf: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray
     y, mo, day, h, mi, s, ms = parts
     leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
     last = _MONTH_DAYS[np.clip(mo, 0, 12)] + (leap & (mo == 2))
-    if not ((y >= 1970) & (y <= 9998) & (mo >= 1) & (mo <= 12) & (day >= 1) & (day <= last)
+    if not ((y >= 1970) & (y <= LAST_YEAR) & (mo >= 1) & (mo <= 12) & (day >= 1) & (day <= last)
             & (h <= 23) & (mi <= 59) & (s <= 59)).all():
         return None
     return ((_days(y, mo, day) * 86400 + h * 3600 + mi * 60 + s) * 1000 + ms) * 1000, parts
@@ -139,11 +143,10 @@ def _read(path: Path) -> bytearray | None:
     """A regular file's bytes, read into memory the units are blanked in (no copy); None for
     anything else (``/dev/zero``, a pipe: the exact path streams it, its lines bounded)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # not opened: opening a pipe would take what its writer sends
         with path.open("rb") as f:
-            status = os.fstat(f.fileno())
-            if not stat.S_ISREG(status.st_mode):
-                return None
-            data = bytearray(status.st_size)
+            data = bytearray(os.fstat(f.fileno()).st_size)
             del data[f.readinto(data):]
             data += f.read()  # what a log still written to gained meanwhile
     except OSError:

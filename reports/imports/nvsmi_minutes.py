@@ -92,6 +92,16 @@ WINDOW_SUMS_MAX = 240
 a longer one is streamed through :class:`tracker.cost.IdleDetector`."""
 
 
+def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
+    """The sum of each ``window`` consecutive values, added from the oldest as Python's
+    ``sum`` adds them (numpy's own sums pair values up); a block of windows at a time, so a
+    year of minutes never holds a row of ``window`` numbers per minute at once."""
+    windows = sliding_window_view(values, window)
+    block = max(1, (1 << 20) // window)
+    return np.concatenate([np.add.accumulate(windows[i:i + block], axis=1)[:, -1]
+                           for i in range(0, len(windows), block)])
+
+
 def idle_totals(minutes: list[int], utils: list[float | None], covered: list[float], *,
                 window: int, threshold_pct: float) -> tuple[float, float]:
     """(idle seconds, Σ utilization × seconds over them) of one GPU's minute rows, as
@@ -114,9 +124,8 @@ def idle_totals(minutes: list[int], utils: list[float | None], covered: list[flo
     breaks[1:] = (np.diff(np.asarray(minutes, dtype=np.int64)) != 1) | ~known[:-1]
     first = np.maximum.accumulate(np.where(breaks, np.arange(n), 0))
     ends = np.arange(window - 1, n)
-    sums = np.add.accumulate(sliding_window_view(secs, window), axis=1)[:, -1]
-    weighted = np.add.accumulate(sliding_window_view(np.where(known, util, 0.0) * secs, window),
-                                 axis=1)[:, -1]
+    sums, weighted = (_window_sums(v, window)
+                      for v in (secs, np.where(known, util, 0.0) * secs))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = weighted / np.where(sums > 0, sums, 1.0)
     found = np.zeros(n + 1, dtype=np.int64)  # qualifying windows ending before each row

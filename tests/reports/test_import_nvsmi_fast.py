@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import random
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -175,6 +177,9 @@ def rows(header: str, cells: list[str], n: int = 12) -> str:
     rows("timestamp, uuid, utilization.gpu", ["2026/11/23 24:00:00.000", "GPU-a", "50"], n=1),
     rows("timestamp, uuid, utilization.gpu", ["2024/02/29 23:59:59.999", "GPU-a", "50"], n=1)
     + "2024/03/01 00:00:04.999, GPU-a, 60\n",  # a leap day, across the month
+    # past 2255 an epoch microsecond is no float: the exact path's datetime.timestamp() decides
+    rows("timestamp, uuid, utilization.gpu", ["3000/06/01 10:00:00.000", "GPU-a", "50"], n=1)
+    + "3000/06/01 10:00:03.411, GPU-a, 50\n",
     # blanks after a cell: numbers read as the exact path strips them, a uuid is the exact path's
     rows("timestamp, uuid, utilization.gpu [%], power.draw [W]",
          ["{T}", "GPU-a", "50 % ", "[N/A] "]),
@@ -190,7 +195,7 @@ def rows(header: str, cells: list[str], n: int = 12) -> str:
     "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
     "2026/11/23 10:00:00.000, 0, GPU-a, 10\n",
 ], ids=["two-powers", "uuid-tab", "now", "second-60", "7-digits", "unit-cell", "index-float",
-        "index-exp", "feb-29", "hour-24", "leap-day", "blank-units", "blank-nounits",
+        "index-exp", "feb-29", "hour-24", "leap-day", "year-3000", "blank-units", "blank-nounits",
         "unit-bracket", "unit-alone", "missing-then-value", "long-line", "index-order",
         "one-reading-each"])
 @pytest.mark.parametrize("per_gpu", [False, True])
@@ -225,6 +230,19 @@ def test_a_file_that_is_no_regular_file_goes_the_exact_way(tmp_path: Path) -> No
     assert parse(Path("/dev/zero")) is None
     with pytest.raises(ImportFailed, match=r"/dev/zero:1: a line of over 65,536 characters"):
         read_nvsmi(["/dev/zero"])
+    # a pipe is read once, by the exact path: never opened (and its log taken) beforehand
+    pipe = tmp_path / "log.pipe"
+    os.mkfifo(pipe)
+    text = rows("timestamp, uuid, utilization.gpu", ["{T}", "GPU-a", "50"])
+    writer = threading.Thread(target=pipe.write_text, args=(text,), daemon=True)
+    writer.start()
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(read_nvsmi([pipe])), daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert not reader.is_alive(), "reading the pipe hangs"
+    (done,) = got
+    assert [r.gpu_hours for r in done.records] == pytest.approx([55 / 3600])  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("window", [1, 3, 30, WINDOW_SUMS_MAX + 1])

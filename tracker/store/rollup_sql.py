@@ -101,13 +101,16 @@ def _binder(column: sa.Column[Any], dialect: Any) -> Callable[[Any], Any] | None
         return None
     if isinstance(column.type, sa.Float):
         return lambda v: v if v is None or type(v) is float else process(v)
-    memo: dict[Any, Any] = {}  # equal times are one instant: one UTC text or value
+    # equal times are one instant (one UTC text or value), but for the fold of a repeated
+    # hour, which equality and hash ignore within a zone
+    memo: dict[tuple[Any, int], Any] = {}
 
     def bind(v: Any) -> Any:
         if v is None:
             return None
-        if (out := memo.get(v)) is None:
-            out = memo[v] = process(v)
+        key = (v, getattr(v, "fold", 0))
+        if (out := memo.get(key)) is None:
+            out = memo[key] = process(v)
         return out
 
     return bind
@@ -135,15 +138,16 @@ def execute_many(conn: Connection, stmt: sa.Executable, rows: Sequence[Mapping[s
 
 
 def _stored(v: Any) -> Any:
-    """A value as the Double column stores it (a bool or an int as a float)."""
-    return float(v) if isinstance(v, bool | int) else v
+    """A value as the Double column stores it: bound as SQLAlchemy binds it, ``float(v)``
+    (a bool, an int, ``"50"`` or a Decimal as a float)."""
+    return v if v is None or type(v) is float else float(v)
 
 
 def write_fresh(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> None:
     """The rollups of series that hold ``rows`` (store rows) and nothing else (an import's
     runs, their old minutes deleted in this transaction): computed from the rows as written,
-    not read back. The database reads a NaN back as NULL on SQLite (as itself on PostgreSQL)
-    and a bool as a number; so do the rows here."""
+    not read back. Values are taken as they are bound (:func:`_stored`), and a NaN as the
+    database reads it back: NULL on SQLite, itself on PostgreSQL."""
     nan = None if conn.dialect.name == "sqlite" else math.nan
     keys = ("covered_s", "util_pct", "sm_active_pct", "energy_kwh", "mem_used_gib")
     series: dict[tuple[str, str], list[MinuteRow]] = {}
