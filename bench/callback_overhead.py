@@ -157,7 +157,7 @@ class Empty(Callback):
 def monitors(label: str, store: str) -> list[Callback]:
     if label == "gpu-kpi":
         return [GpuKpiCallback(backend="simulated:healthy@H100", store=store,
-                               log_to_python=False)]
+                               log_to_python=False, print_summary=False)]
     if label == "lightning":
         return [DeviceStatsMonitor(cpu_stats=True),
                 ThroughputMonitor(batch_size_fn=lambda batch: int(batch[0].shape[0]))]

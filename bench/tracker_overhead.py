@@ -29,7 +29,7 @@ def per_call_us(n: int) -> tuple[float, float]:
         pass
     base = time.perf_counter() - t0
     with track(name="bench-step", backend="simulated:healthy", store=False,
-               log_to_python=False, log_every_s=3600) as run:
+               log_to_python=False, log_every_s=3600, print_summary=False) as run:
         step = run.step
         t0 = time.perf_counter()
         for _ in range(n):
@@ -116,7 +116,7 @@ def main() -> None:
             for label, interval in configs[r % 3:] + configs[:r % 3]:
                 run = None if interval is None else track(
                     name="bench", backend="simulated:healthy", store=store, interval_s=interval,
-                    log_to_python=False).start()
+                    log_to_python=False, print_summary=False).start()
                 # the same warm-up and pause for every configuration; the pause also lets the
                 # writer thread open the store (import SQLAlchemy, create tables) off the clock
                 loop(a, b, 20, run)

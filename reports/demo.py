@@ -85,7 +85,7 @@ def simulate(run: DemoRun, *, store: str | bool, now: datetime,
         backend=f"simulated:{run.gpu}", store=store, clock=clock, threaded=False,
         run_id=f"demo-{run.name}-{now:%Y%m%d}",  # a second `gpu-kpi demo` replaces, not adds
         interval_s=sample_every_s, log_every_s=1e12, flops_per_step=run.flops_per_step,
-        dtype=run.dtype, log_to_python=False)
+        dtype=run.dtype, log_to_python=False, print_summary=False)
     session.start()
     sampler = session.sampler
     next_sample = clock.t + sample_every_s

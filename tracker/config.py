@@ -15,6 +15,7 @@ interval_s = 1.0
 log_every_s = 30
 warmup_steps = 3
 alert_window_s = 600
+print_summary = true   # the run's summary printed when it ends (global rank 0)
 
 [thresholds]
 target_util_pct = 85
@@ -65,13 +66,14 @@ from tracker.parsers import (
     cadence,
     choice,
     did_you_mean,
+    flag,
     number,
     text,
     whole,
 )
 
 __all__ = ["ENV_PREFIX", "FILE_SECTIONS", "TRACKER_SECTIONS", "ConfigError", "Errors", "Key",
-           "Parser", "Sections", "Settings", "cadence", "choice", "config_path", "did_you_mean",
+           "Parser", "Sections", "Settings", "cadence", "choice", "config_path", "did_you_mean", "flag",
            "load_settings", "number", "read_prices", "read_sections", "read_settings",
            "read_toml", "read_tracker", "settings_from", "text", "whole"]
 
@@ -92,6 +94,9 @@ class Settings:
     """Steps left out of throughput and step-time figures."""
     alert_window_s: float = 600.0
     """How long utilization stays under ``alert_util_pct`` before the one alert."""
+    print_summary: bool = True
+    """Print the run's summary when it ends (global rank 0): GPU-hours, utilization, cost,
+    waste, verdict, advice, and where the run is stored."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     """Target, alert, underutilized and idle thresholds (``[thresholds]``)."""
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -152,7 +157,8 @@ TRACKER_SECTIONS: Sections = {
     "tracker": {"interval_s": Key(number(0.01), "INTERVAL_S"),
                 "log_every_s": Key(cadence, "LOG_EVERY_S"),
                 "warmup_steps": Key(whole(0), "WARMUP_STEPS"),
-                "alert_window_s": Key(number(0), "ALERT_WINDOW_S")},
+                "alert_window_s": Key(number(0), "ALERT_WINDOW_S"),
+                "print_summary": Key(flag, "PRINT_SUMMARY")},
     "thresholds": {"target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),
                    "alert_util_pct": Key(_pct(), "ALERT_UTIL_PCT"),
                    "underutilized_pct": Key(_pct(), "UNDERUTILIZED_PCT"),

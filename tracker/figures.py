@@ -39,9 +39,11 @@ def weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float |
 
 
 def gpu_metrics(window: Mapping[str, GpuStats], last: Mapping[str, GpuReading],
-                per_gpu: Sequence[GpuInfo] = ()) -> dict[str, float]:
+                per_gpu: Sequence[GpuInfo] = (), *, run: bool = False) -> dict[str, float]:
     """``gpu/*`` of one log window: ``window`` the GPUs' aggregates since the last log,
-    ``last`` their latest readings, ``per_gpu`` the GPUs to report one by one too."""
+    ``last`` their latest readings, ``per_gpu`` the GPUs to report one by one too. ``run``:
+    ``window`` is the whole run's, for its summary: power is the run's mean draw and the
+    temperature the hottest GPU's peak, not the latest readings'."""
     out: dict[str, float | None] = {}
     stats = list(window.values())
     out["gpu/util_pct"] = weighted_util(stats)
@@ -51,10 +53,14 @@ def gpu_metrics(window: Mapping[str, GpuStats], last: Mapping[str, GpuReading],
     total = mean(s.mem_total_gib for s in stats)
     out["gpu/mem_used_gib"] = mem
     out["gpu/mem_used_pct"] = 100.0 * mem / total if mem is not None and total else None
-    powers = [r.power_w for r in last.values() if r.power_w is not None]
+    if run:
+        powers = [p for s in stats if (p := s.mean("power_w")) is not None]
+        temps = [s.tw["temp_c"].max for s in stats if s.tw["temp_c"].seconds > 0]
+    else:
+        powers = [r.power_w for r in last.values() if r.power_w is not None]
+        temps = [r.temp_c for r in last.values() if r.temp_c is not None]
     out["gpu/power_w"] = sum(powers) if powers else None
-    out["gpu/temp_c"] = max((r.temp_c for r in last.values() if r.temp_c is not None),
-                            default=None)
+    out["gpu/temp_c"] = max(temps, default=None)
     for g in per_gpu:
         if g.uuid in window:
             out[per_gpu_key(g.index, "gpu/util_pct")] = window[g.uuid].mean("util_pct")

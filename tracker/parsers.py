@@ -63,6 +63,18 @@ def whole(low: int, high: int | None = None) -> Parser:
     return parse
 
 
+def flag(value: object) -> bool:
+    """On or off: a TOML boolean, or a variable's ``true``/``false`` (``1``/``0``, ``yes``/
+    ``no``, ``on``/``off``, any case)."""
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "1": True, "yes": True, "on": True,
+             "false": False, "0": False, "no": False, "off": False}
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def choice(options: tuple[str, ...]) -> Parser:
     def parse(value: object) -> str:
         if value not in options:

@@ -1,15 +1,5 @@
-"""The framework-free tracking session: the plain-loop API, and what the callbacks adapt.
-
-```python
-from tracker import track
-
-with track(project="llm", name="baseline", team="nlp", flops_per_step=6 * n_params * tokens,
-           dtype="bf16") as run:
-    for batch in run.iterate(loader):       # times the wait for each batch
-        loss = train_step(batch)
-        run.step(samples=len(batch), tokens=batch.numel())
-print(run.record.verdict, run.record.cost_usd)
-```
+"""The framework-free tracking session: the plain-loop API (:func:`track`; README, "A plain
+training loop"), and what the callbacks adapt.
 
 :meth:`Session.step` only reads a clock and adds a few numbers: it never touches the GPU. GPU
 sampling runs on its own thread; store writes on another. Nothing here makes training fail: an
@@ -18,6 +8,7 @@ error inside the tracker costs a warning and turns the failing part off.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import getpass
 import logging
@@ -39,20 +30,19 @@ from tracker.ranks import Placement
 from tracker.record import MinuteSample, RunRecord, RunSpec, checked_record
 from tracker.sampler import Sampler
 from tracker.sinks import LoggingSink, Sink, SinkSet
-from tracker.throughput import RunSteps
+from tracker.sinks.console import print_summary
+from tracker.sinks.summary import record_metrics
+from tracker.throughput import RunSteps, infer_batch_size
 
 log = logging.getLogger("gpu_kpi")
 
 
 class Session:
-    """One tracked training run. Use as a context manager (see :func:`track`).
-
-    ``spec`` says what the run is; ``settings`` (else the config file, then ``overrides``, a
-    dict of :class:`Settings` fields) how it is measured; the rest is wiring: the GPU
-    ``backend`` (a spec or an instance), the ``store`` (a URL; False: none), ``sinks``, the
-    ``clock`` (tests), ``threaded`` (False: the tests drive the sampler), and this process's
-    ``placement`` among the ranks.
-    """
+    """One tracked training run; a context manager (see :func:`track`). ``spec``: what the run
+    is; ``settings`` (else the config file, then ``overrides``, :class:`Settings` fields): how
+    it is measured; the rest is wiring: the GPU ``backend`` (a spec or an instance), the
+    ``store`` (a URL; False: none), ``sinks``, the ``clock`` (tests), ``threaded`` (False: the
+    tests drive the sampler), this process's ``placement`` among the ranks."""
 
     def __init__(self, spec: RunSpec, *, settings: Settings | None = None,
                  config: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -99,6 +89,7 @@ class Session:
         self._next_log = float("inf")
         self._active = False
         self._warned: set[str] = set()
+        self._inferred: int | None = None  # samples of the batches iterate() gave since a step
 
     @property
     def steps(self) -> int:
@@ -200,13 +191,16 @@ class Session:
         try:
             self.record = self._build_record(status)
             self._submit_run(self.record)
-            self.sinks.summary(self.record)
+            self.sinks.summary(self.record, {**self.metrics(run=True),
+                                             **record_metrics(self.record)})
         except Exception as e:
             self._warn_once("finish", "gpu-kpi: writing the run's record failed: %s: %s", type(e).__name__, e)
         finally:
             if self._writer is not None:
                 self._writer.close()
             self.sinks.close()
+            if self.rank == 0 and self.settings.print_summary and self.record is not None:
+                print_summary(self.record, self._writer.where(self.id) if self._writer else None)
         return self.record
 
     # -- the hot path -----------------------------------------------------------------------
@@ -220,16 +214,22 @@ class Session:
         self.counts.ready_at = self._now()
 
     def iterate(self, loader: Iterable[Any]) -> Iterator[Any]:
-        """Yield from ``loader``, timing how long each batch took to arrive."""
+        """Yield from ``loader``, timing how long each batch took to arrive and counting its
+        samples (the first tensor's leading dimension: a shape, never a GPU read) for the next
+        :meth:`step` that is given none; several batches before a step (accumulation) add up."""
         for batch in loader:
             self.counts.ready(self._now())
+            if (n := infer_batch_size(batch)) is not None:
+                self._inferred = (self._inferred or 0) + n
             yield batch
 
     def step(self, samples: int | None = None, tokens: int | None = None,
              flops: float | None = None) -> None:
         """Mark the end of a training step: ``samples``/``tokens`` processed in it (all ranks of
-        this process), ``flops`` its FLOPs (default ``flops_per_step``); a bad count is dropped."""
+        this process; default: the batches :meth:`iterate` gave since the last step), ``flops``
+        its FLOPs (default ``flops_per_step``); a bad count is dropped."""
         t = self._now()
+        samples, self._inferred = self._inferred if samples is None else samples, None
         c = self.counts  # most steps are held: one append (RunSteps.tick)
         if not c.tick(t, samples, tokens, self.flops_per_step if flops is None else flops) and (
                 bad := c.step(t, warmup_steps=c.warmup_steps, samples=samples, tokens=tokens,
@@ -279,14 +279,17 @@ class Session:
         return ranks.combine_metrics(metrics) if self.rank == 0 else {}
 
     # -- figures ----------------------------------------------------------------------------
-    def metrics(self, *, reset: bool = True) -> dict[str, float]:
-        """This process's metrics (:mod:`tracker.metrics` names) for the window since the last call."""
-        window = self.counts.take_window() if reset else self.counts.window
+    def metrics(self, *, reset: bool = True, run: bool = False) -> dict[str, float]:
+        """This process's metrics (:mod:`tracker.metrics` names) for the window since the last
+        call; ``run``: over the whole run, for a summary (no window taken)."""
+        window = self.counts.total if run else (
+            self.counts.take_window() if reset else self.counts.window)
         out: dict[str, float] = {}
         if self.sampler is not None:
-            gpu = self.sampler.take_window() if reset else self.sampler.window
+            gpu = self.sampler.run if run else (
+                self.sampler.take_window() if reset else self.sampler.window)
             out.update(figures.gpu_metrics(gpu, self.sampler.last,
-                                           self.gpus if self.spec.per_gpu else ()))
+                                           self.gpus if self.spec.per_gpu else (), run=run))
         out.update(figures.window_metrics(
             window, self._figures(), peak_tflops=self.peak_tflops, gpu_count=len(self.gpus),
             usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
@@ -356,7 +359,7 @@ class Session:
 
 
 _SPEC_FIELDS = frozenset(RunSpec.__dataclass_fields__) - {"id"}
-_SETTING_ARGS = ("interval_s", "log_every_s", "warmup_steps")
+_SETTING_ARGS = ("interval_s", "log_every_s", "warmup_steps", "print_summary")
 # the caller's numbers, parsed as the config file's are (a price as [prices]…): a bad one costs
 # a warning and falls back to its default (the price table, the config's value), not the run
 _SETTINGS = {k: key.parse for keys in config.TRACKER_SECTIONS.values() for k, key in keys.items()}
@@ -377,13 +380,10 @@ def track(*, run_id: str | None = None, tags: Iterable[str] = (),
           links: Mapping[str, str] | None = None, rank: int = 0, world_size: int = 1,
           nodes: int = 1, gather: Callable[[list[float]], list[list[float]]] | None = None,
           **kwargs: Any) -> Session:
-    """A tracking session for a plain training loop; ``with track(...) as run:``.
-
-    Keyword arguments: what the run is (:class:`tracker.record.RunSpec`'s fields, ``run_id`` for
-    its ``id``); ``interval_s``, ``log_every_s``, ``warmup_steps`` over the config file's; the
-    wiring of :class:`Session` (``backend``, ``store``, ``sinks``…); and for several ranks,
-    :class:`tracker.ranks.Placement`'s ``rank``, ``world_size``, ``nodes``, ``gather``.
-    """
+    """A tracking session for a plain training loop; ``with track(...) as run:``. Keyword
+    arguments: what the run is (:class:`tracker.record.RunSpec`'s fields, ``run_id`` its
+    ``id``); :data:`_SETTING_ARGS` over the config file's; the wiring of :class:`Session`
+    (``backend``, ``store``, ``sinks``…); for several ranks, :class:`tracker.ranks.Placement`'s."""
     spec = RunSpec(id=run_id or uuidlib.uuid4().hex, tags=tuple(tags), links=dict(links or {}),
                    **{k: kwargs.pop(k) for k in list(kwargs) if k in _SPEC_FIELDS})
     overrides = {k: kwargs.pop(k) for k in _SETTING_ARGS if k in kwargs}
@@ -394,7 +394,6 @@ def track(*, run_id: str | None = None, tags: Iterable[str] = (),
 
 def _ask(who: Callable[[], str]) -> str:
     """The login or host name; "" when the system cannot say."""
-    try:
+    with contextlib.suppress(Exception):
         return who()
-    except Exception:
-        return ""
+    return ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import reprlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -294,3 +295,28 @@ def mfu(flops_per_s: float, peak_tflops_per_gpu: float | None, gpu_count: int) -
     if not peak_tflops_per_gpu or gpu_count <= 0:
         return None
     return flops_per_s / (peak_tflops_per_gpu * 1e12 * gpu_count)
+
+
+def infer_batch_size(batch: Any) -> int | None:
+    """The leading dimension of the first tensor found in ``batch`` (a tensor, a sequence,
+    a mapping such as a HF ``BatchEncoding``), or None. Reads only the shape: no GPU sync."""
+    found = batch_leaf(batch)
+    return found[0] if found is not None else None
+
+
+def batch_leaf(batch: Any) -> tuple[int, tuple[Any, ...]] | None:
+    """:func:`infer_batch_size`'s answer and the keys (indices) that lead from ``batch`` to the
+    tensor it read: ``batch[k0][k1]...`` for ``(k0, k1, ...)``, ``()`` for a tensor."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return (int(shape[0]), ()) if len(shape) else None
+    if isinstance(batch, Mapping):
+        items: Any = batch.items()
+    elif isinstance(batch, Sequence) and not isinstance(batch, str | bytes):
+        items = enumerate(batch)
+    else:
+        return None
+    for key, value in items:
+        if (found := batch_leaf(value)) is not None:
+            return found[0], (key, *found[1])
+    return None

@@ -17,6 +17,8 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import socket
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +44,15 @@ def _report_to(args: Any) -> set[str]:
     return {value} if isinstance(value, str) else set(value)
 
 
-def tensorboard_dir(args: Any) -> Path:
+def tensorboard_dir(args: Any, run_id: str, now: datetime | None = None) -> Path:
     """Where our scalars go: ``$TENSORBOARD_LOGGING_DIR`` (then beside the Trainer's own), else
-    ``<output_dir>/runs/gpu-kpi`` (a run of its own next to the Trainer's timestamped one)."""
+    a directory per ``train()`` named as the Trainer names its own,
+    ``<output_dir>/runs/<Mon DD_HH-MM-SS>_<host>_gpu-kpi-<run id>``: each run a run of its
+    own in TensorBoard, listed next to the Trainer's."""
     if os.environ.get("TENSORBOARD_LOGGING_DIR"):
         return Path(os.environ["TENSORBOARD_LOGGING_DIR"])
-    return Path(args.output_dir) / "runs" / "gpu-kpi"
+    stamp = (now or datetime.now()).strftime("%b%d_%H-%M-%S")
+    return Path(args.output_dir) / "runs" / f"{stamp}_{socket.gethostname()}_gpu-kpi-{run_id[:8]}"
 
 
 def _dtype(args: Any) -> str:
@@ -114,6 +119,7 @@ class GpuKpiCallback(TrainerCallback):
         sinks: list[Sink] = []
         links: dict[str, str] = {}
         report = _report_to(args)
+        name = getattr(args, "run_name", None)
         if rank == 0 and "wandb" in report:
             from tracker.sinks.wandb import WandbSink, active_run
 
@@ -121,13 +127,16 @@ class GpuKpiCallback(TrainerCallback):
             run = active_run()
             if run is not None and getattr(run, "url", None):
                 links["wandb"] = str(run.url)
+            name = name or (getattr(run, "name", None) if run is not None else None)
         if rank == 0 and "tensorboard" in report:
             from tracker.sinks.tensorboard import TensorBoardSink
 
-            logdir = tensorboard_dir(args)
+            logdir = tensorboard_dir(args, run_id)
             sinks.append(TensorBoardSink(logdir=logdir))
             links["tensorboard"] = str(logdir)
         kwargs = dict(self.session_kwargs)
+        if name and not kwargs.get("name"):  # the Trainer's run_name, else W&B's run name
+            kwargs["name"] = str(name)
         kwargs.setdefault("framework", "transformers")
         kwargs.setdefault("dtype", _dtype(args))
         kwargs["links"] = {**links, **kwargs.get("links", {})}

@@ -5,37 +5,16 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
+
+from tracker.throughput import batch_leaf, infer_batch_size
+
+__all__ = ["BatchFn", "FlopMeter", "batch_leaf", "count", "infer_batch_size", "new_run_id"]
 
 log = logging.getLogger("gpu_kpi")
 
 BatchFn = Callable[[Any], int | None]
-
-
-def infer_batch_size(batch: Any) -> int | None:
-    """The leading dimension of the first tensor found in ``batch`` (a tensor, a sequence,
-    a mapping such as a HF ``BatchEncoding``), or None. Reads only the shape: no GPU sync."""
-    found = batch_leaf(batch)
-    return found[0] if found is not None else None
-
-
-def batch_leaf(batch: Any) -> tuple[int, tuple[Any, ...]] | None:
-    """:func:`infer_batch_size`'s answer and the keys (indices) that lead from ``batch`` to the
-    tensor it read: ``batch[k0][k1]...`` for ``(k0, k1, ...)``, ``()`` for a tensor."""
-    shape = getattr(batch, "shape", None)
-    if shape is not None:
-        return (int(shape[0]), ()) if len(shape) else None
-    if isinstance(batch, Mapping):
-        items: Any = batch.items()
-    elif isinstance(batch, Sequence) and not isinstance(batch, str | bytes):
-        items = enumerate(batch)
-    else:
-        return None
-    for key, value in items:
-        if (found := batch_leaf(value)) is not None:
-            return found[0], (key, *found[1])
-    return None
 
 
 def count(fn: BatchFn | None, batch: Any, what: str, warned: set[str]) -> int | None:

@@ -54,10 +54,13 @@ class LoggersSink:
         pass
 
 
-def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str]]:
-    """Sinks for the summary, config and alert of each W&B / TensorBoard logger, and the links."""
+def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str], str | None]:
+    """Sinks for the summary, config and alert of each W&B / TensorBoard logger, the links, and
+    the run's name there: the W&B run's, else ``<name>/version_<n>`` of a TensorBoard or CSV
+    logger."""
     sinks: list[Sink] = []
     links: dict[str, str] = {}
+    names: dict[str, str] = {}
     for logger in trainer.loggers:
         kind = type(logger).__name__
         try:  # a logger we cannot use costs its own sink, not the run's tracking
@@ -69,14 +72,20 @@ def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str]]:
                 url = getattr(experiment, "url", None)
                 if url:
                     links["wandb"] = str(url)
-            elif kind == "TensorBoardLogger":
-                from tracker.sinks.tensorboard import TensorBoardSink
+                if getattr(experiment, "name", None):
+                    names.setdefault("wandb", str(experiment.name))
+            elif kind in ("TensorBoardLogger", "CSVLogger"):
+                if kind == "TensorBoardLogger":
+                    from tracker.sinks.tensorboard import TensorBoardSink
 
-                sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
-                links["tensorboard"] = str(logger.log_dir)
+                    sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
+                    links["tensorboard"] = str(logger.log_dir)
+                version = logger.version
+                names.setdefault("version", f"{logger.name}/" + (
+                    version if isinstance(version, str) else f"version_{version}"))
         except Exception as e:
             log.warning("gpu-kpi: no run summary in %s (%s: %s)", kind, type(e).__name__, e)
-    return sinks, links
+    return sinks, links, names.get("wandb") or names.get("version")
 
 
 class LightningHooks:
@@ -151,10 +160,13 @@ class LightningHooks:
             run_id = trainer.strategy.broadcast(run_id, src=0)
         sinks: list[Sink] = []
         links: dict[str, str] = {}
+        name = None
         if rank == 0:
-            sinks, links = logger_sinks(trainer)
+            sinks, links, name = logger_sinks(trainer)
             sinks.insert(0, LoggersSink(trainer))
         kwargs = dict(self.session_kwargs)
+        if name and not kwargs.get("name"):  # the loggers' name for the run
+            kwargs["name"] = name
         kwargs.setdefault("framework", "lightning")
         kwargs.setdefault("dtype", str(trainer.precision))
         kwargs["links"] = {**links, **kwargs.get("links", {})}

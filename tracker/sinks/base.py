@@ -82,12 +82,15 @@ class SinkSet:
 
     def _each(self, method: str, *args: object) -> None:
         for sink in list(self.sinks):
-            try:
-                getattr(sink, method)(*args)
-            except Exception as e:
-                self.sinks.remove(sink)
-                log.warning("gpu-kpi: sink %r failed (%s: %s); it is turned off for this run",
-                            getattr(sink, "name", sink), type(e).__name__, e)
+            self._each_one(sink, method, *args)
+
+    def _each_one(self, sink: Sink, method: str, *args: object) -> None:
+        try:
+            getattr(sink, method)(*args)
+        except Exception as e:
+            self.sinks.remove(sink)
+            log.warning("gpu-kpi: sink %r failed (%s: %s); it is turned off for this run",
+                        getattr(sink, "name", sink), type(e).__name__, e)
 
     def start(self, record: RunRecord) -> None:
         self._each("start", record)
@@ -95,8 +98,14 @@ class SinkSet:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._each("log_metrics", metrics, step)
 
-    def summary(self, record: RunRecord) -> None:
+    def summary(self, record: RunRecord, metrics: Mapping[str, float] | None = None) -> None:
+        """Each sink's :meth:`Sink.summary`; and ``metrics`` (the logged metrics over the whole
+        run) to the sinks that keep a run summary of them (``summary_metrics``: W&B)."""
         self._each("summary", record)
+        if metrics:
+            for sink in list(self.sinks):
+                if hasattr(sink, "summary_metrics"):
+                    self._each_one(sink, "summary_metrics", metrics)
 
     def alert(self, title: str, text: str) -> None:
         self._each("alert", title, text)

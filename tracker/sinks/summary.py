@@ -33,3 +33,17 @@ def summary_markdown(r: RunRecord) -> str:
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
         lines.append(f"| {key} | {shown.replace('|', '/')} |")
     return "\n".join(lines)
+
+
+RECORD_METRICS: dict[str, str] = {
+    "gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
+    "gpu/energy_kwh": "energy_kwh", "perf/samples_per_s": "samples_per_s",
+    "perf/tokens_per_s": "tokens_per_s", "perf/mfu": "mfu", "perf/data_wait_pct": "data_wait_pct",
+    "cost/usd": "cost_usd", "cost/waste_usd": "waste_usd"}
+"""Logged metric → the record's figure for the whole run (every rank's GPUs)."""
+
+
+def record_metrics(r: RunRecord) -> dict[str, float]:
+    """The run's own values of the logged metrics the record holds: a run summary's
+    ``gpu/util_pct`` is the run's utilization, not the last log window's."""
+    return {k: float(v) for k, f in RECORD_METRICS.items() if (v := getattr(r, f)) is not None}

@@ -8,6 +8,7 @@ W&B alert.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,7 @@ from tracker.record import RunRecord
 from tracker.sinks.summary import start_values, summary_values
 
 _PREFIXES = ("gpu", "perf", "cost")
+log = logging.getLogger("gpu_kpi")
 
 
 class WandbSink:
@@ -31,12 +33,18 @@ class WandbSink:
         self.step_metric = step_metric
         self.logs = log_metrics
         self._defined = False
+        self._warned = False
 
     def _active(self) -> Any:
         if self._run is not None:
             return self._run
         import wandb
 
+        if wandb.run is None and not self._warned:
+            self._warned = True
+            log.warning("gpu-kpi: WandbSink has no W&B run to write to: call wandb.init() "
+                        "before the run starts, or pass WandbSink(run); nothing goes to W&B "
+                        "until a run is active")
         return wandb.run
 
     def start(self, record: RunRecord) -> None:
@@ -62,6 +70,13 @@ class WandbSink:
         run = self._active()
         if run is not None:
             run.summary.update(summary_values(record))
+
+    def summary_metrics(self, metrics: Mapping[str, float]) -> None:
+        """The logged keys' values over the whole run into the run summary, where W&B would
+        otherwise keep the last log window's (``gpu/util_pct`` of the last 30 s)."""
+        run = self._active()
+        if run is not None:
+            run.summary.update(dict(metrics))
 
     def alert(self, title: str, text: str) -> None:
         run = self._active()

@@ -44,6 +44,7 @@ class StoreWriter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._factory = store if callable(store) else functools.partial(_open_store, store)
+        self._url = "" if callable(store) else store  # "": a store of the caller's making
         if spool is None:
             # a URL's (or the default store's) records are that store's; a factory's are kept
             # without a store, for whichever store a flush opens
@@ -74,6 +75,21 @@ class StoreWriter:
             by_run.setdefault(row.run_id, []).append(row)
         for run_id, run_rows in by_run.items():
             self._submit(("samples", run_id, run_rows))
+
+    def where(self, run_id: str) -> str:
+        """Where the run's record is, after :meth:`close`: the local spool while the store
+        could not take it, else the store (its URL, any password masked). Never raises."""
+        try:
+            if self._spool.has_pending(run_id):
+                return (f"the local spool {self._spool.directory}: the store was unreachable "
+                        "(`gpu-kpi sync` sends it)")
+            if self._url == "":
+                return "the run store"
+            from tracker.store.engine import default_store_url, mask_url, parse_url
+
+            return mask_url(parse_url(self._url or default_store_url()))
+        except Exception:
+            return "the run store"
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Send what is queued, waiting at most ``timeout_s`` seconds; spool what is left."""

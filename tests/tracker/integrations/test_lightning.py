@@ -183,7 +183,8 @@ def finish_wandb() -> None:
 
 def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offline: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    wb = WandbLogger(offline=True, save_dir=str(wandb_offline), project="gpu-kpi-test")
+    wb = WandbLogger(offline=True, save_dir=str(wandb_offline), project="gpu-kpi-test",
+                     name="brave-sun-7")
     tb = TensorBoardLogger(str(tmp_path / "tb"))
     # no FLOP count: the verdict then rests on utilization (a CPU step's MFU on an H100 is ~0)
     cb = callback(tmp_path, store=url, measure_flops=False)
@@ -219,6 +220,10 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
     assert run.summary["gpu_kpi/verdict"] == record.verdict == "healthy"
     assert run.summary["gpu_kpi/cost_usd"] == pytest.approx(record.cost_usd)
     assert run.summary["gpu_kpi/util_pct"] == pytest.approx(92.0)
+    # the summary's logged keys hold the run's values (W&B would keep the last window's)
+    assert run.summary["gpu/util_pct"] == pytest.approx(record.util_pct)
+    assert run.summary["cost/usd"] == pytest.approx(record.cost_usd)
+    assert run.summary["perf/samples_per_s"] == pytest.approx(record.samples_per_s)
     assert run.config["gpu_kpi/run_id"] == record.id
     assert run.config["gpu_kpi/gpu_model"] == "H100"
     assert run.config["gpu_kpi/price_per_gpu_hour"] == pytest.approx(3.85)
@@ -241,6 +246,7 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
     assert r.steps == 20 and r.samples == 20 * BATCH and r.tokens is None
     assert r.util_pct == pytest.approx(92.0)
     assert r.links["tensorboard"] == tb.log_dir
+    assert r.name == "brave-sun-7"  # the W&B run's name, as the loggers call the run
     assert r.ended_at is not None
     duration_s = (r.ended_at - r.started_at).total_seconds()
     assert r.gpu_hours * 3600 == pytest.approx(duration_s, rel=0.01)
@@ -408,6 +414,8 @@ def test_a_resumed_fit_is_a_run_of_its_own(tmp_path: Path, store_url: str,
     r2 = final(second)
 
     assert r2.id != r1.id
+    # named as the TensorBoard logger names each: <name>/<version>
+    assert (r1.name, r2.name) == ("lightning_logs/a", "lightning_logs/b")
     assert (r1.steps, r1.samples) == (10, 10 * BATCH)
     assert (r2.steps, r2.samples) == (10, 10 * BATCH)  # its own, not 20 cumulative
     assert stored(url, r1.id) == r1 and stored(url, r2.id) == r2

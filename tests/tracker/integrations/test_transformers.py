@@ -151,6 +151,12 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.db'}"
 
 
+def our_tb_dir(tmp_path: Path) -> Path:
+    """Our TensorBoard run's directory: one per train(), named as the Trainer names its own."""
+    (logdir,) = [p for p in (tmp_path / "out" / "runs").iterdir() if "_gpu-kpi-" in p.name]
+    return logdir
+
+
 def stored(tmp_path: Path) -> list[RunRecord]:
     store = RunStore(sqlite_url(tmp_path))
     try:
@@ -226,15 +232,16 @@ def test_wandb_tensorboard_and_store_line_up_with_the_trainer(tmp_path: Path) ->
     assert run.config["gpu_kpi/run_id"] == r.id
     assert run.config["gpu_kpi/gpu_model"] == "H100"
 
-    # TensorBoard: our own run dir next to the Trainer's timestamped one
-    logdir = tmp_path / "out" / "runs" / "gpu-kpi"
+    # TensorBoard: our own run dir next to the Trainer's timestamped one, named like it
+    logdir = our_tb_dir(tmp_path)
     assert r.links["tensorboard"] == str(logdir)
+    assert logdir.name.endswith(f"_{socket.gethostname()}_gpu-kpi-{r.id[:8]}")
     scalars = readers.read_tensorboard(logdir)
     assert scalars["gpu/util_pct"] == [(s, pytest.approx(HEALTHY_UTIL)) for s in (5, 10, 15, 20)]
     summary = readers.read_tensorboard_text(logdir)["gpu-kpi/summary/text_summary"]
     assert len(summary) == 1 and f"| verdict | {r.verdict} |" in summary[0]
     # HF's own TensorBoard run is untouched by ours
-    hf_dirs = [p for p in (tmp_path / "out" / "runs").iterdir() if p.name != "gpu-kpi"]
+    hf_dirs = [p for p in (tmp_path / "out" / "runs").iterdir() if p != logdir]
     assert len(hf_dirs) == 1 and "gpu/util_pct" not in readers.read_tensorboard(hf_dirs[0])
 
     # the run store, and the numbers by hand
@@ -276,7 +283,7 @@ def test_gradient_accumulation_counts_samples_per_optimizer_step(tmp_path: Path)
     assert trainer.state.global_step == r.steps == 10
     assert r.samples == 10 * per_step
     assert r.tokens == 10 * per_step * SEQ_LEN == trainer.state.num_input_tokens_seen
-    scalars = readers.read_tensorboard(tmp_path / "out" / "runs" / "gpu-kpi")
+    scalars = readers.read_tensorboard(our_tb_dir(tmp_path))
     # one log per logging step (not per micro-batch)
     assert [s for s, _ in scalars["gpu/util_pct"]] == [5, 10]
     for step in (5, 10):
@@ -347,7 +354,7 @@ def test_evaluation_and_saving_are_not_data_wait(tmp_path: Path) -> None:
     # throughput is over training time: above samples / (wall time less the evaluations)
     assert r.samples_per_s is not None and r.samples is not None
     assert r.samples_per_s > r.samples / (duration_s(r) - eval_s)
-    scalars = readers.read_tensorboard(tmp_path / "out" / "runs" / "gpu-kpi")
+    scalars = readers.read_tensorboard(our_tb_dir(tmp_path))
     step_ms = dict(scalars["perf/step_time_ms"])
     assert sorted(step_ms) == [5, 10, 15, 20]
     # the windows after an evaluation hold no step that spans it (~300 ms)
@@ -457,6 +464,31 @@ def test_one_callback_tracks_each_train_call(tmp_path: Path) -> None:
         [(r1.id, 4 * BATCH), (r2.id, 4 * BATCH)])
 
 
+def test_each_train_call_is_a_tensorboard_run_named_by_run_name(tmp_path: Path) -> None:
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=sqlite_url(tmp_path))
+    trainer = make_trainer(tmp_path, cb, max_steps=4, logging_steps=2, run_name="exp-42",
+                           report_to=["tensorboard"])
+    trainer.train()
+    r1 = final(cb)
+    trainer.train()
+    r2 = final(cb)
+    assert (r1.name, r2.name) == ("exp-42", "exp-42")  # the Trainer's run_name
+    dirs = {r.links["tensorboard"] for r in (r1, r2)}
+    assert len(dirs) == 2  # a TensorBoard run each, not two piled into one
+    for d in dirs:
+        assert [s for s, _ in readers.read_tensorboard(d)["gpu/util_pct"]] == [2, 4]
+
+
+def test_without_run_name_the_wandb_run_name_names_the_run(tmp_path: Path) -> None:
+    import wandb
+
+    wandb.init(project="gpu-kpi-tests", name="brave-sun-7")
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False)
+    make_trainer(tmp_path, cb, max_steps=2, report_to=["wandb"]).train()
+    finish_wandb()
+    assert final(cb).name == "brave-sun-7"
+
+
 def test_run_that_raised_is_recorded_failed_when_the_next_starts(tmp_path: Path) -> None:
     class Breaks(Tokens):
         def __getitem__(self, i: int) -> dict[str, Any]:
@@ -487,7 +519,7 @@ def test_runs_without_wandb_installed(tmp_path: Path, monkeypatch: pytest.Monkey
     r = final(cb)
     assert r.status == "finished" and trainer.state.global_step == 10
     assert "wandb" not in r.links
-    scalars = readers.read_tensorboard(tmp_path / "out" / "runs" / "gpu-kpi")
+    scalars = readers.read_tensorboard(our_tb_dir(tmp_path))
     assert [s for s, _ in scalars["gpu/util_pct"]] == [5, 10]
     assert gpu_kpi_warnings(caplog) == []
 
@@ -517,16 +549,18 @@ def test_broken_wandb_run_turns_our_sink_off(tmp_path: Path, monkeypatch: pytest
     assert [row["train/global_step"] for row in history if "train/loss" in row] == [5, 10, 15, 20]
     assert not any(k.startswith(("gpu/", "perf/", "cost/")) for row in history for k in row)
     # the other sink did not notice
-    scalars = readers.read_tensorboard(tmp_path / "out" / "runs" / "gpu-kpi")
+    scalars = readers.read_tensorboard(our_tb_dir(tmp_path))
     assert [s for s, _ in scalars["gpu/util_pct"]] == [5, 10, 15, 20]
 
 
 def test_unwritable_tensorboard_dir_turns_our_writer_off(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # our writer's directory is taken by a regular file (as root, permissions would not stop it)
-    ours = tmp_path / "out" / "runs" / "gpu-kpi"
-    ours.parent.mkdir(parents=True)
-    ours.write_text("not a directory")
+    taken = tmp_path / "out" / "runs" / "taken"
+    taken.parent.mkdir(parents=True)
+    taken.write_text("not a directory")
+    monkeypatch.setattr("tracker.transformers.tensorboard_dir", lambda args, run_id: taken)
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=sqlite_url(tmp_path))
     trainer = make_trainer(tmp_path, cb, max_steps=10, report_to=["tensorboard"])
@@ -536,9 +570,9 @@ def test_unwritable_tensorboard_dir_turns_our_writer_off(
     assert r.samples == 10 * BATCH
     warnings = gpu_kpi_warnings(caplog)
     assert len(warnings) == 1 and "'tensorboard'" in warnings[0]
-    assert ours.read_text() == "not a directory"
+    assert taken.read_text() == "not a directory"
     # the Trainer's own TensorBoard run is fine, and the store has the run
-    (hf_dir,) = [p for p in ours.parent.iterdir() if p != ours]
+    (hf_dir,) = [p for p in taken.parent.iterdir() if p != taken]
     assert [s for s, _ in readers.read_tensorboard(hf_dir)["train/loss"]] == [5, 10]
     assert [(s.id, s.status) for s in stored(tmp_path)] == [(r.id, "finished")]
 
@@ -636,7 +670,7 @@ def test_lost_gpu_is_not_logged_after_it_is_gone(tmp_path: Path) -> None:
     steps = sorted(logged_at)
     after = {b for a, b in itertools.pairwise(steps) if logged_at[a] > backend.lost_at}
     assert after, "the GPU was not lost before a log window began"
-    scalars = readers.read_tensorboard(tmp_path / "out" / "runs" / "gpu-kpi")
+    scalars = readers.read_tensorboard(our_tb_dir(tmp_path))
     for key in ("gpu/util_pct", "gpu/power_w", "gpu/mem_used_gib"):
         assert not after & {step for step, _ in scalars.get(key, [])}, key
 
@@ -709,7 +743,7 @@ def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
     assert len(gpus) == 2  # each rank wrote its own GPU's minutes
 
     # rank 0 alone writes TensorBoard, with the spread across ranks
-    logdir = tmp_path / "out" / "runs" / "gpu-kpi"
+    logdir = our_tb_dir(tmp_path)
     assert len(list(logdir.glob("events.out.tfevents.*"))) == 1
     scalars = readers.read_tensorboard(logdir)
     log_steps = list(range(hf_ddp.LOGGING_STEPS, hf_ddp.MAX_STEPS + 1, hf_ddp.LOGGING_STEPS))

@@ -86,3 +86,32 @@ def test_unwritable_tensorboard_dir_turns_the_sink_off(tmp_path: Path,
     assert record is not None
     warned = [m for m in caplog.messages if "sink 'tensorboard' failed" in m]
     assert len(warned) == 1
+
+
+def test_the_wandb_summary_holds_the_runs_values_not_the_last_windows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logged every 7 s on a 10 s cycle (6 s at 100%, 4 s idle), the windows swing around the
+    run's 60%; W&B keeps a key's last logged value as its summary unless told the run's."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wb = wandb.init(mode="offline", dir=str(tmp_path), project="gpu-kpi-test")
+    clock = Clock()
+    with track(name="ib", backend="simulated:input-bound@H100", store=False, clock=clock,
+               threaded=False, warmup_steps=0, log_every_s=7.0, log_to_python=False,
+               sinks=[WandbSink(wb, step_metric="train/global_step")],
+               print_summary=False) as run:
+        for _ in range(600):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+            run.step(samples=16)
+    wb.finish()
+    got = readers.read_finished_wandb(tmp_path)
+    last = [h for h in got.history if "gpu/util_pct" in h][-1]
+    assert last["gpu/util_pct"] != pytest.approx(60.0)  # the last window's
+    record = run.record
+    assert record is not None and record.util_pct == pytest.approx(60.0)
+    assert got.summary["gpu/util_pct"] == pytest.approx(60.0)
+    assert got.summary["perf/samples_per_s"] == pytest.approx(16.0)
+    assert got.summary["cost/usd"] == pytest.approx(record.cost_usd)
+    assert got.summary["gpu/power_w"] == pytest.approx(70 + 630 * 0.6)  # the run's mean draw

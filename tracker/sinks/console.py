@@ -1,0 +1,68 @@
+"""The summary a run prints when it ends, on global rank 0 (``print_summary``, on by default):
+what the engineer sees in the terminal or notebook without turning logging on.
+
+```text
+gpu-kpi: run "baseline" finished: 1x H100, 0.52 GPU-h (31 min)
+  utilization 64% · cost $1.30 · waste $0.41 (idle $0.00)
+  verdict: input-bound
+  advice: more DataLoader workers (4-8 per GPU), pin_memory=True, prefetch_factor
+  stored: run 3f2a… in sqlite:////home/me/.local/share/gpu-kpi/runs.db
+  W&B: https://wandb.ai/team/llm/runs/abc · TensorBoard: out/runs/Dec01_10-00-00_host_gpu-kpi
+```
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+from tracker.record import RunRecord
+
+log = logging.getLogger("gpu_kpi")
+
+_LINKS = {"wandb": "W&B", "tensorboard": "TensorBoard"}
+
+
+def _shown(text: object) -> str:
+    """A user's text on one line of the terminal: control characters (an escape sequence in
+    a run name) shown as ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in str(text))
+
+
+def summary_text(r: RunRecord, where: str | None) -> str:
+    """The summary's lines (see the module's example); ``where``: the store or spool the
+    record went to (None: not stored)."""
+
+    def money(v: float | None) -> str:
+        return "n/a" if v is None else f"${v:,.2f}"
+
+    minutes = ((r.ended_at - r.started_at).total_seconds() / 60
+               if r.ended_at is not None else None)
+    took = "" if minutes is None else (f" ({minutes:,.0f} min)" if minutes >= 1
+                                       else f" ({minutes * 60:.0f} s)")
+    gpus = (f"{r.gpu_count}x {_shown(r.gpu_model or 'GPU')}" if r.gpu_source != "none"
+            else "no GPU data")
+    util = "n/a" if r.util_pct is None else f"{r.util_pct:.0f}%"
+    idle = "" if r.idle_usd is None else f" (idle {money(r.idle_usd)})"
+    lines = [f'gpu-kpi: run "{_shown(r.name)}" {r.status}: {gpus}, {r.gpu_hours:,.2f} GPU-h{took}',
+             f"  utilization {util} · cost {money(r.cost_usd)} · waste {money(r.waste_usd)}{idle}",
+             f"  verdict: {_shown(r.verdict or 'n/a')}"]
+    if r.advice:
+        lines.append(f"  advice: {_shown(r.advice)}")
+    lines.append(f"  stored: run {r.id} in {_shown(where)}" if where
+                 else "  stored: nowhere (store=False)")
+    links = [f"{_LINKS.get(k, _shown(k))}: {_shown(v)}" for k, v in sorted(r.links.items()) if v]
+    if links:
+        lines.append("  " + " · ".join(links))
+    return "\n".join(lines)
+
+
+def print_summary(r: RunRecord, where: str | None, stream: TextIO | None = None) -> None:
+    """Print :func:`summary_text` (to stdout by default). Never raises: a closed or broken
+    stream costs a debug line, not the end of training."""
+    try:
+        out = stream if stream is not None else sys.stdout
+        print(summary_text(r, where), file=out, flush=True)
+    except Exception:
+        log.debug("gpu-kpi: printing the run's summary failed", exc_info=True)
