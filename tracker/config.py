@@ -16,6 +16,7 @@ log_every_s = 30
 warmup_steps = 3
 alert_window_s = 600
 print_summary = true   # the run's summary printed when it ends (global rank 0)
+alert_webhook_file = "/etc/gpu-kpi/alert-webhook"   # or the variable GPU_KPI_ALERT_WEBHOOK
 
 [thresholds]
 target_util_pct = 85
@@ -72,10 +73,11 @@ from tracker.parsers import (
     whole,
 )
 
-__all__ = ["ENV_PREFIX", "FILE_SECTIONS", "TRACKER_SECTIONS", "ConfigError", "Errors", "Key",
-           "Parser", "Sections", "Settings", "cadence", "choice", "config_path", "did_you_mean", "flag",
-           "load_settings", "number", "read_prices", "read_sections", "read_settings",
-           "read_toml", "read_tracker", "settings_from", "text", "whole"]
+__all__ = ["ENV_PREFIX", "FILE_SECTIONS", "SETTING_KEYS", "TRACKER_SECTIONS", "ConfigError",
+           "Errors", "Key", "Parser", "Sections", "Settings", "cadence", "checked_argument",
+           "choice", "config_path", "did_you_mean", "flag", "load_settings", "number",
+           "read_prices", "read_secret", "read_sections", "read_settings", "read_toml",
+           "read_tracker", "settings_from", "text", "whole"]
 
 _THRESHOLD_KEYS = frozenset(f.name for f in dataclasses.fields(Thresholds))
 
@@ -97,6 +99,11 @@ class Settings:
     print_summary: bool = True
     """Print the run's summary when it ends (global rank 0): GPU-hours, utilization, cost,
     waste, verdict, advice, and where the run is stored."""
+    alert_webhook_file: str | None = None
+    """A file holding the chat webhook URL the run's alerts go to (``alert_webhook``)."""
+    alert_webhook: str | None = field(default=None, repr=False)
+    """The webhook URL (Slack, Teams, or JSON): ``$GPU_KPI_ALERT_WEBHOOK``, else the first line
+    of ``alert_webhook_file``. A secret: never in the file itself, argv or a log."""
     thresholds: Thresholds = field(default_factory=Thresholds)
     """Target, alert, underutilized and idle thresholds (``[thresholds]``)."""
     prices: Mapping[str, float] = field(default_factory=dict)
@@ -158,7 +165,8 @@ TRACKER_SECTIONS: Sections = {
                 "log_every_s": Key(cadence, "LOG_EVERY_S"),
                 "warmup_steps": Key(whole(0), "WARMUP_STEPS"),
                 "alert_window_s": Key(number(0), "ALERT_WINDOW_S"),
-                "print_summary": Key(flag, "PRINT_SUMMARY")},
+                "print_summary": Key(flag, "PRINT_SUMMARY"),
+                "alert_webhook_file": Key(text, "ALERT_WEBHOOK_FILE")},
     "thresholds": {"target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),
                    "alert_util_pct": Key(_pct(), "ALERT_UTIL_PCT"),
                    "underutilized_pct": Key(_pct(), "UNDERUTILIZED_PCT"),
@@ -257,9 +265,48 @@ def read_carbon(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
 def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> Settings:
     """The tracker's settings in a parsed TOML document, each overridden by its variable."""
     found = read_sections(data, TRACKER_SECTIONS, env, errors)
-    return Settings(**found[""], **found["tracker"], thresholds=Thresholds(**found["thresholds"]),
+    webhook = env.get(ENV_PREFIX + "ALERT_WEBHOOK", "").strip() or None
+    if webhook is None and (path := found["tracker"].get("alert_webhook_file")):
+        webhook = read_secret("tracker.alert_webhook_file", path, errors)
+    return Settings(**found[""], **found["tracker"], alert_webhook=webhook,
+                    thresholds=Thresholds(**found["thresholds"]),
                     prices=read_prices(data, env, errors), owned=read_owned(data, errors),
                     carbon=read_carbon(data, env, errors))
+
+
+SETTING_KEYS = {k: key.parse for keys in TRACKER_SECTIONS.values() for k, key in keys.items()}
+"""The tracker's settings by name, with their parsers."""
+_ARGUMENTS = {"price_per_gpu_hour": price, "flops_per_step": number(0), "nodes": whole(1),
+              **SETTING_KEYS}
+
+
+def checked_argument(name: str, value: Any) -> Any:
+    """A caller's argument (``track(price_per_gpu_hour=…)``, a setting) parsed as the config
+    file's value is (a price as ``[prices]``…); a bad one costs a warning and None, its default
+    (the price table, the config's value), not the run."""
+    try:
+        return None if value is None else _ARGUMENTS[name](value)
+    except ValueError as e:
+        import logging
+
+        logging.getLogger("gpu_kpi").warning(
+            "gpu-kpi: ignoring %s: %s; using its default instead", name, e)
+        return None
+
+
+def read_secret(key: str, path: str, errors: Errors) -> str | None:
+    """The first line of the file ``path`` (a secret: a password, a webhook URL); an error
+    naming ``key`` and the file, never its content, when it cannot be read or is empty."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            line = f.readline(4096).strip()
+    except (OSError, UnicodeDecodeError) as e:
+        errors.items.append(f"{key}: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+        return None
+    if not line:
+        errors.items.append(f"{key}: {path} is empty")
+        return None
+    return line
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path | None:

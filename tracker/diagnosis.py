@@ -119,3 +119,13 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
         return verdict("healthy", "ok", f"utilization {e.util_pct:.0f}%")
     return verdict("below-target", "critical" if e.util_pct < t.underutilized_pct else "warning",
                    f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)")
+
+
+def idle_alert(run: str, idle_gpus: int, gpus: int, t: Thresholds,
+               usd_per_gpu_hour: float | None) -> str:
+    """The live idle alert's text: which GPUs, how long, and the dollars an hour they burn."""
+    which = "its GPU has" if gpus == 1 else f"{idle_gpus} of its {gpus} GPUs have"
+    burning = (f"burning ${usd_per_gpu_hour * idle_gpus:,.2f}/h" if usd_per_gpu_hour is not None
+               else "burning GPU-hours (no price known)")
+    return (f"run {run}: {which} been under {t.idle_pct:g}% utilization for "
+            f"{t.idle_window_min} min, {burning}. {ADVICE['idle']}")

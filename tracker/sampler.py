@@ -125,7 +125,7 @@ class Sampler:
 
     ``clock`` is wall-clock seconds since the epoch (injected in tests; ``threaded=False`` lets
     a test drive :meth:`sample` itself). Completed minutes go to ``on_minute``; the alert rule
-    calls ``on_alert`` once.
+    calls ``on_alert`` once, and the idle rule ``on_idle`` once (with the idle GPUs).
     """
 
     @classmethod
@@ -148,6 +148,7 @@ class Sampler:
         on_minute: Callable[[list[MinuteSample]], None] | None = None,
         alert: AlertRule | None = None,
         on_alert: Callable[[str], None] | None = None,
+        on_idle: Callable[[list[str]], None] | None = None,
         idle_pct: float = _DEFAULTS.idle_pct,
         idle_window_min: int = _DEFAULTS.idle_window_min,
     ) -> None:
@@ -161,6 +162,7 @@ class Sampler:
         self.on_minute = on_minute
         self.alert = alert
         self.on_alert = on_alert
+        self.on_idle = on_idle
         self.gpus: list[GpuInfo] = []
         self.run: dict[str, GpuStats] = {}
         self.window: dict[str, GpuStats] = {}
@@ -172,6 +174,7 @@ class Sampler:
         self._minute: dict[str, tuple[int, GpuStats]] = {}
         self._alert_span: deque[tuple[float, float]] = deque()
         self._alerted = False
+        self._idle_alerted = False
         self._prev_t: float | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -252,10 +255,22 @@ class Sampler:
                 self.window[r.uuid].add(r, dt)
                 closed.extend(self._add_to_minutes(r, prev, now))
             alert = self._check_alert(readings, now, dt)
+            idle = self._check_idle() if closed else []
         if closed and self.on_minute:
             self.on_minute(closed)
         if alert and self.on_alert:
             self.on_alert(alert)
+        if idle and self.on_idle:
+            self.on_idle(idle)
+
+    def _check_idle(self) -> list[str]:
+        """The GPUs the idle rule has just found idle (a whole ``idle_window_min`` under
+        ``idle_pct``), the first time any is: the run's one idle alert."""
+        if self._idle_alerted or self.on_idle is None:
+            return []
+        idle = [u for u, d in self.idle.items() if d.idle_s > 0 and u not in self.lost]
+        self._idle_alerted = bool(idle)
+        return idle
 
     def _add_to_minutes(self, r: GpuReading, t0: float, t1: float) -> list[MinuteSample]:
         """Spread a reading over the minutes of (t0, t1]; return the minutes it closed."""

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from tracker import config, figures, ranks
-from tracker.config import Settings, read_settings
+from tracker import figures, ranks
+from tracker.config import SETTING_KEYS, Settings, checked_argument, read_settings
+from tracker.diagnosis import idle_alert
 from tracker.gpu import BackendError, GpuBackend, GpuInfo, open_backend
 from tracker.peaks import peak_tflops
 from tracker.prices import Price, canonical_gpu, price_for
@@ -51,7 +52,7 @@ class Session:
                  clock: Callable[[], float] | None = None, threaded: bool = True,
                  placement: Placement | None = None) -> None:
         self.spec = spec = dataclasses.replace(spec, **{  # bad numbers: see _ARGS
-            k: _checked(k, getattr(spec, k)) for k in ("price_per_gpu_hour", "flops_per_step")})
+            k: checked_argument(k, getattr(spec, k)) for k in ("price_per_gpu_hour", "flops_per_step")})
         place = placement or Placement()
         self.id = spec.id
         self.name = spec.name
@@ -59,12 +60,12 @@ class Session:
         self.links = dict(spec.links)
         self.flops_per_step = spec.flops_per_step
         self.rank, self.world_size = place.rank, place.world_size
-        self.nodes: int = _checked("nodes", place.nodes) or 1
+        self.nodes: int = checked_argument("nodes", place.nodes) or 1
         self._gather = place.gather if place.world_size > 1 else None
         self._backend_arg = backend
         self._store_arg = store
         self._config = config
-        self._overrides = {k: _checked(k, v) if k in _SETTINGS else v
+        self._overrides = {k: checked_argument(k, v) if k in SETTING_KEYS else v
                            for k, v in (overrides or {}).items()}
         self._settings = settings
         self._wall, self._now = clock or time.time, clock or time.perf_counter
@@ -127,6 +128,10 @@ class Session:
         self._started_wall = self._wall()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
         self.name = self.name or f"{self.spec.project or 'run'}-{self._started_at:%Y%m%d-%H%M%S}"
+        if self.rank == 0 and self.settings.alert_webhook:
+            from tracker.sinks.webhook import WebhookSink
+
+            self.sinks.sinks.append(WebhookSink(self.settings.alert_webhook))
         self._open_gpus()
         self._open_store()
         self._active = True
@@ -143,7 +148,7 @@ class Session:
                        else open_backend(self._backend_arg or self.settings.gpu))
             self.sampler = Sampler.from_settings(
                 backend, self.settings, run_id=self.id, clock=self._wall, threaded=self._threaded,
-                on_minute=self._on_minute, on_alert=self._on_alert)
+                on_minute=self._on_minute, on_alert=self._on_alert, on_idle=self._on_idle)
             self.gpus = self.sampler.start()
             self.gpu_source = backend.name
         except BackendError as e:
@@ -161,13 +166,11 @@ class Session:
                 log.warning("gpu-kpi: no MFU: %s", e)
 
     def _open_store(self) -> None:
-        if self._store_arg is False:
-            return
-        from tracker.store.spool import Spool
-        from tracker.store.writer import StoreWriter
+        if self._store_arg is not False:  # the writer spools for this store while it is away
+            from tracker.store.writer import StoreWriter
 
-        url = self._store_arg if isinstance(self._store_arg, str) else self.settings.store
-        self._writer = StoreWriter(url, spool=Spool.for_store(url))
+            self._writer = StoreWriter(
+                self._store_arg if isinstance(self._store_arg, str) else self.settings.store)
 
     def finish(self, status: str = "finished", *, collective: bool = True) -> RunRecord | None:
         """Stop sampling, compute the summary and verdict, write it everywhere. Never raises.
@@ -357,23 +360,14 @@ class Session:
     def _on_alert(self, text: str) -> None:
         self.sinks.alert("Low GPU utilization", f"run {self.name}: {text}")
 
+    def _on_idle(self, gpus: list[str]) -> None:
+        price = self.price.usd_per_gpu_hour if self.price else None
+        self.sinks.alert("GPUs idle", idle_alert(self.name or self.id, len(gpus), len(self.gpus),
+                                                 self.settings.thresholds, price))
+
 
 _SPEC_FIELDS = frozenset(RunSpec.__dataclass_fields__) - {"id"}
 _SETTING_ARGS = ("interval_s", "log_every_s", "warmup_steps", "print_summary")
-# the caller's numbers, parsed as the config file's are (a price as [prices]…): a bad one costs
-# a warning and falls back to its default (the price table, the config's value), not the run
-_SETTINGS = {k: key.parse for keys in config.TRACKER_SECTIONS.values() for k, key in keys.items()}
-_ARGS = {"price_per_gpu_hour": config.price, "flops_per_step": config.number(0),
-         "nodes": config.whole(1), **_SETTINGS}
-
-
-def _checked(name: str, value: Any) -> Any:
-    """``value`` of the argument ``name`` as :data:`_ARGS` parses it; None (its default) if bad."""
-    try:
-        return None if value is None else _ARGS[name](value)
-    except ValueError as e:
-        log.warning("gpu-kpi: ignoring %s: %s; using its default instead", name, e)
-        return None
 
 
 def track(*, run_id: str | None = None, tags: Iterable[str] = (),

@@ -1,0 +1,126 @@
+"""Chat webhooks against a real HTTP server on 127.0.0.1: what Slack, Teams and a JSON endpoint
+receive, retries on 429 (Retry-After) and 5xx, nothing else retried or followed, the secret
+path never in an error; and the tracker's live idle alert reaching one."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from fakes import Clock, ListSink
+from webhook_server import webhook_server
+
+from tracker import track
+from tracker.sinks.webhook import WebhookError, kind_of, message, post
+
+
+def test_each_chat_gets_its_own_shape_with_the_users_text_escaped() -> None:
+    name = "run <https://evil.example|click> & [x](http://evil)"
+    slack = message("slack", "gpu-kpi: GPUs idle", f"run {name}", facts=[("team", "nlp")],
+                    link=("Open in W&B", "https://wandb.ai/r"))
+    assert slack["text"] == (
+        "*gpu-kpi: GPUs idle*\nrun run &lt;https://evil.example|click&gt; &amp; [x](http://evil)"
+        "\n• team: nlp\n<https://wandb.ai/r|Open in W&amp;B>")
+    assert slack["blocks"][0]["text"] == {"type": "mrkdwn", "text": slack["text"]}
+    teams = message("teams", "t", name, facts=[("team", "nlp")], link=("Open", "https://x/r"))
+    (attachment,) = teams["attachments"]
+    assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
+    card = attachment["content"]
+    assert (card["type"], card["version"]) == ("AdaptiveCard", "1.4")
+    assert card["body"][1]["text"] == r"run <https://evil\.example\|click\> & \[x\]\(http://evil\)"
+    assert card["body"][2] == {"type": "FactSet", "facts": [{"title": "team", "value": "nlp"}]}
+    assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open", "url": "https://x/r"}]
+    assert message("json", "t", name, facts=[("team", "nlp")]) == {
+        "source": "gpu-kpi", "title": "t", "text": name, "facts": {"team": "nlp"}}
+    assert [kind_of(u) for u in ("https://hooks.slack.com/services/T/B/x",
+                                 "https://acme.webhook.office.com/webhookb2/x",
+                                 "https://prod-1.westeurope.logic.azure.com/workflows/x",
+                                 "https://example.com/hook")] == ["slack", "teams", "teams", "json"]
+
+
+def test_a_post_is_json_and_429_waits_its_retry_after() -> None:
+    waits: list[float] = []
+    with webhook_server(answers=[(429, {"Retry-After": "7"}), (503, {})]) as hook:
+        post(hook.url, {"text": "hi"}, sleep=waits.append, backoff_s=2.0)
+    assert [r.status for r in hook.received] == [429, 503, 200]
+    assert waits == [7.0, 4.0]  # Retry-After, then the second try's backoff (2 x 2**1)
+    assert hook.bodies == [{"text": "hi"}]
+    assert hook.received[-1].headers["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize(("answers", "message_part", "tries"), [
+    ([(404, {})], "HTTP 404", 1),
+    ([(302, {"Location": "http://127.0.0.1:9/elsewhere"})], "HTTP 302", 1),  # not followed
+    ([(429, {"Retry-After": "3600"})], "HTTP 429, retry after 3600 s", 1),
+    ([(500, {})] * 4, "HTTP 500 after 4 tries", 4),
+])
+def test_what_fails_fails_in_one_line_without_the_secret(
+        answers: list[tuple[int, dict[str, str]]], message_part: str, tries: int) -> None:
+    with webhook_server(answers=answers) as hook, pytest.raises(WebhookError) as e:
+        post(hook.url, {"text": "hi"}, sleep=lambda s: None)
+    assert message_part in str(e.value) and "secret-token" not in str(e.value)
+    assert str(e.value).startswith("webhook http://127.0.0.1/…: ")
+    assert len(hook.received) == tries
+
+
+def test_an_unreachable_webhook_is_retried_then_named() -> None:
+    with webhook_server() as hook:
+        url = hook.url
+    waits: list[float] = []
+    with pytest.raises(WebhookError, match=r"^webhook http://127\.0\.0\.1/…: .* after 3 tries$"):
+        post(url, {"text": "hi"}, retries=2, sleep=waits.append, backoff_s=1.0)
+    assert waits == [1.0, 2.0]
+
+
+def idle_run(minutes: int, **kwargs: object) -> tuple[object, ListSink]:
+    sink = ListSink()
+    clock = Clock()
+    with track(name="forgotten", backend="simulated:idle@H100:2", store=False, clock=clock,
+               threaded=False, log_to_python=False, print_summary=False, sinks=[sink],
+               **kwargs) as run:
+        for _ in range(minutes * 6):
+            clock.t += 10.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    return run.record, sink
+
+
+def test_an_idle_run_gets_one_idle_alert_with_its_dollars_per_hour(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two idle H100s at $3.85: $7.70 an hour burnt. The idle rule needs 30 minutes under 5%;
+    the low-utilization alert (70%, 10 min) comes first."""
+    with webhook_server() as hook:
+        monkeypatch.setenv("GPU_KPI_ALERT_WEBHOOK", hook.url)
+        record, sink = idle_run(90)
+    titles = [t for t, _ in sink.alerts]
+    assert titles == ["Low GPU utilization", "GPUs idle"]
+    idle = sink.alerts[1][1]
+    assert idle.startswith("run forgotten: 2 of its 2 GPUs have been under 5% utilization for "
+                           "30 min, burning $7.70/h. The GPUs sat allocated but idle")
+    assert [b["title"] for b in hook.bodies] == ["gpu-kpi: Low GPU utilization",
+                                                 "gpu-kpi: GPUs idle"]
+    assert hook.bodies[1]["text"] == idle and hook.bodies[1]["source"] == "gpu-kpi"
+    assert record.verdict == "idle"  # type: ignore[attr-defined]
+
+
+def test_no_idle_alert_before_the_window_and_the_webhook_from_a_file(tmp_path: Path) -> None:
+    with webhook_server() as hook:
+        secret = tmp_path / "alert-webhook"
+        secret.write_text(hook.url + "\n")
+        config = tmp_path / "gpu-kpi.toml"
+        config.write_text(f'[tracker]\nalert_webhook_file = "{secret}"\n')
+        _, sink = idle_run(29, config=str(config))
+    assert [t for t, _ in sink.alerts] == ["Low GPU utilization"]
+    assert [b["title"] for b in hook.bodies] == ["gpu-kpi: Low GPU utilization"]
+
+
+def test_a_webhook_that_fails_costs_a_warning_not_the_run(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    with webhook_server(answers=[(403, {})] * 2) as hook:
+        monkeypatch.setenv("GPU_KPI_ALERT_WEBHOOK", hook.url)
+        with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+            record, _ = idle_run(35)
+    assert record.status == "finished"  # type: ignore[attr-defined]
+    warned = [r.getMessage() for r in caplog.records if "webhook" in r.getMessage()]
+    assert len(warned) == 2 and all("HTTP 403" in w for w in warned)
+    assert not any("secret-token" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,196 @@
+"""Chat webhooks: Slack and Microsoft Teams incoming webhooks, or any URL that takes JSON. The
+tracker's live alerts go to one (:class:`WebhookSink`); the service posts its weekly summary
+card through :func:`post` too (:mod:`reports.service.chat`).
+
+A webhook URL carries its secret in the path (``hooks.slack.com/services/T…/B…/XXXX``): it is
+read from the environment or a file, never from argv, and shown only as its scheme and host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from tracker.record import RunRecord
+
+log = logging.getLogger("gpu_kpi")
+
+KINDS = ("slack", "teams", "json")
+RETRY_AFTER_MAX_S = 60.0
+"""The longest ``Retry-After`` (of a 429) honoured; a longer one fails the post."""
+
+
+class WebhookError(Exception):
+    """A post that did not get through: one line, the URL shown by its host only."""
+
+
+def shown(url: str) -> str:
+    """The URL as it may be logged: scheme and host, the secret path left out."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or '?'}/…"
+
+
+def kind_of(url: str) -> str:
+    """``slack`` for ``hooks.slack.com``, ``teams`` for a Teams incoming webhook or workflow
+    (``*.webhook.office.com``, ``*.logic.azure.com``, ``*.powerplatform.com``), else ``json``."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "hooks.slack.com":
+        return "slack"
+    if host.endswith((".webhook.office.com", ".logic.azure.com", ".powerplatform.com")):
+        return "teams"
+    return "json"
+
+
+def _slack_text(text: str) -> str:
+    """Slack's control characters escaped: a run name cannot make a link or a mention."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~])")
+
+
+def _teams_text(text: str) -> str:
+    """Markdown escaped for a Teams card's text block: text stays text."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def message(kind: str, title: str, text: str, *, facts: Sequence[tuple[str, str]] = (),
+            link: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The JSON body of a post: a title, a text, name-value ``facts`` and a ``link`` (label,
+    URL), shaped for ``kind`` (Slack blocks, a Teams Adaptive Card, or plain JSON). Every
+    user-supplied string is escaped for the chat's markup."""
+    if kind == "slack":
+        lines = [f"*{_slack_text(title)}*", _slack_text(text),
+                 *(f"• {_slack_text(k)}: {_slack_text(v)}" for k, v in facts)]
+        if link is not None:
+            lines.append(f"<{_slack_text(link[1])}|{_slack_text(link[0])}>")
+        body = "\n".join(line for line in lines if line)
+        return {"text": body, "blocks": [{"type": "section",
+                                          "text": {"type": "mrkdwn", "text": body}}]}
+    if kind == "teams":
+        card: dict[str, Any] = {
+            "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+            "type": "AdaptiveCard", "version": "1.4",
+            "body": [{"type": "TextBlock", "text": _teams_text(title), "weight": "Bolder",
+                      "size": "Medium", "wrap": True},
+                     {"type": "TextBlock", "text": _teams_text(text), "wrap": True}]}
+        if facts:
+            card["body"].append({"type": "FactSet", "facts": [
+                {"title": _teams_text(k), "value": _teams_text(v)} for k, v in facts]})
+        if link is not None:
+            card["actions"] = [{"type": "Action.OpenUrl", "title": link[0], "url": link[1]}]
+        return {"type": "message", "attachments": [
+            {"contentType": "application/vnd.microsoft.card.adaptive", "content": card}]}
+    return {"source": "gpu-kpi", "title": title, "text": text, "facts": dict(facts),
+            **({"link": link[1]} if link is not None else {})}
+
+
+def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 10.0, retries: int = 3,
+         backoff_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> None:
+    """POST ``body`` as JSON. A 429 waits its ``Retry-After`` (at most
+    :data:`RETRY_AFTER_MAX_S`), a 5xx or a connection error ``backoff_s`` doubling, up to
+    ``retries`` times; another status fails at once. Raises :class:`WebhookError`."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise WebhookError(f"webhook {shown(url)}: not an http(s) URL")
+    data = json.dumps(body).encode()
+    for attempt in range(retries + 1):
+        request = urllib.request.Request(url, data=data, method="POST", headers={
+            "Content-Type": "application/json", "User-Agent": "gpu-kpi"})
+        try:
+            with _OPENER.open(request, timeout=timeout_s) as response:
+                response.read(65_536)
+                return
+        except urllib.error.HTTPError as e:
+            status, wait = e.code, backoff_s * 2**attempt
+            if status == 429:
+                wait = _retry_after(e.headers.get("Retry-After"), wait)
+                if wait > RETRY_AFTER_MAX_S:
+                    raise WebhookError(f"webhook {shown(url)}: HTTP 429, retry after "
+                                       f"{wait:.0f} s") from None
+            elif status < 500:  # a redirect too: never followed
+                raise WebhookError(f"webhook {shown(url)}: HTTP {status} {e.reason}") from None
+            why = f"HTTP {status}"
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            why, wait = f"{type(reason).__name__}: {reason}", backoff_s * 2**attempt
+        if attempt == retries:
+            raise WebhookError(f"webhook {shown(url)}: {why} after {retries + 1} tries")
+        sleep(wait)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a new address to send the message to."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def _retry_after(value: str | None, default: float) -> float:
+    """Seconds from a ``Retry-After`` header's number (a date or nothing: ``default``)."""
+    try:
+        return max(0.0, float(value)) if value is not None else default
+    except ValueError:
+        return default
+
+
+class WebhookSink:
+    """The run's alerts (low utilization, idle) posted to a chat webhook, in order, from a
+    thread of the sink's own so that training never waits on the network; a failed post costs
+    one warning."""
+
+    name = "webhook"
+
+    def __init__(self, url: str, *, kind: str | None = None, **post_args: Any) -> None:
+        self.url = url
+        self.kind = kind or kind_of(url)
+        self.post_args = post_args
+        self._queue: queue.SimpleQueue[Mapping[str, Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._record: RunRecord | None = None
+
+    def start(self, record: RunRecord) -> None:
+        self._record = record
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        pass
+
+    def summary(self, record: RunRecord) -> None:
+        pass
+
+    def alert(self, title: str, text: str) -> None:
+        r = self._record
+        facts = [] if r is None else [(k, v) for k, v in (
+            ("project", r.project), ("team", r.team), ("user", r.user), ("host", r.host)) if v]
+        link = next(((label, r.links[key]) for key, label in (
+            ("wandb", "Open in W&B"), ("tensorboard", "TensorBoard")) if r and r.links.get(key)
+            and r.links[key].startswith(("http://", "https://"))), None)
+        self._queue.put(message(self.kind, f"gpu-kpi: {title}", text, facts=facts, link=link))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._posts, daemon=True,
+                                            name="gpu-kpi-webhook")
+            self._thread.start()
+
+    def _posts(self) -> None:
+        while (body := self._queue.get()) is not None:
+            try:
+                post(self.url, body, **self.post_args)
+            except Exception as e:
+                log.warning("gpu-kpi: the alert did not reach the webhook: %s", e)
+
+    def close(self) -> None:
+        """Send what is queued, waiting a few seconds at most (a short run's alert at its end)."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=15.0)
