@@ -29,6 +29,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     from reports.weeks import parse_week
 
     parse_week(args.week)
+    if args.kind == "summary" and (args.team or args.user):  # --team T alone means a team's
+        args.kind = "team" if args.team else "runs"
     for addr in args.to:
         try:
             parse_address(addr)
@@ -42,13 +44,24 @@ def cmd_send(args: argparse.Namespace) -> int:
         from reports.errors import writable_dir
 
         writable_dir(Path(args.out), "--out")
-    path = service.send(args.week, args.to, dry_run=Path(args.out) if args.dry_run else None,
+    if (args.kind == "team" and not args.team) or (args.kind == "runs" and not args.user):
+        raise UsageError(f"--kind {args.kind} needs --{'team' if args.kind == 'team' else 'user'}")
+    from reports.service.send import NothingToSend, send_now
+
+    try:
+        path = send_now(service, args.week, args.to, kind=args.kind, team=args.team,
+                        user=args.user, dry_run=Path(args.out) if args.dry_run else None,
                         timeout_s=args.timeout, retry=not args.no_retry)
+    except NothingToSend as e:
+        print(f"gpu-kpi: nothing sent: {e}", file=sys.stderr)
+        return 1
+    what = {"team": f" (team {args.team})", "runs": f" (runs of {args.user})"}.get(args.kind, "")
     if path is not None:
         print(f"dry run: {path} (not sent)")
     else:
         smtp = service.settings.smtp
-        print(f"sent {args.week} to {', '.join(args.to)} via {smtp.host}:{smtp.effective_port}")
+        print(f"sent {args.week}{what} to {', '.join(args.to)} via "
+              f"{smtp.host}:{smtp.effective_port}")
     return 0
 
 
@@ -135,6 +148,11 @@ def add_service_commands(add: AddCommand) -> None:
     send.add_argument("--week", required=True, metavar="YYYY-Www", help="ISO week")
     send.add_argument("--to", required=True, action="append", metavar="ADDR",
                       help="recipient (repeat for more)")
+    send.add_argument("--kind", choices=("summary", "team", "runs"), default="summary",
+                      help="the whole week's report (default), one team's (--team), or one "
+                      "engineer's underutilized runs (--user), as the service sends them")
+    send.add_argument("--team", metavar="TEAM", help="the team of --kind team (implies it)")
+    send.add_argument("--user", metavar="USER", help="the user of --kind runs (implies it)")
     send.add_argument("--dry-run", action="store_true",
                       help="write <out>/<week>.eml instead of sending")
     send.add_argument("--out", default="reports-out", metavar="DIR",

@@ -39,10 +39,16 @@ team = "nlp"
 to = "alice@example.com"
 report = "runs"
 user = "alice"
+
+[[recipients]]                # a chat channel: Slack, Teams or JSON webhook (kind from the host)
+chat = "#ml-platform"
+webhook_env = "GPU_KPI_WEBHOOK_ML_PLATFORM"   # or webhook_file = "/etc/gpu-kpi/slack-url"
+report = "summary"
 ```
 
 The SMTP password is never a setting: it is read, when a message is sent, from the variable named
-by ``smtp.password_env`` (default ``GPU_KPI_SMTP_PASSWORD``) or the file ``smtp.password_file``.
+by ``smtp.password_env`` (default ``GPU_KPI_SMTP_PASSWORD``) or the file ``smtp.password_file``;
+a chat webhook's URL, a secret too, likewise from its ``webhook_env`` or ``webhook_file``.
 """
 
 from __future__ import annotations
@@ -80,10 +86,24 @@ REPORT_KINDS = ("summary", "team", "runs")
 
 @dataclass(frozen=True, kw_only=True)
 class Recipient:
-    to: str
+    to: str | None = None
+    """An email address; or a chat webhook (``chat``)."""
     report: str = "summary"
     team: str | None = None
     user: str | None = None
+    chat: str | None = None
+    """A chat webhook's name (``#nlp-alerts``): the delivery log's name for it, never the URL."""
+    webhook_env: str | None = None
+    """The variable holding the webhook URL (a secret, read when sending)."""
+    webhook_file: str | None = None
+    """Or the file holding it."""
+    webhook_kind: str | None = None
+    """``slack``, ``teams`` or ``json``; default: from the URL's host."""
+
+    @property
+    def address(self) -> str:
+        """Who the delivery log says got it: the email address, or ``chat:<name>``."""
+        return self.to if self.to is not None else f"chat:{self.chat}"
 
     @property
     def kind(self) -> str:
@@ -176,7 +196,8 @@ SERVICE_SECTIONS: Sections = {
 """The reports side's keys; ``GPU_KPI_<env>`` overrides the file. The SMTP password variable
 itself is read only when sending."""
 _RECIPIENT_KEYS = {"to": parse_address, "report": choice(REPORT_KINDS), "team": text,
-                   "user": text}
+                   "user": text, "chat": text, "webhook_env": text, "webhook_file": text,
+                   "webhook_kind": choice(("slack", "teams", "json"))}
 
 
 def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...]:
@@ -198,9 +219,19 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
             elif (parsed := errors.parse(f"{key}.{k}", parser, v)) is not None:
                 values[k] = parsed
         report = values.get("report", "summary")
-        if "to" not in values:
-            if "to" not in row:
-                errors.items.append(f"{key}.to: missing (the recipient's address)")
+        if "to" not in row and "chat" not in row:
+            errors.items.append(f"{key}.to: missing (the recipient's address; or chat = a "
+                                "webhook's name)")
+            continue
+        if "to" in row and "chat" in row:
+            errors.items.append(f"{key}: needs either to (an email address) or chat (a webhook's "
+                                "name with webhook_env or webhook_file), not both")
+            continue
+        if "to" not in values and "chat" not in values:
+            continue  # its value was in error, and said so
+        if "chat" in row and ("webhook_env" in row) == ("webhook_file" in row):
+            errors.items.append(f"{key}: a chat recipient needs webhook_env (the variable "
+                                "holding its URL) or webhook_file, one of them")
             continue
         if report == "team" and not values.get("team"):
             errors.items.append(f"{key}.team: missing (report = \"team\" needs the team)")

@@ -33,12 +33,13 @@ from reports.service.mailer import (
     config_fingerprint,
     read_password,
 )
-from reports.weeks import label_of, parse_week
+from reports.weeks import label_of
 from tracker.config import ConfigError
 
 if TYPE_CHECKING:
     from reports.build import Computed, Request
     from reports.kpi import WeekKpis
+    from reports.render.chat import Card
 
 log = logging.getLogger("gpu_kpi")
 
@@ -144,7 +145,7 @@ class Service:
         weeks = self.candidates(now)
         out: dict[str, list[Recipient]] = {}
         for r in self.settings.recipients:
-            for week in pending_weeks(history.get((r.kind, r.to), []), weeks,
+            for week in pending_weeks(history.get((r.kind, r.address), []), weeks,
                                       smtp_config=smtp_config, retry_failed=retry_failed):
                 out.setdefault(week, []).append(r)
         return out
@@ -159,7 +160,7 @@ class Service:
         with RunStore(self.settings.tracker.store) as store:
             history = _history(DeliveryLog(store))
         owed = self._owed(history, now, config_fingerprint(self.settings.smtp), False)
-        return any(history.get((r.kind, r.to)) for rs in owed.values() for r in rs)
+        return any(history.get((r.kind, r.address)) for rs in owed.values() for r in rs)
 
     # -- the job ----------------------------------------------------------------------------------
     def run(self, now: datetime | None = None, *, retry_failed: bool = False) -> RunResult:
@@ -192,8 +193,8 @@ class Service:
                         continue
                     built.append(label)
                     archived += self._archive(week, errors)
-                    for r in owed.get(label, []):
-                        if mailer is not None and not self._stopping():
+                    for r in owed.get(label, []):  # a chat channel needs no mailer
+                        if (mailer is not None or r.to is None) and not self._stopping():
                             outcomes.append(self._deliver(
                                 deliveries, mailer, r, week, now, smtp_config=smtp_config,
                                 retry_failed=retry_failed))
@@ -217,10 +218,10 @@ class Service:
                  weeks: Sequence[str]) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for week in weeks:
-            owed_now = {(r.kind, r.to) for r in owed.get(week, [])}
+            owed_now = {(r.kind, r.address) for r in owed.get(week, [])}
             done = Counter(e.status for r in self.settings.recipients
-                           if (r.kind, r.to) not in owed_now
-                           for e in history.get((r.kind, r.to), []) if e.week == week)
+                           if (r.kind, r.address) not in owed_now
+                           for e in history.get((r.kind, r.address), []) if e.week == week)
             out[week] = dict(done)
         return out
 
@@ -232,10 +233,10 @@ class Service:
         out = []
         for week, recipients in sorted(owed.items()):
             for r in recipients:
-                if (r.kind, week, r.to) not in done:
-                    deliveries.defer_unclaimed(r.kind, week, r.to, owner=self.owner, now=now,
+                if (r.kind, week, r.address) not in done:
+                    deliveries.defer_unclaimed(r.kind, week, r.address, owner=self.owner, now=now,
                                                error=STOPPED)
-                    out.append(Outcome(kind=r.kind, week=week, recipient=r.to,
+                    out.append(Outcome(kind=r.kind, week=week, recipient=r.address,
                                        status="deferred", error=STOPPED))
         if out:
             log.warning("gpu-kpi: stopping: %d deliveries not tried, left owed to the next run",
@@ -311,45 +312,67 @@ class Service:
         return week.teams[team]
 
     # -- one recipient --------------------------------------------------------------------------
-    def _deliver(self, deliveries: DeliveryLog, mailer: Mailer, r: Recipient, week: _Week,
-                 now: datetime, *, smtp_config: str, retry_failed: bool) -> Outcome:
-        key = (r.kind, week.label, r.to)
+    def _deliver(self, deliveries: DeliveryLog, mailer: Mailer | None, r: Recipient,
+                 week: _Week, now: datetime, *, smtp_config: str, retry_failed: bool) -> Outcome:
+        key = (r.kind, week.label, r.address)
         if not deliveries.claim(*key, owner=self.owner, now=now, smtp_config=smtp_config,
                                 retry_failed=retry_failed):
-            return Outcome(kind=r.kind, week=week.label, recipient=r.to, status="skipped")
+            return Outcome(kind=r.kind, week=week.label, recipient=r.address, status="skipped")
         status, error, message_id, at_fault = "sent", None, None, None
         try:
-            msg = self.message(r, week, now)
+            msg = self.message(r, week, now) if r.to is not None else self.card(r, week)
+            from reports.render.chat import Card
+            from reports.service.chat import post_card
+
             if self._stopping():  # stopped while the message was being made: not in flight yet
                 deliveries.release(*key, owner=self.owner, now=now, error=STOPPED)
-                return Outcome(kind=r.kind, week=week.label, recipient=r.to, status="deferred",
-                               error=STOPPED)
+                return Outcome(kind=r.kind, week=week.label, recipient=r.address,
+                               status="deferred", error=STOPPED)
             if msg is None:
                 status = "empty"
+            elif isinstance(msg, Card):
+                post_card(r, msg)
             else:
+                assert mailer is not None and r.to is not None
                 message_id = msg["Message-ID"]
                 mailer.send(msg, [r.to])
         except MailError as e:
             status, error = ("deferred" if e.temporary else "failed"), str(e)
             at_fault = smtp_config if e.config else None
-            log.warning("gpu-kpi: %s for %s to %s %s: %s%s", r.kind, week.label, r.to,
+            log.warning("gpu-kpi: %s for %s to %s %s: %s%s", r.kind, week.label, r.address,
                         "deferred" if e.temporary else "failed", e,
                         "; a fault of the [smtp] settings: tried again when they change, or "
                         "with serve --retry-failed" if e.config else "")
         except Exception as e:  # a bug in one recipient's message must not stop the others
             status, error = "failed", f"{type(e).__name__}: {e}"
-            log.exception("gpu-kpi: %s for %s to %s failed", r.kind, week.label, r.to)
+            log.exception("gpu-kpi: %s for %s to %s failed", r.kind, week.label, r.address)
         deliveries.finish(*key, status=status, now=now, message_id=message_id, error=error,
                           smtp_config=at_fault)
-        return Outcome(kind=r.kind, week=week.label, recipient=r.to, status=status, error=error)
+        return Outcome(kind=r.kind, week=week.label, recipient=r.address, status=status,
+                       error=error)
 
-    def message(self, r: Recipient, week: _Week, now: datetime) -> EmailMessage | None:
-        """The email for ``r``, or None when it would be empty (no GPU time for the team, no
-        underutilized runs of the user)."""
+    def card(self, r: Recipient, week: _Week) -> Card | None:
+        """The chat card for ``r`` (None when empty, as :meth:`message`)."""
+        from reports.render.chat import chat_card
+
+        s = self.settings
+        if r.report == "team":
+            assert r.team is not None
+            tk = self._team(week, r.team)
+            return None if tk is None else chat_card(
+                tk, tz=s.tz, report_url=s.report_url, scope=f"team {r.team}", team=r.team)
+        return chat_card(week.computed.kpis, tz=s.tz, report_url=s.report_url,
+                         user=r.user if r.report == "runs" else None)
+
+    def message(self, r: Recipient, week: _Week, now: datetime, *,
+                to: Sequence[str] | None = None) -> EmailMessage | None:
+        """The email for ``r`` (addressed to ``to``, default ``r.to``), or None when it would be
+        empty (no GPU time for the team, no underutilized runs of the user)."""
         from reports.render.email import build_email, build_runs_email
 
         s = self.settings
-        common: dict[str, Any] = {"tz": s.tz, "sender": s.smtp.sender, "recipients": [r.to],
+        common: dict[str, Any] = {"tz": s.tz, "sender": s.smtp.sender,
+                                  "recipients": list(to) if to is not None else [r.to],
                                   "report_url": s.report_url, "now": now}
         k = week.computed.kpis
         if r.report == "team":
@@ -363,35 +386,6 @@ class Service:
             assert r.user is not None
             return build_runs_email(k, r.user, **common)
         return build_email(k, week.images, **common)
-
-    # -- one report now (``gpu-kpi send``) ------------------------------------------------------
-    def send(self, label: str, to: Sequence[str], *, now: datetime | None = None,
-             dry_run: Path | None = None, timeout_s: float | None = None,
-             retry: bool = True) -> Path | None:
-        """Mail the week's summary to ``to`` now, outside the schedule and the delivery log;
-        ``dry_run``: write the message to ``<dry_run>/<week>.eml`` instead (returned).
-        ``timeout_s``: give up after this long, retries and their waits included; ``retry``:
-        False for one attempt only."""
-        from reports.build import write_atomically
-        from reports.render.email import build_email
-
-        now = now or datetime.now(UTC)
-        parse_week(label)
-        week = self._build(label, now)
-        s = self.settings
-        msg = build_email(week.computed.kpis, week.images, tz=s.tz, sender=s.smtp.sender,
-                          recipients=list(to), report_url=s.report_url, now=now)
-        if dry_run is not None:
-            dry_run.mkdir(parents=True, exist_ok=True)
-            path = dry_run / f"{label}.eml"
-            write_atomically(path, msg.as_bytes())
-            return path
-        mailer, errors = self._open_mailer(total_s=timeout_s, retry=retry)
-        if mailer is None:
-            raise ConfigError(errors[0])
-        mailer.send(msg, list(to))
-        return None
-
 
 def _history(deliveries: DeliveryLog) -> History:
     out: History = {}

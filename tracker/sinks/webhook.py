@@ -30,7 +30,12 @@ RETRY_AFTER_MAX_S = 60.0
 
 
 class WebhookError(Exception):
-    """A post that did not get through: one line, the URL shown by its host only."""
+    """A post that did not get through: one line, the URL shown by its host only.
+    ``temporary``: worth trying again later (429, 5xx, no connection), not a refusal."""
+
+    def __init__(self, message: str, *, temporary: bool = False) -> None:
+        super().__init__(message)
+        self.temporary = temporary
 
 
 def shown(url: str) -> str:
@@ -115,7 +120,7 @@ def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 10.0, retries:
                 wait = _retry_after(e.headers.get("Retry-After"), wait)
                 if wait > RETRY_AFTER_MAX_S:
                     raise WebhookError(f"webhook {shown(url)}: HTTP 429, retry after "
-                                       f"{wait:.0f} s") from None
+                                       f"{wait:.0f} s", temporary=True) from None
             elif status < 500:  # a redirect too: never followed
                 raise WebhookError(f"webhook {shown(url)}: HTTP {status} {e.reason}") from None
             why = f"HTTP {status}"
@@ -123,7 +128,8 @@ def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 10.0, retries:
             reason = getattr(e, "reason", e)
             why, wait = f"{type(reason).__name__}: {reason}", backoff_s * 2**attempt
         if attempt == retries:
-            raise WebhookError(f"webhook {shown(url)}: {why} after {retries + 1} tries")
+            raise WebhookError(f"webhook {shown(url)}: {why} after {retries + 1} tries",
+                               temporary=True)
         sleep(wait)
 
 

@@ -106,6 +106,32 @@ def test_send_dry_run_writes_the_message(tmp_path: Path, store: str) -> None:
     assert msg["To"] == "boss@example.com" and msg.get_content_type() == "multipart/alternative"
 
 
+def test_send_a_teams_or_an_engineers_report(tmp_path: Path, store: str) -> None:
+    cfg = config(tmp_path, store, unused_port())
+    week = latest_label()
+    out = tmp_path / "dry"
+    p = gpu_kpi("send", "--week", week, "--to", "lead@example.com", "--team", "nlp",
+                "--dry-run", "--out", str(out), "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    path = out / f"{week}-team-nlp.eml"
+    assert p.stdout.strip() == f"dry run: {path} (not sent)"
+    msg = message_from_bytes(path.read_bytes(), policy=policy.default)
+    assert str(msg["Subject"]).strip().startswith(f"GPU efficiency {week}, team nlp: $46 spend")
+    p = gpu_kpi("send", "--week", week, "--to", "alice@example.com", "--kind", "runs",
+                "--user", "alice", "--dry-run", "--out", str(out), "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    msg = message_from_bytes((out / f"{week}-runs-alice.eml").read_bytes(), policy=policy.default)
+    assert "1 of your runs under 50%" in str(msg["Subject"])
+    # bob's run was at 90%: nothing to send, and said so
+    p = gpu_kpi("send", "--week", week, "--to", "bob@example.com", "--user", "bob", "--dry-run",
+                "--out", str(out), "--config", str(cfg))
+    assert p.returncode == 1
+    assert p.stderr.strip() == f"gpu-kpi: nothing sent: user 'bob' had no underutilized runs in {week}"
+    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--kind", "team",
+                "--config", str(cfg))
+    assert p.returncode == 2 and p.stderr.strip() == "gpu-kpi: error: --kind team needs --team"
+
+
 def test_send_mails_now_and_says_so(tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
     cfg = config(tmp_path, store, smtp_server.port)
     week = latest_label()
