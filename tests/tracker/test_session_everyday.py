@@ -78,6 +78,19 @@ def test_a_store_it_cannot_reach_is_named_as_the_spool(capsys: pytest.CaptureFix
     assert "the store was unreachable (`gpu-kpi sync` sends it)" in out
 
 
+def test_a_short_runs_figures_are_not_rounded_away(capsys: pytest.CaptureFixture[str]) -> None:
+    """2 s on an H100: 0.00056 GPU-h, $0.0021: shown as such, not as 0.00 GPU-h and $0.00."""
+    clock = Clock()
+    with track(name="short", backend="simulated:healthy@H100", store=False, clock=clock,
+               threaded=False, log_to_python=False) as run:
+        for _ in range(2):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert first == 'gpu-kpi: run "short" finished: 1x H100, 0.00056 GPU-h (2 s)'
+    assert second == "  utilization 92% · cost <$0.01 · waste $0.00 (idle $0.00)"
+
+
 def test_a_run_name_cannot_write_to_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
     with track(name="x\x1b[2Jy", backend="simulated:healthy@H100", store=False,
                log_to_python=False):

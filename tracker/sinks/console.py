@@ -2,12 +2,12 @@
 what the engineer sees in the terminal or notebook without turning logging on.
 
 ```text
-gpu-kpi: run "baseline" finished: 1x H100, 0.52 GPU-h (31 min)
-  utilization 64% · cost $1.30 · waste $0.41 (idle $0.00)
+gpu-kpi: run "baseline-lr0.1" finished: 1x H100, 0.005 GPU-h (18 s)
+  utilization 67% · cost $0.02 · waste <$0.01 (idle $0.00)
   verdict: input-bound
-  advice: more DataLoader workers (4-8 per GPU), pin_memory=True, prefetch_factor
-  stored: run 3f2a… in sqlite:////home/me/.local/share/gpu-kpi/runs.db
-  W&B: https://wandb.ai/team/llm/runs/abc · TensorBoard: out/runs/Dec01_10-00-00_host_gpu-kpi
+  advice: The loop waits for data: use 4-8 DataLoader workers per GPU, pin_memory=True, …
+  stored: run 494fdc13… in sqlite:////home/me/.local/share/gpu-kpi/runs.db
+  W&B: https://wandb.ai/team/llm/runs/abc · TensorBoard: tb/lightning_logs/version_0
 ```
 """
 
@@ -35,7 +35,9 @@ def summary_text(r: RunRecord, where: str | None) -> str:
     record went to (None: not stored)."""
 
     def money(v: float | None) -> str:
-        return "n/a" if v is None else f"${v:,.2f}"
+        if v is None:
+            return "n/a"
+        return f"${v:,.2f}" if v >= 0.01 or v == 0 else "<$0.01"
 
     minutes = ((r.ended_at - r.started_at).total_seconds() / 60
                if r.ended_at is not None else None)
@@ -45,7 +47,8 @@ def summary_text(r: RunRecord, where: str | None) -> str:
             else "no GPU data")
     util = "n/a" if r.util_pct is None else f"{r.util_pct:.0f}%"
     idle = "" if r.idle_usd is None else f" (idle {money(r.idle_usd)})"
-    lines = [f'gpu-kpi: run "{_shown(r.name)}" {r.status}: {gpus}, {r.gpu_hours:,.2f} GPU-h{took}',
+    hours = f"{r.gpu_hours:,.2f}" if r.gpu_hours >= 0.01 or r.gpu_hours == 0 else f"{r.gpu_hours:.2g}"
+    lines = [f'gpu-kpi: run "{_shown(r.name)}" {r.status}: {gpus}, {hours} GPU-h{took}',
              f"  utilization {util} · cost {money(r.cost_usd)} · waste {money(r.waste_usd)}{idle}",
              f"  verdict: {_shown(r.verdict or 'n/a')}"]
     if r.advice:
