@@ -29,8 +29,16 @@ class Card:
 
 def _runs(runs: list[dict[str, str]], *, team: bool) -> list[str]:
     return [f"{i}. {r['name']}" + (f" ({r['team']})" if team and r.get("team") else "")
-            + f": {r['utilization']} · {r['waste']} recoverable · {r['verdict']}"
+            + f": {r['utilization']} · {r['waste']} recoverable"
+            + (f" · {r['verdict']}" if r.get("verdict") not in (None, "", "—") else "")
             for i, r in enumerate(runs[:CARD_RUNS], 1)]
+
+
+def _change(card: dict[str, str]) -> str:
+    """`` (+12.0% on last week's $74.10)``, or `` (last week $0.00)`` without a change."""
+    if card["change"] in ("", "n/a", "—"):
+        return f" (last week {card['previous']})"
+    return f" ({card['change']} on last week's {card['previous']})"
 
 
 def chat_card(k: WeekKpis, *, tz: tzinfo, report_url: str | None, scope: str | None = None,
@@ -55,11 +63,9 @@ def chat_card(k: WeekKpis, *, tz: tzinfo, report_url: str | None, scope: str | N
                           "recoverable", text=text,
                     link=("Open the report", link) if link else None)
     ctx = _email_context(k, tz, report_url, scope=scope, team=team)
-    facts = tuple(
-        (c["label"], f"{c['value']}{' ' + c['unit'] if c['unit'] else ''}"
-         + (f" ({c['change']} vs {c['previous']} last week)" if k.previous is not None
-            else ""))
-        for c in ctx["cards"][:CARD_FACTS])
+    facts = tuple((c["label"], f"{c['value']}{' ' + c['unit'] if c['unit'] else ''}"
+                   + (_change(c) if k.previous is not None else ""))
+                  for c in ctx["cards"][:CARD_FACTS])
     lines = [_one_line(ctx["lede"], 400)]
     if ctx["runs"]:
         lines += ["", "Runs to fix first:", *_runs(ctx["runs"], team=team is None)]

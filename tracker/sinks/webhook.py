@@ -74,8 +74,8 @@ def message(kind: str, title: str, text: str, *, facts: Sequence[tuple[str, str]
     URL), shaped for ``kind`` (Slack blocks, a Teams Adaptive Card, or plain JSON). Every
     user-supplied string is escaped for the chat's markup."""
     if kind == "slack":
-        lines = [f"*{_slack_text(title)}*", _slack_text(text),
-                 *(f"• {_slack_text(k)}: {_slack_text(v)}" for k, v in facts)]
+        lines = [f"*{_slack_text(title)}*",
+                 *(f"• {_slack_text(k)}: {_slack_text(v)}" for k, v in facts), _slack_text(text)]
         if link is not None:
             lines.append(f"<{_slack_text(link[1])}|{_slack_text(link[0])}>")
         body = "\n".join(line for line in lines if line)
@@ -86,11 +86,11 @@ def message(kind: str, title: str, text: str, *, facts: Sequence[tuple[str, str]
             "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
             "type": "AdaptiveCard", "version": "1.4",
             "body": [{"type": "TextBlock", "text": _teams_text(title), "weight": "Bolder",
-                      "size": "Medium", "wrap": True},
-                     {"type": "TextBlock", "text": _teams_text(text), "wrap": True}]}
+                      "size": "Medium", "wrap": True}]}
         if facts:
             card["body"].append({"type": "FactSet", "facts": [
                 {"title": _teams_text(k), "value": _teams_text(v)} for k, v in facts]})
+        card["body"].append({"type": "TextBlock", "text": _teams_text(text), "wrap": True})
         if link is not None:
             card["actions"] = [{"type": "Action.OpenUrl", "title": link[0], "url": link[1]}]
         return {"type": "message", "attachments": [

@@ -56,7 +56,8 @@ def test_each_channel_gets_its_card_once(tmp_path: Path, store: str, smtp_server
     assert text.startswith("*GPU efficiency 2026-W48: $85 spend, ")
     assert "Runs to fix first:\n1. alice-sweep-w48 (nlp): 30.0% · $19.93 recoverable" in text
     assert "<https://gpu-kpi.example.com/r/2026-W48.html|Open the report>" in text
-    assert "• Spend: $84.70 (" in text and "vs $84.70 last week)" in text  # the change
+    assert "• Spend: $84.70 (0.0% on last week's $84.70)\n" in text  # the change
+    assert text.index("• GPU-hours") < text.index("Runs to fix first")
     # Teams: nlp's card, 12 GPU-hours = $46.20, its page linked
     (teams_card,) = teams.bodies
     content = teams_card["attachments"][0]["content"]

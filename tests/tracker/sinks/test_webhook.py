@@ -20,16 +20,16 @@ def test_each_chat_gets_its_own_shape_with_the_users_text_escaped() -> None:
     slack = message("slack", "gpu-kpi: GPUs idle", f"run {name}", facts=[("team", "nlp")],
                     link=("Open in W&B", "https://wandb.ai/r"))
     assert slack["text"] == (
-        "*gpu-kpi: GPUs idle*\nrun run &lt;https://evil.example|click&gt; &amp; [x](http://evil)"
-        "\n• team: nlp\n<https://wandb.ai/r|Open in W&amp;B>")
+        "*gpu-kpi: GPUs idle*\n• team: nlp\nrun run &lt;https://evil.example|click&gt; &amp; "
+        "[x](http://evil)\n<https://wandb.ai/r|Open in W&amp;B>")
     assert slack["blocks"][0]["text"] == {"type": "mrkdwn", "text": slack["text"]}
     teams = message("teams", "t", name, facts=[("team", "nlp")], link=("Open", "https://x/r"))
     (attachment,) = teams["attachments"]
     assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
     card = attachment["content"]
     assert (card["type"], card["version"]) == ("AdaptiveCard", "1.4")
-    assert card["body"][1]["text"] == r"run <https://evil\.example\|click\> & \[x\]\(http://evil\)"
-    assert card["body"][2] == {"type": "FactSet", "facts": [{"title": "team", "value": "nlp"}]}
+    assert card["body"][2]["text"] == r"run <https://evil\.example\|click\> & \[x\]\(http://evil\)"
+    assert card["body"][1] == {"type": "FactSet", "facts": [{"title": "team", "value": "nlp"}]}
     assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open", "url": "https://x/r"}]
     assert message("json", "t", name, facts=[("team", "nlp")]) == {
         "source": "gpu-kpi", "title": "t", "text": name, "facts": {"team": "nlp"}}
