@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
 from smtp_servers import SmtpServer
-from test_job import CTO, MONDAY_8, W46, W47, W48, W49, add_week, settings
+from test_job import CTO, MONDAY_8, W49, settings, three_weeks
 from webhook_server import webhook_server
 
 from reports.service.config import Recipient, read_service_settings
@@ -24,10 +24,7 @@ pytestmark = pytest.mark.service
 
 @pytest.fixture
 def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/runs.db"
-    for monday in (W46, W47, W48):
-        add_week(url, monday)
-    return url
+    return three_weeks(tmp_path)
 
 SLACK = Recipient(chat="#ml-platform", webhook_env="HOOK_SLACK", webhook_kind="slack")
 TEAMS = Recipient(chat="nlp channel", webhook_env="HOOK_TEAMS", webhook_kind="teams",

@@ -47,12 +47,17 @@ def add_week(url: str, monday: datetime) -> None:
         s.upsert_run(run_record(f"c{tag}", day, 10, util=60.0, team="vision", user="carol"))
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> str:
+def three_weeks(tmp_path: Path) -> str:
+    """A store with :func:`add_week`'s runs in W46, W47 and W48."""
     url = f"sqlite:///{tmp_path}/runs.db"
     for monday in (W46, W47, W48):
         add_week(url, monday)
     return url
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return three_weeks(tmp_path)
 
 
 def settings(tmp_path: Path, store: str, server: SmtpServer, *recipients: Recipient,
