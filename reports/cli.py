@@ -4,18 +4,16 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reports.errors import UsageError, writable_dir
 
 if TYPE_CHECKING:
-    from tracker.record import RunRecord
+    pass
 
 
 
@@ -64,13 +62,6 @@ def _shown_url(url: str) -> str:
 
 
 # -- output -------------------------------------------------------------------------------------
-RUN_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("started", "started_at"), ("name", "name"), ("team", "team"), ("project", "project"),
-    ("gpus", "gpus"), ("gpu_h", "gpu_hours"), ("util_%", "util_pct"), ("cost_$", "cost_usd"),
-    ("waste_$", "waste_usd"), ("status", "status"), ("verdict", "verdict"),
-)
-
-
 _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
 
 
@@ -81,87 +72,21 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL)
 
 
-def _cell(r: RunRecord, field: str) -> str:
-    try:
-        return _formatted(r, field)
-    except (TypeError, ValueError, AttributeError, OverflowError):
-        return str(getattr(r, field, "?"))  # a value as stored, e.g. text in a number column
-
-
-def _formatted(r: RunRecord, field: str) -> str:
-    if field == "gpus":
-        return f"{r.gpu_count}x{r.gpu_model}" if r.gpu_count else "-"
-    if field == "started_at":
-        return r.started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
-    value = getattr(r, field)
-    if value is None:
-        return "n/a"
-    if field == "gpu_hours":
-        return f"{value:.2f}"
-    if field == "util_pct":
-        return f"{value:.0f}"
-    if field in ("cost_usd", "waste_usd"):
-        return f"{value:,.2f}"
-    return str(value)
-
-
-def format_runs(runs: Sequence[RunRecord]) -> str:
-    """A fixed-width table, one run a line."""
-    table = [[h for h, _ in RUN_COLUMNS]] + [[printable(_cell(r, f)) for _, f in RUN_COLUMNS]
-                                             for r in runs]
-    widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
-    right = {"gpu_h", "util_%", "cost_$", "waste_$"}
-    lines = []
-    for row in table:
-        cells = [c.rjust(w) if h in right else c.ljust(w)
-                 for c, w, (h, _) in zip(row, widths, RUN_COLUMNS, strict=True)]
-        lines.append("  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _record_json(r: RunRecord) -> dict[str, Any]:
-    d = r.as_dict()
-    for k in ("started_at", "ended_at", "heartbeat_at"):
-        d[k] = d[k].isoformat() if isinstance(d[k], datetime) else d[k]
-    d["tags"] = list(d["tags"])
-    for k, v in d.items():  # text the store holds as bytes
-        if isinstance(v, bytes):
-            d[k] = v.decode("utf-8", errors="replace")
-    return d
-
-
 # -- subcommands -------------------------------------------------------------------------------
-def cmd_runs(args: argparse.Namespace) -> int:
-    from reports.weeks import parse_week, week_bounds, zone
+def _report_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The config file's ``[report]`` (``GPU_KPI_TIMEZONE``… over it), as the service reads it;
+    :class:`ConfigError` naming the key of a bad value."""
+    import os
 
-    since = until = None
-    if args.week:
-        since, until = week_bounds(*parse_week(args.week), zone(args.tz))
-    settings = _settings(args)
-    with _open_store(settings.store, create=False) as store:
-        store.mark_crashed(now=datetime.now(UTC))
-        # row by row: a row that cannot be read is named, not a traceback for every run
-        runs, unreadable = store.read_runs(since=since, until=until)
-    runs = [r for r in runs if args.project in (None, r.project) and args.team in (None, r.team)]
-    if unreadable:
-        print(printable(f"gpu-kpi: {len(unreadable)} run(s) could not be read: " + "; ".join(
-            f"{u.run_id} ({u.reason})" for u in unreadable[:5])), file=sys.stderr)
-    if args.format == "json":
-        print(json.dumps([_record_json(r) for r in runs], indent=2, default=str))
-    elif args.format == "csv":
-        from reports.render.csvsafe import safe_cell
+    from reports.service.config import SERVICE_SECTIONS
+    from tracker.config import Errors, config_path, read_sections, read_toml
 
-        rows = [_record_json(r) for r in runs]
-        # the default dialect ends lines with CRLF, so a cell holding a CR is quoted
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["id"])
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: safe_cell(json.dumps(v, default=str) if isinstance(v, list | dict)
-                                          else v)
-                             for k, v in row.items()})
-    else:
-        print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
-    return 0
+    file = Path(args.config) if args.config else config_path(os.environ)
+    errors = Errors()
+    found = read_sections(read_toml(file) if file is not None else {},
+                          {"report": SERVICE_SECTIONS["report"]}, os.environ, errors)
+    errors.raise_any()
+    return found["report"]
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -170,9 +95,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tracker.cost import thresholds_for
 
     settings = _settings(args)
+    section = _report_section(args)  # [report]: what a flag does not say
+    args.tz = args.tz or section.get("timezone", "UTC")
+    args.out = args.out or section.get("out_dir", "reports-out")
+    args.basis = args.basis or section.get("basis", "util")
     req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
-                  basis=args.basis, report_url=args.report_url, prices=settings.prices,
-                  owned=settings.owned, carbon=settings.carbon,
+                  basis=args.basis, report_url=args.report_url or section.get("report_url"),
+                  prices=settings.prices, owned=settings.owned, carbon=settings.carbon,
                   thresholds=thresholds_for(args.basis, settings.thresholds))
     if args.week and (args.since or args.all):
         raise UsageError("--week is one week; --since/--all archive every missing week: not both")
@@ -181,9 +110,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             parse_week(week)  # a bad week is an error before the store is touched
     _open_store(settings.store, create=False).close()
     if args.since or args.all:
-        written = backfill(settings.store, req, Path(args.out), since=args.since)
+        written = backfill(settings.store, req, Path(args.out).expanduser(), since=args.since)
     else:
-        written = build(settings.store, req, Path(args.out))
+        written = build(settings.store, req, Path(args.out).expanduser())
     for path in written:
         print(path)
     return 0
@@ -241,6 +170,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     settings = _settings(args)
     done = run_import(args, settings)
     if done.records:
+        from reports.listing import format_runs
+
         print(format_runs(done.records))
     for why, names in done.skipped.items():
         print(f"skipped {len(names)} run(s), {why}: {printable(', '.join(names))}")
@@ -259,6 +190,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     out = writable_dir(Path(args.dir).resolve(), "--dir")
     url = args.store or f"sqlite:///{out / 'runs.db'}"
     records, monday = run_demo(url)
+    from reports.listing import format_runs
+
     print(format_runs(records))
     print()
     for r in records:
@@ -304,12 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "SQLite file); put passwords in PGPASSWORD or ~/.pgpass, not here")
         return sp
 
-    runs = add("runs", cmd_runs, "list tracked runs")
-    runs.add_argument("--week", metavar="YYYY-Www", help="only runs overlapping this ISO week")
-    runs.add_argument("--tz", default="UTC", help="time zone of --week (default UTC)")
-    runs.add_argument("--project")
-    runs.add_argument("--team")
-    runs.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    from reports.listing import add_runs_command
+
+    add_runs_command(add)
 
     report = add("report", cmd_report, "the weekly KPI report: HTML, email (.eml), JSON and "
                  "CSV of one week, and the index of every archived week")
@@ -319,16 +249,15 @@ def build_parser() -> argparse.ArgumentParser:
     when.add_argument("--since", metavar="YYYY-Www", help="archive every week from this one to "
                       "the last complete week that --out does not hold yet, then the index once")
     when.add_argument("--all", action="store_true", help="--since the week of the oldest run")
-    report.add_argument("--tz", default="UTC", help="report time zone (default UTC)")
-    report.add_argument("--out", default="reports-out", metavar="DIR",
-                        help="output directory (default ./reports-out)")
+    report.add_argument("--tz", help="report time zone (default: [report] timezone, else UTC)")
+    report.add_argument("--out", metavar="DIR", help="output directory (default: [report] "
+                        "out_dir, else ./reports-out)")
     report.add_argument("--format", default="html,email,json,csv",
                         help="comma-separated: html, email, json, csv (default all)")
-    report.add_argument("--report-url", metavar="URL",
-                        help="base URL where the archive is served (the email links to it)")
-
-    report.add_argument("--basis", choices=("util", "sm_active"), default="util",
-                        help="utilization basis: NVML utilization or GPM SM activity")
+    report.add_argument("--report-url", metavar="URL", help="base URL where the archive is "
+                        "served (the email links to it; default: [report] report_url)")
+    report.add_argument("--basis", choices=("util", "sm_active"), help="utilization basis: NVML "
+                        "utilization or GPM SM activity (default: [report] basis, else util)")
 
     prices = add("prices", cmd_prices, "show the GPU price table (USD per GPU-hour)",
                  store=False)

@@ -1,0 +1,178 @@
+"""``gpu-kpi runs``: the stored runs, filtered, as a table, JSON or CSV (``--format json`` is
+what other tools call ``--json``; both are accepted)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from tracker.record import RunRecord
+
+STATUSES = ("running", "finished", "failed", "crashed")
+
+# -- output -------------------------------------------------------------------------------------
+RUN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("started", "started_at"), ("name", "name"), ("team", "team"), ("project", "project"),
+    ("gpus", "gpus"), ("gpu_h", "gpu_hours"), ("util_%", "util_pct"), ("cost_$", "cost_usd"),
+    ("waste_$", "waste_usd"), ("status", "status"), ("verdict", "verdict"),
+)
+
+
+def _cell(r: RunRecord, field: str) -> str:
+    try:
+        return _formatted(r, field)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return str(getattr(r, field, "?"))  # a value as stored, e.g. text in a number column
+
+
+def _formatted(r: RunRecord, field: str) -> str:
+    if field == "gpus":
+        return f"{r.gpu_count}x{r.gpu_model}" if r.gpu_count else "-"
+    if field == "started_at":
+        return r.started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    value = getattr(r, field)
+    if value is None:
+        return "n/a"
+    if field == "gpu_hours":
+        return f"{value:.2f}"
+    if field == "util_pct":
+        return f"{value:.0f}"
+    if field in ("cost_usd", "waste_usd"):
+        return f"{value:,.2f}"
+    return str(value)
+
+
+def format_runs(runs: Sequence[RunRecord]) -> str:
+    """A fixed-width table, one run a line."""
+    table = [[h for h, _ in RUN_COLUMNS]] + [[_printable(_cell(r, f)) for _, f in RUN_COLUMNS]
+                                             for r in runs]
+    widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
+    right = {"gpu_h", "util_%", "cost_$", "waste_$"}
+    lines = []
+    for row in table:
+        cells = [c.rjust(w) if h in right else c.ljust(w)
+                 for c, w, (h, _) in zip(row, widths, RUN_COLUMNS, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _record_json(r: RunRecord) -> dict[str, Any]:
+    d = r.as_dict()
+    for k in ("started_at", "ended_at", "heartbeat_at"):
+        d[k] = d[k].isoformat() if isinstance(d[k], datetime) else d[k]
+    d["tags"] = list(d["tags"])
+    for k, v in d.items():  # text the store holds as bytes
+        if isinstance(v, bytes):
+            d[k] = v.decode("utf-8", errors="replace")
+    return d
+
+
+
+def _printable(text: str) -> str:
+    from reports.cli import printable
+
+    return printable(text)
+
+
+def _when(value: str, tz: str, *, end: bool) -> datetime:
+    """``--since``/``--until``: an ISO week (its Monday 00:00, or the next Monday's for
+    ``--until``), a date or a date and time, in ``tz``."""
+    from reports.errors import UsageError
+    from reports.weeks import WeekError, parse_week, week_bounds, zone
+
+    zone_ = zone(tz)
+    if "-W" in value.upper():
+        try:
+            bounds = week_bounds(*parse_week(value.upper()), zone_)
+        except WeekError as e:
+            raise UsageError(f"--{'until' if end else 'since'}: {e}") from None
+        return bounds[1] if end else bounds[0]
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(f"--{'until' if end else 'since'}: expected YYYY-Www, YYYY-MM-DD or "
+                         f"YYYY-MM-DDTHH:MM, got {value!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone_)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from reports.cli import _open_store, _settings, printable
+    from reports.errors import UsageError
+    from reports.weeks import parse_week, week_bounds, zone
+
+    if args.week and (args.since or args.until):
+        raise UsageError("--week is one week; --since/--until a range: not both")
+    since = until = None
+    if args.week:
+        since, until = week_bounds(*parse_week(args.week), zone(args.tz))
+    if args.since:
+        since = _when(args.since, args.tz, end=False)
+    if args.until:
+        until = _when(args.until, args.tz, end=True)
+    if since is not None and until is not None and until <= since:
+        raise UsageError(f"--until ({until:%Y-%m-%d %H:%M}) is not after --since "
+                         f"({since:%Y-%m-%d %H:%M})")
+    settings = _settings(args)
+    with _open_store(settings.store, create=False) as store:
+        store.mark_crashed(now=datetime.now(UTC))
+        # row by row: a row that cannot be read is named, not a traceback for every run
+        runs, unreadable = store.read_runs(since=since, until=until)
+    runs = [r for r in runs if args.project in (None, r.project) and args.team in (None, r.team)
+            and args.user in (None, r.user) and args.status in (None, r.status)]
+    runs.sort(key=lambda r: r.started_at, reverse=True)  # the newest first
+    if args.limit is not None:
+        runs = runs[:args.limit]
+    if unreadable:
+        print(printable(f"gpu-kpi: {len(unreadable)} run(s) could not be read: " + "; ".join(
+            f"{u.run_id} ({u.reason})" for u in unreadable[:5])), file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps([_record_json(r) for r in runs], indent=2, default=str))
+    elif args.format == "csv":
+        from reports.render.csvsafe import safe_cell
+
+        rows = [_record_json(r) for r in runs]
+        # the default dialect ends lines with CRLF, so a cell holding a CR is quoted
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["id"])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: safe_cell(json.dumps(v, default=str) if isinstance(v, list | dict)
+                                          else v)
+                             for k, v in row.items()})
+    else:
+        print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
+    return 0
+
+
+def _limit(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}")
+    return n
+
+
+def add_runs_command(add: Callable[..., argparse.ArgumentParser]) -> None:
+    runs = add("runs", cmd_runs, "list tracked runs, the newest first")
+    runs.add_argument("--week", metavar="YYYY-Www", help="only runs overlapping this ISO week")
+    runs.add_argument("--since", metavar="WHEN", help="only runs still going at or after WHEN: "
+                      "YYYY-Www (its Monday), YYYY-MM-DD or YYYY-MM-DDTHH:MM, in --tz")
+    runs.add_argument("--until", metavar="WHEN", help="only runs started before WHEN (a week: "
+                      "before its end)")
+    runs.add_argument("--tz", default="UTC", help="time zone of --week/--since/--until "
+                      "(default UTC)")
+    runs.add_argument("--project")
+    runs.add_argument("--team")
+    runs.add_argument("--user")
+    runs.add_argument("--status", choices=STATUSES)
+    runs.add_argument("--limit", type=_limit, metavar="N", help="the N newest only")
+    runs.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                      help="table (default), json (what other tools call --json) or csv")
+    runs.add_argument("--json", dest="format", action="store_const", const="json",
+                      help="the same as --format json")

@@ -1,0 +1,73 @@
+"""``gpu-kpi runs`` filters: a time range (weeks, dates, times, in a zone), user, status, the
+newest N; ``--json`` as ``--format json``; a range that ends before it starts is one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from fakes import run_record
+
+from reports.cli import main
+from tracker.store import RunStore
+
+MON_W47 = datetime(2026, 11, 16, tzinfo=UTC)
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("early", datetime(2026, 11, 10, 9, tzinfo=UTC), 2, user="alice"))
+        s.upsert_run(run_record("w47", datetime(2026, 11, 17, 9, tzinfo=UTC), 2, user="bob"))
+        # Sunday 23:00 to Monday 01:00: in W47 and in W48
+        s.upsert_run(run_record("edge", datetime(2026, 11, 22, 23, tzinfo=UTC), 2, user="alice"))
+        s.upsert_run(dataclasses.replace(
+            run_record("w48", datetime(2026, 11, 24, 9, tzinfo=UTC), 1, user="alice"),
+            status="failed"))
+    return url
+
+
+def ids(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> list[str]:
+    assert main(["runs", "--store", url, "--format", "json", *args]) == 0
+    return [r["id"] for r in json.loads(capsys.readouterr().out)]
+
+
+def test_filters(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    assert ids(capsys, url) == ["w48", "edge", "w47", "early"]  # the newest first
+    assert ids(capsys, url, "--since", "2026-W47", "--until", "2026-W47") == ["edge", "w47"]
+    assert ids(capsys, url, "--since", "2026-11-23") == ["w48", "edge"]  # still going then
+    assert ids(capsys, url, "--until", "2026-11-17T09:00") == ["early"]  # started before
+    # the edge run ends at 01:00 UTC = 02:00 in Berlin: a Berlin Monday 01:30 still sees it
+    assert ids(capsys, url, "--since", "2026-11-23T01:30", "--tz", "Europe/Berlin") == [
+        "w48", "edge"]
+    assert ids(capsys, url, "--user", "alice") == ["w48", "edge", "early"]
+    assert ids(capsys, url, "--status", "failed") == ["w48"]
+    assert ids(capsys, url, "--user", "alice", "--limit", "2") == ["w48", "edge"]
+    assert main(["runs", "--store", url, "--json", "--limit", "1"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["w48"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--since", "2026-W48", "--until", "2026-W47"), "--until (2026-11-23 00:00) is not after "
+                                                     "--since (2026-11-23 00:00)"),
+    (("--since", "yesterday"), "--since: expected YYYY-Www, YYYY-MM-DD or YYYY-MM-DDTHH:MM, "
+                               "got 'yesterday'"),
+    (("--week", "2026-W48", "--since", "2026-W47"), "--week is one week; --since/--until a "
+                                                    "range: not both"),
+])
+def test_a_bad_range_is_one_line(capsys: pytest.CaptureFixture[str], url: str,
+                                 args: tuple[str, ...], message: str) -> None:
+    assert main(["runs", "--store", url, *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"gpu-kpi: error: {message}\n"
+
+
+def test_limit_must_be_a_positive_number(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["runs", "--store", url, "--limit", "0"])
+    assert e.value.code == 2
+    assert "--limit: expected a whole number >= 1, got '0'" in capsys.readouterr().err
