@@ -229,6 +229,14 @@ class KpiExporter:
             self._reports_built += 1
             self._last_report = (week, at.timestamp())
 
+    def report_seen(self, week: str, at_s: float) -> None:
+        """The last report as the archive holds it (``week``, built at ``at_s`` Unix seconds),
+        when the service starts: ``gpu_kpi_last_report_timestamp_seconds`` is there after a
+        restart, not only once the next report is built. The built counter is unchanged."""
+        with self._lock:
+            if self._last_report is None:
+                self._last_report = (week, at_s)
+
     def samples(self) -> Samples:
         """Every series as a scrape would show it, as one consistent snapshot."""
         with self._lock:

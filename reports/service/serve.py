@@ -9,11 +9,13 @@ what it has not tried owed to the next run (which ``serve`` runs at once on its 
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -60,6 +62,19 @@ def run_once(settings: ServiceSettings, *, retry_failed: bool = False,
     with stop_on_signals(stop) as got:
         result = Service(settings, stop=stop).run(retry_failed=retry_failed)
     return result, (got[0] if got else None)
+
+
+_WEEK_JSON = re.compile(r"\d{4}-W\d{2}\.json")
+
+
+def last_archived(out_dir: Path) -> tuple[str, float] | None:
+    """The newest week in the archive (``2026-W48``) and when its report was written (its
+    JSON's modification time, Unix seconds); None when the archive holds none."""
+    try:
+        weeks = sorted(p for p in out_dir.iterdir() if _WEEK_JSON.fullmatch(p.name))
+        return (weeks[-1].stem, weeks[-1].stat().st_mtime) if weeks else None
+    except OSError:
+        return None
 
 
 class MetricsRefresher:
@@ -128,6 +143,8 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
         from reports.service.prom import KpiExporter
 
         exporter = KpiExporter()
+        if (last := last_archived(Path(settings.out_dir).expanduser())) is not None:
+            exporter.report_seen(*last)
         server = exporter.serve(settings.metrics_host, settings.metrics_port)
         refresh = MetricsRefresher(settings, exporter)
 

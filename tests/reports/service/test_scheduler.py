@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import pickle
 import threading
 from collections.abc import Iterator
@@ -272,3 +273,36 @@ def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,
     assert [o.status for o in first.outcomes] == ["deferred"]
     assert [o.status for o in retry.outcomes] == ["sent"]
     assert len(server.messages) == 1
+
+
+def test_the_last_report_is_on_metrics_after_a_restart(tmp_path: Path, store: str,
+                                                        smtp_server: SmtpServer) -> None:
+    """A service restarted after a report was built says when, before the next one: from the
+    archive (the newest week's JSON and when it was written)."""
+    import time
+    import urllib.request
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    for week, mtime in (("2026-W47", 1_763_942_400.0), ("2026-W48", 1_764_547_200.0)):
+        (archive / f"{week}.json").write_text("{}")
+        os.utime(archive / f"{week}.json", (mtime, mtime))
+    (archive / "notes.json").write_text("{}")  # not a week
+    port = smtp_servers.unused_port()
+    s = replace(settings(tmp_path, store, smtp_server), metrics_port=port,
+                recipients=(), out_dir=str(archive))
+    with serving(s, Results()):
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                    text = r.read().decode()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    line = next(x for x in text.splitlines()
+                if x.startswith("gpu_kpi_last_report_timestamp_seconds{"))
+    assert line == 'gpu_kpi_last_report_timestamp_seconds{week="2026-W48"} 1.7645472e+09'
+    assert "gpu_kpi_reports_built_total 0.0" in text
