@@ -237,9 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "SQLite file); put passwords in PGPASSWORD or ~/.pgpass, not here")
         return sp
 
-    from reports.listing import add_runs_command
+    from reports.listing import add_chargeback_command, add_runs_command
 
     add_runs_command(add)
+    add_chargeback_command(add)
 
     report = add("report", cmd_report, "the weekly KPI report: HTML, email (.eml), JSON and "
                  "CSV of one week, and the index of every archived week")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -176,3 +177,67 @@ def add_runs_command(add: Callable[..., argparse.ArgumentParser]) -> None:
                       help="table (default), json (what other tools call --json) or csv")
     runs.add_argument("--json", dest="format", action="store_const", const="json",
                       help="the same as --format json")
+
+
+MAX_WEEKS = 520
+
+
+def cmd_chargeback(args: argparse.Namespace) -> int:
+    """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
+    from reports.build import Request, load, resolve_week
+    from reports.cli import _settings
+    from reports.errors import UsageError
+    from reports.kpi import combine_gpu_time
+    from reports.kpi.chargeback import COLUMNS, chargeback_rows
+    from reports.render.csvsafe import safe_cell
+    from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
+    from tracker.cost import thresholds_for
+
+    tz = zone(args.tz)
+    now = datetime.now(UTC)
+    first = week_bounds(*parse_week(args.since), tz)[0]
+    last = resolve_week(args.until, tz, now)
+    weeks = [first]
+    while weeks[-1] < last and len(weeks) <= MAX_WEEKS:
+        weeks.append(shift_week(weeks[-1], tz, 1))
+    if first > last:
+        raise UsageError(f"--since {args.since} is after --until {label_of(last)}")
+    if len(weeks) > MAX_WEEKS:
+        raise UsageError(f"--since {args.since}: at most {MAX_WEEKS} weeks at once")
+    settings = _settings(args)
+    req = Request(week=label_of(last), tz=tz, basis=args.basis, prices=settings.prices,
+                  owned=settings.owned, carbon=settings.carbon,
+                  thresholds=thresholds_for(args.basis, settings.thresholds))
+    runs, sampled, _ = load(settings.store, last, tz=tz, weeks=len(weeks), basis=args.basis,
+                            thresholds=req.thresholds, now=now)
+    gt = combine_gpu_time(runs, sampled, tz=tz, basis=args.basis, now=now)
+    rows = [row for start in weeks
+            for row in chargeback_rows(req.kpis(runs, gt, start, trend_weeks=1),
+                                       label_of(start))]
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(COLUMNS))
+    writer.writeheader()
+    for row in rows:  # a team named "=cmd|..." stays text in a spreadsheet
+        writer.writerow({k: safe_cell(v) if isinstance(v, str) else v for k, v in row.items()})
+    if args.out:  # whole or not at all
+        from pathlib import Path
+
+        from reports.build import write_atomically
+
+        write_atomically(Path(args.out), text.getvalue().encode())
+    else:
+        sys.stdout.write(text.getvalue())
+    if args.out:
+        print(f"{len(rows)} row(s), {len(weeks)} week(s): {args.out}")
+    return 0
+
+
+def add_chargeback_command(add: Callable[..., argparse.ArgumentParser]) -> None:
+    cb = add("chargeback", cmd_chargeback, "a CSV for finance: GPU-hours, spend, waste and idle "
+             "per (week, team, project, GPU model), as the weekly report counts them")
+    cb.add_argument("--since", required=True, metavar="YYYY-Www", help="the first week")
+    cb.add_argument("--until", metavar="YYYY-Www", help="the last week (default: the last "
+                    "complete week)")
+    cb.add_argument("--tz", default="UTC", help="the weeks' time zone (default UTC)")
+    cb.add_argument("--basis", choices=("util", "sm_active"), default="util")
+    cb.add_argument("--out", metavar="FILE", help="write here (default: standard output)")
