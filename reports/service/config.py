@@ -17,6 +17,10 @@ catch_up_weeks = 2            # after downtime, send at most this many missed we
 retry_after_min = 60          # a delivery that failed for a temporary reason is tried again
 metrics_port = 9464           # Prometheus /metrics; absent or 0: off
 metrics_host = "127.0.0.1"
+http_port = 8080              # the archive over HTTP, read-only; absent or 0: off
+http_host = "127.0.0.1"       # behind a reverse proxy; "0.0.0.0" to serve other hosts
+http_user = "reports"         # optional basic auth; password: GPU_KPI_HTTP_PASSWORD or
+http_password_file = "/etc/gpu-kpi/http-password"
 
 [smtp]
 host = "smtp.example.com"
@@ -129,6 +133,11 @@ class ServiceSettings:
     retry_after_min: float = 60.0
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    http_host: str = "127.0.0.1"
+    http_port: int | None = None
+    """The archive served read-only over HTTP (:mod:`reports.service.archive_http`)."""
+    http_user: str | None = None
+    http_password_file: str | None = None
     smtp: SmtpSettings = field(default_factory=SmtpSettings)
     recipients: tuple[Recipient, ...] = ()
 
@@ -185,7 +194,10 @@ SERVICE_SECTIONS: Sections = {
     "service": {"schedule": Key(_schedule, "SCHEDULE"), "misfire_grace_h": Key(number(0)),
                 "catch_up_weeks": Key(whole(0, 52), "CATCH_UP_WEEKS"),
                 "retry_after_min": Key(number(1)), "metrics_host": Key(text, "METRICS_HOST"),
-                "metrics_port": Key(whole(0, 65535), "METRICS_PORT")},
+                "metrics_port": Key(whole(0, 65535), "METRICS_PORT"),
+                "http_host": Key(text, "HTTP_HOST"), "http_port": Key(whole(0, 65535), "HTTP_PORT"),
+                "http_user": Key(text, "HTTP_USER"),
+                "http_password_file": Key(text, "HTTP_PASSWORD_FILE")},
     "smtp": {"host": Key(text, "SMTP_HOST"), "port": Key(whole(1, 65535), "SMTP_PORT"),
              "security": Key(choice(SECURITY_MODES), "SMTP_SECURITY"),
              "username": Key(text, "SMTP_USERNAME"), "password_env": Key(text),
@@ -259,8 +271,9 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
     tracker = read_tracker(data, env, errors).replace(store=store)
     found = read_sections(data, SERVICE_SECTIONS, env, errors)
     service = found["service"]
-    if service.get("metrics_port") == 0:
-        service["metrics_port"] = None
+    for port in ("metrics_port", "http_port"):
+        if service.get(port) == 0:
+            service[port] = None
     settings = ServiceSettings(tracker=tracker, **found["report"], **service,
                                smtp=SmtpSettings(**found["smtp"]),
                                recipients=_recipients(data, errors))
@@ -280,11 +293,16 @@ def check_service_settings(settings: ServiceSettings,
                            env: Mapping[str, str] | None = None) -> list[str]:
     """What ``serve`` would trip on later: the password (readable, present when a username is
     set) and the output directory (creatable)."""
+    from reports.service.archive_http import read_auth
     from reports.service.mailer import read_password
 
     problems = []
     try:
         read_password(settings.smtp, env)
+    except ConfigError as e:
+        problems.append(str(e))
+    try:
+        read_auth(settings.http_user, settings.http_password_file, env)
     except ConfigError as e:
         problems.append(str(e))
     out = Path(settings.out_dir).expanduser()

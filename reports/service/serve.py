@@ -138,6 +138,16 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
 
     stop = stop or threading.Event()
     server = refresh = None
+    archive = None
+    if settings.http_port:
+        from reports.service.archive_http import ArchiveServer, read_auth
+
+        out = Path(settings.out_dir).expanduser()
+        out.mkdir(parents=True, exist_ok=True)
+        archive = ArchiveServer(out, settings.http_host, settings.http_port,
+                                read_auth(settings.http_user, settings.http_password_file))
+        log.info("gpu-kpi: the archive on %s%s", archive.url,
+                 " (basic auth)" if settings.http_user else "")
     hooks = [on_result] if on_result is not None else []
     if settings.metrics_port:
         from reports.service.prom import KpiExporter
@@ -183,4 +193,6 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
             scheduler.shutdown(wait=True)
             if server is not None:
                 server.close()
+            if archive is not None:
+                archive.close()
     return 0
