@@ -28,7 +28,7 @@ from reports import kpi as kpis
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
 from reports.kpi.checks import one_line
-from reports.render.exports import to_json
+from reports.render.exports import publish_week, to_json
 from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of, weeks_between
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, thresholds_for
@@ -343,6 +343,7 @@ def build(store_url: str | None, req: Request, out_dir: Path, *,
     ReportError when ``out_dir`` cannot be written (checked first) or writing fails."""
     check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
+    publish_week(store_url, c.kpis, req.tz, now=c.now)
     files = render(c.kpis, req)
     if "json" not in files:  # the index reads the archive's JSON: keep it current
         files["json"] = to_json(c.kpis, req.tz).encode()
@@ -383,6 +384,7 @@ def backfill(store_url: str | None, req: Request, out_dir: Path, *, since: str |
             label = label_of(week)
             if not (out_dir / f"{label}.json").exists():
                 c = compute(store_url, dataclasses.replace(req, week=label), now=now)
+                publish_week(store_url, c.kpis, req.tz, now=now)
                 files = render(c.kpis, req)
                 files.setdefault("json", to_json(c.kpis, req.tz).encode())
                 written += write_archive(out_dir, label, files, index=False)

@@ -31,8 +31,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import math
-from datetime import tzinfo
+from datetime import datetime, tzinfo
 from typing import Any
 
 import pandas as pd
@@ -176,3 +177,21 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
     for row in d["bad_samples"]:
         rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
     return out.getvalue()
+
+
+def publish_week(store_url: str | None, k: WeekKpis, tz: tzinfo, *, now: datetime) -> None:
+    """The week's headline and per-team figures into the store's ``gpu_kpi_weekly`` tables
+    (:mod:`tracker.store.kpi_tables`), as this report shows them. A store that will not take
+    them costs a warning, not the report."""
+    from tracker.store import RunStore, StoreError, default_store_url
+    from tracker.store.kpi_tables import write_week
+
+    d = to_dict(k, tz)
+    try:
+        with RunStore(store_url or default_store_url(), create=False) as store:
+            write_week(store, week=d["week"], time_zone=d["time_zone"], basis=d["basis"],
+                       headline=d["headline"], teams=d["by_team"], computed_at=now)
+    except StoreError as e:
+        logging.getLogger("gpu_kpi").warning(
+            "gpu-kpi: the %s figures are not in the store's gpu_kpi_weekly tables: %s",
+            d["week"], e)

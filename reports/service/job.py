@@ -277,10 +277,13 @@ class Service:
         links it: ``teams/<slug>/<week>.html``)."""
         from reports.build import render, write_archive
         from reports.render.email import report_link, team_folder
+        from reports.render.exports import publish_week
         from reports.render.html import render_html
 
         req = self.request(week.label)
         out = Path(self.settings.out_dir).expanduser()
+        publish_week(self.settings.tracker.store, week.computed.kpis, req.tz,
+                     now=week.computed.now)
         try:
             files = render(week.computed.kpis, req, images=week.images)
             written = write_archive(out, week.label, files, index=True)
