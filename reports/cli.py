@@ -8,8 +8,9 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from reports.cli_support import _open_store, _report_section, _settings, printable
 from reports.errors import UsageError, writable_dir
 
 if TYPE_CHECKING:
@@ -40,20 +41,6 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from tracker.config import load_settings
-
-    return load_settings(getattr(args, "config", None), store=getattr(args, "store", None))
-
-
-def _open_store(url: str | None, *, create: bool = True) -> Any:
-    """The run store; ``create=False`` for commands that only read: a store that does not exist
-    is an error there, not a new empty database and its folders."""
-    from tracker.store import RunStore, default_store_url
-
-    return RunStore(url or default_store_url(), create=create)
-
-
 def _shown_url(url: str) -> str:
     """``url`` with any password masked, for printing."""
     from tracker.store.engine import mask_text
@@ -62,33 +49,7 @@ def _shown_url(url: str) -> str:
 
 
 # -- output -------------------------------------------------------------------------------------
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
-
-
-def printable(text: str) -> str:
-    """``text`` with terminal control characters (escape sequences, carriage returns, bells)
-    shown as ``\\xNN``: a run named by a training script must not rewrite the operator's
-    terminal."""
-    return text.translate(_CONTROL)
-
-
 # -- subcommands -------------------------------------------------------------------------------
-def _report_section(args: argparse.Namespace) -> dict[str, Any]:
-    """The config file's ``[report]`` (``GPU_KPI_TIMEZONE``… over it), as the service reads it;
-    :class:`ConfigError` naming the key of a bad value."""
-    import os
-
-    from reports.service.config import SERVICE_SECTIONS
-    from tracker.config import Errors, config_path, read_sections, read_toml
-
-    file = Path(args.config) if args.config else config_path(os.environ)
-    errors = Errors()
-    found = read_sections(read_toml(file) if file is not None else {},
-                          {"report": SERVICE_SECTIONS["report"]}, os.environ, errors)
-    errors.raise_any()
-    return found["report"]
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     from reports.build import Request, backfill, build, parse_formats
     from reports.weeks import parse_week, zone

@@ -9,7 +9,7 @@ import io
 import json
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tracker.record import RunRecord
@@ -75,7 +75,7 @@ def _record_json(r: RunRecord) -> dict[str, Any]:
 
 
 def _printable(text: str) -> str:
-    from reports.cli import printable
+    from reports.cli_support import printable
 
     return printable(text)
 
@@ -98,11 +98,13 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
     except ValueError:
         raise UsageError(f"--{'until' if end else 'since'}: expected YYYY-Www, YYYY-MM-DD or "
                          f"YYYY-MM-DDTHH:MM, got {value!r}") from None
+    if end and len(value) == 10:  # a day: through its end, as a week is
+        moment += timedelta(days=1)
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone_)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from reports.cli import _open_store, _settings, printable
+    from reports.cli_support import _open_store, _settings, printable
     from reports.errors import UsageError
     from reports.weeks import parse_week, week_bounds, zone
 
@@ -164,8 +166,8 @@ def add_runs_command(add: Callable[..., argparse.ArgumentParser]) -> None:
     runs.add_argument("--week", metavar="YYYY-Www", help="only runs overlapping this ISO week")
     runs.add_argument("--since", metavar="WHEN", help="only runs still going at or after WHEN: "
                       "YYYY-Www (its Monday), YYYY-MM-DD or YYYY-MM-DDTHH:MM, in --tz")
-    runs.add_argument("--until", metavar="WHEN", help="only runs started before WHEN (a week: "
-                      "before its end)")
+    runs.add_argument("--until", metavar="WHEN", help="only runs started before WHEN (a week or "
+                      "a day: before its end)")
     runs.add_argument("--tz", default="UTC", help="time zone of --week/--since/--until "
                       "(default UTC)")
     runs.add_argument("--project")
@@ -185,7 +187,7 @@ MAX_WEEKS = 520
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
     from reports.build import Request, load, resolve_week
-    from reports.cli import _settings
+    from reports.cli_support import _report_section, _settings
     from reports.errors import UsageError
     from reports.kpi import combine_gpu_time
     from reports.kpi.chargeback import COLUMNS, chargeback_rows
@@ -193,6 +195,9 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
     from tracker.cost import thresholds_for
 
+    section = _report_section(args)  # the report's own time zone and basis, as in report
+    args.tz = args.tz or section.get("timezone", "UTC")
+    args.basis = args.basis or section.get("basis", "util")
     tz = zone(args.tz)
     now = datetime.now(UTC)
     first = week_bounds(*parse_week(args.since), tz)[0]
@@ -238,6 +243,7 @@ def add_chargeback_command(add: Callable[..., argparse.ArgumentParser]) -> None:
     cb.add_argument("--since", required=True, metavar="YYYY-Www", help="the first week")
     cb.add_argument("--until", metavar="YYYY-Www", help="the last week (default: the last "
                     "complete week)")
-    cb.add_argument("--tz", default="UTC", help="the weeks' time zone (default UTC)")
-    cb.add_argument("--basis", choices=("util", "sm_active"), default="util")
+    cb.add_argument("--tz", help="the weeks' time zone (default: [report] timezone, else UTC)")
+    cb.add_argument("--basis", choices=("util", "sm_active"),
+                    help="utilization basis (default: [report] basis, else util)")
     cb.add_argument("--out", metavar="FILE", help="write here (default: standard output)")

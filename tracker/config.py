@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -298,6 +299,9 @@ def read_secret(key: str, path: str, errors: Errors) -> str | None:
     """The first line of the file ``path`` (a secret: a password, a webhook URL); an error
     naming ``key`` and the file, never its content, when it cannot be read or is empty."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe would wait for a writer forever
+            errors.items.append(f"{key}: {path} is not a regular file")
+            return None
         with open(path, encoding="utf-8") as f:
             line = f.readline(4096).strip()
     except (OSError, UnicodeDecodeError) as e:

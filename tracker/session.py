@@ -129,9 +129,12 @@ class Session:
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
         self.name = self.name or f"{self.spec.project or 'run'}-{self._started_at:%Y%m%d-%H%M%S}"
         if self.rank == 0 and self.settings.alert_webhook:
-            from tracker.sinks.webhook import WebhookSink
+            from tracker.sinks.webhook import WebhookError, WebhookSink
 
-            self.sinks.sinks.append(WebhookSink(self.settings.alert_webhook))
+            try:
+                self.sinks.sinks.append(WebhookSink(self.settings.alert_webhook))
+            except WebhookError as e:
+                log.warning("gpu-kpi: no alerts to the webhook: %s", e)
         self._open_gpus()
         self._open_store()
         self._active = True
@@ -222,8 +225,10 @@ class Session:
         :meth:`step` that is given none; several batches before a step (accumulation) add up."""
         for batch in loader:
             self.counts.ready(self._now())
-            if (n := infer_batch_size(batch)) is not None:
-                self._inferred = (self._inferred or 0) + n
+            # a shape that is no number, a nested tensor: not counted, never raised
+            with contextlib.suppress(Exception):
+                if (n := infer_batch_size(batch)) is not None:
+                    self._inferred = (self._inferred or 0) + int(n)
             yield batch
 
     def step(self, samples: int | None = None, tokens: int | None = None,

@@ -120,6 +120,8 @@ class GpuKpiCallback(TrainerCallback):
         links: dict[str, str] = {}
         report = _report_to(args)
         name = getattr(args, "run_name", None)
+        if name == getattr(args, "output_dir", None):  # transformers 4 filled it in so
+            name = None
         if rank == 0 and "wandb" in report:
             from tracker.sinks.wandb import WandbSink, active_run
 

@@ -49,8 +49,11 @@ def read_auth(user: str | None, password_file: str | None,
     env = os.environ if env is None else env
     password = env.get(PASSWORD_ENV, "")
     if not password and password_file:
+        path = Path(password_file).expanduser()
         try:
-            password = Path(password_file).expanduser().read_text(encoding="utf-8").rstrip("\r\n")
+            if path.exists() and not path.is_file():  # a pipe would wait for a writer forever
+                raise ConfigError(f"service.http_password_file: {path} is not a regular file")
+            password = path.read_text(encoding="utf-8").rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"service.http_password_file: cannot read {password_file}: "
                               f"{getattr(e, 'strerror', None) or e}") from None
@@ -77,10 +80,8 @@ def resolve(root: Path, target: str) -> Path | None:
         return None
     if real != base and base not in real.parents:
         return None  # a link out of the archive
-    if real.is_dir():
-        real = real / "index.html"
-        if not real.is_file():
-            return None
+    if real.is_dir():  # its index.html, if that too is inside (not a link out)
+        return resolve(root, "/" + "/".join([*parts, "index.html"]))
     return real if real.is_file() else None
 
 
@@ -114,8 +115,9 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpu-kpi"
         sys_version = ""
+        timeout = 30  # a connection that sends nothing does not hold a thread for ever
 
-        def _allowed(self) -> bool:
+        def _allowed(self, head: bool = False) -> bool:
             if expected is None:
                 return True
             given = self.headers.get("Authorization", "")
@@ -128,7 +130,8 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
                 ok = False
             if not ok:
                 self._send(401, b"authentication required\n", "text/plain; charset=utf-8",
-                           {"WWW-Authenticate": 'Basic realm="gpu-kpi", charset="UTF-8"'})
+                           {"WWW-Authenticate": 'Basic realm="gpu-kpi", charset="UTF-8"'},
+                           head=head)
             return ok
 
         def _send(self, status: int, body: bytes, ctype: str,
@@ -143,7 +146,7 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(body)
 
         def _serve(self, head: bool) -> None:
-            if not self._allowed():
+            if not self._allowed(head):
                 return
             path = resolve(root, self.path)
             if path is None:

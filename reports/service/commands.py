@@ -29,6 +29,8 @@ def cmd_send(args: argparse.Namespace) -> int:
     from reports.weeks import parse_week
 
     parse_week(args.week)
+    if args.team and args.user:
+        raise UsageError("--team and --user: one report at a time (a team's, or a user's runs)")
     if args.kind == "summary" and (args.team or args.user):  # --team T alone means a team's
         args.kind = "team" if args.team else "runs"
     for addr in args.to:

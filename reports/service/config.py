@@ -217,7 +217,7 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
     if not isinstance(rows, list):
         errors.items.append("recipients: expected an array of tables ([[recipients]])")
         return ()
-    out = []
+    out: list[Recipient] = []
     for i, row in enumerate(rows):
         key = f"recipients[{i}]"
         if not isinstance(row, Mapping):
@@ -251,7 +251,14 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
         if report == "runs" and not values.get("user"):
             errors.items.append(f"{key}.user: missing (report = \"runs\" needs the user)")
             continue
-        out.append(Recipient(**values))
+        r = Recipient(**values)
+        same = next((j for j, o in enumerate(out) if (o.kind, o.address) == (r.kind, r.address)),
+                    None)
+        if same is not None:  # one delivery-log key: the second would never be sent
+            errors.items.append(f"{key}: the same {r.kind} to {r.address} as recipients[{same}]"
+                                " (give each chat its own name)")
+            continue
+        out.append(r)
     return tuple(out)
 
 

@@ -41,6 +41,8 @@ def test_filters(capsys: pytest.CaptureFixture[str], url: str) -> None:
     assert ids(capsys, url, "--since", "2026-W47", "--until", "2026-W47") == ["edge", "w47"]
     assert ids(capsys, url, "--since", "2026-11-23") == ["w48", "edge"]  # still going then
     assert ids(capsys, url, "--until", "2026-11-17T09:00") == ["early"]  # started before
+    assert ids(capsys, url, "--until", "2026-11-17") == ["w47", "early"]  # a day: to its end
+    assert ids(capsys, url, "--since", "2026-11-17", "--until", "2026-11-17") == ["w47"]
     # the edge run ends at 01:00 UTC = 02:00 in Berlin: a Berlin Monday 01:30 still sees it
     assert ids(capsys, url, "--since", "2026-11-23T01:30", "--tz", "Europe/Berlin") == [
         "w48", "edge"]

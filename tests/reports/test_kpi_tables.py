@@ -65,3 +65,19 @@ def test_a_week_reported_again_replaces_its_rows(store_url: str, tmp_path: Path,
     assert week["headline"]["gpu_hours"] == pytest.approx(10.0)
     assert sql(store_url, "SELECT team, runs FROM gpu_kpi_weekly_team") == [
         {"team": "nlp", "runs": 2}]
+
+
+def test_a_store_that_will_not_take_the_figures_costs_a_warning_not_the_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    add(url, "a", team="nlp")
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise sa.exc.ProgrammingError("CREATE TABLE", {}, Exception("permission denied"))
+
+    monkeypatch.setattr("tracker.store.kpi_tables.write_week", refused)
+    week = report(url, tmp_path / "out")  # written all the same
+    assert week["headline"]["gpu_hours"] == pytest.approx(4.0)
+    assert any("not in the store's gpu_kpi_weekly tables: ProgrammingError" in r.getMessage()
+               for r in caplog.records)

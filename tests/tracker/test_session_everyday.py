@@ -131,6 +131,21 @@ def test_samples_add_up_over_accumulated_batches_and_a_given_count_wins() -> Non
     assert run.record is not None and run.record.samples == 3 * 16 + 5 + 1
 
 
+def test_a_batch_whose_size_cannot_be_read_is_not_counted_and_breaks_nothing() -> None:
+    class OddShape:
+        shape = 7  # an int, not a shape
+
+    loop_: list[object] = []
+    loop_.append(loop_)  # a list holding itself
+    batches = [{"x": OddShape()}, torch.zeros(4, 2), (None,), loop_,
+               type("NoneFirst", (), {"shape": (None, 3)})()]
+    with track(name="odd", backend="simulated:healthy@H100", store=False, warmup_steps=0,
+               log_to_python=False, print_summary=False) as run:
+        for _ in run.iterate(batches):
+            run.step()
+    assert run.record is not None and run.record.samples == 4 and run.steps == 5
+
+
 def test_a_wandb_sink_without_a_run_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     import wandb
 

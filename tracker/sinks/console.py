@@ -53,7 +53,7 @@ def summary_text(r: RunRecord, where: str | None) -> str:
              f"  verdict: {_shown(r.verdict or 'n/a')}"]
     if r.advice:
         lines.append(f"  advice: {_shown(r.advice)}")
-    lines.append(f"  stored: run {r.id} in {_shown(where)}" if where
+    lines.append(f"  stored: run {_shown(r.id)} in {_shown(where)}" if where
                  else "  stored: nowhere (store=False)")
     links = [f"{_LINKS.get(k, _shown(k))}: {_shown(v)}" for k, v in sorted(r.links.items()) if v]
     if links:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import re
 import threading
 import time
 import urllib.error
@@ -39,15 +38,40 @@ class WebhookError(Exception):
 
 
 def shown(url: str) -> str:
-    """The URL as it may be logged: scheme and host, the secret path left out."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname or '?'}/…"
+    """The URL as it may be logged: scheme and host, the secret path left out (``?`` for what
+    cannot be read as a URL)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        scheme = parts.scheme if parts.scheme in ("http", "https") else "?"
+    except ValueError:
+        return "?://?/…"
+    return f"{scheme}://{host if host.isascii() and host.isprintable() else '?'}/…"
+
+
+def check_url(url: str) -> None:
+    """:class:`WebhookError` (the URL shown by :func:`shown`) unless ``url`` is an http(s) URL
+    urllib can send to: no blank or control character (a comment pasted after it), a port
+    that is a number, ASCII only."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname) and url.isascii()
+              and url.isprintable() and " " not in url)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise WebhookError(f"webhook {shown(url)}: not a valid http(s) URL (a blank, a "
+                           "control character, a bad port, not ASCII?)")
 
 
 def kind_of(url: str) -> str:
     """``slack`` for ``hooks.slack.com``, ``teams`` for a Teams incoming webhook or workflow
     (``*.webhook.office.com``, ``*.logic.azure.com``, ``*.powerplatform.com``), else ``json``."""
-    host = (urlsplit(url).hostname or "").lower()
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return "json"
     if host == "hooks.slack.com":
         return "slack"
     if host.endswith((".webhook.office.com", ".logic.azure.com", ".powerplatform.com")):
@@ -60,12 +84,14 @@ def _slack_text(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|>~])")
-
-
 def _teams_text(text: str) -> str:
-    """Markdown escaped for a Teams card's text block: text stays text."""
-    return _MARKDOWN.sub(r"\\\1", text)
+    """Text for a Teams card's text block, which reads a little Markdown and shows a
+    backslash escape as it is: a link (``[x](url)``, ``<url>``), emphasis (``*``, ``_``) and
+    a heading cannot be made from the user's text (a zero-width space breaks each), and each
+    line is a paragraph (a single line break would be lost)."""
+    for mark in ("](", "<", "*", "_", "#", "~"):
+        text = text.replace(mark, mark[0] + "\u200b" + mark[1:])
+    return "\n\n".join(text.split("\n"))
 
 
 def message(kind: str, title: str, text: str, *, facts: Sequence[tuple[str, str]] = (),
@@ -99,13 +125,14 @@ def message(kind: str, title: str, text: str, *, facts: Sequence[tuple[str, str]
             **({"link": link[1]} if link is not None else {})}
 
 
-def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 10.0, retries: int = 3,
+def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 30.0, retries: int = 3,
          backoff_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> None:
     """POST ``body`` as JSON. A 429 waits its ``Retry-After`` (at most
-    :data:`RETRY_AFTER_MAX_S`), a 5xx or a connection error ``backoff_s`` doubling, up to
-    ``retries`` times; another status fails at once. Raises :class:`WebhookError`."""
-    if urlsplit(url).scheme not in ("http", "https"):
-        raise WebhookError(f"webhook {shown(url)}: not an http(s) URL")
+    :data:`RETRY_AFTER_MAX_S`), a 5xx or no connection ``backoff_s`` doubling, up to
+    ``retries`` times; another status fails at once, and so does a post sent but not answered
+    within ``timeout_s`` (it may have arrived: a chat shows a card twice, never). Raises
+    :class:`WebhookError`, which names the webhook by its host only."""
+    check_url(url)
     data = json.dumps(body).encode()
     for attempt in range(retries + 1):
         request = urllib.request.Request(url, data=data, method="POST", headers={
@@ -122,11 +149,18 @@ def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 10.0, retries:
                     raise WebhookError(f"webhook {shown(url)}: HTTP 429, retry after "
                                        f"{wait:.0f} s", temporary=True) from None
             elif status < 500:  # a redirect too: never followed
-                raise WebhookError(f"webhook {shown(url)}: HTTP {status} {e.reason}") from None
+                raise WebhookError(f"webhook {shown(url)}: HTTP {status}") from None
             why = f"HTTP {status}"
-        except (urllib.error.URLError, OSError) as e:
+        except (TimeoutError, urllib.error.URLError) as e:
             reason = getattr(e, "reason", e)
-            why, wait = f"{type(reason).__name__}: {reason}", backoff_s * 2**attempt
+            if isinstance(reason, TimeoutError):
+                # sent, maybe received: once is the rule, so never again by itself
+                raise WebhookError(f"webhook {shown(url)}: no answer within {timeout_s:g} s; "
+                                   "the message may have arrived, so it is not sent again "
+                                   "by itself") from None
+            why, wait = f"cannot connect ({type(reason).__name__})", backoff_s * 2**attempt
+        except Exception as e:  # whatever else urllib raises may quote the secret URL
+            raise WebhookError(f"webhook {shown(url)}: {type(e).__name__}") from None
         if attempt == retries:
             raise WebhookError(f"webhook {shown(url)}: {why} after {retries + 1} tries",
                                temporary=True)
@@ -159,6 +193,7 @@ class WebhookSink:
     name = "webhook"
 
     def __init__(self, url: str, *, kind: str | None = None, **post_args: Any) -> None:
+        check_url(url)  # a bad URL is said at the start, once, and costs only the webhook
         self.url = url
         self.kind = kind or kind_of(url)
         self.post_args = post_args
@@ -196,7 +231,8 @@ class WebhookSink:
                 log.warning("gpu-kpi: the alert did not reach the webhook: %s", e)
 
     def close(self) -> None:
-        """Send what is queued, waiting a few seconds at most (a short run's alert at its end)."""
+        """Send what is queued, waiting 5 s at most (a short run's alert at its end); a post
+        still under way goes on in the background."""
         if self._thread is not None:
             self._queue.put(None)
-            self._thread.join(timeout=15.0)
+            self._thread.join(timeout=5.0)

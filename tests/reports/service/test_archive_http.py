@@ -92,6 +92,8 @@ def test_basic_auth(archive: Path) -> None:
         assert get(server.url, auth=("reports", "wrong"))[0] == 401
         assert get(server.url, auth=("other", "s3cret-Pw"))[0] == 401
         assert get(server.url, auth=("reports", "s3cret-Pw"))[0] == 200
+        status, _, body = get(server.url, method="HEAD")
+        assert status == 401 and body == b""
         # a 404 is not said to who has no password: it is a 401 first
         assert raw_get(server.port, "/../secret.txt") == 401
     finally:
@@ -108,10 +110,21 @@ def test_the_password_comes_from_the_environment_or_a_file(tmp_path: Path) -> No
         read_auth("reports", None, {})
     with pytest.raises(ConfigError, match=r"^service\.http_password_file: cannot read "):
         read_auth("reports", str(tmp_path / "missing"), {})
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)  # would wait for a writer forever
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        read_auth("reports", str(pipe), {})
 
 
 def test_resolve_stays_inside(tmp_path: Path) -> None:
     (tmp_path / "a.html").write_text("x")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "index.html").write_text("secret")
+    root = tmp_path / "root"
+    (root / "teams" / "nlp").mkdir(parents=True)
+    os.symlink(tmp_path / "outside" / "index.html", root / "teams" / "nlp" / "index.html")
+    assert resolve(root, "/teams/nlp/") is None  # its index.html is a link out
+    assert resolve(root, "/.") is None
     assert resolve(tmp_path, "/a.html?x=1#y") == (tmp_path / "a.html").resolve()
     assert resolve(tmp_path, "/") is None  # no index.html: no listing either
     assert resolve(tmp_path, "/../a.html") is None

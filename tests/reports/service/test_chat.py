@@ -58,7 +58,9 @@ def test_each_channel_gets_its_card_once(tmp_path: Path, store: str, smtp_server
     # Teams: nlp's card, 12 GPU-hours = $46.20, its page linked
     (teams_card,) = teams.bodies
     content = teams_card["attachments"][0]["content"]
-    assert content["body"][0]["text"].startswith("GPU efficiency 2026\\-W48, team nlp: $46 spend")
+    assert content["body"][0]["text"].startswith("GPU efficiency 2026-W48, team nlp: $46 spend")
+    # each line a paragraph: a Teams text block would run single line breaks together
+    assert "Runs to fix first:\n\n1. alice-sweep-w48: 30.0%" in content["body"][2]["text"]
     assert content["actions"][0]["url"] == "https://gpu-kpi.example.com/r/teams/nlp/2026-W48.html"
     # JSON: alice's own runs
     (mine,) = plain.bodies
@@ -103,6 +105,16 @@ def test_a_missing_webhook_secret_fails_that_channel_only(
         ("chat:#ml-platform", "failed"), ("cto@example.com", "sent")]
     assert result.outcomes[0].error == ("recipient chat:#ml-platform: the variable HOOK_SLACK "
                                         "holding its webhook URL is not set")
+
+
+def test_two_chat_recipients_of_one_name_are_an_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "gpu-kpi.toml"
+    cfg.write_text('[[recipients]]\nchat = "#ml"\nwebhook_env = "A"\n'
+                   '[[recipients]]\nchat = "#ml"\nwebhook_env = "B"\n')
+    settings_, errors = read_service_settings(cfg, env={})
+    assert [r.address for r in settings_.recipients] == ["chat:#ml"]
+    assert errors == ["recipients[1]: the same summary to chat:#ml as recipients[0] (give each "
+                      "chat its own name)"]
 
 
 def test_a_chat_recipient_in_the_config(tmp_path: Path) -> None:

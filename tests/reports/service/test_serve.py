@@ -130,6 +130,9 @@ def test_send_a_teams_or_an_engineers_report(tmp_path: Path, store: str) -> None
     p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--kind", "team",
                 "--config", str(cfg))
     assert p.returncode == 2 and p.stderr.strip() == "gpu-kpi: error: --kind team needs --team"
+    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--team", "nlp", "--user",
+                "alice", "--config", str(cfg))
+    assert p.returncode == 2 and "--team and --user: one report at a time" in p.stderr
 
 
 def test_send_mails_now_and_says_so(tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:

@@ -28,7 +28,8 @@ def test_each_chat_gets_its_own_shape_with_the_users_text_escaped() -> None:
     assert attachment["contentType"] == "application/vnd.microsoft.card.adaptive"
     card = attachment["content"]
     assert (card["type"], card["version"]) == ("AdaptiveCard", "1.4")
-    assert card["body"][2]["text"] == r"run <https://evil\.example\|click\> & \[x\]\(http://evil\)"
+    # Teams shows a backslash escape as it is: link syntax is broken with a zero-width space
+    assert card["body"][2]["text"] == "run <\u200bhttps://evil.example|click> & [x]\u200b(http://evil)"
     assert card["body"][1] == {"type": "FactSet", "facts": [{"title": "team", "value": "nlp"}]}
     assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open", "url": "https://x/r"}]
     assert message("json", "t", name, facts=[("team", "nlp")]) == {
@@ -62,6 +63,46 @@ def test_what_fails_fails_in_one_line_without_the_secret(
     assert message_part in str(e.value) and "secret-token" not in str(e.value)
     assert str(e.value).startswith("webhook http://127.0.0.1/…: ")
     assert len(hook.received) == tries
+
+
+def test_a_url_urllib_would_quote_is_refused_without_its_secret() -> None:
+    for url in ("https://hooks.slack.com/services/T0/B0/SECRETXYZ # the ml channel",
+                "https://hooks.slack.com:SECRETPORT/x", "https://[hooks.slack.com/SECRETXYZ",
+                "https://hooks.slack.com/services/SECRETXYZ\u00e9", "ftp://example.com/SECRETXYZ"):
+        with pytest.raises(WebhookError) as e:
+            post(url, {"text": "hi"}, sleep=lambda s: None)
+        assert "SECRET" not in str(e.value) and "not a valid http(s) URL" in str(e.value), url
+
+
+def test_a_post_not_answered_in_time_is_not_sent_again() -> None:
+    """Sent and maybe received: a second try could show the card twice."""
+    import http.server
+    import threading
+    import time as clock
+
+    got: list[bytes] = []
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            got.append(self.rfile.read(int(self.headers["Content-Length"])))
+            clock.sleep(1.5)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(WebhookError, match=r"no answer within 0\.5 s; the message may have "
+                                               "arrived") as e:
+            post(f"http://127.0.0.1:{server.server_address[1]}/secret-token", {"text": "hi"},
+                 timeout_s=0.5, sleep=lambda s: None)
+        assert not e.value.temporary and len(got) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_an_unreachable_webhook_is_retried_then_named() -> None:
@@ -114,6 +155,18 @@ def test_no_idle_alert_before_the_window_and_the_webhook_from_a_file(tmp_path: P
     assert [b["title"] for b in hook.bodies] == ["gpu-kpi: Low GPU utilization"]
 
 
+def test_a_bad_webhook_url_costs_the_webhook_not_the_run(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("GPU_KPI_ALERT_WEBHOOK", "https://[hooks.slack.com/SECRETXYZ")
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        record, sink = idle_run(35)
+    assert record.status == "finished" and record.gpu_source == "simulated"  # type: ignore[attr-defined]
+    assert [t for t, _ in sink.alerts] == ["Low GPU utilization", "GPUs idle"]
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("gpu-kpi: no alerts to the webhook: webhook ") for m in said)
+    assert not any("SECRET" in m for m in said)
+
+
 def test_a_webhook_that_fails_costs_a_warning_not_the_run(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     with webhook_server(answers=[(403, {})] * 2) as hook:
@@ -124,3 +177,18 @@ def test_a_webhook_that_fails_costs_a_warning_not_the_run(
     warned = [r.getMessage() for r in caplog.records if "webhook" in r.getMessage()]
     assert len(warned) == 2 and all("HTTP 403" in w for w in warned)
     assert not any("secret-token" in r.getMessage() for r in caplog.records)
+
+
+def test_a_webhook_file_that_is_a_pipe_is_refused_not_waited_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import os
+
+    pipe = tmp_path / "alert-webhook"
+    os.mkfifo(pipe)  # no writer: reading it would wait for ever
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(f'[tracker]\nalert_webhook_file = "{pipe}"\n')
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        record, _ = idle_run(1, config=str(config))
+    assert record.status == "finished"  # type: ignore[attr-defined]
+    assert any("tracker.alert_webhook_file: " in r.getMessage() and "not a regular file" in
+               r.getMessage() for r in caplog.records)
