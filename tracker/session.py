@@ -51,7 +51,7 @@ class Session:
                  sinks: Sequence[Sink] = (), log_to_python: bool = True,
                  clock: Callable[[], float] | None = None, threaded: bool = True,
                  placement: Placement | None = None) -> None:
-        self.spec = spec = dataclasses.replace(spec, **{  # bad numbers: see _ARGS
+        self.spec = spec = dataclasses.replace(spec, **{  # bad numbers: config.checked_argument
             k: checked_argument(k, getattr(spec, k)) for k in ("price_per_gpu_hour", "flops_per_step")})
         place = placement or Placement()
         self.id = spec.id
@@ -197,8 +197,8 @@ class Session:
         try:
             self.record = self._build_record(status)
             self._submit_run(self.record)
-            self.sinks.summary(self.record, {**self.metrics(run=True),
-                                             **record_metrics(self.record)})
+            record = self.record
+            self.sinks.summary(record, lambda: {**self.metrics(run=True), **record_metrics(record)})
         except Exception as e:
             self._warn_once("finish", "gpu-kpi: writing the run's record failed: %s: %s", type(e).__name__, e)
         finally:

@@ -4,7 +4,7 @@ failing sink off with one warning so training goes on."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol, runtime_checkable
 
 from tracker.record import RunRecord
@@ -98,14 +98,23 @@ class SinkSet:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._each("log_metrics", metrics, step)
 
-    def summary(self, record: RunRecord, metrics: Mapping[str, float] | None = None) -> None:
-        """Each sink's :meth:`Sink.summary`; and ``metrics`` (the logged metrics over the whole
-        run) to the sinks that keep a run summary of them (``summary_metrics``: W&B)."""
+    def summary(self, record: RunRecord,
+                metrics: Callable[[], Mapping[str, float]] | None = None) -> None:
+        """Each sink's :meth:`Sink.summary`; and ``metrics()`` (the logged metrics over the
+        whole run) to the sinks that keep a run summary of them (``summary_metrics``: W&B),
+        computed only for them, and left out if computing them fails."""
         self._each("summary", record)
-        if metrics:
+        wanted = any(hasattr(sink, "summary_metrics") for sink in self.sinks)
+        try:
+            metrics_ = metrics() if metrics is not None and wanted else None
+        except Exception as e:
+            log.warning("gpu-kpi: no run-level metrics in the summary: %s: %s",
+                        type(e).__name__, e)
+            metrics_ = None
+        if metrics_:
             for sink in list(self.sinks):
                 if hasattr(sink, "summary_metrics"):
-                    self._each_one(sink, "summary_metrics", metrics)
+                    self._each_one(sink, "summary_metrics", metrics_)
 
     def alert(self, title: str, text: str) -> None:
         self._each("alert", title, text)
