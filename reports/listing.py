@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from reports.cli_support import _open_store, _report_section, _settings, printable
 from tracker.record import RunRecord
 
 STATUSES = ("running", "finished", "failed", "crashed")
@@ -50,7 +51,7 @@ def _formatted(r: RunRecord, field: str) -> str:
 
 def format_runs(runs: Sequence[RunRecord]) -> str:
     """A fixed-width table, one run a line."""
-    table = [[h for h, _ in RUN_COLUMNS]] + [[_printable(_cell(r, f)) for _, f in RUN_COLUMNS]
+    table = [[h for h, _ in RUN_COLUMNS]] + [[printable(_cell(r, f)) for _, f in RUN_COLUMNS]
                                              for r in runs]
     widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     right = {"gpu_h", "util_%", "cost_$", "waste_$"}
@@ -72,12 +73,6 @@ def _record_json(r: RunRecord) -> dict[str, Any]:
             d[k] = v.decode("utf-8", errors="replace")
     return d
 
-
-
-def _printable(text: str) -> str:
-    from reports.cli_support import printable
-
-    return printable(text)
 
 
 def _when(value: str, tz: str, *, end: bool) -> datetime:
@@ -104,7 +99,6 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from reports.cli_support import _open_store, _settings, printable
     from reports.errors import UsageError
     from reports.weeks import parse_week, week_bounds, zone
 
@@ -187,7 +181,6 @@ MAX_WEEKS = 520
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
     from reports.build import Request, load, resolve_week
-    from reports.cli_support import _report_section, _settings
     from reports.errors import UsageError
     from reports.kpi import combine_gpu_time
     from reports.kpi.chargeback import COLUMNS, chargeback_rows
