@@ -25,10 +25,12 @@ from typing import Any
 import pandas as pd
 
 from reports import kpi as kpis
+from reports.budgets import week_lines
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
+from reports.kpi.budgets import Budget
 from reports.kpi.checks import one_line
-from reports.render.exports import publish_week, to_json
+from reports.render.exports import publish_week, to_csv, to_json
 from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of, weeks_between
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, thresholds_for
@@ -55,6 +57,8 @@ class Request:
     """Owned models (``[owned.<MODEL>]``): priced at their amortized rate, compared with rent."""
     carbon: Carbon = field(default_factory=Carbon)
     """Grid intensity and PUE for CO2e (``[carbon]``)."""
+    budgets: Sequence[Budget] = ()
+    """Team budgets (``[[budgets]]``): the report shows each team's spend against them."""
 
     def kpis(self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *,
              trend_weeks: int = 12) -> kpis.WeekKpis:
@@ -83,8 +87,8 @@ class Computed:
         the whole report left out."""
         runs = self.runs[self.runs["team"] == team]
         gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
-        tk = dataclasses.replace(req.kpis(runs, gt, self.kpis.week),
-                                 skipped=self.kpis.skipped)
+        tk = dataclasses.replace(req.kpis(runs, gt, self.kpis.week), skipped=self.kpis.skipped,
+                                 budgets=tuple(b for b in self.kpis.budgets if b.team == team))
         return tk if tk.headline.gpu_hours > 0 else None
 
 
@@ -119,6 +123,8 @@ def compute(store_url: str | None, req: Request, *, now: datetime,
                                   thresholds=req.thresholds, now=now)
     gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
     k = req.kpis(runs, gt, start)
+    if req.budgets:
+        k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt,
@@ -207,7 +213,6 @@ def _rollups_answer(version: int, t: Thresholds, basis: str,
             and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts))
 
 
-
 def _from_rollups(store: Any, value: str, week_starts: Sequence[pd.Timestamp],
                   until: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The store's totals per (run, GPU, week) (:data:`kpis.TOTALS_COLUMNS`, with ``damaged``
@@ -236,8 +241,6 @@ def render(k: kpis.WeekKpis, req: Request,
     if "json" in req.formats:
         out["json"] = to_json(k, req.tz).encode()
     if "csv" in req.formats:
-        from reports.render.exports import to_csv
-
         out["csv"] = to_csv(k, req.tz).encode()
     if "html" in req.formats or "email" in req.formats:
         if images is None:

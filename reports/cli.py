@@ -63,7 +63,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
                   basis=args.basis, report_url=args.report_url or section.get("report_url"),
                   prices=settings.prices, owned=settings.owned, carbon=settings.carbon,
-                  thresholds=thresholds_for(args.basis, settings.thresholds))
+                  thresholds=thresholds_for(args.basis, settings.thresholds),
+                  budgets=section["budgets"])
     if args.week and (args.since or args.all):
         raise UsageError("--week is one week; --since/--all archive every missing week: not both")
     for week in (args.week, args.since):
@@ -198,10 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "SQLite file); put passwords in PGPASSWORD or ~/.pgpass, not here")
         return sp
 
-    from reports.listing import add_chargeback_command, add_runs_command
+    from reports.listing import add_budgets_command, add_chargeback_command, add_runs_command
 
     add_runs_command(add)
     add_chargeback_command(add)
+    add_budgets_command(add)
 
     report = add("report", cmd_report, "the weekly KPI report: HTML, email (.eml), JSON and "
                  "CSV of one week, and the index of every archived week")

@@ -33,16 +33,18 @@ def printable(text: str) -> str:
 
 
 def _report_section(args: argparse.Namespace) -> dict[str, Any]:
-    """The config file's ``[report]`` (``GPU_KPI_TIMEZONE``… over it), as the service reads it;
-    :class:`ConfigError` naming the key of a bad value."""
+    """The config file's ``[report]`` (``GPU_KPI_TIMEZONE``… over it), as the service reads it,
+    with its ``[[budgets]]`` under ``budgets``; :class:`ConfigError` naming the key of a bad
+    value."""
     import os
 
-    from reports.service.config import SERVICE_SECTIONS
+    from reports.service.config import SERVICE_SECTIONS, read_budgets
     from tracker.config import Errors, config_path, read_sections, read_toml
 
     file = Path(args.config) if args.config else config_path(os.environ)
     errors = Errors()
-    found = read_sections(read_toml(file) if file is not None else {},
-                          {"report": SERVICE_SECTIONS["report"]}, os.environ, errors)
+    data = read_toml(file) if file is not None else {}
+    found = read_sections(data, {"report": SERVICE_SECTIONS["report"]}, os.environ, errors)
+    budgets = read_budgets(data, errors)
     errors.raise_any()
-    return found["report"]
+    return {**found["report"], "budgets": budgets}

@@ -1,5 +1,6 @@
 """``gpu-kpi runs``: the stored runs, filtered, as a table, JSON or CSV (``--format json`` is
-what other tools call ``--json``; both are accepted)."""
+what other tools call ``--json``; both are accepted); ``gpu-kpi chargeback``, the CSV for
+finance; ``gpu-kpi budgets``, the teams' spend so far against their budgets."""
 
 from __future__ import annotations
 
@@ -240,3 +241,46 @@ def add_chargeback_command(add: Callable[..., argparse.ArgumentParser]) -> None:
     cb.add_argument("--basis", choices=("util", "sm_active"),
                     help="utilization basis (default: [report] basis, else util)")
     cb.add_argument("--out", metavar="FILE", help="write here (default: standard output)")
+
+
+def cmd_budgets(args: argparse.Namespace) -> int:
+    """``gpu-kpi budgets``: each team's spend so far this week and month against its budget,
+    as the service checks it for alerts."""
+    from reports.budgets import current_lines
+    from reports.build import Request
+    from reports.errors import UsageError
+    from reports.render.fmt import budget_row
+    from reports.weeks import zone
+    from tracker.cost import thresholds_for
+
+    section = _report_section(args)
+    if not section["budgets"]:
+        raise UsageError("no budgets: add [[budgets]] (team, usd_per_week or usd_per_month) "
+                         "to the config file")
+    settings = _settings(args)
+    basis = section.get("basis", "util")
+    req = Request(week=None, tz=zone(section.get("timezone", "UTC")), basis=basis,
+                  prices=settings.prices, owned=settings.owned, carbon=settings.carbon,
+                  thresholds=thresholds_for(basis, settings.thresholds))
+    with _open_store(settings.store, create=False) as store:
+        lines = current_lines(store, req, section["budgets"], now=datetime.now(UTC))
+    if args.format == "json":
+        json.dump([b.as_dict() for b in lines], sys.stdout, indent=2, ensure_ascii=False)
+        print()
+        return 0
+    rows = [budget_row(b) for b in lines]
+    table = [("team", "period", "spend", "budget", "used", "forecast", "status"),
+             *((printable(r["team"]), r["period"], r["spend"], r["budget"], r["used"],
+                r["forecast"], r["status"]) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def add_budgets_command(add: Callable[..., argparse.ArgumentParser]) -> None:
+    b = add("budgets", cmd_budgets, "each team's spend so far this week and month against its "
+            "[[budgets]], with the forecast for the period")
+    b.add_argument("--format", choices=("table", "json"), default="table")
+    b.add_argument("--json", dest="format", action="store_const", const="json",
+                   help="same as --format json")

@@ -102,3 +102,24 @@ def week_spans(start: datetime, end: datetime, tz: tzinfo) -> list[tuple[datetim
 def weeks_between(start: datetime, end: datetime, tz: tzinfo) -> list[datetime]:
     """Monday 00:00 (in ``tz``, as UTC) of each ISO week that [start, end) overlaps."""
     return [w0 for w0, _ in week_spans(start, end, tz)]
+
+
+# -- calendar months (budgets) ------------------------------------------------------------------
+def month_start_of(moment: datetime, tz: tzinfo = UTC) -> datetime:
+    """The 1st 00:00 in ``tz`` of the calendar month ``moment`` falls in, as an aware UTC
+    datetime (on the local calendar, as :func:`week_start_of`)."""
+    local = moment.astimezone(tz)
+    return datetime(local.year, local.month, 1, tzinfo=tz).astimezone(UTC)
+
+
+def shift_month(month: datetime, tz: tzinfo, n: int) -> datetime:
+    """The 1st 00:00 ``n`` months after ``month`` (a 1st 00:00 in ``tz``), in UTC."""
+    local = (month + timedelta(hours=12)).astimezone(tz)
+    index = local.year * 12 + local.month - 1 + n
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=tz).astimezone(UTC)
+
+
+def month_label(month_start: datetime, tz: tzinfo = UTC) -> str:
+    """``2026-12`` for a month's start (the 1st 00:00 in ``tz``, as any aware instant)."""
+    local = (month_start + timedelta(hours=12)).astimezone(tz)
+    return f"{local.year}-{local.month:02d}"

@@ -32,7 +32,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "smtplib": ("reports/service/mailer.py",),
     "jinja2": ("reports/render/html.py",),
     "matplotlib": ("reports/render/charts.py",),
-    "pandas": ("reports/kpi/", "reports/render/", "reports/build.py",
+    "pandas": ("reports/kpi/", "reports/render/", "reports/build.py", "reports/budgets.py",
                "reports/imports/nvsmi_fast.py"),
     "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py", "reports/imports/nvsmi_minutes.py"),
 }
@@ -55,7 +55,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reports.errors", "reports.weeks"),
     ("reports.kpi",),
     ("reports.render",),
-    ("reports.build",),
+    ("reports.build", "reports.budgets"),
     ("reports.service", "reports.demo", "reports.imports"),
     ("reports", "reports.cli"),
 )

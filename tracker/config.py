@@ -178,7 +178,7 @@ TRACKER_SECTIONS: Sections = {
 """The tracker's keys; the file's other sections belong to the reports side."""
 
 FILE_SECTIONS = frozenset({*TRACKER_SECTIONS, "prices", "report", "service", "smtp", "recipients",
-                           "owned", "carbon"} - {""})
+                           "budgets", "owned", "carbon"} - {""})
 """Every section the file may have, the reports side's too (the file is shared): any other
 top-level name is a misspelling (``[smpt]``, ``[[recipient]]``) and an error with the closest
 name, not a silently ignored table. ``tests/test_layers.py`` checks that the service declares

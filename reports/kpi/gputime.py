@@ -109,34 +109,39 @@ def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
 
 
 def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
-                     basis: str = "util", now: datetime | None = None) -> pd.DataFrame:
+                     basis: str = "util", now: datetime | None = None,
+                     spans: Sequence[tuple[datetime, datetime]] | None = None) -> pd.DataFrame:
     """GT rows of the runs not in ``sampled`` (the ids of runs with minute samples), pro rata
-    by duration from their summaries."""
+    by duration from their summaries; in ISO weeks, or in ``spans`` ([start, end), ascending,
+    not overlapping: the ``week`` column holds each span's start) when given."""
     column = BASES[basis][0]
+    ended = []
     summary_only = runs[~runs["id"].isin(set(sampled))]
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
-    spans = []
     for r in summary_only.itertuples(index=False):
         end = r.ended_at if not pd.isna(r.ended_at) else (
             r.heartbeat_at if not pd.isna(r.heartbeat_at) else end_now)
         if end > r.started_at and r.gpu_hours:
-            spans.append((r, end))
-    if not spans:
+            ended.append((r, end))
+    if not ended:
         return pd.DataFrame(columns=GT_COLUMNS)
     # the weeks of all the runs at once: thousands of runs, a few dozen weeks
-    weeks = week_spans(min(r.started_at for r, _ in spans), max(end for _, end in spans), tz)
+    weeks = (week_spans(min(r.started_at for r, _ in ended), max(end for _, end in ended), tz)
+             if spans is None else [(_ts(a), _ts(b)) for a, b in spans])
     week_starts = [w0 for w0, _ in weeks]
     rows = []
-    for r, end in spans:
+    for r, end in ended:
         start = r.started_at
         total_s = (end - start).total_seconds()
         value = getattr(r, column)
         # never more idle hours than GPU-hours, whatever the summary says
         idle_total = (min(r.idle_usd / r.price_per_gpu_hour, r.gpu_hours)
                       if r.idle_usd and r.price_per_gpu_hour else 0.0)
-        overlapped = slice(bisect.bisect_right(week_starts, start) - 1,
+        overlapped = slice(max(bisect.bisect_right(week_starts, start) - 1, 0),
                            bisect.bisect_left(week_starts, end))
         for w0, w1 in weeks[overlapped]:
+            if w1 <= start or w0 >= end:  # a gap between spans
+                continue
             share = (min(end, w1) - max(start, w0)).total_seconds() / total_s
             h = r.gpu_hours * share
             known = 0.0 if value is None or pd.isna(value) else h

@@ -11,6 +11,7 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
+from reports.kpi.budgets import BudgetLine
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
@@ -76,6 +77,8 @@ class WeekKpis:
     skipped: Skipped = field(default_factory=Skipped)
     """Runs and sample rows left out of these figures, with the reason (set by the report
     builder, which reads the store)."""
+    budgets: tuple[BudgetLine, ...] = ()
+    """The teams' spend against their budgets (``[[budgets]]``; set by the report builder)."""
 
 
 def _price(runs: pd.DataFrame, prices: PriceTable,

@@ -72,5 +72,9 @@ def chat_card(k: WeekKpis, *, tz: tzinfo, report_url: str | None, scope: str | N
         if len(ctx["runs"]) > CARD_RUNS or ctx["more_runs"] > 0:
             lines.append(f"… and {len(ctx['runs']) - CARD_RUNS + ctx['more_runs']} more in the "
                          "report")
+    flagged = [b for b in ctx["budgets"] if b["tone"] != "good"]
+    if flagged:  # a budget reached or on course to be
+        lines += ["", "Budgets:", *(f"{b['team']}, {b['period']}: {b['spend']} of {b['budget']}"
+                                    f" ({b['used']}), {b['status']}" for b in flagged)]
     return Card(title=subject_line(k, week, scope), text="\n".join(lines), facts=facts,
                 link=("Open the report", link) if link else None)

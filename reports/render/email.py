@@ -148,6 +148,8 @@ def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
             "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
             "report_link": report_link(report_url, week, team) or "",
             "runs": runs, "more_runs": ctx["runs_to_fix"] - len(runs),
+            "budgets": [{**b, "team": _one_line(b["team"], MAX_NAME_CHARS)}
+                        for b in ctx["budgets"]],
             "teams": teams, "more_teams": len(k.by.get("team", ())) - len(teams)}
 
 

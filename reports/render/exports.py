@@ -13,16 +13,22 @@ it, or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`
 per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``, ``name``,
 ``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as unknown,
 per run and reason: ``run_id``, ``name``, ``rows``, ``reason``) and ``bad_sample_rows``, and
-``skipped`` (the one-line summary of both, ``""`` when none). Unknown values are ``null``, as
-is a figure past a float's range (a sum of absurd but finite stored figures); bytes are
-written as text (UTF-8, a bad byte replaced) and a value of a type no field should have as its
-``str``: writing the JSON never fails on a value.
+``skipped`` (the one-line summary of both, ``""`` when none), ``budgets`` (each team's
+spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), ``label``
+(``2026-W49`` | ``2026-12``), ``start``/``end``/``until`` (the spend is counted to ``until``),
+``complete``, ``spend_usd``, ``budget_usd``, ``used_pct``, ``forecast_usd`` and
+``forecast_pct`` (the period's end at the rate so far; null before a day has passed),
+``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``, ``spend_usd``)).
+Unknown values are ``null``, as is a figure past a float's range (a sum of absurd but finite
+stored figures); bytes are written as text (UTF-8, a bad byte replaced) and a value of a type
+no field should have as its ``str``: writing the JSON never fails on a value.
 
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
-``reason``) or ``bad_samples`` (``name``, ``rows``, ``reason``); ``key`` the group, run id or
-week. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula is
+``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``) or ``budget`` (key the team, metrics
+``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``); ``key`` the
+group, run id or week. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula is
 prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numbers.
 """
 
@@ -53,6 +59,8 @@ RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_cou
               "gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "energy_kwh",
               "co2e_kg", "verdict",
               "advice", "status", "links")
+BUDGET_FIELDS = ("spend_usd", "budget_usd", "used_pct", "forecast_usd", "forecast_pct", "level",
+                 "complete")
 RIGHTSIZING_FIELDS = ("run_id", "name", "team", "gpu_model", "utilization_pct", "mem_peak_gib",
                       "suggested_gpu", "saving_usd", "assumption")
 
@@ -135,6 +143,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
                         for b in skipped.samples],
         "bad_sample_rows": skipped.sample_rows,
         "skipped": skipped.summary(),
+        "budgets": [_plain(b.as_dict()) for b in k.budgets],
     }
 
 
@@ -176,6 +185,8 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
         rows("excluded", row["run_id"], {"name": row["name"], "reason": row["reason"]})
     for row in d["bad_samples"]:
         rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
+    for row in d["budgets"]:
+        rows("budget", row["team"], {f"{row['label']}:{f}": row[f] for f in BUDGET_FIELDS})
     return out.getvalue()
 
 

@@ -7,10 +7,12 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from urllib.parse import urlsplit
 
 import pandas as pd
+
+from reports.kpi.budgets import BudgetLine
 
 LINK_NAMES = {"wandb": "W&B run", "tensorboard": "TensorBoard"}
 
@@ -153,3 +155,33 @@ def links_of(value: object) -> list[Link]:
         out.append(Link(text=name, href=href, target="" if href else str(target)))
     # URLs first (W&B before TensorBoard), then paths shown as text
     return sorted(out, key=lambda link: (link.href is None, link.text.lower()))
+
+
+# -- budgets -----------------------------------------------------------------------------------
+def budget_period(b: BudgetLine) -> str:
+    """``week 2026-W49``, ``November 2026``, or ``December 2026 to 6 Dec`` (a month so far); the
+    line's times are in the report zone."""
+    if b.period == "week":
+        return f"week {b.label}"
+    month = f"{b.start:%B %Y}"
+    return month if b.complete else f"{month} to {b.until - timedelta(microseconds=1):%-d %b}"
+
+
+def budget_row(b: BudgetLine) -> dict[str, str]:
+    """A budget line's display strings: period, spend, budget, used, forecast, status and its
+    tone (``bad`` over budget, ``warn`` at 80% or on course to exceed, ``good``)."""
+    f = b.forecast_pct
+    ahead = not b.complete and f is not None and f >= 100.0
+    if b.used_pct >= 100.0:
+        status, tone = "over budget", "bad"
+    elif b.used_pct >= 80.0:
+        status, tone = "80% reached" + (", on course to exceed" if ahead else ""), "warn"
+    elif ahead:
+        status, tone = "on course to exceed", "warn"
+    else:
+        status, tone = "within budget", "good"
+    return {"team": b.team, "period": budget_period(b), "spend": fmt_usd(b.spend_usd),
+            "budget": fmt_usd(b.budget_usd), "used": fmt_pct(b.used_pct, 0),
+            "forecast": ("—" if b.complete or b.forecast_usd is None
+                         else f"{fmt_usd(b.forecast_usd)} ({fmt_pct(f, 0)})"),
+            "status": status, "tone": tone, "meter": f"{min(b.used_pct, 100.0):.1f}"}

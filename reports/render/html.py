@@ -20,6 +20,7 @@ import pandas as pd
 from reports.kpi import WeekKpis, runs_to_fix
 from reports.render.fmt import (
     as_number,
+    budget_row,
     fmt_change,
     fmt_change_pp,
     fmt_gib,
@@ -272,6 +273,7 @@ def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
                        "idle": fmt_pct(t.idle_pct, 0), "idle_window": str(t.idle_window_min)},
         "unpriced": fmt_hours(h.unpriced_gpu_hours) if h.unpriced_gpu_hours > 0 else "",
         "skipped": _skipped(k),
+        "budgets": [budget_row(b) for b in k.budgets],
     }
 
 

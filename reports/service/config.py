@@ -48,6 +48,10 @@ user = "alice"
 chat = "#ml-platform"
 webhook_env = "GPU_KPI_WEBHOOK_ML_PLATFORM"   # or webhook_file = "/etc/gpu-kpi/slack-url"
 report = "summary"
+
+[[budgets]]                   # the report shows spend against it; 80% and 100% alert once
+team = "nlp"                  # each, to the summary's and the team's recipients
+usd_per_month = 8000          # and/or usd_per_week; periods in the report time zone
 ```
 
 The SMTP password is never a setting: it is read, when a message is sent, from the variable named
@@ -65,6 +69,7 @@ from email.utils import parseaddr
 from pathlib import Path
 from typing import Any
 
+from reports.kpi.budgets import Budget
 from reports.service.mailer import SECURITY_MODES, SmtpSettings
 from tracker.config import (
     ConfigError,
@@ -74,6 +79,7 @@ from tracker.config import (
     Settings,
     choice,
     config_path,
+    flag,
     number,
     read_sections,
     read_toml,
@@ -103,6 +109,8 @@ class Recipient:
     """Or the file holding it."""
     webhook_kind: str | None = None
     """``slack``, ``teams`` or ``json``; default: from the URL's host."""
+    budget_alerts: bool = True
+    """A summary or team recipient gets the budget alerts (of every team, of its team)."""
 
     @property
     def address(self) -> str:
@@ -131,6 +139,8 @@ class ServiceSettings:
     misfire_grace_h: float = 12.0
     catch_up_weeks: int = 2
     retry_after_min: float = 60.0
+    budget_check_min: float = 15.0
+    """How often ``serve`` checks the teams' spend against ``budgets`` for alerts."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     http_host: str = "127.0.0.1"
@@ -140,6 +150,7 @@ class ServiceSettings:
     http_password_file: str | None = None
     smtp: SmtpSettings = field(default_factory=SmtpSettings)
     recipients: tuple[Recipient, ...] = ()
+    budgets: tuple[Budget, ...] = ()
 
     @property
     def tz(self) -> tzinfo:
@@ -193,7 +204,8 @@ SERVICE_SECTIONS: Sections = {
                "basis": Key(choice(("util", "sm_active")), "BASIS")},
     "service": {"schedule": Key(_schedule, "SCHEDULE"), "misfire_grace_h": Key(number(0)),
                 "catch_up_weeks": Key(whole(0, 52), "CATCH_UP_WEEKS"),
-                "retry_after_min": Key(number(1)), "metrics_host": Key(text, "METRICS_HOST"),
+                "retry_after_min": Key(number(1)), "budget_check_min": Key(number(1, 1440)),
+                "metrics_host": Key(text, "METRICS_HOST"),
                 "metrics_port": Key(whole(0, 65535), "METRICS_PORT"),
                 "http_host": Key(text, "HTTP_HOST"), "http_port": Key(whole(0, 65535), "HTTP_PORT"),
                 "http_user": Key(text, "HTTP_USER"),
@@ -209,7 +221,8 @@ SERVICE_SECTIONS: Sections = {
 itself is read only when sending."""
 _RECIPIENT_KEYS = {"to": parse_address, "report": choice(REPORT_KINDS), "team": text,
                    "user": text, "chat": text, "webhook_env": text, "webhook_file": text,
-                   "webhook_kind": choice(("slack", "teams", "json"))}
+                   "webhook_kind": choice(("slack", "teams", "json")), "budget_alerts": flag}
+_BUDGET_KEYS = {"team": text, "usd_per_week": number(0.01), "usd_per_month": number(0.01)}
 
 
 def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...]:
@@ -262,6 +275,37 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
     return tuple(out)
 
 
+def read_budgets(data: Mapping[str, Any], errors: Errors) -> tuple[Budget, ...]:
+    """``[[budgets]]``: a team's ``usd_per_week`` and/or ``usd_per_month``, one entry a team."""
+    rows = data.get("budgets", [])
+    if not isinstance(rows, list):
+        errors.items.append("budgets: expected an array of tables ([[budgets]])")
+        return ()
+    out: dict[str, tuple[int, Budget]] = {}
+    for i, row in enumerate(rows):
+        key = f"budgets[{i}]"
+        if not isinstance(row, Mapping):
+            errors.items.append(f"{key}: expected a table")
+            continue
+        values: dict[str, Any] = {}
+        for k, v in row.items():
+            parser = _BUDGET_KEYS.get(k)
+            if parser is None:
+                errors.unknown(f"{key}.{k}", k, _BUDGET_KEYS)
+            elif (parsed := errors.parse(f"{key}.{k}", parser, v)) is not None:
+                values[k] = parsed
+        if "team" not in row:
+            errors.items.append(f"{key}.team: missing (the team whose runs it covers)")
+        elif "usd_per_week" not in row and "usd_per_month" not in row:
+            errors.items.append(f"{key}: needs usd_per_week or usd_per_month (or both)")
+        elif "team" in values and values["team"] in out:
+            errors.items.append(f"{key}.team: {values['team']!r} has a budget already "
+                                f"(budgets[{out[values['team']][0]}]): one entry a team")
+        elif len(values) == len(row):  # a value in error was said already
+            out[values["team"]] = (i, Budget(**values))
+    return tuple(b for _, b in out.values())
+
+
 def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
                           store: str | None = None) -> tuple[ServiceSettings, list[str]]:
     """The settings and every error found (each ``key: reason``, one line). Defaults < file <
@@ -283,7 +327,8 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
             service[port] = None
     settings = ServiceSettings(tracker=tracker, **found["report"], **service,
                                smtp=SmtpSettings(**found["smtp"]),
-                               recipients=_recipients(data, errors))
+                               recipients=_recipients(data, errors),
+                               budgets=read_budgets(data, errors))
     return settings, errors.items
 
 

@@ -33,6 +33,7 @@ from reports.service.mailer import (
     config_fingerprint,
     read_password,
 )
+from reports.service.outcomes import STOPPED, Outcome, RunResult
 from reports.weeks import label_of
 from tracker.config import ConfigError
 
@@ -42,44 +43,6 @@ if TYPE_CHECKING:
     from reports.render.chat import Card
 
 log = logging.getLogger("gpu_kpi")
-
-STOPPED = "not tried: the service was stopping; owed to the next run"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Outcome:
-    kind: str
-    week: str
-    recipient: str
-    status: str
-    """sent, empty, failed, deferred; or skipped (another sender has it or it was done)."""
-    error: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunResult:
-    weeks: tuple[str, ...] = ()
-    """The weeks built and archived."""
-    archived: tuple[Path, ...] = ()
-    outcomes: tuple[Outcome, ...] = ()
-    errors: tuple[str, ...] = ()
-    """What went wrong outside one delivery (no data, archive not writable, no password)."""
-    owed: Mapping[str, int] = field(default_factory=dict)
-    """Week → recipients owed it when the run started (0 or absent: nothing owed)."""
-    earlier: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    """Week → status (sent, empty, failed) → configured recipients whose delivery of that week
-    was done before this run (nothing owed to them)."""
-    stopped: bool = False
-    """A stop (SIGTERM) came while the run ran: what it had not tried is left owed (``deferred``
-    outcomes with :data:`STOPPED` as their error)."""
-
-    def count(self, status: str) -> int:
-        return sum(o.status == status for o in self.outcomes)
-
-    @property
-    def deferred(self) -> int:
-        return self.count("deferred")
-
 
 def weekly_job(settings: ServiceSettings) -> RunResult:
     """The scheduler's default job (by name, ``reports.service.job:weekly_job``)."""
@@ -204,6 +167,8 @@ class Service:
         except StoreError as e:
             log.error("gpu-kpi: the weekly report did not run: %s", e)
             return RunResult(errors=(str(e),))
+        if not stopped:  # a cron's serve --once checks the budgets too
+            outcomes += self.budget_alerts(now)
         result = RunResult(weeks=tuple(built), archived=tuple(archived),
                            outcomes=tuple(outcomes), errors=tuple(errors),
                            owed={w: len(rs) for w, rs in owed.items()},
@@ -213,6 +178,14 @@ class Service:
                  result.count("empty"), result.deferred, result.count("failed"),
                  result.count("skipped"), "; stopped early" if stopped else "")
         return result
+
+    def budget_alerts(self, now: datetime | None = None) -> list[Outcome]:
+        """Alert the teams' budgets that reached 80% or 100% (:mod:`.budget_alerts`)."""
+        from reports.service.budget_alerts import check_budgets
+
+        return check_budgets(self.settings, self.request(None), owner=self.owner,
+                             now=now or datetime.now(UTC), stop=self._stop,
+                             open_mailer=lambda: self._open_mailer()[0])
 
     def _earlier(self, history: History, owed: Mapping[str, list[Recipient]],
                  weeks: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -263,7 +236,8 @@ class Service:
         s = self.settings
         return Request(week=label, tz=s.tz, formats=FORMATS, basis=s.basis,
                        thresholds=s.thresholds(), report_url=s.report_url,
-                       prices=s.tracker.prices, owned=s.tracker.owned, carbon=s.tracker.carbon)
+                       prices=s.tracker.prices, owned=s.tracker.owned, carbon=s.tracker.carbon,
+                       budgets=s.budgets)
 
     def _build(self, label: str, now: datetime) -> _Week:
         from reports.build import compute

@@ -31,6 +31,7 @@ log = logging.getLogger("gpu_kpi")
 JOB_ID = "gpu-kpi-weekly-report"
 RETRY_JOB_ID = "gpu-kpi-retry"
 METRICS_JOB_ID = "gpu-kpi-metrics"
+BUDGETS_JOB_ID = "gpu-kpi-budgets"
 WEEKLY_JOB = "reports.service.job:weekly_job"
 
 
@@ -74,16 +75,20 @@ class ServiceScheduler:
     ``job()`` is one weekly run and returns its :class:`reports.service.job.RunResult` (default:
     :func:`reports.service.job.weekly_job` with ``settings``). ``on_result(result)`` sees each
     run's result (in the scheduler's thread); ``refresh`` (optional) runs every ``refresh_s``
-    seconds, from memory only, for the Prometheus figures."""
+    seconds, from memory only, for the Prometheus figures; ``budgets`` (optional) every
+    ``budgets_s`` seconds, the first time at the start."""
 
     def __init__(self, settings: ScheduleSettings, *, job: Callable[[], Any] | None = None,
                  refresh: Callable[[], None] | None = None, refresh_s: float = 300.0,
-                 on_result: Callable[[Any], None] | None = None) -> None:
+                 on_result: Callable[[Any], None] | None = None,
+                 budgets: Callable[[], Any] | None = None, budgets_s: float = 900.0) -> None:
         self._settings = settings
         self._on_result = on_result
         self._tz = settings.tz
         self._refresh = refresh
         self._refresh_s = refresh_s
+        self._budgets = budgets
+        self._budgets_s = budgets_s
         self._job: tuple[Any, dict[str, Any]] = ((job, {}) if job is not None
                                                  else (WEEKLY_JOB, {"settings": settings}))
         self._scheduler = BackgroundScheduler(
@@ -105,6 +110,10 @@ class ServiceScheduler:
         if self._refresh is not None:
             self._scheduler.add_job(self._refresh, "interval", seconds=self._refresh_s,
                                     id=METRICS_JOB_ID, replace_existing=True,
+                                    next_run_time=datetime.now(self._tz))
+        if self._budgets is not None:
+            self._scheduler.add_job(self._budgets, "interval", seconds=self._budgets_s,
+                                    id=BUDGETS_JOB_ID, replace_existing=True,
                                     next_run_time=datetime.now(self._tz))
         self._scheduler.start()
 

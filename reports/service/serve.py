@@ -176,8 +176,13 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
         for hook in hooks:
             hook(result)
 
+    def budgets() -> None:
+        Service(settings, stop=stop).budget_alerts()
+
     scheduler = ServiceScheduler(settings, job=job, refresh=refresh,
-                                 refresh_s=METRICS_REFRESH_S, on_result=results)
+                                 refresh_s=METRICS_REFRESH_S, on_result=results,
+                                 budgets=budgets if settings.budgets else None,
+                                 budgets_s=settings.budget_check_min * 60.0)
     with stop_on_signals(stop):
         try:
             with RunStore(settings.tracker.store) as store:

@@ -6,6 +6,7 @@ run, a missing secret named without the URL."""
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from webhook_server import webhook_server
 from reports.service.config import Recipient, read_service_settings
 from reports.service.deliveries import DeliveryLog
 from reports.service.job import Service
+from tracker.sinks.webhook import post
 from tracker.store import RunStore
 
 pytestmark = pytest.mark.service
@@ -81,7 +83,7 @@ def test_429_is_waited_out_and_a_5xx_is_owed_to_the_next_run(
             webhook_server(answers=[(503, {})] * 4) as plain:
         monkeypatch.setenv("HOOK_SLACK", slack.url)
         monkeypatch.setenv("HOOK_JSON", plain.url)
-        monkeypatch.setattr("tracker.sinks.webhook.time.sleep", lambda s: None)
+        monkeypatch.setattr("reports.service.chat.post", partial(post, sleep=lambda s: None))
         s = settings(tmp_path, store, smtp_server, SLACK, ALICE_DM)
         first = Service(s).run(now=W49 + MONDAY_8)
         assert [(o.recipient, o.status) for o in first.outcomes] == [

@@ -1,0 +1,164 @@
+"""Team budgets against the store: each team's spend in a period (a week, a month, up to now),
+the lines the weekly report shows, and the ones the service checks for alerts
+(:mod:`reports.service.budget_alerts`). The arithmetic is :mod:`reports.kpi.budgets`'.
+
+A period's spend is priced exactly as the weekly report prices it (:func:`reports.kpi.run_weeks`:
+the price table, overrides, owned GPUs): GPU-hours in the period from the store's hourly
+rollups where its bounds fall on whole hours, from the minute samples for the rest (the start of
+a month in Asia/Kolkata, the current hour), and pro rata by duration for runs with only a
+summary. The runs the report leaves out (unreadable, absurd figures) are left out here too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+
+from reports import kpi as kpis
+from reports.kpi import WeekKpis
+from reports.kpi.budgets import TOP_RUNS, Budget, BudgetLine
+from reports.weeks import (
+    label_of,
+    month_label,
+    month_start_of,
+    shift_month,
+    shift_week,
+    week_start_of,
+)
+
+_HOUR_NS = 3_600_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Spend:
+    """What a span cost: USD per team, and per run (id, name, team, USD), largest first."""
+
+    by_team: dict[str, float]
+    runs: list[tuple[str, str, str, float]]
+
+    def top_runs(self, team: str) -> tuple[tuple[str, float], ...]:
+        return tuple((name, usd) for _, name, t, usd in self.runs if t == team)[:TOP_RUNS]
+
+
+def _span_totals(store: Any, value: str, since: datetime, until: datetime) -> pd.DataFrame:
+    """(run_id, gpu, covered_s, known_s, value_s) of the minute samples in [since, until):
+    whole hours from the rollups (a version 2 store), the rest from the samples."""
+    columns = ["run_id", "gpu", "covered_s", "known_s", "value_s"]
+    parts = []
+    a, b = pd.Timestamp(since).value, pd.Timestamp(until).value
+    if store.version >= 2 and a % _HOUR_NS == 0 and b // _HOUR_NS > a // _HOUR_NS:
+        last = b // _HOUR_NS
+        rows = store.rollup_totals(value=value, hour_edges=[], since_hour=a // _HOUR_NS,
+                                   until_hour=last)
+        # (run_id, gpu, bucket, minutes, covered_s, known_s, value_s, …); bucket -1: no time
+        parts += [(r[0], r[1], r[4], r[5], r[6]) for r in rows if r[2] >= 0 and r[3] > 0]
+        since = pd.Timestamp(last * _HOUR_NS, tz="UTC").to_pydatetime()
+    if since < until:
+        parts += [(t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
+                  for t in store.sample_totals(value=value, low_under=0.0, since=since,
+                                               until=until, value_range=kpis.PCT_RANGE)
+                  if t.minutes > 0]
+    return pd.DataFrame(parts, columns=columns)
+
+
+def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
+    """What [since, until) cost, from ``store`` (an open :class:`tracker.store.RunStore`) with
+    ``req``'s prices, owned GPUs and basis (a :class:`reports.build.Request`)."""
+    from tracker.cost import thresholds_for
+    from tracker.prices import PriceTable
+
+    records, _ = store.read_runs(since=since, until=until)
+    good, _ = kpis.usable_runs(records)
+    runs = kpis.runs_frame(good)
+    if runs.empty:
+        return Spend({}, [])
+    totals = _span_totals(store, kpis.BASES[req.basis][0], since, until)
+    totals = totals[totals["run_id"].isin(runs["id"])]
+    sampled = pd.DataFrame({
+        "run_id": totals["run_id"].astype(object), "gpu": totals["gpu"].astype(object),
+        "week": pd.Timestamp(since).tz_convert("UTC"),
+        "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
+        "known_hours": totals["known_s"].astype(float) / 3600.0,
+        "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
+        "idle_hours": 0.0, "idle_used_hours": 0.0})[kpis.GT_COLUMNS]
+    summary = kpis.summary_gpu_time(runs, sampled=set(sampled["run_id"]), tz=req.tz,
+                                    basis=req.basis, now=now, spans=[(since, until)])
+    gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
+    gt["week"] = pd.to_datetime(gt["week"], utc=True)
+    t = req.thresholds or thresholds_for(req.basis)
+    per = kpis.run_weeks(gt, runs, prices=PriceTable(req.prices),
+                         target_util_pct=t.target_util_pct, owned=req.owned, carbon=req.carbon)
+    priced = per[per["priced"].astype(bool) & (per["spend_usd"] > 0)]
+    by_run = (priced.groupby(["run_id", "name", "team"], as_index=False)["spend_usd"].sum()
+              .sort_values(["spend_usd", "run_id"], ascending=[False, True]))
+    return Spend({str(k): float(v) for k, v in by_run.groupby("team")["spend_usd"].sum().items()},
+                 [(str(i), str(n), str(tm), float(v)) for i, n, tm, v in by_run.itertuples(
+                     index=False)])
+
+
+def _line(b: Budget, period: str, label: str, span: tuple[datetime, datetime], *,
+          until: datetime, usd: float, runs: tuple[tuple[str, float], ...], tz: Any
+          ) -> BudgetLine:
+    """The line, its times in the report zone ``tz``."""
+    return BudgetLine(team=b.team, period=period, label=label, start=span[0].astimezone(tz),
+                      end=span[1].astimezone(tz), until=until.astimezone(tz), spend_usd=usd,
+                      budget_usd=dict(b.amounts())[period], runs=runs)
+
+
+def week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
+               ) -> tuple[BudgetLine, ...]:
+    """The report's budget lines of week ``k`` for ``req.budgets``: each weekly budget against
+    the week's spend; each monthly one against the month the week ends in, to the week's end
+    (with its forecast), and the month before it, whole, when the week began in it."""
+    from tracker.store import RunStore, default_store_url
+
+    tz = req.tz
+    w0 = k.week.to_pydatetime()
+    w1 = shift_week(w0, tz, 1)
+    until = min(w1, now)
+    m0 = month_start_of(w1 - timedelta(microseconds=1), tz)
+    months = [(m0, shift_month(m0, tz, 1), until)]
+    if w0 < m0:
+        months.insert(0, (shift_month(m0, tz, -1), m0, m0))
+    teams = k.by.get("team", pd.DataFrame(columns=["team", "spend_usd"]))
+    week_usd = {str(t): float(v) for t, v in zip(teams["team"], teams["spend_usd"], strict=True)}
+    ranked = k.runs[pd.to_numeric(k.runs["spend_usd"], errors="coerce") > 0].sort_values(
+        ["spend_usd", "run_id"], ascending=[False, True]) if len(k.runs) else k.runs
+    week_runs = Spend(week_usd, [(str(r.run_id), str(r.name), str(r.team), float(r.spend_usd))
+                                 for r in ranked.itertuples()])
+    spent: list[Spend] = []
+    if any(b.usd_per_month is not None for b in req.budgets):
+        with RunStore(store_url or default_store_url(), create=False) as store:
+            spent = [spend(store, req, a, u, now=now) for a, _, u in months]
+    lines = []
+    for b in sorted(req.budgets, key=lambda b: b.team):
+        if b.usd_per_week is not None:
+            lines.append(_line(b, "week", label_of(k.week), (w0, w1), until=until,
+                               usd=week_usd.get(b.team, 0.0), runs=week_runs.top_runs(b.team),
+                               tz=tz))
+        if b.usd_per_month is not None:
+            for (a, e, u), s in zip(months, spent, strict=True):
+                lines.append(_line(b, "month", month_label(a, tz), (a, e), until=u,
+                                   usd=s.by_team.get(b.team, 0.0), runs=s.top_runs(b.team),
+                                   tz=tz))
+    return tuple(lines)
+
+
+def current_lines(store: Any, req: Any, budgets: Sequence[Budget], *, now: datetime
+                  ) -> list[BudgetLine]:
+    """Each budget's line of the period ``now`` falls in (this week, this month), spend to
+    ``now``: what the service checks against the alert levels."""
+    tz = req.tz
+    w0 = week_start_of(now, tz)
+    m0 = month_start_of(now, tz)
+    spans = {"week": (w0, shift_week(w0, tz, 1), label_of(w0)),
+             "month": (m0, shift_month(m0, tz, 1), month_label(m0, tz))}
+    wanted = {p for b in budgets for p, _ in b.amounts()}
+    spent = {p: spend(store, req, spans[p][0], now, now=now) for p in sorted(wanted)}
+    return [_line(b, p, spans[p][2], spans[p][:2], until=now,
+                  usd=spent[p].by_team.get(b.team, 0.0), runs=spent[p].top_runs(b.team), tz=tz)
+            for b in sorted(budgets, key=lambda b: b.team) for p, _ in b.amounts()]

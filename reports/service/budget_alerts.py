@@ -1,0 +1,129 @@
+"""Budget alerts: when a team's spend in the current week or month reaches 80% or 100% of its
+budget (``[[budgets]]``), each recipient of the summary, and of that team's report, gets one
+alert per (team, period, level), by email or chat.
+
+``serve`` checks every ``[service] budget_check_min`` minutes and after each weekly run (so a
+``serve --once`` from cron checks too). Alerts go through the delivery log like the weekly
+reports: the kind is ``budget:<team>:<level>`` and the week column holds the period
+(``2026-W49``, ``2026-12``), so a restart, a second check or a second ``serve`` sends nothing
+twice, and a temporary failure (a 4xx, a 429, no connection) is tried again at the next check.
+A spend that passes both levels between two checks gets the 100% alert only; the 80% one is
+logged ``empty`` ("covered"). A recipient opts out with ``budget_alerts = false``.
+
+A failure here (the store, a bug) costs a warning, never the weekly report.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from reports.kpi.budgets import LEVELS, BudgetLine
+from reports.service.config import Recipient, ServiceSettings
+from reports.service.deliveries import FINAL, DeliveryLog
+from reports.service.mailer import Mailer, MailError, config_fingerprint
+from reports.service.outcomes import Outcome
+
+log = logging.getLogger("gpu_kpi")
+
+COVERED = "covered by the 100% alert"
+
+
+def alert_kind(team: str, level: int) -> str:
+    return f"budget:{team}:{level}"
+
+
+def alert_recipients(settings: ServiceSettings, team: str) -> list[Recipient]:
+    """Who gets ``team``'s alerts: the summary's recipients and the team's, unless opted out."""
+    return [r for r in settings.recipients if r.budget_alerts
+            and (r.report == "summary" or (r.report == "team" and r.team == team))]
+
+
+def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datetime,
+                  open_mailer: Callable[[], Mailer | None],
+                  stop: threading.Event | None = None) -> list[Outcome]:
+    """Alert what is due at ``now``; one :class:`Outcome` per alert tried or found done.
+    ``req``: the service's report request (prices, zone); ``open_mailer``: called once, when
+    an email is due (None: the SMTP settings cannot send, said already)."""
+    from reports.budgets import current_lines
+    from tracker.store import RunStore
+
+    if not settings.budgets:
+        return []
+    try:
+        with RunStore(settings.tracker.store) as store:
+            lines = current_lines(store, req, settings.budgets, now=now)
+            due = [(b, r) for b in lines if b.level is not None
+                   for r in alert_recipients(settings, b.team)]
+            if not due:
+                return []
+            deliveries = DeliveryLog(store)
+            fingerprint = config_fingerprint(settings.smtp)
+            done = {(e.kind, e.week, e.recipient) for e in deliveries.entries()
+                    if e.kind.startswith("budget:") and e.status in FINAL
+                    and not e.owed_again(smtp_config=fingerprint)}
+            due = [(b, r) for b, r in due
+                   if (alert_kind(b.team, b.level or 0), b.label, r.address) not in done]
+            mailer = open_mailer() if any(r.to is not None for _, r in due) else None
+            out = []
+            for b, r in due:
+                if stop is not None and stop.is_set():
+                    break
+                if r.to is not None and mailer is None:
+                    continue  # no SMTP: the error was logged; owed to the next check
+                out += _alert(settings, deliveries, mailer, b, r, owner=owner, now=now)
+    except Exception as e:  # the store, a bug: the alerts wait, nothing else does
+        log.warning("gpu-kpi: budgets not checked: %s: %s", type(e).__name__, e)
+        return []
+    sent = sum(o.status == "sent" for o in out)
+    if out:
+        log.info("gpu-kpi: budget alerts: %d sent, %d not", sent, len(out) - sent)
+    return out
+
+
+def _alert(settings: ServiceSettings, deliveries: DeliveryLog, mailer: Mailer | None,
+           b: BudgetLine, r: Recipient, *, owner: str, now: datetime) -> list[Outcome]:
+    from reports.render.alerts import budget_card, budget_email
+    from reports.service.chat import post_card
+
+    assert b.level is not None
+    smtp_config = config_fingerprint(settings.smtp)
+    key = (alert_kind(b.team, b.level), b.label, r.address)
+    if not deliveries.claim(*key, owner=owner, now=now, smtp_config=smtp_config):
+        return [Outcome(kind=key[0], week=b.label, recipient=r.address, status="skipped")]
+    status, error, message_id, at_fault = "sent", None, None, None
+    try:
+        if r.to is None:
+            post_card(r, budget_card(b, report_url=settings.report_url))
+        else:
+            assert mailer is not None
+            msg = budget_email(b, sender=settings.smtp.sender, recipients=[r.to],
+                               report_url=settings.report_url, now=now)
+            message_id = msg["Message-ID"]
+            mailer.send(msg, [r.to])
+    except MailError as e:
+        status, error = ("deferred" if e.temporary else "failed"), str(e)
+        at_fault = smtp_config if e.config else None
+        log.warning("gpu-kpi: budget alert %s %s to %s %s: %s", key[0], b.label, r.address,
+                    status, e)
+    except Exception as e:  # one recipient's bug must not stop the others
+        status, error = "failed", f"{type(e).__name__}: {e}"
+        log.exception("gpu-kpi: budget alert %s %s to %s failed", key[0], b.label, r.address)
+    deliveries.finish(*key, status=status, now=now, message_id=message_id, error=error,
+                      smtp_config=at_fault)
+    out = [Outcome(kind=key[0], week=b.label, recipient=r.address, status=status, error=error)]
+    if status == "sent":  # the lower levels passed at once: covered by this one
+        for level in _below(b.level):
+            lower = (alert_kind(b.team, level), b.label, r.address)
+            if deliveries.claim(*lower, owner=owner, now=now):
+                deliveries.finish(*lower, status="empty", now=now, error=COVERED)
+                out.append(Outcome(kind=lower[0], week=b.label, recipient=r.address,
+                                   status="empty", error=COVERED))
+    return out
+
+
+def _below(level: int) -> Sequence[int]:
+    return [lv for lv in LEVELS if lv < level]
