@@ -31,8 +31,8 @@ def alert_context(b: BudgetLine, *, report_url: str | None) -> dict[str, Any]:
     if not b.complete and b.forecast_usd is not None:
         forecast = (f"At this rate the {b.period} ends at {fmt_usd(b.forecast_usd)} "
                     f"({fmt_pct(b.forecast_pct, 0)} of the budget).")
-    return {"team": team, "period": _period(b), "spend": row["spend"], "budget": row["budget"],
-            "used": row["used"], "level": b.level, "status": row["status"],
+    return {"team": team, "period": _period(b), "kind": b.period, "spend": row["spend"],
+            "budget": row["budget"], "used": row["used"], "level": b.level, "status": row["status"],
             "counted": f"{counted:%-d %b %H:%M} {counted.tzname() or ''}".rstrip(),
             "forecast": forecast,
             "runs": [{"name": _one_line(n, MAX_NAME_CHARS), "spend": fmt_usd(v)} for n, v in b.runs],
@@ -54,7 +54,7 @@ def _text(c: dict[str, Any]) -> list[str]:
     if c["forecast"]:
         lines.append(c["forecast"])
     if c["runs"]:
-        lines += ["", f"Largest spends this {c['period'].split()[0]}:",
+        lines += ["", f"Largest spends this {c['kind']}:",
                   *(f"{i}. {r['name']}: {r['spend']}" for i, r in enumerate(c["runs"], 1))]
     return lines
 

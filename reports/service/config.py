@@ -62,7 +62,7 @@ a chat webhook's URL, a secret too, likewise from its ``webhook_env`` or ``webho
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from email.utils import parseaddr
@@ -225,24 +225,32 @@ _RECIPIENT_KEYS = {"to": parse_address, "report": choice(REPORT_KINDS), "team": 
 _BUDGET_KEYS = {"team": text, "usd_per_week": number(0.01), "usd_per_month": number(0.01)}
 
 
-def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...]:
-    rows = data.get("recipients", [])
+def _tables(data: Mapping[str, Any], name: str, parsers: Mapping[str, Any], errors: Errors
+            ) -> Iterator[tuple[str, Mapping[str, Any], dict[str, Any]]]:
+    """Each table of the array ``[[name]]``: its key (``name[i]``), its raw values and those
+    that parsed; every error (not an array, not a table, an unknown key, a bad value) said."""
+    rows = data.get(name, [])
     if not isinstance(rows, list):
-        errors.items.append("recipients: expected an array of tables ([[recipients]])")
-        return ()
-    out: list[Recipient] = []
+        errors.items.append(f"{name}: expected an array of tables ([[{name}]])")
+        return
     for i, row in enumerate(rows):
-        key = f"recipients[{i}]"
+        key = f"{name}[{i}]"
         if not isinstance(row, Mapping):
             errors.items.append(f"{key}: expected a table")
             continue
         values: dict[str, Any] = {}
         for k, v in row.items():
-            parser = _RECIPIENT_KEYS.get(k)
+            parser = parsers.get(k)
             if parser is None:
-                errors.unknown(f"{key}.{k}", k, _RECIPIENT_KEYS)
+                errors.unknown(f"{key}.{k}", k, parsers)
             elif (parsed := errors.parse(f"{key}.{k}", parser, v)) is not None:
                 values[k] = parsed
+        yield key, row, values
+
+
+def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...]:
+    out: list[Recipient] = []
+    for key, row, values in _tables(data, "recipients", _RECIPIENT_KEYS, errors):
         report = values.get("report", "summary")
         if "to" not in row and "chat" not in row:
             errors.items.append(f"{key}.to: missing (the recipient's address; or chat = a "
@@ -277,32 +285,17 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
 
 def read_budgets(data: Mapping[str, Any], errors: Errors) -> tuple[Budget, ...]:
     """``[[budgets]]``: a team's ``usd_per_week`` and/or ``usd_per_month``, one entry a team."""
-    rows = data.get("budgets", [])
-    if not isinstance(rows, list):
-        errors.items.append("budgets: expected an array of tables ([[budgets]])")
-        return ()
-    out: dict[str, tuple[int, Budget]] = {}
-    for i, row in enumerate(rows):
-        key = f"budgets[{i}]"
-        if not isinstance(row, Mapping):
-            errors.items.append(f"{key}: expected a table")
-            continue
-        values: dict[str, Any] = {}
-        for k, v in row.items():
-            parser = _BUDGET_KEYS.get(k)
-            if parser is None:
-                errors.unknown(f"{key}.{k}", k, _BUDGET_KEYS)
-            elif (parsed := errors.parse(f"{key}.{k}", parser, v)) is not None:
-                values[k] = parsed
+    out: dict[str, tuple[str, Budget]] = {}
+    for key, row, values in _tables(data, "budgets", _BUDGET_KEYS, errors):
         if "team" not in row:
             errors.items.append(f"{key}.team: missing (the team whose runs it covers)")
         elif "usd_per_week" not in row and "usd_per_month" not in row:
             errors.items.append(f"{key}: needs usd_per_week or usd_per_month (or both)")
         elif "team" in values and values["team"] in out:
             errors.items.append(f"{key}.team: {values['team']!r} has a budget already "
-                                f"(budgets[{out[values['team']][0]}]): one entry a team")
+                                f"({out[values['team']][0]}): one entry a team")
         elif len(values) == len(row):  # a value in error was said already
-            out[values["team"]] = (i, Budget(**values))
+            out[values["team"]] = (key, Budget(**values))
     return tuple(b for _, b in out.values())
 
 

@@ -82,7 +82,7 @@ def test_80_then_100_each_once(tmp_path: Path, store: str, smtp_server: SmtpServ
     assert ("Team nlp has spent $38.50 of its $45.00 budget for December 2026: 86%, counted to "
             "10 Dec 12:00 UTC.") in " ".join(text.split())  # wrapped at 76
     assert "At this rate the month ends at $125.63 (279% of the budget)." in text
-    assert "1. nlp-pretrain: $38.50" in text
+    assert "Largest spends this month:\n1. nlp-pretrain: $38.50\n" in text
     assert "Reports: https://gpu-kpi.example.com/r" in text
     html = msg.get_body(("html",)).get_content()
     assert "<strong>$38.50</strong> spent of $45.00" in html
