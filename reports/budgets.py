@@ -12,6 +12,7 @@ summary. The runs the report leaves out (unreadable, absurd figures) are left ou
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,7 +21,7 @@ import pandas as pd
 
 from reports import kpi as kpis
 from reports.kpi import WeekKpis
-from reports.kpi.budgets import TOP_RUNS, Budget, BudgetLine
+from reports.kpi.budgets import PERIODS, TOP_RUNS, Budget, BudgetLine
 from reports.weeks import (
     label_of,
     month_label,
@@ -29,6 +30,8 @@ from reports.weeks import (
     shift_week,
     week_start_of,
 )
+
+log = logging.getLogger("gpu_kpi")
 
 _HOUR_NS = 3_600_000_000_000
 
@@ -46,23 +49,32 @@ class Spend:
 
 def _span_totals(store: Any, value: str, since: datetime, until: datetime) -> pd.DataFrame:
     """(run_id, gpu, covered_s, known_s, value_s) of the minute samples in [since, until):
-    whole hours from the rollups (a version 2 store), the rest from the samples."""
+    its whole hours from the rollups (a version 2 store), the part before the first and after
+    the last whole hour from the samples."""
     columns = ["run_id", "gpu", "covered_s", "known_s", "value_s"]
-    parts = []
     a, b = pd.Timestamp(since).value, pd.Timestamp(until).value
-    if store.version >= 2 and a % _HOUR_NS == 0 and b // _HOUR_NS > a // _HOUR_NS:
-        last = b // _HOUR_NS
-        rows = store.rollup_totals(value=value, hour_edges=[], since_hour=a // _HOUR_NS,
-                                   until_hour=last)
+    first, last = -(-a // _HOUR_NS), b // _HOUR_NS  # the first and the last whole hour's edge
+    if store.version < 2 or first >= last:
+        first = last = a // _HOUR_NS  # no whole hour: the samples for the whole span
+        edges = [(since, until)]
+    else:
+        edges = [(since, _at(first)), (_at(last), until)]
+    parts = []
+    if first < last:
+        rows = store.rollup_totals(value=value, hour_edges=[], since_hour=first, until_hour=last)
         # (run_id, gpu, bucket, minutes, covered_s, known_s, value_s, …); bucket -1: no time
         parts += [(r[0], r[1], r[4], r[5], r[6]) for r in rows if r[2] >= 0 and r[3] > 0]
-        since = pd.Timestamp(last * _HOUR_NS, tz="UTC").to_pydatetime()
-    if since < until:
-        parts += [(t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
-                  for t in store.sample_totals(value=value, low_under=0.0, since=since,
-                                               until=until, value_range=kpis.PCT_RANGE)
-                  if t.minutes > 0]
+    for lo, hi in edges:
+        if lo < hi:
+            parts += [(t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
+                      for t in store.sample_totals(value=value, low_under=0.0, since=lo,
+                                                   until=hi, value_range=kpis.PCT_RANGE)
+                      if t.minutes > 0]
     return pd.DataFrame(parts, columns=columns)
+
+
+def _at(hour: int) -> datetime:
+    return pd.Timestamp(hour * _HOUR_NS, tz="UTC").to_pydatetime()
 
 
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
@@ -85,7 +97,9 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
         "known_hours": totals["known_s"].astype(float) / 3600.0,
         "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
         "idle_hours": 0.0, "idle_used_hours": 0.0})[kpis.GT_COLUMNS]
-    summary = kpis.summary_gpu_time(runs, sampled=set(sampled["run_id"]), tz=req.tz,
+    # a run with minute samples is measured by them, as in the report, even where it has none
+    # in this span (its sampler stopped): its summary is for runs that never had any
+    summary = kpis.summary_gpu_time(runs, sampled=store.sampled_runs(runs["id"]), tz=req.tz,
                                     basis=req.basis, now=now, spans=[(since, until)])
     gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
     gt["week"] = pd.to_datetime(gt["week"], utc=True)
@@ -113,14 +127,25 @@ def week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
                ) -> tuple[BudgetLine, ...]:
     """The report's budget lines of week ``k`` for ``req.budgets``: each weekly budget against
     the week's spend; each monthly one against the month the week ends in, to the week's end
-    (with its forecast), and the month before it, whole, when the week began in it."""
+    (with its forecast), and the month before it, whole, when the week began in it. A failure
+    costs the lines (and a warning), never the report."""
+    try:
+        return _week_lines(store_url, req, k, now=now)
+    except Exception as e:
+        log.warning("gpu-kpi: report %s: no budget lines: %s: %s", label_of(k.week),
+                    type(e).__name__, e)
+        return ()
+
+
+def _week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
+                ) -> tuple[BudgetLine, ...]:
     from tracker.store import RunStore, default_store_url
 
     tz = req.tz
     w0 = k.week.to_pydatetime()
     w1 = shift_week(w0, tz, 1)
-    until = min(w1, now)
-    m0 = month_start_of(w1 - timedelta(microseconds=1), tz)
+    until = min(w1, now)  # the current week: so far
+    m0 = month_start_of(until - timedelta(microseconds=1), tz)
     months = [(m0, shift_month(m0, tz, 1), until)]
     if w0 < m0:
         months.insert(0, (shift_month(m0, tz, -1), m0, m0))
@@ -148,17 +173,28 @@ def week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
     return tuple(lines)
 
 
-def current_lines(store: Any, req: Any, budgets: Sequence[Budget], *, now: datetime
-                  ) -> list[BudgetLine]:
+def current_lines(store: Any, req: Any, budgets: Sequence[Budget], *, now: datetime,
+                  previous: bool = False) -> list[BudgetLine]:
     """Each budget's line of the period ``now`` falls in (this week, this month), spend to
-    ``now``: what the service checks against the alert levels."""
+    ``now``, and with ``previous`` of the period before, whole: what the service checks against
+    the alert levels (spend that lands after a period's last check, or while the service is
+    down at its end, is still alerted). Runs whose process died are marked first, as the report
+    marks them."""
     tz = req.tz
-    w0 = week_start_of(now, tz)
-    m0 = month_start_of(now, tz)
-    spans = {"week": (w0, shift_week(w0, tz, 1), label_of(w0)),
-             "month": (m0, shift_month(m0, tz, 1), month_label(m0, tz))}
+    store.mark_crashed(now=now)
+    w0, m0 = week_start_of(now, tz), month_start_of(now, tz)
+    spans = {("week", 0): (w0, shift_week(w0, tz, 1)), ("month", 0): (m0, shift_month(m0, tz, 1))}
+    if previous:
+        spans |= {("week", -1): (shift_week(w0, tz, -1), w0),
+                  ("month", -1): (shift_month(m0, tz, -1), m0)}
     wanted = {p for b in budgets for p, _ in b.amounts()}
-    spent = {p: spend(store, req, spans[p][0], now, now=now) for p in sorted(wanted)}
-    return [_line(b, p, spans[p][2], spans[p][:2], until=now,
-                  usd=spent[p].by_team.get(b.team, 0.0), runs=spent[p].top_runs(b.team), tz=tz)
-            for b in sorted(budgets, key=lambda b: b.team) for p, _ in b.amounts()]
+    keys = sorted((k for k in spans if k[0] in wanted), key=lambda k: (k[1], PERIODS.index(k[0])))
+    spent = {k: spend(store, req, spans[k][0], min(spans[k][1], now), now=now) for k in keys}
+
+    def label(k: tuple[str, int]) -> str:
+        return label_of(spans[k][0]) if k[0] == "week" else month_label(spans[k][0], tz)
+
+    return [_line(b, k[0], label(k), spans[k], until=min(spans[k][1], now),
+                  usd=spent[k].by_team.get(b.team, 0.0), runs=spent[k].top_runs(b.team), tz=tz)
+            for b in sorted(budgets, key=lambda b: b.team) for k in keys
+            if k[0] in dict(b.amounts())]

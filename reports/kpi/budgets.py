@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 LEVELS = (80, 100)
@@ -59,7 +59,7 @@ class BudgetLine:
 
     @property
     def complete(self) -> bool:
-        return self.until >= self.end
+        return self.until.astimezone(UTC) >= self.end.astimezone(UTC)
 
     @property
     def used_pct(self) -> float:
@@ -71,10 +71,12 @@ class BudgetLine:
         itself once the period is over; None before :data:`MIN_FORECAST_H`."""
         if self.complete:
             return self.spend_usd
-        elapsed = (self.until - self.start).total_seconds()
+        # in UTC: two times of one zone subtract as wall clocks, a DST change unseen
+        start, end, until = (t.astimezone(UTC) for t in (self.start, self.end, self.until))
+        elapsed = (until - start).total_seconds()
         if elapsed < MIN_FORECAST_H * 3600.0:
             return None
-        return self.spend_usd * (self.end - self.start).total_seconds() / elapsed
+        return self.spend_usd * (end - start).total_seconds() / elapsed
 
     @property
     def forecast_pct(self) -> float | None:
@@ -88,7 +90,7 @@ class BudgetLine:
         return reached[-1] if reached else None
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON export's fields (times ISO 8601 in UTC)."""
+        """The JSON export's fields (times ISO 8601, in the report zone)."""
         def num(x: float | None) -> float | None:
             return None if x is None or not math.isfinite(x) else round(x, 6)
 

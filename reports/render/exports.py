@@ -27,7 +27,8 @@ CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
 ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``) or ``budget`` (key the team, metrics
-``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``); ``key`` the
+``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
+0); ``key`` the
 group, run id or week. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula is
 prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numbers.
 """
@@ -186,7 +187,8 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
     for row in d["bad_samples"]:
         rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
     for row in d["budgets"]:
-        rows("budget", row["team"], {f"{row['label']}:{f}": row[f] for f in BUDGET_FIELDS})
+        rows("budget", row["team"], {f"{row['label']}:{f}": int(row[f]) if f == "complete"
+                                     else row[f] for f in BUDGET_FIELDS})
     return out.getvalue()
 
 

@@ -1,12 +1,15 @@
-"""Budget alerts: when a team's spend in the current week or month reaches 80% or 100% of its
-budget (``[[budgets]]``), each recipient of the summary, and of that team's report, gets one
-alert per (team, period, level), by email or chat.
+"""Budget alerts: when a team's spend in a week or month reaches 80% or 100% of its budget
+(``[[budgets]]``), each recipient of the summary, and of that team's report, gets one alert per
+(team, period, level, amount), by email or chat.
 
 ``serve`` checks every ``[service] budget_check_min`` minutes and after each weekly run (so a
-``serve --once`` from cron checks too). Alerts go through the delivery log like the weekly
-reports: the kind is ``budget:<team>:<level>`` and the week column holds the period
-(``2026-W49``, ``2026-12``), so a restart, a second check or a second ``serve`` sends nothing
-twice, and a temporary failure (a 4xx, a 429, no connection) is tried again at the next check.
+``serve --once`` from cron checks too), the current week and month so far and the week and
+month before, whole: spend that lands after a period's last check (an import, a late run) or
+while the service is down at its end is still alerted. Alerts go through the delivery log like
+the weekly reports: the kind is ``budget:<team>:<level>:<USD>`` (a budget changed in the period
+alerts anew against the new amount) and the week column holds the period (``2026-W49``,
+``2026-12``), so a restart, a second check or a second ``serve`` sends nothing twice, and a
+temporary failure (a 4xx, a 429, no connection) is tried again at the next check.
 A spend that passes both levels between two checks gets the 100% alert only; the 80% one is
 logged ``empty`` ("covered"). A recipient opts out with ``budget_alerts = false``.
 
@@ -32,8 +35,10 @@ log = logging.getLogger("gpu_kpi")
 COVERED = "covered by the 100% alert"
 
 
-def alert_kind(team: str, level: int) -> str:
-    return f"budget:{team}:{level}"
+def alert_kind(b: BudgetLine, level: int) -> str:
+    """``budget:<team>:<level>:<USD>``: a budget changed in the period alerts anew against the
+    new amount."""
+    return f"budget:{b.team}:{level}:{b.budget_usd:g}"
 
 
 def alert_recipients(settings: ServiceSettings, team: str) -> list[Recipient]:
@@ -55,7 +60,7 @@ def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datet
         return []
     try:
         with RunStore(settings.tracker.store) as store:
-            lines = current_lines(store, req, settings.budgets, now=now)
+            lines = current_lines(store, req, settings.budgets, now=now, previous=True)
             due = [(b, r) for b in lines if b.level is not None
                    for r in alert_recipients(settings, b.team)]
             if not due:
@@ -66,7 +71,7 @@ def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datet
                     if e.kind.startswith("budget:") and e.status in FINAL
                     and not e.owed_again(smtp_config=fingerprint)}
             due = [(b, r) for b, r in due
-                   if (alert_kind(b.team, b.level or 0), b.label, r.address) not in done]
+                   if (alert_kind(b, b.level or 0), b.label, r.address) not in done]
             mailer = open_mailer() if any(r.to is not None for _, r in due) else None
             out = []
             for b, r in due:
@@ -91,7 +96,7 @@ def _alert(settings: ServiceSettings, deliveries: DeliveryLog, mailer: Mailer | 
 
     assert b.level is not None
     smtp_config = config_fingerprint(settings.smtp)
-    key = (alert_kind(b.team, b.level), b.label, r.address)
+    key = (alert_kind(b, b.level), b.label, r.address)
     if not deliveries.claim(*key, owner=owner, now=now, smtp_config=smtp_config):
         return [Outcome(kind=key[0], week=b.label, recipient=r.address, status="skipped")]
     status, error, message_id, at_fault = "sent", None, None, None
@@ -117,7 +122,7 @@ def _alert(settings: ServiceSettings, deliveries: DeliveryLog, mailer: Mailer | 
     out = [Outcome(kind=key[0], week=b.label, recipient=r.address, status=status, error=error)]
     if status == "sent":  # the lower levels passed at once: covered by this one
         for level in _below(b.level):
-            lower = (alert_kind(b.team, level), b.label, r.address)
+            lower = (alert_kind(b, level), b.label, r.address)
             if deliveries.claim(*lower, owner=owner, now=now):
                 deliveries.finish(*lower, status="empty", now=now, error=COVERED)
                 out.append(Outcome(kind=lower[0], week=b.label, recipient=r.address,

@@ -101,7 +101,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         result, stopped_by = run_once(settings, retry_failed=args.retry_failed)
         for path in result.archived:
             print(path)
-        for o in result.outcomes:
+        for o in (*result.outcomes, *result.alerts):
             print(f"{o.week} {o.kind} {o.recipient}: {o.status}" + (f" ({o.error})" if o.error else ""))
         for week in result.weeks:
             if not result.owed.get(week):
@@ -113,7 +113,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"gpu-kpi: stopped by {stopped_by}: {result.count('sent')} sent, {left} not "
                   f"tried and left owed (the next run sends them)", file=sys.stderr)
             return 128 + signal.Signals[stopped_by].value
-        return 1 if result.errors or result.count("failed") or result.deferred else 0
+        alerts_failed = any(o.status in ("failed", "deferred") for o in result.alerts)
+        return 1 if result.errors or result.count("failed") or result.deferred or alerts_failed else 0
     from reports.service.serve import serve_forever
 
     return serve_forever(settings, retry_failed=args.retry_failed)

@@ -132,7 +132,8 @@ class Service:
         from reports.errors import ReportError
         from tracker.store import RunStore, StoreError
 
-        now = now or datetime.now(UTC)
+        started = datetime.now(UTC)
+        now = now or started
         s = self.settings
         smtp_config = config_fingerprint(s.smtp)
         try:
@@ -167,10 +168,10 @@ class Service:
         except StoreError as e:
             log.error("gpu-kpi: the weekly report did not run: %s", e)
             return RunResult(errors=(str(e),))
-        if not stopped:  # a cron's serve --once checks the budgets too
-            outcomes += self.budget_alerts(now)
+        # a cron's serve --once checks the budgets too, at the time it has reached
+        alerts = [] if stopped else self.budget_alerts(now + (datetime.now(UTC) - started))
         result = RunResult(weeks=tuple(built), archived=tuple(archived),
-                           outcomes=tuple(outcomes), errors=tuple(errors),
+                           outcomes=tuple(outcomes), alerts=tuple(alerts), errors=tuple(errors),
                            owed={w: len(rs) for w, rs in owed.items()},
                            earlier=self._earlier(history, owed, built), stopped=stopped)
         log.info("gpu-kpi: weekly report %s: %d sent, %d empty, %d deferred, %d failed, "

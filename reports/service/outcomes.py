@@ -28,6 +28,10 @@ class RunResult:
     """The weeks built and archived."""
     archived: tuple[Path, ...] = ()
     outcomes: tuple[Outcome, ...] = ()
+    """The weekly reports' deliveries (what :meth:`count` and :attr:`deferred` count)."""
+    alerts: tuple[Outcome, ...] = ()
+    """The budget alerts of the check after the run: apart, as the budget check tries its own
+    again (a deferred alert is no reason to run the weekly job again)."""
     errors: tuple[str, ...] = ()
     """What went wrong outside one delivery (no data, archive not writable, no password)."""
     owed: Mapping[str, int] = field(default_factory=dict)

@@ -218,3 +218,62 @@ def test_the_budgets_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["budgets", "--config", str(cfg), "--store", url]) == 2
     assert capsys.readouterr().err == ("gpu-kpi: error: no budgets: add [[budgets]] (team, "
                                        "usd_per_week or usd_per_month) to the config file\n")
+
+
+def test_a_run_with_samples_is_measured_by_them_only(tmp_path: Path) -> None:
+    """A run of 96 GPU-h from 28 Nov whose sampler stopped after an hour on 28 Nov: the
+    report counts its samples (1 GPU-h, in W48), never its summary; nor do the budgets, in
+    November or in December."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 28, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("gap", start, 96, team="nlp"))
+        s.upsert_samples(minutes("gap", start, 60))
+    req = Request(week="2026-W49", tz=UTC, budgets=(NLP,))
+    k = compute(url, req, now=AFTER).kpis
+    assert {b.label: b.spend_usd for b in k.budgets} == {
+        "2026-W49": 0.0, "2026-11": pytest.approx(3.85), "2026-12": 0.0}
+    with RunStore(url) as s:
+        now = datetime(2026, 12, 2, 12, tzinfo=UTC)
+        got = current_lines(s, req, [NLP], now=now, previous=True)
+    assert {(b.period, b.label): b.spend_usd for b in got} == {
+        ("week", "2026-W48"): pytest.approx(3.85), ("month", "2026-11"): pytest.approx(3.85),
+        ("week", "2026-W49"): 0.0, ("month", "2026-12"): 0.0}
+
+
+def test_off_the_hour_the_edges_come_from_the_samples(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kolkata's December so far at 10 Dec 10:25 UTC: 30 Nov 18:30-19:00 and 10:00-10:25 from
+    the samples, the whole hours between from the rollups."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 30, 18, tzinfo=UTC)
+    with RunStore(url) as s:
+        s.upsert_run(run_record("k", start, 2, team="nlp"))
+        s.upsert_samples(minutes("k", start, 120))
+    asked: list[tuple[datetime, datetime]] = []
+    real = RunStore.sample_totals
+
+    def spy(self: RunStore, **kw: object) -> object:
+        asked.append((kw["since"], kw["until"]))  # type: ignore[arg-type]
+        return real(self, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunStore, "sample_totals", spy)
+    now = datetime(2026, 12, 10, 10, 25, tzinfo=UTC)
+    req = Request(week=None, tz=ZoneInfo("Asia/Kolkata"))
+    with RunStore(url) as s:
+        (line,) = current_lines(s, req, [Budget(team="nlp", usd_per_month=100.0)], now=now)
+    assert asked == [(datetime(2026, 11, 30, 18, 30, tzinfo=UTC),
+                      datetime(2026, 11, 30, 19, tzinfo=UTC)),
+                     (datetime(2026, 12, 10, 10, tzinfo=UTC), now)]
+    assert line.spend_usd == pytest.approx(1.5 * 3.85)  # 18:30-20:00
+
+
+def test_the_current_week_counts_to_now(tmp_path: Path) -> None:
+    """W49's report on 30 Nov at noon: November to now, not a December yet to come."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("r", datetime(2026, 11, 30, 2, tzinfo=UTC), 4, team="nlp"))
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    lines = compute(url, Request(week="2026-W49", tz=UTC, budgets=(NLP,)), now=now).kpis.budgets
+    assert [(b.label, b.until, b.complete, b.spend_usd) for b in lines] == [
+        ("2026-W49", now, False, pytest.approx(15.4)), ("2026-11", now, False, pytest.approx(15.4))]

@@ -269,6 +269,14 @@ class SampleScans:
 
         self._transaction(work, write=False)
 
+    def sampled_runs(self, ids: Iterable[str]) -> set[str]:
+        """Which of the runs ``ids`` have minute samples at all (whenever they are)."""
+        wanted, c = list(dict.fromkeys(ids)), samples_table.c
+        return self._transaction(lambda conn: {row[0] for i in range(0, len(wanted), 500)
+                                               for row in conn.execute(sa.select(c.run_id).where(
+                                                   c.run_id.in_(wanted[i:i + 500])).distinct())},
+                                 write=False)
+
     def has_runs(self) -> bool:
         """Whether the store holds any run (reads one id, converts no row)."""
         stmt = sa.select(runs_table.c.id).limit(1)

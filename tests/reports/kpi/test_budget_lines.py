@@ -55,6 +55,11 @@ def test_a_dst_month_is_forecast_over_its_own_hours() -> None:
     assert (end - start) == timedelta(hours=743)
     b = line(100.0, start=start, end=end, until=start + timedelta(days=10))
     assert b.forecast_usd == pytest.approx(100.0 * 743 / 240)
+    # the same line with its times in Berlin (as the report makes them): the same 743 h
+    local = line(100.0, start=start.astimezone(BERLIN), end=end.astimezone(BERLIN),
+                 until=(start + timedelta(days=10)).astimezone(BERLIN))
+    assert local.forecast_usd == pytest.approx(100.0 * 743 / 240)
+    assert not local.complete
 
 
 def test_months_in_a_zone() -> None:
