@@ -98,8 +98,22 @@ def test_a_zone_whose_month_starts_off_the_hour(tmp_path: Path) -> None:
     assert lines["2026-12"].start == datetime(2026, 12, 1, tzinfo=kolkata)
 
 
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[datetime, datetime]]:
+    """The spans the minute samples are summed over (``RunStore.sample_totals``), in order."""
+    spans: list[tuple[datetime, datetime]] = []
+    real = RunStore.sample_totals
+
+    def spy(self: RunStore, **kw: object) -> object:
+        spans.append((kw["since"], kw["until"]))  # type: ignore[arg-type]
+        return real(self, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunStore, "sample_totals", spy)
+    return spans
+
+
 def test_whole_hours_come_from_the_rollups(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                           asked: list[tuple[datetime, datetime]]) -> None:
     """Spend to now: the hours up to 10:00 from the rollups, the minutes since (10:00-10:25)
     from the samples; the two together equal the minutes' own sum."""
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -108,14 +122,6 @@ def test_whole_hours_come_from_the_rollups(tmp_path: Path,
         s.upsert_run(run_record("r", start, 3, team="nlp").replace(ended_at=None,
                                                                    status="running"))
         s.upsert_samples(minutes("r", start, 150))  # 08:00-10:30
-    asked: list[tuple[datetime, datetime]] = []
-    real = RunStore.sample_totals
-
-    def spy(self: RunStore, **kw: object) -> object:
-        asked.append((kw["since"], kw["until"]))  # type: ignore[arg-type]
-        return real(self, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(RunStore, "sample_totals", spy)
     now = DEC + timedelta(hours=10, minutes=25)
     with RunStore(url) as s:
         (line,) = current_lines(s, Request(week=None, tz=UTC),
@@ -241,8 +247,8 @@ def test_a_run_with_samples_is_measured_by_them_only(tmp_path: Path) -> None:
         ("week", "2026-W49"): 0.0, ("month", "2026-12"): 0.0}
 
 
-def test_off_the_hour_the_edges_come_from_the_samples(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_off_the_hour_the_edges_come_from_the_samples(
+        tmp_path: Path, asked: list[tuple[datetime, datetime]]) -> None:
     """Kolkata's December so far at 10 Dec 10:25 UTC: 30 Nov 18:30-19:00 and 10:00-10:25 from
     the samples, the whole hours between from the rollups."""
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -250,14 +256,6 @@ def test_off_the_hour_the_edges_come_from_the_samples(tmp_path: Path,
     with RunStore(url) as s:
         s.upsert_run(run_record("k", start, 2, team="nlp"))
         s.upsert_samples(minutes("k", start, 120))
-    asked: list[tuple[datetime, datetime]] = []
-    real = RunStore.sample_totals
-
-    def spy(self: RunStore, **kw: object) -> object:
-        asked.append((kw["since"], kw["until"]))  # type: ignore[arg-type]
-        return real(self, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(RunStore, "sample_totals", spy)
     now = datetime(2026, 12, 10, 10, 25, tzinfo=UTC)
     req = Request(week=None, tz=ZoneInfo("Asia/Kolkata"))
     with RunStore(url) as s:
