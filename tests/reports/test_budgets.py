@@ -275,3 +275,12 @@ def test_the_current_week_counts_to_now(tmp_path: Path) -> None:
     lines = compute(url, Request(week="2026-W49", tz=UTC, budgets=(NLP,)), now=now).kpis.budgets
     assert [(b.label, b.until, b.complete, b.spend_usd) for b in lines] == [
         ("2026-W49", now, False, pytest.approx(15.4)), ("2026-11", now, False, pytest.approx(15.4))]
+
+
+def test_which_runs_have_samples(store_url: str) -> None:
+    with RunStore(store_url) as s:
+        for i in range(3):
+            s.upsert_run(run_record(f"r{i}", DEC, 1))
+        s.upsert_samples(minutes("r1", DEC, 2) + minutes("r2", DEC + timedelta(days=40), 1))
+        assert s.sampled_runs(["r0", "r1", "r2", "nope"]) == {"r1", "r2"}
+        assert s.sampled_runs([]) == set()
