@@ -6,8 +6,9 @@
 ``serve --once`` from cron checks too), the current week and month so far and the week and
 month before, whole: spend that lands after a period's last check (an import, a late run) or
 while the service is down at its end is still alerted. Alerts go through the delivery log like
-the weekly reports: the kind is ``budget:<team>:<level>:<USD>`` (a budget changed in the period
-alerts anew against the new amount) and the week column holds the period (``2026-W49``,
+the weekly reports: the kind is ``budget:<team>:<level>:<USD>`` (a budget changed in a current
+period alerts anew against the new amount; a period that is over is alerted once a level,
+whatever the amount) and the week column holds the period (``2026-W49``,
 ``2026-12``), so a restart, a second check or a second ``serve`` sends nothing twice, and a
 temporary failure (a 4xx, a 429, no connection) is tried again at the next check.
 A spend that passes both levels between two checks gets the 100% alert only; the 80% one is
@@ -36,9 +37,15 @@ COVERED = "covered by the 100% alert"
 
 
 def alert_kind(b: BudgetLine, level: int) -> str:
-    """``budget:<team>:<level>:<USD>``: a budget changed in the period alerts anew against the
-    new amount."""
-    return f"budget:{b.team}:{level}:{b.budget_usd:g}"
+    """``budget:<team>:<level>:<USD, in cents>``: a budget changed in the period alerts anew
+    against the new amount."""
+    return f"budget:{b.team}:{level}:{b.budget_usd:.2f}"
+
+
+def _sent_before(kind: str) -> str:
+    """The kind without its amount: a period that is over was alerted at that level whatever
+    the budget was then (today's amount was not in force all of it)."""
+    return kind.rpartition(":")[0]
 
 
 def alert_recipients(settings: ServiceSettings, team: str) -> list[Recipient]:
@@ -70,8 +77,10 @@ def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datet
             done = {(e.kind, e.week, e.recipient) for e in deliveries.entries()
                     if e.kind.startswith("budget:") and e.status in FINAL
                     and not e.owed_again(smtp_config=fingerprint)}
-            due = [(b, r) for b, r in due
-                   if (alert_kind(b, b.level or 0), b.label, r.address) not in done]
+            done |= {(_sent_before(k), w, a) for k, w, a in done}
+            due = [(b, r) for b, r in due if (
+                (_sent_before if b.complete else str)(alert_kind(b, b.level or 0)), b.label,
+                r.address) not in done]
             mailer = open_mailer() if any(r.to is not None for _, r in due) else None
             out = []
             for b, r in due:

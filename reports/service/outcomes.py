@@ -13,7 +13,7 @@ STOPPED = "not tried: the service was stopping; owed to the next run"
 @dataclass(frozen=True, kw_only=True)
 class Outcome:
     kind: str
-    """``summary``, ``team:<team>``, ``runs:<user>``; ``budget:<team>:<level>`` for an alert."""
+    """``summary``, ``team:<team>``, ``runs:<user>``; ``budget:<team>:<level>:<USD>`` for an alert."""
     week: str
     """The week (``2026-W49``), or an alert's budget period (``2026-W49``, ``2026-12``)."""
     recipient: str

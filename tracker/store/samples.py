@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tracker.store.rollups import MISSHAPED_HOUR
 from tracker.store.schema import (
+    rollups_table,
     samples_table,
     utc,
 )
@@ -222,3 +225,19 @@ def bucket_case(selection: SampleSQL, edges: Sequence[datetime],
     above, above_params = bucket_case(selection, edges[mid + 1 :], first + mid + 1)
     return (f"CASE WHEN minute < {selection.mark} THEN {below} ELSE {above} END",
             [selection.time_value(edges[mid]), *below_params, *above_params])
+
+
+def sampled_run_ids(conn: Connection, ids: Iterable[str], *, rollups: bool,
+                    sqlite: bool) -> set[str]:
+    """:meth:`RunStore.sampled_runs`: from the hourly rollups (an hour with a usable minute,
+    60 times fewer rows than the samples) where the store keeps them, else from the samples."""
+    wanted = list(dict.fromkeys(ids))
+    usable: list[Any]
+    if rollups:
+        c = rollups_table.c
+        usable = [c.minutes > 0, c.hour != MISSHAPED_HOUR]
+    else:
+        c, check = samples_table.c, SampleSQL(sqlite)
+        usable = [sa.text(check.usable), sa.text(check.shaped)]
+    return {row[0] for i in range(0, len(wanted), 500) for row in conn.execute(
+        sa.select(c.run_id).where(c.run_id.in_(wanted[i:i + 500]), *usable).distinct())}

@@ -36,14 +36,7 @@ from tracker.store.samples import (
     lenient_text,
     text_of,
 )
-from tracker.store.schema import (
-    UTCDateTime,
-    rollups_table,
-    row_to_run,
-    runs_table,
-    samples_table,
-    utc,
-)
+from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
 
 T = TypeVar("T")
 
@@ -277,14 +270,13 @@ class SampleScans:
         self._transaction(work, write=False)
 
     def sampled_runs(self, ids: Iterable[str]) -> set[str]:
-        """Which of the runs ``ids`` have minute samples at all (whenever they are); from the
-        hourly rollups where the store keeps them (60 times fewer rows)."""
-        table = rollups_table if getattr(self, "version", 1) >= 2 else samples_table
-        wanted, c = list(dict.fromkeys(ids)), table.c
-        return self._transaction(lambda conn: {row[0] for i in range(0, len(wanted), 500)
-                                               for row in conn.execute(sa.select(c.run_id).where(
-                                                   c.run_id.in_(wanted[i:i + 500])).distinct())},
-                                 write=False)
+        """Which of the runs ``ids`` have usable minute samples (whenever they are), as the
+        report counts them: such a run is measured by its samples, never by its summary."""
+        from tracker.store.samples import sampled_run_ids
+
+        sqlite = self._engine.dialect.name == "sqlite"
+        return self._transaction(lambda conn: sampled_run_ids(
+            conn, ids, rollups=getattr(self, "version", 1) >= 2, sqlite=sqlite), write=False)
 
     def has_runs(self) -> bool:
         """Whether the store holds any run (reads one id, converts no row)."""

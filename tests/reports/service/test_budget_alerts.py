@@ -64,14 +64,14 @@ def test_80_then_100_each_once(tmp_path: Path, store: str, smtp_server: SmtpServ
         hundred = Service(s).budget_alerts(NOW + timedelta(minutes=30))
         last = Service(s).budget_alerts(NOW + timedelta(minutes=45))
     assert [(o.kind, o.week, o.recipient, o.status) for o in first] == [
-        ("budget:nlp:80:45", "2026-12", "cto@example.com", "sent"),
-        ("budget:nlp:80:45", "2026-12", "nlp-lead@example.com", "sent"),
-        ("budget:nlp:80:45", "2026-12", "chat:#ml-platform", "sent")]
+        ("budget:nlp:80:45.00", "2026-12", "cto@example.com", "sent"),
+        ("budget:nlp:80:45.00", "2026-12", "nlp-lead@example.com", "sent"),
+        ("budget:nlp:80:45.00", "2026-12", "chat:#ml-platform", "sent")]
     assert again == [] and last == []
     assert [(o.kind, o.recipient, o.status) for o in hundred] == [
-        ("budget:nlp:100:45", "cto@example.com", "sent"),
-        ("budget:nlp:100:45", "nlp-lead@example.com", "sent"),
-        ("budget:nlp:100:45", "chat:#ml-platform", "sent")]
+        ("budget:nlp:100:45.00", "cto@example.com", "sent"),
+        ("budget:nlp:100:45.00", "nlp-lead@example.com", "sent"),
+        ("budget:nlp:100:45.00", "chat:#ml-platform", "sent")]
     # by email: the vision lead and alice (an engineer's own runs) get none
     assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [
         "cto@example.com", "cto@example.com", "nlp-lead@example.com", "nlp-lead@example.com"]
@@ -99,13 +99,13 @@ def test_both_levels_at_once_send_the_100_alert_only(tmp_path: Path, store: str,
     s = settings(tmp_path, store, smtp_server, CTO, budgets=(MONTH,))
     got = Service(s).budget_alerts(NOW)
     assert [(o.kind, o.status, o.error) for o in got] == [
-        ("budget:nlp:100:45", "sent", None), ("budget:nlp:80:45", "empty", COVERED)]
+        ("budget:nlp:100:45.00", "sent", None), ("budget:nlp:80:45.00", "empty", COVERED)]
     assert len(smtp_server.messages) == 1
     assert smtp_server.messages[0].message["Subject"] == (
         "GPU budget: nlp at 128% of December 2026 ($57.75 of $45.00)")
     with RunStore(store) as st:
         logged = {(e.kind, e.week, e.status) for e in DeliveryLog(st).entries()}
-    assert logged == {("budget:nlp:100:45", "2026-12", "sent"), ("budget:nlp:80:45", "2026-12", "empty")}
+    assert logged == {("budget:nlp:100:45.00", "2026-12", "sent"), ("budget:nlp:80:45.00", "2026-12", "empty")}
 
 
 def test_a_weekly_budget_this_week_and_the_week_before(tmp_path: Path, store: str,
@@ -117,8 +117,8 @@ def test_a_weekly_budget_this_week_and_the_week_before(tmp_path: Path, store: st
                  budgets=(Budget(team="nlp", usd_per_week=9.0),))
     got = Service(s).budget_alerts(NOW)
     assert [(o.kind, o.week, o.status) for o in got] == [
-        ("budget:nlp:100:9", "2026-W49", "sent"), ("budget:nlp:80:9", "2026-W49", "empty"),
-        ("budget:nlp:80:9", "2026-W50", "sent")]
+        ("budget:nlp:100:9.00", "2026-W49", "sent"), ("budget:nlp:80:9.00", "2026-W49", "empty"),
+        ("budget:nlp:80:9.00", "2026-W50", "sent")]
     assert [m.message["Subject"] for m in smtp_server.messages] == [
         "GPU budget: nlp at 428% of week 2026-W49 ($38.50 of $9.00)",
         "GPU budget: nlp at 86% of week 2026-W50 ($7.70 of $9.00)"]
@@ -130,11 +130,25 @@ def test_a_weekly_budget_this_week_and_the_week_before(tmp_path: Path, store: st
 def test_a_changed_budget_alerts_anew(tmp_path: Path, store: str,
                                       smtp_server: SmtpServer) -> None:
     s = settings(tmp_path, store, smtp_server, CTO, budgets=(MONTH,))
-    assert [o.kind for o in Service(s).budget_alerts(NOW)] == ["budget:nlp:80:45"]
+    assert [o.kind for o in Service(s).budget_alerts(NOW)] == ["budget:nlp:80:45.00"]
     raised = settings(tmp_path, store, smtp_server, CTO,
                       budgets=(Budget(team="nlp", usd_per_month=48.0),))
-    assert [o.kind for o in Service(raised).budget_alerts(NOW)] == ["budget:nlp:80:48"]
+    assert [o.kind for o in Service(raised).budget_alerts(NOW)] == ["budget:nlp:80:48.00"]
     assert Service(raised).budget_alerts(NOW) == []
+
+
+def test_a_period_that_is_over_is_alerted_once_a_level(tmp_path: Path, store: str,
+                                                        smtp_server: SmtpServer) -> None:
+    """W49's $38.50 against $40 a week: 96%, alerted. Raised to $45, W49 (over, at 86%) is not
+    alerted again: $45 was not its budget all week."""
+    first = settings(tmp_path, store, smtp_server, CTO,
+                     budgets=(Budget(team="nlp", usd_per_week=40.0),))
+    assert [(o.kind, o.week) for o in Service(first).budget_alerts(NOW)] == [
+        ("budget:nlp:80:40.00", "2026-W49")]
+    raised = settings(tmp_path, store, smtp_server, CTO,
+                      budgets=(Budget(team="nlp", usd_per_week=45.0),))
+    assert Service(raised).budget_alerts(NOW) == []
+    assert len(smtp_server.messages) == 1
 
 
 def test_a_5xx_is_owed_to_the_next_check(tmp_path: Path, store: str, smtp_server: SmtpServer,
@@ -167,7 +181,7 @@ def test_the_weekly_run_checks_the_budgets(tmp_path: Path, store: str,
     assert [(o.kind, o.week, o.status) for o in result.outcomes] == [
         ("summary", "2026-W49", "sent")]
     assert [(o.kind, o.week, o.status) for o in result.alerts] == [
-        ("budget:nlp:80:45", "2026-12", "sent")]
+        ("budget:nlp:80:45.00", "2026-12", "sent")]
     # the week's report shows the month so far: 1-6 Dec, $38.50 of $45
     page = (tmp_path / "archive" / "2026-W49.html").read_text()
     assert '<td class="warn">80% reached, on course to exceed</td>' in page
