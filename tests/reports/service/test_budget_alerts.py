@@ -105,7 +105,8 @@ def test_both_levels_at_once_send_the_100_alert_only(tmp_path: Path, store: str,
         "GPU budget: nlp at 128% of December 2026 ($57.75 of $45.00)")
     with RunStore(store) as st:
         logged = {(e.kind, e.week, e.status) for e in DeliveryLog(st).entries()}
-    assert logged == {("budget:nlp:100:45.00", "2026-12", "sent"), ("budget:nlp:80:45.00", "2026-12", "empty")}
+    assert logged == {("budget:nlp:100:45.00", "2026-12", "sent"),
+                      ("budget:nlp:80:45.00", "2026-12", "empty")}
 
 
 def test_a_weekly_budget_this_week_and_the_week_before(tmp_path: Path, store: str,
