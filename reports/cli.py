@@ -146,7 +146,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from reports.demo import DEMO_OWNED, run_demo
+    from reports.demo import DEMO_BUDGETS, DEMO_OWNED, run_demo
     from reports.weeks import week_of
 
     out = writable_dir(Path(args.dir).resolve(), "--dir")
@@ -167,7 +167,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from reports.build import FORMATS, Request, backfill, build
     from reports.weeks import zone
 
-    req = Request(week=label, tz=zone("UTC"), owned=DEMO_OWNED, formats=FORMATS)
+    req = Request(week=label, tz=zone("UTC"), owned=DEMO_OWNED, formats=FORMATS,
+                  budgets=DEMO_BUDGETS)
     # every week of the history, so the index and its trends are full on the first look; the
     # demo's own week again, as a second demo replaced its runs
     written = [*backfill(url, req, out / "reports", since=None), *build(url, req, out / "reports")]

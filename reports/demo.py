@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from reports.kpi.budgets import Budget
 from tracker.cost import Thresholds, waste_usd
 from tracker.owned import OwnedGpu
 from tracker.record import RunRecord
@@ -21,6 +22,9 @@ DEMO_OWNED = {"A100-80GB": OwnedGpu(model="A100-80GB", purchase_usd=15_000, life
                                     power_w=500, usd_per_kwh=0.10, pue=1.3, gpus=4)}
 """The demo fleet owns 4 A100s (the rest is rented): the report prices them at the amortized
 rate and says whether owning paid off this week."""
+
+DEMO_BUDGETS = (Budget(team="nlp", usd_per_month=6000), Budget(team="vision", usd_per_week=150))
+"""Two teams' budgets: the report shows their spend against them (and ``serve`` would alert)."""
 
 BOARD_W = {"H100": 700, "H200": 700, "A100-80GB": 400, "L4": 72, "A10G": 300}
 """Board power at full load of the history's GPUs (datasheet TDP), W: a run at ``u``% draws

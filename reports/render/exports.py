@@ -26,11 +26,11 @@ no field should have as its ``str``: writing the JSON never fails on a value.
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
-``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``) or ``budget`` (key the team, metrics
+``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``) or ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
-0); ``key`` the
-group, run id or week. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula is
-prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numbers.
+0); ``key`` the group, run id, week or (budget) team. Lines end in CRLF (RFC 4180). A text cell
+that a spreadsheet would run as a formula is prefixed with ``'`` (:mod:`reports.render.csvsafe`);
+numbers are written as numbers.
 """
 
 from __future__ import annotations

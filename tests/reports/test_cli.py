@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,16 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert "GPU efficiency report" in html.read_text()
     assert (html.parent / "index.html").exists()
     assert (html.with_suffix(".json")).exists() and (html.with_suffix(".csv")).exists()
+    # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
+    # nlp's month, the one the week ends in (how far into it depends on today's date)
+    week = json.loads(html.with_suffix(".json").read_text())
+    *nlp, vision = week["budgets"]  # nlp: the month before too when the week began in it
+    vision_spend = next(t["spend_usd"] for t in week["by_team"] if t["team"] == "vision")
+    assert (vision["team"], vision["label"], vision["level"]) == ("vision", html.stem, 100)
+    assert vision["spend_usd"] == pytest.approx(vision_spend) and vision_spend > 150
+    sunday = datetime.fromisoformat(week["week_end"]) - timedelta(days=1)
+    assert [(b["team"], b["period"], b["budget_usd"]) for b in nlp][-1] == ("nlp", "month", 6000)
+    assert (nlp[-1]["label"], nlp[-1]["until"]) == (f"{sunday:%Y-%m}", week["week_end"])
     # all 12 weeks of the history, each with its page and email, the index listing them all
     weeks = sorted(p.stem for p in html.parent.glob("*-W*.json"))
     assert len(weeks) == 12 and weeks[-1] == html.stem
