@@ -62,13 +62,16 @@ def main() -> int:
     check_s, lines = fastest(check, args.repeat)
     print(f"store: {args.store}  now: {NOW:%Y-%m-%d %H:%M} UTC  teams: {len(teams)}")
     print(f"/metrics refresh (compute_live): {live_s:.2f} s")
-    print(f"budget check (4 periods):        {check_s:.2f} s  = {check_s / live_s:.2f}x the "
-          "refresh")
+    print(
+        f"budget check (4 periods):        {check_s:.2f} s  = {check_s / live_s:.2f}x the refresh"
+    )
     week = dict(zip(latest.by["team"]["team"], latest.by["team"]["spend_usd"], strict=True))
     for b in lines:
         if b.label == "2026-11":
-            print(f"  {b.team:<12} November so far ${b.spend_usd:,.2f}  "
-                  f"(W48's report: ${week.get(b.team, 0.0):,.2f})")
+            print(
+                f"  {b.team:<12} November so far ${b.spend_usd:,.2f}  "
+                f"(W48's report: ${week.get(b.team, 0.0):,.2f})"
+            )
     return 0
 
 

@@ -99,8 +99,9 @@ class StepClock(Callback):
             setattr(callback, name, timed)
         return callback
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if batch_idx == self.first:
             self.t0 = time.perf_counter()
         elif batch_idx == self.last:
@@ -117,15 +118,19 @@ class StepClock(Callback):
         """(median, mean) µs per step inside the timed hooks; the mean carries the log steps."""
         if not self.in_hooks_s:
             return 0.0, 0.0
-        return (statistics.median(self.in_hooks_s) * 1e6,
-                statistics.fmean(self.in_hooks_s) * 1e6)
+        return (statistics.median(self.in_hooks_s) * 1e6, statistics.fmean(self.in_hooks_s) * 1e6)
 
 
 class Mlp(L.LightningModule):
     def __init__(self, width: int) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width),
-                                 nn.ReLU(), nn.Linear(width, 1))
+        self.net = nn.Sequential(
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, width),
+            nn.ReLU(),
+            nn.Linear(width, 1),
+        )
 
     def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
@@ -139,11 +144,13 @@ class Mlp(L.LightningModule):
 
 def loader(width: int, steps: int) -> DataLoader[Any]:
     g = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(steps * BATCH, width, generator=g),
-                         torch.randn(steps * BATCH, 1, generator=g))
+    data = TensorDataset(
+        torch.randn(steps * BATCH, width, generator=g), torch.randn(steps * BATCH, 1, generator=g)
+    )
     # whole batches by one indexing: the loader costs next to nothing
-    return DataLoader(data, batch_size=None,
-                      sampler=BatchSampler(SequentialSampler(data), BATCH, drop_last=False))
+    return DataLoader(
+        data, batch_size=None, sampler=BatchSampler(SequentialSampler(data), BATCH, drop_last=False)
+    )
 
 
 class Empty(Callback):
@@ -156,26 +163,42 @@ class Empty(Callback):
 
 def monitors(label: str, store: str) -> list[Callback]:
     if label == "gpu-kpi":
-        return [GpuKpiCallback(backend="simulated:healthy@H100", store=store,
-                               log_to_python=False, print_summary=False)]
+        return [
+            GpuKpiCallback(
+                backend="simulated:healthy@H100",
+                store=store,
+                log_to_python=False,
+                print_summary=False,
+            )
+        ]
     if label == "lightning":
-        return [DeviceStatsMonitor(cpu_stats=True),
-                ThroughputMonitor(batch_size_fn=lambda batch: int(batch[0].shape[0]))]
+        return [
+            DeviceStatsMonitor(cpu_stats=True),
+            ThroughputMonitor(batch_size_fn=lambda batch: int(batch[0].shape[0])),
+        ]
     if label == "empty":
         return [Empty()]
     return []
 
 
-def fit(label: str, width: int, warmup: int, steps: int,
-        store: str) -> tuple[float, tuple[float, float]]:
+def fit(
+    label: str, width: int, warmup: int, steps: int, store: str
+) -> tuple[float, tuple[float, float]]:
     """(mean step time in ms, (median, mean) µs per step inside the monitors' batch hooks) of
     one fit with the configuration ``label``."""
     clock = StepClock(warmup, warmup + steps)
     callbacks = [clock.time_hooks(c) for c in monitors(label, store)]
-    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=warmup + steps + 1,
-                        log_every_n_steps=50, logger=NullLogger(), callbacks=[clock, *callbacks],
-                        enable_progress_bar=False, enable_model_summary=False,
-                        enable_checkpointing=False)
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=warmup + steps + 1,
+        log_every_n_steps=50,
+        logger=NullLogger(),
+        callbacks=[clock, *callbacks],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(Mlp(width), loader(width, warmup + steps + 1))
     return clock.step_ms, clock.hooks_us
 
@@ -205,8 +228,10 @@ def main() -> None:
     torch.manual_seed(0)
 
     width = calibrate(args.step_ms)
-    print(f"workload: MLP {width}-{width}-{width}-1, batch {BATCH}, fp32 on CPU, 1 thread; "
-          f"{args.steps} timed steps per fit, {args.rounds} rounds; logging every 50 steps")
+    print(
+        f"workload: MLP {width}-{width}-{width}-1, batch {BATCH}, fp32 on CPU, 1 thread; "
+        f"{args.steps} timed steps per fit, {args.rounds} rounds; logging every 50 steps"
+    )
     labels = ["none", "gpu-kpi", "lightning", "empty"]
     results: dict[str, list[float]] = {label: [] for label in labels}
     in_hooks: dict[str, list[tuple[float, float]]] = {label: [] for label in labels}
@@ -214,33 +239,48 @@ def main() -> None:
         store = f"sqlite:///{tmp}/bench.db"
         for r in range(args.rounds):
             # rotate the order each round so that drift (clock, cache, neighbours) is shared
-            for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
                 ms, us = fit(label, width, args.warmup, args.steps, store)
                 results[label].append(ms)
                 in_hooks[label].append(us)
     base = results["none"]
     step_ms = statistics.median(base)
-    print(f"{'configuration':<38} {'median step ms':>14} {'overhead':>9} "
-          f"{'in hooks us/step':>17} {'(mean)':>7} {'= % of step':>12}")
-    names = {"none": "none", "gpu-kpi": "gpu-kpi GpuKpiCallback",
-             "lightning": "DeviceStatsMonitor + ThroughputMonitor",
-             "empty": "a callback with empty batch hooks"}
+    print(
+        f"{'configuration':<38} {'median step ms':>14} {'overhead':>9} "
+        f"{'in hooks us/step':>17} {'(mean)':>7} {'= % of step':>12}"
+    )
+    names = {
+        "none": "none",
+        "gpu-kpi": "gpu-kpi GpuKpiCallback",
+        "lightning": "DeviceStatsMonitor + ThroughputMonitor",
+        "empty": "a callback with empty batch hooks",
+    }
     hooks: dict[str, tuple[float, float]] = {}
     for label, values in results.items():
         paired = statistics.median(v / b - 1 for v, b in zip(values, base, strict=True))
         # median over rounds of each fit's median (mean) per step
-        us, mean_us = hooks[label] = (statistics.median(m for m, _ in in_hooks[label]),
-                                      statistics.median(m for _, m in in_hooks[label]))
-        print(f"{names[label]:<38} {statistics.median(values):14.3f} {100 * paired:8.2f}% "
-              f"{us:17.1f} {mean_us:7.1f} {mean_us / 10 / step_ms:11.2f}%")
+        us, mean_us = hooks[label] = (
+            statistics.median(m for m, _ in in_hooks[label]),
+            statistics.median(m for _, m in in_hooks[label]),
+        )
+        print(
+            f"{names[label]:<38} {statistics.median(values):14.3f} {100 * paired:8.2f}% "
+            f"{us:17.1f} {mean_us:7.1f} {mean_us / 10 / step_ms:11.2f}%"
+        )
     spread = statistics.pstdev(base) / statistics.mean(base)
-    print(f"overhead: median over rounds of the paired ratio to 'none' - 1; round-to-round noise "
-          f"of the baseline: {100 * spread:.1f}% (stdev / mean)")
-    print("in hooks: on_train_batch_start + on_train_batch_end per step, median over the steps "
-          "(mean: log steps included), median over rounds")
-    print(f"gpu-kpi hooks: {hooks['gpu-kpi'][0]:.1f} µs/step (target <= 10; "
-          f"mean {hooks['gpu-kpi'][1]:.1f}); Lightning's monitors: {hooks['lightning'][0]:.1f} "
-          f"µs/step (mean {hooks['lightning'][1]:.1f}); empty hooks: {hooks['empty'][0]:.1f} µs/step")
+    print(
+        f"overhead: median over rounds of the paired ratio to 'none' - 1; round-to-round noise "
+        f"of the baseline: {100 * spread:.1f}% (stdev / mean)"
+    )
+    print(
+        "in hooks: on_train_batch_start + on_train_batch_end per step, median over the steps "
+        "(mean: log steps included), median over rounds"
+    )
+    print(
+        f"gpu-kpi hooks: {hooks['gpu-kpi'][0]:.1f} µs/step (target <= 10; "
+        f"mean {hooks['gpu-kpi'][1]:.1f}); Lightning's monitors: {hooks['lightning'][0]:.1f} "
+        f"µs/step (mean {hooks['lightning'][1]:.1f}); empty hooks: {hooks['empty'][0]:.1f} µs/step"
+    )
 
 
 if __name__ == "__main__":

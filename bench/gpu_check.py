@@ -129,10 +129,12 @@ def cuda_torch() -> Any:
 
 # -- 1. the GPU tests -----------------------------------------------------------------------------
 
+
 def check_pytest() -> None:
     cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/gpu", "-q"]
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S,
-                       check=False)
+    p = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=PYTEST_TIMEOUT_S, check=False
+    )
     lines = [line for line in p.stdout.splitlines() if line.strip()]
     for line in lines:
         if line.startswith(("FAILED", "ERROR", "SKIPPED")):
@@ -145,6 +147,7 @@ def check_pytest() -> None:
 
 
 # -- 2. the sampler's CPU cost --------------------------------------------------------------------
+
 
 def check_sampler() -> None:
     from tracker.gpu import open_backend
@@ -194,6 +197,7 @@ def check_sampler() -> None:
 
 # -- 3. our utilization against nvidia-smi under load ---------------------------------------------
 
+
 def matmul_load(torch: Any, stop: threading.Event, errors: list[BaseException]) -> None:
     """Dense bf16 matmuls on cuda:0 until ``stop`` is set (on a thread of its own)."""
     try:
@@ -210,8 +214,19 @@ def matmul_load(torch: Any, stop: threading.Event, errors: list[BaseException]) 
 def start_smi(uuid: str) -> list[float]:
     """Start ``nvidia-smi -l 1`` on the GPU with this UUID; its values land in the list."""
     proc = subprocess.Popen(
-        ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-l", "1",
-         "-i", uuid], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            "nvidia-smi",
+            "--query-gpu=utilization.gpu",
+            "--format=csv,noheader,nounits",
+            "-l",
+            "1",
+            "-i",
+            uuid,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     CHILDREN.append(proc)
     values: list[float] = []
 
@@ -290,6 +305,7 @@ def check_util() -> None:
 
 # -- 4. MFU of a timed matmul ---------------------------------------------------------------------
 
+
 def check_mfu() -> None:
     torch = cuda_torch()
     from tracker.peaks import peak_tflops
@@ -329,7 +345,11 @@ def check_mfu() -> None:
 
 
 SECTIONS: list[tuple[str, Callable[[], None]]] = [
-    ("pytest", check_pytest), ("sampler", check_sampler), ("util", check_util), ("mfu", check_mfu)]
+    ("pytest", check_pytest),
+    ("sampler", check_sampler),
+    ("util", check_util),
+    ("mfu", check_mfu),
+]
 
 
 def overrun_exit() -> None:

@@ -42,22 +42,29 @@ GOAL_ROWS_PER_S = 1_000_000
 WEEK_ROWS = 1_000 * 7 * 24 * 3600  # a 1,000-GPU week at 1 s
 
 
-def write_log(path: Path, gpus: int, hours: float, interval: float, *,
-              units: bool = True, first_gpu: int = 0) -> int:
+def write_log(
+    path: Path, gpus: int, hours: float, interval: float, *, units: bool = True, first_gpu: int = 0
+) -> int:
     rng = random.Random(0)
     t0 = datetime(2026, 11, 23, 9, 0)
     steps = int(hours * 3600 / interval)
     pct, mib, w = (" %", " MiB", " W") if units else ("", "", "")
     with open(path, "w") as f:
-        f.write("timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], "
-                "memory.total [MiB], power.draw [W]\n" if units else "timestamp, index, uuid, "
-                "name, utilization.gpu, memory.used, memory.total, power.draw\n")
+        f.write(
+            "timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], "
+            "memory.total [MiB], power.draw [W]\n"
+            if units
+            else "timestamp, index, uuid, "
+            "name, utilization.gpu, memory.used, memory.total, power.draw\n"
+        )
         for i in range(steps):
             ts = (t0 + timedelta(seconds=i * interval)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
             for g in range(first_gpu, first_gpu + gpus):
-                f.write(f"{ts}, {g - first_gpu}, GPU-{g:08d}-bench, NVIDIA H100 80GB HBM3, "
-                        f"{rng.randint(0, 100)}{pct}, {rng.randint(1000, 80000)}{mib}, "
-                        f"81559{mib}, {rng.uniform(60, 700):.2f}{w}\n")
+                f.write(
+                    f"{ts}, {g - first_gpu}, GPU-{g:08d}-bench, NVIDIA H100 80GB HBM3, "
+                    f"{rng.randint(0, 100)}{pct}, {rng.randint(1000, 80000)}{mib}, "
+                    f"81559{mib}, {rng.uniform(60, 700):.2f}{w}\n"
+                )
     return steps * gpus
 
 
@@ -78,8 +85,9 @@ print(json.dumps({"s": time.perf_counter() - t0, "minutes": len(done.samples)}))
 
 def measured(args: list[str]) -> tuple[float, int, float]:
     """(seconds inside, minute rows, peak GiB) of one child."""
-    with subprocess.Popen([sys.executable, "-c", _CHILD, str(ROOT), *args],
-                          stdout=subprocess.PIPE, text=True) as p:
+    with subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(ROOT), *args], stdout=subprocess.PIPE, text=True
+    ) as p:
         _, status, usage = os.wait4(p.pid, 0)
         out = p.stdout.read() if p.stdout else ""
     if os.waitstatus_to_exitcode(status) != 0:
@@ -104,9 +112,11 @@ print(json.dumps({"s": time.perf_counter() - t0, "minutes": len(done.samples),
 def write_openmetrics(path: Path, gpus: int, hours: float, t0: float) -> int:
     """DCGM-exporter series as OpenMetrics, streamed (each metric's series together, each in
     time order), never held in memory: a child spawned later inherits the peak."""
-    metrics = (("DCGM_FI_DEV_GPU_UTIL", lambda r: r.randint(0, 100)),
-               ("DCGM_FI_DEV_FB_USED", lambda r: r.randint(1000, 80000)),
-               ("DCGM_FI_DEV_POWER_USAGE", lambda r: round(r.uniform(60, 700), 1)))
+    metrics = (
+        ("DCGM_FI_DEV_GPU_UTIL", lambda r: r.randint(0, 100)),
+        ("DCGM_FI_DEV_FB_USED", lambda r: r.randint(1000, 80000)),
+        ("DCGM_FI_DEV_POWER_USAGE", lambda r: round(r.uniform(60, 700), 1)),
+    )
     scrapes = int(hours * 3600 / 15)
     n = 0
     with open(path, "w") as f:
@@ -115,9 +125,11 @@ def write_openmetrics(path: Path, gpus: int, hours: float, t0: float) -> int:
             f.write(f"# TYPE {name} gauge\n")
             for g in range(gpus):
                 for i in range(scrapes + 1):
-                    labels = (f'Hostname="node{g // 8}",UUID="GPU-{g:06d}",gpu="{g % 8}",'
-                              f'modelName="NVIDIA H100 80GB HBM3",namespace="team{g % 5}",'
-                              f'pod="job-{g}-{i * 15 // 21600}"')
+                    labels = (
+                        f'Hostname="node{g // 8}",UUID="GPU-{g:06d}",gpu="{g % 8}",'
+                        f'modelName="NVIDIA H100 80GB HBM3",namespace="team{g % 5}",'
+                        f'pod="job-{g}-{i * 15 // 21600}"'
+                    )
                     f.write(f"{name}{{{labels}}} {value(rng)} {t0 + 15 * i:.3f}\n")
                     n += 1
         f.write("# EOF\n")
@@ -132,19 +144,26 @@ def prometheus(d: Path, gpus: int, hours: float) -> None:
     t = time.perf_counter()
     samples = write_openmetrics(d / "dcgm.om", gpus, hours, t0)
     with serving(d, d / "dcgm.om") as url:
-        print(f"prometheus: {samples:,} DCGM samples of {gpus} GPUs over {hours:g} h, "
-              f"TSDB built and served in {time.perf_counter() - t:.1f} s")
-        with subprocess.Popen([sys.executable, "-c", _PROM_CHILD, str(ROOT), url, str(t0),
-                               str(t0 + hours * 3600)], stdout=subprocess.PIPE, text=True) as p:
+        print(
+            f"prometheus: {samples:,} DCGM samples of {gpus} GPUs over {hours:g} h, "
+            f"TSDB built and served in {time.perf_counter() - t:.1f} s"
+        )
+        with subprocess.Popen(
+            [sys.executable, "-c", _PROM_CHILD, str(ROOT), url, str(t0), str(t0 + hours * 3600)],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as p:
             _, status, usage = os.wait4(p.pid, 0)
             out = p.stdout.read() if p.stdout else ""
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"the Prometheus import failed: {out}")
     r = json.loads(out)
-    print(f"read  : {r['s']:6.2f} s, {samples / r['s']:>10,.0f} DCGM samples/s, "
-          f"{r['minutes'] / r['s']:>8,.0f} minute rows/s ({r['minutes']:,} rows, "
-          f"{r['runs']:,} runs), peak {usage.ru_maxrss / 2**20:.2f} GiB; a 1,000-GPU week: "
-          f"{1000 * 7 * 24 * 60 / (r['minutes'] / r['s']) / 60:.1f} min")
+    print(
+        f"read  : {r['s']:6.2f} s, {samples / r['s']:>10,.0f} DCGM samples/s, "
+        f"{r['minutes'] / r['s']:>8,.0f} minute rows/s ({r['minutes']:,} rows, "
+        f"{r['runs']:,} runs), peak {usage.ru_maxrss / 2**20:.2f} GiB; a 1,000-GPU week: "
+        f"{1000 * 7 * 24 * 60 / (r['minutes'] / r['s']) / 60:.1f} min"
+    )
 
 
 def main() -> None:
@@ -154,8 +173,13 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=1.0, help="seconds between readings")
     ap.add_argument("--dir", help="where the log and store go (default: a temporary folder)")
     ap.add_argument("--nounits", action="store_true", help="a --format=csv,nounits log")
-    ap.add_argument("--files", type=int, default=1, help="logs of --gpus GPUs each, imported "
-                    "together (one per node; files are read side by side, a process per CPU)")
+    ap.add_argument(
+        "--files",
+        type=int,
+        default=1,
+        help="logs of --gpus GPUs each, imported "
+        "together (one per node; files are read side by side, a process per CPU)",
+    )
     ap.add_argument("--no-exact", action="store_true", help="skip the exact path (slow)")
     ap.add_argument("--prometheus", action="store_true", help="also time the Prometheus import")
     ap.add_argument("--prom-gpus", type=int, default=100)
@@ -166,11 +190,22 @@ def main() -> None:
         d.mkdir(parents=True, exist_ok=True)
         logs = [d / f"nvsmi-{args.gpus}g-{args.hours:g}h-{n}.csv" for n in range(args.files)]
         t = time.perf_counter()
-        rows = sum(write_log(log, args.gpus, args.hours, args.interval, units=not args.nounits,
-                             first_gpu=n * args.gpus) for n, log in enumerate(logs))
+        rows = sum(
+            write_log(
+                log,
+                args.gpus,
+                args.hours,
+                args.interval,
+                units=not args.nounits,
+                first_gpu=n * args.gpus,
+            )
+            for n, log in enumerate(logs)
+        )
         size = sum(log.stat().st_size for log in logs)
-        print(f"log: {rows:,} rows in {len(logs)} file(s), {size / 2**20:.1f} MiB "
-              f"(written in {time.perf_counter() - t:.1f} s)")
+        print(
+            f"log: {rows:,} rows in {len(logs)} file(s), {size / 2**20:.1f} MiB "
+            f"(written in {time.perf_counter() - t:.1f} s)"
+        )
         log = os.pathsep.join(map(str, logs))
         db = d / "import.db"
         rates = {}
@@ -179,29 +214,40 @@ def main() -> None:
             db.unlink(missing_ok=True)
             s, minutes, gib = measured([log, what, *extra])
             rates[what] = rows / s
-            print(f"{what:6s}: {s:6.2f} s, {rates[what]:>10,.0f} rows/s, {minutes:,} minute rows, "
-                  f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: "
-                  f"{WEEK_ROWS / rates[what] / 3600:.1f} h")
+            print(
+                f"{what:6s}: {s:6.2f} s, {rates[what]:>10,.0f} rows/s, {minutes:,} minute rows, "
+                f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: "
+                f"{WEEK_ROWS / rates[what] / 3600:.1f} h"
+            )
         if "exact" in rates:
-            print(f"the vectorized read is {rates['read'] / rates['exact']:.1f}x the exact "
-                  "(sampler) path's rate on the same log")
+            print(
+                f"the vectorized read is {rates['read'] / rates['exact']:.1f}x the exact "
+                "(sampler) path's rate on the same log"
+            )
         rate, judged = rates["import"], "the whole import, its start-up included"
         if len(logs) >= 4 and len(logs) % 2 == 0:
             # half the files, then all: what each further row costs, the start-up (imports,
             # processes, the store's schema) taken out, as in a 1,000-GPU week's 10 minutes
             db.unlink(missing_ok=True)
             half = rows // 2
-            s_half, _, _ = measured([os.pathsep.join(map(str, logs[:len(logs) // 2])),
-                                     "import", f"sqlite:///{db}"])
+            s_half, _, _ = measured(
+                [os.pathsep.join(map(str, logs[: len(logs) // 2])), "import", f"sqlite:///{db}"]
+            )
             s_all = rows / rates["import"]
             rate = (rows - half) / (s_all - s_half)
-            judged = (f"each further row ({half:,} rows took {s_half:.2f} s, {rows:,} took "
-                      f"{s_all:.2f} s; start-up {s_half - half / rate:.2f} s)")
-            print(f"import, start-up taken out: {rate:,.0f} rows/s; a 1,000-GPU week at 1 s: "
-                  f"{WEEK_ROWS / rate / 60:.1f} min")
+            judged = (
+                f"each further row ({half:,} rows took {s_half:.2f} s, {rows:,} took "
+                f"{s_all:.2f} s; start-up {s_half - half / rate:.2f} s)"
+            )
+            print(
+                f"import, start-up taken out: {rate:,.0f} rows/s; a 1,000-GPU week at 1 s: "
+                f"{WEEK_ROWS / rate / 60:.1f} min"
+            )
         verdict = "PASS" if rate >= GOAL_ROWS_PER_S else "FAIL"
-        print(f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rate:,.0f} rows/s "
-              f"({rate / GOAL_ROWS_PER_S:.3f}x the goal), {judged}")
+        print(
+            f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rate:,.0f} rows/s "
+            f"({rate / GOAL_ROWS_PER_S:.3f}x the goal), {judged}"
+        )
         if args.prometheus:
             (d / "prom").mkdir(exist_ok=True)
             prometheus(d / "prom", args.prom_gpus, args.prom_hours)

@@ -105,8 +105,12 @@ def refresh_times(url: str, repeat: int) -> tuple[float, float]:
         return min(out)
 
     live = timed(lambda: compute_live(url, req, now=now))
-    two = timed(lambda: [compute(url, Request(week=w, tz=UTC), now=now, warn=False)
-                         for w in ("2026-W48", "2026-W49")])
+    two = timed(
+        lambda: [
+            compute(url, Request(week=w, tz=UTC), now=now, warn=False)
+            for w in ("2026-W48", "2026-W49")
+        ]
+    )
     return live, two
 
 
@@ -136,10 +140,18 @@ with open(sys.argv[2], "w") as f:
 
 def measured(cmd: list[str], env: dict[str, str], what: str) -> Measured:
     """Run ``cmd``; its wall time and its own peak RSS (``wait4``). Exits on failure."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.NamedTemporaryFile(suffix=".json") as result:
-        subprocess.run([sys.executable, "-c", _WAITER, json.dumps(cmd), result.name],
-                       stdout=out, stderr=err, env=env, check=True)
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile(suffix=".json") as result,
+    ):
+        subprocess.run(
+            [sys.executable, "-c", _WAITER, json.dumps(cmd), result.name],
+            stdout=out,
+            stderr=err,
+            env=env,
+            check=True,
+        )
         r = json.loads(Path(result.name).read_text())
         out.seek(0)
         err.seek(0)
@@ -168,8 +180,11 @@ def parquet_for(d: Path, gpus: int, case: str) -> Files:
     if not f.samples.exists() or not f.runs.exists():
         t0 = time.perf_counter()
         data.write_parquet(gpus, case, f.samples, f.runs)
-        print(f"  generated {f.samples.name} ({f.samples.stat().st_size / 2**20:.0f} MiB) in "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)
+        print(
+            f"  generated {f.samples.name} ({f.samples.stat().st_size / 2**20:.0f} MiB) in "
+            f"{time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
     return f
 
 
@@ -192,8 +207,9 @@ def store_for(d: Path, store: str, gpus: int, case: str, files: Files) -> str:
             return url
         n = data.load_pg(store, name, gpus, files.samples, expect, d)
         where = f"PostgreSQL database {name}"
-    print(f"  loaded {n:,} sample rows into {where} in {time.perf_counter() - t0:.0f} s",
-          flush=True)
+    print(
+        f"  loaded {n:,} sample rows into {where} in {time.perf_counter() - t0:.0f} s", flush=True
+    )
     return url
 
 
@@ -215,11 +231,27 @@ class Row:
 
 
 def ours(url: str, out: Path, formats: str, d: Path, repeat: int) -> tuple[Measured, dict]:
-    cmd = [sys.executable, "-m", "reports.cli", "report", "--week", "2026-W48", "--store", url,
-           "--out", str(out), "--format", formats]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reports.cli",
+        "report",
+        "--week",
+        "2026-W48",
+        "--store",
+        url,
+        "--out",
+        str(out),
+        "--format",
+        formats,
+    ]
     # no user config (prices, thresholds) may change the figures
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin",
-           "XDG_CONFIG_HOME": str(d / "xdg-config"), "XDG_DATA_HOME": str(d / "xdg-data")}
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "PATH": "/usr/bin:/bin",
+        "XDG_CONFIG_HOME": str(d / "xdg-config"),
+        "XDG_DATA_HOME": str(d / "xdg-data"),
+    }
     m = best([measured(cmd, env, "gpu-kpi report") for _ in range(repeat)])
     written = [Path(line) for line in m.stdout.splitlines() if line.endswith(".json")]
     if len(written) != 1:
@@ -228,8 +260,13 @@ def ours(url: str, out: Path, formats: str, d: Path, repeat: int) -> tuple[Measu
 
 
 def reference(files: Files, repeat: int) -> tuple[Measured, dict]:
-    cmd = [sys.executable, str(ROOT / "bench" / "scale_data.py"), "reference", str(files.samples),
-           str(files.runs)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "scale_data.py"),
+        "reference",
+        str(files.samples),
+        str(files.runs),
+    ]
     env = {"PATH": "/usr/bin:/bin"}
     m = best([measured(cmd, env, "DuckDB reference") for _ in range(repeat)])
     return m, json.loads(m.stdout)
@@ -244,23 +281,47 @@ def rel_diff(a: float | None, b: float | None) -> float:
 
 
 # -- output ---------------------------------------------------------------------------------------
-COLUMNS = ("gpus", "store", "case", "prepare_s", "ours_s", "ours_GiB", "duckdb_s", "duckdb_GiB",
-           "ratio", "vs_benign", "max_rel_diff")
+COLUMNS = (
+    "gpus",
+    "store",
+    "case",
+    "prepare_s",
+    "ours_s",
+    "ours_GiB",
+    "duckdb_s",
+    "duckdb_GiB",
+    "ratio",
+    "vs_benign",
+    "max_rel_diff",
+)
 
 
 def cells(r: Row) -> list[str]:
-    return [f"{r.gpus:,}", r.store, r.case, f"{r.prepare_s:.2f}", f"{r.ours.seconds:.2f}",
-            f"{r.ours.peak_gib:.2f}", f"{r.duckdb.seconds:.2f}", f"{r.duckdb.peak_gib:.2f}",
-            f"{r.ours.seconds / r.duckdb.seconds:.2f}",
-            "-" if r.vs_benign is None else f"{r.vs_benign:.2f}", f"{r.max_rel_diff:.1e}"]
+    return [
+        f"{r.gpus:,}",
+        r.store,
+        r.case,
+        f"{r.prepare_s:.2f}",
+        f"{r.ours.seconds:.2f}",
+        f"{r.ours.peak_gib:.2f}",
+        f"{r.duckdb.seconds:.2f}",
+        f"{r.duckdb.peak_gib:.2f}",
+        f"{r.ours.seconds / r.duckdb.seconds:.2f}",
+        "-" if r.vs_benign is None else f"{r.vs_benign:.2f}",
+        f"{r.max_rel_diff:.1e}",
+    ]
 
 
 def table(rows: list[Row]) -> str:
     body = [list(COLUMNS)] + [cells(r) for r in rows]
     widths = [max(len(line[i]) for line in body) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.rjust(w) if i not in (1, 2) else c.ljust(w)
-                               for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip()
-                     for line in body)
+    return "\n".join(
+        "  ".join(
+            c.rjust(w) if i not in (1, 2) else c.ljust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        ).rstrip()
+        for line in body
+    )
 
 
 def verdicts(rows: list[Row]) -> list[str]:
@@ -270,56 +331,88 @@ def verdicts(rows: list[Row]) -> list[str]:
     out = []
     worst_ratio = max(rows, key=lambda r: r.ours.seconds / r.duckdb.seconds)
     ratio = worst_ratio.ours.seconds / worst_ratio.duckdb.seconds
-    out.append(f"{mark(ratio <= TARGET_VS_DUCKDB)}  ours <= {TARGET_VS_DUCKDB:.1f}x DuckDB's time: "
-               f"largest ratio {ratio:.2f} ({worst_ratio.gpus:,} GPUs, {worst_ratio.store}, "
-               f"{worst_ratio.case})")
+    out.append(
+        f"{mark(ratio <= TARGET_VS_DUCKDB)}  ours <= {TARGET_VS_DUCKDB:.1f}x DuckDB's time: "
+        f"largest ratio {ratio:.2f} ({worst_ratio.gpus:,} GPUs, {worst_ratio.store}, "
+        f"{worst_ratio.case})"
+    )
     biggest = max(rows, key=lambda r: r.ours.peak_gib)
-    out.append(f"{mark(biggest.ours.peak_gib < TARGET_GIB)}  ours < {TARGET_GIB:.0f} GiB: "
-               f"largest peak {biggest.ours.peak_gib:.2f} GiB ({biggest.gpus:,} GPUs, "
-               f"{biggest.store}, {biggest.case})")
+    out.append(
+        f"{mark(biggest.ours.peak_gib < TARGET_GIB)}  ours < {TARGET_GIB:.0f} GiB: "
+        f"largest peak {biggest.ours.peak_gib:.2f} GiB ({biggest.gpus:,} GPUs, "
+        f"{biggest.store}, {biggest.case})"
+    )
     worst = [r for r in rows if r.vs_benign is not None]
     if worst:
         w = max(worst, key=lambda r: r.vs_benign or 0.0)
-        out.append(f"{mark((w.vs_benign or 0.0) <= TARGET_WORST)}  worst <= {TARGET_WORST:.1f}x "
-                   f"benign: largest {w.vs_benign:.2f} ({w.gpus:,} GPUs, {w.store})")
+        out.append(
+            f"{mark((w.vs_benign or 0.0) <= TARGET_WORST)}  worst <= {TARGET_WORST:.1f}x "
+            f"benign: largest {w.vs_benign:.2f} ({w.gpus:,} GPUs, {w.store})"
+        )
     else:
         out.append("n/a   worst <= 1.2x benign: run with --worst")
     for store in dict.fromkeys(r.store for r in rows):
         for case in dict.fromkeys(r.case for r in rows):
-            sized = sorted((r for r in rows if r.store == store and r.case == case),
-                           key=lambda r: r.gpus)
+            sized = sorted(
+                (r for r in rows if r.store == store and r.case == case), key=lambda r: r.gpus
+            )
             if len(sized) < 2:
-                out.append(f"n/a   {store} {case}: growth with GPUs x hours, memory flat: "
-                           "one size (give --gpus several)")
+                out.append(
+                    f"n/a   {store} {case}: growth with GPUs x hours, memory flat: "
+                    "one size (give --gpus several)"
+                )
                 continue
             lo, hi = sized[0], sized[-1]
             scale = hi.gpus / lo.gpus  # the same week: GPU-hours grow as GPUs
             t_growth = hi.ours.seconds / lo.ours.seconds
             m_growth = hi.ours.peak_gib / lo.ours.peak_gib
-            out.append(f"{mark(t_growth <= scale and m_growth <= FLAT_MEMORY)}  {store} {case}: "
-                       f"{lo.gpus:,} -> {hi.gpus:,} GPUs (x{scale:.0f} GPU-hours): time "
-                       f"x{t_growth:.2f} (<= x{scale:.0f}), memory x{m_growth:.2f} "
-                       f"(<= x{FLAT_MEMORY})")
+            out.append(
+                f"{mark(t_growth <= scale and m_growth <= FLAT_MEMORY)}  {store} {case}: "
+                f"{lo.gpus:,} -> {hi.gpus:,} GPUs (x{scale:.0f} GPU-hours): time "
+                f"x{t_growth:.2f} (<= x{scale:.0f}), memory x{m_growth:.2f} "
+                f"(<= x{FLAT_MEMORY})"
+            )
     diff = max(r.max_rel_diff for r in rows)
-    out.append(f"{mark(diff <= AGREE)}  headline agrees with DuckDB (gpu_hours, utilization_pct, "
-               f"spend_usd, idle_usd): max relative difference {diff:.1e} (<= {AGREE:.0e})")
+    out.append(
+        f"{mark(diff <= AGREE)}  headline agrees with DuckDB (gpu_hours, utilization_pct, "
+        f"spend_usd, idle_usd): max relative difference {diff:.1e} (<= {AGREE:.0e})"
+    )
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default="/tmp/gpu-kpi-scale",
-                    help="cache of the generated Parquet and SQLite stores, and report output")
-    ap.add_argument("--gpus", default="1000",
-                    help="comma-separated fleet sizes (runs of 8 GPUs, the last with the rest)")
-    ap.add_argument("--worst", action="store_true",
-                    help="also the worst case (a 1%% minute at both ends of every GPU's week)")
-    ap.add_argument("--store-url", action="append", dest="stores", metavar="URL",
-                    help="'sqlite' (default) or a postgresql:// server URL; repeatable")
-    ap.add_argument("--formats", default="json,csv,html",
-                    help="gpu-kpi report --format (json is always added)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="run each side N times: the fastest time, the largest peak memory")
+    ap.add_argument(
+        "--dir",
+        default="/tmp/gpu-kpi-scale",
+        help="cache of the generated Parquet and SQLite stores, and report output",
+    )
+    ap.add_argument(
+        "--gpus",
+        default="1000",
+        help="comma-separated fleet sizes (runs of 8 GPUs, the last with the rest)",
+    )
+    ap.add_argument(
+        "--worst",
+        action="store_true",
+        help="also the worst case (a 1%% minute at both ends of every GPU's week)",
+    )
+    ap.add_argument(
+        "--store-url",
+        action="append",
+        dest="stores",
+        metavar="URL",
+        help="'sqlite' (default) or a postgresql:// server URL; repeatable",
+    )
+    ap.add_argument(
+        "--formats", default="json,csv,html", help="gpu-kpi report --format (json is always added)"
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each side N times: the fastest time, the largest peak memory",
+    )
     args = ap.parse_args()
     d = Path(args.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -328,8 +421,9 @@ def main() -> None:
         data.runs_of(g)  # checks it
     stores = args.stores or ["sqlite"]
     for s in stores:
-        if s != "sqlite" and not s.startswith(("postgresql://", "postgres://",
-                                               "postgresql+psycopg://")):
+        if s != "sqlite" and not s.startswith(
+            ("postgresql://", "postgres://", "postgresql+psycopg://")
+        ):
             sys.exit(f"--store-url {s}: 'sqlite' or a postgresql:// URL")
     formats = ",".join(dict.fromkeys(["json", *args.formats.split(",")]))
     cases = ["benign", "worst"] if args.worst else ["benign"]
@@ -339,8 +433,11 @@ def main() -> None:
             print(f"{gpus:,} GPUs, {case}:", flush=True)
             files = parquet_for(d, gpus, case)
             duck, ref = reference(files, args.repeat)
-            print(f"  duckdb: {duck.seconds:.2f} s (query {ref['query_s']:.2f} s), "
-                  f"{duck.peak_gib:.2f} GiB, {ref['rows']:,.0f} rows", flush=True)
+            print(
+                f"  duckdb: {duck.seconds:.2f} s (query {ref['query_s']:.2f} s), "
+                f"{duck.peak_gib:.2f} GiB, {ref['rows']:,.0f} rows",
+                flush=True,
+            )
             for store in stores:
                 url = store_for(d, store, gpus, case, files)
                 label = store_label(store)
@@ -349,17 +446,23 @@ def main() -> None:
                 out = d / f"out-{gpus}g-{label}-{case}"
                 m, head = ours(url, out, formats, d, args.repeat)
                 diff = max(rel_diff(head[k], ref[k]) for k in HEADLINE)
-                print(f"  {label} gpu-kpi report: {m.seconds:.2f} s, {m.peak_gib:.2f} GiB; "
-                      + ", ".join(f"{k} {head[k]:,.4f} vs {ref[k]:,.4f}" for k in HEADLINE),
-                      flush=True)
+                print(
+                    f"  {label} gpu-kpi report: {m.seconds:.2f} s, {m.peak_gib:.2f} GiB; "
+                    + ", ".join(f"{k} {head[k]:,.4f} vs {ref[k]:,.4f}" for k in HEADLINE),
+                    flush=True,
+                )
                 row = Row(gpus, label, case, prep, m, duck, diff)
                 if case == "benign":
                     live, two = refresh_times(url, args.repeat)
-                    print(f"  {label} /metrics refresh: {live:.2f} s (two reports' compute, as "
-                          f"before: {two:.2f} s; x{two / live:.1f})", flush=True)
+                    print(
+                        f"  {label} /metrics refresh: {live:.2f} s (two reports' compute, as "
+                        f"before: {two:.2f} s; x{two / live:.1f})",
+                        flush=True,
+                    )
                 if case == "worst":
-                    benign = next(r for r in rows if (r.gpus, r.store, r.case)
-                                  == (gpus, label, "benign"))
+                    benign = next(
+                        r for r in rows if (r.gpus, r.store, r.case) == (gpus, label, "benign")
+                    )
                     row.vs_benign = m.seconds / benign.ours.seconds
                 rows.append(row)
     print()

@@ -39,8 +39,17 @@ PRICE = 3.0
 IDLE_PCT, IDLE_WINDOW = 5.0, 30  # tracker.cost.Thresholds' defaults on NVML utilization
 CASES = ("benign", "worst")
 DATA_VERSION = "1"  # bump when the generated data changes: cached files are keyed by it
-SAMPLE_COLUMNS = ("run_id", "minute", "gpu", "covered_s", "util_pct", "sm_active_pct",
-                  "mem_used_gib", "power_w", "energy_kwh")
+SAMPLE_COLUMNS = (
+    "run_id",
+    "minute",
+    "gpu",
+    "covered_s",
+    "util_pct",
+    "sm_active_pct",
+    "mem_used_gib",
+    "power_w",
+    "energy_kwh",
+)
 
 
 def runs_of(gpus: int) -> int:
@@ -74,19 +83,45 @@ def run_records(gpus: int) -> list[Any]:
     for w in range(1, HISTORY_WEEKS + 1):
         monday = WEEK - timedelta(days=7 * w)
         for i in range(runs):
-            out.append(RunRecord(
-                id=f"h{w:02d}-{i:04d}", name=f"job-{i:04d}", team=TEAMS[i % 5],
-                project=f"p{i % 17}", user=f"u{i % 40}", started_at=monday,
-                ended_at=monday + timedelta(days=7), status="finished", gpu_source="nvml",
-                gpu_model=MODELS[i % 4], gpu_count=gpus_of_run(gpus, i), price_per_gpu_hour=PRICE,
-                gpu_hours=gpus_of_run(gpus, i) * 168.0, util_pct=history_util[(w - 1) * runs + i]))
-    out += [RunRecord(
-        id=f"w-{i:04d}", name=f"job-{i:04d}", team=TEAMS[i % 5], project=f"p{i % 17}",
-        user=f"u{i % 40}", started_at=WEEK, ended_at=WEEK + timedelta(days=7),
-        status="finished", gpu_source="nvml", gpu_model=MODELS[i % 4],
-        gpu_count=gpus_of_run(gpus, i), price_per_gpu_hour=PRICE,
-        gpu_hours=gpus_of_run(gpus, i) * 168.0, util_pct=50.0,
-        mem_peak_gib=20.0, mem_total_gib=80.0) for i in range(runs)]
+            out.append(
+                RunRecord(
+                    id=f"h{w:02d}-{i:04d}",
+                    name=f"job-{i:04d}",
+                    team=TEAMS[i % 5],
+                    project=f"p{i % 17}",
+                    user=f"u{i % 40}",
+                    started_at=monday,
+                    ended_at=monday + timedelta(days=7),
+                    status="finished",
+                    gpu_source="nvml",
+                    gpu_model=MODELS[i % 4],
+                    gpu_count=gpus_of_run(gpus, i),
+                    price_per_gpu_hour=PRICE,
+                    gpu_hours=gpus_of_run(gpus, i) * 168.0,
+                    util_pct=history_util[(w - 1) * runs + i],
+                )
+            )
+    out += [
+        RunRecord(
+            id=f"w-{i:04d}",
+            name=f"job-{i:04d}",
+            team=TEAMS[i % 5],
+            project=f"p{i % 17}",
+            user=f"u{i % 40}",
+            started_at=WEEK,
+            ended_at=WEEK + timedelta(days=7),
+            status="finished",
+            gpu_source="nvml",
+            gpu_model=MODELS[i % 4],
+            gpu_count=gpus_of_run(gpus, i),
+            price_per_gpu_hour=PRICE,
+            gpu_hours=gpus_of_run(gpus, i) * 168.0,
+            util_pct=50.0,
+            mem_peak_gib=20.0,
+            mem_total_gib=80.0,
+        )
+        for i in range(runs)
+    ]
     return out
 
 
@@ -106,7 +141,8 @@ def write_parquet(gpus: int, case: str, samples: Path, runs_file: Path) -> None:
         con.execute("CREATE TEMP TABLE base (i INTEGER, base DOUBLE)")
         con.executemany("INSERT INTO base VALUES (?, ?)", list(enumerate(bases)))
         low = "(b.i % 7 = 0 AND m.m < 120)" + (
-            f" OR m.m = 0 OR m.m = {MINUTES - 1}" if worst else "")
+            f" OR m.m = 0 OR m.m = {MINUTES - 1}" if worst else ""
+        )
         tmp = samples.with_name(samples.name + ".tmp")
         con.execute(f"""
             COPY (
@@ -174,10 +210,13 @@ def load_sqlite(path: Path, gpus: int, samples: Path) -> int:
     con.execute("PRAGMA synchronous=OFF")
     n = 0
     # the store's text form of a UTC minute (tracker.store.schema.UTCDateTime on SQLite)
-    select = ", ".join("strftime(minute, '%Y-%m-%d %H:%M:%S.%f')" if c == "minute" else c
-                       for c in SAMPLE_COLUMNS)
-    insert = (f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) "
-              f"VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})")
+    select = ", ".join(
+        "strftime(minute, '%Y-%m-%d %H:%M:%S.%f')" if c == "minute" else c for c in SAMPLE_COLUMNS
+    )
+    insert = (
+        f"INSERT INTO samples ({', '.join(SAMPLE_COLUMNS)}) "
+        f"VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
+    )
     for batch in _batches(samples, select):
         con.executemany(insert, batch)
         con.commit()
@@ -218,8 +257,9 @@ def pg_loaded(url: str, expect: str) -> bool:
     return row is not None and row[0] == expect
 
 
-def load_pg(server_url: str, database: str, gpus: int, samples: Path, expect: str,
-            work_dir: Path) -> int:
+def load_pg(
+    server_url: str, database: str, gpus: int, samples: Path, expect: str, work_dir: Path
+) -> int:
     """(Re)create the database ``database`` on the server of ``server_url`` (its role needs
     CREATEDB; the database of ``server_url`` itself is never touched), create the schema with
     RunStore, COPY ``samples``' rows in, ANALYZE, and mark it loaded; the number of rows."""
@@ -232,21 +272,29 @@ def load_pg(server_url: str, database: str, gpus: int, samples: Path, expect: st
     url = pg_url_for(server_url, database)
     _write_runs(url, gpus)
     csv = work_dir / f"{database}.csv"
-    select = ", ".join("strftime(minute, '%Y-%m-%d %H:%M:%S+00') AS minute" if c == "minute"
-                       else c for c in SAMPLE_COLUMNS)
+    select = ", ".join(
+        "strftime(minute, '%Y-%m-%d %H:%M:%S+00') AS minute" if c == "minute" else c
+        for c in SAMPLE_COLUMNS
+    )
     con = duckdb.connect()
     try:
-        con.execute(f"COPY (SELECT {select} FROM read_parquet('{samples}')) TO '{csv}' "
-                    "(FORMAT csv, HEADER false)")
+        con.execute(
+            f"COPY (SELECT {select} FROM read_parquet('{samples}')) TO '{csv}' "
+            "(FORMAT csv, HEADER false)"
+        )
         count = con.execute(f"SELECT count(*) FROM read_parquet('{samples}')").fetchone()
         n = int(count[0]) if count else 0
     finally:
         con.close()
     try:
         with psycopg.connect(_pg_conninfo(url)) as conn:
-            with conn.cursor() as cur, cur.copy(
-                    f"COPY samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT csv)") as cp, \
-                    csv.open("rb") as f:
+            with (
+                conn.cursor() as cur,
+                cur.copy(
+                    f"COPY samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT csv)"
+                ) as cp,
+                csv.open("rb") as f,
+            ):
                 while chunk := f.read(1 << 20):
                     cp.write(chunk)
             conn.commit()
@@ -299,10 +347,15 @@ def reference(samples: Path, runs: Path) -> dict[str, float | None]:
     t0 = time.perf_counter()
     con = duckdb.connect()
     try:
-        cur = con.execute(REFERENCE_SQL, {
-            "samples": str(samples), "runs": str(runs),
-            "since": WEEK.replace(tzinfo=None),
-            "until": (WEEK + timedelta(days=7)).replace(tzinfo=None)})
+        cur = con.execute(
+            REFERENCE_SQL,
+            {
+                "samples": str(samples),
+                "runs": str(runs),
+                "since": WEEK.replace(tzinfo=None),
+                "until": (WEEK + timedelta(days=7)).replace(tzinfo=None),
+            },
+        )
         names = [d[0] for d in cur.description]
         row = cur.fetchone()
         if row is None:

@@ -28,8 +28,14 @@ def per_call_us(n: int) -> tuple[float, float]:
     for _ in range(n):
         pass
     base = time.perf_counter() - t0
-    with track(name="bench-step", backend="simulated:healthy", store=False,
-               log_to_python=False, log_every_s=3600, print_summary=False) as run:
+    with track(
+        name="bench-step",
+        backend="simulated:healthy",
+        store=False,
+        log_to_python=False,
+        log_every_s=3600,
+        print_summary=False,
+    ) as run:
         step = run.step
         t0 = time.perf_counter()
         for _ in range(n):
@@ -44,8 +50,9 @@ def sample_us(n: int, gpus: int) -> float:
     from tracker.sampler import Sampler
 
     clock = [0.0]
-    sampler = Sampler(SimulatedBackend("input-bound", count=gpus), clock=lambda: clock[0],
-                      threaded=False)
+    sampler = Sampler(
+        SimulatedBackend("input-bound", count=gpus), clock=lambda: clock[0], threaded=False
+    )
     sampler.start()
     t0 = time.process_time()
     for i in range(1, n + 1):
@@ -96,27 +103,43 @@ def main() -> None:
     args = ap.parse_args()
 
     base_us, step_us = per_call_us(args.calls)
-    print(f"run.step(): {step_us - base_us:.2f} us per call "
-          f"(loop {step_us:.2f} us vs {base_us:.3f} us empty; target < 20 us)")
+    print(
+        f"run.step(): {step_us - base_us:.2f} us per call "
+        f"(loop {step_us:.2f} us vs {base_us:.3f} us empty; target < 20 us)"
+    )
 
     for gpus in (1, 8):
         us = sample_us(5000, gpus)
-        print(f"sampler: {us:.1f} us CPU per pass over {gpus} GPU(s) = {us / 1e4:.4f}% of a core "
-              f"at the default 1 s interval")
+        print(
+            f"sampler: {us:.1f} us CPU per pass over {gpus} GPU(s) = {us / 1e4:.4f}% of a core "
+            f"at the default 1 s interval"
+        )
 
     a, b, size = make_workload(5.0)
     print(f"workload: {size}x{size} fp32 matmul on CPU, 1 thread")
-    configs: list[tuple[str, float | None]] = [("none", None), ("tracker 1s", 1.0),
-                                               ("tracker 0.1s", 0.1)]
+    configs: list[tuple[str, float | None]] = [
+        ("none", None),
+        ("tracker 1s", 1.0),
+        ("tracker 0.1s", 0.1),
+    ]
     results: dict[str, list[float]] = {label: [] for label, _ in configs}
     with tempfile.TemporaryDirectory() as tmp:
         store = f"sqlite:///{tmp}/bench.db"
         for r in range(args.rounds):
             # rotate the order each round so that drift (clock, cache, neighbours) is shared
-            for label, interval in configs[r % 3:] + configs[:r % 3]:
-                run = None if interval is None else track(
-                    name="bench", backend="simulated:healthy", store=store, interval_s=interval,
-                    log_to_python=False, print_summary=False).start()
+            for label, interval in configs[r % 3 :] + configs[: r % 3]:
+                run = (
+                    None
+                    if interval is None
+                    else track(
+                        name="bench",
+                        backend="simulated:healthy",
+                        store=store,
+                        interval_s=interval,
+                        log_to_python=False,
+                        print_summary=False,
+                    ).start()
+                )
                 # the same warm-up and pause for every configuration; the pause also lets the
                 # writer thread open the store (import SQLAlchemy, create tables) off the clock
                 loop(a, b, 20, run)
@@ -125,7 +148,9 @@ def main() -> None:
                 if run is not None:
                     run.finish()
     base = results["none"]
-    print(f"{'configuration':<14} {'median step ms':>15} {'overhead (median of paired rounds)':>36}")
+    print(
+        f"{'configuration':<14} {'median step ms':>15} {'overhead (median of paired rounds)':>36}"
+    )
     for label, values in results.items():
         paired = statistics.median(v / b - 1 for v, b in zip(values, base, strict=True))
         print(f"{label:<14} {statistics.median(values):15.3f} {100 * paired:35.2f}%")

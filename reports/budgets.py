@@ -66,10 +66,13 @@ def _span_totals(store: Any, value: str, since: datetime, until: datetime) -> pd
         parts += [(r[0], r[1], r[4], r[5], r[6]) for r in rows if r[2] >= 0 and r[3] > 0]
     for lo, hi in edges:
         if lo < hi:
-            parts += [(t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
-                      for t in store.sample_totals(value=value, low_under=0.0, since=lo,
-                                                   until=hi, value_range=kpis.PCT_RANGE)
-                      if t.minutes > 0]
+            parts += [
+                (t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
+                for t in store.sample_totals(
+                    value=value, low_under=0.0, since=lo, until=hi, value_range=kpis.PCT_RANGE
+                )
+                if t.minutes > 0
+            ]
     return pd.DataFrame(parts, columns=columns)
 
 
@@ -90,41 +93,79 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
         return Spend({}, [])
     totals = _span_totals(store, kpis.BASES[req.basis][0], since, until)
     totals = totals[totals["run_id"].isin(runs["id"])]
-    sampled = pd.DataFrame({
-        "run_id": totals["run_id"].astype(object), "gpu": totals["gpu"].astype(object),
-        "week": pd.Timestamp(since).tz_convert("UTC"),
-        "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
-        "known_hours": totals["known_s"].astype(float) / 3600.0,
-        "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
-        "idle_hours": 0.0, "idle_used_hours": 0.0})[kpis.GT_COLUMNS]
+    sampled = pd.DataFrame(
+        {
+            "run_id": totals["run_id"].astype(object),
+            "gpu": totals["gpu"].astype(object),
+            "week": pd.Timestamp(since).tz_convert("UTC"),
+            "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
+            "known_hours": totals["known_s"].astype(float) / 3600.0,
+            "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
+            "idle_hours": 0.0,
+            "idle_used_hours": 0.0,
+        }
+    )[kpis.GT_COLUMNS]
     # a run with minute samples is measured by them, as in the report, even where it has none
     # in this span (its sampler stopped): its summary is for runs that never had any
-    summary = kpis.summary_gpu_time(runs, sampled=store.sampled_runs(runs["id"]), tz=req.tz,
-                                    basis=req.basis, now=now, spans=[(since, until)])
+    summary = kpis.summary_gpu_time(
+        runs,
+        sampled=store.sampled_runs(runs["id"]),
+        tz=req.tz,
+        basis=req.basis,
+        now=now,
+        spans=[(since, until)],
+    )
     gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
     gt["week"] = pd.to_datetime(gt["week"], utc=True)
     t = req.thresholds or thresholds_for(req.basis)
-    per = kpis.run_weeks(gt, runs, prices=PriceTable(req.prices),
-                         target_util_pct=t.target_util_pct, owned=req.owned, carbon=req.carbon)
+    per = kpis.run_weeks(
+        gt,
+        runs,
+        prices=PriceTable(req.prices),
+        target_util_pct=t.target_util_pct,
+        owned=req.owned,
+        carbon=req.carbon,
+    )
     priced = per[per["priced"].astype(bool) & (per["spend_usd"] > 0)]
-    by_run = (priced.groupby(["run_id", "name", "team"], as_index=False)["spend_usd"].sum()
-              .sort_values(["spend_usd", "run_id"], ascending=[False, True]))
-    return Spend({str(k): float(v) for k, v in by_run.groupby("team")["spend_usd"].sum().items()},
-                 [(str(i), str(n), str(tm), float(v)) for i, n, tm, v in by_run.itertuples(
-                     index=False)])
+    by_run = (
+        priced.groupby(["run_id", "name", "team"], as_index=False)["spend_usd"]
+        .sum()
+        .sort_values(["spend_usd", "run_id"], ascending=[False, True])
+    )
+    return Spend(
+        {str(k): float(v) for k, v in by_run.groupby("team")["spend_usd"].sum().items()},
+        [(str(i), str(n), str(tm), float(v)) for i, n, tm, v in by_run.itertuples(index=False)],
+    )
 
 
-def _line(b: Budget, period: str, label: str, span: tuple[datetime, datetime], *,
-          until: datetime, usd: float, runs: tuple[tuple[str, float], ...], tz: Any
-          ) -> BudgetLine:
+def _line(
+    b: Budget,
+    period: str,
+    label: str,
+    span: tuple[datetime, datetime],
+    *,
+    until: datetime,
+    usd: float,
+    runs: tuple[tuple[str, float], ...],
+    tz: Any,
+) -> BudgetLine:
     """The line, its times in the report zone ``tz``."""
-    return BudgetLine(team=b.team, period=period, label=label, start=span[0].astimezone(tz),
-                      end=span[1].astimezone(tz), until=until.astimezone(tz), spend_usd=usd,
-                      budget_usd=dict(b.amounts())[period], runs=runs)
+    return BudgetLine(
+        team=b.team,
+        period=period,
+        label=label,
+        start=span[0].astimezone(tz),
+        end=span[1].astimezone(tz),
+        until=until.astimezone(tz),
+        spend_usd=usd,
+        budget_usd=dict(b.amounts())[period],
+        runs=runs,
+    )
 
 
-def week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
-               ) -> tuple[BudgetLine, ...]:
+def week_lines(
+    store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
+) -> tuple[BudgetLine, ...]:
     """The report's budget lines of week ``k`` for ``req.budgets``: each weekly budget against
     the week's spend; each monthly one against the month the week ends in, to the week's end
     (with its forecast), and the month before it, whole, when the week began in it. A failure
@@ -132,13 +173,15 @@ def week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
     try:
         return _week_lines(store_url, req, k, now=now)
     except Exception as e:
-        log.warning("gpu-kpi: report %s: no budget lines: %s: %s", label_of(k.week),
-                    type(e).__name__, e)
+        log.warning(
+            "gpu-kpi: report %s: no budget lines: %s: %s", label_of(k.week), type(e).__name__, e
+        )
         return ()
 
 
-def _week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
-                ) -> tuple[BudgetLine, ...]:
+def _week_lines(
+    store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
+) -> tuple[BudgetLine, ...]:
     from tracker.store import RunStore, default_store_url
 
     tz = req.tz
@@ -151,10 +194,20 @@ def _week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
         months.insert(0, (shift_month(m0, tz, -1), m0, m0))
     teams = k.by.get("team", pd.DataFrame(columns=["team", "spend_usd"]))
     week_usd = {str(t): float(v) for t, v in zip(teams["team"], teams["spend_usd"], strict=True)}
-    ranked = k.runs[pd.to_numeric(k.runs["spend_usd"], errors="coerce") > 0].sort_values(
-        ["spend_usd", "run_id"], ascending=[False, True]) if len(k.runs) else k.runs
-    week_runs = Spend(week_usd, [(str(r.run_id), str(r.name), str(r.team), float(r.spend_usd))
-                                 for r in ranked.itertuples()])
+    ranked = (
+        k.runs[pd.to_numeric(k.runs["spend_usd"], errors="coerce") > 0].sort_values(
+            ["spend_usd", "run_id"], ascending=[False, True]
+        )
+        if len(k.runs)
+        else k.runs
+    )
+    week_runs = Spend(
+        week_usd,
+        [
+            (str(r.run_id), str(r.name), str(r.team), float(r.spend_usd))
+            for r in ranked.itertuples()
+        ],
+    )
     spent: list[Spend] = []
     if any(b.usd_per_month is not None for b in req.budgets):
         with RunStore(store_url or default_store_url(), create=False) as store:
@@ -162,19 +215,38 @@ def _week_lines(store_url: str | None, req: Any, k: WeekKpis, *, now: datetime
     lines = []
     for b in sorted(req.budgets, key=lambda b: b.team):
         if b.usd_per_week is not None:
-            lines.append(_line(b, "week", label_of(k.week), (w0, w1), until=until,
-                               usd=week_usd.get(b.team, 0.0), runs=week_runs.top_runs(b.team),
-                               tz=tz))
+            lines.append(
+                _line(
+                    b,
+                    "week",
+                    label_of(k.week),
+                    (w0, w1),
+                    until=until,
+                    usd=week_usd.get(b.team, 0.0),
+                    runs=week_runs.top_runs(b.team),
+                    tz=tz,
+                )
+            )
         if b.usd_per_month is not None:
             for (a, e, u), s in zip(months, spent, strict=True):
-                lines.append(_line(b, "month", month_label(a, tz), (a, e), until=u,
-                                   usd=s.by_team.get(b.team, 0.0), runs=s.top_runs(b.team),
-                                   tz=tz))
+                lines.append(
+                    _line(
+                        b,
+                        "month",
+                        month_label(a, tz),
+                        (a, e),
+                        until=u,
+                        usd=s.by_team.get(b.team, 0.0),
+                        runs=s.top_runs(b.team),
+                        tz=tz,
+                    )
+                )
     return tuple(lines)
 
 
-def current_lines(store: Any, req: Any, budgets: Sequence[Budget], *, now: datetime,
-                  previous: bool = False) -> list[BudgetLine]:
+def current_lines(
+    store: Any, req: Any, budgets: Sequence[Budget], *, now: datetime, previous: bool = False
+) -> list[BudgetLine]:
     """Each budget's line of the period ``now`` falls in (this week, this month), spend to
     ``now``, and with ``previous`` of the period before, whole: what the service checks against
     the alert levels (spend that lands after a period's last check, or while the service is
@@ -185,8 +257,10 @@ def current_lines(store: Any, req: Any, budgets: Sequence[Budget], *, now: datet
     w0, m0 = week_start_of(now, tz), month_start_of(now, tz)
     spans = {("week", 0): (w0, shift_week(w0, tz, 1)), ("month", 0): (m0, shift_month(m0, tz, 1))}
     if previous:
-        spans |= {("week", -1): (shift_week(w0, tz, -1), w0),
-                  ("month", -1): (shift_month(m0, tz, -1), m0)}
+        spans |= {
+            ("week", -1): (shift_week(w0, tz, -1), w0),
+            ("month", -1): (shift_month(m0, tz, -1), m0),
+        }
     wanted = {p for b in budgets for p, _ in b.amounts()}
     keys = sorted((k for k in spans if k[0] in wanted), key=lambda k: (k[1], PERIODS.index(k[0])))
     spent = {k: spend(store, req, spans[k][0], min(spans[k][1], now), now=now) for k in keys}
@@ -194,7 +268,18 @@ def current_lines(store: Any, req: Any, budgets: Sequence[Budget], *, now: datet
     def label(k: tuple[str, int]) -> str:
         return label_of(spans[k][0]) if k[0] == "week" else month_label(spans[k][0], tz)
 
-    return [_line(b, k[0], label(k), spans[k], until=min(spans[k][1], now),
-                  usd=spent[k].by_team.get(b.team, 0.0), runs=spent[k].top_runs(b.team), tz=tz)
-            for b in sorted(budgets, key=lambda b: b.team) for k in keys
-            if k[0] in dict(b.amounts())]
+    return [
+        _line(
+            b,
+            k[0],
+            label(k),
+            spans[k],
+            until=min(spans[k][1], now),
+            usd=spent[k].by_team.get(b.team, 0.0),
+            runs=spent[k].top_runs(b.team),
+            tz=tz,
+        )
+        for b in sorted(budgets, key=lambda b: b.team)
+        for k in keys
+        if k[0] in dict(b.amounts())
+    ]

@@ -60,15 +60,24 @@ class Request:
     budgets: Sequence[Budget] = ()
     """Team budgets (``[[budgets]]``): the report shows each team's spend against them."""
 
-    def kpis(self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *,
-             trend_weeks: int = 12) -> kpis.WeekKpis:
+    def kpis(
+        self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *, trend_weeks: int = 12
+    ) -> kpis.WeekKpis:
         """The KPIs of the week starting ``start`` from these runs and their GPU-time rows."""
         from tracker.prices import PriceTable
 
-        return kpis.kpis_of_gpu_time(runs, gt, start, tz=self.tz, basis=self.basis,
-                                     thresholds=self.thresholds, prices=PriceTable(self.prices),
-                                     owned=self.owned, carbon=self.carbon,
-                                     trend_weeks=trend_weeks)
+        return kpis.kpis_of_gpu_time(
+            runs,
+            gt,
+            start,
+            tz=self.tz,
+            basis=self.basis,
+            thresholds=self.thresholds,
+            prices=PriceTable(self.prices),
+            owned=self.owned,
+            carbon=self.carbon,
+            trend_weeks=trend_weeks,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,8 +96,11 @@ class Computed:
         the whole report left out."""
         runs = self.runs[self.runs["team"] == team]
         gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
-        tk = dataclasses.replace(req.kpis(runs, gt, self.kpis.week), skipped=self.kpis.skipped,
-                                 budgets=tuple(b for b in self.kpis.budgets if b.team == team))
+        tk = dataclasses.replace(
+            req.kpis(runs, gt, self.kpis.week),
+            skipped=self.kpis.skipped,
+            budgets=tuple(b for b in self.kpis.budgets if b.team == team),
+        )
         return tk if tk.headline.gpu_hours > 0 else None
 
 
@@ -96,8 +108,10 @@ def parse_formats(text: str) -> tuple[str, ...]:
     wanted = tuple(f.strip() for f in text.split(",") if f.strip())
     bad = [f for f in wanted if f not in FORMATS]
     if bad or not wanted:
-        raise ReportError(f"unknown format {', '.join(bad) or repr(text)}: use a comma-separated "
-                        f"list of {', '.join(FORMATS)}")
+        raise ReportError(
+            f"unknown format {', '.join(bad) or repr(text)}: use a comma-separated "
+            f"list of {', '.join(FORMATS)}"
+        )
     return wanted
 
 
@@ -114,42 +128,51 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
     return start
 
 
-def compute(store_url: str | None, req: Request, *, now: datetime,
-            warn: bool = True) -> Computed:
+def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = True) -> Computed:
     """The KPIs of the requested week from the store (nothing written). ``warn``: log what was
     skipped (the metrics refresh, every few minutes, leaves that to the weekly job)."""
     start = resolve_week(req.week, req.tz, now)
-    runs, sampled, skipped = load(store_url, start, tz=req.tz, basis=req.basis,
-                                  thresholds=req.thresholds, now=now)
+    runs, sampled, skipped = load(
+        store_url, start, tz=req.tz, basis=req.basis, thresholds=req.thresholds, now=now
+    )
     gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
     k = req.kpis(runs, gt, start)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
-    return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt,
-                    now=now)
+    return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now)
 
 
-def compute_live(store_url: str | None, req: Request, *,
-                 now: datetime) -> tuple[WeekKpis, WeekKpis]:
+def compute_live(
+    store_url: str | None, req: Request, *, now: datetime
+) -> tuple[WeekKpis, WeekKpis]:
     """The last complete week and the current week so far (``req.week`` is not used), as
     ``/metrics`` shows them: one read of those two weeks, where :func:`compute` of each reads
     twelve for the trend. Headline and breakdowns equal :func:`compute`'s; the trend holds the
     two weeks and the last complete week has no previous week to compare with."""
     current = week_bounds(*week_of(now, req.tz), req.tz)[0]
-    runs, sampled, skipped = load(store_url, current, tz=req.tz, weeks=2, basis=req.basis,
-                                  thresholds=req.thresholds, now=now)
+    runs, sampled, skipped = load(
+        store_url, current, tz=req.tz, weeks=2, basis=req.basis, thresholds=req.thresholds, now=now
+    )
     gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
-    latest, so_far = (dataclasses.replace(req.kpis(runs, gt, start, trend_weeks=2),
-                                          skipped=skipped)
-                      for start in (shift_week(current, req.tz, -1), current))
+    latest, so_far = (
+        dataclasses.replace(req.kpis(runs, gt, start, trend_weeks=2), skipped=skipped)
+        for start in (shift_week(current, req.tz, -1), current)
+    )
     return latest, so_far
 
 
-def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
-         basis: str = "util", thresholds: Thresholds | None = None,
-         now: datetime) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
+def load(
+    store_url: str | None,
+    start: datetime,
+    *,
+    tz: tzinfo,
+    weeks: int = 12,
+    basis: str = "util",
+    thresholds: Thresholds | None = None,
+    now: datetime,
+) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
     """Runs from ``weeks`` weeks back up to the end of the week at ``start``, the GPU-time
     rows (:data:`kpis.GT_COLUMNS`) of those with minute samples in that time, and what was
     left out (runs that cannot be used, sample rows that cannot be used as they are).
@@ -171,70 +194,107 @@ def load(store_url: str | None, start: datetime, *, tz: tzinfo, weeks: int = 12,
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
         records, unreadable = store.read_runs(**window)
         good, excluded = kpis.usable_runs(records)
-        excluded = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason)
-                    for u in unreadable] + excluded
+        excluded = [
+            kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable
+        ] + excluded
         runs = kpis.runs_frame(good)
         if _rollups_answer(store.version, t, basis, [*week_starts, until]):
             totals, idle = _from_rollups(store, value, week_starts, until)
             totals = totals[totals["run_id"].isin(runs["id"])]
-            bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)),
-                                   value=value)
+            bad = kpis.bad_samples(
+                totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
+            )
             totals = totals[totals["minutes"] > 0]
             skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
             return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
-        totals = kpis.totals_frame(store.sample_totals(
-            value=value, low_under=t.idle_pct, bucket_edges=week_starts[1:],
-            value_range=kpis.PCT_RANGE, **window))
+        totals = kpis.totals_frame(
+            store.sample_totals(
+                value=value,
+                low_under=t.idle_pct,
+                bucket_edges=week_starts[1:],
+                value_range=kpis.PCT_RANGE,
+                **window,
+            )
+        )
         totals = totals[totals["run_id"].isin(runs["id"])]
-        bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)),
-                               value=value)
+        bad = kpis.bad_samples(
+            totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
+        )
         totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
         samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
         # idle windows reach across the window's edges: read the idle_window_min - 1 minutes
         # either side, so that a week's idle is final and equal to what later reports show
         reach = timedelta(minutes=t.idle_window_min - 1)
-        store.scan_sample_stretches(samples, columns=samples.columns,
-                                    stretches=kpis.idle_candidates(totals, t),
-                                    margin=t.idle_window_min - 1,
-                                    since=window["since"] - reach, until=window["until"] + reach)
+        store.scan_sample_stretches(
+            samples,
+            columns=samples.columns,
+            stretches=kpis.idle_candidates(totals, t),
+            margin=t.idle_window_min - 1,
+            since=window["since"] - reach,
+            until=window["until"] + reach,
+        )
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
     skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
     return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
 
 
-def _rollups_answer(version: int, t: Thresholds, basis: str,
-                    week_starts: Sequence[pd.Timestamp]) -> bool:
+def _rollups_answer(
+    version: int, t: Thresholds, basis: str, week_starts: Sequence[pd.Timestamp]
+) -> bool:
     """Whether the store's rollups answer this report: a version 2 store, the idle rule they
     were kept by (:data:`tracker.store.rollups.ROLLUP_RULES`), and week bounds on whole UTC
     hours (not in a zone like Asia/Kolkata, +05:30). Otherwise the minutes are read."""
     from tracker.store.rollups import ROLLUP_RULES
 
-    return (version >= 2 and ROLLUP_RULES[basis] == (t.idle_pct, t.idle_window_min)
-            and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts))
+    return (
+        version >= 2
+        and ROLLUP_RULES[basis] == (t.idle_pct, t.idle_window_min)
+        and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts)
+    )
 
 
-def _from_rollups(store: Any, value: str, week_starts: Sequence[pd.Timestamp],
-                  until: pd.Timestamp) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _from_rollups(
+    store: Any, value: str, week_starts: Sequence[pd.Timestamp], until: pd.Timestamp
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The store's totals per (run, GPU, week) (:data:`kpis.TOTALS_COLUMNS`, with ``damaged``
     rollup rows) and the idle GPU-time rows, summed from the hourly rollups."""
     hours = [pd.Timestamp(w).value // 3_600_000_000_000 for w in [*week_starts, until]]
-    rows = store.rollup_totals(value=value, hour_edges=hours[1:-1], since_hour=hours[0],
-                               until_hour=hours[-1])
-    columns = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
-               "idle_s", "idle_value_s", "dropped", "bad_values", "bad_minutes", "damaged"]
+    rows = store.rollup_totals(
+        value=value, hour_edges=hours[1:-1], since_hour=hours[0], until_hour=hours[-1]
+    )
+    columns = [
+        "run_id",
+        "gpu",
+        "bucket",
+        "minutes",
+        "covered_s",
+        "known_s",
+        "value_s",
+        "idle_s",
+        "idle_value_s",
+        "dropped",
+        "bad_values",
+        "bad_minutes",
+        "damaged",
+    ]
     frame = pd.DataFrame(rows, columns=columns)
     totals = frame.assign(first_low=pd.NaT, last_low=pd.NaT)[[*kpis.TOTALS_COLUMNS, "damaged"]]
     timed = frame[frame["bucket"] >= 0]
-    idle = pd.DataFrame({
-        "run_id": timed["run_id"].astype(object), "gpu": timed["gpu"].astype(object),
-        "week": [pd.Timestamp(week_starts[b]) for b in timed["bucket"]],
-        "idle_hours": timed["idle_s"].astype(float) / 3600.0,
-        "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0})
+    idle = pd.DataFrame(
+        {
+            "run_id": timed["run_id"].astype(object),
+            "gpu": timed["gpu"].astype(object),
+            "week": [pd.Timestamp(week_starts[b]) for b in timed["bucket"]],
+            "idle_hours": timed["idle_s"].astype(float) / 3600.0,
+            "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0,
+        }
+    )
     return totals, idle
 
 
-def render(k: kpis.WeekKpis, req: Request,
-           images: Mapping[str, bytes] | None = None) -> dict[str, bytes]:
+def render(
+    k: kpis.WeekKpis, req: Request, images: Mapping[str, bytes] | None = None
+) -> dict[str, bytes]:
     """File suffix → content for each requested format (nothing written). ``images``: the
     charts when already drawn."""
     out: dict[str, bytes] = {}
@@ -256,8 +316,7 @@ def render(k: kpis.WeekKpis, req: Request,
         if "email" in req.formats:
             from reports.render.email import build_email
 
-            out["eml"] = build_email(k, images, tz=req.tz,
-                                     report_url=req.report_url).as_bytes()
+            out["eml"] = build_email(k, images, tz=req.tz, report_url=req.report_url).as_bytes()
     return out
 
 
@@ -311,8 +370,9 @@ def archive_index(out_dir: Path) -> list[dict[str, object]]:
     return list(read_archive(out_dir)[0])
 
 
-def write_archive(out_dir: Path, label: str, files: Mapping[str, bytes], *,
-                  index: bool) -> list[Path]:
+def write_archive(
+    out_dir: Path, label: str, files: Mapping[str, bytes], *, index: bool
+) -> list[Path]:
     """Write ``<out_dir>/<label>.<suffix>`` for each file and (``index``) the index page of
     every archived week, all or none (see the module docstring); return the paths written.
     OSError when the folder cannot be written."""
@@ -327,11 +387,14 @@ def write_archive(out_dir: Path, label: str, files: Mapping[str, bytes], *,
 
             weeks, left_out = read_archive(out_dir, staged=staging)
             if left_out:
-                log.warning("gpu-kpi: the index of %s leaves out %d file(s) that are not "
-                            "gpu-kpi week reports: %s", out_dir, len(left_out),
-                            one_line("; ".join(f"{f.name} ({f.reason})" for f in left_out)))
-            _write_new(staging / "index.html",
-                       render_index(weeks, left_out=left_out).encode())
+                log.warning(
+                    "gpu-kpi: the index of %s leaves out %d file(s) that are not "
+                    "gpu-kpi week reports: %s",
+                    out_dir,
+                    len(left_out),
+                    one_line("; ".join(f"{f.name} ({f.reason})" for f in left_out)),
+                )
+            _write_new(staging / "index.html", render_index(weeks, left_out=left_out).encode())
             names.append("index.html")
         for name in names:  # the index last: it links the week's page
             os.replace(staging / name, out_dir / name)
@@ -340,8 +403,9 @@ def write_archive(out_dir: Path, label: str, files: Mapping[str, bytes], *,
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def build(store_url: str | None, req: Request, out_dir: Path, *,
-          now: datetime | None = None) -> list[Path]:
+def build(
+    store_url: str | None, req: Request, out_dir: Path, *, now: datetime | None = None
+) -> list[Path]:
     """Make the week's report and write it under ``out_dir``; return the paths written.
     ReportError when ``out_dir`` cannot be written (checked first) or writing fails."""
     check_out_dir(out_dir)
@@ -351,15 +415,20 @@ def build(store_url: str | None, req: Request, out_dir: Path, *,
     if "json" not in files:  # the index reads the archive's JSON: keep it current
         files["json"] = to_json(c.kpis, req.tz).encode()
     try:
-        return write_archive(out_dir, label_of(c.kpis.week), files,
-                             index="html" in req.formats)
+        return write_archive(out_dir, label_of(c.kpis.week), files, index="html" in req.formats)
     except OSError as e:
         reason = e.strerror or str(e)
         raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e
 
 
-def backfill(store_url: str | None, req: Request, out_dir: Path, *, since: str | None,
-             now: datetime | None = None) -> list[Path]:
+def backfill(
+    store_url: str | None,
+    req: Request,
+    out_dir: Path,
+    *,
+    since: str | None,
+    now: datetime | None = None,
+) -> list[Path]:
     """Archive every week from ``since`` (``YYYY-Www``, but not before the week of the oldest
     run; None: that week) to the last complete week that ``out_dir`` does not hold yet (no
     ``<week>.json``), then write the index once; return the paths written. Weeks already

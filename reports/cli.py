@@ -17,8 +17,6 @@ if TYPE_CHECKING:
     pass
 
 
-
-
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Our own exception types that mean bad input or an unreachable service, not a bug."""
     from reports.errors import ImportFailed, ReportError
@@ -27,8 +25,15 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from tracker.gpu import BackendError
     from tracker.prices import UnknownGpu
 
-    errors: list[type[BaseException]] = [UsageError, BackendError, ConfigError, UnknownGpu,
-                                         WeekError, ReportError, ImportFailed]
+    errors: list[type[BaseException]] = [
+        UsageError,
+        BackendError,
+        ConfigError,
+        UnknownGpu,
+        WeekError,
+        ReportError,
+        ImportFailed,
+    ]
     try:
         from tracker.store import StoreError
 
@@ -60,11 +65,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.tz = args.tz or section.get("timezone", "UTC")
     args.out = args.out or section.get("out_dir", "reports-out")
     args.basis = args.basis or section.get("basis", "util")
-    req = Request(week=args.week, tz=zone(args.tz), formats=parse_formats(args.format),
-                  basis=args.basis, report_url=args.report_url or section.get("report_url"),
-                  prices=settings.prices, owned=settings.owned, carbon=settings.carbon,
-                  thresholds=thresholds_for(args.basis, settings.thresholds),
-                  budgets=section["budgets"])
+    req = Request(
+        week=args.week,
+        tz=zone(args.tz),
+        formats=parse_formats(args.format),
+        basis=args.basis,
+        report_url=args.report_url or section.get("report_url"),
+        prices=settings.prices,
+        owned=settings.owned,
+        carbon=settings.carbon,
+        thresholds=thresholds_for(args.basis, settings.thresholds),
+        budgets=section["budgets"],
+    )
     if args.week and (args.since or args.all):
         raise UsageError("--week is one week; --since/--all archive every missing week: not both")
     for week in (args.week, args.since):
@@ -86,8 +98,20 @@ def cmd_prices(args: argparse.Namespace) -> int:
     table = PriceTable(_settings(args).prices)
     rows = [table.get(args.gpu)] if args.gpu else table.rows()
     if args.format == "json":
-        print(json.dumps([{"gpu": p.gpu, "usd_per_gpu_hour": p.usd_per_gpu_hour,
-                           "as_of": p.as_of, "source": p.source} for p in rows], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "gpu": p.gpu,
+                        "usd_per_gpu_hour": p.usd_per_gpu_hour,
+                        "as_of": p.as_of,
+                        "source": p.source,
+                    }
+                    for p in rows
+                ],
+                indent=2,
+            )
+        )
         return 0
     width = max(len(p.gpu) for p in rows)
     print(f"{'gpu'.ljust(width)}  usd/gpu-h  as_of    source")
@@ -106,8 +130,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if not results:
         print("nothing spooled")
     for r in results:
-        print(printable(f"sent {r.sent} spooled record(s) to {r.url}; {r.left} left"
-                        + (f" ({r.error})" if r.error else "")))
+        print(
+            printable(
+                f"sent {r.sent} spooled record(s) to {r.url}; {r.left} left"
+                + (f" ({r.error})" if r.error else "")
+            )
+        )
     return 1 if any(r.left for r in results) else 0
 
 
@@ -119,8 +147,10 @@ def cmd_store(args: argparse.Namespace) -> int:
     began = time.perf_counter()
     with _open_store(_settings(args).store, create=False) as store:
         written = store.rebuild_rollups()
-        print(f"rebuilt {written:,} hourly rollups of {store.url} in "
-              f"{time.perf_counter() - began:.1f} s")
+        print(
+            f"rebuilt {written:,} hourly rollups of {store.url} in "
+            f"{time.perf_counter() - began:.1f} s"
+        )
     return 0
 
 
@@ -138,10 +168,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     for why, names in done.skipped.items():
         print(f"skipped {len(names)} run(s), {why}: {printable(', '.join(names))}")
     if done.replaced:
-        print(f"replaced {len(done.replaced)} earlier import(s) whole (--replace): "
-              f"{printable(', '.join(done.replaced))}")
-    print(f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
-          f"{_shown_url(settings.store)}")
+        print(
+            f"replaced {len(done.replaced)} earlier import(s) whole (--replace): "
+            f"{printable(', '.join(done.replaced))}"
+        )
+    print(
+        f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
+        f"{_shown_url(settings.store)}"
+    )
     return 0
 
 
@@ -161,43 +195,59 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"{r.name}: {r.verdict}: {r.advice}")
     year, week = week_of(monday)
     label = f"{year}-W{week:02d}"
-    print(f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
-          f"written to {_shown_url(url)}")
+    print(
+        f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
+        f"written to {_shown_url(url)}"
+    )
     print(f"list them again with: gpu-kpi runs --store {_shown_url(url)} --week {label}")
     from reports.build import FORMATS, Request, backfill, build
     from reports.weeks import zone
 
-    req = Request(week=label, tz=zone("UTC"), owned=DEMO_OWNED, formats=FORMATS,
-                  budgets=DEMO_BUDGETS)
+    req = Request(
+        week=label, tz=zone("UTC"), owned=DEMO_OWNED, formats=FORMATS, budgets=DEMO_BUDGETS
+    )
     # every week of the history, so the index and its trends are full on the first look; the
     # demo's own week again, as a second demo replaced its runs
     written = [*backfill(url, req, out / "reports", since=None), *build(url, req, out / "reports")]
     html = next(p for p in written if p.name == f"{label}.html")
     weeks = len({p.stem for p in written if p.suffix == ".json"})
     print(f"\nthe weekly report of {label}: {html}")
-    print(f"every week so far ({weeks} written now, each a page, an email, JSON and CSV): "
-          f"{out / 'reports' / 'index.html'}")
+    print(
+        f"every week so far ({weeks} written now, each a page, an email, JSON and CSV): "
+        f"{out / 'reports' / 'index.html'}"
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     from tracker import __version__
 
-    p = argparse.ArgumentParser(prog="gpu-kpi", description="Are we wasting our GPUs? GPU "
-                                "utilization, cost and waste per run and per week.")
+    p = argparse.ArgumentParser(
+        prog="gpu-kpi",
+        description="Are we wasting our GPUs? GPU "
+        "utilization, cost and waste per run and per week.",
+    )
     p.add_argument("--version", action="version", version=f"gpu-kpi {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, func: Callable[[argparse.Namespace], int], help: str,
-            store: bool = True) -> argparse.ArgumentParser:
+    def add(
+        name: str, func: Callable[[argparse.Namespace], int], help: str, store: bool = True
+    ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help, description=help)
         sp.set_defaults(func=func)
-        sp.add_argument("--config", metavar="FILE", help="TOML config file "
-                        "(default: $GPU_KPI_CONFIG or the user config dir)")
+        sp.add_argument(
+            "--config",
+            metavar="FILE",
+            help="TOML config file (default: $GPU_KPI_CONFIG or the user config dir)",
+        )
         if store:
-            sp.add_argument("--store", metavar="URL", help="run store URL, sqlite:///PATH or "
-                            "postgresql://USER@HOST/DB (default: $GPU_KPI_STORE or a local "
-                            "SQLite file); put passwords in PGPASSWORD or ~/.pgpass, not here")
+            sp.add_argument(
+                "--store",
+                metavar="URL",
+                help="run store URL, sqlite:///PATH or "
+                "postgresql://USER@HOST/DB (default: $GPU_KPI_STORE or a local "
+                "SQLite file); put passwords in PGPASSWORD or ~/.pgpass, not here",
+            )
         return sp
 
     from reports.listing import add_budgets_command, add_chargeback_command, add_runs_command
@@ -206,26 +256,48 @@ def build_parser() -> argparse.ArgumentParser:
     add_chargeback_command(add)
     add_budgets_command(add)
 
-    report = add("report", cmd_report, "the weekly KPI report: HTML, email (.eml), JSON and "
-                 "CSV of one week, and the index of every archived week")
-    report.add_argument("--week", metavar="YYYY-Www", help="ISO week (default: the last "
-                        "complete week)")
+    report = add(
+        "report",
+        cmd_report,
+        "the weekly KPI report: HTML, email (.eml), JSON and "
+        "CSV of one week, and the index of every archived week",
+    )
+    report.add_argument(
+        "--week", metavar="YYYY-Www", help="ISO week (default: the last complete week)"
+    )
     when = report.add_mutually_exclusive_group()
-    when.add_argument("--since", metavar="YYYY-Www", help="archive every week from this one to "
-                      "the last complete week that --out does not hold yet, then the index once")
+    when.add_argument(
+        "--since",
+        metavar="YYYY-Www",
+        help="archive every week from this one to "
+        "the last complete week that --out does not hold yet, then the index once",
+    )
     when.add_argument("--all", action="store_true", help="--since the week of the oldest run")
     report.add_argument("--tz", help="report time zone (default: [report] timezone, else UTC)")
-    report.add_argument("--out", metavar="DIR", help="output directory (default: [report] "
-                        "out_dir, else ./reports-out)")
-    report.add_argument("--format", default="html,email,json,csv",
-                        help="comma-separated: html, email, json, csv (default all)")
-    report.add_argument("--report-url", metavar="URL", help="base URL where the archive is "
-                        "served (the email links to it; default: [report] report_url)")
-    report.add_argument("--basis", choices=("util", "sm_active"), help="utilization basis: NVML "
-                        "utilization or GPM SM activity (default: [report] basis, else util)")
+    report.add_argument(
+        "--out",
+        metavar="DIR",
+        help="output directory (default: [report] out_dir, else ./reports-out)",
+    )
+    report.add_argument(
+        "--format",
+        default="html,email,json,csv",
+        help="comma-separated: html, email, json, csv (default all)",
+    )
+    report.add_argument(
+        "--report-url",
+        metavar="URL",
+        help="base URL where the archive is "
+        "served (the email links to it; default: [report] report_url)",
+    )
+    report.add_argument(
+        "--basis",
+        choices=("util", "sm_active"),
+        help="utilization basis: NVML "
+        "utilization or GPM SM activity (default: [report] basis, else util)",
+    )
 
-    prices = add("prices", cmd_prices, "show the GPU price table (USD per GPU-hour)",
-                 store=False)
+    prices = add("prices", cmd_prices, "show the GPU price table (USD per GPU-hour)", store=False)
     prices.add_argument("--gpu", metavar="MODEL", help="one model, e.g. H100")
     prices.add_argument("--format", choices=("table", "json"), default="table")
 
@@ -233,8 +305,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_import_commands(add, cmd_import)
     add("sync", cmd_sync, "send runs spooled while the store was unreachable")
-    store = add("store", cmd_store, "look after the run store: rebuild-rollups recomputes the "
-                "hourly rollups the weekly report reads from the minute rows")
+    store = add(
+        "store",
+        cmd_store,
+        "look after the run store: rebuild-rollups recomputes the "
+        "hourly rollups the weekly report reads from the minute rows",
+    )
     store.add_argument("action", choices=("rebuild-rollups",))
 
     from reports.service.commands import add_service_commands
@@ -242,17 +318,23 @@ def build_parser() -> argparse.ArgumentParser:
     add_service_commands(add)
 
     demo = add("demo", cmd_demo, "simulated training runs into a local store, then list them")
-    demo.add_argument("--dir", default=".gpu-kpi-demo",
-                      help="where the demo store goes (default ./.gpu-kpi-demo)")
+    demo.add_argument(
+        "--dir", default=".gpu-kpi-demo", help="where the demo store goes (default ./.gpu-kpi-demo)"
+    )
     return p
 
 
-EXTRAS = {"pandas": "reports", "numpy": "reports", "jinja2": "reports", "matplotlib": "reports",
-          "PIL": "reports", "apscheduler": "reports", "prometheus_client": "reports",
-          "psycopg": "postgres"}
+EXTRAS = {
+    "pandas": "reports",
+    "numpy": "reports",
+    "jinja2": "reports",
+    "matplotlib": "reports",
+    "PIL": "reports",
+    "apscheduler": "reports",
+    "prometheus_client": "reports",
+    "psycopg": "postgres",
+}
 """Top-level modules of the optional extras (pyproject.toml), by the extra that installs them."""
-
-
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -269,8 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = EXTRAS.get((e.name or "").partition(".")[0])
         if extra is None:
             raise
-        print(f"gpu-kpi: error: {args.command!r} needs the {extra} extra ({e.name} is not "
-              f"installed): pip install 'gpu-kpi[{extra}]'", file=sys.stderr)
+        print(
+            f"gpu-kpi: error: {args.command!r} needs the {extra} extra ({e.name} is not "
+            f"installed): pip install 'gpu-kpi[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
     except BrokenPipeError:
         # `gpu-kpi runs | head`: the reader left; say nothing more, and keep Python from

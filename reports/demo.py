@@ -18,8 +18,17 @@ from tracker.owned import OwnedGpu
 from tracker.record import RunRecord
 from tracker.session import track
 
-DEMO_OWNED = {"A100-80GB": OwnedGpu(model="A100-80GB", purchase_usd=15_000, life_years=4,
-                                    power_w=500, usd_per_kwh=0.10, pue=1.3, gpus=4)}
+DEMO_OWNED = {
+    "A100-80GB": OwnedGpu(
+        model="A100-80GB",
+        purchase_usd=15_000,
+        life_years=4,
+        power_w=500,
+        usd_per_kwh=0.10,
+        pue=1.3,
+        gpus=4,
+    )
+}
 """The demo fleet owns 4 A100s (the rest is rented): the report prices them at the amortized
 rate and says whether owning paid off this week."""
 
@@ -52,21 +61,69 @@ class DemoRun:
 
 
 DEMO_RUNS: tuple[DemoRun, ...] = (
-    DemoRun(name="llama-8b-sft", project="llm-finetune", team="nlp", user="ana",
-            gpu="healthy@H100:8", hours=3.0, step_s=1.15, wait_s=0.02, batch=32,
-            tokens_per_sample=2048, flops_per_step=6 * 8e9 * 32 * 2048, dtype="bf16",
-            start_hours_ago=9.0),
-    DemoRun(name="resnet50-heavy-aug", project="vision-cls", team="vision", user="ben",
-            gpu="input-bound@A100-80GB:4", hours=2.0, step_s=0.24, wait_s=0.16, batch=256,
-            start_hours_ago=7.0),
-    DemoRun(name="notebook-jlee", project="scratch", team="research", user="jlee",
-            gpu="idle@L4:1", hours=1.5, start_hours_ago=5.0),
-    DemoRun(name="bert-sweep-17", project="ranking", team="search", user="chen",
-            gpu="small-batch@A10G:1", hours=1.0, step_s=0.02, wait_s=0.001, batch=8,
-            tokens_per_sample=128, start_hours_ago=4.0),
-    DemoRun(name="vit-l-fp32", project="vision-cls", team="vision", user="dana",
-            gpu="low-efficiency@H200:2", hours=1.0, step_s=0.9, wait_s=0.01, batch=128,
-            flops_per_step=3 * 61.6e9 * 128, dtype="fp32", start_hours_ago=3.0),
+    DemoRun(
+        name="llama-8b-sft",
+        project="llm-finetune",
+        team="nlp",
+        user="ana",
+        gpu="healthy@H100:8",
+        hours=3.0,
+        step_s=1.15,
+        wait_s=0.02,
+        batch=32,
+        tokens_per_sample=2048,
+        flops_per_step=6 * 8e9 * 32 * 2048,
+        dtype="bf16",
+        start_hours_ago=9.0,
+    ),
+    DemoRun(
+        name="resnet50-heavy-aug",
+        project="vision-cls",
+        team="vision",
+        user="ben",
+        gpu="input-bound@A100-80GB:4",
+        hours=2.0,
+        step_s=0.24,
+        wait_s=0.16,
+        batch=256,
+        start_hours_ago=7.0,
+    ),
+    DemoRun(
+        name="notebook-jlee",
+        project="scratch",
+        team="research",
+        user="jlee",
+        gpu="idle@L4:1",
+        hours=1.5,
+        start_hours_ago=5.0,
+    ),
+    DemoRun(
+        name="bert-sweep-17",
+        project="ranking",
+        team="search",
+        user="chen",
+        gpu="small-batch@A10G:1",
+        hours=1.0,
+        step_s=0.02,
+        wait_s=0.001,
+        batch=8,
+        tokens_per_sample=128,
+        start_hours_ago=4.0,
+    ),
+    DemoRun(
+        name="vit-l-fp32",
+        project="vision-cls",
+        team="vision",
+        user="dana",
+        gpu="low-efficiency@H200:2",
+        hours=1.0,
+        step_s=0.9,
+        wait_s=0.01,
+        batch=128,
+        flops_per_step=3 * 61.6e9 * 128,
+        dtype="fp32",
+        start_hours_ago=3.0,
+    ),
 )
 
 
@@ -78,18 +135,31 @@ class _Clock:
         return self.t
 
 
-def simulate(run: DemoRun, *, store: str | bool, now: datetime,
-             sample_every_s: float = 10.0) -> RunRecord:
+def simulate(
+    run: DemoRun, *, store: str | bool, now: datetime, sample_every_s: float = 10.0
+) -> RunRecord:
     """Run one demo session in simulated time, starting ``run.start_hours_ago`` before
     ``now``, and return its final record."""
     clock = _Clock((now - timedelta(hours=run.start_hours_ago)).timestamp())
     end = clock.t + run.hours * 3600.0
     session = track(
-        name=run.name, project=run.project, team=run.team, user=run.user, tags=("demo",),
-        backend=f"simulated:{run.gpu}", store=store, clock=clock, threaded=False,
+        name=run.name,
+        project=run.project,
+        team=run.team,
+        user=run.user,
+        tags=("demo",),
+        backend=f"simulated:{run.gpu}",
+        store=store,
+        clock=clock,
+        threaded=False,
         run_id=f"demo-{run.name}-{now:%Y%m%d}",  # a second `gpu-kpi demo` replaces, not adds
-        interval_s=sample_every_s, log_every_s=1e12, flops_per_step=run.flops_per_step,
-        dtype=run.dtype, log_to_python=False, print_summary=False)
+        interval_s=sample_every_s,
+        log_every_s=1e12,
+        flops_per_step=run.flops_per_step,
+        dtype=run.dtype,
+        log_to_python=False,
+        print_summary=False,
+    )
     session.start()
     sampler = session.sampler
     next_sample = clock.t + sample_every_s
@@ -136,20 +206,79 @@ class FleetJob:
 
 
 FLEET: tuple[FleetJob, ...] = (
-    FleetJob(name="llm-pretrain", project="llm-pretrain", team="nlp", user="ana", gpu="H100",
-             gpus=8, hours=40, util_pct=90, verdict="healthy", mem_peak_gib=71),
-    FleetJob(name="resnet-sweep", project="vision-cls", team="vision", user="ben",
-             gpu="A100-80GB", gpus=4, hours=20, util_pct=58, verdict="input-bound",
-             mem_peak_gib=38, fixed_weeks_ago=3),
-    FleetJob(name="jlee-notebook", project="scratch", team="research", user="jlee", gpu="L4",
-             gpus=1, hours=30, util_pct=2, verdict="idle", mem_peak_gib=6),
-    FleetJob(name="ranker-finetune", project="ranking", team="search", user="chen",
-             gpu="A10G", gpus=1, hours=15, util_pct=33, verdict="small-batch",
-             mem_peak_gib=3),
-    FleetJob(name="vit-l-train", project="vision-cls", team="vision", user="dana", gpu="H200",
-             gpus=2, hours=10, util_pct=95, verdict="low-efficiency", mem_peak_gib=90),
-    FleetJob(name="detector-eval", project="detection", team="vision", user="ben", gpu="H100",
-             gpus=1, hours=6, util_pct=24, verdict="small-batch", mem_peak_gib=11),
+    FleetJob(
+        name="llm-pretrain",
+        project="llm-pretrain",
+        team="nlp",
+        user="ana",
+        gpu="H100",
+        gpus=8,
+        hours=40,
+        util_pct=90,
+        verdict="healthy",
+        mem_peak_gib=71,
+    ),
+    FleetJob(
+        name="resnet-sweep",
+        project="vision-cls",
+        team="vision",
+        user="ben",
+        gpu="A100-80GB",
+        gpus=4,
+        hours=20,
+        util_pct=58,
+        verdict="input-bound",
+        mem_peak_gib=38,
+        fixed_weeks_ago=3,
+    ),
+    FleetJob(
+        name="jlee-notebook",
+        project="scratch",
+        team="research",
+        user="jlee",
+        gpu="L4",
+        gpus=1,
+        hours=30,
+        util_pct=2,
+        verdict="idle",
+        mem_peak_gib=6,
+    ),
+    FleetJob(
+        name="ranker-finetune",
+        project="ranking",
+        team="search",
+        user="chen",
+        gpu="A10G",
+        gpus=1,
+        hours=15,
+        util_pct=33,
+        verdict="small-batch",
+        mem_peak_gib=3,
+    ),
+    FleetJob(
+        name="vit-l-train",
+        project="vision-cls",
+        team="vision",
+        user="dana",
+        gpu="H200",
+        gpus=2,
+        hours=10,
+        util_pct=95,
+        verdict="low-efficiency",
+        mem_peak_gib=90,
+    ),
+    FleetJob(
+        name="detector-eval",
+        project="detection",
+        team="vision",
+        user="ben",
+        gpu="H100",
+        gpus=1,
+        hours=6,
+        util_pct=24,
+        verdict="small-batch",
+        mem_peak_gib=11,
+    ),
 )
 
 
@@ -175,26 +304,47 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
             price = prices.get(job.gpu).usd_per_gpu_hour
             gpu_hours = job.gpus * hours
             cost = gpu_hours * price
-            out.append(RunRecord(
-                id=f"fleet-{job.name}-{monday:%Y%m%d}", name=f"{job.name}-{monday:%m%d}",
-                project=job.project, team=job.team, user=job.user, host="gpu-node",
-                tags=("demo-history",), framework="lightning", started_at=start,
-                ended_at=start + timedelta(hours=hours), status="finished",
-                gpu_source="simulated", gpu_model=job.gpu, gpu_count=job.gpus,
-                price_per_gpu_hour=price, price_source="demo", gpu_hours=gpu_hours,
-                util_pct=util, mem_peak_gib=job.mem_peak_gib,
-                energy_kwh=gpu_hours * BOARD_W[job.gpu] * (0.2 + 0.8 * util / 100) / 1000,
-                mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
-                cost_usd=cost, idle_usd=cost if verdict == "idle" else 0.0,
-                waste_usd=waste_usd(cost, util, Thresholds().target_util_pct,
-                                    idle_share=1.0 if verdict == "idle" else 0.0),
-                verdict=verdict,
-                advice=ADVICE[verdict] or None))
+            out.append(
+                RunRecord(
+                    id=f"fleet-{job.name}-{monday:%Y%m%d}",
+                    name=f"{job.name}-{monday:%m%d}",
+                    project=job.project,
+                    team=job.team,
+                    user=job.user,
+                    host="gpu-node",
+                    tags=("demo-history",),
+                    framework="lightning",
+                    started_at=start,
+                    ended_at=start + timedelta(hours=hours),
+                    status="finished",
+                    gpu_source="simulated",
+                    gpu_model=job.gpu,
+                    gpu_count=job.gpus,
+                    price_per_gpu_hour=price,
+                    price_source="demo",
+                    gpu_hours=gpu_hours,
+                    util_pct=util,
+                    mem_peak_gib=job.mem_peak_gib,
+                    energy_kwh=gpu_hours * BOARD_W[job.gpu] * (0.2 + 0.8 * util / 100) / 1000,
+                    mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
+                    cost_usd=cost,
+                    idle_usd=cost if verdict == "idle" else 0.0,
+                    waste_usd=waste_usd(
+                        cost,
+                        util,
+                        Thresholds().target_util_pct,
+                        idle_share=1.0 if verdict == "idle" else 0.0,
+                    ),
+                    verdict=verdict,
+                    advice=ADVICE[verdict] or None,
+                )
+            )
     return out
 
 
-def run_demo(store: str, *, now: datetime | None = None,
-             history_weeks: int = 11) -> tuple[list[RunRecord], datetime]:
+def run_demo(
+    store: str, *, now: datetime | None = None, history_weeks: int = 11
+) -> tuple[list[RunRecord], datetime]:
     """The demo sessions in the last complete ISO week (UTC), and the fleet's runs in that week
     and the ``history_weeks`` weeks before it, into ``store``. Returns the sessions' records and
     that week's Monday."""

@@ -20,9 +20,17 @@ STATUSES = ("running", "finished", "failed", "crashed")
 
 # -- output -------------------------------------------------------------------------------------
 RUN_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("started", "started_at"), ("name", "name"), ("team", "team"), ("project", "project"),
-    ("gpus", "gpus"), ("gpu_h", "gpu_hours"), ("util_%", "util_pct"), ("cost_$", "cost_usd"),
-    ("waste_$", "waste_usd"), ("status", "status"), ("verdict", "verdict"),
+    ("started", "started_at"),
+    ("name", "name"),
+    ("team", "team"),
+    ("project", "project"),
+    ("gpus", "gpus"),
+    ("gpu_h", "gpu_hours"),
+    ("util_%", "util_pct"),
+    ("cost_$", "cost_usd"),
+    ("waste_$", "waste_usd"),
+    ("status", "status"),
+    ("verdict", "verdict"),
 )
 
 
@@ -52,14 +60,17 @@ def _formatted(r: RunRecord, field: str) -> str:
 
 def format_runs(runs: Sequence[RunRecord]) -> str:
     """A fixed-width table, one run a line."""
-    table = [[h for h, _ in RUN_COLUMNS]] + [[printable(_cell(r, f)) for _, f in RUN_COLUMNS]
-                                             for r in runs]
+    table = [[h for h, _ in RUN_COLUMNS]] + [
+        [printable(_cell(r, f)) for _, f in RUN_COLUMNS] for r in runs
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     right = {"gpu_h", "util_%", "cost_$", "waste_$"}
     lines = []
     for row in table:
-        cells = [c.rjust(w) if h in right else c.ljust(w)
-                 for c, w, (h, _) in zip(row, widths, RUN_COLUMNS, strict=True)]
+        cells = [
+            c.rjust(w) if h in right else c.ljust(w)
+            for c, w, (h, _) in zip(row, widths, RUN_COLUMNS, strict=True)
+        ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
 
@@ -73,7 +84,6 @@ def _record_json(r: RunRecord) -> dict[str, Any]:
         if isinstance(v, bytes):
             d[k] = v.decode("utf-8", errors="replace")
     return d
-
 
 
 def _when(value: str, tz: str, *, end: bool) -> datetime:
@@ -92,8 +102,10 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise UsageError(f"--{'until' if end else 'since'}: expected YYYY-Www, YYYY-MM-DD or "
-                         f"YYYY-MM-DDTHH:MM, got {value!r}") from None
+        raise UsageError(
+            f"--{'until' if end else 'since'}: expected YYYY-Www, YYYY-MM-DD or "
+            f"YYYY-MM-DDTHH:MM, got {value!r}"
+        ) from None
     if end and len(value) == 10:  # a day: through its end, as a week is
         moment += timedelta(days=1)
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone_)
@@ -113,21 +125,33 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.until:
         until = _when(args.until, args.tz, end=True)
     if since is not None and until is not None and until <= since:
-        raise UsageError(f"--until ({until:%Y-%m-%d %H:%M}) is not after --since "
-                         f"({since:%Y-%m-%d %H:%M})")
+        raise UsageError(
+            f"--until ({until:%Y-%m-%d %H:%M}) is not after --since ({since:%Y-%m-%d %H:%M})"
+        )
     settings = _settings(args)
     with _open_store(settings.store, create=False) as store:
         store.mark_crashed(now=datetime.now(UTC))
         # row by row: a row that cannot be read is named, not a traceback for every run
         runs, unreadable = store.read_runs(since=since, until=until)
-    runs = [r for r in runs if args.project in (None, r.project) and args.team in (None, r.team)
-            and args.user in (None, r.user) and args.status in (None, r.status)]
+    runs = [
+        r
+        for r in runs
+        if args.project in (None, r.project)
+        and args.team in (None, r.team)
+        and args.user in (None, r.user)
+        and args.status in (None, r.status)
+    ]
     runs.sort(key=lambda r: r.started_at, reverse=True)  # the newest first
     if args.limit is not None:
-        runs = runs[:args.limit]
+        runs = runs[: args.limit]
     if unreadable:
-        print(printable(f"gpu-kpi: {len(unreadable)} run(s) could not be read: " + "; ".join(
-            f"{u.run_id} ({u.reason})" for u in unreadable[:5])), file=sys.stderr)
+        print(
+            printable(
+                f"gpu-kpi: {len(unreadable)} run(s) could not be read: "
+                + "; ".join(f"{u.run_id} ({u.reason})" for u in unreadable[:5])
+            ),
+            file=sys.stderr,
+        )
     if args.format == "json":
         print(json.dumps([_record_json(r) for r in runs], indent=2, default=str))
     elif args.format == "csv":
@@ -138,9 +162,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
         writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["id"])
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: safe_cell(json.dumps(v, default=str) if isinstance(v, list | dict)
-                                          else v)
-                             for k, v in row.items()})
+            writer.writerow(
+                {
+                    k: safe_cell(json.dumps(v, default=str) if isinstance(v, list | dict) else v)
+                    for k, v in row.items()
+                }
+            )
     else:
         print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
     return 0
@@ -159,21 +186,38 @@ def _limit(value: str) -> int:
 def add_runs_command(add: Callable[..., argparse.ArgumentParser]) -> None:
     runs = add("runs", cmd_runs, "list tracked runs, the newest first")
     runs.add_argument("--week", metavar="YYYY-Www", help="only runs overlapping this ISO week")
-    runs.add_argument("--since", metavar="WHEN", help="only runs still going at or after WHEN: "
-                      "YYYY-Www (its Monday), YYYY-MM-DD or YYYY-MM-DDTHH:MM, in --tz")
-    runs.add_argument("--until", metavar="WHEN", help="only runs started before WHEN (a week or "
-                      "a day: before its end)")
-    runs.add_argument("--tz", default="UTC", help="time zone of --week/--since/--until "
-                      "(default UTC)")
+    runs.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only runs still going at or after WHEN: "
+        "YYYY-Www (its Monday), YYYY-MM-DD or YYYY-MM-DDTHH:MM, in --tz",
+    )
+    runs.add_argument(
+        "--until",
+        metavar="WHEN",
+        help="only runs started before WHEN (a week or a day: before its end)",
+    )
+    runs.add_argument(
+        "--tz", default="UTC", help="time zone of --week/--since/--until (default UTC)"
+    )
     runs.add_argument("--project")
     runs.add_argument("--team")
     runs.add_argument("--user")
     runs.add_argument("--status", choices=STATUSES)
     runs.add_argument("--limit", type=_limit, metavar="N", help="the N newest only")
-    runs.add_argument("--format", choices=("table", "json", "csv"), default="table",
-                      help="table (default), json (what other tools call --json) or csv")
-    runs.add_argument("--json", dest="format", action="store_const", const="json",
-                      help="the same as --format json")
+    runs.add_argument(
+        "--format",
+        choices=("table", "json", "csv"),
+        default="table",
+        help="table (default), json (what other tools call --json) or csv",
+    )
+    runs.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="the same as --format json",
+    )
 
 
 MAX_WEEKS = 520
@@ -204,15 +248,30 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     if len(weeks) > MAX_WEEKS:
         raise UsageError(f"--since {args.since}: at most {MAX_WEEKS} weeks at once")
     settings = _settings(args)
-    req = Request(week=label_of(last), tz=tz, basis=args.basis, prices=settings.prices,
-                  owned=settings.owned, carbon=settings.carbon,
-                  thresholds=thresholds_for(args.basis, settings.thresholds))
-    runs, sampled, _ = load(settings.store, last, tz=tz, weeks=len(weeks), basis=args.basis,
-                            thresholds=req.thresholds, now=now)
+    req = Request(
+        week=label_of(last),
+        tz=tz,
+        basis=args.basis,
+        prices=settings.prices,
+        owned=settings.owned,
+        carbon=settings.carbon,
+        thresholds=thresholds_for(args.basis, settings.thresholds),
+    )
+    runs, sampled, _ = load(
+        settings.store,
+        last,
+        tz=tz,
+        weeks=len(weeks),
+        basis=args.basis,
+        thresholds=req.thresholds,
+        now=now,
+    )
     gt = combine_gpu_time(runs, sampled, tz=tz, basis=args.basis, now=now)
-    rows = [row for start in weeks
-            for row in chargeback_rows(req.kpis(runs, gt, start, trend_weeks=1),
-                                       label_of(start))]
+    rows = [
+        row
+        for start in weeks
+        for row in chargeback_rows(req.kpis(runs, gt, start, trend_weeks=1), label_of(start))
+    ]
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=list(COLUMNS))
     writer.writeheader()
@@ -232,14 +291,22 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
 
 
 def add_chargeback_command(add: Callable[..., argparse.ArgumentParser]) -> None:
-    cb = add("chargeback", cmd_chargeback, "a CSV for finance: GPU-hours, spend, waste and idle "
-             "per (week, team, project, GPU model), as the weekly report counts them")
+    cb = add(
+        "chargeback",
+        cmd_chargeback,
+        "a CSV for finance: GPU-hours, spend, waste and idle "
+        "per (week, team, project, GPU model), as the weekly report counts them",
+    )
     cb.add_argument("--since", required=True, metavar="YYYY-Www", help="the first week")
-    cb.add_argument("--until", metavar="YYYY-Www", help="the last week (default: the last "
-                    "complete week)")
+    cb.add_argument(
+        "--until", metavar="YYYY-Www", help="the last week (default: the last complete week)"
+    )
     cb.add_argument("--tz", help="the weeks' time zone (default: [report] timezone, else UTC)")
-    cb.add_argument("--basis", choices=("util", "sm_active"),
-                    help="utilization basis (default: [report] basis, else util)")
+    cb.add_argument(
+        "--basis",
+        choices=("util", "sm_active"),
+        help="utilization basis (default: [report] basis, else util)",
+    )
     cb.add_argument("--out", metavar="FILE", help="write here (default: standard output)")
 
 
@@ -255,13 +322,20 @@ def cmd_budgets(args: argparse.Namespace) -> int:
 
     section = _report_section(args)
     if not section["budgets"]:
-        raise UsageError("no budgets: add [[budgets]] (team, usd_per_week or usd_per_month) "
-                         "to the config file")
+        raise UsageError(
+            "no budgets: add [[budgets]] (team, usd_per_week or usd_per_month) to the config file"
+        )
     settings = _settings(args)
     basis = section.get("basis", "util")
-    req = Request(week=None, tz=zone(section.get("timezone", "UTC")), basis=basis,
-                  prices=settings.prices, owned=settings.owned, carbon=settings.carbon,
-                  thresholds=thresholds_for(basis, settings.thresholds))
+    req = Request(
+        week=None,
+        tz=zone(section.get("timezone", "UTC")),
+        basis=basis,
+        prices=settings.prices,
+        owned=settings.owned,
+        carbon=settings.carbon,
+        thresholds=thresholds_for(basis, settings.thresholds),
+    )
     with _open_store(settings.store, create=False) as store:
         lines = current_lines(store, req, section["budgets"], now=datetime.now(UTC))
     if args.format == "json":
@@ -269,9 +343,21 @@ def cmd_budgets(args: argparse.Namespace) -> int:
         print()
         return 0
     rows = [budget_row(b) for b in lines]
-    table = [("team", "period", "spend", "budget", "used", "forecast", "status"),
-             *((printable(r["team"]), r["period"], r["spend"], r["budget"], r["used"],
-                r["forecast"], r["status"]) for r in rows)]
+    table = [
+        ("team", "period", "spend", "budget", "used", "forecast", "status"),
+        *(
+            (
+                printable(r["team"]),
+                r["period"],
+                r["spend"],
+                r["budget"],
+                r["used"],
+                r["forecast"],
+                r["status"],
+            )
+            for r in rows
+        ),
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -279,8 +365,13 @@ def cmd_budgets(args: argparse.Namespace) -> int:
 
 
 def add_budgets_command(add: Callable[..., argparse.ArgumentParser]) -> None:
-    b = add("budgets", cmd_budgets, "each team's spend so far this week and month against its "
-            "[[budgets]], with the forecast for the period")
+    b = add(
+        "budgets",
+        cmd_budgets,
+        "each team's spend so far this week and month against its "
+        "[[budgets]], with the forecast for the period",
+    )
     b.add_argument("--format", choices=("table", "json"), default="table")
-    b.add_argument("--json", dest="format", action="store_const", const="json",
-                   help="same as --format json")
+    b.add_argument(
+        "--json", dest="format", action="store_const", const="json", help="same as --format json"
+    )

@@ -25,8 +25,9 @@ def zone(name: str) -> tzinfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: "Europe" is a folder
-        raise WeekError(f"unknown time zone {name!r}: use an IANA name such as "
-                         "'UTC' or 'Europe/Berlin'") from None
+        raise WeekError(
+            f"unknown time zone {name!r}: use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        ) from None
 
 
 def parse_week(text: str) -> tuple[int, int]:
@@ -40,8 +41,10 @@ def parse_week(text: str) -> tuple[int, int]:
     try:
         date.fromisocalendar(year, week, 1)
     except ValueError:
-        raise WeekError(f"week {text!r} does not exist: {year} has "
-                         f"{date(year, 12, 28).isocalendar().week} ISO weeks") from None
+        raise WeekError(
+            f"week {text!r} does not exist: {year} has "
+            f"{date(year, 12, 28).isocalendar().week} ISO weeks"
+        ) from None
     return year, week
 
 

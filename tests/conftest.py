@@ -14,9 +14,11 @@ import pytest
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Engine
 
+
 @pytest.fixture(autouse=True)
-def _isolated_user_dirs(tmp_path_factory: pytest.TempPathFactory,
-                        monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_user_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No test reads the developer's config or writes to their data dir (store, spool)."""
     home = tmp_path_factory.mktemp("xdg")
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))

@@ -51,18 +51,36 @@ class ListSink:
         pass
 
 
-def run_record(id: str, start: datetime, hours: float, *, gpus: int = 1,
-               util: float | None = 50.0, model: str = "H100", price: float | None = 3.85,
-               **kw: Any) -> RunRecord:
+def run_record(
+    id: str,
+    start: datetime,
+    hours: float,
+    *,
+    gpus: int = 1,
+    util: float | None = 50.0,
+    model: str = "H100",
+    price: float | None = 3.85,
+    **kw: Any,
+) -> RunRecord:
     """A finished run's summary, as the store holds it: ``gpus`` GPUs for ``hours`` hours."""
-    return RunRecord(id=id, name=kw.pop("name", id), started_at=start,
-                     ended_at=start + timedelta(hours=hours), status="finished",
-                     gpu_model=model, gpu_count=gpus, price_per_gpu_hour=price,
-                     gpu_hours=gpus * hours, util_pct=util, **kw)
+    return RunRecord(
+        id=id,
+        name=kw.pop("name", id),
+        started_at=start,
+        ended_at=start + timedelta(hours=hours),
+        status="finished",
+        gpu_model=model,
+        gpu_count=gpus,
+        price_per_gpu_hour=price,
+        gpu_hours=gpus * hours,
+        util_pct=util,
+        **kw,
+    )
 
 
-def run_together(n: int, prepare: Callable[[int], Callable[[], T]],
-                 timeout_s: float = 120.0) -> list[T]:
+def run_together(
+    n: int, prepare: Callable[[int], Callable[[], T]], timeout_s: float = 120.0
+) -> list[T]:
     """Run ``n`` threads that each call ``prepare(i)`` (set-up: open a store, make a service),
     wait for all to be ready, then call what it returned at the same moment; the results in
     thread order. A thread that raises fails the call."""

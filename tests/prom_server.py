@@ -71,15 +71,26 @@ def serving(workdir: Path, source: Path) -> Iterator[str]:
     """A Prometheus serving the OpenMetrics file ``source`` (ending ``# EOF``); its base URL."""
     promtool, prometheus = _need("promtool"), _need("prometheus")
     data = workdir / "tsdb"
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source),
-                    str(data)], check=True, capture_output=True, timeout=3600)
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(data)],
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     config = workdir / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1h\n")
     port = _free_port()
     proc = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={data}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=3650d"],
-        stdout=subprocess.DEVNULL, stderr=(workdir / "prometheus.log").open("wb"))
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={data}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=3650d",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "prometheus.log").open("wb"),
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -91,8 +102,9 @@ def serving(workdir: Path, source: Path) -> Iterator[str]:
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not start: "
-                                   + (workdir / "prometheus.log").read_text()[-2000:])
+                raise RuntimeError(
+                    "prometheus did not start: " + (workdir / "prometheus.log").read_text()[-2000:]
+                )
             time.sleep(0.1)
         yield url
     finally:

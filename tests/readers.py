@@ -77,8 +77,7 @@ class WandbRun:
 
     def series(self, key: str, step_key: str = "_step") -> list[tuple[Any, Any]]:
         """``[(row[step_key], row[key])]`` for every history row that has both keys."""
-        return [(row[step_key], row[key]) for row in self.history
-                if key in row and step_key in row]
+        return [(row[step_key], row[key]) for row in self.history if key in row and step_key in row]
 
 
 def find_wandb_file(root: Path | str) -> Path:
@@ -202,18 +201,26 @@ def read_wandb(run_dir_or_file: Path | str) -> WandbRun:
             apply_config(rec.config)
         elif kind == "alert":
             a = rec.alert
-            run.alerts.append({"title": a.title, "text": a.text, "level": a.level,
-                               "wait_duration": a.wait_duration})
+            run.alerts.append(
+                {
+                    "title": a.title,
+                    "text": a.text,
+                    "level": a.level,
+                    "wait_duration": a.wait_duration,
+                }
+            )
         elif kind == "metric":
             m = rec.metric
-            run.metrics.append({"name": m.name, "glob_name": m.glob_name,
-                                "step_metric": m.step_metric})
+            run.metrics.append(
+                {"name": m.name, "glob_name": m.glob_name, "step_metric": m.step_metric}
+            )
         elif kind == "exit":
             run.exit_code = rec.exit.exit_code
     return run
 
 
 # -- TensorBoard --------------------------------------------------------------------------------
+
 
 def _event_dirs(logdir: Path | str) -> list[Path]:
     logdir = Path(logdir)
@@ -252,7 +259,8 @@ def read_tensorboard(logdir: Path | str) -> dict[str, list[tuple[int, float]]]:
         tags = acc.Tags()
         for tag in tags.get("scalars", []):
             out.setdefault(_tag(run, tag), []).extend(
-                (int(e.step), float(e.value)) for e in acc.Scalars(tag))
+                (int(e.step), float(e.value)) for e in acc.Scalars(tag)
+            )
         for tag in tags.get("tensors", []):
             meta = acc.SummaryMetadata(tag)
             if meta.plugin_data.plugin_name not in ("scalars", ""):
@@ -309,8 +317,21 @@ def read_finished_wandb(root: Path | str, timeout_s: float = 20.0) -> WandbRun:
 
 
 # -- HTML ----------------------------------------------------------------------------------------
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
-        "track", "wbr"}
+VOID = {
+    "area",
+    "base",
+    "br",
+    "col",
+    "embed",
+    "hr",
+    "img",
+    "input",
+    "link",
+    "meta",
+    "source",
+    "track",
+    "wbr",
+}
 
 
 @dataclass
@@ -372,8 +393,9 @@ def write_wandb_log(path: Path | str, records: list[Any]) -> None:
                 continue
             room = left - _REC_HEADER.size
             chunk, payload = payload[:room], payload[room:]
-            kind = ((_FULL if not payload else _FIRST) if first
-                    else (_LAST if not payload else _MIDDLE))
+            kind = (
+                (_FULL if not payload else _FIRST) if first else (_LAST if not payload else _MIDDLE)
+            )
             crc = zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF
             out += _REC_HEADER.pack(crc, len(chunk), kind) + chunk
             first = False

@@ -37,9 +37,25 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from reports.service.mailer import SmtpSettings
 
-__all__ = ["AUTH_MECHANISMS", "HOST", "REFUSED", "USERS", "Received", "SmtpServer", "auth_server",
-           "flaky_server", "refusing_server", "running_server", "silent_server", "smtp_ca",
-           "smtp_server", "smtp_server_factory", "starttls_server", "tls_server", "unused_port"]
+__all__ = [
+    "AUTH_MECHANISMS",
+    "HOST",
+    "REFUSED",
+    "USERS",
+    "Received",
+    "SmtpServer",
+    "auth_server",
+    "flaky_server",
+    "refusing_server",
+    "running_server",
+    "silent_server",
+    "smtp_ca",
+    "smtp_server",
+    "smtp_server_factory",
+    "starttls_server",
+    "tls_server",
+    "unused_port",
+]
 
 HOST = "127.0.0.1"
 USERS = {"alice": "correct horse battery staple"}
@@ -79,22 +95,36 @@ class SmtpServer:
     def settings(self, **overrides: Any) -> SmtpSettings:
         """SmtpSettings that reach this server, trusting its CA, with short timeouts and no
         backoff; ``overrides`` replace any field."""
-        fields: dict[str, Any] = {"host": self.host, "port": self.port, "security": self.security,
-                                  "ca_file": self.ca_file, "timeout_s": 5.0, "retries": 0,
-                                  "backoff_s": 0.0, "sender": "gpu-kpi@example.com"}
+        fields: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "security": self.security,
+            "ca_file": self.ca_file,
+            "timeout_s": 5.0,
+            "retries": 0,
+            "backoff_s": 0.0,
+            "sender": "gpu-kpi@example.com",
+        }
         return SmtpSettings(**{**fields, **overrides})
 
 
 class _Handler:
-    def __init__(self, server: SmtpServer, *, data_replies: Sequence[str],
-                 refuse: Mapping[str, str]) -> None:
+    def __init__(
+        self, server: SmtpServer, *, data_replies: Sequence[str], refuse: Mapping[str, str]
+    ) -> None:
         self._server = server
         self._data_replies = list(data_replies)
         self._refuse = {a.lower(): r for a, r in refuse.items()}
         self._lock = threading.Lock()
 
-    async def handle_RCPT(self, server: SMTP, session: Session, envelope: Envelope, address: str,
-                          rcpt_options: list[str]) -> str:
+    async def handle_RCPT(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
         if address.lower() in self._refuse:
             return self._refuse[address.lower()]
         envelope.rcpt_tos.append(address)
@@ -111,11 +141,20 @@ class _Handler:
         # the wire has CRLF line ends; parse as Python does a file, so texts compare with "\n"
         message = BytesParser(policy=policy.default).parsebytes(raw.replace(b"\r\n", b"\n"))
         assert isinstance(message, EmailMessage)
-        login = session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) \
+        login = (
+            session.auth_data.login.decode()
+            if isinstance(session.auth_data, LoginPassword)
             else None
-        self._server.messages.append(Received(
-            mail_from=str(envelope.mail_from), rcpt_tos=list(envelope.rcpt_tos), message=message,
-            tls=_encrypted(server), login=login))
+        )
+        self._server.messages.append(
+            Received(
+                mail_from=str(envelope.mail_from),
+                rcpt_tos=list(envelope.rcpt_tos),
+                message=message,
+                tls=_encrypted(server),
+                login=login,
+            )
+        )
         return "250 2.0.0 OK queued"
 
 
@@ -123,18 +162,24 @@ def _encrypted(smtp: SMTP) -> bool:
     return smtp.transport is not None and smtp.transport.get_extra_info("ssl_object") is not None
 
 
-def _authenticator(server: SmtpServer, users: Mapping[str, str], fail_code: int
-                   ) -> Callable[..., AuthResult]:
-    def authenticate(smtp: SMTP, session: Session, envelope: Envelope, mechanism: str,
-                     auth_data: Any) -> AuthResult:
+def _authenticator(
+    server: SmtpServer, users: Mapping[str, str], fail_code: int
+) -> Callable[..., AuthResult]:
+    def authenticate(
+        smtp: SMTP, session: Session, envelope: Envelope, mechanism: str, auth_data: Any
+    ) -> AuthResult:
         login = auth_data.login.decode()
         password = auth_data.password.decode()
         if users.get(login) == password:
             server.auths.append((mechanism, login))
             return AuthResult(success=True, auth_data=auth_data)
         # a careless server that echoes what it refused, so that tests can check the masking
-        return AuthResult(success=False, handled=False,
-                          message=f"{fail_code} 5.7.8 credentials rejected for {login}:{password}")
+        return AuthResult(
+            success=False,
+            handled=False,
+            message=f"{fail_code} 5.7.8 credentials rejected for {login}:{password}",
+        )
+
     return authenticate
 
 
@@ -148,11 +193,16 @@ class _FreePortController(Controller):
 
 
 @contextmanager
-def running_server(*, security: str = "none", ca: trustme.CA | None = None,
-                   users: Mapping[str, str] | None = None,
-                   mechanisms: Sequence[str] = AUTH_MECHANISMS, auth_fail_code: int = 535,
-                   data_replies: Sequence[str] = (), refuse: Mapping[str, str] | None = None,
-                   ) -> Iterator[SmtpServer]:
+def running_server(
+    *,
+    security: str = "none",
+    ca: trustme.CA | None = None,
+    users: Mapping[str, str] | None = None,
+    mechanisms: Sequence[str] = AUTH_MECHANISMS,
+    auth_fail_code: int = 535,
+    data_replies: Sequence[str] = (),
+    refuse: Mapping[str, str] | None = None,
+) -> Iterator[SmtpServer]:
     """A server on 127.0.0.1 for the duration of the block.
 
     security: ``none`` (plain), ``starttls`` (offers and requires STARTTLS) or ``tls`` (implicit
@@ -165,8 +215,11 @@ def running_server(*, security: str = "none", ca: trustme.CA | None = None,
     """
     with ExitStack() as stack:
         server = SmtpServer(host=HOST, port=0, security=security)
-        kwargs: dict[str, Any] = {"hostname": HOST, "server_hostname": "smtp.test",
-                                  "ready_timeout": 10.0}
+        kwargs: dict[str, Any] = {
+            "hostname": HOST,
+            "server_hostname": "smtp.test",
+            "ready_timeout": 10.0,
+        }
         if security != "none":
             ca = ca or trustme.CA()
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -182,8 +235,11 @@ def running_server(*, security: str = "none", ca: trustme.CA | None = None,
                 raise ValueError(f"security {security!r}")
         if users is not None:
             excluded = [m for m in AUTH_MECHANISMS if m not in mechanisms]
-            kwargs.update(authenticator=_authenticator(server, users, auth_fail_code),
-                          auth_require_tls=False, auth_exclude_mechanism=excluded)
+            kwargs.update(
+                authenticator=_authenticator(server, users, auth_fail_code),
+                auth_require_tls=False,
+                auth_exclude_mechanism=excluded,
+            )
         handler = _Handler(server, data_replies=data_replies, refuse=refuse or {})
         controller = _FreePortController(handler, port=0, **kwargs)
         controller.start()
@@ -221,9 +277,11 @@ def smtp_ca() -> trustme.CA:
 def smtp_server_factory(smtp_ca: trustme.CA) -> Iterator[Callable[..., SmtpServer]]:
     """``factory(**running_server kwargs) -> SmtpServer``; each server stops after the test."""
     with ExitStack() as stack:
+
         def start(**kwargs: Any) -> SmtpServer:
             kwargs.setdefault("ca", smtp_ca)
             return stack.enter_context(running_server(**kwargs))
+
         yield start
 
 
@@ -257,8 +315,10 @@ def flaky_server(smtp_server_factory: Callable[..., SmtpServer]) -> SmtpServer:
     return smtp_server_factory(data_replies=["451 4.3.0 try again later"] * 2)
 
 
-REFUSED = {"nobody@example.com": "550 5.1.1 no such user",
-           "busy@example.com": "450 4.2.1 mailbox busy, try later"}
+REFUSED = {
+    "nobody@example.com": "550 5.1.1 no such user",
+    "busy@example.com": "450 4.2.1 mailbox busy, try later",
+}
 
 
 @pytest.fixture

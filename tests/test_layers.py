@@ -20,8 +20,11 @@ PACKAGES = ("tracker", "reports")
 OWNERS: dict[str, tuple[str, ...]] = {
     "pynvml": ("tracker/gpu/nvml.py",),
     "sqlalchemy": ("tracker/store/",),
-    "wandb": ("tracker/sinks/wandb.py", "reports/imports/wandb_log.py",
-              "reports/imports/wandb_api.py"),
+    "wandb": (
+        "tracker/sinks/wandb.py",
+        "reports/imports/wandb_log.py",
+        "reports/imports/wandb_api.py",
+    ),
     "lightning": ("tracker/lightning.py",),
     "pytorch_lightning": ("tracker/pytorch_lightning.py",),
     "transformers": ("tracker/transformers.py",),
@@ -32,8 +35,13 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "smtplib": ("reports/service/mailer.py",),
     "jinja2": ("reports/render/html.py",),
     "matplotlib": ("reports/render/charts.py",),
-    "pandas": ("reports/kpi/", "reports/render/", "reports/build.py", "reports/budgets.py",
-               "reports/imports/nvsmi_fast.py"),
+    "pandas": (
+        "reports/kpi/",
+        "reports/render/",
+        "reports/build.py",
+        "reports/budgets.py",
+        "reports/imports/nvsmi_fast.py",
+    ),
     "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py", "reports/imports/nvsmi_minutes.py"),
 }
 
@@ -41,17 +49,37 @@ OWNERS: dict[str, tuple[str, ...]] = {
 # training step (tracker.lightning) to a row of the weekly JSON (reports.render.exports) goes
 # down through these, never back up.
 FLOORS: tuple[tuple[str, ...], ...] = (
-    ("tracker.units", "tracker.metrics", "tracker.record", "tracker.paths", "tracker.owned",
-     "tracker.carbon", "tracker.parsers"),
-    ("tracker.cost", "tracker.throughput", "tracker.prices", "tracker.peaks", "tracker.ranks",
-     "tracker.config", "tracker.diagnosis"),
+    (
+        "tracker.units",
+        "tracker.metrics",
+        "tracker.record",
+        "tracker.paths",
+        "tracker.owned",
+        "tracker.carbon",
+        "tracker.parsers",
+    ),
+    (
+        "tracker.cost",
+        "tracker.throughput",
+        "tracker.prices",
+        "tracker.peaks",
+        "tracker.ranks",
+        "tracker.config",
+        "tracker.diagnosis",
+    ),
     ("tracker.gpu", "tracker.sinks", "tracker.store"),
     ("tracker.sampler",),
     ("tracker.figures",),
     ("tracker.session",),
     ("tracker.integrations",),
-    ("tracker", "tracker.lightning", "tracker.pytorch_lightning", "tracker.transformers",
-     "tracker.wandb", "tracker.tensorboard"),
+    (
+        "tracker",
+        "tracker.lightning",
+        "tracker.pytorch_lightning",
+        "tracker.transformers",
+        "tracker.wandb",
+        "tracker.tensorboard",
+    ),
     ("reports.errors", "reports.weeks"),
     ("reports.kpi",),
     ("reports.render",),
@@ -106,7 +134,13 @@ def floor_of(module: str) -> int:
 def test_tracker_never_imports_reports_or_report_libraries() -> None:
     for path in (ROOT / "tracker").rglob("*.py"):
         found = {n.split(".")[0] for n in imported(path)} & {
-            "reports", "pandas", "numpy", "jinja2", "apscheduler", "matplotlib"}
+            "reports",
+            "pandas",
+            "numpy",
+            "jinja2",
+            "apscheduler",
+            "matplotlib",
+        }
         assert not found, f"{path.relative_to(ROOT)} imports {found}"
 
 
@@ -123,11 +157,11 @@ def test_one_module_per_outside_library() -> None:
 def test_every_owner_exists_and_imports_its_library() -> None:
     for lib, owners in OWNERS.items():
         for owner in owners:
-            files = (list((ROOT / owner).rglob("*.py")) if owner.endswith("/")
-                     else [ROOT / owner])
+            files = list((ROOT / owner).rglob("*.py")) if owner.endswith("/") else [ROOT / owner]
             assert files and all(f.exists() for f in files), owner
-            assert any(lib in {n.split(".")[0] for n in imported(f)} for f in files), \
+            assert any(lib in {n.split(".")[0] for n in imported(f)} for f in files), (
                 f"{owner} is named the owner of {lib} but does not import it"
+            )
 
 
 def test_no_import_cycles() -> None:
@@ -170,51 +204,72 @@ def test_the_cycle_check_finds_a_planted_cycle(tmp_path: Path) -> None:
 
 
 def test_imports_only_go_down_the_floors() -> None:
-    up = [f"{m} (floor {floor_of(m)}) imports {n} (floor {floor_of(n)})"
-          for m, deps in graph().items() for n in deps if floor_of(n) > floor_of(m)]
+    up = [
+        f"{m} (floor {floor_of(m)}) imports {n} (floor {floor_of(n)})"
+        for m, deps in graph().items()
+        for n in deps
+        if floor_of(n) > floor_of(m)
+    ]
     assert not up, "\n".join(sorted(up))
 
 
 def test_no_module_over_400_lines() -> None:
-    long = {name: n for name, p in modules().items() if (n := len(p.read_text().splitlines())) > 400}
+    long = {
+        name: n for name, p in modules().items() if (n := len(p.read_text().splitlines())) > 400
+    }
     assert not long, f"split these by concern: {long}"
 
 
 def test_every_package_is_in_the_wheel() -> None:
     import tomllib
 
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    packages = {module_name(p.parent / "__init__.py") for pkg in PACKAGES
-                for p in (ROOT / pkg).rglob("__init__.py")}
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    packages = {
+        module_name(p.parent / "__init__.py")
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("__init__.py")
+    }
     assert packages <= listed, f"missing from [tool.setuptools] packages: {packages - listed}"
 
 
 def fresh_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_importing_tracker_and_the_cli_is_light_and_does_nothing() -> None:
-    code = ("import sys, tracker, tracker.session, tracker.gpu.nvml, tracker.sampler, reports.cli\n"
-            "heavy = [m for m in ('torch','lightning','transformers','pandas','jinja2',"
-            "'apscheduler','wandb','pynvml','sqlalchemy','tensorboard','matplotlib') "
-            "if m in sys.modules]\n"
-            "print('HEAVY', heavy)")
+    code = (
+        "import sys, tracker, tracker.session, tracker.gpu.nvml, tracker.sampler, reports.cli\n"
+        "heavy = [m for m in ('torch','lightning','transformers','pandas','jinja2',"
+        "'apscheduler','wandb','pynvml','sqlalchemy','tensorboard','matplotlib') "
+        "if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
     p = fresh_python(code)
     assert "HEAVY []" in p.stdout, p.stdout + p.stderr[-2000:]
 
 
 @pytest.mark.trainer  # imports Lightning and transformers (~10 s)
 def test_the_public_import_paths_still_work() -> None:
-    code = ("from tracker import track, Session\n"
-            "from tracker.wandb import WandbSink\n"
-            "from tracker.tensorboard import TensorBoardSink\n"
-            "from tracker.store import RunStore\n"
-            "from tracker.sinks.wandb import WandbSink as W\n"
-            "assert WandbSink is W and callable(track)\n"
-            "import tracker.lightning, tracker.pytorch_lightning, tracker.transformers\n"
-            "print('OK', tracker.lightning.GpuKpiCallback.__name__, "
-            "tracker.transformers.GpuKpiCallback.__name__, RunStore.__name__)")
+    code = (
+        "from tracker import track, Session\n"
+        "from tracker.wandb import WandbSink\n"
+        "from tracker.tensorboard import TensorBoardSink\n"
+        "from tracker.store import RunStore\n"
+        "from tracker.sinks.wandb import WandbSink as W\n"
+        "assert WandbSink is W and callable(track)\n"
+        "import tracker.lightning, tracker.pytorch_lightning, tracker.transformers\n"
+        "print('OK', tracker.lightning.GpuKpiCallback.__name__, "
+        "tracker.transformers.GpuKpiCallback.__name__, RunStore.__name__)"
+    )
     p = fresh_python(code)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "OK GpuKpiCallback GpuKpiCallback RunStore" in p.stdout

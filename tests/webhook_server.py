@@ -40,8 +40,10 @@ class Hook:
 
 
 @contextmanager
-def webhook_server(answers: Sequence[tuple[int, Mapping[str, str]]] = (),
-                   path: str = "/services/T000/B000/secret-token") -> Iterator[Hook]:
+def webhook_server(
+    answers: Sequence[tuple[int, Mapping[str, str]]] = (),
+    path: str = "/services/T000/B000/secret-token",
+) -> Iterator[Hook]:
     """A server answering ``answers`` in turn, then 200; its ``url`` ends in ``path`` (the
     secret a webhook URL carries)."""
     lock = threading.Lock()
@@ -68,8 +70,7 @@ def webhook_server(answers: Sequence[tuple[int, Mapping[str, str]]] = (),
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    hook = Hook(url=f"http://127.0.0.1:{server.server_address[1]}{path}",
-                answers=list(answers))
+    hook = Hook(url=f"http://127.0.0.1:{server.server_address[1]}{path}", answers=list(answers))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

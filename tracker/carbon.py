@@ -33,8 +33,9 @@ class Carbon:
     def intensity_for(self, host: str) -> float:
         """g CO2e/kWh for ``host``: its first matching pattern's, else :attr:`g_per_kwh`."""
         name = host.lower()
-        return next((g for pattern, g in self.hosts if fnmatchcase(name, pattern.lower())),
-                    self.g_per_kwh)
+        return next(
+            (g for pattern, g in self.hosts if fnmatchcase(name, pattern.lower())), self.g_per_kwh
+        )
 
     def co2e_kg(self, energy_kwh: float | None, host: str = "") -> float | None:
         """kg CO2e of ``energy_kwh`` of GPU energy drawn on ``host``: energy × PUE × g/kWh ÷ 1000;

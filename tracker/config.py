@@ -74,11 +74,35 @@ from tracker.parsers import (
     whole,
 )
 
-__all__ = ["ENV_PREFIX", "FILE_SECTIONS", "SETTING_KEYS", "TRACKER_SECTIONS", "ConfigError",
-           "Errors", "Key", "Parser", "Sections", "Settings", "cadence", "checked_argument",
-           "choice", "config_path", "did_you_mean", "flag", "load_settings", "number",
-           "read_prices", "read_secret", "read_sections", "read_settings", "read_toml",
-           "read_tracker", "settings_from", "text", "whole"]
+__all__ = [
+    "ENV_PREFIX",
+    "FILE_SECTIONS",
+    "SETTING_KEYS",
+    "TRACKER_SECTIONS",
+    "ConfigError",
+    "Errors",
+    "Key",
+    "Parser",
+    "Sections",
+    "Settings",
+    "cadence",
+    "checked_argument",
+    "choice",
+    "config_path",
+    "did_you_mean",
+    "flag",
+    "load_settings",
+    "number",
+    "read_prices",
+    "read_secret",
+    "read_sections",
+    "read_settings",
+    "read_toml",
+    "read_tracker",
+    "settings_from",
+    "text",
+    "whole",
+]
 
 _THRESHOLD_KEYS = frozenset(f.name for f in dataclasses.fields(Thresholds))
 
@@ -124,8 +148,9 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-def read_sections(data: Mapping[str, Any], sections: Sections, env: Mapping[str, str],
-                  errors: Errors) -> dict[str, dict[str, Any]]:
+def read_sections(
+    data: Mapping[str, Any], sections: Sections, env: Mapping[str, str], errors: Errors
+) -> dict[str, dict[str, Any]]:
     """The parsed values of ``sections`` in a TOML document, each overridden by its variable.
     A key a section does not declare is an error (at the top level only other sections' names
     are allowed: the file is shared). A value in error is left out, keeping its default."""
@@ -140,8 +165,11 @@ def read_sections(data: Mapping[str, Any], sections: Sections, env: Mapping[str,
                 if k not in keys and k not in FILE_SECTIONS:
                     errors.unknown(k, k, {*keys, *FILE_SECTIONS})
         values = {k: v for k, v in table.items() if name or k in keys}
-        from_env = {k: ENV_PREFIX + key.env for k, key in keys.items()
-                    if key.env and env.get(ENV_PREFIX + key.env)}
+        from_env = {
+            k: ENV_PREFIX + key.env
+            for k, key in keys.items()
+            if key.env and env.get(ENV_PREFIX + key.env)
+        }
         values.update({k: env[var] for k, var in from_env.items()})
         parsed: dict[str, Any] = {}
         for k, value in values.items():
@@ -162,23 +190,39 @@ def _pct(low: float = 0.0) -> Parser:
 
 TRACKER_SECTIONS: Sections = {
     "": {"store": Key(text, "STORE"), "gpu": Key(text, "GPU")},
-    "tracker": {"interval_s": Key(number(0.01), "INTERVAL_S"),
-                "log_every_s": Key(cadence, "LOG_EVERY_S"),
-                "warmup_steps": Key(whole(0), "WARMUP_STEPS"),
-                "alert_window_s": Key(number(0), "ALERT_WINDOW_S"),
-                "print_summary": Key(flag, "PRINT_SUMMARY"),
-                "alert_webhook_file": Key(text, "ALERT_WEBHOOK_FILE")},
-    "thresholds": {"target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),
-                   "alert_util_pct": Key(_pct(), "ALERT_UTIL_PCT"),
-                   "underutilized_pct": Key(_pct(), "UNDERUTILIZED_PCT"),
-                   "underutilized_min_gpu_hours": Key(number(0), "UNDERUTILIZED_MIN_GPU_HOURS"),
-                   "idle_pct": Key(_pct(), "IDLE_PCT"),
-                   "idle_window_min": Key(whole(1, 7 * 24 * 60), "IDLE_WINDOW_MIN")},
+    "tracker": {
+        "interval_s": Key(number(0.01), "INTERVAL_S"),
+        "log_every_s": Key(cadence, "LOG_EVERY_S"),
+        "warmup_steps": Key(whole(0), "WARMUP_STEPS"),
+        "alert_window_s": Key(number(0), "ALERT_WINDOW_S"),
+        "print_summary": Key(flag, "PRINT_SUMMARY"),
+        "alert_webhook_file": Key(text, "ALERT_WEBHOOK_FILE"),
+    },
+    "thresholds": {
+        "target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),
+        "alert_util_pct": Key(_pct(), "ALERT_UTIL_PCT"),
+        "underutilized_pct": Key(_pct(), "UNDERUTILIZED_PCT"),
+        "underutilized_min_gpu_hours": Key(number(0), "UNDERUTILIZED_MIN_GPU_HOURS"),
+        "idle_pct": Key(_pct(), "IDLE_PCT"),
+        "idle_window_min": Key(whole(1, 7 * 24 * 60), "IDLE_WINDOW_MIN"),
+    },
 }
 """The tracker's keys; the file's other sections belong to the reports side."""
 
-FILE_SECTIONS = frozenset({*TRACKER_SECTIONS, "prices", "report", "service", "smtp", "recipients",
-                           "budgets", "owned", "carbon"} - {""})
+FILE_SECTIONS = frozenset(
+    {
+        *TRACKER_SECTIONS,
+        "prices",
+        "report",
+        "service",
+        "smtp",
+        "recipients",
+        "budgets",
+        "owned",
+        "carbon",
+    }
+    - {""}
+)
 """Every section the file may have, the reports side's too (the file is shared): any other
 top-level name is a misspelling (``[smpt]``, ``[[recipient]]``) and an error with the closest
 name, not a silently ignored table. ``tests/test_layers.py`` checks that the service declares
@@ -189,15 +233,19 @@ price = number(0, 10_000)
 that would overflow a week's sums)."""
 
 
-def read_prices(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> dict[str, float]:
+def read_prices(
+    data: Mapping[str, Any], env: Mapping[str, str], errors: Errors
+) -> dict[str, float]:
     """``[prices]`` (GPU model = USD per GPU-hour), then ``GPU_KPI_PRICE_<MODEL>``, model by model."""
     table = data.get("prices", {})
     if not isinstance(table, Mapping):
         errors.items.append("prices: expected a table of GPU model = USD per GPU-hour")
         table = {}
     out: dict[str, float] = {}
-    for key, value in [*((f"prices.{k}", v) for k, v in table.items()),
-                       *((k, v) for k, v in env.items() if k.startswith(ENV_PREFIX + "PRICE_"))]:
+    for key, value in [
+        *((f"prices.{k}", v) for k, v in table.items()),
+        *((k, v) for k, v in env.items() if k.startswith(ENV_PREFIX + "PRICE_")),
+    ]:
         usd = errors.parse(key, price, value)
         if usd is not None:
             out[key.removeprefix("prices.").removeprefix(ENV_PREFIX + "PRICE_")] = usd
@@ -205,13 +253,22 @@ def read_prices(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
 
 
 OWNED_KEYS: Mapping[str, Key] = {
-    "purchase_usd": Key(number(0, 1e7)), "life_years": Key(number(0.1, 100)),
-    "power_w": Key(number(0, 100_000)), "usd_per_kwh": Key(number(0, 100)),
-    "pue": Key(number(1, 10)), "gpus": Key(whole(1, 10_000_000)),
-    "rent_usd_per_gpu_hour": Key(price), "overhead_usd_per_year": Key(number(0, 1e7))}
+    "purchase_usd": Key(number(0, 1e7)),
+    "life_years": Key(number(0.1, 100)),
+    "power_w": Key(number(0, 100_000)),
+    "usd_per_kwh": Key(number(0, 100)),
+    "pue": Key(number(1, 10)),
+    "gpus": Key(whole(1, 10_000_000)),
+    "rent_usd_per_gpu_hour": Key(price),
+    "overhead_usd_per_year": Key(number(0, 1e7)),
+}
 """``[owned.<MODEL>]``'s keys (see :class:`tracker.owned.OwnedGpu`); no variables."""
-_OWNED_REQUIRED = {"purchase_usd": "the price paid per GPU", "life_years": "the service life",
-                   "power_w": "the average draw per GPU", "usd_per_kwh": "the electricity price"}
+_OWNED_REQUIRED = {
+    "purchase_usd": "the price paid per GPU",
+    "life_years": "the service life",
+    "power_w": "the average draw per GPU",
+    "usd_per_kwh": "the electricity price",
+}
 
 
 def read_owned(data: Mapping[str, Any], errors: Errors) -> dict[str, OwnedGpu]:
@@ -225,8 +282,11 @@ def read_owned(data: Mapping[str, Any], errors: Errors) -> dict[str, OwnedGpu]:
     for model, table in tables.items():
         name = f"owned.{model}"
         found = read_sections({name: table}, {name: OWNED_KEYS}, {}, errors)[name]
-        errors.items += [f"{name}.{k}: missing ({what})" for k, what in _OWNED_REQUIRED.items()
-                         if isinstance(table, Mapping) and k not in table]
+        errors.items += [
+            f"{name}.{k}: missing ({what})"
+            for k, what in _OWNED_REQUIRED.items()
+            if isinstance(table, Mapping) and k not in table
+        ]
         if set(_OWNED_REQUIRED) <= set(found):
             out[model] = OwnedGpu(model=model, **found)
     from tracker.prices import canonical_gpu
@@ -235,16 +295,19 @@ def read_owned(data: Mapping[str, Any], errors: Errors) -> dict[str, OwnedGpu]:
     for model in out:
         key = canonical_gpu(model) or " ".join(model.upper().split())
         if key in seen:
-            errors.items.append(f"owned.{model}: the same GPU model ({key}) as "
-                                f"owned.{seen[key]}: describe each owned model once")
+            errors.items.append(
+                f"owned.{model}: the same GPU model ({key}) as "
+                f"owned.{seen[key]}: describe each owned model once"
+            )
         seen.setdefault(key, model)
     return out
 
 
 GRID = number(0, 10_000)
 """g CO2e/kWh: the dirtiest grids are ~1,000."""
-CARBON_SECTION: Sections = {"carbon": {"g_per_kwh": Key(GRID, "CARBON_G_PER_KWH"),
-                                       "pue": Key(number(1, 10), "CARBON_PUE")}}
+CARBON_SECTION: Sections = {
+    "carbon": {"g_per_kwh": Key(GRID, "CARBON_G_PER_KWH"), "pue": Key(number(1, 10), "CARBON_PUE")}
+}
 """``[carbon]``'s scalar keys; its ``hosts`` table is read by :func:`read_carbon`."""
 
 
@@ -253,13 +316,18 @@ def read_carbon(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
     ``[carbon.hosts]``: host glob = g CO2e/kWh, in file order, from the file only."""
     table = data.get("carbon", {})
     hosts = table.get("hosts", {}) if isinstance(table, Mapping) else {}
-    scalars = {k: v for k, v in table.items() if k != "hosts"} if isinstance(table, Mapping) else table
+    scalars = (
+        {k: v for k, v in table.items() if k != "hosts"} if isinstance(table, Mapping) else table
+    )
     found = read_sections({"carbon": scalars}, CARBON_SECTION, env, errors)["carbon"]
     if not isinstance(hosts, Mapping):
         errors.items.append("carbon.hosts: expected a table of host pattern = g CO2e/kWh")
         hosts = {}
-    pairs = [(pattern, g) for pattern, v in hosts.items()
-             if (g := errors.parse(f"carbon.hosts.{pattern}", GRID, v)) is not None]
+    pairs = [
+        (pattern, g)
+        for pattern, v in hosts.items()
+        if (g := errors.parse(f"carbon.hosts.{pattern}", GRID, v)) is not None
+    ]
     return Carbon(**found, hosts=tuple(pairs))
 
 
@@ -269,16 +337,25 @@ def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors
     webhook = env.get(ENV_PREFIX + "ALERT_WEBHOOK", "").strip() or None
     if webhook is None and (path := found["tracker"].get("alert_webhook_file")):
         webhook = read_secret("tracker.alert_webhook_file", path, errors)
-    return Settings(**found[""], **found["tracker"], alert_webhook=webhook,
-                    thresholds=Thresholds(**found["thresholds"]),
-                    prices=read_prices(data, env, errors), owned=read_owned(data, errors),
-                    carbon=read_carbon(data, env, errors))
+    return Settings(
+        **found[""],
+        **found["tracker"],
+        alert_webhook=webhook,
+        thresholds=Thresholds(**found["thresholds"]),
+        prices=read_prices(data, env, errors),
+        owned=read_owned(data, errors),
+        carbon=read_carbon(data, env, errors),
+    )
 
 
 SETTING_KEYS = {k: key.parse for keys in TRACKER_SECTIONS.values() for k, key in keys.items()}
 """The tracker's settings by name, with their parsers."""
-_ARGUMENTS = {"price_per_gpu_hour": price, "flops_per_step": number(0), "nodes": whole(1),
-              **SETTING_KEYS}
+_ARGUMENTS = {
+    "price_per_gpu_hour": price,
+    "flops_per_step": number(0),
+    "nodes": whole(1),
+    **SETTING_KEYS,
+}
 
 
 def checked_argument(name: str, value: Any) -> Any:
@@ -291,7 +368,8 @@ def checked_argument(name: str, value: Any) -> Any:
         import logging
 
         logging.getLogger("gpu_kpi").warning(
-            "gpu-kpi: ignoring %s: %s; using its default instead", name, e)
+            "gpu-kpi: ignoring %s: %s; using its default instead", name, e
+        )
         return None
 
 
@@ -333,8 +411,10 @@ def read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"config file {path}: {one_line(str(e))}") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
-                          f"at offset {e.start})") from None
+        raise ConfigError(
+            f"config file {path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} "
+            f"at offset {e.start})"
+        ) from None
     except RecursionError:
         raise ConfigError(f"config file {path}: nested too deeply") from None
     except MemoryError:
@@ -345,16 +425,18 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def load_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
-                  **overrides: Any) -> Settings:
+def load_settings(
+    path: str | Path | None = None, *, env: Mapping[str, str] | None = None, **overrides: Any
+) -> Settings:
     """Defaults < TOML file < environment < ``overrides`` (None values are ignored)."""
     env = os.environ if env is None else env
     file = Path(path) if path is not None else config_path(env)
     return settings_from(read_toml(file) if file is not None else {}, env, **overrides)
 
 
-def read_settings(path: str | Path | None = None, *,
-                  env: Mapping[str, str] | None = None) -> Settings:
+def read_settings(
+    path: str | Path | None = None, *, env: Mapping[str, str] | None = None
+) -> Settings:
     """The tracker's settings for a training run, which a config error must not stop or
     misdirect: every valid value is used and each bad one (a misspelt section of the shared file
     too) keeps its default, with one warning; a file that cannot be read at all means the
@@ -371,8 +453,9 @@ def read_settings(path: str | Path | None = None, *,
         data = {}
     settings = read_tracker(data, env, errors)
     if errors.items:
-        logging.getLogger("gpu_kpi").warning("gpu-kpi: config: %s; using the other settings",
-                                             "; ".join(errors.items))
+        logging.getLogger("gpu_kpi").warning(
+            "gpu-kpi: config: %s; using the other settings", "; ".join(errors.items)
+        )
     return settings
 
 

@@ -80,8 +80,9 @@ def waste_share(util_pct: N, target_util_pct: float, idle_share: N | float = 0.0
     return idle_share + (1.0 - idle_share) * (shortfall + abs(shortfall)) / 2.0
 
 
-def waste_usd(spend: float, util_pct: float | None, target_util_pct: float, *,
-              idle_share: float = 0.0) -> float:
+def waste_usd(
+    spend: float, util_pct: float | None, target_util_pct: float, *, idle_share: float = 0.0
+) -> float:
     """Recoverable waste of one GPU's spend: ``idle_share`` of it in full, the rest at
     ``util_pct`` (of the time not idle) by the target rule. The rest counts 0 when its
     utilization is unknown (no data is never waste)."""
@@ -123,24 +124,38 @@ class RunCost:
     idle_usd: float
 
 
-def run_cost(*, gpu_hours_each: float, gpus: list[GpuUse], gpu_count: int,
-             usd_per_gpu_hour: float, target_util_pct: float) -> RunCost:
+def run_cost(
+    *,
+    gpu_hours_each: float,
+    gpus: list[GpuUse],
+    gpu_count: int,
+    usd_per_gpu_hour: float,
+    target_util_pct: float,
+) -> RunCost:
     """A run's spend, waste and idle $: ``gpu_count`` GPUs for ``gpu_hours_each`` hours each,
     ``gpus`` the use of each GPU that was sampled."""
     each = spend_usd(gpu_hours_each, usd_per_gpu_hour)
     span_s = 3600.0 * gpu_hours_each
-    return RunCost(spend_usd=gpu_count * each,
-                   waste_usd=sum(waste_usd(each, g.busy_util_pct(), target_util_pct,
-                                           idle_share=g.idle_share(span_s)) for g in gpus),
-                   idle_usd=idle_usd(sum(g.idle_s for g in gpus), usd_per_gpu_hour))
+    return RunCost(
+        spend_usd=gpu_count * each,
+        waste_usd=sum(
+            waste_usd(each, g.busy_util_pct(), target_util_pct, idle_share=g.idle_share(span_s))
+            for g in gpus
+        ),
+        idle_usd=idle_usd(sum(g.idle_s for g in gpus), usd_per_gpu_hour),
+    )
 
 
 NEAR = 1e-6
 """A window sum this close to the limit is decided exactly (math.fsum), by both rules."""
 
 
-def idle_flags(values: Sequence[float | None], threshold_pct: float, window: int,
-               minutes: Sequence[int] | None = None) -> list[bool]:
+def idle_flags(
+    values: Sequence[float | None],
+    threshold_pct: float,
+    window: int,
+    minutes: Sequence[int] | None = None,
+) -> list[bool]:
     """Which rows are idle: the row's own value is under ``threshold_pct`` and it lies in some
     ``window``-row stretch of known values averaging under it. None (no value) is never idle
     and breaks a stretch, and so does a missing minute when ``minutes`` (each row's epoch
@@ -161,11 +176,12 @@ def idle_flags(values: Sequence[float | None], threshold_pct: float, window: int
     for end in range(window - 1, n):
         start = end - window + 1
         if nones[end + 1] != nones[start] or (
-                minutes is not None and minutes[end] - minutes[start] != window - 1):
+            minutes is not None and minutes[end] - minutes[start] != window - 1
+        ):
             continue
         approx = sums[end + 1] - sums[start]
         if abs(approx - limit) <= NEAR + 1e-15 * abs(sums[end + 1]):
-            qualifies[end] = math.fsum(u[start:end + 1]) / window < threshold_pct
+            qualifies[end] = math.fsum(u[start : end + 1]) / window < threshold_pct
         else:
             qualifies[end] = approx < limit
     # row j is covered when a qualifying window ends in [j, j + window - 1]
@@ -198,8 +214,9 @@ class IdleDetector:
     def __post_init__(self) -> None:
         self._recent = deque(maxlen=self.window)
 
-    def add_minute(self, util_pct: float | None, covered_s: float,
-                   minute: int | None = None) -> None:
+    def add_minute(
+        self, util_pct: float | None, covered_s: float, minute: int | None = None
+    ) -> None:
         """The next minute of the GPU; ``minute`` (epoch minutes), when given, tells a minute
         with no row before it."""
         if minute is not None:

@@ -10,25 +10,33 @@ from dataclasses import dataclass
 
 from tracker.cost import Thresholds
 
-VERDICTS = ("idle", "input-bound", "communication-bound", "small-batch", "low-efficiency",
-            "below-target", "healthy", "unknown")
+VERDICTS = (
+    "idle",
+    "input-bound",
+    "communication-bound",
+    "small-batch",
+    "low-efficiency",
+    "below-target",
+    "healthy",
+    "unknown",
+)
 
 ADVICE: dict[str, str] = {
     "idle": "The GPUs sat allocated but idle: release them (stop the job, shrink the "
-            "reservation) instead of holding them.",
+    "reservation) instead of holding them.",
     "input-bound": "The loop waits for data: use 4-8 DataLoader workers per GPU, pin_memory=True, "
-                   "prefetch_factor, faster storage, and move transforms to the GPU.",
+    "prefetch_factor, faster storage, and move transforms to the GPU.",
     "communication-bound": "Ranks wait for each other: overlap communication with compute, tune "
-                           "DDP bucket sizes, sync less often, and check the interconnect.",
+    "DDP bucket sizes, sync less often, and check the interconnect.",
     "small-batch": "Kernels are too small to fill the GPU: raise the batch size (or use gradient "
-                   "accumulation), and cut launch overhead with CUDA graphs or torch.compile.",
+    "accumulation), and cut launch overhead with CUDA graphs or torch.compile.",
     "low-efficiency": "The GPU is busy but does little math per second: train in bf16/fp16, use "
-                      "fused kernels (FlashAttention), and make matmuls larger.",
+    "fused kernels (FlashAttention), and make matmuls larger.",
     "below-target": "Utilization is under target with no single cause: profile a few steps "
-                    "(torch.profiler) and look for host syncs (.item(), .cpu()), logging and I/O.",
+    "(torch.profiler) and look for host syncs (.item(), .cpu()), logging and I/O.",
     "healthy": "",
     "unknown": "No GPU data was collected (NVML missing or no GPU): nothing to judge. "
-               "Install nvidia-ml-py and check the driver.",
+    "Install nvidia-ml-py and check the driver.",
 }
 
 
@@ -87,45 +95,74 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
         (gpu_s > 0 and e.idle_gpu_s >= 0.5 * gpu_s)
         or (e.util_pct < t.idle_pct and e.duration_s >= t.idle_window_s)
     ):
-        return verdict("idle", "critical",
-                       f"utilization {e.util_pct:.0f}%, under {t.idle_pct:.0f}% for "
-                       f"{max(e.idle_gpu_s / max(e.gpu_count, 1), e.duration_s) / 60:.0f} min")
+        return verdict(
+            "idle",
+            "critical",
+            f"utilization {e.util_pct:.0f}%, under {t.idle_pct:.0f}% for "
+            f"{max(e.idle_gpu_s / max(e.gpu_count, 1), e.duration_s) / 60:.0f} min",
+        )
     if e.data_wait_pct is not None and e.data_wait_pct >= lim.input_wait_pct:
         severity = "critical" if e.data_wait_pct >= lim.input_wait_critical_pct else "warning"
-        return verdict("input-bound", severity,
-                       f"{e.data_wait_pct:.0f}% of step time spent waiting for data")
+        return verdict(
+            "input-bound", severity, f"{e.data_wait_pct:.0f}% of step time spent waiting for data"
+        )
     if e.util_pct is None:
         return verdict("unknown", "unknown", "no GPU data")
     below = e.util_pct < t.target_util_pct
-    if (below and e.gpu_count > 1 and e.rank_spread_pct is not None
-            and e.rank_spread_pct >= lim.rank_spread_pct):
-        return verdict("communication-bound", "warning",
-                       f"step time differs by {e.rank_spread_pct:.0f}% across ranks at "
-                       f"{e.util_pct:.0f}% utilization")
-    if (below and (e.mem_used_pct is None or e.mem_used_pct < lim.small_batch_mem_pct)
-            and (e.step_time_ms is None or e.step_time_ms < lim.small_batch_step_ms)):
+    if (
+        below
+        and e.gpu_count > 1
+        and e.rank_spread_pct is not None
+        and e.rank_spread_pct >= lim.rank_spread_pct
+    ):
+        return verdict(
+            "communication-bound",
+            "warning",
+            f"step time differs by {e.rank_spread_pct:.0f}% across ranks at "
+            f"{e.util_pct:.0f}% utilization",
+        )
+    if (
+        below
+        and (e.mem_used_pct is None or e.mem_used_pct < lim.small_batch_mem_pct)
+        and (e.step_time_ms is None or e.step_time_ms < lim.small_batch_step_ms)
+    ):
         mem = f", {e.mem_used_pct:.0f}% of memory" if e.mem_used_pct is not None else ""
-        return verdict("small-batch", "critical" if e.util_pct < t.underutilized_pct else "warning",
-                       f"utilization {e.util_pct:.0f}%{mem}")
+        return verdict(
+            "small-batch",
+            "critical" if e.util_pct < t.underutilized_pct else "warning",
+            f"utilization {e.util_pct:.0f}%{mem}",
+        )
     if e.util_pct >= t.alert_util_pct:
         if e.sm_active_pct is not None and e.sm_active_pct < lim.low_sm_active_pct:
-            return verdict("low-efficiency", "warning",
-                           f"utilization {e.util_pct:.0f}% but SM activity "
-                           f"{e.sm_active_pct:.0f}%")
+            return verdict(
+                "low-efficiency",
+                "warning",
+                f"utilization {e.util_pct:.0f}% but SM activity {e.sm_active_pct:.0f}%",
+            )
         if e.mfu is not None and e.mfu < lim.low_mfu:
-            return verdict("low-efficiency", "warning",
-                           f"utilization {e.util_pct:.0f}% but MFU {e.mfu:.2f}")
+            return verdict(
+                "low-efficiency", "warning", f"utilization {e.util_pct:.0f}% but MFU {e.mfu:.2f}"
+            )
     if not below:
         return verdict("healthy", "ok", f"utilization {e.util_pct:.0f}%")
-    return verdict("below-target", "critical" if e.util_pct < t.underutilized_pct else "warning",
-                   f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)")
+    return verdict(
+        "below-target",
+        "critical" if e.util_pct < t.underutilized_pct else "warning",
+        f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)",
+    )
 
 
-def idle_alert(run: str, idle_gpus: int, gpus: int, t: Thresholds,
-               usd_per_gpu_hour: float | None) -> str:
+def idle_alert(
+    run: str, idle_gpus: int, gpus: int, t: Thresholds, usd_per_gpu_hour: float | None
+) -> str:
     """The live idle alert's text: which GPUs, how long, and the dollars an hour they burn."""
     which = "its GPU has" if gpus == 1 else f"{idle_gpus} of its {gpus} GPUs have"
-    burning = (f"burning ${usd_per_gpu_hour * idle_gpus:,.2f}/h" if usd_per_gpu_hour is not None
-               else "burning GPU-hours (no price known)")
-    return (f"run {run}: {which} been under {t.idle_pct:g}% utilization for "
-            f"{t.idle_window_min} min, {burning}. {ADVICE['idle']}")
+    burning = (
+        f"burning ${usd_per_gpu_hour * idle_gpus:,.2f}/h"
+        if usd_per_gpu_hour is not None
+        else "burning GPU-hours (no price known)"
+    )
+    return (
+        f"run {run}: {which} been under {t.idle_pct:g}% utilization for "
+        f"{t.idle_window_min} min, {burning}. {ADVICE['idle']}"
+    )

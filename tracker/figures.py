@@ -38,8 +38,13 @@ def weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float |
     return mean(tw.last for tw in tws)
 
 
-def gpu_metrics(window: Mapping[str, GpuStats], last: Mapping[str, GpuReading],
-                per_gpu: Sequence[GpuInfo] = (), *, run: bool = False) -> dict[str, float]:
+def gpu_metrics(
+    window: Mapping[str, GpuStats],
+    last: Mapping[str, GpuReading],
+    per_gpu: Sequence[GpuInfo] = (),
+    *,
+    run: bool = False,
+) -> dict[str, float]:
     """``gpu/*`` of one log window: ``window`` the GPUs' aggregates since the last log,
     ``last`` their latest readings, ``per_gpu`` the GPUs to report one by one too. ``run``:
     ``window`` is the whole run's, for its summary: power is the run's mean draw and the
@@ -68,28 +73,37 @@ def gpu_metrics(window: Mapping[str, GpuStats], last: Mapping[str, GpuReading],
     return {k: v for k, v in out.items() if v is not None}
 
 
-def window_metrics(steps: StepCounter, fig: Mapping[str, float | None], *,
-                   peak_tflops: float | None, gpu_count: int,
-                   usd_per_gpu_hour: float | None,
-                   co2e_kg_per_kwh: float | None = None) -> dict[str, float]:
+def window_metrics(
+    steps: StepCounter,
+    fig: Mapping[str, float | None],
+    *,
+    peak_tflops: float | None,
+    gpu_count: int,
+    usd_per_gpu_hour: float | None,
+    co2e_kg_per_kwh: float | None = None,
+) -> dict[str, float]:
     """``perf/*``, ``cost/*``, ``gpu/energy_kwh`` and ``gpu/co2e_kg`` of one log window:
     ``steps`` counted over the window, ``fig`` the run's :func:`run_figures` so far,
     ``co2e_kg_per_kwh`` the kg CO2e of a kWh of GPU energy here (PUE × grid intensity)."""
     out: dict[str, float | None] = {
-        "perf/step_time_ms": steps.step_time_ms, "perf/data_wait_pct": steps.data_wait_pct,
+        "perf/step_time_ms": steps.step_time_ms,
+        "perf/data_wait_pct": steps.data_wait_pct,
         "perf/samples_per_s": steps.rate(steps.samples),
-        "perf/tokens_per_s": steps.rate(steps.tokens)}
+        "perf/tokens_per_s": steps.rate(steps.tokens),
+    }
     flops_per_s = steps.rate(steps.flops)
     if flops_per_s is not None:
         out["perf/tflops"] = flops_per_s / 1e12
         out["perf/mfu"] = mfu(flops_per_s, peak_tflops, gpu_count)
     energy = out["gpu/energy_kwh"] = fig["energy_kwh"]
-    out["gpu/co2e_kg"] = (energy * co2e_kg_per_kwh
-                          if energy is not None and co2e_kg_per_kwh is not None else None)
+    out["gpu/co2e_kg"] = (
+        energy * co2e_kg_per_kwh if energy is not None and co2e_kg_per_kwh is not None else None
+    )
     cost = fig["cost_usd"]
     out["cost/usd"] = cost
-    out["cost/usd_per_hour"] = (usd_per_gpu_hour * gpu_count
-                                if usd_per_gpu_hour is not None and gpu_count else None)
+    out["cost/usd_per_hour"] = (
+        usd_per_gpu_hour * gpu_count if usd_per_gpu_hour is not None and gpu_count else None
+    )
     out["cost/waste_usd"] = fig["waste_usd"]
     samples, tokens = fig["samples"], fig["tokens"]
     if cost is not None:
@@ -107,11 +121,19 @@ def gpu_use(stats: GpuStats, idle_s: float = 0.0, idle_util_s: float = 0.0) -> G
     return GpuUse(known_s=1.0, util_s=tw.last)
 
 
-def run_figures(*, duration_s: float, gpu_count: int, stats: Sequence[GpuStats],
-                idle: Sequence[tuple[float, float]] = (), usd_per_gpu_hour: float | None,
-                thresholds: Thresholds,
-                total: StepCounter, steps: int, samples: float,
-                tokens: float) -> dict[str, float | None]:
+def run_figures(
+    *,
+    duration_s: float,
+    gpu_count: int,
+    stats: Sequence[GpuStats],
+    idle: Sequence[tuple[float, float]] = (),
+    usd_per_gpu_hour: float | None,
+    thresholds: Thresholds,
+    total: StepCounter,
+    steps: int,
+    samples: float,
+    tokens: float,
+) -> dict[str, float | None]:
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
     ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``idle``
     each one's idle seconds and Σ util × idle seconds (in the order of ``stats``), ``total``
@@ -121,58 +143,101 @@ def run_figures(*, duration_s: float, gpu_count: int, stats: Sequence[GpuStats],
     idle_gpu_s = sum(i[0] for i in idle_each)
     cost = waste = idle_cost = None
     if usd_per_gpu_hour is not None and gpu_count:
-        c = run_cost(gpu_hours_each=hours, gpu_count=gpu_count, usd_per_gpu_hour=usd_per_gpu_hour,
-                     gpus=[gpu_use(s, *i) for s, i in zip(stats, idle_each, strict=False)],
-                     target_util_pct=thresholds.target_util_pct)
+        c = run_cost(
+            gpu_hours_each=hours,
+            gpu_count=gpu_count,
+            usd_per_gpu_hour=usd_per_gpu_hour,
+            gpus=[gpu_use(s, *i) for s, i in zip(stats, idle_each, strict=False)],
+            target_util_pct=thresholds.target_util_pct,
+        )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
     return {
-        "gpu_count": float(gpu_count), "gpu_hours": gpu_count * hours,
-        "util_pct": weighted_util(stats), "sm_active_pct": weighted_util(stats, "sm_active_pct"),
-        "mem_peak_gib": max((s.mem_peak_gib for s in stats if s.mem_peak_gib is not None),
-                            default=None),
+        "gpu_count": float(gpu_count),
+        "gpu_hours": gpu_count * hours,
+        "util_pct": weighted_util(stats),
+        "sm_active_pct": weighted_util(stats, "sm_active_pct"),
+        "mem_peak_gib": max(
+            (s.mem_peak_gib for s in stats if s.mem_peak_gib is not None), default=None
+        ),
         "mem_total_gib": mean(s.mem_total_gib for s in stats),
         "energy_kwh": j_to_kwh(sum(energies)) if energies else None,
-        "steps": float(steps), "samples": float(samples), "tokens": float(tokens),
-        "samples_per_s": total.rate(total.samples), "tokens_per_s": total.rate(total.tokens),
-        "flops_per_s": total.rate(total.flops), "data_wait_pct": total.data_wait_pct,
+        "steps": float(steps),
+        "samples": float(samples),
+        "tokens": float(tokens),
+        "samples_per_s": total.rate(total.samples),
+        "tokens_per_s": total.rate(total.tokens),
+        "flops_per_s": total.rate(total.flops),
+        "data_wait_pct": total.data_wait_pct,
         "step_time_ms": total.step_time_ms,
-        "cost_usd": cost, "waste_usd": waste, "idle_usd": idle_cost, "idle_gpu_s": idle_gpu_s,
+        "cost_usd": cost,
+        "waste_usd": waste,
+        "idle_usd": idle_cost,
+        "idle_gpu_s": idle_gpu_s,
     }
 
 
-def evidence(fig: Mapping[str, float | None], *, duration_s: float, run_mfu: float | None,
-             rank_spread_pct: float | None) -> Evidence:
+def evidence(
+    fig: Mapping[str, float | None],
+    *,
+    duration_s: float,
+    run_mfu: float | None,
+    rank_spread_pct: float | None,
+) -> Evidence:
     """What the diagnosis judges, from :func:`run_figures` (of one process or every rank)."""
     mem_peak, mem_total = fig["mem_peak_gib"], fig["mem_total_gib"]
     return Evidence(
-        util_pct=fig["util_pct"], duration_s=duration_s, gpu_count=int(fig["gpu_count"] or 0),
-        idle_gpu_s=fig["idle_gpu_s"] or 0.0, sm_active_pct=fig["sm_active_pct"],
+        util_pct=fig["util_pct"],
+        duration_s=duration_s,
+        gpu_count=int(fig["gpu_count"] or 0),
+        idle_gpu_s=fig["idle_gpu_s"] or 0.0,
+        sm_active_pct=fig["sm_active_pct"],
         mem_used_pct=100 * mem_peak / mem_total if mem_peak is not None and mem_total else None,
-        data_wait_pct=fig["data_wait_pct"], step_time_ms=fig["step_time_ms"], mfu=run_mfu,
-        rank_spread_pct=rank_spread_pct)
+        data_wait_pct=fig["data_wait_pct"],
+        step_time_ms=fig["step_time_ms"],
+        mfu=run_mfu,
+        rank_spread_pct=rank_spread_pct,
+    )
 
 
-def record_fields(fig: Mapping[str, float | None], *, duration_s: float,
-                  peak_tflops: float | None, rank_spread_pct: float | None,
-                  thresholds: Thresholds) -> dict[str, Any]:
+def record_fields(
+    fig: Mapping[str, float | None],
+    *,
+    duration_s: float,
+    peak_tflops: float | None,
+    rank_spread_pct: float | None,
+    thresholds: Thresholds,
+) -> dict[str, Any]:
     """The run record's figures, MFU and verdict from :func:`run_figures` (of one process, or
     every rank's combined): the :class:`tracker.record.RunRecord` fields they fill."""
     n = int(fig["gpu_count"] or 0)
     flops_per_s = fig["flops_per_s"]
     run_mfu = mfu(flops_per_s, peak_tflops, n) if flops_per_s else None
-    verdict = diagnose(evidence(fig, duration_s=duration_s, run_mfu=run_mfu,
-                                rank_spread_pct=rank_spread_pct), thresholds)
+    verdict = diagnose(
+        evidence(fig, duration_s=duration_s, run_mfu=run_mfu, rank_spread_pct=rank_spread_pct),
+        thresholds,
+    )
 
     def count(key: str) -> int | None:
         return int(v) if (v := fig[key]) else None
 
     return {
-        "gpu_count": n, "gpu_hours": fig["gpu_hours"] or 0.0, "util_pct": fig["util_pct"],
-        "sm_active_pct": fig["sm_active_pct"], "mem_peak_gib": fig["mem_peak_gib"],
-        "mem_total_gib": fig["mem_total_gib"], "energy_kwh": fig["energy_kwh"],
-        "samples": count("samples"), "tokens": count("tokens"),
-        "samples_per_s": fig["samples_per_s"], "tokens_per_s": fig["tokens_per_s"],
-        "mfu": run_mfu, "data_wait_pct": fig["data_wait_pct"], "cost_usd": fig["cost_usd"],
-        "waste_usd": fig["waste_usd"], "idle_usd": fig["idle_usd"],
-        "verdict": verdict.verdict, "advice": verdict.advice or None}
+        "gpu_count": n,
+        "gpu_hours": fig["gpu_hours"] or 0.0,
+        "util_pct": fig["util_pct"],
+        "sm_active_pct": fig["sm_active_pct"],
+        "mem_peak_gib": fig["mem_peak_gib"],
+        "mem_total_gib": fig["mem_total_gib"],
+        "energy_kwh": fig["energy_kwh"],
+        "samples": count("samples"),
+        "tokens": count("tokens"),
+        "samples_per_s": fig["samples_per_s"],
+        "tokens_per_s": fig["tokens_per_s"],
+        "mfu": run_mfu,
+        "data_wait_pct": fig["data_wait_pct"],
+        "cost_usd": fig["cost_usd"],
+        "waste_usd": fig["waste_usd"],
+        "idle_usd": fig["idle_usd"],
+        "verdict": verdict.verdict,
+        "advice": verdict.advice or None,
+    }

@@ -13,8 +13,9 @@ from __future__ import annotations
 try:
     from lightning.pytorch import Callback
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("the Lightning callback needs the lightning package: "
-                      "pip install 'gpu-kpi[lightning]'") from e
+    raise ImportError(
+        "the Lightning callback needs the lightning package: pip install 'gpu-kpi[lightning]'"
+    ) from e
 
 from tracker.integrations.lightning_hooks import LightningHooks
 

@@ -61,8 +61,11 @@ class Amortized:
 
     @property
     def usd_per_gpu_hour(self) -> float:
-        return self.capital_usd_per_gpu_hour + self.overhead_usd_per_gpu_hour + \
-            self.power_usd_per_gpu_hour
+        return (
+            self.capital_usd_per_gpu_hour
+            + self.overhead_usd_per_gpu_hour
+            + self.power_usd_per_gpu_hour
+        )
 
     def label(self) -> str:
         """How the rate was made, for a report: ``owned: $30,000 over 4 y + 0.70 kW ×
@@ -70,17 +73,21 @@ class Amortized:
         o = self.owned
         overhead = f" + ${o.overhead_usd_per_year:,.0f}/y" if o.overhead_usd_per_year else ""
         pue = f" × PUE {o.pue:g}" if o.pue != 1 else ""
-        return (f"owned: ${o.purchase_usd:,.0f} over {o.life_years:g} y{overhead}"
-                f" + {o.power_w / W_PER_KW:.2f} kW × ${o.usd_per_kwh:.2f}/kWh{pue}"
-                f" = ${self.usd_per_gpu_hour:.3f}/GPU-h")
+        return (
+            f"owned: ${o.purchase_usd:,.0f} over {o.life_years:g} y{overhead}"
+            f" + {o.power_w / W_PER_KW:.2f} kW × ${o.usd_per_kwh:.2f}/kWh{pue}"
+            f" = ${self.usd_per_gpu_hour:.3f}/GPU-h"
+        )
 
 
 def amortize(o: OwnedGpu) -> Amortized:
     """purchase ÷ (life × 8766 h) + overhead ÷ 8766 h + kW × $/kWh × PUE, per GPU-hour."""
-    return Amortized(owned=o,
-                     capital_usd_per_gpu_hour=o.purchase_usd / (o.life_years * HOURS_PER_YEAR),
-                     overhead_usd_per_gpu_hour=o.overhead_usd_per_year / HOURS_PER_YEAR,
-                     power_usd_per_gpu_hour=o.power_w / W_PER_KW * o.usd_per_kwh * o.pue)
+    return Amortized(
+        owned=o,
+        capital_usd_per_gpu_hour=o.purchase_usd / (o.life_years * HOURS_PER_YEAR),
+        overhead_usd_per_gpu_hour=o.overhead_usd_per_year / HOURS_PER_YEAR,
+        power_usd_per_gpu_hour=o.power_w / W_PER_KW * o.usd_per_kwh * o.pue,
+    )
 
 
 def amortized_usd_per_gpu_hour(o: OwnedGpu) -> float:
@@ -95,8 +102,9 @@ def owned_prices(owned: Mapping[str, OwnedGpu]) -> dict[str, float]:
 def rent_rate(o: OwnedGpu, table_usd_per_gpu_hour: float | None) -> float | None:
     """The rental rate to compare with: the configured one, else the rental table's (not the
     table with :func:`owned_prices` merged in); None when neither is known."""
-    return o.rent_usd_per_gpu_hour if o.rent_usd_per_gpu_hour is not None \
-        else table_usd_per_gpu_hour
+    return (
+        o.rent_usd_per_gpu_hour if o.rent_usd_per_gpu_hour is not None else table_usd_per_gpu_hour
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,27 +139,44 @@ class RentVsOwn:
     def sentence(self, period: str = "this week") -> str:
         """One line for a report."""
         rate = f"amortized ${self.amortized_usd_per_gpu_hour:.3f}/GPU-h"
-        rented = (f"renting the {self.gpu_hours:,.0f} GPU-hours used at "
-                  f"${self.rent_usd_per_gpu_hour:.2f} would cost ${self.rented_usd:,.0f}")
+        rented = (
+            f"renting the {self.gpu_hours:,.0f} GPU-hours used at "
+            f"${self.rent_usd_per_gpu_hour:.2f} would cost ${self.rented_usd:,.0f}"
+        )
         if self.break_even_allocation_pct > 100:
             even = "At this rent owning never pays, even with every owned hour in use"
         else:
-            even = f"Owning breaks even at {self.break_even_allocation_pct:.0f}% of owned hours in use"
+            even = (
+                f"Owning breaks even at {self.break_even_allocation_pct:.0f}% of owned hours in use"
+            )
         if self.allocation_pct is None:
-            return (f"Owned {self.model} (fleet size unknown): ${self.owned_usd:,.0f} {period} "
-                    f"for the hours used ({rate}); {rented}. {even}; set gpus in its [owned] table "
-                    "to compare.")
-        return (f"{self.gpus} owned {self.model}: ${self.owned_usd:,.0f} {period} ({rate}); "
-                f"{rented}. {even}; {period} {self.allocation_pct:.0f}%.")
+            return (
+                f"Owned {self.model} (fleet size unknown): ${self.owned_usd:,.0f} {period} "
+                f"for the hours used ({rate}); {rented}. {even}; set gpus in its [owned] table "
+                "to compare."
+            )
+        return (
+            f"{self.gpus} owned {self.model}: ${self.owned_usd:,.0f} {period} ({rate}); "
+            f"{rented}. {even}; {period} {self.allocation_pct:.0f}%."
+        )
 
 
-def rent_vs_own(*, model: str, gpu_hours: float, util_pct: float | None, hours_in_period: float,
-                owned: OwnedGpu, rent_usd_per_gpu_hour: float) -> RentVsOwn:
+def rent_vs_own(
+    *,
+    model: str,
+    gpu_hours: float,
+    util_pct: float | None,
+    hours_in_period: float,
+    owned: OwnedGpu,
+    rent_usd_per_gpu_hour: float,
+) -> RentVsOwn:
     """Owning ``owned`` versus renting the ``gpu_hours`` it served over a period of
     ``hours_in_period`` wall-clock hours (a week is 167, 168 or 169 with a DST change)."""
     if not hours_in_period > 0 or not gpu_hours >= 0 or not rent_usd_per_gpu_hour >= 0:
-        raise ValueError(f"rent_vs_own: hours_in_period > 0, gpu_hours >= 0 and a rent >= 0 "
-                         f"needed, got {hours_in_period!r}, {gpu_hours!r}, {rent_usd_per_gpu_hour!r}")
+        raise ValueError(
+            f"rent_vs_own: hours_in_period > 0, gpu_hours >= 0 and a rent >= 0 "
+            f"needed, got {hours_in_period!r}, {gpu_hours!r}, {rent_usd_per_gpu_hour!r}"
+        )
     rate = amortized_usd_per_gpu_hour(owned)
     if owned.gpus is not None:
         owned_hours = owned.gpus * hours_in_period
@@ -160,12 +185,26 @@ def rent_vs_own(*, model: str, gpu_hours: float, util_pct: float | None, hours_i
         owned_usd, allocation = gpu_hours * rate, None
     rented_usd = gpu_hours * rent_usd_per_gpu_hour
     # free owned hours pay at any allocation; free rent means owning never pays
-    even = (100.0 * rate / rent_usd_per_gpu_hour if rent_usd_per_gpu_hour
-            else 0.0 if rate == 0 else float("inf"))
-    return RentVsOwn(model=model, gpus=owned.gpus, gpu_hours=gpu_hours, util_pct=util_pct,
-                     hours_in_period=hours_in_period, amortized_usd_per_gpu_hour=rate,
-                     rent_usd_per_gpu_hour=rent_usd_per_gpu_hour, owned_usd=owned_usd,
-                     rented_usd=rented_usd, allocation_pct=allocation,
-                     break_even_allocation_pct=even, fleet_known=owned.gpus is not None,
-                     cheaper="rent" if rented_usd < owned_usd else "own",
-                     basis=amortize(owned).label())
+    even = (
+        100.0 * rate / rent_usd_per_gpu_hour
+        if rent_usd_per_gpu_hour
+        else 0.0
+        if rate == 0
+        else float("inf")
+    )
+    return RentVsOwn(
+        model=model,
+        gpus=owned.gpus,
+        gpu_hours=gpu_hours,
+        util_pct=util_pct,
+        hours_in_period=hours_in_period,
+        amortized_usd_per_gpu_hour=rate,
+        rent_usd_per_gpu_hour=rent_usd_per_gpu_hour,
+        owned_usd=owned_usd,
+        rented_usd=rented_usd,
+        allocation_pct=allocation,
+        break_even_allocation_pct=even,
+        fleet_known=owned.gpus is not None,
+        cheaper="rent" if rented_usd < owned_usd else "own",
+        basis=amortize(owned).label(),
+    )

@@ -30,6 +30,7 @@ def text(value: object) -> str:
 
 def number(low: float, high: float | None = None) -> Parser:
     """A finite number in [low, high]."""
+
     def parse(value: object) -> float:
         if isinstance(value, bool):
             raise ValueError(f"expected a number, got {value!r}")
@@ -41,6 +42,7 @@ def number(low: float, high: float | None = None) -> Parser:
             bounds = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
             raise ValueError(f"expected a number {bounds}, got {value!r}")
         return x
+
     return parse
 
 
@@ -60,6 +62,7 @@ def whole(low: int, high: int | None = None) -> Parser:
         if x != int(x):
             raise ValueError(f"expected a whole number, got {value!r}")
         return int(x)
+
     return parse
 
 
@@ -68,8 +71,16 @@ def flag(value: object) -> bool:
     ``no``, ``on``/``off``, any case)."""
     if isinstance(value, bool):
         return value
-    words = {"true": True, "1": True, "yes": True, "on": True,
-             "false": False, "0": False, "no": False, "off": False}
+    words = {
+        "true": True,
+        "1": True,
+        "yes": True,
+        "on": True,
+        "false": False,
+        "0": False,
+        "no": False,
+        "off": False,
+    }
     if isinstance(value, str) and value.strip().lower() in words:
         return words[value.strip().lower()]
     raise ValueError(f"expected true or false, got {value!r}")
@@ -80,6 +91,7 @@ def choice(options: tuple[str, ...]) -> Parser:
         if value not in options:
             raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
         return str(value)
+
     return parse
 
 

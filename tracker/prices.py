@@ -39,24 +39,78 @@ class Price:
 
 
 DEFAULT_PRICES: tuple[Price, ...] = (
-    Price(gpu="H200", mem_gib=141, usd_per_gpu_hour=4.50, as_of="2026-09", description="H200 141GB",
-          source="RunPod 3.59-4.59, Nebius 4.50"),
-    Price(gpu="H100", mem_gib=80, usd_per_gpu_hour=3.85, as_of="2026-09", description="H100 SXM 80GB",
-          source="RunPod 2.69-3.49, Lambda 4.29, Nebius 3.85; AWS p5 6.88/GPU (2026-11)"),
-    Price(gpu="A100-80GB", mem_gib=80, usd_per_gpu_hour=2.00, as_of="2026", description="A100 80GB",
-          source="RunPod 1.39-1.59, Modal 2.50; AWS p4de 3.43/GPU (2026-11)"),
-    Price(gpu="A100-40GB", mem_gib=40, usd_per_gpu_hour=1.99, as_of="2026-09", description="A100 40GB",
-          source="Lambda 1.99; AWS p4d 2.74/GPU (2026-11)"),
-    Price(gpu="L40S", mem_gib=48, usd_per_gpu_hour=1.55, as_of="2026-09", description="L40S 48GB",
-          source="RunPod 0.79-1.09, Nebius 1.55"),
-    Price(gpu="L4", mem_gib=24, usd_per_gpu_hour=0.80, as_of="2026", description="L4 24GB",
-          source="AWS g6.xlarge 0.805, Modal 0.80"),
-    Price(gpu="A10G", mem_gib=24, usd_per_gpu_hour=1.01, as_of="2026", description="A10G 24GB",
-          source="AWS g5.xlarge 1.006"),
-    Price(gpu="T4", mem_gib=16, usd_per_gpu_hour=0.53, as_of="2026", description="T4 16GB",
-          source="AWS g4dn.xlarge 0.526"),
-    Price(gpu="V100", mem_gib=16, usd_per_gpu_hour=3.06, as_of="older", description="V100 16GB",
-          source="AWS p3.2xlarge 3.06"),
+    Price(
+        gpu="H200",
+        mem_gib=141,
+        usd_per_gpu_hour=4.50,
+        as_of="2026-09",
+        description="H200 141GB",
+        source="RunPod 3.59-4.59, Nebius 4.50",
+    ),
+    Price(
+        gpu="H100",
+        mem_gib=80,
+        usd_per_gpu_hour=3.85,
+        as_of="2026-09",
+        description="H100 SXM 80GB",
+        source="RunPod 2.69-3.49, Lambda 4.29, Nebius 3.85; AWS p5 6.88/GPU (2026-11)",
+    ),
+    Price(
+        gpu="A100-80GB",
+        mem_gib=80,
+        usd_per_gpu_hour=2.00,
+        as_of="2026",
+        description="A100 80GB",
+        source="RunPod 1.39-1.59, Modal 2.50; AWS p4de 3.43/GPU (2026-11)",
+    ),
+    Price(
+        gpu="A100-40GB",
+        mem_gib=40,
+        usd_per_gpu_hour=1.99,
+        as_of="2026-09",
+        description="A100 40GB",
+        source="Lambda 1.99; AWS p4d 2.74/GPU (2026-11)",
+    ),
+    Price(
+        gpu="L40S",
+        mem_gib=48,
+        usd_per_gpu_hour=1.55,
+        as_of="2026-09",
+        description="L40S 48GB",
+        source="RunPod 0.79-1.09, Nebius 1.55",
+    ),
+    Price(
+        gpu="L4",
+        mem_gib=24,
+        usd_per_gpu_hour=0.80,
+        as_of="2026",
+        description="L4 24GB",
+        source="AWS g6.xlarge 0.805, Modal 0.80",
+    ),
+    Price(
+        gpu="A10G",
+        mem_gib=24,
+        usd_per_gpu_hour=1.01,
+        as_of="2026",
+        description="A10G 24GB",
+        source="AWS g5.xlarge 1.006",
+    ),
+    Price(
+        gpu="T4",
+        mem_gib=16,
+        usd_per_gpu_hour=0.53,
+        as_of="2026",
+        description="T4 16GB",
+        source="AWS g4dn.xlarge 0.526",
+    ),
+    Price(
+        gpu="V100",
+        mem_gib=16,
+        usd_per_gpu_hour=3.06,
+        as_of="older",
+        description="V100 16GB",
+        source="AWS p3.2xlarge 3.06",
+    ),
 )
 
 
@@ -88,17 +142,29 @@ class GpuModel:
 # A2000 is none of them).
 MODELS: tuple[GpuModel, ...] = (
     GpuModel(key="GH200", pattern=r"GH200", description="GH200 Grace Hopper"),
-    GpuModel(key="H200-NVL", pattern=r"H200.*NVL", base="H200", mem_gib=141,
-             description="H200 NVL 141GB"),
+    GpuModel(
+        key="H200-NVL", pattern=r"H200.*NVL", base="H200", mem_gib=141, description="H200 NVL 141GB"
+    ),
     GpuModel(key="H200", pattern=r"H200", mem_gib=141, description="H200 141GB"),
     # NVML names the PCIe card "H100 PCIe" or by its memory, HBM2e (the SXM5 part has HBM3)
-    GpuModel(key="H100-PCIe", pattern=r"H100.*(PCIE|HBM2E)", base="H100", mem_gib=80,
-             description="H100 PCIe 80GB"),
-    GpuModel(key="H100-NVL", pattern=r"H100.*NVL", base="H100", mem_gib=94,
-             description="H100 NVL 94GB"),
+    GpuModel(
+        key="H100-PCIe",
+        pattern=r"H100.*(PCIE|HBM2E)",
+        base="H100",
+        mem_gib=80,
+        description="H100 PCIe 80GB",
+    ),
+    GpuModel(
+        key="H100-NVL", pattern=r"H100.*NVL", base="H100", mem_gib=94, description="H100 NVL 94GB"
+    ),
     GpuModel(key="H100", pattern=r"H100", mem_gib=80, description="H100 SXM 80GB"),
-    GpuModel(key="H800-PCIe", pattern=r"H800.*PCIE", base="H800", mem_gib=80,
-             description="H800 PCIe 80GB"),
+    GpuModel(
+        key="H800-PCIe",
+        pattern=r"H800.*PCIE",
+        base="H800",
+        mem_gib=80,
+        description="H800 PCIe 80GB",
+    ),
     GpuModel(key="H800", pattern=r"H800", mem_gib=80, description="H800 SXM 80GB"),
     GpuModel(key="H20", pattern=_word("H20"), mem_gib=96, description="H20 96GB"),
     GpuModel(key="GB300", pattern=r"GB300", description="GB300"),
@@ -107,10 +173,15 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(key="B300", pattern=_word("B300"), description="B300"),
     # 180 GB as NVIDIA sells it (HGX/DGX B200); the package carries 192 GB of HBM3e
     GpuModel(key="B200", pattern=_word("B200"), mem_gib=180, description="B200 180GB"),
-    GpuModel(key="A100-80GB", pattern=r"(?<![A-Z0-9])A100(?!\d).*80\s*G", mem_gib=80,
-             description="A100 80GB"),
-    GpuModel(key="A100-40GB", pattern=r"(?<![A-Z0-9])A100(?!\d)", mem_gib=40,
-             description="A100 40GB"),
+    GpuModel(
+        key="A100-80GB",
+        pattern=r"(?<![A-Z0-9])A100(?!\d).*80\s*G",
+        mem_gib=80,
+        description="A100 80GB",
+    ),
+    GpuModel(
+        key="A100-40GB", pattern=r"(?<![A-Z0-9])A100(?!\d)", mem_gib=40, description="A100 40GB"
+    ),
     GpuModel(key="A800", pattern=_word("A800"), description="A800"),
     GpuModel(key="A10G", pattern=r"A10G", mem_gib=24, description="A10G 24GB"),
     GpuModel(key="A10", pattern=_word("A10"), mem_gib=24, description="A10 24GB"),
@@ -123,10 +194,18 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(key="L4", pattern=_word("L4"), mem_gib=24, description="L4 24GB"),
     GpuModel(key="T4", pattern=_word("T4"), mem_gib=16, description="T4 16GB"),
     GpuModel(key="V100", pattern=r"V100", mem_gib=16, description="V100 16GB"),
-    GpuModel(key="RTX-PRO-6000", pattern=r"RTX[\s_-]*PRO[\s_-]*6000", mem_gib=96,
-             description="RTX PRO 6000 Blackwell 96GB"),
-    GpuModel(key="RTX-6000-Ada", pattern=r"RTX[\s_-]*6000.*ADA", mem_gib=48,
-             description="RTX 6000 Ada Generation 48GB"),
+    GpuModel(
+        key="RTX-PRO-6000",
+        pattern=r"RTX[\s_-]*PRO[\s_-]*6000",
+        mem_gib=96,
+        description="RTX PRO 6000 Blackwell 96GB",
+    ),
+    GpuModel(
+        key="RTX-6000-Ada",
+        pattern=r"RTX[\s_-]*6000.*ADA",
+        mem_gib=48,
+        description="RTX 6000 Ada Generation 48GB",
+    ),
 )
 _BY_KEY: dict[str, GpuModel] = {m.key: m for m in MODELS}
 
@@ -182,17 +261,22 @@ class PriceTable:
             if key is None:  # any model can carry a price
                 key = " ".join(name.split())
                 if not key:
-                    raise UnknownGpu(f"empty GPU model name in price overrides; known: {self.known()}")
+                    raise UnknownGpu(
+                        f"empty GPU model name in price overrides; known: {self.known()}"
+                    )
                 words = r"\s*".join(re.escape(w) for w in key.upper().split())
                 self._own.append((re.compile(rf"(^|[^A-Z0-9]){words}($|[^A-Z0-9])"), key))
                 self._own.sort(key=lambda pk: -len(pk[1]))
             known = self._rows.get(key)
             model = _BY_KEY.get(key)
             self._rows[key] = Price(
-                gpu=key, usd_per_gpu_hour=float(usd), as_of="user", source=override_source,
-                description=(known.description if known
-                             else model.description if model else key),
-                mem_gib=known.mem_gib if known else model.mem_gib if model else None)
+                gpu=key,
+                usd_per_gpu_hour=float(usd),
+                as_of="user",
+                source=override_source,
+                description=(known.description if known else model.description if model else key),
+                mem_gib=known.mem_gib if known else model.mem_gib if model else None,
+            )
 
     def known(self) -> str:
         return ", ".join(self._rows)
@@ -232,8 +316,9 @@ def owned_table(owned: Mapping[str, OwnedGpu]) -> PriceTable:
     return PriceTable(owned_prices(owned), override_source=OWNED_SOURCE, base=())
 
 
-def owned_row(model: str, owned: Mapping[str, OwnedGpu],
-              overrides: Mapping[str, float] | None = None) -> Price | None:
+def owned_row(
+    model: str, owned: Mapping[str, OwnedGpu], overrides: Mapping[str, float] | None = None
+) -> Price | None:
     """The owned model's row (its amortized rate) that prices a run on ``model``, or None. A
     variant the user priced in ``[prices]`` (``H100 NVL``) is rented, not the owned base
     model (``H100``): an owned base claims only variants without a price of their own."""
@@ -245,15 +330,23 @@ def owned_row(model: str, owned: Mapping[str, OwnedGpu],
     return None if key in priced else row
 
 
-def price_for(model: str, override: float | None = None,
-              overrides: Mapping[str, float] | None = None, *,
-              owned: Mapping[str, OwnedGpu] | None = None) -> Price | None:
+def price_for(
+    model: str,
+    override: float | None = None,
+    overrides: Mapping[str, float] | None = None,
+    *,
+    owned: Mapping[str, OwnedGpu] | None = None,
+) -> Price | None:
     """The price a run on ``model`` pays: ``override`` (the run's own), else the amortized rate
     when ``owned`` (the config's ``[owned.<MODEL>]``) has the model, else ``overrides`` (the
     config's ``[prices]``) over the table; None, with a warning, when nothing prices the model."""
     if override is not None:
-        return Price(gpu=canonical_gpu(model) or model, as_of="run",
-                     usd_per_gpu_hour=float(override), source="override")
+        return Price(
+            gpu=canonical_gpu(model) or model,
+            as_of="run",
+            usd_per_gpu_hour=float(override),
+            source="override",
+        )
     if owned:
         try:
             mine = owned_row(model, owned, overrides)
@@ -268,6 +361,9 @@ def price_for(model: str, override: float | None = None,
         log.warning("gpu-kpi: ignoring price overrides: %s", e)
         price = PriceTable().lookup(model)
     if price is None:
-        log.warning("gpu-kpi: no price for GPU model %r: cost is not computed; set "
-                    "price_per_gpu_hour= or [prices] in the config", model)
+        log.warning(
+            "gpu-kpi: no price for GPU model %r: cost is not computed; set "
+            "price_per_gpu_hour= or [prices] in the config",
+            model,
+        )
     return price

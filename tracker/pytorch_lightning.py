@@ -6,8 +6,10 @@ from __future__ import annotations
 try:
     from pytorch_lightning import Callback
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("this callback needs the pytorch_lightning package: "
-                      "pip install pytorch-lightning (or use tracker.lightning)") from e
+    raise ImportError(
+        "this callback needs the pytorch_lightning package: "
+        "pip install pytorch-lightning (or use tracker.lightning)"
+    ) from e
 
 from tracker.integrations.lightning_hooks import LightningHooks
 

@@ -16,8 +16,17 @@ from tracker.metrics import METRICS
 
 NAN = math.nan
 
-_SUM = {"gpu/power_w", "gpu/energy_kwh", "gpu/co2e_kg", "perf/samples_per_s",
-        "perf/tokens_per_s", "perf/tflops", "cost/usd", "cost/usd_per_hour", "cost/waste_usd"}
+_SUM = {
+    "gpu/power_w",
+    "gpu/energy_kwh",
+    "gpu/co2e_kg",
+    "perf/samples_per_s",
+    "perf/tokens_per_s",
+    "perf/tflops",
+    "cost/usd",
+    "cost/usd_per_hour",
+    "cost/waste_usd",
+}
 _MAX = {"gpu/temp_c"}
 _MEAN = {"perf/step_time_ms", "perf/data_wait_pct"}
 # everything else in METRICS is a GPU-weighted mean (utilizations, memory, clocks, MFU),
@@ -30,9 +39,25 @@ COUNT_KEYS = ("_gpus", "_samples", "_tokens")
 
 # what a rank sends for the run record: cumulative figures since the run started
 RECORD_KEYS: tuple[str, ...] = (
-    "gpu_count", "gpu_hours", "util_pct", "sm_active_pct", "mem_peak_gib", "mem_total_gib",
-    "energy_kwh", "steps", "samples", "tokens", "samples_per_s", "tokens_per_s", "flops_per_s",
-    "data_wait_pct", "step_time_ms", "cost_usd", "waste_usd", "idle_usd", "idle_gpu_s",
+    "gpu_count",
+    "gpu_hours",
+    "util_pct",
+    "sm_active_pct",
+    "mem_peak_gib",
+    "mem_total_gib",
+    "energy_kwh",
+    "steps",
+    "samples",
+    "tokens",
+    "samples_per_s",
+    "tokens_per_s",
+    "flops_per_s",
+    "data_wait_pct",
+    "step_time_ms",
+    "cost_usd",
+    "waste_usd",
+    "idle_usd",
+    "idle_gpu_s",
 )
 
 
@@ -54,8 +79,9 @@ def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
     return sum(v * w for v, w in known) / total if known and total > 0 else None
 
 
-def _spread(values: Sequence[float | None]) -> tuple[float | None, float | None, int | None,
-                                                     float | None]:
+def _spread(
+    values: Sequence[float | None],
+) -> tuple[float | None, float | None, int | None, float | None]:
     """(min, max, index of max, (max - min) / mean in %) of the known values."""
     known = [(v, i) for i, v in enumerate(values) if v is not None]
     if not known:
@@ -120,37 +146,51 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     known_steps = [v for v in steps if v is not None]
     peaks = [v for r in ranks if (v := r.get("mem_peak_gib")) is not None]
     return {
-        "gpu_count": sum(gpus), "gpu_hours": sum(hours),
-        "util_pct": by_hours("util_pct"), "sm_active_pct": by_hours("sm_active_pct"),
+        "gpu_count": sum(gpus),
+        "gpu_hours": sum(hours),
+        "util_pct": by_hours("util_pct"),
+        "sm_active_pct": by_hours("sm_active_pct"),
         "mem_peak_gib": max(peaks) if peaks else None,
         "mem_total_gib": by_hours("mem_total_gib"),
-        "energy_kwh": total("energy_kwh"), "steps": ranks[0].get("steps"),
-        "samples": total("samples"), "tokens": total("tokens"),
-        "samples_per_s": total("samples_per_s"), "tokens_per_s": total("tokens_per_s"),
+        "energy_kwh": total("energy_kwh"),
+        "steps": ranks[0].get("steps"),
+        "samples": total("samples"),
+        "tokens": total("tokens"),
+        "samples_per_s": total("samples_per_s"),
+        "tokens_per_s": total("tokens_per_s"),
         "flops_per_s": total("flops_per_s"),
         # one rank waiting for data holds every rank up at the next all-reduce: the worst counts
         "data_wait_pct": max(waits) if waits else None,
         "step_time_ms": sum(known_steps) / len(known_steps) if known_steps else None,
-        "cost_usd": total("cost_usd"), "waste_usd": total("waste_usd"),
-        "idle_usd": total("idle_usd"), "idle_gpu_s": total("idle_gpu_s"),
+        "cost_usd": total("cost_usd"),
+        "waste_usd": total("waste_usd"),
+        "idle_usd": total("idle_usd"),
+        "idle_gpu_s": total("idle_gpu_s"),
         "rank_spread_pct": _spread(steps)[3],
     }
 
 
-def log_vector(metrics: Mapping[str, float | None], counts: Mapping[str, float],
-               figures: Mapping[str, float | None]) -> list[float]:
+def log_vector(
+    metrics: Mapping[str, float | None],
+    counts: Mapping[str, float],
+    figures: Mapping[str, float | None],
+) -> list[float]:
     """What a rank sends at a log step: its window's metrics, its raw counts
     (:data:`COUNT_KEYS`) and its cumulative figures (:data:`RECORD_KEYS`)."""
-    return (to_vector({**metrics, **counts}, METRIC_KEYS + COUNT_KEYS)
-            + to_vector(figures, RECORD_KEYS))
+    return to_vector({**metrics, **counts}, METRIC_KEYS + COUNT_KEYS) + to_vector(
+        figures, RECORD_KEYS
+    )
 
 
-def split_log_vectors(gathered: Sequence[Sequence[float]]) -> tuple[
-        list[dict[str, float | None]], list[dict[str, float | None]]]:
+def split_log_vectors(
+    gathered: Sequence[Sequence[float]],
+) -> tuple[list[dict[str, float | None]], list[dict[str, float | None]]]:
     """Every rank's :func:`log_vector`, as (metrics with counts, figures) per rank."""
     split = len(METRIC_KEYS) + len(COUNT_KEYS)
-    return ([from_vector(v[:split], METRIC_KEYS + COUNT_KEYS) for v in gathered],
-            [from_vector(v[split:], RECORD_KEYS) for v in gathered])
+    return (
+        [from_vector(v[:split], METRIC_KEYS + COUNT_KEYS) for v in gathered],
+        [from_vector(v[split:], RECORD_KEYS) for v in gathered],
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -144,13 +144,16 @@ def _texts(record: RunRecord) -> dict[str, Any]:
         if v is None and f.type != "str":
             continue
         if not isinstance(v, str):
-            fixed[f.name] = f.default if v is None and f.default is not dataclasses.MISSING \
-                else _text(v)
+            fixed[f.name] = (
+                f.default if v is None and f.default is not dataclasses.MISSING else _text(v)
+            )
     if not (isinstance(record.tags, tuple) and all(isinstance(t, str) for t in record.tags)):
         tags = record.tags if isinstance(record.tags, list | tuple | set | frozenset) else ()
         fixed["tags"] = tuple(_text(t) for t in tags)
-    if not (isinstance(record.links, dict)
-            and all(isinstance(k, str) and isinstance(v, str) for k, v in record.links.items())):
+    if not (
+        isinstance(record.links, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in record.links.items())
+    ):
         links = record.links if isinstance(record.links, dict) else {}
         fixed["links"] = {_text(k): _text(v) for k, v in links.items()}
     return fixed
@@ -170,8 +173,12 @@ def checked_record(record: RunRecord) -> tuple[RunRecord, list[str]]:
         if v is None and "None" in str(f.type):
             continue
         whole = str(f.type).startswith("int")
-        ok = (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < math.inf
-              and (not whole or (isinstance(v, int) and v <= _INT_MAX.get(f.name, 2**63 - 1))))
+        ok = (
+            isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and 0 <= v < math.inf
+            and (not whole or (isinstance(v, int) and v <= _INT_MAX.get(f.name, 2**63 - 1)))
+        )
         if not ok:
             bad[f.name] = f.default
     return (record.replace(**bad) if bad else record), sorted(bad)

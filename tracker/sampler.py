@@ -32,9 +32,18 @@ log = logging.getLogger("gpu_kpi")
 HIST_BINS = 10
 """Utilization histogram: bin k holds the seconds spent at [10k, 10k+10)% (the last bin is 90–100%)."""
 
-_TW_FIELDS = ("util_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct",
-              "dram_active_pct", "mem_used_gib", "power_w", "temp_c", "sm_clock_mhz",
-              "proc_util_pct")
+_TW_FIELDS = (
+    "util_pct",
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "dram_active_pct",
+    "mem_used_gib",
+    "power_w",
+    "temp_c",
+    "sm_clock_mhz",
+    "proc_util_pct",
+)
 
 
 class TimeWeighted:
@@ -133,9 +142,14 @@ class Sampler:
         """A sampler that measures as ``settings`` say (interval, alert and idle rules);
         ``kwargs``: the other arguments of :class:`Sampler`."""
         t = settings.thresholds
-        return cls(backend, interval_s=settings.interval_s, idle_pct=t.idle_pct,
-                   idle_window_min=t.idle_window_min, **kwargs,
-                   alert=AlertRule(under_pct=t.alert_util_pct, window_s=settings.alert_window_s))
+        return cls(
+            backend,
+            interval_s=settings.interval_s,
+            idle_pct=t.idle_pct,
+            idle_window_min=t.idle_window_min,
+            **kwargs,
+            alert=AlertRule(under_pct=t.alert_util_pct, window_s=settings.alert_window_s),
+        )
 
     def __init__(
         self,
@@ -210,8 +224,9 @@ class Sampler:
         if self.gpus and not self.failed:
             self.sample()
         with self._lock:
-            rows = [self._close_minute(u, m, s) for u, (m, s) in self._minute.items()
-                    if s.seconds > 0]
+            rows = [
+                self._close_minute(u, m, s) for u, (m, s) in self._minute.items() if s.seconds > 0
+            ]
             self._minute.clear()
         if rows and self.on_minute:
             self.on_minute(rows)
@@ -235,7 +250,9 @@ class Sampler:
                 log.warning("gpu-kpi: reading the GPUs failed: %s", e)
             if self._errors >= 10:
                 self.failed = True
-                log.warning("gpu-kpi: GPU sampling stopped after %d failures in a row", self._errors)
+                log.warning(
+                    "gpu-kpi: GPU sampling stopped after %d failures in a row", self._errors
+                )
             return
         lost = self.run.keys() - {r.uuid for r in readings} - self.lost
         if lost:  # no more live figures for them: their last reading is history
@@ -306,10 +323,16 @@ class Sampler:
     def _minute_row(self, uuid: str, minute: int, s: GpuStats) -> MinuteSample:
         energy = s.energy_j
         return MinuteSample(
-            run_id=self.run_id, minute=datetime.fromtimestamp(minute * 60, UTC), gpu=uuid,
-            covered_s=round(s.seconds, 3), util_pct=s.mean("util_pct"),
-            sm_active_pct=s.mean("sm_active_pct"), mem_used_gib=s.mem_peak_gib,
-            power_w=s.mean("power_w"), energy_kwh=j_to_kwh(energy) if energy is not None else None)
+            run_id=self.run_id,
+            minute=datetime.fromtimestamp(minute * 60, UTC),
+            gpu=uuid,
+            covered_s=round(s.seconds, 3),
+            util_pct=s.mean("util_pct"),
+            sm_active_pct=s.mean("sm_active_pct"),
+            mem_used_gib=s.mem_peak_gib,
+            power_w=s.mean("power_w"),
+            energy_kwh=j_to_kwh(energy) if energy is not None else None,
+        )
 
     def _check_alert(self, readings: Iterable[GpuReading], now: float, dt: float) -> str | None:
         if self.alert is None or self._alerted or dt <= 0:
@@ -328,8 +351,10 @@ class Sampler:
         if mean >= self.alert.under_pct:
             return None
         self._alerted = True
-        return (f"GPU utilization averaged {mean:.0f}% over the last {covered / 60:.0f} min, "
-                f"under the {self.alert.under_pct:.0f}% alert threshold")
+        return (
+            f"GPU utilization averaged {mean:.0f}% over the last {covered / 60:.0f} min, "
+            f"under the {self.alert.under_pct:.0f}% alert threshold"
+        )
 
     def gap(self) -> None:
         """The time since the last reading was not observed (a gap in an imported log): the
@@ -356,6 +381,7 @@ class Sampler:
         """Each GPU's idle seconds and Σ utilization × seconds over them so far, in the order
         of :attr:`run`."""
         with self._lock:
-            return [(d.idle_s, d.idle_util_s) if (d := self.idle.get(u)) else (0.0, 0.0)
-                    for u in self.run]
-
+            return [
+                (d.idle_s, d.idle_util_s) if (d := self.idle.get(u)) else (0.0, 0.0)
+                for u in self.run
+            ]

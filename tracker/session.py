@@ -45,14 +45,28 @@ class Session:
     ``store`` (a URL; False: none), ``sinks``, the ``clock`` (tests), ``threaded`` (False: the
     tests drive the sampler), this process's ``placement`` among the ranks."""
 
-    def __init__(self, spec: RunSpec, *, settings: Settings | None = None,
-                 config: str | None = None, overrides: Mapping[str, Any] | None = None,
-                 backend: str | GpuBackend | None = None, store: str | bool | None = None,
-                 sinks: Sequence[Sink] = (), log_to_python: bool = True,
-                 clock: Callable[[], float] | None = None, threaded: bool = True,
-                 placement: Placement | None = None) -> None:
-        self.spec = spec = dataclasses.replace(spec, **{  # bad numbers: config.checked_argument
-            k: checked_argument(k, getattr(spec, k)) for k in ("price_per_gpu_hour", "flops_per_step")})
+    def __init__(
+        self,
+        spec: RunSpec,
+        *,
+        settings: Settings | None = None,
+        config: str | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        backend: str | GpuBackend | None = None,
+        store: str | bool | None = None,
+        sinks: Sequence[Sink] = (),
+        log_to_python: bool = True,
+        clock: Callable[[], float] | None = None,
+        threaded: bool = True,
+        placement: Placement | None = None,
+    ) -> None:
+        self.spec = spec = dataclasses.replace(
+            spec,
+            **{  # bad numbers: config.checked_argument
+                k: checked_argument(k, getattr(spec, k))
+                for k in ("price_per_gpu_hour", "flops_per_step")
+            },
+        )
         place = placement or Placement()
         self.id = spec.id
         self.name = spec.name
@@ -65,16 +79,19 @@ class Session:
         self._backend_arg = backend
         self._store_arg = store
         self._config = config
-        self._overrides = {k: checked_argument(k, v) if k in SETTING_KEYS else v
-                           for k, v in (overrides or {}).items()}
+        self._overrides = {
+            k: checked_argument(k, v) if k in SETTING_KEYS else v
+            for k, v in (overrides or {}).items()
+        }
         self._settings = settings
         self._wall, self._now = clock or time.time, clock or time.perf_counter
         self._threaded = threaded
         self._peer_figures: list[dict[str, float | None]] = []
         # only global rank 0 talks to sinks and writes the run record; every rank writes the
         # minutes of its own GPUs
-        self.sinks = SinkSet([*sinks, *([LoggingSink()] if log_to_python else [])]
-                             if self.rank == 0 else [])
+        self.sinks = SinkSet(
+            [*sinks, *([LoggingSink()] if log_to_python else [])] if self.rank == 0 else []
+        )
         self.settings = Settings()
         self.gpus: list[GpuInfo] = []
         self.gpu_source = "none"
@@ -101,8 +118,9 @@ class Session:
     def __enter__(self) -> Session:
         return self.start()
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.finish("finished" if et is None else "failed")
 
     def _warn_once(self, key: str, msg: str, *args: object) -> None:
@@ -117,7 +135,9 @@ class Session:
         try:
             self._start()
         except Exception as e:
-            self._warn_once("start", "gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e)
+            self._warn_once(
+                "start", "gpu-kpi: tracking is off for this run: %s: %s", type(e).__name__, e
+            )
         return self
 
     def _start(self) -> None:
@@ -140,28 +160,44 @@ class Session:
         self._active = True
         self.counts.interrupt()
         # ranks log on the framework's step cadence only: a time cadence would misalign collectives
-        self._next_log = self._now() + self.settings.log_every_s if self._gather is None else float("inf")
+        self._next_log = (
+            self._now() + self.settings.log_every_s if self._gather is None else float("inf")
+        )
         record = self._build_record("running")
         self._submit_run(record)
         self.sinks.start(record)
 
     def _open_gpus(self) -> None:
         try:
-            backend = (self._backend_arg if isinstance(self._backend_arg, GpuBackend)
-                       else open_backend(self._backend_arg or self.settings.gpu))
+            backend = (
+                self._backend_arg
+                if isinstance(self._backend_arg, GpuBackend)
+                else open_backend(self._backend_arg or self.settings.gpu)
+            )
             self.sampler = Sampler.from_settings(
-                backend, self.settings, run_id=self.id, clock=self._wall, threaded=self._threaded,
-                on_minute=self._on_minute, on_alert=self._on_alert, on_idle=self._on_idle)
+                backend,
+                self.settings,
+                run_id=self.id,
+                clock=self._wall,
+                threaded=self._threaded,
+                on_minute=self._on_minute,
+                on_alert=self._on_alert,
+                on_idle=self._on_idle,
+            )
             self.gpus = self.sampler.start()
             self.gpu_source = backend.name
         except BackendError as e:
             self.sampler = None
-            log.warning("gpu-kpi: no GPU metrics for this run (%s); the run is recorded with "
-                        "GPU data 'none', never as idle", e)
+            log.warning(
+                "gpu-kpi: no GPU metrics for this run (%s); the run is recorded with "
+                "GPU data 'none', never as idle",
+                e,
+            )
             return
         model = self.gpus[0].name if self.gpus else ""
-        self.price = price_for(model, self.spec.price_per_gpu_hour, self.settings.prices,
-                               owned=self.settings.owned)
+        self.price = price_for(
+            model, self.spec.price_per_gpu_hour, self.settings.prices, owned=self.settings.owned
+        )
         if self.spec.dtype:
             try:  # str(): a torch.dtype or Lightning's precision 32 names a dtype too
                 self.peak_tflops = peak_tflops(model, str(self.spec.dtype))
@@ -173,7 +209,8 @@ class Session:
             from tracker.store.writer import StoreWriter
 
             self._writer = StoreWriter(
-                self._store_arg if isinstance(self._store_arg, str) else self.settings.store)
+                self._store_arg if isinstance(self._store_arg, str) else self.settings.store
+            )
 
     def finish(self, status: str = "finished", *, collective: bool = True) -> RunRecord | None:
         """Stop sampling, compute the summary and verdict, write it everywhere. Never raises.
@@ -189,9 +226,10 @@ class Session:
             if self.sampler is not None:
                 self.sampler.stop()
             if self._gather is not None and collective:  # every rank's totals, once more
-                self._peer_figures = [ranks.from_vector(v, ranks.RECORD_KEYS)
-                                      for v in self._gather(ranks.to_vector(
-                                          self._figures(), ranks.RECORD_KEYS))]
+                self._peer_figures = [
+                    ranks.from_vector(v, ranks.RECORD_KEYS)
+                    for v in self._gather(ranks.to_vector(self._figures(), ranks.RECORD_KEYS))
+                ]
         except Exception as e:
             self._warn_once("stop", "gpu-kpi: stopping failed: %s: %s", type(e).__name__, e)
         try:
@@ -200,7 +238,9 @@ class Session:
             record = self.record
             self.sinks.summary(record, lambda: {**self.metrics(run=True), **record_metrics(record)})
         except Exception as e:
-            self._warn_once("finish", "gpu-kpi: writing the run's record failed: %s: %s", type(e).__name__, e)
+            self._warn_once(
+                "finish", "gpu-kpi: writing the run's record failed: %s: %s", type(e).__name__, e
+            )
         finally:
             if self._writer is not None:
                 self._writer.close()
@@ -231,8 +271,9 @@ class Session:
                     self._inferred = (self._inferred or 0) + int(n)
             yield batch
 
-    def step(self, samples: int | None = None, tokens: int | None = None,
-             flops: float | None = None) -> None:
+    def step(
+        self, samples: int | None = None, tokens: int | None = None, flops: float | None = None
+    ) -> None:
         """Mark the end of a training step: ``samples``/``tokens`` processed in it (all ranks of
         this process; default: the batches :meth:`iterate` gave since the last step), ``flops``
         its FLOPs (default ``flops_per_step``); a bad count is dropped."""
@@ -240,8 +281,15 @@ class Session:
         samples, self._inferred = self._inferred if samples is None else samples, None
         c = self.counts  # most steps are held: one append (RunSteps.tick)
         if not c.tick(t, samples, tokens, self.flops_per_step if flops is None else flops) and (
-                bad := c.step(t, warmup_steps=c.warmup_steps, samples=samples, tokens=tokens,
-                              flops=flops, flops_per_step=self.flops_per_step)):
+            bad := c.step(
+                t,
+                warmup_steps=c.warmup_steps,
+                samples=samples,
+                tokens=tokens,
+                flops=flops,
+                flops_per_step=self.flops_per_step,
+            )
+        ):
             self._count(bad)
         if t >= self._next_log:
             self._next_log = t + self.settings.log_every_s
@@ -255,7 +303,9 @@ class Session:
 
     def _count(self, bad: list[str]) -> None:
         if bad:  # one warning per run, not one per step
-            self._warn_once("count", "gpu-kpi: not counting %s (nor later bad counts)", ", ".join(bad))
+            self._warn_once(
+                "count", "gpu-kpi: not counting %s (nor later bad counts)", ", ".join(bad)
+            )
 
     def log_now(self, step: int | None = None) -> dict[str, float]:
         """Compute the metrics of the window since the last log (combined over ranks when there
@@ -280,8 +330,11 @@ class Session:
 
     def _gather_metrics(self, local: dict[str, float]) -> dict[str, float]:
         assert self._gather is not None
-        counts = {"_gpus": float(len(self.gpus)), "_samples": float(self.counts.samples),
-                  "_tokens": float(self.counts.tokens)}
+        counts = {
+            "_gpus": float(len(self.gpus)),
+            "_samples": float(self.counts.samples),
+            "_tokens": float(self.counts.tokens),
+        }
         gathered = self._gather(ranks.log_vector(local, counts, self._figures()))
         metrics, self._peer_figures = ranks.split_log_vectors(gathered)
         return ranks.combine_metrics(metrics) if self.rank == 0 else {}
@@ -290,30 +343,50 @@ class Session:
     def metrics(self, *, reset: bool = True, run: bool = False) -> dict[str, float]:
         """This process's metrics (:mod:`tracker.metrics` names) for the window since the last
         call; ``run``: over the whole run, for a summary (no window taken)."""
-        window = self.counts.total if run else (
-            self.counts.take_window() if reset else self.counts.window)
+        window = (
+            self.counts.total
+            if run
+            else (self.counts.take_window() if reset else self.counts.window)
+        )
         out: dict[str, float] = {}
         if self.sampler is not None:
-            gpu = self.sampler.run if run else (
-                self.sampler.take_window() if reset else self.sampler.window)
-            out.update(figures.gpu_metrics(gpu, self.sampler.last,
-                                           self.gpus if self.spec.per_gpu else (), run=run))
-        out.update(figures.window_metrics(
-            window, self._figures(), peak_tflops=self.peak_tflops, gpu_count=len(self.gpus),
-            usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
-            co2e_kg_per_kwh=self.co2e_kg_per_kwh))
+            gpu = (
+                self.sampler.run
+                if run
+                else (self.sampler.take_window() if reset else self.sampler.window)
+            )
+            out.update(
+                figures.gpu_metrics(
+                    gpu, self.sampler.last, self.gpus if self.spec.per_gpu else (), run=run
+                )
+            )
+        out.update(
+            figures.window_metrics(
+                window,
+                self._figures(),
+                peak_tflops=self.peak_tflops,
+                gpu_count=len(self.gpus),
+                usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
+                co2e_kg_per_kwh=self.co2e_kg_per_kwh,
+            )
+        )
         return out
 
     def _figures(self) -> dict[str, float | None]:
         """This process's cumulative figures since the start (:data:`tracker.ranks.RECORD_KEYS`)."""
         sampler = self.sampler
         return figures.run_figures(
-            duration_s=self._wall() - self._started_wall, gpu_count=len(self.gpus),
+            duration_s=self._wall() - self._started_wall,
+            gpu_count=len(self.gpus),
             stats=list(sampler.run.values()) if sampler is not None else [],
             idle=sampler.idle_of_run() if sampler is not None else [],
             usd_per_gpu_hour=self.price.usd_per_gpu_hour if self.price else None,
-            thresholds=self.settings.thresholds, total=self.counts.total, steps=self.steps,
-            samples=self.counts.samples, tokens=self.counts.tokens)
+            thresholds=self.settings.thresholds,
+            total=self.counts.total,
+            steps=self.steps,
+            samples=self.counts.samples,
+            tokens=self.counts.tokens,
+        )
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
@@ -327,26 +400,48 @@ class Session:
                 spread = fig["rank_spread_pct"]
             fields = figures.record_fields(
                 {k: v if v is None or math.isfinite(v) else None for k, v in fig.items()},
-                duration_s=max(now - self._started_wall, 0.0), peak_tflops=self.peak_tflops,
-                rank_spread_pct=spread, thresholds=self.settings.thresholds)
+                duration_s=max(now - self._started_wall, 0.0),
+                peak_tflops=self.peak_tflops,
+                rank_spread_pct=spread,
+                thresholds=self.settings.thresholds,
+            )
         except Exception as e:
-            self._warn_once("figures", "gpu-kpi: no figures for the run: %s: %s", type(e).__name__, e)
+            self._warn_once(
+                "figures", "gpu-kpi: no figures for the run: %s: %s", type(e).__name__, e
+            )
             fields = {"gpu_count": len(self.gpus)}
         model = self.gpus[0].name if self.gpus else None
         spec, price = self.spec, self.price
-        record, bad = checked_record(RunRecord(
-            id=self.id, name=self.name or self.id, project=spec.project, team=spec.team,
-            user=self.user or "", host=_ask(socket.gethostname), tags=spec.tags,
-            framework=spec.framework, started_at=self._started_at, status=status,
-            ended_at=datetime.fromtimestamp(now, UTC) if status != "running" else None,
-            heartbeat_at=datetime.fromtimestamp(now, UTC), gpu_source=self.gpu_source,
-            gpu_model=(canonical_gpu(model) or model) if model else None, nodes=self.nodes,
-            price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
-            price_source=price.source if price else None, steps=self.steps, links=self.links,
-            **fields))
+        record, bad = checked_record(
+            RunRecord(
+                id=self.id,
+                name=self.name or self.id,
+                project=spec.project,
+                team=spec.team,
+                user=self.user or "",
+                host=_ask(socket.gethostname),
+                tags=spec.tags,
+                framework=spec.framework,
+                started_at=self._started_at,
+                status=status,
+                ended_at=datetime.fromtimestamp(now, UTC) if status != "running" else None,
+                heartbeat_at=datetime.fromtimestamp(now, UTC),
+                gpu_source=self.gpu_source,
+                gpu_model=(canonical_gpu(model) or model) if model else None,
+                nodes=self.nodes,
+                price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
+                price_source=price.source if price else None,
+                steps=self.steps,
+                links=self.links,
+                **fields,
+            )
+        )
         if bad:
-            self._warn_once("bad", "gpu-kpi: recording %s as unknown or as text (not finite, < 0, "
-                            "or not text)", ", ".join(bad))
+            self._warn_once(
+                "bad",
+                "gpu-kpi: recording %s as unknown or as text (not finite, < 0, or not text)",
+                ", ".join(bad),
+            )
         return record
 
     # -- background callbacks ---------------------------------------------------------------
@@ -367,28 +462,46 @@ class Session:
 
     def _on_idle(self, gpus: list[str]) -> None:
         price = self.price.usd_per_gpu_hour if self.price else None
-        self.sinks.alert("GPUs idle", idle_alert(self.name or self.id, len(gpus), len(self.gpus),
-                                                 self.settings.thresholds, price))
+        self.sinks.alert(
+            "GPUs idle",
+            idle_alert(
+                self.name or self.id, len(gpus), len(self.gpus), self.settings.thresholds, price
+            ),
+        )
 
 
 _SPEC_FIELDS = frozenset(RunSpec.__dataclass_fields__) - {"id"}
 _SETTING_ARGS = ("interval_s", "log_every_s", "warmup_steps", "print_summary")
 
 
-def track(*, run_id: str | None = None, tags: Iterable[str] = (),
-          links: Mapping[str, str] | None = None, rank: int = 0, world_size: int = 1,
-          nodes: int = 1, gather: Callable[[list[float]], list[list[float]]] | None = None,
-          **kwargs: Any) -> Session:
+def track(
+    *,
+    run_id: str | None = None,
+    tags: Iterable[str] = (),
+    links: Mapping[str, str] | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    nodes: int = 1,
+    gather: Callable[[list[float]], list[list[float]]] | None = None,
+    **kwargs: Any,
+) -> Session:
     """A tracking session for a plain training loop; ``with track(...) as run:``. Keyword
     arguments: what the run is (:class:`tracker.record.RunSpec`'s fields, ``run_id`` its
     ``id``); :data:`_SETTING_ARGS` over the config file's; the wiring of :class:`Session`
     (``backend``, ``store``, ``sinks``…); for several ranks, :class:`tracker.ranks.Placement`'s."""
-    spec = RunSpec(id=run_id or uuidlib.uuid4().hex, tags=tuple(tags), links=dict(links or {}),
-                   **{k: kwargs.pop(k) for k in list(kwargs) if k in _SPEC_FIELDS})
+    spec = RunSpec(
+        id=run_id or uuidlib.uuid4().hex,
+        tags=tuple(tags),
+        links=dict(links or {}),
+        **{k: kwargs.pop(k) for k in list(kwargs) if k in _SPEC_FIELDS},
+    )
     overrides = {k: kwargs.pop(k) for k in _SETTING_ARGS if k in kwargs}
-    return Session(spec, overrides=overrides,
-                   placement=Placement(rank=rank, world_size=world_size, nodes=nodes,
-                                       gather=gather), **kwargs)
+    return Session(
+        spec,
+        overrides=overrides,
+        placement=Placement(rank=rank, world_size=world_size, nodes=nodes, gather=gather),
+        **kwargs,
+    )
 
 
 def _ask(who: Callable[[], str]) -> str:

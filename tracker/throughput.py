@@ -123,8 +123,19 @@ class RunSteps:
     not been given, and :meth:`step` and :meth:`add_flops` return ``name=value
     (reason)`` for each one dropped. The totals therefore stay finite sums of the good counts."""
 
-    __slots__ = ("_held", "_last_end", "_room", "_unflopped", "_window_start", "ready_at",
-                 "samples", "steps", "tokens", "total", "warmup_steps")
+    __slots__ = (
+        "_held",
+        "_last_end",
+        "_room",
+        "_unflopped",
+        "_window_start",
+        "ready_at",
+        "samples",
+        "steps",
+        "tokens",
+        "total",
+        "warmup_steps",
+    )
 
     def __init__(self, warmup_steps: int = 0) -> None:
         self.steps = 0
@@ -163,10 +174,12 @@ class RunSteps:
         n: Any = samples
         k: Any = tokens
         f: Any = flops
-        if ((n is None or (type(n) is int and 0 <= n < HOLD_MAX))
-                and (k is None or (type(k) is int and 0 <= k < HOLD_MAX))
-                and (f is None or (type(f) in (float, int) and 0 <= f < HOLD_MAX))
-                and self._room):
+        if (
+            (n is None or (type(n) is int and 0 <= n < HOLD_MAX))
+            and (k is None or (type(k) is int and 0 <= k < HOLD_MAX))
+            and (f is None or (type(f) in (float, int) and 0 <= f < HOLD_MAX))
+            and self._room
+        ):
             held = self._held
             held.append((t, self.ready_at, n, k, f))
             self.ready_at = None
@@ -185,8 +198,16 @@ class RunSteps:
             pass
         self._room = max(self.samples, self.tokens, self.total.flops) < _FAST_MAX / 10
 
-    def step(self, t: float, *, warmup_steps: int, samples: object = None, tokens: object = None,
-             flops: object = None, flops_per_step: object = None) -> list[str]:
+    def step(
+        self,
+        t: float,
+        *,
+        warmup_steps: int,
+        samples: object = None,
+        tokens: object = None,
+        flops: object = None,
+        flops_per_step: object = None,
+    ) -> list[str]:
         """A step ended at ``t``; measured unless it is among the first ``warmup_steps`` or
         follows an :meth:`interrupt`; ``flops`` its model FLOPs, default ``flops_per_step``.
         Never raises: the session calls it on the training thread."""
@@ -199,10 +220,13 @@ class RunSteps:
             f: Any = flops if flops is not None else flops_per_step
             # counts that are None or plain numbers far below overflowing their total are
             # taken as they are (a few compares); anything else gets the full rule
-            if not ((n is None or (type(n) is int and 0 <= n < _FAST_MAX > self.samples))
-                    and (k is None or (type(k) is int and 0 <= k < _FAST_MAX > self.tokens))
-                    and (f is None or (type(f) in (float, int)
-                                       and 0 <= f < _FAST_MAX > self.total.flops))):
+            if not (
+                (n is None or (type(n) is int and 0 <= n < _FAST_MAX > self.samples))
+                and (k is None or (type(k) is int and 0 <= k < _FAST_MAX > self.tokens))
+                and (
+                    f is None or (type(f) in (float, int) and 0 <= f < _FAST_MAX > self.total.flops)
+                )
+            ):
                 n = self._checked("samples", samples, self.samples, bad)
                 k = self._checked("tokens", tokens, self.tokens, bad)
                 f = self._checked("flops", flops, self.total.flops, bad)
@@ -266,8 +290,9 @@ class RunSteps:
         return window
 
     @staticmethod
-    def _checked(name: str, value: object, total: int | float,
-                 bad: list[str]) -> int | float | None:
+    def _checked(
+        name: str, value: object, total: int | float, bad: list[str]
+    ) -> int | float | None:
         if value is None:
             return None
         try:

@@ -25,8 +25,9 @@ from typing import Any
 try:
     from transformers import TrainerCallback
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("the Trainer callback needs the transformers package: "
-                      "pip install 'gpu-kpi[transformers]'") from e
+    raise ImportError(
+        "the Trainer callback needs the transformers package: pip install 'gpu-kpi[transformers]'"
+    ) from e
 
 from tracker.integrations import distributed
 from tracker.integrations.common import new_run_id
@@ -79,8 +80,13 @@ class GpuKpiCallback(TrainerCallback):
     - each ``train()`` call is a run of its own.
     """
 
-    def __init__(self, *, samples_per_step: int | None = None,
-                 tokens_per_step: int | None = None, **session_kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        samples_per_step: int | None = None,
+        tokens_per_step: int | None = None,
+        **session_kwargs: Any,
+    ) -> None:
         self.samples_per_step = samples_per_step
         self.tokens_per_step = tokens_per_step
         self.session_kwargs = session_kwargs
@@ -149,10 +155,17 @@ class GpuKpiCallback(TrainerCallback):
         self._flos_step = int(state.global_step)
         self.samples_per_step = self._samples_arg
         if self.samples_per_step is None:
-            self.samples_per_step = (int(args.per_device_train_batch_size)
-                                     * int(args.gradient_accumulation_steps))
-        return track(run_id=run_id, rank=rank, world_size=world, nodes=nodes,
-                       gather=distributed.gatherer(), **kwargs)
+            self.samples_per_step = int(args.per_device_train_batch_size) * int(
+                args.gradient_accumulation_steps
+            )
+        return track(
+            run_id=run_id,
+            rank=rank,
+            world_size=world,
+            nodes=nodes,
+            gather=distributed.gatherer(),
+            **kwargs,
+        )
 
     # -- steps ------------------------------------------------------------------------------
     # on_step_begin and on_step_end run on every optimizer step: no call, dict or tuple there
@@ -187,8 +200,9 @@ class GpuKpiCallback(TrainerCallback):
             self._pending = False
             self.session.step(*self._pending_counts)
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-               **kwargs: Any) -> None:
+    def on_log(
+        self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         s = self.session
         if s is None:
             return

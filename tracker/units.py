@@ -31,4 +31,3 @@ def j_to_kwh(n: float) -> float:
 
 def s_to_hours(n: float) -> float:
     return n / S_PER_HOUR
-

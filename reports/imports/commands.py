@@ -25,42 +25,84 @@ _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int]) -> None:
     """``gpu-kpi import`` on the CLI's parser: ``add`` is its subcommand helper, ``run`` the
     command (``reports.cli.cmd_import``, which prints runs as ``gpu-kpi runs`` does)."""
-    imp = add("import", run, "bring runs our callback did not track into the store: "
-              "nvidia-smi CSV logs (--query-gpu=timestamp,uuid,name,utilization.gpu,... "
-              "--format=csv -l N) at their own timestamps; W&B run directories (their "
-              ".wandb logs: W&B's own GPU metrics); TensorBoard logdirs; DCGM-exporter "
-              "metrics from Prometheus")
+    imp = add(
+        "import",
+        run,
+        "bring runs our callback did not track into the store: "
+        "nvidia-smi CSV logs (--query-gpu=timestamp,uuid,name,utilization.gpu,... "
+        "--format=csv -l N) at their own timestamps; W&B run directories (their "
+        ".wandb logs: W&B's own GPU metrics); TensorBoard logdirs; DCGM-exporter "
+        "metrics from Prometheus",
+    )
     imp.add_argument("source", choices=SOURCES)
-    imp.add_argument("files", nargs="+", metavar="PATH", help="nvidia-smi: CSV files; wandb: "
-                     ".wandb files or directories holding W&B runs (e.g. ./wandb), or with "
-                     "--since/--until one ENTITY/PROJECT through W&B's API; "
-                     "tensorboard: logdirs; prometheus: the server's URL")
+    imp.add_argument(
+        "files",
+        nargs="+",
+        metavar="PATH",
+        help="nvidia-smi: CSV files; wandb: "
+        ".wandb files or directories holding W&B runs (e.g. ./wandb), or with "
+        "--since/--until one ENTITY/PROJECT through W&B's API; "
+        "tensorboard: logdirs; prometheus: the server's URL",
+    )
     imp.add_argument("--tz", help="nvidia-smi: time zone of the log's timestamps (default UTC)")
     for label in ("project", "team", "user", "host"):
-        imp.add_argument(f"--{label}", default="", help=f"the runs' {label} (W&B: over the "
-                         "run's own)")
-    imp.add_argument("--gpu-model", metavar="MODEL", help="GPU model when the log has no 'name' "
-                     "column, or to override it (e.g. H100)")
+        imp.add_argument(
+            f"--{label}", default="", help=f"the runs' {label} (W&B: over the run's own)"
+        )
+    imp.add_argument(
+        "--gpu-model",
+        metavar="MODEL",
+        help="GPU model when the log has no 'name' column, or to override it (e.g. H100)",
+    )
     imp.add_argument("--price", type=float, metavar="USD", help="USD per GPU-hour for these runs")
-    imp.add_argument("--per-gpu", action="store_true", help="nvidia-smi: one run per GPU UUID, "
-                     "not per file")
-    imp.add_argument("--replace", action="store_true", help="drop earlier imports of the source "
-                     "that hold minutes of the same GPUs in the same time (other options)")
-    imp.add_argument("--gpus", type=int, metavar="N", help="tensorboard: GPUs of each run "
-                     "not logged by gpu-kpi (default 1)")
-    imp.add_argument("--tag", action="append", default=[], metavar="KEY=TAG",
-                     help="tensorboard: the scalar tag holding KEY, one of "
-                     f"{', '.join(MAPPABLE)} (repeat the option)")
-    imp.add_argument("--since", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: from "
-                     "(2026-W47, 2026-11-16, 2026-11-16T08:00; UTC unless it says otherwise)")
-    imp.add_argument("--until", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: to (the "
-                     "same forms)")
-    imp.add_argument("--map", action="append", default=[], metavar="KEY=LABEL",
-                     help="prometheus: the series label naming KEY, one of "
-                     f"{', '.join(MAP_KEYS)} (run takes labels in order: run=pod,hpc_job; "
-                     "default run=pod,hpc_job team=namespace)")
-    imp.add_argument("--max-gap", type=float, metavar="S", help="seconds between two readings "
-                     "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)")
+    imp.add_argument(
+        "--per-gpu", action="store_true", help="nvidia-smi: one run per GPU UUID, not per file"
+    )
+    imp.add_argument(
+        "--replace",
+        action="store_true",
+        help="drop earlier imports of the source "
+        "that hold minutes of the same GPUs in the same time (other options)",
+    )
+    imp.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="tensorboard: GPUs of each run not logged by gpu-kpi (default 1)",
+    )
+    imp.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY=TAG",
+        help="tensorboard: the scalar tag holding KEY, one of "
+        f"{', '.join(MAPPABLE)} (repeat the option)",
+    )
+    imp.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="prometheus, wandb ENTITY/PROJECT: from "
+        "(2026-W47, 2026-11-16, 2026-11-16T08:00; UTC unless it says otherwise)",
+    )
+    imp.add_argument(
+        "--until", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: to (the same forms)"
+    )
+    imp.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="KEY=LABEL",
+        help="prometheus: the series label naming KEY, one of "
+        f"{', '.join(MAP_KEYS)} (run takes labels in order: run=pod,hpc_job; "
+        "default run=pod,hpc_job team=namespace)",
+    )
+    imp.add_argument(
+        "--max-gap",
+        type=float,
+        metavar="S",
+        help="seconds between two readings "
+        "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)",
+    )
 
 
 def run_import(args: argparse.Namespace, settings: Any) -> Imported:
@@ -73,10 +115,20 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
         raise UsageError(f"--price {args.price:g}: USD per GPU-hour from 0 to 10,000")
     if args.max_gap is not None and not args.max_gap > 0:
         raise UsageError(f"--max-gap {args.max_gap:g}: seconds, more than 0")
-    labels = Labels(project=args.project, team=args.team, user=args.user, host=args.host,
-                    gpu_model=args.gpu_model, price=args.price)
-    common = {"labels": labels, "settings": settings, "max_gap_s": args.max_gap,
-              "replace": args.replace}
+    labels = Labels(
+        project=args.project,
+        team=args.team,
+        user=args.user,
+        host=args.host,
+        gpu_model=args.gpu_model,
+        price=args.price,
+    )
+    common = {
+        "labels": labels,
+        "settings": settings,
+        "max_gap_s": args.max_gap,
+        "replace": args.replace,
+    }
     if args.source not in ("prometheus", "wandb") and (args.since or args.until):
         raise UsageError("--since and --until are for Prometheus and the W&B API")
     if args.source != "prometheus" and args.map:
@@ -86,19 +138,22 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     if args.source != "tensorboard" and (args.gpus is not None or args.tag):
         raise UsageError("--gpus and --tag are for TensorBoard logdirs")
     if args.source != "nvidia-smi" and (args.tz is not None or args.per_gpu):
-        raise UsageError(f"--tz and --per-gpu are for nvidia-smi logs: {args.source} keeps "
-                         "UTC times and one run per run")
+        raise UsageError(
+            f"--tz and --per-gpu are for nvidia-smi logs: {args.source} keeps "
+            "UTC times and one run per run"
+        )
     if args.source == "wandb" and (args.since or args.until):
         from reports.imports.wandb_runs import import_wandb_api
 
         if len(args.files) != 1 or not re.fullmatch(r"[\w.-]+/[\w.-]+", args.files[0]):
             raise UsageError("the W&B API takes one ENTITY/PROJECT with --since and --until")
         if Path(args.files[0]).exists():
-            raise UsageError(f"{args.files[0]} is a local path: import it without --since and "
-                             "--until (they are for a W&B project, ENTITY/PROJECT)")
+            raise UsageError(
+                f"{args.files[0]} is a local path: import it without --since and "
+                "--until (they are for a W&B project, ENTITY/PROJECT)"
+            )
         since, until = _range(args)
-        return import_wandb_api(settings.store, args.files[0], since=since, until=until,
-                                **common)
+        return import_wandb_api(settings.store, args.files[0], since=since, until=until, **common)
     if args.source == "wandb":
         from reports.imports.wandb_runs import import_wandb
 
@@ -106,12 +161,19 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     if args.source == "tensorboard":
         from reports.imports.tb_runs import import_tensorboard
 
-        return import_tensorboard(settings.store, args.files, gpus=_gpus(args.gpus),
-                                  tags=_tags(args.tag), **common)
+        return import_tensorboard(
+            settings.store, args.files, gpus=_gpus(args.gpus), tags=_tags(args.tag), **common
+        )
     from reports.imports.nvsmi import import_nvsmi
 
-    return import_nvsmi(settings.store, args.files, tz=zone(args.tz or "UTC"),
-                        per_gpu=args.per_gpu, workers=None, **common)
+    return import_nvsmi(
+        settings.store,
+        args.files,
+        tz=zone(args.tz or "UTC"),
+        per_gpu=args.per_gpu,
+        workers=None,
+        **common,
+    )
 
 
 def _gpus(n: int | None) -> int:
@@ -171,16 +233,21 @@ def _prometheus(args: argparse.Namespace, settings: Any, common: dict[str, Any])
         key, eq, label = item.partition("=")
         names = label.split(",") if key == "run" else [label]
         if not eq or key not in MAP_KEYS or not all(_LABEL.fullmatch(n) for n in names):
-            raise UsageError(f"--map {item!r}: KEY=LABEL with KEY one of {', '.join(MAP_KEYS)} "
-                             "and LABEL a Prometheus label name (run= takes several: "
-                             "run=pod,hpc_job)")
+            raise UsageError(
+                f"--map {item!r}: KEY=LABEL with KEY one of {', '.join(MAP_KEYS)} "
+                "and LABEL a Prometheus label name (run= takes several: "
+                "run=pod,hpc_job)"
+            )
         if key in given:
             raise UsageError(f"--map {key}= given twice")
         given[key] = label
     default = LabelMap()
     mapping = LabelMap(
         run=tuple(x for x in given["run"].split(",") if x) if "run" in given else default.run,
-        team=given.get("team", default.team), project=given.get("project", default.project),
-        user=given.get("user", default.user))
-    return import_prometheus(settings.store, args.files[0], since=since, until=until,
-                             mapping=mapping, **common)
+        team=given.get("team", default.team),
+        project=given.get("project", default.project),
+        user=given.get("user", default.user),
+    )
+    return import_prometheus(
+        settings.store, args.files[0], since=since, until=until, mapping=mapping, **common
+    )

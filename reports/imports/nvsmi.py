@@ -60,8 +60,10 @@ def _utc_times(path: Path, readings: Readings, tz: tzinfo) -> dict[int, float]:
             raise ImportFailed(f"{path}:{line}: {ts} is outside the years 1970-9998")
         t = ts.replace(tzinfo=tz).timestamp()
         if datetime.fromtimestamp(t, tz).replace(tzinfo=None) != ts:
-            raise ImportFailed(f"{path}:{line}: {ts} does not exist in {tz} (the clocks skipped "
-                               "it): is --tz right?")
+            raise ImportFailed(
+                f"{path}:{line}: {ts} does not exist in {tz} (the clocks skipped "
+                "it): is --tz right?"
+            )
         if t < last:  # the second pass of a repeated hour, if this is one
             t = ts.replace(tzinfo=tz, fold=1).timestamp()
         out[line] = t
@@ -74,37 +76,88 @@ def _run_id(uuids: Sequence[str], first: datetime) -> str:
     return "nvsmi-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
 
-def _run(path: Path, name: str, gpus: list[GpuInfo], series: Readings, *, utc: dict[int, float],
-         labels: Labels, settings: Settings,
-         max_gap_s: float | None) -> tuple[RunRecord, list[MinuteSample]]:
+def _run(
+    path: Path,
+    name: str,
+    gpus: list[GpuInfo],
+    series: Readings,
+    *,
+    utc: dict[int, float],
+    labels: Labels,
+    settings: Settings,
+    max_gap_s: float | None,
+) -> tuple[RunRecord, list[MinuteSample]]:
     first = min(series[g.uuid][0][0] for g in gpus)
-    played = {g.uuid: [(utc[line], f"{path}:{line}", str(ts), reading)
-                       for ts, line, reading in series[g.uuid]] for g in gpus}
-    return played_run(str(path), gpus, played, run_id=_run_id([g.uuid for g in gpus], first),
-                      name=name, labels=labels, settings=settings, max_gap_s=max_gap_s,
-                      source=SOURCE, links={"nvidia-smi log": str(path)})
+    played = {
+        g.uuid: [
+            (utc[line], f"{path}:{line}", str(ts), reading) for ts, line, reading in series[g.uuid]
+        ]
+        for g in gpus
+    }
+    return played_run(
+        str(path),
+        gpus,
+        played,
+        run_id=_run_id([g.uuid for g in gpus], first),
+        name=name,
+        labels=labels,
+        settings=settings,
+        max_gap_s=max_gap_s,
+        source=SOURCE,
+        links={"nvidia-smi log": str(path)},
+    )
 
 
-def _fast_run(path: Path, name: str, group: list[Any], *, labels: Labels, settings: Settings,
-              max_gap_s: float | None) -> tuple[RunRecord, list[MinuteSample]]:
+def _fast_run(
+    path: Path,
+    name: str,
+    group: list[Any],
+    *,
+    labels: Labels,
+    settings: Settings,
+    max_gap_s: float | None,
+) -> tuple[RunRecord, list[MinuteSample]]:
     """:func:`_run` of the common UTC log, vectorized (:mod:`reports.imports.nvsmi_fast`)."""
     from reports.imports.nvsmi_minutes import median_step, play
 
     rows: list[MinuteSample] = []
     run_id = _run_id([s.info.uuid for s in group], min(s.first for s in group))
     t = settings.thresholds
-    played = [play(s, run_id=run_id, rows=rows, idle_pct=t.idle_pct,
-                   idle_window_min=t.idle_window_min,
-                   gap_s=max_gap_s if max_gap_s is not None else GAP_INTERVALS * median_step(s))
-              for s in group]
-    record = run_record(str(path), [s.info for s in group], played, run_id=run_id, name=name,
-                        labels=labels, settings=settings, source=SOURCE,
-                        links={"nvidia-smi log": str(path)})
+    played = [
+        play(
+            s,
+            run_id=run_id,
+            rows=rows,
+            idle_pct=t.idle_pct,
+            idle_window_min=t.idle_window_min,
+            gap_s=max_gap_s if max_gap_s is not None else GAP_INTERVALS * median_step(s),
+        )
+        for s in group
+    ]
+    record = run_record(
+        str(path),
+        [s.info for s in group],
+        played,
+        run_id=run_id,
+        name=name,
+        labels=labels,
+        settings=settings,
+        source=SOURCE,
+        links={"nvidia-smi log": str(path)},
+    )
     return record, rows
 
 
-def _runs(path: Path, *, tz: tzinfo, per_gpu: bool, labels: Labels, settings: Settings,
-          max_gap_s: float | None, fast: bool) -> list[tuple[RunRecord, list[MinuteSample]]]:
+def _runs(
+    path: Path,
+    *,
+    tz: tzinfo,
+    per_gpu: bool,
+    labels: Labels,
+    settings: Settings,
+    max_gap_s: float | None,
+    fast: bool,
+) -> list[tuple[RunRecord, list[MinuteSample]]]:
     """The runs of one log: vectorized where it is the common UTC log, else the exact path."""
     if fast and tz in (UTC, ZoneInfo("UTC")):
         from reports.imports.nvsmi_fast import parse
@@ -112,18 +165,35 @@ def _runs(path: Path, *, tz: tzinfo, per_gpu: bool, labels: Labels, settings: Se
         if (parsed := parse(path)) is not None:
             if not parsed:  # as the exact path says it
                 raise ImportFailed(f"{path}: nvidia-smi log has a header but no rows")
-            return [_fast_run(path, f"{path.stem}-{group[0].info.uuid}" if per_gpu
-                              else path.stem, group, labels=labels, settings=settings,
-                              max_gap_s=max_gap_s)
-                    for group in ([[s] for s in parsed] if per_gpu else [parsed])]
+            return [
+                _fast_run(
+                    path,
+                    f"{path.stem}-{group[0].info.uuid}" if per_gpu else path.stem,
+                    group,
+                    labels=labels,
+                    settings=settings,
+                    max_gap_s=max_gap_s,
+                )
+                for group in ([[s] for s in parsed] if per_gpu else [parsed])
+            ]
     try:
         gpus, series = read_log(path)
     except BackendError as e:
         raise ImportFailed(str(e)) from None
     utc = _utc_times(path, series, tz)
-    return [_run(path, f"{path.stem}-{group[0].uuid}" if per_gpu else path.stem, group, series,
-                 utc=utc, labels=labels, settings=settings, max_gap_s=max_gap_s)
-            for group in ([[g] for g in gpus] if per_gpu else [gpus])]
+    return [
+        _run(
+            path,
+            f"{path.stem}-{group[0].uuid}" if per_gpu else path.stem,
+            group,
+            series,
+            utc=utc,
+            labels=labels,
+            settings=settings,
+            max_gap_s=max_gap_s,
+        )
+        for group in ([[g] for g in gpus] if per_gpu else [gpus])
+    ]
 
 
 PARALLEL_BYTES = 32 << 20
@@ -160,15 +230,18 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def _each_file(files: list[Path], kwargs: dict[str, Any], *, workers: int | None,
-               ) -> Iterator[tuple[Path, FileRuns]]:
+def _each_file(
+    files: list[Path],
+    kwargs: dict[str, Any],
+    *,
+    workers: int | None,
+) -> Iterator[tuple[Path, FileRuns]]:
     """Each file's runs, in file order: a file's minute rows are ~60 times fewer than its
     readings, so reading files in other processes costs little to send back. The first
     error in file order is raised, as one process would."""
     if workers is None:
         size = sum(p.stat().st_size for p in files if p.is_file())
-        workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS) if size > PARALLEL_BYTES \
-            else 1
+        workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS) if size > PARALLEL_BYTES else 1
     if workers <= 1 or len(files) < 2:
         for path in progress(files, "nvidia-smi logs"):
             yield path, _file_runs((path, kwargs))
@@ -178,16 +251,26 @@ def _each_file(files: list[Path], kwargs: dict[str, Any], *, workers: int | None
 
     # fork: no re-import of the caller's __main__ (a script without a guard, stdin); the CLI,
     # which asks for workers, holds no thread that a fork could catch holding a lock
-    with ProcessPoolExecutor(max_workers=workers, initializer=_keep_freed_memory,
-                             mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers,
+        initializer=_keep_freed_memory,
+        mp_context=multiprocessing.get_context("fork"),
+    ) as pool:
         done = pool.map(_file_runs, [(path, kwargs) for path in files])
         yield from zip(progress(files, "nvidia-smi logs"), done, strict=True)
 
 
-def read_nvsmi(paths: Sequence[str | Path], *, tz: tzinfo = UTC, labels: Labels | None = None,
-               per_gpu: bool = False, settings: Settings | None = None,
-               max_gap_s: float | None = None, fast: bool = True,
-               workers: int | None = 1) -> Imported:
+def read_nvsmi(
+    paths: Sequence[str | Path],
+    *,
+    tz: tzinfo = UTC,
+    labels: Labels | None = None,
+    per_gpu: bool = False,
+    settings: Settings | None = None,
+    max_gap_s: float | None = None,
+    fast: bool = True,
+    workers: int | None = 1,
+) -> Imported:
     """The runs and minute samples of these logs (nothing written). Raises
     :class:`ImportFailed` naming the file (and line) of the first bad input. ``fast``: the
     common UTC log is read vectorized (equal results; False: every file the exact way).
@@ -199,25 +282,33 @@ def read_nvsmi(paths: Sequence[str | Path], *, tz: tzinfo = UTC, labels: Labels 
     records: dict[str, tuple[Path, RunRecord]] = {}
     samples: list[MinuteSample] = []
     files = list(dict.fromkeys(Path(p).resolve() for p in paths))  # a file given twice: once
-    kwargs = {"tz": tz, "per_gpu": per_gpu, "labels": labels, "settings": settings,
-              "max_gap_s": max_gap_s, "fast": fast}
+    kwargs = {
+        "tz": tz,
+        "per_gpu": per_gpu,
+        "labels": labels,
+        "settings": settings,
+        "max_gap_s": max_gap_s,
+        "fast": fast,
+    }
     rollups: dict[str, list[Rollup]] = {}
     for path, runs in _each_file(files, kwargs, workers=workers):
         for record, rows, computed in runs:
             if record.id in records:
-                raise ImportFailed(f"{path}: the same GPUs and first reading as "
-                                   f"{records[record.id][0]}: the same log twice?")
+                raise ImportFailed(
+                    f"{path}: the same GPUs and first reading as "
+                    f"{records[record.id][0]}: the same log twice?"
+                )
             records[record.id] = (path, record)
             samples.extend(rows)
             rollups.update(computed)
     return Imported([r for _, r in records.values()], samples, rollups=rollups)
 
 
-def import_nvsmi(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
-                 **kwargs: Any) -> Imported:
+def import_nvsmi(
+    store_url: str, paths: Sequence[str | Path], *, replace: bool = False, **kwargs: Any
+) -> Imported:
     """:func:`read_nvsmi`, then every run and sample into the store in one transaction. A run
     imported before from the same log (same id) is replaced whole. Another run with minutes of
     the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time counts once),
     unless it is an earlier nvidia-smi import and ``replace``: then it is dropped."""
-    return write_imported(store_url, read_nvsmi(paths, **kwargs), source=SOURCE,
-                          replace=replace)
+    return write_imported(store_url, read_nvsmi(paths, **kwargs), source=SOURCE, replace=replace)

@@ -30,7 +30,13 @@ from tracker.gpu.base import GpuInfo
 from tracker.gpu.replay import COLUMNS as _NUMERIC
 
 _TEXT = ("timestamp", "index", "uuid", "name")
-_MISSING = ["[N/A]", "[Not Supported]", "[Unknown Error]", "[GPU is lost]", "[Insufficient Permissions]"]
+_MISSING = [
+    "[N/A]",
+    "[Not Supported]",
+    "[Unknown Error]",
+    "[GPU is lost]",
+    "[Insufficient Permissions]",
+]
 _MAX_LINE = 65_536
 
 
@@ -49,8 +55,7 @@ class Series:
 
 def _text(values: pd.Index) -> bool:
     """Whether category values stayed the strings the file holds (pandas reads ``007`` as 7)."""
-    return pd.api.types.is_object_dtype(values.dtype) or pd.api.types.is_string_dtype(
-        values.dtype)
+    return pd.api.types.is_object_dtype(values.dtype) or pd.api.types.is_string_dtype(values.dtype)
 
 
 _DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
@@ -76,22 +81,39 @@ def _stamps(buf: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray
     exact path refuses ``now``, a 60th second, 7 fraction digits). Read from the bytes: no
     string per reading."""
     # the 24 bytes from each line's start, gathered in one step (not an index per byte)
-    chars = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - 23, 24),
-                                            strides=(1, 1))[starts]
+    chars = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - 23, 24), strides=(1, 1))[starts]
     d = chars[:, _DIGITS].astype(np.int64) - ord("0")
-    if not (((d >= 0) & (d <= 9)).all() and (chars[:, [4, 7]] == ord("/")).all()
-            and (chars[:, 10] == ord(" ")).all() and (chars[:, [13, 16]] == ord(":")).all()
-            and (chars[:, 19] == ord(".")).all() and (chars[:, 23] == ord(",")).all()):
+    if not (
+        ((d >= 0) & (d <= 9)).all()
+        and (chars[:, [4, 7]] == ord("/")).all()
+        and (chars[:, 10] == ord(" ")).all()
+        and (chars[:, [13, 16]] == ord(":")).all()
+        and (chars[:, 19] == ord(".")).all()
+        and (chars[:, 23] == ord(",")).all()
+    ):
         return None
     del chars
-    parts = np.stack([d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3],
-                      *(d[:, i] * 10 + d[:, i + 1] for i in (4, 6, 8, 10, 12)),
-                      d[:, 14] * 100 + d[:, 15] * 10 + d[:, 16]])
+    parts = np.stack(
+        [
+            d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3],
+            *(d[:, i] * 10 + d[:, i + 1] for i in (4, 6, 8, 10, 12)),
+            d[:, 14] * 100 + d[:, 15] * 10 + d[:, 16],
+        ]
+    )
     y, mo, day, h, mi, s, ms = parts
     leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
     last = _MONTH_DAYS[np.clip(mo, 0, 12)] + (leap & (mo == 2))
-    if not ((y >= 1970) & (y <= LAST_YEAR) & (mo >= 1) & (mo <= 12) & (day >= 1) & (day <= last)
-            & (h <= 23) & (mi <= 59) & (s <= 59)).all():
+    if not (
+        (y >= 1970)
+        & (y <= LAST_YEAR)
+        & (mo >= 1)
+        & (mo <= 12)
+        & (day >= 1)
+        & (day <= last)
+        & (h <= 23)
+        & (mi <= 59)
+        & (s <= 59)
+    ).all():
         return None
     return ((_days(y, mo, day) * 86400 + h * 3600 + mi * 60 + s) * 1000 + ms) * 1000, parts
 
@@ -123,8 +145,7 @@ def _without_units(data: bytearray, names: list[str], ends: np.ndarray) -> bytea
             return None  # a cell too short to hold a unit: the exact path's
         pad = bytes(4 - len(unit))
         mask = int.from_bytes(pad + b"\xff" * len(unit), "little")
-        marked = (last4[end - 4].view("<u4").ravel() & mask) == int.from_bytes(pad + unit,
-                                                                              "little")
+        marked = (last4[end - 4].view("<u4").ravel() & mask) == int.from_bytes(pad + unit, "little")
         if not (marked | (b[end - 1] == ord("]"))).all():
             return None
         at = at[marked]
@@ -147,7 +168,7 @@ def _read(path: Path) -> bytearray | None:
             return None  # not opened: opening a pipe would take what its writer sends
         with path.open("rb") as f:
             data = bytearray(os.fstat(f.fileno()).st_size)
-            del data[f.readinto(data):]
+            del data[f.readinto(data) :]
             data += f.read()  # what a log still written to gained meanwhile
     except OSError:
         return None
@@ -169,15 +190,19 @@ def parse(path: Path) -> list[Series] | None:
     ends = np.flatnonzero(buf == ord("\n"))
     if np.diff(ends, prepend=-1).max() > _MAX_LINE:
         return None  # a line the exact path refuses as too long
-    head = data[:ends[0]]
+    head = data[: ends[0]]
     try:
         raw = head.decode()
     except UnicodeDecodeError:
         return None
     names = [h.strip().split(" [")[0] for h in raw.split(",")]
-    if (len(set(names)) != len(names) or not set(names) <= {*_TEXT, *_NUMERIC}
-            or names[0] != "timestamp" or not {"uuid", "utilization.gpu"} <= set(names)
-            or data.find(head, len(head) + 1) >= 0):
+    if (
+        len(set(names)) != len(names)
+        or not set(names) <= {*_TEXT, *_NUMERIC}
+        or names[0] != "timestamp"
+        or not {"uuid", "utilization.gpu"} <= set(names)
+        or data.find(head, len(head) + 1) >= 0
+    ):
         return None  # another log, or a repeated header (a log appended to)
     lines = len(ends) - 1
     starts = ends[:-1] + 1
@@ -199,10 +224,18 @@ def parse(path: Path) -> list[Series] | None:
     # trailing blanks: numbers are read as the exact path strips them, text is checked below
     try:
         frame = pd.read_csv(
-            io.BytesIO(data), header=None, names=names, usecols=names[1:], skiprows=1,
-            skipinitialspace=True, na_values={n: _MISSING for n in numeric},
-            keep_default_na=False, skip_blank_lines=False, engine="c",
-            dtype={n: np.float64 if n in numeric else "category" for n in names[1:]})
+            io.BytesIO(data),
+            header=None,
+            names=names,
+            usecols=names[1:],
+            skiprows=1,
+            skipinitialspace=True,
+            na_values={n: _MISSING for n in numeric},
+            keep_default_na=False,
+            skip_blank_lines=False,
+            engine="c",
+            dtype={n: np.float64 if n in numeric else "category" for n in names[1:]},
+        )
         del data
         if len(frame) != lines:
             return None
@@ -213,8 +246,9 @@ def parse(path: Path) -> list[Series] | None:
         return None
     uuid_codes = frame["uuid"].cat.codes.to_numpy()
     uuid_names = list(frame["uuid"].cat.categories)
-    if (uuid_codes < 0).any() or any(not u or u != u.strip() or u.startswith("[")
-                                     for u in uuid_names):
+    if (uuid_codes < 0).any() or any(
+        not u or u != u.strip() or u.startswith("[") for u in uuid_names
+    ):
         return None  # a row without a GPU uuid, or one the exact path strips
     fields: dict[str, np.ndarray] = {}
     for n in numeric:
@@ -251,12 +285,14 @@ def parse(path: Path) -> list[Series] | None:
             return None  # a reading at the same time or back: the exact path names the line
         per = {f: v[rows] for f, v in fields.items()}
         mem_total = per.get("mem_total_gib")
-        info = GpuInfo(index=int(index[first]) if index is not None else len(out),
-                       uuid=str(uuid_names[uuid_codes[first]]),
-                       name=(str(gpu_names.iloc[first]).strip() if gpu_names is not None
-                             else "unknown"),
-                       mem_total_gib=(None if mem_total is None or np.isnan(mem_total[0])
-                                      else float(mem_total[0])))
+        info = GpuInfo(
+            index=int(index[first]) if index is not None else len(out),
+            uuid=str(uuid_names[uuid_codes[first]]),
+            name=(str(gpu_names.iloc[first]).strip() if gpu_names is not None else "unknown"),
+            mem_total_gib=(
+                None if mem_total is None or np.isnan(mem_total[0]) else float(mem_total[0])
+            ),
+        )
         out.append(Series(info, _when(parts[:, first].tolist()), ts, rows + 2, per))
     out.sort(key=lambda s: s.info.index)  # the exact path's order; stable: ties by appearance
     return out

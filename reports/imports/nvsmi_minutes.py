@@ -52,8 +52,15 @@ def _tw(stats: GpuStats, field: str, v: np.ndarray, dt: np.ndarray) -> None:
         tw.min, tw.max = float(v[use].min()), float(v[use].max())
 
 
-def play(s: Series, *, run_id: str, gap_s: float, idle_pct: float, idle_window_min: int,
-         rows: list[MinuteSample]) -> tuple[Played, float, float]:
+def play(
+    s: Series,
+    *,
+    run_id: str,
+    gap_s: float,
+    idle_pct: float,
+    idle_window_min: int,
+    rows: list[MinuteSample],
+) -> tuple[Played, float, float]:
     """One GPU's readings as the sampler plays them: its run aggregates and idle time, its
     minute rows (appended to ``rows``), its first and last time."""
     t = s.t
@@ -98,12 +105,22 @@ def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
     year of minutes never holds a row of ``window`` numbers per minute at once."""
     windows = sliding_window_view(values, window)
     block = max(1, (1 << 20) // window)
-    return np.concatenate([np.add.accumulate(windows[i:i + block], axis=1)[:, -1]
-                           for i in range(0, len(windows), block)])
+    return np.concatenate(
+        [
+            np.add.accumulate(windows[i : i + block], axis=1)[:, -1]
+            for i in range(0, len(windows), block)
+        ]
+    )
 
 
-def idle_totals(minutes: list[int], utils: list[float | None], covered: list[float], *,
-                window: int, threshold_pct: float) -> tuple[float, float]:
+def idle_totals(
+    minutes: list[int],
+    utils: list[float | None],
+    covered: list[float],
+    *,
+    window: int,
+    threshold_pct: float,
+) -> tuple[float, float]:
     """(idle seconds, Σ utilization × seconds over them) of one GPU's minute rows, as
     :class:`tracker.cost.IdleDetector` counts them fed the rows in order: the same sums in the
     same order (each window's from its oldest minute, the idle minutes' in time order: a
@@ -124,26 +141,29 @@ def idle_totals(minutes: list[int], utils: list[float | None], covered: list[flo
     breaks[1:] = (np.diff(np.asarray(minutes, dtype=np.int64)) != 1) | ~known[:-1]
     first = np.maximum.accumulate(np.where(breaks, np.arange(n), 0))
     ends = np.arange(window - 1, n)
-    sums, weighted = (_window_sums(v, window)
-                      for v in (secs, np.where(known, util, 0.0) * secs))
+    sums, weighted = (_window_sums(v, window) for v in (secs, np.where(known, util, 0.0) * secs))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = weighted / np.where(sums > 0, sums, 1.0)
     found = np.zeros(n + 1, dtype=np.int64)  # qualifying windows ending before each row
-    found[ends + 1] = (known[ends] & (ends - first[ends] + 1 >= window) & (sums > 0)
-                       & (mean < threshold_pct))
+    found[ends + 1] = (
+        known[ends] & (ends - first[ends] + 1 >= window) & (sums > 0) & (mean < threshold_pct)
+    )
     found = np.cumsum(found)
     rows = np.arange(n)
     # a row is idle when under the threshold and a qualifying window ends in [row, row+window)
-    marked = (known & (util < threshold_pct)
-              & (found[np.minimum(rows + window, n)] > found[rows]))
+    marked = known & (util < threshold_pct) & (found[np.minimum(rows + window, n)] > found[rows])
     if not marked.any():
         return 0.0, 0.0
-    return (float(np.cumsum(secs[marked])[-1]),
-            float(np.cumsum(util[marked] * secs[marked])[-1]))
+    return (float(np.cumsum(secs[marked])[-1]), float(np.cumsum(util[marked] * secs[marked])[-1]))
 
 
-def _minutes(s: Series, dt: np.ndarray, *, run_id: str, rows: list[MinuteSample],
-             ) -> tuple[list[int], list[float | None], list[float]]:
+def _minutes(
+    s: Series,
+    dt: np.ndarray,
+    *,
+    run_id: str,
+    rows: list[MinuteSample],
+) -> tuple[list[int], list[float | None], list[float]]:
     """The minute rows (appended to ``rows``): each covering reading split at whole minutes,
     summed per minute; and each row's epoch minute, utilization and covered seconds."""
     t = s.t
@@ -181,12 +201,16 @@ def _minutes(s: Series, dt: np.ndarray, *, run_id: str, rows: list[MinuteSample]
     sm, _ = mean("sm_active_pct")
     power, power_s = mean("power_w")
     pw = s.fields.get("power_w")
-    energy_j = (np.add.reduceat(np.where(np.isnan(pw[reading]), 0.0, pw[reading] * d), starts)
-                if pw is not None else np.zeros(len(starts)))
+    energy_j = (
+        np.add.reduceat(np.where(np.isnan(pw[reading]), 0.0, pw[reading] * d), starts)
+        if pw is not None
+        else np.zeros(len(starts))
+    )
     energy_j[power_s <= 0] = np.nan
     mem = s.fields.get("mem_used_gib")
-    peak = (np.fmax.reduceat(mem[reading], starts) if mem is not None
-            else np.full(len(starts), np.nan))
+    peak = (
+        np.fmax.reduceat(mem[reading], starts) if mem is not None else np.full(len(starts), np.nan)
+    )
     first = {f: float(v[0]) for f, v in s.fields.items()}  # the start reading: its minute's
     columns = [minutes, seconds, util, sm, peak, power, energy_j]
     if minutes[0] == start_minute:
@@ -196,19 +220,42 @@ def _minutes(s: Series, dt: np.ndarray, *, run_id: str, rows: list[MinuteSample]
         if mem is not None and not np.isnan(first["mem_used_gib"]):
             peak[0] = np.fmax(peak[0], first["mem_used_gib"])
     else:  # the start minute had no time before the next reading came
-        columns = [np.concatenate(([value], column)) for value, column in zip(
-            (start_minute, 0.0, first.get("util_pct", math.nan),
-             first.get("sm_active_pct", math.nan), first.get("mem_used_gib", math.nan),
-             first.get("power_w", math.nan), math.nan), columns, strict=True)]
+        columns = [
+            np.concatenate(([value], column))
+            for value, column in zip(
+                (
+                    start_minute,
+                    0.0,
+                    first.get("util_pct", math.nan),
+                    first.get("sm_active_pct", math.nan),
+                    first.get("mem_used_gib", math.nan),
+                    first.get("power_w", math.nan),
+                    math.nan,
+                ),
+                columns,
+                strict=True,
+            )
+        ]
     at: list[int] = columns[0].tolist()
     covered = [round(x, 3) for x in columns[1].tolist()]  # Python's round, as the sampler's
     utils, sms, peaks, powers, energies = (
-        [None if math.isnan(x) else x for x in c.tolist()] for c in columns[2:])
+        [None if math.isnan(x) else x for x in c.tolist()] for c in columns[2:]
+    )
     gpu = s.info.uuid
-    rows.extend(MinuteSample(
-        run_id=run_id, minute=datetime.fromtimestamp(m * 60, UTC), gpu=gpu, covered_s=c,
-        util_pct=u, sm_active_pct=a, mem_used_gib=None if p is None else max(0.0, p),
-        power_w=w, energy_kwh=None if e is None else j_to_kwh(e))
-        for m, c, u, a, p, w, e in zip(at, covered, utils, sms, peaks, powers, energies,
-                                       strict=True))
+    rows.extend(
+        MinuteSample(
+            run_id=run_id,
+            minute=datetime.fromtimestamp(m * 60, UTC),
+            gpu=gpu,
+            covered_s=c,
+            util_pct=u,
+            sm_active_pct=a,
+            mem_used_gib=None if p is None else max(0.0, p),
+            power_w=w,
+            energy_kwh=None if e is None else j_to_kwh(e),
+        )
+        for m, c, u, a, p, w, e in zip(
+            at, covered, utils, sms, peaks, powers, energies, strict=True
+        )
+    )
     return at, utils, covered

@@ -39,8 +39,13 @@ Series = Sequence[tuple[float, str, str, GpuReading]]
 the time as the source wrote it, the reading)."""
 
 
-OUR_POINTS = {"gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
-              "gpu/mem_used_gib": "mem_used_gib", "gpu/temp_c": "temp_c", "gpu/power_w": "power_w"}
+OUR_POINTS = {
+    "gpu/util_pct": "util_pct",
+    "gpu/sm_active_pct": "sm_active_pct",
+    "gpu/mem_used_gib": "mem_used_gib",
+    "gpu/temp_c": "temp_c",
+    "gpu/power_w": "power_w",
+}
 """The keys our callback logs to W&B and TensorBoard → the reading fields they stand for."""
 OUR_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
 """Run figures our callback's summary holds that a reading cannot give."""
@@ -124,14 +129,26 @@ class Player:
     rows go to ``rows``; after a gap longer than ``gap_s`` the next reading covers nothing.
     A second reading at the same time, or one back, is an :class:`ImportFailed`."""
 
-    def __init__(self, info: GpuInfo, *, run_id: str, settings: Settings, gap_s: float,
-                 rows: list[MinuteSample]) -> None:
+    def __init__(
+        self,
+        info: GpuInfo,
+        *,
+        run_id: str,
+        settings: Settings,
+        gap_s: float,
+        rows: list[MinuteSample],
+    ) -> None:
         self.info = info
         self.gap_s = gap_s
         self._log = _Log(info, {})
-        self.sampler = Sampler.from_settings(self._log, settings, run_id=run_id,
-                                             clock=lambda: self._log.now, threaded=False,
-                                             on_minute=rows.extend)
+        self.sampler = Sampler.from_settings(
+            self._log,
+            settings,
+            run_id=run_id,
+            clock=lambda: self._log.now,
+            threaded=False,
+            on_minute=rows.extend,
+        )
         self.sampler.alert = None
         self.first: float | None = None
         self.last = float("-inf")
@@ -159,44 +176,87 @@ class Player:
         return self.sampler, self.first, self.last
 
 
-def play_gpu(info: GpuInfo, series: Series, *, run_id: str, settings: Settings,
-             max_gap_s: float | None, rows: list[MinuteSample]) -> tuple[Sampler, float, float]:
+def play_gpu(
+    info: GpuInfo,
+    series: Series,
+    *,
+    run_id: str,
+    settings: Settings,
+    max_gap_s: float | None,
+    rows: list[MinuteSample],
+) -> tuple[Sampler, float, float]:
     """Play one GPU's whole series (:class:`Player`); the gap is ``max_gap_s``, by default
     :data:`GAP_INTERVALS` × the series' median interval."""
     times = [t for t, _, _, _ in series]
     steps = [b - a for a, b in pairwise(times)]
-    gap = max_gap_s if max_gap_s is not None else (
-        GAP_INTERVALS * statistics.median(steps) if steps else 0.0)
+    gap = (
+        max_gap_s
+        if max_gap_s is not None
+        else (GAP_INTERVALS * statistics.median(steps) if steps else 0.0)
+    )
     player = Player(info, run_id=run_id, settings=settings, gap_s=gap, rows=rows)
     for item in series:
         player.add(*item)
     return player.finish()
 
 
-def played_run(where: str, gpus: Sequence[GpuInfo], series: Mapping[str, Series], *,
-               run_id: str, name: str, labels: Labels, settings: Settings,
-               max_gap_s: float | None, source: str, **fields: Any,
-               ) -> tuple[RunRecord, list[MinuteSample]]:
+def played_run(
+    where: str,
+    gpus: Sequence[GpuInfo],
+    series: Mapping[str, Series],
+    *,
+    run_id: str,
+    name: str,
+    labels: Labels,
+    settings: Settings,
+    max_gap_s: float | None,
+    source: str,
+    **fields: Any,
+) -> tuple[RunRecord, list[MinuteSample]]:
     """A finished run of ``gpus`` from their readings (``series`` by UUID) and its minute rows.
     ``fields`` fill the record where the source knows more (``steps``, ``framework``, ``links``,
     ``status``, throughput…); ``labels`` fill project, team, user and host where set."""
     rows: list[MinuteSample] = []
-    played = [play_gpu(g, series[g.uuid], run_id=run_id, settings=settings,
-                       max_gap_s=max_gap_s, rows=rows) for g in gpus]
-    return run_record(where, gpus, played, run_id=run_id, name=name, labels=labels,
-                      settings=settings, source=source, **fields), rows
+    played = [
+        play_gpu(
+            g, series[g.uuid], run_id=run_id, settings=settings, max_gap_s=max_gap_s, rows=rows
+        )
+        for g in gpus
+    ]
+    return run_record(
+        where,
+        gpus,
+        played,
+        run_id=run_id,
+        name=name,
+        labels=labels,
+        settings=settings,
+        source=source,
+        **fields,
+    ), rows
 
 
-def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Any, float, float]],
-               *, run_id: str, name: str, labels: Labels, settings: Settings, source: str,
-               **fields: Any) -> RunRecord:
+def run_record(
+    where: str,
+    gpus: Sequence[GpuInfo],
+    played: Sequence[tuple[Any, float, float]],
+    *,
+    run_id: str,
+    name: str,
+    labels: Labels,
+    settings: Settings,
+    source: str,
+    **fields: Any,
+) -> RunRecord:
     """The finished run of ``gpus`` from what their samplers played (:meth:`Player.finish`,
     in the order of ``gpus``; or anything with the sampler's ``run[uuid]`` and
     ``idle_of_run()``, as :class:`reports.imports.nvsmi_minutes.Played`)."""
     models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
     if len(models) > 1 and labels.gpu_model is None:
-        raise ImportFailed(f"{where}: GPUs of different models ({', '.join(models)}) in one "
-                           "run: import with --per-gpu, or say the model with --gpu-model")
+        raise ImportFailed(
+            f"{where}: GPUs of different models ({', '.join(models)}) in one "
+            "run: import with --per-gpu, or say the model with --gpu-model"
+        )
     stats = [s.run[g.uuid] for (s, _, _), g in zip(played, gpus, strict=True)]
     idle = [s.idle_of_run()[0] for s, _, _ in played]
     start, end = min(a for _, a, _ in played), max(b for _, _, b in played)
@@ -205,32 +265,57 @@ def run_record(where: str, gpus: Sequence[GpuInfo], played: Sequence[tuple[Any, 
     price = price_for(model, labels.price, settings.prices, owned=settings.owned)
     covered_s = sum(s.seconds for s in stats) / len(gpus)
     if not covered_s:
-        raise ImportFailed(f"{where}: no GPU of {name} has two readings in a row: no time to "
-                           "import")
+        raise ImportFailed(
+            f"{where}: no GPU of {name} has two readings in a row: no time to import"
+        )
     fig = figures.run_figures(
-        duration_s=covered_s, gpu_count=len(gpus), stats=stats, idle=idle,
+        duration_s=covered_s,
+        gpu_count=len(gpus),
+        stats=stats,
+        idle=idle,
         usd_per_gpu_hour=price.usd_per_gpu_hour if price else None,
-        thresholds=settings.thresholds, total=StepCounter(), steps=0, samples=0, tokens=0)
-    values = figures.record_fields(fig, duration_s=covered_s, peak_tflops=None,
-                                   rank_spread_pct=None, thresholds=settings.thresholds)
+        thresholds=settings.thresholds,
+        total=StepCounter(),
+        steps=0,
+        samples=0,
+        tokens=0,
+    )
+    values = figures.record_fields(
+        fig,
+        duration_s=covered_s,
+        peak_tflops=None,
+        rank_spread_pct=None,
+        thresholds=settings.thresholds,
+    )
     values.update(fields)
     for label in ("project", "team", "user", "host"):
         values[label] = getattr(labels, label) or values.get(label) or ""
     values.setdefault("framework", "unknown")
     values.setdefault("status", "finished")
-    record, _ = checked_record(RunRecord(
-        id=run_id, name=name, started_at=datetime.fromtimestamp(start, UTC),
-        ended_at=datetime.fromtimestamp(end, UTC), heartbeat_at=datetime.fromtimestamp(end, UTC),
-        gpu_source=source, gpu_model=model,
-        price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
-        price_source=price.source if price else None, source=source, **values))
+    record, _ = checked_record(
+        RunRecord(
+            id=run_id,
+            name=name,
+            started_at=datetime.fromtimestamp(start, UTC),
+            ended_at=datetime.fromtimestamp(end, UTC),
+            heartbeat_at=datetime.fromtimestamp(end, UTC),
+            gpu_source=source,
+            gpu_model=model,
+            price_per_gpu_hour=price.usd_per_gpu_hour if price else None,
+            price_source=price.source if price else None,
+            source=source,
+            **values,
+        )
+    )
     return record
 
 
 TRACKED = "already in the store, tracked by gpu-kpi"
 SHARED = "a GPU of theirs has minutes of another run of this import at the same time"
-OVERLAPS = ("a GPU of theirs has minutes of a run from another source in the store at the "
-            "same time (a tracked run's minutes count)")
+OVERLAPS = (
+    "a GPU of theirs has minutes of a run from another source in the store at the "
+    "same time (a tracked run's minutes count)"
+)
 
 
 def _minutes(rows: Sequence[MinuteSample]) -> dict[str, set[tuple[str, datetime]]]:
@@ -250,9 +335,12 @@ def _without(imported: Imported, drop: dict[str, str]) -> Imported:
         if r.id in drop:
             skipped.setdefault(drop[r.id], []).append(r.name)
     return dataclasses.replace(
-        imported, records=[r for r in imported.records if r.id not in drop],
-        samples=[s for s in imported.samples if s.run_id not in drop], skipped=skipped,
-        rollups={k: v for k, v in imported.rollups.items() if k not in drop})
+        imported,
+        records=[r for r in imported.records if r.id not in drop],
+        samples=[s for s in imported.samples if s.run_id not in drop],
+        skipped=skipped,
+        rollups={k: v for k, v in imported.rollups.items() if k not in drop},
+    )
 
 
 def _shared(imported: Imported, minutes: dict[str, set[tuple[str, datetime]]]) -> dict[str, str]:
@@ -269,8 +357,9 @@ def _shared(imported: Imported, minutes: dict[str, set[tuple[str, datetime]]]) -
     return drop
 
 
-def write_imported(store_url: str, imported: Imported, *, source: str,
-                   replace: bool = False) -> Imported:
+def write_imported(
+    store_url: str, imported: Imported, *, source: str, replace: bool = False
+) -> Imported:
     """Every run and sample of ``imported`` into the store in one transaction; what was
     written is returned, with what was not counted and named in ``skipped``:
 
@@ -287,16 +376,27 @@ def write_imported(store_url: str, imported: Imported, *, source: str,
     minutes = _minutes(imported.samples)
     imported = _without(imported, _shared(imported, minutes))
     with RunStore(store_url) as store:
-        imported = _without(imported, {
-            r.id: TRACKED for r in imported.records
-            if (old := store.get_run(r.id)) is not None and old.source != source})
+        imported = _without(
+            imported,
+            {
+                r.id: TRACKED
+                for r in imported.records
+                if (old := store.get_run(r.id)) is not None and old.source != source
+            },
+        )
         if imported.records:
             imported = _write(store, imported, minutes, source=source, replace=replace)
     return imported
 
 
-def _write(store: Any, imported: Imported, minutes: dict[str, set[tuple[str, datetime]]], *,
-           source: str, replace: bool) -> Imported:
+def _write(
+    store: Any,
+    imported: Imported,
+    minutes: dict[str, set[tuple[str, datetime]]],
+    *,
+    source: str,
+    replace: bool,
+) -> Imported:
     """:func:`write_imported`'s checks against the store and its write, in the open ``store``."""
     ours = {r.id for r in imported.records}
     names = {r.id: r.name for r in imported.records}
@@ -305,12 +405,12 @@ def _write(store: Any, imported: Imported, minutes: dict[str, set[tuple[str, dat
         for gpu, _ in minutes.get(rid, ()):
             by_gpu.setdefault(gpu, set()).add(rid)
     if not by_gpu:
-        store.put(imported.records, imported.samples, drop=sorted(ours),
-                  rollups=imported.rollups)
+        store.put(imported.records, imported.samples, drop=sorted(ours), rollups=imported.rollups)
         return imported
     every = [m for rid in ours for _, m in minutes.get(rid, ())]
-    held = store.gpu_spans(sorted(by_gpu), since=min(every),
-                           until=max(every) + timedelta(minutes=1))
+    held = store.gpu_spans(
+        sorted(by_gpu), since=min(every), until=max(every) + timedelta(minutes=1)
+    )
     candidates = sorted({other for other, _, _, _ in held if other not in ours})
     drop: dict[str, str] = {}
     replaced: dict[str, str] = {}  # earlier run id → "name (GPU-hours)"
@@ -326,12 +426,18 @@ def _write(store: Any, imported: Imported, minutes: dict[str, set[tuple[str, dat
         if not replace or run is None:
             what = f"run {run.name!r} ({run.source})" if run else f"samples of run {other}"
             hint = "; --replace imports over it" if run else ""
-            raise ImportFailed(f"{names[hit[0]]}: its GPUs already have minutes in that time "
-                               f"from {what}: a GPU's time counts once{hint}")
+            raise ImportFailed(
+                f"{names[hit[0]]}: its GPUs already have minutes in that time "
+                f"from {what}: a GPU's time counts once{hint}"
+            )
         replaced[other] = f"{run.name} ({run.gpu_hours:,.2f} GPU-h)"
     kept = _without(imported, drop)
     if not kept.records:
         return kept
-    store.put(kept.records, kept.samples, drop=[*(r.id for r in kept.records), *replaced],
-              rollups=kept.rollups)
+    store.put(
+        kept.records,
+        kept.samples,
+        drop=[*(r.id for r in kept.records), *replaced],
+        rollups=kept.rollups,
+    )
     return dataclasses.replace(kept, replaced=list(replaced.values()))

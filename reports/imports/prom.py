@@ -102,8 +102,10 @@ def _read(resp: Any, url: str, deadline: float) -> bytes:
     while chunk := resp.read(1 << 20):
         body += chunk
         if len(body) > MAX_ANSWER_BYTES:
-            raise ImportFailed(f"{url}: an answer of over {MAX_ANSWER_BYTES >> 20} MiB: the "
-                               "chunk holds too many series for one query")
+            raise ImportFailed(
+                f"{url}: an answer of over {MAX_ANSWER_BYTES >> 20} MiB: the "
+                "chunk holds too many series for one query"
+            )
         if time.monotonic() > deadline:
             raise ImportFailed(f"{url}: no whole answer in {TIMEOUT_S:.0f} s")
     return bytes(body)
@@ -117,21 +119,21 @@ def _get(url: str, params: dict[str, str], token: str | None) -> Any:
         headers["Authorization"] = f"Bearer {token}"
     deadline = time.monotonic() + TIMEOUT_S
     try:
-        with _OPENER.open(urllib.request.Request(full, headers=headers),
-                          timeout=TIMEOUT_S) as resp:
+        with _OPENER.open(urllib.request.Request(full, headers=headers), timeout=TIMEOUT_S) as resp:
             body = json.loads(_read(resp, url, deadline))
     except urllib.error.HTTPError as e:
         if 300 <= e.code < 400:
             where = e.headers.get("Location", "?")
-            raise ImportFailed(f"{url}: Prometheus answered {e.code}, a redirect to "
-                               f"{where[:200]}: give that URL (redirects are not "
-                               "followed, so that the token stays with the server named)") from None
+            raise ImportFailed(
+                f"{url}: Prometheus answered {e.code}, a redirect to "
+                f"{where[:200]}: give that URL (redirects are not "
+                "followed, so that the token stays with the server named)"
+            ) from None
         try:
             said = json.loads(e.read(1 << 16)).get("error") or e.reason
         except (ValueError, AttributeError, OSError):
             said = e.reason
-        raise ImportFailed(f"{url}: Prometheus answered {e.code}: {str(said)[:300]}"
-                           ) from None
+        raise ImportFailed(f"{url}: Prometheus answered {e.code}: {str(said)[:300]}") from None
     except (urllib.error.URLError, OSError) as e:
         why = e.reason if isinstance(e, urllib.error.URLError) else e
         raise ImportFailed(f"{url}: cannot reach Prometheus ({why})") from None
@@ -139,11 +141,13 @@ def _get(url: str, params: dict[str, str], token: str | None) -> Any:
         raise ImportFailed(f"{url}: the answer is not JSON: is this the Prometheus API?") from None
     if not isinstance(body, dict) or body.get("status") != "success":
         said = body.get("error") if isinstance(body, dict) else None
-        raise ImportFailed(f"{url}: Prometheus refused the query: "
-                           f"{str(said or body)[:200]}")
+        raise ImportFailed(f"{url}: Prometheus refused the query: {str(said or body)[:200]}")
     data = body.get("data")
-    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(
-            data.get("result"), list):
+    if (
+        not isinstance(data, dict)
+        or data.get("resultType") != "matrix"
+        or not isinstance(data.get("result"), list)
+    ):
         raise ImportFailed(f"{url}: not a range query's answer: is this the Prometheus API?")
     return data["result"]
 
@@ -154,8 +158,10 @@ def _series(url: str, series: Any) -> tuple[dict[str, str], list[tuple[float, An
         labels = {str(k): str(v) for k, v in series["metric"].items() if k != "__name__"}
         points = [(float(t), v) for t, v in series["values"]]
     except (TypeError, ValueError, KeyError, AttributeError) as e:
-        raise ImportFailed(f"{url}: a series of unexpected shape in the answer ({type(e).__name__}: "
-                           f"{str(e)[:100]})") from None
+        raise ImportFailed(
+            f"{url}: a series of unexpected shape in the answer ({type(e).__name__}: "
+            f"{str(e)[:100]})"
+        ) from None
     for t, _ in points:
         if not (math.isfinite(t) and 0 <= t < LAST_EPOCH_S):
             raise ImportFailed(f"{url}: a point at {t} s since 1970: no time")
@@ -170,8 +176,9 @@ def _number(text: Any, scale: float, low: float, high: float) -> float | None:
     return x if math.isfinite(x) and low <= x <= high else None
 
 
-def chunks(since: float, until: float, step: int = STEP_S,
-           points: int = CHUNK_POINTS) -> Iterator[tuple[float, float]]:
+def chunks(
+    since: float, until: float, step: int = STEP_S, points: int = CHUNK_POINTS
+) -> Iterator[tuple[float, float]]:
     """(first, last) minute of each query: whole minutes from ``since`` to ``until``."""
     t = math.ceil(since / step) * step
     end = math.floor(until / step) * step
@@ -195,8 +202,17 @@ class _Run:
 class _Fleet:
     """The runs found so far, their GPUs' players fed in time order."""
 
-    def __init__(self, url: str, since: float, until: float, *, mapping: LabelMap,
-                 labels: Labels, settings: Settings, max_gap_s: float | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        since: float,
+        until: float,
+        *,
+        mapping: LabelMap,
+        labels: Labels,
+        settings: Settings,
+        max_gap_s: float | None,
+    ) -> None:
         self.url, self.mapping, self.labels, self.settings = url, mapping, labels, settings
         self.range_key = f"{since:.0f}-{until:.0f}"
         self.gap_s = max_gap_s if max_gap_s is not None else 3.0 * STEP_S
@@ -215,8 +231,9 @@ class _Fleet:
         run = self.runs.get(key)
         if run is None:
             name = owner or f"unallocated {host} GPU {metric.get('gpu', '?')}"
-            run_id = "prom-" + hashlib.sha256("|".join(
-                [*key, self.range_key]).encode()).hexdigest()[:24]
+            run_id = (
+                "prom-" + hashlib.sha256("|".join([*key, self.range_key]).encode()).hexdigest()[:24]
+            )
             run = self.runs[key] = _Run(key, run_id, name, metric, {}, {}, not owner)
         if gpu not in run.players:
             model = metric.get("modelName") or self.labels.gpu_model
@@ -226,12 +243,16 @@ class _Fleet:
                 return None
             info = GpuInfo(index=len(run.infos), uuid=gpu, name=model, mem_total_gib=None)
             run.infos[gpu] = info
-            run.players[gpu] = Player(info, run_id=run.run_id, settings=self.settings,
-                                      gap_s=self.gap_s, rows=self.rows)
+            run.players[gpu] = Player(
+                info, run_id=run.run_id, settings=self.settings, gap_s=self.gap_s, rows=self.rows
+            )
         return run, gpu
 
-    def feed(self, points: dict[tuple[str, ...], dict[float, dict[str, float | None]]],
-             metrics: dict[tuple[str, ...], dict[str, str]]) -> None:
+    def feed(
+        self,
+        points: dict[tuple[str, ...], dict[float, dict[str, float | None]]],
+        metrics: dict[tuple[str, ...], dict[str, str]],
+    ) -> None:
         """One chunk's points: series labels → minute → reading fields. Series of the same GPU
         and run (a label such as ``container`` that changed) are merged minute by minute."""
         merged: dict[tuple[tuple[str, ...], str], dict[float, dict[str, float | None]]] = {}
@@ -253,8 +274,12 @@ class _Fleet:
                 gr = fields.pop("gr_engine_pct", None)
                 if fields.get("util_pct") is None and gr is not None:
                     fields["util_pct"] = gr  # DCGM's profiling activity where no NVML figure
-                player.add(t, self.url, datetime.fromtimestamp(t, UTC).isoformat(),
-                           GpuReading(uuid=gpu, **fields))
+                player.add(
+                    t,
+                    self.url,
+                    datetime.fromtimestamp(t, UTC).isoformat(),
+                    GpuReading(uuid=gpu, **fields),
+                )
 
     def records(self) -> Imported:
         records: list[RunRecord] = []
@@ -268,49 +293,80 @@ class _Fleet:
             m = self.mapping
             fields: dict[str, Any] = {
                 "host": run.labels.get("Hostname", ""),
-                "team": UNALLOCATED if run.unallocated else run.labels.get(m.team, "") if m.team
+                "team": UNALLOCATED
+                if run.unallocated
+                else run.labels.get(m.team, "")
+                if m.team
                 else "",
                 "project": run.labels.get(m.project, "") if m.project else "",
                 "user": run.labels.get(m.user, "") if m.user else "",
-                "links": {"prometheus": self.url}}
+                "links": {"prometheus": self.url},
+            }
             if run.unallocated:
                 fields["tags"] = ("unallocated",)
-            records.append(run_record(self.url, gpus, played, run_id=run.run_id,
-                                      name=run.name, labels=self._labels(run, gpus[0].name),
-                                      settings=self.settings, source=SOURCE, **fields))
+            records.append(
+                run_record(
+                    self.url,
+                    gpus,
+                    played,
+                    run_id=run.run_id,
+                    name=run.name,
+                    labels=self._labels(run, gpus[0].name),
+                    settings=self.settings,
+                    source=SOURCE,
+                    **fields,
+                )
+            )
         return Imported(records, self.rows, self.skipped)
 
     def _labels(self, run: _Run, model: str) -> Labels:
         """The labels for ``run``: none of the command line's owners on unallocated time, and a
         MIG instance's price its share of the whole GPU's."""
-        labels = replace(self.labels, team="", project="", user="") if run.unallocated \
-            else self.labels
+        labels = (
+            replace(self.labels, team="", project="", user="") if run.unallocated else self.labels
+        )
         profile = run.labels.get("GPU_I_PROFILE", "")
         if not (m := re.match(r"(\d+)g\.", profile)):
             return labels
-        price = price_for(model, self.labels.price, self.settings.prices,
-                          owned=self.settings.owned)
+        price = price_for(model, self.labels.price, self.settings.prices, owned=self.settings.owned)
         if price is None:
             return labels
         whole = next((n for k, n in _SLICES.items() if k in model.upper()), 7)
         return replace(labels, price=price.usd_per_gpu_hour * min(1.0, int(m[1]) / whole))
 
 
-def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: LabelMap | None = None,
-                    labels: Labels | None = None, settings: Settings | None = None,
-                    max_gap_s: float | None = None, progress: bool | None = None) -> Imported:
+def read_prometheus(
+    url: str,
+    *,
+    since: datetime,
+    until: datetime,
+    mapping: LabelMap | None = None,
+    labels: Labels | None = None,
+    settings: Settings | None = None,
+    max_gap_s: float | None = None,
+    progress: bool | None = None,
+) -> Imported:
     """The runs and minute samples of the DCGM series in ``[since, until]`` (nothing written)."""
     url = url.rstrip("/")
     parts = urllib.parse.urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ImportFailed(f"{url[:200]}: a Prometheus URL is http:// or https://HOST")
     if parts.username or parts.password:
-        raise ImportFailed(f"{parts.scheme}://***@{parts.hostname}: no credentials in the URL "
-                           f"(they would show in ps and in logs): put a bearer token in "
-                           f"{TOKEN_ENV}")
+        raise ImportFailed(
+            f"{parts.scheme}://***@{parts.hostname}: no credentials in the URL "
+            f"(they would show in ps and in logs): put a bearer token in "
+            f"{TOKEN_ENV}"
+        )
     start, end = since.timestamp(), until.timestamp()
-    fleet = _Fleet(url, start, end, mapping=mapping or LabelMap(), labels=labels or Labels(),
-                   settings=settings or Settings(), max_gap_s=max_gap_s)
+    fleet = _Fleet(
+        url,
+        start,
+        end,
+        mapping=mapping or LabelMap(),
+        labels=labels or Labels(),
+        settings=settings or Settings(),
+        max_gap_s=max_gap_s,
+    )
     token = os.environ.get(TOKEN_ENV) or None
     spans = list(chunks(start, end))
     for first, last in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
@@ -318,8 +374,16 @@ def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: Labe
         metrics: dict[tuple[str, ...], dict[str, str]] = {}
         for name, (field, scale, agg, low, high) in FIELDS.items():
             query = f"{agg}_over_time({name}[{STEP_S}s])"
-            for series in _get(url, {"query": query, "start": f"{first:.0f}",
-                                     "end": f"{last:.0f}", "step": f"{STEP_S}s"}, token):
+            for series in _get(
+                url,
+                {
+                    "query": query,
+                    "start": f"{first:.0f}",
+                    "end": f"{last:.0f}",
+                    "step": f"{STEP_S}s",
+                },
+                token,
+            ):
                 metric, values = _series(url, series)
                 key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
                 metrics[key] = metric
@@ -330,9 +394,9 @@ def read_prometheus(url: str, *, since: datetime, until: datetime, mapping: Labe
     return fleet.records()
 
 
-def import_prometheus(store_url: str, url: str, *, replace: bool = False,
-                      **kwargs: Any) -> Imported:
+def import_prometheus(
+    store_url: str, url: str, *, replace: bool = False, **kwargs: Any
+) -> Imported:
     """:func:`read_prometheus`, then every run into the store in one transaction
     (:func:`reports.imports.play.write_imported`)."""
-    return write_imported(store_url, read_prometheus(url, **kwargs), source=SOURCE,
-                          replace=replace)
+    return write_imported(store_url, read_prometheus(url, **kwargs), source=SOURCE, replace=replace)

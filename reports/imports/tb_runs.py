@@ -75,7 +75,7 @@ def _records(data: bytes) -> Iterator[tuple[int, bytes, int]]:
         if pos + _LENGTH.size > len(data):
             raise EventsDamaged(f"cut off at byte {pos} (a run still being written?)")
         length, crc = _LENGTH.unpack_from(data, pos)
-        if masked_crc32c(data[pos:pos + 8]) != crc:
+        if masked_crc32c(data[pos : pos + 8]) != crc:
             raise EventsDamaged(f"damaged at byte {pos} (length checksum mismatch)")
         start = pos + _LENGTH.size
         end = start + length
@@ -131,8 +131,11 @@ def _read(run: _Run, path: Path) -> None:
         try:
             event.ParseFromString(data)
         except Exception as e:
-            why = ("data checksum mismatch" if masked_crc32c(data) != crc
-                   else f"not an event: {type(e).__name__}")
+            why = (
+                "data checksum mismatch"
+                if masked_crc32c(data) != crc
+                else f"not an event: {type(e).__name__}"
+            )
             raise EventsDamaged(f"damaged at byte {pos} ({why})") from None
         wall = event.wall_time
         if not 0 <= wall < LAST_EPOCH_S:
@@ -141,9 +144,13 @@ def _read(run: _Run, path: Path) -> None:
             continue
         run.times.add(int(wall))
         run.max_step = max(run.max_step, event.step)
-        used = [v for v in event.summary.value
-                if v.tag in run.wanted or v.tag in ("gpu-kpi/run", "gpu-kpi/summary")
-                or v.tag.startswith(("gpu-kpi/run/", "gpu-kpi/summary/"))]
+        used = [
+            v
+            for v in event.summary.value
+            if v.tag in run.wanted
+            or v.tag in ("gpu-kpi/run", "gpu-kpi/summary")
+            or v.tag.startswith(("gpu-kpi/run/", "gpu-kpi/summary/"))
+        ]
         if used and masked_crc32c(data) != crc:
             raise EventsDamaged(f"damaged at byte {pos} (data checksum mismatch)")
         for v in used:
@@ -191,30 +198,46 @@ def _float(text: str | None) -> float | None:
     return x if x is not None and math.isfinite(x) and x >= 0 else None
 
 
-def _points(run: _Run, count: int, uuids: list[str], util_tag: str | None,
-            ours: bool) -> dict[str, Series]:
+def _points(
+    run: _Run, count: int, uuids: list[str], util_tag: str | None, ours: bool
+) -> dict[str, Series]:
     """Each GPU's readings: our ``gpu/*`` points, the mapped utilization tag's, or the
     events' times with utilization unknown."""
     where = str(run.path)
     if ours:
-        by_step = {tag: {step: x for _, step, x in run.scalars.get(tag, [])}
-                   for tag in OUR_POINTS}
-        points = [(wall, our_reading({tag: by_step[tag].get(step) for tag in OUR_POINTS}, count))
-                  for wall, step, _ in run.scalars.get("gpu/util_pct", [])]
+        by_step = {tag: {step: x for _, step, x in run.scalars.get(tag, [])} for tag in OUR_POINTS}
+        points = [
+            (wall, our_reading({tag: by_step[tag].get(step) for tag in OUR_POINTS}, count))
+            for wall, step, _ in run.scalars.get("gpu/util_pct", [])
+        ]
     elif util_tag:
-        points = [(wall, {"util_pct": x if 0 <= x <= 100 else None})
-                  for wall, _, x in run.scalars.get(util_tag, [])]
+        points = [
+            (wall, {"util_pct": x if 0 <= x <= 100 else None})
+            for wall, _, x in run.scalars.get(util_tag, [])
+        ]
     else:
         points = [(float(t), {}) for t in sorted(run.times)]
     points = sorted(dict(points).items())  # one point per wall time, the last logged
-    return {uuid: [(t, where, datetime.fromtimestamp(t, UTC).isoformat(),
-                    GpuReading(uuid=uuid, **fields)) for t, fields in points]
-            for uuid in uuids}
+    return {
+        uuid: [
+            (t, where, datetime.fromtimestamp(t, UTC).isoformat(), GpuReading(uuid=uuid, **fields))
+            for t, fields in points
+        ]
+        for uuid in uuids
+    }
 
 
-def _run_of(path: Path, files: list[Path], root_names: dict[Path, str], *, labels: Labels,
-            settings: Settings, max_gap_s: float | None, gpus: int,
-            tags: Mapping[str, str]) -> tuple[RunRecord, list[MinuteSample]] | str:
+def _run_of(
+    path: Path,
+    files: list[Path],
+    root_names: dict[Path, str],
+    *,
+    labels: Labels,
+    settings: Settings,
+    max_gap_s: float | None,
+    gpus: int,
+    tags: Mapping[str, str],
+) -> tuple[RunRecord, list[MinuteSample]] | str:
     run = _Run(path, [f.name for f in files], frozenset([*OUR_POINTS, *tags.values()]))
     for f in files:
         try:
@@ -247,16 +270,33 @@ def _run_of(path: Path, files: list[Path], root_names: dict[Path, str], *, label
             if values:
                 extra[figure] = statistics.fmean(values)
         extra["steps"] = run.max_step
-    parts = run.files[0][len(EVENTS):].split(".")  # <time>.<host>.<pid>.<n>; a host has dots
+    parts = run.files[0][len(EVENTS) :].split(".")  # <time>.<host>.<pid>.<n>; a host has dots
     host = ".".join(parts[1:-2]) if len(parts) >= 4 else ""
-    return played_run(str(path), infos, series, run_id=str(run_id), name=root_names.get(path, path.name),
-                      labels=labels, settings=settings, max_gap_s=max_gap_s, source=SOURCE,
-                      host=host, links={"tensorboard": str(path)}, **extra)
+    return played_run(
+        str(path),
+        infos,
+        series,
+        run_id=str(run_id),
+        name=root_names.get(path, path.name),
+        labels=labels,
+        settings=settings,
+        max_gap_s=max_gap_s,
+        source=SOURCE,
+        host=host,
+        links={"tensorboard": str(path)},
+        **extra,
+    )
 
 
-def read_tensorboard(paths: Sequence[str | Path], *, labels: Labels | None = None,
-                     settings: Settings | None = None, max_gap_s: float | None = None,
-                     gpus: int = 1, tags: Mapping[str, str] | None = None) -> Imported:
+def read_tensorboard(
+    paths: Sequence[str | Path],
+    *,
+    labels: Labels | None = None,
+    settings: Settings | None = None,
+    max_gap_s: float | None = None,
+    gpus: int = 1,
+    tags: Mapping[str, str] | None = None,
+) -> Imported:
     """The runs and minute samples of the TensorBoard runs below ``paths`` (nothing written)."""
     labels = labels or Labels()
     settings = settings or Settings()
@@ -264,33 +304,45 @@ def read_tensorboard(paths: Sequence[str | Path], *, labels: Labels | None = Non
     try:
         import tensorboard.compat.proto.event_pb2  # noqa: F401  (the event format)
     except ImportError:
-        raise ImportFailed("reading TensorBoard event files needs the tensorboard package: "
-                           "pip install 'gpu-kpi[tensorboard]'") from None
+        raise ImportFailed(
+            "reading TensorBoard event files needs the tensorboard package: "
+            "pip install 'gpu-kpi[tensorboard]'"
+        ) from None
     names: dict[Path, str] = {}
     for given in paths:
         root = Path(given).resolve()
         for path, _ in runs:
             if path == root or root in path.parents:
-                names.setdefault(path, str(path.relative_to(root)) if path != root
-                                 else root.name)
+                names.setdefault(path, str(path.relative_to(root)) if path != root else root.name)
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
     for path, files in progress(runs, "TensorBoard runs"):
-        got = _run_of(path, files, names, labels=labels, settings=settings,
-                      max_gap_s=max_gap_s, gpus=gpus, tags=tags or {})
+        got = _run_of(
+            path,
+            files,
+            names,
+            labels=labels,
+            settings=settings,
+            max_gap_s=max_gap_s,
+            gpus=gpus,
+            tags=tags or {},
+        )
         if isinstance(got, str) or got[0].id in records:
             skipped.setdefault(got if isinstance(got, str) else TWICE, []).append(
-                names.get(path, path.name))
+                names.get(path, path.name)
+            )
             continue
         records[got[0].id] = got[0]
         samples.extend(got[1])
     return Imported(list(records.values()), samples, skipped)
 
 
-def import_tensorboard(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
-                       **kwargs: Any) -> Imported:
+def import_tensorboard(
+    store_url: str, paths: Sequence[str | Path], *, replace: bool = False, **kwargs: Any
+) -> Imported:
     """:func:`read_tensorboard`, then into the store in one transaction, less the runs of ours
     the store already has (:func:`reports.imports.play.write_imported`)."""
-    return write_imported(store_url, read_tensorboard(paths, **kwargs), source=SOURCE,
-                          replace=replace)
+    return write_imported(
+        store_url, read_tensorboard(paths, **kwargs), source=SOURCE, replace=replace
+    )

@@ -23,8 +23,14 @@ from reports.imports.wandb_log import WandbLog, number
 SYSTEM_SAMPLES = 1_000_000
 RUNNING = "still running: import it when it has ended"
 UNREADABLE = "unreadable through the API"
-_STATES = {"finished": 0, "failed": 1, "killed": 1, "crashed": None, "preempted": None,
-           "preempting": None}
+_STATES = {
+    "finished": 0,
+    "failed": 1,
+    "killed": 1,
+    "crashed": None,
+    "preempted": None,
+    "preempting": None,
+}
 
 
 def _text(value: Any) -> str:
@@ -51,17 +57,26 @@ def api_log(run: Any) -> WandbLog:
     ``entity/project/id``)."""
     meta = run.metadata if isinstance(run.metadata, dict) else {}
     user = run.user if isinstance(run.user, str) else getattr(run.user, "username", "")
-    log = WandbLog(Path(f"{run.entity}/{run.project}/{run.id}"), run_id=_text(run.id),
-                   entity=_text(run.entity), project=_text(run.project), name=_text(run.name),
-                   host=_text(meta.get("host")), user=_text(user) or _text(meta.get("username")),
-                   tags=[t for t in (run.tags or []) if isinstance(t, str)],
-                   gpu_type=_text(meta.get("gpu")), url=_text(run.url))
+    log = WandbLog(
+        Path(f"{run.entity}/{run.project}/{run.id}"),
+        run_id=_text(run.id),
+        entity=_text(run.entity),
+        project=_text(run.project),
+        name=_text(run.name),
+        host=_text(meta.get("host")),
+        user=_text(user) or _text(meta.get("username")),
+        tags=[t for t in (run.tags or []) if isinstance(t, str)],
+        gpu_type=_text(meta.get("gpu")),
+        url=_text(run.url),
+    )
     try:
         log.start = datetime.fromisoformat(_text(run.created_at).replace("Z", "+00:00")).timestamp()
     except ValueError:
         log.start = None
-    log.config = {k: v.get("value") if isinstance(v, dict) and set(v) <= {"value", "desc"}
-                  else v for k, v in dict(run.config or {}).items()}
+    log.config = {
+        k: v.get("value") if isinstance(v, dict) and set(v) <= {"value", "desc"} else v
+        for k, v in dict(run.config or {}).items()
+    }
     log.summary = dict(getattr(run, "summary_metrics", None) or run.summary or {})
     log.gpus = _gpus(meta)
     for row in run.history(stream="system", pandas=False, samples=SYSTEM_SAMPLES):
@@ -70,14 +85,16 @@ def api_log(run: Any) -> WandbLog:
             log.stats.append((t, {k.removeprefix("system."): v for k, v in row.items()}))
     log.stats.sort(key=lambda s: s[0])
     if isinstance(log.config.get("gpu_kpi/run_id"), str) and not any(
-            k.startswith("gpu.") for _, items in log.stats for k in items):
+        k.startswith("gpu.") for _, items in log.stats for k in items
+    ):
         log.history = list(run.scan_history())  # our own gpu/* points, where W&B kept none
     log.exit_code = _STATES.get(_text(run.state))
     return log
 
 
-def api_runs(path: str, *, since: datetime, until: datetime,
-             api: Any = None) -> Iterator[tuple[str, WandbLog | str]]:
+def api_runs(
+    path: str, *, since: datetime, until: datetime, api: Any = None
+) -> Iterator[tuple[str, WandbLog | str]]:
     """(name, log) of each run of ``path`` (``ENTITY/PROJECT``) created in ``[since, until)``;
     instead of a log, why not (:data:`RUNNING`, :data:`UNREADABLE`). An error listing the
     project is an :class:`ImportFailed` naming ``path``."""
@@ -86,8 +103,15 @@ def api_runs(path: str, *, since: datetime, until: datetime,
             import wandb
 
             api = wandb.Api(timeout=60)
-        runs: Sequence[Any] = api.runs(path, filters={"createdAt": {
-            "$gte": since.astimezone(UTC).isoformat(), "$lt": until.astimezone(UTC).isoformat()}})
+        runs: Sequence[Any] = api.runs(
+            path,
+            filters={
+                "createdAt": {
+                    "$gte": since.astimezone(UTC).isoformat(),
+                    "$lt": until.astimezone(UTC).isoformat(),
+                }
+            },
+        )
         for run in runs:
             name = _text(run.name) or _text(run.id)
             if run.state == "running":
@@ -102,7 +126,8 @@ def api_runs(path: str, *, since: datetime, until: datetime,
     except ImportFailed:
         raise
     except ImportError:
-        raise ImportFailed("the W&B API needs the wandb package: pip install 'gpu-kpi[wandb]'"
-                           ) from None
+        raise ImportFailed(
+            "the W&B API needs the wandb package: pip install 'gpu-kpi[wandb]'"
+        ) from None
     except Exception as e:  # wandb's CommError, AuthenticationError, HTTP errors…
         raise ImportFailed(f"{path}: the W&B API failed ({type(e).__name__}: {e})") from None

@@ -87,8 +87,9 @@ def payloads(data: bytes, *, check_crc: bool = True, whole: bool = True) -> Iter
             yield bytes(pending)
             pending = None
         elif kind not in (_MIDDLE, _LAST):
-            raise LogDamaged(f"damaged at byte {pos - length - _CHUNK_HEADER.size} (chunk "
-                             f"type {kind})")
+            raise LogDamaged(
+                f"damaged at byte {pos - length - _CHUNK_HEADER.size} (chunk type {kind})"
+            )
     if pending is not None and whole:
         raise LogDamaged(f"cut off at byte {pos} (a run still being written?)")
 
@@ -150,8 +151,9 @@ def read_log(path: Path) -> WandbLog:
     try:
         from wandb.proto import wandb_internal_pb2 as pb
     except ImportError:
-        raise ImportFailed("reading W&B run logs needs W&B's record format: "
-                           "pip install 'gpu-kpi[wandb]'") from None
+        raise ImportFailed(
+            "reading W&B run logs needs W&B's record format: pip install 'gpu-kpi[wandb]'"
+        ) from None
     run = WandbLog(path)
     try:
         data = path.read_bytes()
@@ -192,8 +194,9 @@ def _take(run: WandbLog, rec: Any) -> None:
         if t is not None:
             run.stats.append((t, {i.key: _json(i.value_json) for i in rec.stats.item}))
     elif kind == "history":
-        run.history.append({_key(i): _json(i.value_json) if i.value_json else _typed(i)
-                            for i in rec.history.item})
+        run.history.append(
+            {_key(i): _json(i.value_json) if i.value_json else _typed(i) for i in rec.history.item}
+        )
     elif kind == "summary":
         for item in rec.summary.update:
             run.summary[_key(item)] = _json(item.value_json)

@@ -73,8 +73,10 @@ def find_logs(paths: Sequence[str | Path]) -> list[Path]:
             raise ImportFailed(f"{path}: no such file or directory")
         logs = sorted(p.resolve() for p in path.rglob("*.wandb") if p.is_file())
         if not logs:
-            raise ImportFailed(f"{path}: no .wandb file under it (W&B keeps runs in "
-                               "wandb/run-*/ and wandb/offline-run-*/)")
+            raise ImportFailed(
+                f"{path}: no .wandb file under it (W&B keeps runs in "
+                "wandb/run-*/ and wandb/offline-run-*/)"
+            )
         found.update(dict.fromkeys(logs))
     return list(found)
 
@@ -90,7 +92,8 @@ def _system_readings(log: WandbLog) -> dict[int, list[tuple[float, dict[str, Any
             name, scale, low, high = _UNITS[m[2]]
             v = number(value)
             per.setdefault(int(m[1]), {})[name] = (
-                v * scale if v is not None and low <= v * scale <= high else None)
+                v * scale if v is not None and low <= v * scale <= high else None
+            )
         for i, fields in per.items():
             out.setdefault(i, []).append((t, fields))
     return {i: _in_order(points) for i, points in out.items()}
@@ -116,8 +119,13 @@ def _our_readings(log: WandbLog, count: int) -> dict[int, list[tuple[float, dict
     return {i: _in_order(points) for i, points in out.items()}
 
 
-def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: float | None,
-            ) -> tuple[RunRecord, list[MinuteSample]] | str:
+def _run_of(
+    log: WandbLog,
+    *,
+    labels: Labels,
+    settings: Settings,
+    max_gap_s: float | None,
+) -> tuple[RunRecord, list[MinuteSample]] | str:
     """The run of one log, or why it is skipped."""
     ours = log.config.get("gpu_kpi/run_id")
     readings = _system_readings(log)
@@ -129,7 +137,7 @@ def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: flo
     readings = {i: r for i, r in readings.items() if len(r) > 1}
     if not readings:
         return NO_GPU
-    model = (log.config.get("gpu_kpi/gpu_model") if isinstance(ours, str) else None)
+    model = log.config.get("gpu_kpi/gpu_model") if isinstance(ours, str) else None
     gpus: list[GpuInfo] = []
     series: dict[str, Series] = {}
     for i in sorted(readings):
@@ -139,11 +147,18 @@ def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: flo
             return NO_MODEL
         uuid = uuid or f"wandb-{log.run_id or log.path.parent.name}-gpu{i}"
         where = log.url or str(log.path)
-        gpus.append(GpuInfo(index=i, uuid=uuid, name=name or str(labels.gpu_model),
-                            mem_total_gib=mem))
-        series[uuid] = [(t, where, datetime.fromtimestamp(t, UTC).isoformat(),
-                         GpuReading(uuid=uuid, mem_total_gib=mem, **fields))
-                        for t, fields in readings[i]]
+        gpus.append(
+            GpuInfo(index=i, uuid=uuid, name=name or str(labels.gpu_model), mem_total_gib=mem)
+        )
+        series[uuid] = [
+            (
+                t,
+                where,
+                datetime.fromtimestamp(t, UTC).isoformat(),
+                GpuReading(uuid=uuid, mem_total_gib=mem, **fields),
+            )
+            for t, fields in readings[i]
+        ]
     if isinstance(ours, str) and ours:
         run_id = ours
     else:
@@ -151,37 +166,73 @@ def _run_of(log: WandbLog, *, labels: Labels, settings: Settings, max_gap_s: flo
         run_id = "wandb-" + hashlib.sha256(key.encode()).hexdigest()[:24]
     extra: dict[str, Any] = {}
     if isinstance(ours, str):
-        extra = {f: v for f in OUR_SUMMARY if (v := number(log.summary.get(f"gpu_kpi/{f}")))
-                 is not None and v >= 0}
-    status = ("crashed" if log.exit_code is None else
-              "finished" if log.exit_code == 0 else "failed")
-    return played_run(log.url or str(log.path), gpus, series, run_id=run_id,
-                      name=log.name or log.run_id or log.path.parent.name, labels=labels,
-                      settings=settings, max_gap_s=max_gap_s, source=SOURCE, status=status,
-                      project=log.project, user=log.user, host=log.host, tags=tuple(log.tags),
-                      links={"wandb": log.url or str(log.path.parent)}, **extra)
+        extra = {
+            f: v
+            for f in OUR_SUMMARY
+            if (v := number(log.summary.get(f"gpu_kpi/{f}"))) is not None and v >= 0
+        }
+    status = "crashed" if log.exit_code is None else "finished" if log.exit_code == 0 else "failed"
+    return played_run(
+        log.url or str(log.path),
+        gpus,
+        series,
+        run_id=run_id,
+        name=log.name or log.run_id or log.path.parent.name,
+        labels=labels,
+        settings=settings,
+        max_gap_s=max_gap_s,
+        source=SOURCE,
+        status=status,
+        project=log.project,
+        user=log.user,
+        host=log.host,
+        tags=tuple(log.tags),
+        links={"wandb": log.url or str(log.path.parent)},
+        **extra,
+    )
 
 
-def read_wandb(paths: Sequence[str | Path], *, labels: Labels | None = None,
-               settings: Settings | None = None, max_gap_s: float | None = None) -> Imported:
+def read_wandb(
+    paths: Sequence[str | Path],
+    *,
+    labels: Labels | None = None,
+    settings: Settings | None = None,
+    max_gap_s: float | None = None,
+) -> Imported:
     """The runs and minute samples of the W&B runs in ``paths`` (nothing written)."""
     logs = ((str(p), read_log(p)) for p in progress(find_logs(paths), "W&B runs"))
     return _read(logs, labels=labels, settings=settings, max_gap_s=max_gap_s)
 
 
-def read_wandb_api(path: str, *, since: datetime, until: datetime, labels: Labels | None = None,
-                   settings: Settings | None = None, max_gap_s: float | None = None,
-                   api: Any = None) -> Imported:
+def read_wandb_api(
+    path: str,
+    *,
+    since: datetime,
+    until: datetime,
+    labels: Labels | None = None,
+    settings: Settings | None = None,
+    max_gap_s: float | None = None,
+    api: Any = None,
+) -> Imported:
     """The runs of the W&B project ``path`` (``ENTITY/PROJECT``) created in ``[since, until)``,
     through W&B's public API (:mod:`reports.imports.wandb_api`; nothing written)."""
     from reports.imports.wandb_api import api_runs
 
-    return _read(api_runs(path, since=since, until=until, api=api), labels=labels,
-                 settings=settings, max_gap_s=max_gap_s)
+    return _read(
+        api_runs(path, since=since, until=until, api=api),
+        labels=labels,
+        settings=settings,
+        max_gap_s=max_gap_s,
+    )
 
 
-def _read(logs: Iterable[tuple[str, WandbLog | str]], *, labels: Labels | None,
-          settings: Settings | None, max_gap_s: float | None) -> Imported:
+def _read(
+    logs: Iterable[tuple[str, WandbLog | str]],
+    *,
+    labels: Labels | None,
+    settings: Settings | None,
+    max_gap_s: float | None,
+) -> Imported:
     labels = labels or Labels()
     settings = settings or Settings()
     records: dict[str, RunRecord] = {}
@@ -203,16 +254,16 @@ def _read(logs: Iterable[tuple[str, WandbLog | str]], *, labels: Labels | None,
     return Imported(list(records.values()), samples, skipped)
 
 
-def import_wandb(store_url: str, paths: Sequence[str | Path], *, replace: bool = False,
-                 **kwargs: Any) -> Imported:
+def import_wandb(
+    store_url: str, paths: Sequence[str | Path], *, replace: bool = False, **kwargs: Any
+) -> Imported:
     """:func:`read_wandb`, then into the store in one transaction, less the runs of ours the
     store already has (:func:`reports.imports.play.write_imported`)."""
-    return write_imported(store_url, read_wandb(paths, **kwargs), source=SOURCE,
-                          replace=replace)
+    return write_imported(store_url, read_wandb(paths, **kwargs), source=SOURCE, replace=replace)
 
 
-def import_wandb_api(store_url: str, path: str, *, replace: bool = False,
-                     **kwargs: Any) -> Imported:
+def import_wandb_api(
+    store_url: str, path: str, *, replace: bool = False, **kwargs: Any
+) -> Imported:
     """:func:`read_wandb_api`, then into the store as :func:`import_wandb` does."""
-    return write_imported(store_url, read_wandb_api(path, **kwargs), source=SOURCE,
-                          replace=replace)
+    return write_imported(store_url, read_wandb_api(path, **kwargs), source=SOURCE, replace=replace)

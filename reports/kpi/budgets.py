@@ -34,8 +34,11 @@ class Budget:
 
     def amounts(self) -> list[tuple[str, float]]:
         """(period, USD) of each budget set, week first."""
-        return [(p, v) for p, v in (("week", self.usd_per_week), ("month", self.usd_per_month))
-                if v is not None]
+        return [
+            (p, v)
+            for p, v in (("week", self.usd_per_week), ("month", self.usd_per_month))
+            if v is not None
+        ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,13 +94,23 @@ class BudgetLine:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON export's fields (times ISO 8601, in the report zone)."""
+
         def num(x: float | None) -> float | None:
             return None if x is None or not math.isfinite(x) else round(x, 6)
 
-        return {"team": self.team, "period": self.period, "label": self.label,
-                "start": self.start.isoformat(), "end": self.end.isoformat(),
-                "until": self.until.isoformat(), "complete": self.complete,
-                "spend_usd": num(self.spend_usd), "budget_usd": self.budget_usd,
-                "used_pct": num(self.used_pct), "forecast_usd": num(self.forecast_usd),
-                "forecast_pct": num(self.forecast_pct), "level": self.level,
-                "runs": [{"name": n, "spend_usd": num(v)} for n, v in self.runs]}
+        return {
+            "team": self.team,
+            "period": self.period,
+            "label": self.label,
+            "start": self.start.isoformat(),
+            "end": self.end.isoformat(),
+            "until": self.until.isoformat(),
+            "complete": self.complete,
+            "spend_usd": num(self.spend_usd),
+            "budget_usd": self.budget_usd,
+            "used_pct": num(self.used_pct),
+            "forecast_usd": num(self.forecast_usd),
+            "forecast_pct": num(self.forecast_pct),
+            "level": self.level,
+            "runs": [{"name": n, "spend_usd": num(v)} for n, v in self.runs],
+        }

@@ -32,18 +32,58 @@ import pandas as pd
 
 from tracker.record import RunRecord
 
-NUMBERS = ("price_per_gpu_hour", "gpu_hours", "util_pct", "sm_active_pct", "gpu_count", "nodes",
-           "mem_peak_gib", "mem_total_gib", "energy_kwh", "steps", "samples", "tokens",
-           "samples_per_s", "tokens_per_s", "mfu", "data_wait_pct", "cost_usd", "waste_usd",
-           "idle_usd")
+NUMBERS = (
+    "price_per_gpu_hour",
+    "gpu_hours",
+    "util_pct",
+    "sm_active_pct",
+    "gpu_count",
+    "nodes",
+    "mem_peak_gib",
+    "mem_total_gib",
+    "energy_kwh",
+    "steps",
+    "samples",
+    "tokens",
+    "samples_per_s",
+    "tokens_per_s",
+    "mfu",
+    "data_wait_pct",
+    "cost_usd",
+    "waste_usd",
+    "idle_usd",
+)
 """The number fields of a run record: each is a finite number or unknown (None)."""
-NOT_NEGATIVE = ("price_per_gpu_hour", "gpu_hours", "gpu_count", "mem_peak_gib", "mem_total_gib",
-                "samples", "tokens", "idle_usd", "energy_kwh")
+NOT_NEGATIVE = (
+    "price_per_gpu_hour",
+    "gpu_hours",
+    "gpu_count",
+    "mem_peak_gib",
+    "mem_total_gib",
+    "samples",
+    "tokens",
+    "idle_usd",
+    "energy_kwh",
+)
 """Figures the KPIs read that cannot be negative."""
 PERCENT = ("util_pct", "sm_active_pct")
 """Utilization figures: 0–100."""
-TEXTS = ("id", "name", "project", "team", "user", "host", "framework", "status", "gpu_source",
-         "gpu_model", "price_source", "verdict", "advice", "source")
+TEXTS = (
+    "id",
+    "name",
+    "project",
+    "team",
+    "user",
+    "host",
+    "framework",
+    "status",
+    "gpu_source",
+    "gpu_model",
+    "price_source",
+    "verdict",
+    "advice",
+    "source",
+)
 """The text fields of a run record."""
 OPTIONAL_TEXTS = ("gpu_model", "price_source", "verdict", "advice")
 """Text fields that may be unknown (None)."""
@@ -99,20 +139,26 @@ class Skipped:
         parts = []
         if self.runs:
             reasons = Counter(r.reason for r in self.runs)
-            parts.append(f"{_count(len(self.runs), 'run')} excluded: "
-                         + ", ".join(f"{reason} ({n})" for reason, n in sorted(reasons.items())))
+            parts.append(
+                f"{_count(len(self.runs), 'run')} excluded: "
+                + ", ".join(f"{reason} ({n})" for reason, n in sorted(reasons.items()))
+            )
         if self.samples:
             runs = len({b.run_id for b in self.samples})
-            parts.append(f"{_count(self.sample_rows, 'sample row')} of {_count(runs, 'run')} "
-                         "left out or read as unknown")
+            parts.append(
+                f"{_count(self.sample_rows, 'sample row')} of {_count(runs, 'run')} "
+                "left out or read as unknown"
+            )
         return "; ".join(parts)
 
     def log_line(self) -> str:
         """The summary and each run by name, id and reason, on one line (user strings with
         line breaks cannot split it)."""
         named = [f"{r.name} ({r.run_id}): {r.reason}" for r in self.runs]
-        named += [f"{b.name} ({b.run_id}): {_count(b.rows, 'sample row')}, {b.reason}"
-                  for b in self.samples]
+        named += [
+            f"{b.name} ({b.run_id}): {_count(b.rows, 'sample row')}, {b.reason}"
+            for b in self.samples
+        ]
         more = len(named) - MAX_NAMED
         text = f"{self.summary()} — {'; '.join(named[:MAX_NAMED])}"
         return one_line(text + (f"; and {more} more" if more > 0 else ""))
@@ -194,38 +240,58 @@ def usable_runs(runs: Iterable[RunRecord]) -> tuple[list[RunRecord], list[Exclud
         if problem is None:
             good.append(fixed)
         else:
-            excluded.append(ExcludedRun(run_id=as_text(run.id), name=as_text(run.name),
-                                        reason=problem))
+            excluded.append(
+                ExcludedRun(run_id=as_text(run.id), name=as_text(run.name), reason=problem)
+            )
     return good, excluded
 
 
-def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *,
-                value: str) -> list[BadSamples]:
+def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *, value: str) -> list[BadSamples]:
     """Per run of ``names`` (id → name), the sample rows the store's totals
     (:data:`reports.kpi.TOTALS_COLUMNS`) say were left out or read with ``value`` unknown."""
     if totals.empty:
         return []
-    counts = [c for c in ("dropped", "bad_minutes", "bad_values", "damaged")
-              if c in totals.columns]
+    counts = [c for c in ("dropped", "bad_minutes", "bad_values", "damaged") if c in totals.columns]
     per = totals.astype({"run_id": object}).groupby("run_id")[counts].sum()
     out = []
     for run_id, row in per.iterrows():
         if run_id not in names:
             continue
         if row["dropped"] > 0:
-            out.append(BadSamples(run_id=str(run_id), name=names[run_id], rows=int(row["dropped"]),
-                                  reason="unusable covered_s: left out"))
+            out.append(
+                BadSamples(
+                    run_id=str(run_id),
+                    name=names[run_id],
+                    rows=int(row["dropped"]),
+                    reason="unusable covered_s: left out",
+                )
+            )
         if row.get("bad_minutes", 0) > 0:
-            out.append(BadSamples(run_id=str(run_id), name=names[run_id],
-                                  rows=int(row["bad_minutes"]),
-                                  reason="unreadable minute: left out"))
+            out.append(
+                BadSamples(
+                    run_id=str(run_id),
+                    name=names[run_id],
+                    rows=int(row["bad_minutes"]),
+                    reason="unreadable minute: left out",
+                )
+            )
         if row.get("damaged", 0) > 0:
-            out.append(BadSamples(run_id=str(run_id), name=names[run_id],
-                                  rows=int(row["damaged"]),
-                                  reason="damaged hourly rollups: left out (rebuild them with "
-                                         "gpu-kpi store rebuild-rollups)"))
+            out.append(
+                BadSamples(
+                    run_id=str(run_id),
+                    name=names[run_id],
+                    rows=int(row["damaged"]),
+                    reason="damaged hourly rollups: left out (rebuild them with "
+                    "gpu-kpi store rebuild-rollups)",
+                )
+            )
         if row["bad_values"] > 0:
-            out.append(BadSamples(run_id=str(run_id), name=names[run_id],
-                                  rows=int(row["bad_values"]),
-                                  reason=f"unusable {value}: read as unknown"))
+            out.append(
+                BadSamples(
+                    run_id=str(run_id),
+                    name=names[run_id],
+                    rows=int(row["bad_values"]),
+                    reason=f"unusable {value}: read as unknown",
+                )
+            )
     return out

@@ -15,8 +15,9 @@ from tracker.owned import OwnedGpu, RentVsOwn, rent_rate, rent_vs_own
 from tracker.prices import PriceTable, canonical_gpu, owned_table
 
 
-def rent_vs_own_lines(per: pd.DataFrame, owned: Mapping[str, OwnedGpu], *,
-                      rent: PriceTable, hours_in_week: float) -> list[RentVsOwn]:
+def rent_vs_own_lines(
+    per: pd.DataFrame, owned: Mapping[str, OwnedGpu], *, rent: PriceTable, hours_in_week: float
+) -> list[RentVsOwn]:
     """One comparison per owned model with a rental rate (its ``rent_usd_per_gpu_hour``, else
     ``rent``'s price for it), over the week's rows of ``per`` (:func:`run_weeks`) that the
     owned model priced: not runs that paid a price of their own, not variants priced in
@@ -32,9 +33,17 @@ def rent_vs_own_lines(per: pd.DataFrame, owned: Mapping[str, OwnedGpu], *,
         known = float(mine["known_hours"].sum())
         util_pct = 100.0 * float(mine["used_hours"].sum()) / known if known > 0 else None
         # say which model the name stands for when the table reads it as another
-        shown = name if (canonical_gpu(name) or row.gpu) in (row.gpu, name) else \
-            f"{name} (= {row.gpu})"
-        out.append(rent_vs_own(model=shown, gpu_hours=float(mine["gpu_hours"].sum()),
-                               util_pct=util_pct, hours_in_period=hours_in_week, owned=o,
-                               rent_usd_per_gpu_hour=rate))
+        shown = (
+            name if (canonical_gpu(name) or row.gpu) in (row.gpu, name) else f"{name} (= {row.gpu})"
+        )
+        out.append(
+            rent_vs_own(
+                model=shown,
+                gpu_hours=float(mine["gpu_hours"].sum()),
+                util_pct=util_pct,
+                hours_in_period=hours_in_week,
+                owned=o,
+                rent_usd_per_gpu_hour=rate,
+            )
+        )
     return out

@@ -21,8 +21,16 @@ if TYPE_CHECKING:
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
 
-GT_COLUMNS = ["run_id", "gpu", "week", "gpu_hours", "known_hours", "used_hours", "idle_hours",
-              "idle_used_hours"]
+GT_COLUMNS = [
+    "run_id",
+    "gpu",
+    "week",
+    "gpu_hours",
+    "known_hours",
+    "used_hours",
+    "idle_hours",
+    "idle_used_hours",
+]
 """One row per (run, GPU, week): hours allocated, hours with a utilization value, Σ util × hours
 (as a fraction, so used/known is the utilization), hours in idle stretches and Σ util × hours
 over them (so the utilization of the rest is known: waste counts idle hours in full). Summary-only runs
@@ -39,8 +47,9 @@ def runs_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
 
 
 def samples_frame(samples: Iterable[MinuteSample]) -> pd.DataFrame:
-    df = pd.DataFrame([s.__dict__ for s in samples],
-                      columns=list(MinuteSample.__dataclass_fields__))
+    df = pd.DataFrame(
+        [s.__dict__ for s in samples], columns=list(MinuteSample.__dataclass_fields__)
+    )
     df["minute"] = pd.to_datetime(df["minute"], utc=True)
     return df
 
@@ -75,8 +84,9 @@ class SampleFrameBuilder:
         keep = pd.Series(True, index=df.index)
         if "minute" in df:
             if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
-                df["minute"] = pd.to_datetime(df["minute"], format="ISO8601", utc=True,
-                                              errors="coerce")
+                df["minute"] = pd.to_datetime(
+                    df["minute"], format="ISO8601", utc=True, errors="coerce"
+                )
             else:
                 df["minute"] = pd.to_datetime(df["minute"], utc=True, errors="coerce")
             keep &= df["minute"].notna()  # text that is no time: the row is left out
@@ -104,8 +114,20 @@ class SampleFrameBuilder:
 
 
 # -- GPU time from the store's totals ---------------------------------------------------------
-TOTALS_COLUMNS = ["run_id", "gpu", "bucket", "minutes", "covered_s", "known_s", "value_s",
-                  "first_low", "last_low", "dropped", "bad_values", "bad_minutes"]
+TOTALS_COLUMNS = [
+    "run_id",
+    "gpu",
+    "bucket",
+    "minutes",
+    "covered_s",
+    "known_s",
+    "value_s",
+    "first_low",
+    "last_low",
+    "dropped",
+    "bad_values",
+    "bad_minutes",
+]
 """The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
 
 

@@ -28,8 +28,14 @@ def _ts(moment: datetime) -> pd.Timestamp:
 
 
 # -- idle minutes -----------------------------------------------------------------------------
-def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
-                 window: int, minute: np.ndarray | None = None) -> np.ndarray:
+def idle_minutes(
+    util: np.ndarray,
+    group: np.ndarray,
+    *,
+    threshold_pct: float,
+    window: int,
+    minute: np.ndarray | None = None,
+) -> np.ndarray:
     """Which minutes are idle: the minute's own utilization is under ``threshold_pct`` and it
     lies in some ``window``-minute stretch (consecutive rows of one ``group``) averaging under
     it. NaN (no data) is never idle and breaks a stretch, and so does a minute with no row when
@@ -65,8 +71,9 @@ def idle_minutes(util: np.ndarray, group: np.ndarray, *, threshold_pct: float,
 
 
 # -- GPU time per (run, GPU, week) ------------------------------------------------------------
-def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
-                     thresholds: Thresholds | None = None) -> pd.DataFrame:
+def sampled_gpu_time(
+    s: pd.DataFrame, *, tz: tzinfo, basis: str = "util", thresholds: Thresholds | None = None
+) -> pd.DataFrame:
     """GT rows from minute samples, in arrays: millions of rows take seconds, not minutes."""
     if not len(s):
         return pd.DataFrame(columns=GT_COLUMNS)
@@ -80,12 +87,15 @@ def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
     hours = s["covered_s"].to_numpy(dtype=float)[order] / 3600.0
     util = s[column].to_numpy(dtype=float)[order]
     series = run_codes.astype(np.int64) * len(gpu_names) + gpu_codes
-    idle = idle_minutes(util, series, threshold_pct=t.idle_pct, window=t.idle_window_min,
-                        minute=minute)
+    idle = idle_minutes(
+        util, series, threshold_pct=t.idle_pct, window=t.idle_window_min, minute=minute
+    )
     known = ~np.isnan(util)
     # the week of each minute: its place among the Monday-midnight boundaries in the zone
-    first, last = pd.Timestamp(int(minute.min()), tz="UTC"), pd.Timestamp(int(minute.max()),
-                                                                          tz="UTC")
+    first, last = (
+        pd.Timestamp(int(minute.min()), tz="UTC"),
+        pd.Timestamp(int(minute.max()), tz="UTC"),
+    )
     weeks = [_ts(week_start_of(first, tz))]
     while weeks[-1] <= last:
         weeks.append(_ts(shift_week(weeks[-1], tz, 1)))
@@ -99,18 +109,29 @@ def sampled_gpu_time(s: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
 
     ser, wk = np.divmod(cells, len(weeks))
     run_of, gpu_of = np.divmod(ser, len(gpu_names))
-    return pd.DataFrame({
-        "run_id": np.asarray(run_names)[run_of], "gpu": np.asarray(gpu_names)[gpu_of],
-        "week": pd.to_datetime(bounds[wk], utc=True),
-        "gpu_hours": total(hours), "known_hours": total(np.where(known, hours, 0.0)),
-        "used_hours": total(np.where(known, np.nan_to_num(util) / 100.0 * hours, 0.0)),
-        "idle_hours": total(np.where(idle, hours, 0.0)),
-        "idle_used_hours": total(np.where(idle, np.nan_to_num(util) / 100.0 * hours, 0.0))})
+    return pd.DataFrame(
+        {
+            "run_id": np.asarray(run_names)[run_of],
+            "gpu": np.asarray(gpu_names)[gpu_of],
+            "week": pd.to_datetime(bounds[wk], utc=True),
+            "gpu_hours": total(hours),
+            "known_hours": total(np.where(known, hours, 0.0)),
+            "used_hours": total(np.where(known, np.nan_to_num(util) / 100.0 * hours, 0.0)),
+            "idle_hours": total(np.where(idle, hours, 0.0)),
+            "idle_used_hours": total(np.where(idle, np.nan_to_num(util) / 100.0 * hours, 0.0)),
+        }
+    )
 
 
-def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
-                     basis: str = "util", now: datetime | None = None,
-                     spans: Sequence[tuple[datetime, datetime]] | None = None) -> pd.DataFrame:
+def summary_gpu_time(
+    runs: pd.DataFrame,
+    *,
+    sampled: Iterable[str],
+    tz: tzinfo,
+    basis: str = "util",
+    now: datetime | None = None,
+    spans: Sequence[tuple[datetime, datetime]] | None = None,
+) -> pd.DataFrame:
     """GT rows of the runs not in ``sampled`` (the ids of runs with minute samples), pro rata
     by duration from their summaries; in ISO weeks, or in ``spans`` ([start, end), ascending,
     not overlapping: the ``week`` column holds each span's start) when given."""
@@ -119,15 +140,21 @@ def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
     summary_only = runs[~runs["id"].isin(set(sampled))]
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
     for r in summary_only.itertuples(index=False):
-        end = r.ended_at if not pd.isna(r.ended_at) else (
-            r.heartbeat_at if not pd.isna(r.heartbeat_at) else end_now)
+        end = (
+            r.ended_at
+            if not pd.isna(r.ended_at)
+            else (r.heartbeat_at if not pd.isna(r.heartbeat_at) else end_now)
+        )
         if end > r.started_at and r.gpu_hours:
             ended.append((r, end))
     if not ended:
         return pd.DataFrame(columns=GT_COLUMNS)
     # the weeks of all the runs at once: thousands of runs, a few dozen weeks
-    weeks = (week_spans(min(r.started_at for r, _ in ended), max(end for _, end in ended), tz)
-             if spans is None else [(_ts(a), _ts(b)) for a, b in spans])
+    weeks = (
+        week_spans(min(r.started_at for r, _ in ended), max(end for _, end in ended), tz)
+        if spans is None
+        else [(_ts(a), _ts(b)) for a, b in spans]
+    )
     week_starts = [w0 for w0, _ in weeks]
     rows = []
     for r, end in ended:
@@ -135,10 +162,15 @@ def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
         total_s = (end - start).total_seconds()
         value = getattr(r, column)
         # never more idle hours than GPU-hours, whatever the summary says
-        idle_total = (min(r.idle_usd / r.price_per_gpu_hour, r.gpu_hours)
-                      if r.idle_usd and r.price_per_gpu_hour else 0.0)
-        overlapped = slice(max(bisect.bisect_right(week_starts, start) - 1, 0),
-                           bisect.bisect_left(week_starts, end))
+        idle_total = (
+            min(r.idle_usd / r.price_per_gpu_hour, r.gpu_hours)
+            if r.idle_usd and r.price_per_gpu_hour
+            else 0.0
+        )
+        overlapped = slice(
+            max(bisect.bisect_right(week_starts, start) - 1, 0),
+            bisect.bisect_left(week_starts, end),
+        )
         for w0, w1 in weeks[overlapped]:
             if w1 <= start or w0 >= end:  # a gap between spans
                 continue
@@ -146,17 +178,30 @@ def summary_gpu_time(runs: pd.DataFrame, *, sampled: Iterable[str], tz: tzinfo,
             h = r.gpu_hours * share
             known = 0.0 if value is None or pd.isna(value) else h
             # a summary does not say how busy its idle minutes were: under idle_pct, taken as 0
-            rows.append((r.id, "*", w0, h, known, known * (value or 0.0) / 100.0,
-                         idle_total * share, 0.0))
+            rows.append(
+                (r.id, "*", w0, h, known, known * (value or 0.0) / 100.0, idle_total * share, 0.0)
+            )
     return pd.DataFrame(rows, columns=GT_COLUMNS)
 
 
-def combine_gpu_time(runs: pd.DataFrame, sampled: pd.DataFrame, *, tz: tzinfo,
-                     basis: str = "util", now: datetime | None = None) -> pd.DataFrame:
+def combine_gpu_time(
+    runs: pd.DataFrame,
+    sampled: pd.DataFrame,
+    *,
+    tz: tzinfo,
+    basis: str = "util",
+    now: datetime | None = None,
+) -> pd.DataFrame:
     """GT rows for every run: ``sampled`` (GT rows from minute samples, of runs in ``runs``)
     and the summaries of the runs without samples."""
-    parts = [p for p in (sampled, summary_gpu_time(runs, sampled=sampled["run_id"].unique(),
-                                                   tz=tz, basis=basis, now=now)) if len(p)]
+    parts = [
+        p
+        for p in (
+            sampled,
+            summary_gpu_time(runs, sampled=sampled["run_id"].unique(), tz=tz, basis=basis, now=now),
+        )
+        if len(p)
+    ]
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="float64") for c in GT_COLUMNS})
     out = pd.concat(parts, ignore_index=True)
@@ -164,50 +209,65 @@ def combine_gpu_time(runs: pd.DataFrame, sampled: pd.DataFrame, *, tz: tzinfo,
     return out[GT_COLUMNS]
 
 
-def gpu_time(runs: pd.DataFrame, samples: pd.DataFrame, *, tz: tzinfo, basis: str = "util",
-             thresholds: Thresholds | None = None, now: datetime | None = None) -> pd.DataFrame:
+def gpu_time(
+    runs: pd.DataFrame,
+    samples: pd.DataFrame,
+    *,
+    tz: tzinfo,
+    basis: str = "util",
+    thresholds: Thresholds | None = None,
+    now: datetime | None = None,
+) -> pd.DataFrame:
     """GPU-time rows (:data:`GT_COLUMNS`) for every run, split by ISO week in ``tz``."""
-    sampled = sampled_gpu_time(samples[samples["run_id"].isin(runs["id"])], tz=tz, basis=basis,
-                               thresholds=thresholds)
+    sampled = sampled_gpu_time(
+        samples[samples["run_id"].isin(runs["id"])], tz=tz, basis=basis, thresholds=thresholds
+    )
     return combine_gpu_time(runs, sampled, tz=tz, basis=basis, now=now)
 
 
-def idle_candidates(totals: pd.DataFrame, t: Thresholds) -> list[tuple[str, str, datetime,
-                                                                        datetime]]:
+def idle_candidates(
+    totals: pd.DataFrame, t: Thresholds
+) -> list[tuple[str, str, datetime, datetime]]:
     """The stretches of samples that hold every idle minute, as ``(run_id, gpu, first,
     last)``: from the first to the last minute under the idle threshold, of each GPU with
     one. An idle minute is one of those, and its window lies in the
     stretch and the ``idle_window_min - 1`` samples before and after it, which
     :func:`idle_minutes` needs too (:meth:`tracker.store.RunStore.scan_sample_stretches`)."""
     series = totals.groupby(["run_id", "gpu"], observed=True).agg(
-        minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max"))
+        minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max")
+    )
     # any GPU with a low minute: one with fewer minutes than a window in these weeks may
     # continue past their edge, where the store reads the rest of its window
     ok = series[series["first"].notna()]
-    return [(run_id, gpu, pd.Timestamp(first).to_pydatetime(), pd.Timestamp(last).to_pydatetime())
-            for (run_id, gpu), first, last in zip(ok.index, ok["first"], ok["last"], strict=True)]
+    return [
+        (run_id, gpu, pd.Timestamp(first).to_pydatetime(), pd.Timestamp(last).to_pydatetime())
+        for (run_id, gpu), first, last in zip(ok.index, ok["first"], ok["last"], strict=True)
+    ]
 
 
-def totals_gpu_time(totals: pd.DataFrame, weeks: Sequence[pd.Timestamp],
-                    idle: pd.DataFrame) -> pd.DataFrame:
+def totals_gpu_time(
+    totals: pd.DataFrame, weeks: Sequence[pd.Timestamp], idle: pd.DataFrame
+) -> pd.DataFrame:
     """GT rows from the store's totals per (run, GPU, week), ``bucket`` indexing ``weeks``
     (:func:`weeks_between`), with the idle hours of ``idle`` (GT rows from the minute samples
     of the :func:`idle_candidates`; 0 for the rest)."""
     week = pd.DatetimeIndex(list(weeks)).tz_convert("UTC").as_unit("ns")
-    gt = pd.DataFrame({
-        "run_id": totals["run_id"].to_numpy(dtype=object),
-        "gpu": totals["gpu"].to_numpy(dtype=object),
-        "week": week[totals["bucket"].to_numpy(dtype=int)],
-        "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / 3600.0,
-        "known_hours": totals["known_s"].to_numpy(dtype=float) / 3600.0,
-        "used_hours": totals["value_s"].to_numpy(dtype=float) / 100.0 / 3600.0})
+    gt = pd.DataFrame(
+        {
+            "run_id": totals["run_id"].to_numpy(dtype=object),
+            "gpu": totals["gpu"].to_numpy(dtype=object),
+            "week": week[totals["bucket"].to_numpy(dtype=int)],
+            "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / 3600.0,
+            "known_hours": totals["known_s"].to_numpy(dtype=float) / 3600.0,
+            "used_hours": totals["value_s"].to_numpy(dtype=float) / 100.0 / 3600.0,
+        }
+    )
     keys = ["run_id", "gpu", "week"]
-    idle_hours = idle.assign(week=pd.to_datetime(idle["week"], utc=True).dt.as_unit("ns"),
-                             run_id=idle["run_id"].astype(object),
-                             gpu=idle["gpu"].astype(object))[[*keys, "idle_hours",
-                                                              "idle_used_hours"]]
+    idle_hours = idle.assign(
+        week=pd.to_datetime(idle["week"], utc=True).dt.as_unit("ns"),
+        run_id=idle["run_id"].astype(object),
+        gpu=idle["gpu"].astype(object),
+    )[[*keys, "idle_hours", "idle_used_hours"]]
     gt = gt.merge(idle_hours, on=keys, how="left", validate="one_to_one")
     gt[["idle_hours", "idle_used_hours"]] = gt[["idle_hours", "idle_used_hours"]].fillna(0.0)
     return gt[GT_COLUMNS]
-
-

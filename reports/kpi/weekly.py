@@ -81,31 +81,46 @@ class WeekKpis:
     """The teams' spend against their budgets (``[[budgets]]``; set by the report builder)."""
 
 
-def _price(runs: pd.DataFrame, prices: PriceTable,
-           owned: Mapping[str, OwnedGpu] | None = None) -> tuple[pd.Series, pd.Series]:
+def _price(
+    runs: pd.DataFrame, prices: PriceTable, owned: Mapping[str, OwnedGpu] | None = None
+) -> tuple[pd.Series, pd.Series]:
     """Each run's price per GPU-hour: a price the run was given itself (``price_source``
     "override"), else an owned model's amortized rate (:func:`tracker.prices.owned_row`), else
     the one the run ran with, else the table's for its model: the tracker's order
     (:func:`tracker.prices.price_for`). And the owned model pricing each run (None: rented)."""
+
     def of(table: PriceTable) -> pd.Series:
-        return runs["gpu_model"].map(
-            lambda m: (p.usd_per_gpu_hour if isinstance(m, str) and (p := table.lookup(m))
-                       else np.nan)).astype(float)
+        return (
+            runs["gpu_model"]
+            .map(
+                lambda m: (
+                    p.usd_per_gpu_hour if isinstance(m, str) and (p := table.lookup(m)) else np.nan
+                )
+            )
+            .astype(float)
+        )
 
     price = runs["price_per_gpu_hour"].astype(float).fillna(of(prices))
     none = pd.Series([None] * len(runs), index=runs.index, dtype=object)
     if not owned:
         return price, none
     rows = runs["gpu_model"].map(
-        lambda m: owned_row(m, owned, prices.overrides) if isinstance(m, str) else None)
+        lambda m: owned_row(m, owned, prices.overrides) if isinstance(m, str) else None
+    )
     rows = rows.where(runs["price_source"].astype(object) != "override", none)
     own = rows.map(lambda r: r.usd_per_gpu_hour if r is not None else np.nan).astype(float)
     return own.fillna(price), rows.map(lambda r: r.gpu if r is not None else None)
 
 
-def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
-              target_util_pct: float, owned: Mapping[str, OwnedGpu] | None = None,
-              carbon: Carbon | None = None) -> pd.DataFrame:
+def run_weeks(
+    gt: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    prices: PriceTable,
+    target_util_pct: float,
+    owned: Mapping[str, OwnedGpu] | None = None,
+    carbon: Carbon | None = None,
+) -> pd.DataFrame:
     """Per (run, week): GPU-hours, utilization, spend, waste (per GPU: its idle hours in full,
     the rest × max(0, 1 − util of the rest ÷ target)), idle $, energy and CO2e (the run's, pro
     rata by GPU-hours), and the run's attributes."""
@@ -117,8 +132,7 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
     g["price"] = g["run_id"].map(price_of)
     idle_share = (g["idle_hours"] / g["gpu_hours"].where(g["gpu_hours"] > 0)).clip(0.0, 1.0)
     busy_known = g["known_hours"] - g["idle_hours"]
-    busy_util = 100.0 * (g["used_hours"] - g["idle_used_hours"]) / busy_known.where(
-        busy_known > 0)
+    busy_util = 100.0 * (g["used_hours"] - g["idle_used_hours"]) / busy_known.where(busy_known > 0)
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
     # an unknown busy utilization counts nothing beyond the idle share (no data is never waste)
     idle_share = idle_share.fillna(0.0)
@@ -126,35 +140,70 @@ def run_weeks(gt: pd.DataFrame, runs: pd.DataFrame, *, prices: PriceTable,
     g["waste"] = g["cost"] * share
     g["idle"] = g["idle_hours"] * g["price"]
     per = g.groupby(["run_id", "week"], as_index=False).agg(
-        gpu_hours=("gpu_hours", "sum"), known_hours=("known_hours", "sum"),
-        used_hours=("used_hours", "sum"), spend_usd=("cost", "sum"),
-        waste_usd=("waste", "sum"), idle_usd=("idle", "sum"),
-        priced=("price", lambda p: bool(p.notna().all())))
-    per["utilization_pct"] = np.where(per["known_hours"] > 0,
-                                      100.0 * per["used_hours"] / per["known_hours"].where(
-                                          per["known_hours"] > 0, 1.0), np.nan)
-    cols = ["name", "project", "team", "user", "host", "gpu_model", "gpu_count", "gpu_hours",
-            "samples", "tokens", "energy_kwh", "verdict", "advice", "links", "mem_peak_gib",
-            "mem_total_gib", "status", "started_at", "ended_at", "source"]
-    m = meta[cols].rename(columns={"gpu_hours": "run_gpu_hours", "samples": "run_samples",
-                                   "tokens": "run_tokens", "energy_kwh": "run_energy_kwh"})
+        gpu_hours=("gpu_hours", "sum"),
+        known_hours=("known_hours", "sum"),
+        used_hours=("used_hours", "sum"),
+        spend_usd=("cost", "sum"),
+        waste_usd=("waste", "sum"),
+        idle_usd=("idle", "sum"),
+        priced=("price", lambda p: bool(p.notna().all())),
+    )
+    per["utilization_pct"] = np.where(
+        per["known_hours"] > 0,
+        100.0 * per["used_hours"] / per["known_hours"].where(per["known_hours"] > 0, 1.0),
+        np.nan,
+    )
+    cols = [
+        "name",
+        "project",
+        "team",
+        "user",
+        "host",
+        "gpu_model",
+        "gpu_count",
+        "gpu_hours",
+        "samples",
+        "tokens",
+        "energy_kwh",
+        "verdict",
+        "advice",
+        "links",
+        "mem_peak_gib",
+        "mem_total_gib",
+        "status",
+        "started_at",
+        "ended_at",
+        "source",
+    ]
+    m = meta[cols].rename(
+        columns={
+            "gpu_hours": "run_gpu_hours",
+            "samples": "run_samples",
+            "tokens": "run_tokens",
+            "energy_kwh": "run_energy_kwh",
+        }
+    )
     per = per.astype({"run_id": object}).join(m, on="run_id")  # empty: run_id was float
     share = per["gpu_hours"] / per["run_gpu_hours"].where(per["run_gpu_hours"] > 0)
     per["samples"] = per["run_samples"].astype(float) * share
     per["tokens"] = per["run_tokens"].astype(float) * share
     per["energy_kwh"] = per["run_energy_kwh"].astype(float) * share
-    per["owned_gpu"] = per["run_id"].map(
-        pd.Series(owned_gpu.to_numpy(), index=runs["id"].to_numpy())).astype(object)
-    per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"],
-                                                         per["host"].fillna(""))
+    per["owned_gpu"] = (
+        per["run_id"]
+        .map(pd.Series(owned_gpu.to_numpy(), index=runs["id"].to_numpy()))
+        .astype(object)
+    )
+    per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"], per["host"].fillna(""))
     return per
 
 
 def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
     priced = per[per["priced"].astype(bool)]  # an empty object column would select columns
     known = float(per["known_hours"].sum())
-    under = per[(per["utilization_pct"] < t.underutilized_pct)
-                & (per["gpu_hours"] >= t.underutilized_min_gpu_hours)]
+    under = per[
+        (per["utilization_pct"] < t.underutilized_pct)
+        & (per["gpu_hours"] >= t.underutilized_min_gpu_hours)
+    ]
     total = float(per["gpu_hours"].sum())
     metered = per[per["energy_kwh"].notna()]
 
@@ -164,18 +213,24 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
         return scale * float(rows["spend_usd"].sum()) / n if n > 0 else None
 
     return Headline(
-        gpu_hours=total, known_gpu_hours=known,
+        gpu_hours=total,
+        known_gpu_hours=known,
         utilization_pct=100.0 * float(per["used_hours"].sum()) / known if known > 0 else None,
-        spend_usd=float(priced["spend_usd"].sum()), waste_usd=float(priced["waste_usd"].sum()),
-        idle_usd=float(priced["idle_usd"].sum()), runs=int(per["run_id"].nunique()),
+        spend_usd=float(priced["spend_usd"].sum()),
+        waste_usd=float(priced["waste_usd"].sum()),
+        idle_usd=float(priced["idle_usd"].sum()),
+        runs=int(per["run_id"].nunique()),
         underutilized_runs=int(under["run_id"].nunique()),
         underutilized_gpu_hours_pct=100.0 * float(under["gpu_hours"].sum()) / total
-        if total > 0 else None,
-        usd_per_1k_samples=unit("samples", 1e3), usd_per_1m_tokens=unit("tokens", 1e6),
+        if total > 0
+        else None,
+        usd_per_1k_samples=unit("samples", 1e3),
+        usd_per_1m_tokens=unit("tokens", 1e6),
         unpriced_gpu_hours=float(per.loc[~per["priced"], "gpu_hours"].sum()),
         energy_kwh=float(metered["energy_kwh"].sum()) if len(metered) else None,
         co2e_kg=float(metered["co2e_kg"].sum()) if len(metered) else None,
-        energy_gpu_hours=float(metered["gpu_hours"].sum()))
+        energy_gpu_hours=float(metered["gpu_hours"].sum()),
+    )
 
 
 def _change(now: float | None, before: float | None) -> float | None:
@@ -186,69 +241,126 @@ def _change(now: float | None, before: float | None) -> float | None:
 
 def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
     g = per.assign(**{key: per[key].fillna("(none)").replace("", "(none)")}).groupby(key)
-    out = g.agg(gpu_hours=("gpu_hours", "sum"), known_hours=("known_hours", "sum"),
-                used_hours=("used_hours", "sum"), spend_usd=("spend_usd", "sum"),
-                waste_usd=("waste_usd", "sum"), idle_usd=("idle_usd", "sum"),
-                co2e_kg=("co2e_kg", lambda c: c.sum(min_count=1)), runs=("run_id", "nunique"))
-    out["utilization_pct"] = 100.0 * out["used_hours"] / out["known_hours"].where(
-        out["known_hours"] > 0)
-    return (out.drop(columns=["known_hours", "used_hours"])
-            .sort_values(["waste_usd", "spend_usd"], ascending=False).reset_index())
+    out = g.agg(
+        gpu_hours=("gpu_hours", "sum"),
+        known_hours=("known_hours", "sum"),
+        used_hours=("used_hours", "sum"),
+        spend_usd=("spend_usd", "sum"),
+        waste_usd=("waste_usd", "sum"),
+        idle_usd=("idle_usd", "sum"),
+        co2e_kg=("co2e_kg", lambda c: c.sum(min_count=1)),
+        runs=("run_id", "nunique"),
+    )
+    out["utilization_pct"] = (
+        100.0 * out["used_hours"] / out["known_hours"].where(out["known_hours"] > 0)
+    )
+    return (
+        out.drop(columns=["known_hours", "used_hours"])
+        .sort_values(["waste_usd", "spend_usd"], ascending=False)
+        .reset_index()
+    )
 
 
 HEADLINE_FIELDS: Sequence[str] = tuple(Headline.__dataclass_fields__)
 
 
-def week_kpis(runs: pd.DataFrame, samples: pd.DataFrame, week: datetime, *, tz: tzinfo,
-              basis: str = "util", thresholds: Thresholds | None = None,
-              prices: PriceTable | None = None, trend_weeks: int = 12,
-              now: datetime | None = None, owned: Mapping[str, OwnedGpu] | None = None,
-              carbon: Carbon | None = None) -> WeekKpis:
+def week_kpis(
+    runs: pd.DataFrame,
+    samples: pd.DataFrame,
+    week: datetime,
+    *,
+    tz: tzinfo,
+    basis: str = "util",
+    thresholds: Thresholds | None = None,
+    prices: PriceTable | None = None,
+    trend_weeks: int = 12,
+    now: datetime | None = None,
+    owned: Mapping[str, OwnedGpu] | None = None,
+    carbon: Carbon | None = None,
+) -> WeekKpis:
     """The KPIs of the ISO week starting ``week`` (Monday 00:00 in ``tz``), with the previous
     week for week-over-week change and up to ``trend_weeks`` weeks of trend."""
     gt = gpu_time(runs, samples, tz=tz, basis=basis, thresholds=thresholds, now=now)
-    return kpis_of_gpu_time(runs, gt, week, tz=tz, basis=basis, thresholds=thresholds,
-                            prices=prices, trend_weeks=trend_weeks, owned=owned, carbon=carbon)
+    return kpis_of_gpu_time(
+        runs,
+        gt,
+        week,
+        tz=tz,
+        basis=basis,
+        thresholds=thresholds,
+        prices=prices,
+        trend_weeks=trend_weeks,
+        owned=owned,
+        carbon=carbon,
+    )
 
 
-def kpis_of_gpu_time(runs: pd.DataFrame, gt: pd.DataFrame, week: datetime, *, tz: tzinfo,
-                     basis: str = "util", thresholds: Thresholds | None = None,
-                     prices: PriceTable | None = None, trend_weeks: int = 12,
-                     owned: Mapping[str, OwnedGpu] | None = None,
-                     carbon: Carbon | None = None) -> WeekKpis:
+def kpis_of_gpu_time(
+    runs: pd.DataFrame,
+    gt: pd.DataFrame,
+    week: datetime,
+    *,
+    tz: tzinfo,
+    basis: str = "util",
+    thresholds: Thresholds | None = None,
+    prices: PriceTable | None = None,
+    trend_weeks: int = 12,
+    owned: Mapping[str, OwnedGpu] | None = None,
+    carbon: Carbon | None = None,
+) -> WeekKpis:
     """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`). ``prices``: the
     rental table (with the config's ``[prices]``); ``owned`` models are priced at their
     amortized rate and compared with it."""
     t = thresholds or thresholds_for(basis)
     prices = prices or PriceTable()
     carbon = carbon or Carbon()
-    per = run_weeks(gt, runs, prices=prices, target_util_pct=t.target_util_pct, owned=owned,
-                    carbon=carbon)
+    per = run_weeks(
+        gt, runs, prices=prices, target_util_pct=t.target_util_pct, owned=owned, carbon=carbon
+    )
     w = pd.Timestamp(week).tz_convert("UTC")
     this = per[per["week"] == w]
     prev_w = shift_week(w, tz, -1)
     prev = per[per["week"] == prev_w]
     head = _headline(this, t)
     previous = _headline(prev, t) if len(prev) else None
-    change = {f: _change(getattr(head, f), getattr(previous, f) if previous else None)
-              for f in HEADLINE_FIELDS}
+    change = {
+        f: _change(getattr(head, f), getattr(previous, f) if previous else None)
+        for f in HEADLINE_FIELDS
+    }
     weeks = [shift_week(w, tz, -k) for k in range(trend_weeks - 1, -1, -1)]
-    trend = pd.DataFrame([{"week": pd.Timestamp(wk), **_headline(per[per["week"] == wk], t).__dict__}
-                          for wk in weeks])
+    trend = pd.DataFrame(
+        [
+            {"week": pd.Timestamp(wk), **_headline(per[per["week"] == wk], t).__dict__}
+            for wk in weeks
+        ]
+    )
     ordered = this.sort_values(["waste_usd", "spend_usd"], ascending=False, ignore_index=True)
-    under = ordered[(ordered["utilization_pct"] < t.underutilized_pct)
-                    & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)]
+    under = ordered[
+        (ordered["utilization_pct"] < t.underutilized_pct)
+        & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)
+    ]
     by = {k: _breakdown(this, k) for k in ("team", "project", "user", "gpu_model", "source")}
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
     return WeekKpis(
-        week=w, basis=basis, basis_label=BASES[basis][1], thresholds=t, headline=head,
-        previous=previous, change_pct=change, by=by,
-        runs=ordered, underutilized=under.reset_index(drop=True), trend=trend,
-        rightsizing=rightsizing(this, prices, max_util_pct=t.underutilized_pct,
-                                target_util_pct=t.target_util_pct),
-        rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices,
-                                            hours_in_week=hours_in_week)) if owned else (),
-        carbon=carbon)
+        week=w,
+        basis=basis,
+        basis_label=BASES[basis][1],
+        thresholds=t,
+        headline=head,
+        previous=previous,
+        change_pct=change,
+        by=by,
+        runs=ordered,
+        underutilized=under.reset_index(drop=True),
+        trend=trend,
+        rightsizing=rightsizing(
+            this, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
+        ),
+        rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
+        if owned
+        else (),
+        carbon=carbon,
+    )
 
 
 def runs_to_fix(k: WeekKpis) -> pd.DataFrame:

@@ -29,14 +29,24 @@ def alert_context(b: BudgetLine, *, report_url: str | None) -> dict[str, Any]:
     counted = b.until - timedelta(microseconds=1) if b.complete else b.until
     forecast = None
     if not b.complete and b.forecast_usd is not None:
-        forecast = (f"At this rate the {b.period} ends at {fmt_usd(b.forecast_usd)} "
-                    f"({fmt_pct(b.forecast_pct, 0)} of the budget).")
-    return {"team": team, "period": _period(b), "kind": b.period, "spend": row["spend"],
-            "budget": row["budget"], "used": row["used"], "level": b.level, "status": row["status"],
-            "counted": f"{counted:%-d %b %H:%M} {counted.tzname() or ''}".rstrip(),
-            "forecast": forecast,
-            "runs": [{"name": _one_line(n, MAX_NAME_CHARS), "spend": fmt_usd(v)} for n, v in b.runs],
-            "link": safe_http_url(report_url) or ""}
+        forecast = (
+            f"At this rate the {b.period} ends at {fmt_usd(b.forecast_usd)} "
+            f"({fmt_pct(b.forecast_pct, 0)} of the budget)."
+        )
+    return {
+        "team": team,
+        "period": _period(b),
+        "kind": b.period,
+        "spend": row["spend"],
+        "budget": row["budget"],
+        "used": row["used"],
+        "level": b.level,
+        "status": row["status"],
+        "counted": f"{counted:%-d %b %H:%M} {counted.tzname() or ''}".rstrip(),
+        "forecast": forecast,
+        "runs": [{"name": _one_line(n, MAX_NAME_CHARS), "spend": fmt_usd(v)} for n, v in b.runs],
+        "link": safe_http_url(report_url) or "",
+    }
 
 
 def subject(b: BudgetLine) -> str:
@@ -44,32 +54,51 @@ def subject(b: BudgetLine) -> str:
     header of 70 to 78 characters is folded whole onto a line of its own, which some readers
     show with a leading space."""
     c = alert_context(b, report_url=None)
-    return (f"GPU budget: {_one_line(b.team, 24)} at {c['used']} of {c['period']} "
-            f"({c['spend']} of {c['budget']})")
+    return (
+        f"GPU budget: {_one_line(b.team, 24)} at {c['used']} of {c['period']} "
+        f"({c['spend']} of {c['budget']})"
+    )
 
 
 def _text(c: dict[str, Any]) -> list[str]:
-    lines = [f"Team {c['team']} has spent {c['spend']} of its {c['budget']} budget for "
-             f"{c['period']}: {c['used']}, counted to {c['counted']}."]
+    lines = [
+        f"Team {c['team']} has spent {c['spend']} of its {c['budget']} budget for "
+        f"{c['period']}: {c['used']}, counted to {c['counted']}."
+    ]
     if c["forecast"]:
         lines.append(c["forecast"])
     if c["runs"]:
-        lines += ["", f"Largest spends this {c['kind']}:",
-                  *(f"{i}. {r['name']}: {r['spend']}" for i, r in enumerate(c["runs"], 1))]
+        lines += [
+            "",
+            f"Largest spends this {c['kind']}:",
+            *(f"{i}. {r['name']}: {r['spend']}" for i, r in enumerate(c["runs"], 1)),
+        ]
     return lines
 
 
-def budget_email(b: BudgetLine, *, sender: str, recipients: Sequence[str],
-                 report_url: str | None, now: datetime | None = None) -> EmailMessage:
+def budget_email(
+    b: BudgetLine,
+    *,
+    sender: str,
+    recipients: Sequence[str],
+    report_url: str | None,
+    now: datetime | None = None,
+) -> EmailMessage:
     """The alert as a ``multipart/alternative`` email (text and HTML, no images)."""
     c = alert_context(b, report_url=report_url)
     env = environment()
     ctx = {**c, "lines": _text(c)}
     html = env.get_template("budget_alert.html.j2").render(ctx)
     text = env.overlay(autoescape=False).get_template("budget_alert.txt.j2").render(ctx)
-    return _alternative(str(text), str(html), subject=subject(b), sender=sender,
-                        recipients=recipients, date=(now or datetime.now(UTC)).astimezone(
-                            b.until.tzinfo or UTC), domain=_domain(sender))
+    return _alternative(
+        str(text),
+        str(html),
+        subject=subject(b),
+        sender=sender,
+        recipients=recipients,
+        date=(now or datetime.now(UTC)).astimezone(b.until.tzinfo or UTC),
+        domain=_domain(sender),
+    )
 
 
 def budget_card(b: BudgetLine, *, report_url: str | None) -> Card:
@@ -77,7 +106,15 @@ def budget_card(b: BudgetLine, *, report_url: str | None) -> Card:
     c = alert_context(b, report_url=report_url)
     facts = [("Spent", f"{c['spend']} of {c['budget']} ({c['used']})")]
     if b.forecast_usd is not None and not b.complete:
-        facts.append((f"{b.period.capitalize()} forecast",
-                      f"{fmt_usd(b.forecast_usd)} ({fmt_pct(b.forecast_pct, 0)})"))
-    return Card(title=subject(b), text="\n".join(_text(c)), facts=tuple(facts),
-                link=("Open the reports", c["link"]) if c["link"] else None)
+        facts.append(
+            (
+                f"{b.period.capitalize()} forecast",
+                f"{fmt_usd(b.forecast_usd)} ({fmt_pct(b.forecast_pct, 0)})",
+            )
+        )
+    return Card(
+        title=subject(b),
+        text="\n".join(_text(c)),
+        facts=tuple(facts),
+        link=("Open the reports", c["link"]) if c["link"] else None,
+    )

@@ -30,19 +30,37 @@ PALETTE_STEPS = 4
 BLUE, BLUE_LIGHT = "#2563eb", "#93b4f5"
 ORANGE, RED, GREY, INK, GRID = "#ea7a12", "#c0262d", "#9ca3af", "#1f2937", "#e5e7eb"
 
-CHART_NAMES = ("trend_utilization", "trend_spend", "trend_waste", "util_distribution",
-               "waste_by_team")
+CHART_NAMES = (
+    "trend_utilization",
+    "trend_spend",
+    "trend_waste",
+    "util_distribution",
+    "waste_by_team",
+)
 BUCKETS = tuple(f"{lo}–{lo + 10}" for lo in range(0, 100, 10))
 """Utilization buckets of :func:`utilization_buckets`, % (the last one includes 100)."""
 MAX_TEAMS = 10
 
 _RC: dict[Any, Any] = {  # keys: matplotlib rcParams
-    "font.family": "DejaVu Sans", "font.size": 9, "axes.titlesize": 10,
-    "axes.titleweight": "bold", "axes.titlelocation": "left", "axes.edgecolor": GREY,
-    "axes.labelcolor": INK, "text.color": INK, "xtick.color": INK, "ytick.color": INK,
-    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
-    "axes.grid.axis": "y", "grid.color": GRID, "grid.linewidth": 0.8, "axes.axisbelow": True,
-    "legend.frameon": False, "legend.fontsize": 8,
+    "font.family": "DejaVu Sans",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.titlelocation": "left",
+    "axes.edgecolor": GREY,
+    "axes.labelcolor": INK,
+    "text.color": INK,
+    "xtick.color": INK,
+    "ytick.color": INK,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "axes.grid.axis": "y",
+    "grid.color": GRID,
+    "grid.linewidth": 0.8,
+    "axes.axisbelow": True,
+    "legend.frameon": False,
+    "legend.fontsize": 8,
 }
 
 
@@ -57,8 +75,9 @@ def utilization_buckets(runs: pd.DataFrame) -> dict[str, float]:
     out = dict.fromkeys((*BUCKETS, "unknown"), 0.0)
     if runs.empty:
         return out
-    for util, hours in zip(runs["utilization_pct"].astype(float),
-                           runs["gpu_hours"].astype(float), strict=True):
+    for util, hours in zip(
+        runs["utilization_pct"].astype(float), runs["gpu_hours"].astype(float), strict=True
+    ):
         if math.isnan(util):
             out["unknown"] += hours
         else:
@@ -84,14 +103,17 @@ def _usd(value: float, _pos: object = None) -> str:
 def _palette() -> list[int]:
     """White, the chart colours and their blends into white, and a grey ramp for text: every
     pixel maps to the nearest, so the colours stay exact and the PNG stays small."""
-    rgb = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5))
-           for c in (INK, BLUE, BLUE_LIGHT, ORANGE, RED, GREY, GRID)]
+    rgb = [
+        tuple(int(c[i : i + 2], 16) for i in (1, 3, 5))
+        for c in (INK, BLUE, BLUE_LIGHT, ORANGE, RED, GREY, GRID)
+    ]
     colors = [(255, 255, 255)]
     for r, g, b in rgb:
         for step in range(PALETTE_STEPS):
             f = step / PALETTE_STEPS  # 0: the colour itself
-            colors.append((round(r + (255 - r) * f), round(g + (255 - g) * f),
-                           round(b + (255 - b) * f)))
+            colors.append(
+                (round(r + (255 - r) * f), round(g + (255 - g) * f), round(b + (255 - b) * f))
+            )
     colors += [(v, v, v) for v in (64, 96, 128, 160, 192, 224)]
     return [v for c in colors for v in c]
 
@@ -140,13 +162,19 @@ def _trend_utilization(k: WeekKpis, ax: Axes) -> None:
     util = [float("nan") if v is None or pd.isna(v) else float(v) for v in t["utilization_pct"]]
     target = k.thresholds.target_util_pct
     ax.axhline(target, color=ORANGE, linewidth=1.2, linestyle=(0, (4, 3)))
-    ax.text(x[0] - 0.5, target + 2, f"target {target:.0f}%", color=ORANGE, fontsize=8,
-            va="bottom")
+    ax.text(x[0] - 0.5, target + 2, f"target {target:.0f}%", color=ORANGE, fontsize=8, va="bottom")
     ax.plot(x, util, color=BLUE, linewidth=2, marker="o", markersize=4, antialiased=True)
     if util and not math.isnan(util[-1]):
-        ax.annotate(f"{util[-1]:.1f}%", (x[-1], util[-1]), textcoords="offset points",
-                    xytext=(0, -13 if util[-1] > 90 else 7), ha="center", fontsize=8,
-                    fontweight="bold", color=BLUE)
+        ax.annotate(
+            f"{util[-1]:.1f}%",
+            (x[-1], util[-1]),
+            textcoords="offset points",
+            xytext=(0, -13 if util[-1] > 90 else 7),
+            ha="center",
+            fontsize=8,
+            fontweight="bold",
+            color=BLUE,
+        )
     ax.set_ylim(0, 100)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:.0f}%"))
     ax.set_title(f"Utilization ({k.basis_label}), % of GPU-hours — last {len(x)} weeks")
@@ -161,8 +189,16 @@ def _trend_spend(k: WeekKpis, ax: Axes) -> None:
     colors = [BLUE_LIGHT] * (len(x) - 1) + [BLUE]
     ax.bar(x, spend, color=colors, width=0.7)
     if spend:
-        ax.annotate(_usd(spend[-1]), (x[-1], spend[-1]), textcoords="offset points",
-                    xytext=(0, 3), ha="center", fontsize=8, fontweight="bold", color=BLUE)
+        ax.annotate(
+            _usd(spend[-1]),
+            (x[-1], spend[-1]),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=8,
+            fontweight="bold",
+            color=BLUE,
+        )
     ax.set_ylim(0, max([*spend, 1.0]) * 1.15)
     ax.yaxis.set_major_formatter(FuncFormatter(_usd))
     ax.set_title(_escape(f"Spend, $ per week — last {len(x)} weeks"))
@@ -188,16 +224,23 @@ def _util_distribution(k: WeekKpis, ax: Axes) -> None:
     labels = list(buckets)
     hours = list(buckets.values())
     under = k.thresholds.underutilized_pct
-    colors = [GREY if b == "unknown" else ORANGE if int(b.split("–")[0]) < under else BLUE
-              for b in labels]
+    colors = [
+        GREY if b == "unknown" else ORANGE if int(b.split("–")[0]) < under else BLUE for b in labels
+    ]
     x = list(range(len(labels)))
     ax.bar(x, hours, color=colors, width=0.75)
     ax.set_xticks(x, labels, fontsize=8)
     ax.set_xlabel(f"run utilization this week, % ({k.basis_label})", fontsize=8)
     for i, h in zip(x, hours, strict=True):
         if h > 0:
-            ax.annotate(f"{h:,.0f}" if h >= 10 else f"{h:.1f}", (i, h),
-                        textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7)
+            ax.annotate(
+                f"{h:,.0f}" if h >= 10 else f"{h:.1f}",
+                (i, h),
+                textcoords="offset points",
+                xytext=(0, 2),
+                ha="center",
+                fontsize=7,
+            )
     ax.set_ylim(0, max([*hours, 1.0]) * 1.18)
     ax.set_title(f"GPU-hours by run utilization, GPU-h (orange: under {under:.0f}%)")
 
@@ -225,16 +268,24 @@ def _waste_by_team(k: WeekKpis, ax: Axes) -> None:
     top_value = max([*waste, 1.0])
     ax.set_xlim(0, top_value * 1.18)
     for i, w in zip(y, waste, strict=True):
-        ax.text(w + top_value * 0.01, i, _usd(w) if w >= 1e3 else _escape(f"${w:,.2f}"),
-                va="center", fontsize=8)
+        ax.text(
+            w + top_value * 0.01,
+            i,
+            _usd(w) if w >= 1e3 else _escape(f"${w:,.2f}"),
+            va="center",
+            fontsize=8,
+        )
     if len(teams) > MAX_TEAMS:
-        ax.set_title(_escape(f"Recoverable waste by team, $ this week (top {MAX_TEAMS} of "
-                             f"{len(teams)})"))
+        ax.set_title(
+            _escape(f"Recoverable waste by team, $ this week (top {MAX_TEAMS} of {len(teams)})")
+        )
 
 
 _DRAW: dict[str, Callable[[WeekKpis, Any], None]] = {
-    "trend_utilization": _trend_utilization, "trend_spend": _trend_spend,
-    "trend_waste": _trend_waste, "util_distribution": _util_distribution,
+    "trend_utilization": _trend_utilization,
+    "trend_spend": _trend_spend,
+    "trend_waste": _trend_waste,
+    "util_distribution": _util_distribution,
     "waste_by_team": _waste_by_team,
 }
 

@@ -28,10 +28,13 @@ class Card:
 
 
 def _runs(runs: list[dict[str, str]], *, team: bool) -> list[str]:
-    return [f"{i}. {r['name']}" + (f" ({r['team']})" if team and r.get("team") else "")
-            + f": {r['utilization']} · {r['waste']} recoverable"
-            + (f" · {r['verdict']}" if r.get("verdict") not in (None, "", "—") else "")
-            for i, r in enumerate(runs[:CARD_RUNS], 1)]
+    return [
+        f"{i}. {r['name']}"
+        + (f" ({r['team']})" if team and r.get("team") else "")
+        + f": {r['utilization']} · {r['waste']} recoverable"
+        + (f" · {r['verdict']}" if r.get("verdict") not in (None, "", "—") else "")
+        for i, r in enumerate(runs[:CARD_RUNS], 1)
+    ]
 
 
 def _change(card: dict[str, str]) -> str:
@@ -41,8 +44,15 @@ def _change(card: dict[str, str]) -> str:
     return f" ({card['change']} on last week's {card['previous']})"
 
 
-def chat_card(k: WeekKpis, *, tz: tzinfo, report_url: str | None, scope: str | None = None,
-              team: str | None = None, user: str | None = None) -> Card | None:
+def chat_card(
+    k: WeekKpis,
+    *,
+    tz: tzinfo,
+    report_url: str | None,
+    scope: str | None = None,
+    team: str | None = None,
+    user: str | None = None,
+) -> Card | None:
     """The card of the week's report (``scope``/``team``: one team's), or of ``user``'s
     underutilized runs (None when there are none: nothing is sent)."""
     week = label_of(k.week)
@@ -55,26 +65,48 @@ def chat_card(k: WeekKpis, *, tz: tzinfo, report_url: str | None, scope: str | N
         waste = fmt_usd(sum(float(x) for x in mine["waste_usd"]))
         n = len(mine)
         under, target = ctx["thresholds"]["underutilized"], ctx["thresholds"]["target"]
-        lede = (f"{n} of your runs used their GPUs" if n != 1
-                else "One of your runs used its GPUs")
-        text = "\n".join([f"{lede} under {under} this week: {waste} recoverable at the {target} "
-                          "target.", *_runs(ctx["runs"], team=False)])
-        return Card(title=f"GPU efficiency {week}: {n} of your runs under {under}, {waste} "
-                          "recoverable", text=text,
-                    link=("Open the report", link) if link else None)
+        lede = f"{n} of your runs used their GPUs" if n != 1 else "One of your runs used its GPUs"
+        text = "\n".join(
+            [
+                f"{lede} under {under} this week: {waste} recoverable at the {target} target.",
+                *_runs(ctx["runs"], team=False),
+            ]
+        )
+        return Card(
+            title=f"GPU efficiency {week}: {n} of your runs under {under}, {waste} recoverable",
+            text=text,
+            link=("Open the report", link) if link else None,
+        )
     ctx = _email_context(k, tz, report_url, scope=scope, team=team)
-    facts = tuple((c["label"], f"{c['value']}{' ' + c['unit'] if c['unit'] else ''}"
-                   + (_change(c) if k.previous is not None else ""))
-                  for c in ctx["cards"][:CARD_FACTS])
+    facts = tuple(
+        (
+            c["label"],
+            f"{c['value']}{' ' + c['unit'] if c['unit'] else ''}"
+            + (_change(c) if k.previous is not None else ""),
+        )
+        for c in ctx["cards"][:CARD_FACTS]
+    )
     lines = [_one_line(ctx["lede"], 400)]
     if ctx["runs"]:
         lines += ["", "Runs to fix first:", *_runs(ctx["runs"], team=team is None)]
         if len(ctx["runs"]) > CARD_RUNS or ctx["more_runs"] > 0:
-            lines.append(f"… and {len(ctx['runs']) - CARD_RUNS + ctx['more_runs']} more in the "
-                         "report")
+            lines.append(
+                f"… and {len(ctx['runs']) - CARD_RUNS + ctx['more_runs']} more in the report"
+            )
     flagged = [b for b in ctx["budgets"] if b["tone"] != "good"]
     if flagged:  # a budget reached or on course to be
-        lines += ["", "Budgets:", *(f"{b['team']}, {b['period']}: {b['spend']} of {b['budget']}"
-                                    f" ({b['used']}), {b['status']}" for b in flagged)]
-    return Card(title=subject_line(k, week, scope), text="\n".join(lines), facts=facts,
-                link=("Open the report", link) if link else None)
+        lines += [
+            "",
+            "Budgets:",
+            *(
+                f"{b['team']}, {b['period']}: {b['spend']} of {b['budget']}"
+                f" ({b['used']}), {b['status']}"
+                for b in flagged
+            ),
+        ]
+    return Card(
+        title=subject_line(k, week, scope),
+        text="\n".join(lines),
+        facts=facts,
+        link=("Open the report", link) if link else None,
+    )

@@ -42,12 +42,19 @@ from reports.weeks import label_of
 SIZE_BUDGET_BYTES = 90_000
 """The most a message may take on the wire (CRLF line ends), charts included: Gmail clips at
 ~100 KB, and this leaves margin for the headers relays add."""
-CHART_PREFERENCE = ("trend_utilization", "trend_spend", "waste_by_team", "trend_waste",
-                    "util_distribution")
+CHART_PREFERENCE = (
+    "trend_utilization",
+    "trend_spend",
+    "waste_by_team",
+    "trend_waste",
+    "util_distribution",
+)
 """Charts by usefulness: when the message is too big, the last ones go first."""
 CHART_TITLES = {
-    "trend_utilization": "utilization trend", "trend_spend": "spend trend",
-    "trend_waste": "waste and idle trend", "util_distribution": "GPU-hours by utilization",
+    "trend_utilization": "utilization trend",
+    "trend_spend": "spend trend",
+    "trend_waste": "waste and idle trend",
+    "util_distribution": "GPU-hours by utilization",
     "waste_by_team": "waste by team",
 }
 MAX_RUNS = 10
@@ -67,7 +74,7 @@ def _one_line(value: object, limit: int) -> str:
     """A user string on one line (line breaks and control characters become a space), cut to
     ``limit`` characters."""
     text = _CONTROL.sub(" ", str(value)).strip()
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def _week_dates(k: WeekKpis, tz: tzinfo) -> str:
@@ -113,8 +120,10 @@ def subject_line(k: WeekKpis, week: str, scope: str | None = None) -> str:
     h = k.headline
     util = "n/a" if h.utilization_pct is None else fmt_pct(h.utilization_pct)
     where = f", {_one_line(scope, MAX_NAME_CHARS)}" if scope else ""
-    return (f"GPU efficiency {week}{where}: ${round(h.spend_usd):,} spend, {util} utilization, "
-            f"{fmt_usd(h.waste_usd)} recoverable")
+    return (
+        f"GPU efficiency {week}{where}: ${round(h.spend_usd):,} spend, {util} utilization, "
+        f"{fmt_usd(h.waste_usd)} recoverable"
+    )
 
 
 def _domain(sender: str) -> str:
@@ -123,49 +132,87 @@ def _domain(sender: str) -> str:
     return domain if re.fullmatch(r"[A-Za-z0-9.-]+", domain) else "localhost"
 
 
-def _email_context(k: WeekKpis, tz: tzinfo, report_url: str | None,
-                   scope: str | None = None, team: str | None = None) -> dict[str, Any]:
+def _email_context(
+    k: WeekKpis,
+    tz: tzinfo,
+    report_url: str | None,
+    scope: str | None = None,
+    team: str | None = None,
+) -> dict[str, Any]:
     """The report's display strings, trimmed for an email: the week in ``tz``, the top runs
     and teams, user strings on one line and cut to a sensible length."""
-    ctx = report_context(k, {}, title="GPU efficiency report", report_url=None,
-                         generated_at=None)
+    ctx = report_context(k, {}, title="GPU efficiency report", report_url=None, generated_at=None)
     week = label_of(k.week)  # the ISO week of Monday 00:00 in tz, whatever zone it is in
-    runs = [{**r, "name": _one_line(r["name"], MAX_NAME_CHARS),
-             "team": _one_line(r["team"], MAX_NAME_CHARS),
-             "verdict": _one_line(r["verdict"], MAX_NAME_CHARS),
-             "advice": _one_line(r["advice"], MAX_ADVICE_CHARS)}
-            for r in ctx["runs"][:MAX_RUNS]]
+    runs = [
+        {
+            **r,
+            "name": _one_line(r["name"], MAX_NAME_CHARS),
+            "team": _one_line(r["team"], MAX_NAME_CHARS),
+            "verdict": _one_line(r["verdict"], MAX_NAME_CHARS),
+            "advice": _one_line(r["advice"], MAX_ADVICE_CHARS),
+        }
+        for r in ctx["runs"][:MAX_RUNS]
+    ]
     by_team = next(b for b in ctx["breakdowns"] if b["key"] == "team")
-    teams = [{**r, "name": _one_line(r["name"], MAX_NAME_CHARS)}
-             for r in by_team["rows"][:MAX_TEAMS]]
+    teams = [
+        {**r, "name": _one_line(r["name"], MAX_NAME_CHARS)} for r in by_team["rows"][:MAX_TEAMS]
+    ]
     skipped = ctx["skipped"]
-    named = [{**r, "name": _one_line(r["name"], MAX_NAME_CHARS),
-              "run_id": _one_line(r["run_id"], MAX_NAME_CHARS)}
-             for r in [*skipped["runs"], *skipped["samples"]][:MAX_SKIPPED]]
-    skipped = {"summary": skipped["summary"], "named": named,
-               "more": len(skipped["runs"]) + len(skipped["samples"]) - len(named)}
-    return {**ctx, "week": week, "dates": _week_dates(k, tz), "skipped": skipped,
-            "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
-            "report_link": report_link(report_url, week, team) or "",
-            "runs": runs, "more_runs": ctx["runs_to_fix"] - len(runs),
-            "budgets": [{**b, "team": _one_line(b["team"], MAX_NAME_CHARS)}
-                        for b in ctx["budgets"]],
-            "teams": teams, "more_teams": len(k.by.get("team", ())) - len(teams)}
+    named = [
+        {
+            **r,
+            "name": _one_line(r["name"], MAX_NAME_CHARS),
+            "run_id": _one_line(r["run_id"], MAX_NAME_CHARS),
+        }
+        for r in [*skipped["runs"], *skipped["samples"]][:MAX_SKIPPED]
+    ]
+    skipped = {
+        "summary": skipped["summary"],
+        "named": named,
+        "more": len(skipped["runs"]) + len(skipped["samples"]) - len(named),
+    }
+    return {
+        **ctx,
+        "week": week,
+        "dates": _week_dates(k, tz),
+        "skipped": skipped,
+        "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
+        "report_link": report_link(report_url, week, team) or "",
+        "runs": runs,
+        "more_runs": ctx["runs_to_fix"] - len(runs),
+        "budgets": [{**b, "team": _one_line(b["team"], MAX_NAME_CHARS)} for b in ctx["budgets"]],
+        "teams": teams,
+        "more_teams": len(k.by.get("team", ())) - len(teams),
+    }
 
 
-def _render(ctx: Mapping[str, Any], charts: Sequence[Mapping[str, str]],
-            omitted: Sequence[str]) -> tuple[str, str]:
+def _render(
+    ctx: Mapping[str, Any], charts: Sequence[Mapping[str, str]], omitted: Sequence[str]
+) -> tuple[str, str]:
     env = environment()
-    context = {**ctx, "charts": charts, "omitted": omitted, "chart_width": CHART_WIDTH_PX,
-               "chart_height": CHART_HEIGHT_PX}
+    context = {
+        **ctx,
+        "charts": charts,
+        "omitted": omitted,
+        "chart_width": CHART_WIDTH_PX,
+        "chart_height": CHART_HEIGHT_PX,
+    }
     html = env.get_template("email.html.j2").render(context)
     # the plain-text part must not be HTML-escaped: its own environment, autoescape off
     text = env.overlay(autoescape=False).get_template("email.txt.j2").render(context)
     return str(text), str(html)
 
 
-def _alternative(text: str, html: str, *, subject: str, sender: str,
-                 recipients: Sequence[str], date: datetime, domain: str) -> EmailMessage:
+def _alternative(
+    text: str,
+    html: str,
+    *,
+    subject: str,
+    sender: str,
+    recipients: Sequence[str],
+    date: datetime,
+    domain: str,
+) -> EmailMessage:
     """The headers and the ``multipart/alternative`` of a text and an HTML part."""
     msg = EmailMessage(policy=email_policy.default)
     msg["Subject"] = subject
@@ -180,22 +227,42 @@ def _alternative(text: str, html: str, *, subject: str, sender: str,
     return msg
 
 
-def _message(ctx: Mapping[str, Any], charts: Mapping[str, bytes], names: Sequence[str], *,
-             subject: str, sender: str, recipients: Sequence[str], date: datetime,
-             domain: str) -> EmailMessage:
+def _message(
+    ctx: Mapping[str, Any],
+    charts: Mapping[str, bytes],
+    names: Sequence[str],
+    *,
+    subject: str,
+    sender: str,
+    recipients: Sequence[str],
+    date: datetime,
+    domain: str,
+) -> EmailMessage:
     # short Content-IDs: a header line over 78 characters is folded, which some parsers
     # (CPython's among them) read back with the fold's leading space
-    shown = [{"name": n, "cid": f"{n}.{secrets.token_hex(8)}@{domain}",
-              "alt": CHART_ALT.get(n, n.replace("_", " "))} for n in names]
+    shown = [
+        {
+            "name": n,
+            "cid": f"{n}.{secrets.token_hex(8)}@{domain}",
+            "alt": CHART_ALT.get(n, n.replace("_", " ")),
+        }
+        for n in names
+    ]
     omitted = [CHART_TITLES.get(n, n.replace("_", " ")) for n in charts if n not in names]
     text, html = _render(ctx, shown, omitted)
-    msg = _alternative(text, html, subject=subject, sender=sender, recipients=recipients,
-                       date=date, domain=domain)
+    msg = _alternative(
+        text, html, subject=subject, sender=sender, recipients=recipients, date=date, domain=domain
+    )
     _, html_part = msg.iter_parts()
     for chart in shown:
-        html_part.add_related(charts[chart["name"]], maintype="image", subtype="png",
-                              cid=f"<{chart['cid']}>", disposition="inline",
-                              filename=f"{chart['name']}.png")
+        html_part.add_related(
+            charts[chart["name"]],
+            maintype="image",
+            subtype="png",
+            cid=f"<{chart['cid']}>",
+            disposition="inline",
+            filename=f"{chart['name']}.png",
+        )
     return msg
 
 
@@ -204,11 +271,19 @@ def wire_size(msg: EmailMessage) -> int:
     return len(msg.as_bytes(policy=email_policy.SMTP))
 
 
-def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
-                sender: str = "gpu-kpi@localhost", recipients: Sequence[str] = (),
-                report_url: str | None = None, subject: str | None = None,
-                scope: str | None = None, team: str | None = None,
-                now: datetime | None = None) -> EmailMessage:
+def build_email(
+    k: WeekKpis,
+    charts: Mapping[str, bytes],
+    *,
+    tz: tzinfo,
+    sender: str = "gpu-kpi@localhost",
+    recipients: Sequence[str] = (),
+    report_url: str | None = None,
+    subject: str | None = None,
+    scope: str | None = None,
+    team: str | None = None,
+    now: datetime | None = None,
+) -> EmailMessage:
     """The week's report as an email (see the module docstring for its parts).
 
     ``charts``: PNG bytes by name, from :func:`reports.render.charts.charts`; as many are attached as
@@ -222,13 +297,18 @@ def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
     ctx = _email_context(k, tz, report_url, scope, team)
     known = [n for n in CHART_NAMES if n in charts]
     names = known + [n for n in charts if n not in known]  # the report's order
-    keep = sorted(names, key=lambda n: (CHART_PREFERENCE.index(n)
-                                        if n in CHART_PREFERENCE else len(CHART_PREFERENCE)))
+    keep = sorted(
+        names,
+        key=lambda n: CHART_PREFERENCE.index(n) if n in CHART_PREFERENCE else len(CHART_PREFERENCE),
+    )
     date = (now or datetime.now(UTC)).astimezone(tz)
     options: dict[str, Any] = {
         "subject": subject_line(k, ctx["week"], scope) if subject is None else subject,
-        "sender": sender, "recipients": list(recipients), "date": date,
-        "domain": _domain(sender)}
+        "sender": sender,
+        "recipients": list(recipients),
+        "date": date,
+        "domain": _domain(sender),
+    }
     while True:
         msg = _message(ctx, charts, [n for n in names if n in keep], **options)
         if not keep or wire_size(msg) <= SIZE_BUDGET_BYTES:
@@ -236,9 +316,16 @@ def build_email(k: WeekKpis, charts: Mapping[str, bytes], *, tz: tzinfo,
         keep.pop()
 
 
-def build_runs_email(k: WeekKpis, user: str, *, tz: tzinfo, sender: str = "gpu-kpi@localhost",
-                     recipients: Sequence[str] = (), report_url: str | None = None,
-                     now: datetime | None = None) -> EmailMessage | None:
+def build_runs_email(
+    k: WeekKpis,
+    user: str,
+    *,
+    tz: tzinfo,
+    sender: str = "gpu-kpi@localhost",
+    recipients: Sequence[str] = (),
+    report_url: str | None = None,
+    now: datetime | None = None,
+) -> EmailMessage | None:
     """One engineer's underutilized runs of the week (those with ``user``), with each run's
     verdict, advice and links; None when there are none. No charts: a short, personal list."""
     mine = k.underutilized[k.underutilized["user"] == user].reset_index(drop=True)
@@ -246,13 +333,25 @@ def build_runs_email(k: WeekKpis, user: str, *, tz: tzinfo, sender: str = "gpu-k
         return None
     ctx = _email_context(dataclasses.replace(k, underutilized=mine), tz, report_url)
     waste = sum(float(x) for x in mine["waste_usd"])
-    ctx = {**ctx, "user": _one_line(user, MAX_NAME_CHARS), "count": len(mine),
-           "waste": fmt_usd(waste)}
+    ctx = {
+        **ctx,
+        "user": _one_line(user, MAX_NAME_CHARS),
+        "count": len(mine),
+        "waste": fmt_usd(waste),
+    }
     env = environment()
     html = env.get_template("runs_email.html.j2").render(ctx)
     text = env.overlay(autoescape=False).get_template("runs_email.txt.j2").render(ctx)
-    subject = (f"GPU efficiency {ctx['week']}: {len(mine)} of your runs under "
-               f"{ctx['thresholds']['underutilized']} utilization, {fmt_usd(waste)} recoverable")
-    return _alternative(str(text), str(html), subject=subject, sender=sender,
-                        recipients=recipients, date=(now or datetime.now(UTC)).astimezone(tz),
-                        domain=_domain(sender))
+    subject = (
+        f"GPU efficiency {ctx['week']}: {len(mine)} of your runs under "
+        f"{ctx['thresholds']['underutilized']} utilization, {fmt_usd(waste)} recoverable"
+    )
+    return _alternative(
+        str(text),
+        str(html),
+        subject=subject,
+        sender=sender,
+        recipients=recipients,
+        date=(now or datetime.now(UTC)).astimezone(tz),
+        domain=_domain(sender),
+    )

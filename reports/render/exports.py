@@ -54,16 +54,55 @@ from tracker.cost import Thresholds
 SCHEMA = "gpu-kpi.week/1"
 GENERATOR = "gpu-kpi"
 GROUPS = ("team", "project", "user", "gpu_model", "source")
-GROUP_FIELDS = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "co2e_kg",
-                "runs")
-RUN_FIELDS = ("run_id", "name", "team", "project", "user", "gpu_model", "gpu_count",
-              "gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "energy_kwh",
-              "co2e_kg", "verdict",
-              "advice", "status", "links")
-BUDGET_FIELDS = ("spend_usd", "budget_usd", "used_pct", "forecast_usd", "forecast_pct", "level",
-                 "complete")
-RIGHTSIZING_FIELDS = ("run_id", "name", "team", "gpu_model", "utilization_pct", "mem_peak_gib",
-                      "suggested_gpu", "saving_usd", "assumption")
+GROUP_FIELDS = (
+    "gpu_hours",
+    "utilization_pct",
+    "spend_usd",
+    "waste_usd",
+    "idle_usd",
+    "co2e_kg",
+    "runs",
+)
+RUN_FIELDS = (
+    "run_id",
+    "name",
+    "team",
+    "project",
+    "user",
+    "gpu_model",
+    "gpu_count",
+    "gpu_hours",
+    "utilization_pct",
+    "spend_usd",
+    "waste_usd",
+    "idle_usd",
+    "energy_kwh",
+    "co2e_kg",
+    "verdict",
+    "advice",
+    "status",
+    "links",
+)
+BUDGET_FIELDS = (
+    "spend_usd",
+    "budget_usd",
+    "used_pct",
+    "forecast_usd",
+    "forecast_pct",
+    "level",
+    "complete",
+)
+RIGHTSIZING_FIELDS = (
+    "run_id",
+    "name",
+    "team",
+    "gpu_model",
+    "utilization_pct",
+    "mem_peak_gib",
+    "suggested_gpu",
+    "saving_usd",
+    "assumption",
+)
 
 
 def _plain(value: Any) -> Any:
@@ -89,11 +128,11 @@ def _plain(value: Any) -> Any:
 DEFINITIONS = {
     "spend_usd": "GPU-hours x the price per GPU-hour of each GPU model",
     "waste_usd": "recoverable waste, per run and GPU: idle_usd in full, plus the cost of the "
-                 "rest x max(0, 1 - utilization of the rest / target_pct)",
+    "rest x max(0, 1 - utilization of the rest / target_pct)",
     "co2e_kg": "GPU energy_kwh x carbon.pue x the grid's g CO2e/kWh / 1000, over the runs "
-               "that measured energy (energy_gpu_hours of the GPU-hours)",
+    "that measured energy (energy_gpu_hours of the GPU-hours)",
     "idle_usd": "part of waste_usd: the cost of GPU-minutes under idle_pct inside an "
-                "idle_window_min-minute stretch averaging under it",
+    "idle_window_min-minute stretch averaging under it",
 }
 """What the JSON's money fields mean (the report's definitions footer says the same)."""
 
@@ -105,9 +144,13 @@ def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any
 
 def _thresholds(t: Thresholds) -> dict[str, Any]:
     """The JSON's field names (stable since the first release; the config's keys differ)."""
-    return {"target_pct": t.target_util_pct, "underutilized_pct": t.underutilized_pct,
-            "underutilized_min_gpu_hours": t.underutilized_min_gpu_hours,
-            "idle_pct": t.idle_pct, "idle_window_min": t.idle_window_min}
+    return {
+        "target_pct": t.target_util_pct,
+        "underutilized_pct": t.underutilized_pct,
+        "underutilized_min_gpu_hours": t.underutilized_min_gpu_hours,
+        "idle_pct": t.idle_pct,
+        "idle_window_min": t.idle_window_min,
+    }
 
 
 def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
@@ -118,9 +161,11 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "generator": GENERATOR,
         "schema": SCHEMA,
         "week": label_of(k.week),
-        "week_start": start.isoformat(), "week_end": end.isoformat(),
+        "week_start": start.isoformat(),
+        "week_end": end.isoformat(),
         "time_zone": str(tz),
-        "basis": k.basis, "basis_label": k.basis_label,
+        "basis": k.basis,
+        "basis_label": k.basis_label,
         "thresholds": _thresholds(k.thresholds),
         "definitions": DEFINITIONS,
         "headline": _plain(k.headline.__dict__),
@@ -130,18 +175,26 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "runs": _records(k.runs, RUN_FIELDS),
         "underutilized": [str(r) for r in k.underutilized["run_id"]],
         "rightsizing": _records(k.rightsizing, RIGHTSIZING_FIELDS),
-        "carbon": {"g_per_kwh": k.carbon.g_per_kwh, "pue": k.carbon.pue,
-                   "hosts": [{"pattern": p, "g_per_kwh": g} for p, g in k.carbon.hosts]},
-        "rent_vs_own": [_plain({**dataclasses.asdict(r), "sentence": r.sentence()})
-                        for r in k.rent_vs_own],
-        "trend": [{"week": label_of(row["week"]),
-                   **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
-                  for row in k.trend.to_dict("records")],
-        "excluded": [{"run_id": r.run_id, "name": r.name, "reason": r.reason}
-                     for r in skipped.runs],
+        "carbon": {
+            "g_per_kwh": k.carbon.g_per_kwh,
+            "pue": k.carbon.pue,
+            "hosts": [{"pattern": p, "g_per_kwh": g} for p, g in k.carbon.hosts],
+        },
+        "rent_vs_own": [
+            _plain({**dataclasses.asdict(r), "sentence": r.sentence()}) for r in k.rent_vs_own
+        ],
+        "trend": [
+            {"week": label_of(row["week"]), **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
+            for row in k.trend.to_dict("records")
+        ],
+        "excluded": [
+            {"run_id": r.run_id, "name": r.name, "reason": r.reason} for r in skipped.runs
+        ],
         "excluded_count": len(skipped.runs),
-        "bad_samples": [{"run_id": b.run_id, "name": b.name, "rows": b.rows, "reason": b.reason}
-                        for b in skipped.samples],
+        "bad_samples": [
+            {"run_id": b.run_id, "name": b.name, "rows": b.rows, "reason": b.reason}
+            for b in skipped.samples
+        ],
         "bad_sample_rows": skipped.sample_rows,
         "skipped": skipped.summary(),
         "budgets": [_plain(b.as_dict()) for b in k.budgets],
@@ -158,8 +211,12 @@ def _last_resort(value: object) -> Any:
 
 
 def to_json(k: WeekKpis, tz: tzinfo) -> str:
-    return json.dumps(to_dict(k, tz), indent=2, ensure_ascii=False, allow_nan=False,
-                      default=_last_resort) + "\n"
+    return (
+        json.dumps(
+            to_dict(k, tz), indent=2, ensure_ascii=False, allow_nan=False, default=_last_resort
+        )
+        + "\n"
+    )
 
 
 def to_csv(k: WeekKpis, tz: tzinfo) -> str:
@@ -171,8 +228,9 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
     def rows(section: str, key: str, values: dict[str, Any]) -> None:
         for metric, value in values.items():
             if not isinstance(value, dict | list):
-                w.writerow([d["week"], d["basis"], section, key, metric,
-                            "" if value is None else value])
+                w.writerow(
+                    [d["week"], d["basis"], section, key, metric, "" if value is None else value]
+                )
 
     rows("headline", "", d["headline"])
     for g in GROUPS:
@@ -187,8 +245,14 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
     for row in d["bad_samples"]:
         rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
     for row in d["budgets"]:
-        rows("budget", row["team"], {f"{row['label']}:{f}": int(row[f]) if f == "complete"
-                                     else row[f] for f in BUDGET_FIELDS})
+        rows(
+            "budget",
+            row["team"],
+            {
+                f"{row['label']}:{f}": int(row[f]) if f == "complete" else row[f]
+                for f in BUDGET_FIELDS
+            },
+        )
     return out.getvalue()
 
 
@@ -203,9 +267,19 @@ def publish_week(store_url: str | None, k: WeekKpis, tz: tzinfo, *, now: datetim
     d = to_dict(k, tz)
     try:
         with RunStore(store_url or default_store_url(), create=False) as store:
-            write_week(store, week=d["week"], time_zone=d["time_zone"], basis=d["basis"],
-                       headline=d["headline"], teams=d["by_team"], computed_at=now)
+            write_week(
+                store,
+                week=d["week"],
+                time_zone=d["time_zone"],
+                basis=d["basis"],
+                headline=d["headline"],
+                teams=d["by_team"],
+                computed_at=now,
+            )
     except Exception as e:  # a role that may read but not create tables, a locked file…
         logging.getLogger("gpu_kpi").warning(
             "gpu-kpi: the %s figures are not in the store's gpu_kpi_weekly tables: %s: %s",
-            d["week"], type(e).__name__, mask_text(one_line(str(e))[:300], None))
+            d["week"],
+            type(e).__name__,
+            mask_text(one_line(str(e))[:300], None),
+        )

@@ -180,8 +180,18 @@ def budget_row(b: BudgetLine) -> dict[str, str]:
         status, tone = "on course to exceed", "warn"
     else:
         status, tone = "within budget", "good"
-    return {"team": b.team, "period": budget_period(b), "spend": fmt_usd(b.spend_usd),
-            "budget": fmt_usd(b.budget_usd), "used": fmt_pct(b.used_pct, 0),
-            "forecast": ("—" if b.complete or b.forecast_usd is None
-                         else f"{fmt_usd(b.forecast_usd)} ({fmt_pct(f, 0)})"),
-            "status": status, "tone": tone, "meter": f"{min(b.used_pct, 100.0):.1f}"}
+    return {
+        "team": b.team,
+        "period": budget_period(b),
+        "spend": fmt_usd(b.spend_usd),
+        "budget": fmt_usd(b.budget_usd),
+        "used": fmt_pct(b.used_pct, 0),
+        "forecast": (
+            "—"
+            if b.complete or b.forecast_usd is None
+            else f"{fmt_usd(b.forecast_usd)} ({fmt_pct(f, 0)})"
+        ),
+        "status": status,
+        "tone": tone,
+        "meter": f"{min(b.used_pct, 100.0):.1f}",
+    }

@@ -41,8 +41,13 @@ from reports.weeks import label_of as week_label
 TEMPLATES_PACKAGE = "reports.templates"
 """Where an installed wheel carries the templates (mapped from the repo's ``templates/``)."""
 
-BREAKDOWNS = (("team", "Team"), ("project", "Project"), ("user", "User"),
-              ("gpu_model", "GPU model"), ("source", "Source"))
+BREAKDOWNS = (
+    ("team", "Team"),
+    ("project", "Project"),
+    ("user", "User"),
+    ("gpu_model", "GPU model"),
+    ("source", "Source"),
+)
 MAX_BREAKDOWN_ROWS = 15
 MAX_RUN_ROWS = 50
 CHART_ALT = {
@@ -73,16 +78,24 @@ _CARDS = (
 def _cards(k: WeekKpis) -> list[dict[str, str]]:
     h, t = k.headline, k.thresholds
     notes = {
-        "gpu_hours": (f"{fmt_hours(h.gpu_hours - h.known_gpu_hours)} without utilization data"
-                      if h.gpu_hours - h.known_gpu_hours > 0.005 else "allocated to runs"),
-        "spend_usd": (f"excludes {fmt_hours(h.unpriced_gpu_hours)} without a price"
-                      if h.unpriced_gpu_hours > 0 else "GPU-hours × price of the model"
-                      + ("; owned: amortized" if k.rent_vs_own else "")),
+        "gpu_hours": (
+            f"{fmt_hours(h.gpu_hours - h.known_gpu_hours)} without utilization data"
+            if h.gpu_hours - h.known_gpu_hours > 0.005
+            else "allocated to runs"
+        ),
+        "spend_usd": (
+            f"excludes {fmt_hours(h.unpriced_gpu_hours)} without a price"
+            if h.unpriced_gpu_hours > 0
+            else "GPU-hours × price of the model" + ("; owned: amortized" if k.rent_vs_own else "")
+        ),
         "utilization_pct": f"{k.basis_label}, weighted by GPU-hours; target {t.target_util_pct:.0f}%",
-        "waste_usd": (f"of which idle {fmt_usd(h.idle_usd)}; the rest: running under the "
-                      f"{t.target_util_pct:.0f}% target"),
-        "idle_usd": (f"part of waste: GPU-time under {t.idle_pct:.0f}% for "
-                     f"{t.idle_window_min}+ minutes"),
+        "waste_usd": (
+            f"of which idle {fmt_usd(h.idle_usd)}; the rest: running under the "
+            f"{t.target_util_pct:.0f}% target"
+        ),
+        "idle_usd": (
+            f"part of waste: GPU-time under {t.idle_pct:.0f}% for {t.idle_window_min}+ minutes"
+        ),
         "runs": f"{h.underutilized_runs:,} underutilized (under {t.underutilized_pct:.0f}%)",
     }
     cards = []
@@ -96,13 +109,20 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
         else:
             tone = "good" if (change > 0) == (good > 0) else "bad"
         value = getattr(k.headline, field)
-        cards.append({
-            "field": field, "label": label,
-            "value": _hours_number(value) if field == "gpu_hours" else fmt(value),
-            "unit": "GPU-h" if field == "gpu_hours" and as_number(value) is not None else "",
-            "change": fmt_change_pp(change) if field == "utilization_pct" else fmt_change(change),
-            "tone": tone, "previous": fmt(previous) if k.previous is not None else "none",
-            "note": notes[field]})
+        cards.append(
+            {
+                "field": field,
+                "label": label,
+                "value": _hours_number(value) if field == "gpu_hours" else fmt(value),
+                "unit": "GPU-h" if field == "gpu_hours" and as_number(value) is not None else "",
+                "change": fmt_change_pp(change)
+                if field == "utilization_pct"
+                else fmt_change(change),
+                "tone": tone,
+                "previous": fmt(previous) if k.previous is not None else "none",
+                "note": notes[field],
+            }
+        )
     return cards
 
 
@@ -114,11 +134,18 @@ def _points(now: object, before: object) -> float | None:
 def _breakdown_rows(df: pd.DataFrame, key: str) -> list[dict[str, str]]:
     rows = []
     for r in df.head(MAX_BREAKDOWN_ROWS).to_dict("records"):
-        rows.append({"name": text_or_dash(r[key], "(none)"), "gpu_hours": fmt_hours(r["gpu_hours"]),
-                     "utilization": fmt_pct(r["utilization_pct"]),
-                     "spend": fmt_usd(r["spend_usd"]),
-                     "waste": fmt_usd(r["waste_usd"]), "idle": fmt_usd(r["idle_usd"]),
-                     "co2e": fmt_kg(r.get("co2e_kg")), "runs": fmt_int(r["runs"])})
+        rows.append(
+            {
+                "name": text_or_dash(r[key], "(none)"),
+                "gpu_hours": fmt_hours(r["gpu_hours"]),
+                "utilization": fmt_pct(r["utilization_pct"]),
+                "spend": fmt_usd(r["spend_usd"]),
+                "waste": fmt_usd(r["waste_usd"]),
+                "idle": fmt_usd(r["idle_usd"]),
+                "co2e": fmt_kg(r.get("co2e_kg")),
+                "runs": fmt_int(r["runs"]),
+            }
+        )
     return rows
 
 
@@ -132,14 +159,17 @@ def _energy(k: WeekKpis) -> str:
     pue = f"{c.pue:.1f}" if round(c.pue, 1) == c.pue else f"{c.pue:g}"
     text = f"Energy {fmt_int(h.energy_kwh)} kWh · {fmt_kg(h.co2e_kg)} CO2e ({grid}, PUE {pue})"
     if h.gpu_hours > 0 and h.energy_gpu_hours < h.gpu_hours - 0.005:
-        text += f", from the runs with {fmt_pct(100 * h.energy_gpu_hours / h.gpu_hours, 0)} " \
-                "of the GPU-hours that measured it"
+        text += (
+            f", from the runs with {fmt_pct(100 * h.energy_gpu_hours / h.gpu_hours, 0)} "
+            "of the GPU-hours that measured it"
+        )
     return text
 
 
 def _rent_vs_own(k: WeekKpis) -> list[dict[str, str]]:
-    return [{"sentence": r.sentence(), "basis": r.basis, "cheaper": r.cheaper}
-            for r in k.rent_vs_own]
+    return [
+        {"sentence": r.sentence(), "basis": r.basis, "cheaper": r.cheaper} for r in k.rent_vs_own
+    ]
 
 
 def _gpus(count: object, model: object) -> str:
@@ -152,34 +182,48 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for r in df.head(MAX_RUN_ROWS).to_dict("records"):
         started = r.get("started_at")
-        rows.append({
-            "name": text_or_dash(r["name"], text_or_dash(r.get("run_id"))), "team": text_or_dash(r["team"]),
-            "project": text_or_dash(r["project"]), "user": text_or_dash(r["user"]),
-            "gpus": _gpus(r["gpu_count"], r["gpu_model"]),
-            "started": "" if missing(started) else f"{pd.Timestamp(started):%Y-%m-%d %H:%M}",
-            "gpu_hours": fmt_hours(r["gpu_hours"]), "utilization": fmt_pct(r["utilization_pct"]),
-            "spend": fmt_usd(r["spend_usd"]), "waste": fmt_usd(r["waste_usd"]),
-            "verdict": text_or_dash(r["verdict"]), "advice": text_or_dash(r["advice"], ""),
-            "links": links_of(r["links"])})
+        rows.append(
+            {
+                "name": text_or_dash(r["name"], text_or_dash(r.get("run_id"))),
+                "team": text_or_dash(r["team"]),
+                "project": text_or_dash(r["project"]),
+                "user": text_or_dash(r["user"]),
+                "gpus": _gpus(r["gpu_count"], r["gpu_model"]),
+                "started": "" if missing(started) else f"{pd.Timestamp(started):%Y-%m-%d %H:%M}",
+                "gpu_hours": fmt_hours(r["gpu_hours"]),
+                "utilization": fmt_pct(r["utilization_pct"]),
+                "spend": fmt_usd(r["spend_usd"]),
+                "waste": fmt_usd(r["waste_usd"]),
+                "verdict": text_or_dash(r["verdict"]),
+                "advice": text_or_dash(r["advice"], ""),
+                "links": links_of(r["links"]),
+            }
+        )
     return rows
 
 
 def _rightsizing_rows(k: WeekKpis) -> list[dict[str, str]]:
     if k.rightsizing.empty:
         return []
-    totals = (k.runs.set_index("run_id")["mem_total_gib"].to_dict()
-              if "mem_total_gib" in k.runs else {})
+    totals = (
+        k.runs.set_index("run_id")["mem_total_gib"].to_dict() if "mem_total_gib" in k.runs else {}
+    )
     rows = []
     for r in k.rightsizing.head(MAX_RUN_ROWS).to_dict("records"):
         total = totals.get(r["run_id"])
         peak = fmt_gib(r["mem_peak_gib"])
-        rows.append({"name": text_or_dash(r["name"], text_or_dash(r["run_id"])),
-                     "team": text_or_dash(r["team"]),
-                     "current": text_or_dash(r["gpu_model"], "unknown GPU"),
-                     "memory": peak if missing(total) else f"{peak} of {fmt_gib(total)}",
-                     "utilization": fmt_pct(r["utilization_pct"]),
-                     "suggested": text_or_dash(r["suggested_gpu"]), "saving": fmt_usd(r["saving_usd"]),
-                     "assumption": text_or_dash(r.get("assumption"), "")})
+        rows.append(
+            {
+                "name": text_or_dash(r["name"], text_or_dash(r["run_id"])),
+                "team": text_or_dash(r["team"]),
+                "current": text_or_dash(r["gpu_model"], "unknown GPU"),
+                "memory": peak if missing(total) else f"{peak} of {fmt_gib(total)}",
+                "utilization": fmt_pct(r["utilization_pct"]),
+                "suggested": text_or_dash(r["suggested_gpu"]),
+                "saving": fmt_usd(r["saving_usd"]),
+                "assumption": text_or_dash(r.get("assumption"), ""),
+            }
+        )
     return rows
 
 
@@ -192,13 +236,18 @@ def _trend_totals(k: WeekKpis) -> dict[str, str]:
     util = t["utilization_pct"].astype(float)
     used = float((util.fillna(0.0) * known).sum())
     spend, waste = float(t["spend_usd"].sum()), float(t["waste_usd"].sum())
-    return {"weeks": str(len(t)), "gpu_hours": fmt_hours(float(t["gpu_hours"].sum())),
-            "spend": fmt_usd(spend), "waste": fmt_usd(waste),
-            "waste_share": fmt_pct(100.0 * waste / spend if spend > 0 else None),
-            "idle": fmt_usd(float(t["idle_usd"].sum())),
-            "utilization": fmt_pct(used / float(known.sum()) if known.sum() > 0 else None),
-            "runs": fmt_int(int(t["runs"].sum())),
-            "first": week_label(t["week"].iloc[0]), "last": week_label(t["week"].iloc[-1])}
+    return {
+        "weeks": str(len(t)),
+        "gpu_hours": fmt_hours(float(t["gpu_hours"].sum())),
+        "spend": fmt_usd(spend),
+        "waste": fmt_usd(waste),
+        "waste_share": fmt_pct(100.0 * waste / spend if spend > 0 else None),
+        "idle": fmt_usd(float(t["idle_usd"].sum())),
+        "utilization": fmt_pct(used / float(known.sum()) if known.sum() > 0 else None),
+        "runs": fmt_int(int(t["runs"].sum())),
+        "first": week_label(t["week"].iloc[0]),
+        "last": week_label(t["week"].iloc[-1]),
+    }
 
 
 def _data_uri(png: bytes) -> str:
@@ -206,18 +255,25 @@ def _data_uri(png: bytes) -> str:
 
 
 def _charts(charts: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
-    return {name: {"src": _data_uri(png), "alt": CHART_ALT.get(name, name.replace("_", " "))}
-            for name, png in charts.items()}
+    return {
+        name: {"src": _data_uri(png), "alt": CHART_ALT.get(name, name.replace("_", " "))}
+        for name, png in charts.items()
+    }
 
 
 def _lede(k: WeekKpis) -> str:
     h = k.headline
     if h.gpu_hours <= 0:
         return "No GPU time was recorded this week."
-    util = ("utilization unknown" if h.utilization_pct is None
-            else f"{fmt_pct(h.utilization_pct)} {k.basis_label}")
-    text = (f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs cost {fmt_usd(h.spend_usd)} at "
-            f"{util}. {fmt_usd(h.waste_usd)} of it was recoverable waste")
+    util = (
+        "utilization unknown"
+        if h.utilization_pct is None
+        else f"{fmt_pct(h.utilization_pct)} {k.basis_label}"
+    )
+    text = (
+        f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs cost {fmt_usd(h.spend_usd)} at "
+        f"{util}. {fmt_usd(h.waste_usd)} of it was recoverable waste"
+    )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
     return text + "."
@@ -226,51 +282,92 @@ def _lede(k: WeekKpis) -> str:
 def _skipped(k: WeekKpis) -> dict[str, Any]:
     """What the figures leave out (:class:`reports.kpi.Skipped`), as display strings."""
     s = k.skipped
-    return {"summary": s.summary(),
-            "runs": [{"name": text_or_dash(r.name, r.run_id), "run_id": r.run_id,
-                      "reason": r.reason} for r in s.runs],
-            "samples": [{"name": text_or_dash(b.name, b.run_id), "run_id": b.run_id,
-                         "rows": fmt_int(b.rows), "reason": b.reason} for b in s.samples]}
+    return {
+        "summary": s.summary(),
+        "runs": [
+            {"name": text_or_dash(r.name, r.run_id), "run_id": r.run_id, "reason": r.reason}
+            for r in s.runs
+        ],
+        "samples": [
+            {
+                "name": text_or_dash(b.name, b.run_id),
+                "run_id": b.run_id,
+                "rows": fmt_int(b.rows),
+                "reason": b.reason,
+            }
+            for b in s.samples
+        ],
+    }
 
 
-def report_context(k: WeekKpis, charts: Mapping[str, bytes], *, title: str,
-                   report_url: str | None, generated_at: datetime | None) -> dict[str, Any]:
+def report_context(
+    k: WeekKpis,
+    charts: Mapping[str, bytes],
+    *,
+    title: str,
+    report_url: str | None,
+    generated_at: datetime | None,
+) -> dict[str, Any]:
     """Everything the report template shows, as display strings."""
     h, t = k.headline, k.thresholds
     label = week_label(k.week)
     fix = runs_to_fix(k)
     under_rows = _run_rows(fix)
     return {
-        "title": title, "week": label, "dates": week_dates(label),
-        "basis_label": k.basis_label, "lede": _lede(k),
-        "generated_at": (generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-                         if generated_at else ""),
+        "title": title,
+        "week": label,
+        "dates": week_dates(label),
+        "basis_label": k.basis_label,
+        "lede": _lede(k),
+        "generated_at": (
+            generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if generated_at else ""
+        ),
         "report_url": safe_http_url(report_url) or "",
         "cards": _cards(k),
-        "unit_costs": [f"{fmt_unit_usd(v)} {unit}" for v, unit in (
-            (h.usd_per_1k_samples, "per 1k samples"), (h.usd_per_1m_tokens, "per 1M tokens"))
-            if not missing(v)],
-        "charts": _charts(charts), "totals": _trend_totals(k),
+        "unit_costs": [
+            f"{fmt_unit_usd(v)} {unit}"
+            for v, unit in (
+                (h.usd_per_1k_samples, "per 1k samples"),
+                (h.usd_per_1m_tokens, "per 1M tokens"),
+            )
+            if not missing(v)
+        ],
+        "charts": _charts(charts),
+        "totals": _trend_totals(k),
         "underutilized": {
-            "share": fmt_pct(h.underutilized_gpu_hours_pct), "runs": f"{h.underutilized_runs:,}",
-            "hours": fmt_hours(sum(float(x) for x in k.underutilized["gpu_hours"])
-                               if len(k.underutilized) else 0.0),
-            "waste": fmt_usd(sum(float(x) for x in k.underutilized["waste_usd"])
-                             if len(k.underutilized) else 0.0),
-            "share_value": f"{min(h.underutilized_gpu_hours_pct or 0.0, 100.0):.1f}"},
-        "breakdowns": [{"key": key, "title": name,
-                        "rows": _breakdown_rows(k.by.get(key, pd.DataFrame()), key),
-                        "more": max(len(k.by.get(key, ())) - MAX_BREAKDOWN_ROWS, 0)}
-                       for key, name in BREAKDOWNS],
-        "runs": under_rows, "runs_to_fix": len(fix),
+            "share": fmt_pct(h.underutilized_gpu_hours_pct),
+            "runs": f"{h.underutilized_runs:,}",
+            "hours": fmt_hours(
+                sum(float(x) for x in k.underutilized["gpu_hours"]) if len(k.underutilized) else 0.0
+            ),
+            "waste": fmt_usd(
+                sum(float(x) for x in k.underutilized["waste_usd"]) if len(k.underutilized) else 0.0
+            ),
+            "share_value": f"{min(h.underutilized_gpu_hours_pct or 0.0, 100.0):.1f}",
+        },
+        "breakdowns": [
+            {
+                "key": key,
+                "title": name,
+                "rows": _breakdown_rows(k.by.get(key, pd.DataFrame()), key),
+                "more": max(len(k.by.get(key, ())) - MAX_BREAKDOWN_ROWS, 0),
+            }
+            for key, name in BREAKDOWNS
+        ],
+        "runs": under_rows,
+        "runs_to_fix": len(fix),
         "more_runs": max(len(fix) - MAX_RUN_ROWS, 0),
         "rightsizing": _rightsizing_rows(k),
-        "energy": _energy(k), "rent_vs_own": _rent_vs_own(k),
+        "energy": _energy(k),
+        "rent_vs_own": _rent_vs_own(k),
         "more_rightsizing": max(len(k.rightsizing) - MAX_RUN_ROWS, 0),
-        "thresholds": {"target": fmt_pct(t.target_util_pct, 0),
-                       "underutilized": fmt_pct(t.underutilized_pct, 0),
-                       "min_hours": fmt_hours(t.underutilized_min_gpu_hours),
-                       "idle": fmt_pct(t.idle_pct, 0), "idle_window": str(t.idle_window_min)},
+        "thresholds": {
+            "target": fmt_pct(t.target_util_pct, 0),
+            "underutilized": fmt_pct(t.underutilized_pct, 0),
+            "min_hours": fmt_hours(t.underutilized_min_gpu_hours),
+            "idle": fmt_pct(t.idle_pct, 0),
+            "idle_window": str(t.idle_window_min),
+        },
         "unpriced": fmt_hours(h.unpriced_gpu_hours) if h.unpriced_gpu_hours > 0 else "",
         "skipped": _skipped(k),
         "budgets": [budget_row(b) for b in k.budgets],
@@ -303,15 +400,28 @@ def environment() -> Any:
     except ImportError as e:  # pragma: no cover - the [reports] extra is missing
         raise ImportError("the HTML report needs Jinja2: pip install 'gpu-kpi[reports]'") from e
 
-    loader = jinja2.ChoiceLoader([jinja2.FunctionLoader(_load_resource),
-                                  jinja2.FileSystemLoader(source_templates_dir())])
-    return jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
-                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    loader = jinja2.ChoiceLoader(
+        [jinja2.FunctionLoader(_load_resource), jinja2.FileSystemLoader(source_templates_dir())]
+    )
+    return jinja2.Environment(
+        loader=loader,
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
 
 
-def render_html(k: WeekKpis, charts: Mapping[str, bytes], *, title: str = "GPU efficiency report",
-                report_url: str | None = None, generated_at: datetime | None = None,
-                fleet_url: str | None = None) -> str:
+def render_html(
+    k: WeekKpis,
+    charts: Mapping[str, bytes],
+    *,
+    title: str = "GPU efficiency report",
+    report_url: str | None = None,
+    generated_at: datetime | None = None,
+    fleet_url: str | None = None,
+) -> str:
     """The week's report as one standalone HTML page: headline cards with week-over-week
     change, the trend charts (``charts``, PNG bytes by name, from :func:`reports.render.charts.charts`;
     missing ones are left out), spend and waste by team, project, user and GPU model, the
@@ -319,9 +429,8 @@ def render_html(k: WeekKpis, charts: Mapping[str, bytes], *, title: str = "GPU e
     ``report_url`` (http(s)) is shown as the report's permanent address; ``generated_at`` is
     printed in the footer when given (left out otherwise, so the page is reproducible).
     ``fleet_url``: on a team's page, the whole fleet's report, linked in the footer."""
-    context = report_context(k, charts, title=title, report_url=report_url,
-                             generated_at=generated_at)
+    context = report_context(
+        k, charts, title=title, report_url=report_url, generated_at=generated_at
+    )
     context["fleet_url"] = safe_http_url(fleet_url) or ""
     return str(environment().get_template("report.html.j2").render(**context))
-
-

@@ -33,8 +33,14 @@ from reports.weeks import label_of as week_label
 
 _WEEK_LABEL = re.compile(r"^\d{4}-W\d{2}$")
 _ARCHIVE_NAME = re.compile(r"^(\d{4}-W\d{2})\.json$")
-HEADLINE_INDEX_FIELDS = ("gpu_hours", "spend_usd", "utilization_pct", "waste_usd", "idle_usd",
-                         "runs")
+HEADLINE_INDEX_FIELDS = (
+    "gpu_hours",
+    "spend_usd",
+    "utilization_pct",
+    "waste_usd",
+    "idle_usd",
+    "runs",
+)
 
 
 # -- the archive's weeks -----------------------------------------------------------------------
@@ -82,8 +88,11 @@ def _week_row(name: str, text: str) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise ValueError("not a gpu-kpi week report")
     generator, schema = d.get("generator"), d.get("schema")
-    legacy = ("generator" not in d and isinstance(schema, str)
-              and schema.startswith(SCHEMA.rsplit("/", 1)[0] + "/"))  # gpu-kpi.week/…
+    legacy = (
+        "generator" not in d
+        and isinstance(schema, str)
+        and schema.startswith(SCHEMA.rsplit("/", 1)[0] + "/")
+    )  # gpu-kpi.week/…
     if generator != GENERATOR and not legacy:
         raise ValueError("not a gpu-kpi week report")
     if d.get("week") != label.group(1):
@@ -97,12 +106,18 @@ def _week_row(name: str, text: str) -> dict[str, Any]:
         if not _index_number(head[f]):
             raise ValueError(f"headline {f} is not a number")
     basis = d.get("basis_label")
-    return {"label": label.group(1), "basis_label": basis if isinstance(basis, str) else None,
-            **{f: head[f] for f in HEADLINE_INDEX_FIELDS}}
+    return {
+        "label": label.group(1),
+        "basis_label": basis if isinstance(basis, str) else None,
+        **{f: head[f] for f in HEADLINE_INDEX_FIELDS},
+    }
 
 
-def read_archive(folder: Path, *, staged: Path | None = None,
-                 ) -> tuple[list[dict[str, Any]], list[LeftOut]]:
+def read_archive(
+    folder: Path,
+    *,
+    staged: Path | None = None,
+) -> tuple[list[dict[str, Any]], list[LeftOut]]:
     """The index rows of the weeks archived in ``folder`` (with ``href`` where the week's
     HTML is there), and the ``*-W*.json`` files left out with the reason. ``staged``: a folder
     of files about to replace those of the same name in ``folder`` (read instead of them)."""
@@ -157,13 +172,23 @@ def sparkline(values: Sequence[object]) -> dict[str, Any]:
         y = SPARK_H - SPARK_PAD - (v - lo) / span * (SPARK_H - 2 * SPARK_PAD)
         segments[-1].append(f"{x:.1f},{y:.1f}")
         last = (x, y)
-    return {"width": SPARK_W, "height": SPARK_H,
-            "lines": [" ".join(s) for s in segments if len(s) > 1],
-            "dots": [] if last is None else [{"x": f"{last[0]:.1f}", "y": f"{last[1]:.1f}"}]}
+    return {
+        "width": SPARK_W,
+        "height": SPARK_H,
+        "lines": [" ".join(s) for s in segments if len(s) > 1],
+        "dots": [] if last is None else [{"x": f"{last[0]:.1f}", "y": f"{last[1]:.1f}"}],
+    }
 
 
-INDEX_FIELDS = ("label", "gpu_hours", "spend_usd", "utilization_pct", "waste_usd", "idle_usd",
-                "runs")
+INDEX_FIELDS = (
+    "label",
+    "gpu_hours",
+    "spend_usd",
+    "utilization_pct",
+    "waste_usd",
+    "idle_usd",
+    "runs",
+)
 
 
 def _index_href(week: Mapping[str, Any], label: str) -> str:
@@ -179,9 +204,13 @@ def _index_href(week: Mapping[str, Any], label: str) -> str:
     raise ValueError(f"week {label}: href {href!r} is neither relative nor http(s)")
 
 
-def index_context(weeks: Iterable[Mapping[str, Any]], *, title: str,
-                  generated_at: datetime | None,
-                  left_out: Sequence[LeftOut] = ()) -> dict[str, Any]:
+def index_context(
+    weeks: Iterable[Mapping[str, Any]],
+    *,
+    title: str,
+    generated_at: datetime | None,
+    left_out: Sequence[LeftOut] = (),
+) -> dict[str, Any]:
     rows = []
     for w in weeks:
         missing = [f for f in INDEX_FIELDS if f not in w]
@@ -206,38 +235,79 @@ def index_context(weeks: Iterable[Mapping[str, Any]], *, title: str,
         return f"low {fmt(min(known))} · high {fmt(max(known))}" if known else "no data"
 
     sparks = [
-        {"title": "Utilization", "value": latest("utilization_pct", fmt_pct),
-         "range": span("utilization_pct", fmt_pct), "css": "util",
-         **sparkline(series("utilization_pct"))},
-        {"title": "Spend", "value": latest("spend_usd", fmt_usd),
-         "range": span("spend_usd", fmt_usd), "css": "spend", **sparkline(series("spend_usd"))},
-        {"title": "Recoverable waste", "value": latest("waste_usd", fmt_usd),
-         "range": span("waste_usd", fmt_usd), "css": "waste", **sparkline(series("waste_usd"))},
+        {
+            "title": "Utilization",
+            "value": latest("utilization_pct", fmt_pct),
+            "range": span("utilization_pct", fmt_pct),
+            "css": "util",
+            **sparkline(series("utilization_pct")),
+        },
+        {
+            "title": "Spend",
+            "value": latest("spend_usd", fmt_usd),
+            "range": span("spend_usd", fmt_usd),
+            "css": "spend",
+            **sparkline(series("spend_usd")),
+        },
+        {
+            "title": "Recoverable waste",
+            "value": latest("waste_usd", fmt_usd),
+            "range": span("waste_usd", fmt_usd),
+            "css": "waste",
+            **sparkline(series("waste_usd")),
+        },
     ]
     bases = sorted({str(w["basis_label"]) for _, w in rows if w.get("basis_label")})
-    table = [{"label": label, "href": _index_href(w, label), "dates": week_dates(label),
-              "gpu_hours": fmt_hours(w["gpu_hours"]), "spend": fmt_usd(w["spend_usd"]),
-              "utilization": fmt_pct(w["utilization_pct"]), "waste": fmt_usd(w["waste_usd"]),
-              "idle": fmt_usd(w["idle_usd"]), "runs": fmt_int(w["runs"])}
-             for label, w in reversed(rows)]
-    return {"title": title, "weeks": table, "sparks": sparks,
-            "first": rows[0][0] if rows else "", "last": rows[-1][0] if rows else "",
-            "basis": " / ".join(bases),
-            "left_out": [{"name": f.name, "reason": f.reason} for f in left_out],
-            "generated_at": (generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-                             if generated_at else "")}
+    table = [
+        {
+            "label": label,
+            "href": _index_href(w, label),
+            "dates": week_dates(label),
+            "gpu_hours": fmt_hours(w["gpu_hours"]),
+            "spend": fmt_usd(w["spend_usd"]),
+            "utilization": fmt_pct(w["utilization_pct"]),
+            "waste": fmt_usd(w["waste_usd"]),
+            "idle": fmt_usd(w["idle_usd"]),
+            "runs": fmt_int(w["runs"]),
+        }
+        for label, w in reversed(rows)
+    ]
+    return {
+        "title": title,
+        "weeks": table,
+        "sparks": sparks,
+        "first": rows[0][0] if rows else "",
+        "last": rows[-1][0] if rows else "",
+        "basis": " / ".join(bases),
+        "left_out": [{"name": f.name, "reason": f.reason} for f in left_out],
+        "generated_at": (
+            generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if generated_at else ""
+        ),
+    }
 
 
 def index_row(k: WeekKpis) -> dict[str, Any]:
     """The index's row for one week's KPIs (what :func:`render_index` takes)."""
     h: Headline = k.headline
-    return {"label": week_label(k.week), "gpu_hours": h.gpu_hours, "spend_usd": h.spend_usd,
-            "utilization_pct": h.utilization_pct, "waste_usd": h.waste_usd,
-            "idle_usd": h.idle_usd, "runs": h.runs, "basis_label": k.basis_label}
+    return {
+        "label": week_label(k.week),
+        "gpu_hours": h.gpu_hours,
+        "spend_usd": h.spend_usd,
+        "utilization_pct": h.utilization_pct,
+        "waste_usd": h.waste_usd,
+        "idle_usd": h.idle_usd,
+        "runs": h.runs,
+        "basis_label": k.basis_label,
+    }
 
 
-def render_index(weeks: list[dict[str, Any]], *, title: str = "GPU efficiency — all weeks",
-                 generated_at: datetime | None = None, left_out: Sequence[LeftOut] = ()) -> str:
+def render_index(
+    weeks: list[dict[str, Any]],
+    *,
+    title: str = "GPU efficiency — all weeks",
+    generated_at: datetime | None = None,
+    left_out: Sequence[LeftOut] = (),
+) -> str:
     """The multi-week management dashboard: one row per archived week, newest first, linking
     ``<label>.html`` (or the row's ``href``: relative or http(s)), with sparklines of
     utilization, spend and recoverable waste, oldest to newest.

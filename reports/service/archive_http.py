@@ -28,10 +28,19 @@ from tracker.config import ConfigError
 log = logging.getLogger("gpu_kpi")
 
 PASSWORD_ENV = "GPU_KPI_HTTP_PASSWORD"
-_TYPES = {".html": "text/html; charset=utf-8", ".json": "application/json",
-          ".csv": "text/csv; charset=utf-8", ".eml": "message/rfc822", ".png": "image/png"}
-_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-            "X-Frame-Options": "DENY", "Cache-Control": "no-cache"}
+_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".json": "application/json",
+    ".csv": "text/csv; charset=utf-8",
+    ".eml": "message/rfc822",
+    ".png": "image/png",
+}
+_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-cache",
+}
 
 
 @dataclass(frozen=True)
@@ -40,8 +49,9 @@ class Auth:
     password: str
 
 
-def read_auth(user: str | None, password_file: str | None,
-              env: Mapping[str, str] | None = None) -> Auth | None:
+def read_auth(
+    user: str | None, password_file: str | None, env: Mapping[str, str] | None = None
+) -> Auth | None:
     """Basic auth when ``http_user`` is set: its password from :data:`PASSWORD_ENV`, else the
     file; :class:`ConfigError` naming where it looked when there is none."""
     if not user:
@@ -55,11 +65,15 @@ def read_auth(user: str | None, password_file: str | None,
                 raise ConfigError(f"service.http_password_file: {path} is not a regular file")
             password = path.read_text(encoding="utf-8").rstrip("\r\n")
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"service.http_password_file: cannot read {password_file}: "
-                              f"{getattr(e, 'strerror', None) or e}") from None
+            raise ConfigError(
+                f"service.http_password_file: cannot read {password_file}: "
+                f"{getattr(e, 'strerror', None) or e}"
+            ) from None
     if not password:
-        raise ConfigError(f"service.http_user is set but there is no password: set "
-                          f"{PASSWORD_ENV} or service.http_password_file")
+        raise ConfigError(
+            f"service.http_user is set but there is no password: set "
+            f"{PASSWORD_ENV} or service.http_password_file"
+        )
     return Auth(user, password)
 
 
@@ -94,13 +108,15 @@ class ArchiveServer:
         try:
             self._server = ThreadingHTTPServer((host, port), handler)
         except OSError as e:
-            raise ConfigError(f"service.http_port: cannot serve the archive on {host}:{port}: "
-                              f"{e.strerror or e}") from None
+            raise ConfigError(
+                f"service.http_port: cannot serve the archive on {host}:{port}: {e.strerror or e}"
+            ) from None
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://{host}:{self.port}/"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="gpu-kpi-archive-http")
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name="gpu-kpi-archive-http"
+        )
         self._thread.start()
 
     def close(self) -> None:
@@ -109,8 +125,9 @@ class ArchiveServer:
 
 
 def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
-    expected = None if auth is None else base64.b64encode(
-        f"{auth.user}:{auth.password}".encode()).decode()
+    expected = (
+        None if auth is None else base64.b64encode(f"{auth.user}:{auth.password}".encode()).decode()
+    )
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpu-kpi"
@@ -124,18 +141,28 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
             scheme, _, token = given.partition(" ")
             try:
                 ok = scheme.lower() == "basic" and hmac.compare_digest(
-                    base64.b64decode(token.strip(), validate=True),
-                    base64.b64decode(expected))
+                    base64.b64decode(token.strip(), validate=True), base64.b64decode(expected)
+                )
             except (binascii.Error, ValueError):
                 ok = False
             if not ok:
-                self._send(401, b"authentication required\n", "text/plain; charset=utf-8",
-                           {"WWW-Authenticate": 'Basic realm="gpu-kpi", charset="UTF-8"'},
-                           head=head)
+                self._send(
+                    401,
+                    b"authentication required\n",
+                    "text/plain; charset=utf-8",
+                    {"WWW-Authenticate": 'Basic realm="gpu-kpi", charset="UTF-8"'},
+                    head=head,
+                )
             return ok
 
-        def _send(self, status: int, body: bytes, ctype: str,
-                  extra: Mapping[str, str] | None = None, head: bool = False) -> None:
+        def _send(
+            self,
+            status: int,
+            body: bytes,
+            ctype: str,
+            extra: Mapping[str, str] | None = None,
+            head: bool = False,
+        ) -> None:
             self.send_response(status)
             for k, v in {**_HEADERS, **(extra or {})}.items():
                 self.send_header(k, v)
@@ -152,8 +179,11 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
             if path is None:
                 self._send(404, b"not found\n", "text/plain; charset=utf-8", head=head)
                 return
-            ctype = _TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or \
-                "application/octet-stream"
+            ctype = (
+                _TYPES.get(path.suffix)
+                or mimetypes.guess_type(path.name)[0]
+                or "application/octet-stream"
+            )
             try:
                 body = path.read_bytes()
             except OSError:

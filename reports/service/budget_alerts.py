@@ -50,13 +50,22 @@ def _sent_before(kind: str) -> str:
 
 def alert_recipients(settings: ServiceSettings, team: str) -> list[Recipient]:
     """Who gets ``team``'s alerts: the summary's recipients and the team's, unless opted out."""
-    return [r for r in settings.recipients if r.budget_alerts
-            and (r.report == "summary" or (r.report == "team" and r.team == team))]
+    return [
+        r
+        for r in settings.recipients
+        if r.budget_alerts and (r.report == "summary" or (r.report == "team" and r.team == team))
+    ]
 
 
-def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datetime,
-                  open_mailer: Callable[[], Mailer | None],
-                  stop: threading.Event | None = None) -> list[Outcome]:
+def check_budgets(
+    settings: ServiceSettings,
+    req: Any,
+    *,
+    owner: str,
+    now: datetime,
+    open_mailer: Callable[[], Mailer | None],
+    stop: threading.Event | None = None,
+) -> list[Outcome]:
     """Alert what is due at ``now``; one :class:`Outcome` per alert tried or found done.
     ``req``: the service's report request (prices, zone); ``open_mailer``: called once, when
     an email is due (None: the SMTP settings cannot send, said already)."""
@@ -68,19 +77,34 @@ def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datet
     try:
         with RunStore(settings.tracker.store) as store:
             lines = current_lines(store, req, settings.budgets, now=now, previous=True)
-            due = [(b, r) for b in lines if b.level is not None
-                   for r in alert_recipients(settings, b.team)]
+            due = [
+                (b, r)
+                for b in lines
+                if b.level is not None
+                for r in alert_recipients(settings, b.team)
+            ]
             if not due:
                 return []
             deliveries = DeliveryLog(store)
             fingerprint = config_fingerprint(settings.smtp)
-            done = {(e.kind, e.week, e.recipient) for e in deliveries.entries()
-                    if e.kind.startswith("budget:") and e.status in FINAL
-                    and not e.owed_again(smtp_config=fingerprint)}
+            done = {
+                (e.kind, e.week, e.recipient)
+                for e in deliveries.entries()
+                if e.kind.startswith("budget:")
+                and e.status in FINAL
+                and not e.owed_again(smtp_config=fingerprint)
+            }
             done |= {(_sent_before(k), w, a) for k, w, a in done}
-            due = [(b, r) for b, r in due if (
-                (_sent_before if b.complete else str)(alert_kind(b, b.level or 0)), b.label,
-                r.address) not in done]
+            due = [
+                (b, r)
+                for b, r in due
+                if (
+                    (_sent_before if b.complete else str)(alert_kind(b, b.level or 0)),
+                    b.label,
+                    r.address,
+                )
+                not in done
+            ]
             mailer = open_mailer() if any(r.to is not None for _, r in due) else None
             out = []
             for b, r in due:
@@ -98,8 +122,16 @@ def check_budgets(settings: ServiceSettings, req: Any, *, owner: str, now: datet
     return out
 
 
-def _alert(settings: ServiceSettings, deliveries: DeliveryLog, mailer: Mailer | None,
-           b: BudgetLine, r: Recipient, *, owner: str, now: datetime) -> list[Outcome]:
+def _alert(
+    settings: ServiceSettings,
+    deliveries: DeliveryLog,
+    mailer: Mailer | None,
+    b: BudgetLine,
+    r: Recipient,
+    *,
+    owner: str,
+    now: datetime,
+) -> list[Outcome]:
     from reports.render.alerts import budget_card, budget_email
     from reports.service.chat import post_card
 
@@ -114,28 +146,42 @@ def _alert(settings: ServiceSettings, deliveries: DeliveryLog, mailer: Mailer | 
             post_card(r, budget_card(b, report_url=settings.report_url))
         else:
             assert mailer is not None
-            msg = budget_email(b, sender=settings.smtp.sender, recipients=[r.to],
-                               report_url=settings.report_url, now=now)
+            msg = budget_email(
+                b,
+                sender=settings.smtp.sender,
+                recipients=[r.to],
+                report_url=settings.report_url,
+                now=now,
+            )
             message_id = msg["Message-ID"]
             mailer.send(msg, [r.to])
     except MailError as e:
         status, error = ("deferred" if e.temporary else "failed"), str(e)
         at_fault = smtp_config if e.config else None
-        log.warning("gpu-kpi: budget alert %s %s to %s %s: %s", key[0], b.label, r.address,
-                    status, e)
+        log.warning(
+            "gpu-kpi: budget alert %s %s to %s %s: %s", key[0], b.label, r.address, status, e
+        )
     except Exception as e:  # one recipient's bug must not stop the others
         status, error = "failed", f"{type(e).__name__}: {e}"
         log.exception("gpu-kpi: budget alert %s %s to %s failed", key[0], b.label, r.address)
-    deliveries.finish(*key, status=status, now=now, message_id=message_id, error=error,
-                      smtp_config=at_fault)
+    deliveries.finish(
+        *key, status=status, now=now, message_id=message_id, error=error, smtp_config=at_fault
+    )
     out = [Outcome(kind=key[0], week=b.label, recipient=r.address, status=status, error=error)]
     if status == "sent":  # the lower levels passed at once: covered by this one
         for level in _below(b.level):
             lower = (alert_kind(b, level), b.label, r.address)
             if deliveries.claim(*lower, owner=owner, now=now):
                 deliveries.finish(*lower, status="empty", now=now, error=COVERED)
-                out.append(Outcome(kind=lower[0], week=b.label, recipient=r.address,
-                                   status="empty", error=COVERED))
+                out.append(
+                    Outcome(
+                        kind=lower[0],
+                        week=b.label,
+                        recipient=r.address,
+                        status="empty",
+                        error=COVERED,
+                    )
+                )
     return out
 
 

@@ -29,8 +29,10 @@ def webhook_url(r: Recipient, env: Mapping[str, str] | None = None) -> str:
     if r.webhook_env is not None:
         url = env.get(r.webhook_env, "").strip()
         if not url:
-            raise MailError(f"{where}: the variable {r.webhook_env} holding its webhook URL is "
-                            "not set", temporary=False)
+            raise MailError(
+                f"{where}: the variable {r.webhook_env} holding its webhook URL is not set",
+                temporary=False,
+            )
         return url
     errors = Errors()
     url = read_secret(f"{where}.webhook_file", r.webhook_file or "", errors) or ""
@@ -39,13 +41,15 @@ def webhook_url(r: Recipient, env: Mapping[str, str] | None = None) -> str:
     return url
 
 
-def post_card(r: Recipient, card: Card, *, env: Mapping[str, str] | None = None,
-              **post_args: object) -> None:
+def post_card(
+    r: Recipient, card: Card, *, env: Mapping[str, str] | None = None, **post_args: object
+) -> None:
     """Post ``card`` to ``r``'s webhook; :class:`MailError` when it did not get through
     (``temporary``: a 429, a 5xx or no connection, worth trying again later)."""
     url = webhook_url(r, env)
-    body = message(r.webhook_kind or kind_of(url), card.title, card.text, facts=card.facts,
-                   link=card.link)
+    body = message(
+        r.webhook_kind or kind_of(url), card.title, card.text, facts=card.facts, link=card.link
+    )
     try:
         post(url, body, **post_args)  # type: ignore[arg-type]
     except WebhookError as e:

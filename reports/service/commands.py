@@ -51,9 +51,17 @@ def cmd_send(args: argparse.Namespace) -> int:
     from reports.service.send import NothingToSend, send_now
 
     try:
-        path = send_now(service, args.week, args.to, kind=args.kind, team=args.team,
-                        user=args.user, dry_run=Path(args.out) if args.dry_run else None,
-                        timeout_s=args.timeout, retry=not args.no_retry)
+        path = send_now(
+            service,
+            args.week,
+            args.to,
+            kind=args.kind,
+            team=args.team,
+            user=args.user,
+            dry_run=Path(args.out) if args.dry_run else None,
+            timeout_s=args.timeout,
+            retry=not args.no_retry,
+        )
     except NothingToSend as e:
         print(f"gpu-kpi: nothing sent: {e}", file=sys.stderr)
         return 1
@@ -62,8 +70,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         print(f"dry run: {path} (not sent)")
     else:
         smtp = service.settings.smtp
-        print(f"sent {args.week}{what} to {', '.join(args.to)} via "
-              f"{smtp.host}:{smtp.effective_port}")
+        print(
+            f"sent {args.week}{what} to {', '.join(args.to)} via {smtp.host}:{smtp.effective_port}"
+        )
     return 0
 
 
@@ -82,11 +91,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from reports.service.scheduler import next_fire_time
 
         nxt = next_fire_time(settings.schedule, settings.tz, datetime.now(UTC))
-        print(f"config OK: {len(settings.recipients)} recipient(s), schedule "
-              f"{settings.schedule!r} in {settings.timezone} (next: "
-              f"{nxt:%Y-%m-%d %H:%M %Z}), SMTP {settings.smtp.host}:"
-              f"{settings.smtp.effective_port} ({settings.smtp.security}), archive in "
-              f"{settings.out_dir}")
+        print(
+            f"config OK: {len(settings.recipients)} recipient(s), schedule "
+            f"{settings.schedule!r} in {settings.timezone} (next: "
+            f"{nxt:%Y-%m-%d %H:%M %Z}), SMTP {settings.smtp.host}:"
+            f"{settings.smtp.effective_port} ({settings.smtp.security}), archive in "
+            f"{settings.out_dir}"
+        )
         return 0
     if errors:
         from tracker.config import ConfigError
@@ -102,7 +113,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         for path in result.archived:
             print(path)
         for o in (*result.outcomes, *result.alerts):
-            print(f"{o.week} {o.kind} {o.recipient}: {o.status}" + (f" ({o.error})" if o.error else ""))
+            print(
+                f"{o.week} {o.kind} {o.recipient}: {o.status}"
+                + (f" ({o.error})" if o.error else "")
+            )
         for week in result.weeks:
             if not result.owed.get(week):
                 print(nothing_owed(week, result.earlier.get(week, {}), len(settings.recipients)))
@@ -110,11 +124,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from reports.service.job import STOPPED
 
             left = sum(o.error == STOPPED for o in result.outcomes)
-            print(f"gpu-kpi: stopped by {stopped_by}: {result.count('sent')} sent, {left} not "
-                  f"tried and left owed (the next run sends them)", file=sys.stderr)
+            print(
+                f"gpu-kpi: stopped by {stopped_by}: {result.count('sent')} sent, {left} not "
+                f"tried and left owed (the next run sends them)",
+                file=sys.stderr,
+            )
             return 128 + signal.Signals[stopped_by].value
         alerts_failed = any(o.status in ("failed", "deferred") for o in result.alerts)
-        return 1 if result.errors or result.count("failed") or result.deferred or alerts_failed else 0
+        return (
+            1 if result.errors or result.count("failed") or result.deferred or alerts_failed else 0
+        )
     from reports.service.serve import serve_forever
 
     return serve_forever(settings, retry_failed=args.retry_failed)
@@ -145,35 +164,68 @@ def _seconds(value: str) -> float:
 
 def add_service_commands(add: AddCommand) -> None:
     """Adds ``send`` and ``serve`` through ``reports.cli``'s ``add``."""
-    send = add("send", cmd_send, "mail one week's report now (outside the schedule); the SMTP "
-               "settings come from the config file, the password from $GPU_KPI_SMTP_PASSWORD "
-               "or smtp.password_file, never from the command line")
+    send = add(
+        "send",
+        cmd_send,
+        "mail one week's report now (outside the schedule); the SMTP "
+        "settings come from the config file, the password from $GPU_KPI_SMTP_PASSWORD "
+        "or smtp.password_file, never from the command line",
+    )
     send.add_argument("--week", required=True, metavar="YYYY-Www", help="ISO week")
-    send.add_argument("--to", required=True, action="append", metavar="ADDR",
-                      help="recipient (repeat for more)")
-    send.add_argument("--kind", choices=("summary", "team", "runs"), default="summary",
-                      help="the whole week's report (default), one team's (--team), or one "
-                      "engineer's underutilized runs (--user), as the service sends them")
+    send.add_argument(
+        "--to", required=True, action="append", metavar="ADDR", help="recipient (repeat for more)"
+    )
+    send.add_argument(
+        "--kind",
+        choices=("summary", "team", "runs"),
+        default="summary",
+        help="the whole week's report (default), one team's (--team), or one "
+        "engineer's underutilized runs (--user), as the service sends them",
+    )
     send.add_argument("--team", metavar="TEAM", help="the team of --kind team (implies it)")
     send.add_argument("--user", metavar="USER", help="the user of --kind runs (implies it)")
-    send.add_argument("--dry-run", action="store_true",
-                      help="write <out>/<week>.eml instead of sending")
-    send.add_argument("--out", default="reports-out", metavar="DIR",
-                      help="where --dry-run writes (default ./reports-out)")
-    send.add_argument("--timeout", type=_seconds, default=SEND_TIMEOUT_S, metavar="SECONDS",
-                      help="give up after this long, retries and their waits included "
-                      f"(default {SEND_TIMEOUT_S:g})")
-    send.add_argument("--no-retry", action="store_true",
-                      help="one attempt only, none of smtp.retries")
+    send.add_argument(
+        "--dry-run", action="store_true", help="write <out>/<week>.eml instead of sending"
+    )
+    send.add_argument(
+        "--out",
+        default="reports-out",
+        metavar="DIR",
+        help="where --dry-run writes (default ./reports-out)",
+    )
+    send.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=SEND_TIMEOUT_S,
+        metavar="SECONDS",
+        help="give up after this long, retries and their waits included "
+        f"(default {SEND_TIMEOUT_S:g})",
+    )
+    send.add_argument(
+        "--no-retry", action="store_true", help="one attempt only, none of smtp.retries"
+    )
 
-    serve = add("serve", cmd_serve, "the scheduled service: every week (default Monday 08:00 "
-                "in the report time zone) archive the last week's report and mail it to the "
-                "configured recipients, once each")
-    serve.add_argument("--once", action="store_true",
-                       help="run the job now (build, archive, deliver what is owed) and exit")
-    serve.add_argument("--check-config", action="store_true",
-                       help="validate the config and exit: every error with its key")
-    serve.add_argument("--retry-failed", action="store_true",
-                       help="run the job now and send again the deliveries that failed for good "
-                       "in the catch-up window (those that failed for a fault of the [smtp] "
-                       "settings are tried again anyway once the settings change)")
+    serve = add(
+        "serve",
+        cmd_serve,
+        "the scheduled service: every week (default Monday 08:00 "
+        "in the report time zone) archive the last week's report and mail it to the "
+        "configured recipients, once each",
+    )
+    serve.add_argument(
+        "--once",
+        action="store_true",
+        help="run the job now (build, archive, deliver what is owed) and exit",
+    )
+    serve.add_argument(
+        "--check-config",
+        action="store_true",
+        help="validate the config and exit: every error with its key",
+    )
+    serve.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run the job now and send again the deliveries that failed for good "
+        "in the catch-up window (those that failed for a fault of the [smtp] "
+        "settings are tried again anyway once the settings change)",
+    )

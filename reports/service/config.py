@@ -199,34 +199,58 @@ def _schedule(value: object) -> str:
 
 
 SERVICE_SECTIONS: Sections = {
-    "report": {"timezone": Key(_zone, "TIMEZONE"), "out_dir": Key(text, "OUT_DIR"),
-               "report_url": Key(_url, "REPORT_URL"),
-               "basis": Key(choice(("util", "sm_active")), "BASIS")},
-    "service": {"schedule": Key(_schedule, "SCHEDULE"), "misfire_grace_h": Key(number(0)),
-                "catch_up_weeks": Key(whole(0, 52), "CATCH_UP_WEEKS"),
-                "retry_after_min": Key(number(1)), "budget_check_min": Key(number(1, 1440)),
-                "metrics_host": Key(text, "METRICS_HOST"),
-                "metrics_port": Key(whole(0, 65535), "METRICS_PORT"),
-                "http_host": Key(text, "HTTP_HOST"), "http_port": Key(whole(0, 65535), "HTTP_PORT"),
-                "http_user": Key(text, "HTTP_USER"),
-                "http_password_file": Key(text, "HTTP_PASSWORD_FILE")},
-    "smtp": {"host": Key(text, "SMTP_HOST"), "port": Key(whole(1, 65535), "SMTP_PORT"),
-             "security": Key(choice(SECURITY_MODES), "SMTP_SECURITY"),
-             "username": Key(text, "SMTP_USERNAME"), "password_env": Key(text),
-             "password_file": Key(text, "SMTP_PASSWORD_FILE"),
-             "sender": Key(parse_address, "SMTP_SENDER"), "timeout_s": Key(number(0.1)),
-             "retries": Key(whole(0, 20)), "backoff_s": Key(number(0)), "ca_file": Key(text)},
+    "report": {
+        "timezone": Key(_zone, "TIMEZONE"),
+        "out_dir": Key(text, "OUT_DIR"),
+        "report_url": Key(_url, "REPORT_URL"),
+        "basis": Key(choice(("util", "sm_active")), "BASIS"),
+    },
+    "service": {
+        "schedule": Key(_schedule, "SCHEDULE"),
+        "misfire_grace_h": Key(number(0)),
+        "catch_up_weeks": Key(whole(0, 52), "CATCH_UP_WEEKS"),
+        "retry_after_min": Key(number(1)),
+        "budget_check_min": Key(number(1, 1440)),
+        "metrics_host": Key(text, "METRICS_HOST"),
+        "metrics_port": Key(whole(0, 65535), "METRICS_PORT"),
+        "http_host": Key(text, "HTTP_HOST"),
+        "http_port": Key(whole(0, 65535), "HTTP_PORT"),
+        "http_user": Key(text, "HTTP_USER"),
+        "http_password_file": Key(text, "HTTP_PASSWORD_FILE"),
+    },
+    "smtp": {
+        "host": Key(text, "SMTP_HOST"),
+        "port": Key(whole(1, 65535), "SMTP_PORT"),
+        "security": Key(choice(SECURITY_MODES), "SMTP_SECURITY"),
+        "username": Key(text, "SMTP_USERNAME"),
+        "password_env": Key(text),
+        "password_file": Key(text, "SMTP_PASSWORD_FILE"),
+        "sender": Key(parse_address, "SMTP_SENDER"),
+        "timeout_s": Key(number(0.1)),
+        "retries": Key(whole(0, 20)),
+        "backoff_s": Key(number(0)),
+        "ca_file": Key(text),
+    },
 }
 """The reports side's keys; ``GPU_KPI_<env>`` overrides the file. The SMTP password variable
 itself is read only when sending."""
-_RECIPIENT_KEYS = {"to": parse_address, "report": choice(REPORT_KINDS), "team": text,
-                   "user": text, "chat": text, "webhook_env": text, "webhook_file": text,
-                   "webhook_kind": choice(("slack", "teams", "json")), "budget_alerts": flag}
+_RECIPIENT_KEYS = {
+    "to": parse_address,
+    "report": choice(REPORT_KINDS),
+    "team": text,
+    "user": text,
+    "chat": text,
+    "webhook_env": text,
+    "webhook_file": text,
+    "webhook_kind": choice(("slack", "teams", "json")),
+    "budget_alerts": flag,
+}
 _BUDGET_KEYS = {"team": text, "usd_per_week": number(0.01), "usd_per_month": number(0.01)}
 
 
-def _tables(data: Mapping[str, Any], name: str, parsers: Mapping[str, Any], errors: Errors
-            ) -> Iterator[tuple[str, Mapping[str, Any], dict[str, Any]]]:
+def _tables(
+    data: Mapping[str, Any], name: str, parsers: Mapping[str, Any], errors: Errors
+) -> Iterator[tuple[str, Mapping[str, Any], dict[str, Any]]]:
     """Each table of the array ``[[name]]``: its key (``name[i]``), its raw values and those
     that parsed; every error (not an array, not a table, an unknown key, a bad value) said."""
     rows = data.get(name, [])
@@ -253,31 +277,39 @@ def _recipients(data: Mapping[str, Any], errors: Errors) -> tuple[Recipient, ...
     for key, row, values in _tables(data, "recipients", _RECIPIENT_KEYS, errors):
         report = values.get("report", "summary")
         if "to" not in row and "chat" not in row:
-            errors.items.append(f"{key}.to: missing (the recipient's address; or chat = a "
-                                "webhook's name)")
+            errors.items.append(
+                f"{key}.to: missing (the recipient's address; or chat = a webhook's name)"
+            )
             continue
         if "to" in row and "chat" in row:
-            errors.items.append(f"{key}: needs either to (an email address) or chat (a webhook's "
-                                "name with webhook_env or webhook_file), not both")
+            errors.items.append(
+                f"{key}: needs either to (an email address) or chat (a webhook's "
+                "name with webhook_env or webhook_file), not both"
+            )
             continue
         if "to" not in values and "chat" not in values:
             continue  # its value was in error, and said so
         if "chat" in row and ("webhook_env" in row) == ("webhook_file" in row):
-            errors.items.append(f"{key}: a chat recipient needs webhook_env (the variable "
-                                "holding its URL) or webhook_file, one of them")
+            errors.items.append(
+                f"{key}: a chat recipient needs webhook_env (the variable "
+                "holding its URL) or webhook_file, one of them"
+            )
             continue
         if report == "team" and not values.get("team"):
-            errors.items.append(f"{key}.team: missing (report = \"team\" needs the team)")
+            errors.items.append(f'{key}.team: missing (report = "team" needs the team)')
             continue
         if report == "runs" and not values.get("user"):
-            errors.items.append(f"{key}.user: missing (report = \"runs\" needs the user)")
+            errors.items.append(f'{key}.user: missing (report = "runs" needs the user)')
             continue
         r = Recipient(**values)
-        same = next((j for j, o in enumerate(out) if (o.kind, o.address) == (r.kind, r.address)),
-                    None)
+        same = next(
+            (j for j, o in enumerate(out) if (o.kind, o.address) == (r.kind, r.address)), None
+        )
         if same is not None:  # one delivery-log key: the second would never be sent
-            errors.items.append(f"{key}: the same {r.kind} to {r.address} as recipients[{same}]"
-                                " (give each chat its own name)")
+            errors.items.append(
+                f"{key}: the same {r.kind} to {r.address} as recipients[{same}]"
+                " (give each chat its own name)"
+            )
             continue
         out.append(r)
     return tuple(out)
@@ -292,15 +324,21 @@ def read_budgets(data: Mapping[str, Any], errors: Errors) -> tuple[Budget, ...]:
         elif "usd_per_week" not in row and "usd_per_month" not in row:
             errors.items.append(f"{key}: needs usd_per_week or usd_per_month (or both)")
         elif "team" in values and values["team"] in out:
-            errors.items.append(f"{key}.team: {values['team']!r} has a budget already "
-                                f"({out[values['team']][0]}): one entry a team")
+            errors.items.append(
+                f"{key}.team: {values['team']!r} has a budget already "
+                f"({out[values['team']][0]}): one entry a team"
+            )
         elif len(values) == len(row):  # a value in error was said already
             out[values["team"]] = (key, Budget(**values))
     return tuple(b for _, b in out.values())
 
 
-def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
-                          store: str | None = None) -> tuple[ServiceSettings, list[str]]:
+def read_service_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    store: str | None = None,
+) -> tuple[ServiceSettings, list[str]]:
     """The settings and every error found (each ``key: reason``, one line). Defaults < file <
     environment < ``store``; a value in error keeps its default."""
     env = os.environ if env is None else env
@@ -318,15 +356,23 @@ def read_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
     for port in ("metrics_port", "http_port"):
         if service.get(port) == 0:
             service[port] = None
-    settings = ServiceSettings(tracker=tracker, **found["report"], **service,
-                               smtp=SmtpSettings(**found["smtp"]),
-                               recipients=_recipients(data, errors),
-                               budgets=read_budgets(data, errors))
+    settings = ServiceSettings(
+        tracker=tracker,
+        **found["report"],
+        **service,
+        smtp=SmtpSettings(**found["smtp"]),
+        recipients=_recipients(data, errors),
+        budgets=read_budgets(data, errors),
+    )
     return settings, errors.items
 
 
-def load_service_settings(path: str | Path | None = None, *, env: Mapping[str, str] | None = None,
-                          store: str | None = None) -> ServiceSettings:
+def load_service_settings(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    store: str | None = None,
+) -> ServiceSettings:
     """The settings; :class:`ConfigError` (one line, every error with its key) when any is wrong."""
     settings, errors = read_service_settings(path, env=env, store=store)
     if errors:
@@ -334,8 +380,9 @@ def load_service_settings(path: str | Path | None = None, *, env: Mapping[str, s
     return settings
 
 
-def check_service_settings(settings: ServiceSettings,
-                           env: Mapping[str, str] | None = None) -> list[str]:
+def check_service_settings(
+    settings: ServiceSettings, env: Mapping[str, str] | None = None
+) -> list[str]:
     """What ``serve`` would trip on later: the password (readable, present when a username is
     set) and the output directory (creatable)."""
     from reports.service.archive_http import read_auth

@@ -61,8 +61,11 @@ class Delivery:
         failed for a fault of SMTP settings other than ``smtp_config`` (the current ones)."""
         if self.status != "failed":
             return False
-        return retry_failed or (smtp_config is not None and self.smtp_config is not None
-                                and self.smtp_config != smtp_config)
+        return retry_failed or (
+            smtp_config is not None
+            and self.smtp_config is not None
+            and self.smtp_config != smtp_config
+        )
 
 
 class DeliveryLog:
@@ -74,36 +77,73 @@ class DeliveryLog:
         self._lease_s = lease_s
         sql.ensure_table(store)
 
-    def claim(self, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
-              smtp_config: str | None = None, retry_failed: bool = False) -> bool:
+    def claim(
+        self,
+        kind: str,
+        week: str,
+        recipient: str,
+        *,
+        owner: str,
+        now: datetime,
+        smtp_config: str | None = None,
+        retry_failed: bool = False,
+    ) -> bool:
         """True when this caller may send (and must then :meth:`finish` or :meth:`release`);
         False when another sender has it or it is done. A ``failed`` row is claimed again as
         :meth:`Delivery.owed_again` says."""
-        return sql.claim(self._store, kind, week, recipient, owner=owner, now=now,
-                         lease_s=self._lease_s, smtp_config=smtp_config,
-                         retry_failed=retry_failed)
+        return sql.claim(
+            self._store,
+            kind,
+            week,
+            recipient,
+            owner=owner,
+            now=now,
+            lease_s=self._lease_s,
+            smtp_config=smtp_config,
+            retry_failed=retry_failed,
+        )
 
-    def finish(self, kind: str, week: str, recipient: str, *, status: str, now: datetime,
-               message_id: str | None = None, error: str | None = None,
-               smtp_config: str | None = None) -> None:
+    def finish(
+        self,
+        kind: str,
+        week: str,
+        recipient: str,
+        *,
+        status: str,
+        now: datetime,
+        message_id: str | None = None,
+        error: str | None = None,
+        smtp_config: str | None = None,
+    ) -> None:
         """``smtp_config``: with ``failed``, the fingerprint of the SMTP settings at fault."""
         if status not in STATUSES or status == "sending":
             raise ValueError(f"not a final delivery status: {status!r}")
-        sql.finish(self._store, kind, week, recipient, status=status, now=now,
-                   message_id=message_id, error=error,
-                   smtp_config=smtp_config if status == "failed" else None)
+        sql.finish(
+            self._store,
+            kind,
+            week,
+            recipient,
+            status=status,
+            now=now,
+            message_id=message_id,
+            error=error,
+            smtp_config=smtp_config if status == "failed" else None,
+        )
 
-    def release(self, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
-                error: str) -> None:
+    def release(
+        self, kind: str, week: str, recipient: str, *, owner: str, now: datetime, error: str
+    ) -> None:
         """Give back a claim that was not tried after all: ``deferred``, the attempt uncounted."""
         sql.release(self._store, kind, week, recipient, owner=owner, now=now, error=error)
 
-    def defer_unclaimed(self, kind: str, week: str, recipient: str, *, owner: str,
-                        now: datetime, error: str) -> bool:
+    def defer_unclaimed(
+        self, kind: str, week: str, recipient: str, *, owner: str, now: datetime, error: str
+    ) -> bool:
         """Log an owed delivery that was not tried as ``deferred`` (0 attempts) unless it has a
         row already; True when it was logged."""
-        return sql.defer_unclaimed(self._store, kind, week, recipient, owner=owner, now=now,
-                                   error=error)
+        return sql.defer_unclaimed(
+            self._store, kind, week, recipient, owner=owner, now=now, error=error
+        )
 
     def entries(self, *, kind: str | None = None, recipient: str | None = None) -> list[Delivery]:
         return [Delivery(**row) for row in sql.rows(self._store, kind=kind, recipient=recipient)]
@@ -117,8 +157,13 @@ class DeliveryLog:
         return out
 
 
-def pending_weeks(entries: Sequence[Delivery], candidates: Sequence[str], *,
-                  smtp_config: str | None = None, retry_failed: bool = False) -> list[str]:
+def pending_weeks(
+    entries: Sequence[Delivery],
+    candidates: Sequence[str],
+    *,
+    smtp_config: str | None = None,
+    retry_failed: bool = False,
+) -> list[str]:
     """Which of ``candidates`` (week labels, oldest first, the latest last) one recipient of one
     kind is still owed, given its log ``entries``: a recipient with no history gets only the
     latest week (no back issues), one with history every candidate since its first logged week
@@ -128,7 +173,11 @@ def pending_weeks(entries: Sequence[Delivery], candidates: Sequence[str], *,
         return []
     if not entries:
         return [candidates[-1]]
-    done = {e.week for e in entries if e.status in FINAL
-            and not e.owed_again(smtp_config=smtp_config, retry_failed=retry_failed)}
+    done = {
+        e.week
+        for e in entries
+        if e.status in FINAL
+        and not e.owed_again(smtp_config=smtp_config, retry_failed=retry_failed)
+    }
     first = min(e.week for e in entries)
     return [w for w in candidates if w >= first and w not in done]

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpu_kpi")
 
+
 def weekly_job(settings: ServiceSettings) -> RunResult:
     """The scheduler's default job (by name, ``reports.service.job:weekly_job``)."""
     return Service(settings).run()
@@ -73,8 +74,14 @@ class Service:
     :meth:`run` starts). ``owner``: this sender's name in the delivery log. ``stop``: once set,
     :meth:`run` finishes the message in flight, tries no other and leaves them owed."""
 
-    def __init__(self, settings: ServiceSettings, *, mailer: Mailer | None = None,
-                 owner: str | None = None, stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        *,
+        mailer: Mailer | None = None,
+        owner: str | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.settings = settings
         self._mailer = mailer
         self.owner = owner or _owner()
@@ -96,20 +103,27 @@ class Service:
         n = self.settings.catch_up_weeks
         return [label_of(latest - timedelta(days=7 * i)) for i in range(n, -1, -1)]
 
-    def owed(self, deliveries: DeliveryLog, now: datetime, *,
-             retry_failed: bool = False) -> dict[str, list[Recipient]]:
+    def owed(
+        self, deliveries: DeliveryLog, now: datetime, *, retry_failed: bool = False
+    ) -> dict[str, list[Recipient]]:
         """Week → the recipients still owed it; a delivery that failed for a fault of other SMTP
         settings than today's is owed again, and with ``retry_failed`` every failed one."""
-        return self._owed(_history(deliveries), now, config_fingerprint(self.settings.smtp),
-                          retry_failed)
+        return self._owed(
+            _history(deliveries), now, config_fingerprint(self.settings.smtp), retry_failed
+        )
 
-    def _owed(self, history: History, now: datetime, smtp_config: str,
-              retry_failed: bool) -> dict[str, list[Recipient]]:
+    def _owed(
+        self, history: History, now: datetime, smtp_config: str, retry_failed: bool
+    ) -> dict[str, list[Recipient]]:
         weeks = self.candidates(now)
         out: dict[str, list[Recipient]] = {}
         for r in self.settings.recipients:
-            for week in pending_weeks(history.get((r.kind, r.address), []), weeks,
-                                      smtp_config=smtp_config, retry_failed=retry_failed):
+            for week in pending_weeks(
+                history.get((r.kind, r.address), []),
+                weeks,
+                smtp_config=smtp_config,
+                retry_failed=retry_failed,
+            ):
                 out.setdefault(week, []).append(r)
         return out
 
@@ -159,9 +173,17 @@ class Service:
                     archived += self._archive(week, errors)
                     for r in owed.get(label, []):  # a chat channel needs no mailer
                         if (mailer is not None or r.to is None) and not self._stopping():
-                            outcomes.append(self._deliver(
-                                deliveries, mailer, r, week, now, smtp_config=smtp_config,
-                                retry_failed=retry_failed))
+                            outcomes.append(
+                                self._deliver(
+                                    deliveries,
+                                    mailer,
+                                    r,
+                                    week,
+                                    now,
+                                    smtp_config=smtp_config,
+                                    retry_failed=retry_failed,
+                                )
+                            )
                 stopped = self._stopping()
                 if stopped and mailer is not None:
                     outcomes += self._leave_owed(deliveries, owed, outcomes, now)
@@ -170,37 +192,64 @@ class Service:
             return RunResult(errors=(str(e),))
         # a cron's serve --once checks the budgets too, at the time it has reached
         alerts = [] if stopped else self.budget_alerts(now + (datetime.now(UTC) - started))
-        result = RunResult(weeks=tuple(built), archived=tuple(archived),
-                           outcomes=tuple(outcomes), alerts=tuple(alerts), errors=tuple(errors),
-                           owed={w: len(rs) for w, rs in owed.items()},
-                           earlier=self._earlier(history, owed, built), stopped=stopped)
-        log.info("gpu-kpi: weekly report %s: %d sent, %d empty, %d deferred, %d failed, "
-                 "%d skipped%s", ", ".join(built) or "none", result.count("sent"),
-                 result.count("empty"), result.deferred, result.count("failed"),
-                 result.count("skipped"), "; stopped early" if stopped else "")
+        result = RunResult(
+            weeks=tuple(built),
+            archived=tuple(archived),
+            outcomes=tuple(outcomes),
+            alerts=tuple(alerts),
+            errors=tuple(errors),
+            owed={w: len(rs) for w, rs in owed.items()},
+            earlier=self._earlier(history, owed, built),
+            stopped=stopped,
+        )
+        log.info(
+            "gpu-kpi: weekly report %s: %d sent, %d empty, %d deferred, %d failed, %d skipped%s",
+            ", ".join(built) or "none",
+            result.count("sent"),
+            result.count("empty"),
+            result.deferred,
+            result.count("failed"),
+            result.count("skipped"),
+            "; stopped early" if stopped else "",
+        )
         return result
 
     def budget_alerts(self, now: datetime | None = None) -> list[Outcome]:
         """Alert the teams' budgets that reached 80% or 100% (:mod:`.budget_alerts`)."""
         from reports.service.budget_alerts import check_budgets
 
-        return check_budgets(self.settings, self.request(None), owner=self.owner,
-                             now=now or datetime.now(UTC), stop=self._stop,
-                             open_mailer=lambda: self._open_mailer()[0])
+        return check_budgets(
+            self.settings,
+            self.request(None),
+            owner=self.owner,
+            now=now or datetime.now(UTC),
+            stop=self._stop,
+            open_mailer=lambda: self._open_mailer()[0],
+        )
 
-    def _earlier(self, history: History, owed: Mapping[str, list[Recipient]],
-                 weeks: Sequence[str]) -> dict[str, dict[str, int]]:
+    def _earlier(
+        self, history: History, owed: Mapping[str, list[Recipient]], weeks: Sequence[str]
+    ) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         for week in weeks:
             owed_now = {(r.kind, r.address) for r in owed.get(week, [])}
-            done = Counter(e.status for r in self.settings.recipients
-                           if (r.kind, r.address) not in owed_now
-                           for e in history.get((r.kind, r.address), []) if e.week == week)
+            done = Counter(
+                e.status
+                for r in self.settings.recipients
+                if (r.kind, r.address) not in owed_now
+                for e in history.get((r.kind, r.address), [])
+                if e.week == week
+            )
             out[week] = dict(done)
         return out
 
-    def _leave_owed(self, deliveries: DeliveryLog, owed: Mapping[str, list[Recipient]],
-                    tried: Sequence[Outcome], now: datetime) -> list[Outcome]:
+    def _leave_owed(
+        self,
+        deliveries: DeliveryLog,
+        owed: Mapping[str, list[Recipient]],
+        tried: Sequence[Outcome],
+        now: datetime,
+    ) -> list[Outcome]:
         """After a stop: log each owed delivery not tried as ``deferred`` (0 attempts), so the
         next run, and ``overdue``, find it owed at once."""
         done = {(o.kind, o.week, o.recipient) for o in tried}
@@ -208,17 +257,27 @@ class Service:
         for week, recipients in sorted(owed.items()):
             for r in recipients:
                 if (r.kind, week, r.address) not in done:
-                    deliveries.defer_unclaimed(r.kind, week, r.address, owner=self.owner, now=now,
-                                               error=STOPPED)
-                    out.append(Outcome(kind=r.kind, week=week, recipient=r.address,
-                                       status="deferred", error=STOPPED))
+                    deliveries.defer_unclaimed(
+                        r.kind, week, r.address, owner=self.owner, now=now, error=STOPPED
+                    )
+                    out.append(
+                        Outcome(
+                            kind=r.kind,
+                            week=week,
+                            recipient=r.address,
+                            status="deferred",
+                            error=STOPPED,
+                        )
+                    )
         if out:
-            log.warning("gpu-kpi: stopping: %d deliveries not tried, left owed to the next run",
-                        len(out))
+            log.warning(
+                "gpu-kpi: stopping: %d deliveries not tried, left owed to the next run", len(out)
+            )
         return out
 
-    def _open_mailer(self, *, total_s: float | None = None,
-                     retry: bool = True) -> tuple[Mailer | None, list[str]]:
+    def _open_mailer(
+        self, *, total_s: float | None = None, retry: bool = True
+    ) -> tuple[Mailer | None, list[str]]:
         if self._mailer is not None:
             return self._mailer, []
         smtp = self.settings.smtp if retry else replace(self.settings.smtp, retries=0)
@@ -235,10 +294,18 @@ class Service:
         from reports.build import FORMATS, Request
 
         s = self.settings
-        return Request(week=label, tz=s.tz, formats=FORMATS, basis=s.basis,
-                       thresholds=s.thresholds(), report_url=s.report_url,
-                       prices=s.tracker.prices, owned=s.tracker.owned, carbon=s.tracker.carbon,
-                       budgets=s.budgets)
+        return Request(
+            week=label,
+            tz=s.tz,
+            formats=FORMATS,
+            basis=s.basis,
+            thresholds=s.thresholds(),
+            report_url=s.report_url,
+            prices=s.tracker.prices,
+            owned=s.tracker.owned,
+            carbon=s.tracker.carbon,
+            budgets=s.budgets,
+        )
 
     def _build(self, label: str, now: datetime) -> _Week:
         from reports.build import compute
@@ -257,22 +324,28 @@ class Service:
 
         req = self.request(week.label)
         out = Path(self.settings.out_dir).expanduser()
-        publish_week(self.settings.tracker.store, week.computed.kpis, req.tz,
-                     now=week.computed.now)
+        publish_week(self.settings.tracker.store, week.computed.kpis, req.tz, now=week.computed.now)
         try:
             files = render(week.computed.kpis, req, images=week.images)
             written = write_archive(out, week.label, files, index=True)
-            for team in dict.fromkeys(r.team for r in self.settings.recipients
-                                      if r.report == "team" and r.team is not None):
+            for team in dict.fromkeys(
+                r.team
+                for r in self.settings.recipients
+                if r.report == "team" and r.team is not None
+            ):
                 tk = self._team(week, team)
                 if tk is None:
                     continue
-                page = render_html(tk, week.team_images[team],
-                                   title=f"GPU efficiency report — team {team}",
-                                   report_url=report_link(req.report_url, week.label, team),
-                                   fleet_url=report_link(req.report_url, week.label))
-                written += write_archive(out / team_folder(team), week.label,
-                                         {"html": page.encode()}, index=False)
+                page = render_html(
+                    tk,
+                    week.team_images[team],
+                    title=f"GPU efficiency report — team {team}",
+                    report_url=report_link(req.report_url, week.label, team),
+                    fleet_url=report_link(req.report_url, week.label),
+                )
+                written += write_archive(
+                    out / team_folder(team), week.label, {"html": page.encode()}, index=False
+                )
             return written
         except OSError as e:
             errors.append(f"report.out_dir: {e}")
@@ -290,11 +363,21 @@ class Service:
         return week.teams[team]
 
     # -- one recipient --------------------------------------------------------------------------
-    def _deliver(self, deliveries: DeliveryLog, mailer: Mailer | None, r: Recipient,
-                 week: _Week, now: datetime, *, smtp_config: str, retry_failed: bool) -> Outcome:
+    def _deliver(
+        self,
+        deliveries: DeliveryLog,
+        mailer: Mailer | None,
+        r: Recipient,
+        week: _Week,
+        now: datetime,
+        *,
+        smtp_config: str,
+        retry_failed: bool,
+    ) -> Outcome:
         key = (r.kind, week.label, r.address)
-        if not deliveries.claim(*key, owner=self.owner, now=now, smtp_config=smtp_config,
-                                retry_failed=retry_failed):
+        if not deliveries.claim(
+            *key, owner=self.owner, now=now, smtp_config=smtp_config, retry_failed=retry_failed
+        ):
             return Outcome(kind=r.kind, week=week.label, recipient=r.address, status="skipped")
         status, error, message_id, at_fault = "sent", None, None, None
         try:
@@ -304,8 +387,13 @@ class Service:
 
             if self._stopping():  # stopped while the message was being made: not in flight yet
                 deliveries.release(*key, owner=self.owner, now=now, error=STOPPED)
-                return Outcome(kind=r.kind, week=week.label, recipient=r.address,
-                               status="deferred", error=STOPPED)
+                return Outcome(
+                    kind=r.kind,
+                    week=week.label,
+                    recipient=r.address,
+                    status="deferred",
+                    error=STOPPED,
+                )
             if msg is None:
                 status = "empty"
             elif isinstance(msg, Card):
@@ -317,17 +405,27 @@ class Service:
         except MailError as e:
             status, error = ("deferred" if e.temporary else "failed"), str(e)
             at_fault = smtp_config if e.config else None
-            log.warning("gpu-kpi: %s for %s to %s %s: %s%s", r.kind, week.label, r.address,
-                        "deferred" if e.temporary else "failed", e,
-                        "; a fault of the [smtp] settings: tried again when they change, or "
-                        "with serve --retry-failed" if e.config else "")
+            log.warning(
+                "gpu-kpi: %s for %s to %s %s: %s%s",
+                r.kind,
+                week.label,
+                r.address,
+                "deferred" if e.temporary else "failed",
+                e,
+                "; a fault of the [smtp] settings: tried again when they change, or "
+                "with serve --retry-failed"
+                if e.config
+                else "",
+            )
         except Exception as e:  # a bug in one recipient's message must not stop the others
             status, error = "failed", f"{type(e).__name__}: {e}"
             log.exception("gpu-kpi: %s for %s to %s failed", r.kind, week.label, r.address)
-        deliveries.finish(*key, status=status, now=now, message_id=message_id, error=error,
-                          smtp_config=at_fault)
-        return Outcome(kind=r.kind, week=week.label, recipient=r.address, status=status,
-                       error=error)
+        deliveries.finish(
+            *key, status=status, now=now, message_id=message_id, error=error, smtp_config=at_fault
+        )
+        return Outcome(
+            kind=r.kind, week=week.label, recipient=r.address, status=status, error=error
+        )
 
     def card(self, r: Recipient, week: _Week) -> Card | None:
         """The chat card for ``r`` (None when empty, as :meth:`message`)."""
@@ -337,33 +435,49 @@ class Service:
         if r.report == "team":
             assert r.team is not None
             tk = self._team(week, r.team)
-            return None if tk is None else chat_card(
-                tk, tz=s.tz, report_url=s.report_url, scope=f"team {r.team}", team=r.team)
-        return chat_card(week.computed.kpis, tz=s.tz, report_url=s.report_url,
-                         user=r.user if r.report == "runs" else None)
+            return (
+                None
+                if tk is None
+                else chat_card(
+                    tk, tz=s.tz, report_url=s.report_url, scope=f"team {r.team}", team=r.team
+                )
+            )
+        return chat_card(
+            week.computed.kpis,
+            tz=s.tz,
+            report_url=s.report_url,
+            user=r.user if r.report == "runs" else None,
+        )
 
-    def message(self, r: Recipient, week: _Week, now: datetime, *,
-                to: Sequence[str] | None = None) -> EmailMessage | None:
+    def message(
+        self, r: Recipient, week: _Week, now: datetime, *, to: Sequence[str] | None = None
+    ) -> EmailMessage | None:
         """The email for ``r`` (addressed to ``to``, default ``r.to``), or None when it would be
         empty (no GPU time for the team, no underutilized runs of the user)."""
         from reports.render.email import build_email, build_runs_email
 
         s = self.settings
-        common: dict[str, Any] = {"tz": s.tz, "sender": s.smtp.sender,
-                                  "recipients": list(to) if to is not None else [r.to],
-                                  "report_url": s.report_url, "now": now}
+        common: dict[str, Any] = {
+            "tz": s.tz,
+            "sender": s.smtp.sender,
+            "recipients": list(to) if to is not None else [r.to],
+            "report_url": s.report_url,
+            "now": now,
+        }
         k = week.computed.kpis
         if r.report == "team":
             assert r.team is not None
             tk = self._team(week, r.team)
             if tk is None:
                 return None
-            return build_email(tk, week.team_images[r.team], scope=f"team {r.team}",
-                               team=r.team, **common)
+            return build_email(
+                tk, week.team_images[r.team], scope=f"team {r.team}", team=r.team, **common
+            )
         if r.report == "runs":
             assert r.user is not None
             return build_runs_email(k, r.user, **common)
         return build_email(k, week.images, **common)
+
 
 def _history(deliveries: DeliveryLog) -> History:
     out: History = {}

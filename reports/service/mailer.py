@@ -75,7 +75,9 @@ class SmtpSettings:
 
     def __post_init__(self) -> None:
         if self.security not in SECURITY_MODES:
-            raise ConfigError(f"smtp.security: {self.security!r} is not one of {', '.join(SECURITY_MODES)}")
+            raise ConfigError(
+                f"smtp.security: {self.security!r} is not one of {', '.join(SECURITY_MODES)}"
+            )
         if not self.host:
             raise ConfigError("smtp.host: empty")
         if self.port is not None and not 0 < self.port < 65536:
@@ -104,8 +106,9 @@ class MailError(Exception):
     server refused only some.
     """
 
-    def __init__(self, message: str, *, temporary: bool, recipients: Sequence[str] = (),
-                 config: bool = False) -> None:
+    def __init__(
+        self, message: str, *, temporary: bool, recipients: Sequence[str] = (), config: bool = False
+    ) -> None:
         super().__init__(message)
         self.temporary = temporary
         self.config = config and not temporary
@@ -159,14 +162,24 @@ def config_fingerprint(settings: SmtpSettings, env: Mapping[str, str] | None = N
             ca = hashlib.sha256(Path(settings.ca_file).expanduser().read_bytes()).hexdigest()
         except OSError:
             ca = "unreadable"
-    parts = [settings.host, settings.effective_port, settings.security, settings.username,
-             settings.sender, settings.ca_file, ca, source]
+    parts = [
+        settings.host,
+        settings.effective_port,
+        settings.security,
+        settings.username,
+        settings.sender,
+        settings.ca_file,
+        ca,
+        source,
+    ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
 
 
 def _no_password(settings: SmtpSettings) -> str:
-    return (f"smtp.username is {settings.username!r} but there is no password: set the environment "
-            f"variable {settings.password_env} (smtp.password_env) or smtp.password_file")
+    return (
+        f"smtp.username is {settings.username!r} but there is no password: set the environment "
+        f"variable {settings.password_env} (smtp.password_env) or smtp.password_file"
+    )
 
 
 class Mailer(Protocol):
@@ -188,10 +201,16 @@ class SmtpMailer:
     attempts (default: ``stop.wait``, else ``time.sleep``) and ``clock`` reads the time (both
     injected so that tests do not wait)."""
 
-    def __init__(self, settings: SmtpSettings, *, password: str | None,
-                 sleep: Callable[[float], object] | None = None,
-                 clock: Callable[[], float] = time.monotonic, total_s: float | None = None,
-                 stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        settings: SmtpSettings,
+        *,
+        password: str | None,
+        sleep: Callable[[float], object] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        total_s: float | None = None,
+        stop: threading.Event | None = None,
+    ) -> None:
         if settings.username and not password:
             raise ConfigError(_no_password(settings))
         if total_s is not None and not total_s > 0:
@@ -234,8 +253,14 @@ class SmtpMailer:
                     break
                 if self._total_s is not None and self._elapsed(start) + delay >= self._total_s:
                     break
-                log.warning("smtp %s: attempt %d of %d failed: %s; retrying in %gs",
-                            self._where, attempts, allowed, reason, delay)
+                log.warning(
+                    "smtp %s: attempt %d of %d failed: %s; retrying in %gs",
+                    self._where,
+                    attempts,
+                    allowed,
+                    reason,
+                    delay,
+                )
                 self._sleep(delay)
                 if self._stopping():
                     reason += "; not retried: stopping"
@@ -247,9 +272,15 @@ class SmtpMailer:
                 explained, temporary, config = self._explain(e)
                 reason = self._clean(explained)
                 if not temporary:
-                    raise self._error(reason, temporary=False, config=config,
-                                      undelivered=[*pending, *refused_for_good],
-                                      order=recipients, attempts=attempts, start=start) from None
+                    raise self._error(
+                        reason,
+                        temporary=False,
+                        config=config,
+                        undelivered=[*pending, *refused_for_good],
+                        order=recipients,
+                        attempts=attempts,
+                        start=start,
+                    ) from None
                 continue
             refused_for_good.update({a: r for a, r in refused.items() if not _is_temporary(r[0])})
             pending = [a for a in pending if a in refused and _is_temporary(refused[a][0])]
@@ -259,12 +290,21 @@ class SmtpMailer:
         if pending:
             if refused_for_good:
                 reason = f"{self._refusal_reason(refused_for_good)}; {reason}"
-            raise self._error(reason, temporary=not refused_for_good,
-                              undelivered=[*pending, *refused_for_good], order=recipients,
-                              attempts=attempts, start=start)
+            raise self._error(
+                reason,
+                temporary=not refused_for_good,
+                undelivered=[*pending, *refused_for_good],
+                order=recipients,
+                attempts=attempts,
+                start=start,
+            )
         if refused_for_good:
-            raise self._error(self._refusal_reason(refused_for_good), temporary=False,
-                              undelivered=list(refused_for_good), order=recipients)
+            raise self._error(
+                self._refusal_reason(refused_for_good),
+                temporary=False,
+                undelivered=list(refused_for_good),
+                order=recipients,
+            )
 
     def _stopping(self) -> bool:
         return self._stop is not None and self._stop.is_set()
@@ -314,7 +354,8 @@ class SmtpMailer:
             if s.security == "starttls":
                 if not smtp.has_extn("starttls"):
                     raise smtplib.SMTPNotSupportedError(
-                        'server does not offer STARTTLS, which smtp.security = "starttls" requires')
+                        'server does not offer STARTTLS, which smtp.security = "starttls" requires'
+                    )
                 smtp.starttls(context=self._tls)
                 smtp.ehlo()
         except BaseException:
@@ -327,11 +368,17 @@ class SmtpMailer:
         for an error of one attempt."""
         match e:
             case smtplib.SMTPAuthenticationError():
-                return (f"authentication failed: {e.smtp_code} {_text(e.smtp_error)}",
-                        _is_temporary(e.smtp_code), True)
+                return (
+                    f"authentication failed: {e.smtp_code} {_text(e.smtp_error)}",
+                    _is_temporary(e.smtp_code),
+                    True,
+                )
             case smtplib.SMTPSenderRefused():
-                return (f"sender {e.sender} refused: {e.smtp_code} {_text(e.smtp_error)}",
-                        _is_temporary(e.smtp_code), True)
+                return (
+                    f"sender {e.sender} refused: {e.smtp_code} {_text(e.smtp_error)}",
+                    _is_temporary(e.smtp_code),
+                    True,
+                )
             case smtplib.SMTPResponseException():
                 return f"{e.smtp_code} {_text(e.smtp_error)}", _is_temporary(e.smtp_code), False
             case smtplib.SMTPServerDisconnected() if isinstance(e.__context__, TimeoutError):
@@ -341,8 +388,12 @@ class SmtpMailer:
             case smtplib.SMTPException():  # no STARTTLS or AUTH, no usable AUTH mechanism
                 return str(e), False, True
             case ssl.SSLCertVerificationError():
-                return (f"certificate not trusted: {e.verify_message} "
-                        "(smtp.ca_file can name the CA that signed it)", False, True)
+                return (
+                    f"certificate not trusted: {e.verify_message} "
+                    "(smtp.ca_file can name the CA that signed it)",
+                    False,
+                    True,
+                )
             case ssl.SSLError():
                 return f"TLS failed: {e.reason or e}", False, True
             case ConnectionRefusedError():
@@ -356,24 +407,36 @@ class SmtpMailer:
         listed = ", ".join(f"{addr} ({code} {text})" for addr, (code, text) in refused.items())
         return f"recipients refused: {listed}"
 
-    def _error(self, reason: str, *, temporary: bool, undelivered: Sequence[str],
-               order: Sequence[str], attempts: int = 1, start: float | None = None,
-               config: bool = False) -> MailError:
+    def _error(
+        self,
+        reason: str,
+        *,
+        temporary: bool,
+        undelivered: Sequence[str],
+        order: Sequence[str],
+        attempts: int = 1,
+        start: float | None = None,
+        config: bool = False,
+    ) -> MailError:
         kind = "temporary" if temporary else "permanent"
         if attempts > 1 or temporary:
             kind += f"; gave up after {attempts} attempt{'s' if attempts > 1 else ''}"
             if self._total_s is not None and start is not None:
                 kind += f" in {self._elapsed(start):.1f}s; time limit {self._total_s:g}s"
         missed = set(undelivered)
-        return MailError(f"smtp {self._where}: {self._clean(reason)} ({kind})", temporary=temporary,
-                         recipients=[a for a in dict.fromkeys(order) if a in missed], config=config)
+        return MailError(
+            f"smtp {self._where}: {self._clean(reason)} ({kind})",
+            temporary=temporary,
+            recipients=[a for a in dict.fromkeys(order) if a in missed],
+            config=config,
+        )
 
     def _clean(self, text: str) -> str:
         """One line, cut short, the password masked."""
         if self._password:
             text = text.replace(self._password, "***")
         line = " ".join(text.split())
-        return line if len(line) <= MAX_REASON_CHARS else line[:MAX_REASON_CHARS - 1] + "…"
+        return line if len(line) <= MAX_REASON_CHARS else line[: MAX_REASON_CHARS - 1] + "…"
 
 
 def _is_temporary(code: int) -> bool:

@@ -58,79 +58,198 @@ class PromMetric:
 
 _WEEK = ("week", "basis")
 _TEAM = ("week", "basis", "team")
-_UTIL = ("GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
-         "GPU-time with a value, on the basis label (util: NVML utilization, nvidia-smi's "
-         "GPU-Util; sm_active: GPM SM activity); absent when no GPU-time had a value")
+_UTIL = (
+    "GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
+    "GPU-time with a value, on the basis label (util: NVML utilization, nvidia-smi's "
+    "GPU-Util; sm_active: GPM SM activity); absent when no GPU-time had a value"
+)
 _GPU_S = "GPU time in GPU-seconds (GPU-hours × 3600)"
-_WASTE = ("recoverable waste (USD): cost × max(0, 1 − util ÷ target) per GPU, what the same work "
-          "would have cost less at the target utilization")
+_WASTE = (
+    "recoverable waste (USD): cost × max(0, 1 − util ÷ target) per GPU, what the same work "
+    "would have cost less at the target utilization"
+)
 _IDLE = "idle cost (USD): GPU-time whose 30-minute rolling utilization was under the idle threshold"
 
 
-def _gauge(name: str, scope: str, field: str, help: str, labels: tuple[str, ...], *,
-           scale: float = 1.0) -> PromMetric:
-    return PromMetric(name=name, type="gauge", help=help, labels=labels, scope=scope, field=field,
-                      scale=scale)
+def _gauge(
+    name: str, scope: str, field: str, help: str, labels: tuple[str, ...], *, scale: float = 1.0
+) -> PromMetric:
+    return PromMetric(
+        name=name, type="gauge", help=help, labels=labels, scope=scope, field=field, scale=scale
+    )
 
 
 METRICS: tuple[PromMetric, ...] = (
     # the last complete ISO week, as the weekly report has it
-    _gauge("gpu_kpi_week_gpu_seconds", "week", "gpu_hours",
-           f"{_GPU_S} allocated to runs in the last complete week", _WEEK, scale=S_PER_HOUR),
-    _gauge("gpu_kpi_week_spend_usd", "week", "spend_usd",
-           "spend (USD) in the last complete week: GPU-hours × price of the GPU model", _WEEK),
-    _gauge("gpu_kpi_week_utilization_ratio", "week", "utilization_pct",
-           f"{_UTIL}; last complete week", _WEEK, scale=RATIO_PER_PCT),
+    _gauge(
+        "gpu_kpi_week_gpu_seconds",
+        "week",
+        "gpu_hours",
+        f"{_GPU_S} allocated to runs in the last complete week",
+        _WEEK,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_spend_usd",
+        "week",
+        "spend_usd",
+        "spend (USD) in the last complete week: GPU-hours × price of the GPU model",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_week_utilization_ratio",
+        "week",
+        "utilization_pct",
+        f"{_UTIL}; last complete week",
+        _WEEK,
+        scale=RATIO_PER_PCT,
+    ),
     _gauge("gpu_kpi_week_waste_usd", "week", "waste_usd", f"{_WASTE}; last complete week", _WEEK),
     _gauge("gpu_kpi_week_idle_usd", "week", "idle_usd", f"{_IDLE}; last complete week", _WEEK),
-    _gauge("gpu_kpi_week_runs", "week", "runs", "runs with GPU-time in the last complete week",
-           _WEEK),
-    _gauge("gpu_kpi_week_underutilized_runs", "week", "underutilized_runs",
-           "runs under the underutilized threshold with at least the minimum GPU-hours, "
-           "last complete week", _WEEK),
+    _gauge(
+        "gpu_kpi_week_runs", "week", "runs", "runs with GPU-time in the last complete week", _WEEK
+    ),
+    _gauge(
+        "gpu_kpi_week_underutilized_runs",
+        "week",
+        "underutilized_runs",
+        "runs under the underutilized threshold with at least the minimum GPU-hours, "
+        "last complete week",
+        _WEEK,
+    ),
     # the same week by team ("(none)" for runs without one)
-    _gauge("gpu_kpi_team_gpu_seconds", "team", "gpu_hours",
-           f"{_GPU_S} per team, last complete week", _TEAM, scale=S_PER_HOUR),
-    _gauge("gpu_kpi_team_spend_usd", "team", "spend_usd", "spend (USD) per team, last complete week",
-           _TEAM),
-    _gauge("gpu_kpi_team_utilization_ratio", "team", "utilization_pct",
-           f"{_UTIL}; per team, last complete week", _TEAM, scale=RATIO_PER_PCT),
-    _gauge("gpu_kpi_team_waste_usd", "team", "waste_usd", f"{_WASTE}; per team, last complete week",
-           _TEAM),
-    _gauge("gpu_kpi_team_idle_usd", "team", "idle_usd", f"{_IDLE}; per team, last complete week",
-           _TEAM),
+    _gauge(
+        "gpu_kpi_team_gpu_seconds",
+        "team",
+        "gpu_hours",
+        f"{_GPU_S} per team, last complete week",
+        _TEAM,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_team_spend_usd",
+        "team",
+        "spend_usd",
+        "spend (USD) per team, last complete week",
+        _TEAM,
+    ),
+    _gauge(
+        "gpu_kpi_team_utilization_ratio",
+        "team",
+        "utilization_pct",
+        f"{_UTIL}; per team, last complete week",
+        _TEAM,
+        scale=RATIO_PER_PCT,
+    ),
+    _gauge(
+        "gpu_kpi_team_waste_usd",
+        "team",
+        "waste_usd",
+        f"{_WASTE}; per team, last complete week",
+        _TEAM,
+    ),
+    _gauge(
+        "gpu_kpi_team_idle_usd", "team", "idle_usd", f"{_IDLE}; per team, last complete week", _TEAM
+    ),
     # the current week so far: running totals, rising through the week
-    _gauge("gpu_kpi_week_to_date_gpu_seconds", "week_to_date", "gpu_hours",
-           f"{_GPU_S} so far in the current week", _WEEK, scale=S_PER_HOUR),
-    _gauge("gpu_kpi_week_to_date_spend_usd", "week_to_date", "spend_usd",
-           "spend (USD) so far in the current week", _WEEK),
-    _gauge("gpu_kpi_week_to_date_utilization_ratio", "week_to_date", "utilization_pct",
-           f"{_UTIL}; current week so far", _WEEK, scale=RATIO_PER_PCT),
-    _gauge("gpu_kpi_week_to_date_waste_usd", "week_to_date", "waste_usd",
-           f"{_WASTE}; current week so far", _WEEK),
-    _gauge("gpu_kpi_week_to_date_idle_usd", "week_to_date", "idle_usd",
-           f"{_IDLE}; current week so far", _WEEK),
+    _gauge(
+        "gpu_kpi_week_to_date_gpu_seconds",
+        "week_to_date",
+        "gpu_hours",
+        f"{_GPU_S} so far in the current week",
+        _WEEK,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_to_date_spend_usd",
+        "week_to_date",
+        "spend_usd",
+        "spend (USD) so far in the current week",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_week_to_date_utilization_ratio",
+        "week_to_date",
+        "utilization_pct",
+        f"{_UTIL}; current week so far",
+        _WEEK,
+        scale=RATIO_PER_PCT,
+    ),
+    _gauge(
+        "gpu_kpi_week_to_date_waste_usd",
+        "week_to_date",
+        "waste_usd",
+        f"{_WASTE}; current week so far",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_week_to_date_idle_usd",
+        "week_to_date",
+        "idle_usd",
+        f"{_IDLE}; current week so far",
+        _WEEK,
+    ),
     # each of the last 12 complete weeks, labelled by week, so a trend panel is full on day one
-    _gauge("gpu_kpi_weekly_gpu_seconds", "weekly", "gpu_hours",
-           f"{_GPU_S} in each of the last 12 complete weeks (week label)", _WEEK,
-           scale=S_PER_HOUR),
-    _gauge("gpu_kpi_weekly_spend_usd", "weekly", "spend_usd",
-           "spend (USD) in each of the last 12 complete weeks (week label)", _WEEK),
-    _gauge("gpu_kpi_weekly_utilization_ratio", "weekly", "utilization_pct",
-           f"{_UTIL}; each of the last 12 complete weeks", _WEEK, scale=RATIO_PER_PCT),
-    _gauge("gpu_kpi_weekly_waste_usd", "weekly", "waste_usd",
-           f"{_WASTE}; each of the last 12 complete weeks", _WEEK),
-    _gauge("gpu_kpi_weekly_idle_usd", "weekly", "idle_usd",
-           f"{_IDLE}; each of the last 12 complete weeks", _WEEK),
+    _gauge(
+        "gpu_kpi_weekly_gpu_seconds",
+        "weekly",
+        "gpu_hours",
+        f"{_GPU_S} in each of the last 12 complete weeks (week label)",
+        _WEEK,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_weekly_spend_usd",
+        "weekly",
+        "spend_usd",
+        "spend (USD) in each of the last 12 complete weeks (week label)",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_weekly_utilization_ratio",
+        "weekly",
+        "utilization_pct",
+        f"{_UTIL}; each of the last 12 complete weeks",
+        _WEEK,
+        scale=RATIO_PER_PCT,
+    ),
+    _gauge(
+        "gpu_kpi_weekly_waste_usd",
+        "weekly",
+        "waste_usd",
+        f"{_WASTE}; each of the last 12 complete weeks",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_weekly_idle_usd",
+        "weekly",
+        "idle_usd",
+        f"{_IDLE}; each of the last 12 complete weeks",
+        _WEEK,
+    ),
     # the service itself
-    PromMetric(name="gpu_kpi_emails_total", type="counter", labels=("kind", "outcome"),
-               scope="service", help="report emails in the delivery log by kind (summary, team, "
-               "runs) and outcome (sending, sent, empty, deferred, failed, skipped)"),
-    PromMetric(name="gpu_kpi_reports_built_total", type="counter", labels=(), scope="service",
-               help="weekly reports built since the service started"),
-    _gauge("gpu_kpi_last_report_timestamp_seconds", "service", "",
-           "when the last weekly report was built (Unix seconds); its week in the week label",
-           ("week",)),
+    PromMetric(
+        name="gpu_kpi_emails_total",
+        type="counter",
+        labels=("kind", "outcome"),
+        scope="service",
+        help="report emails in the delivery log by kind (summary, team, "
+        "runs) and outcome (sending, sent, empty, deferred, failed, skipped)",
+    ),
+    PromMetric(
+        name="gpu_kpi_reports_built_total",
+        type="counter",
+        labels=(),
+        scope="service",
+        help="weekly reports built since the service started",
+    ),
+    _gauge(
+        "gpu_kpi_last_report_timestamp_seconds",
+        "service",
+        "",
+        "when the last weekly report was built (Unix seconds); its week in the week label",
+        ("week",),
+    ),
 )
 
 NAMES: frozenset[str] = frozenset(m.name for m in METRICS)
@@ -147,8 +266,9 @@ def _finite(value: object) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None,
-                history: WeekKpis | None = None) -> Samples:
+def kpi_samples(
+    latest: WeekKpis, week_to_date: WeekKpis | None = None, history: WeekKpis | None = None
+) -> Samples:
     """The KPI series of the week, the week so far and each week of ``history``'s trend (from
     the first with GPU-time on: no row of zeros for the weeks before there were runs); unknown
     figures are left out."""
@@ -167,8 +287,11 @@ def kpi_samples(latest: WeekKpis, week_to_date: WeekKpis | None = None,
             for team, value in zip(teams["team"], teams[m.field], strict=True):
                 add(m, (*week, str(team)), value)
         elif m.scope == "week_to_date" and week_to_date is not None:
-            add(m, (label_of(week_to_date.week), week_to_date.basis),
-                getattr(week_to_date.headline, m.field))
+            add(
+                m,
+                (label_of(week_to_date.week), week_to_date.basis),
+                getattr(week_to_date.headline, m.field),
+            )
         elif m.scope == "weekly" and history is not None:
             rows = history.trend.to_dict("records")
             first = next((i for i, r in enumerate(rows) if r["gpu_hours"]), len(rows))
@@ -185,8 +308,9 @@ class KpiExporter:
         try:
             from prometheus_client import CollectorRegistry
         except ImportError as e:  # pragma: no cover - the [reports] extra is missing
-            raise ImportError("the metrics endpoint needs prometheus-client: "
-                              "pip install 'gpu-kpi[reports]'") from e
+            raise ImportError(
+                "the metrics endpoint needs prometheus-client: pip install 'gpu-kpi[reports]'"
+            ) from e
         self._lock = threading.Lock()
         self._kpis: Samples = MappingProxyType({})
         self._emails: dict[tuple[str, str], int] = {}
@@ -195,8 +319,13 @@ class KpiExporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # a collector: it has collect()
 
-    def update(self, latest: WeekKpis, *, week_to_date: WeekKpis | None = None,
-               history: WeekKpis | None = None) -> None:
+    def update(
+        self,
+        latest: WeekKpis,
+        *,
+        week_to_date: WeekKpis | None = None,
+        history: WeekKpis | None = None,
+    ) -> None:
         """latest: the last complete week; week_to_date: the current week so far (running
         totals); history: a week's full KPIs, whose 12-week trend is exported week by week.
         Replaces every KPI series: a week not given here is no longer exported."""
@@ -244,7 +373,8 @@ class KpiExporter:
             out["gpu_kpi_reports_built_total"] = (((), float(self._reports_built)),)
             if self._emails:
                 out["gpu_kpi_emails_total"] = tuple(
-                    (key, float(n)) for key, n in sorted(self._emails.items()))
+                    (key, float(n)) for key, n in sorted(self._emails.items())
+                )
             if self._last_report is not None:
                 week, ts = self._last_report
                 out["gpu_kpi_last_report_timestamp_seconds"] = (((week,), ts),)
@@ -274,8 +404,9 @@ class KpiExporter:
         except OSError as e:
             key = "metrics_host" if isinstance(e, socket.gaierror) else "metrics_port"
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            raise ConfigError(f"service.{key}: cannot serve /metrics on {where}: "
-                              f"{e.strerror or e}") from None
+            raise ConfigError(
+                f"service.{key}: cannot serve /metrics on {where}: {e.strerror or e}"
+            ) from None
         return MetricsServer(httpd, thread)
 
 

@@ -40,8 +40,9 @@ def parse_schedule(expr: str, tz: tzinfo | str) -> CronTrigger:
     the reason when the expression is wrong."""
     fields = expr.split()
     if len(fields) != 5:
-        raise ValueError(f"expected 5 cron fields (minute hour day month weekday), got "
-                         f"{len(fields)} in {expr!r}")
+        raise ValueError(
+            f"expected 5 cron fields (minute hour day month weekday), got {len(fields)} in {expr!r}"
+        )
     try:
         return CronTrigger.from_crontab(expr, timezone=tz)
     except (ValueError, TypeError) as e:
@@ -78,10 +79,17 @@ class ServiceScheduler:
     seconds, from memory only, for the Prometheus figures; ``budgets`` (optional) every
     ``budgets_s`` seconds, the first time at the start."""
 
-    def __init__(self, settings: ScheduleSettings, *, job: Callable[[], Any] | None = None,
-                 refresh: Callable[[], None] | None = None, refresh_s: float = 300.0,
-                 on_result: Callable[[Any], None] | None = None,
-                 budgets: Callable[[], Any] | None = None, budgets_s: float = 900.0) -> None:
+    def __init__(
+        self,
+        settings: ScheduleSettings,
+        *,
+        job: Callable[[], Any] | None = None,
+        refresh: Callable[[], None] | None = None,
+        refresh_s: float = 300.0,
+        on_result: Callable[[Any], None] | None = None,
+        budgets: Callable[[], Any] | None = None,
+        budgets_s: float = 900.0,
+    ) -> None:
         self._settings = settings
         self._on_result = on_result
         self._tz = settings.tz
@@ -89,14 +97,19 @@ class ServiceScheduler:
         self._refresh_s = refresh_s
         self._budgets = budgets
         self._budgets_s = budgets_s
-        self._job: tuple[Any, dict[str, Any]] = ((job, {}) if job is not None
-                                                 else (WEEKLY_JOB, {"settings": settings}))
+        self._job: tuple[Any, dict[str, Any]] = (
+            (job, {}) if job is not None else (WEEKLY_JOB, {"settings": settings})
+        )
         self._scheduler = BackgroundScheduler(
             jobstores={"default": MemoryJobStore()},
             executors={"default": ThreadPoolExecutor(1)},
-            job_defaults={"coalesce": True, "max_instances": 1,
-                          "misfire_grace_time": max(1, round(settings.misfire_grace_h * 3600))},
-            timezone=self._tz)
+            job_defaults={
+                "coalesce": True,
+                "max_instances": 1,
+                "misfire_grace_time": max(1, round(settings.misfire_grace_h * 3600)),
+            },
+            timezone=self._tz,
+        )
         self._scheduler.add_listener(self._on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR)
 
     def start(self, *, run_now: bool = False) -> None:
@@ -104,17 +117,33 @@ class ServiceScheduler:
         downtime, ``serve --once``-like), then on schedule."""
         func, kwargs = self._job
         now = {"next_run_time": datetime.now(self._tz)} if run_now else {}
-        self._scheduler.add_job(func, parse_schedule(self._settings.schedule, self._tz),
-                                id=JOB_ID, name="weekly GPU KPI report", kwargs=kwargs,
-                                replace_existing=True, **now)
+        self._scheduler.add_job(
+            func,
+            parse_schedule(self._settings.schedule, self._tz),
+            id=JOB_ID,
+            name="weekly GPU KPI report",
+            kwargs=kwargs,
+            replace_existing=True,
+            **now,
+        )
         if self._refresh is not None:
-            self._scheduler.add_job(self._refresh, "interval", seconds=self._refresh_s,
-                                    id=METRICS_JOB_ID, replace_existing=True,
-                                    next_run_time=datetime.now(self._tz))
+            self._scheduler.add_job(
+                self._refresh,
+                "interval",
+                seconds=self._refresh_s,
+                id=METRICS_JOB_ID,
+                replace_existing=True,
+                next_run_time=datetime.now(self._tz),
+            )
         if self._budgets is not None:
-            self._scheduler.add_job(self._budgets, "interval", seconds=self._budgets_s,
-                                    id=BUDGETS_JOB_ID, replace_existing=True,
-                                    next_run_time=datetime.now(self._tz))
+            self._scheduler.add_job(
+                self._budgets,
+                "interval",
+                seconds=self._budgets_s,
+                id=BUDGETS_JOB_ID,
+                replace_existing=True,
+                next_run_time=datetime.now(self._tz),
+            )
         self._scheduler.start()
 
     def run_now(self) -> None:
@@ -141,7 +170,11 @@ class ServiceScheduler:
             # a temporary SMTP failure: try again soon rather than next week
             when = datetime.now(UTC) + timedelta(minutes=self._settings.retry_after_min)
             func, kwargs = self._job
-            self._scheduler.add_job(func, "date", run_date=when, id=RETRY_JOB_ID,
-                                    replace_existing=True, kwargs=kwargs)
-            log.warning("gpu-kpi: %d deliveries deferred; trying again at %s",
-                        event.retval.deferred, when.astimezone(self._tz).isoformat(" ", "minutes"))
+            self._scheduler.add_job(
+                func, "date", run_date=when, id=RETRY_JOB_ID, replace_existing=True, kwargs=kwargs
+            )
+            log.warning(
+                "gpu-kpi: %d deliveries deferred; trying again at %s",
+                event.retval.deferred,
+                when.astimezone(self._tz).isoformat(" ", "minutes"),
+            )

@@ -19,10 +19,19 @@ class NothingToSend(Exception):
     underutilized runs): nothing is sent, and the command says why."""
 
 
-def send_now(service: Service, label: str, to: Sequence[str], *, kind: str = "summary",
-             team: str | None = None, user: str | None = None, now: datetime | None = None,
-             dry_run: Path | None = None, timeout_s: float | None = None,
-             retry: bool = True) -> Path | None:
+def send_now(
+    service: Service,
+    label: str,
+    to: Sequence[str],
+    *,
+    kind: str = "summary",
+    team: str | None = None,
+    user: str | None = None,
+    now: datetime | None = None,
+    dry_run: Path | None = None,
+    timeout_s: float | None = None,
+    retry: bool = True,
+) -> Path | None:
     """Mail week ``label``'s report of ``kind`` to ``to`` now; ``dry_run``: write the message to
     ``<dry_run>/<week>.eml`` instead (returned). ``timeout_s``: give up after this long, retries
     and their waits included; ``retry``: False for one attempt only. Raises
@@ -36,8 +45,10 @@ def send_now(service: Service, label: str, to: Sequence[str], *, kind: str = "su
     msg = service.message(r, week, now, to=to)
     if msg is None:
         raise NothingToSend(
-            f"team {team!r} had no GPU time in {label}" if kind == "team"
-            else f"user {user!r} had no underutilized runs in {label}")
+            f"team {team!r} had no GPU time in {label}"
+            if kind == "team"
+            else f"user {user!r} had no underutilized runs in {label}"
+        )
     if dry_run is not None:
         dry_run.mkdir(parents=True, exist_ok=True)
         suffix = {"team": f"-team-{team}", "runs": f"-runs-{user}"}.get(kind, "")

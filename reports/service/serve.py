@@ -54,8 +54,9 @@ def stop_on_signals(stop: threading.Event) -> Iterator[list[str]]:
             signal.signal(sig, handler)
 
 
-def run_once(settings: ServiceSettings, *, retry_failed: bool = False,
-             stop: threading.Event | None = None) -> tuple[RunResult, str | None]:
+def run_once(
+    settings: ServiceSettings, *, retry_failed: bool = False, stop: threading.Event | None = None
+) -> tuple[RunResult, str | None]:
     """``serve --once``: the job now, stopping gracefully on SIGTERM/SIGINT; the result and
     the name of the signal that stopped it (None when none came)."""
     stop = stop or threading.Event()
@@ -100,11 +101,17 @@ class MetricsRefresher:
         from reports.weeks import label_of
 
         held = self._history
-        if held is None or held[0] != latest.week or (
-                (now - held[1]).total_seconds() >= self.history_max_age_s):
+        if (
+            held is None
+            or held[0] != latest.week
+            or ((now - held[1]).total_seconds() >= self.history_max_age_s)
+        ):
             req = Service(self._settings).request(label_of(latest.week))
-            held = self._history = (latest.week, now, compute(self._settings.tracker.store,
-                                                              req, now=now).kpis)
+            held = self._history = (
+                latest.week,
+                now,
+                compute(self._settings.tracker.store, req, now=now).kpis,
+            )
         return held[2]
 
     def __call__(self, now: datetime | None = None) -> None:
@@ -125,9 +132,13 @@ class MetricsRefresher:
             log.warning("gpu-kpi: metrics not refreshed: %s", e)
 
 
-def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = None,
-                  retry_failed: bool = False,
-                  on_result: Callable[[RunResult], None] | None = None) -> int:
+def serve_forever(
+    settings: ServiceSettings,
+    *,
+    stop: threading.Event | None = None,
+    retry_failed: bool = False,
+    on_result: Callable[[RunResult], None] | None = None,
+) -> int:
     """Run until ``stop`` is set (SIGTERM/SIGINT set it when this is the main thread); a job
     running then finishes its message in flight and leaves the rest owed. ``retry_failed``: run
     the job at once, failed deliveries of the catch-up window owed again (that first run only).
@@ -144,10 +155,17 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
 
         out = Path(settings.out_dir).expanduser()
         out.mkdir(parents=True, exist_ok=True)
-        archive = ArchiveServer(out, settings.http_host, settings.http_port,
-                                read_auth(settings.http_user, settings.http_password_file))
-        log.info("gpu-kpi: the archive on %s%s", archive.url,
-                 " (basic auth)" if settings.http_user else "")
+        archive = ArchiveServer(
+            out,
+            settings.http_host,
+            settings.http_port,
+            read_auth(settings.http_user, settings.http_password_file),
+        )
+        log.info(
+            "gpu-kpi: the archive on %s%s",
+            archive.url,
+            " (basic auth)" if settings.http_user else "",
+        )
     hooks = [on_result] if on_result is not None else []
     if settings.metrics_port:
         from reports.service.prom import KpiExporter
@@ -179,20 +197,31 @@ def serve_forever(settings: ServiceSettings, *, stop: threading.Event | None = N
     def budgets() -> None:
         Service(settings, stop=stop).budget_alerts()
 
-    scheduler = ServiceScheduler(settings, job=job, refresh=refresh,
-                                 refresh_s=METRICS_REFRESH_S, on_result=results,
-                                 budgets=budgets if settings.budgets else None,
-                                 budgets_s=settings.budget_check_min * 60.0)
+    scheduler = ServiceScheduler(
+        settings,
+        job=job,
+        refresh=refresh,
+        refresh_s=METRICS_REFRESH_S,
+        on_result=results,
+        budgets=budgets if settings.budgets else None,
+        budgets_s=settings.budget_check_min * 60.0,
+    )
     with stop_on_signals(stop):
         try:
             with RunStore(settings.tracker.store) as store:
                 if has_table(store, OLD_JOBS_TABLE):
-                    log.warning("gpu-kpi: table %s (the pickled job store of older versions) is "
-                                "ignored; safe to drop", OLD_JOBS_TABLE)
+                    log.warning(
+                        "gpu-kpi: table %s (the pickled job store of older versions) is "
+                        "ignored; safe to drop",
+                        OLD_JOBS_TABLE,
+                    )
             overdue = Service(settings).overdue()
             scheduler.start(run_now=overdue or retry_failed)
-            log.info("gpu-kpi: serving; next weekly report at %s%s", scheduler.next_run_time(),
-                     " (catching up a missed week now)" if overdue else "")
+            log.info(
+                "gpu-kpi: serving; next weekly report at %s%s",
+                scheduler.next_run_time(),
+                " (catching up a missed week now)" if overdue else "",
+            )
             stop.wait()
         finally:
             scheduler.shutdown(wait=True)

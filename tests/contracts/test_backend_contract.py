@@ -120,12 +120,16 @@ class Case:
 
 
 def _simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Case:
-    return Case(open_backend("simulated:healthy@H100:2"), "simulated", "NVIDIA H100 80GB HBM3", True)
+    return Case(
+        open_backend("simulated:healthy@H100:2"), "simulated", "NVIDIA H100 80GB HBM3", True
+    )
 
 
 def _replay(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Case:
     (tmp_path / "gpu.csv").write_text(REPLAY_LOG)
-    return Case(open_backend(f"replay:{tmp_path / 'gpu.csv'}"), "replay", "NVIDIA A100-SXM4-80GB", False)
+    return Case(
+        open_backend(f"replay:{tmp_path / 'gpu.csv'}"), "replay", "NVIDIA A100-SXM4-80GB", False
+    )
 
 
 def _nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Case:
@@ -145,8 +149,9 @@ LOSES_GPUS = ["nvml"]
 ALLOWED_NAMES = {"nvml", "simulated", "replay"}
 
 
-def _make(request: pytest.FixtureRequest, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[Case]:
+def _make(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Case]:
     for var in ("CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "RANK", "GPU_KPI_GPU"):
         monkeypatch.delenv(var, raising=False)
     case = BACKENDS[request.param](tmp_path, monkeypatch)
@@ -155,14 +160,16 @@ def _make(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 @pytest.fixture(params=list(BACKENDS))
-def case(request: pytest.FixtureRequest, tmp_path: Path,
-         monkeypatch: pytest.MonkeyPatch) -> Iterator[Case]:
+def case(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Case]:
     yield from _make(request, tmp_path, monkeypatch)
 
 
 @pytest.fixture(params=LOSES_GPUS)
-def lossy(request: pytest.FixtureRequest, tmp_path: Path,
-          monkeypatch: pytest.MonkeyPatch) -> Iterator[Case]:
+def lossy(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Case]:
     yield from _make(request, tmp_path, monkeypatch)
 
 
@@ -242,7 +249,8 @@ def test_read_without_an_open_backend_gives_no_reading(case: Case, when: str) ->
 
 
 def test_a_gpu_that_stops_answering_is_left_out_and_the_others_go_on(
-        lossy: Case, caplog: pytest.LogCaptureFixture) -> None:
+    lossy: Case, caplog: pytest.LogCaptureFixture
+) -> None:
     first, second = (i.uuid for i in lossy.backend.open(T0))
     assert len(lossy.backend.read(T0 + 1)) == 2
     assert lossy.lose is not None

@@ -25,10 +25,12 @@ STEPS = {1: {"gpu/util_pct": 61.5, "cost/usd": 0.125}, 2: {"gpu/util_pct": 73.25
 LOGGED = {"gpu/util_pct": [(1, 61.5), (2, 73.25)], "cost/usd": [(1, 0.125), (2, 0.25)]}
 START = datetime(2026, 9, 21, 14, 0, tzinfo=UTC)
 # 2 GPUs x 1 h x $3.85 = $7.70; mean utilization 67% is under the 70% target
-FINAL = run_record("contract-1", START, 1.0, gpus=2, util=67.0, cost_usd=7.7,
-                   verdict="below-target")
-STARTED = FINAL.replace(status="running", ended_at=None, gpu_hours=0.0, util_pct=None,
-                        cost_usd=None, verdict=None)
+FINAL = run_record(
+    "contract-1", START, 1.0, gpus=2, util=67.0, cost_usd=7.7, verdict="below-target"
+)
+STARTED = FINAL.replace(
+    status="running", ended_at=None, gpu_hours=0.0, util_pct=None, cost_usd=None, verdict=None
+)
 ALERT = ("Low GPU utilization", "util 67% under the 70% target")
 
 
@@ -88,10 +90,13 @@ def _wandb(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Harness:
         for row in got.history:
             for key in sorted(KEYS & row.keys()):
                 metrics.setdefault(key, []).append((row["train/global_step"], row[key]))
-        return Written(run_id=got.config.get("gpu_kpi/run_id"), metrics=metrics,
-                       verdict=got.summary.get("gpu_kpi/verdict"),
-                       cost_usd=got.summary.get("gpu_kpi/cost_usd"),
-                       alerts=[f"{a['title']}: {a['text']}" for a in got.alerts])
+        return Written(
+            run_id=got.config.get("gpu_kpi/run_id"),
+            metrics=metrics,
+            verdict=got.summary.get("gpu_kpi/verdict"),
+            cost_usd=got.summary.get("gpu_kpi/cost_usd"),
+            alerts=[f"{a['title']}: {a['text']}" for a in got.alerts],
+        )
 
     return Harness(WandbSink(run, step_metric="train/global_step"), read_back, run.finish)
 
@@ -109,10 +114,13 @@ def _tensorboard(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Harness:
 
         table = dict(re.findall(r"^\| (\w+) \| (.*) \|$", "\n".join(text("gpu-kpi/summary")), re.M))
         run_ids = re.findall(r"^- run_id: (\S+)$", "\n".join(text("gpu-kpi/run")), re.M)
-        return Written(run_id=run_ids[0] if run_ids else None,
-                       metrics=readers.read_tensorboard(logdir), verdict=table.get("verdict"),
-                       cost_usd=float(table["cost_usd"]) if "cost_usd" in table else None,
-                       alerts=[re.sub(r"^\*\*(.*?)\*\*", r"\1", t) for t in text("gpu-kpi/alert")])
+        return Written(
+            run_id=run_ids[0] if run_ids else None,
+            metrics=readers.read_tensorboard(logdir),
+            verdict=table.get("verdict"),
+            cost_usd=float(table["cost_usd"]) if "cost_usd" in table else None,
+            alerts=[re.sub(r"^\*\*(.*?)\*\*", r"\1", t) for t in text("gpu-kpi/alert")],
+        )
 
     return Harness(TensorBoardSink(logdir=logdir), read_back)
 
@@ -125,8 +133,12 @@ SINKS: dict[str, Callable[[Path, pytest.LogCaptureFixture], Harness]] = {
 
 
 @pytest.fixture(params=list(SINKS))
-def harness(request: pytest.FixtureRequest, tmp_path: Path, caplog: pytest.LogCaptureFixture,
-            monkeypatch: pytest.MonkeyPatch) -> Iterator[Harness]:
+def harness(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Harness]:
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
     made = SINKS[request.param](tmp_path, caplog)
@@ -194,7 +206,8 @@ class Broken:
 
 
 def test_in_a_sink_set_a_failing_sink_is_turned_off_and_the_others_go_on(
-        harness: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     broken = Broken()
     sinks = SinkSet([broken, harness.sink])  # the failing one first: the next one still gets step 1
     with caplog.at_level(logging.INFO, logger="gpu_kpi"):
@@ -202,8 +215,10 @@ def test_in_a_sink_set_a_failing_sink_is_turned_off_and_the_others_go_on(
     assert broken.calls == ["start", "log_metrics"]
     assert sinks.sinks == [harness.sink]
     warned = [r.getMessage() for r in caplog.records if "sink 'broken' failed" in r.getMessage()]
-    assert warned == ["gpu-kpi: sink 'broken' failed (RuntimeError: log_metrics failed); "
-                      "it is turned off for this run"]
+    assert warned == [
+        "gpu-kpi: sink 'broken' failed (RuntimeError: log_metrics failed); "
+        "it is turned off for this run"
+    ]
     got = harness.read_back()
     assert got.metrics == LOGGED
     assert (got.verdict, got.cost_usd) == ("below-target", 7.7)

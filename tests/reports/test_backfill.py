@@ -39,11 +39,20 @@ def test_since_archives_the_missing_weeks_then_the_index_once(tmp_path: Path, ur
     (out / "2026-W46.json").write_bytes(kept.replace(b'"runs"', b'"runs" '))  # marked
     written = backfill(url, REQ, out, since="2026-W45", now=NOW)
     assert sorted(p.name for p in written) == [
-        "2026-W45.html", "2026-W45.json", "2026-W47.html", "2026-W47.json",
-        "2026-W48.html", "2026-W48.json", "index.html"]
+        "2026-W45.html",
+        "2026-W45.json",
+        "2026-W47.html",
+        "2026-W47.json",
+        "2026-W48.html",
+        "2026-W48.json",
+        "index.html",
+    ]
     assert (out / "2026-W46.json").read_bytes() != kept  # the archived week was left alone
-    assert (gpu_hours(out, "2026-W45"), gpu_hours(out, "2026-W47"),
-            gpu_hours(out, "2026-W48")) == (4.0, 6.0, 0.0)
+    assert (gpu_hours(out, "2026-W45"), gpu_hours(out, "2026-W47"), gpu_hours(out, "2026-W48")) == (
+        4.0,
+        6.0,
+        0.0,
+    )
     index = (out / "index.html").read_text()
     assert all(f'href="2026-W4{n}.html"' in index for n in (5, 6, 7, 8))
     # nothing left to archive: only the index again
@@ -66,19 +75,23 @@ def test_since_reaches_back_no_further_than_the_oldest_run(tmp_path: Path, url: 
 
 
 def test_a_week_not_complete_yet(tmp_path: Path, url: str) -> None:
-    with pytest.raises(ReportError, match="--since 2026-W49: after the last complete week, "
-                                          "2026-W48"):
+    with pytest.raises(
+        ReportError, match="--since 2026-W49: after the last complete week, 2026-W48"
+    ):
         backfill(url, REQ, tmp_path / "a", since="2026-W49", now=NOW)
     assert not (tmp_path / "a").exists()
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--week", "2026-W45", "--since", "2026-W44"], "--week is one week; --since/--all"),
-    (["--since", "2026-W99"], "2026-W99"),
-])
-def test_the_command_refuses_what_it_cannot_do(tmp_path: Path, url: str,
-                                               capsys: pytest.CaptureFixture[str],
-                                               args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--week", "2026-W45", "--since", "2026-W44"], "--week is one week; --since/--all"),
+        (["--since", "2026-W99"], "2026-W99"),
+    ],
+)
+def test_the_command_refuses_what_it_cannot_do(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     code = main(["report", "--store", url, "--out", str(tmp_path / "out"), *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1

@@ -58,11 +58,14 @@ def store_url(tmp_path: Path) -> str:
 # -- weeks ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("week", ["0000-W01", "9999-W52", "1600-W10", "1969-W30"])
 @pytest.mark.parametrize("command", ["runs", "report"])
-def test_weeks_out_of_range(capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str,
-                            week: str, command: str) -> None:
+def test_weeks_out_of_range(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str, week: str, command: str
+) -> None:
     extra = ("--out", str(tmp_path / "out")) if command == "report" else ()
-    assert_one_line(*run_cli(capsys, command, "--week", week, "--store", store_url, *extra),
-                    "out of range: years 1970–9998")
+    assert_one_line(
+        *run_cli(capsys, command, "--week", week, "--store", store_url, *extra),
+        "out of range: years 1970–9998",
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -87,12 +90,17 @@ def test_any_week_text_is_a_week_or_a_week_error(text: str) -> None:
 
 
 # -- the store --------------------------------------------------------------------------------------
-def test_read_only_commands_do_not_create_a_missing_store(capsys: pytest.CaptureFixture[str],
-                                                          tmp_path: Path) -> None:
+def test_read_only_commands_do_not_create_a_missing_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'nowhere' / 'runs.db'}"
     assert_one_line(*run_cli(capsys, "runs", "--store", url), "no run store at")
-    assert_one_line(*run_cli(capsys, "report", "--store", url, "--week", "2026-W48", "--out",
-                             str(tmp_path / "out")), "no run store at")
+    assert_one_line(
+        *run_cli(
+            capsys, "report", "--store", url, "--week", "2026-W48", "--out", str(tmp_path / "out")
+        ),
+        "no run store at",
+    )
     assert not (tmp_path / "nowhere").exists() and not (tmp_path / "out").exists()
 
 
@@ -110,8 +118,9 @@ def _damaged(tmp_path: Path, store_url: str, how: str) -> Path:
 
 
 @pytest.mark.parametrize("how", ["text", "truncated", "zeroed"])
-def test_a_store_that_is_not_a_database(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                        store_url: str, how: str) -> None:
+def test_a_store_that_is_not_a_database(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str, how: str
+) -> None:
     bad = _damaged(tmp_path, store_url, how)
     before = bad.read_bytes()
     for args in (("runs",), ("report", "--week", "2026-W48", "--out", str(tmp_path / "o"))):
@@ -122,10 +131,15 @@ def test_a_store_that_is_not_a_database(capsys: pytest.CaptureFixture[str], tmp_
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    ("0", "bad schema version '0'"), ("-3", "bad schema version '-3'"),
-    ("two", "bad schema version 'two'"), (None, "a meta table without a schema version"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("0", "bad schema version '0'"),
+        ("-3", "bad schema version '-3'"),
+        ("two", "bad schema version 'two'"),
+        (None, "a meta table without a schema version"),
+    ],
+)
 def test_bad_schema_versions(store_url: str, value: str | None, text: str) -> None:
     path = store_url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as db:
@@ -163,8 +177,10 @@ def test_a_database_without_our_tables(tmp_path: Path) -> None:
 def test_demo_dir_that_is_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("mine")
-    assert_one_line(*run_cli(capsys, "demo", "--dir", str(target)),
-                    f"--dir {target}: exists and is not a folder")
+    assert_one_line(
+        *run_cli(capsys, "demo", "--dir", str(target)),
+        f"--dir {target}: exists and is not a folder",
+    )
     assert target.read_text() == "mine"
 
 
@@ -175,37 +191,62 @@ def test_demo_dir_read_only(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert_one_line(*run_cli(capsys, "demo", "--dir", str(ro / "demo")), "cannot create it")
 
 
-def test_demo_never_prints_a_store_password(capsys: pytest.CaptureFixture[str],
-                                            tmp_path: Path) -> None:
-    code, out, err = run_cli(capsys, "demo", "--dir", str(tmp_path / "d"), "--store",
-                             "postgresql://kpi:s3cret-pw@127.0.0.1:1/db")
+def test_demo_never_prints_a_store_password(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run_cli(
+        capsys,
+        "demo",
+        "--dir",
+        str(tmp_path / "d"),
+        "--store",
+        "postgresql://kpi:s3cret-pw@127.0.0.1:1/db",
+    )
     assert code == 2 and "kpi:***@127.0.0.1:1" in err
     assert "s3cret-pw" not in out + err
 
 
 # -- the config file -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("content", "text"), [
-    (b'[tracker]\nname = "\xff\xfe"\n', "not UTF-8 text (byte 0xff at offset 18)"),
-    (b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
-    (b"a = " + b"{x = " * 5000 + b"}" * 5000 + b"\n", "nested too deeply"),
-    (b"[smpt]\nhost = 'mail'\n", "smpt: unknown setting (did you mean 'smtp'?)"),
-    (b"[[recipient]]\nto = 'a@example.com'\n", "recipient: unknown setting (did you mean "
-                                                 "'recipients'?)"),
-    (b"[thresholds]\ntarget_util = 80\n", "thresholds.target_util: unknown setting (did you "
-                                           "mean 'target_util_pct'?)"),
-    (b"[tracker]\ninterval_s = 0\n", "tracker.interval_s: expected a number >= 0.01, got 0"),
-    (b"[thresholds]\ntarget_util_pct = inf\n", "expected a number between 1 and 100, got inf"),
-    (b"[thresholds]\nidle_window_min = -5\n", "expected a number between 1 and 10080, got -5"),
-])
-@pytest.mark.parametrize("command", [("report", "--week", "2026-W48"),
-                                     ("serve", "--check-config")])
-def test_config_files_that_are_wrong(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                     store_url: str, content: bytes, text: str,
-                                     command: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("content", "text"),
+    [
+        (b'[tracker]\nname = "\xff\xfe"\n', "not UTF-8 text (byte 0xff at offset 18)"),
+        (b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+        (b"a = " + b"{x = " * 5000 + b"}" * 5000 + b"\n", "nested too deeply"),
+        (b"[smpt]\nhost = 'mail'\n", "smpt: unknown setting (did you mean 'smtp'?)"),
+        (
+            b"[[recipient]]\nto = 'a@example.com'\n",
+            "recipient: unknown setting (did you mean 'recipients'?)",
+        ),
+        (
+            b"[thresholds]\ntarget_util = 80\n",
+            "thresholds.target_util: unknown setting (did you mean 'target_util_pct'?)",
+        ),
+        (b"[tracker]\ninterval_s = 0\n", "tracker.interval_s: expected a number >= 0.01, got 0"),
+        (b"[thresholds]\ntarget_util_pct = inf\n", "expected a number between 1 and 100, got inf"),
+        (b"[thresholds]\nidle_window_min = -5\n", "expected a number between 1 and 10080, got -5"),
+    ],
+)
+@pytest.mark.parametrize("command", [("report", "--week", "2026-W48"), ("serve", "--check-config")])
+def test_config_files_that_are_wrong(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    store_url: str,
+    content: bytes,
+    text: str,
+    command: tuple[str, ...],
+) -> None:
     cfg = tmp_path / "config.toml"
     cfg.write_bytes(content)
-    code, out, err = run_cli(capsys, *command, "--config", str(cfg), "--store", store_url,
-                             *(("--out", str(tmp_path / "o")) if command[0] == "report" else ()))
+    code, out, err = run_cli(
+        capsys,
+        *command,
+        "--config",
+        str(cfg),
+        "--store",
+        store_url,
+        *(("--out", str(tmp_path / "o")) if command[0] == "report" else ()),
+    )
     assert code == 2 and out == "" and text in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
 
@@ -241,12 +282,14 @@ def test_any_bytes_are_a_config_or_a_config_error(data: bytes) -> None:
 
 
 # -- printing ----------------------------------------------------------------------------------------
-def test_control_characters_in_names_are_not_printed_raw(capsys: pytest.CaptureFixture[str],
-                                                         tmp_path: Path) -> None:
+def test_control_characters_in_names_are_not_printed_raw(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with RunStore(url) as s:
-        s.upsert_run(run_record("r1", MONDAY, 1.0, name="\x1b[2J\x1b]0;pwned\x07ok\rfake",
-                                team="nlp\x9b31m"))
+        s.upsert_run(
+            run_record("r1", MONDAY, 1.0, name="\x1b[2J\x1b]0;pwned\x07ok\rfake", team="nlp\x9b31m")
+        )
     code, out, _ = run_cli(capsys, "runs", "--store", url)
     assert code == 0
     assert not any(c in out for c in "\x1b\x07\r\x9b")
@@ -267,8 +310,12 @@ def test_runs_into_a_closed_pipe(tmp_path: Path) -> None:
         for i in range(1500):  # > 64 KiB of table: the pipe fills
             s.upsert_run(run_record(f"run-{i:04d}", MONDAY, 1.0, team="nlp", project="p"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-m", "reports.cli", "runs", "--store", url],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "reports.cli", "runs", "--store", url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     assert p.stdout is not None and p.stderr is not None
     assert p.stdout.readline().split()[:2] == [b"started", b"name"]
     p.stdout.close()  # `| head -1`
@@ -279,28 +326,63 @@ def test_runs_into_a_closed_pipe(tmp_path: Path) -> None:
 
 def test_a_core_only_install_names_the_extra(tmp_path: Path, store_url: str) -> None:
     # pandas missing as in `pip install gpu-kpi` without [reports]
-    code = ("import sys; sys.modules['pandas'] = None; from reports.cli import main; "
-            f"sys.exit(main(['report', '--store', {store_url!r}, '--week', '2026-W48', "
-            f"'--out', {str(tmp_path / 'o')!r}]))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
-    one_line_error(p, "'report' needs the reports extra (pandas is not installed): "
-                      "pip install 'gpu-kpi[reports]'")
+    code = (
+        "import sys; sys.modules['pandas'] = None; from reports.cli import main; "
+        f"sys.exit(main(['report', '--store', {store_url!r}, '--week', '2026-W48', "
+        f"'--out', {str(tmp_path / 'o')!r}]))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    one_line_error(
+        p,
+        "'report' needs the reports extra (pandas is not installed): "
+        "pip install 'gpu-kpi[reports]'",
+    )
 
 
 def test_a_bad_week_via_the_entry_point(tmp_path: Path, store_url: str) -> None:
-    one_line_error(gpu_kpi("report", "--week", "9999-W52", "--store", store_url, "--out",
-                           str(tmp_path / "o"), env={"GPU_KPI_CONFIG": os.devnull}),
-                   "out of range")
+    one_line_error(
+        gpu_kpi(
+            "report",
+            "--week",
+            "9999-W52",
+            "--store",
+            store_url,
+            "--out",
+            str(tmp_path / "o"),
+            env={"GPU_KPI_CONFIG": os.devnull},
+        ),
+        "out of range",
+    )
 
 
-def test_send_dry_run_out_that_is_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                         store_url: str) -> None:
+def test_send_dry_run_out_that_is_a_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, store_url: str
+) -> None:
     target = tmp_path / "out"
     target.write_text("mine")
-    assert_one_line(*run_cli(capsys, "send", "--week", "2026-W48", "--to", "a@example.com",
-                             "--dry-run", "--out", str(target), "--store", store_url),
-                    f"--out {target}: exists and is not a folder")
+    assert_one_line(
+        *run_cli(
+            capsys,
+            "send",
+            "--week",
+            "2026-W48",
+            "--to",
+            "a@example.com",
+            "--dry-run",
+            "--out",
+            str(target),
+            "--store",
+            store_url,
+        ),
+        f"--out {target}: exists and is not a folder",
+    )
     assert target.read_text() == "mine"
 
 
@@ -310,27 +392,41 @@ def test_runs_csv_neutralizes_formulas(capsys: pytest.CaptureFixture[str], tmp_p
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with RunStore(url) as s:
-        s.upsert_run(run_record("r1", MONDAY, 1.0, name='=HYPERLINK("http://evil","x")',
-                                team="+cmd|' /C calc'!A0", project="@SUM(A1)"))
+        s.upsert_run(
+            run_record(
+                "r1",
+                MONDAY,
+                1.0,
+                name='=HYPERLINK("http://evil","x")',
+                team="+cmd|' /C calc'!A0",
+                project="@SUM(A1)",
+            )
+        )
     code, out, _ = run_cli(capsys, "runs", "--store", url, "--format", "csv")
     assert code == 0
     (row,) = list(csv.DictReader(io.StringIO(out)))
-    assert row["name"] == "'=HYPERLINK(\"http://evil\",\"x\")"
+    assert row["name"] == '\'=HYPERLINK("http://evil","x")'
     assert row["team"] == "'+cmd|' /C calc'!A0" and row["project"] == "'@SUM(A1)"
     assert row["gpu_hours"] == "1.0" and row["util_pct"] == "50.0"  # numbers stay numbers
 
 
 @pytest.mark.parametrize("tz", ["Europe", "A" * 300, "../../etc/passwd", "UTC\x00"])
-def test_time_zones_that_are_not_zones(capsys: pytest.CaptureFixture[str], store_url: str,
-                                       tz: str) -> None:
-    assert_one_line(*run_cli(capsys, "runs", "--store", store_url, "--week", "2026-W48", "--tz",
-                             tz), "unknown time zone")
+def test_time_zones_that_are_not_zones(
+    capsys: pytest.CaptureFixture[str], store_url: str, tz: str
+) -> None:
+    assert_one_line(
+        *run_cli(capsys, "runs", "--store", store_url, "--week", "2026-W48", "--tz", tz),
+        "unknown time zone",
+    )
 
 
-@pytest.mark.parametrize("url", [
-    "postgresql://u@127.0.0.1:1/db?password=Sup3rSecret",
-    "postgresql://u@127.0.0.1:1/db?sslmode=disable&password=Sup3rSecret&bogus=1",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u@127.0.0.1:1/db?password=Sup3rSecret",
+        "postgresql://u@127.0.0.1:1/db?sslmode=disable&password=Sup3rSecret&bogus=1",
+    ],
+)
 def test_a_password_parameter_is_masked(capsys: pytest.CaptureFixture[str], url: str) -> None:
     code, out, err = run_cli(capsys, "runs", "--store", url)
     assert_one_line(code, out, err, "password=***")
@@ -339,19 +435,39 @@ def test_a_password_parameter_is_masked(capsys: pytest.CaptureFixture[str], url:
 
 def test_output_to_a_full_disk(tmp_path: Path, store_url: str) -> None:
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-m", "reports.cli", "runs", "--store", store_url],
-                           stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+        p = subprocess.run(
+            [sys.executable, "-m", "reports.cli", "runs", "--store", store_url],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            check=False,
+        )
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == ["gpu-kpi: error: No space left on device"]
 
 
-def test_send_never_creates_a_missing_store(capsys: pytest.CaptureFixture[str],
-                                            tmp_path: Path) -> None:
+def test_send_never_creates_a_missing_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'nowhere' / 'runs.db'}"
-    assert_one_line(*run_cli(capsys, "send", "--week", "2026-W48", "--to", "a@example.com",
-                             "--dry-run", "--out", str(tmp_path / "out"), "--store", url),
-                    "no run store at")
+    assert_one_line(
+        *run_cli(
+            capsys,
+            "send",
+            "--week",
+            "2026-W48",
+            "--to",
+            "a@example.com",
+            "--dry-run",
+            "--out",
+            str(tmp_path / "out"),
+            "--store",
+            url,
+        ),
+        "no run store at",
+    )
     assert not (tmp_path / "nowhere").exists() and not (tmp_path / "out").exists()
 
 
@@ -360,11 +476,14 @@ def test_an_empty_file_is_left_as_it_is(capsys: pytest.CaptureFixture[str], tmp_
     empty.write_bytes(b"")
     assert_one_line(*run_cli(capsys, "runs", "--store", f"sqlite:///{empty}"), "is empty")
     assert empty.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == [
-        "empty-config.toml", "runs.db"]
+        "empty-config.toml",
+        "runs.db",
+    ]
 
 
-def test_runs_lists_what_it_can_and_names_what_it_cannot(capsys: pytest.CaptureFixture[str],
-                                                         store_url: str) -> None:
+def test_runs_lists_what_it_can_and_names_what_it_cannot(
+    capsys: pytest.CaptureFixture[str], store_url: str
+) -> None:
     with RunStore(store_url) as s:
         s.upsert_run(run_record("r2", MONDAY, 1.0, name="text-util"))
         s.upsert_run(run_record("r3", MONDAY, 1.0, name="bytes-team"))
@@ -377,4 +496,6 @@ def test_runs_lists_what_it_can_and_names_what_it_cannot(capsys: pytest.CaptureF
         code, out, err = run_cli(capsys, "runs", "--store", store_url, "--format", fmt)
         assert code == 0, err
         assert "text-util" in out and "bytes-team" in out and "bad-tags" not in out
-        assert err.startswith("gpu-kpi: 1 run(s) could not be read: r4 (") and "Traceback" not in err
+        assert (
+            err.startswith("gpu-kpi: 1 run(s) could not be read: r4 (") and "Traceback" not in err
+        )

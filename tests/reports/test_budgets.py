@@ -28,10 +28,19 @@ NLP = Budget(team="nlp", usd_per_week=500.0, usd_per_month=1000.0)
 VISION = Budget(team="vision", usd_per_month=10.0)
 
 
-def minutes(run_id: str, start: datetime, n: int, util: float = 50.0,
-            gpu: str = "GPU-0") -> list[MinuteSample]:
-    return [MinuteSample(run_id=run_id, minute=start + timedelta(minutes=m), gpu=gpu,
-                         covered_s=60.0, util_pct=util) for m in range(n)]
+def minutes(
+    run_id: str, start: datetime, n: int, util: float = 50.0, gpu: str = "GPU-0"
+) -> list[MinuteSample]:
+    return [
+        MinuteSample(
+            run_id=run_id,
+            minute=start + timedelta(minutes=m),
+            gpu=gpu,
+            covered_s=60.0,
+            util_pct=util,
+        )
+        for m in range(n)
+    ]
 
 
 def fill(url: str) -> None:
@@ -53,8 +62,13 @@ def test_the_weeks_lines_by_hand(store_url: str) -> None:
     req = Request(week="2026-W49", tz=UTC, budgets=(VISION, NLP))
     k = compute(store_url, req, now=AFTER).kpis
     got = {(b.team, b.label): b for b in k.budgets}
-    assert list(got) == [("nlp", "2026-W49"), ("nlp", "2026-11"), ("nlp", "2026-12"),
-                         ("vision", "2026-11"), ("vision", "2026-12")]
+    assert list(got) == [
+        ("nlp", "2026-W49"),
+        ("nlp", "2026-11"),
+        ("nlp", "2026-12"),
+        ("vision", "2026-11"),
+        ("vision", "2026-12"),
+    ]
     week = got[("nlp", "2026-W49")]  # (96 + 2) GPU-h x $3.85, the week's report figure
     assert week.spend_usd == pytest.approx(98 * 3.85)
     assert week.complete and week.level is None and week.used_pct == pytest.approx(75.46)
@@ -78,8 +92,10 @@ def test_a_team_report_has_its_own_lines_only(tmp_path: Path) -> None:
     c = compute(url, req, now=AFTER)
     team = c.team(req, "vision")
     assert team is not None
-    assert [(b.team, b.label) for b in team.budgets] == [("vision", "2026-11"),
-                                                          ("vision", "2026-12")]
+    assert [(b.team, b.label) for b in team.budgets] == [
+        ("vision", "2026-11"),
+        ("vision", "2026-12"),
+    ]
 
 
 def test_a_zone_whose_month_starts_off_the_hour(tmp_path: Path) -> None:
@@ -112,20 +128,21 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[datetime, datetime]]:
     return spans
 
 
-def test_whole_hours_come_from_the_rollups(tmp_path: Path,
-                                           asked: list[tuple[datetime, datetime]]) -> None:
+def test_whole_hours_come_from_the_rollups(
+    tmp_path: Path, asked: list[tuple[datetime, datetime]]
+) -> None:
     """Spend to now: the hours up to 10:00 from the rollups, the minutes since (10:00-10:25)
     from the samples; the two together equal the minutes' own sum."""
     url = f"sqlite:///{tmp_path}/runs.db"
     start = DEC + timedelta(hours=8)
     with RunStore(url) as s:
-        s.upsert_run(run_record("r", start, 3, team="nlp").replace(ended_at=None,
-                                                                   status="running"))
+        s.upsert_run(run_record("r", start, 3, team="nlp").replace(ended_at=None, status="running"))
         s.upsert_samples(minutes("r", start, 150))  # 08:00-10:30
     now = DEC + timedelta(hours=10, minutes=25)
     with RunStore(url) as s:
-        (line,) = current_lines(s, Request(week=None, tz=UTC),
-                                [Budget(team="nlp", usd_per_month=100.0)], now=now)
+        (line,) = current_lines(
+            s, Request(week=None, tz=UTC), [Budget(team="nlp", usd_per_month=100.0)], now=now
+        )
     assert asked == [(DEC + timedelta(hours=10), now)]
     assert line.spend_usd == pytest.approx(145 / 60 * 3.85)  # 08:00-10:25: 145 minutes
     assert line.label == "2026-12" and line.until == now and line.forecast_usd is None
@@ -134,33 +151,53 @@ def test_whole_hours_come_from_the_rollups(tmp_path: Path,
 def test_in_every_output(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     fill(url)
-    req = Request(week="2026-W49", tz=UTC, formats=("json", "csv", "html", "email"),
-                  budgets=(NLP, VISION))
+    req = Request(
+        week="2026-W49", tz=UTC, formats=("json", "csv", "html", "email"), budgets=(NLP, VISION)
+    )
     c = compute(url, req, now=AFTER)
     files = render(c.kpis, req, images={})
     doc = json.loads(files["json"])
     dec = next(b for b in doc["budgets"] if (b["team"], b["label"]) == ("nlp", "2026-12"))
-    assert dec == {"team": "nlp", "period": "month", "label": "2026-12",
-                   "start": "2026-12-01T00:00:00+00:00", "end": "2027-01-01T00:00:00+00:00",
-                   "until": "2026-12-07T00:00:00+00:00", "complete": False,
-                   "spend_usd": 269.5, "budget_usd": 1000.0, "used_pct": 26.95,
-                   "forecast_usd": pytest.approx(1392.416667), "forecast_pct":
-                   pytest.approx(139.241667), "level": None,
-                   "runs": [{"name": "long", "spend_usd": 261.8},
-                            {"name": "smp", "spend_usd": 7.7}]}
+    assert dec == {
+        "team": "nlp",
+        "period": "month",
+        "label": "2026-12",
+        "start": "2026-12-01T00:00:00+00:00",
+        "end": "2027-01-01T00:00:00+00:00",
+        "until": "2026-12-07T00:00:00+00:00",
+        "complete": False,
+        "spend_usd": 269.5,
+        "budget_usd": 1000.0,
+        "used_pct": 26.95,
+        "forecast_usd": pytest.approx(1392.416667),
+        "forecast_pct": pytest.approx(139.241667),
+        "level": None,
+        "runs": [{"name": "long", "spend_usd": 261.8}, {"name": "smp", "spend_usd": 7.7}],
+    }
     csv = files["csv"].decode()
     assert "2026-W49,util,budget,vision,2026-12:level,100\r\n" in csv
     assert "2026-W49,util,budget,nlp,2026-W49:spend_usd,377.3\r\n" in csv
     html = files["html"].decode()
     assert '<h2 id="h-budgets">Budgets</h2>' in html
-    assert ("<td class=\"name\">vision</td><td class=\"nowrap\">December 2026 to 6 Dec</td>"
-            "<td class=\"num\">$19.25</td><td class=\"num\">$10.00</td>") in html
+    assert (
+        '<td class="name">vision</td><td class="nowrap">December 2026 to 6 Dec</td>'
+        '<td class="num">$19.25</td><td class="num">$10.00</td>'
+    ) in html
     assert '<td class="bad">over budget</td>' in html
     assert '<td class="warn">on course to exceed</td>' in html  # nlp's December: 139%
-    text = next(p for p in __import__("email").message_from_bytes(files["eml"]).walk()
-                if p.get_content_type() == "text/plain").get_payload(decode=True).decode()
-    assert ("- nlp, December 2026 to 6 Dec: $269.50 of $1,000.00 (27%), forecast $1,392.42 "
-            "(139%) - on course to exceed") in text
+    text = (
+        next(
+            p
+            for p in __import__("email").message_from_bytes(files["eml"]).walk()
+            if p.get_content_type() == "text/plain"
+        )
+        .get_payload(decode=True)
+        .decode()
+    )
+    assert (
+        "- nlp, December 2026 to 6 Dec: $269.50 of $1,000.00 (27%), forecast $1,392.42 "
+        "(139%) - on course to exceed"
+    ) in text
 
 
 def test_no_budgets_no_section(tmp_path: Path) -> None:
@@ -172,8 +209,9 @@ def test_no_budgets_no_section(tmp_path: Path) -> None:
     assert b"h-budgets" not in files["html"]
 
 
-def test_the_report_command_reads_the_budgets(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_report_command_reads_the_budgets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """W48 (23-29 Nov) ends in November: the month to 30 Nov 00:00 (29 of 30 days)."""
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as s:
@@ -182,19 +220,52 @@ def test_the_report_command_reads_the_budgets(tmp_path: Path,
     cfg = tmp_path / "gpu-kpi.toml"
     cfg.write_text('[[budgets]]\nteam = "nlp"\nusd_per_week = 50\nusd_per_month = 100\n')
     out = tmp_path / "out"
-    assert main(["report", "--config", str(cfg), "--store", url, "--week", "2026-W48",
-                 "--out", str(out), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--config",
+                str(cfg),
+                "--store",
+                url,
+                "--week",
+                "2026-W48",
+                "--out",
+                str(out),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     lines = json.loads((out / "2026-W48.json").read_text())["budgets"]
     assert [(b["label"], b["spend_usd"], b["level"]) for b in lines] == [
-        ("2026-W48", 38.5, None), ("2026-11", 115.5, 100)]
+        ("2026-W48", 38.5, None),
+        ("2026-11", 115.5, 100),
+    ]
     assert lines[1]["forecast_usd"] == pytest.approx(115.5 * 30 / 29)
     cfg.write_text('[[budgets]]\nteam = "nlp"\nusd_per_moth = 100\n')
     capsys.readouterr()
-    assert main(["report", "--config", str(cfg), "--store", url, "--week", "2026-W48",
-                 "--out", str(out)]) == 2
+    assert (
+        main(
+            [
+                "report",
+                "--config",
+                str(cfg),
+                "--store",
+                url,
+                "--week",
+                "2026-W48",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err == (
         "gpu-kpi: error: budgets[0].usd_per_moth: unknown setting (did you mean "
-        "'usd_per_month'?); budgets[0]: needs usd_per_week or usd_per_month (or both)\n")
+        "'usd_per_month'?); budgets[0]: needs usd_per_week or usd_per_month (or both)\n"
+    )
 
 
 def test_the_budgets_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -214,7 +285,9 @@ def test_the_budgets_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["budgets", "--config", str(cfg), "--store", url, "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert [(b["period"], b["spend_usd"], b["used_pct"], b["level"]) for b in got] == [
-        ("week", 0.77, 77.0, None), ("month", 0.77, 7.7, None)]
+        ("week", 0.77, 77.0, None),
+        ("month", 0.77, 7.7, None),
+    ]
     assert main(["budgets", "--config", str(cfg), "--store", url]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["team", "period", "spend", "budget", "used", "forecast", "status"]
@@ -222,8 +295,10 @@ def test_the_budgets_command(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert out[1].split()[3:6] == ["$0.77", "$1.00", "77%"]
     cfg.write_text("")
     assert main(["budgets", "--config", str(cfg), "--store", url]) == 2
-    assert capsys.readouterr().err == ("gpu-kpi: error: no budgets: add [[budgets]] (team, "
-                                       "usd_per_week or usd_per_month) to the config file\n")
+    assert capsys.readouterr().err == (
+        "gpu-kpi: error: no budgets: add [[budgets]] (team, "
+        "usd_per_week or usd_per_month) to the config file\n"
+    )
 
 
 def test_a_run_with_samples_is_measured_by_them_only(tmp_path: Path) -> None:
@@ -238,17 +313,24 @@ def test_a_run_with_samples_is_measured_by_them_only(tmp_path: Path) -> None:
     req = Request(week="2026-W49", tz=UTC, budgets=(NLP,))
     k = compute(url, req, now=AFTER).kpis
     assert {b.label: b.spend_usd for b in k.budgets} == {
-        "2026-W49": 0.0, "2026-11": pytest.approx(3.85), "2026-12": 0.0}
+        "2026-W49": 0.0,
+        "2026-11": pytest.approx(3.85),
+        "2026-12": 0.0,
+    }
     with RunStore(url) as s:
         now = datetime(2026, 12, 2, 12, tzinfo=UTC)
         got = current_lines(s, req, [NLP], now=now, previous=True)
     assert {(b.period, b.label): b.spend_usd for b in got} == {
-        ("week", "2026-W48"): pytest.approx(3.85), ("month", "2026-11"): pytest.approx(3.85),
-        ("week", "2026-W49"): 0.0, ("month", "2026-12"): 0.0}
+        ("week", "2026-W48"): pytest.approx(3.85),
+        ("month", "2026-11"): pytest.approx(3.85),
+        ("week", "2026-W49"): 0.0,
+        ("month", "2026-12"): 0.0,
+    }
 
 
 def test_off_the_hour_the_edges_come_from_the_samples(
-        tmp_path: Path, asked: list[tuple[datetime, datetime]]) -> None:
+    tmp_path: Path, asked: list[tuple[datetime, datetime]]
+) -> None:
     """Kolkata's December so far at 10 Dec 10:25 UTC: 30 Nov 18:30-19:00 and 10:00-10:25 from
     the samples, the whole hours between from the rollups."""
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -260,9 +342,10 @@ def test_off_the_hour_the_edges_come_from_the_samples(
     req = Request(week=None, tz=ZoneInfo("Asia/Kolkata"))
     with RunStore(url) as s:
         (line,) = current_lines(s, req, [Budget(team="nlp", usd_per_month=100.0)], now=now)
-    assert asked == [(datetime(2026, 11, 30, 18, 30, tzinfo=UTC),
-                      datetime(2026, 11, 30, 19, tzinfo=UTC)),
-                     (datetime(2026, 12, 10, 10, tzinfo=UTC), now)]
+    assert asked == [
+        (datetime(2026, 11, 30, 18, 30, tzinfo=UTC), datetime(2026, 11, 30, 19, tzinfo=UTC)),
+        (datetime(2026, 12, 10, 10, tzinfo=UTC), now),
+    ]
     assert line.spend_usd == pytest.approx(1.5 * 3.85)  # 18:30-20:00
 
 
@@ -274,7 +357,9 @@ def test_the_current_week_counts_to_now(tmp_path: Path) -> None:
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
     lines = compute(url, Request(week="2026-W49", tz=UTC, budgets=(NLP,)), now=now).kpis.budgets
     assert [(b.label, b.until, b.complete, b.spend_usd) for b in lines] == [
-        ("2026-W49", now, False, pytest.approx(15.4)), ("2026-11", now, False, pytest.approx(15.4))]
+        ("2026-W49", now, False, pytest.approx(15.4)),
+        ("2026-11", now, False, pytest.approx(15.4)),
+    ]
 
 
 def test_which_runs_have_samples(store_url: str) -> None:

@@ -35,26 +35,49 @@ def store(tmp_path: Path) -> str:
     with RunStore(url) as s:
         s.upsert_run(record("last-week", W47 + timedelta(days=1), 2, 50.0, team="nlp"))
         s.upsert_run(record("busy", W48 + timedelta(days=1), 3, 90.0, team="nlp"))
-        s.upsert_run(record("slow", W48 + timedelta(days=2), 1, None, team="vision",
-                            name="<script>alert(1)</script>"))
+        s.upsert_run(
+            record(
+                "slow",
+                W48 + timedelta(days=2),
+                1,
+                None,
+                team="vision",
+                name="<script>alert(1)</script>",
+            )
+        )
         sampled = record("sampled", W48 + timedelta(days=3), 1, 30.0, team="vision")
         s.upsert_run(sampled)
-        s.upsert_samples([MinuteSample(run_id="sampled", minute=sampled.started_at
-                                       + timedelta(minutes=i), gpu="GPU-a", covered_s=60.0,
-                                       util_pct=20.0 if i < 30 else 40.0) for i in range(60)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="sampled",
+                    minute=sampled.started_at + timedelta(minutes=i),
+                    gpu="GPU-a",
+                    covered_s=60.0,
+                    util_pct=20.0 if i < 30 else 40.0,
+                )
+                for i in range(60)
+            ]
+        )
     return url
 
 
 def gpu_kpi(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reports.cli", *args], capture_output=True,
-                          text=True, timeout=120, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-m", "reports.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def test_json_and_csv_of_a_week(store: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = gpu_kpi("report", "--week", "2026-W48", "--store", store, "--out", str(out),
-                "--format", "json,csv")
+    p = gpu_kpi(
+        "report", "--week", "2026-W48", "--store", store, "--out", str(out), "--format", "json,csv"
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [str(out / "2026-W48.json"), str(out / "2026-W48.csv")]
     d = json.loads((out / "2026-W48.json").read_text())
@@ -84,15 +107,19 @@ def test_json_and_csv_of_a_week(store: str, tmp_path: Path) -> None:
     assert {r["key"] for r in rows if r["section"] == "team"} == {"nlp", "vision"}
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--week", "2026-W54"), "week '2026-W54' does not exist"),
-    (("--week", "2026-48"), "bad week '2026-48'"),
-    (("--week", "2030-W01"), "week 2030-W01 has not started yet"),
-    (("--week", "2026-W48", "--tz", "Nowhere/City"), "unknown time zone 'Nowhere/City'"),
-    (("--week", "2026-W48", "--format", "json,pdf"), "unknown format pdf"),
-])
-def test_bad_input_writes_nothing(store: str, tmp_path: Path, args: tuple[str, ...],
-                                  message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--week", "2026-W54"), "week '2026-W54' does not exist"),
+        (("--week", "2026-48"), "bad week '2026-48'"),
+        (("--week", "2030-W01"), "week 2030-W01 has not started yet"),
+        (("--week", "2026-W48", "--tz", "Nowhere/City"), "unknown time zone 'Nowhere/City'"),
+        (("--week", "2026-W48", "--format", "json,pdf"), "unknown format pdf"),
+    ],
+)
+def test_bad_input_writes_nothing(
+    store: str, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
     out = tmp_path / "out"
     p = gpu_kpi("report", "--store", store, "--out", str(out), *args)
     assert p.returncode == 2, p.stderr
@@ -105,8 +132,9 @@ def test_an_empty_store_is_an_error(tmp_path: Path) -> None:
     out = tmp_path / "out"
     url = f"sqlite:///{tmp_path}/empty.db"
     RunStore(url).close()  # the tables, no run
-    p = gpu_kpi("report", "--week", "2026-W48", "--store", url, "--out", str(out),
-                "--format", "json")
+    p = gpu_kpi(
+        "report", "--week", "2026-W48", "--store", url, "--out", str(out), "--format", "json"
+    )
     assert p.returncode == 2 and "has no runs: nothing to report" in p.stderr
     assert not out.exists()
 
@@ -123,11 +151,25 @@ def test_every_format_with_the_archive_link(store: str, tmp_path: Path) -> None:
     import email.policy
 
     out = tmp_path / "out"
-    p = gpu_kpi("report", "--week", "2026-W48", "--store", store, "--out", str(out),
-                "--report-url", "https://kpi.example.com/weekly/")
+    p = gpu_kpi(
+        "report",
+        "--week",
+        "2026-W48",
+        "--store",
+        store,
+        "--out",
+        str(out),
+        "--report-url",
+        "https://kpi.example.com/weekly/",
+    )
     assert p.returncode == 0, p.stderr
     assert sorted(x.name for x in out.iterdir()) == [
-        "2026-W48.csv", "2026-W48.eml", "2026-W48.html", "2026-W48.json", "index.html"]
+        "2026-W48.csv",
+        "2026-W48.eml",
+        "2026-W48.html",
+        "2026-W48.json",
+        "index.html",
+    ]
     page = "https://kpi.example.com/weekly/2026-W48.html"
     assert f'href="{page}"' in (out / "2026-W48.html").read_text()
     msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
@@ -136,8 +178,9 @@ def test_every_format_with_the_archive_link(store: str, tmp_path: Path) -> None:
     assert text is not None and page in text.get_content() and "$19.25" in text.get_content()
     assert 'href="2026-W48.html"' in (out / "index.html").read_text()
     # a second week joins the index; the first stays
-    p = gpu_kpi("report", "--week", "2026-W47", "--store", store, "--out", str(out),
-                "--format", "html")
+    p = gpu_kpi(
+        "report", "--week", "2026-W47", "--store", store, "--out", str(out), "--format", "html"
+    )
     assert p.returncode == 0, p.stderr
     index = (out / "index.html").read_text()
     assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index
@@ -148,9 +191,19 @@ def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> N
 
     with RunStore(store_url) as s:
         s.upsert_run(record("r", W48, 1, 50.0))
-        s.upsert_samples([MinuteSample(run_id="r", minute=W48 + timedelta(minutes=i),
-                                       gpu=f"GPU-{i % 2}", covered_s=60.0, util_pct=10.0 * i,
-                                       sm_active_pct=None) for i in range(5)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="r",
+                    minute=W48 + timedelta(minutes=i),
+                    gpu=f"GPU-{i % 2}",
+                    covered_s=60.0,
+                    util_pct=10.0 * i,
+                    sm_active_pct=None,
+                )
+                for i in range(5)
+            ]
+        )
         chunks: list[int] = []
         builder = SampleFrameBuilder()
 
@@ -158,8 +211,13 @@ def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> N
             chunks.append(len(rows))
             builder(rows)
 
-        s.scan_samples(consume, columns=SAMPLE_COLUMNS, since=W48 + timedelta(minutes=1),
-                       until=W48 + timedelta(minutes=4), chunk_rows=2)
+        s.scan_samples(
+            consume,
+            columns=SAMPLE_COLUMNS,
+            since=W48 + timedelta(minutes=1),
+            until=W48 + timedelta(minutes=4),
+            chunk_rows=2,
+        )
     assert chunks == [2, 1]
     frame = builder.frame().sort_values("minute", ignore_index=True)
     assert frame["minute"].tolist() == [W48 + timedelta(minutes=i) for i in (1, 2, 3)]

@@ -38,9 +38,18 @@ def test_the_last_hour_of_the_autumn_week_is_read(tmp_path: object) -> None:
     with RunStore(url) as s:
         s.upsert_run(run_record("late", late, 0.5, util=None))
         s.upsert_run(run_record("sampled", sampled, 1.0, util=40.0))
-        s.upsert_samples([MinuteSample(run_id="sampled", minute=sampled + timedelta(minutes=m),
-                                       gpu="GPU-0", covered_s=60.0, util_pct=40.0)
-                          for m in range(60)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="sampled",
+                    minute=sampled + timedelta(minutes=m),
+                    gpu="GPU-0",
+                    covered_s=60.0,
+                    util_pct=40.0,
+                )
+                for m in range(60)
+            ]
+        )
     w43 = compute(url, Request(week="2026-W43", tz=BERLIN), now=NOW).kpis
     assert w43.headline.gpu_hours == pytest.approx(1.5)
     assert w43.headline.spend_usd == pytest.approx(5.775)
@@ -73,16 +82,27 @@ def test_idle_stretches_across_the_week_edge_count_in_their_own_week(tmp_path: o
     start = datetime(2026, 11, 22, 23, 40, tzinfo=UTC)
     with RunStore(url) as s:
         s.upsert_run(run_record("edge", start, 40 / 60, util=1.0))
-        s.upsert_samples([MinuteSample(run_id="edge", minute=start + timedelta(minutes=m),
-                                       gpu="GPU-0", covered_s=60.0, util_pct=1.0)
-                          for m in range(40)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="edge",
+                    minute=start + timedelta(minutes=m),
+                    gpu="GPU-0",
+                    covered_s=60.0,
+                    util_pct=1.0,
+                )
+                for m in range(40)
+            ]
+        )
     idle_20 = 20 / 60 * 3.85
     w47 = compute(url, Request(week="2026-W47", tz=UTC), now=NOW).kpis
     assert w47.headline.gpu_hours == pytest.approx(20 / 60)
     assert w47.headline.idle_usd == pytest.approx(idle_20)
     w48 = compute(url, Request(week="2026-W48", tz=UTC), now=NOW).kpis
     assert w48.headline.idle_usd == pytest.approx(idle_20)
-    assert w48.previous is not None and w48.previous.idle_usd == pytest.approx(w47.headline.idle_usd)
+    assert w48.previous is not None and w48.previous.idle_usd == pytest.approx(
+        w47.headline.idle_usd
+    )
 
 
 def test_a_short_idle_blip_at_the_edge_is_not_idle(tmp_path: object) -> None:
@@ -92,9 +112,18 @@ def test_a_short_idle_blip_at_the_edge_is_not_idle(tmp_path: object) -> None:
     start = datetime(2026, 11, 22, 23, 40, tzinfo=UTC)
     with RunStore(url) as s:
         s.upsert_run(run_record("blip", start, 40 / 60, util=40.0))
-        s.upsert_samples([MinuteSample(run_id="blip", minute=start + timedelta(minutes=m),
-                                       gpu="GPU-0", covered_s=60.0,
-                                       util_pct=1.0 if m < 15 else 90.0) for m in range(40)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="blip",
+                    minute=start + timedelta(minutes=m),
+                    gpu="GPU-0",
+                    covered_s=60.0,
+                    util_pct=1.0 if m < 15 else 90.0,
+                )
+                for m in range(40)
+            ]
+        )
     for week in ("2026-W47", "2026-W48"):
         assert compute(url, Request(week=week, tz=UTC), now=NOW).kpis.headline.idle_usd == 0.0
 
@@ -122,8 +151,17 @@ def test_new_yorks_last_autumn_hour_and_an_owned_fleets_169_hours(tmp_path: obje
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as s:
         s.upsert_run(run_record("late", datetime(2026, 11, 2, 4, 30, tzinfo=UTC), 1 / 3))
-    owned = {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
-                              usd_per_kwh=0.12, pue=1.3, gpus=2)}
+    owned = {
+        "H100": OwnedGpu(
+            model="H100",
+            purchase_usd=30000,
+            life_years=4,
+            power_w=700,
+            usd_per_kwh=0.12,
+            pue=1.3,
+            gpus=2,
+        )
+    }
     rate = 30000 / (4 * 8766) + 0.7 * 0.12 * 1.3
     k = compute(url, Request(week="2026-W44", tz=NEW_YORK, owned=owned), now=NOW).kpis
     assert label_of(k.week) == "2026-W44"

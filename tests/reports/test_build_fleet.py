@@ -49,15 +49,40 @@ def test_an_owned_fleet_and_its_carbon_in_the_weekly_report(tmp_path: Path) -> N
     url = f"sqlite:///{db}"
     day = datetime(2026, 11, 24, 9, tzinfo=UTC)
     with RunStore(url) as s:
-        s.upsert_run(run_record("h", day, 10, gpus=2, util=60.0, team="nlp", host="dgx-eu-1",
-                                energy_kwh=14.0))
-        s.upsert_run(run_record("a", day, 4, model="A100-80GB", price=2.0, util=90.0,
-                                team="vision", host="gpu-us-1", energy_kwh=1.2))
+        s.upsert_run(
+            run_record(
+                "h", day, 10, gpus=2, util=60.0, team="nlp", host="dgx-eu-1", energy_kwh=14.0
+            )
+        )
+        s.upsert_run(
+            run_record(
+                "a",
+                day,
+                4,
+                model="A100-80GB",
+                price=2.0,
+                util=90.0,
+                team="vision",
+                host="gpu-us-1",
+                energy_kwh=1.2,
+            )
+        )
     config = tmp_path / "gpu-kpi.toml"
     config.write_text(CONFIG.format(db=db))
     out = tmp_path / "out"
-    p = gpu_kpi("report", "--config", str(config), "--week", "2026-W48", "--tz", "UTC",
-                "--out", str(out), "--format", "html,json")
+    p = gpu_kpi(
+        "report",
+        "--config",
+        str(config),
+        "--week",
+        "2026-W48",
+        "--tz",
+        "UTC",
+        "--out",
+        str(out),
+        "--format",
+        "html,json",
+    )
     assert p.returncode == 0, p.stderr
     d = json.loads((out / "2026-W48.json").read_text())
 
@@ -70,8 +95,11 @@ def test_an_owned_fleet_and_its_carbon_in_the_weekly_report(tmp_path: Path) -> N
     assert teams["nlp"]["co2e_kg"] == pytest.approx(0.9408)
     assert teams["vision"]["co2e_kg"] == pytest.approx(0.576)
     assert teams["nlp"]["spend_usd"] == pytest.approx(20 * RATE)
-    assert d["carbon"] == {"g_per_kwh": 400.0, "pue": 1.2,
-                           "hosts": [{"pattern": "dgx-eu-*", "g_per_kwh": 56.0}]}
+    assert d["carbon"] == {
+        "g_per_kwh": 400.0,
+        "pue": 1.2,
+        "hosts": [{"pattern": "dgx-eu-*", "g_per_kwh": 56.0}],
+    }
 
     (line,) = d["rent_vs_own"]
     assert line["model"] == "H100" and line["gpus"] == 4 and line["hours_in_period"] == 168.0
@@ -101,10 +129,14 @@ def test_a_runs_own_price_beats_the_owned_rate_as_in_the_tracker(tmp_path: Path)
     with RunStore(url) as s:
         s.upsert_run(run_record("own", day, 2, price=1.5, price_source="override"))
         s.upsert_run(run_record("table", day, 2, price_source="table"))
-    owned = {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
-                              usd_per_kwh=0.12, pue=1.3)}
-    k = compute(url, Request(week="2026-W48", tz=UTC, owned=owned),
-                now=datetime(2026, 12, 1, tzinfo=UTC)).kpis
+    owned = {
+        "H100": OwnedGpu(
+            model="H100", purchase_usd=30000, life_years=4, power_w=700, usd_per_kwh=0.12, pue=1.3
+        )
+    }
+    k = compute(
+        url, Request(week="2026-W48", tz=UTC, owned=owned), now=datetime(2026, 12, 1, tzinfo=UTC)
+    ).kpis
     spend = k.runs.set_index("run_id")["spend_usd"]
     assert spend["own"] == pytest.approx(3.0)
     assert spend["table"] == pytest.approx(2 * RATE)
@@ -124,10 +156,22 @@ def test_a_variant_priced_in_prices_is_rented_not_the_owned_base(tmp_path: Path)
     with RunStore(url) as s:
         s.upsert_run(run_record("nvl", day, 1, model="NVIDIA H100 NVL", price=None))
         s.upsert_run(run_record("sxm", day, 1, model="NVIDIA H100 80GB HBM3", price=None))
-    owned = {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
-                              usd_per_kwh=0.12, pue=1.3, gpus=1)}
-    k = compute(url, Request(week="2026-W48", tz=UTC, owned=owned, prices={"H100 NVL": 3.0}),
-                now=datetime(2026, 12, 1, tzinfo=UTC)).kpis
+    owned = {
+        "H100": OwnedGpu(
+            model="H100",
+            purchase_usd=30000,
+            life_years=4,
+            power_w=700,
+            usd_per_kwh=0.12,
+            pue=1.3,
+            gpus=1,
+        )
+    }
+    k = compute(
+        url,
+        Request(week="2026-W48", tz=UTC, owned=owned, prices={"H100 NVL": 3.0}),
+        now=datetime(2026, 12, 1, tzinfo=UTC),
+    ).kpis
     spend = k.runs.set_index("run_id")["spend_usd"]
     assert spend["nvl"] == pytest.approx(3.0) and spend["sxm"] == pytest.approx(RATE)
     (line,) = k.rent_vs_own
@@ -142,8 +186,17 @@ def test_a_summary_claiming_more_idle_than_spend_is_capped_at_its_hours(tmp_path
 
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as s:
-        s.upsert_run(run_record("c", datetime(2026, 11, 24, 9, tzinfo=UTC), 10, price=2.0,
-                                cost_usd=20.0, idle_usd=30.0))
-    h = compute(url, Request(week="2026-W48", tz=UTC),
-                now=datetime(2026, 12, 1, tzinfo=UTC)).kpis.headline
+        s.upsert_run(
+            run_record(
+                "c",
+                datetime(2026, 11, 24, 9, tzinfo=UTC),
+                10,
+                price=2.0,
+                cost_usd=20.0,
+                idle_usd=30.0,
+            )
+        )
+    h = compute(
+        url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 1, tzinfo=UTC)
+    ).kpis.headline
     assert (h.spend_usd, h.idle_usd, h.waste_usd) == pytest.approx((20.0, 20.0, 20.0))

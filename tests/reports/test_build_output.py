@@ -35,27 +35,44 @@ def store(tmp_path: Path) -> str:
         s.upsert_run(run_record("w47", W47 + timedelta(days=1), 2, util=50.0, team="nlp"))
         run = run_record("w48", W48 + timedelta(days=1), 3, util=30.0, team="vision")
         s.upsert_run(run)
-        s.upsert_samples([MinuteSample(run_id="w48", minute=run.started_at + timedelta(minutes=i),
-                                       gpu="GPU-a", util_pct=20.0 + i % 50) for i in range(180)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="w48",
+                    minute=run.started_at + timedelta(minutes=i),
+                    gpu="GPU-a",
+                    util_pct=20.0 + i % 50,
+                )
+                for i in range(180)
+            ]
+        )
     return url
 
 
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every entry of ``folder`` (hidden ones too) with its bytes and mtime."""
-    return {p.name: (p.read_bytes() if p.is_file() else b"<dir>", p.stat().st_mtime_ns)
-            for p in folder.iterdir()}
+    return {
+        p.name: (p.read_bytes() if p.is_file() else b"<dir>", p.stat().st_mtime_ns)
+        for p in folder.iterdir()
+    }
 
 
 def archived_w47(store: str, out: Path) -> dict[str, tuple[bytes, int]]:
     build(store, Request(week="2026-W47", tz=UTC, formats=EVERY), out, now=NOW)
     before = snapshot(out)
-    assert sorted(before) == ["2026-W47.csv", "2026-W47.eml", "2026-W47.html", "2026-W47.json",
-                              "index.html"]
+    assert sorted(before) == [
+        "2026-W47.csv",
+        "2026-W47.eml",
+        "2026-W47.html",
+        "2026-W47.json",
+        "index.html",
+    ]
     return before
 
 
-def test_a_failing_index_changes_nothing(store: str, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_index_changes_nothing(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The index is rendered last, after every file of the week was written somewhere: when
     it fails (here: a full disk), none of W48's files appear and W47's are untouched."""
     out = tmp_path / "out"
@@ -71,8 +88,9 @@ def test_a_failing_index_changes_nothing(store: str, tmp_path: Path,
     assert snapshot(out) == before  # no new file, no temporary folder, nothing rewritten
 
 
-def test_a_failing_renderer_changes_nothing(store: str, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_renderer_changes_nothing(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     before = archived_w47(store, out)
 
@@ -96,10 +114,26 @@ def test_a_file_too_big_for_the_disk_leaves_no_half_report(store: str, tmp_path:
     after the JSON and CSV are written, and the CLI says so on one line."""
     out = tmp_path / "out"
     before = archived_w47(store, out)
-    p = subprocess.run([sys.executable, "-m", "reports.cli", "report", "--week", "2026-W48",
-                        "--store", store, "--out", str(out)], capture_output=True, text=True,
-                       timeout=120, check=False, preexec_fn=_small_files_only,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reports.cli",
+            "report",
+            "--week",
+            "2026-W48",
+            "--store",
+            store,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=_small_files_only,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert p.returncode == 2, p.stderr
     assert p.stderr == f"gpu-kpi: error: cannot write the report to {out}: File too large\n"
     assert snapshot(out) == before
@@ -109,19 +143,25 @@ def test_the_week_moves_in_at_once(store: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     archived_w47(store, out)
     written = build(store, Request(week="2026-W48", tz=UTC, formats=EVERY), out, now=NOW)
-    assert [p.name for p in written] == ["2026-W48.json", "2026-W48.csv", "2026-W48.html",
-                                         "2026-W48.eml", "index.html"]
+    assert [p.name for p in written] == [
+        "2026-W48.json",
+        "2026-W48.csv",
+        "2026-W48.html",
+        "2026-W48.eml",
+        "index.html",
+    ]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"2026-W4{w}.{s}" for w in (7, 8) for s in ("csv", "eml", "html", "json")]
-        + ["index.html"])
+        [f"2026-W4{w}.{s}" for w in (7, 8) for s in ("csv", "eml", "html", "json")] + ["index.html"]
+    )
     mode = 0o666 & ~report_build._umask()
     assert {p.stat().st_mode & 0o777 for p in written} == {mode}  # not mkstemp's 0600
     index = (out / "index.html").read_text()
     assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index
 
 
-def test_an_output_path_that_is_a_file(store: str, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_output_path_that_is_a_file(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(report_build, "compute", _never)
     out = tmp_path / "report.txt"
     out.write_text("keep me")
@@ -138,15 +178,34 @@ def test_an_output_path_that_is_a_file(store: str, tmp_path: Path,
 def test_the_cli_says_it_on_one_line(store: str, tmp_path: Path) -> None:
     out = tmp_path / "report.txt"
     out.write_text("")
-    p = subprocess.run([sys.executable, "-m", "reports.cli", "report", "--week", "2026-W48",
-                        "--store", store, "--out", str(out)], capture_output=True, text=True,
-                       timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reports.cli",
+            "report",
+            "--week",
+            "2026-W48",
+            "--store",
+            store,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert p.returncode == 2
     assert p.stderr == f"gpu-kpi: error: cannot write the report to {out}: it is not a folder\n"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder anyway; "
-                    "test_an_output_path_that_is_a_file keeps a failing case")
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="root writes into a read-only folder anyway; "
+    "test_an_output_path_that_is_a_file keeps a failing case",
+)
 def test_a_read_only_folder(store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(report_build, "compute", _never)
     folder = tmp_path / "ro"

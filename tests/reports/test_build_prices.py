@@ -18,8 +18,17 @@ def test_a_b200_priced_in_the_config(tmp_path: object) -> None:
     without it the 6 GPU-h are unpriced and the spend is 0."""
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as s:
-        s.upsert_run(run_record("b", datetime(2026, 11, 24, 9, tzinfo=UTC), 3.0, gpus=2,
-                                model="NVIDIA B200", price=None, util=85.0))
+        s.upsert_run(
+            run_record(
+                "b",
+                datetime(2026, 11, 24, 9, tzinfo=UTC),
+                3.0,
+                gpus=2,
+                model="NVIDIA B200",
+                price=None,
+                util=85.0,
+            )
+        )
     priced = compute(url, Request(week="2026-W48", tz=UTC, prices={"B200": 5.5}), now=NOW).kpis
     assert priced.headline.spend_usd == pytest.approx(33.0)
     assert priced.headline.unpriced_gpu_hours == 0.0

@@ -38,56 +38,78 @@ def fill(url: str) -> None:
     """Two good runs and a bad one, all in W48 on H100 at $3.85."""
     with RunStore(url) as s:
         s.upsert_run(run_record("a", W48 + timedelta(days=1), 2, util=90.0, name="good-a"))
-        s.upsert_run(run_record("b", W48 + timedelta(days=2), 1, gpus=2, util=40.0,
-                                name="good-b"))
-        s.upsert_run(run_record("bad", W48 + timedelta(days=3), 3, util=50.0,
-                                name="<b>bad-run</b>"))
+        s.upsert_run(run_record("b", W48 + timedelta(days=2), 1, gpus=2, util=40.0, name="good-b"))
+        s.upsert_run(
+            run_record("bad", W48 + timedelta(days=3), 3, util=50.0, name="<b>bad-run</b>")
+        )
 
 
 def report(url: str, out: Path) -> dict[str, Any]:
-    build(url, Request(week="2026-W48", tz=UTC, formats=("html", "email", "json", "csv")), out,
-          now=NOW)
+    build(
+        url,
+        Request(week="2026-W48", tz=UTC, formats=("html", "email", "json", "csv")),
+        out,
+        now=NOW,
+    )
     return dict(json.loads((out / "2026-W48.json").read_text()))
 
 
 def text_part(out: Path, kind: str = "plain") -> str:
-    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(),
-                                   policy=email.policy.default)
+    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
     body = msg.get_body((kind,))  # type: ignore[attr-defined]
     assert body is not None
     return str(body.get_content())
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "gpu_kpi" and r.levelno == logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "gpu_kpi" and r.levelno == logging.WARNING
+    ]
 
 
-@pytest.mark.parametrize(("statement", "reason"), [
-    ("UPDATE runs SET price_per_gpu_hour = 9e999 WHERE id = 'bad'",
-     "non-finite price_per_gpu_hour"),
-    ("UPDATE runs SET cost_usd = -9e999 WHERE id = 'bad'", "non-finite cost_usd"),
-    ("UPDATE runs SET util_pct = 'abc' WHERE id = 'bad'", "text in util_pct"),
-    ("UPDATE runs SET gpu_hours = 'three' WHERE id = 'bad'", "text in gpu_hours"),
-    ("UPDATE runs SET gpu_hours = -3 WHERE id = 'bad'", "negative gpu_hours"),
-    ("UPDATE runs SET util_pct = 250 WHERE id = 'bad'", "util_pct out of 0–100"),
-    ("UPDATE runs SET util_pct = -1 WHERE id = 'bad'", "util_pct out of 0–100"),
-    ("UPDATE runs SET started_at = '2026-11-26 garbage' WHERE id = 'bad'",
-     "unreadable started_at"),
-    ("UPDATE runs SET tags = '{' WHERE id = 'bad'", "unreadable tags"),
-    # issue 10's review: each of these ended the report in a traceback, or lost the run unnamed
-    pytest.param(f"UPDATE runs SET tags = '{'[' * 100_000}{']' * 100_000}' WHERE id = 'bad'",
-                 "unreadable tags", id="tags-nested-past-the-parser"),  # RecursionError
-    ("UPDATE runs SET tags = '[1]' WHERE id = 'bad'", "unreadable tags"),
-    ("UPDATE runs SET links = '[\"a\"]' WHERE id = 'bad'", "unreadable links"),
-    ("UPDATE runs SET started_at = 'garbage' WHERE id = 'bad'",  # sorts after every week
-     "unreadable started_at"),
-    ("UPDATE runs SET ended_at = 5 WHERE id = 'bad'", "unreadable ended_at"),  # before every week
-    ("UPDATE runs SET id = X'626164' WHERE id = 'bad'", "id is not text"),  # bytes of 'bad'
-    ("UPDATE runs SET gpu_hours = 1e300 WHERE id = 'bad'", "gpu_hours out of range"),
-])
+@pytest.mark.parametrize(
+    ("statement", "reason"),
+    [
+        (
+            "UPDATE runs SET price_per_gpu_hour = 9e999 WHERE id = 'bad'",
+            "non-finite price_per_gpu_hour",
+        ),
+        ("UPDATE runs SET cost_usd = -9e999 WHERE id = 'bad'", "non-finite cost_usd"),
+        ("UPDATE runs SET util_pct = 'abc' WHERE id = 'bad'", "text in util_pct"),
+        ("UPDATE runs SET gpu_hours = 'three' WHERE id = 'bad'", "text in gpu_hours"),
+        ("UPDATE runs SET gpu_hours = -3 WHERE id = 'bad'", "negative gpu_hours"),
+        ("UPDATE runs SET util_pct = 250 WHERE id = 'bad'", "util_pct out of 0–100"),
+        ("UPDATE runs SET util_pct = -1 WHERE id = 'bad'", "util_pct out of 0–100"),
+        (
+            "UPDATE runs SET started_at = '2026-11-26 garbage' WHERE id = 'bad'",
+            "unreadable started_at",
+        ),
+        ("UPDATE runs SET tags = '{' WHERE id = 'bad'", "unreadable tags"),
+        # issue 10's review: each of these ended the report in a traceback, or lost the run unnamed
+        pytest.param(
+            f"UPDATE runs SET tags = '{'[' * 100_000}{']' * 100_000}' WHERE id = 'bad'",
+            "unreadable tags",
+            id="tags-nested-past-the-parser",
+        ),  # RecursionError
+        ("UPDATE runs SET tags = '[1]' WHERE id = 'bad'", "unreadable tags"),
+        ("UPDATE runs SET links = '[\"a\"]' WHERE id = 'bad'", "unreadable links"),
+        (
+            "UPDATE runs SET started_at = 'garbage' WHERE id = 'bad'",  # sorts after every week
+            "unreadable started_at",
+        ),
+        (
+            "UPDATE runs SET ended_at = 5 WHERE id = 'bad'",
+            "unreadable ended_at",
+        ),  # before every week
+        ("UPDATE runs SET id = X'626164' WHERE id = 'bad'", "id is not text"),  # bytes of 'bad'
+        ("UPDATE runs SET gpu_hours = 1e300 WHERE id = 'bad'", "gpu_hours out of range"),
+    ],
+)
 def test_a_bad_run_is_left_out_counted_and_named_everywhere(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, statement: str, reason: str) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, statement: str, reason: str
+) -> None:
     """Good runs only: a 2 h at 90% and b 2 GPU-h at 40%, at $3.85.
     GPU-hours 4; spend 4 × 3.85 = $15.40; utilization (2 × 90 + 2 × 40) / 4 = 65%;
     waste: a is over the 85% target, b 7.70 × (1 − 40/85) = $4.08."""
@@ -136,9 +158,12 @@ def test_inf_on_either_database(store_url: str, caplog: pytest.LogCaptureFixture
         c = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
     assert c.kpis.headline.spend_usd == pytest.approx(4 * PRICE)
     assert sorted((r.run_id, r.reason) for r in c.kpis.skipped.runs) == [
-        ("bad", "non-finite price_per_gpu_hour"), ("bad2", "non-finite gpu_hours")]
+        ("bad", "non-finite price_per_gpu_hour"),
+        ("bad2", "non-finite gpu_hours"),
+    ]
     assert c.kpis.skipped.summary() == (
-        "2 runs excluded: non-finite gpu_hours (1), non-finite price_per_gpu_hour (1)")
+        "2 runs excluded: non-finite gpu_hours (1), non-finite price_per_gpu_hour (1)"
+    )
     assert len(warnings(caplog)) == 1
 
 
@@ -146,9 +171,18 @@ def sampled_run(url: str) -> None:
     """Run s: one GPU for 60 minutes, 2% for minutes 0–39 (idle), 60% for 40–59."""
     with RunStore(url) as s:
         s.upsert_run(run_record("s", W48 + timedelta(days=1), 1, util=50.0, name="sampled"))
-        s.upsert_samples([MinuteSample(run_id="s", minute=W48 + timedelta(days=1, minutes=i),
-                                       gpu="GPU-a", covered_s=60.0,
-                                       util_pct=2.0 if i < 40 else 60.0) for i in range(60)])
+        s.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="s",
+                    minute=W48 + timedelta(days=1, minutes=i),
+                    gpu="GPU-a",
+                    covered_s=60.0,
+                    util_pct=2.0 if i < 40 else 60.0,
+                )
+                for i in range(60)
+            ]
+        )
 
 
 def rebuilt(url: str) -> None:
@@ -167,7 +201,8 @@ def corrupt(url: str, minute: int, column: str, value: object) -> None:
 
 
 def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
-        store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Minute 5's utilization is text (SQLite) or NaN (PostgreSQL), minute 51's is inf: both
     count with utilization unknown. Minute 50's covered_s is text or inf: left out.
     GPU-hours: 59 minutes = 59/60 h, $3.85 × 59/60. Known: 57 minutes; used = 39 × 2% +
@@ -194,8 +229,13 @@ def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
     assert d["excluded"] == [] and d["bad_sample_rows"] == 3
     assert d["bad_samples"] == [
         {"run_id": "s", "name": "sampled", "rows": 1, "reason": "unusable covered_s: left out"},
-        {"run_id": "s", "name": "sampled", "rows": 2,
-         "reason": "unusable util_pct: read as unknown"}]
+        {
+            "run_id": "s",
+            "name": "sampled",
+            "rows": 2,
+            "reason": "unusable util_pct: read as unknown",
+        },
+    ]
     summary = "3 sample rows of 1 run left out or read as unknown"
     assert d["skipped"] == summary
     assert f"Left out of these figures: {summary}." in (out / "2026-W48.html").read_text()
@@ -215,7 +255,8 @@ def test_a_run_whose_samples_are_all_unusable_counts_from_its_summary(tmp_path: 
     assert c.kpis.headline.gpu_hours == pytest.approx(1.0)
     assert c.kpis.headline.utilization_pct == pytest.approx(50.0)
     assert [(b.rows, b.reason) for b in c.kpis.skipped.samples] == [
-        (60, "unusable covered_s: left out")]
+        (60, "unusable covered_s: left out")
+    ]
 
 
 def test_a_clean_store_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -240,22 +281,26 @@ def test_a_run_with_an_unreadable_start_is_named_in_every_report(tmp_path: Path)
     for week in ("2026-W40", "2026-W48"):
         c = compute(url, Request(week=week, tz=UTC), now=NOW)
         assert [(r.run_id, r.reason) for r in c.kpis.skipped.runs] == [
-            ("bad", "unreadable started_at")]
+            ("bad", "unreadable started_at")
+        ]
 
 
-@pytest.mark.parametrize(("column", "stored", "text"), [
-    ("name", "X'6578702d34320a'", "exp-42\n"),  # BLOB: a tracker that passed bytes
-    ("team", "X'766973696f6e'", "vision"),
-    ("project", "X'6c6c616d61'", "llama"),
-    ('"user"', "X'6a6c6565'", "jlee"),
-    ("verdict", "X'6f6b'", "ok"),
-    ("advice", "X'ff6f6b'", "\ufffdok"),  # not UTF-8: the bad byte replaced
-    ("gpu_model", "X'48313030'", "H100"),  # the price is still found
-    ("name", "CAST(X'ff41' AS TEXT)", "\ufffdA"),  # TEXT that is not UTF-8: failed the read
-])
+@pytest.mark.parametrize(
+    ("column", "stored", "text"),
+    [
+        ("name", "X'6578702d34320a'", "exp-42\n"),  # BLOB: a tracker that passed bytes
+        ("team", "X'766973696f6e'", "vision"),
+        ("project", "X'6c6c616d61'", "llama"),
+        ('"user"', "X'6a6c6565'", "jlee"),
+        ("verdict", "X'6f6b'", "ok"),
+        ("advice", "X'ff6f6b'", "\ufffdok"),  # not UTF-8: the bad byte replaced
+        ("gpu_model", "X'48313030'", "H100"),  # the price is still found
+        ("name", "CAST(X'ff41' AS TEXT)", "\ufffdA"),  # TEXT that is not UTF-8: failed the read
+    ],
+)
 def test_text_stored_as_bytes_is_decoded_and_the_run_counts(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture, column: str, stored: str,
-        text: str) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, column: str, stored: str, text: str
+) -> None:
     """A text column holding bytes made the JSON export raise (``bytes is not JSON
     serializable``); TEXT that is not UTF-8 failed the whole read. The run keeps its
     GPU-hours: 2 + 2 + 3 = 7 GPU-h at $3.85, nothing excluded, the text decoded everywhere."""
@@ -279,7 +324,8 @@ def test_text_stored_as_bytes_is_decoded_and_the_run_counts(
 
 
 def test_sample_rows_whose_minute_is_no_time_are_left_out_and_named(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Minute 0's stored minute is ``'2026-11-24 !!'`` (sorts first: the samples' earliest),
     minute 59's ``'2026-11-24 zz'`` (sorts last): the span query raised ValueError. Both rows
     are left out and named. GPU-hours: 58 minutes; known 58, used 39 × 2% + 19 × 60% = 12.18
@@ -296,8 +342,9 @@ def test_sample_rows_whose_minute_is_no_time_are_left_out_and_named(
     assert h["utilization_pct"] == pytest.approx(100 * 12.18 / 58)
     assert h["idle_usd"] == pytest.approx(PRICE * 39 / 60)
     assert d["excluded"] == [] and d["bad_sample_rows"] == 2
-    assert d["bad_samples"] == [{"run_id": "s", "name": "sampled", "rows": 2,
-                                 "reason": "unreadable minute: left out"}]
+    assert d["bad_samples"] == [
+        {"run_id": "s", "name": "sampled", "rows": 2, "reason": "unreadable minute: left out"}
+    ]
     (line,) = warnings(caplog)
     assert "sampled (s): 2 sample rows, unreadable minute: left out" in line
 
@@ -311,8 +358,12 @@ def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
     fill(url)
     k = compute(url, Request(week="2026-W48", tz=UTC), now=NOW).kpis
     n = len(k.runs)
-    odd = k.runs.assign(name=[b"exp-\xff"] * n, links=[{"a"}] * n, verdict=[object()] * n,
-                        gpu_hours=[float("inf")] * n)
+    odd = k.runs.assign(
+        name=[b"exp-\xff"] * n,
+        links=[{"a"}] * n,
+        verdict=[object()] * n,
+        gpu_hours=[float("inf")] * n,
+    )
     d = json.loads(to_json(dataclasses.replace(k, runs=odd), UTC))
     assert {r["name"] for r in d["runs"]} == {"exp-\ufffd"}
     assert {r["links"] for r in d["runs"]} == {"{'a'}"}
@@ -328,8 +379,8 @@ def test_a_damaged_rollup_row_is_left_out_and_named(store_url: str) -> None:
     sql(store_url, "UPDATE rollups SET covered_s = :v WHERE run_id = 's'", v=float("inf"))
     c = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
     assert [(b.rows, b.reason) for b in c.kpis.skipped.samples] == [
-        (1, "damaged hourly rollups: left out (rebuild them with gpu-kpi store "
-            "rebuild-rollups)")]
+        (1, "damaged hourly rollups: left out (rebuild them with gpu-kpi store rebuild-rollups)")
+    ]
     assert c.kpis.headline.gpu_hours == pytest.approx(1.0)  # from the run's summary
     rebuilt(store_url)
     again = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)

@@ -51,18 +51,30 @@ def fill(store: RunStore, seed: int) -> None:
             minute = start
             for u in utils(rng, hours * 60):
                 minute += timedelta(minutes=rng.choice([1] * 30 + [2, 45]))  # a few gaps
-                rows.append(MinuteSample(run_id=f"r{i}", minute=minute, gpu=f"GPU-{i}-{g}",
-                                         covered_s=rng.choice([60.0] * 5 + [17.0]), util_pct=u,
-                                         sm_active_pct=None if u is None else u * 0.6))
+                rows.append(
+                    MinuteSample(
+                        run_id=f"r{i}",
+                        minute=minute,
+                        gpu=f"GPU-{i}-{g}",
+                        covered_s=rng.choice([60.0] * 5 + [17.0]),
+                        util_pct=u,
+                        sm_active_pct=None if u is None else u * 0.6,
+                    )
+                )
         store.upsert_samples(rows)
     # a summary-only run, and samples of a run the store has no record of
     store.upsert_run(run_record("summary", W44 + timedelta(days=2), 5, util=30.0))
-    store.upsert_samples([MinuteSample(run_id="ghost", minute=W44 + timedelta(minutes=m),
-                                       gpu="GPU-x", util_pct=0.0) for m in range(40)])
+    store.upsert_samples(
+        [
+            MinuteSample(
+                run_id="ghost", minute=W44 + timedelta(minutes=m), gpu="GPU-x", util_pct=0.0
+            )
+            for m in range(40)
+        ]
+    )
 
 
-def every_minute(store_url: str, start: datetime, basis: str) -> tuple[pd.DataFrame,
-                                                                        pd.DataFrame]:
+def every_minute(store_url: str, start: datetime, basis: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs and all their minute samples in the report's 12 weeks, read row by row."""
     since, until = start - timedelta(days=77), start + timedelta(days=7)
     with RunStore(store_url) as store:
@@ -79,7 +91,8 @@ def ordered(gt: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize(("basis", "parts"), [("util", 1), ("util", 3), ("sm_active", 1)])
 def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
-        store_url: str, basis: str, parts: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    store_url: str, basis: str, parts: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("tracker.store.scans._ROWS_PER_READER", 1000 if parts > 1 else 10**9)
     monkeypatch.setattr("tracker.store.scans._MAX_SAMPLE_READERS", parts)
     monkeypatch.setattr("tracker.store.scans.os.cpu_count", lambda: 4)
@@ -92,8 +105,9 @@ def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
     runs_read, sampled, skipped = load(store_url, W44, tz=BERLIN, basis=basis, now=NOW)
     assert not skipped  # a clean store: nothing left out
     got = kpis.combine_gpu_time(runs_read, sampled, tz=BERLIN, basis=basis, now=NOW)
-    pd.testing.assert_frame_equal(ordered(got), ordered(expected), check_exact=False,
-                                  rtol=1e-9, atol=1e-9)
+    pd.testing.assert_frame_equal(
+        ordered(got), ordered(expected), check_exact=False, rtol=1e-9, atol=1e-9
+    )
 
     c = compute(store_url, Request(week="2026-W44", tz=BERLIN, basis=basis), now=NOW)
     k = kpis.week_kpis(runs, samples, W44, tz=BERLIN, basis=basis, now=NOW)
@@ -106,30 +120,56 @@ def test_only_stretches_with_low_minutes_are_read_minute_by_minute() -> None:
     t = Thresholds(idle_pct=5.0, idle_window_min=3)
     at = [pd.Timestamp("2026-10-26T00:00Z") + pd.Timedelta(minutes=m) for m in range(20)]
     none = pd.NaT
-    totals = pd.DataFrame({"run_id": ["busy", "low", "low", "short", "weeks", "weeks"],
-                           "gpu": ["a", "a", "b", "a", "a", "a"], "bucket": [0, 0, 0, 0, 0, 1],
-                           "minutes": [10, 10, 10, 2, 4, 4], "covered_s": 0.0, "known_s": 0.0,
-                           "value_s": 0.0,
-                           "first_low": [none, none, at[3], at[0], at[1], at[12]],
-                           "last_low": [none, none, at[5], at[1], at[2], at[19]]})
+    totals = pd.DataFrame(
+        {
+            "run_id": ["busy", "low", "low", "short", "weeks", "weeks"],
+            "gpu": ["a", "a", "b", "a", "a", "a"],
+            "bucket": [0, 0, 0, 0, 0, 1],
+            "minutes": [10, 10, 10, 2, 4, 4],
+            "covered_s": 0.0,
+            "known_s": 0.0,
+            "value_s": 0.0,
+            "first_low": [none, none, at[3], at[0], at[1], at[12]],
+            "last_low": [none, none, at[5], at[1], at[2], at[19]],
+        }
+    )
     # "short": fewer minutes than a window here, but it may go on past the weeks read (the store
     # reads the rest of its window there); "weeks": one stretch over both weeks; "busy" and
     # "low"/"a" have no low minute
-    assert kpis.idle_candidates(totals, t) == [("low", "b", at[3], at[5]),
-                                               ("short", "a", at[0], at[1]),
-                                               ("weeks", "a", at[1], at[19])]
+    assert kpis.idle_candidates(totals, t) == [
+        ("low", "b", at[3], at[5]),
+        ("short", "a", at[0], at[1]),
+        ("weeks", "a", at[1], at[19]),
+    ]
 
 
 def test_gpu_time_of_totals_takes_idle_hours_where_read() -> None:
     weeks = [pd.Timestamp("2026-10-18T22:00Z"), pd.Timestamp("2026-10-25T23:00Z")]
-    totals = pd.DataFrame({"run_id": ["a", "a", "b"], "gpu": ["g", "g", "g"],
-                           "bucket": [0, 1, 1], "minutes": [60, 60, 60],
-                           "covered_s": [3600.0, 1800.0, 7200.0],
-                           "known_s": [3600.0, 900.0, 0.0], "value_s": [3600.0 * 40, 0.0, 0.0],
-                           "first_low": pd.NaT, "last_low": pd.NaT})
-    idle = pd.DataFrame({"run_id": ["a"], "gpu": ["g"], "week": [weeks[1]],
-                         "gpu_hours": [0.5], "known_hours": [0.25], "used_hours": [0.0],
-                         "idle_hours": [0.25], "idle_used_hours": [0.0025]})
+    totals = pd.DataFrame(
+        {
+            "run_id": ["a", "a", "b"],
+            "gpu": ["g", "g", "g"],
+            "bucket": [0, 1, 1],
+            "minutes": [60, 60, 60],
+            "covered_s": [3600.0, 1800.0, 7200.0],
+            "known_s": [3600.0, 900.0, 0.0],
+            "value_s": [3600.0 * 40, 0.0, 0.0],
+            "first_low": pd.NaT,
+            "last_low": pd.NaT,
+        }
+    )
+    idle = pd.DataFrame(
+        {
+            "run_id": ["a"],
+            "gpu": ["g"],
+            "week": [weeks[1]],
+            "gpu_hours": [0.5],
+            "known_hours": [0.25],
+            "used_hours": [0.0],
+            "idle_hours": [0.25],
+            "idle_used_hours": [0.0025],
+        }
+    )
     gt = kpis.totals_gpu_time(totals, weeks, idle)
     assert gt["week"].tolist() == [weeks[0], weeks[1], weeks[1]]
     assert gt["gpu_hours"].tolist() == [1.0, 0.5, 2.0]
@@ -174,10 +214,12 @@ def test_a_migrated_store_reports_what_its_minutes_say(store_url: str) -> None:
     for name, value in before.headline.__dict__.items():
         got = getattr(after.headline, name)
         assert got == value if value is None else got == pytest.approx(value, rel=1e-9), name
-    pd.testing.assert_frame_equal(after.by["team"], before.by["team"], check_exact=False,
-                                  rtol=1e-9, atol=1e-9)
-    pd.testing.assert_frame_equal(after.trend, before.trend, check_exact=False, rtol=1e-9,
-                                  atol=1e-9)
+    pd.testing.assert_frame_equal(
+        after.by["team"], before.by["team"], check_exact=False, rtol=1e-9, atol=1e-9
+    )
+    pd.testing.assert_frame_equal(
+        after.trend, before.trend, check_exact=False, rtol=1e-9, atol=1e-9
+    )
 
 
 def test_the_live_figures_are_the_reports_of_both_weeks(store_url: str) -> None:
@@ -194,6 +236,7 @@ def test_the_live_figures_are_the_reports_of_both_weeks(store_url: str) -> None:
         for name, value in want.headline.__dict__.items():
             had = getattr(got.headline, name)
             assert had == value if value is None else had == pytest.approx(value, rel=1e-9), name
-        pd.testing.assert_frame_equal(got.by["team"], want.by["team"], check_exact=False,
-                                      rtol=1e-9, atol=1e-9)
+        pd.testing.assert_frame_equal(
+            got.by["team"], want.by["team"], check_exact=False, rtol=1e-9, atol=1e-9
+        )
     assert live[1].headline.idle_usd > 0

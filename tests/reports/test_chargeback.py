@@ -26,10 +26,10 @@ def url(tmp_path: Path) -> str:
     for monday in (W46, W47, W48):
         add_week(url, monday)
     with RunStore(url) as s:  # W48: a team named to run a formula, and an unpriced GPU
-        s.upsert_run(run_record("x", W48 + timedelta(days=2), 1, team="=HYPERLINK(1)",
-                                project="p"))
-        s.upsert_run(run_record("u", W48 + timedelta(days=3), 2, team="vision", model="TPUv9",
-                                price=None))
+        s.upsert_run(run_record("x", W48 + timedelta(days=2), 1, team="=HYPERLINK(1)", project="p"))
+        s.upsert_run(
+            run_record("u", W48 + timedelta(days=3), 2, team="vision", model="TPUv9", price=None)
+        )
     return url
 
 
@@ -38,19 +38,28 @@ def rows(capsys: pytest.CaptureFixture[str], *args: str) -> list[dict[str, str]]
     return list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
 
 
-def test_one_row_per_week_team_project_and_model(capsys: pytest.CaptureFixture[str],
-                                                 url: str) -> None:
+def test_one_row_per_week_team_project_and_model(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
     got = rows(capsys, "--store", url, "--since", "2026-W47", "--until", "2026-W48")
     assert [(r["week"], r["team"], r["project"], r["gpu_model"]) for r in got] == [
-        ("2026-W47", "nlp", "", "H100"), ("2026-W47", "vision", "", "H100"),
-        ("2026-W48", "'=HYPERLINK(1)", "p", "H100"), ("2026-W48", "nlp", "", "H100"),
-        ("2026-W48", "vision", "", "H100"), ("2026-W48", "vision", "", "TPUv9")]
+        ("2026-W47", "nlp", "", "H100"),
+        ("2026-W47", "vision", "", "H100"),
+        ("2026-W48", "'=HYPERLINK(1)", "p", "H100"),
+        ("2026-W48", "nlp", "", "H100"),
+        ("2026-W48", "vision", "", "H100"),
+        ("2026-W48", "vision", "", "TPUv9"),
+    ]
     w48 = {(r["team"], r["gpu_model"]): r for r in got if r["week"] == "2026-W48"}
     # nlp: alice's 2 GPUs x 4 h at 30% and bob's 2 x 2 h at 90%: 12 GPU-h, $46.20, waste
     # 8 x 3.85 x (1 - 30/85) = $19.93 (bob is above the 85% target)
     nlp = w48[("nlp", "H100")]
     assert (nlp["runs"], nlp["gpu_hours"], nlp["spend_usd"], nlp["waste_usd"]) == (
-        "2", "12.0", "46.2", "19.93")
+        "2",
+        "12.0",
+        "46.2",
+        "19.93",
+    )
     # an unpriced model: its GPU-hours apart, no dollars
     tpu = w48[("vision", "TPUv9")]
     assert (tpu["gpu_hours"], tpu["unpriced_gpu_hours"], tpu["spend_usd"]) == ("2.0", "2.0", "0.0")
@@ -58,17 +67,34 @@ def test_one_row_per_week_team_project_and_model(capsys: pytest.CaptureFixture[s
     assert sum(float(r["spend_usd"]) for r in w48.values()) == pytest.approx(23 * 3.85, abs=0.01)
 
 
-def test_written_to_a_file_whole(capsys: pytest.CaptureFixture[str], url: str,
-                                 tmp_path: Path) -> None:
+def test_written_to_a_file_whole(
+    capsys: pytest.CaptureFixture[str], url: str, tmp_path: Path
+) -> None:
     out = tmp_path / "chargeback.csv"
-    assert main(["chargeback", "--store", url, "--since", "2026-W46", "--until", "2026-W48",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "chargeback",
+                "--store",
+                url,
+                "--since",
+                "2026-W46",
+                "--until",
+                "2026-W48",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out == f"8 row(s), 3 week(s): {out}\n"
-    assert out.read_text().splitlines()[0] == ("week,team,project,gpu_model,runs,gpu_hours,"
-                                                "spend_usd,waste_usd,idle_usd,unpriced_gpu_hours")
+    assert out.read_text().splitlines()[0] == (
+        "week,team,project,gpu_model,runs,gpu_hours,spend_usd,waste_usd,idle_usd,unpriced_gpu_hours"
+    )
 
 
 def test_a_range_that_ends_before_it_starts(capsys: pytest.CaptureFixture[str], url: str) -> None:
     assert main(["chargeback", "--store", url, "--since", "2026-W48", "--until", "2026-W46"]) == 2
     assert capsys.readouterr().err == (
-        "gpu-kpi: error: --since 2026-W48 is after --until 2026-W46\n")
+        "gpu-kpi: error: --since 2026-W48 is after --until 2026-W46\n"
+    )

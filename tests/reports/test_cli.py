@@ -14,11 +14,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def gpu_kpi(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-            ) -> subprocess.CompletedProcess[str]:
+def gpu_kpi(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "reports.cli", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "reports.cli", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def one_line_error(p: subprocess.CompletedProcess[str], text: str) -> None:
@@ -42,8 +52,14 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     # 8 x H100 for 3 h at $3.85 = 24 GPU-h, $92.40, 92% utilization, healthy
     assert table["llama-8b-sft"][-6:] == ["24.00", "92", "92.40", "0.00", "finished", "healthy"]
     # 4 x A100-80GB for 2 h at $2.00 = $16.00; 60% util: waste 16 x (1 - 60/85) = $4.71
-    assert table["resnet50-heavy-aug"][-6:] == ["8.00", "60", "16.00", "4.71", "finished",
-                                                "input-bound"]
+    assert table["resnet50-heavy-aug"][-6:] == [
+        "8.00",
+        "60",
+        "16.00",
+        "4.71",
+        "finished",
+        "input-bound",
+    ]
     assert table["notebook-jlee"][-1] == "idle"
     assert table["bert-sweep-17"][-1] == "small-batch"
     assert table["vit-l-fp32"][-1] == "low-efficiency"
@@ -68,8 +84,9 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     # all 12 weeks of the history, each with its page and email, the index listing them all
     weeks = sorted(p.stem for p in html.parent.glob("*-W*.json"))
     assert len(weeks) == 12 and weeks[-1] == html.stem
-    assert all((html.parent / f"{w}.eml").exists() and (html.parent / f"{w}.html").exists()
-               for w in weeks)
+    assert all(
+        (html.parent / f"{w}.eml").exists() and (html.parent / f"{w}.html").exists() for w in weeks
+    )
     index = (html.parent / "index.html").read_text()
     assert all(f'href="{w}.html"' in index for w in weeks)
     assert "every week so far (12 written now, each a page, an email, JSON and CSV): " in p.stdout
@@ -84,8 +101,7 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     # a second demo replaces its runs rather than adding copies to the week
     again = gpu_kpi("demo", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    relisted = json.loads(gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format",
-                                  "json").stdout)
+    relisted = json.loads(gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json").stdout)
     assert len(relisted) == len(everything)
     assert runs["notebook-jlee"]["idle_usd"] == pytest.approx(1.20)
     assert runs["llama-8b-sft"]["tags"] == ["demo"]
@@ -102,20 +118,26 @@ def test_prices_table_and_one_model() -> None:
     assert "2.25" in env_override.stdout
 
 
-@pytest.mark.parametrize(("args", "text"), [
-    (("prices", "--gpu", "B300"), "unknown GPU model 'B300'"),
-    (("runs", "--week", "2026-W54"), "week '2026-W54' does not exist"),
-    (("runs", "--week", "last week"), "bad week 'last week'"),
-    (("runs", "--week", "2026-W10", "--tz", "Mars/Olympus"), "unknown time zone 'Mars/Olympus'"),
-    (("runs", "--store", "postgresql://kpi:hunter2@127.0.0.1:1/db"), "kpi:***@127.0.0.1:1"),
-    (("runs", "--store", "mysql://x/y"), "mysql"),
-])
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...],
-                                          text: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (("prices", "--gpu", "B300"), "unknown GPU model 'B300'"),
+        (("runs", "--week", "2026-W54"), "week '2026-W54' does not exist"),
+        (("runs", "--week", "last week"), "bad week 'last week'"),
+        (
+            ("runs", "--week", "2026-W10", "--tz", "Mars/Olympus"),
+            "unknown time zone 'Mars/Olympus'",
+        ),
+        (("runs", "--store", "postgresql://kpi:hunter2@127.0.0.1:1/db"), "kpi:***@127.0.0.1:1"),
+        (("runs", "--store", "mysql://x/y"), "mysql"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], text: str) -> None:
     empty = tmp_path / "empty.toml"
     empty.write_text("")
-    p = gpu_kpi(*args, env={"GPU_KPI_STORE": f"sqlite:///{tmp_path}/s.db",
-                            "GPU_KPI_CONFIG": str(empty)})
+    p = gpu_kpi(
+        *args, env={"GPU_KPI_STORE": f"sqlite:///{tmp_path}/s.db", "GPU_KPI_CONFIG": str(empty)}
+    )
     one_line_error(p, text)
     assert "hunter2" not in p.stderr
 
@@ -124,20 +146,30 @@ def test_bad_config_file_is_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "c.toml"
     cfg.write_text("[thresholds]\ntarget_util_pct = 'high'\n")
     one_line_error(gpu_kpi("prices", "--config", str(cfg)), "target_util_pct: expected")
-    one_line_error(gpu_kpi("prices", "--config", str(tmp_path / "missing.toml")),
-                   "missing.toml: No such file or directory")
+    one_line_error(
+        gpu_kpi("prices", "--config", str(tmp_path / "missing.toml")),
+        "missing.toml: No such file or directory",
+    )
 
 
 def test_help_everywhere_and_no_heavy_imports() -> None:
     for sub in ("runs", "prices", "sync", "demo", "report"):
         p = gpu_kpi(sub, "--help")
         assert p.returncode == 0 and "usage: gpu-kpi " + sub in p.stdout
-    code = ("import sys, runpy; sys.argv=['gpu-kpi','--help']\n"
-            "try:\n    runpy.run_module('reports.cli', run_name='__main__')\n"
-            "except SystemExit: pass\n"
-            "heavy = [m for m in ('torch','lightning','transformers','pandas','wandb',"
-            "'sqlalchemy','pynvml','jinja2','apscheduler') if m in sys.modules]\n"
-            "print('HEAVY', heavy)")
-    p = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                       capture_output=True, text=True, timeout=60, check=True)
+    code = (
+        "import sys, runpy; sys.argv=['gpu-kpi','--help']\n"
+        "try:\n    runpy.run_module('reports.cli', run_name='__main__')\n"
+        "except SystemExit: pass\n"
+        "heavy = [m for m in ('torch','lightning','transformers','pandas','wandb',"
+        "'sqlalchemy','pynvml','jinja2','apscheduler') if m in sys.modules]\n"
+        "print('HEAVY', heavy)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert "HEAVY []" in p.stdout

@@ -25,9 +25,12 @@ def url(tmp_path: Path) -> str:
         s.upsert_run(run_record("w47", datetime(2026, 11, 17, 9, tzinfo=UTC), 2, user="bob"))
         # Sunday 23:00 to Monday 01:00: in W47 and in W48
         s.upsert_run(run_record("edge", datetime(2026, 11, 22, 23, tzinfo=UTC), 2, user="alice"))
-        s.upsert_run(dataclasses.replace(
-            run_record("w48", datetime(2026, 11, 24, 9, tzinfo=UTC), 1, user="alice"),
-            status="failed"))
+        s.upsert_run(
+            dataclasses.replace(
+                run_record("w48", datetime(2026, 11, 24, 9, tzinfo=UTC), 1, user="alice"),
+                status="failed",
+            )
+        )
     return url
 
 
@@ -45,7 +48,9 @@ def test_filters(capsys: pytest.CaptureFixture[str], url: str) -> None:
     assert ids(capsys, url, "--since", "2026-11-17", "--until", "2026-11-17") == ["w47"]
     # the edge run ends at 01:00 UTC = 02:00 in Berlin: a Berlin Monday 01:30 still sees it
     assert ids(capsys, url, "--since", "2026-11-23T01:30", "--tz", "Europe/Berlin") == [
-        "w48", "edge"]
+        "w48",
+        "edge",
+    ]
     assert ids(capsys, url, "--user", "alice") == ["w48", "edge", "early"]
     assert ids(capsys, url, "--status", "failed") == ["w48"]
     assert ids(capsys, url, "--user", "alice", "--limit", "2") == ["w48", "edge"]
@@ -53,16 +58,26 @@ def test_filters(capsys: pytest.CaptureFixture[str], url: str) -> None:
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["w48"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--since", "2026-W48", "--until", "2026-W47"), "--until (2026-11-23 00:00) is not after "
-                                                     "--since (2026-11-23 00:00)"),
-    (("--since", "yesterday"), "--since: expected YYYY-Www, YYYY-MM-DD or YYYY-MM-DDTHH:MM, "
-                               "got 'yesterday'"),
-    (("--week", "2026-W48", "--since", "2026-W47"), "--week is one week; --since/--until a "
-                                                    "range: not both"),
-])
-def test_a_bad_range_is_one_line(capsys: pytest.CaptureFixture[str], url: str,
-                                 args: tuple[str, ...], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ("--since", "2026-W48", "--until", "2026-W47"),
+            "--until (2026-11-23 00:00) is not after --since (2026-11-23 00:00)",
+        ),
+        (
+            ("--since", "yesterday"),
+            "--since: expected YYYY-Www, YYYY-MM-DD or YYYY-MM-DDTHH:MM, got 'yesterday'",
+        ),
+        (
+            ("--week", "2026-W48", "--since", "2026-W47"),
+            "--week is one week; --since/--until a range: not both",
+        ),
+    ],
+)
+def test_a_bad_range_is_one_line(
+    capsys: pytest.CaptureFixture[str], url: str, args: tuple[str, ...], message: str
+) -> None:
     assert main(["runs", "--store", url, *args]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"gpu-kpi: error: {message}\n"

@@ -17,20 +17,31 @@ from reports.imports.nvsmi import Labels, import_nvsmi, read_nvsmi
 from reports.imports.play import OVERLAPS, SHARED
 from tracker.store import RunStore
 
-HEADER = ("timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], "
-          "memory.total [MiB], power.draw [W]")
+HEADER = (
+    "timestamp, index, uuid, name, utilization.gpu [%], memory.used [MiB], "
+    "memory.total [MiB], power.draw [W]"
+)
 H100 = "NVIDIA H100 80GB HBM3"
 SUNDAY_23 = datetime(2026, 11, 29, 23, 0)  # the last hour of 2026-W48 (UTC)
 PRICE = 2.0  # USD per GPU-hour, given on the command line
 
 
-def line(t: datetime, index: int, util: str, *, units: bool = True, mib: int = 40_000,
-         watts: float = 400.0) -> str:
+def line(
+    t: datetime,
+    index: int,
+    util: str,
+    *,
+    units: bool = True,
+    mib: int = 40_000,
+    watts: float = 400.0,
+) -> str:
     uuid = f"GPU-{index}aaa"
     pct, mi, w = (" %", " MiB", " W") if units else ("", "", "")
     u = util if util.startswith("[") else f"{util}{pct}"
-    return (f"{t:%Y/%m/%d %H:%M:%S}.000, {index}, {uuid}, {H100}, {u}, {mib}{mi}, "
-            f"81559{mi}, {watts:.2f}{w}")
+    return (
+        f"{t:%Y/%m/%d %H:%M:%S}.000, {index}, {uuid}, {H100}, {u}, {mib}{mi}, "
+        f"81559{mi}, {watts:.2f}{w}"
+    )
 
 
 def crossing_week(*, units: bool = True) -> str:
@@ -64,15 +75,21 @@ def week(url: str, label: str) -> object:
 
 
 @pytest.mark.parametrize("units", [True, False], ids=["units", "nounits"])
-def test_a_run_across_the_week_edge_is_split_by_hand(tmp_path: Path, url: str,
-                                                     units: bool) -> None:
+def test_a_run_across_the_week_edge_is_split_by_hand(tmp_path: Path, url: str, units: bool) -> None:
     log = write(tmp_path, "job-17.csv", crossing_week(units=units))
     done = import_nvsmi(url, [log], labels=Labels(team="nlp", price=PRICE))
     (r,) = done.records
     assert (r.source, r.gpu_source, r.gpu_model, r.gpu_count, r.team) == (
-        "nvidia-smi", "nvidia-smi", "H100", 2, "nlp")
-    assert (r.started_at, r.ended_at) == (SUNDAY_23.replace(tzinfo=UTC),
-                                          (SUNDAY_23 + timedelta(hours=2)).replace(tzinfo=UTC))
+        "nvidia-smi",
+        "nvidia-smi",
+        "H100",
+        2,
+        "nlp",
+    )
+    assert (r.started_at, r.ended_at) == (
+        SUNDAY_23.replace(tzinfo=UTC),
+        (SUNDAY_23 + timedelta(hours=2)).replace(tzinfo=UTC),
+    )
     assert r.gpu_hours == pytest.approx(3.0)  # GPU 0: 2 h, GPU 1: 1 h
     # W48: GPU 0 an hour at 90%, GPU 1 an hour of which 50 minutes known at 50%
     w48 = week(url, "2026-W48")
@@ -102,7 +119,9 @@ def test_importing_again_adds_nothing(tmp_path: Path, url: str) -> None:
 def test_one_run_per_gpu(tmp_path: Path, url: str) -> None:
     done = import_nvsmi(url, [write(tmp_path, "node.csv", crossing_week())], per_gpu=True)
     assert sorted((r.name, r.gpu_count, round(r.gpu_hours, 6)) for r in done.records) == [
-        ("node-GPU-0aaa", 1, 2.0), ("node-GPU-1aaa", 1, 1.0)]
+        ("node-GPU-0aaa", 1, 2.0),
+        ("node-GPU-1aaa", 1, 1.0),
+    ]
     assert len({r.id for r in done.records}) == 2
 
 
@@ -130,31 +149,62 @@ def test_local_timestamps_across_the_change_to_winter_time(tmp_path: Path) -> No
     assert r.gpu_hours == pytest.approx(3.0)
 
 
-@pytest.mark.parametrize(("text", "where", "message"), [
-    ("timestamp, gpu, load\n2026/11/23 10:00:00, 0, 5\n", ":1:", "not an nvidia-smi"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n2026/11/29 23:01:00.000, 0, GPU-0aaa, {H100}, "
-     "lots %, 1 MiB, 2 MiB, 3 W\n", ":3:", "bad utilization.gpu value 'lots %' (a number in %)"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '150')}\n", ":2:", "'150 %' (% from 0 to 100)"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '-5')}\n", ":2:", "'-5 %' (% from 0 to 100)"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50', watts=-50)}\n", ":2:", "power.draw value '-50.00 W'"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('400.00 W', '1e400 W')}\n", ":2:",
-     "power.draw value '1e400 W'"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('50 %', '50 W')}\n", ":2:",
-     "'50 W' (a number in %)"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('GPU-0aaa', '[N/A]')}\n", ":2:",
-     "no GPU uuid ('[N/A]')"),
-    (f"{HEADER}\n{line(datetime(9999, 12, 31, 23, 0), 0, '50')}\n", ":2:",
-     "outside the years 1970-9998"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n{line(SUNDAY_23, 0, '90')}\n", ":3:",
-     "GPU GPU-0aaa has a second reading at 2026-11-29 23:00:00"),
-    (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n", "", "no GPU of bad has two readings"),
-    ("\0" * 70_000, ":1:", "a line of over 65,536 characters"),
-    (f"{HEADER}\n2026/11/29 23:00:00.000, 0, GPU-0aaa\n", ":2:", "expected 8 cells, got 3"),
-    ("", "", "empty nvidia-smi log"),
-])
+@pytest.mark.parametrize(
+    ("text", "where", "message"),
+    [
+        ("timestamp, gpu, load\n2026/11/23 10:00:00, 0, 5\n", ":1:", "not an nvidia-smi"),
+        (
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n2026/11/29 23:01:00.000, 0, GPU-0aaa, {H100}, "
+            "lots %, 1 MiB, 2 MiB, 3 W\n",
+            ":3:",
+            "bad utilization.gpu value 'lots %' (a number in %)",
+        ),
+        (f"{HEADER}\n{line(SUNDAY_23, 0, '150')}\n", ":2:", "'150 %' (% from 0 to 100)"),
+        (f"{HEADER}\n{line(SUNDAY_23, 0, '-5')}\n", ":2:", "'-5 %' (% from 0 to 100)"),
+        (
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50', watts=-50)}\n",
+            ":2:",
+            "power.draw value '-50.00 W'",
+        ),
+        (
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('400.00 W', '1e400 W')}\n",
+            ":2:",
+            "power.draw value '1e400 W'",
+        ),
+        (
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('50 %', '50 W')}\n",
+            ":2:",
+            "'50 W' (a number in %)",
+        ),
+        (
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('GPU-0aaa', '[N/A]')}\n",
+            ":2:",
+            "no GPU uuid ('[N/A]')",
+        ),
+        (
+            f"{HEADER}\n{line(datetime(9999, 12, 31, 23, 0), 0, '50')}\n",
+            ":2:",
+            "outside the years 1970-9998",
+        ),
+        (
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n{line(SUNDAY_23, 0, '90')}\n",
+            ":3:",
+            "GPU GPU-0aaa has a second reading at 2026-11-29 23:00:00",
+        ),
+        (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n", "", "no GPU of bad has two readings"),
+        ("\0" * 70_000, ":1:", "a line of over 65,536 characters"),
+        (f"{HEADER}\n2026/11/29 23:00:00.000, 0, GPU-0aaa\n", ":2:", "expected 8 cells, got 3"),
+        ("", "", "empty nvidia-smi log"),
+    ],
+)
 def test_bad_input_names_file_and_line_and_imports_nothing(
-        tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str], text: str, where: str,
-        message: str) -> None:
+    tmp_path: Path,
+    url: str,
+    capsys: pytest.CaptureFixture[str],
+    text: str,
+    where: str,
+    message: str,
+) -> None:
     good = write(tmp_path, "good.csv", crossing_week())
     bad = write(tmp_path, "bad.csv", text)
     code = main(["import", "nvidia-smi", str(good), str(bad), "--store", url])
@@ -168,18 +218,26 @@ def test_bad_input_names_file_and_line_and_imports_nothing(
 
 def test_timestamps_that_go_back(tmp_path: Path) -> None:
     rows = [HEADER, line(SUNDAY_23, 0, "50"), line(SUNDAY_23 - timedelta(hours=3), 0, "50")]
-    with pytest.raises(ImportFailed, match=r"back\.csv:3: GPU GPU-0aaa has a reading back at "
-                                           r"2026-11-29 20:00:00"):
+    with pytest.raises(
+        ImportFailed,
+        match=r"back\.csv:3: GPU GPU-0aaa has a reading back at "
+        r"2026-11-29 20:00:00",
+    ):
         read_nvsmi([write(tmp_path, "back.csv", "\n".join(rows))])
 
 
 def test_a_time_the_clocks_skipped_is_a_wrong_zone(tmp_path: Path) -> None:
-    rows = [HEADER, line(datetime(2026, 3, 29, 1, 50), 0, "50"),
-            line(datetime(2026, 3, 29, 2, 30), 0, "50")]
-    with pytest.raises(ImportFailed, match=r"spring\.csv:3: 2026-03-29 02:30:00 does not exist in "
-                                           r"Europe/Berlin \(the clocks skipped it\): is --tz right"):
-        read_nvsmi([write(tmp_path, "spring.csv", "\n".join(rows))],
-                   tz=ZoneInfo("Europe/Berlin"))
+    rows = [
+        HEADER,
+        line(datetime(2026, 3, 29, 1, 50), 0, "50"),
+        line(datetime(2026, 3, 29, 2, 30), 0, "50"),
+    ]
+    with pytest.raises(
+        ImportFailed,
+        match=r"spring\.csv:3: 2026-03-29 02:30:00 does not exist in "
+        r"Europe/Berlin \(the clocks skipped it\): is --tz right",
+    ):
+        read_nvsmi([write(tmp_path, "spring.csv", "\n".join(rows))], tz=ZoneInfo("Europe/Berlin"))
 
 
 def test_the_repeated_hour_is_decided_for_the_whole_file(tmp_path: Path) -> None:
@@ -191,8 +249,9 @@ def test_the_repeated_hour_is_decided_for_the_whole_file(tmp_path: Path) -> None
         rows.append(line(t, 0, "60"))
         if t.minute >= 10 or t.hour == 3:
             rows.append(line(t, 1, "60"))
-    (r,) = read_nvsmi([write(tmp_path, "fall.csv", "\n".join(rows))],
-                      tz=ZoneInfo("Europe/Berlin"), per_gpu=False).records
+    (r,) = read_nvsmi(
+        [write(tmp_path, "fall.csv", "\n".join(rows))], tz=ZoneInfo("Europe/Berlin"), per_gpu=False
+    ).records
     assert r.started_at == datetime(2026, 10, 24, 23, 50, tzinfo=UTC)
     # GPU 0: 01:50 CEST to 03:10 CET = 2 h 20 min; GPU 1: 02:10 CET to 03:10 CET = 1 h
     assert r.gpu_hours == pytest.approx(140 / 60 + 1.0)
@@ -200,29 +259,45 @@ def test_the_repeated_hour_is_decided_for_the_whole_file(tmp_path: Path) -> None
 
 def test_a_bom_and_a_repeated_header_are_read(tmp_path: Path) -> None:
     body = crossing_week().split("\n", 1)[1]
-    text = "\ufeff" + HEADER + "\n" + body.replace(line(SUNDAY_23 + timedelta(minutes=30), 0, "90"),
-                                                   HEADER + "\n" + line(SUNDAY_23 + timedelta(
-                                                       minutes=30), 0, "90"))
+    text = (
+        "\ufeff"
+        + HEADER
+        + "\n"
+        + body.replace(
+            line(SUNDAY_23 + timedelta(minutes=30), 0, "90"),
+            HEADER + "\n" + line(SUNDAY_23 + timedelta(minutes=30), 0, "90"),
+        )
+    )
     (r,) = read_nvsmi([write(tmp_path, "bom.csv", text)]).records
     assert r.gpu_hours == pytest.approx(3.0)
 
 
 def test_gpus_of_different_models_need_per_gpu_or_a_model(tmp_path: Path) -> None:
-    rows = [HEADER, line(SUNDAY_23, 0, "50"), line(SUNDAY_23 + timedelta(minutes=1), 0, "50"),
-            line(SUNDAY_23, 1, "50").replace(H100, "NVIDIA A100-SXM4-80GB"),
-            line(SUNDAY_23 + timedelta(minutes=1), 1, "50").replace(H100, "NVIDIA A100-SXM4-80GB")]
+    rows = [
+        HEADER,
+        line(SUNDAY_23, 0, "50"),
+        line(SUNDAY_23 + timedelta(minutes=1), 0, "50"),
+        line(SUNDAY_23, 1, "50").replace(H100, "NVIDIA A100-SXM4-80GB"),
+        line(SUNDAY_23 + timedelta(minutes=1), 1, "50").replace(H100, "NVIDIA A100-SXM4-80GB"),
+    ]
     log = write(tmp_path, "mixed.csv", "\n".join(rows))
-    with pytest.raises(ImportFailed, match=r"mixed\.csv: GPUs of different models \(A100-80GB, "
-                                           r"H100\) in one run: import with --per-gpu"):
+    with pytest.raises(
+        ImportFailed,
+        match=r"mixed\.csv: GPUs of different models \(A100-80GB, "
+        r"H100\) in one run: import with --per-gpu",
+    ):
         read_nvsmi([log])
     assert sorted(r.gpu_model for r in read_nvsmi([log], per_gpu=True).records) == [
-        "A100-80GB", "H100"]
+        "A100-80GB",
+        "H100",
+    ]
     (r,) = read_nvsmi([log], labels=Labels(gpu_model="H100")).records
     assert (r.gpu_model, r.gpu_count) == ("H100", 2)
 
 
 def test_a_second_import_replaces_the_first_and_never_counts_a_gpu_twice(
-        tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = write(tmp_path, "job.csv", crossing_week())
     import_nvsmi(url, [log], tz=ZoneInfo("Europe/Berlin"))  # the wrong zone first
     (r,) = import_nvsmi(url, [log]).records  # then UTC: the same run, its minutes moved
@@ -236,8 +311,10 @@ def test_a_second_import_replaces_the_first_and_never_counts_a_gpu_twice(
     assert "job-GPU-0aaa: its GPUs already have minutes in that time from run 'job' " in err
     assert err.rstrip().endswith("a GPU's time counts once; --replace imports over it")
     assert main(["import", "nvidia-smi", str(log), "--per-gpu", "--replace", "--store", url]) == 0
-    assert "replaced 1 earlier import(s) whole (--replace): job (3.00 GPU-h)" in \
-        capsys.readouterr().out
+    assert (
+        "replaced 1 earlier import(s) whole (--replace): job (3.00 GPU-h)"
+        in capsys.readouterr().out
+    )
     with RunStore(url) as store:
         assert sorted(x.name for x in store.list_runs()) == ["job-GPU-0aaa", "job-GPU-1aaa"]
         assert len(store.samples()) == 180
@@ -262,12 +339,23 @@ def test_a_tracked_run_on_the_same_gpu_is_never_replaced(tmp_path: Path, url: st
 
     with RunStore(url) as store:
         store.upsert_run(run_record("tracked", SUNDAY_23.replace(tzinfo=UTC), 1))
-        store.upsert_samples([MinuteSample(run_id="tracked", gpu="GPU-1aaa", util_pct=10.0,
-                                           minute=(SUNDAY_23 + timedelta(minutes=5)).replace(
-                                               tzinfo=UTC))])
+        store.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="tracked",
+                    gpu="GPU-1aaa",
+                    util_pct=10.0,
+                    minute=(SUNDAY_23 + timedelta(minutes=5)).replace(tzinfo=UTC),
+                )
+            ]
+        )
     log = write(tmp_path, "ops.csv", crossing_week())
-    later = MinuteSample(run_id="later", gpu="GPU-1aaa", util_pct=10.0,  # after GPU 1 left
-                         minute=(SUNDAY_23 + timedelta(minutes=90)).replace(tzinfo=UTC))
+    later = MinuteSample(
+        run_id="later",
+        gpu="GPU-1aaa",
+        util_pct=10.0,  # after GPU 1 left
+        minute=(SUNDAY_23 + timedelta(minutes=90)).replace(tzinfo=UTC),
+    )
     with RunStore(url) as store:
         store.put([run_record("later", later.minute, 1)], [later])
     # the tracked run's minute counts: the log's run is skipped and named, even with --replace
@@ -286,16 +374,33 @@ def test_the_same_log_twice_in_one_command(tmp_path: Path) -> None:
     log = write(tmp_path, "job.csv", crossing_week())
     assert len(read_nvsmi([log, tmp_path / "." / "job.csv"]).records) == 1
     copy = write(tmp_path, "copy.csv", crossing_week())
-    with pytest.raises(ImportFailed, match=r"copy\.csv: the same GPUs and first reading as "
-                                           r".*job\.csv: the same log twice\?"):
+    with pytest.raises(
+        ImportFailed,
+        match=r"copy\.csv: the same GPUs and first reading as "
+        r".*job\.csv: the same log twice\?",
+    ):
         read_nvsmi([log, copy])
 
 
-def test_the_command_prints_the_runs(tmp_path: Path, url: str,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_command_prints_the_runs(
+    tmp_path: Path, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = write(tmp_path, "job-17.csv", crossing_week())
-    code = main(["import", "nvidia-smi", str(log), "--store", url, "--team", "nlp",
-                 "--project", "llm", "--price", "2"])
+    code = main(
+        [
+            "import",
+            "nvidia-smi",
+            str(log),
+            "--store",
+            url,
+            "--team",
+            "nlp",
+            "--project",
+            "llm",
+            "--price",
+            "2",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "job-17" in out and "2xH100" in out and "nlp" in out
@@ -305,8 +410,7 @@ def test_the_command_prints_the_runs(tmp_path: Path, url: str,
     assert "--price -1: USD per GPU-hour" in capsys.readouterr().err
 
 
-def test_idle_minutes_on_either_side_of_a_gap_are_no_idle_stretch(tmp_path: Path,
-                                                                    url: str) -> None:
+def test_idle_minutes_on_either_side_of_a_gap_are_no_idle_stretch(tmp_path: Path, url: str) -> None:
     """16 minutes at 0%, five hours without a reading, 16 more at 0%: no 30-minute stretch of
     minutes with data, so nothing idle, in the run record and in the report alike."""
     t0 = datetime(2026, 11, 24, 10, 0)
@@ -340,5 +444,7 @@ def test_the_report_says_where_its_runs_came_from(tmp_path: Path, url: str) -> N
     assert by.loc["tracker", ["gpu_hours", "runs"]].tolist() == [pytest.approx(4.0), 1]
     files = render(k, req)
     assert {r["source"]: r["gpu_hours"] for r in json.loads(files["json"])["by_source"]} == {
-        "nvidia-smi": pytest.approx(2.0), "tracker": pytest.approx(4.0)}
+        "nvidia-smi": pytest.approx(2.0),
+        "tracker": pytest.approx(4.0),
+    }
     assert b">Source<" in files["html"] and b">nvidia-smi<" in files["html"]

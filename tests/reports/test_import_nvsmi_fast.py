@@ -27,8 +27,16 @@ T0 = datetime(2026, 11, 29, 23, 40)  # across the W48/W49 edge
 
 
 def random_log(rng: random.Random, *, units: bool) -> str:
-    cols = ["timestamp", "index", "uuid", "name", "utilization.gpu [%]", "memory.used [MiB]",
-            "memory.total [MiB]", "power.draw [W]"]
+    cols = [
+        "timestamp",
+        "index",
+        "uuid",
+        "name",
+        "utilization.gpu [%]",
+        "memory.used [MiB]",
+        "memory.total [MiB]",
+        "power.draw [W]",
+    ]
     rows = [", ".join(c if units else c.split(" [")[0] for c in cols)]
     gpus = rng.randint(1, 3)
     t = T0 + timedelta(seconds=rng.random() * 60)
@@ -42,17 +50,22 @@ def random_log(rng: random.Random, *, units: bool) -> str:
                 alive[g] = not alive[g]
             if not alive[g]:
                 continue
-            util = "[N/A]" if rng.random() < 0.05 else str(rng.choice([0, 1, 3, 50, 97, 100,
-                                                                        rng.randint(0, 100)]))
+            util = (
+                "[N/A]"
+                if rng.random() < 0.05
+                else str(rng.choice([0, 1, 3, 50, 97, 100, rng.randint(0, 100)]))
+            )
             mem = "[N/A]" if rng.random() < 0.05 else str(rng.randint(0, 81559))
             watts = "[N/A]" if rng.random() < 0.1 else f"{rng.uniform(50, 700):.2f}"
 
             def u(v: str, unit: str) -> str:
                 return v if not units or v.startswith("[") else f"{v} {unit}"
 
-            rows.append(f"{t:%Y/%m/%d %H:%M:%S}.{t.microsecond // 1000:03d}, {g}, GPU-{g}f, "
-                        f"NVIDIA H100 80GB HBM3, {u(util, '%')}, {u(mem, 'MiB')}, "
-                        f"{u('81559', 'MiB')}, {u(watts, 'W')}")
+            rows.append(
+                f"{t:%Y/%m/%d %H:%M:%S}.{t.microsecond // 1000:03d}, {g}, GPU-{g}f, "
+                f"NVIDIA H100 80GB HBM3, {u(util, '%')}, {u(mem, 'MiB')}, "
+                f"{u('81559', 'MiB')}, {u(watts, 'W')}"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -84,28 +97,60 @@ def test_the_vectorized_import_equals_the_sampler_path(tmp_path: Path, seed: int
         same(a, b, f"seed {seed} record")
     key = lambda s: (s.run_id, s.gpu, s.minute)  # noqa: E731
     assert [key(s) for s in sorted(fast.samples, key=key)] == [
-        key(s) for s in sorted(exact.samples, key=key)]
+        key(s) for s in sorted(exact.samples, key=key)
+    ]
     for a, b in zip(sorted(fast.samples, key=key), sorted(exact.samples, key=key), strict=True):
         same(a, b, f"seed {seed} minute {a.minute}")
 
 
-@pytest.mark.parametrize(("text", "why"), [
-    ("timestamp, uuid, utilization.gpu [%], temperature.gpu\n"
-     "2026/11/23 10:00:00.000, GPU-a, 5 %, 40\n", "a column it does not read"),
-    ("timestamp, uuid, utilization.gpu\n2026-11-23 10:00:00, GPU-a, 5\n", "another time format"),
-    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a, 150\n", "out of range"),
-    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a\n", "a short row"),
-    ("timestamp, uuid, utilization.gpu\r\n2026/11/23 10:00:00.000, GPU-a, 5\r\n", "CRLF"),
-    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:01.000, GPU-a, 5\n"
-     "timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a, 5\n", "repeated header"),
-    ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:01.000, GPU-a, 5\n"
-     "2026/11/23 10:00:00.000, GPU-a, 5\n", "going back"),
-    ("timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
-     "2026/11/23 10:00:00.000, GPU-a, 50 W, 300 %\n", "units in the wrong columns"),
-    ("timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
-     "2026/11/23 10:00:00.000, GPU-a, 50, 300 W\n", "a value without its unit"),
-], ids=["column", "time-format", "range", "short", "crlf", "header", "back", "swapped-units",
-        "no-unit"])
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (
+            "timestamp, uuid, utilization.gpu [%], temperature.gpu\n"
+            "2026/11/23 10:00:00.000, GPU-a, 5 %, 40\n",
+            "a column it does not read",
+        ),
+        (
+            "timestamp, uuid, utilization.gpu\n2026-11-23 10:00:00, GPU-a, 5\n",
+            "another time format",
+        ),
+        ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a, 150\n", "out of range"),
+        ("timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a\n", "a short row"),
+        ("timestamp, uuid, utilization.gpu\r\n2026/11/23 10:00:00.000, GPU-a, 5\r\n", "CRLF"),
+        (
+            "timestamp, uuid, utilization.gpu\n2026/11/23 10:00:01.000, GPU-a, 5\n"
+            "timestamp, uuid, utilization.gpu\n2026/11/23 10:00:00.000, GPU-a, 5\n",
+            "repeated header",
+        ),
+        (
+            "timestamp, uuid, utilization.gpu\n2026/11/23 10:00:01.000, GPU-a, 5\n"
+            "2026/11/23 10:00:00.000, GPU-a, 5\n",
+            "going back",
+        ),
+        (
+            "timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
+            "2026/11/23 10:00:00.000, GPU-a, 50 W, 300 %\n",
+            "units in the wrong columns",
+        ),
+        (
+            "timestamp, uuid, utilization.gpu [%], power.draw [W]\n"
+            "2026/11/23 10:00:00.000, GPU-a, 50, 300 W\n",
+            "a value without its unit",
+        ),
+    ],
+    ids=[
+        "column",
+        "time-format",
+        "range",
+        "short",
+        "crlf",
+        "header",
+        "back",
+        "swapped-units",
+        "no-unit",
+    ],
+)
 def test_what_it_does_not_take_goes_the_exact_way(tmp_path: Path, text: str, why: str) -> None:
     log = tmp_path / "odd.csv"
     log.write_bytes(text.encode())
@@ -114,9 +159,11 @@ def test_what_it_does_not_take_goes_the_exact_way(tmp_path: Path, text: str, why
 
 def test_a_name_that_looks_like_a_unit_stays_whole(tmp_path: Path) -> None:
     log = tmp_path / "odd.csv"
-    log.write_text("timestamp, uuid, name, utilization.gpu [%], power.draw [W]\n"
-                   "2026/11/23 10:00:00.000, GPU-a, Odd W, 50 %, 300 W\n"
-                   "2026/11/23 10:00:01.000, GPU-a, Odd W, 60 %, 300 W\n")
+    log.write_text(
+        "timestamp, uuid, name, utilization.gpu [%], power.draw [W]\n"
+        "2026/11/23 10:00:00.000, GPU-a, Odd W, 50 %, 300 W\n"
+        "2026/11/23 10:00:01.000, GPU-a, Odd W, 60 %, 300 W\n"
+    )
     (s,) = parse(log) or []
     assert s.info.name == "Odd W" and s.fields["util_pct"].tolist() == [50.0, 60.0]
     same(read_nvsmi([log]).records[0], read_nvsmi([log], fast=False).records[0], "unit name")
@@ -159,45 +206,71 @@ def rows(header: str, cells: list[str], n: int = 12) -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("text", [
-    # both power columns: the later one (power.draw.instant) is the power, as the exact path has
-    rows("timestamp, index, uuid, name, utilization.gpu [%], power.draw [W], "
-         "power.draw.instant [W]",
-         ["{T}", "0", "GPU-a", "NVIDIA H100 80GB HBM3", "50 %", "300.00 W", "650.00 W"]),
-    rows("timestamp, uuid, utilization.gpu", ["{T}", "GPU-a\t", "50"]),  # the exact path strips
-    rows("timestamp, uuid, utilization.gpu", ["now", "GPU-a", "50"]),
-    rows("timestamp, uuid, utilization.gpu", ["2026/11/23 10:00:60.000", "GPU-a", "50"], n=1)
-    + "2026/11/23 10:01:10.000, GPU-a, 50\n",
-    rows("timestamp, uuid, utilization.gpu", ["{T}1234", "GPU-a", "50"]),
-    rows("timestamp, index, uuid, utilization.gpu [%]", ["{T}", "0", "GPU-a", "5,%"]),
-    rows("timestamp, index, uuid, utilization.gpu", ["{T}", "3.0", "GPU-a", "50"]),
-    rows("timestamp, index, uuid, utilization.gpu", ["{T}", "1e3", "GPU-a", "50"]),
-    # dates that are no dates, read from the bytes: the exact path's error
-    rows("timestamp, uuid, utilization.gpu", ["2026/02/29 10:00:00.000", "GPU-a", "50"], n=1),
-    rows("timestamp, uuid, utilization.gpu", ["2026/11/23 24:00:00.000", "GPU-a", "50"], n=1),
-    rows("timestamp, uuid, utilization.gpu", ["2024/02/29 23:59:59.999", "GPU-a", "50"], n=1)
-    + "2024/03/01 00:00:04.999, GPU-a, 60\n",  # a leap day, across the month
-    # past 2255 an epoch microsecond is no float: the exact path's datetime.timestamp() decides
-    rows("timestamp, uuid, utilization.gpu", ["3000/06/01 10:00:00.000", "GPU-a", "50"], n=1)
-    + "3000/06/01 10:00:03.411, GPU-a, 50\n",
-    # blanks after a cell: numbers read as the exact path strips them, a uuid is the exact path's
-    rows("timestamp, uuid, utilization.gpu [%], power.draw [W]",
-         ["{T}", "GPU-a", "50 % ", "[N/A] "]),
-    rows("timestamp, uuid, utilization.gpu, power.draw", ["{T}", "GPU-a ", "50  ", "300 "]),
-    rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", "5 %]"]),
-    rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", " %"]),
-    rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", "[Unknown Error]"])
-    + "2026/11/23 10:01:00.000, GPU-a, 7 %\n",
-    rows("timestamp, uuid, name, utilization.gpu", ["{T}", "GPU-a", "x" * 70_000, "50"]),
-    "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
-    "2026/11/23 10:00:00.000, 0, GPU-a, 10\n2026/11/23 10:00:05.000, 1, GPU-b, 50\n"
-    "2026/11/23 10:00:05.000, 0, GPU-a, 10\n",
-    "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
-    "2026/11/23 10:00:00.000, 0, GPU-a, 10\n",
-], ids=["two-powers", "uuid-tab", "now", "second-60", "7-digits", "unit-cell", "index-float",
-        "index-exp", "feb-29", "hour-24", "leap-day", "year-3000", "blank-units", "blank-nounits",
-        "unit-bracket", "unit-alone", "missing-then-value", "long-line", "index-order",
-        "one-reading-each"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # both power columns: the later one (power.draw.instant) is the power, as the exact path has
+        rows(
+            "timestamp, index, uuid, name, utilization.gpu [%], power.draw [W], "
+            "power.draw.instant [W]",
+            ["{T}", "0", "GPU-a", "NVIDIA H100 80GB HBM3", "50 %", "300.00 W", "650.00 W"],
+        ),
+        rows("timestamp, uuid, utilization.gpu", ["{T}", "GPU-a\t", "50"]),  # the exact path strips
+        rows("timestamp, uuid, utilization.gpu", ["now", "GPU-a", "50"]),
+        rows("timestamp, uuid, utilization.gpu", ["2026/11/23 10:00:60.000", "GPU-a", "50"], n=1)
+        + "2026/11/23 10:01:10.000, GPU-a, 50\n",
+        rows("timestamp, uuid, utilization.gpu", ["{T}1234", "GPU-a", "50"]),
+        rows("timestamp, index, uuid, utilization.gpu [%]", ["{T}", "0", "GPU-a", "5,%"]),
+        rows("timestamp, index, uuid, utilization.gpu", ["{T}", "3.0", "GPU-a", "50"]),
+        rows("timestamp, index, uuid, utilization.gpu", ["{T}", "1e3", "GPU-a", "50"]),
+        # dates that are no dates, read from the bytes: the exact path's error
+        rows("timestamp, uuid, utilization.gpu", ["2026/02/29 10:00:00.000", "GPU-a", "50"], n=1),
+        rows("timestamp, uuid, utilization.gpu", ["2026/11/23 24:00:00.000", "GPU-a", "50"], n=1),
+        rows("timestamp, uuid, utilization.gpu", ["2024/02/29 23:59:59.999", "GPU-a", "50"], n=1)
+        + "2024/03/01 00:00:04.999, GPU-a, 60\n",  # a leap day, across the month
+        # past 2255 an epoch microsecond is no float: the exact path's datetime.timestamp() decides
+        rows("timestamp, uuid, utilization.gpu", ["3000/06/01 10:00:00.000", "GPU-a", "50"], n=1)
+        + "3000/06/01 10:00:03.411, GPU-a, 50\n",
+        # blanks after a cell: numbers read as the exact path strips them, a uuid is the exact path's
+        rows(
+            "timestamp, uuid, utilization.gpu [%], power.draw [W]",
+            ["{T}", "GPU-a", "50 % ", "[N/A] "],
+        ),
+        rows("timestamp, uuid, utilization.gpu, power.draw", ["{T}", "GPU-a ", "50  ", "300 "]),
+        rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", "5 %]"]),
+        rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", " %"]),
+        rows("timestamp, uuid, utilization.gpu [%]", ["{T}", "GPU-a", "[Unknown Error]"])
+        + "2026/11/23 10:01:00.000, GPU-a, 7 %\n",
+        rows("timestamp, uuid, name, utilization.gpu", ["{T}", "GPU-a", "x" * 70_000, "50"]),
+        "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
+        "2026/11/23 10:00:00.000, 0, GPU-a, 10\n2026/11/23 10:00:05.000, 1, GPU-b, 50\n"
+        "2026/11/23 10:00:05.000, 0, GPU-a, 10\n",
+        "timestamp, index, uuid, utilization.gpu\n2026/11/23 10:00:00.000, 1, GPU-b, 50\n"
+        "2026/11/23 10:00:00.000, 0, GPU-a, 10\n",
+    ],
+    ids=[
+        "two-powers",
+        "uuid-tab",
+        "now",
+        "second-60",
+        "7-digits",
+        "unit-cell",
+        "index-float",
+        "index-exp",
+        "feb-29",
+        "hour-24",
+        "leap-day",
+        "year-3000",
+        "blank-units",
+        "blank-nounits",
+        "unit-bracket",
+        "unit-alone",
+        "missing-then-value",
+        "long-line",
+        "index-order",
+        "one-reading-each",
+    ],
+)
 @pytest.mark.parametrize("per_gpu", [False, True])
 def test_odd_logs_agree_with_the_exact_path(tmp_path: Path, text: str, per_gpu: bool) -> None:
     log = tmp_path / "odd.csv"
@@ -209,8 +282,9 @@ def test_files_read_side_by_side_give_what_one_process_gives(tmp_path: Path) -> 
     logs = []
     for seed in range(3):
         log = tmp_path / f"node{seed}.csv"
-        log.write_text(random_log(random.Random(100 + seed), units=True).replace(
-            "GPU-", f"GPU-n{seed}-"))
+        log.write_text(
+            random_log(random.Random(100 + seed), units=True).replace("GPU-", f"GPU-n{seed}-")
+        )
         logs.append(log)
     one = read_nvsmi(logs, workers=1)
     two = read_nvsmi(logs, workers=2)
@@ -254,8 +328,11 @@ def test_idle_totals_are_the_streamed_detectors(window: int) -> None:
         for _ in range(rng.randint(0, 400)):
             m += rng.choice([1, 1, 1, 1, 2, 30])  # mostly the next minute, sometimes a gap
             minutes.append(m)
-            utils.append(None if rng.random() < 0.03 else rng.choice(
-                [0.0, 0.5, 4.9, 5.0, 80.0, rng.uniform(0, 10), rng.uniform(0, 100)]))
+            utils.append(
+                None
+                if rng.random() < 0.03
+                else rng.choice([0.0, 0.5, 4.9, 5.0, 80.0, rng.uniform(0, 10), rng.uniform(0, 100)])
+            )
             covered.append(rng.choice([60.0, 0.0, round(rng.uniform(0, 60), 3)]))
         streamed = IdleDetector(window, 5.0)
         for minute, u, c in zip(minutes, utils, covered, strict=True):
@@ -264,21 +341,27 @@ def test_idle_totals_are_the_streamed_detectors(window: int) -> None:
         assert got == (streamed.idle_s, streamed.idle_util_s)  # the same floats, not close
 
 
-def test_rollups_computed_beside_the_reading_are_the_stores(tmp_path: Path,
-                                                            store_url: str) -> None:
+def test_rollups_computed_beside_the_reading_are_the_stores(tmp_path: Path, store_url: str) -> None:
     logs = []
     for seed in range(3):
         log = tmp_path / f"node{seed}.csv"
-        log.write_text(random_log(random.Random(200 + seed), units=seed != 1).replace(
-            "GPU-", f"GPU-n{seed}-"))
+        log.write_text(
+            random_log(random.Random(200 + seed), units=seed != 1).replace("GPU-", f"GPU-n{seed}-")
+        )
         logs.append(log)
     done = import_nvsmi(store_url, logs, workers=2)
     assert done.records and set(done.rollups) == {r.id for r in done.records}
 
     def rows(store: RunStore) -> list[tuple[object, ...]]:
-        return store.transaction(lambda conn: [tuple(r) for r in conn.exec_driver_sql(
-            f"SELECT {', '.join(ROLLUP_COLUMNS)} FROM rollups ORDER BY run_id, gpu, hour"
-        ).all()], write=False)
+        return store.transaction(
+            lambda conn: [
+                tuple(r)
+                for r in conn.exec_driver_sql(
+                    f"SELECT {', '.join(ROLLUP_COLUMNS)} FROM rollups ORDER BY run_id, gpu, hour"
+                ).all()
+            ],
+            write=False,
+        )
 
     with RunStore(store_url) as store:
         written = rows(store)

@@ -31,16 +31,26 @@ TEN = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # Monday of 2026-W48
 NOON = TEN + timedelta(hours=2)
 
 
-def scrapes(labels: dict[str, str], start: datetime, end: datetime, *, util: float,
-            mib: float, watts: float, sm: float | None = None) -> list[Sample]:
+def scrapes(
+    labels: dict[str, str],
+    start: datetime,
+    end: datetime,
+    *,
+    util: float,
+    mib: float,
+    watts: float,
+    sm: float | None = None,
+) -> list[Sample]:
     """DCGM-exporter's series of one GPU, a scrape every 15 s from ``start`` to ``end``."""
     out: list[Sample] = []
     t = start
     while t <= end:
         ts = t.timestamp()
-        out += [("DCGM_FI_DEV_GPU_UTIL", labels, util, ts),
-                ("DCGM_FI_DEV_FB_USED", labels, mib, ts),
-                ("DCGM_FI_DEV_POWER_USAGE", labels, watts, ts)]
+        out += [
+            ("DCGM_FI_DEV_GPU_UTIL", labels, util, ts),
+            ("DCGM_FI_DEV_FB_USED", labels, mib, ts),
+            ("DCGM_FI_DEV_POWER_USAGE", labels, watts, ts),
+        ]
         if sm is not None:
             out.append(("DCGM_FI_PROF_SM_ACTIVE", labels, sm, ts))
         t += timedelta(seconds=15)
@@ -59,12 +69,19 @@ def fleet() -> list[Sample]:
     eleven = TEN + timedelta(hours=1)
     train = {"pod": "train-1", "namespace": "nlp", "container": "main"}
     return [
-        *scrapes(gpu("node1", 0, "GPU-a", **train), TEN, last, util=80, mib=40960, watts=500,
-                 sm=0.7),
+        *scrapes(
+            gpu("node1", 0, "GPU-a", **train), TEN, last, util=80, mib=40960, watts=500, sm=0.7
+        ),
         *scrapes(gpu("node1", 0, "GPU-a"), eleven, NOON, util=0, mib=0, watts=60),
         *scrapes(gpu("node1", 1, "GPU-b", **train), TEN, last, util=40, mib=20480, watts=300),
-        *scrapes(gpu("node1", 1, "GPU-b", pod="eval-2", namespace="vision"), eleven, NOON,
-                 util=3, mib=1024, watts=80),
+        *scrapes(
+            gpu("node1", 1, "GPU-b", pod="eval-2", namespace="vision"),
+            eleven,
+            NOON,
+            util=3,
+            mib=1024,
+            watts=80,
+        ),
         *scrapes(gpu("node2", 0, "GPU-c"), TEN, NOON, util=0, mib=0, watts=60),
     ]
 
@@ -78,11 +95,20 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_busy_idle_and_unallocated_gpus_by_hand(prometheus: str, store_url: str) -> None:
     done = import_prometheus(store_url, prometheus, since=TEN, until=NOON, progress=False)
     runs = {r.name: r for r in done.records}
-    assert sorted(runs) == ["eval-2", "train-1", "unallocated node1 GPU 0",
-                            "unallocated node2 GPU 0"]
+    assert sorted(runs) == [
+        "eval-2",
+        "train-1",
+        "unallocated node1 GPU 0",
+        "unallocated node2 GPU 0",
+    ]
     train = runs["train-1"]
     assert (train.source, train.team, train.host, train.gpu_model, train.gpu_count) == (
-        "prometheus", "nlp", "node1", "H100", 2)
+        "prometheus",
+        "nlp",
+        "node1",
+        "H100",
+        2,
+    )
     assert (train.started_at, train.ended_at) == (TEN, TEN + timedelta(hours=1))
     assert train.gpu_hours == pytest.approx(2.0)
     assert train.util_pct == pytest.approx((80 + 40) / 2)
@@ -92,15 +118,22 @@ def test_busy_idle_and_unallocated_gpus_by_hand(prometheus: str, store_url: str)
     assert train.waste_usd == pytest.approx(H100_PRICE * (1 - 80 / 85) + H100_PRICE * (1 - 40 / 85))
     assert train.sm_active_pct == pytest.approx(70.0)  # GPU-a only: GPU-b has no profiling
     ev = runs["eval-2"]
-    assert (ev.team, ev.gpu_hours, ev.idle_usd) == ("vision", pytest.approx(1.0),
-                                                    pytest.approx(H100_PRICE))
+    assert (ev.team, ev.gpu_hours, ev.idle_usd) == (
+        "vision",
+        pytest.approx(1.0),
+        pytest.approx(H100_PRICE),
+    )
     un1, un2 = runs["unallocated node1 GPU 0"], runs["unallocated node2 GPU 0"]
-    assert (un1.team, un1.tags, un1.gpu_hours) == (UNALLOCATED, ("unallocated",),
-                                                   pytest.approx(1.0))
+    assert (un1.team, un1.tags, un1.gpu_hours) == (
+        UNALLOCATED,
+        ("unallocated",),
+        pytest.approx(1.0),
+    )
     assert (un2.gpu_hours, un2.idle_usd) == (pytest.approx(2.0), pytest.approx(2 * H100_PRICE))
     # the weekly report: unallocated GPU-time is a row of the team breakdown
-    k = compute(store_url, Request(week="2026-W48", tz=UTC),
-                now=datetime(2026, 12, 7, tzinfo=UTC)).kpis
+    k = compute(
+        store_url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 7, tzinfo=UTC)
+    ).kpis
     by = k.by["team"].set_index("team")
     assert by.loc[UNALLOCATED, "gpu_hours"] == pytest.approx(3.0)
     assert by.loc[UNALLOCATED, "spend_usd"] == pytest.approx(3 * H100_PRICE)
@@ -109,8 +142,9 @@ def test_busy_idle_and_unallocated_gpus_by_hand(prometheus: str, store_url: str)
         assert len(store.samples()) == 6 * 60  # a row per GPU-minute
 
 
-def test_importing_the_range_again_adds_nothing_and_chunks_join(prometheus: str,
-                                                                tmp_path: Path) -> None:
+def test_importing_the_range_again_adds_nothing_and_chunks_join(
+    prometheus: str, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     first = import_prometheus(url, prometheus, since=TEN, until=NOON, progress=False)
     again = import_prometheus(url, prometheus, since=TEN, until=NOON, progress=False)
@@ -127,12 +161,18 @@ def test_importing_the_range_again_adds_nothing_and_chunks_join(prometheus: str,
     finally:
         prom.CHUNK_POINTS = saved
     assert sorted((s.run_id, s.gpu, s.minute, s.util_pct) for s in chunked.samples) == sorted(
-        (s.run_id, s.gpu, s.minute, s.util_pct) for s in small.samples)
+        (s.run_id, s.gpu, s.minute, s.util_pct) for s in small.samples
+    )
 
 
 def test_the_label_map_names_runs_and_owners(prometheus: str) -> None:
-    done = read_prometheus(prometheus, since=TEN, until=NOON, progress=False,
-                           mapping=LabelMap(run=("container",), team="", project="namespace"))
+    done = read_prometheus(
+        prometheus,
+        since=TEN,
+        until=NOON,
+        progress=False,
+        mapping=LabelMap(run=("container",), team="", project="namespace"),
+    )
     runs = {r.name: r for r in done.records}
     assert runs["main"].project == "nlp" and runs["main"].team == ""
     # eval-2 has no container label: its GPU's hour is unallocated by this map
@@ -144,11 +184,26 @@ def test_chunks_are_whole_minutes_and_never_overlap() -> None:
     assert got == [(60.0, 60.0 * 360), (60.0 * 361, 60.0 * 720), (60.0 * 721, 60.0 * 725)]
 
 
-def test_a_prometheus_that_is_down_or_foreign_is_one_line(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_prometheus_that_is_down_or_foreign_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    assert main(["import", "prometheus", "http://127.0.0.1:9", "--since", "2026-W48",
-                 "--until", "2026-W49", "--store", url]) == 2
+    assert (
+        main(
+            [
+                "import",
+                "prometheus",
+                "http://127.0.0.1:9",
+                "--since",
+                "2026-W48",
+                "--until",
+                "2026-W49",
+                "--store",
+                url,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("gpu-kpi: error: http://127.0.0.1:9: cannot reach Prometheus")
     assert err.count("\n") == 1
@@ -166,8 +221,9 @@ def test_a_prometheus_that_is_down_or_foreign_is_one_line(tmp_path: Path,
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         with pytest.raises(ImportFailed, match="the answer is not JSON"):
-            read_prometheus(f"http://127.0.0.1:{server.server_port}", since=TEN, until=NOON,
-                            progress=False)
+            read_prometheus(
+                f"http://127.0.0.1:{server.server_port}", since=TEN, until=NOON, progress=False
+            )
     finally:
         server.shutdown()
     with RunStore(url) as store:
@@ -187,18 +243,33 @@ def test_a_refused_query_names_the_url(prometheus: str) -> None:
         prom.FIELDS.update(saved)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--since", "2026-W48"], "this import needs --until"),
-    (["--since", "2026-W49", "--until", "2026-W48"], "is not before --until"),
-    (["--since", "2026-W01", "--until", "2027-W10"], "over a year"),
-    (["--since", "yesterday", "--until", "2026-W48"], "use 2026-W47, 2026-11-16"),
-    (["--since", "2026-W48", "--until", "2026-W49", "--map", "cost=pod"], "KEY=LABEL"),
-    (["--since", "2026-W48", "--until", "2026-W49", "--tz", "UTC"], "not for Prometheus"),
-])
-def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  args: list[str], message: str) -> None:
-    assert main(["import", "prometheus", "http://127.0.0.1:9", *args,
-                 "--store", f"sqlite:///{tmp_path / 'runs.db'}"]) == 2
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--since", "2026-W48"], "this import needs --until"),
+        (["--since", "2026-W49", "--until", "2026-W48"], "is not before --until"),
+        (["--since", "2026-W01", "--until", "2027-W10"], "over a year"),
+        (["--since", "yesterday", "--until", "2026-W48"], "use 2026-W47, 2026-11-16"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--map", "cost=pod"], "KEY=LABEL"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--tz", "UTC"], "not for Prometheus"),
+    ],
+)
+def test_bad_options_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert (
+        main(
+            [
+                "import",
+                "prometheus",
+                "http://127.0.0.1:9",
+                *args,
+                "--store",
+                f"sqlite:///{tmp_path / 'runs.db'}",
+            ]
+        )
+        == 2
+    )
     assert message in capsys.readouterr().err
 
 
@@ -238,21 +309,26 @@ def test_a_redirect_is_refused_and_the_token_stays_home(monkeypatch: pytest.Monk
         target = f"http://127.0.0.1:{evil.server_port}/api/v1/query_range"
         with fake(302, Location=target) as home:
             with pytest.raises(ImportFailed, match=r"answered 302, a redirect to http://127"):
-                read_prometheus(f"http://127.0.0.1:{home.server_port}", since=TEN, until=NOON,
-                                progress=False)
+                read_prometheus(
+                    f"http://127.0.0.1:{home.server_port}", since=TEN, until=NOON, progress=False
+                )
             assert home.seen == ["Bearer s3cret"]
         assert evil.seen == []  # never asked, never given the token
 
 
-@pytest.mark.parametrize(("result", "message"), [
-    ([{"metric": {}, "values": 5}], "a series of unexpected shape"),
-    (["x"], "a series of unexpected shape"),
-    ([{"metric": [], "values": []}], "a series of unexpected shape"),
-    ([{"metric": {}, "values": [[1, 2, 3]]}], "a series of unexpected shape"),
-    ([{"metric": {}, "values": [["abc", "1"]]}], "a series of unexpected shape"),
-    ([{"metric": {}, "values": [["NaN", "1"]]}], "a point at nan s since 1970: no time"),
-    ([{"metric": {}, "values": [["1e20", "1"]]}], "a point at 1e+20 s since 1970: no time"),
-], ids=["values-int", "series-str", "metric-list", "triple", "time-text", "time-nan", "time-huge"])
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        ([{"metric": {}, "values": 5}], "a series of unexpected shape"),
+        (["x"], "a series of unexpected shape"),
+        ([{"metric": [], "values": []}], "a series of unexpected shape"),
+        ([{"metric": {}, "values": [[1, 2, 3]]}], "a series of unexpected shape"),
+        ([{"metric": {}, "values": [["abc", "1"]]}], "a series of unexpected shape"),
+        ([{"metric": {}, "values": [["NaN", "1"]]}], "a point at nan s since 1970: no time"),
+        ([{"metric": {}, "values": [["1e20", "1"]]}], "a point at 1e+20 s since 1970: no time"),
+    ],
+    ids=["values-int", "series-str", "metric-list", "triple", "time-text", "time-nan", "time-huge"],
+)
 def test_an_odd_answer_is_one_line_naming_the_url(result: object, message: str) -> None:
     body = {"status": "success", "data": {"resultType": "matrix", "result": result}}
     with fake(body=body) as server:
@@ -262,15 +338,31 @@ def test_an_odd_answer_is_one_line_naming_the_url(result: object, message: str) 
 
 
 def test_credentials_in_the_url_are_refused_and_never_shown(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["import", "prometheus", "http://admin:hunter2@127.0.0.1:9", "--since", "2026-W48",
-                 "--until", "2026-W49", "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "import",
+                "prometheus",
+                "http://admin:hunter2@127.0.0.1:9",
+                "--since",
+                "2026-W48",
+                "--until",
+                "2026-W49",
+                "--store",
+                f"sqlite:///{tmp_path / 'r.db'}",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "hunter2" not in err and "put a bearer token in GPU_KPI_PROMETHEUS_TOKEN" in err
 
 
-def test_a_tracked_run_on_a_gpu_skips_that_run_not_the_fleet(prometheus: str,
-                                                              tmp_path: Path) -> None:
+def test_a_tracked_run_on_a_gpu_skips_that_run_not_the_fleet(
+    prometheus: str, tmp_path: Path
+) -> None:
     """train-1's GPU-a was tracked by our callback: train-1 is skipped and named, the rest of
     the fleet goes in."""
     from fakes import run_record
@@ -280,22 +372,54 @@ def test_a_tracked_run_on_a_gpu_skips_that_run_not_the_fleet(prometheus: str,
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with RunStore(url) as store:
-        store.put([run_record("tracked", TEN, 1)],
-                  [MinuteSample(run_id="tracked", gpu="GPU-a", minute=TEN + timedelta(minutes=m),
-                                covered_s=60.0, util_pct=80.0) for m in range(30)])
+        store.put(
+            [run_record("tracked", TEN, 1)],
+            [
+                MinuteSample(
+                    run_id="tracked",
+                    gpu="GPU-a",
+                    minute=TEN + timedelta(minutes=m),
+                    covered_s=60.0,
+                    util_pct=80.0,
+                )
+                for m in range(30)
+            ],
+        )
     done = import_prometheus(url, prometheus, since=TEN, until=NOON, progress=False)
     assert done.skipped == {OVERLAPS: ["train-1"]}
-    assert sorted(r.name for r in done.records) == ["eval-2", "unallocated node1 GPU 0",
-                                                    "unallocated node2 GPU 0"]
+    assert sorted(r.name for r in done.records) == [
+        "eval-2",
+        "unallocated node1 GPU 0",
+        "unallocated node2 GPU 0",
+    ]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--map", "team=team,namespace"], "LABEL a Prometheus label name"),
-    (["--map", "run=pod,bad-label"], "LABEL a Prometheus label name"),
-    (["--map", "team=a", "--map", "team=b"], "--map team= given twice"),
-])
-def test_bad_label_maps_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                     args: list[str], message: str) -> None:
-    assert main(["import", "prometheus", "http://127.0.0.1:9", "--since", "2026-W48", "--until",
-                 "2026-W49", *args, "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--map", "team=team,namespace"], "LABEL a Prometheus label name"),
+        (["--map", "run=pod,bad-label"], "LABEL a Prometheus label name"),
+        (["--map", "team=a", "--map", "team=b"], "--map team= given twice"),
+    ],
+)
+def test_bad_label_maps_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert (
+        main(
+            [
+                "import",
+                "prometheus",
+                "http://127.0.0.1:9",
+                "--since",
+                "2026-W48",
+                "--until",
+                "2026-W49",
+                *args,
+                "--store",
+                f"sqlite:///{tmp_path / 'r.db'}",
+            ]
+        )
+        == 2
+    )
     assert message in capsys.readouterr().err

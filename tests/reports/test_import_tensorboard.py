@@ -23,8 +23,14 @@ MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 A100_PRICE = 2.00  # the price table's A100-80GB, USD per GPU-hour
 
 
-def write_run(logdir: Path, *, seconds: int, every: int = 10, util: float | None = None,
-              start: datetime = MONDAY_10) -> Path:
+def write_run(
+    logdir: Path,
+    *,
+    seconds: int,
+    every: int = 10,
+    util: float | None = None,
+    start: datetime = MONDAY_10,
+) -> Path:
     """A run logged from ``start`` every ``every`` s for ``seconds``: a loss, a throughput of
     100 + step, and (``util``) a GPU utilization tag of the user's own."""
     w = SummaryWriter(log_dir=str(logdir))
@@ -41,18 +47,30 @@ def write_run(logdir: Path, *, seconds: int, every: int = 10, util: float | None
 def test_a_plain_run_is_its_wall_time_on_the_gpus_given(tmp_path: Path, store_url: str) -> None:
     logs = tmp_path / "logs"
     write_run(logs / "exp1" / "version_0", seconds=3600)
-    done = import_tensorboard(store_url, [logs], gpus=4, tags={"samples_per_s": "train/throughput"},
-                              labels=Labels(gpu_model="A100-80GB", team="speech"))
+    done = import_tensorboard(
+        store_url,
+        [logs],
+        gpus=4,
+        tags={"samples_per_s": "train/throughput"},
+        labels=Labels(gpu_model="A100-80GB", team="speech"),
+    )
     (r,) = done.records
     assert (r.source, r.name, r.gpu_model, r.gpu_count, r.team, r.steps) == (
-        "tensorboard", "exp1/version_0", "A100-80GB", 4, "speech", 360)
+        "tensorboard",
+        "exp1/version_0",
+        "A100-80GB",
+        4,
+        "speech",
+        360,
+    )
     assert (r.started_at, r.ended_at) == (MONDAY_10, MONDAY_10 + timedelta(hours=1))
     assert r.gpu_hours == pytest.approx(4.0)
     assert r.util_pct is None  # nothing says how busy the GPUs were
     assert r.cost_usd == pytest.approx(4 * A100_PRICE)
     assert r.samples_per_s == pytest.approx(100 + 360 / 2)  # mean of 100..460
-    assert r.id.startswith("tb-") and r.links == {"tensorboard": str((logs / "exp1" / "version_0")
-                                                                     .resolve())}
+    assert r.id.startswith("tb-") and r.links == {
+        "tensorboard": str((logs / "exp1" / "version_0").resolve())
+    }
     with RunStore(store_url) as store:
         assert len(store.samples(run_ids=[r.id])) == 4 * 60
 
@@ -60,22 +78,36 @@ def test_a_plain_run_is_its_wall_time_on_the_gpus_given(tmp_path: Path, store_ur
 def test_every_scalar_is_read_not_a_sample_of_10000(tmp_path: Path) -> None:
     """20,001 points a second apart at 30% (a tag mapped to utilization): all of them count."""
     write_run(tmp_path / "long", seconds=20_000, every=1, util=30.0)
-    (r,) = read_tensorboard([tmp_path / "long"], tags={"util_pct": "sys/gpu_util"},
-                            labels=Labels(gpu_model="A100-80GB")).records
+    (r,) = read_tensorboard(
+        [tmp_path / "long"], tags={"util_pct": "sys/gpu_util"}, labels=Labels(gpu_model="A100-80GB")
+    ).records
     assert r.gpu_hours == pytest.approx(20_000 / 3600)
     assert r.util_pct == pytest.approx(30.0)
     assert r.waste_usd == pytest.approx(20_000 / 3600 * A100_PRICE * (1 - 30 / 85))
 
 
 def test_importing_again_adds_nothing_and_no_model_is_skipped(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write_run(tmp_path / "logs" / "a", seconds=600)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     assert main(["import", "tensorboard", str(tmp_path / "logs"), "--store", url]) == 0
     assert f"skipped 1 run(s), {NO_MODEL}: a" in capsys.readouterr().out
     for _ in range(2):
-        assert main(["import", "tensorboard", str(tmp_path / "logs"), "--gpu-model", "A100-80GB",
-                     "--store", url]) == 0
+        assert (
+            main(
+                [
+                    "import",
+                    "tensorboard",
+                    str(tmp_path / "logs"),
+                    "--gpu-model",
+                    "A100-80GB",
+                    "--store",
+                    url,
+                ]
+            )
+            == 0
+        )
     with RunStore(url) as store:
         (r,) = store.list_runs()
         assert r.gpu_hours == pytest.approx(600 / 3600)
@@ -86,9 +118,16 @@ def test_a_run_of_ours_comes_back_with_its_metrics(tmp_path: Path) -> None:
     """A plain-loop run tracked live (simulated H100 at 60%) through the TensorBoard sink: the
     store that tracked it skips it; a new store gets it from its ``gpu/*`` points."""
     tracked = f"sqlite:///{tmp_path / 'tracked.db'}"
-    with track(name="ours", backend="simulated:input-bound@H100", store=tracked,
-               interval_s=0.1, log_every_s=0.5, warmup_steps=0,
-               sinks=[TensorBoardSink(logdir=tmp_path / "tb")], log_to_python=False) as run:
+    with track(
+        name="ours",
+        backend="simulated:input-bound@H100",
+        store=tracked,
+        interval_s=0.1,
+        log_every_s=0.5,
+        warmup_steps=0,
+        sinks=[TensorBoardSink(logdir=tmp_path / "tb")],
+        log_to_python=False,
+    ) as run:
         deadline = time.monotonic() + 3.2
         while time.monotonic() < deadline:
             time.sleep(0.01)
@@ -125,19 +164,34 @@ def foreign(path: Path) -> None:
     path.write_bytes(b"step,loss\n0,1.0\n")
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (cut, "cut off at byte"), (flip_last_scalar, "data checksum mismatch"),
-    (foreign, "checksum mismatch")], ids=["cut", "flipped", "foreign"])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (cut, "cut off at byte"),
+        (flip_last_scalar, "data checksum mismatch"),
+        (foreign, "checksum mismatch"),
+    ],
+    ids=["cut", "flipped", "foreign"],
+)
 def test_a_damaged_event_file_is_one_line_naming_it_and_imports_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: object,
-        message: str) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: object, message: str
+) -> None:
     write_run(tmp_path / "logs" / "good", seconds=600)
     write_run(tmp_path / "logs" / "bad", seconds=600)
     (bad,) = (tmp_path / "logs" / "bad").glob("events.out.tfevents.*")
     damage(bad)  # type: ignore[operator]
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    code = main(["import", "tensorboard", str(tmp_path / "logs"), "--gpu-model", "A100-80GB",
-                 "--store", url])
+    code = main(
+        [
+            "import",
+            "tensorboard",
+            str(tmp_path / "logs"),
+            "--gpu-model",
+            "A100-80GB",
+            "--store",
+            url,
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.startswith(f"gpu-kpi: error: {bad.resolve()}: ") and message in err
@@ -146,16 +200,31 @@ def test_a_damaged_event_file_is_one_line_naming_it_and_imports_nothing(
         assert store.list_runs() == []
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--tag", "loss=train/loss"], "KEY=TAG with KEY one of util_pct"),
-    (["--gpus", "0"], "--gpus 0: from 1 to 4096"),
-    (["--tz", "UTC"], "--tz and --per-gpu are for nvidia-smi logs"),
-])
-def test_bad_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  args: list[str], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--tag", "loss=train/loss"], "KEY=TAG with KEY one of util_pct"),
+        (["--gpus", "0"], "--gpus 0: from 1 to 4096"),
+        (["--tz", "UTC"], "--tz and --per-gpu are for nvidia-smi logs"),
+    ],
+)
+def test_bad_options_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     write_run(tmp_path / "logs", seconds=60)
-    assert main(["import", "tensorboard", str(tmp_path / "logs"), *args,
-                 "--store", f"sqlite:///{tmp_path / 'runs.db'}"]) == 2
+    assert (
+        main(
+            [
+                "import",
+                "tensorboard",
+                str(tmp_path / "logs"),
+                *args,
+                "--store",
+                f"sqlite:///{tmp_path / 'runs.db'}",
+            ]
+        )
+        == 2
+    )
     assert message in capsys.readouterr().err
 
 
@@ -163,8 +232,9 @@ def test_the_reader_agrees_with_tensorboards_own(tmp_path: Path) -> None:
     """Our TFRecord reading sees the same scalars as TensorBoard's EventAccumulator."""
     write_run(tmp_path / "r", seconds=300, util=42.0)
     scalars = readers.read_tensorboard(tmp_path / "r")
-    (r,) = read_tensorboard([tmp_path / "r"], tags={"util_pct": "sys/gpu_util"},
-                            labels=Labels(gpu_model="A100-80GB")).records
+    (r,) = read_tensorboard(
+        [tmp_path / "r"], tags={"util_pct": "sys/gpu_util"}, labels=Labels(gpu_model="A100-80GB")
+    ).records
     assert len(scalars["sys/gpu_util"]) == 31
     assert r.gpu_hours == pytest.approx((31 - 1) * 10 / 3600)
 
@@ -185,8 +255,9 @@ def test_two_points_at_one_wall_time_do_not_stop_the_import(tmp_path: Path) -> N
     w = SummaryWriter(log_dir=str(tmp_path / "r"))
     w.add_scalar("sys/gpu_util", 70.0, 999, walltime=(MONDAY_10 + timedelta(minutes=5)).timestamp())
     w.close()
-    (r,) = read_tensorboard([tmp_path / "r"], tags={"util_pct": "sys/gpu_util"},
-                            labels=Labels(gpu_model="A100-80GB")).records
+    (r,) = read_tensorboard(
+        [tmp_path / "r"], tags={"util_pct": "sys/gpu_util"}, labels=Labels(gpu_model="A100-80GB")
+    ).records
     assert r.gpu_hours == pytest.approx(600 / 3600)
     # the point at 10:05 (70%) covers 10 s of 600
     assert r.util_pct == pytest.approx((590 * 50 + 10 * 70) / 600)

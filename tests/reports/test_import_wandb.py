@@ -36,8 +36,7 @@ def real_run(root: Path, monkeypatch: pytest.MonkeyPatch, *, name: str) -> Path:
     import wandb
 
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(mode="offline", dir=str(root), project="vision", name=name,
-                     config={"lr": 0.1})
+    run = wandb.init(mode="offline", dir=str(root), project="vision", name=name, config={"lr": 0.1})
     for step in range(3):
         run.log({"loss": 1.0 / (step + 1)})
     run.finish()
@@ -60,10 +59,16 @@ def add_gpu_records(path: Path, *, minutes: int = 60) -> None:
     for k in range(minutes * 4 + 1):
         rec = pb.Record()
         rec.stats.timestamp.seconds = int((MONDAY_10 + timedelta(seconds=15 * k)).timestamp())
-        for key, value in (("gpu.0.gpu", 80), ("gpu.0.memoryAllocatedBytes", 40 * 2**30),
-                           ("gpu.0.powerWatts", 500.0), ("gpu.process.0.gpu", 80),
-                           ("gpu.1.gpu", 2), ("gpu.1.memoryAllocatedBytes", 2**30),
-                           ("gpu.1.powerWatts", 100.0), ("cpu", 12.5)):
+        for key, value in (
+            ("gpu.0.gpu", 80),
+            ("gpu.0.memoryAllocatedBytes", 40 * 2**30),
+            ("gpu.0.powerWatts", 500.0),
+            ("gpu.process.0.gpu", 80),
+            ("gpu.1.gpu", 2),
+            ("gpu.1.memoryAllocatedBytes", 2**30),
+            ("gpu.1.powerWatts", 100.0),
+            ("cpu", 12.5),
+        ):
             item = rec.stats.item.add()
             item.key, item.value_json = key, str(value)
         added.append(rec)
@@ -78,11 +83,19 @@ def gpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_an_uninstrumented_run_gets_its_gpu_time_and_cost_by_hand(
-        gpu_run: Path, store_url: str) -> None:
+    gpu_run: Path, store_url: str
+) -> None:
     done = import_wandb(store_url, [gpu_run], labels=Labels(team="vision-team"))
     (r,) = done.records
     assert (r.source, r.name, r.project, r.team, r.gpu_model, r.gpu_count, r.status) == (
-        "wandb", "resnet-a", "vision", "vision-team", "H100", 2, "finished")
+        "wandb",
+        "resnet-a",
+        "vision",
+        "vision-team",
+        "H100",
+        2,
+        "finished",
+    )
     assert (r.started_at, r.ended_at) == (MONDAY_10, MONDAY_10 + timedelta(hours=1))
     assert r.gpu_hours == pytest.approx(2.0)
     assert r.util_pct == pytest.approx((80 + 2) / 2)
@@ -94,8 +107,9 @@ def test_an_uninstrumented_run_gets_its_gpu_time_and_cost_by_hand(
     assert r.mem_peak_gib == pytest.approx(40.0)
     assert r.id.startswith("wandb-")
     assert r.links == {"wandb": str(next(gpu_run.rglob("*.wandb")).resolve().parent)}
-    w48 = compute(store_url, Request(week="2026-W48", tz=UTC),
-                  now=datetime(2026, 12, 7, tzinfo=UTC))
+    w48 = compute(
+        store_url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 7, tzinfo=UTC)
+    )
     assert w48.kpis.headline.gpu_hours == pytest.approx(2.0)
     assert w48.kpis.headline.spend_usd == pytest.approx(2 * H100_PRICE)
     with RunStore(store_url) as store:
@@ -111,13 +125,13 @@ def test_importing_again_adds_nothing(gpu_run: Path, store_url: str) -> None:
         assert len(store.samples()) == 120
 
 
-def test_a_cpu_run_is_skipped_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cpu_run_is_skipped_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     add_gpu_records(real_run(tmp_path / "a", monkeypatch, name="on-gpu"))
     real_run(tmp_path / "b", monkeypatch, name="on-cpu")
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    assert main(["import", "wandb", str(tmp_path / "a"), str(tmp_path / "b"),
-                 "--store", url]) == 0
+    assert main(["import", "wandb", str(tmp_path / "a"), str(tmp_path / "b"), "--store", url]) == 0
     out = capsys.readouterr().out
     assert f"skipped 1 run(s), {NO_GPU}: on-cpu" in out
     assert "imported 1 run(s), 120 minute rows" in out
@@ -126,7 +140,8 @@ def test_a_cpu_run_is_skipped_and_named(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A plain-loop run tracked live with W&B (simulated H100, input-bound at 60%): the store
     that tracked it skips it; a new store gets it from our own ``gpu/*`` points (W&B kept no GPU
     metrics here), under the tracker's run id."""
@@ -135,9 +150,16 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
     monkeypatch.setenv("WANDB_SILENT", "true")
     tracked = f"sqlite:///{tmp_path / 'tracked.db'}"
     wb = wandb.init(mode="offline", dir=str(tmp_path), project="nlp")
-    with track(name="ours", backend="simulated:input-bound@H100", store=tracked,
-               interval_s=0.1, log_every_s=0.5, warmup_steps=0, sinks=[WandbSink(wb)],
-               log_to_python=False) as run:
+    with track(
+        name="ours",
+        backend="simulated:input-bound@H100",
+        store=tracked,
+        interval_s=0.1,
+        log_every_s=0.5,
+        warmup_steps=0,
+        sinks=[WandbSink(wb)],
+        log_to_python=False,
+    ) as run:
         deadline = time.monotonic() + 3.2
         while time.monotonic() < deadline:
             time.sleep(0.01)
@@ -184,19 +206,28 @@ def year_30000(path: Path) -> None:
     readers.write_wandb_log(path, [*readers.iter_wandb_records(path), rec])
 
 
-@pytest.mark.parametrize(("damage", "message"), [
-    (bad_crc, "checksum mismatch"), (not_wandb, "not a W&B transaction log"),
-    (year_30000, "1000000000000 s since 1970: no time")], ids=["crc", "foreign", "no-time"])
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (bad_crc, "checksum mismatch"),
+        (not_wandb, "not a W&B transaction log"),
+        (year_30000, "1000000000000 s since 1970: no time"),
+    ],
+    ids=["crc", "foreign", "no-time"],
+)
 def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        damage: Any, message: str) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    damage: Any,
+    message: str,
+) -> None:
     add_gpu_records(real_run(tmp_path / "good", monkeypatch, name="good"))
     bad = real_run(tmp_path / "bad", monkeypatch, name="bad")
     add_gpu_records(bad)
     damage(bad)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    code = main(["import", "wandb", str(tmp_path / "good"), str(tmp_path / "bad"),
-                 "--store", url])
+    code = main(["import", "wandb", str(tmp_path / "good"), str(tmp_path / "bad"), "--store", url])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert err.startswith(f"gpu-kpi: error: {bad}: ") and message in err
@@ -206,7 +237,8 @@ def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
 
 
 def test_a_killed_runs_torn_tail_is_left_out_and_the_run_imported(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A run killed mid-write leaves its last record cut off: read up to there."""
     log = real_run(tmp_path, monkeypatch, name="killed")
     add_gpu_records(log)
@@ -220,12 +252,12 @@ def test_a_killed_runs_torn_tail_is_left_out_and_the_run_imported(
 
 
 def test_no_wandb_runs_and_nvidia_smi_options_are_clear_errors(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     assert main(["import", "wandb", str(tmp_path), "--store", url]) == 2
     assert "no .wandb file under it" in capsys.readouterr().err
-    assert main(["import", "wandb", str(tmp_path), "--tz", "Europe/Berlin",
-                 "--store", url]) == 2
+    assert main(["import", "wandb", str(tmp_path), "--tz", "Europe/Berlin", "--store", url]) == 2
     assert "--tz and --per-gpu are for nvidia-smi logs" in capsys.readouterr().err
 
 
@@ -242,8 +274,16 @@ def test_read_wandb_takes_a_file_and_its_directory_once(gpu_run: Path) -> None:
 
 
 class ApiRun:
-    def __init__(self, run_id: str, name: str, *, state: str = "finished", minutes: int = 60,
-                 config: dict[str, Any] | None = None, gpus: int = 2) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        state: str = "finished",
+        minutes: int = 60,
+        config: dict[str, Any] | None = None,
+        gpus: int = 2,
+    ) -> None:
         self.id, self.name, self.state = run_id, name, state
         self.entity, self.project = "acme", "vision"
         self.url = f"https://wandb.ai/acme/vision/runs/{run_id}"
@@ -252,19 +292,35 @@ class ApiRun:
         self.created_at = "2026-11-23T10:00:00Z"
         self.tags = ["baseline"]
         self.user = "alice"
-        self.metadata = {"host": "gpu-node-7", "gpu": "NVIDIA H100 80GB HBM3", "gpu_count": gpus,
-                         "gpu_nvidia": [{"name": "NVIDIA H100 80GB HBM3",
-                                         "memoryTotal": str(80 * 2**30), "uuid": f"GPU-api{i}"}
-                                        for i in range(gpus)]}
+        self.metadata = {
+            "host": "gpu-node-7",
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "gpu_count": gpus,
+            "gpu_nvidia": [
+                {
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "memoryTotal": str(80 * 2**30),
+                    "uuid": f"GPU-api{i}",
+                }
+                for i in range(gpus)
+            ],
+        }
         self._minutes = minutes
         self.asked: list[dict[str, Any]] = []
 
     def history(self, **kwargs: Any) -> list[dict[str, Any]]:
         self.asked.append(kwargs)
-        return [{"_timestamp": (MONDAY_10 + timedelta(seconds=15 * k)).timestamp(),
-                 "_runtime": 15 * k, "system.gpu.0.gpu": 90, "system.gpu.1.gpu": 30,
-                 "system.gpu.0.powerWatts": 600.0, "system.cpu": 5.0}
-                for k in range(self._minutes * 4 + 1)]
+        return [
+            {
+                "_timestamp": (MONDAY_10 + timedelta(seconds=15 * k)).timestamp(),
+                "_runtime": 15 * k,
+                "system.gpu.0.gpu": 90,
+                "system.gpu.1.gpu": 30,
+                "system.gpu.0.powerWatts": 600.0,
+                "system.cpu": 5.0,
+            }
+            for k in range(self._minutes * 4 + 1)
+        ]
 
     def scan_history(self) -> list[dict[str, Any]]:
         return []
@@ -289,20 +345,30 @@ def test_a_project_through_the_api_maps_as_a_local_log(tmp_path: Path) -> None:
     since, until = MONDAY_10 - timedelta(days=1), MONDAY_10 + timedelta(days=6)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     done = import_wandb_api(url, "acme/vision", since=since, until=until, api=api)
-    assert api.asked == [("acme/vision", {"createdAt": {"$gte": since.isoformat(),
-                                                         "$lt": until.isoformat()}})]
+    assert api.asked == [
+        ("acme/vision", {"createdAt": {"$gte": since.isoformat(), "$lt": until.isoformat()}})
+    ]
     assert done_run.asked == [{"stream": "system", "pandas": False, "samples": 1_000_000}]
     assert done.skipped == {RUNNING: ["still-going"]}
     (r,) = done.records
     assert (r.name, r.project, r.user, r.host, r.tags, r.status, r.gpu_model, r.gpu_count) == (
-        "resnet-b", "vision", "alice", "gpu-node-7", ("baseline",), "finished", "H100", 2)
+        "resnet-b",
+        "vision",
+        "alice",
+        "gpu-node-7",
+        ("baseline",),
+        "finished",
+        "H100",
+        2,
+    )
     assert r.links == {"wandb": "https://wandb.ai/acme/vision/runs/a1b2c3d4"}
     assert (r.started_at, r.gpu_hours) == (MONDAY_10, pytest.approx(2.0))
     assert r.util_pct == pytest.approx((90 + 30) / 2)
     assert r.energy_kwh == pytest.approx(0.6)  # GPU 0's 600 W for an hour; GPU 1 reports none
     # the same project again: the same run, not a second
-    again = import_wandb_api(url, "acme/vision", since=since, until=until,
-                             api=Api([ApiRun("a1b2c3d4", "resnet-b")]))
+    again = import_wandb_api(
+        url, "acme/vision", since=since, until=until, api=Api([ApiRun("a1b2c3d4", "resnet-b")])
+    )
     assert [x.id for x in again.records] == [r.id]
     with RunStore(url) as store:
         assert len(store.list_runs()) == 1
@@ -315,10 +381,14 @@ def test_an_api_failure_is_one_line_naming_the_project(tmp_path: Path) -> None:
         def runs(self, path: str, filters: dict[str, Any]) -> list[ApiRun]:
             raise PermissionError("401 Unauthorized: check WANDB_API_KEY")
 
-    with pytest.raises(ImportFailed, match=r"^acme/vision: the W&B API failed \(PermissionError: "
-                                           r"401 Unauthorized"):
-        read_wandb_api("acme/vision", since=MONDAY_10, until=MONDAY_10 + timedelta(days=7),
-                       api=Refusing())
+    with pytest.raises(
+        ImportFailed,
+        match=r"^acme/vision: the W&B API failed \(PermissionError: "
+        r"401 Unauthorized",
+    ):
+        read_wandb_api(
+            "acme/vision", since=MONDAY_10, until=MONDAY_10 + timedelta(days=7), api=Refusing()
+        )
 
 
 def test_one_odd_run_of_a_project_is_skipped_and_named() -> None:
@@ -327,23 +397,36 @@ def test_one_odd_run_of_a_project_is_skipped_and_named() -> None:
 
     odd = ApiRun("bad1", "odd-config")
     odd.config = ["not", "a", "dict"]  # type: ignore[assignment]
-    done = read_wandb_api("acme/vision", since=MONDAY_10, until=MONDAY_10 + timedelta(days=7),
-                          api=Api([odd, ApiRun("ok1", "fine")]))
+    done = read_wandb_api(
+        "acme/vision",
+        since=MONDAY_10,
+        until=MONDAY_10 + timedelta(days=7),
+        api=Api([odd, ApiRun("ok1", "fine")]),
+    )
     assert [r.name for r in done.records] == ["fine"]
     (name,) = done.skipped[UNREADABLE]
     assert name.startswith("odd-config (ValueError: ")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["acme/vision", "--since", "2026-W48"], "this import needs --until"),
-    (["acme/vision", "other/proj", "--since", "2026-W48", "--until", "2026-W49"],
-     "one ENTITY/PROJECT"),
-    (["./wandb", "--map", "run=pod"], "--map is for Prometheus"),
-    (["here/wandb", "--since", "2026-W48", "--until", "2026-W49"], "is a local path"),
-])
-def test_api_options_are_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                 monkeypatch: pytest.MonkeyPatch, args: list[str],
-                                 message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["acme/vision", "--since", "2026-W48"], "this import needs --until"),
+        (
+            ["acme/vision", "other/proj", "--since", "2026-W48", "--until", "2026-W49"],
+            "one ENTITY/PROJECT",
+        ),
+        (["./wandb", "--map", "run=pod"], "--map is for Prometheus"),
+        (["here/wandb", "--since", "2026-W48", "--until", "2026-W49"], "is a local path"),
+    ],
+)
+def test_api_options_are_checked(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
     (tmp_path / "here" / "wandb").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
     assert main(["import", "wandb", *args, "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2

@@ -27,18 +27,24 @@ def add(url: str, run_id: str, **kw: Any) -> None:
 
 def sql(url: str, query: str) -> list[dict[str, Any]]:
     with RunStore(url) as s:
-        return s.transaction(lambda c: [dict(r._mapping) for r in c.execute(sa.text(query))],
-                             write=False)
+        return s.transaction(
+            lambda c: [dict(r._mapping) for r in c.execute(sa.text(query))], write=False
+        )
 
 
 def report(url: str, out: Path) -> dict[str, Any]:
-    assert main(["report", "--store", url, "--week", "2026-W48", "--out", str(out),
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            ["report", "--store", url, "--week", "2026-W48", "--out", str(out), "--format", "json"]
+        )
+        == 0
+    )
     return json.loads((out / "2026-W48.json").read_text())
 
 
-def test_the_tables_hold_the_reports_figures(store_url: str, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_tables_hold_the_reports_figures(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     add(store_url, "a", gpus=2, util=30.0, team="nlp", user="alice")
     add(store_url, "b", util=90.0, team="vision", user="bob", hours=2)
     add(store_url, "c", util=None, team="", model="TPUv9", price=None)  # no team, no price
@@ -54,8 +60,9 @@ def test_the_tables_hold_the_reports_figures(store_url: str, tmp_path: Path,
         assert {f: t[f] for f in TEAM} == {f: by_team[t["team"]][f] for f in TEAM}
 
 
-def test_a_week_reported_again_replaces_its_rows(store_url: str, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_week_reported_again_replaces_its_rows(
+    store_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     add(store_url, "a", team="nlp")
     report(store_url, tmp_path / "one")
     add(store_url, "late", team="nlp", hours=6)  # imported after the week's first report
@@ -64,12 +71,16 @@ def test_a_week_reported_again_replaces_its_rows(store_url: str, tmp_path: Path,
     assert rows == [{"gpu_hours": pytest.approx(10.0), "runs": 2}]
     assert week["headline"]["gpu_hours"] == pytest.approx(10.0)
     assert sql(store_url, "SELECT team, runs FROM gpu_kpi_weekly_team") == [
-        {"team": "nlp", "runs": 2}]
+        {"team": "nlp", "runs": 2}
+    ]
 
 
 def test_a_store_that_will_not_take_the_figures_costs_a_warning_not_the_report(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     add(url, "a", team="nlp")
 
@@ -79,5 +90,7 @@ def test_a_store_that_will_not_take_the_figures_costs_a_warning_not_the_report(
     monkeypatch.setattr("tracker.store.kpi_tables.write_week", refused)
     week = report(url, tmp_path / "out")  # written all the same
     assert week["headline"]["gpu_hours"] == pytest.approx(4.0)
-    assert any("not in the store's gpu_kpi_weekly tables: ProgrammingError" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "not in the store's gpu_kpi_weekly tables: ProgrammingError" in r.getMessage()
+        for r in caplog.records
+    )

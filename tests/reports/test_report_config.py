@@ -24,14 +24,15 @@ def config(tmp_path: Path) -> Path:
     cfg.write_text(f'''store = "{url}"
 [report]
 timezone = "Europe/Berlin"
-out_dir = "{tmp_path / 'archive'}"
+out_dir = "{tmp_path / "archive"}"
 report_url = "https://gpu-kpi.example.com/r"
 ''')
     return cfg
 
 
-def test_the_config_says_where_and_when(tmp_path: Path, config: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_config_says_where_and_when(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["report", "--week", "2026-W49", "--config", str(config)]) == 0
     written = capsys.readouterr().out.split()
     assert str(tmp_path / "archive" / "2026-W49.json") in written
@@ -42,17 +43,33 @@ def test_the_config_says_where_and_when(tmp_path: Path, config: Path,
     assert not (Path.cwd() / "reports-out" / "2026-W49.json").exists()
 
 
-def test_a_flag_wins_over_the_config(tmp_path: Path, config: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_flag_wins_over_the_config(
+    tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "elsewhere"
-    assert main(["report", "--week", "2026-W48", "--tz", "UTC", "--out", str(out),
-                 "--config", str(config)]) == 0
+    assert (
+        main(
+            [
+                "report",
+                "--week",
+                "2026-W48",
+                "--tz",
+                "UTC",
+                "--out",
+                str(out),
+                "--config",
+                str(config),
+            ]
+        )
+        == 0
+    )
     week = json.loads((out / "2026-W48.json").read_text())
     assert week["headline"]["gpu_hours"] == pytest.approx(0.25)  # in UTC, the run is W48's
 
 
-def test_a_bad_report_section_is_one_line(tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_report_section_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = tmp_path / "bad.toml"
     cfg.write_text('[report]\ntimezone = "Mars/Olympus"\n')
     assert main(["report", "--week", "2026-W48", "--config", str(cfg)]) == 2

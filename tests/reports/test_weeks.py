@@ -33,8 +33,12 @@ def test_weeks_with_a_dst_change_have_167_or_169_hours() -> None:
 
 def test_week_spans_cover_the_interval_without_gaps() -> None:
     spans = week_spans(utc("2026-10-20T00:00:00"), utc("2026-11-03T00:00:00"), BERLIN)
-    assert [a for a, _ in spans] == [utc("2026-10-18T22:00:00"), utc("2026-10-25T23:00:00"),
-                                     utc("2026-11-01T23:00:00")]
+    assert [a for a, _ in spans] == [
+        utc("2026-10-18T22:00:00"),
+        utc("2026-10-25T23:00:00"),
+        utc("2026-11-01T23:00:00"),
+    ]
     assert all(b == c for (_, b), (c, _) in itertools.pairwise(spans))
     assert weeks_between(utc("2026-10-20T00:00:00"), utc("2026-10-21T00:00:00"), UTC) == [
-        utc("2026-10-19T00:00:00")]
+        utc("2026-10-19T00:00:00")
+    ]

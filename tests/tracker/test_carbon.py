@@ -31,8 +31,10 @@ def test_the_first_matching_host_pattern_wins_whatever_the_case() -> None:
     assert EU_FIRST.intensity_for("gpu-node1") == 400
     assert EU_FIRST.intensity_for("") == 400
     # the broad pattern first shadows the narrow one
-    assert Carbon(g_per_kwh=400, hosts=(("dgx-*", 300), ("dgx-eu-*", 56))).intensity_for(
-        "dgx-eu-1") == 300
+    assert (
+        Carbon(g_per_kwh=400, hosts=(("dgx-*", 300), ("dgx-eu-*", 56))).intensity_for("dgx-eu-1")
+        == 300
+    )
     assert EU_FIRST.co2e_kg(10.0, "dgx-eu-7") == pytest.approx(0.672)  # 10 × 1.2 × 56 g
 
 

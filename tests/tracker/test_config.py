@@ -16,9 +16,12 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_precedence(tmp_path: Path) -> None:
-    path = write(tmp_path, 'store = "sqlite:///a.db"\n[tracker]\ninterval_s = 2\n'
-                 '[thresholds]\ntarget_util_pct = 80\n[prices]\nH100 = 2.5\nT4 = 0.4\n'
-                 '[smtp]\nhost = "mail"\n')
+    path = write(
+        tmp_path,
+        'store = "sqlite:///a.db"\n[tracker]\ninterval_s = 2\n'
+        "[thresholds]\ntarget_util_pct = 80\n[prices]\nH100 = 2.5\nT4 = 0.4\n"
+        '[smtp]\nhost = "mail"\n',
+    )
     env = {"GPU_KPI_INTERVAL_S": "5", "GPU_KPI_PRICE_T4": "0.35"}
     s = load_settings(path, env=env, target_util_pct=90.0)
     assert s.store == "sqlite:///a.db"  # file
@@ -33,28 +36,35 @@ def test_config_path_from_env(tmp_path: Path) -> None:
     assert load_settings(env={"GPU_KPI_CONFIG": str(path)}).gpu == "simulated:idle"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("[tracker]\ninterval_s = \"fast\"\n", "tracker.interval_s: expected a number, got 'fast'"),
-    ("[tracker]\nintervall_s = 1\n", "tracker.intervall_s: unknown setting"),
-    ("[thresholds]\nidle_window_min = 2.5\n", "idle_window_min: expected a whole number"),
-    ("[prices]\nH100 = -1\n", "prices.H100: expected a number between 0 and 10000, got -1"),
-    ("store = [1]\n", "store: expected a non-empty string"),
-    ("[tracker\n", "gpu-kpi.toml: "),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[tracker]\ninterval_s = "fast"\n', "tracker.interval_s: expected a number, got 'fast'"),
+        ("[tracker]\nintervall_s = 1\n", "tracker.intervall_s: unknown setting"),
+        ("[thresholds]\nidle_window_min = 2.5\n", "idle_window_min: expected a whole number"),
+        ("[prices]\nH100 = -1\n", "prices.H100: expected a number between 0 and 10000, got -1"),
+        ("store = [1]\n", "store: expected a non-empty string"),
+        ("[tracker\n", "gpu-kpi.toml: "),
+    ],
+)
 def test_bad_config_names_the_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         load_settings(write(tmp_path, text), env={})
 
 
 def test_bad_env_value_names_the_variable_key() -> None:
-    with pytest.raises(ConfigError,
-                       match=r"tracker.warmup_steps \(from GPU_KPI_WARMUP_STEPS\): expected a number"):
+    with pytest.raises(
+        ConfigError, match=r"tracker.warmup_steps \(from GPU_KPI_WARMUP_STEPS\): expected a number"
+    ):
         load_settings(env={"GPU_KPI_WARMUP_STEPS": "many"})
 
 
 def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
-    path = write(tmp_path, '[tracker]\ninterval_s = 0\n[thresholds]\ntarget_util_pct = 0\n'
-                 'idle_pct = 101\n[prices]\nH100 = inf\n')
+    path = write(
+        tmp_path,
+        "[tracker]\ninterval_s = 0\n[thresholds]\ntarget_util_pct = 0\n"
+        "idle_pct = 101\n[prices]\nH100 = inf\n",
+    )
     with pytest.raises(ConfigError) as e:
         load_settings(path, env={})
     assert str(e.value).split("; ") == [
@@ -68,11 +78,16 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
 def test_the_service_reads_the_same_keys_with_the_same_parser(tmp_path: Path) -> None:
     from reports.service.config import read_service_settings
 
-    path = write(tmp_path, '[thresholds]\ntarget_util_pct = 80\nunderutilized_min_gpu_hours = 2\n'
-                 '[tracker]\ninterval_s = "x"\n[recipent]\nto = "a@b.c"\n')
+    path = write(
+        tmp_path,
+        "[thresholds]\ntarget_util_pct = 80\nunderutilized_min_gpu_hours = 2\n"
+        '[tracker]\ninterval_s = "x"\n[recipent]\nto = "a@b.c"\n',
+    )
     settings, errors = read_service_settings(path, env={})
-    assert errors == ["recipent: unknown setting (did you mean 'recipients'?)",
-                      "tracker.interval_s: expected a number, got 'x'"]
+    assert errors == [
+        "recipent: unknown setting (did you mean 'recipients'?)",
+        "tracker.interval_s: expected a number, got 'x'",
+    ]
     assert settings.thresholds().target_util_pct == 80.0
     assert settings.thresholds().underutilized_min_gpu_hours == 2.0
 
@@ -99,8 +114,17 @@ def test_owned_fleets_and_carbon_from_the_file(tmp_path: Path) -> None:
     from tracker.owned import OwnedGpu, owned_prices
 
     s = load_settings(write(tmp_path, OWNED_AND_CARBON), env={})
-    assert dict(s.owned) == {"H100": OwnedGpu(model="H100", purchase_usd=30000, life_years=4,
-                                              power_w=700, usd_per_kwh=0.12, pue=1.3, gpus=64)}
+    assert dict(s.owned) == {
+        "H100": OwnedGpu(
+            model="H100",
+            purchase_usd=30000,
+            life_years=4,
+            power_w=700,
+            usd_per_kwh=0.12,
+            pue=1.3,
+            gpus=64,
+        )
+    }
     assert owned_prices(s.owned)["H100"] == pytest.approx(0.964778, abs=1e-6)
     assert s.carbon == Carbon(g_per_kwh=400, pue=1.2, hosts=(("dgx-eu-*", 56), ("dgx-*", 300)))
     assert s.carbon.co2e_kg(10, "DGX-EU-3") == pytest.approx(0.672)  # 10 kWh × 1.2 × 56 g
@@ -109,20 +133,26 @@ def test_owned_fleets_and_carbon_from_the_file(tmp_path: Path) -> None:
 
 
 def test_the_carbon_variables_beat_the_file_and_keep_its_hosts(tmp_path: Path) -> None:
-    s = load_settings(write(tmp_path, OWNED_AND_CARBON),
-                      env={"GPU_KPI_CARBON_G_PER_KWH": "30", "GPU_KPI_CARBON_PUE": "1.1"})
+    s = load_settings(
+        write(tmp_path, OWNED_AND_CARBON),
+        env={"GPU_KPI_CARBON_G_PER_KWH": "30", "GPU_KPI_CARBON_PUE": "1.1"},
+    )
     assert (s.carbon.g_per_kwh, s.carbon.pue, s.carbon.intensity_for("dgx-eu-1")) == (30, 1.1, 56)
     with pytest.raises(ConfigError) as e:
         load_settings(env={"GPU_KPI_CARBON_G_PER_KWH": "dirty"})
-    assert str(e.value) == ("carbon.g_per_kwh (from GPU_KPI_CARBON_G_PER_KWH): "
-                            "expected a number, got 'dirty'")
+    assert str(e.value) == (
+        "carbon.g_per_kwh (from GPU_KPI_CARBON_G_PER_KWH): expected a number, got 'dirty'"
+    )
 
 
 def test_owned_and_carbon_errors_one_line_each(tmp_path: Path) -> None:
-    path = write(tmp_path, '[owned.H100]\npurchase_usd = 30000\nlife_years = "x"\npower_w = 700\n'
-                 'usd_per_kwh = 0.12\ngpu = 8\n[owned.A100]\npower_w = 400\n'
-                 '[carbon]\ng_per_kwh = -1\npue = 0.9\nhost = 1\n[carbon.hosts]\n"a*" = "low"\n'
-                 '[ownd]\n')
+    path = write(
+        tmp_path,
+        '[owned.H100]\npurchase_usd = 30000\nlife_years = "x"\npower_w = 700\n'
+        "usd_per_kwh = 0.12\ngpu = 8\n[owned.A100]\npower_w = 400\n"
+        '[carbon]\ng_per_kwh = -1\npue = 0.9\nhost = 1\n[carbon.hosts]\n"a*" = "low"\n'
+        "[ownd]\n",
+    )
     with pytest.raises(ConfigError) as e:
         load_settings(path, env={})
     assert str(e.value).split("; ") == [
@@ -139,12 +169,15 @@ def test_owned_and_carbon_errors_one_line_each(tmp_path: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("owned = 1\n", "owned: expected a table per GPU model ([owned.H100])"),
-    ("[owned]\nH100 = 2.5\n", "owned.H100: expected a table"),
-    ("carbon = 400\n", "carbon: expected a table"),
-    ("[carbon]\nhosts = 56\n", "carbon.hosts: expected a table of host pattern = g CO2e/kWh"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("owned = 1\n", "owned: expected a table per GPU model ([owned.H100])"),
+        ("[owned]\nH100 = 2.5\n", "owned.H100: expected a table"),
+        ("carbon = 400\n", "carbon: expected a table"),
+        ("[carbon]\nhosts = 56\n", "carbon.hosts: expected a table of host pattern = g CO2e/kWh"),
+    ],
+)
 def test_owned_and_carbon_must_be_tables(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as e:
         load_settings(write(tmp_path, text), env={})
@@ -152,11 +185,13 @@ def test_owned_and_carbon_must_be_tables(tmp_path: Path, text: str, message: str
 
 
 def test_a_training_run_leaves_a_bad_owned_model_out_and_warns(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from tracker.config import read_settings
 
-    s = read_settings(write(tmp_path, OWNED_AND_CARBON.replace("life_years = 4", "life_years = 0")),
-                      env={})
+    s = read_settings(
+        write(tmp_path, OWNED_AND_CARBON.replace("life_years = 4", "life_years = 0")), env={}
+    )
     assert dict(s.owned) == {}
     assert s.carbon.g_per_kwh == 400
     assert "owned.H100.life_years: expected a number between 0.1 and 100, got 0" in caplog.text
@@ -174,10 +209,13 @@ def test_the_service_accepts_owned_and_carbon(tmp_path: Path) -> None:
 def test_one_owned_model_twice_and_overflowing_figures_are_errors(tmp_path: Path) -> None:
     """Two tables for the H100 would price its runs by one and count its hours in both lines;
     a finite but absurd figure would overflow a week's sums into inf."""
-    base = 'purchase_usd = 30000\nlife_years = 4\npower_w = 700\nusd_per_kwh = 0.12\n'
-    path = write(tmp_path, f'[owned.H100]\n{base}[owned."H100 SXM"]\n{base}'
-                 f'[owned.L4]\n{base.replace("700", "1e200")}'
-                 '[prices]\nA100 = 1e308\n[carbon]\ng_per_kwh = 1e308\n')
+    base = "purchase_usd = 30000\nlife_years = 4\npower_w = 700\nusd_per_kwh = 0.12\n"
+    path = write(
+        tmp_path,
+        f'[owned.H100]\n{base}[owned."H100 SXM"]\n{base}'
+        f"[owned.L4]\n{base.replace('700', '1e200')}"
+        "[prices]\nA100 = 1e308\n[carbon]\ng_per_kwh = 1e308\n",
+    )
     with pytest.raises(ConfigError) as e:
         load_settings(path, env={})
     assert str(e.value).split("; ") == [

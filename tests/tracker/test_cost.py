@@ -21,10 +21,19 @@ from tracker.cost import (
 
 def test_defaults_are_the_design_ones_and_settings_share_them() -> None:
     t = Thresholds()
-    assert (t.target_util_pct, t.alert_util_pct, t.underutilized_pct, t.idle_pct,
-            t.idle_window_min, t.idle_window_s) == (85.0, 70.0, 50.0, 5.0, 30, 1800.0)
+    assert (
+        t.target_util_pct,
+        t.alert_util_pct,
+        t.underutilized_pct,
+        t.idle_pct,
+        t.idle_window_min,
+        t.idle_window_s,
+    ) == (85.0, 70.0, 50.0, 5.0, 30, 1800.0)
     assert Settings().thresholds == t
-    assert (SM_ACTIVE_THRESHOLDS.target_util_pct, SM_ACTIVE_THRESHOLDS.underutilized_pct) == (60, 30)
+    assert (SM_ACTIVE_THRESHOLDS.target_util_pct, SM_ACTIVE_THRESHOLDS.underutilized_pct) == (
+        60,
+        30,
+    )
     # flat names change the nested thresholds, nothing else
     s = Settings().replace(target_util_pct=80.0, interval_s=2.0)
     assert (s.thresholds.target_util_pct, s.thresholds.idle_pct, s.interval_s) == (80.0, 5.0, 2.0)
@@ -50,11 +59,19 @@ def test_waste_share_is_the_same_rule_on_arrays() -> None:
 def test_run_cost_is_per_gpu() -> None:
     """2 GPUs x 2 h x $3.85 = $15.40; one GPU at 20%, one at 100%: waste = 7.70 x (1 - 20/85)
     only (the busy GPU does not hide the idle one)."""
-    c = run_cost(gpu_hours_each=2.0, gpu_count=2, usd_per_gpu_hour=3.85, target_util_pct=85.0,
-                 gpus=[GpuUse(known_s=7200.0, util_s=20.0 * 7200),
-                       GpuUse(known_s=7200.0, util_s=100.0 * 7200)])
+    c = run_cost(
+        gpu_hours_each=2.0,
+        gpu_count=2,
+        usd_per_gpu_hour=3.85,
+        target_util_pct=85.0,
+        gpus=[
+            GpuUse(known_s=7200.0, util_s=20.0 * 7200),
+            GpuUse(known_s=7200.0, util_s=100.0 * 7200),
+        ],
+    )
     assert (c.spend_usd, c.waste_usd, c.idle_usd) == pytest.approx(
-        (15.40, 7.70 * (1 - 20 / 85), 0.0))
+        (15.40, 7.70 * (1 - 20 / 85), 0.0)
+    )
 
 
 def test_idle_is_part_of_waste() -> None:
@@ -62,18 +79,25 @@ def test_idle_is_part_of_waste() -> None:
     (0.5 x 2 + 1.5 x 51) / 2 = 38.75%. Idle $ = 0.5 h x 3.85 = $1.925, counted in full; the
     busy 1.5 h cost $5.775 and waste 5.775 x (1 - 51/85) = $2.31. Waste = $4.235 >= idle.
     (The old rule, 7.70 x (1 - 38.75/85) = $4.1897, was not a sum of the two.)"""
-    use = GpuUse(known_s=7200.0, util_s=1800 * 2.0 + 5400 * 51.0, idle_s=1800.0,
-                 idle_util_s=1800 * 2.0)
+    use = GpuUse(
+        known_s=7200.0, util_s=1800 * 2.0 + 5400 * 51.0, idle_s=1800.0, idle_util_s=1800 * 2.0
+    )
     assert use.busy_util_pct() == pytest.approx(51.0)
-    c = run_cost(gpu_hours_each=2.0, gpus=[use], gpu_count=1, usd_per_gpu_hour=3.85,
-                 target_util_pct=85.0)
+    c = run_cost(
+        gpu_hours_each=2.0, gpus=[use], gpu_count=1, usd_per_gpu_hour=3.85, target_util_pct=85.0
+    )
     assert (c.spend_usd, c.idle_usd) == pytest.approx((7.70, 1.925))
     assert c.waste_usd == pytest.approx(1.925 + 5.775 * (1 - 51 / 85))
     assert c.waste_usd == pytest.approx(4.235)
     # all idle: waste = spend = idle
     all_idle = GpuUse(known_s=7200.0, util_s=7200.0, idle_s=7200.0, idle_util_s=7200.0)
-    c = run_cost(gpu_hours_each=2.0, gpus=[all_idle], gpu_count=1, usd_per_gpu_hour=3.85,
-                 target_util_pct=85.0)
+    c = run_cost(
+        gpu_hours_each=2.0,
+        gpus=[all_idle],
+        gpu_count=1,
+        usd_per_gpu_hour=3.85,
+        target_util_pct=85.0,
+    )
     assert c.waste_usd == pytest.approx(c.idle_usd) == pytest.approx(7.70)
     # arrays: idle share 0.25 and busy util 42.5 against 85 -> 0.25 + 0.75 x 0.5 = 0.625
     assert waste_share(np.array([42.5]), 85.0, np.array([0.25]))[0] == pytest.approx(0.625)

@@ -15,12 +15,32 @@ from tracker.store import RunStore
 
 
 def test_combine_metrics_by_hand() -> None:
-    r0 = {"gpu/util_pct": 60.0, "gpu/power_w": 500.0, "gpu/temp_c": 70.0,
-          "perf/step_time_ms": 100.0, "perf/samples_per_s": 320.0, "perf/mfu": 0.2,
-          "cost/usd": 1.0, "gpu/co2e_kg": 0.25, "_gpus": 1.0, "_samples": 1000.0, "_tokens": 0.0}
-    r1 = {"gpu/util_pct": 90.0, "gpu/power_w": 600.0, "gpu/temp_c": 75.0,
-          "perf/step_time_ms": 140.0, "perf/samples_per_s": 300.0, "perf/mfu": 0.35,
-          "cost/usd": 3.0, "gpu/co2e_kg": 0.5, "_gpus": 3.0, "_samples": 3000.0, "_tokens": 0.0}
+    r0 = {
+        "gpu/util_pct": 60.0,
+        "gpu/power_w": 500.0,
+        "gpu/temp_c": 70.0,
+        "perf/step_time_ms": 100.0,
+        "perf/samples_per_s": 320.0,
+        "perf/mfu": 0.2,
+        "cost/usd": 1.0,
+        "gpu/co2e_kg": 0.25,
+        "_gpus": 1.0,
+        "_samples": 1000.0,
+        "_tokens": 0.0,
+    }
+    r1 = {
+        "gpu/util_pct": 90.0,
+        "gpu/power_w": 600.0,
+        "gpu/temp_c": 75.0,
+        "perf/step_time_ms": 140.0,
+        "perf/samples_per_s": 300.0,
+        "perf/mfu": 0.35,
+        "cost/usd": 3.0,
+        "gpu/co2e_kg": 0.5,
+        "_gpus": 3.0,
+        "_samples": 3000.0,
+        "_tokens": 0.0,
+    }
     m = ranks.combine_metrics([r0, r1])
     assert m["gpu/util_pct"] == pytest.approx((60 * 1 + 90 * 3) / 4)  # GPU-weighted
     assert m["gpu/power_w"] == 1100.0 and m["gpu/temp_c"] == 75.0
@@ -57,6 +77,7 @@ class Barrier:
             out = [list(v) for v in self.slots]
             self.barrier.wait()
             return out
+
         return gather
 
 
@@ -73,10 +94,21 @@ def test_two_ranks_count_every_gpu(tmp_path: object) -> None:
     def rank(r: int, profile: str) -> None:
         try:
             clock = [T0]
-            s = track(name="ddp", run_id="shared-run-id", backend=f"simulated:{profile}",
-                      store=url, clock=lambda: clock[0], threaded=False, warmup_steps=0,
-                      sinks=[sinks[r]], log_to_python=False, rank=r, world_size=2, nodes=2,
-                      gather=comm.gather_for(r))
+            s = track(
+                name="ddp",
+                run_id="shared-run-id",
+                backend=f"simulated:{profile}",
+                store=url,
+                clock=lambda: clock[0],
+                threaded=False,
+                warmup_steps=0,
+                sinks=[sinks[r]],
+                log_to_python=False,
+                rank=r,
+                world_size=2,
+                nodes=2,
+                gather=comm.gather_for(r),
+            )
             sessions.append(s)
             s.start()
             for step in range(1, 3601):
@@ -89,8 +121,10 @@ def test_two_ranks_count_every_gpu(tmp_path: object) -> None:
         except BaseException as e:
             errors.append(e)
 
-    threads = [threading.Thread(target=rank, args=(0, "input-bound@H100:1")),
-               threading.Thread(target=rank, args=(1, "healthy@H100:2"))]
+    threads = [
+        threading.Thread(target=rank, args=(0, "input-bound@H100:1")),
+        threading.Thread(target=rank, args=(1, "healthy@H100:2")),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -102,7 +136,9 @@ def test_two_ranks_count_every_gpu(tmp_path: object) -> None:
     assert step == 3600
     assert metrics["gpu/util_pct"] == pytest.approx((60 + 2 * 92) / 3)
     assert (metrics["gpu/util_pct_min"], metrics["gpu/util_pct_max"]) == (
-        pytest.approx(60.0), pytest.approx(92.0))
+        pytest.approx(60.0),
+        pytest.approx(92.0),
+    )
     assert metrics["perf/samples_per_s"] == pytest.approx(16.0)
     # every rank's energy at the default 480 g/kWh: (70 + 630 × 60%) + 2 × (70 + 630 × 92%) W
     assert metrics["gpu/co2e_kg"] == pytest.approx(metrics["gpu/energy_kwh"] * 0.48)

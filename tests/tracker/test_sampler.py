@@ -25,16 +25,25 @@ class ScriptedBackend:
     reads: int = 0
 
     def open(self, now: float) -> list[GpuInfo]:
-        return [GpuInfo(index=i, uuid=u, name="NVIDIA H100 80GB HBM3", mem_total_gib=80.0)
-                for i, u in enumerate(self.utils)]
+        return [
+            GpuInfo(index=i, uuid=u, name="NVIDIA H100 80GB HBM3", mem_total_gib=80.0)
+            for i, u in enumerate(self.utils)
+        ]
 
     def read(self, now: float) -> list[GpuReading]:
         n = self.reads
         self.reads += 1
-        return [GpuReading(uuid=u, util_pct=vals[min(n, len(vals) - 1)], mem_used_gib=10.0 + n,
-                           mem_total_gib=80.0, power_w=100.0)
-                for u, vals in self.utils.items()
-                if n < self.lost_after.get(u, 10**9)]
+        return [
+            GpuReading(
+                uuid=u,
+                util_pct=vals[min(n, len(vals) - 1)],
+                mem_used_gib=10.0 + n,
+                mem_total_gib=80.0,
+                power_w=100.0,
+            )
+            for u, vals in self.utils.items()
+            if n < self.lost_after.get(u, 10**9)
+        ]
 
     def close(self) -> None:
         pass
@@ -130,8 +139,13 @@ def test_twenty_idle_minutes_between_busy_ones_are_not_idle() -> None:
 def test_alert_fires_once_after_the_window() -> None:
     alerts: list[str] = []
     clock = [0.0]
-    s = Sampler(ScriptedBackend({"g": [40.0]}), clock=lambda: clock[0], threaded=False,
-                alert=AlertRule(under_pct=70.0, window_s=300.0), on_alert=alerts.append)
+    s = Sampler(
+        ScriptedBackend({"g": [40.0]}),
+        clock=lambda: clock[0],
+        threaded=False,
+        alert=AlertRule(under_pct=70.0, window_s=300.0),
+        on_alert=alerts.append,
+    )
     s.start()
     for t in range(10, 600, 10):
         clock[0] = float(t)
@@ -145,8 +159,13 @@ def test_alert_fires_once_after_the_window() -> None:
 def test_no_alert_when_busy() -> None:
     alerts: list[str] = []
     clock = [0.0]
-    s = Sampler(ScriptedBackend({"g": [90.0]}), clock=lambda: clock[0], threaded=False,
-                alert=AlertRule(under_pct=70.0, window_s=60.0), on_alert=alerts.append)
+    s = Sampler(
+        ScriptedBackend({"g": [90.0]}),
+        clock=lambda: clock[0],
+        threaded=False,
+        alert=AlertRule(under_pct=70.0, window_s=60.0),
+        on_alert=alerts.append,
+    )
     s.start()
     for t in range(10, 300, 10):
         clock[0] = float(t)
@@ -182,13 +201,18 @@ def test_backend_that_keeps_failing_is_turned_off(caplog: pytest.LogCaptureFixtu
             s.sample()
     assert s.failed
     assert [r.message for r in caplog.records].count(
-        "gpu-kpi: reading the GPUs failed: driver went away") == 1
+        "gpu-kpi: reading the GPUs failed: driver went away"
+    ) == 1
 
 
 def test_memory_is_bounded_whatever_the_run_length() -> None:
     clock = [0.0]
-    s = Sampler(SimulatedBackend("input-bound"), clock=lambda: clock[0], threaded=False,
-                alert=AlertRule(window_s=600.0))
+    s = Sampler(
+        SimulatedBackend("input-bound"),
+        clock=lambda: clock[0],
+        threaded=False,
+        alert=AlertRule(window_s=600.0),
+    )
     s.start()
     for t in range(1, 20_001):  # 5.5 hours at 1 s
         clock[0] = float(t)

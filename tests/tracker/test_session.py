@@ -16,8 +16,17 @@ from tracker.owned import OwnedGpu
 from tracker.session import Session
 
 
-def loop(run: Session, clock: Clock, *, steps: int, wait_s: float, compute_s: float,
-         samples: int = 32, tokens: int | None = None, sample_every: int = 1) -> None:
+def loop(
+    run: Session,
+    clock: Clock,
+    *,
+    steps: int,
+    wait_s: float,
+    compute_s: float,
+    samples: int = 32,
+    tokens: int | None = None,
+    sample_every: int = 1,
+) -> None:
     for i in range(steps):
         clock.t += wait_s
         run.data_ready()
@@ -33,8 +42,16 @@ def test_input_bound_two_h100_for_two_hours() -> None:
     7200 s = 3,225,600 J = 0.896 kWh. Data wait 0.3 s of each 1 s step = 30%."""
     clock = Clock()
     sink = ListSink()
-    with track(name="ib", backend="simulated:input-bound@H100:2", store=False, clock=clock,
-               threaded=False, warmup_steps=0, sinks=[sink], log_to_python=False) as run:
+    with track(
+        name="ib",
+        backend="simulated:input-bound@H100:2",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        sinks=[sink],
+        log_to_python=False,
+    ) as run:
         loop(run, clock, steps=7200, wait_s=0.3, compute_s=0.7)
     r = run.record
     assert r is not None
@@ -57,9 +74,17 @@ def test_input_bound_two_h100_for_two_hours() -> None:
 def test_healthy_run_has_no_waste_and_mfu_by_hand() -> None:
     """H100 bf16 dense peak 989.4 TFLOP/s. 4e14 FLOPs per 1 s step = 400 TFLOP/s -> MFU 0.4043."""
     clock = Clock()
-    with track(name="ok", backend="simulated:healthy@H100", store=False, clock=clock,
-               threaded=False, warmup_steps=0, flops_per_step=4e14, dtype="bf16",
-               log_to_python=False) as run:
+    with track(
+        name="ok",
+        backend="simulated:healthy@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        flops_per_step=4e14,
+        dtype="bf16",
+        log_to_python=False,
+    ) as run:
         loop(run, clock, steps=600, wait_s=0.01, compute_s=0.99, tokens=4096)
     r = run.record
     assert r is not None
@@ -73,8 +98,15 @@ def test_healthy_run_has_no_waste_and_mfu_by_hand() -> None:
 
 def test_warmup_steps_are_left_out_of_throughput() -> None:
     clock = Clock()
-    with track(name="w", backend="simulated:healthy", store=False, clock=clock, threaded=False,
-               warmup_steps=3, log_to_python=False) as run:
+    with track(
+        name="w",
+        backend="simulated:healthy",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=3,
+        log_to_python=False,
+    ) as run:
         for dt in (10.0, 10.0, 10.0, 1.0, 1.0):  # three slow warm-up steps (compile, cache)
             clock.t += dt
             run.step(samples=8)
@@ -86,11 +118,21 @@ def test_warmup_steps_are_left_out_of_throughput() -> None:
 
 def test_small_batch_and_idle_and_low_efficiency_verdicts() -> None:
     verdicts = {}
-    for profile, hours in (("small-batch@A10G", 0.5), ("idle@L4", 1.0),
-                           ("low-efficiency@H200", 0.5)):
+    for profile, hours in (
+        ("small-batch@A10G", 0.5),
+        ("idle@L4", 1.0),
+        ("low-efficiency@H200", 0.5),
+    ):
         clock = Clock()
-        with track(name=profile, backend=f"simulated:{profile}", store=False, clock=clock,
-                   threaded=False, interval_s=10.0, log_to_python=False) as run:
+        with track(
+            name=profile,
+            backend=f"simulated:{profile}",
+            store=False,
+            clock=clock,
+            threaded=False,
+            interval_s=10.0,
+            log_to_python=False,
+        ) as run:
             for _ in range(int(hours * 360)):
                 clock.t += 10.0
                 run.sampler.sample()  # type: ignore[union-attr]
@@ -110,9 +152,20 @@ def test_small_batch_and_idle_and_low_efficiency_verdicts() -> None:
 def test_live_metrics_use_the_design_names() -> None:
     clock = Clock()
     sink = ListSink()
-    with track(name="m", backend="simulated:healthy@H100:2", store=False, clock=clock,
-               threaded=False, warmup_steps=0, log_every_s=60.0, sinks=[sink],
-               log_to_python=False, flops_per_step=1e14, dtype="bf16", per_gpu=True) as run:
+    with track(
+        name="m",
+        backend="simulated:healthy@H100:2",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        log_every_s=60.0,
+        sinks=[sink],
+        log_to_python=False,
+        flops_per_step=1e14,
+        dtype="bf16",
+        per_gpu=True,
+    ) as run:
         loop(run, clock, steps=130, wait_s=0.1, compute_s=0.9, tokens=1000)
     assert [step for _, step in sink.logged] == [60, 120]
     m, _ = sink.logged[0]
@@ -149,9 +202,18 @@ def test_no_gpu_is_recorded_as_unknown_never_idle(caplog: pytest.LogCaptureFixtu
         def close(self) -> None:
             pass
 
-    with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
-            track(name="cpu", backend=NoNvml(), store=False, clock=clock, threaded=False,
-                  warmup_steps=0, log_to_python=False) as run:
+    with (
+        caplog.at_level(logging.WARNING, logger="gpu_kpi"),
+        track(
+            name="cpu",
+            backend=NoNvml(),
+            store=False,
+            clock=clock,
+            threaded=False,
+            warmup_steps=0,
+            log_to_python=False,
+        ) as run,
+    ):
         for _ in range(100):
             clock.t += 1.0
             run.step(samples=4)
@@ -165,9 +227,17 @@ def test_no_gpu_is_recorded_as_unknown_never_idle(caplog: pytest.LogCaptureFixtu
 
 def test_training_error_marks_the_run_failed_and_propagates() -> None:
     clock = Clock()
-    with pytest.raises(RuntimeError, match="CUDA out of memory"), \
-            track(name="oom", backend="simulated:healthy", store=False, clock=clock,
-                  threaded=False, log_to_python=False) as run:
+    with (
+        pytest.raises(RuntimeError, match="CUDA out of memory"),
+        track(
+            name="oom",
+            backend="simulated:healthy",
+            store=False,
+            clock=clock,
+            threaded=False,
+            log_to_python=False,
+        ) as run,
+    ):
         clock.t += 5
         raise RuntimeError("CUDA out of memory")
     assert run.record is not None and run.record.status == "failed"
@@ -182,9 +252,19 @@ def test_a_broken_sink_is_turned_off_with_one_warning(caplog: pytest.LogCaptureF
 
     good, bad = ListSink(), Broken()
     clock = Clock()
-    with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
-            track(name="s", backend="simulated:healthy", store=False, clock=clock,
-                  threaded=False, log_every_s=1.0, sinks=[bad, good], log_to_python=False) as run:
+    with (
+        caplog.at_level(logging.WARNING, logger="gpu_kpi"),
+        track(
+            name="s",
+            backend="simulated:healthy",
+            store=False,
+            clock=clock,
+            threaded=False,
+            log_every_s=1.0,
+            sinks=[bad, good],
+            log_to_python=False,
+        ) as run,
+    ):
         loop(run, clock, steps=10, wait_s=0.0, compute_s=1.0)
     assert len(good.logged) >= 9
     assert bad.summaries == [] and len(good.summaries) == 1
@@ -207,8 +287,17 @@ def test_unknown_gpu_model_has_no_cost_and_no_mfu(tmp_path: object) -> None:
             pass
 
     clock = Clock()
-    with track(name="x", backend=Exotic(), store=False, clock=clock, threaded=False,
-               flops_per_step=1e12, dtype="bf16", log_to_python=False, warmup_steps=0) as run:
+    with track(
+        name="x",
+        backend=Exotic(),
+        store=False,
+        clock=clock,
+        threaded=False,
+        flops_per_step=1e12,
+        dtype="bf16",
+        log_to_python=False,
+        warmup_steps=0,
+    ) as run:
         loop(run, clock, steps=10, wait_s=0.0, compute_s=1.0)
     r = run.record
     assert r is not None
@@ -218,16 +307,24 @@ def test_unknown_gpu_model_has_no_cost_and_no_mfu(tmp_path: object) -> None:
 
 def test_price_override_per_run() -> None:
     clock = Clock()
-    with track(name="p", backend="simulated:healthy@H100", store=False, clock=clock,
-               threaded=False, price_per_gpu_hour=2.0, log_to_python=False) as run:
+    with track(
+        name="p",
+        backend="simulated:healthy@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        price_per_gpu_hour=2.0,
+        log_to_python=False,
+    ) as run:
         clock.t += 1800
     assert run.record is not None
     assert run.record.cost_usd == pytest.approx(1.0)
     assert run.record.price_source == "override"
 
 
-H100_OWNED = OwnedGpu(model="H100", purchase_usd=30000, life_years=4, power_w=700,
-                      usd_per_kwh=0.12, pue=1.3)
+H100_OWNED = OwnedGpu(
+    model="H100", purchase_usd=30000, life_years=4, power_w=700, usd_per_kwh=0.12, pue=1.3
+)
 """$30,000 over 4 × 8766 h = $0.8556/GPU-h, plus 0.7 kW × $0.12/kWh × PUE 1.3 = $0.1092/GPU-h."""
 
 
@@ -236,10 +333,15 @@ def test_an_owned_model_is_priced_at_its_amortized_rate() -> None:
     the NVL variant of an owned H100 is priced the way the price table would price it."""
     rate = 30000 / (4 * 8766) + 0.7 * 0.12 * 1.3
     clock = Clock()
-    with track(name="own", backend="simulated:healthy@H100:2", store=False, clock=clock,
-               threaded=False, settings=Settings(owned={"H100": H100_OWNED},
-                                                 prices={"H100": 9.0}),
-               log_to_python=False) as run:
+    with track(
+        name="own",
+        backend="simulated:healthy@H100:2",
+        store=False,
+        clock=clock,
+        threaded=False,
+        settings=Settings(owned={"H100": H100_OWNED}, prices={"H100": 9.0}),
+        log_to_python=False,
+    ) as run:
         clock.t += 1800
     r = run.record
     assert r is not None
@@ -251,14 +353,28 @@ def test_an_owned_model_is_priced_at_its_amortized_rate() -> None:
 def test_the_runs_own_price_beats_an_owned_rate_and_other_models_are_rented() -> None:
     clock = Clock()
     owned = Settings(owned={"H100": H100_OWNED})
-    with track(name="p", backend="simulated:healthy@H100", store=False, clock=clock,
-               threaded=False, price_per_gpu_hour=2.0, settings=owned,
-               log_to_python=False) as run:
+    with track(
+        name="p",
+        backend="simulated:healthy@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        price_per_gpu_hour=2.0,
+        settings=owned,
+        log_to_python=False,
+    ) as run:
         clock.t += 1800
     assert run.record is not None
     assert (run.record.price_per_gpu_hour, run.record.price_source) == (2.0, "override")
-    with track(name="a", backend="simulated:healthy@A100-80GB", store=False, clock=clock,
-               threaded=False, settings=owned, log_to_python=False) as run:
+    with track(
+        name="a",
+        backend="simulated:healthy@A100-80GB",
+        store=False,
+        clock=clock,
+        threaded=False,
+        settings=owned,
+        log_to_python=False,
+    ) as run:
         clock.t += 1800
     assert run.record is not None
     assert run.record.price_per_gpu_hour == 2.00  # the table's A100 80GB row
@@ -269,9 +385,18 @@ def co2e_run(settings: Settings, minutes: int = 3) -> list[dict[str, float]]:
     """Two healthy H100 (each 70 W + 630 W × 92% = 649.6 W), logging every 60 s."""
     clock = Clock()
     sink = ListSink()
-    with track(name="co2", backend="simulated:healthy@H100:2", store=False, clock=clock,
-               threaded=False, warmup_steps=0, log_every_s=60.0, sinks=[sink], settings=settings,
-               log_to_python=False) as run:
+    with track(
+        name="co2",
+        backend="simulated:healthy@H100:2",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        log_every_s=60.0,
+        sinks=[sink],
+        settings=settings,
+        log_to_python=False,
+    ) as run:
         loop(run, clock, steps=minutes * 60, wait_s=0.1, compute_s=0.9)
     return [m for m, _ in sink.logged]
 
@@ -302,9 +427,9 @@ def test_co2e_uses_this_hosts_intensity_looked_up_once(monkeypatch: pytest.Monke
             return super().intensity_for(host)
 
     monkeypatch.setattr(socket, "gethostname", lambda: "DGX-EU-7")
-    logged = co2e_run(Settings(carbon=Counting(hosts=(("dgx-eu-*", 50.0), ("*", 900.0)),
-                                               pue=1.1)))
+    logged = co2e_run(Settings(carbon=Counting(hosts=(("dgx-eu-*", 50.0), ("*", 900.0)), pue=1.1)))
     assert len(logged) == 3
-    assert all(m["gpu/co2e_kg"] == pytest.approx(m["gpu/energy_kwh"] * 50 * 1.1 / 1000)
-               for m in logged)
+    assert all(
+        m["gpu/co2e_kg"] == pytest.approx(m["gpu/energy_kwh"] * 50 * 1.1 / 1000) for m in logged
+    )
     assert looked_up == ["DGX-EU-7"]

@@ -25,21 +25,30 @@ def input_bound(run: Session, clock: Clock, seconds: int) -> None:
         run.step(samples=16)
 
 
-def test_the_run_prints_its_summary_when_it_ends(tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_run_prints_its_summary_when_it_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """10 min on one H100 at $3.85: 0.17 GPU-h, $0.64; 60% against the 85% target wastes
     0.64 x (1 - 60/85) = $0.19."""
     clock = Clock()
     store = f"sqlite:///{tmp_path / 'runs.db'}"
-    with track(name="baseline", backend="simulated:input-bound@H100", store=store, clock=clock,
-               threaded=False, warmup_steps=0, log_to_python=False,
-               links={"wandb": "https://wandb.ai/me/llm/runs/abc"}) as run:
+    with track(
+        name="baseline",
+        backend="simulated:input-bound@H100",
+        store=store,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        log_to_python=False,
+        links={"wandb": "https://wandb.ai/me/llm/runs/abc"},
+    ) as run:
         input_bound(run, clock, 600)
     lines = capsys.readouterr().out.splitlines()
     assert lines[:3] == [
         'gpu-kpi: run "baseline" finished: 1x H100, 0.17 GPU-h (10 min)',
         "  utilization 60% · cost $0.64 · waste $0.19 (idle $0.00)",
-        "  verdict: below-target"]
+        "  verdict: below-target",
+    ]
     assert lines[3].startswith("  advice: ") and lines[3] == f"  advice: {run.record.advice}"  # type: ignore[union-attr]
     assert lines[4] == f"  stored: run {run.id} in {store}"
     assert lines[5] == "  W&B: https://wandb.ai/me/llm/runs/abc"
@@ -47,11 +56,12 @@ def test_the_run_prints_its_summary_when_it_ends(tmp_path: Path,
 
 
 def test_the_summary_is_off_with_a_flag_the_config_or_the_variable(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     def quiet_run(**kwargs: object) -> None:
-        with track(name="q", backend="simulated:healthy@H100", store=False,
-                   log_to_python=False, **kwargs):
+        with track(
+            name="q", backend="simulated:healthy@H100", store=False, log_to_python=False, **kwargs
+        ):
             pass
 
     quiet_run(print_summary=False)
@@ -70,8 +80,12 @@ def test_the_summary_is_off_with_a_flag_the_config_or_the_variable(
 
 
 def test_a_store_it_cannot_reach_is_named_as_the_spool(capsys: pytest.CaptureFixture[str]) -> None:
-    with track(name="s", backend="simulated:healthy@H100", log_to_python=False,
-               store="postgresql://nobody@127.0.0.1:1/none?connect_timeout=1") as run:
+    with track(
+        name="s",
+        backend="simulated:healthy@H100",
+        log_to_python=False,
+        store="postgresql://nobody@127.0.0.1:1/none?connect_timeout=1",
+    ) as run:
         pass
     out = capsys.readouterr().out
     assert f"stored: run {run.id} in the local spool " in out
@@ -81,8 +95,14 @@ def test_a_store_it_cannot_reach_is_named_as_the_spool(capsys: pytest.CaptureFix
 def test_a_short_runs_figures_are_not_rounded_away(capsys: pytest.CaptureFixture[str]) -> None:
     """2 s on an H100: 0.00056 GPU-h, $0.0021: shown as such, not as 0.00 GPU-h and $0.00."""
     clock = Clock()
-    with track(name="short", backend="simulated:healthy@H100", store=False, clock=clock,
-               threaded=False, log_to_python=False) as run:
+    with track(
+        name="short",
+        backend="simulated:healthy@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
         for _ in range(2):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]
@@ -92,8 +112,9 @@ def test_a_short_runs_figures_are_not_rounded_away(capsys: pytest.CaptureFixture
 
 
 def test_a_run_name_cannot_write_to_the_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    with track(name="x\x1b[2Jy", backend="simulated:healthy@H100", store=False,
-               log_to_python=False):
+    with track(
+        name="x\x1b[2Jy", backend="simulated:healthy@H100", store=False, log_to_python=False
+    ):
         pass
     assert 'run "x?[2Jy"' in capsys.readouterr().out
 
@@ -108,8 +129,14 @@ def test_the_readme_loop_counts_samples_on_the_common_batch_shapes(shape: str) -
         loader = [b[0] for b in DataLoader(data, batch_size=16)]  # plain tensors
     elif shape == "dict":
         loader = [{"input_ids": a, "labels": b} for a, b in DataLoader(data, batch_size=16)]
-    with track(name="loop", backend="simulated:healthy@H100", store=False, warmup_steps=0,
-               log_to_python=False, print_summary=False) as run:
+    with track(
+        name="loop",
+        backend="simulated:healthy@H100",
+        store=False,
+        warmup_steps=0,
+        log_to_python=False,
+        print_summary=False,
+    ) as run:
         for batch in run.iterate(loader):  # type: ignore[arg-type]
             assert batch is not None  # train_step(batch)
             run.step()
@@ -119,8 +146,14 @@ def test_the_readme_loop_counts_samples_on_the_common_batch_shapes(shape: str) -
 
 def test_samples_add_up_over_accumulated_batches_and_a_given_count_wins() -> None:
     batches = [torch.zeros(8, 2)] * 6
-    with track(name="acc", backend="simulated:healthy@H100", store=False, warmup_steps=0,
-               log_to_python=False, print_summary=False) as run:
+    with track(
+        name="acc",
+        backend="simulated:healthy@H100",
+        store=False,
+        warmup_steps=0,
+        log_to_python=False,
+        print_summary=False,
+    ) as run:
         for i, _ in enumerate(run.iterate(batches)):
             if i % 2:  # two batches per optimizer step
                 run.step()
@@ -137,10 +170,21 @@ def test_a_batch_whose_size_cannot_be_read_is_not_counted_and_breaks_nothing() -
 
     loop_: list[object] = []
     loop_.append(loop_)  # a list holding itself
-    batches = [{"x": OddShape()}, torch.zeros(4, 2), (None,), loop_,
-               type("NoneFirst", (), {"shape": (None, 3)})()]
-    with track(name="odd", backend="simulated:healthy@H100", store=False, warmup_steps=0,
-               log_to_python=False, print_summary=False) as run:
+    batches = [
+        {"x": OddShape()},
+        torch.zeros(4, 2),
+        (None,),
+        loop_,
+        type("NoneFirst", (), {"shape": (None, 3)})(),
+    ]
+    with track(
+        name="odd",
+        backend="simulated:healthy@H100",
+        store=False,
+        warmup_steps=0,
+        log_to_python=False,
+        print_summary=False,
+    ) as run:
         for _ in run.iterate(batches):
             run.step()
     assert run.record is not None and run.record.samples == 4 and run.steps == 5

@@ -20,11 +20,21 @@ from tracker.store import RunStore
 from tracker.store.spool import Spool
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
 def test_run_and_its_minutes_reach_the_store(store_url: str) -> None:
     clock = Clock()
-    with track(name="five-minutes", project="p", team="t", tags=("a", "b"),
-               backend="simulated:input-bound@H100:2", store=store_url, clock=clock,
-               threaded=False, log_to_python=False) as run:
+    with track(
+        name="five-minutes",
+        project="p",
+        team="t",
+        tags=("a", "b"),
+        backend="simulated:input-bound@H100:2",
+        store=store_url,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
         for _ in range(300):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]
@@ -64,8 +74,12 @@ KILLED_RUN = textwrap.dedent("""
 
 def test_sigkill_keeps_the_heartbeats_and_the_run_is_marked_crashed(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    p = subprocess.Popen([sys.executable, "-c", KILLED_RUN, url], stdout=subprocess.PIPE,
-                         text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN, url],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert p.stdout is not None
     run_id = p.stdout.readline().strip()
     os.kill(p.pid, signal.SIGKILL)
@@ -86,16 +100,25 @@ def test_sigkill_keeps_the_heartbeats_and_the_run_is_marked_crashed(tmp_path: Pa
 
 
 def test_unreachable_store_spools_and_sync_to_another_store_leaves_it(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Issue 10: a run spooled for store A is A's. ``gpu-kpi sync --store B`` must not write it
     into B; it stays in A's spool (sync exits non-zero: ops left). Sent on purpose, through A's
     spool, it arrives whole: 180 s make 7 ops (the start; minutes 1 and 2, samples and a
     heartbeat each; minute 3's samples, closed by the end; the end)."""
     clock = Clock()
     store_a = "postgresql://kpi:hunter2@127.0.0.1:1/runs"
-    with caplog.at_level(logging.WARNING, logger="gpu_kpi"), \
-            track(name="offline", backend="simulated:healthy", clock=clock, threaded=False,
-                  store=store_a, log_to_python=False) as run:
+    with (
+        caplog.at_level(logging.WARNING, logger="gpu_kpi"),
+        track(
+            name="offline",
+            backend="simulated:healthy",
+            clock=clock,
+            threaded=False,
+            store=store_a,
+            log_to_python=False,
+        ) as run,
+    ):
         for _ in range(180):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]
@@ -106,14 +129,23 @@ def test_unreachable_store_spools_and_sync_to_another_store_leaves_it(
     assert spool_a.pending() == 7
 
     url = f"sqlite:///{tmp_path}/runs.db"
-    p = subprocess.run([sys.executable, "-m", "reports.cli", "sync", "--store", url],
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                       text=True, timeout=60, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "reports.cli", "sync", "--store", url],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert p.returncode == 1, p.stderr
     # one line per store: A could not be reached and keeps its 7 ops; its password never shows
     (line,) = p.stdout.splitlines()
-    assert line.startswith("sent 0 spooled record(s) to postgresql+psycopg://kpi@127.0.0.1:1/runs; "
-                           "7 left (") and "hunter2" not in p.stdout + p.stderr
+    assert (
+        line.startswith(
+            "sent 0 spooled record(s) to postgresql+psycopg://kpi@127.0.0.1:1/runs; 7 left ("
+        )
+        and "hunter2" not in p.stdout + p.stderr
+    )
     with RunStore(url) as store:
         assert store.get_run(run.id) is None
         assert spool_a.pending() == 7
@@ -126,8 +158,14 @@ def test_unreachable_store_spools_and_sync_to_another_store_leaves_it(
 def test_threaded_session_on_a_real_clock(tmp_path: Path) -> None:
     """The defaults: a real sampler thread and writer thread, a few real steps."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    with track(name="real-clock", backend="simulated:healthy@L4", store=url, interval_s=0.02,
-               warmup_steps=1, log_to_python=False) as run:
+    with track(
+        name="real-clock",
+        backend="simulated:healthy@L4",
+        store=url,
+        interval_s=0.02,
+        warmup_steps=1,
+        log_to_python=False,
+    ) as run:
         for _ in range(20):
             run.data_ready()
             time.sleep(0.005)

@@ -19,51 +19,54 @@ from tracker.prices import (
 from tracker.throughput import mfu
 
 
-@pytest.mark.parametrize(("name", "key"), [
-    ("NVIDIA H100 80GB HBM3", "H100"),
-    ("NVIDIA H100 PCIe", "H100-PCIe"),
-    ("NVIDIA H100 80GB HBM2e", "H100-PCIe"),  # the PCIe card's memory
-    ("NVIDIA H100 NVL", "H100-NVL"),
-    ("NVIDIA H200", "H200"),
-    ("NVIDIA H200 NVL", "H200-NVL"),
-    ("NVIDIA GH200 480GB", "GH200"),  # not H200
-    ("NVIDIA H20", "H20"),  # not H200
-    ("NVIDIA H800", "H800"),
-    ("NVIDIA H800 PCIe", "H800-PCIe"),
-    ("NVIDIA B200", "B200"),
-    ("NVIDIA GB200", "GB200"),  # not B200
-    ("NVIDIA B300 SXM6 AC", "B300"),
-    ("NVIDIA GB300", "GB300"),
-    ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
-    ("NVIDIA A100 80GB PCIe", "A100-80GB"),
-    ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
-    ("NVIDIA A800-SXM4-80GB", "A800"),
-    ("NVIDIA A10G", "A10G"),
-    ("NVIDIA A10", "A10"),  # not A10G, not A100
-    ("NVIDIA A30", "A30"),
-    ("NVIDIA A40", "A40"),
-    ("NVIDIA A2", "A2"),
-    ("NVIDIA L40S", "L40S"),
-    ("NVIDIA L40", "L40"),  # not L40S, not L4
-    ("NVIDIA L20", "L20"),
-    ("NVIDIA L4", "L4"),
-    ("Tesla T4", "T4"),
-    ("Tesla V100-SXM2-16GB", "V100"),
-    ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"),  # not the Ada
-    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000"),
-    ("a100 80gb", "A100-80GB"),
-    ("h100 nvl", "H100-NVL"),
-    ("H100_NVL", "H100-NVL"),  # GPU_KPI_PRICE_H100_NVL
-    ("RTX_6000_ADA", "RTX-6000-Ada"),
-    ("NVIDIA RTX A1000", None),  # not an A100
-    ("NVIDIA RTX A2000", None),  # not an A2
-    ("NVIDIA RTX A4000", None),  # not an A40
-    ("Quadro RTX 6000", None),  # Turing: neither RTX 6000 above
-    ("NVIDIA GeForce RTX 4090", None),
-    ("AMD Instinct MI300X", None),
-    ("Intel Gaudi 3", None),
-])
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100"),
+        ("NVIDIA H100 PCIe", "H100-PCIe"),
+        ("NVIDIA H100 80GB HBM2e", "H100-PCIe"),  # the PCIe card's memory
+        ("NVIDIA H100 NVL", "H100-NVL"),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA H200 NVL", "H200-NVL"),
+        ("NVIDIA GH200 480GB", "GH200"),  # not H200
+        ("NVIDIA H20", "H20"),  # not H200
+        ("NVIDIA H800", "H800"),
+        ("NVIDIA H800 PCIe", "H800-PCIe"),
+        ("NVIDIA B200", "B200"),
+        ("NVIDIA GB200", "GB200"),  # not B200
+        ("NVIDIA B300 SXM6 AC", "B300"),
+        ("NVIDIA GB300", "GB300"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100 80GB PCIe", "A100-80GB"),
+        ("NVIDIA A100-PCIE-40GB", "A100-40GB"),
+        ("NVIDIA A800-SXM4-80GB", "A800"),
+        ("NVIDIA A10G", "A10G"),
+        ("NVIDIA A10", "A10"),  # not A10G, not A100
+        ("NVIDIA A30", "A30"),
+        ("NVIDIA A40", "A40"),
+        ("NVIDIA A2", "A2"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA L40", "L40"),  # not L40S, not L4
+        ("NVIDIA L20", "L20"),
+        ("NVIDIA L4", "L4"),
+        ("Tesla T4", "T4"),
+        ("Tesla V100-SXM2-16GB", "V100"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-Ada"),
+        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"),  # not the Ada
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000"),
+        ("a100 80gb", "A100-80GB"),
+        ("h100 nvl", "H100-NVL"),
+        ("H100_NVL", "H100-NVL"),  # GPU_KPI_PRICE_H100_NVL
+        ("RTX_6000_ADA", "RTX-6000-Ada"),
+        ("NVIDIA RTX A1000", None),  # not an A100
+        ("NVIDIA RTX A2000", None),  # not an A2
+        ("NVIDIA RTX A4000", None),  # not an A40
+        ("Quadro RTX 6000", None),  # Turing: neither RTX 6000 above
+        ("NVIDIA GeForce RTX 4090", None),
+        ("AMD Instinct MI300X", None),
+        ("Intel Gaudi 3", None),
+    ],
+)
 def test_canonical_gpu(name: str, key: str | None) -> None:
     assert canonical_gpu(name) == key
 
@@ -105,8 +108,9 @@ def test_overrides_and_unknown_models() -> None:
 def test_any_model_can_carry_a_price() -> None:
     """Issue 11: models the table does not know are priced by name and matched to NVML's names
     as whole words, the longest name first."""
-    table = PriceTable({"B200": 5.5, "GB200": 6.25, "MI300X": 3.2, "RTX 6000 Ada": 1.1,
-                        "Gaudi 3": 1.2})
+    table = PriceTable(
+        {"B200": 5.5, "GB200": 6.25, "MI300X": 3.2, "RTX 6000 Ada": 1.1, "Gaudi 3": 1.2}
+    )
     assert table.get("NVIDIA B200").usd_per_gpu_hour == 5.5
     assert table.get("NVIDIA GB200").usd_per_gpu_hour == 6.25  # not B200's
     assert table.get("AMD Instinct MI300X").usd_per_gpu_hour == 3.2
@@ -151,8 +155,11 @@ def test_an_owned_model_pays_its_amortized_rate(caplog: pytest.LogCaptureFixture
     row beats ``[prices]`` (as in the weekly report) and prices the model's variants, as a
     base model's row does, unless ``[prices]`` prices the variant itself (then it is rented);
     the run's own price beats both."""
-    owned = {"H100": OwnedGpu(model="H100", purchase_usd=20_000, life_years=2, power_w=500,
-                              usd_per_kwh=0.2)}
+    owned = {
+        "H100": OwnedGpu(
+            model="H100", purchase_usd=20_000, life_years=2, power_w=500, usd_per_kwh=0.2
+        )
+    }
     rate = 20_000 / (2 * 8766) + 0.1
     for name in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "h100"):
         p = price_for(name, None, {"H100": 9.0, "H100 NVL": 3.0}, owned=owned)
@@ -160,13 +167,17 @@ def test_an_owned_model_pays_its_amortized_rate(caplog: pytest.LogCaptureFixture
         assert p.usd_per_gpu_hour == pytest.approx(rate)
     nvl = price_for("NVIDIA H100 NVL", None, {"H100": 9.0, "H100 NVL": 3.0}, owned=owned)
     assert nvl is not None and (nvl.gpu, nvl.usd_per_gpu_hour, nvl.source) == (
-        "H100-NVL", 3.0, "config")
+        "H100-NVL",
+        3.0,
+        "config",
+    )
     a100 = price_for("NVIDIA A100-SXM4-80GB", owned=owned)
     assert a100 is not None and a100.usd_per_gpu_hour == 2.00  # not owned: rented
     run = price_for("NVIDIA H100 80GB HBM3", 1.5, owned=owned)
     assert run is not None and (run.usd_per_gpu_hour, run.source) == (1.5, "override")
-    broken = {"H100": OwnedGpu(model="H100", purchase_usd=1, life_years=0, power_w=1,
-                               usd_per_kwh=1)}
+    broken = {
+        "H100": OwnedGpu(model="H100", purchase_usd=1, life_years=0, power_w=1, usd_per_kwh=1)
+    }
     fallback = price_for("NVIDIA H100 80GB HBM3", owned=broken)
     assert fallback is not None and fallback.usd_per_gpu_hour == 3.85
     assert any("ignoring [owned]" in m for m in caplog.messages)
@@ -192,24 +203,41 @@ def test_peaks_and_mfu() -> None:
 HOUR = 3600.0
 
 
-@pytest.mark.parametrize(("evidence", "verdict", "severity"), [
-    (Evidence(util_pct=2.0, duration_s=HOUR), "idle", "critical"),
-    (Evidence(util_pct=2.0, duration_s=600.0), "small-batch", "critical"),
-    (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=12.0), "input-bound", "warning"),
-    (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
-    (Evidence(util_pct=None, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
-    (Evidence(util_pct=None, duration_s=HOUR), "unknown", "unknown"),
-    (Evidence(util_pct=60.0, duration_s=HOUR, gpu_count=8, rank_spread_pct=35.0,
-              mem_used_pct=80.0), "communication-bound", "warning"),
-    (Evidence(util_pct=35.0, duration_s=HOUR, mem_used_pct=8.0, step_time_ms=20.0),
-     "small-batch", "critical"),
-    (Evidence(util_pct=95.0, duration_s=HOUR, sm_active_pct=28.0), "low-efficiency", "warning"),
-    (Evidence(util_pct=95.0, duration_s=HOUR, sm_active_pct=70.0, mfu=0.08),
-     "low-efficiency", "warning"),
-    (Evidence(util_pct=92.0, duration_s=HOUR, sm_active_pct=74.0, mfu=0.4), "healthy", "ok"),
-    (Evidence(util_pct=75.0, duration_s=HOUR, mem_used_pct=80.0, step_time_ms=900.0),
-     "below-target", "warning"),
-])
+@pytest.mark.parametrize(
+    ("evidence", "verdict", "severity"),
+    [
+        (Evidence(util_pct=2.0, duration_s=HOUR), "idle", "critical"),
+        (Evidence(util_pct=2.0, duration_s=600.0), "small-batch", "critical"),
+        (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=12.0), "input-bound", "warning"),
+        (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
+        (Evidence(util_pct=None, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
+        (Evidence(util_pct=None, duration_s=HOUR), "unknown", "unknown"),
+        (
+            Evidence(
+                util_pct=60.0, duration_s=HOUR, gpu_count=8, rank_spread_pct=35.0, mem_used_pct=80.0
+            ),
+            "communication-bound",
+            "warning",
+        ),
+        (
+            Evidence(util_pct=35.0, duration_s=HOUR, mem_used_pct=8.0, step_time_ms=20.0),
+            "small-batch",
+            "critical",
+        ),
+        (Evidence(util_pct=95.0, duration_s=HOUR, sm_active_pct=28.0), "low-efficiency", "warning"),
+        (
+            Evidence(util_pct=95.0, duration_s=HOUR, sm_active_pct=70.0, mfu=0.08),
+            "low-efficiency",
+            "warning",
+        ),
+        (Evidence(util_pct=92.0, duration_s=HOUR, sm_active_pct=74.0, mfu=0.4), "healthy", "ok"),
+        (
+            Evidence(util_pct=75.0, duration_s=HOUR, mem_used_pct=80.0, step_time_ms=900.0),
+            "below-target",
+            "warning",
+        ),
+    ],
+)
 def test_diagnosis_table(evidence: Evidence, verdict: str, severity: str) -> None:
     d = diagnose(evidence)
     assert (d.verdict, d.severity) == (verdict, severity)

@@ -47,18 +47,30 @@ class _Index:
         return 7
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (0, 0), (32, 32), (2.5, 2.5), (1e300, 1e300), (Fraction(3, 2), 1.5), (_Index(), 7)])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(0, 0), (32, 32), (2.5, 2.5), (1e300, 1e300), (Fraction(3, 2), 1.5), (_Index(), 7)],
+)
 def test_count_takes_finite_numbers_at_or_above_zero(value: object, expected: float) -> None:
     n = count(value)
     assert n == expected and type(n) is type(expected)
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    (float("nan"), "not a finite number >= 0"), (float("inf"), "not a finite number >= 0"),
-    (-5, "not a finite number >= 0"), (-1e-300, "not a finite number >= 0"),
-    (True, "not a number"), ("5", "not a number"), (b"5", "not a number"),
-    (None, "not a number"), ([1], "not a number"), (object(), "not a number")])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (float("nan"), "not a finite number >= 0"),
+        (float("inf"), "not a finite number >= 0"),
+        (-5, "not a finite number >= 0"),
+        (-1e-300, "not a finite number >= 0"),
+        (True, "not a number"),
+        ("5", "not a number"),
+        (b"5", "not a number"),
+        (None, "not a number"),
+        ([1], "not a number"),
+        (object(), "not a number"),
+    ],
+)
 def test_count_refuses_the_rest(value: object, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         count(value)
@@ -72,7 +84,8 @@ def test_run_steps_time_the_steps_and_drop_bad_counts() -> None:
     s = RunSteps()
     assert s.step(10.0, warmup_steps=2, samples=4) == []
     assert s.step(11.0, warmup_steps=2, samples=float("nan")) == [
-        "samples=nan (not a finite number >= 0)"]
+        "samples=nan (not a finite number >= 0)"
+    ]
     s.ready(12.5)
     assert s.step(13.0, warmup_steps=2, samples=4, flops="x") == ["flops='x' (not a number)"]
     assert s.step(14.0, warmup_steps=2, samples=4, flops_per_step=1e12) == []
@@ -86,12 +99,15 @@ def test_run_steps_never_let_a_total_overflow() -> None:
     s = RunSteps()
     assert s.step(1.0, warmup_steps=0, samples=1e308) == []
     assert s.step(2.0, warmup_steps=0, samples=1e308) == [
-        "samples=1e+308 (the run's total would overflow)"]
+        "samples=1e+308 (the run's total would overflow)"
+    ]
     assert s.step(3.0, warmup_steps=0, samples=2**1100) == [
-        f"samples={reprlib.repr(2**1100)} (the run's total would overflow)"]
+        f"samples={reprlib.repr(2**1100)} (the run's total would overflow)"
+    ]
     # an int that is a fine count alone still overflows a total near the limit
     assert s.step(4.0, warmup_steps=0, samples=2**1023) == [
-        f"samples={reprlib.repr(2**1023)} (the run's total would overflow)"]
+        f"samples={reprlib.repr(2**1023)} (the run's total would overflow)"
+    ]
     assert s.step(5.0, warmup_steps=0, samples=10**299) == []  # beside 1e308, still finite
     assert s.samples == 1e308 + 10**299 and s.steps == 5
     assert s.total.samples == 10**299 and s.total.steps == 4  # the first step is not timed
@@ -154,12 +170,21 @@ def test_a_gpu_tensor_count_is_dropped_without_reading_it() -> None:
     assert bad and "a tensor on the GPU" in bad[0]
 
 
-@given(st.lists(st.tuples(
-    st.sampled_from(["step", "ready", "interrupt", "pause", "flops", "odd"]),
-    st.integers(0, 64), st.floats(0.0, 2.0)), max_size=60), st.integers(0, 3))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["step", "ready", "interrupt", "pause", "flops", "odd"]),
+            st.integers(0, 64),
+            st.floats(0.0, 2.0),
+        ),
+        max_size=60,
+    ),
+    st.integers(0, 3),
+)
 @settings(max_examples=300, deadline=None)
-def test_held_steps_add_up_to_what_checked_steps_give(ops: list[tuple[str, int, float]],
-                                                      warmup: int) -> None:
+def test_held_steps_add_up_to_what_checked_steps_give(
+    ops: list[tuple[str, int, float]], warmup: int
+) -> None:
     """The same hooks through :meth:`RunSteps.tick` (held, added up later) and through
     :meth:`RunSteps.step` (added at once): the same counters once flushed, whatever comes in
     between (input waits, interruptions, logging pauses, FLOPs known afterwards, and counts
@@ -191,8 +216,7 @@ def test_held_steps_add_up_to_what_checked_steps_give(ops: list[tuple[str, int, 
     for name in StepCounter.__slots__:
         assert getattr(window, name) == pytest.approx(getattr(expect, name)), name
         assert getattr(held.total, name) == pytest.approx(getattr(direct.total, name)), name
-    assert (held.steps, held.samples, held.tokens) == (direct.steps, direct.samples,
-                                                       direct.tokens)
+    assert (held.steps, held.samples, held.tokens) == (direct.steps, direct.samples, direct.tokens)
 
 
 def test_held_steps_wait_for_a_flush_and_a_huge_count_is_not_held() -> None:

@@ -18,8 +18,14 @@ import os
 
 from tracker.gpu.base import BackendError, BackendUnavailable, GpuBackend, GpuInfo, GpuReading
 
-__all__ = ["BackendError", "BackendUnavailable", "GpuBackend", "GpuInfo", "GpuReading",
-           "open_backend"]
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "GpuBackend",
+    "GpuInfo",
+    "GpuReading",
+    "open_backend",
+]
 
 
 def open_backend(spec: str | None = None) -> GpuBackend:

@@ -32,6 +32,7 @@ from tracker.units import bytes_to_gib, mj_to_j, mw_to_w
 
 log = logging.getLogger("gpu_kpi")
 
+
 @dataclass
 class _Gpm:
     """Two GPM sample buffers used in turn: the newest and the one before it."""

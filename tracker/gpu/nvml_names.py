@@ -14,8 +14,12 @@ GPM_METRICS: dict[str, str] = {
 
 # NVML errors by meaning, named as pynvml names its classes (looked up on the module at run time).
 # (NVMLLibraryMismatchError: an unversioned call the installed driver lacks)
-UNSUPPORTED_ERRORS = ("NVMLError_NotSupported", "NVMLError_NoPermission",
-                       "NVMLError_FunctionNotFound", "NVMLLibraryMismatchError")
+UNSUPPORTED_ERRORS = (
+    "NVMLError_NotSupported",
+    "NVMLError_NoPermission",
+    "NVMLError_FunctionNotFound",
+    "NVMLLibraryMismatchError",
+)
 LOST_ERRORS = ("NVMLError_GpuIsLost", "NVMLError_Unknown", "NVMLError_ResetRequired")
 INIT_HINTS = {
     "NVMLError_LibraryNotFound": "libnvidia-ml not found (no NVIDIA driver on this machine)",

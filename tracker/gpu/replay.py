@@ -34,8 +34,13 @@ COLUMNS: dict[str, tuple[str, str, float, float]] = {
     "temperature.gpu": ("temp_c", "C", -273.15, math.inf),
 }
 _UNIT_RE = re.compile(r"^\s*([-+0-9.eE]+)\s*(%|MiB|W|MHz|C)?\s*$")
-_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f",
-                 "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%d %H:%M:%S")
+_TIME_FORMATS = (
+    "%Y/%m/%d %H:%M:%S.%f",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y-%m-%d %H:%M:%S.%f",
+    "%Y-%m-%dT%H:%M:%S.%f",
+    "%Y-%m-%d %H:%M:%S",
+)
 _MAX_LINE = 65_536
 """Longest line read: a longer one (a binary file, /dev/zero) is an error, not a memory hog."""
 
@@ -112,8 +117,10 @@ def read_log(path: str | Path) -> tuple[list[GpuInfo], Readings]:
     raw_header = first[1]
     header = [h.strip().split(" [")[0] for h in raw_header]
     if "timestamp" not in header or "utilization.gpu" not in header:
-        raise BackendError(f"{p}:1: not an nvidia-smi --format=csv log: need columns "
-                           f"'timestamp' and 'utilization.gpu', got {', '.join(header)[:300]}")
+        raise BackendError(
+            f"{p}:1: not an nvidia-smi --format=csv log: need columns "
+            f"'timestamp' and 'utilization.gpu', got {', '.join(header)[:300]}"
+        )
     if "uuid" not in header and "index" not in header:
         raise BackendError(f"{p}:1: need a 'uuid' or 'index' column")
     col = {name: i for i, name in enumerate(header)}
@@ -135,8 +142,9 @@ def read_log(path: str | Path) -> tuple[list[GpuInfo], Readings]:
             raise BackendError(f"{p}:{lineno}: {e}") from None
         if uuid not in infos:
             name = cells[col["name"]].strip() if "name" in col else "unknown"
-            infos[uuid] = GpuInfo(index=index, uuid=uuid, name=name,
-                                  mem_total_gib=values.get("mem_total_gib"))
+            infos[uuid] = GpuInfo(
+                index=index, uuid=uuid, name=name, mem_total_gib=values.get("mem_total_gib")
+            )
             readings[uuid] = []
         readings[uuid].append((ts, lineno, GpuReading(uuid=uuid, **values)))
     if not infos:
@@ -149,8 +157,10 @@ def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:
     first timestamp. Raises :class:`BackendError` naming the file and line."""
     infos, readings = read_log(path)
     t0 = min(series[0][0] for series in readings.values())
-    rows = {uuid: [_Row(t=(ts - t0).total_seconds(), reading=r) for ts, _, r in series]
-            for uuid, series in readings.items()}
+    rows = {
+        uuid: [_Row(t=(ts - t0).total_seconds(), reading=r) for ts, _, r in series]
+        for uuid, series in readings.items()
+    }
     for uuid, series in rows.items():
         if any(b.t < a.t for a, b in pairwise(series)):
             raise BackendError(f"{path}: timestamps of GPU {uuid} go backwards")
@@ -220,8 +230,14 @@ def _mean_reading(uuid: str, readings: list[GpuReading]) -> GpuReading:
         return sum(vals) / len(vals) if vals else None
 
     last = readings[-1]
-    return GpuReading(uuid=uuid, util_pct=mean("util_pct"),
-                      mem_used_gib=max((r.mem_used_gib for r in readings
-                                        if r.mem_used_gib is not None), default=None),
-                      mem_total_gib=last.mem_total_gib, power_w=mean("power_w"),
-                      sm_clock_mhz=mean("sm_clock_mhz"), temp_c=last.temp_c)
+    return GpuReading(
+        uuid=uuid,
+        util_pct=mean("util_pct"),
+        mem_used_gib=max(
+            (r.mem_used_gib for r in readings if r.mem_used_gib is not None), default=None
+        ),
+        mem_total_gib=last.mem_total_gib,
+        power_w=mean("power_w"),
+        sm_clock_mhz=mean("sm_clock_mhz"),
+        temp_c=last.temp_c,
+    )

@@ -64,19 +64,51 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile(name="healthy", pattern=((1.0, 92.0),), mem_frac=0.78, sm_active_ratio=0.8,
-                tensor_active_ratio=0.5, dram_active_ratio=0.4, help="steady 92%"),
-        Profile(name="input-bound", pattern=((6.0, 100.0), (4.0, 0.0)), mem_frac=0.55,
-                sm_active_ratio=0.8, tensor_active_ratio=0.5, dram_active_ratio=0.4,
-                help="bursts of 100% with 40% gaps: 6 s busy, 4 s waiting for data (60%)"),
-        Profile(name="idle", pattern=((1.0, 0.0),), mem_frac=0.25, sm_active_ratio=0.0,
-                tensor_active_ratio=0.0, dram_active_ratio=0.0, help="allocated, memory held, 0%"),
-        Profile(name="small-batch", pattern=((1.0, 35.0),), mem_frac=0.08, sm_active_ratio=0.5,
-                tensor_active_ratio=0.1, dram_active_ratio=0.2,
-                help="steady 35%, 8% of memory: launch-bound small steps"),
-        Profile(name="low-efficiency", pattern=((1.0, 97.0),), mem_frac=0.6,
-                sm_active_ratio=0.3, tensor_active_ratio=0.05, dram_active_ratio=0.3,
-                help="97% busy but SM activity 29%: fp32, unfused kernels"),
+        Profile(
+            name="healthy",
+            pattern=((1.0, 92.0),),
+            mem_frac=0.78,
+            sm_active_ratio=0.8,
+            tensor_active_ratio=0.5,
+            dram_active_ratio=0.4,
+            help="steady 92%",
+        ),
+        Profile(
+            name="input-bound",
+            pattern=((6.0, 100.0), (4.0, 0.0)),
+            mem_frac=0.55,
+            sm_active_ratio=0.8,
+            tensor_active_ratio=0.5,
+            dram_active_ratio=0.4,
+            help="bursts of 100% with 40% gaps: 6 s busy, 4 s waiting for data (60%)",
+        ),
+        Profile(
+            name="idle",
+            pattern=((1.0, 0.0),),
+            mem_frac=0.25,
+            sm_active_ratio=0.0,
+            tensor_active_ratio=0.0,
+            dram_active_ratio=0.0,
+            help="allocated, memory held, 0%",
+        ),
+        Profile(
+            name="small-batch",
+            pattern=((1.0, 35.0),),
+            mem_frac=0.08,
+            sm_active_ratio=0.5,
+            tensor_active_ratio=0.1,
+            dram_active_ratio=0.2,
+            help="steady 35%, 8% of memory: launch-bound small steps",
+        ),
+        Profile(
+            name="low-efficiency",
+            pattern=((1.0, 97.0),),
+            mem_frac=0.6,
+            sm_active_ratio=0.3,
+            tensor_active_ratio=0.05,
+            dram_active_ratio=0.3,
+            help="97% busy but SM activity 29%: fp32, unfused kernels",
+        ),
     )
 }
 
@@ -93,24 +125,53 @@ class SimGpu:
 
 
 GPU_MODELS: dict[str, SimGpu] = {
-    "H200": SimGpu(name="NVIDIA H200", mem_total_mib=143771, idle_w=75, max_w=700,
-                   sm_clock_mhz=1980, gpm=True),
-    "H100": SimGpu(name="NVIDIA H100 80GB HBM3", mem_total_mib=81559, idle_w=70, max_w=700,
-                   sm_clock_mhz=1980, gpm=True),
-    "A100-80GB": SimGpu(name="NVIDIA A100-SXM4-80GB", mem_total_mib=81920, idle_w=60,
-                        max_w=400, sm_clock_mhz=1410, gpm=False),
-    "A100-40GB": SimGpu(name="NVIDIA A100-SXM4-40GB", mem_total_mib=40960, idle_w=55,
-                        max_w=400, sm_clock_mhz=1410, gpm=False),
-    "L40S": SimGpu(name="NVIDIA L40S", mem_total_mib=46068, idle_w=35, max_w=350,
-                   sm_clock_mhz=2520, gpm=False),
-    "L4": SimGpu(name="NVIDIA L4", mem_total_mib=23034, idle_w=16, max_w=72,
-                 sm_clock_mhz=2040, gpm=False),
-    "A10G": SimGpu(name="NVIDIA A10G", mem_total_mib=23028, idle_w=25, max_w=300,
-                   sm_clock_mhz=1710, gpm=False),
-    "T4": SimGpu(name="Tesla T4", mem_total_mib=15360, idle_w=10, max_w=70,
-                 sm_clock_mhz=1590, gpm=False),
-    "V100": SimGpu(name="Tesla V100-SXM2-16GB", mem_total_mib=16384, idle_w=40, max_w=300,
-                   sm_clock_mhz=1530, gpm=False),
+    "H200": SimGpu(
+        name="NVIDIA H200", mem_total_mib=143771, idle_w=75, max_w=700, sm_clock_mhz=1980, gpm=True
+    ),
+    "H100": SimGpu(
+        name="NVIDIA H100 80GB HBM3",
+        mem_total_mib=81559,
+        idle_w=70,
+        max_w=700,
+        sm_clock_mhz=1980,
+        gpm=True,
+    ),
+    "A100-80GB": SimGpu(
+        name="NVIDIA A100-SXM4-80GB",
+        mem_total_mib=81920,
+        idle_w=60,
+        max_w=400,
+        sm_clock_mhz=1410,
+        gpm=False,
+    ),
+    "A100-40GB": SimGpu(
+        name="NVIDIA A100-SXM4-40GB",
+        mem_total_mib=40960,
+        idle_w=55,
+        max_w=400,
+        sm_clock_mhz=1410,
+        gpm=False,
+    ),
+    "L40S": SimGpu(
+        name="NVIDIA L40S", mem_total_mib=46068, idle_w=35, max_w=350, sm_clock_mhz=2520, gpm=False
+    ),
+    "L4": SimGpu(
+        name="NVIDIA L4", mem_total_mib=23034, idle_w=16, max_w=72, sm_clock_mhz=2040, gpm=False
+    ),
+    "A10G": SimGpu(
+        name="NVIDIA A10G", mem_total_mib=23028, idle_w=25, max_w=300, sm_clock_mhz=1710, gpm=False
+    ),
+    "T4": SimGpu(
+        name="Tesla T4", mem_total_mib=15360, idle_w=10, max_w=70, sm_clock_mhz=1590, gpm=False
+    ),
+    "V100": SimGpu(
+        name="Tesla V100-SXM2-16GB",
+        mem_total_mib=16384,
+        idle_w=40,
+        max_w=300,
+        sm_clock_mhz=1530,
+        gpm=False,
+    ),
 }
 
 _ENERGY_AT_START_J = 1.0e7  # NVML's counter runs since driver load, never from 0
@@ -122,19 +183,22 @@ class SimulatedBackend:
 
     name = "simulated"
 
-    def __init__(self, profile: str | Profile = "healthy", *, model: str = "H100",
-                 count: int = 1) -> None:
+    def __init__(
+        self, profile: str | Profile = "healthy", *, model: str = "H100", count: int = 1
+    ) -> None:
         if isinstance(profile, str):
             if profile not in PROFILES:
-                raise BackendError(f"unknown simulated profile {profile!r}; "
-                                   f"known: {', '.join(PROFILES)}")
+                raise BackendError(
+                    f"unknown simulated profile {profile!r}; known: {', '.join(PROFILES)}"
+                )
             profile = PROFILES[profile]
         from tracker.prices import canonical_gpu
 
         key = canonical_gpu(model) or model
         if key not in GPU_MODELS:
-            raise BackendError(f"unknown simulated GPU model {model!r}; "
-                               f"known: {', '.join(GPU_MODELS)}")
+            raise BackendError(
+                f"unknown simulated GPU model {model!r}; known: {', '.join(GPU_MODELS)}"
+            )
         if count < 1:
             raise BackendError(f"simulated GPU count must be >= 1, got {count}")
         self.profile = profile
@@ -157,15 +221,19 @@ class SimulatedBackend:
     def _uuid(self, i: int) -> str:
         # each rank of a multi-process run has GPUs of its own
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
-        digest = hashlib.sha1(f"{self.profile.name}/{self.gpu.name}/{rank}/{i}".encode()).hexdigest()
+        digest = hashlib.sha1(
+            f"{self.profile.name}/{self.gpu.name}/{rank}/{i}".encode()
+        ).hexdigest()
         return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
     def open(self, now: float) -> list[GpuInfo]:
         self._t0 = now
         self._prev_t = None
         total = mib_to_gib(self.gpu.mem_total_mib)
-        return [GpuInfo(index=i, uuid=self._uuid(i), name=self.gpu.name, mem_total_gib=total)
-                for i in range(self.count)]
+        return [
+            GpuInfo(index=i, uuid=self._uuid(i), name=self.gpu.name, mem_total_gib=total)
+            for i in range(self.count)
+        ]
 
     def read(self, now: float) -> list[GpuReading]:
         if self._t0 is None:
@@ -185,9 +253,14 @@ class SimulatedBackend:
         total = mib_to_gib(g.mem_total_mib)
         return [
             GpuReading(
-                uuid=self._uuid(i), util_pct=util, mem_used_gib=total * p.mem_frac,
-                mem_total_gib=total, power_w=power, energy_j=energy,
-                sm_clock_mhz=g.sm_clock_mhz if util > 0 else 345.0, temp_c=35.0 + 0.4 * util,
+                uuid=self._uuid(i),
+                util_pct=util,
+                mem_used_gib=total * p.mem_frac,
+                mem_total_gib=total,
+                power_w=power,
+                energy_j=energy,
+                sm_clock_mhz=g.sm_clock_mhz if util > 0 else 345.0,
+                temp_c=35.0 + 0.4 * util,
                 sm_active_pct=util * p.sm_active_ratio if g.gpm else None,
                 sm_occupancy_pct=util * p.sm_active_ratio * 0.5 if g.gpm else None,
                 tensor_active_pct=util * p.tensor_active_ratio if g.gpm else None,

@@ -26,8 +26,13 @@ def count(fn: BatchFn | None, batch: Any, what: str, warned: set[str]) -> int | 
         return None if n is None else int(n)
     except Exception as e:
         warned.add(what)
-        log.warning("gpu-kpi: %s(batch) failed (%s: %s); %s are not counted", what,
-                    type(e).__name__, e, what.removesuffix("_fn").replace("batch_size", "samples"))
+        log.warning(
+            "gpu-kpi: %s(batch) failed (%s: %s); %s are not counted",
+            what,
+            type(e).__name__,
+            e,
+            what.removesuffix("_fn").replace("batch_size", "samples"),
+        )
         return None
 
 
@@ -47,8 +52,9 @@ class FlopMeter:
             self._mode.__enter__()
         except Exception as e:
             self._mode = None
-            log.warning("gpu-kpi: cannot count FLOPs (%s); no MFU unless flops_per_step= "
-                        "is given", e)
+            log.warning(
+                "gpu-kpi: cannot count FLOPs (%s); no MFU unless flops_per_step= is given", e
+            )
 
     def end(self) -> float | None:
         mode, self._mode = self._mode, None

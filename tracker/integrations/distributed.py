@@ -47,8 +47,10 @@ def gatherer() -> Callable[[list[float]], list[list[float]]] | None:
     import torch
 
     def gather(vector: list[float]) -> list[list[float]]:
-        device = (torch.device("cuda", torch.cuda.current_device())
-                  if dist.get_backend() == "nccl" else torch.device("cpu"))  # type: ignore[attr-defined]
+        if dist.get_backend() == "nccl":  # type: ignore[attr-defined]
+            device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            device = torch.device("cpu")
         local = torch.tensor(vector, dtype=torch.float64, device=device)
         out = [torch.empty_like(local) for _ in range(dist.get_world_size())]  # type: ignore[attr-defined]
         dist.all_gather(out, local)  # type: ignore[attr-defined]

@@ -41,8 +41,12 @@ class LoggersSink:
                 logger.log_metrics(dict(metrics), step=step)
             except Exception as e:
                 self._failed.add(id(logger))
-                log.warning("gpu-kpi: logger %s failed (%s: %s); gpu-kpi metrics no longer go "
-                            "to it", type(logger).__name__, type(e).__name__, e)
+                log.warning(
+                    "gpu-kpi: logger %s failed (%s: %s); gpu-kpi metrics no longer go to it",
+                    type(logger).__name__,
+                    type(e).__name__,
+                    e,
+                )
 
     def summary(self, record: RunRecord) -> None:
         pass
@@ -81,8 +85,11 @@ def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str], str | None]:
                     sinks.append(TensorBoardSink(logger.experiment, log_metrics=False))
                     links["tensorboard"] = str(logger.log_dir)
                 version = logger.version
-                names.setdefault("version", f"{logger.name}/" + (
-                    version if isinstance(version, str) else f"version_{version}"))
+                names.setdefault(
+                    "version",
+                    f"{logger.name}/"
+                    + (version if isinstance(version, str) else f"version_{version}"),
+                )
         except Exception as e:
             log.warning("gpu-kpi: no run summary in %s (%s: %s)", kind, type(e).__name__, e)
     return sinks, links, names.get("wandb") or names.get("version")
@@ -111,9 +118,14 @@ class LightningHooks:
     trainer's figures looked up once a fit, the log cadence one integer compare.
     """
 
-    def __init__(self, *, batch_size_fn: BatchFn | None = None,
-                 tokens_fn: BatchFn | None = None, measure_flops: bool = True,
-                 **session_kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size_fn: BatchFn | None = None,
+        tokens_fn: BatchFn | None = None,
+        measure_flops: bool = True,
+        **session_kwargs: Any,
+    ) -> None:
         super().__init__()
         self.batch_size_fn = batch_size_fn
         self.tokens_fn = tokens_fn
@@ -177,9 +189,14 @@ class LightningHooks:
             except ConfigError:
                 self._log_every_s = Settings().log_every_s  # the session warns about the file
         kwargs["log_every_s"] = float("inf")  # logging follows the trainer's steps, below
-        return track(run_id=run_id, rank=rank, world_size=world,
-                       nodes=int(getattr(trainer, "num_nodes", 1)),
-                       gather=_gatherer(trainer, pl_module) if world > 1 else None, **kwargs)
+        return track(
+            run_id=run_id,
+            rank=rank,
+            world_size=world,
+            nodes=int(getattr(trainer, "num_nodes", 1)),
+            gather=_gatherer(trainer, pl_module) if world > 1 else None,
+            **kwargs,
+        )
 
     # -- training ---------------------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
@@ -199,8 +216,9 @@ class LightningHooks:
         if self.session is not None:
             self.session.interrupt()  # loader workers restart at an epoch boundary
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int
+    ) -> None:
         s = self.session
         if s is None:
             return
@@ -211,8 +229,9 @@ class LightningHooks:
             self._flops.begin()
             self._flops_open = self._flops.active
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         s = self.session
         if s is None:
             return
@@ -234,8 +253,12 @@ class LightningHooks:
                     pass
             if type(samples) is not int:
                 samples = self._batch_size(batch)
-        s.step(samples, None if self.tokens_fn is None
-               else count(self.tokens_fn, batch, "tokens_fn", self._warned))
+        s.step(
+            samples,
+            None
+            if self.tokens_fn is None
+            else count(self.tokens_fn, batch, "tokens_fn", self._warned),
+        )
         loop = self._loop
         if loop is None:
             step, accumulating = _log_step(trainer)
@@ -272,8 +295,11 @@ class LightningHooks:
         except Exception as e:  # an odd batch type: no sample count, training goes on
             if "batch_size" not in self._warned:
                 self._warned.add("batch_size")
-                log.warning("gpu-kpi: cannot tell the batch size (%s: %s); pass "
-                            "batch_size_fn=", type(e).__name__, e)
+                log.warning(
+                    "gpu-kpi: cannot tell the batch size (%s: %s); pass batch_size_fn=",
+                    type(e).__name__,
+                    e,
+                )
             return None
         if found is None:
             return None
@@ -284,8 +310,7 @@ class LightningHooks:
         if self.session is not None and not trainer.sanity_checking:
             self.session.interrupt()
 
-    def on_save_checkpoint(self, trainer: Any, pl_module: Any,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
         if self.session is not None:
             self.session.interrupt()
 

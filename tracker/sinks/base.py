@@ -42,18 +42,32 @@ class LoggingSink:
         self.level = level
 
     def start(self, record: RunRecord) -> None:
-        log.log(self.level, "gpu-kpi run %s (%s): %dx %s at $%s/GPU-h", record.name, record.id,
-                record.gpu_count, record.gpu_model or "no GPU",
-                "n/a" if record.price_per_gpu_hour is None else f"{record.price_per_gpu_hour:.2f}")
+        log.log(
+            self.level,
+            "gpu-kpi run %s (%s): %dx %s at $%s/GPU-h",
+            record.name,
+            record.id,
+            record.gpu_count,
+            record.gpu_model or "no GPU",
+            "n/a" if record.price_per_gpu_hour is None else f"{record.price_per_gpu_hour:.2f}",
+        )
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        keys = ("gpu/util_pct", "perf/step_time_ms", "perf/data_wait_pct", "perf/samples_per_s",
-                "perf/mfu", "cost/usd")
+        keys = (
+            "gpu/util_pct",
+            "perf/step_time_ms",
+            "perf/data_wait_pct",
+            "perf/samples_per_s",
+            "perf/mfu",
+            "cost/usd",
+        )
         parts = [f"{k}={metrics[k]:.4g}" for k in keys if k in metrics]
         log.log(self.level, "gpu-kpi step %d: %s", step, " ".join(parts))
 
     def summary(self, record: RunRecord) -> None:
-        log.log(self.level, "gpu-kpi run %s (%s): %s", record.name, record.id, format_summary(record))
+        log.log(
+            self.level, "gpu-kpi run %s (%s): %s", record.name, record.id, format_summary(record)
+        )
 
     def alert(self, title: str, text: str) -> None:
         log.warning("gpu-kpi: %s: %s", title, text)
@@ -68,10 +82,12 @@ def format_summary(r: RunRecord) -> str:
     def num(v: float | None, fmt: str) -> str:
         return "n/a" if v is None else format(v, fmt)
 
-    return (f"{r.gpu_count}x {r.gpu_model or 'no GPU'}, {r.gpu_hours:.3f} GPU-h, "
-            f"util {num(r.util_pct, '.0f')}%, cost ${num(r.cost_usd, '.2f')}, "
-            f"waste ${num(r.waste_usd, '.2f')}, verdict {r.verdict or 'n/a'}"
-            + (f": {r.advice}" if r.advice else ""))
+    return (
+        f"{r.gpu_count}x {r.gpu_model or 'no GPU'}, {r.gpu_hours:.3f} GPU-h, "
+        f"util {num(r.util_pct, '.0f')}%, cost ${num(r.cost_usd, '.2f')}, "
+        f"waste ${num(r.waste_usd, '.2f')}, verdict {r.verdict or 'n/a'}"
+        + (f": {r.advice}" if r.advice else "")
+    )
 
 
 class SinkSet:
@@ -89,8 +105,12 @@ class SinkSet:
             getattr(sink, method)(*args)
         except Exception as e:
             self.sinks.remove(sink)
-            log.warning("gpu-kpi: sink %r failed (%s: %s); it is turned off for this run",
-                        getattr(sink, "name", sink), type(e).__name__, e)
+            log.warning(
+                "gpu-kpi: sink %r failed (%s: %s); it is turned off for this run",
+                getattr(sink, "name", sink),
+                type(e).__name__,
+                e,
+            )
 
     def start(self, record: RunRecord) -> None:
         self._each("start", record)
@@ -98,8 +118,9 @@ class SinkSet:
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self._each("log_metrics", metrics, step)
 
-    def summary(self, record: RunRecord,
-                metrics: Callable[[], Mapping[str, float]] | None = None) -> None:
+    def summary(
+        self, record: RunRecord, metrics: Callable[[], Mapping[str, float]] | None = None
+    ) -> None:
         """Each sink's :meth:`Sink.summary`; and ``metrics()`` (the logged metrics over the
         whole run) to the sinks that keep a run summary of them (``summary_metrics``: W&B),
         computed only for them, and left out if computing them fails."""
@@ -108,8 +129,7 @@ class SinkSet:
         try:
             metrics_ = metrics() if metrics is not None and wanted else None
         except Exception as e:
-            log.warning("gpu-kpi: no run-level metrics in the summary: %s: %s",
-                        type(e).__name__, e)
+            log.warning("gpu-kpi: no run-level metrics in the summary: %s: %s", type(e).__name__, e)
             metrics_ = None
         if metrics_:
             for sink in list(self.sinks):

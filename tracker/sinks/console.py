@@ -39,22 +39,34 @@ def summary_text(r: RunRecord, where: str | None) -> str:
             return "n/a"
         return f"${v:,.2f}" if v >= 0.01 or v == 0 else "<$0.01"
 
-    minutes = ((r.ended_at - r.started_at).total_seconds() / 60
-               if r.ended_at is not None else None)
-    took = "" if minutes is None else (f" ({minutes:,.0f} min)" if minutes >= 1
-                                       else f" ({minutes * 60:.0f} s)")
-    gpus = (f"{r.gpu_count}x {_shown(r.gpu_model or 'GPU')}" if r.gpu_source != "none"
-            else "no GPU data")
+    minutes = (r.ended_at - r.started_at).total_seconds() / 60 if r.ended_at is not None else None
+    took = (
+        ""
+        if minutes is None
+        else (f" ({minutes:,.0f} min)" if minutes >= 1 else f" ({minutes * 60:.0f} s)")
+    )
+    gpus = (
+        f"{r.gpu_count}x {_shown(r.gpu_model or 'GPU')}"
+        if r.gpu_source != "none"
+        else "no GPU data"
+    )
     util = "n/a" if r.util_pct is None else f"{r.util_pct:.0f}%"
     idle = "" if r.idle_usd is None else f" (idle {money(r.idle_usd)})"
-    hours = f"{r.gpu_hours:,.2f}" if r.gpu_hours >= 0.01 or r.gpu_hours == 0 else f"{r.gpu_hours:.2g}"
-    lines = [f'gpu-kpi: run "{_shown(r.name)}" {r.status}: {gpus}, {hours} GPU-h{took}',
-             f"  utilization {util} · cost {money(r.cost_usd)} · waste {money(r.waste_usd)}{idle}",
-             f"  verdict: {_shown(r.verdict or 'n/a')}"]
+    hours = (
+        f"{r.gpu_hours:,.2f}" if r.gpu_hours >= 0.01 or r.gpu_hours == 0 else f"{r.gpu_hours:.2g}"
+    )
+    lines = [
+        f'gpu-kpi: run "{_shown(r.name)}" {r.status}: {gpus}, {hours} GPU-h{took}',
+        f"  utilization {util} · cost {money(r.cost_usd)} · waste {money(r.waste_usd)}{idle}",
+        f"  verdict: {_shown(r.verdict or 'n/a')}",
+    ]
     if r.advice:
         lines.append(f"  advice: {_shown(r.advice)}")
-    lines.append(f"  stored: run {_shown(r.id)} in {_shown(where)}" if where
-                 else "  stored: nowhere (store=False)")
+    lines.append(
+        f"  stored: run {_shown(r.id)} in {_shown(where)}"
+        if where
+        else "  stored: nowhere (store=False)"
+    )
     links = [f"{_LINKS.get(k, _shown(k))}: {_shown(v)}" for k, v in sorted(r.links.items()) if v]
     if links:
         lines.append("  " + " · ".join(links))

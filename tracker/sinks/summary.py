@@ -6,9 +6,25 @@ from __future__ import annotations
 from tracker.record import RunRecord
 
 SUMMARY_FIELDS: tuple[str, ...] = (
-    "verdict", "advice", "gpu_model", "gpu_count", "nodes", "gpu_hours", "util_pct",
-    "sm_active_pct", "mem_peak_gib", "energy_kwh", "samples_per_s", "tokens_per_s", "mfu",
-    "data_wait_pct", "cost_usd", "waste_usd", "idle_usd", "price_per_gpu_hour", "gpu_source",
+    "verdict",
+    "advice",
+    "gpu_model",
+    "gpu_count",
+    "nodes",
+    "gpu_hours",
+    "util_pct",
+    "sm_active_pct",
+    "mem_peak_gib",
+    "energy_kwh",
+    "samples_per_s",
+    "tokens_per_s",
+    "mfu",
+    "data_wait_pct",
+    "cost_usd",
+    "waste_usd",
+    "idle_usd",
+    "price_per_gpu_hour",
+    "gpu_source",
 )
 """Record fields that go into a run summary, as ``gpu_kpi/<field>``."""
 
@@ -20,10 +36,18 @@ def summary_values(r: RunRecord, prefix: str = "gpu_kpi/") -> dict[str, object]:
 
 def start_values(r: RunRecord, prefix: str = "gpu_kpi/") -> dict[str, object]:
     """What is known when the run starts: for a W&B config or a TensorBoard note."""
-    return {f"{prefix}{k}": v for k, v in (
-        ("run_id", r.id), ("gpu_model", r.gpu_model), ("gpu_count", r.gpu_count),
-        ("price_per_gpu_hour", r.price_per_gpu_hour), ("price_source", r.price_source),
-        ("gpu_source", r.gpu_source)) if v is not None}
+    return {
+        f"{prefix}{k}": v
+        for k, v in (
+            ("run_id", r.id),
+            ("gpu_model", r.gpu_model),
+            ("gpu_count", r.gpu_count),
+            ("price_per_gpu_hour", r.price_per_gpu_hour),
+            ("price_source", r.price_source),
+            ("gpu_source", r.gpu_source),
+        )
+        if v is not None
+    }
 
 
 def summary_markdown(r: RunRecord) -> str:
@@ -36,10 +60,16 @@ def summary_markdown(r: RunRecord) -> str:
 
 
 RECORD_METRICS: dict[str, str] = {
-    "gpu/util_pct": "util_pct", "gpu/sm_active_pct": "sm_active_pct",
-    "gpu/energy_kwh": "energy_kwh", "perf/samples_per_s": "samples_per_s",
-    "perf/tokens_per_s": "tokens_per_s", "perf/mfu": "mfu", "perf/data_wait_pct": "data_wait_pct",
-    "cost/usd": "cost_usd", "cost/waste_usd": "waste_usd"}
+    "gpu/util_pct": "util_pct",
+    "gpu/sm_active_pct": "sm_active_pct",
+    "gpu/energy_kwh": "energy_kwh",
+    "perf/samples_per_s": "samples_per_s",
+    "perf/tokens_per_s": "tokens_per_s",
+    "perf/mfu": "mfu",
+    "perf/data_wait_pct": "data_wait_pct",
+    "cost/usd": "cost_usd",
+    "cost/waste_usd": "waste_usd",
+}
 """Logged metric → the record's figure for the whole run (every rank's GPUs)."""
 
 

@@ -18,8 +18,9 @@ from tracker.sinks.summary import start_values, summary_markdown
 class TensorBoardSink:
     name = "tensorboard"
 
-    def __init__(self, writer: Any = None, *, logdir: str | Path | None = None,
-                 log_metrics: bool = True) -> None:
+    def __init__(
+        self, writer: Any = None, *, logdir: str | Path | None = None, log_metrics: bool = True
+    ) -> None:
         if writer is None and logdir is None:
             raise ValueError("TensorBoardSink needs a SummaryWriter or a logdir")
         self.logdir = Path(logdir) if logdir is not None else None
@@ -34,8 +35,10 @@ class TensorBoardSink:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as e:
-                raise ImportError("TensorBoard logging needs the tensorboard package: "
-                                  "pip install 'gpu-kpi[tensorboard]'") from e
+                raise ImportError(
+                    "TensorBoard logging needs the tensorboard package: "
+                    "pip install 'gpu-kpi[tensorboard]'"
+                ) from e
             self._writer = SummaryWriter(log_dir=str(self.logdir))
         return self._writer
 

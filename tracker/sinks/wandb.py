@@ -27,8 +27,13 @@ class WandbSink:
 
     name = "wandb"
 
-    def __init__(self, run: Any = None, *, step_metric: str | None = "train/global_step",
-                 log_metrics: bool = True) -> None:
+    def __init__(
+        self,
+        run: Any = None,
+        *,
+        step_metric: str | None = "train/global_step",
+        log_metrics: bool = True,
+    ) -> None:
         self._run = run
         self.step_metric = step_metric
         self.logs = log_metrics
@@ -42,9 +47,11 @@ class WandbSink:
 
         if wandb.run is None and not self._warned:
             self._warned = True
-            log.warning("gpu-kpi: WandbSink has no W&B run to write to: call wandb.init() "
-                        "before the run starts, or pass WandbSink(run); nothing goes to W&B "
-                        "until a run is active")
+            log.warning(
+                "gpu-kpi: WandbSink has no W&B run to write to: call wandb.init() "
+                "before the run starts, or pass WandbSink(run); nothing goes to W&B "
+                "until a run is active"
+            )
         return wandb.run
 
     def start(self, record: RunRecord) -> None:

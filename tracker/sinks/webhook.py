@@ -56,13 +56,20 @@ def check_url(url: str) -> None:
     try:
         parts = urlsplit(url)
         _ = parts.port
-        ok = (parts.scheme in ("http", "https") and bool(parts.hostname) and url.isascii()
-              and url.isprintable() and " " not in url)
+        ok = (
+            parts.scheme in ("http", "https")
+            and bool(parts.hostname)
+            and url.isascii()
+            and url.isprintable()
+            and " " not in url
+        )
     except ValueError:
         ok = False
     if not ok:
-        raise WebhookError(f"webhook {shown(url)}: not a valid http(s) URL (a blank, a "
-                           "control character, a bad port, not ASCII?)")
+        raise WebhookError(
+            f"webhook {shown(url)}: not a valid http(s) URL (a blank, a "
+            "control character, a bad port, not ASCII?)"
+        )
 
 
 def kind_of(url: str) -> str:
@@ -94,39 +101,79 @@ def _teams_text(text: str) -> str:
     return "\n\n".join(text.split("\n"))
 
 
-def message(kind: str, title: str, text: str, *, facts: Sequence[tuple[str, str]] = (),
-            link: tuple[str, str] | None = None) -> dict[str, Any]:
+def message(
+    kind: str,
+    title: str,
+    text: str,
+    *,
+    facts: Sequence[tuple[str, str]] = (),
+    link: tuple[str, str] | None = None,
+) -> dict[str, Any]:
     """The JSON body of a post: a title, a text, name-value ``facts`` and a ``link`` (label,
     URL), shaped for ``kind`` (Slack blocks, a Teams Adaptive Card, or plain JSON). Every
     user-supplied string is escaped for the chat's markup."""
     if kind == "slack":
-        lines = [f"*{_slack_text(title)}*",
-                 *(f"• {_slack_text(k)}: {_slack_text(v)}" for k, v in facts), _slack_text(text)]
+        lines = [
+            f"*{_slack_text(title)}*",
+            *(f"• {_slack_text(k)}: {_slack_text(v)}" for k, v in facts),
+            _slack_text(text),
+        ]
         if link is not None:
             lines.append(f"<{_slack_text(link[1])}|{_slack_text(link[0])}>")
         body = "\n".join(line for line in lines if line)
-        return {"text": body, "blocks": [{"type": "section",
-                                          "text": {"type": "mrkdwn", "text": body}}]}
+        return {
+            "text": body,
+            "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": body}}],
+        }
     if kind == "teams":
         card: dict[str, Any] = {
             "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-            "type": "AdaptiveCard", "version": "1.4",
-            "body": [{"type": "TextBlock", "text": _teams_text(title), "weight": "Bolder",
-                      "size": "Medium", "wrap": True}]}
+            "type": "AdaptiveCard",
+            "version": "1.4",
+            "body": [
+                {
+                    "type": "TextBlock",
+                    "text": _teams_text(title),
+                    "weight": "Bolder",
+                    "size": "Medium",
+                    "wrap": True,
+                }
+            ],
+        }
         if facts:
-            card["body"].append({"type": "FactSet", "facts": [
-                {"title": _teams_text(k), "value": _teams_text(v)} for k, v in facts]})
+            card["body"].append(
+                {
+                    "type": "FactSet",
+                    "facts": [{"title": _teams_text(k), "value": _teams_text(v)} for k, v in facts],
+                }
+            )
         card["body"].append({"type": "TextBlock", "text": _teams_text(text), "wrap": True})
         if link is not None:
             card["actions"] = [{"type": "Action.OpenUrl", "title": link[0], "url": link[1]}]
-        return {"type": "message", "attachments": [
-            {"contentType": "application/vnd.microsoft.card.adaptive", "content": card}]}
-    return {"source": "gpu-kpi", "title": title, "text": text, "facts": dict(facts),
-            **({"link": link[1]} if link is not None else {})}
+        return {
+            "type": "message",
+            "attachments": [
+                {"contentType": "application/vnd.microsoft.card.adaptive", "content": card}
+            ],
+        }
+    return {
+        "source": "gpu-kpi",
+        "title": title,
+        "text": text,
+        "facts": dict(facts),
+        **({"link": link[1]} if link is not None else {}),
+    }
 
 
-def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 30.0, retries: int = 3,
-         backoff_s: float = 2.0, sleep: Callable[[float], None] = time.sleep) -> None:
+def post(
+    url: str,
+    body: Mapping[str, Any],
+    *,
+    timeout_s: float = 30.0,
+    retries: int = 3,
+    backoff_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
     """POST ``body`` as JSON. A 429 waits its ``Retry-After`` (at most
     :data:`RETRY_AFTER_MAX_S`), a 5xx or no connection ``backoff_s`` doubling, up to
     ``retries`` times; another status fails at once, and so does a post sent but not answered
@@ -135,8 +182,12 @@ def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 30.0, retries:
     check_url(url)
     data = json.dumps(body).encode()
     for attempt in range(retries + 1):
-        request = urllib.request.Request(url, data=data, method="POST", headers={
-            "Content-Type": "application/json", "User-Agent": "gpu-kpi"})
+        request = urllib.request.Request(
+            url,
+            data=data,
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": "gpu-kpi"},
+        )
         try:
             with _OPENER.open(request, timeout=timeout_s) as response:
                 response.read(65_536)
@@ -146,8 +197,9 @@ def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 30.0, retries:
             if status == 429:
                 wait = _retry_after(e.headers.get("Retry-After"), wait)
                 if wait > RETRY_AFTER_MAX_S:
-                    raise WebhookError(f"webhook {shown(url)}: HTTP 429, retry after "
-                                       f"{wait:.0f} s", temporary=True) from None
+                    raise WebhookError(
+                        f"webhook {shown(url)}: HTTP 429, retry after {wait:.0f} s", temporary=True
+                    ) from None
             elif status < 500:  # a redirect too: never followed
                 raise WebhookError(f"webhook {shown(url)}: HTTP {status}") from None
             why = f"HTTP {status}"
@@ -155,15 +207,18 @@ def post(url: str, body: Mapping[str, Any], *, timeout_s: float = 30.0, retries:
             reason = getattr(e, "reason", e)
             if isinstance(reason, TimeoutError):
                 # sent, maybe received: once is the rule, so never again by itself
-                raise WebhookError(f"webhook {shown(url)}: no answer within {timeout_s:g} s; "
-                                   "the message may have arrived, so it is not sent again "
-                                   "by itself") from None
+                raise WebhookError(
+                    f"webhook {shown(url)}: no answer within {timeout_s:g} s; "
+                    "the message may have arrived, so it is not sent again "
+                    "by itself"
+                ) from None
             why, wait = f"cannot connect ({type(reason).__name__})", backoff_s * 2**attempt
         except Exception as e:  # whatever else urllib raises may quote the secret URL
             raise WebhookError(f"webhook {shown(url)}: {type(e).__name__}") from None
         if attempt == retries:
-            raise WebhookError(f"webhook {shown(url)}: {why} after {retries + 1} tries",
-                               temporary=True)
+            raise WebhookError(
+                f"webhook {shown(url)}: {why} after {retries + 1} tries", temporary=True
+            )
         sleep(wait)
 
 
@@ -212,15 +267,31 @@ class WebhookSink:
 
     def alert(self, title: str, text: str) -> None:
         r = self._record
-        facts = [] if r is None else [(k, v) for k, v in (
-            ("project", r.project), ("team", r.team), ("user", r.user), ("host", r.host)) if v]
-        link = next(((label, r.links[key]) for key, label in (
-            ("wandb", "Open in W&B"), ("tensorboard", "TensorBoard")) if r and r.links.get(key)
-            and r.links[key].startswith(("http://", "https://"))), None)
+        facts = (
+            []
+            if r is None
+            else [
+                (k, v)
+                for k, v in (
+                    ("project", r.project),
+                    ("team", r.team),
+                    ("user", r.user),
+                    ("host", r.host),
+                )
+                if v
+            ]
+        )
+        link = next(
+            (
+                (label, r.links[key])
+                for key, label in (("wandb", "Open in W&B"), ("tensorboard", "TensorBoard"))
+                if r and r.links.get(key) and r.links[key].startswith(("http://", "https://"))
+            ),
+            None,
+        )
         self._queue.put(message(self.kind, f"gpu-kpi: {title}", text, facts=facts, link=link))
         if self._thread is None:
-            self._thread = threading.Thread(target=self._posts, daemon=True,
-                                            name="gpu-kpi-webhook")
+            self._thread = threading.Thread(target=self._posts, daemon=True, name="gpu-kpi-webhook")
             self._thread.start()
 
     def _posts(self) -> None:

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 _metadata = sa.MetaData()
 deliveries_table = sa.Table(
-    "gpu_kpi_deliveries", _metadata,
+    "gpu_kpi_deliveries",
+    _metadata,
     sa.Column("kind", sa.Text, primary_key=True),
     sa.Column("week", sa.String(8), primary_key=True),
     sa.Column("recipient", sa.Text, primary_key=True),
@@ -69,8 +70,18 @@ def has_table(store: RunStore, name: str) -> bool:
     return store.transaction(lambda conn: sa.inspect(conn).has_table(name), write=False)
 
 
-def claim(store: RunStore, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
-          lease_s: float, smtp_config: str | None = None, retry_failed: bool = False) -> bool:
+def claim(
+    store: RunStore,
+    kind: str,
+    week: str,
+    recipient: str,
+    *,
+    owner: str,
+    now: datetime,
+    lease_s: float,
+    smtp_config: str | None = None,
+    retry_failed: bool = False,
+) -> bool:
     """Insert the row as ``sending``, or take over one that is ``deferred`` or whose
     ``sending`` claim is older than ``lease_s``: True for exactly one of any number of
     concurrent claimers (the primary key decides inserts; an UPDATE's WHERE is re-checked
@@ -84,66 +95,122 @@ def claim(store: RunStore, kind: str, week: str, recipient: str, *, owner: str, 
     if retry_failed:
         again = again | (t.c.status == "failed")
     elif smtp_config is not None:
-        again = again | ((t.c.status == "failed") & t.c.smtp_config.is_not(None)
-                         & (t.c.smtp_config != smtp_config))
-    new = insert(store.engine.dialect.name, t).values(
-        kind=kind, week=week, recipient=recipient, status="sending", attempts=1,
-        claimed_by=owner, claimed_at=now).on_conflict_do_nothing().returning(t.c.kind)
-    retake = (sa.update(t)
-              .where(_key(kind, week, recipient)
-                     & (again
-                        | ((t.c.status == "sending")
-                           & (t.c.claimed_at < now - timedelta(seconds=lease_s)))))
-              .values(status="sending", attempts=t.c.attempts + 1, claimed_by=owner,
-                      claimed_at=now, finished_at=None)
-              .returning(t.c.kind))
+        again = again | (
+            (t.c.status == "failed")
+            & t.c.smtp_config.is_not(None)
+            & (t.c.smtp_config != smtp_config)
+        )
+    new = (
+        insert(store.engine.dialect.name, t)
+        .values(
+            kind=kind,
+            week=week,
+            recipient=recipient,
+            status="sending",
+            attempts=1,
+            claimed_by=owner,
+            claimed_at=now,
+        )
+        .on_conflict_do_nothing()
+        .returning(t.c.kind)
+    )
+    retake = (
+        sa.update(t)
+        .where(
+            _key(kind, week, recipient)
+            & (
+                again
+                | ((t.c.status == "sending") & (t.c.claimed_at < now - timedelta(seconds=lease_s)))
+            )
+        )
+        .values(
+            status="sending",
+            attempts=t.c.attempts + 1,
+            claimed_by=owner,
+            claimed_at=now,
+            finished_at=None,
+        )
+        .returning(t.c.kind)
+    )
 
     def work(conn: Connection) -> bool:
         # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT DO NOTHING
-        return (conn.execute(new).first() is not None
-                or conn.execute(retake).first() is not None)
+        return conn.execute(new).first() is not None or conn.execute(retake).first() is not None
 
     return store.transaction(work, write=True)
 
 
-def finish(store: RunStore, kind: str, week: str, recipient: str, *, status: str, now: datetime,
-           message_id: str | None, error: str | None, smtp_config: str | None = None) -> None:
-    stmt = (sa.update(deliveries_table).where(_key(kind, week, recipient))
-            .values(status=status, finished_at=utc(now), message_id=message_id, error=error,
-                    smtp_config=smtp_config))
+def finish(
+    store: RunStore,
+    kind: str,
+    week: str,
+    recipient: str,
+    *,
+    status: str,
+    now: datetime,
+    message_id: str | None,
+    error: str | None,
+    smtp_config: str | None = None,
+) -> None:
+    stmt = (
+        sa.update(deliveries_table)
+        .where(_key(kind, week, recipient))
+        .values(
+            status=status,
+            finished_at=utc(now),
+            message_id=message_id,
+            error=error,
+            smtp_config=smtp_config,
+        )
+    )
     store.transaction(lambda conn: conn.execute(stmt), write=True)
 
 
-def release(store: RunStore, kind: str, week: str, recipient: str, *, owner: str, now: datetime,
-            error: str) -> None:
+def release(
+    store: RunStore, kind: str, week: str, recipient: str, *, owner: str, now: datetime, error: str
+) -> None:
     """Give back ``owner``'s claim on a delivery it did not try after all (it was stopped first):
     ``deferred``, the claim's attempt uncounted, so the next run takes it at once instead of
     waiting for the lease."""
     t = deliveries_table
-    stmt = (sa.update(t)
-            .where(_key(kind, week, recipient) & (t.c.status == "sending")
-                   & (t.c.claimed_by == owner))
-            .values(status="deferred", attempts=t.c.attempts - 1, finished_at=utc(now),
-                    error=error))
+    stmt = (
+        sa.update(t)
+        .where(_key(kind, week, recipient) & (t.c.status == "sending") & (t.c.claimed_by == owner))
+        .values(status="deferred", attempts=t.c.attempts - 1, finished_at=utc(now), error=error)
+    )
     store.transaction(lambda conn: conn.execute(stmt), write=True)
 
 
-def defer_unclaimed(store: RunStore, kind: str, week: str, recipient: str, *, owner: str,
-                    now: datetime, error: str) -> bool:
+def defer_unclaimed(
+    store: RunStore, kind: str, week: str, recipient: str, *, owner: str, now: datetime, error: str
+) -> bool:
     """Log a delivery that was owed and not tried (the sender was stopped first) as
     ``deferred`` with 0 attempts, so the next run finds it owed at once; a row that exists
     already (another sender's, or an older one) is left as it is. True when the row was added."""
     now = utc(now)
     t = deliveries_table
-    stmt = insert(store.engine.dialect.name, t).values(
-        kind=kind, week=week, recipient=recipient, status="deferred", attempts=0,
-        claimed_by=owner, claimed_at=now, finished_at=now, error=error,
-    ).on_conflict_do_nothing().returning(t.c.kind)
+    stmt = (
+        insert(store.engine.dialect.name, t)
+        .values(
+            kind=kind,
+            week=week,
+            recipient=recipient,
+            status="deferred",
+            attempts=0,
+            claimed_by=owner,
+            claimed_at=now,
+            finished_at=now,
+            error=error,
+        )
+        .on_conflict_do_nothing()
+        .returning(t.c.kind)
+    )
     return store.transaction(lambda conn: conn.execute(stmt).first() is not None, write=True)
 
 
-def rows(store: RunStore, *, kind: str | None = None,
-         recipient: str | None = None) -> list[dict[str, Any]]:
+def rows(
+    store: RunStore, *, kind: str | None = None, recipient: str | None = None
+) -> list[dict[str, Any]]:
     """The log's rows (by week, kind, recipient), optionally of one kind and recipient."""
     t = deliveries_table
     stmt = sa.select(t).order_by(t.c.week, t.c.kind, t.c.recipient)

@@ -23,10 +23,22 @@ from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime
 if TYPE_CHECKING:
     from tracker.store.runs import RunStore
 
-HEADLINE = ("gpu_hours", "known_gpu_hours", "utilization_pct", "spend_usd", "waste_usd",
-            "idle_usd", "runs", "underutilized_runs", "underutilized_gpu_hours_pct",
-            "usd_per_1k_samples", "usd_per_1m_tokens", "unpriced_gpu_hours", "energy_kwh",
-            "co2e_kg")
+HEADLINE = (
+    "gpu_hours",
+    "known_gpu_hours",
+    "utilization_pct",
+    "spend_usd",
+    "waste_usd",
+    "idle_usd",
+    "runs",
+    "underutilized_runs",
+    "underutilized_gpu_hours_pct",
+    "usd_per_1k_samples",
+    "usd_per_1m_tokens",
+    "unpriced_gpu_hours",
+    "energy_kwh",
+    "co2e_kg",
+)
 """``gpu_kpi_weekly``'s figures, as the report's JSON ``headline`` names them."""
 TEAM = ("gpu_hours", "utilization_pct", "spend_usd", "waste_usd", "idle_usd", "co2e_kg", "runs")
 """``gpu_kpi_weekly_team``'s figures, as the JSON ``by_team`` rows name them."""
@@ -36,25 +48,44 @@ _metadata = sa.MetaData()
 
 
 def _key() -> list[sa.Column[Any]]:
-    return [sa.Column("week", sa.String(8), primary_key=True),
-            sa.Column("time_zone", sa.Text, primary_key=True),
-            sa.Column("basis", sa.String(16), primary_key=True)]
+    return [
+        sa.Column("week", sa.String(8), primary_key=True),
+        sa.Column("time_zone", sa.Text, primary_key=True),
+        sa.Column("basis", sa.String(16), primary_key=True),
+    ]
 
 
 def _figures(names: Sequence[str]) -> list[sa.Column[Any]]:
     return [sa.Column(n, sa.Integer if n in _INTEGERS else sa.Double) for n in names]
 
 
-weekly_table = sa.Table("gpu_kpi_weekly", _metadata, *_key(), *_figures(HEADLINE),
-                        sa.Column("computed_at", UTCDateTime, nullable=False))
-weekly_team_table = sa.Table("gpu_kpi_weekly_team", _metadata, *_key(),
-                             sa.Column("team", sa.Text, primary_key=True), *_figures(TEAM),
-                             sa.Column("computed_at", UTCDateTime, nullable=False))
+weekly_table = sa.Table(
+    "gpu_kpi_weekly",
+    _metadata,
+    *_key(),
+    *_figures(HEADLINE),
+    sa.Column("computed_at", UTCDateTime, nullable=False),
+)
+weekly_team_table = sa.Table(
+    "gpu_kpi_weekly_team",
+    _metadata,
+    *_key(),
+    sa.Column("team", sa.Text, primary_key=True),
+    *_figures(TEAM),
+    sa.Column("computed_at", UTCDateTime, nullable=False),
+)
 
 
-def write_week(store: RunStore, *, week: str, time_zone: str, basis: str,
-               headline: Mapping[str, Any], teams: Sequence[Mapping[str, Any]],
-               computed_at: datetime) -> None:
+def write_week(
+    store: RunStore,
+    *,
+    week: str,
+    time_zone: str,
+    basis: str,
+    headline: Mapping[str, Any],
+    teams: Sequence[Mapping[str, Any]],
+    computed_at: datetime,
+) -> None:
     """Replace the week's rows (``week``, ``time_zone``, ``basis``) with these figures, in one
     transaction; the tables are made on first use."""
     key = {"week": week, "time_zone": time_zone, "basis": basis}
@@ -65,10 +96,19 @@ def write_week(store: RunStore, *, week: str, time_zone: str, basis: str,
         _metadata.create_all(conn, checkfirst=True)
         for table in (weekly_table, weekly_team_table):
             conn.execute(sa.delete(table).where(*(table.c[k] == v for k, v in key.items())))
-        conn.execute(sa.insert(weekly_table), [{**key, "computed_at": computed_at,
-                                                **{f: headline.get(f) for f in HEADLINE}}])
-        rows = [{**key, "computed_at": computed_at, "team": str(t.get("team") or ""),
-                 **{f: t.get(f) for f in TEAM}} for t in teams]
+        conn.execute(
+            sa.insert(weekly_table),
+            [{**key, "computed_at": computed_at, **{f: headline.get(f) for f in HEADLINE}}],
+        )
+        rows = [
+            {
+                **key,
+                "computed_at": computed_at,
+                "team": str(t.get("team") or ""),
+                **{f: t.get(f) for f in TEAM},
+            }
+            for t in teams
+        ]
         if rows:
             conn.execute(sa.insert(weekly_team_table), rows)
 

@@ -45,17 +45,21 @@ def _selection(conn: Connection) -> SampleSQL:
     return SampleSQL(conn.dialect.name == "sqlite")
 
 
-def _earliest_of_last(conn: Connection, q: SampleSQL, run_id: str, gpu: str, *, before: Any,
-                      n: int) -> Any | None:
+def _earliest_of_last(
+    conn: Connection, q: SampleSQL, run_id: str, gpu: str, *, before: Any, n: int
+) -> Any | None:
     """The raw minute of the earliest of the series' last ``n`` rows before ``before`` (all of
     them when it has fewer), or None when it has none."""
-    sql = (f"SELECT MIN(minute) FROM (SELECT minute FROM samples WHERE run_id = {q.mark} AND "
-           f"gpu = {q.mark} AND minute < {q.mark} ORDER BY minute DESC LIMIT {int(n)}) AS last")
+    sql = (
+        f"SELECT MIN(minute) FROM (SELECT minute FROM samples WHERE run_id = {q.mark} AND "
+        f"gpu = {q.mark} AND minute < {q.mark} ORDER BY minute DESC LIMIT {int(n)}) AS last"
+    )
     return conn.exec_driver_sql(sql, (run_id, gpu, before)).scalar()
 
 
-def _rows(conn: Connection, q: SampleSQL, run_id: str, gpu: str,
-          since: Any | None) -> list[MinuteRow]:
+def _rows(
+    conn: Connection, q: SampleSQL, run_id: str, gpu: str, since: Any | None
+) -> list[MinuteRow]:
     where = f"run_id = {q.mark} AND gpu = {q.mark}"
     params: list[Any] = [run_id, gpu]
     if since is not None:
@@ -82,14 +86,18 @@ def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None
     q = _selection(conn)
     c = rollups_table.c
     for (run_id, gpu), minute in first.items():
-        reach = q.minute(_earliest_of_last(conn, q, run_id, gpu, before=q.time_value(minute),
-                                           n=CONTEXT_ROWS))
+        reach = q.minute(
+            _earliest_of_last(conn, q, run_id, gpu, before=q.time_value(minute), n=CONTEXT_ROWS)
+        )
         start_hour = epoch_minute(min(reach, minute) if reach else minute) // HOUR_MIN
         hour_start = q.time_value(datetime.fromtimestamp(start_hour * 3600, UTC))
         since = _earliest_of_last(conn, q, run_id, gpu, before=hour_start, n=CONTEXT_ROWS)
         rows = _rows(conn, q, run_id, gpu, since if since is not None else hour_start)
-        conn.execute(sa.delete(rollups_table).where(
-            c.run_id == run_id, c.gpu == gpu, c.hour >= start_hour, c.hour != MISSHAPED_HOUR))
+        conn.execute(
+            sa.delete(rollups_table).where(
+                c.run_id == run_id, c.gpu == gpu, c.hour >= start_hour, c.hour != MISSHAPED_HOUR
+            )
+        )
         _write(conn, rollups_of(run_id, gpu, rows, from_hour=start_hour))
 
 
@@ -116,8 +124,9 @@ def _binder(column: sa.Column[Any], dialect: Any) -> Callable[[Any], Any] | None
     return bind
 
 
-def execute_many(conn: Connection, stmt: sa.Executable, rows: Sequence[Mapping[str, Any]],
-                 table: sa.Table) -> None:
+def execute_many(
+    conn: Connection, stmt: sa.Executable, rows: Sequence[Mapping[str, Any]], table: sa.Table
+) -> None:
     """``conn.execute(stmt, rows)`` of many rows, through the driver's own ``executemany``:
     the statement compiled once and each value bound by its column type's processor, as
     SQLAlchemy binds it, column by column, without SQLAlchemy's per-row parameter work (11 µs
@@ -154,16 +163,24 @@ def write_fresh(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> None:
     for r in rows:
         values = [r[k] for k in keys]
         if any(type(v) is not float or math.isnan(v) for v in values if v is not None):
-            values = [nan if isinstance(v, float) and math.isnan(v) else v
-                      for v in map(_stored, values)]
+            values = [
+                nan if isinstance(v, float) and math.isnan(v) else v for v in map(_stored, values)
+            ]
         series.setdefault((r["run_id"], r["gpu"]), []).append((r["minute"], *values))
     _write(conn, series_rollups(series))
 
 
-def write_samples(conn: Connection, stmt: sa.Executable, params: Sequence[Mapping[str, Any]],
-                  table: sa.Table, *, first: Mapping[tuple[str, str], datetime],
-                  dropped: set[str], rollups: Mapping[str, Sequence[Rollup]],
-                  keep_rollups: bool = True) -> None:
+def write_samples(
+    conn: Connection,
+    stmt: sa.Executable,
+    params: Sequence[Mapping[str, Any]],
+    table: sa.Table,
+    *,
+    first: Mapping[tuple[str, str], datetime],
+    dropped: set[str],
+    rollups: Mapping[str, Sequence[Rollup]],
+    keep_rollups: bool = True,
+) -> None:
     """Store rows (``stmt``: their upsert) and the rollups they change: those of runs in
     ``dropped`` (their old rows deleted in this transaction) are ``rollups[run_id]`` where
     given (:func:`tracker.store.rollups.sample_rollups` of these rows) or computed from the
@@ -186,7 +203,9 @@ def _series(conn: Connection) -> Iterator[tuple[str, str, list[MinuteRow]]]:
     assert raw is not None
     cursor = raw.cursor() if q.sqlite else raw.cursor(name="gpu_kpi_rollups")
 
-    def split(run_id: str, rows: list[tuple[Any, ...]]) -> Iterator[tuple[str, str, list[MinuteRow]]]:
+    def split(
+        run_id: str, rows: list[tuple[Any, ...]]
+    ) -> Iterator[tuple[str, str, list[MinuteRow]]]:
         by_gpu: dict[str, list[MinuteRow]] = {}
         for r in rows:
             by_gpu.setdefault(r[0], []).append((q.minute(r[1]), *r[2:]))
@@ -232,15 +251,16 @@ def _ordered(rows: Iterable[MinuteRow]) -> list[MinuteRow]:
     return [r for r in listed if r[0] is None] + timed
 
 
-BASIS_COLUMNS = {"util_pct": ("util_known_s", "util_s", "util_idle_s", "util_idle_value_s",
-                              "bad_util"),
-                 "sm_active_pct": ("sm_known_s", "sm_s", "sm_idle_s", "sm_idle_value_s",
-                                   "bad_sm")}
+BASIS_COLUMNS = {
+    "util_pct": ("util_known_s", "util_s", "util_idle_s", "util_idle_value_s", "bad_util"),
+    "sm_active_pct": ("sm_known_s", "sm_s", "sm_idle_s", "sm_idle_value_s", "bad_sm"),
+}
 """Per sample column (a utilization basis): its rollup columns."""
 
 
-def rollup_totals(conn: Connection, *, value: str, hour_edges: Sequence[int], since_hour: int,
-                  until_hour: int) -> list[tuple[Any, ...]]:
+def rollup_totals(
+    conn: Connection, *, value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int
+) -> list[tuple[Any, ...]]:
     """The rollups of the hours in ``[since_hour, until_hour)`` summed per run, GPU and bucket
     (the number of ``hour_edges`` at or before the hour), and the rows whose minute is no time
     (bucket -1): ``(run_id, gpu, bucket, minutes, covered_s, known_s, value_s, idle_s,
@@ -254,21 +274,27 @@ def rollup_totals(conn: Connection, *, value: str, hour_edges: Sequence[int], si
     bucket = f"CASE WHEN hour = {MISSHAPED_HOUR} THEN -1 ELSE {bucket} END"
     hour_s = 3600.0
     # a figure damaged in the database (text on SQLite, inf, NaN) reads as NULL
-    checks = [checked_value("covered_s", (0.0, hour_s)), checked_value(known, (0.0, hour_s)),
-              checked_value(used, (0.0, 100 * hour_s)), checked_value(idle, (0.0, hour_s)),
-              checked_value(idle_used, (0.0, 100 * hour_s))]
+    checks = [
+        checked_value("covered_s", (0.0, hour_s)),
+        checked_value(known, (0.0, hour_s)),
+        checked_value(used, (0.0, 100 * hour_s)),
+        checked_value(idle, (0.0, hour_s)),
+        checked_value(idle_used, (0.0, 100 * hour_s)),
+    ]
     ok = " AND ".join(f"{c} IS NOT NULL" for c in checks)
-    sql = (f"SELECT run_id, gpu, {bucket} AS bucket, "
-           f"SUM(CASE WHEN {ok} THEN minutes ELSE 0 END), "
-           f"SUM(CASE WHEN {ok} THEN covered_s ELSE 0 END), "
-           f"SUM(CASE WHEN {ok} THEN {known} ELSE 0 END), "
-           f"SUM(CASE WHEN {ok} THEN {used} ELSE 0 END), "
-           f"SUM(CASE WHEN {ok} THEN {idle} ELSE 0 END), "
-           f"SUM(CASE WHEN {ok} THEN {idle_used} ELSE 0 END), "
-           f"SUM(dropped), SUM({bad}), SUM(bad_minutes), "
-           f"SUM(CASE WHEN {ok} THEN 0 ELSE 1 END) "
-           f"FROM rollups WHERE (hour >= {mark} AND hour < {mark}) OR hour = {MISSHAPED_HOUR} "
-           f"GROUP BY run_id, gpu, bucket")
+    sql = (
+        f"SELECT run_id, gpu, {bucket} AS bucket, "
+        f"SUM(CASE WHEN {ok} THEN minutes ELSE 0 END), "
+        f"SUM(CASE WHEN {ok} THEN covered_s ELSE 0 END), "
+        f"SUM(CASE WHEN {ok} THEN {known} ELSE 0 END), "
+        f"SUM(CASE WHEN {ok} THEN {used} ELSE 0 END), "
+        f"SUM(CASE WHEN {ok} THEN {idle} ELSE 0 END), "
+        f"SUM(CASE WHEN {ok} THEN {idle_used} ELSE 0 END), "
+        f"SUM(dropped), SUM({bad}), SUM(bad_minutes), "
+        f"SUM(CASE WHEN {ok} THEN 0 ELSE 1 END) "
+        f"FROM rollups WHERE (hour >= {mark} AND hour < {mark}) OR hour = {MISSHAPED_HOUR} "
+        f"GROUP BY run_id, gpu, bucket"
+    )
     return [tuple(r) for r in conn.exec_driver_sql(sql, (since_hour, until_hour)).all()]
 
 
@@ -284,5 +310,8 @@ def migrate(conn: Connection, version: int) -> None:
     if version < 2:
         rollups_table.create(conn, checkfirst=True)
         rebuild(conn)
-    conn.execute(sa.update(meta_table).where(meta_table.c.key == "schema_version")
-                 .values(value=str(SCHEMA_VERSION)))
+    conn.execute(
+        sa.update(meta_table)
+        .where(meta_table.c.key == "schema_version")
+        .values(value=str(SCHEMA_VERSION))
+    )

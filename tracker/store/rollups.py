@@ -39,6 +39,7 @@ CONTEXT_ROWS = max(window for _, window in ROLLUP_RULES.values()) - 1
 """How far (in rows) one row's idleness reaches, and so how many rows around a recomputed span
 are read."""
 
+
 @dataclasses.dataclass(kw_only=True)
 class Rollup:
     """One GPU of one run over one UTC hour (``hour`` = epoch seconds // 3600)."""
@@ -91,8 +92,9 @@ MinuteRow = tuple[Any, Any, Any, Any, Any, Any]
 datetime, or None when it is not shaped like a time."""
 
 
-def rollups_of(run_id: str, gpu: str, rows: Iterable[MinuteRow], *,
-               from_hour: int | None = None) -> list[Rollup]:
+def rollups_of(
+    run_id: str, gpu: str, rows: Iterable[MinuteRow], *, from_hour: int | None = None
+) -> list[Rollup]:
     """The rollups of one GPU's rows (in minute order), from ``from_hour`` on (None: all, and
     the :data:`MISSHAPED_HOUR` row when any minute is not a time). Rows before ``from_hour``
     are context: the idle windows reaching into it."""
@@ -175,8 +177,7 @@ def sample_rollups(samples: Iterable[MinuteSample]) -> dict[str, list[Rollup]] |
     for s in samples:
         values = (s.covered_s, s.util_pct, s.sm_active_pct, s.energy_kwh, s.mem_used_gib)
         for v in values:
-            if v is not None and (type(v) is not float or math.isnan(v)) and (
-                    type(v) is not int):
+            if v is not None and (type(v) is not float or math.isnan(v)) and (type(v) is not int):
                 return None
         latest[(s.run_id, s.gpu, s.minute)] = (s.minute, *values)
     series: dict[tuple[str, str], list[MinuteRow]] = {}

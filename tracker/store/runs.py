@@ -68,8 +68,9 @@ class RunStore(SampleScans):
     version: int
     """The store's schema version: 1 (no rollups: reports read the minutes) or 2."""
 
-    def __init__(self, url: str | None = None, *, connect_timeout_s: float = 5.0,
-                 create: bool = True) -> None:
+    def __init__(
+        self, url: str | None = None, *, connect_timeout_s: float = 5.0, create: bool = True
+    ) -> None:
         raw = url if url is not None else default_store_url()
         self._url = parse_url(raw)
         self.url = mask_url(self._url)
@@ -136,9 +137,14 @@ class RunStore(SampleScans):
         if rows:
             self.put((), rows)
 
-    def put(self, records: Sequence[RunRecord], rows: Sequence[MinuteSample], *,
-            drop: Sequence[str] = (), rollups: Mapping[str, Sequence[Rollup]] | None = None,
-            ) -> None:
+    def put(
+        self,
+        records: Sequence[RunRecord],
+        rows: Sequence[MinuteSample],
+        *,
+        drop: Sequence[str] = (),
+        rollups: Mapping[str, Sequence[Rollup]] | None = None,
+    ) -> None:
         """:meth:`upsert_run` of each record and :meth:`upsert_samples` of ``rows`` in one
         transaction (an import): all of it is stored, or nothing. The runs ``drop`` names (a
         re-import's own, and those it replaces) lose their record, samples and rollups first;
@@ -156,30 +162,47 @@ class RunStore(SampleScans):
 
         def work(conn: Connection) -> None:
             for i in range(0, len(ids), _IN_CHUNK):
-                for table in (runs_table, samples_table, *([rollups_table] if self.version >= 2 else [])):
+                for table in (
+                    runs_table,
+                    samples_table,
+                    *([rollups_table] if self.version >= 2 else []),
+                ):
                     key = table.c.id if table is runs_table else table.c.run_id
                     conn.execute(sa.delete(table).where(key.in_(ids[i : i + _IN_CHUNK])))
             if runs:
                 conn.execute(self._upsert_run, runs)
-            rollup_sql.write_samples(conn, self._upsert_samples, list(by_key.values()),
-                                     samples_table, first=first, dropped=set(ids),
-                                     rollups=rollups or {}, keep_rollups=self.version >= 2)
+            rollup_sql.write_samples(
+                conn,
+                self._upsert_samples,
+                list(by_key.values()),
+                samples_table,
+                first=first,
+                dropped=set(ids),
+                rollups=rollups or {},
+                keep_rollups=self.version >= 2,
+            )
 
         self._transaction(work, write=True)
 
-    def gpu_spans(self, gpus: Sequence[str], *, since: datetime,
-                  until: datetime) -> list[tuple[str, str, datetime, datetime]]:
+    def gpu_spans(
+        self, gpus: Sequence[str], *, since: datetime, until: datetime
+    ) -> list[tuple[str, str, datetime, datetime]]:
         """(run id, GPU, first minute, last minute) of the minute samples of ``gpus`` (UUIDs) in
         ``[since, until)``, one per run and GPU."""
         c = samples_table.c
         ids = list(dict.fromkeys(gpus))
-        stmts = [sa.select(c.run_id, c.gpu, sa.func.min(c.minute), sa.func.max(c.minute))
-                 .where(c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since),
-                        c.minute < utc(until)).group_by(c.run_id, c.gpu)
-                 for i in range(0, len(ids), _IN_CHUNK)]
-        return self._transaction(lambda conn: [
-            (r, g, utc(a), utc(b)) for stmt in stmts for r, g, a, b in conn.execute(stmt)],
-            write=False)
+        stmts = [
+            sa.select(c.run_id, c.gpu, sa.func.min(c.minute), sa.func.max(c.minute))
+            .where(c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until))
+            .group_by(c.run_id, c.gpu)
+            for i in range(0, len(ids), _IN_CHUNK)
+        ]
+        return self._transaction(
+            lambda conn: [
+                (r, g, utc(a), utc(b)) for stmt in stmts for r, g, a, b in conn.execute(stmt)
+            ],
+            write=False,
+        )
 
     def rebuild_rollups(self) -> int:
         """Recompute every rollup from the minute samples (after a bulk load or a repair);
@@ -197,7 +220,9 @@ class RunStore(SampleScans):
         """
         c = runs_table.c
         last_seen = sa.func.coalesce(c.heartbeat_at, c.started_at)
-        stale = sa.and_(c.status == "running", last_seen < utc(now) - timedelta(seconds=stale_after_s))
+        stale = sa.and_(
+            c.status == "running", last_seen < utc(now) - timedelta(seconds=stale_after_s)
+        )
         update = sa.update(runs_table).values(status="crashed", ended_at=last_seen)
 
         def work(conn: Connection) -> list[str]:
@@ -267,7 +292,10 @@ class RunStore(SampleScans):
         else:
             ids = list(dict.fromkeys(run_ids))
             # Chunked so a long id list stays under the databases' bound-parameter limits.
-            stmts = [base.where(c.run_id.in_(ids[i : i + _IN_CHUNK])) for i in range(0, len(ids), _IN_CHUNK)]
+            stmts = [
+                base.where(c.run_id.in_(ids[i : i + _IN_CHUNK]))
+                for i in range(0, len(ids), _IN_CHUNK)
+            ]
 
         def work(conn: Connection) -> list[MinuteSample]:
             out: list[MinuteSample] = []
@@ -343,20 +371,29 @@ class RunStore(SampleScans):
 
     def _require_file(self) -> None:
         database = self._url.database or ""
-        if (self._url.get_backend_name() != "sqlite" or not database or database == ":memory:"
-                or database.startswith("file:")):
+        if (
+            self._url.get_backend_name() != "sqlite"
+            or not database
+            or database == ":memory:"
+            or database.startswith("file:")
+        ):
             return
         path = Path(database).expanduser()
         if not path.exists():
-            raise StoreError(f"no run store at {path}: nothing has been tracked into it (check "
-                             "--store or GPU_KPI_STORE)")
+            raise StoreError(
+                f"no run store at {path}: nothing has been tracked into it (check "
+                "--store or GPU_KPI_STORE)"
+            )
         if path.is_file() and path.stat().st_size == 0:  # left as it is: opening would change it
-            raise StoreError(f"run store {self.url} is empty: nothing has been tracked into it "
-                             "(check --store or GPU_KPI_STORE)")
+            raise StoreError(
+                f"run store {self.url} is empty: nothing has been tracked into it "
+                "(check --store or GPU_KPI_STORE)"
+            )
 
     def _read_version(self) -> int | None:
         """The recorded schema version; None for a database with none of our tables (a new
         store). Tables without a valid version are an error, never silently accepted."""
+
         def work(conn: Connection) -> tuple[set[str], str | None]:
             tables = set(sa.inspect(conn).get_table_names()) & {"meta", "runs", "samples"}
             if "meta" not in tables:
@@ -369,23 +406,29 @@ class RunStore(SampleScans):
             return None
         if value is None:
             what = "a meta table without" if "meta" in tables else "tables but no meta table with"
-            raise StoreError(f"run store {self.url} has {what} a schema version: not a gpu-kpi "
-                             "store, or a damaged one")
+            raise StoreError(
+                f"run store {self.url} has {what} a schema version: not a gpu-kpi "
+                "store, or a damaged one"
+            )
         try:
             version = int(value)
         except (TypeError, ValueError):
             version = 0
         if version < 1:
-            raise StoreError(f"run store {self.url}: bad schema version {value!r} (expected a "
-                             f"whole number from 1 to {SCHEMA_VERSION})")
+            raise StoreError(
+                f"run store {self.url}: bad schema version {value!r} (expected a "
+                f"whole number from 1 to {SCHEMA_VERSION})"
+            )
         return version
 
     def _open_schema(self, *, create: bool = True) -> None:
         version = self._read_version()
         if version is None:
             if not create:
-                raise StoreError(f"run store {self.url} is empty: nothing has been tracked into "
-                                 "it (check --store or GPU_KPI_STORE)")
+                raise StoreError(
+                    f"run store {self.url} is empty: nothing has been tracked into "
+                    "it (check --store or GPU_KPI_STORE)"
+                )
             self._transaction(create_schema, write=True)
             version = self.schema_version()
         if version > SCHEMA_VERSION:

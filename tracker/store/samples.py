@@ -72,19 +72,35 @@ class SampleTotals:
     @classmethod
     def misshaped(cls, run_id: str, gpu: str, rows: int) -> SampleTotals:
         """``rows`` sample rows of a GPU whose minute is not shaped like a time: all left out."""
-        return cls(run_id=run_id, gpu=gpu, bucket=MISSHAPED_BUCKET, minutes=0, covered_s=0.0,
-                   known_s=0.0, value_s=0.0, first_low=None, last_low=None, bad_minutes=rows)
+        return cls(
+            run_id=run_id,
+            gpu=gpu,
+            bucket=MISSHAPED_BUCKET,
+            minutes=0,
+            covered_s=0.0,
+            known_s=0.0,
+            value_s=0.0,
+            first_low=None,
+            last_low=None,
+            bad_minutes=rows,
+        )
 
     def merge(self, other: SampleTotals) -> SampleTotals:
         """The totals of both (of the same run, GPU and bucket) together."""
         firsts = [t for t in (self.first_low, other.first_low) if t is not None]
         lasts = [t for t in (self.last_low, other.last_low) if t is not None]
         return dataclasses.replace(
-            self, minutes=self.minutes + other.minutes, covered_s=self.covered_s + other.covered_s,
-            known_s=self.known_s + other.known_s, value_s=self.value_s + other.value_s,
-            first_low=min(firsts, default=None), last_low=max(lasts, default=None),
-            dropped=self.dropped + other.dropped, bad_values=self.bad_values + other.bad_values,
-            bad_minutes=self.bad_minutes + other.bad_minutes)
+            self,
+            minutes=self.minutes + other.minutes,
+            covered_s=self.covered_s + other.covered_s,
+            known_s=self.known_s + other.known_s,
+            value_s=self.value_s + other.value_s,
+            first_low=min(firsts, default=None),
+            last_low=max(lasts, default=None),
+            dropped=self.dropped + other.dropped,
+            bad_values=self.bad_values + other.bad_values,
+            bad_minutes=self.bad_minutes + other.bad_minutes,
+        )
 
 
 MISSHAPED_BUCKET = -1
@@ -142,18 +158,26 @@ class SampleSQL:
     so the table is read NOT INDEXED (its planner would take the minute or the primary key
     index)."""
 
-    def __init__(self, sqlite: bool, since: datetime | None = None,
-                 until: datetime | None = None, *,
-                 rowids: tuple[int | None, int | None] = (None, None)) -> None:
+    def __init__(
+        self,
+        sqlite: bool,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        *,
+        rowids: tuple[int | None, int | None] = (None, None),
+    ) -> None:
         self.sqlite = sqlite
         self.mark = "?" if sqlite else "%s"
         self.table = "samples NOT INDEXED" if sqlite else "samples"
         clauses: list[str] = []
         self.params: list[Any] = []
         first, end = rowids
-        bounds = (("minute >=", None if since is None else self.time_value(since)),
-                  ("minute <", None if until is None else self.time_value(until)),
-                  ("rowid >=", first), ("rowid <", end))
+        bounds = (
+            ("minute >=", None if since is None else self.time_value(since)),
+            ("minute <", None if until is None else self.time_value(until)),
+            ("rowid >=", first),
+            ("rowid <", end),
+        )
         for condition, value in bounds:
             if value is not None:
                 clauses.append(f"{condition} {self.mark}")
@@ -214,8 +238,9 @@ def checked_value(column: str, value_range: tuple[float, float] | None) -> str:
     return f"(CASE WHEN {column} BETWEEN {lo} AND {hi} THEN {column} END)"
 
 
-def bucket_case(selection: SampleSQL, edges: Sequence[datetime],
-                 first: int = 0) -> tuple[str, list[Any]]:
+def bucket_case(
+    selection: SampleSQL, edges: Sequence[datetime], first: int = 0
+) -> tuple[str, list[Any]]:
     """SQL for the time bucket of a sample's minute (``first`` + the number of ``edges`` at or
     before it) and its parameters: a binary search, so a row costs log2 of the comparisons."""
     if not edges:
@@ -223,12 +248,15 @@ def bucket_case(selection: SampleSQL, edges: Sequence[datetime],
     mid = len(edges) // 2
     below, below_params = bucket_case(selection, edges[:mid], first)
     above, above_params = bucket_case(selection, edges[mid + 1 :], first + mid + 1)
-    return (f"CASE WHEN minute < {selection.mark} THEN {below} ELSE {above} END",
-            [selection.time_value(edges[mid]), *below_params, *above_params])
+    return (
+        f"CASE WHEN minute < {selection.mark} THEN {below} ELSE {above} END",
+        [selection.time_value(edges[mid]), *below_params, *above_params],
+    )
 
 
-def sampled_run_ids(conn: Connection, ids: Iterable[str], *, rollups: bool,
-                    sqlite: bool) -> set[str]:
+def sampled_run_ids(
+    conn: Connection, ids: Iterable[str], *, rollups: bool, sqlite: bool
+) -> set[str]:
     """:meth:`RunStore.sampled_runs`: from the hourly rollups (an hour with a usable minute,
     60 times fewer rows than the samples) where the store keeps them, else from the samples."""
     wanted = list(dict.fromkeys(ids))
@@ -239,5 +267,10 @@ def sampled_run_ids(conn: Connection, ids: Iterable[str], *, rollups: bool,
     else:
         c, check = samples_table.c, SampleSQL(sqlite)
         usable = [sa.text(check.usable), sa.text(check.shaped)]
-    return {row[0] for i in range(0, len(wanted), 500) for row in conn.execute(
-        sa.select(c.run_id).where(c.run_id.in_(wanted[i:i + 500]), *usable).distinct())}
+    return {
+        row[0]
+        for i in range(0, len(wanted), 500)
+        for row in conn.execute(
+            sa.select(c.run_id).where(c.run_id.in_(wanted[i : i + 500]), *usable).distinct()
+        )
+    }

@@ -110,8 +110,10 @@ class SampleScans:
         check_sample_columns(columns)
         sqlite = self._engine.dialect.name == "sqlite"
         selection = SampleSQL(sqlite, since, until)
-        where = (f"{selection.where} {'AND' if selection.where else 'WHERE'} "
-                 f"{selection.usable} AND {selection.shaped}")
+        where = (
+            f"{selection.where} {'AND' if selection.where else 'WHERE'} "
+            f"{selection.usable} AND {selection.shaped}"
+        )
         sql = f"SELECT {', '.join(columns)} FROM {selection.table}{where}"  # names checked
 
         def work(conn: Connection) -> None:
@@ -172,29 +174,43 @@ class SampleScans:
             # A subquery the planner flattens: each costs one CASE per row, not a second scan
             # (and so c's CASE is evaluated where c is named: the minute's shape, dearer than a
             # BETWEEN, is checked once, in the bucket).
-            rows = (f"SELECT run_id, gpu, minute, {value} AS raw, "  # names checked
-                    f"CASE WHEN {selection.usable} THEN covered_s END AS c, "
-                    f"{checked_value(value, value_range)} AS v "
-                    f"FROM {selection.table}{selection.where}")
+            rows = (
+                f"SELECT run_id, gpu, minute, {value} AS raw, "  # names checked
+                f"CASE WHEN {selection.usable} THEN covered_s END AS c, "
+                f"{checked_value(value, value_range)} AS v "
+                f"FROM {selection.table}{selection.where}"
+            )
             low = f"CASE WHEN c IS NOT NULL AND v < {selection.mark} THEN minute END"
-            sql = (f"SELECT run_id, gpu, {bucket} AS bucket, COUNT(c), COALESCE(SUM(c), 0), "
-                   f"COALESCE(SUM(CASE WHEN v IS NOT NULL THEN c END), 0), "
-                   f"COALESCE(SUM(v * c), 0), MIN({low}), MAX({low}), COUNT(*) - COUNT(c), "
-                   f"COUNT(CASE WHEN c IS NOT NULL AND raw IS NOT NULL AND v IS NULL THEN 1 END) "
-                   f"FROM ({rows}) AS usable GROUP BY run_id, gpu, bucket")
+            sql = (
+                f"SELECT run_id, gpu, {bucket} AS bucket, COUNT(c), COALESCE(SUM(c), 0), "
+                f"COALESCE(SUM(CASE WHEN v IS NOT NULL THEN c END), 0), "
+                f"COALESCE(SUM(v * c), 0), MIN({low}), MAX({low}), COUNT(*) - COUNT(c), "
+                f"COUNT(CASE WHEN c IS NOT NULL AND raw IS NOT NULL AND v IS NULL THEN 1 END) "
+                f"FROM ({rows}) AS usable GROUP BY run_id, gpu, bucket"
+            )
             params = (*bucket_params, low_under, low_under, *selection.params)
 
             def work(conn: Connection) -> list[SampleTotals]:
                 with lenient_text(conn):
                     rows = conn.exec_driver_sql(sql, params).all()
-                return [SampleTotals(run_id=r[0], gpu=r[1], bucket=int(r[2]), minutes=int(r[3]),
-                                     covered_s=float(r[4]), known_s=float(r[5]),
-                                     value_s=float(r[6]), first_low=selection.minute(r[7]),
-                                     last_low=selection.minute(r[8]), dropped=int(r[9]),
-                                     bad_values=int(r[10]))
-                        if r[2] != MISSHAPED_BUCKET
-                        else SampleTotals.misshaped(r[0], r[1], int(r[3]) + int(r[9]))
-                        for r in rows]
+                return [
+                    SampleTotals(
+                        run_id=r[0],
+                        gpu=r[1],
+                        bucket=int(r[2]),
+                        minutes=int(r[3]),
+                        covered_s=float(r[4]),
+                        known_s=float(r[5]),
+                        value_s=float(r[6]),
+                        first_low=selection.minute(r[7]),
+                        last_low=selection.minute(r[8]),
+                        dropped=int(r[9]),
+                        bad_values=int(r[10]),
+                    )
+                    if r[2] != MISSHAPED_BUCKET
+                    else SampleTotals.misshaped(r[0], r[1], int(r[3]) + int(r[9]))
+                    for r in rows
+                ]
 
             return self._transaction(work, write=False)
 
@@ -205,15 +221,21 @@ class SampleScans:
                 merged[key] = merged[key].merge(t) if key in merged else t
         return list(merged.values())
 
-    def rollup_totals(self, *, value: str, hour_edges: Sequence[int], since_hour: int,
-                      until_hour: int) -> list[tuple[Any, ...]]:
+    def rollup_totals(
+        self, *, value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int
+    ) -> list[tuple[Any, ...]]:
         """:func:`tracker.store.rollup_sql.rollup_totals` (a version 2 store)."""
         from tracker.store.rollup_sql import rollup_totals
 
         def work(conn: Connection) -> list[tuple[Any, ...]]:
             with lenient_text(conn):
-                return rollup_totals(conn, value=value, hour_edges=hour_edges,
-                                     since_hour=since_hour, until_hour=until_hour)
+                return rollup_totals(
+                    conn,
+                    value=value,
+                    hour_edges=hour_edges,
+                    since_hour=since_hour,
+                    until_hour=until_hour,
+                )
 
         return self._transaction(work, write=False)
 
@@ -236,15 +258,19 @@ class SampleScans:
         sqlite = self._engine.dialect.name == "sqlite"
         q = SampleSQL(sqlite)
         mark, names = q.mark, ", ".join(columns)  # names checked above
-        one_gpu = (f"SELECT {names} FROM samples WHERE run_id = {mark} AND gpu = {mark} "
-                   f"AND {q.usable} AND {q.shaped}")
+        one_gpu = (
+            f"SELECT {names} FROM samples WHERE run_id = {mark} AND gpu = {mark} "
+            f"AND {q.usable} AND {q.shaped}"
+        )
         from_since = f" AND minute >= {mark}" if since is not None else ""
         to_until = f" AND minute < {mark}" if until is not None else ""
-        sql = (f"{one_gpu} AND minute >= {mark} AND minute <= {mark} "
-               f"UNION ALL SELECT {names} FROM ({one_gpu} AND minute < {mark}{from_since} "
-               f"ORDER BY minute DESC LIMIT {mark}) AS earlier "
-               f"UNION ALL SELECT {names} FROM ({one_gpu} AND minute > {mark}{to_until} "
-               f"ORDER BY minute LIMIT {mark}) AS later")
+        sql = (
+            f"{one_gpu} AND minute >= {mark} AND minute <= {mark} "
+            f"UNION ALL SELECT {names} FROM ({one_gpu} AND minute < {mark}{from_since} "
+            f"ORDER BY minute DESC LIMIT {mark}) AS earlier "
+            f"UNION ALL SELECT {names} FROM ({one_gpu} AND minute > {mark}{to_until} "
+            f"ORDER BY minute LIMIT {mark}) AS later"
+        )
         since_p = [] if since is None else [q.time_value(since)]
         until_p = [] if until is None else [q.time_value(until)]
 
@@ -256,8 +282,25 @@ class SampleScans:
             try:
                 for run_id, gpu, first, last in stretches:
                     a, b = q.time_value(first), q.time_value(last)
-                    cursor.execute(sql, (run_id, gpu, a, b, run_id, gpu, a, *since_p, margin,
-                                         run_id, gpu, b, *until_p, margin))
+                    cursor.execute(
+                        sql,
+                        (
+                            run_id,
+                            gpu,
+                            a,
+                            b,
+                            run_id,
+                            gpu,
+                            a,
+                            *since_p,
+                            margin,
+                            run_id,
+                            gpu,
+                            b,
+                            *until_p,
+                            margin,
+                        ),
+                    )
                     rows.extend(cursor.fetchall())
                     if len(rows) >= chunk_rows:
                         consume(rows)
@@ -275,8 +318,12 @@ class SampleScans:
         from tracker.store.samples import sampled_run_ids
 
         sqlite = self._engine.dialect.name == "sqlite"
-        return self._transaction(lambda conn: sampled_run_ids(
-            conn, ids, rollups=getattr(self, "version", 1) >= 2, sqlite=sqlite), write=False)
+        return self._transaction(
+            lambda conn: sampled_run_ids(
+                conn, ids, rollups=getattr(self, "version", 1) >= 2, sqlite=sqlite
+            ),
+            write=False,
+        )
 
     def has_runs(self) -> bool:
         """Whether the store holds any run (reads one id, converts no row)."""
@@ -284,7 +331,10 @@ class SampleScans:
         return self._transaction(lambda conn: conn.execute(stmt).first(), write=False) is not None
 
     def read_runs(
-        self, *, since: datetime | None = None, until: datetime | None = None,
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
     ) -> tuple[list[RunRecord], list[UnreadableRun]]:
         """The runs :meth:`RunStore.list_runs` gives for ``[since, until)``, read row by row
         so that one that cannot be read (a time that is no time, tags or links that are not
@@ -298,12 +348,18 @@ class SampleScans:
         c = runs_table.c
         times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
         # the times as the driver returns them (SQLite: text), converted here one row at a time
-        stmt = sa.select(*[sa.type_coerce(col, sa.String).label(col.name) if col in times
-                           else col for col in runs_table.c]).order_by(c.started_at, c.id)
+        stmt = sa.select(
+            *[
+                sa.type_coerce(col, sa.String).label(col.name) if col in times else col
+                for col in runs_table.c
+            ]
+        ).order_by(c.started_at, c.id)
         sqlite = self._engine.dialect.name == "sqlite"
 
-        def or_misshaped(col: sa.Column[Any], condition: sa.ColumnElement[bool],
-                         ) -> sa.ColumnElement[bool]:
+        def or_misshaped(
+            col: sa.Column[Any],
+            condition: sa.ColumnElement[bool],
+        ) -> sa.ColumnElement[bool]:
             if not sqlite:  # timestamptz: always a time
                 return condition
             return sa.or_(condition, sa.not_(sa.type_coerce(col, sa.String).like(TIME_SHAPE)))
@@ -311,8 +367,9 @@ class SampleScans:
         if until is not None:
             stmt = stmt.where(or_misshaped(c.started_at, c.started_at < utc(until)))
         if since is not None:
-            stmt = stmt.where(or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None),
-                                                              c.ended_at > utc(since))))
+            stmt = stmt.where(
+                or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
+            )
 
         def work(conn: Connection) -> list[Any]:
             with lenient_text(conn):
@@ -333,13 +390,23 @@ class SampleScans:
                     raise ValueError(column)
                 runs.append(row_to_run(values))  # type: ignore[arg-type]
             except Exception as e:  # one row: whatever it raises, it is named, not fatal
-                reason = f"unreadable {column}" if column else f"unreadable row ({type(e).__name__})"
-                unreadable.append(UnreadableRun(run_id=text_of(values.get("id")),
-                                                name=text_of(values.get("name")), reason=reason))
+                reason = (
+                    f"unreadable {column}" if column else f"unreadable row ({type(e).__name__})"
+                )
+                unreadable.append(
+                    UnreadableRun(
+                        run_id=text_of(values.get("id")),
+                        name=text_of(values.get("name")),
+                        reason=reason,
+                    )
+                )
         return runs, unreadable
 
-    def _minute_span(self, since: datetime | None, until: datetime | None,
-                     ) -> tuple[datetime | None, datetime | None] | None:
+    def _minute_span(
+        self,
+        since: datetime | None,
+        until: datetime | None,
+    ) -> tuple[datetime | None, datetime | None] | None:
         """The first and the last minute of the samples in ``[since, until)`` (through the
         minute index), or None when there are none. A bound that is no time (SQLite text such
         as ``'2026-11-25 zz'``, which sorts among the times) comes back None: no bound."""
@@ -376,8 +443,11 @@ class SampleScans:
         """Row-id ranges ``(first, end)`` for :meth:`_read_sample_parts`."""
         whole: list[tuple[int | None, int | None]] = [(None, None)]
         database = self._url.database or ""
-        if (self._engine.dialect.name != "sqlite" or database in ("", ":memory:")
-                or "mode=memory" in database):  # each connection would see a database of its own
+        if (
+            self._engine.dialect.name != "sqlite"
+            or database in ("", ":memory:")
+            or "mode=memory" in database
+        ):  # each connection would see a database of its own
             return whole
         sql = "SELECT (SELECT min(rowid) FROM samples), (SELECT max(rowid) FROM samples)"
         first, last = self._transaction(lambda conn: conn.exec_driver_sql(sql).one(), write=False)

@@ -47,6 +47,7 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
             return value.replace(tzinfo=UTC)
         return value.astimezone(UTC)
 
+
 metadata = sa.MetaData()
 
 runs_table = sa.Table(
@@ -158,7 +159,9 @@ def insert(dialect_name: str, table: sa.Table) -> postgresql.Insert | sqlite.Ins
     return postgresql.insert(table) if dialect_name == "postgresql" else sqlite.insert(table)
 
 
-def upsert(dialect_name: str, table: sa.Table, keys: Sequence[str], *, update: bool = True) -> sa.Executable:
+def upsert(
+    dialect_name: str, table: sa.Table, keys: Sequence[str], *, update: bool = True
+) -> sa.Executable:
     """``INSERT … ON CONFLICT (keys)`` that updates every other column, or does nothing."""
     stmt = insert(dialect_name, table)
     index = [table.c[k] for k in keys]
@@ -170,7 +173,9 @@ def upsert(dialect_name: str, table: sa.Table, keys: Sequence[str], *, update: b
 
 def utc(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"naive datetime {value.isoformat()}: the run store needs timezone-aware times")
+        raise ValueError(
+            f"naive datetime {value.isoformat()}: the run store needs timezone-aware times"
+        )
     return value.astimezone(UTC)
 
 
@@ -199,4 +204,3 @@ def sample_to_row(sample: MinuteSample) -> dict[str, Any]:
     row = {name: getattr(sample, name) for name in _SAMPLE_FIELDS}
     row["minute"] = utc(sample.minute)
     return row
-

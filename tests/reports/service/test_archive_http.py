@@ -38,12 +38,14 @@ def archive(tmp_path: Path, smtp_server: SmtpServer) -> Path:
     return out
 
 
-def get(url: str, *, auth: tuple[str, str] | None = None,
-        method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+def get(
+    url: str, *, auth: tuple[str, str] | None = None, method: str = "GET"
+) -> tuple[int, dict[str, str], bytes]:
     req = urllib.request.Request(url, method=method)
     if auth is not None:
-        req.add_header("Authorization", "Basic " + base64.b64encode(
-            f"{auth[0]}:{auth[1]}".encode()).decode())
+        req.add_header(
+            "Authorization", "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status, dict(r.headers), r.read()
@@ -67,15 +69,27 @@ def test_the_archive_is_served_and_nothing_else(archive: Path) -> None:
     server = ArchiveServer(archive, "127.0.0.1", 0)
     try:
         status, headers, body = get(server.url)
-        assert status == 200 and b"2026-W48" in body and headers["Content-Type"].startswith(
-            "text/html")
+        assert (
+            status == 200
+            and b"2026-W48" in body
+            and headers["Content-Type"].startswith("text/html")
+        )
         assert headers["X-Content-Type-Options"] == "nosniff"
         status, _, body = get(server.url + "2026-W48.html")
         assert status == 200 and b"GPU efficiency" in body
         assert get(server.url + "2026-W48.json")[1]["Content-Type"] == "application/json"
-        for target in ("/../secret.txt", "/%2e%2e/secret.txt", "/..%2fsecret.txt",
-                       "/leak.html", "/up/secret.txt", "/teams/", "/nothing.html",
-                       "/%00", "/..\\secret.txt", "//etc/passwd"):
+        for target in (
+            "/../secret.txt",
+            "/%2e%2e/secret.txt",
+            "/..%2fsecret.txt",
+            "/leak.html",
+            "/up/secret.txt",
+            "/teams/",
+            "/nothing.html",
+            "/%00",
+            "/..\\secret.txt",
+            "//etc/passwd",
+        ):
             assert raw_get(server.port, target) == 404, target
         assert get(server.url + "2026-W48.html", method="POST")[0] == 405
         assert get(server.url + "2026-W48.html", method="DELETE")[0] == 405
@@ -131,8 +145,9 @@ def test_resolve_stays_inside(tmp_path: Path) -> None:
 
 
 @pytest.mark.chromium
-def test_served_by_serve_and_opened_in_chromium(tmp_path: Path, archive: Path,
-                                                smtp_server: SmtpServer) -> None:
+def test_served_by_serve_and_opened_in_chromium(
+    tmp_path: Path, archive: Path, smtp_server: SmtpServer
+) -> None:
     from test_scheduler import Results, serving
 
     exe = shutil.which("chromium")
@@ -141,8 +156,13 @@ def test_served_by_serve_and_opened_in_chromium(tmp_path: Path, archive: Path,
             pytest.fail("Chromium is missing in CI: apt-get install -y chromium")
         pytest.skip("Chromium not installed (apt-get install -y chromium)")
     port = unused_port()
-    s = replace(settings(tmp_path, f"sqlite:///{tmp_path}/runs.db", smtp_server),
-                recipients=(), out_dir=str(archive), http_port=port, http_user="reports")
+    s = replace(
+        settings(tmp_path, f"sqlite:///{tmp_path}/runs.db", smtp_server),
+        recipients=(),
+        out_dir=str(archive),
+        http_port=port,
+        http_user="reports",
+    )
     os.environ["GPU_KPI_HTTP_PASSWORD"] = "s3cret-Pw"
     try:
         with serving(s, Results()):
@@ -157,10 +177,22 @@ def test_served_by_serve_and_opened_in_chromium(tmp_path: Path, archive: Path,
                     time.sleep(0.2)
             authed = f"http://reports:s3cret-Pw@127.0.0.1:{port}/2026-W48.html"
             dom = subprocess.run(
-                [exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", authed],
-                capture_output=True, text=True, timeout=60, check=False,
-                env={**os.environ, "HOME": str(tmp_path)}).stdout
+                [
+                    exe,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--no-first-run",
+                    f"--user-data-dir={tmp_path / 'profile'}",
+                    "--dump-dom",
+                    authed,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env={**os.environ, "HOME": str(tmp_path)},
+            ).stdout
     finally:
         del os.environ["GPU_KPI_HTTP_PASSWORD"]
     assert 'id="headline"' in dom and "2026-W48" in dom

@@ -28,25 +28,32 @@ pytestmark = pytest.mark.service
 def store(tmp_path: Path) -> str:
     return three_weeks(tmp_path)
 
+
 SLACK = Recipient(chat="#ml-platform", webhook_env="HOOK_SLACK", webhook_kind="slack")
-TEAMS = Recipient(chat="nlp channel", webhook_env="HOOK_TEAMS", webhook_kind="teams",
-                  report="team", team="nlp")
+TEAMS = Recipient(
+    chat="nlp channel", webhook_env="HOOK_TEAMS", webhook_kind="teams", report="team", team="nlp"
+)
 ALICE_DM = Recipient(chat="alice", webhook_env="HOOK_JSON", report="runs", user="alice")
 
 
-def test_each_channel_gets_its_card_once(tmp_path: Path, store: str, smtp_server: SmtpServer,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_channel_gets_its_card_once(
+    tmp_path: Path, store: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with webhook_server() as slack, webhook_server() as teams, webhook_server() as plain:
         monkeypatch.setenv("HOOK_SLACK", slack.url)
         monkeypatch.setenv("HOOK_TEAMS", teams.url)
         monkeypatch.setenv("HOOK_JSON", plain.url)
         service = Service(settings(tmp_path, store, smtp_server, CTO, SLACK, TEAMS, ALICE_DM))
         result = service.run(now=W49 + MONDAY_8)
-        again = Service(settings(tmp_path, store, smtp_server, CTO, SLACK, TEAMS,
-                                 ALICE_DM)).run(now=W49 + MONDAY_8)
+        again = Service(settings(tmp_path, store, smtp_server, CTO, SLACK, TEAMS, ALICE_DM)).run(
+            now=W49 + MONDAY_8
+        )
     assert [(o.recipient, o.status) for o in result.outcomes] == [
-        ("cto@example.com", "sent"), ("chat:#ml-platform", "sent"), ("chat:nlp channel", "sent"),
-        ("chat:alice", "sent")]
+        ("cto@example.com", "sent"),
+        ("chat:#ml-platform", "sent"),
+        ("chat:nlp channel", "sent"),
+        ("chat:alice", "sent"),
+    ]
     assert again.outcomes == ()  # nothing owed: exactly once
     assert len(smtp_server.messages) == 1
     # Slack: the fleet's headline (22 GPU-hours x $3.85 = $84.70), the runs to fix, the link
@@ -66,8 +73,9 @@ def test_each_channel_gets_its_card_once(tmp_path: Path, store: str, smtp_server
     assert content["actions"][0]["url"] == "https://gpu-kpi.example.com/r/teams/nlp/2026-W48.html"
     # JSON: alice's own runs
     (mine,) = plain.bodies
-    assert mine["title"] == ("GPU efficiency 2026-W48: 1 of your runs under 50%, $19.93 "
-                             "recoverable")
+    assert mine["title"] == (
+        "GPU efficiency 2026-W48: 1 of your runs under 50%, $19.93 recoverable"
+    )
     assert "1. alice-sweep-w48: 30.0% · $19.93 recoverable · input-bound" in mine["text"]
     assert mine["link"] == "https://gpu-kpi.example.com/r/2026-W48.html"
     with RunStore(store) as s:
@@ -77,17 +85,21 @@ def test_each_channel_gets_its_card_once(tmp_path: Path, store: str, smtp_server
 
 
 def test_429_is_waited_out_and_a_5xx_is_owed_to_the_next_run(
-        tmp_path: Path, store: str, smtp_server: SmtpServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    with webhook_server(answers=[(429, {"Retry-After": "0"})]) as slack, \
-            webhook_server(answers=[(503, {})] * 4) as plain:
+    tmp_path: Path, store: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with (
+        webhook_server(answers=[(429, {"Retry-After": "0"})]) as slack,
+        webhook_server(answers=[(503, {})] * 4) as plain,
+    ):
         monkeypatch.setenv("HOOK_SLACK", slack.url)
         monkeypatch.setenv("HOOK_JSON", plain.url)
         monkeypatch.setattr("reports.service.chat.post", partial(post, sleep=lambda s: None))
         s = settings(tmp_path, store, smtp_server, SLACK, ALICE_DM)
         first = Service(s).run(now=W49 + MONDAY_8)
         assert [(o.recipient, o.status) for o in first.outcomes] == [
-            ("chat:#ml-platform", "sent"), ("chat:alice", "deferred")]
+            ("chat:#ml-platform", "sent"),
+            ("chat:alice", "deferred"),
+        ]
         (deferred,) = [o for o in first.outcomes if o.status == "deferred"]
         assert deferred.error is not None and "HTTP 503 after 4 tries" in deferred.error
         assert "secret-token" not in deferred.error
@@ -99,24 +111,30 @@ def test_429_is_waited_out_and_a_5xx_is_owed_to_the_next_run(
 
 
 def test_a_missing_webhook_secret_fails_that_channel_only(
-        tmp_path: Path, store: str, smtp_server: SmtpServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, store: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("HOOK_SLACK", raising=False)
     result = Service(settings(tmp_path, store, smtp_server, SLACK, CTO)).run(now=W49 + MONDAY_8)
     assert [(o.recipient, o.status) for o in result.outcomes] == [
-        ("chat:#ml-platform", "failed"), ("cto@example.com", "sent")]
-    assert result.outcomes[0].error == ("recipient chat:#ml-platform: the variable HOOK_SLACK "
-                                        "holding its webhook URL is not set")
+        ("chat:#ml-platform", "failed"),
+        ("cto@example.com", "sent"),
+    ]
+    assert result.outcomes[0].error == (
+        "recipient chat:#ml-platform: the variable HOOK_SLACK holding its webhook URL is not set"
+    )
 
 
 def test_two_chat_recipients_of_one_name_are_an_error(tmp_path: Path) -> None:
     cfg = tmp_path / "gpu-kpi.toml"
-    cfg.write_text('[[recipients]]\nchat = "#ml"\nwebhook_env = "A"\n'
-                   '[[recipients]]\nchat = "#ml"\nwebhook_env = "B"\n')
+    cfg.write_text(
+        '[[recipients]]\nchat = "#ml"\nwebhook_env = "A"\n'
+        '[[recipients]]\nchat = "#ml"\nwebhook_env = "B"\n'
+    )
     settings_, errors = read_service_settings(cfg, env={})
     assert [r.address for r in settings_.recipients] == ["chat:#ml"]
-    assert errors == ["recipients[1]: the same summary to chat:#ml as recipients[0] (give each "
-                      "chat its own name)"]
+    assert errors == [
+        "recipients[1]: the same summary to chat:#ml as recipients[0] (give each chat its own name)"
+    ]
 
 
 def test_a_chat_recipient_in_the_config(tmp_path: Path) -> None:
@@ -147,4 +165,5 @@ webhook_kind = "discord"
         "webhook_file, one of them",
         "recipients[2]: needs either to (an email address) or chat (a webhook's name with "
         "webhook_env or webhook_file), not both",
-        "recipients[3].webhook_kind: expected one of slack, teams, json, got 'discord'"]
+        "recipients[3].webhook_kind: expected one of slack, teams, json, got 'discord'",
+    ]

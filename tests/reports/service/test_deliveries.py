@@ -24,8 +24,13 @@ def test_a_claim_is_won_once_and_finished(store_url: str) -> None:
         log.finish(*KEY, status="sent", now=NOW + timedelta(seconds=2), message_id="<m@x>")
         assert log.claim(*KEY, owner="b:2", now=NOW + timedelta(days=1)) is False
         (e,) = log.entries()
-    assert (e.kind, e.week, e.recipient, e.status, e.attempts, e.claimed_by, e.message_id) == \
-        (*KEY, "sent", 1, "a:1", "<m@x>")
+    assert (e.kind, e.week, e.recipient, e.status, e.attempts, e.claimed_by, e.message_id) == (
+        *KEY,
+        "sent",
+        1,
+        "a:1",
+        "<m@x>",
+    )
     assert e.claimed_at == NOW and e.finished_at == NOW + timedelta(seconds=2)
 
 
@@ -62,9 +67,18 @@ def test_concurrent_claimers_get_one_winner(store_url: str) -> None:
 
 
 def entry(week: str, status: str) -> Delivery:
-    return Delivery(kind="summary", week=week, recipient="a@example.com", status=status,
-                    attempts=1, claimed_by="h:1", claimed_at=NOW, finished_at=NOW,
-                    message_id=None, error=None)
+    return Delivery(
+        kind="summary",
+        week=week,
+        recipient="a@example.com",
+        status=status,
+        attempts=1,
+        claimed_by="h:1",
+        claimed_at=NOW,
+        finished_at=NOW,
+        message_id=None,
+        error=None,
+    )
 
 
 def test_pending_weeks() -> None:
@@ -107,8 +121,10 @@ def test_a_released_claim_and_an_untried_delivery_are_owed_at_once(store_url: st
         assert log.defer_unclaimed(*untried, owner="a:1", now=NOW, error="stopping")
         assert not log.defer_unclaimed(*KEY, owner="a:1", now=NOW, error="stopping")  # has a row
         rows = {e.recipient: (e.status, e.attempts, e.error) for e in log.entries()}
-        assert rows == {KEY[2]: ("deferred", 0, "stopping"),
-                        untried[2]: ("deferred", 0, "stopping")}
+        assert rows == {
+            KEY[2]: ("deferred", 0, "stopping"),
+            untried[2]: ("deferred", 0, "stopping"),
+        }
         # well within the lease: a restart takes both at once
         later = NOW + timedelta(seconds=5)
         assert log.claim(*KEY, owner="b:2", now=later)
@@ -120,18 +136,25 @@ def test_a_log_made_before_smtp_config_gets_the_column(store_url: str) -> None:
 
     with RunStore(store_url) as store:
         with store.engine.begin() as conn:
-            conn.execute(sa.text(
-                "CREATE TABLE gpu_kpi_deliveries (kind TEXT, week VARCHAR(8), recipient TEXT, "
-                "status VARCHAR(16) NOT NULL, attempts INTEGER NOT NULL, claimed_by TEXT NOT NULL,"
-                " claimed_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, message_id TEXT, "
-                "error TEXT, PRIMARY KEY (kind, week, recipient))"))
-            conn.execute(sa.text(
-                "INSERT INTO gpu_kpi_deliveries VALUES ('summary', '2026-W47', 'cto@example.com',"
-                " 'sent', 1, 'a:1', '2026-11-23 08:00:00', NULL, NULL, NULL)"))
+            conn.execute(
+                sa.text(
+                    "CREATE TABLE gpu_kpi_deliveries (kind TEXT, week VARCHAR(8), recipient TEXT, "
+                    "status VARCHAR(16) NOT NULL, attempts INTEGER NOT NULL, claimed_by TEXT NOT NULL,"
+                    " claimed_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, message_id TEXT, "
+                    "error TEXT, PRIMARY KEY (kind, week, recipient))"
+                )
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO gpu_kpi_deliveries VALUES ('summary', '2026-W47', 'cto@example.com',"
+                    " 'sent', 1, 'a:1', '2026-11-23 08:00:00', NULL, NULL, NULL)"
+                )
+            )
         log = DeliveryLog(store)
         DeliveryLog(store)  # a second start finds the column there
         assert [(e.week, e.status, e.smtp_config) for e in log.entries()] == [
-            ("2026-W47", "sent", None)]
+            ("2026-W47", "sent", None)
+        ]
         assert log.claim(*KEY, owner="a:1", now=NOW)
         log.finish(*KEY, status="failed", now=NOW, error="535", smtp_config="aaaa")
         assert log.entries()[-1].smtp_config == "aaaa"
@@ -143,7 +166,15 @@ def test_pending_weeks_owes_a_config_fault_again_under_other_settings() -> None:
     history = [entry("2026-W47", "sent"), fault]
     assert pending_weeks(history, weeks, smtp_config="aaaa") == []
     assert pending_weeks(history, weeks, smtp_config="bbbb") == ["2026-W48"]
-    assert pending_weeks([entry("2026-W47", "sent"), entry("2026-W48", "failed")], weeks,
-                         smtp_config="bbbb") == []  # the recipient's fault: stays failed
-    assert pending_weeks([entry("2026-W47", "failed"), entry("2026-W48", "failed")], weeks,
-                         retry_failed=True) == weeks
+    assert (
+        pending_weeks(
+            [entry("2026-W47", "sent"), entry("2026-W48", "failed")], weeks, smtp_config="bbbb"
+        )
+        == []
+    )  # the recipient's fault: stays failed
+    assert (
+        pending_weeks(
+            [entry("2026-W47", "failed"), entry("2026-W48", "failed")], weeks, retry_failed=True
+        )
+        == weeks
+    )

@@ -40,9 +40,20 @@ def add_week(url: str, monday: datetime) -> None:
     day = monday + timedelta(days=1)
     tag = monday.strftime("%V")
     with RunStore(url) as s:
-        s.upsert_run(run_record(f"a{tag}", day, 4, gpus=2, util=30.0, team="nlp", user="alice",
-                                name=f"alice-sweep-w{tag}", verdict="input-bound",
-                                advice="raise num_workers"))
+        s.upsert_run(
+            run_record(
+                f"a{tag}",
+                day,
+                4,
+                gpus=2,
+                util=30.0,
+                team="nlp",
+                user="alice",
+                name=f"alice-sweep-w{tag}",
+                verdict="input-bound",
+                advice="raise num_workers",
+            )
+        )
         s.upsert_run(run_record(f"b{tag}", day, 2, gpus=2, util=90.0, team="nlp", user="bob"))
         s.upsert_run(run_record(f"c{tag}", day, 10, util=60.0, team="vision", user="carol"))
 
@@ -60,11 +71,17 @@ def store(tmp_path: Path) -> str:
     return three_weeks(tmp_path)
 
 
-def settings(tmp_path: Path, store: str, server: SmtpServer, *recipients: Recipient,
-             **kw: object) -> ServiceSettings:
-    return ServiceSettings(tracker=Settings(store=store), out_dir=str(tmp_path / "archive"),
-                           smtp=server.settings(), recipients=recipients or (CTO, NLP, ALICE),
-                           report_url="https://gpu-kpi.example.com/r", **kw)  # type: ignore[arg-type]
+def settings(
+    tmp_path: Path, store: str, server: SmtpServer, *recipients: Recipient, **kw: object
+) -> ServiceSettings:
+    return ServiceSettings(
+        tracker=Settings(store=store),
+        out_dir=str(tmp_path / "archive"),
+        smtp=server.settings(),
+        recipients=recipients or (CTO, NLP, ALICE),
+        report_url="https://gpu-kpi.example.com/r",
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def to(server: SmtpServer, addr: str) -> list[EmailMessage]:
@@ -83,22 +100,33 @@ def text_of(msg: EmailMessage) -> str:
 
 
 def test_one_run_archives_the_week_and_mails_each_recipient_their_report(
-        tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     result = Service(settings(tmp_path, store, smtp_server)).run(now=W49 + MONDAY_8)
 
     archive = tmp_path / "archive"
     assert sorted(p.name for p in archive.iterdir()) == [
-        "2026-W48.csv", "2026-W48.eml", "2026-W48.html", "2026-W48.json", "index.html", "teams"]
+        "2026-W48.csv",
+        "2026-W48.eml",
+        "2026-W48.html",
+        "2026-W48.json",
+        "index.html",
+        "teams",
+    ]
     # the team lead's link opens a page of nlp's numbers: 12 GPU-hours, $46.20, no vision
     team_page = archive / "teams" / "nlp" / "2026-W48.html"
     assert sorted(p.name for p in team_page.parent.iterdir()) == ["2026-W48.html"]
     page = team_page.read_text()
     assert "team nlp" in page and "$46.20" in page and "vision" not in page
     assert "carol" not in page and "alice-sweep-w48" in page
-    assert "The whole fleet's report: <a href=\"https://gpu-kpi.example.com/r/2026-W48.html\"" in page
+    assert (
+        'The whole fleet\'s report: <a href="https://gpu-kpi.example.com/r/2026-W48.html"' in page
+    )
     assert [(o.kind, o.week, o.status) for o in result.outcomes] == [
-        ("summary", "2026-W48", "sent"), ("team:nlp", "2026-W48", "sent"),
-        ("runs:alice", "2026-W48", "sent")]
+        ("summary", "2026-W48", "sent"),
+        ("team:nlp", "2026-W48", "sent"),
+        ("runs:alice", "2026-W48", "sent"),
+    ]
     assert len(smtp_server.messages) == 3
 
     # the summary: the whole fleet, 8 + 4 + 10 = 22 GPU-hours × $3.85 = $84.70
@@ -120,8 +148,10 @@ def test_one_run_archives_the_week_and_mails_each_recipient_their_report(
     with RunStore(store) as s:
         log = DeliveryLog(s).entries()
     assert {(e.kind, e.week, e.recipient, e.status) for e in log} == {
-        ("summary", "2026-W48", CTO.to, "sent"), ("team:nlp", "2026-W48", NLP.to, "sent"),
-        ("runs:alice", "2026-W48", ALICE.to, "sent")}
+        ("summary", "2026-W48", CTO.to, "sent"),
+        ("team:nlp", "2026-W48", NLP.to, "sent"),
+        ("runs:alice", "2026-W48", ALICE.to, "sent"),
+    }
     assert all(e.message_id and e.message_id.startswith("<") for e in log)
 
 
@@ -133,8 +163,7 @@ def test_a_second_run_sends_nothing(tmp_path: Path, store: str, smtp_server: Smt
     assert len(smtp_server.messages) == 3
 
 
-def test_racing_senders_send_once(tmp_path: Path, store_url: str,
-                                  smtp_server: SmtpServer) -> None:
+def test_racing_senders_send_once(tmp_path: Path, store_url: str, smtp_server: SmtpServer) -> None:
     """Four services (as four `serve` processes would) run the same week at the same moment,
     on SQLite and on PostgreSQL."""
     add_week(store_url, W48)
@@ -151,7 +180,8 @@ def test_racing_senders_send_once(tmp_path: Path, store_url: str,
 
 
 def test_three_weeks_of_service_mail_three_reports_to_each_recipient(
-        tmp_path: Path, smtp_server: SmtpServer) -> None:
+    tmp_path: Path, smtp_server: SmtpServer
+) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     s = settings(tmp_path, url, smtp_server)
     for monday in (W46, W47, W48):
@@ -166,14 +196,17 @@ def test_three_weeks_of_service_mail_three_reports_to_each_recipient(
     assert len(smtp_server.messages) == 9
 
 
-def test_a_missed_week_is_caught_up_once(tmp_path: Path, store: str,
-                                          smtp_server: SmtpServer) -> None:
+def test_a_missed_week_is_caught_up_once(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     s = settings(tmp_path, store, smtp_server, CTO)
     Service(s).run(now=W47 + MONDAY_8)  # sends W46
     # the service is down on W48's Monday; it comes back on W49's
     result = Service(s).run(now=W49 + MONDAY_8)
-    assert [(o.week, o.status) for o in result.outcomes] == [("2026-W47", "sent"),
-                                                             ("2026-W48", "sent")]
+    assert [(o.week, o.status) for o in result.outcomes] == [
+        ("2026-W47", "sent"),
+        ("2026-W48", "sent"),
+    ]
     Service(s).run(now=W49 + MONDAY_8 + timedelta(hours=1))
     subjects = sorted(subject(m).split()[2].rstrip(":") for m in to(smtp_server, CTO.to))
     assert subjects == ["2026-W46", "2026-W47", "2026-W48"]
@@ -187,17 +220,22 @@ def test_catch_up_is_limited(tmp_path: Path, store: str, smtp_server: SmtpServer
     assert [o.week for o in result.outcomes] == ["2026-W47", "2026-W48"]  # not W46
 
 
-def test_a_new_recipient_gets_no_back_issues(tmp_path: Path, store: str,
-                                              smtp_server: SmtpServer) -> None:
+def test_a_new_recipient_gets_no_back_issues(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     Service(settings(tmp_path, store, smtp_server, CTO)).run(now=W47 + MONDAY_8)
     s = settings(tmp_path, store, smtp_server, CTO, Recipient(to="new@example.com"))
     result = Service(s).run(now=W49 + MONDAY_8)
     assert sorted((o.recipient, o.week) for o in result.outcomes) == [
-        (CTO.to, "2026-W47"), (CTO.to, "2026-W48"), ("new@example.com", "2026-W48")]
+        (CTO.to, "2026-W47"),
+        (CTO.to, "2026-W48"),
+        ("new@example.com", "2026-W48"),
+    ]
 
 
 def test_an_engineer_without_underutilized_runs_gets_no_email(
-        tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     bob = Recipient(to="bob@example.com", report="runs", user="bob")
     result = Service(settings(tmp_path, store, smtp_server, bob)).run(now=W49 + MONDAY_8)
     assert [o.status for o in result.outcomes] == ["empty"]
@@ -207,17 +245,18 @@ def test_an_engineer_without_underutilized_runs_gets_no_email(
 
 
 def test_a_refused_recipient_does_not_stop_the_others(
-        tmp_path: Path, store: str, refusing_server: SmtpServer,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, store: str, refusing_server: SmtpServer, caplog: pytest.LogCaptureFixture
+) -> None:
     nobody = Recipient(to="nobody@example.com")  # 550
     s = settings(tmp_path, store, refusing_server, nobody, CTO)
     with caplog.at_level(logging.WARNING):
         result = Service(s).run(now=W49 + MONDAY_8)
     assert [(o.recipient, o.status) for o in result.outcomes] == [
-        ("nobody@example.com", "failed"), (CTO.to, "sent")]
+        ("nobody@example.com", "failed"),
+        (CTO.to, "sent"),
+    ]
     assert "550" in (result.outcomes[0].error or "")
-    assert any("nobody@example.com" in r.message and "failed" in r.message
-               for r in caplog.records)
+    assert any("nobody@example.com" in r.message and "failed" in r.message for r in caplog.records)
     assert [m.rcpt_tos for m in refusing_server.messages] == [[CTO.to]]
     # permanent: not tried again
     again = Service(s).run(now=W49 + MONDAY_8 + timedelta(hours=1))
@@ -225,7 +264,8 @@ def test_a_refused_recipient_does_not_stop_the_others(
 
 
 def test_a_temporary_failure_is_sent_on_the_next_run(
-        tmp_path: Path, store: str, smtp_server_factory: object) -> None:
+    tmp_path: Path, store: str, smtp_server_factory: object
+) -> None:
     server = smtp_server_factory(data_replies=["451 4.3.0 try again later"])  # type: ignore[operator]
     s = settings(tmp_path, store, server, CTO)
     first = Service(s).run(now=W49 + MONDAY_8)
@@ -243,43 +283,60 @@ def test_no_server_listening_still_archives(tmp_path: Path, store: str) -> None:
 
     from reports.service.mailer import SmtpSettings
 
-    s = ServiceSettings(tracker=Settings(store=store), out_dir=str(tmp_path / "archive"),
-                        smtp=SmtpSettings(host="127.0.0.1", port=unused_port(), security="none",
-                                          retries=0, timeout_s=2),
-                        recipients=(CTO,))
+    s = ServiceSettings(
+        tracker=Settings(store=store),
+        out_dir=str(tmp_path / "archive"),
+        smtp=SmtpSettings(
+            host="127.0.0.1", port=unused_port(), security="none", retries=0, timeout_s=2
+        ),
+        recipients=(CTO,),
+    )
     result = Service(s).run(now=W49 + MONDAY_8)
     assert [o.status for o in result.outcomes] == ["deferred"]
     assert (tmp_path / "archive" / "2026-W48.html").exists()
 
 
 def test_the_password_stays_out_of_logs_and_errors(
-        tmp_path: Path, store: str, auth_server: SmtpServer, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path,
+    store: str,
+    auth_server: SmtpServer,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     wrong = "wr0ng-Secret-Passw0rd"
     monkeypatch.setenv("GPU_KPI_SMTP_PASSWORD", wrong)
-    s = ServiceSettings(tracker=Settings(store=store), out_dir=str(tmp_path / "archive"),
-                        smtp=auth_server.settings(username="alice"), recipients=(CTO,))
+    s = ServiceSettings(
+        tracker=Settings(store=store),
+        out_dir=str(tmp_path / "archive"),
+        smtp=auth_server.settings(username="alice"),
+        recipients=(CTO,),
+    )
     with caplog.at_level(logging.DEBUG):
         result = Service(s).run(now=W49 + MONDAY_8)
     assert [o.status for o in result.outcomes] == ["failed"]
     assert "535" in (result.outcomes[0].error or "")
     assert wrong not in (result.outcomes[0].error or "")
-    ours = "\n".join(r.getMessage() for r in caplog.records
-                     if not r.name.startswith("mail.log"))  # the test server echoes it on purpose
+    ours = "\n".join(
+        r.getMessage() for r in caplog.records if not r.name.startswith("mail.log")
+    )  # the test server echoes it on purpose
     assert "535" in ours and wrong not in ours
     with RunStore(store) as st:
         assert wrong not in str(DeliveryLog(st).entries())
     # and the right one gets through
     monkeypatch.setenv("GPU_KPI_SMTP_PASSWORD", USERS["alice"])
-    s2 = ServiceSettings(tracker=Settings(store=store), out_dir=str(tmp_path / "archive"),
-                         smtp=auth_server.settings(username="alice"),
-                         recipients=(Recipient(to="ok@example.com"),))
+    s2 = ServiceSettings(
+        tracker=Settings(store=store),
+        out_dir=str(tmp_path / "archive"),
+        smtp=auth_server.settings(username="alice"),
+        recipients=(Recipient(to="ok@example.com"),),
+    )
     assert [o.status for o in Service(s2).run(now=W49 + MONDAY_8).outcomes] == ["sent"]
     assert auth_server.messages[0].login == "alice"
 
 
-def test_starttls_with_a_self_signed_certificate(tmp_path: Path, store: str,
-                                                 starttls_server: SmtpServer) -> None:
+def test_starttls_with_a_self_signed_certificate(
+    tmp_path: Path, store: str, starttls_server: SmtpServer
+) -> None:
     s = settings(tmp_path, store, starttls_server, CTO)
     assert [o.status for o in Service(s).run(now=W49 + MONDAY_8).outcomes] == ["sent"]
     assert starttls_server.messages[0].tls is True
@@ -291,28 +348,51 @@ def test_minute_samples_split_the_team_report(tmp_path: Path, smtp_server: SmtpS
     start = W48 + timedelta(days=2)
     with RunStore(url) as st:
         st.upsert_run(run_record("s1", start, 2, util=None, team="nlp", user="alice"))
-        st.upsert_samples([MinuteSample(run_id="s1", minute=start + timedelta(minutes=i),
-                                        gpu="GPU-a", covered_s=60.0,
-                                        util_pct=20.0 if i < 60 else 80.0) for i in range(120)])
+        st.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="s1",
+                    minute=start + timedelta(minutes=i),
+                    gpu="GPU-a",
+                    covered_s=60.0,
+                    util_pct=20.0 if i < 60 else 80.0,
+                )
+                for i in range(120)
+            ]
+        )
     Service(settings(tmp_path, url, smtp_server, NLP)).run(now=W49 + MONDAY_8)
     (lead,) = to(smtp_server, NLP.to)
     assert ", team nlp: $8 spend, 50.0% utilization" in subject(lead)
 
 
 def test_user_strings_are_escaped_in_the_team_and_runs_emails(
-        tmp_path: Path, smtp_server: SmtpServer) -> None:
+    tmp_path: Path, smtp_server: SmtpServer
+) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     team = '"><img src=x onerror=alert(1)>\nBcc: evil@example.com'
     with RunStore(url) as st:
-        st.upsert_run(run_record("x", W48 + timedelta(days=1), 4, util=10.0, team=team,
-                                 user="eve", name="<script>alert(1)</script>"))
-    recipients = (Recipient(to="lead@example.com", report="team", team=team),
-                  Recipient(to="eve@example.com", report="runs", user="eve"))
+        st.upsert_run(
+            run_record(
+                "x",
+                W48 + timedelta(days=1),
+                4,
+                util=10.0,
+                team=team,
+                user="eve",
+                name="<script>alert(1)</script>",
+            )
+        )
+    recipients = (
+        Recipient(to="lead@example.com", report="team", team=team),
+        Recipient(to="eve@example.com", report="runs", user="eve"),
+    )
     result = Service(settings(tmp_path, url, smtp_server, *recipients)).run(now=W49 + MONDAY_8)
     assert [o.status for o in result.outcomes] == ["sent", "sent"]
     # one message each, to its own recipient only: no Bcc smuggled in
-    assert sorted(m.rcpt_tos for m in smtp_server.messages) == [["eve@example.com"],
-                                                                 ["lead@example.com"]]
+    assert sorted(m.rcpt_tos for m in smtp_server.messages) == [
+        ["eve@example.com"],
+        ["lead@example.com"],
+    ]
     for m in smtp_server.messages:
         html = m.message.get_body(("html",))
         assert html is not None
@@ -324,7 +404,8 @@ def test_user_strings_are_escaped_in_the_team_and_runs_emails(
 
 
 def test_the_metrics_refresh_reads_the_week_and_the_delivery_log(
-        tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     from reports.service.prom import KpiExporter
     from reports.service.serve import MetricsRefresher
 
@@ -336,18 +417,27 @@ def test_the_metrics_refresh_reads_the_week_and_the_delivery_log(
     assert dict(got["gpu_kpi_week_spend_usd"]) == {("2026-W48", "util"): pytest.approx(84.7)}
     # the 12-week history, from the first week with GPU-time: the store's W46 to W48
     assert dict(got["gpu_kpi_weekly_spend_usd"]) == {
-        (w, "util"): pytest.approx(84.7) for w in ("2026-W46", "2026-W47", "2026-W48")}
+        (w, "util"): pytest.approx(84.7) for w in ("2026-W46", "2026-W47", "2026-W48")
+    }
     assert dict(got["gpu_kpi_emails_total"]) == {
-        ("runs", "sent"): 1.0, ("summary", "sent"): 1.0, ("team", "sent"): 1.0}
+        ("runs", "sent"): 1.0,
+        ("summary", "sent"): 1.0,
+        ("team", "sent"): 1.0,
+    }
     # the current week (W49) has no runs yet: zero GPU-hours so far
     assert dict(got["gpu_kpi_week_to_date_gpu_seconds"]) == {("2026-W49", "util"): 0.0}
 
 
 def test_an_unreadable_password_file_archives_and_sends_nothing(
-        tmp_path: Path, store: str, auth_server: SmtpServer) -> None:
+    tmp_path: Path, store: str, auth_server: SmtpServer
+) -> None:
     smtp = auth_server.settings(username="alice", password_file=str(tmp_path / "missing"))
-    s = ServiceSettings(tracker=Settings(store=store), out_dir=str(tmp_path / "archive"),
-                        smtp=smtp, recipients=(CTO,))
+    s = ServiceSettings(
+        tracker=Settings(store=store),
+        out_dir=str(tmp_path / "archive"),
+        smtp=smtp,
+        recipients=(CTO,),
+    )
     result = Service(s).run(now=W49 + MONDAY_8)
     assert result.outcomes == () and auth_server.messages == []
     assert len(result.errors) == 1 and result.errors[0].startswith("smtp.password_file: ")

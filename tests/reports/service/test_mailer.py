@@ -52,10 +52,12 @@ def text_of(msg: EmailMessage, subtype: str) -> str:
     return str(part.get_content())
 
 
-def test_message_arrives_with_its_parts_and_envelope(smtp_server: SmtpServer,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
+def test_message_arrives_with_its_parts_and_envelope(
+    smtp_server: SmtpServer, capfd: pytest.CaptureFixture[str]
+) -> None:
     SmtpMailer(smtp_server.settings(), password=None).send(
-        report_message(), ["team@example.com", "boss@example.com"])
+        report_message(), ["team@example.com", "boss@example.com"]
+    )
 
     [got] = smtp_server.messages
     assert got.rcpt_tos == ["team@example.com", "boss@example.com"]
@@ -73,7 +75,8 @@ def test_message_arrives_with_its_parts_and_envelope(smtp_server: SmtpServer,
 
 def test_duplicate_recipients_get_one_copy(smtp_server: SmtpServer) -> None:
     SmtpMailer(smtp_server.settings(), password=None).send(
-        report_message(), ["a@example.com", "b@example.com", "a@example.com"])
+        report_message(), ["a@example.com", "b@example.com", "a@example.com"]
+    )
     assert [m.rcpt_tos for m in smtp_server.messages] == [["a@example.com", "b@example.com"]]
 
 
@@ -93,10 +96,12 @@ def test_starttls_with_the_servers_ca_trusted(starttls_server: SmtpServer) -> No
 
 
 def test_starttls_without_the_ca_fails_for_good_on_the_certificate(
-        starttls_server: SmtpServer) -> None:
+    starttls_server: SmtpServer,
+) -> None:
     sleeps = Sleeps()
-    mailer = SmtpMailer(starttls_server.settings(ca_file=None, retries=3), password=None,
-                        sleep=sleeps)
+    mailer = SmtpMailer(
+        starttls_server.settings(ca_file=None, retries=3), password=None, sleep=sleeps
+    )
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["a@example.com"])
     err = caught.value
@@ -111,8 +116,9 @@ def test_starttls_without_the_ca_fails_for_good_on_the_certificate(
 
 def test_starttls_required_but_not_offered_is_permanent(smtp_server: SmtpServer) -> None:
     sleeps = Sleeps()
-    mailer = SmtpMailer(smtp_server.settings(security="starttls", retries=2), password=None,
-                        sleep=sleeps)
+    mailer = SmtpMailer(
+        smtp_server.settings(security="starttls", retries=2), password=None, sleep=sleeps
+    )
     with pytest.raises(MailError, match="does not offer STARTTLS") as caught:
         mailer.send(report_message(), ["a@example.com"])
     assert not caught.value.temporary
@@ -152,8 +158,9 @@ def test_an_unreadable_ca_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "LOGIN"])
-def test_auth_with_the_right_password(smtp_server_factory: Callable[..., SmtpServer],
-                                      mechanism: str) -> None:
+def test_auth_with_the_right_password(
+    smtp_server_factory: Callable[..., SmtpServer], mechanism: str
+) -> None:
     server = smtp_server_factory(users=USERS, mechanisms=[mechanism])
     settings = server.settings(username="alice")
     SmtpMailer(settings, password=USERS["alice"]).send(report_message(), ["a@example.com"])
@@ -165,18 +172,21 @@ def test_auth_with_the_right_password(smtp_server_factory: Callable[..., SmtpSer
 def test_auth_over_starttls(smtp_server_factory: Callable[..., SmtpServer]) -> None:
     server = smtp_server_factory(security="starttls", users=USERS)
     SmtpMailer(server.settings(username="alice"), password=USERS["alice"]).send(
-        report_message(), ["a@example.com"])
+        report_message(), ["a@example.com"]
+    )
     [got] = server.messages
     assert (got.tls, got.login) == (True, "alice")
 
 
-def test_a_wrong_password_is_permanent_and_never_shown(auth_server: SmtpServer,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_a_wrong_password_is_permanent_and_never_shown(
+    auth_server: SmtpServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="gpu_kpi")
     password = "hunter2-but-wrong"
     sleeps = Sleeps()
-    mailer = SmtpMailer(auth_server.settings(username="alice", retries=3), password=password,
-                        sleep=sleeps)
+    mailer = SmtpMailer(
+        auth_server.settings(username="alice", retries=3), password=password, sleep=sleeps
+    )
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["a@example.com"])
     err = caught.value
@@ -194,13 +204,15 @@ def test_a_wrong_password_is_permanent_and_never_shown(auth_server: SmtpServer,
 
 
 def test_a_temporary_auth_failure_is_retried_and_logged_without_the_password(
-        smtp_server_factory: Callable[..., SmtpServer], caplog: pytest.LogCaptureFixture) -> None:
+    smtp_server_factory: Callable[..., SmtpServer], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG, logger="gpu_kpi")
     server = smtp_server_factory(users=USERS, auth_fail_code=454)
     password = "s3cret-not-alice"
     sleeps = Sleeps()
-    mailer = SmtpMailer(server.settings(username="alice", retries=1, backoff_s=7.0),
-                        password=password, sleep=sleeps)
+    mailer = SmtpMailer(
+        server.settings(username="alice", retries=1, backoff_s=7.0), password=password, sleep=sleeps
+    )
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["a@example.com"])
     assert caught.value.temporary
@@ -224,11 +236,13 @@ def test_a_username_needs_a_password(auth_server: SmtpServer) -> None:
 
 
 def test_451_twice_then_accepted_is_delivered_once_after_backing_off(
-        flaky_server: SmtpServer, caplog: pytest.LogCaptureFixture) -> None:
+    flaky_server: SmtpServer, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
     sleeps = Sleeps()
-    mailer = SmtpMailer(flaky_server.settings(retries=3, backoff_s=0.5), password=None,
-                        sleep=sleeps)
+    mailer = SmtpMailer(
+        flaky_server.settings(retries=3, backoff_s=0.5), password=None, sleep=sleeps
+    )
     mailer.send(report_message(), ["a@example.com", "b@example.com"])
     assert len(flaky_server.data_replies_sent) == 2
     [got] = flaky_server.messages
@@ -247,8 +261,10 @@ def test_retries_exhausted_is_temporary(smtp_server_factory: Callable[..., SmtpS
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["a@example.com"])
     assert caught.value.temporary
-    assert str(caught.value) == (f"smtp 127.0.0.1:{server.port}: 421 4.3.2 shutting down "
-                                 "(temporary; gave up after 3 attempts)")
+    assert str(caught.value) == (
+        f"smtp 127.0.0.1:{server.port}: 421 4.3.2 shutting down "
+        "(temporary; gave up after 3 attempts)"
+    )
     assert sleeps == [2.0, 4.0]
     assert len(server.data_replies_sent) == 3
     assert server.messages == []
@@ -261,8 +277,9 @@ def test_550_is_permanent_at_once(smtp_server_factory: Callable[..., SmtpServer]
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["a@example.com"])
     assert not caught.value.temporary
-    assert str(caught.value) == (f"smtp 127.0.0.1:{server.port}: 550 5.7.1 message rejected as "
-                                 "spam (permanent)")
+    assert str(caught.value) == (
+        f"smtp 127.0.0.1:{server.port}: 550 5.7.1 message rejected as spam (permanent)"
+    )
     assert sleeps == []
     assert server.data_replies_sent == ["550 5.7.1 message rejected as spam"]
 
@@ -270,21 +287,24 @@ def test_550_is_permanent_at_once(smtp_server_factory: Callable[..., SmtpServer]
 def test_nothing_listening_is_temporary_after_retries() -> None:
     port = unused_port()
     sleeps = Sleeps()
-    settings = SmtpSettings(host="127.0.0.1", port=port, security="none", retries=2, backoff_s=1.0,
-                            timeout_s=2.0)
+    settings = SmtpSettings(
+        host="127.0.0.1", port=port, security="none", retries=2, backoff_s=1.0, timeout_s=2.0
+    )
     with pytest.raises(MailError) as caught:
         SmtpMailer(settings, password=None, sleep=sleeps).send(report_message(), ["a@example.com"])
     assert caught.value.temporary
-    assert str(caught.value) == (f"smtp 127.0.0.1:{port}: connection refused "
-                                 "(temporary; gave up after 3 attempts)")
+    assert str(caught.value) == (
+        f"smtp 127.0.0.1:{port}: connection refused (temporary; gave up after 3 attempts)"
+    )
     assert caught.value.recipients == ("a@example.com",)
     assert sleeps == [1.0, 2.0]
 
 
 def test_a_silent_server_times_out_as_temporary() -> None:
     with silent_server() as port:
-        settings = SmtpSettings(host="127.0.0.1", port=port, security="none", retries=0,
-                                timeout_s=0.2)
+        settings = SmtpSettings(
+            host="127.0.0.1", port=port, security="none", retries=0, timeout_s=0.2
+        )
         with pytest.raises(MailError, match=r"timed out after 0\.2s \(temporary") as caught:
             SmtpMailer(settings, password=None).send(report_message(), ["a@example.com"])
     assert caught.value.temporary
@@ -295,8 +315,9 @@ def test_a_silent_server_times_out_as_temporary() -> None:
 
 def test_some_recipients_refused(refusing_server: SmtpServer) -> None:
     sleeps = Sleeps()
-    mailer = SmtpMailer(refusing_server.settings(retries=1, backoff_s=3.0), password=None,
-                        sleep=sleeps)
+    mailer = SmtpMailer(
+        refusing_server.settings(retries=1, backoff_s=3.0), password=None, sleep=sleeps
+    )
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["ok@example.com", *REFUSED])
     err = caught.value
@@ -305,10 +326,12 @@ def test_some_recipients_refused(refusing_server: SmtpServer) -> None:
     assert [m.rcpt_tos for m in refusing_server.messages] == [["ok@example.com"]]
     assert err.recipients == ("nobody@example.com", "busy@example.com")
     assert not err.temporary  # one of them is refused for good
-    assert str(err) == (f"smtp 127.0.0.1:{refusing_server.port}: recipients refused: "
-                        "nobody@example.com (550 5.1.1 no such user); recipients refused: "
-                        "busy@example.com (450 4.2.1 mailbox busy, try later) "
-                        "(permanent; gave up after 2 attempts)")
+    assert str(err) == (
+        f"smtp 127.0.0.1:{refusing_server.port}: recipients refused: "
+        "nobody@example.com (550 5.1.1 no such user); recipients refused: "
+        "busy@example.com (450 4.2.1 mailbox busy, try later) "
+        "(permanent; gave up after 2 attempts)"
+    )
 
 
 def test_only_a_permanently_refused_recipient(refusing_server: SmtpServer) -> None:
@@ -316,8 +339,10 @@ def test_only_a_permanently_refused_recipient(refusing_server: SmtpServer) -> No
     mailer = SmtpMailer(refusing_server.settings(retries=3), password=None, sleep=sleeps)
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["ok@example.com", "nobody@example.com"])
-    assert str(caught.value) == (f"smtp 127.0.0.1:{refusing_server.port}: recipients refused: "
-                                 "nobody@example.com (550 5.1.1 no such user) (permanent)")
+    assert str(caught.value) == (
+        f"smtp 127.0.0.1:{refusing_server.port}: recipients refused: "
+        "nobody@example.com (550 5.1.1 no such user) (permanent)"
+    )
     assert caught.value.recipients == ("nobody@example.com",)
     assert sleeps == []
     assert [m.rcpt_tos for m in refusing_server.messages] == [["ok@example.com"]]
@@ -325,8 +350,9 @@ def test_only_a_permanently_refused_recipient(refusing_server: SmtpServer) -> No
 
 def test_every_recipient_refused_with_4xx_is_temporary(refusing_server: SmtpServer) -> None:
     sleeps = Sleeps()
-    mailer = SmtpMailer(refusing_server.settings(retries=2, backoff_s=1.0), password=None,
-                        sleep=sleeps)
+    mailer = SmtpMailer(
+        refusing_server.settings(retries=2, backoff_s=1.0), password=None, sleep=sleeps
+    )
     with pytest.raises(MailError) as caught:
         mailer.send(report_message(), ["busy@example.com"])
     assert caught.value.temporary
@@ -344,10 +370,15 @@ def test_default_ports(security: str, port: int) -> None:
     assert SmtpSettings(security=security, port=2525).effective_port == 2525
 
 
-@pytest.mark.parametrize(("change", "key"), [({"security": "ssl"}, "smtp.security"),
-                                             ({"port": 70000}, "smtp.port"),
-                                             ({"retries": -1}, "smtp.retries"),
-                                             ({"timeout_s": 0}, "smtp.timeout_s")])
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"security": "ssl"}, "smtp.security"),
+        ({"port": 70000}, "smtp.port"),
+        ({"retries": -1}, "smtp.retries"),
+        ({"timeout_s": 0}, "smtp.timeout_s"),
+    ],
+)
 def test_bad_settings_name_their_key(change: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError, match=f"^{key}: "):
         SmtpSettings(**change)  # type: ignore[arg-type]

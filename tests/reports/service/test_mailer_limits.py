@@ -50,12 +50,20 @@ def test_the_time_limit_ends_the_retries_and_says_how_long_it_tried() -> None:
     """Retries 5, backoff 10 s: attempts at t = 0, 10, 30; the next would start at 70 s, past
     the 45 s limit, so none does."""
     clock = Clock()
-    err = fail(SmtpMailer(refused(retries=5, backoff_s=10.0), password=None, sleep=clock.sleep,
-                          clock=clock, total_s=45.0))
+    err = fail(
+        SmtpMailer(
+            refused(retries=5, backoff_s=10.0),
+            password=None,
+            sleep=clock.sleep,
+            clock=clock,
+            total_s=45.0,
+        )
+    )
     assert clock.sleeps == [10.0, 20.0]
     assert err.temporary and not err.config
-    assert str(err).endswith("connection refused (temporary; gave up after 3 attempts in 30.0s; "
-                             "time limit 45s)")
+    assert str(err).endswith(
+        "connection refused (temporary; gave up after 3 attempts in 30.0s; time limit 45s)"
+    )
 
 
 def test_the_send_default_limit_cuts_the_default_backoff() -> None:
@@ -65,8 +73,11 @@ def test_the_send_default_limit_cuts_the_default_backoff() -> None:
     fail(SmtpMailer(refused(), password=None, sleep=unbounded.sleep, clock=unbounded))
     assert unbounded.sleeps == [30.0, 60.0, 120.0]
     bounded = Clock()
-    err = fail(SmtpMailer(refused(), password=None, sleep=bounded.sleep, clock=bounded,
-                          total_s=SEND_TIMEOUT_S))
+    err = fail(
+        SmtpMailer(
+            refused(), password=None, sleep=bounded.sleep, clock=bounded, total_s=SEND_TIMEOUT_S
+        )
+    )
     assert bounded.sleeps == [30.0]
     assert "gave up after 2 attempts in 30.0s; time limit 60s" in str(err)
 
@@ -93,12 +104,14 @@ def test_a_stop_ends_the_retries() -> None:
         sleeps(seconds)
         stop.set()
 
-    err = fail(SmtpMailer(refused(retries=3, backoff_s=5.0), password=None, sleep=interrupted,
-                          stop=stop))
+    err = fail(
+        SmtpMailer(refused(retries=3, backoff_s=5.0), password=None, sleep=interrupted, stop=stop)
+    )
     assert sleeps == [5.0]
     assert err.temporary
-    assert str(err).endswith("connection refused; not retried: stopping "
-                             "(temporary; gave up after 1 attempt)")
+    assert str(err).endswith(
+        "connection refused; not retried: stopping (temporary; gave up after 1 attempt)"
+    )
     stopped = threading.Event()
     stopped.set()  # already stopping: the attempt in hand is made, no retry is waited for
     sleeps.clear()
@@ -106,17 +119,23 @@ def test_a_stop_ends_the_retries() -> None:
     assert sleeps == []
 
 
-@pytest.mark.parametrize(("server", "settings", "config"), [
-    ({"users": {"alice": "right"}}, {"username": "alice"}, True),  # 535
-    ({"security": "starttls"}, {"ca_file": None}, True),  # certificate not trusted
-    ({}, {"security": "starttls"}, True),  # STARTTLS not offered
-    ({"refuse": {"a@example.com": "550 5.1.1 no such user"}}, {}, False),
-    ({"data_replies": ["554 5.7.1 looks like spam"]}, {}, False),
-    ({"data_replies": ["451 4.3.0 try again later"]}, {}, False),  # temporary: never config
-])
+@pytest.mark.parametrize(
+    ("server", "settings", "config"),
+    [
+        ({"users": {"alice": "right"}}, {"username": "alice"}, True),  # 535
+        ({"security": "starttls"}, {"ca_file": None}, True),  # certificate not trusted
+        ({}, {"security": "starttls"}, True),  # STARTTLS not offered
+        ({"refuse": {"a@example.com": "550 5.1.1 no such user"}}, {}, False),
+        ({"data_replies": ["554 5.7.1 looks like spam"]}, {}, False),
+        ({"data_replies": ["451 4.3.0 try again later"]}, {}, False),  # temporary: never config
+    ],
+)
 def test_which_failures_are_the_settings_fault(
-        smtp_server_factory: Callable[..., SmtpServer], server: dict[str, object],
-        settings: dict[str, object], config: bool) -> None:
+    smtp_server_factory: Callable[..., SmtpServer],
+    server: dict[str, object],
+    settings: dict[str, object],
+    config: bool,
+) -> None:
     srv = smtp_server_factory(**server)
     password = "wrong" if "username" in settings else None
     err = fail(SmtpMailer(srv.settings(**settings), password=password, sleep=Sleeps()))
@@ -124,7 +143,8 @@ def test_which_failures_are_the_settings_fault(
 
 
 def test_the_fingerprint_follows_the_settings_a_fault_can_lie_in(
-        tmp_path: Path, smtp_server_factory: Callable[..., SmtpServer]) -> None:
+    tmp_path: Path, smtp_server_factory: Callable[..., SmtpServer]
+) -> None:
     ca = smtp_server_factory(security="starttls").ca_file
     secret = tmp_path / "password"
     secret.write_text("one\n")
@@ -133,12 +153,22 @@ def test_the_fingerprint_follows_the_settings_a_fault_can_lie_in(
     fp = config_fingerprint(base, env)
     assert len(fp) == 16 and fp == config_fingerprint(base, env)
     # what a retry or a timeout changes is no fix for a refused login or certificate
-    same = [base.__class__(**{**base.__dict__, k: v}) for k, v in
-            (("timeout_s", 5.0), ("retries", 0), ("backoff_s", 1.0))]
+    same = [
+        base.__class__(**{**base.__dict__, k: v})
+        for k, v in (("timeout_s", 5.0), ("retries", 0), ("backoff_s", 1.0))
+    ]
     assert {config_fingerprint(s, env) for s in same} == {fp}
-    changed = [SmtpSettings(**{**base.__dict__, k: v}) for k, v in
-               (("host", "smtp2.example.com"), ("port", 2525), ("security", "tls"),
-                ("username", "gpu-kpi-2"), ("sender", "reports@example.com"), ("ca_file", ca))]
+    changed = [
+        SmtpSettings(**{**base.__dict__, k: v})
+        for k, v in (
+            ("host", "smtp2.example.com"),
+            ("port", 2525),
+            ("security", "tls"),
+            ("username", "gpu-kpi-2"),
+            ("sender", "reports@example.com"),
+            ("ca_file", ca),
+        )
+    ]
     prints = [config_fingerprint(s, env) for s in changed]
     prints.append(config_fingerprint(base, {"GPU_KPI_SMTP_PASSWORD": "from-the-env"}))
     os.utime(secret, ns=(secret.stat().st_atime_ns, secret.stat().st_mtime_ns + 10**9))

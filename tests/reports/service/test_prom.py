@@ -34,25 +34,34 @@ Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def minutes(run_id: str, start: datetime, utils: list[float], gpu: str) -> list[MinuteSample]:
-    return [MinuteSample(run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu,
-                         covered_s=60.0, util_pct=u) for i, u in enumerate(utils)]
+    return [
+        MinuteSample(
+            run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu, covered_s=60.0, util_pct=u
+        )
+        for i, u in enumerate(utils)
+    ]
 
 
-def week(runs: list[RunRecord], samples: list[MinuteSample] | None = None,
-         at: datetime = W48) -> kpis.WeekKpis:
-    return kpis.week_kpis(kpis.runs_frame(runs), kpis.samples_frame(samples or []), at,
-                          tz=UTC, now=NOW)
+def week(
+    runs: list[RunRecord], samples: list[MinuteSample] | None = None, at: datetime = W48
+) -> kpis.WeekKpis:
+    return kpis.week_kpis(
+        kpis.runs_frame(runs), kpis.samples_frame(samples or []), at, tz=UTC, now=NOW
+    )
 
 
 # W48: team ml runs "a" (10 GPU-h at 90%) and "d" (2 GPUs for 1 h, one busy, one idle: 2 GPU-h
 # at 50%, the idle GPU's hour wasted and idle); cv runs "b" (4 GPUs for 1 h at 10%); ops runs
 # "c" (2 GPU-h without GPU data: in spend, not in utilization)
-W48_RUNS = [run("a", W48, 10, util=90.0, team="ml"),
-            run("b", W48 + timedelta(days=1), 1, gpus=4, util=10.0, team="cv"),
-            run("c", W48 + timedelta(days=2), 2, util=None, team="ops"),
-            run("d", W48 + timedelta(days=3), 1, gpus=2, team="ml")]
-W48_SAMPLES = (minutes("d", W48 + timedelta(days=3), [100.0] * 60, gpu="GPU-busy")
-               + minutes("d", W48 + timedelta(days=3), [0.0] * 60, gpu="GPU-idle"))
+W48_RUNS = [
+    run("a", W48, 10, util=90.0, team="ml"),
+    run("b", W48 + timedelta(days=1), 1, gpus=4, util=10.0, team="cv"),
+    run("c", W48 + timedelta(days=2), 2, util=None, team="ops"),
+    run("d", W48 + timedelta(days=3), 1, gpus=2, team="ml"),
+]
+W48_SAMPLES = minutes("d", W48 + timedelta(days=3), [100.0] * 60, gpu="GPU-busy") + minutes(
+    "d", W48 + timedelta(days=3), [0.0] * 60, gpu="GPU-idle"
+)
 CV_WASTE = 4 * H100 * (1 - 10 / 85)
 # W49 so far: ml's run "e", 3 GPU-h at 40%
 W49_RUNS = [run("e", W49, 3, util=40.0, team="ml")]
@@ -98,7 +107,8 @@ def names(series: Series) -> set[str]:
 
 
 def test_the_week_and_its_teams_are_the_hand_computed_figures(
-        served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis) -> None:
+    served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis
+) -> None:
     exporter, server = served
     exporter.update(k48)
     s = scrape(server)
@@ -116,22 +126,25 @@ def test_the_week_and_its_teams_are_the_hand_computed_figures(
     assert value(s, "gpu_kpi_team_spend_usd", team="cv", **wk) == pytest.approx(4 * H100)
     assert value(s, "gpu_kpi_team_gpu_seconds", team="ops", **wk) == pytest.approx(2 * HOUR)
     assert value(s, "gpu_kpi_team_utilization_ratio", team="ml", **wk) == pytest.approx(
-        (0.9 * 10 + 0.5 * 2) / 12)
+        (0.9 * 10 + 0.5 * 2) / 12
+    )
     assert value(s, "gpu_kpi_team_utilization_ratio", team="cv", **wk) == pytest.approx(0.10)
     assert value(s, "gpu_kpi_team_waste_usd", team="cv", **wk) == pytest.approx(CV_WASTE)
     assert value(s, "gpu_kpi_team_waste_usd", team="ml", **wk) == pytest.approx(H100)
     assert value(s, "gpu_kpi_team_idle_usd", team="ml", **wk) == pytest.approx(H100)
     assert value(s, "gpu_kpi_team_idle_usd", team="cv", **wk) == 0.0
     # ops has no GPU data: no utilization series at all, never a 0
-    teams_with_util = {dict(labels)["team"] for name, labels in s
-                       if name == "gpu_kpi_team_utilization_ratio"}
+    teams_with_util = {
+        dict(labels)["team"] for name, labels in s if name == "gpu_kpi_team_utilization_ratio"
+    }
     assert teams_with_util == {"ml", "cv"}
     # no week to date given: none exported
     assert not {n for n in names(s) if n.startswith("gpu_kpi_week_to_date_")}
 
 
-def test_the_week_to_date_is_its_own_week(served: tuple[KpiExporter, MetricsServer],
-                                          k48: kpis.WeekKpis, k49: kpis.WeekKpis) -> None:
+def test_the_week_to_date_is_its_own_week(
+    served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis, k49: kpis.WeekKpis
+) -> None:
     exporter, server = served
     exporter.update(k48, week_to_date=k49)
     s = scrape(server)
@@ -140,15 +153,18 @@ def test_the_week_to_date_is_its_own_week(served: tuple[KpiExporter, MetricsServ
     assert value(s, "gpu_kpi_week_to_date_spend_usd", **wtd) == pytest.approx(3 * H100)
     assert value(s, "gpu_kpi_week_to_date_utilization_ratio", **wtd) == pytest.approx(0.40)
     assert value(s, "gpu_kpi_week_to_date_waste_usd", **wtd) == pytest.approx(
-        3 * H100 * (1 - 40 / 85))
+        3 * H100 * (1 - 40 / 85)
+    )
     assert value(s, "gpu_kpi_week_to_date_idle_usd", **wtd) == 0.0
     # and the complete week is still W48's
     assert value(s, "gpu_kpi_week_spend_usd", week="2026-W48", basis="util") == pytest.approx(
-        18 * H100)
+        18 * H100
+    )
 
 
-def test_the_last_12_weeks_are_labelled_by_week(served: tuple[KpiExporter, MetricsServer],
-                                                k48: kpis.WeekKpis) -> None:
+def test_the_last_12_weeks_are_labelled_by_week(
+    served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis
+) -> None:
     """A run in W45 (2 GPU-h at 50%) and W48's: W45 to W48 each a series, W46 and W47 a true
     0; none for the weeks before the first run."""
     exporter, server = served
@@ -156,43 +172,58 @@ def test_the_last_12_weeks_are_labelled_by_week(served: tuple[KpiExporter, Metri
     history = week([w45, *W48_RUNS], W48_SAMPLES)
     exporter.update(k48, history=history)
     got = scrape(server)
-    spend = {dict(labels)["week"]: v for (name, labels), v in got.items()
-             if name == "gpu_kpi_weekly_spend_usd"}
-    assert spend == {"2026-W45": pytest.approx(2 * H100), "2026-W46": 0.0, "2026-W47": 0.0,
-                     "2026-W48": pytest.approx(value(got, "gpu_kpi_week_spend_usd",
-                                                     week="2026-W48", basis="util"))}
-    assert value(got, "gpu_kpi_weekly_gpu_seconds", week="2026-W45", basis="util") == \
-        pytest.approx(2 * HOUR)
-    assert value(got, "gpu_kpi_weekly_utilization_ratio", week="2026-W45",
-                 basis="util") == pytest.approx(0.5)
+    spend = {
+        dict(labels)["week"]: v
+        for (name, labels), v in got.items()
+        if name == "gpu_kpi_weekly_spend_usd"
+    }
+    assert spend == {
+        "2026-W45": pytest.approx(2 * H100),
+        "2026-W46": 0.0,
+        "2026-W47": 0.0,
+        "2026-W48": pytest.approx(
+            value(got, "gpu_kpi_week_spend_usd", week="2026-W48", basis="util")
+        ),
+    }
+    assert value(got, "gpu_kpi_weekly_gpu_seconds", week="2026-W45", basis="util") == pytest.approx(
+        2 * HOUR
+    )
+    assert value(
+        got, "gpu_kpi_weekly_utilization_ratio", week="2026-W45", basis="util"
+    ) == pytest.approx(0.5)
     # a week without utilization data has no ratio, not 0
-    assert ("gpu_kpi_weekly_utilization_ratio",
-            frozenset({("week", "2026-W46"), ("basis", "util")})) not in got
+    assert (
+        "gpu_kpi_weekly_utilization_ratio",
+        frozenset({("week", "2026-W46"), ("basis", "util")}),
+    ) not in got
 
 
 def test_an_unknown_utilization_is_left_out_not_zero(
-        served: tuple[KpiExporter, MetricsServer]) -> None:
+    served: tuple[KpiExporter, MetricsServer],
+) -> None:
     exporter, server = served
     blind = week([run("c", W48, 2, util=None, team="ops")])
     assert blind.headline.utilization_pct is None
     exporter.update(blind, week_to_date=blind)
     s = scrape(server)
     assert value(s, "gpu_kpi_week_spend_usd", week="2026-W48", basis="util") == pytest.approx(
-        2 * H100)
-    assert value(s, "gpu_kpi_week_to_date_gpu_seconds", week="2026-W48", basis="util") == (
-        2 * HOUR)
+        2 * H100
+    )
+    assert value(s, "gpu_kpi_week_to_date_gpu_seconds", week="2026-W48", basis="util") == (2 * HOUR)
     assert not {n for n in names(s) if n.endswith("_utilization_ratio")}
 
 
 def test_before_any_update_only_the_service_counters_show(
-        served: tuple[KpiExporter, MetricsServer]) -> None:
+    served: tuple[KpiExporter, MetricsServer],
+) -> None:
     _, server = served
     s = scrape(server)
     assert s == {("gpu_kpi_reports_built_total", frozenset()): 0.0}
 
 
 def test_counters_count_and_the_last_report_is_timestamped(
-        served: tuple[KpiExporter, MetricsServer]) -> None:
+    served: tuple[KpiExporter, MetricsServer],
+) -> None:
     exporter, server = served
     for outcome in ("sent", "sent", "failed"):
         exporter.count_email("weekly", outcome)
@@ -204,18 +235,25 @@ def test_counters_count_and_the_last_report_is_timestamped(
     assert value(s, "gpu_kpi_emails_total", kind="weekly", outcome="sent") == 2
     assert value(s, "gpu_kpi_emails_total", kind="weekly", outcome="failed") == 1
     assert value(s, "gpu_kpi_emails_total", kind="digest", outcome="skipped") == 1
-    assert ("gpu_kpi_emails_total", frozenset({("kind", "weekly"), ("outcome", "skipped")})) \
-        not in s
+    assert (
+        "gpu_kpi_emails_total",
+        frozenset({("kind", "weekly"), ("outcome", "skipped")}),
+    ) not in s
     assert value(s, "gpu_kpi_reports_built_total") == 2
     assert value(s, "gpu_kpi_last_report_timestamp_seconds", week="2026-W48") == (
-        built.timestamp() + 300)
+        built.timestamp() + 300
+    )
     # no update yet: still no KPI series
-    assert names(s) == {"gpu_kpi_emails_total", "gpu_kpi_reports_built_total",
-                        "gpu_kpi_last_report_timestamp_seconds"}
+    assert names(s) == {
+        "gpu_kpi_emails_total",
+        "gpu_kpi_reports_built_total",
+        "gpu_kpi_last_report_timestamp_seconds",
+    }
 
 
 def test_bad_counter_input_is_refused_and_counts_nothing(
-        served: tuple[KpiExporter, MetricsServer]) -> None:
+    served: tuple[KpiExporter, MetricsServer],
+) -> None:
     exporter, server = served
     with pytest.raises(ValueError, match="outcome 'bounced'"):
         exporter.count_email("weekly", "bounced")
@@ -224,26 +262,28 @@ def test_bad_counter_input_is_refused_and_counts_nothing(
     assert scrape(server) == {("gpu_kpi_reports_built_total", frozenset()): 0.0}
 
 
-def test_an_update_replaces_the_old_week_entirely(served: tuple[KpiExporter, MetricsServer],
-                                                  k48: kpis.WeekKpis,
-                                                  k49: kpis.WeekKpis) -> None:
+def test_an_update_replaces_the_old_week_entirely(
+    served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis, k49: kpis.WeekKpis
+) -> None:
     exporter, server = served
     exporter.update(k48, week_to_date=k49)
-    assert ("2026-W48" in {dict(labels).get("week") for _, labels in scrape(server)})
+    assert "2026-W48" in {dict(labels).get("week") for _, labels in scrape(server)}
     exporter.update(k49)
     s = scrape(server)
     weeks = {dict(labels).get("week") for _, labels in s} - {None}
     assert weeks == {"2026-W49"}
     assert value(s, "gpu_kpi_week_spend_usd", week="2026-W49", basis="util") == pytest.approx(
-        3 * H100)
-    assert {dict(labels)["team"] for name, labels in s if name == "gpu_kpi_team_spend_usd"} \
-        == {"ml"}  # cv and ops ran only in W48
+        3 * H100
+    )
+    assert {dict(labels)["team"] for name, labels in s if name == "gpu_kpi_team_spend_usd"} == {
+        "ml"
+    }  # cv and ops ran only in W48
     assert not {n for n in names(s) if n.startswith("gpu_kpi_week_to_date_")}
 
 
 def test_a_scrape_during_updates_sees_one_whole_week(
-        served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis,
-        k49: kpis.WeekKpis) -> None:
+    served: tuple[KpiExporter, MetricsServer], k48: kpis.WeekKpis, k49: kpis.WeekKpis
+) -> None:
     exporter, server = served
     exporter.update(k48)
     stop = threading.Event()
@@ -268,9 +308,11 @@ def test_a_scrape_during_updates_sees_one_whole_week(
             (wk,) = weeks
             seen.add(wk)
             assert value(s, "gpu_kpi_week_spend_usd", week=wk, basis="util") == pytest.approx(
-                spend[wk])
-            assert {dict(labels)["team"] for name, labels in s
-                    if name == "gpu_kpi_team_spend_usd"} == teams[wk]
+                spend[wk]
+            )
+            assert {
+                dict(labels)["team"] for name, labels in s if name == "gpu_kpi_team_spend_usd"
+            } == teams[wk]
     finally:
         stop.set()
         updater.join()

@@ -25,14 +25,56 @@ from reports.service.prom import METRICS, KpiExporter
 DASHBOARD = Path(__file__).resolve().parents[3] / "grafana" / "gpu-kpi-dashboard.json"
 
 # validations/units.go: unit → its base unit; the prefixes; the discouraged abbreviations
-UNITS = {u: u for u in ("amperes", "bytes", "celsius", "grams", "joules", "kelvin", "meters",
-                        "metres", "seconds", "volts")} | {
-    "minutes": "seconds", "hours": "seconds", "days": "seconds", "weeks": "seconds",
-    "kelvins": "kelvin", "fahrenheit": "celsius", "rankine": "celsius", "inches": "meters",
-    "yards": "meters", "miles": "meters", "bits": "bytes", "calories": "joules",
-    "pounds": "grams", "ounces": "grams"}
-PREFIXES = ("pico", "nano", "micro", "milli", "centi", "deci", "deca", "hecto", "kilo", "kibi",
-            "mega", "mibi", "giga", "gibi", "tera", "tebi", "peta", "pebi")
+UNITS = {
+    u: u
+    for u in (
+        "amperes",
+        "bytes",
+        "celsius",
+        "grams",
+        "joules",
+        "kelvin",
+        "meters",
+        "metres",
+        "seconds",
+        "volts",
+    )
+} | {
+    "minutes": "seconds",
+    "hours": "seconds",
+    "days": "seconds",
+    "weeks": "seconds",
+    "kelvins": "kelvin",
+    "fahrenheit": "celsius",
+    "rankine": "celsius",
+    "inches": "meters",
+    "yards": "meters",
+    "miles": "meters",
+    "bits": "bytes",
+    "calories": "joules",
+    "pounds": "grams",
+    "ounces": "grams",
+}
+PREFIXES = (
+    "pico",
+    "nano",
+    "micro",
+    "milli",
+    "centi",
+    "deci",
+    "deca",
+    "hecto",
+    "kilo",
+    "kibi",
+    "mega",
+    "mibi",
+    "giga",
+    "gibi",
+    "tera",
+    "tebi",
+    "peta",
+    "pebi",
+)
 ABBREVIATIONS = ("s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d")
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
 OWN_LABEL = {"histogram": "le", "summary": "quantile"}
@@ -62,12 +104,22 @@ def parse(text: str) -> list[Family]:
         if not line or line.startswith("#"):
             continue
         name, labels = re.fullmatch(r"([^{\s]+)(?:\{(.*)\})?\s+\S+(?:\s+\S+)?", line).groups()  # type: ignore[union-attr]
-        fam = next((f for f in families.values() if name == f.name or name in
-                    [f.name + s for s in SUFFIXES.get(f.type, ())]), None)
+        fam = next(
+            (
+                f
+                for f in families.values()
+                if name == f.name or name in [f.name + s for s in SUFFIXES.get(f.type, ())]
+            ),
+            None,
+        )
         fam = fam or families.setdefault(name, Family(name))
-        pairs = tuple(sorted((k, v) for k, v in re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"',
-                                                           labels or "")
-                             if k != OWN_LABEL.get(fam.type)))
+        pairs = tuple(
+            sorted(
+                (k, v)
+                for k, v in re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels or "")
+                if k != OWN_LABEL.get(fam.type)
+            )
+        )
         if fam.type not in SUFFIXES or pairs not in fam.metrics:
             fam.metrics.append(pairs)
     return list(families.values())
@@ -78,8 +130,8 @@ def metric_units(name: str) -> tuple[str, str] | None:
         if part in UNITS:
             return part, UNITS[part]
         for p in PREFIXES:
-            if part.startswith(p) and part[len(p):] in UNITS:
-                return part, UNITS[part[len(p):]]
+            if part.startswith(p) and part[len(p) :] in UNITS:
+                return part, UNITS[part[len(p) :]]
     return None
 
 
@@ -115,11 +167,18 @@ def promlint(f: Family) -> list[str]:
     camel = re.compile(r"[a-z][A-Z]")  # LintCamelCase
     if camel.search(f.name):
         out.append("metric names should be written in 'snake_case' not 'camelCase'")
-    out += ["label names should be written in 'snake_case' not 'camelCase'"
-            for labels in f.metrics for k, _ in labels if camel.search(k)]
-    out += ["metric names should not contain abbreviated units"  # LintUnitAbbreviations
-            for a in ABBREVIATIONS if f"_{a}_" in lower or lower.endswith(f"_{a}")]
-    out += ["metric not unique" for i, m in enumerate(f.metrics) if m in f.metrics[i + 1:]]
+    out += [
+        "label names should be written in 'snake_case' not 'camelCase'"
+        for labels in f.metrics
+        for k, _ in labels
+        if camel.search(k)
+    ]
+    out += [
+        "metric names should not contain abbreviated units"  # LintUnitAbbreviations
+        for a in ABBREVIATIONS
+        if f"_{a}_" in lower or lower.endswith(f"_{a}")
+    ]
+    out += ["metric not unique" for i, m in enumerate(f.metrics) if m in f.metrics[i + 1 :]]
     return out
 
 
@@ -153,24 +212,49 @@ PROMLINT_CASES = [
     (family("x_bytes_total", "gauge"), ['non-counter metrics should not have "_total" suffix']),
     (family("x_bytes_total", "untyped"), []),
     (family("x_bytes_bucket", "gauge"), ['non-histogram metrics should not have "_bucket" suffix']),
-    (family("x_bytes_count", "gauge"),
-     ['non-histogram and non-summary metrics should not have "_count" suffix']),
-    (family("x_bytes", "gauge", 'x_bytes{le="1"} 10'),
-     ['non-histogram metrics should not have "le" label']),
-    (family("x_bytes", "gauge", 'x_bytes{quantile="1"} 10'),
-     ['non-summary metrics should not have "quantile" label']),
-    (family("instance_memory_limit_bytes_gauge", "gauge"),
-     ["metric name should not include type 'gauge'"]),
-    (family("http_requests_counter", "counter"), ['counter metrics should have "_total" suffix',
-                                                  "metric name should not include type 'counter'"]),
+    (
+        family("x_bytes_count", "gauge"),
+        ['non-histogram and non-summary metrics should not have "_count" suffix'],
+    ),
+    (
+        family("x_bytes", "gauge", 'x_bytes{le="1"} 10'),
+        ['non-histogram metrics should not have "le" label'],
+    ),
+    (
+        family("x_bytes", "gauge", 'x_bytes{quantile="1"} 10'),
+        ['non-summary metrics should not have "quantile" label'],
+    ),
+    (
+        family("instance_memory_limit_bytes_gauge", "gauge"),
+        ["metric name should not include type 'gauge'"],
+    ),
+    (
+        family("http_requests_counter", "counter"),
+        [
+            'counter metrics should have "_total" suffix',
+            "metric name should not include type 'counter'",
+        ],
+    ),
     (family("request_duration::_seconds", "gauge"), ["metric names should not contain ':'"]),
-    (family("requestDuration_seconds", "gauge"),
-     ["metric names should be written in 'snake_case' not 'camelCase'"]),
-    (family("request_duration_seconds", "gauge", 'request_duration_seconds{httpService="f"} 1'),
-     ["label names should be written in 'snake_case' not 'camelCase'"]),
-    *[(family(n, "gauge"), ["metric names should not contain abbreviated units"])
-      for n in ("instance_memory_limit_kb", "instance_memory_limit_MB", "request_duration_ms",
-                "request_sec_duration", "request_duration_h", "request_duration_d")],
+    (
+        family("requestDuration_seconds", "gauge"),
+        ["metric names should be written in 'snake_case' not 'camelCase'"],
+    ),
+    (
+        family("request_duration_seconds", "gauge", 'request_duration_seconds{httpService="f"} 1'),
+        ["label names should be written in 'snake_case' not 'camelCase'"],
+    ),
+    *[
+        (family(n, "gauge"), ["metric names should not contain abbreviated units"])
+        for n in (
+            "instance_memory_limit_kb",
+            "instance_memory_limit_MB",
+            "request_duration_ms",
+            "request_sec_duration",
+            "request_duration_h",
+            "request_duration_d",
+        )
+    ],
     (family("x_bytes", "gauge", 'x_bytes{a="1"} 1\nx_bytes{a="1"} 2'), ["metric not unique"]),
 ]
 
@@ -181,14 +265,23 @@ def test_the_rules_give_promlints_answers_on_its_own_cases(text: str, problems: 
 
 
 def test_the_names_before_issue_10_fail_the_rules() -> None:
-    old = "".join(family(n, "gauge") for n in (
-        "gpu_kpi_week_gpu_hours", "gpu_kpi_team_gpu_hours", "gpu_kpi_week_to_date_gpu_hours",
-        "gpu_kpi_week_utilization_percent"))
+    old = "".join(
+        family(n, "gauge")
+        for n in (
+            "gpu_kpi_week_gpu_hours",
+            "gpu_kpi_team_gpu_hours",
+            "gpu_kpi_week_to_date_gpu_hours",
+            "gpu_kpi_week_utilization_percent",
+        )
+    )
     assert lint(old) == [
         ("gpu_kpi_team_gpu_hours", 'use base unit "seconds" instead of "hours"'),
         ("gpu_kpi_week_gpu_hours", 'use base unit "seconds" instead of "hours"'),
         ("gpu_kpi_week_to_date_gpu_hours", 'use base unit "seconds" instead of "hours"'),
-        ("gpu_kpi_week_utilization_percent", 'use a ratio (0-1, suffix "_ratio"), not a percentage'),
+        (
+            "gpu_kpi_week_utilization_percent",
+            'use a ratio (0-1, suffix "_ratio"), not a percentage',
+        ),
     ]
 
 
@@ -198,9 +291,11 @@ def exposition() -> str:
     import urllib.request
 
     exporter = KpiExporter()
-    exporter.update(week(W48_RUNS, W48_SAMPLES), week_to_date=week(W48_RUNS + W49_RUNS,
-                                                                   W48_SAMPLES, at=W49),
-                    history=week(W48_RUNS, W48_SAMPLES))
+    exporter.update(
+        week(W48_RUNS, W48_SAMPLES),
+        week_to_date=week(W48_RUNS + W49_RUNS, W48_SAMPLES, at=W49),
+        history=week(W48_RUNS, W48_SAMPLES),
+    )
     exporter.count_email("summary", "sent")
     exporter.report_built("2026-W48", datetime(2026, 11, 30, 8, tzinfo=UTC))
     with exporter.serve(port=0) as server, urllib.request.urlopen(server.url, timeout=5) as r:
@@ -212,26 +307,38 @@ def test_the_endpoint_passes_the_rules(exposition: str) -> None:
     assert lint(exposition) == []
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not on PATH "
-                    "(apt-get install prometheus); the re-implemented rules ran")
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool not on PATH (apt-get install prometheus); the re-implemented rules ran",
+)
 def test_promtool_check_metrics_passes(exposition: str) -> None:
     def check(text: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
-                              capture_output=True, timeout=60, check=False)
+        return subprocess.run(
+            ["promtool", "check", "metrics"],
+            input=text,
+            text=True,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
 
     ok = check(exposition)
     assert (ok.returncode, ok.stdout + ok.stderr) == (0, "")
     old = check(family("gpu_kpi_week_gpu_hours", "gauge"))  # and promtool agrees with the rules
     assert old.returncode != 0
-    assert 'gpu_kpi_week_gpu_hours use base unit "seconds" instead of "hours"' in old.stdout + old.stderr
+    assert (
+        'gpu_kpi_week_gpu_hours use base unit "seconds" instead of "hours"'
+        in old.stdout + old.stderr
+    )
 
 
 def test_the_dashboard_shows_the_base_units_as_people_read_them() -> None:
     """GPU time comes in GPU-seconds and is shown in GPU-hours (÷ 3600); a utilization ratio is
     shown with Grafana's 0-1 percent unit, its thresholds 0.5 and 0.85 (not 50 and 85)."""
     dash = json.loads(DASHBOARD.read_text())
-    shown = [p for row in dash["panels"] for p in [row, *row.get("panels", [])]
-             if p["type"] != "row"]
+    shown = [
+        p for row in dash["panels"] for p in [row, *row.get("panels", [])] if p["type"] != "row"
+    ]
     ratio = gpu_s = 0
     for p in shown:
         exprs = [t["expr"] for t in p["targets"]]
@@ -246,7 +353,11 @@ def test_the_dashboard_shows_the_base_units_as_people_read_them() -> None:
             steps = [s["value"] for s in defaults["thresholds"]["steps"]]
             assert steps == [None, 0.5, 0.85], p["title"]
             assert defaults.get("max", 1) == 1, p["title"]
-    units = {o["matcher"]["options"]: o["properties"][0]["value"] for p in shown
-             if p["type"] == "table" for o in p["fieldConfig"]["overrides"]}
+    units = {
+        o["matcher"]["options"]: o["properties"][0]["value"]
+        for p in shown
+        if p["type"] == "table"
+        for o in p["fieldConfig"]["overrides"]
+    }
     assert units["Utilization"] == "percentunit" and units["GPU-hours"] == "suffix: GPU-h"
     assert (gpu_s, ratio) == (4, 5)

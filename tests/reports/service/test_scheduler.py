@@ -84,8 +84,9 @@ class HeldData:
         monkeypatch.setattr(smtp_servers._Handler, "handle_DATA", held)
 
 
-def run_scheduler(s: ServiceSettings, *, run_now: bool = True,
-                  runs: int = 1) -> tuple[list[RunResult], datetime | None]:
+def run_scheduler(
+    s: ServiceSettings, *, run_now: bool = True, runs: int = 1
+) -> tuple[list[RunResult], datetime | None]:
     """Start a real scheduler, wait for ``runs`` weekly runs, stop it; their results and the
     job's next run time at that point."""
     results = Results()
@@ -131,8 +132,9 @@ def store(tmp_path: Path) -> str:
 def test_the_cron_schedule_is_monday_eight_in_the_report_zone() -> None:
     berlin = ZoneInfo("Europe/Berlin")
     after = datetime(2026, 11, 30, 7, 59, tzinfo=berlin)  # a Monday, a minute early
-    assert next_fire_time("0 8 * * mon", berlin, after) == datetime(2026, 11, 30, 8, 0,
-                                                                    tzinfo=berlin)
+    assert next_fire_time("0 8 * * mon", berlin, after) == datetime(
+        2026, 11, 30, 8, 0, tzinfo=berlin
+    )
     nxt = next_fire_time("0 8 * * mon", berlin, after + timedelta(minutes=2))
     assert nxt == datetime(2026, 12, 7, 8, 0, tzinfo=berlin)
     assert nxt is not None and nxt.utcoffset() == timedelta(hours=1)
@@ -144,8 +146,9 @@ def test_the_cron_schedule_is_monday_eight_in_the_report_zone() -> None:
         parse_schedule("0 8 * mon", "UTC")
 
 
-def test_the_trigger_fires_archives_and_mails_once(tmp_path: Path, store: str,
-                                                   smtp_server: SmtpServer) -> None:
+def test_the_trigger_fires_archives_and_mails_once(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     s = settings(tmp_path, store, smtp_server, CTO, NLP)
     (first,), next_run = run_scheduler(s)
     assert [o.status for o in first.outcomes] == ["sent", "sent"]
@@ -176,8 +179,12 @@ class Planted:
 
 @pytest.mark.parametrize("planted", ["pickle", "garbage"])
 def test_serve_never_reads_the_old_job_table_and_catches_up_from_the_log(
-        tmp_path: Path, store_url: str, smtp_server: SmtpServer, planted: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path,
+    store_url: str,
+    smtp_server: SmtpServer,
+    planted: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A job row in ``gpu_kpi_jobs`` (APScheduler's columns), due five minutes ago: a pickle
     whose loading creates a file, or bytes that are no pickle. The week before was sent and the
     last one missed (the service was down): serve starts, says the table is ignored, and sends
@@ -192,10 +199,13 @@ def test_serve_never_reads_the_old_job_table_and_catches_up_from_the_log(
     marker = tmp_path / "planted-pickle-ran"
     state = pickle.dumps(Planted(marker)) if planted == "pickle" else b"\x80\x05no pickle\x00"
     due = (datetime.now(UTC) - timedelta(minutes=5)).timestamp()
-    jobs = sa.Table(OLD_JOBS_TABLE, sa.MetaData(),
-                    sa.Column("id", sa.Unicode(191), primary_key=True),
-                    sa.Column("next_run_time", sa.Float(25), index=True),
-                    sa.Column("job_state", sa.LargeBinary, nullable=False))
+    jobs = sa.Table(
+        OLD_JOBS_TABLE,
+        sa.MetaData(),
+        sa.Column("id", sa.Unicode(191), primary_key=True),
+        sa.Column("next_run_time", sa.Float(25), index=True),
+        sa.Column("job_state", sa.LargeBinary, nullable=False),
+    )
     with RunStore(store_url) as st:
         jobs.metadata.create_all(st.engine)
         with st.engine.begin() as conn:
@@ -214,8 +224,9 @@ def test_serve_never_reads_the_old_job_table_and_catches_up_from_the_log(
         assert conn.execute(sa.select(jobs)).all() == [(JOB_ID, due, state)]
 
 
-def test_overdue_only_for_recipients_with_history(tmp_path: Path, store: str,
-                                                  smtp_server: SmtpServer) -> None:
+def test_overdue_only_for_recipients_with_history(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     s = settings(tmp_path, store, smtp_server, CTO)
     now = datetime.now(UTC)
     assert Service(s).overdue(now) is False  # a first start owes nothing
@@ -226,16 +237,17 @@ def test_overdue_only_for_recipients_with_history(tmp_path: Path, store: str,
 
 
 def test_a_second_scheduler_fired_mid_send_skips_then_owes_nothing(
-        tmp_path: Path, store_url: str, smtp_server: SmtpServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, store_url: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two schedulers (two ``serve`` processes) each fire the job (APScheduler 3 does not
     coordinate them). The second fires while the first is held at the SMTP server's DATA, its
     delivery claimed and not yet sent: it finds the claim and skips. Fired again once the first
     has sent, it finds nothing owed. One email in all; on SQLite and on PostgreSQL."""
     add_week(store_url, Service(ServiceSettings()).latest_week(datetime.now(UTC)))
     # a held DATA must not time out the sender
-    s = replace(settings(tmp_path, store_url, smtp_server, CTO),
-                smtp=smtp_server.settings(timeout_s=60.0))
+    s = replace(
+        settings(tmp_path, store_url, smtp_server, CTO), smtp=smtp_server.settings(timeout_s=60.0)
+    )
     held = HeldData(monkeypatch)
     first, second = Results(), Results()
     with RunStore(store_url) as st_a:
@@ -265,8 +277,9 @@ def test_a_second_scheduler_fired_mid_send_skips_then_owes_nothing(
     assert [(e.recipient, e.status, e.attempts) for e in entries] == [(CTO.to, "sent", 1)]
 
 
-def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,
-                                             smtp_server_factory: object) -> None:
+def test_a_temporary_failure_is_retried_soon(
+    tmp_path: Path, store: str, smtp_server_factory: object
+) -> None:
     server = smtp_server_factory(data_replies=["451 4.3.0 try again later"])  # type: ignore[operator]
     s = settings(tmp_path, store, server, CTO, retry_after_min=1 / 60)  # 1 s
     (first, retry), _ = run_scheduler(s, runs=2)
@@ -275,8 +288,9 @@ def test_a_temporary_failure_is_retried_soon(tmp_path: Path, store: str,
     assert len(server.messages) == 1
 
 
-def test_the_last_report_is_on_metrics_after_a_restart(tmp_path: Path, store: str,
-                                                        smtp_server: SmtpServer) -> None:
+def test_the_last_report_is_on_metrics_after_a_restart(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     """A service restarted after a report was built says when, before the next one: from the
     archive (the newest week's JSON and when it was written)."""
     import time
@@ -289,8 +303,12 @@ def test_the_last_report_is_on_metrics_after_a_restart(tmp_path: Path, store: st
         os.utime(archive / f"{week}.json", (mtime, mtime))
     (archive / "notes.json").write_text("{}")  # not a week
     port = smtp_servers.unused_port()
-    s = replace(settings(tmp_path, store, smtp_server), metrics_port=port,
-                recipients=(), out_dir=str(archive))
+    s = replace(
+        settings(tmp_path, store, smtp_server),
+        metrics_port=port,
+        recipients=(),
+        out_dir=str(archive),
+    )
     with serving(s, Results()):
         deadline = time.monotonic() + 30
         while True:
@@ -302,7 +320,8 @@ def test_the_last_report_is_on_metrics_after_a_restart(tmp_path: Path, store: st
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-    line = next(x for x in text.splitlines()
-                if x.startswith("gpu_kpi_last_report_timestamp_seconds{"))
+    line = next(
+        x for x in text.splitlines() if x.startswith("gpu_kpi_last_report_timestamp_seconds{")
+    )
     assert line == 'gpu_kpi_last_report_timestamp_seconds{week="2026-W48"} 1.7645472e+09'
     assert "gpu_kpi_reports_built_total 0.0" in text

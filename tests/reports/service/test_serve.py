@@ -43,8 +43,9 @@ def store(tmp_path: Path) -> str:
     return url
 
 
-def config(tmp_path: Path, store: str, port: int, extra: str = "",
-           smtp: str = "retries = 0") -> Path:
+def config(
+    tmp_path: Path, store: str, port: int, extra: str = "", smtp: str = "retries = 0"
+) -> Path:
     path = tmp_path / "gpu-kpi.toml"
     path.write_text(f"""
 store = "{store}"
@@ -67,14 +68,20 @@ team = "nlp"
 
 
 def gpu_kpi(*args: str, password: str = SECRET, **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reports.cli", *args], capture_output=True,
-                          text=True, timeout=180, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT),
-                               "GPU_KPI_SMTP_PASSWORD": password}, **kw)  # type: ignore[call-overload]
+    return subprocess.run(
+        [sys.executable, "-m", "reports.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GPU_KPI_SMTP_PASSWORD": password},
+        **kw,
+    )  # type: ignore[call-overload]
 
 
-def test_serve_once_archives_and_delivers(tmp_path: Path, store: str,
-                                          smtp_server: SmtpServer) -> None:
+def test_serve_once_archives_and_delivers(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     cfg = config(tmp_path, store, smtp_server.port)
     p = gpu_kpi("serve", "--once", "--config", str(cfg))
     assert p.returncode == 0, p.stderr
@@ -82,13 +89,16 @@ def test_serve_once_archives_and_delivers(tmp_path: Path, store: str,
     assert f"{week} summary cto@example.com: sent" in p.stdout
     assert f"{week} team:nlp nlp-lead@example.com: sent" in p.stdout
     assert str(tmp_path / "archive" / f"{week}.html") in p.stdout.splitlines()
-    assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == ["cto@example.com",
-                                                                   "nlp-lead@example.com"]
+    assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == [
+        "cto@example.com",
+        "nlp-lead@example.com",
+    ]
     again = gpu_kpi("serve", "--once", "--config", str(cfg))
     assert again.returncode == 0, again.stderr
     *archived, said = again.stdout.splitlines()
-    assert sorted(archived) == sorted(line for line in p.stdout.splitlines()
-                                      if line.startswith(str(tmp_path)))  # rewritten, not sent
+    assert sorted(archived) == sorted(
+        line for line in p.stdout.splitlines() if line.startswith(str(tmp_path))
+    )  # rewritten, not sent
     assert said == f"{week}: already delivered to 2 recipient(s); nothing owed"
     assert len(smtp_server.messages) == 2
     assert SECRET not in p.stdout + p.stderr + again.stdout + again.stderr
@@ -98,8 +108,18 @@ def test_send_dry_run_writes_the_message(tmp_path: Path, store: str) -> None:
     cfg = config(tmp_path, store, unused_port())
     week = latest_label()
     out = tmp_path / "dry"
-    p = gpu_kpi("send", "--week", week, "--to", "boss@example.com", "--dry-run",
-                "--out", str(out), "--config", str(cfg))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        week,
+        "--to",
+        "boss@example.com",
+        "--dry-run",
+        "--out",
+        str(out),
+        "--config",
+        str(cfg),
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == f"dry run: {out / (week + '.eml')} (not sent)"
     msg = message_from_bytes((out / f"{week}.eml").read_bytes(), policy=policy.default)
@@ -110,49 +130,115 @@ def test_send_a_teams_or_an_engineers_report(tmp_path: Path, store: str) -> None
     cfg = config(tmp_path, store, unused_port())
     week = latest_label()
     out = tmp_path / "dry"
-    p = gpu_kpi("send", "--week", week, "--to", "lead@example.com", "--team", "nlp",
-                "--dry-run", "--out", str(out), "--config", str(cfg))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        week,
+        "--to",
+        "lead@example.com",
+        "--team",
+        "nlp",
+        "--dry-run",
+        "--out",
+        str(out),
+        "--config",
+        str(cfg),
+    )
     assert p.returncode == 0, p.stderr
     path = out / f"{week}-team-nlp.eml"
     assert p.stdout.strip() == f"dry run: {path} (not sent)"
     msg = message_from_bytes(path.read_bytes(), policy=policy.default)
     assert str(msg["Subject"]).strip().startswith(f"GPU efficiency {week}, team nlp: $46 spend")
-    p = gpu_kpi("send", "--week", week, "--to", "alice@example.com", "--kind", "runs",
-                "--user", "alice", "--dry-run", "--out", str(out), "--config", str(cfg))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        week,
+        "--to",
+        "alice@example.com",
+        "--kind",
+        "runs",
+        "--user",
+        "alice",
+        "--dry-run",
+        "--out",
+        str(out),
+        "--config",
+        str(cfg),
+    )
     assert p.returncode == 0, p.stderr
     msg = message_from_bytes((out / f"{week}-runs-alice.eml").read_bytes(), policy=policy.default)
     assert "1 of your runs under 50%" in str(msg["Subject"])
     # bob's run was at 90%: nothing to send, and said so
-    p = gpu_kpi("send", "--week", week, "--to", "bob@example.com", "--user", "bob", "--dry-run",
-                "--out", str(out), "--config", str(cfg))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        week,
+        "--to",
+        "bob@example.com",
+        "--user",
+        "bob",
+        "--dry-run",
+        "--out",
+        str(out),
+        "--config",
+        str(cfg),
+    )
     assert p.returncode == 1
-    assert p.stderr.strip() == f"gpu-kpi: nothing sent: user 'bob' had no underutilized runs in {week}"
-    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--kind", "team",
-                "--config", str(cfg))
+    assert (
+        p.stderr.strip() == f"gpu-kpi: nothing sent: user 'bob' had no underutilized runs in {week}"
+    )
+    p = gpu_kpi(
+        "send", "--week", week, "--to", "a@example.com", "--kind", "team", "--config", str(cfg)
+    )
     assert p.returncode == 2 and p.stderr.strip() == "gpu-kpi: error: --kind team needs --team"
-    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--team", "nlp", "--user",
-                "alice", "--config", str(cfg))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        week,
+        "--to",
+        "a@example.com",
+        "--team",
+        "nlp",
+        "--user",
+        "alice",
+        "--config",
+        str(cfg),
+    )
     assert p.returncode == 2 and "--team and --user: one report at a time" in p.stderr
 
 
 def test_send_mails_now_and_says_so(tmp_path: Path, store: str, smtp_server: SmtpServer) -> None:
     cfg = config(tmp_path, store, smtp_server.port)
     week = latest_label()
-    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--to", "b@example.com",
-                "--config", str(cfg))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        week,
+        "--to",
+        "a@example.com",
+        "--to",
+        "b@example.com",
+        "--config",
+        str(cfg),
+    )
     assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == (f"sent {week} to a@example.com, b@example.com via "
-                                f"127.0.0.1:{smtp_server.port}")
+    assert p.stdout.strip() == (
+        f"sent {week} to a@example.com, b@example.com via 127.0.0.1:{smtp_server.port}"
+    )
     assert [m.rcpt_tos for m in smtp_server.messages] == [["a@example.com", "b@example.com"]]
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (("--week", "2026-W60", "--to", "a@example.com"), "does not exist"),
-    (("--week", "{week}", "--to", "not-an-address"), "--to: expected an email address"),
-    (("--week", "{week}", "--to", "a@example.com"), "127.0.0.1"),  # nothing listening
-])
-def test_send_errors_are_one_line(tmp_path: Path, store: str, args: tuple[str, ...],
-                                  needle: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("--week", "2026-W60", "--to", "a@example.com"), "does not exist"),
+        (("--week", "{week}", "--to", "not-an-address"), "--to: expected an email address"),
+        (("--week", "{week}", "--to", "a@example.com"), "127.0.0.1"),  # nothing listening
+    ],
+)
+def test_send_errors_are_one_line(
+    tmp_path: Path, store: str, args: tuple[str, ...], needle: str
+) -> None:
     cfg = config(tmp_path, store, unused_port())
     p = gpu_kpi("send", *(a.format(week=latest_label()) for a in args), "--config", str(cfg))
     assert p.returncode == 2
@@ -165,14 +251,18 @@ def scrape(url: str) -> str:
         return str(r.read().decode())
 
 
-def test_serve_runs_until_sigterm_and_exports_metrics(tmp_path: Path, store: str,
-                                                      smtp_server: SmtpServer) -> None:
+def test_serve_runs_until_sigterm_and_exports_metrics(
+    tmp_path: Path, store: str, smtp_server: SmtpServer
+) -> None:
     port = unused_port()
-    cfg = config(tmp_path, store, smtp_server.port,
-                 extra=f"[service]\nmetrics_port = {port}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "reports.cli", "serve", "--config", str(cfg)],
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cfg = config(tmp_path, store, smtp_server.port, extra=f"[service]\nmetrics_port = {port}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reports.cli", "serve", "--config", str(cfg)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline, text = time.monotonic() + 90, ""
         while time.monotonic() < deadline and "gpu_kpi_week_spend_usd{" not in text:
@@ -197,58 +287,81 @@ def test_serve_runs_until_sigterm_and_exports_metrics(tmp_path: Path, store: str
 
 
 def test_serve_once_retry_failed_sends_what_a_wrong_password_failed(
-        tmp_path: Path, store: str, smtp_server_factory: object) -> None:
+    tmp_path: Path, store: str, smtp_server_factory: object
+) -> None:
     server = smtp_server_factory(users=USERS)  # type: ignore[operator]
     cfg = config(tmp_path, store, server.port, smtp='retries = 0\nusername = "alice"')
     week = latest_label()
     failed = gpu_kpi("serve", "--once", "--config", str(cfg))  # SECRET is not alice's password
     assert failed.returncode == 1
-    assert f"{week} summary cto@example.com: failed (smtp 127.0.0.1:{server.port}: " \
-           "authentication failed: 535" in failed.stdout
+    assert (
+        f"{week} summary cto@example.com: failed (smtp 127.0.0.1:{server.port}: "
+        "authentication failed: 535" in failed.stdout
+    )
     # the right password in the same variable: the settings' fingerprint is the same
     same = gpu_kpi("serve", "--once", "--config", str(cfg), password=USERS["alice"])
     assert same.returncode == 0, same.stderr
-    assert same.stdout.splitlines()[-1] == (f"{week}: already delivered to 0 recipient(s), 2 "
-                                            "failed (serve --retry-failed tries again); nothing owed")
-    retried = gpu_kpi("serve", "--once", "--retry-failed", "--config", str(cfg),
-                      password=USERS["alice"])
+    assert same.stdout.splitlines()[-1] == (
+        f"{week}: already delivered to 0 recipient(s), 2 "
+        "failed (serve --retry-failed tries again); nothing owed"
+    )
+    retried = gpu_kpi(
+        "serve", "--once", "--retry-failed", "--config", str(cfg), password=USERS["alice"]
+    )
     assert retried.returncode == 0, retried.stderr
     assert f"{week} summary cto@example.com: sent" in retried.stdout
     assert f"{week} team:nlp nlp-lead@example.com: sent" in retried.stdout
-    assert sorted(m.rcpt_tos[0] for m in server.messages) == ["cto@example.com",
-                                                              "nlp-lead@example.com"]
+    assert sorted(m.rcpt_tos[0] for m in server.messages) == [
+        "cto@example.com",
+        "nlp-lead@example.com",
+    ]
 
 
 def test_send_to_a_closed_port_gives_up_within_its_timeout_and_says_how_long(
-        tmp_path: Path, store: str) -> None:
+    tmp_path: Path, store: str
+) -> None:
     """smtp.retries = 10 with a 1 s backoff would try for 1 + 2 + … + 512 = 1023 s. With
     ``--timeout 5``: attempts at 0, 1 and 3 s; the next would start at 7 s, so it stops."""
     port = unused_port()
     cfg = config(tmp_path, store, port, smtp="retries = 10\nbackoff_s = 1")
     week = latest_label()
     start = time.monotonic()
-    p = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--timeout", "5",
-                "--config", str(cfg))
+    p = gpu_kpi(
+        "send", "--week", week, "--to", "a@example.com", "--timeout", "5", "--config", str(cfg)
+    )
     took = time.monotonic() - start
     *retrying, error = p.stderr.splitlines()  # one warning per retry, then the one-line error
     assert p.returncode == 2 and len(retrying) == 2, p.stderr
     assert all(line.startswith(f"smtp 127.0.0.1:{port}: attempt ") for line in retrying)
-    found = re.fullmatch(rf"gpu-kpi: error: smtp 127\.0\.0\.1:{port}: connection refused "
-                         r"\(temporary; gave up after (\d+) attempts in ([\d.]+)s; time limit 5s\)",
-                         error)
+    found = re.fullmatch(
+        rf"gpu-kpi: error: smtp 127\.0\.0\.1:{port}: connection refused "
+        r"\(temporary; gave up after (\d+) attempts in ([\d.]+)s; time limit 5s\)",
+        error,
+    )
     assert found, p.stderr
     assert int(found[1]) == 3 and 3.0 <= float(found[2]) <= 5.0
     assert took < 60  # the report is built first; the trying itself took under 5 s
-    once = gpu_kpi("send", "--week", week, "--to", "a@example.com", "--no-retry",
-                   "--config", str(cfg))
+    once = gpu_kpi(
+        "send", "--week", week, "--to", "a@example.com", "--no-retry", "--config", str(cfg)
+    )
     assert once.returncode == 2 and once.stderr.count("\n") == 1
-    assert once.stderr.strip().endswith("(temporary; gave up after 1 attempt in 0.0s; "
-                                        "time limit 60s)"), once.stderr
+    assert once.stderr.strip().endswith(
+        "(temporary; gave up after 1 attempt in 0.0s; time limit 60s)"
+    ), once.stderr
 
 
 def test_a_bad_send_timeout_is_a_usage_error(tmp_path: Path, store: str) -> None:
-    p = gpu_kpi("send", "--week", latest_label(), "--to", "a@example.com", "--timeout", "0",
-                "--config", str(config(tmp_path, store, unused_port())))
+    p = gpu_kpi(
+        "send",
+        "--week",
+        latest_label(),
+        "--to",
+        "a@example.com",
+        "--timeout",
+        "0",
+        "--config",
+        str(config(tmp_path, store, unused_port())),
+    )
     assert p.returncode == 2 and "--timeout: expected a number of seconds above 0" in p.stderr
 
 
@@ -260,6 +373,8 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_2(tmp_path: Path, store: str
         cfg = config(tmp_path, store, unused_port(), extra=f"[service]\nmetrics_port = {port}\n")
         p = gpu_kpi("serve", "--config", str(cfg))
     assert p.returncode == 2
-    assert p.stderr == (f"gpu-kpi: error: service.metrics_port: cannot serve /metrics on "
-                        f"127.0.0.1:{port}: Address already in use\n")
+    assert p.stderr == (
+        f"gpu-kpi: error: service.metrics_port: cannot serve /metrics on "
+        f"127.0.0.1:{port}: Address already in use\n"
+    )
     assert p.stdout == ""

@@ -65,8 +65,9 @@ class Stderr:
 
     def wait_for(self, text: str, timeout: float = 60.0) -> None:
         with self._cond:
-            assert self._cond.wait_for(lambda: any(text in x for x in self.lines), timeout), \
+            assert self._cond.wait_for(lambda: any(text in x for x in self.lines), timeout), (
                 self.lines
+            )
 
     def all(self) -> list[str]:
         self._thread.join(30)
@@ -74,14 +75,18 @@ class Stderr:
 
 
 def test_sigterm_during_serve_once_finishes_the_message_and_leaves_the_rest_owed(
-        tmp_path: Path, store: str, smtp_server: SmtpServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, store: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     held = HeldData(monkeypatch)
     cfg = config(tmp_path, store, smtp_server.port, extra=ALICE_TOO)
     week = latest_label()
-    proc = subprocess.Popen([sys.executable, "-m", "reports.cli", "serve", "--once", "--config",
-                             str(cfg)], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reports.cli", "serve", "--once", "--config", str(cfg)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         err = Stderr(proc)
         assert held.arrived.wait(90), err.lines  # the summary is at DATA, the server holds it
@@ -98,28 +103,33 @@ def test_sigterm_during_serve_once_finishes_the_message_and_leaves_the_rest_owed
             proc.kill()
     lines = err.all()
     assert proc.returncode == 128 + signal.SIGTERM == 143, lines
-    assert lines[-1] == ("gpu-kpi: stopped by SIGTERM: 1 sent, 2 not tried and left owed "
-                         "(the next run sends them)")
+    assert lines[-1] == (
+        "gpu-kpi: stopped by SIGTERM: 1 sent, 2 not tried and left owed (the next run sends them)"
+    )
     assert f"{week} summary cto@example.com: sent" in out.splitlines()
     assert f"{week} team:nlp nlp-lead@example.com: deferred ({STOPPED})" in out.splitlines()
     assert f"{week} runs:alice alice@example.com: deferred ({STOPPED})" in out.splitlines()
     assert [m.rcpt_tos for m in smtp_server.messages] == [["cto@example.com"]]
     # no claim left "sending" (it would hold for the hour-long lease): all owed at once
-    assert log_of(store) == [("runs:alice", ALICE.to, "deferred", 0),
-                             ("summary", CTO.to, "sent", 1),
-                             ("team:nlp", NLP.to, "deferred", 0)]
+    assert log_of(store) == [
+        ("runs:alice", ALICE.to, "deferred", 0),
+        ("summary", CTO.to, "sent", 1),
+        ("team:nlp", NLP.to, "deferred", 0),
+    ]
 
     again = gpu_kpi("serve", "--once", "--config", str(cfg))
     assert again.returncode == 0, again.stderr
-    assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == sorted(
-        [CTO.to, NLP.to, ALICE.to])
+    assert sorted(m.rcpt_tos[0] for m in smtp_server.messages) == sorted([CTO.to, NLP.to, ALICE.to])
     assert [(r, s, n) for _, r, s, n in log_of(store)] == [
-        (ALICE.to, "sent", 1), (CTO.to, "sent", 1), (NLP.to, "sent", 1)]
+        (ALICE.to, "sent", 1),
+        (CTO.to, "sent", 1),
+        (NLP.to, "sent", 1),
+    ]
 
 
 def test_a_stop_while_serving_finishes_the_message_and_a_restart_catches_up(
-        tmp_path: Path, store: str, smtp_server: SmtpServer,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, store: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``serve`` (the scheduler) catching up a missed week when SIGTERM comes (its stop event,
     set as the signal handler sets it): the job ends after the message in flight, serve
     returns, and what was left is what a restart finds overdue."""
@@ -135,10 +145,15 @@ def test_a_stop_while_serving_finishes_the_message_and_a_restart_catches_up(
         (stopped,) = results.wait(1)
     assert stopped.stopped
     assert [(o.recipient, o.status) for o in stopped.outcomes] == [
-        (CTO.to, "sent"), (NLP.to, "deferred"), (ALICE.to, "deferred")]
+        (CTO.to, "sent"),
+        (NLP.to, "deferred"),
+        (ALICE.to, "deferred"),
+    ]
     assert len(smtp_server.messages) == sent_before + 1
     assert Service(s).overdue() is True
     rerun = Service(s).run()
-    assert [(o.recipient, o.status) for o in rerun.outcomes] == [(NLP.to, "sent"),
-                                                                (ALICE.to, "sent")]
+    assert [(o.recipient, o.status) for o in rerun.outcomes] == [
+        (NLP.to, "sent"),
+        (ALICE.to, "sent"),
+    ]
     assert len(smtp_server.messages) == sent_before + 3

@@ -72,9 +72,14 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def gpu_kpi(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reports.cli", *args], capture_output=True,
-                          text=True, timeout=120, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "reports.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 def test_a_full_file_is_read_with_its_values(tmp_path: Path) -> None:
@@ -85,22 +90,34 @@ def test_a_full_file_is_read_with_its_values(tmp_path: Path) -> None:
     assert s.report_url == "https://gpu-kpi.example.com/reports"  # trailing slash dropped
     assert s.schedule == "30 7 * * mon" and s.catch_up_weeks == 3
     assert s.metrics_port is None  # 0 means off
-    assert (s.smtp.host, s.smtp.port, s.smtp.security, s.smtp.username) == \
-        ("mail.example.com", 2525, "tls", "gpu-kpi")
+    assert (s.smtp.host, s.smtp.port, s.smtp.security, s.smtp.username) == (
+        "mail.example.com",
+        2525,
+        "tls",
+        "gpu-kpi",
+    )
     assert s.recipients == (
         Recipient(to="cto@example.com"),
         Recipient(to="nlp-lead@example.com", report="team", team="nlp"),
-        Recipient(to="alice@example.com", report="runs", user="alice"))
+        Recipient(to="alice@example.com", report="runs", user="alice"),
+    )
     assert [r.kind for r in s.recipients] == ["summary", "team:nlp", "runs:alice"]
     t = s.thresholds()
     assert (t.target_util_pct, t.underutilized_pct) == (80.0, 40.0)
 
 
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
-    s = load_service_settings(write(tmp_path, FULL), env={
-        "GPU_KPI_SMTP_HOST": "relay.internal", "GPU_KPI_SMTP_PORT": "587",
-        "GPU_KPI_SMTP_SECURITY": "starttls", "GPU_KPI_TIMEZONE": "UTC",
-        "GPU_KPI_SCHEDULE": "0 9 * * tue", "GPU_KPI_PRICE_H100": "3.10"})
+    s = load_service_settings(
+        write(tmp_path, FULL),
+        env={
+            "GPU_KPI_SMTP_HOST": "relay.internal",
+            "GPU_KPI_SMTP_PORT": "587",
+            "GPU_KPI_SMTP_SECURITY": "starttls",
+            "GPU_KPI_TIMEZONE": "UTC",
+            "GPU_KPI_SCHEDULE": "0 9 * * tue",
+            "GPU_KPI_PRICE_H100": "3.10",
+        },
+    )
     assert (s.smtp.host, s.smtp.port, s.smtp.security) == ("relay.internal", 587, "starttls")
     assert s.timezone == "UTC" and s.schedule == "0 9 * * tue"
     assert s.tracker.prices == {"H100": 3.10}
@@ -109,24 +126,30 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
 def test_defaults_without_a_file() -> None:
     s = load_service_settings(None, env={})
     assert (s.schedule, s.timezone, s.catch_up_weeks) == ("0 8 * * mon", "UTC", 2)
-    assert (s.smtp.security, s.smtp.effective_port, s.smtp.password_env) == \
-        ("starttls", 587, "GPU_KPI_SMTP_PASSWORD")
+    assert (s.smtp.security, s.smtp.effective_port, s.smtp.password_env) == (
+        "starttls",
+        587,
+        "GPU_KPI_SMTP_PASSWORD",
+    )
     assert s.recipients == ()
 
 
-@pytest.mark.parametrize(("snippet", "key"), [
-    ('[service]\nschedule = "0 8 * mon"\n', "service.schedule"),
-    ('[service]\nschedule = "0 25 * * mon"\n', "service.schedule"),
-    ('[report]\ntimezone = "Mars/Olympus"\n', "report.timezone"),
-    ('[smtp]\nsecurity = "ssl"\n', "smtp.security"),
-    ('[smtp]\nport = 70000\n', "smtp.port"),
-    ('[smtp]\nhostname = "x"\n', "smtp.hostname"),
-    ('[report]\nreport_url = "javascript:alert(1)"\n', "report.report_url"),
-    ('[[recipients]]\nto = "not an address"\n', "recipients[0].to"),
-    ('[[recipients]]\nto = "lead@example.com"\nreport = "team"\n', "recipients[0].team"),
-    ('[[recipients]]\nreport = "summary"\n', "recipients[0].to"),
-    ('[service]\ncatch_up_weeks = 1.5\n', "service.catch_up_weeks"),
-])
+@pytest.mark.parametrize(
+    ("snippet", "key"),
+    [
+        ('[service]\nschedule = "0 8 * mon"\n', "service.schedule"),
+        ('[service]\nschedule = "0 25 * * mon"\n', "service.schedule"),
+        ('[report]\ntimezone = "Mars/Olympus"\n', "report.timezone"),
+        ('[smtp]\nsecurity = "ssl"\n', "smtp.security"),
+        ("[smtp]\nport = 70000\n", "smtp.port"),
+        ('[smtp]\nhostname = "x"\n', "smtp.hostname"),
+        ('[report]\nreport_url = "javascript:alert(1)"\n', "report.report_url"),
+        ('[[recipients]]\nto = "not an address"\n', "recipients[0].to"),
+        ('[[recipients]]\nto = "lead@example.com"\nreport = "team"\n', "recipients[0].team"),
+        ('[[recipients]]\nreport = "summary"\n', "recipients[0].to"),
+        ("[service]\ncatch_up_weeks = 1.5\n", "service.catch_up_weeks"),
+    ],
+)
 def test_each_error_names_its_key(tmp_path: Path, snippet: str, key: str) -> None:
     _, errors = read_service_settings(write(tmp_path, snippet), env={})
     assert len(errors) == 1 and errors[0].startswith(f"{key}: "), errors

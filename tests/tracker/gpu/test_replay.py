@@ -70,15 +70,21 @@ def test_log_repeats_after_its_end(tmp_path: Path) -> None:
     assert g0.util_pct == pytest.approx(90.0)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("", "empty nvidia-smi log"),
-    ("a,b,c\n1,2,3\n", ":1: not an nvidia-smi --format=csv log"),
-    ("timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0, 5 %\n"
-     "2026/11/23 10:00:01, 0, lots\n", ":3: bad utilization.gpu value 'lots' \\(a number in %\\)"),
-    ("timestamp, index, utilization.gpu [%]\nyesterday, 0, 5 %\n", ":2: bad timestamp"),
-    ("timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0\n", ":2: expected 3 cells"),
-    ("timestamp, index, utilization.gpu [%]\n", "header but no rows"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty nvidia-smi log"),
+        ("a,b,c\n1,2,3\n", ":1: not an nvidia-smi --format=csv log"),
+        (
+            "timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0, 5 %\n"
+            "2026/11/23 10:00:01, 0, lots\n",
+            ":3: bad utilization.gpu value 'lots' \\(a number in %\\)",
+        ),
+        ("timestamp, index, utilization.gpu [%]\nyesterday, 0, 5 %\n", ":2: bad timestamp"),
+        ("timestamp, index, utilization.gpu [%]\n2026/11/23 10:00:00, 0\n", ":2: expected 3 cells"),
+        ("timestamp, index, utilization.gpu [%]\n", "header but no rows"),
+    ],
+)
 def test_malformed_logs_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
     b = ReplayBackend(write(tmp_path, text))
     with pytest.raises(BackendError, match=message):

@@ -50,7 +50,10 @@ def test_spec_parsing() -> None:
     default = open_backend("simulated:")
     assert isinstance(default, SimulatedBackend)
     assert (default.profile.name, default.gpu.name, default.count) == (
-        "healthy", "NVIDIA H100 80GB HBM3", 1)
+        "healthy",
+        "NVIDIA H100 80GB HBM3",
+        1,
+    )
 
 
 def test_env_var_picks_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,13 +62,16 @@ def test_env_var_picks_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(b, SimulatedBackend) and b.profile.name == "idle"
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("simulated:busy", "unknown simulated profile 'busy'"),
-    ("simulated:healthy@B300", "unknown simulated GPU model 'B300'"),
-    ("simulated:healthy@H100:x", "bad GPU count 'x'"),
-    ("simulated:healthy@H100:0", "count must be >= 1"),
-    ("cuda", "unknown GPU backend 'cuda'"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("simulated:busy", "unknown simulated profile 'busy'"),
+        ("simulated:healthy@B300", "unknown simulated GPU model 'B300'"),
+        ("simulated:healthy@H100:x", "bad GPU count 'x'"),
+        ("simulated:healthy@H100:0", "count must be >= 1"),
+        ("cuda", "unknown GPU backend 'cuda'"),
+    ],
+)
 def test_bad_specs_name_the_problem(spec: str, message: str) -> None:
     with pytest.raises(BackendError, match=message):
         open_backend(spec)

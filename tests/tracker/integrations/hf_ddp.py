@@ -39,13 +39,30 @@ def main(out: Path) -> None:
             return {"input_ids": self.x[i], "labels": self.x[i]}
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128,
-                                       n_positions=64, bos_token_id=0, eos_token_id=0))
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=2,
+            n_head=2,
+            n_embd=64,
+            vocab_size=128,
+            n_positions=64,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
     args = TrainingArguments(
-        output_dir=str(out / "out"), max_steps=MAX_STEPS, logging_steps=LOGGING_STEPS,
-        per_device_train_batch_size=BATCH, include_num_input_tokens_seen=True,
-        report_to=["tensorboard"], save_strategy="no", use_cpu=True, disable_tqdm=True,
-        dataloader_num_workers=0, ddp_find_unused_parameters=False)
+        output_dir=str(out / "out"),
+        max_steps=MAX_STEPS,
+        logging_steps=LOGGING_STEPS,
+        per_device_train_batch_size=BATCH,
+        include_num_input_tokens_seen=True,
+        report_to=["tensorboard"],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,
+    )
     callback = GpuKpiCallback(store=f"sqlite:///{out / 'runs.db'}", project="ddp")
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(256), callbacks=[callback])
     trainer.train()

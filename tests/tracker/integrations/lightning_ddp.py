@@ -50,12 +50,21 @@ def main(out: Path) -> None:
 
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(2 * STEPS * BATCH, 32), torch.randn(2 * STEPS * BATCH, 1))
-    callback = GpuKpiCallback(store=f"sqlite:///{out / 'runs.db'}", warmup_steps=2,
-                              log_to_python=False)
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=STEPS,
-                        log_every_n_steps=LOG_EVERY, logger=TensorBoardLogger(str(out / "tb")),
-                        callbacks=[callback], enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False)
+    callback = GpuKpiCallback(
+        store=f"sqlite:///{out / 'runs.db'}", warmup_steps=2, log_to_python=False
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=STEPS,
+        log_every_n_steps=LOG_EVERY,
+        logger=TensorBoardLogger(str(out / "tb")),
+        callbacks=[callback],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     trainer.fit(Tiny(), DataLoader(data, batch_size=BATCH))
     record = callback.record
     if trainer.global_rank == 0 and record is not None:

@@ -61,8 +61,7 @@ def step_flops(batch: int) -> int:
 class _TinyBody:
     """The module's body, shared by a ``lightning`` and a ``pytorch_lightning`` module."""
 
-    def __init__(self, *, work_s: float = WORK_S, val_s: float = 0.0,
-                 ckpt_s: float = 0.0) -> None:
+    def __init__(self, *, work_s: float = WORK_S, val_s: float = 0.0, ckpt_s: float = 0.0) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 1))
         self.work_s, self.val_s, self.ckpt_s = work_s, val_s, ckpt_s
@@ -98,8 +97,11 @@ def data(n: int, seed: int = 0) -> TensorDataset:
 def loader(n: int) -> DataLoader[Any]:
     """A fast loader: each batch is one indexing of the tensors (no per-sample collate)."""
     dataset = data(n)
-    return DataLoader(dataset, batch_size=None,
-                      sampler=BatchSampler(SequentialSampler(dataset), BATCH, drop_last=False))
+    return DataLoader(
+        dataset,
+        batch_size=None,
+        sampler=BatchSampler(SequentialSampler(dataset), BATCH, drop_last=False),
+    )
 
 
 class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -118,13 +120,27 @@ class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
         return x, y
 
 
-def trainer(callbacks: list[Any], loggers: Any = False, *, max_steps: int = 20,
-            log_every: int = 5, **kwargs: Any) -> L.Trainer:
+def trainer(
+    callbacks: list[Any],
+    loggers: Any = False,
+    *,
+    max_steps: int = 20,
+    log_every: int = 5,
+    **kwargs: Any,
+) -> L.Trainer:
     kwargs.setdefault("enable_checkpointing", False)
-    return L.Trainer(accelerator="cpu", devices=1, max_steps=max_steps,
-                     log_every_n_steps=log_every, logger=loggers, callbacks=callbacks,
-                     enable_progress_bar=False, enable_model_summary=False,
-                     num_sanity_val_steps=0, **kwargs)
+    return L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        log_every_n_steps=log_every,
+        logger=loggers,
+        callbacks=callbacks,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **kwargs,
+    )
 
 
 def callback(tmp_path: Path, **kwargs: Any) -> GpuKpiCallback:
@@ -181,10 +197,12 @@ def finish_wandb() -> None:
 
 # -- 1. a fit with W&B and TensorBoard, read back ------------------------------------------------
 
+
 def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offline: Path) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    wb = WandbLogger(offline=True, save_dir=str(wandb_offline), project="gpu-kpi-test",
-                     name="brave-sun-7")
+    wb = WandbLogger(
+        offline=True, save_dir=str(wandb_offline), project="gpu-kpi-test", name="brave-sun-7"
+    )
     tb = TensorBoardLogger(str(tmp_path / "tb"))
     # no FLOP count: the verdict then rests on utilization (a CPU step's MFU on an H100 is ~0)
     cb = callback(tmp_path, store=url, measure_flops=False)
@@ -200,9 +218,19 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
     loss_steps = [row["trainer/global_step"] for row in run.history if "loss" in row]
     assert [row["trainer/global_step"] for row in ours] == loss_steps == [4, 9, 14, 19]
     for row in ours:
-        assert {"gpu/mem_used_gib", "gpu/mem_used_pct", "gpu/power_w", "gpu/sm_active_pct",
-                "perf/step_time_ms", "perf/data_wait_pct", "perf/samples_per_s", "cost/usd",
-                "cost/usd_per_hour", "cost/waste_usd", "cost/usd_per_1k_samples"} <= row.keys()
+        assert {
+            "gpu/mem_used_gib",
+            "gpu/mem_used_pct",
+            "gpu/power_w",
+            "gpu/sm_active_pct",
+            "perf/step_time_ms",
+            "perf/data_wait_pct",
+            "perf/samples_per_s",
+            "cost/usd",
+            "cost/usd_per_hour",
+            "cost/waste_usd",
+            "cost/usd_per_1k_samples",
+        } <= row.keys()
         assert "perf/tflops" not in row and "perf/mfu" not in row  # no FLOPs: no MFU at all
         assert row["gpu/util_pct"] == pytest.approx(92.0)  # the healthy profile
         assert row["gpu/sm_active_pct"] == pytest.approx(92.0 * 0.8)
@@ -241,8 +269,13 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
     # the run store
     r = stored(url, record.id)
     assert r == record
-    assert (r.status, r.framework, r.gpu_source, r.gpu_model, r.gpu_count) == \
-        ("finished", "lightning", "simulated", "H100", 1)
+    assert (r.status, r.framework, r.gpu_source, r.gpu_model, r.gpu_count) == (
+        "finished",
+        "lightning",
+        "simulated",
+        "H100",
+        1,
+    )
     assert r.steps == 20 and r.samples == 20 * BATCH and r.tokens is None
     assert r.util_pct == pytest.approx(92.0)
     assert r.links["tensorboard"] == tb.log_dir
@@ -256,10 +289,15 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
 
 # -- 2. counting: batch_size_fn, tokens_fn, gradient accumulation ------------------------------
 
+
 def test_batch_size_fn_and_tokens_fn_are_used(tmp_path: Path) -> None:
     # e.g. each row packs two sequences of 128 tokens: the leading dimension is not the count
-    cb = callback(tmp_path, batch_size_fn=lambda b: 2 * len(b[0]),
-                  tokens_fn=lambda b: 256 * len(b[0]), measure_flops=False)
+    cb = callback(
+        tmp_path,
+        batch_size_fn=lambda b: 2 * len(b[0]),
+        tokens_fn=lambda b: 256 * len(b[0]),
+        measure_flops=False,
+    )
     tb = TensorBoardLogger(str(tmp_path / "tb"))
     trainer([cb], tb, max_steps=12, log_every=4).fit(Tiny(), loader(12 * BATCH))
     r = final(cb)
@@ -267,15 +305,19 @@ def test_batch_size_fn_and_tokens_fn_are_used(tmp_path: Path) -> None:
     assert r.tokens_per_s == pytest.approx(128 * r.samples_per_s)  # type: ignore[operator]
     scalars = readers.read_tensorboard(tb.log_dir)
     for (_, samples_per_s), (_, tokens_per_s), (_, ms) in zip(
-            scalars["perf/samples_per_s"], scalars["perf/tokens_per_s"],
-            scalars["perf/step_time_ms"], strict=True):
+        scalars["perf/samples_per_s"],
+        scalars["perf/tokens_per_s"],
+        scalars["perf/step_time_ms"],
+        strict=True,
+    ):
         assert samples_per_s == pytest.approx(1000 * 2 * BATCH / ms, rel=1e-5)
         assert tokens_per_s == pytest.approx(128 * samples_per_s, rel=1e-5)
     assert "cost/usd_per_1m_tokens" in scalars
 
 
-def test_a_failing_batch_size_fn_costs_the_count_not_the_run(tmp_path: Path,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_batch_size_fn_costs_the_count_not_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     def broken(batch: Any) -> int:
         raise KeyError("input_ids")
 
@@ -306,6 +348,7 @@ def test_gradient_accumulation_logs_once_per_optimizer_step(tmp_path: Path) -> N
 
 # -- 3. FLOPs and MFU ----------------------------------------------------------------------------
 
+
 def test_flops_are_measured_once_and_give_mfu(tmp_path: Path) -> None:
     cb = callback(tmp_path)
     tb = TensorBoardLogger(str(tmp_path / "tb"))
@@ -319,22 +362,28 @@ def test_flops_are_measured_once_and_give_mfu(tmp_path: Path) -> None:
     # a CPU step's FLOP rate on an H100's clock: low MFU says low efficiency, with advice
     assert r.verdict == "low-efficiency" and r.advice and "bf16" in r.advice
     scalars = readers.read_tensorboard(tb.log_dir)
-    for (_, tflops), (_, mfu), (_, ms) in zip(scalars["perf/tflops"], scalars["perf/mfu"],
-                                              scalars["perf/step_time_ms"], strict=True):
+    for (_, tflops), (_, mfu), (_, ms) in zip(
+        scalars["perf/tflops"], scalars["perf/mfu"], scalars["perf/step_time_ms"], strict=True
+    ):
         assert tflops == pytest.approx(step_flops(BATCH) / (ms / 1000) / 1e12, rel=1e-5)
         assert mfu == pytest.approx(tflops * 1e12 / FP32_PEAK, rel=1e-5)
 
 
-@pytest.mark.parametrize(("precision", "matmul", "peak"), [
-    ("32-true", "highest", FP32_PEAK),
-    ("32-true", "high", TF32_PEAK),  # fp32 matmuls run as tf32 on Ampere and newer
-    ("bf16-mixed", "highest", BF16_PEAK),
-])
+@pytest.mark.parametrize(
+    ("precision", "matmul", "peak"),
+    [
+        ("32-true", "highest", FP32_PEAK),
+        ("32-true", "high", TF32_PEAK),  # fp32 matmuls run as tf32 on Ampere and newer
+        ("bf16-mixed", "highest", BF16_PEAK),
+    ],
+)
 def test_given_flops_per_step_sets_mfu_against_the_dtype_peak(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str, matmul: str,
-        peak: float) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, precision: str, matmul: str, peak: float
+) -> None:
     began: list[bool] = []
-    monkeypatch.setattr("tracker.integrations.common.FlopMeter.begin", lambda self: began.append(True))
+    monkeypatch.setattr(
+        "tracker.integrations.common.FlopMeter.begin", lambda self: began.append(True)
+    )
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(matmul)
     try:
@@ -351,16 +400,24 @@ def test_given_flops_per_step_sets_mfu_against_the_dtype_peak(
 
 # -- 4. what is left out of step timing; input-bound ---------------------------------------------
 
+
 @pytest.mark.parametrize("excluded", [True, False], ids=["hooks", "without-hooks"])
-def test_validation_and_checkpoints_are_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                 excluded: bool) -> None:
+def test_validation_and_checkpoints_are_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, excluded: bool
+) -> None:
     if not excluded:  # the control: what the figures would be without the exclusion
         disable_hooks(monkeypatch, "on_validation_end", "on_save_checkpoint")
     cb = callback(tmp_path, measure_flops=False)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1)
     # log_every=50: no log step in the run, so only validation and checkpoints interrupt
-    t = trainer([cb, ckpt], max_steps=20, log_every=50, val_check_interval=4,
-                limit_val_batches=1, enable_checkpointing=True)
+    t = trainer(
+        [cb, ckpt],
+        max_steps=20,
+        log_every=50,
+        val_check_interval=4,
+        limit_val_batches=1,
+        enable_checkpointing=True,
+    )
     t.fit(Tiny(val_s=0.2, ckpt_s=0.1), loader(20 * BATCH), loader(BATCH))
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 6  # steps 3, 6, ..., 18
     r = final(cb)
@@ -380,8 +437,11 @@ def test_validation_and_checkpoints_are_left_out(tmp_path: Path, monkeypatch: py
 def test_input_bound_verdict_follows_the_loader(tmp_path: Path, slow: bool) -> None:
     cb = callback(tmp_path, measure_flops=False)
     # slow: 2 ms to read each sample, 16 ms a batch, beside 10 ms of compute (~60% waiting)
-    train = (DataLoader(SlowDataset(16 * BATCH, 0.002), batch_size=BATCH, num_workers=0)
-             if slow else loader(16 * BATCH))
+    train = (
+        DataLoader(SlowDataset(16 * BATCH, 0.002), batch_size=BATCH, num_workers=0)
+        if slow
+        else loader(16 * BATCH)
+    )
     trainer([cb], max_steps=16, log_every=4).fit(Tiny(), train)
     r = final(cb)
     assert r.data_wait_pct is not None
@@ -395,9 +455,11 @@ def test_input_bound_verdict_follows_the_loader(tmp_path: Path, slow: bool) -> N
 
 # -- 5. resume -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("same_callback", [False, True], ids=["new-callback", "same-callback"])
-def test_a_resumed_fit_is_a_run_of_its_own(tmp_path: Path, store_url: str,
-                                           same_callback: bool) -> None:
+def test_a_resumed_fit_is_a_run_of_its_own(
+    tmp_path: Path, store_url: str, same_callback: bool
+) -> None:
     url = store_url  # SQLite and PostgreSQL
     module = Tiny()
     first = callback(tmp_path, store=url)
@@ -429,6 +491,7 @@ def test_a_resumed_fit_is_a_run_of_its_own(tmp_path: Path, store_url: str,
 
 # -- 6. training goes on whatever fails ----------------------------------------------------------
 
+
 def test_without_wandb_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user without wandb has no WandbLogger: nothing of ours may import wandb then."""
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
@@ -449,8 +512,9 @@ class FinishWandbEarly(Callback):
         finish_wandb()
 
 
-def test_a_wandb_run_that_fails_turns_off_only_its_sink(tmp_path: Path, wandb_offline: Path,
-                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_wandb_run_that_fails_turns_off_only_its_sink(
+    tmp_path: Path, wandb_offline: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     wb = WandbLogger(offline=True, save_dir=str(wandb_offline))
     tb = TensorBoardLogger(str(tmp_path / "tb"))
@@ -506,7 +570,8 @@ class StrictLogger(Logger):
 
 
 def test_a_logger_that_rejects_our_metrics_costs_only_itself(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     strict = StrictLogger()
     tb = TensorBoardLogger(str(tmp_path / "tb"))
     cb = callback(tmp_path, measure_flops=False, log_to_python=True)
@@ -596,8 +661,13 @@ def test_no_nvml_is_recorded_as_no_gpu_data_not_idle(tmp_path: Path) -> None:
     t.fit(Tiny(), loader(10 * BATCH))
     assert t.state.finished
     r = stored(f"sqlite:///{tmp_path}/runs.db", final(cb).id)
-    assert (r.status, r.gpu_source, r.gpu_count, r.util_pct, r.cost_usd) == \
-        ("finished", "none", 0, None, None)
+    assert (r.status, r.gpu_source, r.gpu_count, r.util_pct, r.cost_usd) == (
+        "finished",
+        "none",
+        0,
+        None,
+        None,
+    )
     assert r.verdict == "unknown" and r.steps == 10 and r.samples == 10 * BATCH
     assert r.mfu is None  # no GPU, no peak
     scalars = readers.read_tensorboard(tb.log_dir)
@@ -684,7 +754,8 @@ def test_an_unreachable_store_spools_the_run(tmp_path: Path) -> None:
 
 
 def test_the_low_utilization_alert_reaches_wandb_and_tensorboard(
-        tmp_path: Path, wandb_offline: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, wandb_offline: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GPU_KPI_ALERT_WINDOW_S", "0.2")
     wb = WandbLogger(offline=True, save_dir=str(wandb_offline))
     tb = TensorBoardLogger(str(tmp_path / "tb"))
@@ -700,6 +771,7 @@ def test_the_low_utilization_alert_reaches_wandb_and_tensorboard(
 
 # -- 7. the pytorch_lightning package ------------------------------------------------------------
 
+
 def test_pytorch_lightning_trainer(tmp_path: Path) -> None:
     import pytorch_lightning as pl
     from pytorch_lightning.loggers import TensorBoardLogger as PlTensorBoardLogger
@@ -710,17 +782,35 @@ def test_pytorch_lightning_trainer(tmp_path: Path) -> None:
         pass
 
     url = f"sqlite:///{tmp_path}/runs.db"
-    cb = PlCallback(backend="simulated:healthy@A100-80GB", store=url, warmup_steps=2,
-                    log_to_python=False, measure_flops=False)
+    cb = PlCallback(
+        backend="simulated:healthy@A100-80GB",
+        store=url,
+        warmup_steps=2,
+        log_to_python=False,
+        measure_flops=False,
+    )
     tb = PlTensorBoardLogger(str(tmp_path / "tb"))
-    t = pl.Trainer(accelerator="cpu", devices=1, max_steps=10, log_every_n_steps=5, logger=tb,
-                   callbacks=[cb], enable_progress_bar=False, enable_model_summary=False,
-                   enable_checkpointing=False)
+    t = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=10,
+        log_every_n_steps=5,
+        logger=tb,
+        callbacks=[cb],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+    )
     t.fit(PlTiny(), loader(10 * BATCH))
     assert t.state.finished
     r = stored(url, final(cb).id)
-    assert (r.status, r.framework, r.gpu_model, r.steps, r.samples) == \
-        ("finished", "lightning", "A100-80GB", 10, 10 * BATCH)
+    assert (r.status, r.framework, r.gpu_model, r.steps, r.samples) == (
+        "finished",
+        "lightning",
+        "A100-80GB",
+        10,
+        10 * BATCH,
+    )
     assert r.price_per_gpu_hour == pytest.approx(2.00)
     assert r.links["tensorboard"] == tb.log_dir
     scalars = readers.read_tensorboard(tb.log_dir)
@@ -729,14 +819,25 @@ def test_pytorch_lightning_trainer(tmp_path: Path) -> None:
 
 # -- 8. two ranks --------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.ddp
 def test_ddp_two_ranks_on_cpu(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "GPU_KPI_GPU": "simulated:healthy@H100",
-           "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "GPU_KPI_GPU": "simulated:healthy@H100",
+        "PYTHONWARNINGS": "ignore",
+    }
     script = Path(__file__).with_name("lightning_ddp.py")
-    p = subprocess.run([sys.executable, str(script), str(tmp_path)],
-                       env=env, capture_output=True, text=True, timeout=120, check=False)
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     record = json.loads((tmp_path / "record.json").read_text())
     with RunStore(f"sqlite:///{tmp_path}/runs.db") as store:
@@ -758,13 +859,19 @@ def test_ddp_two_ranks_on_cpu(tmp_path: Path) -> None:
     prefix = "lightning_logs/version_0/"
     loss_steps = steps_of(scalars[prefix + "loss"])
     assert loss_steps == [4, 9, 14, 19]
-    for key in ("gpu/util_pct", "gpu/util_pct_min", "gpu/util_pct_max", "perf/slowest_rank",
-                "perf/rank_spread_pct"):
+    for key in (
+        "gpu/util_pct",
+        "gpu/util_pct_min",
+        "gpu/util_pct_max",
+        "perf/slowest_rank",
+        "perf/rank_spread_pct",
+    ):
         assert steps_of(scalars[prefix + key]) == loss_steps, key
     assert all(v == pytest.approx(92.0) for _, v in scalars[prefix + "gpu/util_pct_min"])
     assert all(v == pytest.approx(92.0) for _, v in scalars[prefix + "gpu/util_pct_max"])
     assert {v for _, v in scalars[prefix + "perf/slowest_rank"]} <= {0.0, 1.0}
     # power adds up over the ranks' GPUs: 2 x (70 + 630 x 0.92) W
-    assert all(v == pytest.approx(2 * (70 + 630 * 0.92), rel=1e-4)
-               for _, v in scalars[prefix + "gpu/power_w"])
-
+    assert all(
+        v == pytest.approx(2 * (70 + 630 * 0.92), rel=1e-4)
+        for _, v in scalars[prefix + "gpu/power_w"]
+    )

@@ -32,22 +32,38 @@ class Logger:
 
 def fake_trainer(log_every: int = 5) -> SimpleNamespace:
     loop = SimpleNamespace(_batches_that_stepped=0, _should_accumulate=lambda: False)
-    return SimpleNamespace(world_size=1, global_rank=0, num_nodes=1, precision="32-true",
-                           loggers=[Logger()], log_every_n_steps=log_every, should_stop=False,
-                           accumulate_grad_batches=1, global_step=0,
-                           fit_loop=SimpleNamespace(epoch_loop=loop))
+    return SimpleNamespace(
+        world_size=1,
+        global_rank=0,
+        num_nodes=1,
+        precision="32-true",
+        loggers=[Logger()],
+        log_every_n_steps=log_every,
+        should_stop=False,
+        accumulate_grad_batches=1,
+        global_step=0,
+        fit_loop=SimpleNamespace(epoch_loop=loop),
+    )
 
 
 def started(trainer: SimpleNamespace) -> LightningHooks:
-    hooks = LightningHooks(backend="simulated:healthy@H100", store=False, log_to_python=False,
-                           threaded=False, warmup_steps=0, measure_flops=False, log_every_s=3600)
+    hooks = LightningHooks(
+        backend="simulated:healthy@H100",
+        store=False,
+        log_to_python=False,
+        threaded=False,
+        warmup_steps=0,
+        measure_flops=False,
+        log_every_s=3600,
+    )
     hooks.setup(trainer, None, "fit")
     hooks.on_fit_start(trainer, None)
     return hooks
 
 
-def run_steps(hooks: LightningHooks, trainer: SimpleNamespace, batches: list[Any],
-              first_step: int = 0) -> None:
+def run_steps(
+    hooks: LightningHooks, trainer: SimpleNamespace, batches: list[Any], first_step: int = 0
+) -> None:
     for i, batch in enumerate(batches):
         trainer.fit_loop.epoch_loop._batches_that_stepped = first_step + i
         hooks.on_train_batch_start(trainer, None, batch, i)
@@ -64,7 +80,8 @@ def test_batch_leaf_names_the_keys_to_the_first_tensor() -> None:
 
 
 def test_the_batch_is_walked_once_while_its_structure_stays(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     walks: list[object] = []
 
     def counting(batch: Any) -> Any:
@@ -78,10 +95,15 @@ def test_the_batch_is_walked_once_while_its_structure_stays(
     assert len(walks) == 1
     # another structure, a 0-d tensor where the kept keys lead, a leaf with no shape, no tensor
     # at all: each is walked, and counted as infer_batch_size counts it
-    changed = [{"x": Arr(4, 3)}, {"x": Arr(4, 3)},  # walked once: the keys carry to the next
-               (Arr(8), Arr(8)), (Arr(), Arr(2)),  # walked: a tuple again; then a 0-d tensor
-               (Arr(8), Arr(8)),  # not walked: the kept keys, (1,), lead to a tensor
-               ([Arr(3)], "s"), ("no",)]  # walked: "s" has no shape; no tensor at all
+    changed = [
+        {"x": Arr(4, 3)},
+        {"x": Arr(4, 3)},  # walked once: the keys carry to the next
+        (Arr(8), Arr(8)),
+        (Arr(), Arr(2)),  # walked: a tuple again; then a 0-d tensor
+        (Arr(8), Arr(8)),  # not walked: the kept keys, (1,), lead to a tensor
+        ([Arr(3)], "s"),
+        ("no",),
+    ]  # walked: "s" has no shape; no tensor at all
     run_steps(hooks, trainer, changed, first_step=10)
     assert len(walks) == 1 + 5
     assert [infer_batch_size(b) for b in changed] == [4, 4, 8, 2, 8, 3, None]
@@ -101,8 +123,11 @@ def test_a_batch_size_fn_is_used_instead_of_the_batch() -> None:
     assert hooks.session.counts.samples == 21
 
 
-@pytest.mark.parametrize(("first_step", "logged"), [(0, [4, 9, 14, 19]), (12, [14, 19])],
-                         ids=["from-the-start", "resumed"])
+@pytest.mark.parametrize(
+    ("first_step", "logged"),
+    [(0, [4, 9, 14, 19]), (12, [14, 19])],
+    ids=["from-the-start", "resumed"],
+)
 def test_the_log_cadence_is_lightnings(first_step: int, logged: list[int]) -> None:
     """Lightning logs when (step + 1) % log_every_n_steps == 0, at its own step number; a fit
     resumed at step 12 logs next at 14, not at its first step."""

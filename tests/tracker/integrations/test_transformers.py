@@ -88,11 +88,15 @@ def _hf_and_wandb_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterat
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     wandb_dir = tmp_path / "wandb"
     wandb_dir.mkdir()
-    for key, value in (("WANDB_MODE", "offline"), ("WANDB_DIR", str(wandb_dir)),
-                       ("WANDB_PROJECT", "gpu-kpi-tests"), ("WANDB_SILENT", "true"),
-                       ("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config")),
-                       ("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache")),
-                       ("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))):
+    for key, value in (
+        ("WANDB_MODE", "offline"),
+        ("WANDB_DIR", str(wandb_dir)),
+        ("WANDB_PROJECT", "gpu-kpi-tests"),
+        ("WANDB_SILENT", "true"),
+        ("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config")),
+        ("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache")),
+        ("WANDB_DATA_DIR", str(tmp_path / "wandb-data")),
+    ):
         monkeypatch.setenv(key, value)
     for key in ("TENSORBOARD_LOGGING_DIR", "WANDB_RUN_ID", "WANDB_LOG_MODEL", "WANDB_WATCH"):
         monkeypatch.delenv(key, raising=False)
@@ -129,22 +133,50 @@ class Tokens(Dataset[dict[str, Any]]):
 
 def tiny_gpt2() -> Any:
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(n_layer=N_LAYER, n_head=2, n_embd=N_EMBD, vocab_size=VOCAB,
-                                      n_positions=SEQ_LEN, bos_token_id=0, eos_token_id=0))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=N_LAYER,
+            n_head=2,
+            n_embd=N_EMBD,
+            vocab_size=VOCAB,
+            n_positions=SEQ_LEN,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    )
 
 
-def make_trainer(tmp_path: Path, callback: TrainerCallback, *, train: Dataset[Any] | None = None,
-                 evaluate: Dataset[Any] | None = None, **overrides: Any) -> Any:
+def make_trainer(
+    tmp_path: Path,
+    callback: TrainerCallback,
+    *,
+    train: Dataset[Any] | None = None,
+    evaluate: Dataset[Any] | None = None,
+    **overrides: Any,
+) -> Any:
     """A Trainer on tiny_gpt2; defaults: 20 steps of BATCH, logging every 5, no reporters,
     no checkpoints, token counting on."""
     args: dict[str, Any] = dict(
-        output_dir=str(tmp_path / "out"), max_steps=20, logging_steps=5,
-        per_device_train_batch_size=BATCH, include_num_input_tokens_seen=True, report_to="none",
-        save_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+        output_dir=str(tmp_path / "out"),
+        max_steps=20,
+        logging_steps=5,
+        per_device_train_batch_size=BATCH,
+        include_num_input_tokens_seen=True,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+    )
     args.update(overrides)
-    return Trainer(model=tiny_gpt2(), args=TrainingArguments(**args),
-                   train_dataset=train if train is not None else Tokens(),
-                   eval_dataset=evaluate, callbacks=[callback])
+    return Trainer(
+        model=tiny_gpt2(),
+        args=TrainingArguments(**args),
+        train_dataset=train if train is not None else Tokens(),
+        eval_dataset=evaluate,
+        callbacks=[callback],
+    )
 
 
 def sqlite_url(tmp_path: Path) -> str:
@@ -184,8 +216,11 @@ def flops_per_token(record: RunRecord) -> float:
 
 
 def gpu_kpi_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == "gpu_kpi" and r.levelno >= logging.WARNING]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "gpu_kpi" and r.levelno >= logging.WARNING
+    ]
 
 
 def value_at(series: list[tuple[int, float]], step: int) -> float:
@@ -197,8 +232,7 @@ def value_at(series: list[tuple[int, float]], step: int) -> float:
 
 def test_wandb_tensorboard_and_store_line_up_with_the_trainer(tmp_path: Path) -> None:
     assert tiny_gpt2().num_parameters(exclude_embeddings=True) == N_NON_EMBEDDING
-    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=sqlite_url(tmp_path),
-                        project="hf")
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=sqlite_url(tmp_path), project="hf")
     trainer = make_trainer(tmp_path, cb, report_to=["wandb", "tensorboard"])
     trainer.train()
     finish_wandb()  # nothing reaches the .wandb file before the run finishes
@@ -212,15 +246,21 @@ def test_wandb_tensorboard_and_store_line_up_with_the_trainer(tmp_path: Path) ->
     assert [row["train/global_step"] for row in ours] == loss_steps
     for row in ours:
         assert row["gpu/util_pct"] == pytest.approx(HEALTHY_UTIL)
-        for key in ("perf/samples_per_s", "perf/tokens_per_s", "perf/tflops", "perf/mfu",
-                    "cost/usd"):
+        for key in (
+            "perf/samples_per_s",
+            "perf/tokens_per_s",
+            "perf/tflops",
+            "perf/mfu",
+            "cost/usd",
+        ):
             assert readers.is_finite(row[key]) and row[key] > 0, key
         # every sample is SEQ_LEN tokens (tokens come from num_input_tokens_seen)
         assert row["perf/tokens_per_s"] / row["perf/samples_per_s"] == pytest.approx(SEQ_LEN)
         # FLOPs from total_flos: 6 x non-embedding parameters per token, and MFU against the
         # H100's fp32 peak
         assert row["perf/tflops"] * 1e12 / row["perf/tokens_per_s"] == pytest.approx(
-            FLOPS_PER_TOKEN, rel=1e-6)
+            FLOPS_PER_TOKEN, rel=1e-6
+        )
         assert row["perf/mfu"] == pytest.approx(row["perf/tflops"] / H100_FP32_TFLOPS, rel=1e-9)
     plotted_against = {m["glob_name"]: m["step_metric"] for m in run.metrics if m["glob_name"]}
     for prefix in ("gpu/*", "perf/*", "cost/*"):
@@ -269,14 +309,21 @@ def test_gradient_accumulation_counts_samples_per_optimizer_step(tmp_path: Path)
     logged: list[int] = []
 
     class Steps(GpuKpiCallback):
-        def on_log(self, args: Any, state: Any, control: Any,
-                   logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        def on_log(
+            self,
+            args: Any,
+            state: Any,
+            control: Any,
+            logs: dict[str, Any] | None = None,
+            **kwargs: Any,
+        ) -> None:
             logged.append(state.global_step)
             super().on_log(args, state, control, logs, **kwargs)
 
     cb = Steps(backend="simulated:healthy@H100", store=sqlite_url(tmp_path))
-    trainer = make_trainer(tmp_path, cb, max_steps=10, gradient_accumulation_steps=2,
-                           report_to=["tensorboard"])
+    trainer = make_trainer(
+        tmp_path, cb, max_steps=10, gradient_accumulation_steps=2, report_to=["tensorboard"]
+    )
     trainer.train()
     r = final(cb)
     per_step = BATCH * 2
@@ -293,7 +340,8 @@ def test_gradient_accumulation_counts_samples_per_optimizer_step(tmp_path: Path)
         assert rate * step_ms / 1000 == pytest.approx(per_step, rel=1e-5)
         tokens = value_at(scalars["perf/tokens_per_s"], step)
         assert value_at(scalars["perf/tflops"], step) * 1e12 / tokens == pytest.approx(
-            FLOPS_PER_TOKEN, rel=1e-5)
+            FLOPS_PER_TOKEN, rel=1e-5
+        )
     # the Trainer called on_log twice at step 10 (its log, then the end-of-training one);
     # we logged once (above)
     assert logged.count(10) == 2
@@ -328,8 +376,9 @@ def test_user_flops_per_step_wins_over_total_flos(tmp_path: Path) -> None:
 
 def test_record_mfu_is_right_when_evaluation_interrupts_steps(tmp_path: Path) -> None:
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False)
-    make_trainer(tmp_path, cb, max_steps=20, eval_strategy="steps", eval_steps=5,
-                 evaluate=Tokens(8, seed=1)).train()
+    make_trainer(
+        tmp_path, cb, max_steps=20, eval_strategy="steps", eval_steps=5, evaluate=Tokens(8, seed=1)
+    ).train()
     assert flops_per_token(final(cb)) == pytest.approx(FLOPS_PER_TOKEN, rel=1e-6)
 
 
@@ -339,16 +388,25 @@ def test_record_mfu_is_right_when_evaluation_interrupts_steps(tmp_path: Path) ->
 def test_evaluation_and_saving_are_not_data_wait(tmp_path: Path) -> None:
     eval_sleep_s, eval_items = 0.05, 6
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False)
-    trainer = make_trainer(tmp_path, cb, eval_strategy="steps", eval_steps=5,
-                           per_device_eval_batch_size=eval_items, save_strategy="steps",
-                           save_steps=10, report_to=["tensorboard"],
-                           evaluate=Tokens(eval_items, sleep_s=eval_sleep_s, seed=1))
+    trainer = make_trainer(
+        tmp_path,
+        cb,
+        eval_strategy="steps",
+        eval_steps=5,
+        per_device_eval_batch_size=eval_items,
+        save_strategy="steps",
+        save_steps=10,
+        report_to=["tensorboard"],
+        evaluate=Tokens(eval_items, sleep_s=eval_sleep_s, seed=1),
+    )
     trainer.train()
     r = final(cb)
     eval_s = sum(e["eval_runtime"] for e in trainer.state.log_history if "eval_runtime" in e)
     assert eval_s >= 4 * eval_items * eval_sleep_s  # four evaluations of ~0.3 s
     assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == [
-        "checkpoint-10", "checkpoint-20"]
+        "checkpoint-10",
+        "checkpoint-20",
+    ]
     assert r.data_wait_pct is not None and r.data_wait_pct < 10.0
     assert r.verdict != "input-bound"
     # throughput is over training time: above samples / (wall time less the evaluations)
@@ -362,7 +420,8 @@ def test_evaluation_and_saving_are_not_data_wait(tmp_path: Path) -> None:
     # window-level FLOPs stay 6 N per token across the pauses
     for step, tokens in scalars["perf/tokens_per_s"]:
         assert value_at(scalars["perf/tflops"], step) * 1e12 / tokens == pytest.approx(
-            FLOPS_PER_TOKEN, rel=1e-5)
+            FLOPS_PER_TOKEN, rel=1e-5
+        )
 
 
 class ListSink:
@@ -399,8 +458,7 @@ def test_trainer_logging_is_step_time_not_data_wait(tmp_path: Path) -> None:
             time.sleep(log_s)
 
     sink = ListSink()
-    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False, sinks=[sink],
-                        warmup_steps=0)
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False, sinks=[sink], warmup_steps=0)
     trainer = make_trainer(tmp_path, cb, max_steps=12, logging_steps=2)
     trainer.add_callback(SlowReporter())
     trainer.callback_handler.callbacks.sort(key=lambda c: c is cb)  # ours runs last
@@ -448,7 +506,9 @@ def test_resumed_run_counts_only_its_own_steps(tmp_path: Path) -> None:
     # FLOPs start from the restored total_flos, not from 0
     assert flops_per_token(r2) == pytest.approx(FLOPS_PER_TOKEN, rel=1e-6)
     assert {(s.id, s.status, s.samples) for s in stored(tmp_path)} == {
-        (r1.id, "finished", n * BATCH), (r2.id, "finished", n * BATCH)}
+        (r1.id, "finished", n * BATCH),
+        (r2.id, "finished", n * BATCH),
+    }
 
 
 def test_one_callback_tracks_each_train_call(tmp_path: Path) -> None:
@@ -461,13 +521,15 @@ def test_one_callback_tracks_each_train_call(tmp_path: Path) -> None:
     assert r2.id != r1.id and r2.started_at >= r1.ended_at  # type: ignore[operator]
     assert (r2.steps, r2.samples, r2.status) == (4, 4 * BATCH, "finished")
     assert sorted((s.id, s.samples) for s in stored(tmp_path)) == sorted(
-        [(r1.id, 4 * BATCH), (r2.id, 4 * BATCH)])
+        [(r1.id, 4 * BATCH), (r2.id, 4 * BATCH)]
+    )
 
 
 def test_each_train_call_is_a_tensorboard_run_named_by_run_name(tmp_path: Path) -> None:
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=sqlite_url(tmp_path))
-    trainer = make_trainer(tmp_path, cb, max_steps=4, logging_steps=2, run_name="exp-42",
-                           report_to=["tensorboard"])
+    trainer = make_trainer(
+        tmp_path, cb, max_steps=4, logging_steps=2, run_name="exp-42", report_to=["tensorboard"]
+    )
     trainer.train()
     r1 = final(cb)
     trainer.train()
@@ -502,15 +564,18 @@ def test_run_that_raised_is_recorded_failed_when_the_next_starts(tmp_path: Path)
     make_trainer(tmp_path, cb, max_steps=4).train()
     r = final(cb)
     assert r.id != crashed.id and r.status == "finished" and r.samples == 4 * BATCH
-    assert {(s.id, s.status) for s in stored(tmp_path)} == {(crashed.id, "failed"),
-                                                             (r.id, "finished")}
+    assert {(s.id, s.status) for s in stored(tmp_path)} == {
+        (crashed.id, "failed"),
+        (r.id, "finished"),
+    }
 
 
 # -- 6. training goes on when a part fails ------------------------------------------------------
 
 
-def test_runs_without_wandb_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_runs_without_wandb_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False)
@@ -524,8 +589,9 @@ def test_runs_without_wandb_installed(tmp_path: Path, monkeypatch: pytest.Monkey
     assert gpu_kpi_warnings(caplog) == []
 
 
-def test_broken_wandb_run_turns_our_sink_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_broken_wandb_run_turns_our_sink_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     import wandb
 
     run = wandb.init(project="gpu-kpi-tests")  # the WandbCallback uses the active run
@@ -554,8 +620,8 @@ def test_broken_wandb_run_turns_our_sink_off(tmp_path: Path, monkeypatch: pytest
 
 
 def test_unwritable_tensorboard_dir_turns_our_writer_off(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # our writer's directory is taken by a regular file (as root, permissions would not stop it)
     taken = tmp_path / "out" / "runs" / "taken"
     taken.parent.mkdir(parents=True)
@@ -578,8 +644,8 @@ def test_unwritable_tensorboard_dir_turns_our_writer_off(
 
 
 def test_nvml_missing_records_the_run_without_gpu_data(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML missing even on a GPU machine
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
     cb = GpuKpiCallback(backend="nvml", store=sqlite_url(tmp_path))
@@ -610,8 +676,9 @@ class LosingBackend:
 
     def open(self, now: float) -> list[GpuInfo]:
         self.opened_at = now
-        return [GpuInfo(index=0, uuid="GPU-lossy-0", name="NVIDIA H100 80GB HBM3",
-                        mem_total_gib=79.6)]
+        return [
+            GpuInfo(index=0, uuid="GPU-lossy-0", name="NVIDIA H100 80GB HBM3", mem_total_gib=79.6)
+        ]
 
     def read(self, now: float) -> list[GpuReading]:
         if self.reads_left <= 0:
@@ -619,8 +686,15 @@ class LosingBackend:
                 self.lost_at = now
             return []
         self.reads_left -= 1
-        return [GpuReading(uuid="GPU-lossy-0", util_pct=self.util_pct, mem_used_gib=10.0,
-                           mem_total_gib=79.6, power_w=300.0)]
+        return [
+            GpuReading(
+                uuid="GPU-lossy-0",
+                util_pct=self.util_pct,
+                mem_used_gib=10.0,
+                mem_total_gib=79.6,
+                power_w=300.0,
+            )
+        ]
 
     def close(self) -> None:
         pass
@@ -629,8 +703,7 @@ class LosingBackend:
 def test_gpu_lost_mid_run(tmp_path: Path) -> None:
     backend = LosingBackend(reads=4)
     cb = GpuKpiCallback(backend=backend, store=sqlite_url(tmp_path), interval_s=0.02)
-    trainer = make_trainer(tmp_path, cb, max_steps=40, logging_steps=10,
-                           report_to=["tensorboard"])
+    trainer = make_trainer(tmp_path, cb, max_steps=40, logging_steps=10, report_to=["tensorboard"])
     trainer.train()
     r = final(cb)
     assert r.status == "finished" and trainer.state.global_step == 40
@@ -658,8 +731,14 @@ def test_lost_gpu_is_not_logged_after_it_is_gone(tmp_path: Path) -> None:
     logged_at: dict[int, float] = {}
 
     class WhenLogged(GpuKpiCallback):
-        def on_log(self, args: Any, state: Any, control: Any,
-                   logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        def on_log(
+            self,
+            args: Any,
+            state: Any,
+            control: Any,
+            logs: dict[str, Any] | None = None,
+            **kwargs: Any,
+        ) -> None:
             logged_at.setdefault(state.global_step, time.time())  # the sampler's clock
             super().on_log(args, state, control, logs, **kwargs)
 
@@ -675,8 +754,7 @@ def test_lost_gpu_is_not_logged_after_it_is_gone(tmp_path: Path) -> None:
         assert not after & {step for step, _ in scalars.get(key, [])}, key
 
 
-def test_unreachable_store_spools_the_run(tmp_path: Path,
-                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_unreachable_store_spools_the_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
     down = "postgresql://x:y@127.0.0.1:1/db"
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=down)
@@ -716,13 +794,28 @@ def _free_port() -> int:
 def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
     import hf_ddp
 
-    env = {**os.environ, "GPU_KPI_GPU": "simulated:healthy@H100", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           str(REPO / "tests" / "tracker" / "integrations" / "hf_ddp.py"), str(tmp_path)]
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=180, check=False)
+    env = {
+        **os.environ,
+        "GPU_KPI_GPU": "simulated:healthy@H100",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(REPO / "tests" / "tracker" / "integrations" / "hf_ddp.py"),
+        str(tmp_path),
+    ]
+    proc = subprocess.run(
+        cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_id = (tmp_path / "run_id").read_text()
 
@@ -733,8 +826,7 @@ def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
     assert s.cost_usd == pytest.approx(s.gpu_hours * H100_USD_PER_HOUR)
     assert s.util_pct == pytest.approx(HEALTHY_UTIL)
     samples = 2 * hf_ddp.MAX_STEPS * hf_ddp.BATCH  # ranks x steps x per-device batch
-    assert (s.steps, s.samples, s.tokens) == (hf_ddp.MAX_STEPS, samples,
-                                              samples * hf_ddp.SEQ_LEN)
+    assert (s.steps, s.samples, s.tokens) == (hf_ddp.MAX_STEPS, samples, samples * hf_ddp.SEQ_LEN)
     store = RunStore(sqlite_url(tmp_path))
     try:
         gpus = {row.gpu for row in store.samples(run_ids=[run_id])}
@@ -752,4 +844,5 @@ def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
     assert [st for st, _ in scalars["perf/slowest_rank"]] == log_steps
     assert {v for _, v in scalars["perf/slowest_rank"]} <= {0.0, 1.0}
     assert value_at(scalars["cost/usd_per_hour"], log_steps[-1]) == pytest.approx(
-        2 * H100_USD_PER_HOUR)
+        2 * H100_USD_PER_HOUR
+    )

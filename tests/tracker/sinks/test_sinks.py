@@ -18,9 +18,17 @@ from tracker.sinks.wandb import WandbSink
 def run_input_bound(sink: object, minutes: int = 12) -> object:
     """An input-bound (60%) plain-loop run in injected time, logging every 60 s."""
     clock = Clock()
-    with track(name="ib", backend="simulated:input-bound@H100", store=False, clock=clock,
-               threaded=False, warmup_steps=0, log_every_s=60.0, sinks=[sink],
-               log_to_python=False) as run:
+    with track(
+        name="ib",
+        backend="simulated:input-bound@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        log_every_s=60.0,
+        sinks=[sink],
+        log_to_python=False,
+    ) as run:
         for _ in range(minutes * 60):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]
@@ -47,7 +55,8 @@ def test_tensorboard_scalars_and_summary(tmp_path: Path) -> None:
 
 
 def test_wandb_offline_run_gets_metrics_summary_config_and_alert(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import wandb
 
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -72,12 +81,15 @@ def test_wandb_offline_run_gets_metrics_summary_config_and_alert(
     assert alert["title"] == "Low GPU utilization" and "60%" in alert["text"]
     # our keys are charted against the trainer's step, as the HF WandbCallback's are
     assert {(m["glob_name"], m["step_metric"]) for m in got.metrics if m["glob_name"]} == {
-        ("gpu/*", "train/global_step"), ("perf/*", "train/global_step"),
-        ("cost/*", "train/global_step")}
+        ("gpu/*", "train/global_step"),
+        ("perf/*", "train/global_step"),
+        ("cost/*", "train/global_step"),
+    }
 
 
-def test_unwritable_tensorboard_dir_turns_the_sink_off(tmp_path: Path,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_unwritable_tensorboard_dir_turns_the_sink_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     sinks = SinkSet([TensorBoardSink(logdir=blocker / "tb")])
@@ -89,7 +101,8 @@ def test_unwritable_tensorboard_dir_turns_the_sink_off(tmp_path: Path,
 
 
 def test_the_wandb_summary_holds_the_runs_values_not_the_last_windows(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Logged every 7 s on a 10 s cycle (6 s at 100%, 4 s idle), the windows swing around the
     run's 60%; W&B keeps a key's last logged value as its summary unless told the run's."""
     import wandb
@@ -97,10 +110,18 @@ def test_the_wandb_summary_holds_the_runs_values_not_the_last_windows(
     monkeypatch.setenv("WANDB_SILENT", "true")
     wb = wandb.init(mode="offline", dir=str(tmp_path), project="gpu-kpi-test")
     clock = Clock()
-    with track(name="ib", backend="simulated:input-bound@H100", store=False, clock=clock,
-               threaded=False, warmup_steps=0, log_every_s=7.0, log_to_python=False,
-               sinks=[WandbSink(wb, step_metric="train/global_step")],
-               print_summary=False) as run:
+    with track(
+        name="ib",
+        backend="simulated:input-bound@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        log_every_s=7.0,
+        log_to_python=False,
+        sinks=[WandbSink(wb, step_metric="train/global_step")],
+        print_summary=False,
+    ) as run:
         for _ in range(600):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]

@@ -17,11 +17,17 @@ from tracker.sinks.webhook import WebhookError, kind_of, message, post
 
 def test_each_chat_gets_its_own_shape_with_the_users_text_escaped() -> None:
     name = "run <https://evil.example|click> & [x](http://evil)"
-    slack = message("slack", "gpu-kpi: GPUs idle", f"run {name}", facts=[("team", "nlp")],
-                    link=("Open in W&B", "https://wandb.ai/r"))
+    slack = message(
+        "slack",
+        "gpu-kpi: GPUs idle",
+        f"run {name}",
+        facts=[("team", "nlp")],
+        link=("Open in W&B", "https://wandb.ai/r"),
+    )
     assert slack["text"] == (
         "*gpu-kpi: GPUs idle*\n• team: nlp\nrun run &lt;https://evil.example|click&gt; &amp; "
-        "[x](http://evil)\n<https://wandb.ai/r|Open in W&amp;B>")
+        "[x](http://evil)\n<https://wandb.ai/r|Open in W&amp;B>"
+    )
     assert slack["blocks"][0]["text"] == {"type": "mrkdwn", "text": slack["text"]}
     teams = message("teams", "t", name, facts=[("team", "nlp")], link=("Open", "https://x/r"))
     (attachment,) = teams["attachments"]
@@ -29,15 +35,26 @@ def test_each_chat_gets_its_own_shape_with_the_users_text_escaped() -> None:
     card = attachment["content"]
     assert (card["type"], card["version"]) == ("AdaptiveCard", "1.4")
     # Teams shows a backslash escape as it is: link syntax is broken with a zero-width space
-    assert card["body"][2]["text"] == "run <\u200bhttps://evil.example|click> & [x]\u200b(http://evil)"
+    assert (
+        card["body"][2]["text"] == "run <\u200bhttps://evil.example|click> & [x]\u200b(http://evil)"
+    )
     assert card["body"][1] == {"type": "FactSet", "facts": [{"title": "team", "value": "nlp"}]}
     assert card["actions"] == [{"type": "Action.OpenUrl", "title": "Open", "url": "https://x/r"}]
     assert message("json", "t", name, facts=[("team", "nlp")]) == {
-        "source": "gpu-kpi", "title": "t", "text": name, "facts": {"team": "nlp"}}
-    assert [kind_of(u) for u in ("https://hooks.slack.com/services/T/B/x",
-                                 "https://acme.webhook.office.com/webhookb2/x",
-                                 "https://prod-1.westeurope.logic.azure.com/workflows/x",
-                                 "https://example.com/hook")] == ["slack", "teams", "teams", "json"]
+        "source": "gpu-kpi",
+        "title": "t",
+        "text": name,
+        "facts": {"team": "nlp"},
+    }
+    assert [
+        kind_of(u)
+        for u in (
+            "https://hooks.slack.com/services/T/B/x",
+            "https://acme.webhook.office.com/webhookb2/x",
+            "https://prod-1.westeurope.logic.azure.com/workflows/x",
+            "https://example.com/hook",
+        )
+    ] == ["slack", "teams", "teams", "json"]
 
 
 def test_a_post_is_json_and_429_waits_its_retry_after() -> None:
@@ -50,14 +67,18 @@ def test_a_post_is_json_and_429_waits_its_retry_after() -> None:
     assert hook.received[-1].headers["Content-Type"] == "application/json"
 
 
-@pytest.mark.parametrize(("answers", "message_part", "tries"), [
-    ([(404, {})], "HTTP 404", 1),
-    ([(302, {"Location": "http://127.0.0.1:9/elsewhere"})], "HTTP 302", 1),  # not followed
-    ([(429, {"Retry-After": "3600"})], "HTTP 429, retry after 3600 s", 1),
-    ([(500, {})] * 4, "HTTP 500 after 4 tries", 4),
-])
+@pytest.mark.parametrize(
+    ("answers", "message_part", "tries"),
+    [
+        ([(404, {})], "HTTP 404", 1),
+        ([(302, {"Location": "http://127.0.0.1:9/elsewhere"})], "HTTP 302", 1),  # not followed
+        ([(429, {"Retry-After": "3600"})], "HTTP 429, retry after 3600 s", 1),
+        ([(500, {})] * 4, "HTTP 500 after 4 tries", 4),
+    ],
+)
 def test_what_fails_fails_in_one_line_without_the_secret(
-        answers: list[tuple[int, dict[str, str]]], message_part: str, tries: int) -> None:
+    answers: list[tuple[int, dict[str, str]]], message_part: str, tries: int
+) -> None:
     with webhook_server(answers=answers) as hook, pytest.raises(WebhookError) as e:
         post(hook.url, {"text": "hi"}, sleep=lambda s: None)
     assert message_part in str(e.value) and "secret-token" not in str(e.value)
@@ -66,9 +87,13 @@ def test_what_fails_fails_in_one_line_without_the_secret(
 
 
 def test_a_url_urllib_would_quote_is_refused_without_its_secret() -> None:
-    for url in ("https://hooks.slack.com/services/T0/B0/SECRETXYZ # the ml channel",
-                "https://hooks.slack.com:SECRETPORT/x", "https://[hooks.slack.com/SECRETXYZ",
-                "https://hooks.slack.com/services/SECRETXYZ\u00e9", "ftp://example.com/SECRETXYZ"):
+    for url in (
+        "https://hooks.slack.com/services/T0/B0/SECRETXYZ # the ml channel",
+        "https://hooks.slack.com:SECRETPORT/x",
+        "https://[hooks.slack.com/SECRETXYZ",
+        "https://hooks.slack.com/services/SECRETXYZ\u00e9",
+        "ftp://example.com/SECRETXYZ",
+    ):
         with pytest.raises(WebhookError) as e:
             post(url, {"text": "hi"}, sleep=lambda s: None)
         assert "SECRET" not in str(e.value) and "not a valid http(s) URL" in str(e.value), url
@@ -95,10 +120,17 @@ def test_a_post_not_answered_in_time_is_not_sent_again() -> None:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(WebhookError, match=r"no answer within 0\.5 s; the message may have "
-                                               "arrived") as e:
-            post(f"http://127.0.0.1:{server.server_address[1]}/secret-token", {"text": "hi"},
-                 timeout_s=0.5, sleep=lambda s: None)
+        with pytest.raises(
+            WebhookError,
+            match=r"no answer within 0\.5 s; the message may have "
+            "arrived",
+        ) as e:
+            post(
+                f"http://127.0.0.1:{server.server_address[1]}/secret-token",
+                {"text": "hi"},
+                timeout_s=0.5,
+                sleep=lambda s: None,
+            )
         assert not e.value.temporary and len(got) == 1
     finally:
         server.shutdown()
@@ -117,9 +149,17 @@ def test_an_unreachable_webhook_is_retried_then_named() -> None:
 def idle_run(minutes: int, **kwargs: object) -> tuple[object, ListSink]:
     sink = ListSink()
     clock = Clock()
-    with track(name="forgotten", backend="simulated:idle@H100:2", store=False, clock=clock,
-               threaded=False, log_to_python=False, print_summary=False, sinks=[sink],
-               **kwargs) as run:
+    with track(
+        name="forgotten",
+        backend="simulated:idle@H100:2",
+        store=False,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+        print_summary=False,
+        sinks=[sink],
+        **kwargs,
+    ) as run:
         for _ in range(minutes * 6):
             clock.t += 10.0
             run.sampler.sample()  # type: ignore[union-attr]
@@ -127,7 +167,8 @@ def idle_run(minutes: int, **kwargs: object) -> tuple[object, ListSink]:
 
 
 def test_an_idle_run_gets_one_idle_alert_with_its_dollars_per_hour(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two idle H100s at $3.85: $7.70 an hour burnt. The idle rule needs 30 minutes under 5%;
     the low-utilization alert (70%, 10 min) comes first."""
     with webhook_server() as hook:
@@ -136,10 +177,14 @@ def test_an_idle_run_gets_one_idle_alert_with_its_dollars_per_hour(
     titles = [t for t, _ in sink.alerts]
     assert titles == ["Low GPU utilization", "GPUs idle"]
     idle = sink.alerts[1][1]
-    assert idle.startswith("run forgotten: 2 of its 2 GPUs have been under 5% utilization for "
-                           "30 min, burning $7.70/h. The GPUs sat allocated but idle")
-    assert [b["title"] for b in hook.bodies] == ["gpu-kpi: Low GPU utilization",
-                                                 "gpu-kpi: GPUs idle"]
+    assert idle.startswith(
+        "run forgotten: 2 of its 2 GPUs have been under 5% utilization for "
+        "30 min, burning $7.70/h. The GPUs sat allocated but idle"
+    )
+    assert [b["title"] for b in hook.bodies] == [
+        "gpu-kpi: Low GPU utilization",
+        "gpu-kpi: GPUs idle",
+    ]
     assert hook.bodies[1]["text"] == idle and hook.bodies[1]["source"] == "gpu-kpi"
     assert record.verdict == "idle"  # type: ignore[attr-defined]
 
@@ -156,7 +201,8 @@ def test_no_idle_alert_before_the_window_and_the_webhook_from_a_file(tmp_path: P
 
 
 def test_a_bad_webhook_url_costs_the_webhook_not_the_run(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("GPU_KPI_ALERT_WEBHOOK", "https://[hooks.slack.com/SECRETXYZ")
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
         record, sink = idle_run(35)
@@ -168,7 +214,8 @@ def test_a_bad_webhook_url_costs_the_webhook_not_the_run(
 
 
 def test_a_webhook_that_fails_costs_a_warning_not_the_run(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     with webhook_server(answers=[(403, {})] * 2) as hook:
         monkeypatch.setenv("GPU_KPI_ALERT_WEBHOOK", hook.url)
         with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
@@ -180,7 +227,8 @@ def test_a_webhook_that_fails_costs_a_warning_not_the_run(
 
 
 def test_a_webhook_file_that_is_a_pipe_is_refused_not_waited_on(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     import os
 
     pipe = tmp_path / "alert-webhook"
@@ -190,5 +238,7 @@ def test_a_webhook_file_that_is_a_pipe_is_refused_not_waited_on(
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
         record, _ = idle_run(1, config=str(config))
     assert record.status == "finished"  # type: ignore[attr-defined]
-    assert any("tracker.alert_webhook_file: " in r.getMessage() and "not a regular file" in
-               r.getMessage() for r in caplog.records)
+    assert any(
+        "tracker.alert_webhook_file: " in r.getMessage() and "not a regular file" in r.getMessage()
+        for r in caplog.records
+    )

@@ -24,11 +24,19 @@ def test_idle_flags_equal_the_streamed_and_the_array_rule() -> None:
     rng = random.Random(11)
     for _ in range(300):
         n = rng.randint(1, 120)
-        values = [rng.choice([0.0, 1.0, 2.5, 4.9, 5.0, 5.1, 7.0, 40.0, None])
-                  if rng.random() < 0.35 else rng.choice([0.1, 0.2, 4.7, 5.3]) for _ in range(n)]
+        values = [
+            rng.choice([0.0, 1.0, 2.5, 4.9, 5.0, 5.1, 7.0, 40.0, None])
+            if rng.random() < 0.35
+            else rng.choice([0.1, 0.2, 4.7, 5.3])
+            for _ in range(n)
+        ]
         flags = idle_flags(values, 5.0, 30)
-        array = idle_minutes(np.array([np.nan if v is None else v for v in values]),
-                             np.zeros(n, dtype=int), threshold_pct=5.0, window=30)
+        array = idle_minutes(
+            np.array([np.nan if v is None else v for v in values]),
+            np.zeros(n, dtype=int),
+            threshold_pct=5.0,
+            window=30,
+        )
         assert flags == array.tolist()
         detector = IdleDetector(window=30, threshold_pct=5.0)
         for v in values:
@@ -46,16 +54,22 @@ def test_a_missing_minute_breaks_a_stretch_in_every_rule() -> None:
     rng = random.Random(12)
     for _ in range(300):
         n = rng.randint(1, 120)
-        values = [rng.choice([0.0, 2.5, 4.9, 5.1, 40.0, None]) if rng.random() < 0.2 else 1.0
-                  for _ in range(n)]
+        values = [
+            rng.choice([0.0, 2.5, 4.9, 5.1, 40.0, None]) if rng.random() < 0.2 else 1.0
+            for _ in range(n)
+        ]
         minutes, m = [], 10_000
         for _ in range(n):
             m += rng.choice([1] * 30 + [2, 9])
             minutes.append(m)
         flags = idle_flags(values, 5.0, 30, minutes)
-        array = idle_minutes(np.array([np.nan if v is None else v for v in values]),
-                             np.zeros(n, dtype=int), threshold_pct=5.0, window=30,
-                             minute=np.array(minutes, dtype=np.int64) * 60_000_000_000)
+        array = idle_minutes(
+            np.array([np.nan if v is None else v for v in values]),
+            np.zeros(n, dtype=int),
+            threshold_pct=5.0,
+            window=30,
+            minute=np.array(minutes, dtype=np.int64) * 60_000_000_000,
+        )
         assert flags == array.tolist()
         detector = IdleDetector(window=30, threshold_pct=5.0)
         for v, minute in zip(values, minutes, strict=True):
@@ -68,8 +82,9 @@ def test_a_window_exactly_at_the_threshold_is_not_idle_by_either_rule() -> None:
     (mean 5.0 is not under 5.0)."""
     values = [4.9, 5.1] * 15
     assert idle_flags(values, 5.0, 30) == [False] * 30
-    assert not idle_minutes(np.array(values), np.zeros(30, dtype=int), threshold_pct=5.0,
-                            window=30).any()
+    assert not idle_minutes(
+        np.array(values), np.zeros(30, dtype=int), threshold_pct=5.0, window=30
+    ).any()
 
 
 def test_rollups_of_one_gpu_by_hand() -> None:
@@ -80,8 +95,16 @@ def test_rollups_of_one_gpu_by_hand() -> None:
     rows = []
     for i in range(60):
         util = 2.0 if i < 40 else 60.0
-        rows.append((T0 + timedelta(minutes=i), "x" if i == 52 else (30.0 if i == 51 else 60.0),
-                     None if i == 50 else util, None, 0.01, 7.0 + i / 100))
+        rows.append(
+            (
+                T0 + timedelta(minutes=i),
+                "x" if i == 52 else (30.0 if i == 51 else 60.0),
+                None if i == 50 else util,
+                None,
+                0.01,
+                7.0 + i / 100,
+            )
+        )
     h9, h10 = rollups_of("r", "g", rows)
     assert (h9.hour, h9.minutes, h9.covered_s) == (int(T0.timestamp()) // 3600, 15, 900.0)
     assert (h9.util_known_s, h9.util_s, h9.util_idle_s) == (900.0, 1800.0, 900.0)
@@ -95,18 +118,33 @@ def test_rollups_of_one_gpu_by_hand() -> None:
     assert h10.bad_util == 0  # None is unknown, not bad; text covered_s is dropped
 
 
-def samples_of(run_id: str, gpu: str, utils: list[float | None], start: datetime = T0,
-               ) -> list[MinuteSample]:
-    return [MinuteSample(run_id=run_id, minute=start + timedelta(minutes=i), gpu=gpu,
-                         covered_s=60.0, util_pct=u, sm_active_pct=None if u is None else u / 2,
-                         energy_kwh=0.01) for i, u in enumerate(utils)]
+def samples_of(
+    run_id: str,
+    gpu: str,
+    utils: list[float | None],
+    start: datetime = T0,
+) -> list[MinuteSample]:
+    return [
+        MinuteSample(
+            run_id=run_id,
+            minute=start + timedelta(minutes=i),
+            gpu=gpu,
+            covered_s=60.0,
+            util_pct=u,
+            sm_active_pct=None if u is None else u / 2,
+            energy_kwh=0.01,
+        )
+        for i, u in enumerate(utils)
+    ]
 
 
 def rollup_rows(store: RunStore) -> list[tuple[object, ...]]:
     def work(conn: sa.Connection) -> list[tuple[object, ...]]:
         sql = f"SELECT {', '.join(COLUMNS)} FROM rollups ORDER BY run_id, gpu, hour"
-        return [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
-                for r in conn.exec_driver_sql(sql).all()]
+        return [
+            tuple(round(v, 6) if isinstance(v, float) else v for v in r)
+            for r in conn.exec_driver_sql(sql).all()
+        ]
 
     return store.transaction(work, write=False)
 
@@ -129,12 +167,17 @@ def test_rollups_kept_by_every_write_equal_a_rebuild(store_url: str) -> None:
             n = rng.randint(1, 90)
             batches.append(order[:n])
             order = order[n:]
-        rng.shuffle(batches[len(batches) // 2:])  # the later half out of order
+        rng.shuffle(batches[len(batches) // 2 :])  # the later half out of order
         for batch in batches:
             store.upsert_samples(batch)
-        store.upsert_samples([s.replace(util_pct=3.0) if hasattr(s, "replace") else
-                              MinuteSample(**{**s.__dict__, "util_pct": 3.0})
-                              for s in rng.sample(every, 25)])
+        store.upsert_samples(
+            [
+                s.replace(util_pct=3.0)
+                if hasattr(s, "replace")
+                else MinuteSample(**{**s.__dict__, "util_pct": 3.0})
+                for s in rng.sample(every, 25)
+            ]
+        )
         kept = rollup_rows(store)
         assert len(kept) >= 3 * 5
         store.rebuild_rollups()

@@ -37,8 +37,14 @@ class Stores:
 
 def run_once(url: str, name: str, minutes: int = 2) -> Session:
     clock = Clock()
-    with track(name=name, backend="simulated:healthy@H100", store=url, clock=clock,
-               threaded=False, log_to_python=False) as run:
+    with track(
+        name=name,
+        backend="simulated:healthy@H100",
+        store=url,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
         for _ in range(minutes * 60):
             clock.t += 1.0
             run.sampler.sample()  # type: ignore[union-attr]
@@ -77,13 +83,20 @@ def test_a_run_spooled_for_a_down_store_never_lands_in_another(tmp_path: Path) -
 
 
 def record(run_id: str, status: str = "finished") -> RunRecord:
-    return RunRecord(id=run_id, name=run_id, started_at=START, status=status,
-                     ended_at=START + timedelta(hours=1) if status != "running" else None)
+    return RunRecord(
+        id=run_id,
+        name=run_id,
+        started_at=START,
+        status=status,
+        ended_at=START + timedelta(hours=1) if status != "running" else None,
+    )
 
 
 def samples(run_id: str, minutes: int) -> list[MinuteSample]:
-    return [MinuteSample(run_id=run_id, minute=START + timedelta(minutes=m), gpu="GPU-0",
-                         util_pct=50.0) for m in range(minutes)]
+    return [
+        MinuteSample(run_id=run_id, minute=START + timedelta(minutes=m), gpu="GPU-0", util_pct=50.0)
+        for m in range(minutes)
+    ]
 
 
 def spool_run(spool: Spool, run_id: str) -> None:
@@ -105,7 +118,9 @@ def test_flush_all_sends_each_store_its_own_and_keeps_what_cannot_go(tmp_path: P
 
     results = Spool(root).flush_all(RunStore, default_url=stores.b)
     assert [(r.url, r.sent, r.left) for r in results] == [
-        (store_identity(stores.b)[1], 6, 0), (store_identity(stores.a)[1], 0, 3)]
+        (store_identity(stores.b)[1], 6, 0),
+        (store_identity(stores.a)[1], 0, 3),
+    ]
     error = results[1].error
     assert error is not None and "cannot create its directory" in error
     assert set(runs_in(stores.b)) == {"legacy", "run-b"}
@@ -113,7 +128,11 @@ def test_flush_all_sends_each_store_its_own_and_keeps_what_cannot_go(tmp_path: P
     stores.bring_a_up()
     (again,) = Spool(root).flush_all(RunStore, default_url=stores.b)
     assert (again.url, again.sent, again.left, again.error) == (
-        store_identity(stores.a)[1], 3, 0, None)
+        store_identity(stores.a)[1],
+        3,
+        0,
+        None,
+    )
     assert runs_in(stores.a) == {"run-a": record("run-a")}
     with RunStore(stores.a) as store:
         assert len(store.samples(run_ids=["run-a"])) == 3
@@ -173,7 +192,8 @@ class Recorder:
 
 
 def test_the_spool_keeps_no_password_and_sync_reconnects_with_the_configured_one(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "spool"
     configured = "postgresql://kpi:hunter2@db.internal/gpu_kpi"
     other = "postgresql://kpi:other-secret@db2.internal/gpu_kpi"
@@ -182,8 +202,10 @@ def test_the_spool_keeps_no_password_and_sync_reconnects_with_the_configured_one
     on_disk = [p.read_bytes() for p in root.rglob("*") if p.is_file()]
     assert on_disk and not any(b"hunter2" in d or b"other-secret" in d for d in on_disk)
     stored_urls = {json.loads(p.read_text())["url"] for p in root.rglob("store.json")}
-    assert stored_urls == {"postgresql+psycopg://kpi@db.internal/gpu_kpi",
-                           "postgresql+psycopg://kpi@db2.internal/gpu_kpi"}
+    assert stored_urls == {
+        "postgresql+psycopg://kpi@db.internal/gpu_kpi",
+        "postgresql+psycopg://kpi@db2.internal/gpu_kpi",
+    }
 
     opened: list[Recorder] = []
 
@@ -200,8 +222,9 @@ def test_the_spool_keeps_no_password_and_sync_reconnects_with_the_configured_one
     assert all("hunter2" not in r.url and "other-secret" not in r.url for r in results)
 
 
-def test_every_spelling_of_a_store_has_one_key(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_spelling_of_a_store_has_one_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     key, plain = store_identity("postgres://kpi:hunter2@db.internal:5432/gpu_kpi")
     assert plain == "postgresql+psycopg://kpi@db.internal:5432/gpu_kpi"
     # RunStore.url shows the password masked; the key is the same
@@ -216,7 +239,8 @@ def test_every_spelling_of_a_store_has_one_key(tmp_path: Path,
 
 
 def test_a_run_on_the_default_store_uses_the_default_stores_spool(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     stores = Stores(tmp_path)
     monkeypatch.setenv("GPU_KPI_STORE", stores.a)  # the store= argument left out
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):

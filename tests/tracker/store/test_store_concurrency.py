@@ -55,7 +55,9 @@ def _write_runs(url: str, worker: int, barrier: Any) -> None:
 def test_sixteen_processes_write_at_once(store_url: str) -> None:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(PROCESSES)
-    workers = [ctx.Process(target=_write_runs, args=(store_url, n, barrier)) for n in range(PROCESSES)]
+    workers = [
+        ctx.Process(target=_write_runs, args=(store_url, n, barrier)) for n in range(PROCESSES)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
@@ -74,8 +76,10 @@ def test_sixteen_processes_write_at_once(store_url: str) -> None:
         )
         assert store.schema_version() == 2
         # every process kept its runs' rollups: one row per (run, GPU, hour), all minutes in
-        totals = store.rollup_totals(value="util_pct", hour_edges=[], since_hour=0,
-                                     until_hour=10**9)
+        totals = store.rollup_totals(
+            value="util_pct", hour_edges=[], since_hour=0, until_hour=10**9
+        )
         assert sum(t[3] for t in totals) == len(samples)
         assert sum(t[6] for t in totals) == pytest.approx(
-            60.0 * PROCESSES * RUNS_PER_PROCESS * sum(range(MINUTES_PER_RUN)))
+            60.0 * PROCESSES * RUNS_PER_PROCESS * sum(range(MINUTES_PER_RUN))
+        )
