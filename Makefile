@@ -17,12 +17,14 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 test: $(STAMP)
 	bash tests/pg-up.sh
 	bash tests/prom-up.sh
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
@@ -30,6 +32,7 @@ test: $(STAMP)
 # the inner loop: no PostgreSQL, Chromium, DDP, real trainers or end-to-end service runs;
 # the whole suite is `make test`
 test-fast: $(STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -m "not postgres and not chromium and not prometheus and not ddp and not slow and not trainer and not service"
 

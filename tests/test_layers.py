@@ -213,13 +213,6 @@ def test_imports_only_go_down_the_floors() -> None:
     assert not up, "\n".join(sorted(up))
 
 
-def test_no_module_over_400_lines() -> None:
-    long = {
-        name: n for name, p in modules().items() if (n := len(p.read_text().splitlines())) > 400
-    }
-    assert not long, f"split these by concern: {long}"
-
-
 def test_every_package_is_in_the_wheel() -> None:
     import tomllib
 
