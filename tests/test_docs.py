@@ -290,3 +290,29 @@ def test_the_readme_cli_table_and_the_cli_page_list_every_subcommand() -> None:
     assert sorted(in_table - commands) == [], "in the README's CLI table but not a subcommand"
     cli_page = (ROOT / "docs/cli.md").read_text()
     assert sorted(c for c in commands if f"gpu-kpi {c}" not in cli_page) == [], "not in cli.md"
+
+
+def test_every_config_key_is_in_the_docs() -> None:
+    """Each key of the tracker's and the service's sections (``[tracker]``, ``[thresholds]``,
+    ``[report]``, ``[service]``, ``[smtp]``, the top level) is named in a docs page: in a TOML
+    example (``key = …`` at a line's start) or in inline code."""
+    from reports.service.config import SERVICE_SECTIONS
+    from tracker.config import TRACKER_SECTIONS
+
+    docs = "\n".join(p.read_text() for p in sorted((ROOT / "docs").rglob("*.md")))
+
+    def named(key: str) -> bool:
+        k = re.escape(key)
+        return bool(
+            re.search(rf"`[^`\n]*\b{k}\b[^`\n]*`", docs)
+            or re.search(rf"^{k} *=", docs, flags=re.MULTILINE)
+        )
+
+    missing = [
+        f"{section}.{key}" if section else key
+        for sections in (TRACKER_SECTIONS, SERVICE_SECTIONS)
+        for section, keys in sections.items()
+        for key in keys
+        if not named(key)
+    ]
+    assert missing == [], "config keys no docs page names"
