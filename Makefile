@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DOCS_STAMP := $(VENV)/.docs-installed
 
-.PHONY: test test-fast demo install lint bench gpu-check clean smoke
+.PHONY: test test-fast demo install lint bench gpu-check clean smoke docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,15 @@ bench: $(STAMP)
 	$(BIN)/python bench/tracker_overhead.py
 	$(BIN)/python bench/callback_overhead.py
 
+# MkDocs Material into the project venv on first use (the `docs` extra; not in `all`)
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# the user docs (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor fails the build
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # on a machine with an NVIDIA GPU: tests/gpu, sampler cost, utilization vs nvidia-smi, MFU (< 5 min)
 gpu-check: $(STAMP)
 	$(BIN)/python bench/gpu_check.py
@@ -52,4 +62,4 @@ smoke:
 	bash .ci/wheel-smoke
 
 clean:
-	rm -rf $(VENV) .gpu-kpi-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) site .gpu-kpi-demo .pytest_cache .mypy_cache .ruff_cache *.egg-info

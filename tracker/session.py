@@ -1,5 +1,5 @@
-"""The framework-free tracking session: the plain-loop API (:func:`track`; README, "A plain
-training loop"), and what the callbacks adapt.
+"""The framework-free tracking session: the plain-loop API (:func:`track`; docs/tracking.md, "A
+plain training loop"), and what the callbacks adapt.
 
 :meth:`Session.step` only reads a clock and adds a few numbers: it never touches the GPU. GPU
 sampling runs on its own thread; store writes on another. Nothing here makes training fail: an

@@ -1,5 +1,5 @@
 """What the engineer sees without reading a dashboard: the summary a run prints when it ends,
-the plain loop as the README writes it on the common batch shapes, and a W&B sink with no
+the plain loop as docs/tracking.md writes it on the common batch shapes, and a W&B sink with no
 run to write to saying so."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_a_run_name_cannot_write_to_the_terminal(capsys: pytest.CaptureFixture[s
 
 @pytest.mark.parametrize("shape", ["tensor", "pair", "dict"])
 def test_the_readme_loop_counts_samples_on_the_common_batch_shapes(shape: str) -> None:
-    """The README's plain loop as written: 100 samples in batches of 16 (the last one 4)."""
+    """The plain loop as docs/tracking.md writes it: 100 samples in batches of 16 (the last one 4)."""
     x, y = torch.randn(100, 3), torch.randint(0, 2, (100,))
     data = TensorDataset(x) if shape == "tensor" else TensorDataset(x, y)
     loader: object = DataLoader(data, batch_size=16)
