@@ -33,8 +33,6 @@ from reports.weeks import (
 
 log = logging.getLogger("gpu_kpi")
 
-_HOUR_NS = 3_600_000_000_000
-
 
 @dataclasses.dataclass(frozen=True)
 class Spend:
@@ -47,51 +45,21 @@ class Spend:
         return tuple((name, usd) for _, name, t, usd in self.runs if t == team)[:TOP_RUNS]
 
 
-def _span_totals(store: Any, value: str, since: datetime, until: datetime) -> pd.DataFrame:
-    """(run_id, gpu, covered_s, known_s, value_s) of the minute samples in [since, until):
-    its whole hours from the rollups (a version 2 store), the part before the first and after
-    the last whole hour from the samples."""
-    columns = ["run_id", "gpu", "covered_s", "known_s", "value_s"]
-    a, b = pd.Timestamp(since).value, pd.Timestamp(until).value
-    first, last = -(-a // _HOUR_NS), b // _HOUR_NS  # the first and the last whole hour's edge
-    if store.version < 2 or first >= last:
-        first = last = a // _HOUR_NS  # no whole hour: the samples for the whole span
-        edges = [(since, until)]
-    else:
-        edges = [(since, _at(first)), (_at(last), until)]
-    parts = []
-    if first < last:
-        rows = store.rollup_totals(value=value, hour_edges=[], since_hour=first, until_hour=last)
-        # (run_id, gpu, bucket, minutes, covered_s, known_s, value_s, …); bucket -1: no time
-        parts += [(r[0], r[1], r[4], r[5], r[6]) for r in rows if r[2] >= 0 and r[3] > 0]
-    for lo, hi in edges:
-        if lo < hi:
-            parts += [
-                (t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
-                for t in store.sample_totals(
-                    value=value, low_under=0.0, since=lo, until=hi, value_range=kpis.PCT_RANGE
-                )
-                if t.minutes > 0
-            ]
-    return pd.DataFrame(parts, columns=columns)
-
-
-def _at(hour: int) -> datetime:
-    return pd.Timestamp(hour * _HOUR_NS, tz="UTC").to_pydatetime()
-
-
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
     """What [since, until) cost, from ``store`` (an open :class:`tracker.store.RunStore`) with
     ``req``'s prices, owned GPUs and basis (a :class:`reports.build.Request`)."""
+    from reports.data.gputime import span_totals
+    from reports.data.scans import SampleScans
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable
 
-    records, _ = store.read_runs(since=since, until=until)
+    scans = SampleScans(store)
+    records, _ = scans.read_runs(since=since, until=until)
     good, _ = kpis.usable_runs(records)
     runs = kpis.runs_frame(good)
     if runs.empty:
         return Spend({}, [])
-    totals = _span_totals(store, kpis.BASES[req.basis][0], since, until)
+    totals = span_totals(scans, kpis.BASES[req.basis][0], since, until)
     totals = totals[totals["run_id"].isin(runs["id"])]
     sampled = pd.DataFrame(
         {
@@ -109,7 +77,7 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
     # in this span (its sampler stopped): its summary is for runs that never had any
     summary = kpis.summary_gpu_time(
         runs,
-        sampled=store.sampled_runs(runs["id"]),
+        sampled=scans.sampled_runs(runs["id"]),
         tz=req.tz,
         basis=req.basis,
         now=now,

@@ -18,22 +18,22 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from reports import kpi as kpis
 from reports.budgets import week_lines
+from reports.data.gputime import week_gpu_time
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
 from reports.kpi.budgets import Budget
 from reports.kpi.checks import one_line
 from reports.render.exports import publish_week, to_csv, to_json
-from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of, weeks_between
+from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of
 from tracker.carbon import Carbon
-from tracker.cost import Thresholds, thresholds_for
+from tracker.cost import Thresholds
 from tracker.owned import OwnedGpu
 
 log = logging.getLogger("gpu_kpi")
@@ -132,10 +132,9 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
     """The KPIs of the requested week from the store (nothing written). ``warn``: log what was
     skipped (the metrics refresh, every few minutes, leaves that to the weekly job)."""
     start = resolve_week(req.week, req.tz, now)
-    runs, sampled, skipped = load(
+    runs, gt, skipped = week_gpu_time(
         store_url, start, tz=req.tz, basis=req.basis, thresholds=req.thresholds, now=now
     )
-    gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
     k = req.kpis(runs, gt, start)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
@@ -152,144 +151,14 @@ def compute_live(
     twelve for the trend. Headline and breakdowns equal :func:`compute`'s; the trend holds the
     two weeks and the last complete week has no previous week to compare with."""
     current = week_bounds(*week_of(now, req.tz), req.tz)[0]
-    runs, sampled, skipped = load(
+    runs, gt, skipped = week_gpu_time(
         store_url, current, tz=req.tz, weeks=2, basis=req.basis, thresholds=req.thresholds, now=now
     )
-    gt = kpis.combine_gpu_time(runs, sampled, tz=req.tz, basis=req.basis, now=now)
     latest, so_far = (
         dataclasses.replace(req.kpis(runs, gt, start, trend_weeks=2), skipped=skipped)
         for start in (shift_week(current, req.tz, -1), current)
     )
     return latest, so_far
-
-
-def load(
-    store_url: str | None,
-    start: datetime,
-    *,
-    tz: tzinfo,
-    weeks: int = 12,
-    basis: str = "util",
-    thresholds: Thresholds | None = None,
-    now: datetime,
-) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
-    """Runs from ``weeks`` weeks back up to the end of the week at ``start``, the GPU-time
-    rows (:data:`kpis.GT_COLUMNS`) of those with minute samples in that time, and what was
-    left out (runs that cannot be used, sample rows that cannot be used as they are).
-
-    The store sums the samples per (run, GPU, week); only the stretches that may hold idle
-    minutes are read minute by minute (:func:`kpis.idle_candidates`)."""
-    from tracker.store import RunStore, default_store_url
-
-    t = thresholds or thresholds_for(basis)
-    value = kpis.BASES[basis][0]
-    # each bound a local calendar Monday on its own: across a DST change a week is 167 or 169 h
-    since = pd.Timestamp(shift_week(start, tz, -(weeks - 1)))
-    until = pd.Timestamp(shift_week(start, tz, 1))
-    week_starts = weeks_between(since, until, tz)
-    window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
-    with RunStore(store_url or default_store_url()) as store:
-        store.mark_crashed(now=now)
-        if not store.has_runs():
-            raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-        records, unreadable = store.read_runs(**window)
-        good, excluded = kpis.usable_runs(records)
-        excluded = [
-            kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable
-        ] + excluded
-        runs = kpis.runs_frame(good)
-        if _rollups_answer(store.version, t, basis, [*week_starts, until]):
-            totals, idle = _from_rollups(store, value, week_starts, until)
-            totals = totals[totals["run_id"].isin(runs["id"])]
-            bad = kpis.bad_samples(
-                totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
-            )
-            totals = totals[totals["minutes"] > 0]
-            skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
-            return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
-        totals = kpis.totals_frame(
-            store.sample_totals(
-                value=value,
-                low_under=t.idle_pct,
-                bucket_edges=week_starts[1:],
-                value_range=kpis.PCT_RANGE,
-                **window,
-            )
-        )
-        totals = totals[totals["run_id"].isin(runs["id"])]
-        bad = kpis.bad_samples(
-            totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
-        )
-        totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
-        samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
-        # idle windows reach across the window's edges: read the idle_window_min - 1 minutes
-        # either side, so that a week's idle is final and equal to what later reports show
-        reach = timedelta(minutes=t.idle_window_min - 1)
-        store.scan_sample_stretches(
-            samples,
-            columns=samples.columns,
-            stretches=kpis.idle_candidates(totals, t),
-            margin=t.idle_window_min - 1,
-            since=window["since"] - reach,
-            until=window["until"] + reach,
-        )
-    idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
-    skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
-    return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
-
-
-def _rollups_answer(
-    version: int, t: Thresholds, basis: str, week_starts: Sequence[pd.Timestamp]
-) -> bool:
-    """Whether the store's rollups answer this report: a version 2 store, the idle rule they
-    were kept by (:data:`tracker.store.rollups.ROLLUP_RULES`), and week bounds on whole UTC
-    hours (not in a zone like Asia/Kolkata, +05:30). Otherwise the minutes are read."""
-    from tracker.store.rollups import ROLLUP_RULES
-
-    return (
-        version >= 2
-        and ROLLUP_RULES[basis] == (t.idle_pct, t.idle_window_min)
-        and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts)
-    )
-
-
-def _from_rollups(
-    store: Any, value: str, week_starts: Sequence[pd.Timestamp], until: pd.Timestamp
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The store's totals per (run, GPU, week) (:data:`kpis.TOTALS_COLUMNS`, with ``damaged``
-    rollup rows) and the idle GPU-time rows, summed from the hourly rollups."""
-    hours = [pd.Timestamp(w).value // 3_600_000_000_000 for w in [*week_starts, until]]
-    rows = store.rollup_totals(
-        value=value, hour_edges=hours[1:-1], since_hour=hours[0], until_hour=hours[-1]
-    )
-    columns = [
-        "run_id",
-        "gpu",
-        "bucket",
-        "minutes",
-        "covered_s",
-        "known_s",
-        "value_s",
-        "idle_s",
-        "idle_value_s",
-        "dropped",
-        "bad_values",
-        "bad_minutes",
-        "damaged",
-    ]
-    frame = pd.DataFrame(rows, columns=columns)
-    totals = frame.assign(first_low=pd.NaT, last_low=pd.NaT)[[*kpis.TOTALS_COLUMNS, "damaged"]]
-    timed = frame[frame["bucket"] >= 0]
-    idle = pd.DataFrame(
-        {
-            "run_id": timed["run_id"].astype(object),
-            "gpu": timed["gpu"].astype(object),
-            "week": [pd.Timestamp(week_starts[b]) for b in timed["bucket"]],
-            "idle_hours": timed["idle_s"].astype(float) / 3600.0,
-            "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0,
-        }
-    )
-    return totals, idle
 
 
 def render(
@@ -433,13 +302,14 @@ def backfill(
     run; None: that week) to the last complete week that ``out_dir`` does not hold yet (no
     ``<week>.json``), then write the index once; return the paths written. Weeks already
     archived are left as they are."""
+    from reports.data.scans import SampleScans
     from tracker.store import RunStore, default_store_url
 
     check_out_dir(out_dir)
     now = now or datetime.now(UTC)
     last = resolve_week(None, req.tz, now)
     with RunStore(store_url or default_store_url(), create=False) as store:
-        runs, _ = store.read_runs(until=now)
+        runs, _ = SampleScans(store).read_runs(until=now)
     if not runs:
         raise ReportError(f"the run store {store.url} has no runs: nothing to report")
     # no empty weeks before the first run, however far back --since reaches

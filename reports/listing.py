@@ -112,6 +112,7 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from reports.data.scans import SampleScans
     from reports.errors import UsageError
     from reports.weeks import parse_week, week_bounds, zone
 
@@ -132,7 +133,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     with _open_store(settings.store, create=False) as store:
         store.mark_crashed(now=datetime.now(UTC))
         # row by row: a row that cannot be read is named, not a traceback for every run
-        runs, unreadable = store.read_runs(since=since, until=until)
+        runs, unreadable = SampleScans(store).read_runs(since=since, until=until)
     runs = [
         r
         for r in runs
@@ -225,9 +226,9 @@ MAX_WEEKS = 520
 
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
-    from reports.build import Request, load, resolve_week
+    from reports.build import Request, resolve_week
+    from reports.data.gputime import week_gpu_time
     from reports.errors import UsageError
-    from reports.kpi import combine_gpu_time
     from reports.kpi.chargeback import COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
@@ -257,7 +258,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
         carbon=settings.carbon,
         thresholds=thresholds_for(args.basis, settings.thresholds),
     )
-    runs, sampled, _ = load(
+    runs, gt, _ = week_gpu_time(
         settings.store,
         last,
         tz=tz,
@@ -266,7 +267,6 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
         thresholds=req.thresholds,
         now=now,
     )
-    gt = combine_gpu_time(runs, sampled, tz=tz, basis=args.basis, now=now)
     rows = [
         row
         for start in weeks

@@ -19,7 +19,7 @@ PACKAGES = ("tracker", "reports")
 # the module (or, ending in "/", the package) allowed to import each outside library
 OWNERS: dict[str, tuple[str, ...]] = {
     "pynvml": ("tracker/gpu/nvml.py",),
-    "sqlalchemy": ("tracker/store/",),
+    "sqlalchemy": ("tracker/store/", "reports/data/"),
     "wandb": (
         "tracker/sinks/wandb.py",
         "reports/imports/wandb_log.py",
@@ -40,6 +40,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/render/",
         "reports/build.py",
         "reports/budgets.py",
+        "reports/data/gputime.py",
         "reports/imports/nvsmi_fast.py",
     ),
     "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py", "reports/imports/nvsmi_minutes.py"),
@@ -82,6 +83,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ),
     ("reports.errors", "reports.weeks"),
     ("reports.kpi",),
+    ("reports.data",),
     ("reports.render",),
     ("reports.build", "reports.budgets"),
     ("reports.service", "reports.demo", "reports.imports"),

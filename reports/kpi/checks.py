@@ -8,7 +8,7 @@ finite (``inf``, or PostgreSQL's ``NaN``), or lies outside what the figure can b
 its row at all. A **sample row** is not a run's whole story: a row whose ``covered_s`` is
 unusable, or whose minute is not shaped like a time, is left out (its GPU-time with it), and a
 row whose utilization is unusable counts with utilization unknown, as when the GPU gave none
-(:mod:`tracker.store.samples`). A run whose sample rows in the window are all unusable is
+(:mod:`reports.data.samples`). A run whose sample rows in the window are all unusable is
 reported from its summary, like a run without samples.
 
 A **text field** (:data:`TEXTS`) that the store gives as bytes (SQLite keeps a BLOB in a TEXT

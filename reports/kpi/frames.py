@@ -8,16 +8,12 @@ GPU-time without a value on the chosen basis is "unknown", never idle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from pandas.api.types import union_categoricals
 
 from reports.kpi.checks import PCT_RANGE
 from tracker.record import MinuteSample, RunRecord
-
-if TYPE_CHECKING:
-    from tracker.store import SampleTotals
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
 
@@ -128,8 +124,4 @@ TOTALS_COLUMNS = [
     "bad_values",
     "bad_minutes",
 ]
-"""The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
-
-
-def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
-    return pd.DataFrame([t.__dict__ for t in totals], columns=TOTALS_COLUMNS)
+"""The fields of :class:`reports.data.samples.SampleTotals`: one row per (run, GPU, week)."""

@@ -258,11 +258,11 @@ def to_csv(k: WeekKpis, tz: tzinfo) -> str:
 
 def publish_week(store_url: str | None, k: WeekKpis, tz: tzinfo, *, now: datetime) -> None:
     """The week's headline and per-team figures into the store's ``gpu_kpi_weekly`` tables
-    (:mod:`tracker.store.kpi_tables`), as this report shows them. A store that will not take
+    (:mod:`reports.data.kpi_tables`), as this report shows them. A store that will not take
     them costs a warning, not the report."""
+    from reports.data.kpi_tables import write_week
     from tracker.store import RunStore, default_store_url
     from tracker.store.engine import mask_text, one_line
-    from tracker.store.kpi_tables import write_week
 
     d = to_dict(k, tz)
     try:

@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from reports.data import deliveries as sql
 from tracker.store import RunStore
-from tracker.store import deliveries as sql
 
 FINAL = ("sent", "empty", "failed")
 STATUSES = ("sending", "deferred", *FINAL)

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime
 
 if TYPE_CHECKING:
-    from tracker.store.runs import RunStore
+    from tracker.store import RunStore
 
 HEADLINE = (
     "gpu_hours",
