@@ -3,19 +3,14 @@
 One bad run or sample row does not stop the report: it is left out, counted and named in every
 output and in one warning of the ``gpu_kpi`` logger (:mod:`reports.kpi.checks`).
 
-Every output is rendered in memory, then written into a temporary folder inside the output
-folder, then moved into place (``os.replace`` each, the index last): an error before the moves
-(a full disk, a failing renderer) changes nothing of the archive and the temporary folder is
-removed. The moves are renames in one folder, which take no space. An output folder that cannot
-be written is a :class:`ReportError` before anything is computed."""
+Every output is rendered in memory, then written to the archive all or none
+(:func:`reports.archive.write_archive`). An output folder that cannot be written is a
+:class:`ReportError` before anything is computed."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -24,13 +19,14 @@ from pathlib import Path
 import pandas as pd
 
 from reports import kpi as kpis
+from reports.archive import check_out_dir, is_archived, write_archive
 from reports.budgets import week_lines
 from reports.data.gputime import week_gpu_time
+from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
 from reports.kpi.budgets import Budget
-from reports.kpi.checks import one_line
-from reports.render.exports import publish_week, to_csv, to_json
+from reports.render.exports import to_csv, to_dict, to_json
 from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds
@@ -189,89 +185,6 @@ def render(
     return out
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """Write ``data`` to the new file ``path`` (mode 0666 less the umask, as ``open`` makes
-    it), and to the disk: a full disk shows here, before any rename."""
-    with open(path, "xb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the archive from a web server
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """ReportError (one line: ``cannot write the report to PATH: reason``) unless ``out_dir``
-    is a folder this process may write in, or can be made in the nearest folder above it that
-    exists. Nothing is created."""
-    there = out_dir
-    while not there.exists() and there.parent != there:
-        there = there.parent
-    if not there.is_dir():
-        what = "it is" if there == out_dir else f"{there} is"
-        raise ReportError(f"cannot write the report to {out_dir}: {what} not a folder")
-    if not os.access(there, os.W_OK | os.X_OK):
-        where = "" if there == out_dir else f" in {there}"
-        raise ReportError(f"cannot write the report to {out_dir}: permission denied{where}")
-
-
-def archive_index(out_dir: Path) -> list[dict[str, object]]:
-    """Headline figures of every archived week (from its JSON), for the index page; files that
-    are not ours are left out (:func:`reports.render.index.read_archive`)."""
-    from reports.render.index import read_archive
-
-    return list(read_archive(out_dir)[0])
-
-
-def write_archive(
-    out_dir: Path, label: str, files: Mapping[str, bytes], *, index: bool
-) -> list[Path]:
-    """Write ``<out_dir>/<label>.<suffix>`` for each file and (``index``) the index page of
-    every archived week, all or none (see the module docstring); return the paths written.
-    OSError when the folder cannot be written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=out_dir, prefix=f".gpu-kpi-{label}-", suffix=".tmp"))
-    try:
-        names = [f"{label}.{suffix}" for suffix in files]
-        for name, data in zip(names, files.values(), strict=True):
-            _write_new(staging / name, data)
-        if index:
-            from reports.render.index import read_archive, render_index
-
-            weeks, left_out = read_archive(out_dir, staged=staging)
-            if left_out:
-                log.warning(
-                    "gpu-kpi: the index of %s leaves out %d file(s) that are not "
-                    "gpu-kpi week reports: %s",
-                    out_dir,
-                    len(left_out),
-                    one_line("; ".join(f"{f.name} ({f.reason})" for f in left_out)),
-                )
-            _write_new(staging / "index.html", render_index(weeks, left_out=left_out).encode())
-            names.append("index.html")
-        for name in names:  # the index last: it links the week's page
-            os.replace(staging / name, out_dir / name)
-        return [out_dir / name for name in names]
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def build(
     store_url: str | None, req: Request, out_dir: Path, *, now: datetime | None = None
 ) -> list[Path]:
@@ -279,7 +192,7 @@ def build(
     ReportError when ``out_dir`` cannot be written (checked first) or writing fails."""
     check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
-    publish_week(store_url, c.kpis, req.tz, now=c.now)
+    publish_week(store_url, to_dict(c.kpis, req.tz), now=c.now)
     files = render(c.kpis, req)
     if "json" not in files:  # the index reads the archive's JSON: keep it current
         files["json"] = to_json(c.kpis, req.tz).encode()
@@ -324,9 +237,9 @@ def backfill(
         week = start
         while week <= last:
             label = label_of(week)
-            if not (out_dir / f"{label}.json").exists():
+            if not is_archived(out_dir, label):
                 c = compute(store_url, dataclasses.replace(req, week=label), now=now)
-                publish_week(store_url, c.kpis, req.tz, now=now)
+                publish_week(store_url, to_dict(c.kpis, req.tz), now=now)
                 files = render(c.kpis, req)
                 files.setdefault("json", to_json(c.kpis, req.tz).encode())
                 written += write_archive(out_dir, label, files, index=False)

@@ -280,7 +280,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     if args.out:  # whole or not at all
         from pathlib import Path
 
-        from reports.build import write_atomically
+        from reports.archive import write_atomically
 
         write_atomically(Path(args.out), text.getvalue().encode())
     else:

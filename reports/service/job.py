@@ -317,14 +317,18 @@ class Service:
     def _archive(self, week: _Week, errors: list[str]) -> list[Path]:
         """The week's report, and a page per team that has a team recipient (their email
         links it: ``teams/<slug>/<week>.html``)."""
-        from reports.build import render, write_archive
-        from reports.render.email import report_link, team_folder
-        from reports.render.exports import publish_week
+        from reports.archive import write_archive, write_team_page
+        from reports.build import render
+        from reports.data.kpi_tables import publish_week
+        from reports.render.email import report_link
+        from reports.render.exports import to_dict
         from reports.render.html import render_html
 
         req = self.request(week.label)
         out = Path(self.settings.out_dir).expanduser()
-        publish_week(self.settings.tracker.store, week.computed.kpis, req.tz, now=week.computed.now)
+        publish_week(
+            self.settings.tracker.store, to_dict(week.computed.kpis, req.tz), now=week.computed.now
+        )
         try:
             files = render(week.computed.kpis, req, images=week.images)
             written = write_archive(out, week.label, files, index=True)
@@ -343,9 +347,7 @@ class Service:
                     report_url=report_link(req.report_url, week.label, team),
                     fleet_url=report_link(req.report_url, week.label),
                 )
-                written += write_archive(
-                    out / team_folder(team), week.label, {"html": page.encode()}, index=False
-                )
+                written += write_team_page(out, team, week.label, page.encode())
             return written
         except OSError as e:
             errors.append(f"report.out_dir: {e}")
