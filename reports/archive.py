@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ReportError
-from reports.kpi.checks import one_line
 from reports.render.exports import GENERATOR, SCHEMA
 from reports.render.index import LeftOut
 from reports.weeks import WeekError, parse_week
+from tracker.text import one_line
 
 log = logging.getLogger("gpu_kpi")
 

@@ -58,6 +58,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.owned",
         "tracker.carbon",
         "tracker.parsers",
+        "tracker.text",
     ),
     (
         "tracker.cost",

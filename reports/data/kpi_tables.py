@@ -127,7 +127,8 @@ def publish_week(store_url: str | None, week: Mapping[str, Any], *, now: datetim
         now: When the figures were computed (timezone-aware).
     """
     from tracker.store import RunStore, default_store_url
-    from tracker.store.engine import mask_text, one_line
+    from tracker.store.engine import mask_text
+    from tracker.text import one_line
 
     try:
         with RunStore(store_url or default_store_url(), create=False) as store:

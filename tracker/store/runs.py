@@ -24,7 +24,6 @@ from tracker.store.engine import (
     is_locked,
     mask_text,
     mask_url,
-    one_line,
     parse_url,
     sqlite_on_begin,
     sqlite_on_connect,
@@ -44,6 +43,7 @@ from tracker.store.schema import (
     upsert,
     utc,
 )
+from tracker.text import one_line
 
 _IN_CHUNK = 500
 
