@@ -29,7 +29,8 @@ from reports.kpi.budgets import Budget
 from reports.render.exports import to_csv, to_dict, to_json
 from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of
 from tracker.carbon import Carbon
-from tracker.cost import Thresholds
+from tracker.config import Settings
+from tracker.cost import Thresholds, thresholds_for
 from tracker.owned import OwnedGpu
 
 log = logging.getLogger("gpu_kpi")
@@ -55,6 +56,45 @@ class Request:
     """Grid intensity and PUE for CO2e (``[carbon]``)."""
     budgets: Sequence[Budget] = ()
     """Team budgets (``[[budgets]]``): the report shows each team's spend against them."""
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        week: str | None,
+        tz: tzinfo,
+        basis: str = "util",
+        formats: Sequence[str] = ("html", "json", "csv"),
+        report_url: str | None = None,
+        budgets: Sequence[Budget] = (),
+    ) -> Request:
+        """A request with the configured prices, owned GPUs, carbon figures and thresholds.
+
+        Args:
+            settings: The tracker's settings (the config file, the environment, the flags).
+            week: ``YYYY-Www``; None: the last complete week.
+            tz: The report's time zone.
+            basis: ``util`` or ``sm_active``: the thresholds are this basis'.
+            formats: The outputs to render (:data:`FORMATS`).
+            report_url: The archive's base URL, for links.
+            budgets: The teams' budgets.
+
+        Returns:
+            The request.
+        """
+        return cls(
+            week=week,
+            tz=tz,
+            formats=formats,
+            basis=basis,
+            thresholds=thresholds_for(basis, settings.thresholds),
+            report_url=report_url,
+            prices=settings.prices,
+            owned=settings.owned,
+            carbon=settings.carbon,
+            budgets=budgets,
+        )
 
     def kpis(
         self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *, trend_weeks: int = 12

@@ -58,23 +58,19 @@ def _shown_url(url: str) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from reports.build import Request, backfill, build, parse_formats
     from reports.weeks import parse_week, zone
-    from tracker.cost import thresholds_for
 
     settings = _settings(args)
     section = _report_section(args)  # [report]: what a flag does not say
     args.tz = args.tz or section.get("timezone", "UTC")
     args.out = args.out or section.get("out_dir", "reports-out")
     args.basis = args.basis or section.get("basis", "util")
-    req = Request(
+    req = Request.from_settings(
+        settings,
         week=args.week,
         tz=zone(args.tz),
         formats=parse_formats(args.format),
         basis=args.basis,
         report_url=args.report_url or section.get("report_url"),
-        prices=settings.prices,
-        owned=settings.owned,
-        carbon=settings.carbon,
-        thresholds=thresholds_for(args.basis, settings.thresholds),
         budgets=section["budgets"],
     )
     if args.week and (args.since or args.all):

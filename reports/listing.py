@@ -232,7 +232,6 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     from reports.kpi.chargeback import COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
-    from tracker.cost import thresholds_for
 
     section = _report_section(args)  # the report's own time zone and basis, as in report
     args.tz = args.tz or section.get("timezone", "UTC")
@@ -249,15 +248,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     if len(weeks) > MAX_WEEKS:
         raise UsageError(f"--since {args.since}: at most {MAX_WEEKS} weeks at once")
     settings = _settings(args)
-    req = Request(
-        week=label_of(last),
-        tz=tz,
-        basis=args.basis,
-        prices=settings.prices,
-        owned=settings.owned,
-        carbon=settings.carbon,
-        thresholds=thresholds_for(args.basis, settings.thresholds),
-    )
+    req = Request.from_settings(settings, week=label_of(last), tz=tz, basis=args.basis)
     runs, gt, _ = week_gpu_time(
         settings.store,
         last,
@@ -318,7 +309,6 @@ def cmd_budgets(args: argparse.Namespace) -> int:
     from reports.errors import UsageError
     from reports.render.fmt import budget_row
     from reports.weeks import zone
-    from tracker.cost import thresholds_for
 
     section = _report_section(args)
     if not section["budgets"]:
@@ -327,14 +317,8 @@ def cmd_budgets(args: argparse.Namespace) -> int:
         )
     settings = _settings(args)
     basis = section.get("basis", "util")
-    req = Request(
-        week=None,
-        tz=zone(section.get("timezone", "UTC")),
-        basis=basis,
-        prices=settings.prices,
-        owned=settings.owned,
-        carbon=settings.carbon,
-        thresholds=thresholds_for(basis, settings.thresholds),
+    req = Request.from_settings(
+        settings, week=None, tz=zone(section.get("timezone", "UTC")), basis=basis
     )
     with _open_store(settings.store, create=False) as store:
         lines = current_lines(store, req, section["budgets"], now=datetime.now(UTC))

@@ -294,16 +294,13 @@ class Service:
         from reports.build import FORMATS, Request
 
         s = self.settings
-        return Request(
+        return Request.from_settings(
+            s.tracker,
             week=label,
             tz=s.tz,
-            formats=FORMATS,
             basis=s.basis,
-            thresholds=s.thresholds(),
+            formats=FORMATS,
             report_url=s.report_url,
-            prices=s.tracker.prices,
-            owned=s.tracker.owned,
-            carbon=s.tracker.carbon,
             budgets=s.budgets,
         )
 
