@@ -177,7 +177,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import DEMO_BUDGETS, DEMO_OWNED, run_demo
-    from reports.weeks import week_of
+    from reports.weeks import week_label, week_of
 
     out = writable_dir(Path(args.dir).resolve(), "--dir")
     url = args.store or f"sqlite:///{out / 'runs.db'}"
@@ -189,8 +189,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for r in records:
         if r.verdict and r.verdict != "healthy":
             print(f"{r.name}: {r.verdict}: {r.advice}")
-    year, week = week_of(monday)
-    label = f"{year}-W{week:02d}"
+    label = week_label(*week_of(monday))
     print(
         f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
         f"written to {_shown_url(url)}"

@@ -26,7 +26,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from email import policy as email_policy
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid, parseaddr
@@ -37,7 +37,7 @@ from reports.kpi import WeekKpis
 from reports.render.charts import CHART_NAMES
 from reports.render.fmt import fmt_pct, fmt_usd, safe_http_url
 from reports.render.html import CHART_ALT, environment, report_context
-from reports.weeks import label_of
+from reports.weeks import label_of, week_dates
 from tracker.text import one_line
 
 SIZE_BUDGET_BYTES = 90_000
@@ -67,16 +67,6 @@ MAX_NAME_CHARS = 60
 MAX_ADVICE_CHARS = 200
 CHART_WIDTH_PX, CHART_HEIGHT_PX = 600, 244
 """How big the 640×260 chart PNGs are shown in the 640 px message (20 px padding each side)."""
-
-
-def _week_dates(k: WeekKpis, tz: tzinfo) -> str:
-    monday = k.week.tz_convert(tz)
-    sunday = monday + timedelta(days=6)
-    if monday.year != sunday.year:
-        return f"{monday:%-d %b %Y} – {sunday:%-d %b %Y}"
-    if monday.month != sunday.month:
-        return f"{monday:%-d %b} – {sunday:%-d %b %Y}"
-    return f"{monday:%-d}–{sunday:%-d %b %Y}"
 
 
 def team_folder(team: str) -> str:
@@ -166,7 +156,7 @@ def _email_context(
     return {
         **ctx,
         "week": week,
-        "dates": _week_dates(k, tz),
+        "dates": week_dates(label_of(k.week)),
         "skipped": skipped,
         "scope": one_line(scope, MAX_NAME_CHARS) if scope else "",
         "report_link": report_link(report_url, week, team) or "",

@@ -14,9 +14,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from reports.kpi import Headline, WeekKpis
-from reports.render.fmt import as_number, fmt_hours, fmt_int, fmt_pct, fmt_usd, week_dates
+from reports.render.fmt import as_number, fmt_hours, fmt_int, fmt_pct, fmt_usd
 from reports.render.html import environment
 from reports.weeks import label_of as week_label
+from reports.weeks import week_dates
 
 _WEEK_LABEL = re.compile(r"^\d{4}-W\d{2}$")
 
