@@ -5,8 +5,9 @@ of a week, a month or a budget is summed from.
 the store sums the minute samples per run, GPU and week (from the hourly rollups where they
 answer), only the stretches that may hold idle minutes are read minute by minute
 (:func:`reports.kpi.idle_candidates`), and runs without samples count pro rata by their summary.
-:func:`span_totals` reads any span (a calendar month in a zone, a period up to now) for the
-budgets: its whole hours from the rollups, the rest from the minutes.
+:func:`span_gpu_time` reads any span (a calendar month in a zone, a period up to now) for the
+budgets, as one bucket: its whole hours from the rollups, the rest from the minutes
+(:func:`span_totals`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ _HOUR_NS = 3_600_000_000_000
 
 
 class GpuTime(NamedTuple):
-    """What :func:`week_gpu_time` read."""
+    """What :func:`week_gpu_time` or :func:`span_gpu_time` read."""
 
     runs: pd.DataFrame
     """The usable runs (:func:`reports.kpi.runs_frame`)."""
@@ -77,6 +78,76 @@ def week_gpu_time(
     return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
 
 
+def span_gpu_time(
+    store: RunStore,
+    since: datetime,
+    until: datetime,
+    *,
+    tz: tzinfo,
+    basis: str = "util",
+    now: datetime,
+) -> GpuTime:
+    """The GPU-time of any span (a calendar month in a zone, a period up to now), as one
+    bucket: what budgets count. The minutes' idle is not read (spend does not need it).
+
+    A run with usable minute samples at any time is measured by them, even where it has none in
+    the span (its sampler stopped); its summary counts pro rata only for a run that never had
+    any. (:func:`week_gpu_time` takes the summary of a run without samples in the weeks read.)
+
+    Args:
+        store: The open run store.
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+        tz: The report's time zone.
+        basis: ``util`` or ``sm_active``.
+        now: The time of the read (timezone-aware): a running run's summary counts up to it.
+
+    Returns:
+        The usable runs, their GPU-time rows (``week``: the span's start) and the runs left out
+        (unreadable or unusable; sample rows are not checked here).
+
+    Raises:
+        StoreError: The store cannot be read.
+    """
+    scans = SampleScans(store)
+    records, unreadable = scans.read_runs(since=since, until=until)
+    good, excluded = kpis.usable_runs(records)
+    skipped = kpis.Skipped(
+        runs=(
+            *(kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable),
+            *excluded,
+        )
+    )
+    runs = kpis.runs_frame(good)
+    if runs.empty:
+        return GpuTime(runs=runs, gpu_time=pd.DataFrame(columns=kpis.GT_COLUMNS), skipped=skipped)
+    totals = span_totals(scans, kpis.BASES[basis][0], since, until)
+    totals = totals[totals["run_id"].isin(runs["id"])]
+    sampled = pd.DataFrame(
+        {
+            "run_id": totals["run_id"].astype(object),
+            "gpu": totals["gpu"].astype(object),
+            "week": pd.Timestamp(since).tz_convert("UTC"),
+            "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
+            "known_hours": totals["known_s"].astype(float) / 3600.0,
+            "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
+            "idle_hours": 0.0,
+            "idle_used_hours": 0.0,
+        }
+    )[kpis.GT_COLUMNS]
+    summary = kpis.summary_gpu_time(
+        runs,
+        sampled=scans.sampled_runs(runs["id"]),
+        tz=tz,
+        basis=basis,
+        now=now,
+        spans=[(since, until)],
+    )
+    gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
+    gt["week"] = pd.to_datetime(gt["week"], utc=True)
+    return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
+
+
 def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
     """:class:`SampleTotals` as a frame of :data:`reports.kpi.TOTALS_COLUMNS`."""
     return pd.DataFrame([t.__dict__ for t in totals], columns=kpis.TOTALS_COLUMNS)
@@ -92,12 +163,32 @@ def load(
     thresholds: Thresholds | None = None,
     now: datetime,
 ) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
-    """Runs from ``weeks`` weeks back up to the end of the week at ``start``, the GPU-time
-    rows (:data:`kpis.GT_COLUMNS`) of those with minute samples in that time, and what was
-    left out (runs that cannot be used, sample rows that cannot be used as they are).
+    """The runs and the GPU-time from minute samples of ``weeks`` weeks up to the end of the
+    week at ``start`` (:func:`week_gpu_time` adds the summaries of runs without samples).
 
-    The store sums the samples per (run, GPU, week); only the stretches that may hold idle
-    minutes are read minute by minute (:func:`kpis.idle_candidates`)."""
+    The store sums the samples per (run, GPU, week), from the hourly rollups where they answer
+    (a version 2 store, the idle rule they were kept by, weeks on whole UTC hours); only the
+    stretches that may hold idle minutes are read minute by minute
+    (:func:`reports.kpi.idle_candidates`).
+
+    Args:
+        store_url: The run store's URL (None: the default store).
+        start: The last week's start (timezone-aware).
+        tz: The report's time zone.
+        weeks: How many weeks.
+        basis: ``util`` or ``sm_active``.
+        thresholds: The idle rule (None: the basis' defaults).
+        now: Runs without a heartbeat since well before it are marked crashed first.
+
+    Returns:
+        The usable runs, the GPU-time rows (:data:`reports.kpi.GT_COLUMNS`) of those with
+        minute samples in that time, and what was left out (runs that cannot be used, sample
+        rows that cannot be used as they are).
+
+    Raises:
+        ReportError: The store holds no run.
+        StoreError: The store cannot be read.
+    """
     t = thresholds or thresholds_for(basis)
     value = kpis.BASES[basis][0]
     # each bound a local calendar Monday on its own: across a DST change a week is 167 or 169 h
@@ -196,9 +287,20 @@ def _from_rollups(
 
 
 def span_totals(scans: SampleScans, value: str, since: datetime, until: datetime) -> pd.DataFrame:
-    """(run_id, gpu, covered_s, known_s, value_s) of the minute samples in [since, until):
-    its whole hours from the rollups (a version 2 store), the part before the first and after
-    the last whole hour from the samples."""
+    """The minute samples of a span summed per run and GPU: its whole hours from the rollups
+    (a version 2 store), the part before the first and after the last whole hour from the
+    samples.
+
+    Args:
+        scans: The store's reads.
+        value: The sample column of the basis (``util_pct`` or ``sm_active_pct``).
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+
+    Returns:
+        A frame of ``run_id``, ``gpu``, ``covered_s``, ``known_s``, ``value_s``: a row per
+        part read, usable minutes only.
+    """
     columns = ["run_id", "gpu", "covered_s", "known_s", "value_s"]
     a, b = pd.Timestamp(since).value, pd.Timestamp(until).value
     first, last = -(-a // _HOUR_NS), b // _HOUR_NS  # the first and the last whole hour's edge
