@@ -110,15 +110,8 @@ def span_gpu_time(
         StoreError: The store cannot be read.
     """
     scans = SampleScans(store)
-    records, unreadable = scans.read_runs(since=since, until=until)
-    good, excluded = kpis.usable_runs(records)
-    skipped = kpis.Skipped(
-        runs=(
-            *(kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable),
-            *excluded,
-        )
-    )
-    runs = kpis.runs_frame(good)
+    runs, excluded = usable_runs(scans, since=since, until=until)
+    skipped = kpis.Skipped(runs=tuple(excluded))
     if runs.empty:
         return GpuTime(runs=runs, gpu_time=pd.DataFrame(columns=kpis.GT_COLUMNS), skipped=skipped)
     totals = span_totals(scans, kpis.BASES[basis][0], since, until)
@@ -146,6 +139,27 @@ def span_gpu_time(
     gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
     gt["week"] = pd.to_datetime(gt["week"], utc=True)
     return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
+
+
+def usable_runs(
+    scans: SampleScans, *, since: datetime, until: datetime
+) -> tuple[pd.DataFrame, list[kpis.ExcludedRun]]:
+    """The runs of a span that the figures can use, and those left out.
+
+    Args:
+        scans: The store's reads.
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+
+    Returns:
+        The usable runs (:func:`reports.kpi.runs_frame`), and the runs left out with the
+        reason: those that could not be read, then those whose figures cannot be used
+        (:func:`reports.kpi.usable_runs`).
+    """
+    records, unreadable = scans.read_runs(since=since, until=until)
+    good, excluded = kpis.usable_runs(records)
+    unread = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable]
+    return kpis.runs_frame(good), unread + excluded
 
 
 def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
@@ -201,12 +215,7 @@ def load(
         scans = SampleScans(store)
         if not scans.has_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-        records, unreadable = scans.read_runs(**window)
-        good, excluded = kpis.usable_runs(records)
-        excluded = [
-            kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable
-        ] + excluded
-        runs = kpis.runs_frame(good)
+        runs, excluded = usable_runs(scans, **window)
         if _rollups_answer(store.version, t, basis, [*week_starts, until]):
             totals, idle = _from_rollups(scans, value, week_starts, until)
             totals = totals[totals["run_id"].isin(runs["id"])]
