@@ -9,12 +9,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from fakes import run_record
 
 from reports.data.scans import SampleScans
 from tracker.record import MinuteSample
 from tracker.store import RunStore
 
 T0 = datetime(2024, 5, 6, 9, 0, tzinfo=UTC)
+DEC = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def sample(run_id: str, minute: int, gpu: str = "GPU-a", **changes: object) -> MinuteSample:
@@ -22,6 +24,21 @@ def sample(run_id: str, minute: int, gpu: str = "GPU-a", **changes: object) -> M
         run_id=run_id, minute=T0 + timedelta(minutes=minute), gpu=gpu, util_pct=50.0 + minute
     )
     return dataclasses.replace(row, **changes)
+
+
+def minutes(
+    run_id: str, start: datetime, n: int, util: float = 50.0, gpu: str = "GPU-0"
+) -> list[MinuteSample]:
+    return [
+        MinuteSample(
+            run_id=run_id,
+            minute=start + timedelta(minutes=m),
+            gpu=gpu,
+            covered_s=60.0,
+            util_pct=util,
+        )
+        for m in range(n)
+    ]
 
 
 @pytest.fixture
@@ -129,3 +146,27 @@ def test_scan_sample_stretches_with_margins(store: RunStore) -> None:
         ],
     )
     assert sorted(r[0] - 50.0 for r in rows) == [5, 7, 8, 9, 70, 71]
+
+
+def test_which_runs_have_samples(store_url: str) -> None:
+    """Runs with usable minute samples, whenever they are; a run whose every sample is
+    unusable (covered_s out of range) is measured by its summary, as in the report. From the
+    rollups, and from the samples in a version 1 store (no rollups table)."""
+    import sqlalchemy as sa
+
+    with RunStore(store_url) as s:
+        for i in range(4):
+            s.upsert_run(run_record(f"r{i}", DEC, 1))
+        bad = [MinuteSample(run_id="r3", minute=DEC, gpu="GPU-0", covered_s=1e9, util_pct=5.0)]
+        s.upsert_samples(minutes("r1", DEC, 2) + minutes("r2", DEC + timedelta(days=40), 1) + bad)
+        assert SampleScans(s).sampled_runs(["r0", "r1", "r2", "r3", "nope"]) == {"r1", "r2"}
+        assert SampleScans(s).sampled_runs([]) == set()
+
+        def downgrade(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("DROP TABLE rollups")
+            conn.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+        s.transaction(downgrade, write=True)
+    with RunStore(store_url, create=False) as v1:
+        assert v1.version == 1
+        assert SampleScans(v1).sampled_runs(["r0", "r1", "r2", "r3"]) == {"r1", "r2"}
