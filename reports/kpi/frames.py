@@ -61,8 +61,8 @@ def sample_columns(basis: str) -> tuple[str, ...]:
 
 class SampleFrameBuilder:
     """Collects chunks of raw sample rows (:data:`SAMPLE_COLUMNS`, as
-    :meth:`tracker.store.RunStore.scan_samples` hands them) into one frame, keeping ids as
-    categories so that ten million rows fit in a few hundred MB.
+    :meth:`reports.data.scans.SampleScans.scan_samples` hands them) into one frame, keeping ids
+    as categories so that ten million rows fit in a few hundred MB.
 
     As the store's totals do (:mod:`reports.kpi.checks`): a utilization that is text,
     non-finite or outside 0–100 becomes unknown (NaN); a row whose minute is no time or whose
