@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -33,90 +33,37 @@ from reports.weeks import (
 
 log = logging.getLogger("gpu_kpi")
 
-_HOUR_NS = 3_600_000_000_000
+
+class RunSpend(NamedTuple):
+    """What one run cost in a span."""
+
+    run_id: str
+    name: str
+    team: str
+    usd: float
 
 
 @dataclasses.dataclass(frozen=True)
 class Spend:
-    """What a span cost: USD per team, and per run (id, name, team, USD), largest first."""
+    """What a span cost: USD per team, and per run, largest first."""
 
     by_team: dict[str, float]
-    runs: list[tuple[str, str, str, float]]
+    runs: list[RunSpend]
 
     def top_runs(self, team: str) -> tuple[tuple[str, float], ...]:
-        return tuple((name, usd) for _, name, t, usd in self.runs if t == team)[:TOP_RUNS]
-
-
-def _span_totals(store: Any, value: str, since: datetime, until: datetime) -> pd.DataFrame:
-    """(run_id, gpu, covered_s, known_s, value_s) of the minute samples in [since, until):
-    its whole hours from the rollups (a version 2 store), the part before the first and after
-    the last whole hour from the samples."""
-    columns = ["run_id", "gpu", "covered_s", "known_s", "value_s"]
-    a, b = pd.Timestamp(since).value, pd.Timestamp(until).value
-    first, last = -(-a // _HOUR_NS), b // _HOUR_NS  # the first and the last whole hour's edge
-    if store.version < 2 or first >= last:
-        first = last = a // _HOUR_NS  # no whole hour: the samples for the whole span
-        edges = [(since, until)]
-    else:
-        edges = [(since, _at(first)), (_at(last), until)]
-    parts = []
-    if first < last:
-        rows = store.rollup_totals(value=value, hour_edges=[], since_hour=first, until_hour=last)
-        # (run_id, gpu, bucket, minutes, covered_s, known_s, value_s, …); bucket -1: no time
-        parts += [(r[0], r[1], r[4], r[5], r[6]) for r in rows if r[2] >= 0 and r[3] > 0]
-    for lo, hi in edges:
-        if lo < hi:
-            parts += [
-                (t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
-                for t in store.sample_totals(
-                    value=value, low_under=0.0, since=lo, until=hi, value_range=kpis.PCT_RANGE
-                )
-                if t.minutes > 0
-            ]
-    return pd.DataFrame(parts, columns=columns)
-
-
-def _at(hour: int) -> datetime:
-    return pd.Timestamp(hour * _HOUR_NS, tz="UTC").to_pydatetime()
+        return tuple((r.name, r.usd) for r in self.runs if r.team == team)[:TOP_RUNS]
 
 
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
     """What [since, until) cost, from ``store`` (an open :class:`tracker.store.RunStore`) with
     ``req``'s prices, owned GPUs and basis (a :class:`reports.build.Request`)."""
+    from reports.data.gputime import span_gpu_time
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable
 
-    records, _ = store.read_runs(since=since, until=until)
-    good, _ = kpis.usable_runs(records)
-    runs = kpis.runs_frame(good)
+    runs, gt, _ = span_gpu_time(store, since, until, tz=req.tz, basis=req.basis, now=now)
     if runs.empty:
         return Spend({}, [])
-    totals = _span_totals(store, kpis.BASES[req.basis][0], since, until)
-    totals = totals[totals["run_id"].isin(runs["id"])]
-    sampled = pd.DataFrame(
-        {
-            "run_id": totals["run_id"].astype(object),
-            "gpu": totals["gpu"].astype(object),
-            "week": pd.Timestamp(since).tz_convert("UTC"),
-            "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
-            "known_hours": totals["known_s"].astype(float) / 3600.0,
-            "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
-            "idle_hours": 0.0,
-            "idle_used_hours": 0.0,
-        }
-    )[kpis.GT_COLUMNS]
-    # a run with minute samples is measured by them, as in the report, even where it has none
-    # in this span (its sampler stopped): its summary is for runs that never had any
-    summary = kpis.summary_gpu_time(
-        runs,
-        sampled=store.sampled_runs(runs["id"]),
-        tz=req.tz,
-        basis=req.basis,
-        now=now,
-        spans=[(since, until)],
-    )
-    gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
-    gt["week"] = pd.to_datetime(gt["week"], utc=True)
     t = req.thresholds or thresholds_for(req.basis)
     per = kpis.run_weeks(
         gt,
@@ -134,7 +81,10 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
     )
     return Spend(
         {str(k): float(v) for k, v in by_run.groupby("team")["spend_usd"].sum().items()},
-        [(str(i), str(n), str(tm), float(v)) for i, n, tm, v in by_run.itertuples(index=False)],
+        [
+            RunSpend(str(i), str(n), str(tm), float(v))
+            for i, n, tm, v in by_run.itertuples(index=False)
+        ],
     )
 
 
@@ -204,7 +154,7 @@ def _week_lines(
     week_runs = Spend(
         week_usd,
         [
-            (str(r.run_id), str(r.name), str(r.team), float(r.spend_usd))
+            RunSpend(str(r.run_id), str(r.name), str(r.team), float(r.spend_usd))
             for r in ranked.itertuples()
         ],
     )

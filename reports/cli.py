@@ -58,23 +58,19 @@ def _shown_url(url: str) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from reports.build import Request, backfill, build, parse_formats
     from reports.weeks import parse_week, zone
-    from tracker.cost import thresholds_for
 
     settings = _settings(args)
     section = _report_section(args)  # [report]: what a flag does not say
     args.tz = args.tz or section.get("timezone", "UTC")
     args.out = args.out or section.get("out_dir", "reports-out")
     args.basis = args.basis or section.get("basis", "util")
-    req = Request(
+    req = Request.from_settings(
+        settings,
         week=args.week,
         tz=zone(args.tz),
         formats=parse_formats(args.format),
         basis=args.basis,
         report_url=args.report_url or section.get("report_url"),
-        prices=settings.prices,
-        owned=settings.owned,
-        carbon=settings.carbon,
-        thresholds=thresholds_for(args.basis, settings.thresholds),
         budgets=section["budgets"],
     )
     if args.week and (args.since or args.all):
@@ -181,7 +177,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from reports.demo import DEMO_BUDGETS, DEMO_OWNED, run_demo
-    from reports.weeks import week_of
+    from reports.weeks import week_label, week_of
 
     out = writable_dir(Path(args.dir).resolve(), "--dir")
     url = args.store or f"sqlite:///{out / 'runs.db'}"
@@ -193,8 +189,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for r in records:
         if r.verdict and r.verdict != "healthy":
             print(f"{r.name}: {r.verdict}: {r.advice}")
-    year, week = week_of(monday)
-    label = f"{year}-W{week:02d}"
+    label = week_label(*week_of(monday))
     print(
         f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
         f"written to {_shown_url(url)}"

@@ -112,6 +112,7 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from reports.data.scans import SampleScans
     from reports.errors import UsageError
     from reports.weeks import parse_week, week_bounds, zone
 
@@ -132,7 +133,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     with _open_store(settings.store, create=False) as store:
         store.mark_crashed(now=datetime.now(UTC))
         # row by row: a row that cannot be read is named, not a traceback for every run
-        runs, unreadable = store.read_runs(since=since, until=until)
+        runs, unreadable = SampleScans(store).read_runs(since=since, until=until)
     runs = [
         r
         for r in runs
@@ -225,13 +226,12 @@ MAX_WEEKS = 520
 
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
-    from reports.build import Request, load, resolve_week
+    from reports.build import Request, resolve_week
+    from reports.data.gputime import week_gpu_time
     from reports.errors import UsageError
-    from reports.kpi import combine_gpu_time
     from reports.kpi.chargeback import COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
-    from tracker.cost import thresholds_for
 
     section = _report_section(args)  # the report's own time zone and basis, as in report
     args.tz = args.tz or section.get("timezone", "UTC")
@@ -248,16 +248,8 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     if len(weeks) > MAX_WEEKS:
         raise UsageError(f"--since {args.since}: at most {MAX_WEEKS} weeks at once")
     settings = _settings(args)
-    req = Request(
-        week=label_of(last),
-        tz=tz,
-        basis=args.basis,
-        prices=settings.prices,
-        owned=settings.owned,
-        carbon=settings.carbon,
-        thresholds=thresholds_for(args.basis, settings.thresholds),
-    )
-    runs, sampled, _ = load(
+    req = Request.from_settings(settings, week=label_of(last), tz=tz, basis=args.basis)
+    runs, gt, _ = week_gpu_time(
         settings.store,
         last,
         tz=tz,
@@ -266,7 +258,6 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
         thresholds=req.thresholds,
         now=now,
     )
-    gt = combine_gpu_time(runs, sampled, tz=tz, basis=args.basis, now=now)
     rows = [
         row
         for start in weeks
@@ -280,7 +271,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     if args.out:  # whole or not at all
         from pathlib import Path
 
-        from reports.build import write_atomically
+        from reports.archive import write_atomically
 
         write_atomically(Path(args.out), text.getvalue().encode())
     else:
@@ -318,7 +309,6 @@ def cmd_budgets(args: argparse.Namespace) -> int:
     from reports.errors import UsageError
     from reports.render.fmt import budget_row
     from reports.weeks import zone
-    from tracker.cost import thresholds_for
 
     section = _report_section(args)
     if not section["budgets"]:
@@ -327,14 +317,8 @@ def cmd_budgets(args: argparse.Namespace) -> int:
         )
     settings = _settings(args)
     basis = section.get("basis", "util")
-    req = Request(
-        week=None,
-        tz=zone(section.get("timezone", "UTC")),
-        basis=basis,
-        prices=settings.prices,
-        owned=settings.owned,
-        carbon=settings.carbon,
-        thresholds=thresholds_for(basis, settings.thresholds),
+    req = Request.from_settings(
+        settings, week=None, tz=zone(section.get("timezone", "UTC")), basis=basis
     )
     with _open_store(settings.store, create=False) as store:
         lines = current_lines(store, req, section["budgets"], now=datetime.now(UTC))

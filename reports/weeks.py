@@ -64,7 +64,38 @@ def label_of(week_start: datetime) -> str:
 
 
 def week_label(year: int, week: int) -> str:
+    """The label of ISO week ``week`` of ``year``.
+
+    Args:
+        year: The ISO year.
+        week: The ISO week, 1 to 53.
+
+    Returns:
+        ``YYYY-Www``, e.g. ``2026-W48``.
+    """
     return f"{year}-W{week:02d}"
+
+
+def week_dates(label: str) -> str:
+    """The days of a week, Monday to Sunday, as the reports show them.
+
+    Args:
+        label: The week, ``YYYY-Www``.
+
+    Returns:
+        ``23–29 Nov 2026``; ``30 Nov – 6 Dec 2026`` across months; ``28 Dec 2026 – 3 Jan
+        2027`` across years.
+
+    Raises:
+        WeekError: ``label`` is not a week.
+    """
+    year, week = parse_week(label)
+    monday, sunday = date.fromisocalendar(year, week, 1), date.fromisocalendar(year, week, 7)
+    if monday.year != sunday.year:
+        return f"{monday:%-d %b %Y} – {sunday:%-d %b %Y}"
+    if monday.month != sunday.month:
+        return f"{monday:%-d %b} – {sunday:%-d %b %Y}"
+    return f"{monday:%-d}–{sunday:%-d %b %Y}"
 
 
 def week_of(moment: datetime, tz: tzinfo = UTC) -> tuple[int, int]:

@@ -19,7 +19,7 @@ PACKAGES = ("tracker", "reports")
 # the module (or, ending in "/", the package) allowed to import each outside library
 OWNERS: dict[str, tuple[str, ...]] = {
     "pynvml": ("tracker/gpu/nvml.py",),
-    "sqlalchemy": ("tracker/store/",),
+    "sqlalchemy": ("tracker/store/", "reports/data/"),
     "wandb": (
         "tracker/sinks/wandb.py",
         "reports/imports/wandb_log.py",
@@ -40,6 +40,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/render/",
         "reports/build.py",
         "reports/budgets.py",
+        "reports/data/gputime.py",
         "reports/imports/nvsmi_fast.py",
     ),
     "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py", "reports/imports/nvsmi_minutes.py"),
@@ -57,6 +58,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.owned",
         "tracker.carbon",
         "tracker.parsers",
+        "tracker.text",
     ),
     (
         "tracker.cost",
@@ -82,8 +84,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ),
     ("reports.errors", "reports.weeks"),
     ("reports.kpi",),
+    ("reports.data",),
     ("reports.render",),
-    ("reports.build", "reports.budgets"),
+    ("reports.build", "reports.budgets", "reports.archive"),
     ("reports.service", "reports.demo", "reports.imports"),
     ("reports", "reports.cli"),
 )
@@ -225,6 +228,53 @@ def test_every_package_is_in_the_wheel() -> None:
         for p in (ROOT / pkg).rglob("__init__.py")
     }
     assert packages <= listed, f"missing from [tool.setuptools] packages: {packages - listed}"
+
+
+FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "glob", "mkdir"}
+# the one place reports.render reads a file: the template loader, reading the installed templates
+TEMPLATE_LOADER = ("reports.render.html", "_load_resource")
+
+
+def file_calls(name: str, path: Path) -> set[str]:
+    """The calls in module ``name`` (at ``path``) that open, list or make files, outside the
+    template loader."""
+    tree = ast.parse(path.read_text())
+    skipped = {
+        id(node)
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef) and (name, fn.name) == TEMPLATE_LOADER
+        for node in ast.walk(fn)
+    }
+    calls = {
+        node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and id(node) not in skipped
+    }
+    return calls & FILE_CALLS
+
+
+def test_render_reads_no_store_and_opens_no_file() -> None:
+    """reports.render turns a week's figures into bytes: it imports neither store, nor the
+    reports' data layer, nor the archive, and opens no file but its templates."""
+    forbidden = ("tracker.store", "reports.data", "reports.archive", "sqlalchemy")
+    for name, path in modules().items():
+        if not (name == "reports.render" or name.startswith("reports.render.")):
+            continue
+        for dep in imported(path):
+            assert not any(dep == f or dep.startswith(f + ".") for f in forbidden), (
+                f"{name} imports {dep}"
+            )
+        assert not file_calls(name, path), f"{name} calls {sorted(file_calls(name, path))}"
+
+
+def test_the_file_check_sees_a_file_opened_outside_the_template_loader(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "def _load_resource(p):\n    return p.read_text()\n\n"
+        "def week(p):\n    with open(p) as f:\n        return f.read()\n"
+    )
+    assert file_calls("reports.render.html", planted) == {"open"}
+    assert file_calls("reports.render.fmt", planted) == {"open", "read_text"}
 
 
 def fresh_python(code: str) -> subprocess.CompletedProcess[str]:

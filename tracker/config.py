@@ -73,6 +73,7 @@ from tracker.parsers import (
     text,
     whole,
 )
+from tracker.text import one_line
 
 __all__ = [
     "ENV_PREFIX",
@@ -419,10 +420,6 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: nested too deeply") from None
     except MemoryError:
         raise ConfigError(f"config file {path}: too large") from None
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def load_settings(

@@ -29,6 +29,7 @@ from tracker.sampler import Sampler
 from tracker.throughput import StepCounter
 
 if TYPE_CHECKING:
+    from tracker.store import RunStore
     from tracker.store.rollups import Rollup
 
 GAP_INTERVALS = 3.0
@@ -390,7 +391,7 @@ def write_imported(
 
 
 def _write(
-    store: Any,
+    store: RunStore,
     imported: Imported,
     minutes: dict[str, set[tuple[str, datetime]]],
     *,
@@ -398,6 +399,8 @@ def _write(
     replace: bool,
 ) -> Imported:
     """:func:`write_imported`'s checks against the store and its write, in the open ``store``."""
+    from reports.data.scans import SampleScans
+
     ours = {r.id for r in imported.records}
     names = {r.id: r.name for r in imported.records}
     by_gpu: dict[str, set[str]] = {}  # GPU → our runs with minutes of it
@@ -408,10 +411,10 @@ def _write(
         store.put(imported.records, imported.samples, drop=sorted(ours), rollups=imported.rollups)
         return imported
     every = [m for rid in ours for _, m in minutes.get(rid, ())]
-    held = store.gpu_spans(
+    held = SampleScans(store).gpu_spans(
         sorted(by_gpu), since=min(every), until=max(every) + timedelta(minutes=1)
     )
-    candidates = sorted({other for other, _, _, _ in held if other not in ours})
+    candidates = sorted({span.run_id for span in held if span.run_id not in ours})
     drop: dict[str, str] = {}
     replaced: dict[str, str] = {}  # earlier run id → "name (GPU-hours)"
     for other in candidates:

@@ -22,7 +22,6 @@ from reports.kpi.frames import (
     runs_frame,
     sample_columns,
     samples_frame,
-    totals_frame,
 )
 from reports.kpi.gputime import (
     combine_gpu_time,
@@ -71,7 +70,6 @@ __all__ = [
     "sampled_gpu_time",
     "samples_frame",
     "summary_gpu_time",
-    "totals_frame",
     "totals_gpu_time",
     "usable_runs",
     "week_kpis",

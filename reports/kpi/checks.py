@@ -8,7 +8,7 @@ finite (``inf``, or PostgreSQL's ``NaN``), or lies outside what the figure can b
 its row at all. A **sample row** is not a run's whole story: a row whose ``covered_s`` is
 unusable, or whose minute is not shaped like a time, is left out (its GPU-time with it), and a
 row whose utilization is unusable counts with utilization unknown, as when the GPU gave none
-(:mod:`tracker.store.samples`). A run whose sample rows in the window are all unusable is
+(:mod:`reports.data.samples`). A run whose sample rows in the window are all unusable is
 reported from its summary, like a run without samples.
 
 A **text field** (:data:`TEXTS`) that the store gives as bytes (SQLite keeps a BLOB in a TEXT
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tracker.record import RunRecord
+from tracker.text import one_line
 
 NUMBERS = (
     "price_per_gpu_hour",
@@ -97,8 +97,6 @@ PCT_RANGE = (0.0, 100.0)
 MAX_NAMED = 20
 """Runs named one by one in the email and the log line; the report, JSON and CSV name all."""
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
-
 
 @dataclass(frozen=True, kw_only=True)
 class ExcludedRun:
@@ -162,10 +160,6 @@ class Skipped:
         more = len(named) - MAX_NAMED
         text = f"{self.summary()} — {'; '.join(named[:MAX_NAMED])}"
         return one_line(text + (f"; and {more} more" if more > 0 else ""))
-
-
-def one_line(value: object) -> str:
-    return _CONTROL.sub(" ", as_text(value)).strip()
 
 
 def as_text(value: object) -> str:

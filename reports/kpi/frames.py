@@ -8,16 +8,12 @@ GPU-time without a value on the chosen basis is "unknown", never idle.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from pandas.api.types import union_categoricals
 
 from reports.kpi.checks import PCT_RANGE
 from tracker.record import MinuteSample, RunRecord
-
-if TYPE_CHECKING:
-    from tracker.store import SampleTotals
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
 
@@ -65,8 +61,8 @@ def sample_columns(basis: str) -> tuple[str, ...]:
 
 class SampleFrameBuilder:
     """Collects chunks of raw sample rows (:data:`SAMPLE_COLUMNS`, as
-    :meth:`tracker.store.RunStore.scan_samples` hands them) into one frame, keeping ids as
-    categories so that ten million rows fit in a few hundred MB.
+    :meth:`reports.data.scans.SampleScans.scan_samples` hands them) into one frame, keeping ids
+    as categories so that ten million rows fit in a few hundred MB.
 
     As the store's totals do (:mod:`reports.kpi.checks`): a utilization that is text,
     non-finite or outside 0–100 becomes unknown (NaN); a row whose minute is no time or whose
@@ -128,8 +124,4 @@ TOTALS_COLUMNS = [
     "bad_values",
     "bad_minutes",
 ]
-"""The fields of :class:`tracker.store.SampleTotals`: one row per (run, GPU, week)."""
-
-
-def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
-    return pd.DataFrame([t.__dict__ for t in totals], columns=TOTALS_COLUMNS)
+"""The fields of :class:`reports.data.samples.SampleTotals`: one row per (run, GPU, week)."""

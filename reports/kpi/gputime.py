@@ -232,7 +232,8 @@ def idle_candidates(
     last)``: from the first to the last minute under the idle threshold, of each GPU with
     one. An idle minute is one of those, and its window lies in the
     stretch and the ``idle_window_min - 1`` samples before and after it, which
-    :func:`idle_minutes` needs too (:meth:`tracker.store.RunStore.scan_sample_stretches`)."""
+    :func:`idle_minutes` needs too
+    (:meth:`reports.data.scans.SampleScans.scan_sample_stretches`)."""
     series = totals.groupby(["run_id", "gpu"], observed=True).agg(
         minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max")
     )

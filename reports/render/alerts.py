@@ -12,9 +12,10 @@ from typing import Any
 
 from reports.kpi.budgets import BudgetLine
 from reports.render.chat import Card
-from reports.render.email import MAX_NAME_CHARS, _alternative, _domain, _one_line
+from reports.render.email import MAX_NAME_CHARS, _alternative, _domain
 from reports.render.fmt import budget_row, fmt_pct, fmt_usd, safe_http_url
 from reports.render.html import environment
+from tracker.text import one_line
 
 
 def _period(b: BudgetLine) -> str:
@@ -25,7 +26,7 @@ def _period(b: BudgetLine) -> str:
 def alert_context(b: BudgetLine, *, report_url: str | None) -> dict[str, Any]:
     """The alert's display strings (the templates' context)."""
     row = budget_row(b)
-    team = _one_line(b.team, MAX_NAME_CHARS)
+    team = one_line(b.team, MAX_NAME_CHARS)
     counted = b.until - timedelta(microseconds=1) if b.complete else b.until
     forecast = None
     if not b.complete and b.forecast_usd is not None:
@@ -44,7 +45,7 @@ def alert_context(b: BudgetLine, *, report_url: str | None) -> dict[str, Any]:
         "status": row["status"],
         "counted": f"{counted:%-d %b %H:%M} {counted.tzname() or ''}".rstrip(),
         "forecast": forecast,
-        "runs": [{"name": _one_line(n, MAX_NAME_CHARS), "spend": fmt_usd(v)} for n, v in b.runs],
+        "runs": [{"name": one_line(n, MAX_NAME_CHARS), "spend": fmt_usd(v)} for n, v in b.runs],
         "link": safe_http_url(report_url) or "",
     }
 
@@ -55,7 +56,7 @@ def subject(b: BudgetLine) -> str:
     show with a leading space."""
     c = alert_context(b, report_url=None)
     return (
-        f"GPU budget: {_one_line(b.team, 24)} at {c['used']} of {c['period']} "
+        f"GPU budget: {one_line(b.team, 24)} at {c['used']} of {c['period']} "
         f"({c['spend']} of {c['budget']})"
     )
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from datetime import tzinfo
 
 from reports.kpi import WeekKpis
-from reports.render.email import _email_context, _one_line, report_link, subject_line
+from reports.render.email import _email_context, report_link, subject_line
 from reports.render.fmt import fmt_usd
 from reports.weeks import label_of
+from tracker.text import one_line
 
 CARD_RUNS = 3
 """Runs to fix listed on a card: a chat message is read at a glance; the report has the rest."""
@@ -86,7 +87,7 @@ def chat_card(
         )
         for c in ctx["cards"][:CARD_FACTS]
     )
-    lines = [_one_line(ctx["lede"], 400)]
+    lines = [one_line(ctx["lede"], 400)]
     if ctx["runs"]:
         lines += ["", "Runs to fix first:", *_runs(ctx["runs"], team=team is None)]
         if len(ctx["runs"]) > CARD_RUNS or ctx["more_runs"] > 0:

@@ -26,7 +26,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from email import policy as email_policy
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid, parseaddr
@@ -37,7 +37,8 @@ from reports.kpi import WeekKpis
 from reports.render.charts import CHART_NAMES
 from reports.render.fmt import fmt_pct, fmt_usd, safe_http_url
 from reports.render.html import CHART_ALT, environment, report_context
-from reports.weeks import label_of
+from reports.weeks import label_of, week_dates
+from tracker.text import one_line
 
 SIZE_BUDGET_BYTES = 90_000
 """The most a message may take on the wire (CRLF line ends), charts included: Gmail clips at
@@ -66,25 +67,6 @@ MAX_NAME_CHARS = 60
 MAX_ADVICE_CHARS = 200
 CHART_WIDTH_PX, CHART_HEIGHT_PX = 600, 244
 """How big the 640×260 chart PNGs are shown in the 640 px message (20 px padding each side)."""
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")
-
-
-def _one_line(value: object, limit: int) -> str:
-    """A user string on one line (line breaks and control characters become a space), cut to
-    ``limit`` characters."""
-    text = _CONTROL.sub(" ", str(value)).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
-def _week_dates(k: WeekKpis, tz: tzinfo) -> str:
-    monday = k.week.tz_convert(tz)
-    sunday = monday + timedelta(days=6)
-    if monday.year != sunday.year:
-        return f"{monday:%-d %b %Y} – {sunday:%-d %b %Y}"
-    if monday.month != sunday.month:
-        return f"{monday:%-d %b} – {sunday:%-d %b %Y}"
-    return f"{monday:%-d}–{sunday:%-d %b %Y}"
 
 
 def team_folder(team: str) -> str:
@@ -119,7 +101,7 @@ def subject_line(k: WeekKpis, week: str, scope: str | None = None) -> str:
     week and numbers, and the ``scope`` (``team nlp``) on one line when given."""
     h = k.headline
     util = "n/a" if h.utilization_pct is None else fmt_pct(h.utilization_pct)
-    where = f", {_one_line(scope, MAX_NAME_CHARS)}" if scope else ""
+    where = f", {one_line(scope, MAX_NAME_CHARS)}" if scope else ""
     return (
         f"GPU efficiency {week}{where}: ${round(h.spend_usd):,} spend, {util} utilization, "
         f"{fmt_usd(h.waste_usd)} recoverable"
@@ -146,23 +128,23 @@ def _email_context(
     runs = [
         {
             **r,
-            "name": _one_line(r["name"], MAX_NAME_CHARS),
-            "team": _one_line(r["team"], MAX_NAME_CHARS),
-            "verdict": _one_line(r["verdict"], MAX_NAME_CHARS),
-            "advice": _one_line(r["advice"], MAX_ADVICE_CHARS),
+            "name": one_line(r["name"], MAX_NAME_CHARS),
+            "team": one_line(r["team"], MAX_NAME_CHARS),
+            "verdict": one_line(r["verdict"], MAX_NAME_CHARS),
+            "advice": one_line(r["advice"], MAX_ADVICE_CHARS),
         }
         for r in ctx["runs"][:MAX_RUNS]
     ]
     by_team = next(b for b in ctx["breakdowns"] if b["key"] == "team")
     teams = [
-        {**r, "name": _one_line(r["name"], MAX_NAME_CHARS)} for r in by_team["rows"][:MAX_TEAMS]
+        {**r, "name": one_line(r["name"], MAX_NAME_CHARS)} for r in by_team["rows"][:MAX_TEAMS]
     ]
     skipped = ctx["skipped"]
     named = [
         {
             **r,
-            "name": _one_line(r["name"], MAX_NAME_CHARS),
-            "run_id": _one_line(r["run_id"], MAX_NAME_CHARS),
+            "name": one_line(r["name"], MAX_NAME_CHARS),
+            "run_id": one_line(r["run_id"], MAX_NAME_CHARS),
         }
         for r in [*skipped["runs"], *skipped["samples"]][:MAX_SKIPPED]
     ]
@@ -174,13 +156,13 @@ def _email_context(
     return {
         **ctx,
         "week": week,
-        "dates": _week_dates(k, tz),
+        "dates": week_dates(label_of(k.week)),
         "skipped": skipped,
-        "scope": _one_line(scope, MAX_NAME_CHARS) if scope else "",
+        "scope": one_line(scope, MAX_NAME_CHARS) if scope else "",
         "report_link": report_link(report_url, week, team) or "",
         "runs": runs,
         "more_runs": ctx["runs_to_fix"] - len(runs),
-        "budgets": [{**b, "team": _one_line(b["team"], MAX_NAME_CHARS)} for b in ctx["budgets"]],
+        "budgets": [{**b, "team": one_line(b["team"], MAX_NAME_CHARS)} for b in ctx["budgets"]],
         "teams": teams,
         "more_teams": len(k.by.get("team", ())) - len(teams),
     }
@@ -335,7 +317,7 @@ def build_runs_email(
     waste = sum(float(x) for x in mine["waste_usd"])
     ctx = {
         **ctx,
-        "user": _one_line(user, MAX_NAME_CHARS),
+        "user": one_line(user, MAX_NAME_CHARS),
         "count": len(mine),
         "waste": fmt_usd(waste),
     }

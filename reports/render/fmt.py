@@ -7,7 +7,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import pandas as pd
@@ -110,16 +110,6 @@ def _arrow(value: object, unit: str) -> str:
 
 def text_or_dash(value: object, default: str = "—") -> str:
     return default if missing(value) or value == "" else str(value)
-
-
-def week_dates(label: str) -> str:
-    year, week = int(label[:4]), int(label[6:])
-    monday, sunday = date.fromisocalendar(year, week, 1), date.fromisocalendar(year, week, 7)
-    if monday.year != sunday.year:
-        return f"{monday:%-d %b %Y} – {sunday:%-d %b %Y}"
-    if monday.month != sunday.month:
-        return f"{monday:%-d %b} – {sunday:%-d %b %Y}"
-    return f"{monday:%-d}–{sunday:%-d %b %Y}"
 
 
 # -- links -------------------------------------------------------------------------------------

@@ -34,9 +34,9 @@ from reports.render.fmt import (
     missing,
     safe_http_url,
     text_or_dash,
-    week_dates,
 )
 from reports.weeks import label_of as week_label
+from reports.weeks import week_dates
 
 TEMPLATES_PACKAGE = "reports.templates"
 """Where an installed wheel carries the templates (mapped from the repo's ``templates/``)."""

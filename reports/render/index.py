@@ -1,46 +1,25 @@
 """The multi-week index page (the management dashboard): every archived week with its KPI
-trends as inline SVG sparklines, read from the week JSON files this tool wrote.
-
-Which files are ours (:func:`read_archive`): a name ``YYYY-Www.json`` of a week that exists,
-JSON of an object whose ``week`` is that name, whose ``headline`` has every index figure as a
-number or null, and whose ``generator`` is ``gpu-kpi``. Archives written before the
-``generator`` mark have none: they are taken when their ``schema`` is a ``gpu-kpi.week/…`` id
-(every version wrote one) and the rest holds. Any other ``*-W*.json`` is left out, counted and
-named on the page; a JSON file whose name does not look like a week is not looked at.
-Whatever reading or interpreting such a file raises (JSON nested too deep for the parser, a
-number no float holds, a file too big for memory) leaves it out with the reason: a file that
-is not ours never stops the report.
+trends as inline SVG sparklines, from the rows :func:`reports.archive.read_archive` reads out
+of the week JSON files this tool wrote (this module reads no file), and the files it left out
+(:class:`LeftOut`), named at the foot of the page.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from reports.kpi import Headline, WeekKpis
-from reports.render.exports import GENERATOR, SCHEMA
-from reports.render.fmt import as_number, fmt_hours, fmt_int, fmt_pct, fmt_usd, week_dates
+from reports.render.fmt import as_number, fmt_hours, fmt_int, fmt_pct, fmt_usd
 from reports.render.html import environment
-from reports.weeks import WeekError, parse_week
 from reports.weeks import label_of as week_label
+from reports.weeks import week_dates
 
 _WEEK_LABEL = re.compile(r"^\d{4}-W\d{2}$")
-_ARCHIVE_NAME = re.compile(r"^(\d{4}-W\d{2})\.json$")
-HEADLINE_INDEX_FIELDS = (
-    "gpu_hours",
-    "spend_usd",
-    "utilization_pct",
-    "waste_usd",
-    "idle_usd",
-    "runs",
-)
 
 
 # -- the archive's weeks -----------------------------------------------------------------------
@@ -50,103 +29,6 @@ class LeftOut:
 
     name: str
     reason: str
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number")  # NaN, Infinity: JSON has none
-
-
-def _index_number(v: object) -> bool:
-    """Whether ``v`` can be an index figure: null, or a number a float holds (JSON's
-    ``1`` followed by 400 zeros is a Python int no float can be)."""
-    if v is None:
-        return True
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-def _week_row(name: str, text: str) -> dict[str, Any]:
-    """The index row of the archived week JSON ``text`` named ``name``; ValueError with the
-    reason when it is not one of ours."""
-    label = _ARCHIVE_NAME.match(name)
-    if label is None:
-        raise ValueError("name is not YYYY-Www.json")
-    try:
-        parse_week(label.group(1))
-    except WeekError:
-        raise ValueError("no such week") from None
-    try:
-        d = json.loads(text, parse_constant=_no_constant)
-    except ValueError:
-        raise ValueError("not JSON") from None
-    except RecursionError:  # e.g. '[' * 100000: nested deeper than the parser goes
-        raise ValueError("not JSON (nested too deep)") from None
-    if not isinstance(d, dict):
-        raise ValueError("not a gpu-kpi week report")
-    generator, schema = d.get("generator"), d.get("schema")
-    legacy = (
-        "generator" not in d
-        and isinstance(schema, str)
-        and schema.startswith(SCHEMA.rsplit("/", 1)[0] + "/")
-    )  # gpu-kpi.week/…
-    if generator != GENERATOR and not legacy:
-        raise ValueError("not a gpu-kpi week report")
-    if d.get("week") != label.group(1):
-        raise ValueError("its week is not its name")
-    head = d.get("headline")
-    if not isinstance(head, dict):
-        raise ValueError("no headline")
-    for f in HEADLINE_INDEX_FIELDS:
-        if f not in head:
-            raise ValueError(f"headline lacks {f}")
-        if not _index_number(head[f]):
-            raise ValueError(f"headline {f} is not a number")
-    basis = d.get("basis_label")
-    return {
-        "label": label.group(1),
-        "basis_label": basis if isinstance(basis, str) else None,
-        **{f: head[f] for f in HEADLINE_INDEX_FIELDS},
-    }
-
-
-def read_archive(
-    folder: Path,
-    *,
-    staged: Path | None = None,
-) -> tuple[list[dict[str, Any]], list[LeftOut]]:
-    """The index rows of the weeks archived in ``folder`` (with ``href`` where the week's
-    HTML is there), and the ``*-W*.json`` files left out with the reason. ``staged``: a folder
-    of files about to replace those of the same name in ``folder`` (read instead of them)."""
-    files = {p.name: p for p in folder.glob("*-W*.json")}
-    pages = {p.name for p in folder.glob("*-W*.html")}
-    if staged is not None:
-        files.update({p.name: p for p in staged.glob("*-W*.json")})
-        pages.update(p.name for p in staged.glob("*-W*.html"))
-    weeks, left_out = [], []
-    for name in sorted(files):
-        try:
-            text = files[name].read_text(encoding="utf-8")
-            row = _week_row(name, text)
-        except UnicodeDecodeError:
-            left_out.append(LeftOut(name=name, reason="not JSON"))
-            continue
-        except OSError as e:
-            left_out.append(LeftOut(name=name, reason=f"unreadable: {e.strerror or e}"))
-            continue
-        except ValueError as e:
-            left_out.append(LeftOut(name=name, reason=str(e)))
-            continue
-        except Exception as e:  # not our file: whatever it raises, it is left out
-            left_out.append(LeftOut(name=name, reason=f"unreadable ({type(e).__name__})"))
-            continue
-        if f"{row['label']}.html" in pages:
-            row["href"] = f"{row['label']}.html"
-        weeks.append(row)
-    return weeks, left_out
 
 
 # -- the multi-week index ----------------------------------------------------------------------
@@ -315,7 +197,7 @@ def render_index(
     Each week is a dict with ``label`` (``2026-W48``), ``gpu_hours``, ``spend_usd``,
     ``utilization_pct`` (None when unknown), ``waste_usd``, ``idle_usd``, ``runs``, and
     optionally ``href`` and ``basis_label`` — :func:`index_row` makes one from a week's KPIs,
-    :func:`read_archive` from the archive. ``left_out``: files of the archive that are not
+    :func:`reports.archive.read_archive` from the archive. ``left_out``: files of the archive that are not
     ours, counted and named at the foot of the page."""
     context = index_context(weeks, title=title, generated_at=generated_at, left_out=left_out)
     return str(environment().get_template("index.html.j2").render(**context))

@@ -23,13 +23,17 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from email.message import EmailMessage
+from typing import TYPE_CHECKING, Any
 
 from reports.kpi.budgets import LEVELS, BudgetLine
 from reports.service.config import Recipient, ServiceSettings
-from reports.service.deliveries import FINAL, DeliveryLog
-from reports.service.mailer import Mailer, MailError, config_fingerprint
+from reports.service.deliveries import FINAL, DeliveryLog, deliver
+from reports.service.mailer import Mailer, config_fingerprint
 from reports.service.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from reports.render.chat import Card
 
 log = logging.getLogger("gpu_kpi")
 
@@ -133,42 +137,35 @@ def _alert(
     now: datetime,
 ) -> list[Outcome]:
     from reports.render.alerts import budget_card, budget_email
-    from reports.service.chat import post_card
 
     assert b.level is not None
-    smtp_config = config_fingerprint(settings.smtp)
-    key = (alert_kind(b, b.level), b.label, r.address)
-    if not deliveries.claim(*key, owner=owner, now=now, smtp_config=smtp_config):
-        return [Outcome(kind=key[0], week=b.label, recipient=r.address, status="skipped")]
-    status, error, message_id, at_fault = "sent", None, None, None
-    try:
+    kind = alert_kind(b, b.level)
+
+    def make() -> EmailMessage | Card:
         if r.to is None:
-            post_card(r, budget_card(b, report_url=settings.report_url))
-        else:
-            assert mailer is not None
-            msg = budget_email(
-                b,
-                sender=settings.smtp.sender,
-                recipients=[r.to],
-                report_url=settings.report_url,
-                now=now,
-            )
-            message_id = msg["Message-ID"]
-            mailer.send(msg, [r.to])
-    except MailError as e:
-        status, error = ("deferred" if e.temporary else "failed"), str(e)
-        at_fault = smtp_config if e.config else None
-        log.warning(
-            "gpu-kpi: budget alert %s %s to %s %s: %s", key[0], b.label, r.address, status, e
+            return budget_card(b, report_url=settings.report_url)
+        return budget_email(
+            b,
+            sender=settings.smtp.sender,
+            recipients=[r.to],
+            report_url=settings.report_url,
+            now=now,
         )
-    except Exception as e:  # one recipient's bug must not stop the others
-        status, error = "failed", f"{type(e).__name__}: {e}"
-        log.exception("gpu-kpi: budget alert %s %s to %s failed", key[0], b.label, r.address)
-    deliveries.finish(
-        *key, status=status, now=now, message_id=message_id, error=error, smtp_config=at_fault
+
+    sent = deliver(
+        deliveries,
+        kind,
+        b.label,
+        r,
+        make,
+        what=f"budget alert {kind} {b.label}",
+        mailer=mailer,
+        owner=owner,
+        now=now,
+        smtp_config=config_fingerprint(settings.smtp),
     )
-    out = [Outcome(kind=key[0], week=b.label, recipient=r.address, status=status, error=error)]
-    if status == "sent":  # the lower levels passed at once: covered by this one
+    out = [sent]
+    if sent.status == "sent":  # the lower levels passed at once: covered by this one
         for level in _below(b.level):
             lower = (alert_kind(b, level), b.label, r.address)
             if deliveries.claim(*lower, owner=owner, now=now):

@@ -27,12 +27,23 @@ killed while building it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from email.message import EmailMessage
+from typing import TYPE_CHECKING
 
+from reports.data import deliveries as sql
+from reports.service.config import Recipient
+from reports.service.mailer import Mailer, MailError
+from reports.service.outcomes import STOPPED, Outcome
 from tracker.store import RunStore
-from tracker.store import deliveries as sql
+
+if TYPE_CHECKING:
+    from reports.render.chat import Card
+
+log = logging.getLogger("gpu_kpi")
 
 FINAL = ("sent", "empty", "failed")
 STATUSES = ("sending", "deferred", *FINAL)
@@ -181,3 +192,88 @@ def pending_weeks(
     }
     first = min(e.week for e in entries)
     return [w for w in candidates if w >= first and w not in done]
+
+
+def deliver(
+    deliveries: DeliveryLog,
+    kind: str,
+    week: str,
+    r: Recipient,
+    make: Callable[[], EmailMessage | Card | None],
+    *,
+    what: str,
+    mailer: Mailer | None,
+    owner: str,
+    now: datetime,
+    smtp_config: str,
+    retry_failed: bool = False,
+    stopping: Callable[[], bool] = lambda: False,
+) -> Outcome:
+    """Send one delivery through the log: claim it, make the message, send the email or post
+    the card, and record how it went. A failure is recorded and logged, never raised, so one
+    recipient's fault does not stop the others.
+
+    Args:
+        deliveries: The delivery log.
+        kind: The delivery's kind (``summary``, ``team:<team>``, ``budget:…``).
+        week: The week (``2026-W49``) or the alert's period (``2026-12``).
+        r: The recipient: an email address (``r.to``) or a chat channel.
+        make: Makes the email or the card; None: nothing to send (logged ``empty``).
+        what: The delivery as log lines name it (``summary for 2026-W49``).
+        mailer: Sends the email (needed when ``r.to`` is set).
+        owner: This sender's name in the log.
+        now: The time of the claim and the record (timezone-aware).
+        smtp_config: The SMTP settings' fingerprint: a failure for their fault is recorded
+            with it, and a row failed under other settings is claimed again.
+        retry_failed: Claim a ``failed`` row again.
+        stopping: True once the sender is stopping: a message made by then is not sent, its
+            claim given back (``deferred``).
+
+    Returns:
+        The outcome: ``skipped`` when another sender has it or it was done.
+    """
+    from reports.render.chat import Card
+    from reports.service.chat import post_card
+
+    key = (kind, week, r.address)
+    if not deliveries.claim(
+        *key, owner=owner, now=now, smtp_config=smtp_config, retry_failed=retry_failed
+    ):
+        return Outcome(kind=kind, week=week, recipient=r.address, status="skipped")
+    status, error, message_id, at_fault = "sent", None, None, None
+    try:
+        msg = make()
+        if stopping():  # stopped while the message was being made: not in flight yet
+            deliveries.release(*key, owner=owner, now=now, error=STOPPED)
+            return Outcome(
+                kind=kind, week=week, recipient=r.address, status="deferred", error=STOPPED
+            )
+        if msg is None:
+            status = "empty"
+        elif isinstance(msg, Card):
+            post_card(r, msg)
+        else:
+            assert mailer is not None and r.to is not None
+            message_id = msg["Message-ID"]
+            mailer.send(msg, [r.to])
+    except MailError as e:
+        status, error = ("deferred" if e.temporary else "failed"), str(e)
+        at_fault = smtp_config if e.config else None
+        log.warning(
+            "gpu-kpi: %s to %s %s: %s%s",
+            what,
+            r.address,
+            status,
+            e,
+            "; a fault of the [smtp] settings: tried again when they change, or "
+            "with serve --retry-failed"
+            if e.config
+            else "",
+        )
+    except Exception as e:  # a bug in one recipient's message must not stop the others
+        status, error = "failed", f"{type(e).__name__}: {e}"
+        log.exception("gpu-kpi: %s to %s failed", what, r.address)
+    deliveries.finish(
+        *key, status=status, now=now, message_id=message_id, error=error, smtp_config=at_fault
+    )
+    return Outcome(kind=kind, week=week, recipient=r.address, status=status, error=error)

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reports.service.config import Recipient, ServiceSettings
-from reports.service.deliveries import Delivery, DeliveryLog, pending_weeks
+from reports.service.deliveries import Delivery, DeliveryLog, deliver, pending_weeks
 from reports.service.mailer import (
     Mailer,
-    MailError,
     SmtpMailer,
     config_fingerprint,
     read_password,
@@ -294,16 +293,13 @@ class Service:
         from reports.build import FORMATS, Request
 
         s = self.settings
-        return Request(
+        return Request.from_settings(
+            s.tracker,
             week=label,
             tz=s.tz,
-            formats=FORMATS,
             basis=s.basis,
-            thresholds=s.thresholds(),
+            formats=FORMATS,
             report_url=s.report_url,
-            prices=s.tracker.prices,
-            owned=s.tracker.owned,
-            carbon=s.tracker.carbon,
             budgets=s.budgets,
         )
 
@@ -317,14 +313,18 @@ class Service:
     def _archive(self, week: _Week, errors: list[str]) -> list[Path]:
         """The week's report, and a page per team that has a team recipient (their email
         links it: ``teams/<slug>/<week>.html``)."""
-        from reports.build import render, write_archive
-        from reports.render.email import report_link, team_folder
-        from reports.render.exports import publish_week
+        from reports.archive import write_archive, write_team_page
+        from reports.build import render
+        from reports.data.kpi_tables import publish_week
+        from reports.render.email import report_link
+        from reports.render.exports import to_dict
         from reports.render.html import render_html
 
         req = self.request(week.label)
         out = Path(self.settings.out_dir).expanduser()
-        publish_week(self.settings.tracker.store, week.computed.kpis, req.tz, now=week.computed.now)
+        publish_week(
+            self.settings.tracker.store, to_dict(week.computed.kpis, req.tz), now=week.computed.now
+        )
         try:
             files = render(week.computed.kpis, req, images=week.images)
             written = write_archive(out, week.label, files, index=True)
@@ -343,9 +343,7 @@ class Service:
                     report_url=report_link(req.report_url, week.label, team),
                     fleet_url=report_link(req.report_url, week.label),
                 )
-                written += write_archive(
-                    out / team_folder(team), week.label, {"html": page.encode()}, index=False
-                )
+                written += write_team_page(out, team, week.label, page.encode())
             return written
         except OSError as e:
             errors.append(f"report.out_dir: {e}")
@@ -374,57 +372,19 @@ class Service:
         smtp_config: str,
         retry_failed: bool,
     ) -> Outcome:
-        key = (r.kind, week.label, r.address)
-        if not deliveries.claim(
-            *key, owner=self.owner, now=now, smtp_config=smtp_config, retry_failed=retry_failed
-        ):
-            return Outcome(kind=r.kind, week=week.label, recipient=r.address, status="skipped")
-        status, error, message_id, at_fault = "sent", None, None, None
-        try:
-            msg = self.message(r, week, now) if r.to is not None else self.card(r, week)
-            from reports.render.chat import Card
-            from reports.service.chat import post_card
-
-            if self._stopping():  # stopped while the message was being made: not in flight yet
-                deliveries.release(*key, owner=self.owner, now=now, error=STOPPED)
-                return Outcome(
-                    kind=r.kind,
-                    week=week.label,
-                    recipient=r.address,
-                    status="deferred",
-                    error=STOPPED,
-                )
-            if msg is None:
-                status = "empty"
-            elif isinstance(msg, Card):
-                post_card(r, msg)
-            else:
-                assert mailer is not None and r.to is not None
-                message_id = msg["Message-ID"]
-                mailer.send(msg, [r.to])
-        except MailError as e:
-            status, error = ("deferred" if e.temporary else "failed"), str(e)
-            at_fault = smtp_config if e.config else None
-            log.warning(
-                "gpu-kpi: %s for %s to %s %s: %s%s",
-                r.kind,
-                week.label,
-                r.address,
-                "deferred" if e.temporary else "failed",
-                e,
-                "; a fault of the [smtp] settings: tried again when they change, or "
-                "with serve --retry-failed"
-                if e.config
-                else "",
-            )
-        except Exception as e:  # a bug in one recipient's message must not stop the others
-            status, error = "failed", f"{type(e).__name__}: {e}"
-            log.exception("gpu-kpi: %s for %s to %s failed", r.kind, week.label, r.address)
-        deliveries.finish(
-            *key, status=status, now=now, message_id=message_id, error=error, smtp_config=at_fault
-        )
-        return Outcome(
-            kind=r.kind, week=week.label, recipient=r.address, status=status, error=error
+        return deliver(
+            deliveries,
+            r.kind,
+            week.label,
+            r,
+            lambda: self.message(r, week, now) if r.to is not None else self.card(r, week),
+            what=f"{r.kind} for {week.label}",
+            mailer=mailer,
+            owner=self.owner,
+            now=now,
+            smtp_config=smtp_config,
+            retry_failed=retry_failed,
+            stopping=self._stopping,
         )
 
     def card(self, r: Recipient, week: _Week) -> Card | None:

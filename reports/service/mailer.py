@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tracker.config import ConfigError
+from tracker.text import one_line
 
 log = logging.getLogger("gpu_kpi")
 
@@ -435,8 +436,7 @@ class SmtpMailer:
         """One line, cut short, the password masked."""
         if self._password:
             text = text.replace(self._password, "***")
-        line = " ".join(text.split())
-        return line if len(line) <= MAX_REASON_CHARS else line[: MAX_REASON_CHARS - 1] + "…"
+        return one_line(text, MAX_REASON_CHARS)
 
 
 def _is_temporary(code: int) -> bool:

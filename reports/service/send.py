@@ -36,7 +36,7 @@ def send_now(
     ``<dry_run>/<week>.eml`` instead (returned). ``timeout_s``: give up after this long, retries
     and their waits included; ``retry``: False for one attempt only. Raises
     :class:`NothingToSend` when the report would be empty."""
-    from reports.build import write_atomically
+    from reports.archive import write_atomically
 
     now = now or datetime.now(UTC)
     parse_week(label)

@@ -143,9 +143,9 @@ def serve_forever(
     running then finishes its message in flight and leaves the rest owed. ``retry_failed``: run
     the job at once, failed deliveries of the catch-up window owed again (that first run only).
     ``on_result`` sees each weekly run's result."""
+    from reports.data.deliveries import has_table
     from reports.service.scheduler import ServiceScheduler
     from tracker.store import RunStore
-    from tracker.store.deliveries import has_table
 
     stop = stop or threading.Event()
     server = refresh = None

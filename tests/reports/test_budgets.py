@@ -17,6 +17,7 @@ from fakes import run_record
 from reports.budgets import current_lines
 from reports.build import Request, compute, render
 from reports.cli import main
+from reports.data.scans import SampleScans
 from reports.kpi.budgets import Budget
 from tracker.record import MinuteSample
 from tracker.store import RunStore
@@ -116,15 +117,15 @@ def test_a_zone_whose_month_starts_off_the_hour(tmp_path: Path) -> None:
 
 @pytest.fixture
 def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[datetime, datetime]]:
-    """The spans the minute samples are summed over (``RunStore.sample_totals``), in order."""
+    """The spans the minute samples are summed over (``SampleScans.sample_totals``), in order."""
     spans: list[tuple[datetime, datetime]] = []
-    real = RunStore.sample_totals
+    real = SampleScans.sample_totals
 
-    def spy(self: RunStore, **kw: object) -> object:
+    def spy(self: SampleScans, **kw: object) -> object:
         spans.append((kw["since"], kw["until"]))  # type: ignore[arg-type]
         return real(self, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(RunStore, "sample_totals", spy)
+    monkeypatch.setattr(SampleScans, "sample_totals", spy)
     return spans
 
 
@@ -360,27 +361,3 @@ def test_the_current_week_counts_to_now(tmp_path: Path) -> None:
         ("2026-W49", now, False, pytest.approx(15.4)),
         ("2026-11", now, False, pytest.approx(15.4)),
     ]
-
-
-def test_which_runs_have_samples(store_url: str) -> None:
-    """Runs with usable minute samples, whenever they are; a run whose every sample is
-    unusable (covered_s out of range) is measured by its summary, as in the report. From the
-    rollups, and from the samples in a version 1 store (no rollups table)."""
-    import sqlalchemy as sa
-
-    with RunStore(store_url) as s:
-        for i in range(4):
-            s.upsert_run(run_record(f"r{i}", DEC, 1))
-        bad = [MinuteSample(run_id="r3", minute=DEC, gpu="GPU-0", covered_s=1e9, util_pct=5.0)]
-        s.upsert_samples(minutes("r1", DEC, 2) + minutes("r2", DEC + timedelta(days=40), 1) + bad)
-        assert s.sampled_runs(["r0", "r1", "r2", "r3", "nope"]) == {"r1", "r2"}
-        assert s.sampled_runs([]) == set()
-
-        def downgrade(conn: sa.Connection) -> None:
-            conn.exec_driver_sql("DROP TABLE rollups")
-            conn.exec_driver_sql("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-
-        s.transaction(downgrade, write=True)
-    with RunStore(store_url, create=False) as v1:
-        assert v1.version == 1
-        assert v1.sampled_runs(["r0", "r1", "r2", "r3"]) == {"r1", "r2"}

@@ -16,6 +16,7 @@ import pytest
 from fakes import run_record
 
 from reports.build import resolve_week
+from reports.data.scans import SampleScans
 from reports.errors import ReportError
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore
@@ -211,7 +212,7 @@ def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> N
             chunks.append(len(rows))
             builder(rows)
 
-        s.scan_samples(
+        SampleScans(s).scan_samples(
             consume,
             columns=SAMPLE_COLUMNS,
             since=W48 + timedelta(minutes=1),

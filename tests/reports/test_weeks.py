@@ -6,7 +6,16 @@ import itertools
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
-from reports.weeks import shift_week, week_spans, week_start_of, weeks_between
+import pytest
+
+from reports.weeks import (
+    WeekError,
+    shift_week,
+    week_dates,
+    week_spans,
+    week_start_of,
+    weeks_between,
+)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -42,3 +51,11 @@ def test_week_spans_cover_the_interval_without_gaps() -> None:
     assert weeks_between(utc("2026-10-20T00:00:00"), utc("2026-10-21T00:00:00"), UTC) == [
         utc("2026-10-19T00:00:00")
     ]
+
+
+def test_the_dates_of_a_week_name_the_month_and_year_once_unless_they_change() -> None:
+    assert week_dates("2026-W48") == "23–29 Nov 2026"
+    assert week_dates("2026-W49") == "30 Nov – 6 Dec 2026"
+    assert week_dates("2026-W53") == "28 Dec 2026 – 3 Jan 2027"
+    with pytest.raises(WeekError):
+        week_dates("2027-W53")  # 2027 has 52 ISO weeks

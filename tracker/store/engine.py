@@ -111,7 +111,3 @@ def mask_text(text: str, password: str | None) -> str:
     if password and len(password) >= 4:
         text = text.replace(password, "***")
     return text
-
-
-def one_line(text: str) -> str:
-    return " ".join(text.split())

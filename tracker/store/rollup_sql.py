@@ -1,11 +1,11 @@
-"""The rollups table's SQL: kept current as samples are written (:func:`refresh`), built from
-every sample (:func:`rebuild`, the 1 → 2 migration and ``gpu-kpi store rebuild-rollups``), and
-summed per run, GPU and time bucket for the report (:func:`rollup_totals`).
+"""The rollups table's SQL: kept current as samples are written (:func:`refresh`) and built from
+every sample (:func:`rebuild`, the 1 → 2 migration and ``gpu-kpi store rebuild-rollups``). The
+reports sum them per run, GPU and time bucket (:func:`reports.data.rollups.rollup_totals`).
 
 Rollups are computed from the minute rows as the database holds them, read with the drivers'
 own cursors (raw values: text on SQLite, where a REAL column may hold anything), so a row that
 is not a usable sample is left out or read as unknown exactly as the minute readers do
-(:mod:`tracker.store.samples`)."""
+(:mod:`reports.data.samples`)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from tracker.store.rollups import (
     rollups_of,
     series_rollups,
 )
-from tracker.store.samples import SampleSQL, checked_value
+from tracker.store.sample_sql import SampleSQL
 from tracker.store.schema import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
@@ -249,53 +249,6 @@ def _ordered(rows: Iterable[MinuteRow]) -> list[MinuteRow]:
     listed = list(rows)
     timed = sorted((r for r in listed if r[0] is not None), key=lambda r: r[0])
     return [r for r in listed if r[0] is None] + timed
-
-
-BASIS_COLUMNS = {
-    "util_pct": ("util_known_s", "util_s", "util_idle_s", "util_idle_value_s", "bad_util"),
-    "sm_active_pct": ("sm_known_s", "sm_s", "sm_idle_s", "sm_idle_value_s", "bad_sm"),
-}
-"""Per sample column (a utilization basis): its rollup columns."""
-
-
-def rollup_totals(
-    conn: Connection, *, value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int
-) -> list[tuple[Any, ...]]:
-    """The rollups of the hours in ``[since_hour, until_hour)`` summed per run, GPU and bucket
-    (the number of ``hour_edges`` at or before the hour), and the rows whose minute is no time
-    (bucket -1): ``(run_id, gpu, bucket, minutes, covered_s, known_s, value_s, idle_s,
-    idle_value_s, dropped, bad_values, bad_minutes, damaged)``. A rollup row with a figure that
-    is not a finite number in range is left out and counted in ``damaged``."""
-    known, used, idle, idle_used, bad = BASIS_COLUMNS[value]
-    mark = "?" if conn.dialect.name == "sqlite" else "%s"
-    bucket = "0"
-    for i, edge in enumerate(sorted(hour_edges)):
-        bucket = f"CASE WHEN hour < {int(edge)} THEN ({bucket}) ELSE {i + 1} END"
-    bucket = f"CASE WHEN hour = {MISSHAPED_HOUR} THEN -1 ELSE {bucket} END"
-    hour_s = 3600.0
-    # a figure damaged in the database (text on SQLite, inf, NaN) reads as NULL
-    checks = [
-        checked_value("covered_s", (0.0, hour_s)),
-        checked_value(known, (0.0, hour_s)),
-        checked_value(used, (0.0, 100 * hour_s)),
-        checked_value(idle, (0.0, hour_s)),
-        checked_value(idle_used, (0.0, 100 * hour_s)),
-    ]
-    ok = " AND ".join(f"{c} IS NOT NULL" for c in checks)
-    sql = (
-        f"SELECT run_id, gpu, {bucket} AS bucket, "
-        f"SUM(CASE WHEN {ok} THEN minutes ELSE 0 END), "
-        f"SUM(CASE WHEN {ok} THEN covered_s ELSE 0 END), "
-        f"SUM(CASE WHEN {ok} THEN {known} ELSE 0 END), "
-        f"SUM(CASE WHEN {ok} THEN {used} ELSE 0 END), "
-        f"SUM(CASE WHEN {ok} THEN {idle} ELSE 0 END), "
-        f"SUM(CASE WHEN {ok} THEN {idle_used} ELSE 0 END), "
-        f"SUM(dropped), SUM({bad}), SUM(bad_minutes), "
-        f"SUM(CASE WHEN {ok} THEN 0 ELSE 1 END) "
-        f"FROM rollups WHERE (hour >= {mark} AND hour < {mark}) OR hour = {MISSHAPED_HOUR} "
-        f"GROUP BY run_id, gpu, bucket"
-    )
-    return [tuple(r) for r in conn.exec_driver_sql(sql, (since_hour, until_hour)).all()]
 
 
 def migrate(conn: Connection, version: int) -> None:

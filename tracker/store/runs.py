@@ -24,14 +24,12 @@ from tracker.store.engine import (
     is_locked,
     mask_text,
     mask_url,
-    one_line,
     parse_url,
     sqlite_on_begin,
     sqlite_on_connect,
     url_password,
 )
 from tracker.store.rollups import Rollup
-from tracker.store.scans import SampleScans
 from tracker.store.schema import (
     SCHEMA_VERSION,
     create_schema,
@@ -45,22 +43,32 @@ from tracker.store.schema import (
     upsert,
     utc,
 )
+from tracker.text import one_line
 
 _IN_CHUNK = 500
 
 T = TypeVar("T")
 
 
-class RunStore(SampleScans):
-    """Runs and minute samples in one SQL database, chosen by URL (default:
-    :func:`default_store_url`). Opening creates the tables when they are missing.
+class RunStore:
+    """Runs and minute samples in one SQL database, chosen by URL. Opening creates the tables
+    when they are missing and migrates an older schema (a writer's open; a reader leaves it).
 
     Safe for many processes at once (SQLite: WAL and write transactions that take the write lock
-    up front; PostgreSQL: a server) and for several threads sharing one instance.
-    Raises :class:`StoreError` when the database cannot be reached, is not a run store (a text
-    file, a damaged SQLite file, tables without a valid schema version) or is newer than this
-    code, and ValueError for a naive datetime. ``create=False`` (the read-only commands) also
-    refuses a store that does not exist yet instead of creating an empty one and its folders.
+    up front; PostgreSQL: a server) and for several threads sharing one instance. Every datetime
+    passed in must be timezone-aware (a naive one is a ValueError); every datetime read back is
+    timezone-aware UTC.
+
+    Args:
+        url: ``sqlite:///PATH`` or ``postgresql://…``; None: :func:`default_store_url`.
+        connect_timeout_s: Seconds to wait for a PostgreSQL server (whole seconds, at least 1).
+        create: False (the read-only commands): refuse a store that does not exist yet instead
+            of creating an empty one and its folders, and leave an old schema as it is.
+
+    Raises:
+        StoreError: The database cannot be reached, is not a run store (a text file, a damaged
+            SQLite file, tables without a valid schema version), is newer than this code, or
+            (``create=False``) does not exist or is empty.
     """
 
     url: str
@@ -107,32 +115,60 @@ class RunStore(SampleScans):
         self.close()
 
     def close(self) -> None:
-        """Close every pooled connection. The store can still be used afterwards (it reconnects)."""
+        """Close every pooled connection; the store can still be used afterwards (it reconnects)."""
         self._engine.dispose()
 
     @property
     def engine(self) -> Engine:
-        """The SQLAlchemy engine, for tables other modules keep in the same database (the
-        delivery log)."""
+        """The SQLAlchemy engine, for the reads and tables other modules keep in the same
+        database (:mod:`reports.data`: the fleet scans, the delivery log, the BI tables)."""
         return self._engine
 
     def transaction(self, work: Callable[[Connection], T], *, write: bool) -> T:
-        """Run ``work(connection)`` in one transaction, as the store's own reads and writes do:
-        on SQLite a writer takes the write lock at BEGIN and a locked database is retried; errors
-        come out as :class:`StoreError` with any password masked."""
+        """Run ``work(connection)`` in one transaction, as the store's own reads and writes do.
+
+        On SQLite a writer takes the write lock at BEGIN and a locked database is retried (with
+        backoff, :data:`tracker.store.engine.LOCKED_RETRIES` times).
+
+        Args:
+            work: Called with the open connection; committed when it returns.
+            write: Whether ``work`` writes (on SQLite: take the write lock up front).
+
+        Returns:
+            What ``work`` returned.
+
+        Raises:
+            StoreError: The database failed (unreachable, locked past the retries, damaged),
+                its message with any password masked.
+        """
         return self._transaction(work, write=write)
 
     # -- writes ---------------------------------------------------------------------------------
 
     def upsert_run(self, record: RunRecord) -> None:
-        """Insert the run, or replace every column of the stored run with the same id."""
+        """Insert the run, or replace every column of the stored run with the same id.
+
+        Args:
+            record: The run; its datetimes timezone-aware.
+
+        Raises:
+            StoreError: The database failed.
+            ValueError: A naive datetime.
+        """
         row = run_to_row(record)
         self._transaction(lambda conn: conn.execute(self._upsert_run, row), write=True)
 
     def upsert_samples(self, rows: Sequence[MinuteSample]) -> None:
-        """Insert minute samples, or update the stored one with the same (run_id, minute, gpu).
+        """Insert minute samples, or update the stored one with the same (run_id, minute, gpu),
+        and refresh the hourly rollups they change, in one transaction.
 
-        Within ``rows``, a later sample for the same key wins.
+        Args:
+            rows: The samples (minutes timezone-aware); within them, a later sample for the same
+                key wins.
+
+        Raises:
+            StoreError: The database failed.
+            ValueError: A naive datetime.
         """
         if rows:
             self.put((), rows)
@@ -146,10 +182,21 @@ class RunStore(SampleScans):
         rollups: Mapping[str, Sequence[Rollup]] | None = None,
     ) -> None:
         """:meth:`upsert_run` of each record and :meth:`upsert_samples` of ``rows`` in one
-        transaction (an import): all of it is stored, or nothing. The runs ``drop`` names (a
-        re-import's own, and those it replaces) lose their record, samples and rollups first;
-        ``rollups``: such runs' rollups, as :func:`tracker.store.rollups.sample_rollups` gives
-        them from ``rows`` (computed by the caller where it has time to spare)."""
+        transaction (an import): all of it is stored, or nothing.
+
+        Args:
+            records: Runs to insert or replace.
+            rows: Minute samples to insert or replace.
+            drop: Run ids (a re-import's own, and those it replaces) whose record, samples and
+                rollups are deleted first.
+            rollups: Rollups of runs in ``drop``, as
+                :func:`tracker.store.rollups.sample_rollups` gives them from ``rows`` (computed
+                by the caller where it has time to spare); the others' are computed here.
+
+        Raises:
+            StoreError: The database failed; nothing was stored.
+            ValueError: A naive datetime.
+        """
         runs = [run_to_row(r) for r in records]
         by_key: dict[tuple[str, datetime, str], dict[str, Any]] = {}
         for sample in rows:
@@ -184,29 +231,16 @@ class RunStore(SampleScans):
 
         self._transaction(work, write=True)
 
-    def gpu_spans(
-        self, gpus: Sequence[str], *, since: datetime, until: datetime
-    ) -> list[tuple[str, str, datetime, datetime]]:
-        """(run id, GPU, first minute, last minute) of the minute samples of ``gpus`` (UUIDs) in
-        ``[since, until)``, one per run and GPU."""
-        c = samples_table.c
-        ids = list(dict.fromkeys(gpus))
-        stmts = [
-            sa.select(c.run_id, c.gpu, sa.func.min(c.minute), sa.func.max(c.minute))
-            .where(c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until))
-            .group_by(c.run_id, c.gpu)
-            for i in range(0, len(ids), _IN_CHUNK)
-        ]
-        return self._transaction(
-            lambda conn: [
-                (r, g, utc(a), utc(b)) for stmt in stmts for r, g, a, b in conn.execute(stmt)
-            ],
-            write=False,
-        )
-
     def rebuild_rollups(self) -> int:
-        """Recompute every rollup from the minute samples (after a bulk load or a repair);
-        the number of rollup rows written. A version 1 store is migrated first."""
+        """Recompute every rollup from the minute samples (after a bulk load or a repair). A
+        version 1 store is migrated first.
+
+        Returns:
+            The number of rollup rows written.
+
+        Raises:
+            StoreError: The database failed.
+        """
         if self.version < 2:
             self._transaction(lambda conn: rollup_sql.migrate(conn, self.version), write=True)
             self.version = SCHEMA_VERSION
@@ -216,7 +250,15 @@ class RunStore(SampleScans):
         """Mark ``running`` runs whose last heartbeat (or start, if none) is more than
         ``stale_after_s`` seconds before ``now`` as ``crashed``, ending them at that heartbeat.
 
-        Returns the ids of the runs it changed, sorted.
+        Args:
+            now: The time to judge by (timezone-aware).
+            stale_after_s: Seconds without a heartbeat after which a run is crashed.
+
+        Returns:
+            The ids of the runs it changed, sorted.
+
+        Raises:
+            StoreError: The database failed.
         """
         c = runs_table.c
         last_seen = sa.func.coalesce(c.heartbeat_at, c.started_at)
@@ -239,7 +281,17 @@ class RunStore(SampleScans):
     # -- reads ----------------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        """The stored run with this id, or None."""
+        """The stored run with this id.
+
+        Args:
+            run_id: The run's id.
+
+        Returns:
+            The run (datetimes timezone-aware UTC), or None when there is none.
+
+        Raises:
+            StoreError: The database failed.
+        """
         stmt = sa.select(runs_table).where(runs_table.c.id == run_id)
         row = self._transaction(lambda conn: conn.execute(stmt).mappings().first(), write=False)
         return None if row is None else row_to_run(row)
@@ -256,8 +308,23 @@ class RunStore(SampleScans):
         """Runs that overlap ``[since, until)``, ordered by start time (then id).
 
         A run overlaps when it started before ``until`` and had not ended by ``since``; a run
-        without ``ended_at`` (still running) is open-ended. ``project``, ``team`` and
-        ``status`` each take one value or several.
+        without ``ended_at`` (still running) is open-ended.
+
+        Args:
+            since: The span's start (timezone-aware); None: no lower bound.
+            until: The span's end, excluded (timezone-aware); None: no upper bound.
+            project: Only runs of this project, or of these.
+            team: Only runs of this team, or of these.
+            status: Only runs with this status, or these.
+
+        Returns:
+            The runs, their datetimes timezone-aware UTC.
+
+        Raises:
+            StoreError: The database failed.
+            ValueError: A naive datetime. A stored row that is no record fails the call too
+                (the reports read runs row by row:
+                :meth:`reports.data.scans.SampleScans.read_runs`).
         """
         c = runs_table.c
         stmt = sa.select(runs_table).order_by(c.started_at, c.id)
@@ -279,8 +346,20 @@ class RunStore(SampleScans):
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> list[MinuteSample]:
-        """Minute samples whose minute lies in ``[since, until)``, of the given runs (all runs
-        when ``run_ids`` is None), ordered by minute, run id and GPU."""
+        """Minute samples whose minute lies in ``[since, until)``, of the given runs.
+
+        Args:
+            run_ids: The runs; None: every run.
+            since: The first minute (timezone-aware); None: no lower bound.
+            until: The minute the span ends before (timezone-aware); None: no upper bound.
+
+        Returns:
+            The samples, ordered by minute, run id and GPU, minutes timezone-aware UTC.
+
+        Raises:
+            StoreError: The database failed.
+            ValueError: A naive datetime.
+        """
         c = samples_table.c
         base = sa.select(samples_table)
         if since is not None:
@@ -308,7 +387,14 @@ class RunStore(SampleScans):
         return result
 
     def schema_version(self) -> int:
-        """The schema version recorded in the database."""
+        """The schema version recorded in the database.
+
+        Returns:
+            The version (1: no rollups; 2: hourly rollups kept).
+
+        Raises:
+            StoreError: The database failed or records no version.
+        """
         version = self._read_version()
         if version is None:
             raise StoreError(f"run store {self.url}: no schema version in table meta")

@@ -59,8 +59,9 @@ from tracker.store.spool_files import (
     read_lines,
     run_key,
 )
+from tracker.text import one_line
 
-__all__ = ["OPS", "Flushed", "RunSink", "Spool", "one_line", "store_identity", "store_unavailable"]
+__all__ = ["OPS", "Flushed", "RunSink", "Spool", "store_identity", "store_unavailable"]
 
 logger = logging.getLogger("gpu_kpi")
 
@@ -374,10 +375,6 @@ def _count_ops(files: list[Path]) -> int:
         with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
             count += sum(1 for line in f if line.strip())
     return count
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def store_unavailable(exc: BaseException) -> bool:

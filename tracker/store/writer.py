@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracker.record import MinuteSample, RunRecord
-from tracker.store.spool import RunSink, Spool, one_line, store_unavailable
+from tracker.store.spool import RunSink, Spool, store_unavailable
+from tracker.text import one_line
 
 __all__ = ["StoreWriter"]
 

@@ -1,15 +1,24 @@
 """The delivery log on SQLite and PostgreSQL: a claim is won once, retaken only when deferred or
-stale, and concurrent claimers get exactly one winner."""
+stale, and concurrent claimers get exactly one winner; a delivery sent through it
+(:func:`reports.service.deliveries.deliver`, weekly reports and budget alerts alike) is
+recorded however it ends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from email.message import EmailMessage
+from typing import Any
 
+import pytest
 from fakes import run_together
 
-from reports.service.deliveries import Delivery, DeliveryLog, pending_weeks
+from reports.service.config import Recipient
+from reports.service.deliveries import Delivery, DeliveryLog, deliver, pending_weeks
+from reports.service.mailer import MailError
+from reports.service.outcomes import STOPPED, Outcome
 from tracker.store import RunStore
 
 NOW = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -178,3 +187,98 @@ def test_pending_weeks_owes_a_config_fault_again_under_other_settings() -> None:
         )
         == weeks
     )
+
+
+class _Mailer:
+    """Takes every message, or raises ``error``."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.sent: list[tuple[str, list[str]]] = []
+
+    def send(self, msg: EmailMessage, to: Sequence[str]) -> None:
+        if self.error is not None:
+            raise self.error
+        self.sent.append((msg["Message-ID"], list(to)))
+
+
+def _email() -> EmailMessage:
+    msg = EmailMessage()
+    msg["Message-ID"] = "<w48@example.com>"
+    msg.set_content("the week")
+    return msg
+
+
+CTO = Recipient(to="cto@example.com")
+
+
+def _deliver(store: RunStore, mailer: _Mailer, **kw: Any) -> Outcome:
+    args: dict[str, Any] = {
+        "what": "summary for 2026-W48",
+        "mailer": mailer,
+        "owner": "a:1",
+        "now": NOW,
+        "smtp_config": "smtp-1",
+    }
+    make = kw.pop("make", _email)
+    return deliver(DeliveryLog(store), "summary", "2026-W48", CTO, make, **(args | kw))
+
+
+def test_a_delivery_is_sent_once_and_recorded_with_its_message_id(store_url: str) -> None:
+    mailer = _Mailer()
+    made: list[int] = []
+
+    def make() -> EmailMessage:
+        made.append(1)
+        return _email()
+
+    with RunStore(store_url) as store:
+        first = _deliver(store, mailer, make=make)
+        again = _deliver(store, mailer, make=make, owner="b:2")
+        (e,) = DeliveryLog(store).entries()
+    assert (first.status, again.status, len(made)) == ("sent", "skipped", 1)
+    assert mailer.sent == [("<w48@example.com>", ["cto@example.com"])]
+    assert (e.status, e.message_id, e.claimed_by) == ("sent", "<w48@example.com>", "a:1")
+
+
+def test_how_a_failure_is_recorded_and_never_raised(
+    store_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    refused = MailError("smtp: auth refused", temporary=False, config=True)
+    with RunStore(store_url) as store, caplog.at_level(logging.WARNING, "gpu_kpi"):
+        later = _deliver(store, _Mailer(MailError("smtp: 451 busy", temporary=True)))
+        (deferred,) = DeliveryLog(store).entries()
+        failed = _deliver(store, _Mailer(refused), now=NOW + timedelta(hours=1))
+        (config,) = DeliveryLog(store).entries()
+        same = _deliver(store, _Mailer(), now=NOW + timedelta(hours=2))
+        changed = _deliver(store, _Mailer(), make=lambda: None, smtp_config="smtp-2")
+    assert (later.status, later.error, deferred.status) == (
+        "deferred",
+        "smtp: 451 busy",
+        "deferred",
+    )
+    assert (failed.status, config.status, config.smtp_config) == ("failed", "failed", "smtp-1")
+    assert "summary for 2026-W48 to cto@example.com failed: smtp: auth refused; a fault" in (
+        caplog.text
+    )
+    assert same.status == "skipped"  # failed for the settings it still has: not tried again
+    assert changed.status == "empty"  # new settings: tried again, and nothing to send
+
+
+def test_a_bug_in_making_the_message_fails_that_delivery_only(store_url: str) -> None:
+    def broken() -> EmailMessage:
+        raise ValueError("no such team")
+
+    with RunStore(store_url) as store:
+        out = _deliver(store, _Mailer(), make=broken)
+        (e,) = DeliveryLog(store).entries()
+    assert (out.status, out.error, e.status) == ("failed", "ValueError: no such team", "failed")
+
+
+def test_a_stop_while_the_message_is_made_gives_the_claim_back(store_url: str) -> None:
+    mailer = _Mailer()
+    with RunStore(store_url) as store:
+        out = _deliver(store, mailer, stopping=lambda: True)
+        (e,) = DeliveryLog(store).entries()
+    assert (out.status, out.error, mailer.sent) == ("deferred", STOPPED, [])
+    assert (e.status, e.attempts) == ("deferred", 0)

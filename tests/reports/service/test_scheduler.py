@@ -25,6 +25,7 @@ from smtp_servers import *  # noqa: F403  (the SMTP server fixtures)
 from smtp_servers import SmtpServer
 from test_job import CTO, NLP, add_week, settings
 
+from reports.data.deliveries import has_table
 from reports.service.config import ServiceSettings
 from reports.service.deliveries import DeliveryLog
 from reports.service.job import RunResult, Service
@@ -32,7 +33,6 @@ from reports.service.scheduler import JOB_ID, ServiceScheduler, next_fire_time, 
 from reports.service.serve import OLD_JOBS_TABLE, serve_forever
 from reports.weeks import label_of
 from tracker.store import RunStore
-from tracker.store.deliveries import has_table
 
 pytestmark = pytest.mark.service  # real SMTP servers, schedulers, subprocesses: `make test`
 

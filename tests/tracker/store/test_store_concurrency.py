@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from reports.data.scans import SampleScans
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore
 
@@ -76,10 +77,10 @@ def test_sixteen_processes_write_at_once(store_url: str) -> None:
         )
         assert store.schema_version() == 2
         # every process kept its runs' rollups: one row per (run, GPU, hour), all minutes in
-        totals = store.rollup_totals(
+        totals = SampleScans(store).rollup_totals(
             value="util_pct", hour_edges=[], since_hour=0, until_hour=10**9
         )
-        assert sum(t[3] for t in totals) == len(samples)
-        assert sum(t[6] for t in totals) == pytest.approx(
+        assert sum(t.minutes for t in totals) == len(samples)
+        assert sum(t.value_s for t in totals) == pytest.approx(
             60.0 * PROCESSES * RUNS_PER_PROCESS * sum(range(MINUTES_PER_RUN))
         )

@@ -11,6 +11,7 @@ rows (the report of a week can change when runs are imported late).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from sqlalchemy.engine import Connection
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime
 
 if TYPE_CHECKING:
-    from tracker.store.runs import RunStore
+    from tracker.store import RunStore
 
 HEADLINE = (
     "gpu_hours",
@@ -113,3 +114,37 @@ def write_week(
             conn.execute(sa.insert(weekly_team_table), rows)
 
     store.transaction(work, write=True)
+
+
+def publish_week(store_url: str | None, week: Mapping[str, Any], *, now: datetime) -> None:
+    """Write a week's report figures into the store's tables (:func:`write_week`), as the
+    report shows them. A store that will not take them costs a warning, not the report.
+
+    Args:
+        store_url: The run store's URL (None: the default store); it must exist.
+        week: The week's JSON export as a dict (:func:`reports.render.exports.to_dict`): its
+            ``week``, ``time_zone``, ``basis``, ``headline`` and ``by_team``.
+        now: When the figures were computed (timezone-aware).
+    """
+    from tracker.store import RunStore, default_store_url
+    from tracker.store.engine import mask_text
+    from tracker.text import one_line
+
+    try:
+        with RunStore(store_url or default_store_url(), create=False) as store:
+            write_week(
+                store,
+                week=week["week"],
+                time_zone=week["time_zone"],
+                basis=week["basis"],
+                headline=week["headline"],
+                teams=week["by_team"],
+                computed_at=now,
+            )
+    except Exception as e:  # a role that may read but not create tables, a locked file…
+        logging.getLogger("gpu_kpi").warning(
+            "gpu-kpi: the %s figures are not in the store's gpu_kpi_weekly tables: %s: %s",
+            week["week"],
+            type(e).__name__,
+            mask_text(one_line(str(e))[:300], None),
+        )

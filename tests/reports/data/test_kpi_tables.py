@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from fakes import run_record
 
 from reports.cli import main
+from reports.data.kpi_tables import HEADLINE, TEAM
 from tracker.store import RunStore
-from tracker.store.kpi_tables import HEADLINE, TEAM
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
 
@@ -87,7 +87,7 @@ def test_a_store_that_will_not_take_the_figures_costs_a_warning_not_the_report(
     def refused(*args: object, **kwargs: object) -> None:
         raise sa.exc.ProgrammingError("CREATE TABLE", {}, Exception("permission denied"))
 
-    monkeypatch.setattr("tracker.store.kpi_tables.write_week", refused)
+    monkeypatch.setattr("reports.data.kpi_tables.write_week", refused)
     week = report(url, tmp_path / "out")  # written all the same
     assert week["headline"]["gpu_hours"] == pytest.approx(4.0)
     assert any(

@@ -14,7 +14,9 @@ import pytest
 from fakes import run_record
 
 from reports import kpi as kpis
-from reports.build import Request, compute, compute_live, load
+from reports.build import Request, compute, compute_live
+from reports.data.gputime import load
+from reports.data.scans import SampleScans
 from tracker.cost import Thresholds
 from tracker.record import MinuteSample
 from tracker.store import RunStore
@@ -80,7 +82,7 @@ def every_minute(store_url: str, start: datetime, basis: str) -> tuple[pd.DataFr
     with RunStore(store_url) as store:
         runs = kpis.runs_frame(store.list_runs(since=since, until=until))
         samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
-        store.scan_samples(samples, columns=samples.columns, since=since, until=until)
+        SampleScans(store).scan_samples(samples, columns=samples.columns, since=since, until=until)
     return runs, samples.frame()
 
 
@@ -93,9 +95,9 @@ def ordered(gt: pd.DataFrame) -> pd.DataFrame:
 def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
     store_url: str, basis: str, parts: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("tracker.store.scans._ROWS_PER_READER", 1000 if parts > 1 else 10**9)
-    monkeypatch.setattr("tracker.store.scans._MAX_SAMPLE_READERS", parts)
-    monkeypatch.setattr("tracker.store.scans.os.cpu_count", lambda: 4)
+    monkeypatch.setattr("reports.data.scans._ROWS_PER_READER", 1000 if parts > 1 else 10**9)
+    monkeypatch.setattr("reports.data.scans._MAX_SAMPLE_READERS", parts)
+    monkeypatch.setattr("reports.data.scans.os.cpu_count", lambda: 4)
     with RunStore(store_url) as store:
         fill(store, seed=parts)
     runs, samples = every_minute(store_url, W44, basis)

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 from fakes import run_record
 
+from reports.archive import read_archive
 from reports.build import Request, build
-from reports.render.index import LeftOut, read_archive
+from reports.render.index import LeftOut
 from tracker.store import RunStore
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
@@ -171,7 +172,7 @@ def test_whatever_reading_a_foreign_file_raises_leaves_it_out(
 ) -> None:
     """Not only the errors foreseen: any exception while interpreting a file that is not ours
     (here MemoryError, as a file too big for memory gives) names it, with the reason."""
-    from reports.render import index
+    from reports import archive as index
 
     out = tmp_path / "out"
     out.mkdir()

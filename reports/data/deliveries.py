@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, insert, utc
 
 if TYPE_CHECKING:
-    from tracker.store.runs import RunStore
+    from tracker.store import RunStore
 
 _metadata = sa.MetaData()
 deliveries_table = sa.Table(

@@ -1,7 +1,7 @@
 """The reports' reads of the samples table at fleet scale: millions of minute rows scanned in
 raw chunks, summed per run, GPU and week in the database, and read around idle stretches; and
-the runs read so that one unreadable row does not stop the report. The tracker never calls
-these; :class:`tracker.store.RunStore` carries them for the report.
+the runs read so that one unreadable row does not stop the report. :class:`SampleScans` reads a
+:class:`tracker.store.RunStore` through its public ``transaction`` and ``engine``.
 
 Only usable sample rows are read (:mod:`.samples`): a row whose ``covered_s`` is text,
 non-finite or not in ``[0, 60]``, or whose minute is not shaped like a time, is left out, and
@@ -19,29 +19,32 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import Connection
 
-from tracker.record import RunRecord
-from tracker.store.samples import (
+from reports.data.rollups import RollupTotals, rollup_totals
+from reports.data.samples import (
     MISSHAPED_BUCKET,
-    TIME_SHAPE,
-    SampleSQL,
     SampleTotals,
     bucket_case,
     check_sample_columns,
-    checked_value,
     lenient_text,
+    sampled_run_ids,
     text_of,
 )
+from tracker.record import RunRecord
+from tracker.store import RunStore
+from tracker.store.sample_sql import TIME_SHAPE, SampleSQL, checked_value
 from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
 
 T = TypeVar("T")
 
 # Reading samples in parts at once (SQLite): at most this many, each of at least this many rows.
 _MAX_SAMPLE_READERS = 4
+
+_IN_CHUNK = 500
 
 _ROWS_PER_READER = 500_000
 
@@ -53,6 +56,17 @@ class UnreadableRun:
     run_id: str
     name: str
     reason: str
+
+
+class GpuSpan(NamedTuple):
+    """A run's minute samples of one GPU in a span: :meth:`SampleScans.gpu_spans`."""
+
+    run_id: str
+    gpu: str
+    first: datetime
+    """The first minute (timezone-aware UTC)."""
+    last: datetime
+    """The last minute (timezone-aware UTC)."""
 
 
 def _check_tags_links(values: dict[str, Any]) -> str:
@@ -86,13 +100,18 @@ def _stored_time(raw: Any) -> datetime | None:
 
 
 class SampleScans:
-    """Fleet-scale sample reads, mixed into :class:`tracker.store.RunStore`."""
+    """The reports' fleet-scale reads of one open run store.
 
-    _engine: Engine
-    _url: URL
+    Args:
+        store: The store read (it stays open; closing it is the caller's).
+    """
+
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self._engine = store.engine
 
     def _transaction(self, work: Callable[[Connection], T], *, write: bool) -> T:
-        raise NotImplementedError  # RunStore's
+        return self.store.transaction(work, write=write)
 
     def scan_samples(
         self,
@@ -223,11 +242,10 @@ class SampleScans:
 
     def rollup_totals(
         self, *, value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int
-    ) -> list[tuple[Any, ...]]:
-        """:func:`tracker.store.rollup_sql.rollup_totals` (a version 2 store)."""
-        from tracker.store.rollup_sql import rollup_totals
+    ) -> list[RollupTotals]:
+        """:func:`reports.data.rollups.rollup_totals` (a version 2 store)."""
 
-        def work(conn: Connection) -> list[tuple[Any, ...]]:
+        def work(conn: Connection) -> list[RollupTotals]:
             with lenient_text(conn):
                 return rollup_totals(
                     conn,
@@ -312,16 +330,39 @@ class SampleScans:
 
         self._transaction(work, write=False)
 
+    def gpu_spans(self, gpus: Sequence[str], *, since: datetime, until: datetime) -> list[GpuSpan]:
+        """The first and the last minute of each run's samples of ``gpus`` in a span.
+
+        Args:
+            gpus: GPU UUIDs.
+            since: The span's start (timezone-aware).
+            until: The span's end, excluded (timezone-aware).
+
+        Returns:
+            One :class:`GpuSpan` per run and GPU with samples in ``[since, until)``, its
+            minutes timezone-aware UTC.
+        """
+        c = samples_table.c
+        ids = list(dict.fromkeys(gpus))
+        stmts = [
+            sa.select(c.run_id, c.gpu, sa.func.min(c.minute), sa.func.max(c.minute))
+            .where(c.gpu.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until))
+            .group_by(c.run_id, c.gpu)
+            for i in range(0, len(ids), _IN_CHUNK)
+        ]
+        return self._transaction(
+            lambda conn: [
+                GpuSpan(r, g, utc(a), utc(b)) for stmt in stmts for r, g, a, b in conn.execute(stmt)
+            ],
+            write=False,
+        )
+
     def sampled_runs(self, ids: Iterable[str]) -> set[str]:
         """Which of the runs ``ids`` have usable minute samples (whenever they are), as the
         report counts them: such a run is measured by its samples, never by its summary."""
-        from tracker.store.samples import sampled_run_ids
-
         sqlite = self._engine.dialect.name == "sqlite"
         return self._transaction(
-            lambda conn: sampled_run_ids(
-                conn, ids, rollups=getattr(self, "version", 1) >= 2, sqlite=sqlite
-            ),
+            lambda conn: sampled_run_ids(conn, ids, rollups=self.store.version >= 2, sqlite=sqlite),
             write=False,
         )
 
@@ -336,7 +377,7 @@ class SampleScans:
         since: datetime | None = None,
         until: datetime | None = None,
     ) -> tuple[list[RunRecord], list[UnreadableRun]]:
-        """The runs :meth:`RunStore.list_runs` gives for ``[since, until)``, read row by row
+        """The runs :meth:`tracker.store.RunStore.list_runs` gives for ``[since, until)``, read row by row
         so that one that cannot be read (a time that is no time, tags or links that are not
         what the store writes, whatever else fails on the row) is left out and named rather
         than failing the read. The values are as stored: a text value in a number column comes
@@ -442,7 +483,7 @@ class SampleScans:
     def _sample_rowid_parts(self) -> list[tuple[int | None, int | None]]:
         """Row-id ranges ``(first, end)`` for :meth:`_read_sample_parts`."""
         whole: list[tuple[int | None, int | None]] = [(None, None)]
-        database = self._url.database or ""
+        database = self._engine.url.database or ""
         if (
             self._engine.dialect.name != "sqlite"
             or database in ("", ":memory:")

@@ -1,0 +1,342 @@
+"""GPU-time read from the run store: the rows (:data:`reports.kpi.GT_COLUMNS`) every figure
+of a week, a month or a budget is summed from.
+
+:func:`week_gpu_time` is the one read of weeks (the weekly report, ``/metrics``, chargeback):
+the store sums the minute samples per run, GPU and week (from the hourly rollups where they
+answer), only the stretches that may hold idle minutes are read minute by minute
+(:func:`reports.kpi.idle_candidates`), and runs without samples count pro rata by their summary.
+:func:`span_gpu_time` reads any span (a calendar month in a zone, a period up to now) for the
+budgets, as one bucket: its whole hours from the rollups, the rest from the minutes
+(:func:`span_totals`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta, tzinfo
+from typing import NamedTuple
+
+import pandas as pd
+
+from reports import kpi as kpis
+from reports.data.rollups import RollupTotals
+from reports.data.samples import SampleTotals
+from reports.data.scans import SampleScans
+from reports.errors import ReportError
+from reports.weeks import shift_week, weeks_between
+from tracker.cost import Thresholds, thresholds_for
+from tracker.store import RunStore, default_store_url
+
+_HOUR_NS = 3_600_000_000_000
+
+
+class GpuTime(NamedTuple):
+    """What :func:`week_gpu_time` or :func:`span_gpu_time` read."""
+
+    runs: pd.DataFrame
+    """The usable runs (:func:`reports.kpi.runs_frame`)."""
+    gpu_time: pd.DataFrame
+    """GT rows (:data:`reports.kpi.GT_COLUMNS`) of every run: from minute samples, and pro
+    rata from the summary of a run without any in the time read."""
+    skipped: kpis.Skipped
+    """Runs and sample rows left out, and why."""
+
+
+def week_gpu_time(
+    store_url: str | None,
+    start: datetime,
+    *,
+    tz: tzinfo,
+    weeks: int = 12,
+    basis: str = "util",
+    thresholds: Thresholds | None = None,
+    now: datetime,
+) -> GpuTime:
+    """The GPU-time of ``weeks`` weeks up to the end of the week at ``start``.
+
+    Args:
+        store_url: The run store's URL (None: the default store).
+        start: The last week's start (timezone-aware).
+        tz: The report's time zone: weeks are its ISO weeks.
+        weeks: How many weeks, the one at ``start`` the last.
+        basis: ``util`` or ``sm_active``.
+        thresholds: The idle rule and targets (None: the basis' defaults).
+        now: The time of the read (timezone-aware): runs without a heartbeat are marked
+            crashed, and a running run's summary counts up to it.
+
+    Returns:
+        The runs, their GPU-time rows and what was left out.
+
+    Raises:
+        ReportError: The store holds no run.
+        StoreError: The store cannot be read.
+    """
+    runs, sampled, skipped = load(
+        store_url, start, tz=tz, weeks=weeks, basis=basis, thresholds=thresholds, now=now
+    )
+    gt = kpis.combine_gpu_time(runs, sampled, tz=tz, basis=basis, now=now)
+    return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
+
+
+def span_gpu_time(
+    store: RunStore,
+    since: datetime,
+    until: datetime,
+    *,
+    tz: tzinfo,
+    basis: str = "util",
+    now: datetime,
+) -> GpuTime:
+    """The GPU-time of any span (a calendar month in a zone, a period up to now), as one
+    bucket: what budgets count. The minutes' idle is not read (spend does not need it).
+
+    A run with usable minute samples at any time is measured by them, even where it has none in
+    the span (its sampler stopped); its summary counts pro rata only for a run that never had
+    any. (:func:`week_gpu_time` takes the summary of a run without samples in the weeks read.)
+
+    Args:
+        store: The open run store.
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+        tz: The report's time zone.
+        basis: ``util`` or ``sm_active``.
+        now: The time of the read (timezone-aware): a running run's summary counts up to it.
+
+    Returns:
+        The usable runs, their GPU-time rows (``week``: the span's start) and the runs left out
+        (unreadable or unusable; sample rows are not checked here).
+
+    Raises:
+        StoreError: The store cannot be read.
+    """
+    scans = SampleScans(store)
+    runs, excluded = usable_runs(scans, since=since, until=until)
+    skipped = kpis.Skipped(runs=tuple(excluded))
+    if runs.empty:
+        return GpuTime(runs=runs, gpu_time=pd.DataFrame(columns=kpis.GT_COLUMNS), skipped=skipped)
+    totals = span_totals(scans, kpis.BASES[basis][0], since, until)
+    totals = totals[totals["run_id"].isin(runs["id"])]
+    sampled = pd.DataFrame(
+        {
+            "run_id": totals["run_id"].astype(object),
+            "gpu": totals["gpu"].astype(object),
+            "week": pd.Timestamp(since).tz_convert("UTC"),
+            "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
+            "known_hours": totals["known_s"].astype(float) / 3600.0,
+            "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
+            "idle_hours": 0.0,
+            "idle_used_hours": 0.0,
+        }
+    )[kpis.GT_COLUMNS]
+    summary = kpis.summary_gpu_time(
+        runs,
+        sampled=scans.sampled_runs(runs["id"]),
+        tz=tz,
+        basis=basis,
+        now=now,
+        spans=[(since, until)],
+    )
+    gt = pd.concat([p for p in (sampled, summary) if len(p)] or [sampled], ignore_index=True)
+    gt["week"] = pd.to_datetime(gt["week"], utc=True)
+    return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
+
+
+def usable_runs(
+    scans: SampleScans, *, since: datetime, until: datetime
+) -> tuple[pd.DataFrame, list[kpis.ExcludedRun]]:
+    """The runs of a span that the figures can use, and those left out.
+
+    Args:
+        scans: The store's reads.
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+
+    Returns:
+        The usable runs (:func:`reports.kpi.runs_frame`), and the runs left out with the
+        reason: those that could not be read, then those whose figures cannot be used
+        (:func:`reports.kpi.usable_runs`).
+    """
+    records, unreadable = scans.read_runs(since=since, until=until)
+    good, excluded = kpis.usable_runs(records)
+    unread = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable]
+    return kpis.runs_frame(good), unread + excluded
+
+
+def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
+    """:class:`SampleTotals` as a frame of :data:`reports.kpi.TOTALS_COLUMNS`."""
+    return pd.DataFrame([t.__dict__ for t in totals], columns=kpis.TOTALS_COLUMNS)
+
+
+def load(
+    store_url: str | None,
+    start: datetime,
+    *,
+    tz: tzinfo,
+    weeks: int = 12,
+    basis: str = "util",
+    thresholds: Thresholds | None = None,
+    now: datetime,
+) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
+    """The runs and the GPU-time from minute samples of ``weeks`` weeks up to the end of the
+    week at ``start`` (:func:`week_gpu_time` adds the summaries of runs without samples).
+
+    The store sums the samples per (run, GPU, week), from the hourly rollups where they answer
+    (a version 2 store, the idle rule they were kept by, weeks on whole UTC hours); only the
+    stretches that may hold idle minutes are read minute by minute
+    (:func:`reports.kpi.idle_candidates`).
+
+    Args:
+        store_url: The run store's URL (None: the default store).
+        start: The last week's start (timezone-aware).
+        tz: The report's time zone.
+        weeks: How many weeks.
+        basis: ``util`` or ``sm_active``.
+        thresholds: The idle rule (None: the basis' defaults).
+        now: Runs without a heartbeat since well before it are marked crashed first.
+
+    Returns:
+        The usable runs, the GPU-time rows (:data:`reports.kpi.GT_COLUMNS`) of those with
+        minute samples in that time, and what was left out (runs that cannot be used, sample
+        rows that cannot be used as they are).
+
+    Raises:
+        ReportError: The store holds no run.
+        StoreError: The store cannot be read.
+    """
+    t = thresholds or thresholds_for(basis)
+    value = kpis.BASES[basis][0]
+    # each bound a local calendar Monday on its own: across a DST change a week is 167 or 169 h
+    since = pd.Timestamp(shift_week(start, tz, -(weeks - 1)))
+    until = pd.Timestamp(shift_week(start, tz, 1))
+    week_starts = weeks_between(since, until, tz)
+    window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
+    with RunStore(store_url or default_store_url()) as store:
+        store.mark_crashed(now=now)
+        scans = SampleScans(store)
+        if not scans.has_runs():
+            raise ReportError(f"the run store {store.url} has no runs: nothing to report")
+        runs, excluded = usable_runs(scans, **window)
+        if _rollups_answer(store.version, t, basis, [*week_starts, until]):
+            totals, idle = _from_rollups(scans, value, week_starts, until)
+            totals = totals[totals["run_id"].isin(runs["id"])]
+            bad = kpis.bad_samples(
+                totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
+            )
+            totals = totals[totals["minutes"] > 0]
+            skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
+            return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
+        totals = totals_frame(
+            scans.sample_totals(
+                value=value,
+                low_under=t.idle_pct,
+                bucket_edges=week_starts[1:],
+                value_range=kpis.PCT_RANGE,
+                **window,
+            )
+        )
+        totals = totals[totals["run_id"].isin(runs["id"])]
+        bad = kpis.bad_samples(
+            totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
+        )
+        totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
+        samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
+        # idle windows reach across the window's edges: read the idle_window_min - 1 minutes
+        # either side, so that a week's idle is final and equal to what later reports show
+        reach = timedelta(minutes=t.idle_window_min - 1)
+        scans.scan_sample_stretches(
+            samples,
+            columns=samples.columns,
+            stretches=kpis.idle_candidates(totals, t),
+            margin=t.idle_window_min - 1,
+            since=window["since"] - reach,
+            until=window["until"] + reach,
+        )
+    idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
+    skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
+    return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
+
+
+def _rollups_answer(
+    version: int, t: Thresholds, basis: str, week_starts: Sequence[pd.Timestamp]
+) -> bool:
+    """Whether the store's rollups answer this report: a version 2 store, the idle rule they
+    were kept by (:data:`tracker.store.rollups.ROLLUP_RULES`), and week bounds on whole UTC
+    hours (not in a zone like Asia/Kolkata, +05:30). Otherwise the minutes are read."""
+    from tracker.store.rollups import ROLLUP_RULES
+
+    return (
+        version >= 2
+        and ROLLUP_RULES[basis] == (t.idle_pct, t.idle_window_min)
+        and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts)
+    )
+
+
+def _from_rollups(
+    scans: SampleScans, value: str, week_starts: Sequence[pd.Timestamp], until: pd.Timestamp
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The store's totals per (run, GPU, week) (:data:`reports.kpi.TOTALS_COLUMNS`, with ``damaged``
+    rollup rows) and the idle GPU-time rows, summed from the hourly rollups."""
+    hours = [pd.Timestamp(w).value // 3_600_000_000_000 for w in [*week_starts, until]]
+    rows = scans.rollup_totals(
+        value=value, hour_edges=hours[1:-1], since_hour=hours[0], until_hour=hours[-1]
+    )
+    frame = pd.DataFrame(rows, columns=list(RollupTotals._fields))
+    totals = frame.assign(first_low=pd.NaT, last_low=pd.NaT)[[*kpis.TOTALS_COLUMNS, "damaged"]]
+    timed = frame[frame["bucket"] >= 0]
+    idle = pd.DataFrame(
+        {
+            "run_id": timed["run_id"].astype(object),
+            "gpu": timed["gpu"].astype(object),
+            "week": [pd.Timestamp(week_starts[b]) for b in timed["bucket"]],
+            "idle_hours": timed["idle_s"].astype(float) / 3600.0,
+            "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0,
+        }
+    )
+    return totals, idle
+
+
+def span_totals(scans: SampleScans, value: str, since: datetime, until: datetime) -> pd.DataFrame:
+    """The minute samples of a span summed per run and GPU: its whole hours from the rollups
+    (a version 2 store), the part before the first and after the last whole hour from the
+    samples.
+
+    Args:
+        scans: The store's reads.
+        value: The sample column of the basis (``util_pct`` or ``sm_active_pct``).
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+
+    Returns:
+        A frame of ``run_id``, ``gpu``, ``covered_s``, ``known_s``, ``value_s``: a row per
+        part read, usable minutes only.
+    """
+    columns = ["run_id", "gpu", "covered_s", "known_s", "value_s"]
+    a, b = pd.Timestamp(since).value, pd.Timestamp(until).value
+    first, last = -(-a // _HOUR_NS), b // _HOUR_NS  # the first and the last whole hour's edge
+    if scans.store.version < 2 or first >= last:
+        first = last = a // _HOUR_NS  # no whole hour: the samples for the whole span
+        edges = [(since, until)]
+    else:
+        edges = [(since, _at(first)), (_at(last), until)]
+    parts = []
+    if first < last:
+        rows = scans.rollup_totals(value=value, hour_edges=[], since_hour=first, until_hour=last)
+        parts += [
+            (r.run_id, r.gpu, r.covered_s, r.known_s, r.value_s)
+            for r in rows
+            if r.bucket >= 0 and r.minutes > 0
+        ]
+    for lo, hi in edges:
+        if lo < hi:
+            parts += [
+                (t.run_id, t.gpu, t.covered_s, t.known_s, t.value_s)
+                for t in scans.sample_totals(
+                    value=value, low_under=0.0, since=lo, until=hi, value_range=kpis.PCT_RANGE
+                )
+                if t.minutes > 0
+            ]
+    return pd.DataFrame(parts, columns=columns)
+
+
+def _at(hour: int) -> datetime:
+    return pd.Timestamp(hour * _HOUR_NS, tz="UTC").to_pydatetime()
