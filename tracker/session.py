@@ -109,6 +109,10 @@ class Session:
         self._warned: set[str] = set()
         self._inferred: int | None = None  # samples of the batches iterate() gave since a step
 
+    def now(self) -> float:
+        """The session's step clock, in seconds: monotonic, the injected ``clock`` in tests."""
+        return self._now()
+
     @property
     def steps(self) -> int:
         """Steps so far, warm-up included (:attr:`counts` has samples and tokens too)."""

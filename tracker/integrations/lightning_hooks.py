@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -203,7 +202,7 @@ class LightningHooks:
         # from here on the GPUs are held (the sanity check included): cost counts from here
         if self.session is not None:
             self.session.start()
-            self._next_log_t = time.monotonic() + self._log_every_s
+            self._next_log_t = self.session.now() + self._log_every_s
         loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
         # a Lightning without these internals: _log_step's fallback on every step
         self._loop = loop if hasattr(loop, "_batches_that_stepped") else None
@@ -275,12 +274,12 @@ class LightningHooks:
         if not due:
             if self._every > 0 and trainer.should_stop:
                 due = True
-            elif s.world_size == 1 and time.monotonic() >= self._next_log_t:
+            elif s.world_size == 1 and s.now() >= self._next_log_t:
                 due = True  # very slow steps: still a point every log_every_s
             else:
                 return
         self._last_logged = step
-        self._next_log_t = time.monotonic() + self._log_every_s
+        self._next_log_t = s.now() + self._log_every_s
         s.log_now(step=step)
         if self._every != 1:
             # our writes and Lightning's (same batch) are neither training nor waiting for
