@@ -17,8 +17,13 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 FRAMEWORKS = ("torch", "lightning", "pytorch_lightning", "transformers")
+
+# fresh interpreters that collect the whole suite (~10 s of CPU): `make test` runs them
+pytestmark = pytest.mark.slow
 
 # pytest run in a fresh interpreter: collect only, then list which of the given modules it loaded
 _COLLECT = textwrap.dedent("""

@@ -83,6 +83,7 @@ def test_a_plain_run_is_its_wall_time_on_the_gpus_given(tmp_path: Path, store_ur
         assert len(store.samples(run_ids=[r.id])) == 4 * 60
 
 
+@pytest.mark.slow  # 10,000+ scalars written and read back: ~4 s of CPU
 def test_every_scalar_is_read_not_a_sample_of_10000(tmp_path: Path) -> None:
     """20,001 points a second apart at 30% (a tag mapped to utilization): all of them count."""
     write_run(tmp_path / "long", seconds=20_000, every=1, util=30.0)
