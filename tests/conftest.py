@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -13,6 +15,60 @@ import pytest
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Engine
+
+
+# -- collection: a module of framework tests is not even imported when -m rules them out ---------
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leave out, unimported, a test module whose every test is marked ``trainer`` (by its
+    module-level ``pytestmark``) when ``-m`` rules ``trainer`` out.
+
+    Such modules import torch, Lightning or transformers at the top (their test classes subclass
+    the frameworks'). Collection imports a module before ``-m`` deselects its tests, so without
+    this the fast suite (``make test-fast``) would pay for those imports and run none of them.
+    ``tests/test_fast_suite.py`` checks that collecting the fast suite imports no framework.
+    """
+    name = collection_path.name
+    if not (name.startswith("test_") and name.endswith(".py")):
+        return None
+    if not rules_out(config.getoption("markexpr") or "", "trainer"):
+        return None
+    return True if marks_whole_module(collection_path, "trainer") else None
+
+
+def rules_out(expr: str, marker: str) -> bool:
+    """Whether the ``-m`` expression ``expr`` is false for every test marked ``marker``: here,
+    when it is a plain conjunction (``a and not b and ...``, no ``or``, no parentheses) with
+    ``not <marker>`` among its terms. Anything else is left to pytest."""
+    if not expr or "(" in expr or re.search(r"\bor\b", expr):
+        return False
+    terms = [" ".join(term.split()) for term in re.split(r"\band\b", expr)]
+    return f"not {marker}" in terms
+
+
+def marks_whole_module(path: Path, marker: str) -> bool:
+    """Whether the module at ``path`` marks all its tests ``marker`` with a top-level
+    ``pytestmark`` (a mark or a list of marks), read from its source without importing it."""
+    source = path.read_text(encoding="utf-8")
+    if f"pytest.mark.{marker}" not in source:
+        return False
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            continue
+        for sub in ast.walk(node.value):
+            if (
+                isinstance(sub, ast.Attribute)
+                and sub.attr == marker
+                and isinstance(sub.value, ast.Attribute)
+                and sub.value.attr == "mark"
+                and isinstance(sub.value.value, ast.Name)
+                and sub.value.value.id == "pytest"
+            ):
+                return True
+    return False
 
 
 @pytest.fixture(autouse=True)

@@ -65,19 +65,94 @@ def _dtype(args: Any) -> str:
 
 
 class GpuKpiCallback(TrainerCallback):
-    """``GpuKpiCallback(project=..., team=..., samples_per_step=None, tokens_per_step=None,
-    **session_kwargs)``.
+    """Tracks a Hugging Face ``Trainer.train()``: GPU utilization, throughput, MFU, cost and
+    waste, logged to W&B and TensorBoard (when ``report_to`` names them) and written to the run
+    store.
 
-    - samples per optimizer step and rank: ``samples_per_step``, else
+    A thin adapter: the hooks only read the clock and count, and the measuring lives in
+    :class:`tracker.session.Session`.
+
+    - Samples per optimizer step and rank: ``samples_per_step``, else
       ``per_device_train_batch_size × gradient_accumulation_steps``; tokens: the Trainer's
       ``num_input_tokens_seen`` (``include_num_input_tokens_seen=True``), else
-      ``tokens_per_step``;
-    - FLOPs: ``flops_per_step``, else the Trainer's ``total_flos`` (6 × parameters × tokens);
-    - logs at the Trainer's ``logging_steps``; evaluation, checkpoint saves, epoch boundaries and
-      the first ``warmup_steps`` are left out of step-time, throughput and data-wait figures;
-      the Trainer's own logging (its loss read-back, its reporters) counts as step time, not
-      as data wait;
-    - each ``train()`` call is a run of its own.
+      ``tokens_per_step``.
+    - FLOPs: ``flops_per_step``, else the Trainer's ``total_flos`` (6 × parameters × tokens).
+    - Logs at the Trainer's ``logging_steps``, at ``train/global_step`` like the Trainer's own
+      points; evaluation, checkpoint saves, epoch boundaries and the first ``warmup_steps``
+      are left out of step-time, throughput and data-wait figures; the Trainer's own logging
+      (its loss read-back, its reporters) counts as step time, not as data wait.
+    - Each ``train()`` call is a run of its own (a resumed run, a hyperparameter-search trial).
+    - TensorBoard: a run directory of its own beside the Trainer's,
+      ``<output_dir>/runs/<Mon DD_HH-MM-SS>_<host>_gpu-kpi-<run id>``.
+
+    Args:
+        samples_per_step: Samples one optimizer step processes on this rank; None:
+            ``per_device_train_batch_size × gradient_accumulation_steps``.
+        tokens_per_step: Tokens one optimizer step processes on this rank, when the Trainer
+            does not count them (``include_num_input_tokens_seen``); None: not counted.
+        **session_kwargs: Passed to :func:`tracker.session.track`: ``project``, ``team``,
+            ``name``, ``tags``, ``run_id``, ``flops_per_step`` (model FLOPs of one optimizer
+            step on this rank), ``price_per_gpu_hour`` (USD per GPU-hour), ``backend``,
+            ``store``, ``sinks``, ``warmup_steps``, ``interval_s`` (seconds between GPU
+            samples), ``print_summary``… ``framework`` defaults to ``"transformers"``, ``dtype``
+            to the training arguments' (``bf16``, ``fp16``, else ``fp32``), ``name`` to the
+            Trainer's ``run_name``, else the W&B run's.
+
+    Logged keys, at the Trainer's logging steps (units in the names; a figure without data is
+    left out, never logged as 0; the same keys for every sink, declared in
+    :mod:`tracker.metrics`):
+
+    ================================  ==========  ================================================
+    key                               unit        what
+    ================================  ==========  ================================================
+    ``gpu/util_pct``                  %           NVML utilization (nvidia-smi's ``GPU-Util``), mean
+                                                  over the run's GPUs since the last log
+    ``gpu/sm_active_pct``             %           GPM SM activity (Hopper+)
+    ``gpu/tensor_active_pct``         %           GPM tensor-core activity (Hopper+)
+    ``gpu/dram_active_pct``           %           GPM memory-bandwidth activity (Hopper+)
+    ``gpu/mem_used_gib``              GiB         device memory in use, mean over the GPUs
+    ``gpu/mem_used_pct``              %           device memory in use, share of the total
+    ``gpu/power_w``                   W           board power now, summed over the GPUs
+    ``gpu/energy_kwh``                kWh         GPU energy since the run started
+    ``gpu/co2e_kg``                   kg          CO2e of that energy (``[carbon]``)
+    ``gpu/temp_c``                    °C          temperature of the hottest GPU
+    ``gpu/sm_clock_mhz``              MHz         SM clock, mean over the GPUs
+    ``perf/step_time_ms``             ms          mean step time since the last log
+    ``perf/data_wait_pct``            %           share of step time spent waiting for input
+    ``perf/samples_per_s``            1/s         training samples per second
+    ``perf/tokens_per_s``             1/s         training tokens per second (when counted)
+    ``perf/tflops``                   TFLOP/s     achieved model FLOP/s, all GPUs
+    ``perf/mfu``                      0-1         model FLOPs utilization against the dtype's
+                                                  dense peak (none for an unknown GPU)
+    ``cost/usd``                      USD         cost so far: GPU-hours x price
+    ``cost/usd_per_hour``             USD/h       price of the run's GPUs per hour
+    ``cost/waste_usd``                USD         recoverable waste so far (under the target)
+    ``cost/usd_per_1k_samples``       USD         cost per 1,000 training samples
+    ``cost/usd_per_1m_tokens``        USD         cost per 1,000,000 training tokens
+    ``gpu/util_pct_min``              %           lowest rank's utilization (several ranks)
+    ``gpu/util_pct_max``              %           highest rank's utilization (several ranks)
+    ``perf/step_time_ms_max``         ms          slowest rank's step time (several ranks)
+    ``perf/slowest_rank``             rank        global rank with the longest step time
+    ``perf/rank_spread_pct``          %           (slowest - fastest) / mean step time of ranks
+    ================================  ==========  ================================================
+
+    The run's summary (the W&B summary, TensorBoard text, the run store) carries the final
+    values, the verdict (``healthy``, ``input-bound``, ``low-efficiency``…) and its advice.
+
+    Example:
+        One line in the Trainer's callbacks::
+
+            from transformers import Trainer, TrainingArguments
+            from tracker.transformers import GpuKpiCallback
+
+            args = TrainingArguments("out", report_to=["wandb"], include_num_input_tokens_seen=True)
+            trainer = Trainer(
+                model=model,
+                args=args,
+                train_dataset=dataset,
+                callbacks=[GpuKpiCallback(project="llm", team="nlp")],
+            )
+            trainer.train()
     """
 
     def __init__(

@@ -147,6 +147,7 @@ def test_default_week_is_the_last_complete_one() -> None:
         resolve_week("2026-W50", UTC, now)
 
 
+@pytest.mark.slow  # every format through the CLI in a subprocess: ~4 s of CPU
 def test_every_format_with_the_archive_link(store: str, tmp_path: Path) -> None:
     import email
     import email.policy

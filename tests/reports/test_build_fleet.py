@@ -35,6 +35,7 @@ pue = 1.2
 RATE = 30000 / (4 * 8766) + 0.7 * 0.12 * 1.3  # $0.964778 per owned H100-hour
 
 
+@pytest.mark.slow  # a whole weekly report through the CLI: ~2-4 s
 def test_an_owned_fleet_and_its_carbon_in_the_weekly_report(tmp_path: Path) -> None:
     """nlp: 2 x H100 for 10 h on dgx-eu-1, 60%, 14 kWh. vision: 1 x A100-80GB for 4 h on
     gpu-us-1, 90%, 1.2 kWh. W48 (UTC) is 168 h.

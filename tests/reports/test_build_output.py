@@ -110,6 +110,7 @@ def _small_files_only() -> None:  # runs in the child, before the CLI
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails with EFBIG instead
 
 
+@pytest.mark.slow  # a whole report, in-process and through the CLI: ~3 s of CPU
 def test_a_file_too_big_for_the_disk_leaves_no_half_report(store: str, tmp_path: Path) -> None:
     """A real write failure, not a patched one: the kernel refuses the HTML (RLIMIT_FSIZE),
     after the JSON and CSV are written, and the CLI says so on one line."""

@@ -7,10 +7,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 import readers
-from torch.utils.tensorboard import SummaryWriter
 
 from reports.cli import main
 from reports.imports.play import TRACKED, Labels
@@ -23,6 +23,14 @@ MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 A100_PRICE = 2.00  # the price table's A100-80GB, USD per GPU-hour
 
 
+def summary_writer(logdir: Path) -> Any:
+    """torch's ``SummaryWriter`` on ``logdir``; torch is imported here, not at the top, so that
+    collecting the fast suite imports no framework (``tests/test_fast_suite.py``)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=str(logdir))
+
+
 def write_run(
     logdir: Path,
     *,
@@ -33,7 +41,7 @@ def write_run(
 ) -> Path:
     """A run logged from ``start`` every ``every`` s for ``seconds``: a loss, a throughput of
     100 + step, and (``util``) a GPU utilization tag of the user's own."""
-    w = SummaryWriter(log_dir=str(logdir))
+    w = summary_writer(logdir)
     for step in range(seconds // every + 1):
         wall = (start + timedelta(seconds=every * step)).timestamp()
         w.add_scalar("train/loss", 1.0 / (step + 1), step, walltime=wall)
@@ -75,6 +83,7 @@ def test_a_plain_run_is_its_wall_time_on_the_gpus_given(tmp_path: Path, store_ur
         assert len(store.samples(run_ids=[r.id])) == 4 * 60
 
 
+@pytest.mark.slow  # 10,000+ scalars written and read back: ~4 s of CPU
 def test_every_scalar_is_read_not_a_sample_of_10000(tmp_path: Path) -> None:
     """20,001 points a second apart at 30% (a tag mapped to utilization): all of them count."""
     write_run(tmp_path / "long", seconds=20_000, every=1, util=30.0)
@@ -252,7 +261,7 @@ def test_two_points_at_one_wall_time_do_not_stop_the_import(tmp_path: Path) -> N
     """Two writers (or a restarted one) logging the mapped tag at the same wall time: one point
     per time, the last; the run goes in."""
     write_run(tmp_path / "r", seconds=600, util=50.0)
-    w = SummaryWriter(log_dir=str(tmp_path / "r"))
+    w = summary_writer(tmp_path / "r")
     w.add_scalar("sys/gpu_util", 70.0, 999, walltime=(MONDAY_10 + timedelta(minutes=5)).timestamp())
     w.close()
     (r,) = read_tensorboard(

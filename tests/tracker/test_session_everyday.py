@@ -1,6 +1,9 @@
 """What the engineer sees without reading a dashboard: the summary a run prints when it ends,
 the plain loop as docs/tracking.md writes it on the common batch shapes, and a W&B sink with no
-run to write to saying so."""
+run to write to saying so.
+
+torch is imported inside the tests that use it, not at the top: collecting the fast suite
+imports no framework (``tests/test_fast_suite.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,7 @@ import logging
 from pathlib import Path
 
 import pytest
-import torch
 from fakes import Clock
-from torch.utils.data import DataLoader, TensorDataset
 
 from tracker import track
 from tracker.session import Session
@@ -122,6 +123,9 @@ def test_a_run_name_cannot_write_to_the_terminal(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize("shape", ["tensor", "pair", "dict"])
 def test_the_readme_loop_counts_samples_on_the_common_batch_shapes(shape: str) -> None:
     """The plain loop as docs/tracking.md writes it: 100 samples in batches of 16 (the last one 4)."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
     x, y = torch.randn(100, 3), torch.randint(0, 2, (100,))
     data = TensorDataset(x) if shape == "tensor" else TensorDataset(x, y)
     loader: object = DataLoader(data, batch_size=16)
@@ -145,6 +149,8 @@ def test_the_readme_loop_counts_samples_on_the_common_batch_shapes(shape: str) -
 
 
 def test_samples_add_up_over_accumulated_batches_and_a_given_count_wins() -> None:
+    import torch
+
     batches = [torch.zeros(8, 2)] * 6
     with track(
         name="acc",
@@ -165,6 +171,8 @@ def test_samples_add_up_over_accumulated_batches_and_a_given_count_wins() -> Non
 
 
 def test_a_batch_whose_size_cannot_be_read_is_not_counted_and_breaks_nothing() -> None:
+    import torch
+
     class OddShape:
         shape = 7  # an int, not a shape
 

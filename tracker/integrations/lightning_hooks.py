@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,26 +95,100 @@ def logger_sinks(trainer: Any) -> tuple[list[Sink], dict[str, str], str | None]:
 
 
 class LightningHooks:
-    """``GpuKpiCallback(project=..., team=..., flops_per_step=None, batch_size_fn=None,
-    tokens_fn=None, **session_kwargs)``.
+    """Tracks a Lightning ``fit``: GPU utilization, throughput, MFU, cost and waste, logged
+    through the trainer's own loggers and written to the run store.
 
-    - samples per step: ``batch_size_fn(batch)``, else the batch's leading dimension;
-      tokens: ``tokens_fn(batch)`` (None: not counted);
+    The body of ``tracker.lightning.GpuKpiCallback`` (and of ``tracker.pytorch_lightning``'s);
+    a thin adapter: the hooks only read the clock and count, and the measuring lives in
+    :class:`tracker.session.Session`.
+
+    - Samples per step: ``batch_size_fn(batch)``, else the batch's leading dimension (the shape
+      of its first tensor, never a read from the GPU); tokens: ``tokens_fn(batch)``, else not
+      counted.
     - FLOPs per step: ``flops_per_step``, else measured once with ``torch.utils.flop_counter``
-      on the first training batch (``measure_flops=False`` turns that off);
-    - logs when Lightning logs (every ``trainer.log_every_n_steps`` optimizer steps, at the same
-      step number) and, single-process, at least every ``log_every_s`` for very slow steps,
-      through the trainer's loggers;
-    - validation, checkpoint saves, epoch boundaries, the step after a log (it carries the
-      loggers' writes) and the first ``warmup_steps`` are left out of step-time, throughput and
-      data-wait figures.
-
-    Each ``fit`` is a run of its own: a resumed fit counts only its own steps and samples.
+      on the first training batch (``measure_flops=False`` turns that off: no MFU then).
+    - Logs when Lightning logs (every ``trainer.log_every_n_steps`` optimizer steps, at the same
+      step number as the user's loss) and, in a single process, at least every
+      ``log_every_s`` seconds for very slow steps.
+    - Validation, checkpoint saves, epoch boundaries, the step after a log (it carries the
+      loggers' writes) and the first ``warmup_steps`` are left out of step-time, throughput
+      and data-wait figures.
+    - Each ``fit`` is a run of its own: a resumed fit counts only its own steps and samples.
+    - With W&B and TensorBoard loggers, the run's summary, config and alerts go there too; the
+      run is named as the loggers name it.
 
     The batch hooks run on every step, so they stay cheap (see ``bench/callback_overhead.py``):
     few Python calls, the batch's leading dimension the only part of it read (the keys to that
     tensor are found in the first batch and kept while later batches have the same type), the
     trainer's figures looked up once a fit, the log cadence one integer compare.
+
+    Args:
+        batch_size_fn: ``batch -> samples`` in it, for batches whose leading dimension is not
+            the sample count (packed sequences, several inputs); one that raises is reported
+            once and its samples are not counted.
+        tokens_fn: ``batch -> tokens`` in it; None: tokens are not counted.
+        measure_flops: Measure one training step's FLOPs (forward and backward) on the first
+            batch, when ``flops_per_step`` is not given.
+        **session_kwargs: Passed to :func:`tracker.session.track`: ``project``, ``team``,
+            ``name``, ``tags``, ``run_id``, ``flops_per_step`` (model FLOPs of one step on this
+            process), ``price_per_gpu_hour`` (USD per GPU-hour), ``backend``, ``store``,
+            ``sinks``, ``warmup_steps``, ``interval_s`` (seconds between GPU samples),
+            ``log_every_s`` (seconds; the slow-step cadence), ``print_summary``… ``framework``
+            defaults to ``"lightning"`` and ``dtype`` to the trainer's precision.
+
+    Logged keys, at Lightning's log steps through every logger of the trainer (units in the
+    names; a figure without data is left out, never logged as 0; the same keys for every sink,
+    declared in :mod:`tracker.metrics`):
+
+    ================================  ==========  ================================================
+    key                               unit        what
+    ================================  ==========  ================================================
+    ``gpu/util_pct``                  %           NVML utilization (nvidia-smi's ``GPU-Util``), mean
+                                                  over the run's GPUs since the last log
+    ``gpu/sm_active_pct``             %           GPM SM activity (Hopper+)
+    ``gpu/tensor_active_pct``         %           GPM tensor-core activity (Hopper+)
+    ``gpu/dram_active_pct``           %           GPM memory-bandwidth activity (Hopper+)
+    ``gpu/mem_used_gib``              GiB         device memory in use, mean over the GPUs
+    ``gpu/mem_used_pct``              %           device memory in use, share of the total
+    ``gpu/power_w``                   W           board power now, summed over the GPUs
+    ``gpu/energy_kwh``                kWh         GPU energy since the run started
+    ``gpu/co2e_kg``                   kg          CO2e of that energy (``[carbon]``)
+    ``gpu/temp_c``                    °C          temperature of the hottest GPU
+    ``gpu/sm_clock_mhz``              MHz         SM clock, mean over the GPUs
+    ``perf/step_time_ms``             ms          mean step time since the last log
+    ``perf/data_wait_pct``            %           share of step time spent waiting for input
+    ``perf/samples_per_s``            1/s         training samples per second
+    ``perf/tokens_per_s``             1/s         training tokens per second (when counted)
+    ``perf/tflops``                   TFLOP/s     achieved model FLOP/s, all GPUs
+    ``perf/mfu``                      0-1         model FLOPs utilization against the dtype's
+                                                  dense peak (none for an unknown GPU)
+    ``cost/usd``                      USD         cost so far: GPU-hours x price
+    ``cost/usd_per_hour``             USD/h       price of the run's GPUs per hour
+    ``cost/waste_usd``                USD         recoverable waste so far (under the target)
+    ``cost/usd_per_1k_samples``       USD         cost per 1,000 training samples
+    ``cost/usd_per_1m_tokens``        USD         cost per 1,000,000 training tokens
+    ``gpu/util_pct_min``              %           lowest rank's utilization (several ranks)
+    ``gpu/util_pct_max``              %           highest rank's utilization (several ranks)
+    ``perf/step_time_ms_max``         ms          slowest rank's step time (several ranks)
+    ``perf/slowest_rank``             rank        global rank with the longest step time
+    ``perf/rank_spread_pct``          %           (slowest - fastest) / mean step time of ranks
+    ================================  ==========  ================================================
+
+    The run's summary (the W&B summary, TensorBoard text, the run store) carries the final
+    values, the verdict (``healthy``, ``input-bound``, ``low-efficiency``…) and its advice.
+
+    Example:
+        One line in the trainer's callbacks::
+
+            import lightning as L
+            from lightning.pytorch.loggers import WandbLogger
+            from tracker.lightning import GpuKpiCallback
+
+            trainer = L.Trainer(
+                callbacks=[GpuKpiCallback(project="llm", team="nlp")],
+                logger=WandbLogger(project="llm"),
+            )
+            trainer.fit(model, datamodule)
     """
 
     def __init__(
@@ -203,7 +276,7 @@ class LightningHooks:
         # from here on the GPUs are held (the sanity check included): cost counts from here
         if self.session is not None:
             self.session.start()
-            self._next_log_t = time.monotonic() + self._log_every_s
+            self._next_log_t = self.session.now() + self._log_every_s
         loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
         # a Lightning without these internals: _log_step's fallback on every step
         self._loop = loop if hasattr(loop, "_batches_that_stepped") else None
@@ -275,12 +348,12 @@ class LightningHooks:
         if not due:
             if self._every > 0 and trainer.should_stop:
                 due = True
-            elif s.world_size == 1 and time.monotonic() >= self._next_log_t:
+            elif s.world_size == 1 and s.now() >= self._next_log_t:
                 due = True  # very slow steps: still a point every log_every_s
             else:
                 return
         self._last_logged = step
-        self._next_log_t = time.monotonic() + self._log_every_s
+        self._next_log_t = s.now() + self._log_every_s
         s.log_now(step=step)
         if self._every != 1:
             # our writes and Lightning's (same batch) are neither training nor waiting for

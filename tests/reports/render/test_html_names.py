@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import readers
 from fakes import run_record as run
 from hypothesis import HealthCheck, given, settings
@@ -50,6 +51,7 @@ def _structure(page: readers.Page) -> list[tuple[str, tuple[str, ...]]]:
 BASELINE = _structure(_page("name", "team", "proj", "user"))
 
 
+@pytest.mark.slow  # 40 report pages rendered (hypothesis): ~5 s of CPU
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_names_never_become_markup(name: str, team: str, project: str, user: str) -> None:

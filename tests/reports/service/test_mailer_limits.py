@@ -90,7 +90,9 @@ def test_the_time_limit_cuts_the_connection_timeout() -> None:
         start = time.monotonic()
         err = fail(SmtpMailer(settings, password=None, total_s=1.0))
         took = time.monotonic() - start
-    assert 0.9 <= took < 5.0, took
+    # at least the limit (a sleep-like lower bound, true at any load), and far from the 30 s
+    # socket timeout it must not wait for (what is left is CPU work that load can stretch)
+    assert 0.9 <= took < 30.0 / 2, took
     assert "timed out after 1s" in str(err) and "time limit 1s" in str(err)
 
 

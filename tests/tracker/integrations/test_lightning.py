@@ -1,7 +1,12 @@
 """The Lightning callback in real fits on CPU, its output read back from W&B (offline), TensorBoard
 and the run store. The GPU is simulated; a training step sleeps 10 ms to stand for the GPU's
-compute, and the loader hands out whole batches at once, so that Lightning's own per-batch
-overhead (~0.2 ms on CPU) stays small beside a step even on a busy 2-core machine."""
+compute, and the loader hands out whole batches at once.
+
+The tests of step time and data wait run the session on an injected clock (:class:`fakes.Clock`)
+that only the fit's own stand-ins move: the step's "compute", a slow sample read, a validation,
+a checkpoint save, a slow logger each add their seconds to it instead of sleeping. Lightning's
+hooks fire for real, in their real order; what a figure counts is then exact arithmetic, the
+same on an idle machine and at a load of 40 on 2 cores (where a 10 ms sleep can take 100 ms)."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import lightning as L
 import pytest
 import readers
 import torch
+from fakes import Clock
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from torch import nn
@@ -48,6 +54,15 @@ pytestmark = [
 ]
 
 
+def spend(seconds: float, clock: Clock | None) -> None:
+    """Let ``seconds`` pass: on ``clock`` (the session's, which then reads them exactly), or for
+    real when there is none."""
+    if clock is not None:
+        clock.t += seconds
+    elif seconds:
+        time.sleep(seconds)
+
+
 def step_flops(batch: int) -> int:
     """One training step of :class:`Tiny` by hand. Forward: 2·B·(32·16 + 16·1). Backward: both
     weight gradients, 2·B·32·16 and 2·B·16·1, and the input gradient of the second layer,
@@ -61,25 +76,37 @@ def step_flops(batch: int) -> int:
 class _TinyBody:
     """The module's body, shared by a ``lightning`` and a ``pytorch_lightning`` module."""
 
-    def __init__(self, *, work_s: float = WORK_S, val_s: float = 0.0, ckpt_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        work_s: float = WORK_S,
+        val_s: float = 0.0,
+        ckpt_s: float = 0.0,
+        clock: Clock | None = None,
+    ) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 1))
         self.work_s, self.val_s, self.ckpt_s = work_s, val_s, ckpt_s
+        self.clock = clock
+
+    def take(self, seconds: float) -> None:
+        """Spend ``seconds``: on the injected clock when there is one, else asleep."""
+        spend(seconds, self.clock)
 
     def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         if self.work_s:
-            time.sleep(self.work_s)
+            self.take(self.work_s)
         loss = nn.functional.mse_loss(self.net(x), y)
         self.log("loss", loss)  # type: ignore[attr-defined]
         return loss
 
     def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
-        time.sleep(self.val_s)
+        self.take(self.val_s)
         self.log("val_loss", nn.functional.mse_loss(self.net(batch[0]), batch[1]))  # type: ignore[attr-defined]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        time.sleep(self.ckpt_s)
+        self.take(self.ckpt_s)
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.net.parameters(), lr=0.01)
@@ -105,17 +132,19 @@ def loader(n: int) -> DataLoader[Any]:
 
 
 class SlowDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Each sample takes ``item_s`` to read: with ``num_workers=0`` the loop waits for it."""
+    """Each sample takes ``item_s`` to read (on ``clock`` when given): with ``num_workers=0``
+    the loop waits for it."""
 
-    def __init__(self, n: int, item_s: float) -> None:
+    def __init__(self, n: int, item_s: float, clock: Clock | None = None) -> None:
         self.inner = data(n)
         self.item_s = item_s
+        self.clock = clock
 
     def __len__(self) -> int:
         return len(self.inner)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        time.sleep(self.item_s)
+        spend(self.item_s, self.clock)
         x, y = self.inner[i]
         return x, y
 
@@ -205,9 +234,10 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
     )
     tb = TensorBoardLogger(str(tmp_path / "tb"))
     # no FLOP count: the verdict then rests on utilization (a CPU step's MFU on an H100 is ~0)
-    cb = callback(tmp_path, store=url, measure_flops=False)
+    clock = Clock()
+    cb = callback(tmp_path, store=url, measure_flops=False, clock=clock)
     t = trainer([cb], [wb, tb], max_steps=20, log_every=5)
-    t.fit(Tiny(), loader(20 * BATCH))
+    t.fit(Tiny(clock=clock), loader(20 * BATCH))
     finish_wandb()
     assert t.state.finished
     record = final(cb)
@@ -240,7 +270,8 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
         assert row["cost/waste_usd"] == 0  # 92% is above the 85% target
         # every measured step carried BATCH samples: throughput = BATCH / step time
         assert row["perf/samples_per_s"] == pytest.approx(1000 * BATCH / row["perf/step_time_ms"])
-        assert 1000 * WORK_S <= row["perf/step_time_ms"] < 10 * 1000 * WORK_S
+        # a step is its compute: the batch hooks frame training_step, nothing else
+        assert row["perf/step_time_ms"] == pytest.approx(1000 * WORK_S)
     costs = [row["cost/usd"] for row in ours]
     assert record.cost_usd is not None
     assert costs == sorted(costs) and 0 < costs[-1] <= record.cost_usd
@@ -284,7 +315,9 @@ def test_fit_reaches_wandb_tensorboard_and_the_store(tmp_path: Path, wandb_offli
     duration_s = (r.ended_at - r.started_at).total_seconds()
     assert r.gpu_hours * 3600 == pytest.approx(duration_s, rel=0.01)
     assert r.cost_usd == pytest.approx(r.gpu_hours * 3.85)
-    assert r.data_wait_pct is not None and r.data_wait_pct < 10
+    # the loader hands out batches at once (no time on the clock): no wait for input
+    assert r.data_wait_pct == 0
+    assert r.samples_per_s == pytest.approx(BATCH / WORK_S)
 
 
 # -- 2. counting: batch_size_fn, tokens_fn, gradient accumulation ------------------------------
@@ -407,7 +440,8 @@ def test_validation_and_checkpoints_are_left_out(
 ) -> None:
     if not excluded:  # the control: what the figures would be without the exclusion
         disable_hooks(monkeypatch, "on_validation_end", "on_save_checkpoint")
-    cb = callback(tmp_path, measure_flops=False)
+    clock = Clock()
+    cb = callback(tmp_path, measure_flops=False, clock=clock)
     ckpt = ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=3, save_top_k=-1)
     # log_every=50: no log step in the run, so only validation and checkpoints interrupt
     t = trainer(
@@ -418,7 +452,7 @@ def test_validation_and_checkpoints_are_left_out(
         limit_val_batches=1,
         enable_checkpointing=True,
     )
-    t.fit(Tiny(val_s=0.2, ckpt_s=0.1), loader(20 * BATCH), loader(BATCH))
+    t.fit(Tiny(val_s=0.2, ckpt_s=0.1, clock=clock), loader(20 * BATCH), loader(BATCH))
     assert len(list((tmp_path / "ckpt").glob("*.ckpt"))) == 6  # steps 3, 6, ..., 18
     r = final(cb)
     assert r.data_wait_pct is not None and r.samples_per_s is not None
@@ -426,8 +460,8 @@ def test_validation_and_checkpoints_are_left_out(
     # beside steps of 10 ms: ~80 ms more per measured step if they were counted
     mean_step_s = BATCH / r.samples_per_s
     if excluded:
-        assert r.data_wait_pct < 10
-        assert mean_step_s < 0.05
+        assert r.data_wait_pct == 0
+        assert mean_step_s == pytest.approx(WORK_S)
     else:
         assert r.data_wait_pct > 50
         assert mean_step_s > 0.05
@@ -435,21 +469,23 @@ def test_validation_and_checkpoints_are_left_out(
 
 @pytest.mark.parametrize("slow", [False, True], ids=["fast-loader", "slow-loader"])
 def test_input_bound_verdict_follows_the_loader(tmp_path: Path, slow: bool) -> None:
-    cb = callback(tmp_path, measure_flops=False)
-    # slow: 2 ms to read each sample, 16 ms a batch, beside 10 ms of compute (~60% waiting)
+    clock = Clock()
+    cb = callback(tmp_path, measure_flops=False, clock=clock)
+    # slow: 2 ms to read each sample, 16 ms a batch, beside 10 ms of compute: 16 / 26 waiting.
+    # Twice the samples the fit takes, so that every step's batch is a full one.
     train = (
-        DataLoader(SlowDataset(16 * BATCH, 0.002), batch_size=BATCH, num_workers=0)
+        DataLoader(SlowDataset(32 * BATCH, 0.002, clock), batch_size=BATCH, num_workers=0)
         if slow
         else loader(16 * BATCH)
     )
-    trainer([cb], max_steps=16, log_every=4).fit(Tiny(), train)
+    trainer([cb], max_steps=16, log_every=4).fit(Tiny(clock=clock), train)
     r = final(cb)
     assert r.data_wait_pct is not None
     if slow:
-        assert r.data_wait_pct > 30
+        assert r.data_wait_pct == pytest.approx(100 * 16 / 26, abs=0.01)  # 61.5%
         assert r.verdict == "input-bound" and r.advice and "DataLoader workers" in r.advice
     else:
-        assert r.data_wait_pct < 10
+        assert r.data_wait_pct == 0
         assert r.verdict == "healthy"
 
 
@@ -588,24 +624,32 @@ def test_a_logger_that_rejects_our_metrics_costs_only_itself(
 
 
 class SlowLogger(StrictLogger):
-    """A user's logger that makes a 30 ms round trip per call (an HTTP tracking server)."""
+    """A user's logger that makes a 30 ms round trip per call (an HTTP tracking server), on
+    ``clock``."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        time.sleep(0.03)
+        spend(0.03, self.clock)
         self.logged.append((step or 0, dict(metrics)))
 
 
 def test_logging_time_is_not_taken_for_data_wait(tmp_path: Path) -> None:
     """The loggers write (ours, then Lightning's) between one batch and the next: that is
     neither training nor waiting for input, or a slow logger would read as input-bound."""
-    slow = SlowLogger()
-    cb = callback(tmp_path, measure_flops=False)
-    trainer([cb], slow, max_steps=20, log_every=2).fit(Tiny(), loader(20 * BATCH))
+    clock = Clock()
+    slow = SlowLogger(clock)
+    cb = callback(tmp_path, measure_flops=False, clock=clock)
+    trainer([cb], slow, max_steps=20, log_every=2).fit(Tiny(clock=clock), loader(20 * BATCH))
     # ours and the user's loss, on the same steps
     assert [s for s, m in slow.logged if "gpu/util_pct" in m] == list(range(1, 20, 2))
     assert [s for s, m in slow.logged if "loss" in m] == list(range(1, 20, 2))
     r = final(cb)
-    assert r.data_wait_pct is not None and r.data_wait_pct < 10  # 60 ms every 2 steps of 10 ms
+    # 60 ms of logging every 2 steps of 10 ms: none of it waiting, none of it a step
+    assert r.data_wait_pct == 0
+    assert r.samples_per_s == pytest.approx(BATCH / WORK_S)
     assert r.verdict == "healthy"
 
 
@@ -848,8 +892,11 @@ def test_ddp_two_ranks_on_cpu(tmp_path: Path) -> None:
     assert r.id == record["id"] and r.status == "finished" and r.gpu_count == 2
     assert r.ended_at is not None
     duration_s = (r.ended_at - r.started_at).total_seconds()
-    # both ranks' GPUs for the run's duration (the ranks start a few ms apart)
-    assert r.gpu_hours * 3600 == pytest.approx(2 * duration_s, rel=0.25)
+    # both ranks' GPUs: rank 0's for the run's duration, rank 1's for its own span, which starts
+    # after the same collective but as late as the machine schedules it (a few ms when idle,
+    # much more under load): more than one GPU's time, not a fixed multiple of the duration
+    assert r.gpu_hours * 3600 > duration_s
+    assert {m.gpu for m in minutes if m.covered_s > 0} == {m.gpu for m in minutes}
     assert r.cost_usd == pytest.approx(r.gpu_hours * 3.85)
     assert r.steps == 20 and r.samples == 2 * 20 * 8  # each rank's own shard
     assert r.util_pct == pytest.approx(92.0)

@@ -2,7 +2,12 @@
 (no hub download), W&B in offline mode and TensorBoard read back from disk, the run store on
 SQLite. The GPU is simulated (``simulated:PROFILE@MODEL``), so utilization, price and peak FLOP/s
 are known; step timing is real, so figures that depend on it are checked through identities
-that hold whatever the machine's speed (e.g. FLOPs per token = MFU x peak / tokens per second)."""
+that hold whatever the machine's speed (e.g. FLOPs per token = MFU x peak / tokens per second).
+
+The tests of step time and data wait run the session on an injected clock (:class:`fakes.Clock`)
+that only the run's stand-ins move: each forward pass adds STEP_S ("the GPU's compute"), a slow
+sample read or a slow reporter adds its seconds instead of sleeping. The Trainer and its hooks run
+for real; what a figure counts is then exact arithmetic at any load on the machine."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,6 +29,7 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 import readers  # noqa: E402
+from fakes import Clock  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 from transformers import (  # noqa: E402
     GPT2Config,
@@ -35,6 +42,7 @@ from transformers import (  # noqa: E402
 from tracker.gpu import GpuInfo, GpuReading  # noqa: E402
 from tracker.record import RunRecord  # noqa: E402
 from tracker.store import RunStore  # noqa: E402
+from tracker.store import writer as writer_module  # noqa: E402
 from tracker.store.spool import Spool  # noqa: E402
 from tracker.transformers import GpuKpiCallback  # noqa: E402
 
@@ -52,6 +60,7 @@ FLOPS_PER_TOKEN = 6 * N_NON_EMBEDDING  # what Trainer.floating_point_ops counts 
 H100_FP32_TFLOPS = 66.9  # dense fp32 peak (torch's default "highest" matmul precision)
 H100_USD_PER_HOUR = 3.85
 HEALTHY_UTIL = 92.0
+STEP_S = 0.03  # a training step's "GPU compute" on an injected clock: one forward pass
 
 
 # -- fixtures and helpers ---------------------------------------------------------------------
@@ -114,20 +123,33 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-class Tokens(Dataset[dict[str, Any]]):
-    """``n`` fixed random sequences of SEQ_LEN tokens; ``sleep_s`` per item imitates slow I/O."""
+def spend(seconds: float, clock: Clock | None) -> None:
+    """Let ``seconds`` pass: on ``clock`` (the session's, which then reads them exactly), or for
+    real when there is none."""
+    if clock is not None:
+        clock.t += seconds
+    elif seconds:
+        time.sleep(seconds)
 
-    def __init__(self, n: int = 256, *, sleep_s: float = 0.0, seed: int = 0) -> None:
+
+class Tokens(Dataset[dict[str, Any]]):
+    """``n`` fixed random sequences of SEQ_LEN tokens; ``sleep_s`` per item imitates slow I/O
+    (on ``clock`` when given)."""
+
+    def __init__(
+        self, n: int = 256, *, sleep_s: float = 0.0, seed: int = 0, clock: Clock | None = None
+    ) -> None:
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randint(0, VOCAB, (n, SEQ_LEN), generator=g)
         self.sleep_s = sleep_s
+        self.clock = clock
 
     def __len__(self) -> int:
         return len(self.x)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         if self.sleep_s:
-            time.sleep(self.sleep_s)
+            spend(self.sleep_s, self.clock)
         return {"input_ids": self.x[i], "labels": self.x[i]}
 
 
@@ -152,10 +174,11 @@ def make_trainer(
     *,
     train: Dataset[Any] | None = None,
     evaluate: Dataset[Any] | None = None,
+    clock: Clock | None = None,
     **overrides: Any,
 ) -> Any:
     """A Trainer on tiny_gpt2; defaults: 20 steps of BATCH, logging every 5, no reporters,
-    no checkpoints, token counting on."""
+    no checkpoints, token counting on. With ``clock``, each forward pass adds STEP_S to it."""
     args: dict[str, Any] = dict(
         output_dir=str(tmp_path / "out"),
         max_steps=20,
@@ -170,8 +193,11 @@ def make_trainer(
         seed=0,
     )
     args.update(overrides)
+    model = tiny_gpt2()
+    if clock is not None:
+        model.register_forward_pre_hook(lambda module, inputs: spend(STEP_S, clock))
     return Trainer(
-        model=tiny_gpt2(),
+        model=model,
         args=TrainingArguments(**args),
         train_dataset=train if train is not None else Tokens(),
         eval_dataset=evaluate,
@@ -387,36 +413,41 @@ def test_record_mfu_is_right_when_evaluation_interrupts_steps(tmp_path: Path) ->
 
 def test_evaluation_and_saving_are_not_data_wait(tmp_path: Path) -> None:
     eval_sleep_s, eval_items = 0.05, 6
-    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False)
+    clock = Clock()
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False, clock=clock)
     trainer = make_trainer(
         tmp_path,
         cb,
+        clock=clock,
         eval_strategy="steps",
         eval_steps=5,
         per_device_eval_batch_size=eval_items,
         save_strategy="steps",
         save_steps=10,
         report_to=["tensorboard"],
-        evaluate=Tokens(eval_items, sleep_s=eval_sleep_s, seed=1),
+        evaluate=Tokens(eval_items, sleep_s=eval_sleep_s, seed=1, clock=clock),
     )
+    started = clock.t
     trainer.train()
     r = final(cb)
-    eval_s = sum(e["eval_runtime"] for e in trainer.state.log_history if "eval_runtime" in e)
-    assert eval_s >= 4 * eval_items * eval_sleep_s  # four evaluations of ~0.3 s
+    evaluations = [e for e in trainer.state.log_history if "eval_runtime" in e]
+    eval_s = 4 * (eval_items * eval_sleep_s + STEP_S)  # four of 0.33 s: reads and one forward
+    assert len(evaluations) == 4
+    assert clock.t - started == pytest.approx(20 * STEP_S + eval_s)
     assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == [
         "checkpoint-10",
         "checkpoint-20",
     ]
-    assert r.data_wait_pct is not None and r.data_wait_pct < 10.0
+    assert r.data_wait_pct == 0
     assert r.verdict != "input-bound"
-    # throughput is over training time: above samples / (wall time less the evaluations)
-    assert r.samples_per_s is not None and r.samples is not None
-    assert r.samples_per_s > r.samples / (duration_s(r) - eval_s)
+    # throughput is over training time only: a step's compute, the evaluations left out
+    assert r.samples_per_s == pytest.approx(BATCH / STEP_S)
+    assert duration_s(r) == pytest.approx(20 * STEP_S + eval_s, abs=1e-3)  # the run's own clock
     scalars = readers.read_tensorboard(our_tb_dir(tmp_path))
     step_ms = dict(scalars["perf/step_time_ms"])
     assert sorted(step_ms) == [5, 10, 15, 20]
-    # the windows after an evaluation hold no step that spans it (~300 ms)
-    assert max(step_ms.values()) < 1000 * eval_items * eval_sleep_s / 2
+    # the windows after an evaluation hold no step that spans it (330 ms): each step is 30 ms
+    assert list(step_ms.values()) == [pytest.approx(1000 * STEP_S)] * 4
     # window-level FLOPs stay 6 N per token across the pauses
     for step, tokens in scalars["perf/tokens_per_s"]:
         assert value_at(scalars["perf/tflops"], step) * 1e12 / tokens == pytest.approx(
@@ -452,32 +483,40 @@ def test_trainer_logging_is_step_time_not_data_wait(tmp_path: Path) -> None:
     """A log step's work (the loss read-back, a GPU sync; the reporters' writes) runs between
     on_step_end and the next batch: it must not read as waiting for input."""
     log_s = 0.06
+    clock = Clock()
 
     class SlowReporter(TrainerCallback):  # like a W&B/TensorBoard reporter, before ours
         def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            time.sleep(log_s)
+            spend(log_s, clock)
 
     sink = ListSink()
-    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False, sinks=[sink], warmup_steps=0)
-    trainer = make_trainer(tmp_path, cb, max_steps=12, logging_steps=2)
+    cb = GpuKpiCallback(
+        backend="simulated:healthy@H100", store=False, sinks=[sink], warmup_steps=0, clock=clock
+    )
+    trainer = make_trainer(tmp_path, cb, max_steps=12, logging_steps=2, clock=clock)
     trainer.add_callback(SlowReporter())
     trainer.callback_handler.callbacks.sort(key=lambda c: c is cb)  # ours runs last
     trainer.train()
     r = final(cb)
-    assert r.data_wait_pct is not None and r.data_wait_pct < 10.0
+    assert r.data_wait_pct == 0
     assert r.verdict != "input-bound"
-    # the logging counts in the step time of the windows it falls in (every other step)
+    # the logging counts in the step time of the windows it falls in: a window holds a plain
+    # step (30 ms) and a log step (30 + 60 ms), a mean of 60 ms; the first window holds only
+    # its log step (the step after start is not measured)
     assert [step for step, _ in sink.logged] == [2, 4, 6, 8, 10, 12]
+    assert sink.logged[0][1]["perf/step_time_ms"] == pytest.approx(1000 * (STEP_S + log_s))
     for step, metrics in sink.logged[1:]:
-        assert metrics["perf/step_time_ms"] > 1000 * log_s / 2, step
+        assert metrics["perf/step_time_ms"] == pytest.approx(1000 * (STEP_S + log_s / 2)), step
 
 
 def test_slow_dataset_is_input_bound(tmp_path: Path) -> None:
-    # 8 items x 8 ms = 64 ms of loading per step against ~30 ms of compute
-    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False)
-    make_trainer(tmp_path, cb, max_steps=10, train=Tokens(sleep_s=0.008)).train()
+    # 8 items x 8 ms = 64 ms of loading per step against 30 ms of compute: 64 / 94 waiting
+    clock = Clock()
+    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False, clock=clock)
+    train = Tokens(sleep_s=0.008, clock=clock)
+    make_trainer(tmp_path, cb, max_steps=10, train=train, clock=clock).train()
     r = final(cb)
-    assert r.data_wait_pct is not None and r.data_wait_pct > 30.0
+    assert r.data_wait_pct == pytest.approx(100 * 64 / 94, abs=0.01)  # 68.1%
     assert r.verdict == "input-bound"
     assert r.advice is not None and "DataLoader workers" in r.advice
 
@@ -754,14 +793,25 @@ def test_lost_gpu_is_not_logged_after_it_is_gone(tmp_path: Path) -> None:
         assert not after & {step for step, _ in scalars.get(key, [])}, key
 
 
-def test_unreachable_store_spools_the_run(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_unreachable_store_spools_the_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
     down = "postgresql://x:y@127.0.0.1:1/db"
+    tries: list[str] = []  # the thread of each attempt to open the store
+    open_store = writer_module._open_store
+
+    def recorded(url: str | None) -> Any:
+        tries.append(threading.current_thread().name)
+        return open_store(url)
+
+    monkeypatch.setattr(writer_module, "_open_store", recorded)
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=down)
     trainer = make_trainer(tmp_path, cb, max_steps=10)
-    started = time.monotonic()
     trainer.train()
-    assert time.monotonic() - started < 30
+    # training never waited for the store: it was tried only on the writer's own thread (once,
+    # then again only after retry_after_s), and every record went to the spool meanwhile
+    assert tries and set(tries) == {"gpu-kpi-store"}
     r = final(cb)
     assert trainer.state.global_step == 10 and r.status == "finished"
     spool = Spool.for_store(down)  # the run is the down store's; sent elsewhere on purpose
@@ -822,7 +872,9 @@ def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
     (s,) = stored(tmp_path)  # ONE run for both ranks, under rank 0's id
     assert (s.id, s.status, s.framework) == (run_id, "finished", "transformers")
     assert (s.gpu_count, s.nodes, s.gpu_model) == (2, 1, "H100")
-    assert s.gpu_hours == pytest.approx(2 * duration_s(s) / 3600, rel=0.1)
+    # rank 0's GPU for the run's duration and rank 1's for its own span, which starts after the
+    # same collective but as late as the machine schedules it: more than one GPU's time
+    assert s.gpu_hours * 3600 > duration_s(s)
     assert s.cost_usd == pytest.approx(s.gpu_hours * H100_USD_PER_HOUR)
     assert s.util_pct == pytest.approx(HEALTHY_UTIL)
     samples = 2 * hf_ddp.MAX_STEPS * hf_ddp.BATCH  # ranks x steps x per-device batch

@@ -276,12 +276,13 @@ def test_newer_schema_is_refused(store_url: str) -> None:
     ],
 )
 def test_unreachable_store_raises_one_line_store_error(url: str, secret: str | None) -> None:
-    started = time.monotonic()
+    # Each fails on its first try, before any timeout could run out (a refused port, a path that
+    # cannot be made, a dialect without a driver): how long it takes says only how busy the
+    # machine is, so it is not asserted.
     with pytest.raises(StoreError) as info:
         RunStore(url, connect_timeout_s=2)
     message = str(info.value)
     assert "\n" not in message
-    assert time.monotonic() - started < 5
     if secret is not None:
         assert secret not in message
         assert "***@" in message
@@ -526,9 +527,8 @@ def test_writer_with_a_working_store_writes_everything(
         )
     finished = record.replace(status="finished")
     writer.submit_run(finished)
-    started = time.monotonic()
+    # no timing: a close that ran out of its 30 s would have spooled and warned (below)
     writer.close(timeout_s=30)
-    assert time.monotonic() - started < 10
 
     with RunStore(store_url) as store:
         assert store.get_run(record.id) == finished
@@ -552,9 +552,10 @@ def test_writer_close_spools_what_the_store_did_not_take_in_time(
     writer.submit_run(record)
     writer.submit_samples([sample(record.id, m) for m in range(10)])
     writer.submit_run(record.replace(status="finished"))
-    started = time.monotonic()
     writer.close(timeout_s=0.3)
-    assert time.monotonic() - started < 2
+    # close() gave up on the store rather than wait for it: the store still holds the writer
+    # (for up to 30 s), and what it never took is in the spool
+    assert writer._thread.is_alive() and not release.is_set()
     assert spool.pending() == 3
 
     release.set()  # the store answers late: the writer must not send anything any more
