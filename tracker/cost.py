@@ -8,19 +8,22 @@ all use this module; nothing else restates a formula or a default.
   its time that was not idle. Idle money is thus a part of waste, never more than it: waste =
   idle $ + what the busy time would have cost less at the target utilization;
 - **idle**: a GPU-minute is idle when its own utilization is under ``idle_pct`` and it lies in
-  some ``idle_window_min``-minute stretch whose mean is under it too (allocated but unused; a
-  short blip does not break an idle hour, a busy minute is never idle, no data is never idle).
-  :class:`IdleDetector` is the rule, streamed; :func:`idle_flags` the same over a list (the
-  store's rollups); :func:`reports.kpi.gputime.idle_minutes` over arrays; tested equal.
+  some ``idle_window_min``-minute stretch whose mean, weighted by the seconds each minute
+  covers, is under it too (allocated but unused; a short blip does not break an idle hour, a
+  busy minute is never idle, no data is never idle). :func:`idle_flags` is the rule, the one
+  definition: :class:`IdleDetector` (live, streamed), the store's rollups, the nvidia-smi
+  import and the weekly report's minute reads all call it.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from fractions import Fraction
+from itertools import accumulate, compress, pairwise, repeat
+from operator import add, le, lt, mul, ne, sub
+from typing import Any, TypeVar, cast
 
 from tracker.units import s_to_hours
 
@@ -146,61 +149,123 @@ def run_cost(
     )
 
 
-NEAR = 1e-6
-"""A window sum this close to the limit is decided exactly (math.fsum), by both rules."""
+IDLE_SUMS_REL = 1e-15
+"""Per row of a window, the relative error the float window sums are trusted to (a few times
+what ``window`` float additions can err by): a window whose weighted mean is closer than that
+to the threshold is decided exactly (:class:`fractions.Fraction`), so that every path decides
+it alike whatever order it adds in."""
+
+_TINY = 1e-280
+"""Under this a float product or sum may have lost digits to underflow: decided exactly."""
+
+
+def _block_sums(values: list[float], window: int) -> list[float]:
+    """The sum of each ``window`` consecutive values (one per window start), each from at most
+    two runs of at most ``window`` values added in order (blocks of ``window`` rows: a suffix
+    of one plus a prefix of the next), so that its error is relative to its own values, never
+    to rows long gone as a running sum's would be."""
+    n = len(values)
+    suffix: list[float] = []
+    prefix: list[float] = []
+    for i in range(0, n, window):
+        block = values[i : i + window]
+        suffix += list(accumulate(block[::-1]))[::-1]
+        prefix += accumulate(block)
+        if len(block) == window:
+            prefix[-1] = 0.0  # a window that is a whole block is its suffix alone
+    return list(map(add, suffix[: n - window + 1], prefix[window - 1 :]))
+
+
+def _quiet_exactly(utils: Sequence[float], covered_s: Sequence[float], limit_pct: float) -> bool:
+    weighted = sum(Fraction(u) * Fraction(c) for u, c in zip(utils, covered_s, strict=True))
+    seconds = sum(map(Fraction, covered_s), Fraction(0))
+    return seconds > 0 and weighted < Fraction(limit_pct) * seconds
 
 
 def idle_flags(
-    values: Sequence[float | None],
+    utils: Sequence[float | None],
+    covered_s: Sequence[float],
+    *,
     threshold_pct: float,
     window: int,
     minutes: Sequence[int] | None = None,
 ) -> list[bool]:
-    """Which rows are idle: the row's own value is under ``threshold_pct`` and it lies in some
-    ``window``-row stretch of known values averaging under it. None (no value) is never idle
-    and breaks a stretch, and so does a missing minute when ``minutes`` (each row's epoch
-    minute, increasing) are given. A window sum within :data:`NEAR` of the limit is compared
-    exactly."""
-    n = len(values)
+    """The idle rule: which of one GPU's minute rows (in minute order) are idle.
+
+    A minute is idle when its own utilization is under ``threshold_pct`` and it lies in some
+    window of ``window`` consecutive minutes whose mean utilization, weighted by the seconds
+    each minute covers (Σ util × covered_s ÷ Σ covered_s), is under it too: a minute the run
+    held the GPU 10 s of counts for 10 s. A window covering no second is not quiet. A minute
+    without a value (None) is never idle and breaks a stretch, and so does a minute with no row
+    when ``minutes`` (each row's epoch minute, increasing) are given. The mean is compared
+    with the threshold as exact rationals of the float inputs (float sums where they are
+    clearly on one side, :data:`IDLE_SUMS_REL`), so every caller flags the same minutes.
+
+    Args:
+        utils: Each minute's utilization, percent (0-100), or None.
+        covered_s: Each minute's seconds held (``MinuteSample.covered_s``), 0-60.
+        threshold_pct: The idle threshold, percent (``Thresholds.idle_pct``).
+        window: The window, minutes (``Thresholds.idle_window_min``).
+        minutes: Each row's epoch minute; None: the rows follow one another.
+
+    Returns:
+        One flag per row: idle or not.
+    """
+    n = len(utils)
     flags = [False] * n
-    if n < window:
+    if window < 1 or n < window:
         return flags
-    u = [0.0 if v is None else v for v in values]
-    sums = [0.0] * (n + 1)
-    nones = [0] * (n + 1)
-    for i, v in enumerate(values):
-        sums[i + 1] = sums[i] + u[i]
-        nones[i + 1] = nones[i] + (v is None)
-    limit = threshold_pct * window
-    qualifies = [False] * n
-    for end in range(window - 1, n):
-        start = end - window + 1
-        if nones[end + 1] != nones[start] or (
-            minutes is not None and minutes[end] - minutes[start] != window - 1
-        ):
+    # stretches: runs of rows with a value, each row the minute after the one before
+    breaks = {i for i, u in enumerate(utils) if u is None}  # a row that is no part of one
+    starts = {0}  # rows that start one
+    starts.update(i + 1 for i in breaks)
+    if minutes is not None:
+        steps = map(sub, minutes[1:], minutes[: n - 1])
+        starts.update(compress(range(1, n), map(ne, steps, repeat(1))))
+    edges = sorted(starts | breaks | {n})
+    for a, b in pairwise(edges):
+        if a in breaks or b - a < window:
             continue
-        approx = sums[end + 1] - sums[start]
-        if abs(approx - limit) <= NEAR + 1e-15 * abs(sums[end + 1]):
-            qualifies[end] = math.fsum(u[start : end + 1]) / window < threshold_pct
-        else:
-            qualifies[end] = approx < limit
-    # row j is covered when a qualifying window ends in [j, j + window - 1]
-    nearest = n + window  # the nearest qualifying end at or after j (none: out of reach)
-    for j in range(n - 1, -1, -1):
-        if qualifies[j]:
-            nearest = j
-        v = values[j]
-        flags[j] = nearest <= j + window - 1 and v is not None and v < threshold_pct
+        part = cast("list[float]", list(utils[a:b]))
+        for j in _idle_rows(part, list(covered_s[a:b]), threshold_pct, window):
+            flags[a + j] = True
     return flags
+
+
+def _idle_rows(
+    utils: list[float], covered_s: list[float], threshold_pct: float, window: int
+) -> list[int]:
+    """The idle rows of one stretch (at least ``window`` rows with a value, minute after
+    minute)."""
+    n = len(utils)
+    low = [j for j, u in enumerate(utils) if u < threshold_pct]
+    if not low:
+        return []
+    weighted = list(map(mul, utils, covered_s))
+    # underflow may have taken digits: then every window the exact way
+    exact = min(filter(None, weighted), default=1.0) < _TINY
+    exact = exact or min(filter(None, covered_s), default=1.0) < _TINY
+    w_sums = _block_sums(weighted, window)
+    s_sums = _block_sums(covered_s, window)
+    limits = list(map(mul, s_sums, repeat(threshold_pct)))
+    quiet = list(map(lt, w_sums, limits))  # s == 0: w == limit == 0, decided exactly below
+    # a window sum this close to its limit is decided exactly
+    tolerance = map(mul, map(add, w_sums, limits), repeat(IDLE_SUMS_REL * (window + 4)))
+    near = map(le, map(abs, map(sub, w_sums, limits)), tolerance)
+    for k in range(len(quiet)) if exact else compress(range(len(quiet)), near):
+        quiet[k] = _quiet_exactly(utils[k : k + window], covered_s[k : k + window], threshold_pct)
+    # row j is idle when low and a quiet window starts in [j - window + 1, j]
+    found = list(accumulate(quiet, initial=0))
+    last_start = n - window
+    return [j for j in low if found[min(j, last_start) + 1] > found[max(j - window + 1, 0)]]
 
 
 @dataclass
 class IdleDetector:
-    """The idle rule, streamed over one GPU's minutes, counting idle seconds in bounded memory.
-
-    A minute is idle when its own utilization is under ``threshold_pct`` and it lies in some
-    ``window``-minute stretch whose (time-weighted) mean is under it too. A minute without data
-    (no value, or no row: ``minute`` skips one) is never idle and breaks the stretch."""
+    """The idle rule (:func:`idle_flags`), streamed over one GPU's minutes, counting idle
+    seconds in bounded memory: each full window of the last ``window`` minutes is handed to
+    :func:`idle_flags`, and a minute it flags is counted once. A minute without data (no
+    value, or no row: ``minute`` skips one) is never idle and breaks the stretch."""
 
     window: int
     threshold_pct: float
@@ -229,11 +294,14 @@ class IdleDetector:
         self._recent.append([util_pct, covered_s, False])
         if len(self._recent) < self.window:
             return
-        seconds = sum(m[1] for m in self._recent)
-        if seconds <= 0 or sum(m[0] * m[1] for m in self._recent) / seconds >= self.threshold_pct:
-            return
-        for m in self._recent:
-            if not m[2] and m[0] < self.threshold_pct:
+        flags = idle_flags(
+            [m[0] for m in self._recent],
+            [m[1] for m in self._recent],
+            threshold_pct=self.threshold_pct,
+            window=self.window,
+        )
+        for m, idle in zip(self._recent, flags, strict=True):
+            if idle and not m[2]:
                 m[2] = True
                 self.idle_s += float(m[1])
                 self.idle_util_s += float(m[0]) * float(m[1])

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracker.config import Settings
 from tracker.cost import (
@@ -12,6 +17,7 @@ from tracker.cost import (
     GpuUse,
     IdleDetector,
     Thresholds,
+    idle_flags,
     run_cost,
     spend_usd,
     waste_share,
@@ -117,3 +123,72 @@ def test_idle_detector_counts_minutes_in_a_quiet_window_only() -> None:
     d.add_minute(1.0, 30.0)
     assert d.idle_s == 180.0 + 150.0
     assert d.idle_util_s == 60 * (1 + 2 + 3) + 60 + 60 + 30
+
+
+def idle_by_definition(
+    utils: list[float | None], covered_s: list[float], minutes: list[int], pct: float, window: int
+) -> list[bool]:
+    """The idle rule read literally, in exact rationals: every window of ``window`` rows of
+    consecutive minutes, all with a value, Σ util × s < pct × Σ s with Σ s > 0."""
+    n = len(utils)
+    quiet = []
+    for k in range(n - window + 1):
+        rows = range(k, k + window)
+        us = [utils[i] for i in rows]
+        if None in us or minutes[k + window - 1] - minutes[k] != window - 1:
+            continue
+        s = sum(Fraction(covered_s[i]) for i in rows)
+        used = sum(Fraction(utils[i] or 0.0) * Fraction(covered_s[i]) for i in rows)
+        if s > 0 and used < Fraction(pct) * s:
+            quiet.append(k)
+    return [
+        u is not None and u < pct and any(k <= j < k + window for k in quiet)
+        for j, u in enumerate(utils)
+    ]
+
+
+MINUTE_ROWS = st.lists(
+    st.tuples(
+        st.one_of(
+            st.none(),
+            st.sampled_from([0.0, 4.9, 5.0, 5.1, 40.0]),
+            st.integers(0, 100).map(lambda x: x / 10),
+            st.floats(0.0, 100.0),
+        ),
+        st.one_of(
+            st.sampled_from([60.0, 0.0, 0.1, 20.0]),
+            st.integers(0, 60_000).map(lambda x: x / 1000),
+            st.floats(0.0, 60.0),
+        ),
+        st.sampled_from([1] * 12 + [2, 7]),  # minutes since the row before: some with no row
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=MINUTE_ROWS, window=st.sampled_from([1, 2, 3, 5, 30]))
+def test_idle_flags_are_the_rule_read_literally(
+    rows: list[tuple[float | None, float, int]], window: int
+) -> None:
+    utils = [u for u, _, _ in rows]
+    covered = [c for _, c, _ in rows]
+    minutes = list(itertools.accumulate(step for _, _, step in rows))
+    got = idle_flags(utils, covered, threshold_pct=5.0, window=window, minutes=minutes)
+    assert got == idle_by_definition(utils, covered, minutes, 5.0, window)
+    # streamed, a window at a time: the same minutes, counted once each
+    d = IdleDetector(window=window, threshold_pct=5.0)
+    for u, c, m in zip(utils, covered, minutes, strict=True):
+        d.add_minute(u, c, m)
+    assert d.idle_s == sum(c for c, idle in zip(covered, got, strict=True) if idle)
+
+
+def test_a_window_about_at_the_threshold_is_decided_exactly() -> None:
+    """15 minutes of 0.1 s at 2.5 % and 15 of 0.1 s at 7.5 % average exactly 5 %: not idle,
+    though the float sums say 15.0 < 15.000000000000007; a hair less time at 7.5 % is idle."""
+    utils: list[float | None] = [2.5, 7.5] * 15
+    covered = [0.1] * 30
+    assert sum(u * c for u, c in zip([2.5, 7.5] * 15, covered, strict=True)) < 5.0 * sum(covered)
+    assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [False] * 30
+    covered[1] = 0.1 - 1e-12
+    assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [True, False] * 15

@@ -197,6 +197,21 @@ def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
     assert k.rightsizing["saving_usd"].tolist() == pytest.approx([4 * (3.85 - 0.80)])
 
 
+def _idle_of(
+    util: np.ndarray, group: np.ndarray, covered_s: np.ndarray | None = None
+) -> np.ndarray:
+    """The report's idle flags of rows sorted by group, each group's minutes consecutive."""
+    n = len(util)
+    return kpis.idle_of_series(
+        util,
+        np.full(n, 60.0) if covered_s is None else covered_s,
+        group,
+        np.arange(n, dtype=np.int64) * 60_000_000_000,
+        threshold_pct=5.0,
+        window=30,
+    )
+
+
 def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
     rng = random.Random(7)
     for _ in range(30):
@@ -207,16 +222,16 @@ def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
             else rng.choice([0.0, 2.0])
             for _ in range(n)
         ]
+        covered = [rng.choice([60.0, 60.0, 10.0, 0.0]) for _ in range(n)]
         detector = IdleDetector(window=30, threshold_pct=5.0)
-        for u in utils:
-            detector.add_minute(u, 60.0)
-        flags = kpis.idle_minutes(
+        for u, c in zip(utils, covered, strict=True):
+            detector.add_minute(u, c)
+        flags = _idle_of(
             np.array([np.nan if u is None else u for u in utils]),
             np.zeros(n, dtype=int),
-            threshold_pct=5.0,
-            window=30,
+            np.array(covered),
         )
-        assert flags.sum() * 60.0 == pytest.approx(detector.idle_s)
+        assert float(np.array(covered)[flags].sum()) == pytest.approx(detector.idle_s)
 
 
 def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
@@ -225,11 +240,11 @@ def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
     rng = random.Random(1)
     for _ in range(200):
         series = np.array([rng.choice([0.0, 2.5, 4.9, 5.0, 5.1, 7.5, 10.0]) for _ in range(40)])
-        alone = kpis.idle_minutes(series, np.ones(40, dtype=int), threshold_pct=5.0, window=30)
+        alone = _idle_of(series, np.ones(40, dtype=int))
         for before in (np.full(1000, 33.3), np.full(100, 0.7)):
             rows = np.concatenate([before, series])
             group = np.concatenate([np.zeros(len(before), dtype=int), np.ones(40, dtype=int)])
-            flags = kpis.idle_minutes(rows, group, threshold_pct=5.0, window=30)
+            flags = _idle_of(rows, group)
             assert (flags[len(before) :] == alone).all()
 
 
