@@ -7,6 +7,7 @@ all use this module; nothing else restates a formula or a default.
   time in full, and the rest of its spend × max(0, 1 − utilization ÷ target), the utilization of
   its time that was not idle. Idle money is thus a part of waste, never more than it: waste =
   idle $ + what the busy time would have cost less at the target utilization;
+- **utilization** of GPUs, runs, weeks or teams is weighted by GPU-time (:func:`weighted_util_pct`);
 - **idle**: a GPU-minute is idle when its own utilization is under ``idle_pct`` and it lies in
   some ``idle_window_min``-minute stretch whose mean, weighted by the seconds each minute
   covers, is under it too (allocated but unused; a short blip does not break an idle hour, a
@@ -67,6 +68,24 @@ def thresholds_for(basis: str, configured: Thresholds | None = None) -> Threshol
     if basis == "util":
         return configured or Thresholds()
     return SM_ACTIVE_THRESHOLDS
+
+
+def weighted_util_pct(util_pct_time: N, known_time: N) -> N | None:
+    """Utilization weighted by GPU-time, percent, never a mean of means: Σ utilization × time
+    ÷ Σ time, both over the time with a value (over GPUs, runs, weeks, teams alike).
+
+    Args:
+        util_pct_time: Σ utilization (percent) × time: ``GpuStats``' ``tw.total`` (%·s), or
+            100 × a frame's ``used_hours``.
+        known_time: Σ time with a value, in the same time unit (s, or ``known_hours``).
+
+    Returns:
+        The utilization, percent; None where no time has a value (a float), NaN in those rows
+        (a pandas Series).
+    """
+    if isinstance(known_time, int | float):
+        return util_pct_time / known_time if known_time > 0 else None
+    return util_pct_time / known_time.where(known_time > 0)
 
 
 def spend_usd(gpu_hours: N, usd_per_gpu_hour: N) -> N:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tracker.cost import GpuUse, Thresholds, run_cost
+from tracker.cost import GpuUse, Thresholds, run_cost, weighted_util_pct
 from tracker.diagnosis import Evidence, diagnose
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.metrics import per_gpu_key
@@ -32,10 +32,8 @@ def weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float |
     """GPU-time-weighted mean over GPUs (not a mean of means); with no time covered yet, the
     mean of the latest readings."""
     tws = [s.tw[field] for s in stats]
-    seconds = sum(tw.seconds for tw in tws)
-    if seconds > 0:
-        return sum(tw.total for tw in tws) / seconds
-    return mean(tw.last for tw in tws)
+    util = weighted_util_pct(sum(tw.total for tw in tws), sum(tw.seconds for tw in tws))
+    return util if util is not None else mean(tw.last for tw in tws)
 
 
 def gpu_metrics(

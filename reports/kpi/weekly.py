@@ -19,7 +19,7 @@ from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
-from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share
+from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share, weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn
 from tracker.prices import PriceTable, owned_row
 
@@ -148,11 +148,7 @@ def run_weeks(
         idle_usd=("idle", "sum"),
         priced=("price", lambda p: bool(p.notna().all())),
     )
-    per["utilization_pct"] = np.where(
-        per["known_hours"] > 0,
-        100.0 * per["used_hours"] / per["known_hours"].where(per["known_hours"] > 0, 1.0),
-        np.nan,
-    )
+    per["utilization_pct"] = weighted_util_pct(100.0 * per["used_hours"], per["known_hours"])
     cols = [
         "name",
         "project",
@@ -215,7 +211,7 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
     return Headline(
         gpu_hours=total,
         known_gpu_hours=known,
-        utilization_pct=100.0 * float(per["used_hours"].sum()) / known if known > 0 else None,
+        utilization_pct=weighted_util_pct(100.0 * float(per["used_hours"].sum()), known),
         spend_usd=float(priced["spend_usd"].sum()),
         waste_usd=float(priced["waste_usd"].sum()),
         idle_usd=float(priced["idle_usd"].sum()),
@@ -251,9 +247,7 @@ def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
         co2e_kg=("co2e_kg", lambda c: c.sum(min_count=1)),
         runs=("run_id", "nunique"),
     )
-    out["utilization_pct"] = (
-        100.0 * out["used_hours"] / out["known_hours"].where(out["known_hours"] > 0)
-    )
+    out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
     return (
         out.drop(columns=["known_hours", "used_hours"])
         .sort_values(["waste_usd", "spend_usd"], ascending=False)

@@ -22,6 +22,7 @@ from tracker.cost import (
     spend_usd,
     waste_share,
     waste_usd,
+    weighted_util_pct,
 )
 
 
@@ -192,3 +193,33 @@ def test_a_window_about_at_the_threshold_is_decided_exactly() -> None:
     assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [False] * 30
     covered[1] = 0.1 - 1e-12
     assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [True, False] * 15
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.lists(
+        st.tuples(st.one_of(st.none(), st.floats(0.0, 100.0)), st.floats(0.0, 1e6)), max_size=12
+    )
+)
+def test_weighted_util_is_util_time_over_known_time(gpus: list[tuple[float | None, float]]) -> None:
+    """GPUs (or runs, weeks, teams) at ``util`` for ``s`` seconds: Σ util × s ÷ Σ s over the
+    ones with a value, by hand in rationals; a float and a pandas Series give the same."""
+    known = [(u, s) for u, s in gpus if u is not None]
+    used = sum(u * s for u, s in known)
+    seconds = sum(s for _, s in known)
+    got = weighted_util_pct(used, seconds)
+    exact_s = sum(Fraction(s) for _, s in known)
+    if exact_s == 0:
+        assert got is None
+        return
+    by_hand = float(sum(Fraction(u) * Fraction(s) for u, s in known) / exact_s)
+    assert got == pytest.approx(by_hand, rel=1e-12, abs=1e-9)
+    assert 0.0 <= got <= 100.0 * (1 + 1e-12)
+    series = weighted_util_pct(pd.Series([used, 0.0]), pd.Series([seconds, 0.0]))
+    assert series[0] == got and np.isnan(series[1])
+
+
+def test_weighted_util_is_not_a_mean_of_means() -> None:
+    # 10 GPU-hours at 90 % and 4 at 10 %: (900 + 40) / 14 = 67.14 %, not (90 + 10) / 2 = 50 %
+    assert weighted_util_pct(90.0 * 10 + 10.0 * 4, 14.0) == pytest.approx(940 / 14)
+    assert weighted_util_pct(0.0, 0.0) is None

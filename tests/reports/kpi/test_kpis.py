@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import pandas as pd
 import pytest
 from fakes import run_record as run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reports import kpi as kpis
+from reports.render.fmt import fmt_pct
+from reports.render.html import _trend_totals
 from tracker.cost import IdleDetector
 from tracker.record import MinuteSample, RunRecord
 
@@ -279,3 +285,62 @@ def test_idle_is_part_of_waste_in_every_breakdown() -> None:
     assert team["waste_usd"] == pytest.approx(6.93)
     assert k.headline.waste_usd == pytest.approx(6.93)
     assert k.headline.idle_usd == pytest.approx(5.775)
+
+
+GT_ROW = st.tuples(
+    st.integers(0, 4),  # run
+    st.integers(0, 2),  # GPU
+    st.booleans(),  # W48, else W47
+    st.floats(0.01, 200.0),  # GPU-hours
+    st.floats(0.0, 1.0),  # share of them with a value
+    st.one_of(st.floats(0.0, 100.0), st.sampled_from([0.0, 4.9, 85.0, 100.0])),  # util %
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(GT_ROW, min_size=1, max_size=25, unique_by=lambda r: r[:3]))
+def test_every_utilization_is_weighted_by_gpu_hours(
+    rows: list[tuple[int, int, bool, float, float, float]],
+) -> None:
+    """Random GPU-time rows of five runs in two teams over two weeks: the headline, each
+    team's, each run's and the trend's utilization are Σ util × known hours ÷ Σ known hours of
+    their rows, recomputed here by hand (tracker.cost.weighted_util_pct is the one rule)."""
+    runs = kpis.runs_frame(
+        [run(f"r{i}", W48 - timedelta(days=3), 1, team=f"t{i % 2}") for i in range(5)]
+    )
+    gt = pd.DataFrame(
+        [
+            (
+                f"r{r}",
+                f"g{g}",
+                pd.Timestamp(W48 if w48 else W48 - timedelta(days=7)),
+                h,
+                h * share,
+                h * share * util / 100,
+                0.0,
+                0.0,
+            )
+            for r, g, w48, h, share, util in rows
+        ],
+        columns=kpis.GT_COLUMNS,
+    )
+    k = kpis.kpis_of_gpu_time(runs, gt, W48, tz=UTC)
+
+    def by_hand(keep: Callable[[tuple[int, int, bool, float, float, float]], bool]) -> float | None:
+        mine = [r for r in rows if keep(r)]
+        known = sum(h * share for _, _, _, h, share, _ in mine)
+        used = sum(h * share * util for _, _, _, h, share, util in mine)
+        return used / known if known > 0 else None
+
+    def same(got: object, want: float | None) -> None:
+        if want is None:
+            assert got is None or pd.isna(got)
+        else:
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+    same(k.headline.utilization_pct, by_hand(lambda r: r[2]))
+    for team, util in zip(k.by["team"]["team"], k.by["team"]["utilization_pct"], strict=True):
+        same(util, by_hand(lambda r, t=team: r[2] and f"t{r[0] % 2}" == t))
+    for run_id, util in zip(k.runs["run_id"], k.runs["utilization_pct"], strict=True):
+        same(util, by_hand(lambda r, i=run_id: r[2] and f"r{r[0]}" == i))
+    assert _trend_totals(k)["utilization"] == fmt_pct(by_hand(lambda r: True))
