@@ -113,6 +113,44 @@ def waste_usd(
     return spend * waste_share(util_pct, target_util_pct, idle_share)
 
 
+def gpu_waste_usd(
+    spend: N,
+    *,
+    held: N,
+    known: N,
+    util_time: N,
+    idle: N,
+    idle_util_time: N,
+    target_util_pct: float,
+) -> N:
+    """Recoverable waste of one GPU on its own time (the per-GPU rule): its idle time in full,
+    the rest of its spend × max(0, 1 − utilization of its time not idle ÷ target); nothing
+    for the rest when that utilization is unknown (no data is never waste). The run record
+    (:func:`run_cost`) and the weekly report (``reports.kpi.weekly.run_weeks``, per run, GPU
+    and week) both call it: a float each, or pandas Series of rows.
+
+    Args:
+        spend: The GPU's spend over ``held``, USD.
+        held: The time it was held (its own, not the run's mean), any one time unit.
+        known: Time with a utilization value, the same unit.
+        util_time: Σ utilization (percent) × time over ``known``.
+        idle: Time in idle stretches (:func:`idle_flags`), the same unit.
+        idle_util_time: Σ utilization (percent) × time over ``idle``.
+        target_util_pct: The target utilization (``Thresholds.target_util_pct``).
+
+    Returns:
+        The waste, USD (idle $ included).
+    """
+    busy = known - idle
+    if isinstance(held, int | float):
+        idle_share = min(idle / held, 1.0) if held > 0 else 0.0
+        busy_util = (util_time - idle_util_time) / busy if busy > 0 else None
+        return waste_usd(spend, busy_util, target_util_pct, idle_share=idle_share)
+    share = (idle / held.where(held > 0)).clip(0.0, 1.0).fillna(0.0)
+    busy_util = (util_time - idle_util_time) / busy.where(busy > 0)
+    return spend * waste_share(busy_util, target_util_pct, share).fillna(share)
+
+
 def idle_usd(idle_gpu_s: float, usd_per_gpu_hour: float) -> float:
     """What GPU-seconds inside idle stretches cost."""
     return s_to_hours(idle_gpu_s) * usd_per_gpu_hour
@@ -127,15 +165,9 @@ class GpuUse:
     util_s: float
     idle_s: float = 0.0
     idle_util_s: float = 0.0
-
-    def idle_share(self, span_s: float) -> float:
-        """Idle seconds ÷ the span (capped at 1)."""
-        return min(self.idle_s / span_s, 1.0) if span_s > 0 else 0.0
-
-    def busy_util_pct(self) -> float | None:
-        """Utilization of the time with data that was not idle; None when there is none."""
-        rest = self.known_s - self.idle_s
-        return (self.util_s - self.idle_util_s) / rest if rest > 0 else None
+    held_s: float | None = None
+    """Seconds this GPU was held, when it differs from the run's span (an import whose GPUs
+    were logged for different lengths); None: the span."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,15 +187,26 @@ def run_cost(
     target_util_pct: float,
 ) -> RunCost:
     """A run's spend, waste and idle $: ``gpu_count`` GPUs for ``gpu_hours_each`` hours each,
-    ``gpus`` the use of each GPU that was sampled."""
+    ``gpus`` the use of each GPU that was sampled; waste per GPU on its own time
+    (:func:`gpu_waste_usd`: ``held_s``, else the span)."""
     each = spend_usd(gpu_hours_each, usd_per_gpu_hour)
     span_s = 3600.0 * gpu_hours_each
+
+    def waste(g: GpuUse) -> float:
+        held_s = span_s if g.held_s is None else g.held_s
+        return gpu_waste_usd(
+            spend_usd(s_to_hours(held_s), usd_per_gpu_hour),
+            held=held_s,
+            known=g.known_s,
+            util_time=g.util_s,
+            idle=g.idle_s,
+            idle_util_time=g.idle_util_s,
+            target_util_pct=target_util_pct,
+        )
+
     return RunCost(
         spend_usd=gpu_count * each,
-        waste_usd=sum(
-            waste_usd(each, g.busy_util_pct(), target_util_pct, idle_share=g.idle_share(span_s))
-            for g in gpus
-        ),
+        waste_usd=sum(waste(g) for g in gpus),
         idle_usd=idle_usd(sum(g.idle_s for g in gpus), usd_per_gpu_hour),
     )
 

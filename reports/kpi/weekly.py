@@ -19,7 +19,7 @@ from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
-from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share, weighted_util_pct
+from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn
 from tracker.prices import PriceTable, owned_row
 
@@ -130,14 +130,16 @@ def run_weeks(
     price_of = pd.Series(price, index=runs["id"].to_numpy())
     g = gt.copy()
     g["price"] = g["run_id"].map(price_of)
-    idle_share = (g["idle_hours"] / g["gpu_hours"].where(g["gpu_hours"] > 0)).clip(0.0, 1.0)
-    busy_known = g["known_hours"] - g["idle_hours"]
-    busy_util = 100.0 * (g["used_hours"] - g["idle_used_hours"]) / busy_known.where(busy_known > 0)
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
-    # an unknown busy utilization counts nothing beyond the idle share (no data is never waste)
-    idle_share = idle_share.fillna(0.0)
-    share = waste_share(busy_util, target_util_pct, idle_share).fillna(idle_share)
-    g["waste"] = g["cost"] * share
+    g["waste"] = gpu_waste_usd(
+        g["cost"],
+        held=g["gpu_hours"],
+        known=g["known_hours"],
+        util_time=100.0 * g["used_hours"],
+        idle=g["idle_hours"],
+        idle_util_time=100.0 * g["idle_used_hours"],
+        target_util_pct=target_util_pct,
+    )
     g["idle"] = g["idle_hours"] * g["price"]
     per = g.groupby(["run_id", "week"], as_index=False).agg(
         gpu_hours=("gpu_hours", "sum"),

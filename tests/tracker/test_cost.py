@@ -17,6 +17,7 @@ from tracker.cost import (
     GpuUse,
     IdleDetector,
     Thresholds,
+    gpu_waste_usd,
     idle_flags,
     run_cost,
     spend_usd,
@@ -89,7 +90,6 @@ def test_idle_is_part_of_waste() -> None:
     use = GpuUse(
         known_s=7200.0, util_s=1800 * 2.0 + 5400 * 51.0, idle_s=1800.0, idle_util_s=1800 * 2.0
     )
-    assert use.busy_util_pct() == pytest.approx(51.0)
     c = run_cost(
         gpu_hours_each=2.0, gpus=[use], gpu_count=1, usd_per_gpu_hour=3.85, target_util_pct=85.0
     )
@@ -198,7 +198,11 @@ def test_a_window_about_at_the_threshold_is_decided_exactly() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     gpus=st.lists(
-        st.tuples(st.one_of(st.none(), st.floats(0.0, 100.0)), st.floats(0.0, 1e6)), max_size=12
+        st.tuples(
+            st.one_of(st.none(), st.floats(0.0, 100.0)),
+            st.one_of(st.just(0.0), st.floats(1e-3, 1e6)),  # seconds (no subnormal floats)
+        ),
+        max_size=12,
     )
 )
 def test_weighted_util_is_util_time_over_known_time(gpus: list[tuple[float | None, float]]) -> None:
@@ -223,3 +227,63 @@ def test_weighted_util_is_not_a_mean_of_means() -> None:
     # 10 GPU-hours at 90 % and 4 at 10 %: (900 + 40) / 14 = 67.14 %, not (90 + 10) / 2 = 50 %
     assert weighted_util_pct(90.0 * 10 + 10.0 * 4, 14.0) == pytest.approx(940 / 14)
     assert weighted_util_pct(0.0, 0.0) is None
+
+
+GPU_TIME = st.tuples(
+    st.floats(1.0, 1e6),  # held, s
+    st.one_of(st.just(0.0), st.floats(1e-6, 1.0)),  # share of it with a value
+    st.floats(0.0, 100.0),  # utilization of the busy time, %
+    st.one_of(st.sampled_from([0.0, 1.0]), st.floats(1e-6, 0.999)),  # share of known time idle
+    st.floats(0.0, 4.99),  # utilization of the idle time, %
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpus=st.lists(GPU_TIME, min_size=1, max_size=8))
+def test_waste_is_per_gpu_on_its_own_time(
+    gpus: list[tuple[float, float, float, float, float]],
+) -> None:
+    """GPUs held for different times: the run's waste is Σ over GPUs of each one's idle time in
+    full and the rest of its own spend × max(0, 1 - busy util ÷ 85), by hand; the run record's
+    (:func:`run_cost`) and the report's (a Series of rows) are that one rule."""
+    price = 3.85
+    uses, by_hand = [], 0.0
+    for held, known_share, busy_util, idle_share, idle_util in gpus:
+        known = held * known_share
+        idle = known * idle_share
+        busy = known - idle
+        uses.append(
+            GpuUse(
+                known_s=known,
+                util_s=busy * busy_util + idle * idle_util,
+                idle_s=idle,
+                idle_util_s=idle * idle_util,
+                held_s=held,
+            )
+        )
+        rest = held - idle
+        by_hand += idle / 3600 * price
+        if busy > 0:
+            by_hand += rest / 3600 * price * max(0.0, 1 - busy_util / 85)
+    mean_h = sum(g[0] for g in gpus) / len(gpus) / 3600
+    c = run_cost(
+        gpu_hours_each=mean_h,
+        gpus=uses,
+        gpu_count=len(gpus),
+        usd_per_gpu_hour=price,
+        target_util_pct=85.0,
+    )
+    assert c.spend_usd == pytest.approx(sum(g[0] for g in gpus) / 3600 * price)
+    assert c.waste_usd == pytest.approx(by_hand, rel=1e-9, abs=1e-9)
+    assert c.idle_usd <= c.waste_usd + 1e-9 <= c.spend_usd + 2e-9
+    rows = pd.DataFrame([u.__dict__ for u in uses])
+    series = gpu_waste_usd(
+        rows["held_s"] / 3600 * price,
+        held=rows["held_s"],
+        known=rows["known_s"],
+        util_time=rows["util_s"],
+        idle=rows["idle_s"],
+        idle_util_time=rows["idle_util_s"],
+        target_util_pct=85.0,
+    )
+    assert float(series.sum()) == pytest.approx(c.waste_usd, rel=1e-9, abs=1e-9)
