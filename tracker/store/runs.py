@@ -206,8 +206,8 @@ class RunStore(SampleScans):
 
     def rebuild_rollups(self) -> int:
         """Recompute every rollup from the minute samples (after a bulk load or a repair);
-        the number of rollup rows written. A version 1 store is migrated first."""
-        if self.version < 2:
+        the number of rollup rows written. An older store is migrated first."""
+        if self.version < SCHEMA_VERSION:
             self._transaction(lambda conn: rollup_sql.migrate(conn, self.version), write=True)
             self.version = SCHEMA_VERSION
         return self._transaction(rollup_sql.rebuild, write=True)

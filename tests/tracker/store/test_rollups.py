@@ -4,6 +4,7 @@ minutes, and a version 1 store migrated in place (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +15,7 @@ import sqlalchemy as sa
 from reports.kpi.gputime import idle_of_series
 from tracker.cost import IdleDetector, idle_flags
 from tracker.record import MinuteSample
-from tracker.store import RunStore
+from tracker.store import SCHEMA_VERSION, RunStore
 from tracker.store.rollups import COLUMNS, rollups_of
 
 T0 = datetime(2026, 11, 24, 9, 45, tzinfo=UTC)  # 15 minutes before an hour
@@ -186,7 +187,7 @@ def test_rollups_kept_by_every_write_equal_a_rebuild(store_url: str) -> None:
 
 def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> None:
     """A store as version 1 left it (no rollups table): a reader (create=False) leaves it so;
-    a writer builds its rollups from the minutes and marks it version 2."""
+    a writer builds its rollups from the minutes and marks it the current version."""
     with RunStore(store_url) as store:
         store.upsert_samples(samples_of("r", "g", [2.0] * 40 + [80.0] * 40))
         expected = rollup_rows(store)
@@ -199,7 +200,32 @@ def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> N
     with RunStore(store_url, create=False) as reader:
         assert reader.version == 1 and reader.schema_version() == 1
     with RunStore(store_url) as writer:
-        assert writer.version == 2 and writer.schema_version() == 2
+        assert writer.version == writer.schema_version() == SCHEMA_VERSION == 3
         assert rollup_rows(writer) == expected
         # the 40 idle minutes at 2%: 15 in the first hour, 25 in the next
         assert [r[COLUMNS.index("util_idle_s")] for r in expected[:2]] == [900.0, 1500.0]
+
+
+def test_a_version_2_stores_rollups_are_rebuilt_by_the_seconds_weighted_rule(
+    store_url: str,
+) -> None:
+    """Version 2 kept idle seconds by equal-weight windows: a first minute of 20 s at 40% and
+    29 at 4% averaged (40 + 29 x 4) / 30 = 5.2%, not idle. Seconds-weighted it is 4.41%: the
+    29 minutes are idle. A reader leaves a version 2 store as it is (and the report reads its
+    minutes, build._rollups_answer); a writer rebuilds the rollups and marks it version 3."""
+    rows = samples_of("r", "g", [40.0] + [4.0] * 29 + [90.0] * 10)
+    rows[0] = dataclasses.replace(rows[0], covered_s=20.0)
+    with RunStore(store_url) as store:
+        store.upsert_samples(rows)
+
+        def as_version_2(conn: sa.Connection) -> None:  # idle seconds as version 2 kept them
+            conn.exec_driver_sql("UPDATE rollups SET util_idle_s = 0, util_idle_value_s = 0")
+            conn.exec_driver_sql("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+
+        store.transaction(as_version_2, write=True)
+    with RunStore(store_url, create=False) as reader:
+        assert reader.version == 2
+        assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(reader)) == 0.0
+    with RunStore(store_url) as writer:
+        assert writer.version == 3
+        assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(writer)) == 29 * 60.0
