@@ -63,11 +63,11 @@ FLAT_MEMORY = 1.25  # peak memory at the largest size ÷ at the smallest: "flat"
 def prepare(url: str) -> float:
     """Work on a freshly loaded store before reports are timed; the seconds it took. The
     samples are written behind the store's back (sqlite3 / COPY), so a store that keeps rollups
-    (schema version 2) has none yet. It is set back to version 1 (no ``rollups`` table) and
+    (schema version 2 and later) has none yet. It is set back to version 1 (no ``rollups`` table) and
     opened as ``gpu-kpi report`` opens it, which migrates it and builds the rollups from every
     sample: timed, what upgrading an existing store of this size costs, once. A store
     without rollups: nothing, 0.0."""
-    from tracker.store import RunStore
+    from tracker.store import SCHEMA_VERSION, RunStore
 
     with RunStore(url) as store:
         if getattr(store, "version", 1) < 2:
@@ -80,7 +80,7 @@ def prepare(url: str) -> float:
         store.transaction(downgrade, write=True)
     t0 = time.perf_counter()
     with RunStore(url) as store:
-        if store.version != 2:
+        if store.version != SCHEMA_VERSION:
             sys.exit(f"the store at {url} did not migrate: version {store.version}")
     return time.perf_counter() - t0
 

@@ -314,8 +314,9 @@ WITH s AS (
     WHERE s.minute >= $since AND s.minute < $until
 ), w AS (
     -- a window of {IDLE_WINDOW} consecutive rows of one (run, GPU) ending here, all with data,
-    -- averaging under {IDLE_PCT}
-    SELECT *, (COUNT(u) OVER win = {IDLE_WINDOW} AND AVG(u) OVER win < {IDLE_PCT})::INTEGER AS q
+    -- averaging under {IDLE_PCT} weighted by the seconds each row covers (tracker.cost.idle_flags)
+    SELECT *, (COUNT(u) OVER win = {IDLE_WINDOW} AND SUM(covered_s) OVER win > 0
+               AND SUM(u * covered_s) OVER win < {IDLE_PCT} * SUM(covered_s) OVER win)::INTEGER AS q
     FROM s
     WINDOW win AS (PARTITION BY run_id, gpu ORDER BY minute
                    ROWS BETWEEN {IDLE_WINDOW - 1} PRECEDING AND CURRENT ROW)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tracker.cost import GpuUse, Thresholds, run_cost
+from tracker.cost import GpuUse, Thresholds, run_cost, weighted_util_pct
 from tracker.diagnosis import Evidence, diagnose
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.metrics import per_gpu_key
@@ -32,10 +32,8 @@ def weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float |
     """GPU-time-weighted mean over GPUs (not a mean of means); with no time covered yet, the
     mean of the latest readings."""
     tws = [s.tw[field] for s in stats]
-    seconds = sum(tw.seconds for tw in tws)
-    if seconds > 0:
-        return sum(tw.total for tw in tws) / seconds
-    return mean(tw.last for tw in tws)
+    util = weighted_util_pct(sum(tw.total for tw in tws), sum(tw.seconds for tw in tws))
+    return util if util is not None else mean(tw.last for tw in tws)
 
 
 def gpu_metrics(
@@ -112,13 +110,22 @@ def window_metrics(
     return {k: v for k, v in out.items() if v is not None}
 
 
-def gpu_use(stats: GpuStats, idle_s: float = 0.0, idle_util_s: float = 0.0) -> GpuUse:
+def gpu_use(
+    stats: GpuStats, idle_s: float = 0.0, idle_util_s: float = 0.0, *, held_s: float | None = None
+) -> GpuUse:
     """One GPU's :class:`GpuUse` from its run aggregates and its idle detector's counts; a
-    single reading (no interval yet) stands for the span."""
+    single reading (no interval yet) stands for the span. ``held_s``: its own time, when not
+    the run's span."""
     tw = stats.tw["util_pct"]
     if tw.seconds > 0 or tw.last is None:
-        return GpuUse(known_s=tw.seconds, util_s=tw.total, idle_s=idle_s, idle_util_s=idle_util_s)
-    return GpuUse(known_s=1.0, util_s=tw.last)
+        return GpuUse(
+            known_s=tw.seconds,
+            util_s=tw.total,
+            idle_s=idle_s,
+            idle_util_s=idle_util_s,
+            held_s=held_s,
+        )
+    return GpuUse(known_s=1.0, util_s=tw.last, held_s=held_s)
 
 
 def run_figures(
@@ -127,6 +134,7 @@ def run_figures(
     gpu_count: int,
     stats: Sequence[GpuStats],
     idle: Sequence[tuple[float, float]] = (),
+    own_time: bool = False,
     usd_per_gpu_hour: float | None,
     thresholds: Thresholds,
     total: StepCounter,
@@ -137,7 +145,10 @@ def run_figures(
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
     ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``idle``
     each one's idle seconds and Σ util × idle seconds (in the order of ``stats``), ``total``
-    the measured (post-warm-up) steps, ``steps``/``samples``/``tokens`` every step's counts."""
+    the measured (post-warm-up) steps, ``steps``/``samples``/``tokens`` every step's counts.
+    ``own_time``: each GPU's waste is judged on the seconds it covered (``GpuStats.seconds``:
+    an import whose GPUs were logged for different lengths, ``duration_s`` their mean), not on
+    ``duration_s``."""
     hours = s_to_hours(max(duration_s, 0.0))
     idle_each = [*idle, *[(0.0, 0.0)] * (len(stats) - len(idle))]
     idle_gpu_s = sum(i[0] for i in idle_each)
@@ -147,7 +158,10 @@ def run_figures(
             gpu_hours_each=hours,
             gpu_count=gpu_count,
             usd_per_gpu_hour=usd_per_gpu_hour,
-            gpus=[gpu_use(s, *i) for s, i in zip(stats, idle_each, strict=False)],
+            gpus=[
+                gpu_use(s, *i, held_s=s.seconds if own_time else None)
+                for s, i in zip(stats, idle_each, strict=False)
+            ],
             target_util_pct=thresholds.target_util_pct,
         )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from tracker.cost import weighted_util_pct
 from tracker.metrics import METRICS
 
 NAN = math.nan
@@ -141,6 +142,10 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     def by_hours(key: str) -> float | None:
         return _weighted(list(zip((r.get(key) for r in ranks), hours, strict=True)))
 
+    def util_by_hours(key: str) -> float | None:
+        known = _known(list(zip((r.get(key) for r in ranks), hours, strict=True)))
+        return weighted_util_pct(sum(v * h for v, h in known), sum(h for _, h in known))
+
     waits = [v for r in ranks if (v := r.get("data_wait_pct")) is not None]
     steps = [r.get("step_time_ms") for r in ranks]
     known_steps = [v for v in steps if v is not None]
@@ -148,8 +153,8 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     return {
         "gpu_count": sum(gpus),
         "gpu_hours": sum(hours),
-        "util_pct": by_hours("util_pct"),
-        "sm_active_pct": by_hours("sm_active_pct"),
+        "util_pct": util_by_hours("util_pct"),
+        "sm_active_pct": util_by_hours("sm_active_pct"),
         "mem_peak_gib": max(peaks) if peaks else None,
         "mem_total_gib": by_hours("mem_total_gib"),
         "energy_kwh": total("energy_kwh"),

@@ -181,7 +181,7 @@ def load(
     week at ``start`` (:func:`week_gpu_time` adds the summaries of runs without samples).
 
     The store sums the samples per (run, GPU, week), from the hourly rollups where they answer
-    (a version 2 store, the idle rule they were kept by, weeks on whole UTC hours); only the
+    (a version 3 store, the idle rule they were kept by, weeks on whole UTC hours); only the
     stretches that may hold idle minutes are read minute by minute
     (:func:`reports.kpi.idle_candidates`).
 
@@ -259,13 +259,14 @@ def load(
 def _rollups_answer(
     version: int, t: Thresholds, basis: str, week_starts: Sequence[pd.Timestamp]
 ) -> bool:
-    """Whether the store's rollups answer this report: a version 2 store, the idle rule they
-    were kept by (:data:`tracker.store.rollups.ROLLUP_RULES`), and week bounds on whole UTC
-    hours (not in a zone like Asia/Kolkata, +05:30). Otherwise the minutes are read."""
+    """Whether the store's rollups answer this report: a version 3 store (a version 2 store's
+    idle seconds were kept by the equal-weight idle rule), the idle rule they were kept by
+    (:data:`tracker.store.rollups.ROLLUP_RULES`), and week bounds on whole UTC hours (not in a
+    zone like Asia/Kolkata, +05:30). Otherwise the minutes are read."""
     from tracker.store.rollups import ROLLUP_RULES
 
     return (
-        version >= 2
+        version >= 3
         and ROLLUP_RULES[basis] == (t.idle_pct, t.idle_window_min)
         and all(pd.Timestamp(w).value % 3_600_000_000_000 == 0 for w in week_starts)
     )

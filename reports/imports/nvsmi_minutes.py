@@ -13,10 +13,9 @@ import statistics
 from datetime import UTC, datetime
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from reports.imports.nvsmi_fast import Series
-from tracker.cost import IdleDetector
+from tracker.cost import idle_flags
 from tracker.record import MinuteSample
 from tracker.sampler import HIST_BINS, GpuStats
 from tracker.units import j_to_kwh
@@ -94,25 +93,6 @@ def play(
     return Played(s.info.uuid, stats, idle), float(t[0]), float(t[-1])
 
 
-WINDOW_SUMS_MAX = 240
-"""Idle windows up to this many minutes are summed side by side (a row of sums per minute);
-a longer one is streamed through :class:`tracker.cost.IdleDetector`."""
-
-
-def _window_sums(values: np.ndarray, window: int) -> np.ndarray:
-    """The sum of each ``window`` consecutive values, added from the oldest as Python's
-    ``sum`` adds them (numpy's own sums pair values up); a block of windows at a time, so a
-    year of minutes never holds a row of ``window`` numbers per minute at once."""
-    windows = sliding_window_view(values, window)
-    block = max(1, (1 << 20) // window)
-    return np.concatenate(
-        [
-            np.add.accumulate(windows[i : i + block], axis=1)[:, -1]
-            for i in range(0, len(windows), block)
-        ]
-    )
-
-
 def idle_totals(
     minutes: list[int],
     utils: list[float | None],
@@ -121,40 +101,17 @@ def idle_totals(
     window: int,
     threshold_pct: float,
 ) -> tuple[float, float]:
-    """(idle seconds, Σ utilization × seconds over them) of one GPU's minute rows, as
-    :class:`tracker.cost.IdleDetector` counts them fed the rows in order: the same sums in the
-    same order (each window's from its oldest minute, the idle minutes' in time order: a
-    minute is marked by the first window that finds it idle, and those come in time order)."""
-    n = len(minutes)
-    if window > WINDOW_SUMS_MAX:
-        idle = IdleDetector(window, threshold_pct)
-        for m, u, c in zip(minutes, utils, covered, strict=True):
-            idle.add_minute(u, c, m)
-        return idle.idle_s, idle.idle_util_s
-    if n < window:
+    """(idle seconds, Σ utilization × seconds over them) of one GPU's minute rows by the idle
+    rule (:func:`tracker.cost.idle_flags`), summed in time order as
+    :class:`tracker.cost.IdleDetector` adds them (a minute is counted by the first window that
+    finds it idle, and those come in time order): the same floats."""
+    flags = idle_flags(utils, covered, threshold_pct=threshold_pct, window=window, minutes=minutes)
+    if not any(flags):
         return 0.0, 0.0
-    util = np.array([math.nan if u is None else u for u in utils], dtype=np.float64)
-    secs = np.asarray(covered, dtype=np.float64)
-    known = ~np.isnan(util)
-    # a stretch breaks before a row whose minute does not follow, or after an unknown one
-    breaks = np.ones(n, dtype=bool)
-    breaks[1:] = (np.diff(np.asarray(minutes, dtype=np.int64)) != 1) | ~known[:-1]
-    first = np.maximum.accumulate(np.where(breaks, np.arange(n), 0))
-    ends = np.arange(window - 1, n)
-    sums, weighted = (_window_sums(v, window) for v in (secs, np.where(known, util, 0.0) * secs))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = weighted / np.where(sums > 0, sums, 1.0)
-    found = np.zeros(n + 1, dtype=np.int64)  # qualifying windows ending before each row
-    found[ends + 1] = (
-        known[ends] & (ends - first[ends] + 1 >= window) & (sums > 0) & (mean < threshold_pct)
-    )
-    found = np.cumsum(found)
-    rows = np.arange(n)
-    # a row is idle when under the threshold and a qualifying window ends in [row, row+window)
-    marked = known & (util < threshold_pct) & (found[np.minimum(rows + window, n)] > found[rows])
-    if not marked.any():
-        return 0.0, 0.0
-    return (float(np.cumsum(secs[marked])[-1]), float(np.cumsum(util[marked] * secs[marked])[-1]))
+    marked = np.flatnonzero(flags)
+    util = np.array([utils[i] for i in marked], dtype=np.float64)
+    secs = np.asarray(covered, dtype=np.float64)[marked]
+    return float(np.cumsum(secs)[-1]), float(np.cumsum(util * secs)[-1])
 
 
 def _minutes(

@@ -274,6 +274,7 @@ def run_record(
         gpu_count=len(gpus),
         stats=stats,
         idle=idle,
+        own_time=True,  # GPUs logged for different lengths: each one's waste on its own time
         usd_per_gpu_hour=price.usd_per_gpu_hour if price else None,
         thresholds=settings.thresholds,
         total=StepCounter(),

@@ -4,7 +4,7 @@
 - :mod:`.frames`: the frames read from the store's records and rows; the utilization basis and
   its thresholds;
 - :mod:`.gputime`: GPU-time per (run, GPU, week), from minute samples, the store's totals or
-  run summaries, with the idle rule over arrays;
+  run summaries, the idle rule (:func:`tracker.cost.idle_flags`) run on each GPU's minutes;
 - :mod:`.weekly`: one week's headline, change, breakdowns, runs, trend;
 - :mod:`.rightsizing`: runs that would have cost less on a cheaper GPU.
 
@@ -27,7 +27,7 @@ from reports.kpi.gputime import (
     combine_gpu_time,
     gpu_time,
     idle_candidates,
-    idle_minutes,
+    idle_of_series,
     sampled_gpu_time,
     summary_gpu_time,
     totals_gpu_time,
@@ -60,7 +60,7 @@ __all__ = [
     "combine_gpu_time",
     "gpu_time",
     "idle_candidates",
-    "idle_minutes",
+    "idle_of_series",
     "kpis_of_gpu_time",
     "rightsizing",
     "run_weeks",

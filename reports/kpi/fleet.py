@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from tracker.cost import weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn, rent_rate, rent_vs_own
 from tracker.prices import PriceTable, canonical_gpu, owned_table
 
@@ -31,7 +32,7 @@ def rent_vs_own_lines(
             continue
         mine = per[per["owned_gpu"] == row.gpu] if "owned_gpu" in per else per.iloc[:0]
         known = float(mine["known_hours"].sum())
-        util_pct = 100.0 * float(mine["used_hours"].sum()) / known if known > 0 else None
+        util_pct = weighted_util_pct(100.0 * float(mine["used_hours"].sum()), known)
         # say which model the name stands for when the table reads it as another
         shown = (
             name if (canonical_gpu(name) or row.gpu) in (row.gpu, name) else f"{name} (= {row.gpu})"

@@ -11,7 +11,6 @@ stretches around minutes under the idle threshold are read minute by minute
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime, tzinfo
 
@@ -20,7 +19,7 @@ import pandas as pd
 
 from reports.kpi.frames import BASES, GT_COLUMNS
 from reports.weeks import shift_week, week_spans, week_start_of
-from tracker.cost import NEAR, Thresholds, thresholds_for
+from tracker.cost import Thresholds, idle_flags, thresholds_for
 
 
 def _ts(moment: datetime) -> pd.Timestamp:
@@ -28,46 +27,48 @@ def _ts(moment: datetime) -> pd.Timestamp:
 
 
 # -- idle minutes -----------------------------------------------------------------------------
-def idle_minutes(
+def idle_of_series(
     util: np.ndarray,
-    group: np.ndarray,
+    covered_s: np.ndarray,
+    series: np.ndarray,
+    minute_ns: np.ndarray,
     *,
     threshold_pct: float,
     window: int,
-    minute: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Which minutes are idle: the minute's own utilization is under ``threshold_pct`` and it
-    lies in some ``window``-minute stretch (consecutive rows of one ``group``) averaging under
-    it. NaN (no data) is never idle and breaks a stretch, and so does a minute with no row when
-    ``minute`` (each row's UTC minute in ns) is given. Rows sorted by group, then minute.
-    The rule of :class:`tracker.cost.IdleDetector`, vectorized (tested equal)."""
+    """Which rows are idle by the idle rule (:func:`tracker.cost.idle_flags`), run on each
+    series (consecutive rows of one ``series`` code, in minute order) on its own. ``util``
+    NaN: no value; ``minute_ns``: each row's UTC minute in ns (a minute with no row breaks a
+    stretch)."""
     n = len(util)
+    idle = np.zeros(n, dtype=bool)
     if n < window:
-        return np.zeros(n, dtype=bool)
-    known = ~np.isnan(util)
-    u = np.where(known, util, 0.0)
-    cn = np.concatenate(([0], np.cumsum(~known)))
-    ends = np.arange(window - 1, n)
-    starts = ends - window + 1
-    same_group = group[starts] == group[ends]
-    full = same_group & (cn[ends + 1] - cn[starts] == 0)
-    if minute is not None:  # no minute missing in between
-        full &= minute[ends] - minute[starts] == (window - 1) * 60_000_000_000
-    # each window's own sum, not a difference of running sums: those carry the rounding of
-    # every row before; a sum about at the limit is decided exactly, as the store's rollups
-    # decide it (tracker.store.rollups.idle_flags)
-    views = np.lib.stride_tricks.sliding_window_view(u, window)
-    sums = views.sum(axis=1)
-    below = sums < threshold_pct * window
-    for i in np.flatnonzero(np.abs(sums - threshold_pct * window) <= NEAR):
-        below[i] = math.fsum(views[i]) / window < threshold_pct
-    qualifies = np.zeros(n, dtype=bool)
-    qualifies[ends] = full & below
-    # minute j is covered when some qualifying window ends in [j, j + window - 1]
-    cq = np.concatenate(([0], np.cumsum(qualifies)))
-    hi = np.minimum(np.arange(n) + window, n)
-    covered = cq[hi] - cq[np.arange(n)] > 0
-    return covered & known & (u < threshold_pct)
+        return idle
+    low = np.flatnonzero(util < threshold_pct)
+    if not len(low):
+        return idle
+    cuts = np.flatnonzero(np.diff(series)) + 1
+    starts = np.concatenate(([0], cuts))
+    ends = np.concatenate((cuts, [n]))
+    # only the series with a minute under the threshold can hold an idle one
+    with_low = np.unique(np.searchsorted(starts, low, side="right") - 1)
+    minutes = minute_ns // 60_000_000_000
+    for a, b in zip(starts[with_low].tolist(), ends[with_low].tolist(), strict=True):
+        if b - a < window:
+            continue
+        values = util[a:b]
+        known = ~np.isnan(values)
+        utils = np.where(known, values, 0.0).tolist()
+        if not known.all():
+            utils = [u if k else None for u, k in zip(utils, known.tolist(), strict=True)]
+        idle[a:b] = idle_flags(
+            utils,
+            covered_s[a:b].tolist(),
+            threshold_pct=threshold_pct,
+            window=window,
+            minutes=minutes[a:b].tolist(),
+        )
+    return idle
 
 
 # -- GPU time per (run, GPU, week) ------------------------------------------------------------
@@ -84,11 +85,12 @@ def sampled_gpu_time(
     minute = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
     order = np.lexsort((minute, gpu_codes, run_codes))
     run_codes, gpu_codes, minute = run_codes[order], gpu_codes[order], minute[order]
-    hours = s["covered_s"].to_numpy(dtype=float)[order] / 3600.0
+    covered_s = s["covered_s"].to_numpy(dtype=float)[order]
+    hours = covered_s / 3600.0
     util = s[column].to_numpy(dtype=float)[order]
     series = run_codes.astype(np.int64) * len(gpu_names) + gpu_codes
-    idle = idle_minutes(
-        util, series, threshold_pct=t.idle_pct, window=t.idle_window_min, minute=minute
+    idle = idle_of_series(
+        util, covered_s, series, minute, threshold_pct=t.idle_pct, window=t.idle_window_min
     )
     known = ~np.isnan(util)
     # the week of each minute: its place among the Monday-midnight boundaries in the zone
@@ -232,7 +234,7 @@ def idle_candidates(
     last)``: from the first to the last minute under the idle threshold, of each GPU with
     one. An idle minute is one of those, and its window lies in the
     stretch and the ``idle_window_min - 1`` samples before and after it, which
-    :func:`idle_minutes` needs too
+    :func:`idle_of_series` needs too
     (:meth:`reports.data.scans.SampleScans.scan_sample_stretches`)."""
     series = totals.groupby(["run_id", "gpu"], observed=True).agg(
         minutes=("minutes", "sum"), first=("first_low", "min"), last=("last_low", "max")

@@ -19,7 +19,7 @@ from reports.kpi.gputime import gpu_time
 from reports.kpi.rightsizing import rightsizing
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
-from tracker.cost import Thresholds, spend_usd, thresholds_for, waste_share
+from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn
 from tracker.prices import PriceTable, owned_row
 
@@ -130,14 +130,16 @@ def run_weeks(
     price_of = pd.Series(price, index=runs["id"].to_numpy())
     g = gt.copy()
     g["price"] = g["run_id"].map(price_of)
-    idle_share = (g["idle_hours"] / g["gpu_hours"].where(g["gpu_hours"] > 0)).clip(0.0, 1.0)
-    busy_known = g["known_hours"] - g["idle_hours"]
-    busy_util = 100.0 * (g["used_hours"] - g["idle_used_hours"]) / busy_known.where(busy_known > 0)
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
-    # an unknown busy utilization counts nothing beyond the idle share (no data is never waste)
-    idle_share = idle_share.fillna(0.0)
-    share = waste_share(busy_util, target_util_pct, idle_share).fillna(idle_share)
-    g["waste"] = g["cost"] * share
+    g["waste"] = gpu_waste_usd(
+        g["cost"],
+        held=g["gpu_hours"],
+        known=g["known_hours"],
+        util_time=100.0 * g["used_hours"],
+        idle=g["idle_hours"],
+        idle_util_time=100.0 * g["idle_used_hours"],
+        target_util_pct=target_util_pct,
+    )
     g["idle"] = g["idle_hours"] * g["price"]
     per = g.groupby(["run_id", "week"], as_index=False).agg(
         gpu_hours=("gpu_hours", "sum"),
@@ -148,11 +150,7 @@ def run_weeks(
         idle_usd=("idle", "sum"),
         priced=("price", lambda p: bool(p.notna().all())),
     )
-    per["utilization_pct"] = np.where(
-        per["known_hours"] > 0,
-        100.0 * per["used_hours"] / per["known_hours"].where(per["known_hours"] > 0, 1.0),
-        np.nan,
-    )
+    per["utilization_pct"] = weighted_util_pct(100.0 * per["used_hours"], per["known_hours"])
     cols = [
         "name",
         "project",
@@ -215,7 +213,7 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
     return Headline(
         gpu_hours=total,
         known_gpu_hours=known,
-        utilization_pct=100.0 * float(per["used_hours"].sum()) / known if known > 0 else None,
+        utilization_pct=weighted_util_pct(100.0 * float(per["used_hours"].sum()), known),
         spend_usd=float(priced["spend_usd"].sum()),
         waste_usd=float(priced["waste_usd"].sum()),
         idle_usd=float(priced["idle_usd"].sum()),
@@ -251,9 +249,7 @@ def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
         co2e_kg=("co2e_kg", lambda c: c.sum(min_count=1)),
         runs=("run_id", "nunique"),
     )
-    out["utilization_pct"] = (
-        100.0 * out["used_hours"] / out["known_hours"].where(out["known_hours"] > 0)
-    )
+    out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
     return (
         out.drop(columns=["known_hours", "used_hours"])
         .sort_values(["waste_usd", "spend_usd"], ascending=False)

@@ -37,6 +37,7 @@ from reports.render.fmt import (
 )
 from reports.weeks import label_of as week_label
 from reports.weeks import week_dates
+from tracker.cost import weighted_util_pct
 
 TEMPLATES_PACKAGE = "reports.templates"
 """Where an installed wheel carries the templates (mapped from the repo's ``templates/``)."""
@@ -234,7 +235,7 @@ def _trend_totals(k: WeekKpis) -> dict[str, str]:
         return {}
     known = t["known_gpu_hours"].astype(float)
     util = t["utilization_pct"].astype(float)
-    used = float((util.fillna(0.0) * known).sum())
+    used = float((util.fillna(0.0) * known).sum())  # Σ util × known GPU-hours
     spend, waste = float(t["spend_usd"].sum()), float(t["waste_usd"].sum())
     return {
         "weeks": str(len(t)),
@@ -243,7 +244,7 @@ def _trend_totals(k: WeekKpis) -> dict[str, str]:
         "waste": fmt_usd(waste),
         "waste_share": fmt_pct(100.0 * waste / spend if spend > 0 else None),
         "idle": fmt_usd(float(t["idle_usd"].sum())),
-        "utilization": fmt_pct(used / float(known.sum()) if known.sum() > 0 else None),
+        "utilization": fmt_pct(weighted_util_pct(used, float(known.sum()))),
         "runs": fmt_int(int(t["runs"].sum())),
         "first": week_label(t["week"].iloc[0]),
         "last": week_label(t["week"].iloc[-1]),

@@ -106,6 +106,43 @@ def test_a_run_across_the_week_edge_is_split_by_hand(tmp_path: Path, url: str, u
         assert len(store.samples(run_ids=[r.id])) == 120 + 60  # a row per GPU-minute
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "exact"])
+def test_each_gpus_waste_is_judged_on_its_own_time(tmp_path: Path, url: str, fast: bool) -> None:
+    """Two H100s ($3.85 per GPU-hour, the table's), a reading every 10 s from Tuesday 10:00.
+    GPU 0: 6,000 s at 80%. GPU 1: 3,000 s, 35 idle minutes at 0% then 900 s at 60%.
+    Waste per GPU on its own time: GPU 0 6000/3600 x 3.85 x (1 - 80/85) = 0.37745; GPU 1 idle
+    in full 2100/3600 x 3.85 = 2.24583, and 900/3600 x 3.85 x (1 - 60/85) = 0.28309: $2.9064,
+    in the run record and in the weekly report alike. (On the GPUs' mean time, 4,500 s each,
+    the record said $3.2838: GPU 1's idle share 2100/4500 of a mean GPU's spend.)"""
+    from tracker.prices import price_for
+
+    price = price_for("H100")
+    assert price is not None and price.usd_per_gpu_hour == 3.85
+    start = datetime(2026, 11, 24, 10, 0)
+    rows = [HEADER]
+    for k in range(601):
+        t = start + timedelta(seconds=10 * k)
+        rows.append(line(t, 0, "80"))
+        if k <= 300:  # a reading covers the 10 s before it: 0% over the first 2,100 s
+            rows.append(line(t, 1, "0" if k <= 210 else "60"))
+    log = write(tmp_path, "two.csv", "\n".join(rows) + "\n")
+    done = import_nvsmi(url, [log], fast=fast)
+    (r,) = done.records
+    by_hand = 6000 / 3600 * 3.85 * (1 - 80 / 85) + 2100 / 3600 * 3.85
+    by_hand += 900 / 3600 * 3.85 * (1 - 60 / 85)
+    assert round(by_hand, 4) == 2.9064
+    assert r.gpu_hours == pytest.approx(9000 / 3600)
+    assert r.idle_usd == pytest.approx(2100 / 3600 * 3.85)
+    assert r.waste_usd == pytest.approx(by_hand)
+    with RunStore(url) as store:  # what `gpu-kpi runs` shows
+        (stored,) = [x for x in store.read_runs()[0] if x.id == r.id]
+    assert stored.waste_usd == pytest.approx(by_hand)
+    now = datetime(2026, 12, 7, tzinfo=UTC)
+    k = compute(url, Request(week="2026-W48", tz=UTC), now=now).kpis
+    assert k.headline.waste_usd == pytest.approx(by_hand)
+    assert k.runs.loc[k.runs["run_id"] == r.id, "waste_usd"].tolist() == [pytest.approx(by_hand)]
+
+
 def test_importing_again_adds_nothing(tmp_path: Path, url: str) -> None:
     log = write(tmp_path, "job.csv", crossing_week())
     first = import_nvsmi(url, [log])

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracker.config import Settings
 from tracker.cost import (
@@ -12,10 +17,13 @@ from tracker.cost import (
     GpuUse,
     IdleDetector,
     Thresholds,
+    gpu_waste_usd,
+    idle_flags,
     run_cost,
     spend_usd,
     waste_share,
     waste_usd,
+    weighted_util_pct,
 )
 
 
@@ -82,7 +90,6 @@ def test_idle_is_part_of_waste() -> None:
     use = GpuUse(
         known_s=7200.0, util_s=1800 * 2.0 + 5400 * 51.0, idle_s=1800.0, idle_util_s=1800 * 2.0
     )
-    assert use.busy_util_pct() == pytest.approx(51.0)
     c = run_cost(
         gpu_hours_each=2.0, gpus=[use], gpu_count=1, usd_per_gpu_hour=3.85, target_util_pct=85.0
     )
@@ -117,3 +124,166 @@ def test_idle_detector_counts_minutes_in_a_quiet_window_only() -> None:
     d.add_minute(1.0, 30.0)
     assert d.idle_s == 180.0 + 150.0
     assert d.idle_util_s == 60 * (1 + 2 + 3) + 60 + 60 + 30
+
+
+def idle_by_definition(
+    utils: list[float | None], covered_s: list[float], minutes: list[int], pct: float, window: int
+) -> list[bool]:
+    """The idle rule read literally, in exact rationals: every window of ``window`` rows of
+    consecutive minutes, all with a value, Σ util × s < pct × Σ s with Σ s > 0."""
+    n = len(utils)
+    quiet = []
+    for k in range(n - window + 1):
+        rows = range(k, k + window)
+        us = [utils[i] for i in rows]
+        if None in us or minutes[k + window - 1] - minutes[k] != window - 1:
+            continue
+        s = sum(Fraction(covered_s[i]) for i in rows)
+        used = sum(Fraction(utils[i] or 0.0) * Fraction(covered_s[i]) for i in rows)
+        if s > 0 and used < Fraction(pct) * s:
+            quiet.append(k)
+    return [
+        u is not None and u < pct and any(k <= j < k + window for k in quiet)
+        for j, u in enumerate(utils)
+    ]
+
+
+MINUTE_ROWS = st.lists(
+    st.tuples(
+        st.one_of(
+            st.none(),
+            st.sampled_from([0.0, 4.9, 5.0, 5.1, 40.0]),
+            st.integers(0, 100).map(lambda x: x / 10),
+            st.floats(0.0, 100.0),
+        ),
+        st.one_of(
+            st.sampled_from([60.0, 0.0, 0.1, 20.0]),
+            st.integers(0, 60_000).map(lambda x: x / 1000),
+            st.floats(0.0, 60.0),
+        ),
+        st.sampled_from([1] * 12 + [2, 7]),  # minutes since the row before: some with no row
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=MINUTE_ROWS, window=st.sampled_from([1, 2, 3, 5, 30]))
+def test_idle_flags_are_the_rule_read_literally(
+    rows: list[tuple[float | None, float, int]], window: int
+) -> None:
+    utils = [u for u, _, _ in rows]
+    covered = [c for _, c, _ in rows]
+    minutes = list(itertools.accumulate(step for _, _, step in rows))
+    got = idle_flags(utils, covered, threshold_pct=5.0, window=window, minutes=minutes)
+    assert got == idle_by_definition(utils, covered, minutes, 5.0, window)
+    # streamed, a window at a time: the same minutes, counted once each
+    d = IdleDetector(window=window, threshold_pct=5.0)
+    for u, c, m in zip(utils, covered, minutes, strict=True):
+        d.add_minute(u, c, m)
+    assert d.idle_s == sum(c for c, idle in zip(covered, got, strict=True) if idle)
+
+
+def test_a_window_about_at_the_threshold_is_decided_exactly() -> None:
+    """15 minutes of 0.1 s at 2.5 % and 15 of 0.1 s at 7.5 % average exactly 5 %: not idle,
+    though the float sums say 15.0 < 15.000000000000007; a hair less time at 7.5 % is idle."""
+    utils: list[float | None] = [2.5, 7.5] * 15
+    covered = [0.1] * 30
+    assert sum(u * c for u, c in zip([2.5, 7.5] * 15, covered, strict=True)) < 5.0 * sum(covered)
+    assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [False] * 30
+    covered[1] = 0.1 - 1e-12
+    assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [True, False] * 15
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    gpus=st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.floats(0.0, 100.0)),
+            st.one_of(st.just(0.0), st.floats(1e-3, 1e6)),  # seconds (no subnormal floats)
+        ),
+        max_size=12,
+    )
+)
+def test_weighted_util_is_util_time_over_known_time(gpus: list[tuple[float | None, float]]) -> None:
+    """GPUs (or runs, weeks, teams) at ``util`` for ``s`` seconds: Σ util × s ÷ Σ s over the
+    ones with a value, by hand in rationals; a float and a pandas Series give the same."""
+    known = [(u, s) for u, s in gpus if u is not None]
+    used = sum(u * s for u, s in known)
+    seconds = sum(s for _, s in known)
+    got = weighted_util_pct(used, seconds)
+    exact_s = sum(Fraction(s) for _, s in known)
+    if exact_s == 0:
+        assert got is None
+        return
+    by_hand = float(sum(Fraction(u) * Fraction(s) for u, s in known) / exact_s)
+    assert got == pytest.approx(by_hand, rel=1e-12, abs=1e-9)
+    assert 0.0 <= got <= 100.0 * (1 + 1e-12)
+    series = weighted_util_pct(pd.Series([used, 0.0]), pd.Series([seconds, 0.0]))
+    assert series[0] == got and np.isnan(series[1])
+
+
+def test_weighted_util_is_not_a_mean_of_means() -> None:
+    # 10 GPU-hours at 90 % and 4 at 10 %: (900 + 40) / 14 = 67.14 %, not (90 + 10) / 2 = 50 %
+    assert weighted_util_pct(90.0 * 10 + 10.0 * 4, 14.0) == pytest.approx(940 / 14)
+    assert weighted_util_pct(0.0, 0.0) is None
+
+
+GPU_TIME = st.tuples(
+    st.floats(1.0, 1e6),  # held, s
+    st.one_of(st.just(0.0), st.floats(1e-6, 1.0)),  # share of it with a value
+    st.floats(0.0, 100.0),  # utilization of the busy time, %
+    st.one_of(st.sampled_from([0.0, 1.0]), st.floats(1e-6, 0.999)),  # share of known time idle
+    st.floats(0.0, 4.99),  # utilization of the idle time, %
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpus=st.lists(GPU_TIME, min_size=1, max_size=8))
+def test_waste_is_per_gpu_on_its_own_time(
+    gpus: list[tuple[float, float, float, float, float]],
+) -> None:
+    """GPUs held for different times: the run's waste is Σ over GPUs of each one's idle time in
+    full and the rest of its own spend × max(0, 1 - busy util ÷ 85), by hand; the run record's
+    (:func:`run_cost`) and the report's (a Series of rows) are that one rule."""
+    price = 3.85
+    uses, by_hand = [], 0.0
+    for held, known_share, busy_util, idle_share, idle_util in gpus:
+        known = held * known_share
+        idle = known * idle_share
+        busy = known - idle
+        uses.append(
+            GpuUse(
+                known_s=known,
+                util_s=busy * busy_util + idle * idle_util,
+                idle_s=idle,
+                idle_util_s=idle * idle_util,
+                held_s=held,
+            )
+        )
+        rest = held - idle
+        by_hand += idle / 3600 * price
+        if busy > 0:
+            by_hand += rest / 3600 * price * max(0.0, 1 - busy_util / 85)
+    mean_h = sum(g[0] for g in gpus) / len(gpus) / 3600
+    c = run_cost(
+        gpu_hours_each=mean_h,
+        gpus=uses,
+        gpu_count=len(gpus),
+        usd_per_gpu_hour=price,
+        target_util_pct=85.0,
+    )
+    assert c.spend_usd == pytest.approx(sum(g[0] for g in gpus) / 3600 * price)
+    assert c.waste_usd == pytest.approx(by_hand, rel=1e-9, abs=1e-9)
+    assert c.idle_usd <= c.waste_usd + 1e-9 <= c.spend_usd + 2e-9
+    rows = pd.DataFrame([u.__dict__ for u in uses])
+    series = gpu_waste_usd(
+        rows["held_s"] / 3600 * price,
+        held=rows["held_s"],
+        known=rows["known_s"],
+        util_time=rows["util_s"],
+        idle=rows["idle_s"],
+        idle_util_time=rows["idle_util_s"],
+        target_util_pct=85.0,
+    )
+    assert float(series.sum()) == pytest.approx(c.waste_usd, rel=1e-9, abs=1e-9)

@@ -254,7 +254,8 @@ def _ordered(rows: Iterable[MinuteRow]) -> list[MinuteRow]:
 def migrate(conn: Connection, version: int) -> None:
     """Bring a store of ``version`` to :data:`SCHEMA_VERSION` in one transaction (the caller's),
     serialized like :func:`create_schema`; a second migrator finds the work done. 1 → 2:
-    create ``rollups`` and build them from every sample (:func:`rebuild`)."""
+    create ``rollups``; 1 or 2 → 3: build them from every sample (:func:`rebuild`), by the
+    seconds-weighted idle rule."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
     stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
@@ -262,7 +263,7 @@ def migrate(conn: Connection, version: int) -> None:
         return
     if version < 2:
         rollups_table.create(conn, checkfirst=True)
-        rebuild(conn)
+    rebuild(conn)
     conn.execute(
         sa.update(meta_table)
         .where(meta_table.c.key == "schema_version")

@@ -9,7 +9,7 @@ minute's idleness may change when rows arrive up to ``window - 1`` rows later:
 :meth:`tracker.store.RunStore.upsert_samples` recomputes the hours those rows can reach, from
 the rows around them (:func:`tracker.store.rollup_sql.refresh`). Everything here is plain
 Python (the tracker does not depend on numpy); :func:`tracker.cost.idle_flags` is the idle
-rule over a list.
+rule (seconds-weighted, as live and in the report).
 """
 
 from __future__ import annotations
@@ -130,8 +130,12 @@ def rollups_of(
             r = at(m // HOUR_MIN)
             r.bad_util += u is not None and utils[-1] is None
             r.bad_sm += sm is not None and sms[-1] is None
-    idle_util = idle_flags(utils, *ROLLUP_RULES["util"], minutes)
-    idle_sm = idle_flags(sms, *ROLLUP_RULES["sm_active"], minutes)
+    util_pct, util_window = ROLLUP_RULES["util"]
+    sm_pct, sm_window = ROLLUP_RULES["sm_active"]
+    idle_util = idle_flags(
+        utils, covered, threshold_pct=util_pct, window=util_window, minutes=minutes
+    )
+    idle_sm = idle_flags(sms, covered, threshold_pct=sm_pct, window=sm_window, minutes=minutes)
     for i, m in enumerate(minutes):
         hour = m // HOUR_MIN
         if from_hour is not None and hour < from_hour:

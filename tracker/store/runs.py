@@ -232,8 +232,8 @@ class RunStore:
         self._transaction(work, write=True)
 
     def rebuild_rollups(self) -> int:
-        """Recompute every rollup from the minute samples (after a bulk load or a repair). A
-        version 1 store is migrated first.
+        """Recompute every rollup from the minute samples (after a bulk load or a repair). An
+        older store is migrated first.
 
         Returns:
             The number of rollup rows written.
@@ -241,7 +241,7 @@ class RunStore:
         Raises:
             StoreError: The database failed.
         """
-        if self.version < 2:
+        if self.version < SCHEMA_VERSION:
             self._transaction(lambda conn: rollup_sql.migrate(conn, self.version), write=True)
             self.version = SCHEMA_VERSION
         return self._transaction(rollup_sql.rebuild, write=True)

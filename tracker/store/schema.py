@@ -17,11 +17,13 @@ from sqlalchemy.engine import Connection, Dialect
 
 from tracker.record import MinuteSample, RunRecord
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
 1: runs, samples, meta. 2: and ``rollups`` (:mod:`tracker.store.rollups`), built from the
 samples when a version 1 store is opened for writing
-(:func:`tracker.store.rollup_sql.migrate`)."""
+(:func:`tracker.store.rollup_sql.migrate`). 3: the same tables, the rollups' idle seconds by
+the seconds-weighted idle rule (:func:`tracker.cost.idle_flags`): rebuilt when a version 2
+store is opened for writing; until then a report reads its minutes."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import pandas as pd
 import pytest
 from fakes import run_record as run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reports import kpi as kpis
+from reports.render.fmt import fmt_pct
+from reports.render.html import _trend_totals
 from tracker.cost import IdleDetector
 from tracker.record import MinuteSample, RunRecord
 
@@ -197,6 +203,21 @@ def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
     assert k.rightsizing["saving_usd"].tolist() == pytest.approx([4 * (3.85 - 0.80)])
 
 
+def _idle_of(
+    util: np.ndarray, group: np.ndarray, covered_s: np.ndarray | None = None
+) -> np.ndarray:
+    """The report's idle flags of rows sorted by group, each group's minutes consecutive."""
+    n = len(util)
+    return kpis.idle_of_series(
+        util,
+        np.full(n, 60.0) if covered_s is None else covered_s,
+        group,
+        np.arange(n, dtype=np.int64) * 60_000_000_000,
+        threshold_pct=5.0,
+        window=30,
+    )
+
+
 def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
     rng = random.Random(7)
     for _ in range(30):
@@ -207,16 +228,16 @@ def test_idle_rule_matches_the_trackers_streaming_detector() -> None:
             else rng.choice([0.0, 2.0])
             for _ in range(n)
         ]
+        covered = [rng.choice([60.0, 60.0, 10.0, 0.0]) for _ in range(n)]
         detector = IdleDetector(window=30, threshold_pct=5.0)
-        for u in utils:
-            detector.add_minute(u, 60.0)
-        flags = kpis.idle_minutes(
+        for u, c in zip(utils, covered, strict=True):
+            detector.add_minute(u, c)
+        flags = _idle_of(
             np.array([np.nan if u is None else u for u in utils]),
             np.zeros(n, dtype=int),
-            threshold_pct=5.0,
-            window=30,
+            np.array(covered),
         )
-        assert flags.sum() * 60.0 == pytest.approx(detector.idle_s)
+        assert float(np.array(covered)[flags].sum()) == pytest.approx(detector.idle_s)
 
 
 def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
@@ -225,11 +246,11 @@ def test_idle_minutes_of_a_gpu_do_not_depend_on_the_rows_before_it() -> None:
     rng = random.Random(1)
     for _ in range(200):
         series = np.array([rng.choice([0.0, 2.5, 4.9, 5.0, 5.1, 7.5, 10.0]) for _ in range(40)])
-        alone = kpis.idle_minutes(series, np.ones(40, dtype=int), threshold_pct=5.0, window=30)
+        alone = _idle_of(series, np.ones(40, dtype=int))
         for before in (np.full(1000, 33.3), np.full(100, 0.7)):
             rows = np.concatenate([before, series])
             group = np.concatenate([np.zeros(len(before), dtype=int), np.ones(40, dtype=int)])
-            flags = kpis.idle_minutes(rows, group, threshold_pct=5.0, window=30)
+            flags = _idle_of(rows, group)
             assert (flags[len(before) :] == alone).all()
 
 
@@ -264,3 +285,62 @@ def test_idle_is_part_of_waste_in_every_breakdown() -> None:
     assert team["waste_usd"] == pytest.approx(6.93)
     assert k.headline.waste_usd == pytest.approx(6.93)
     assert k.headline.idle_usd == pytest.approx(5.775)
+
+
+GT_ROW = st.tuples(
+    st.integers(0, 4),  # run
+    st.integers(0, 2),  # GPU
+    st.booleans(),  # W48, else W47
+    st.floats(0.01, 200.0),  # GPU-hours
+    st.one_of(st.just(0.0), st.floats(1e-6, 1.0)),  # share with a value (no subnormal floats)
+    st.one_of(st.floats(0.0, 100.0), st.sampled_from([0.0, 4.9, 85.0, 100.0])),  # util %
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(GT_ROW, min_size=1, max_size=25, unique_by=lambda r: r[:3]))
+def test_every_utilization_is_weighted_by_gpu_hours(
+    rows: list[tuple[int, int, bool, float, float, float]],
+) -> None:
+    """Random GPU-time rows of five runs in two teams over two weeks: the headline, each
+    team's, each run's and the trend's utilization are Σ util × known hours ÷ Σ known hours of
+    their rows, recomputed here by hand (tracker.cost.weighted_util_pct is the one rule)."""
+    runs = kpis.runs_frame(
+        [run(f"r{i}", W48 - timedelta(days=3), 1, team=f"t{i % 2}") for i in range(5)]
+    )
+    gt = pd.DataFrame(
+        [
+            (
+                f"r{r}",
+                f"g{g}",
+                pd.Timestamp(W48 if w48 else W48 - timedelta(days=7)),
+                h,
+                h * share,
+                h * share * util / 100,
+                0.0,
+                0.0,
+            )
+            for r, g, w48, h, share, util in rows
+        ],
+        columns=kpis.GT_COLUMNS,
+    )
+    k = kpis.kpis_of_gpu_time(runs, gt, W48, tz=UTC)
+
+    def by_hand(keep: Callable[[tuple[int, int, bool, float, float, float]], bool]) -> float | None:
+        mine = [r for r in rows if keep(r)]
+        known = sum(h * share for _, _, _, h, share, _ in mine)
+        used = sum(h * share * util for _, _, _, h, share, util in mine)
+        return used / known if known > 0 else None
+
+    def same(got: object, want: float | None) -> None:
+        if want is None:
+            assert got is None or pd.isna(got)
+        else:
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-9)
+
+    same(k.headline.utilization_pct, by_hand(lambda r: r[2]))
+    for team, util in zip(k.by["team"]["team"], k.by["team"]["utilization_pct"], strict=True):
+        same(util, by_hand(lambda r, t=team: r[2] and f"t{r[0] % 2}" == t))
+    for run_id, util in zip(k.runs["run_id"], k.runs["utilization_pct"], strict=True):
+        same(util, by_hand(lambda r, i=run_id: r[2] and f"r{r[0]}" == i))
+    assert _trend_totals(k)["utilization"] == fmt_pct(by_hand(lambda r: True))

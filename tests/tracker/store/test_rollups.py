@@ -4,6 +4,7 @@ minutes, and a version 1 store migrated in place (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -11,16 +12,30 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from reports.kpi.gputime import idle_minutes
+from reports.kpi.gputime import idle_of_series
 from tracker.cost import IdleDetector, idle_flags
 from tracker.record import MinuteSample
-from tracker.store import RunStore
+from tracker.store import SCHEMA_VERSION, RunStore
 from tracker.store.rollups import COLUMNS, rollups_of
 
 T0 = datetime(2026, 11, 24, 9, 45, tzinfo=UTC)  # 15 minutes before an hour
 
 
-def test_idle_flags_equal_the_streamed_and_the_array_rule() -> None:
+def _series(values: list[float | None], minutes: list[int] | None = None) -> np.ndarray:
+    """The report's flags of one series (:func:`reports.kpi.gputime.idle_of_series`)."""
+    n = len(values)
+    at = np.array(minutes if minutes is not None else range(n), dtype=np.int64)
+    return idle_of_series(
+        np.array([np.nan if v is None else v for v in values]),
+        np.full(n, 60.0),
+        np.zeros(n, dtype=int),
+        at * 60_000_000_000,
+        threshold_pct=5.0,
+        window=30,
+    )
+
+
+def test_idle_flags_equal_the_streamed_and_the_reports_calls() -> None:
     rng = random.Random(11)
     for _ in range(300):
         n = rng.randint(1, 120)
@@ -30,27 +45,22 @@ def test_idle_flags_equal_the_streamed_and_the_array_rule() -> None:
             else rng.choice([0.1, 0.2, 4.7, 5.3])
             for _ in range(n)
         ]
-        flags = idle_flags(values, 5.0, 30)
-        array = idle_minutes(
-            np.array([np.nan if v is None else v for v in values]),
-            np.zeros(n, dtype=int),
-            threshold_pct=5.0,
-            window=30,
-        )
-        assert flags == array.tolist()
+        flags = idle_flags(values, [60.0] * n, threshold_pct=5.0, window=30)
+        assert flags == _series(values).tolist()
         detector = IdleDetector(window=30, threshold_pct=5.0)
         for v in values:
             detector.add_minute(v, 60.0)
         assert sum(flags) * 60.0 == pytest.approx(detector.idle_s)
 
 
-def test_a_missing_minute_breaks_a_stretch_in_every_rule() -> None:
+def test_a_missing_minute_breaks_a_stretch_in_every_caller() -> None:
     """Minutes without a row (an imported log's gap) break a stretch as a minute without a
-    value does, in the list, the array and the streamed rule alike."""
+    value does, in the list, the report's and the streamed calls alike."""
     values: list[float | None] = [0.0] * 58
     minutes = [*range(29), *range(30, 59)]  # minute 29 has no row
-    assert idle_flags(values, 5.0, 30) == [True] * 58  # rows alone: one stretch
-    assert idle_flags(values, 5.0, 30, minutes) == [False] * 58
+    full = [60.0] * 58
+    assert idle_flags(values, full, threshold_pct=5.0, window=30) == [True] * 58  # one stretch
+    assert idle_flags(values, full, threshold_pct=5.0, window=30, minutes=minutes) == [False] * 58
     rng = random.Random(12)
     for _ in range(300):
         n = rng.randint(1, 120)
@@ -62,29 +72,20 @@ def test_a_missing_minute_breaks_a_stretch_in_every_rule() -> None:
         for _ in range(n):
             m += rng.choice([1] * 30 + [2, 9])
             minutes.append(m)
-        flags = idle_flags(values, 5.0, 30, minutes)
-        array = idle_minutes(
-            np.array([np.nan if v is None else v for v in values]),
-            np.zeros(n, dtype=int),
-            threshold_pct=5.0,
-            window=30,
-            minute=np.array(minutes, dtype=np.int64) * 60_000_000_000,
-        )
-        assert flags == array.tolist()
+        flags = idle_flags(values, [60.0] * n, threshold_pct=5.0, window=30, minutes=minutes)
+        assert flags == _series(values, minutes).tolist()
         detector = IdleDetector(window=30, threshold_pct=5.0)
         for v, minute in zip(values, minutes, strict=True):
             detector.add_minute(v, 60.0, minute)
         assert sum(flags) * 60.0 == pytest.approx(detector.idle_s)
 
 
-def test_a_window_exactly_at_the_threshold_is_not_idle_by_either_rule() -> None:
-    """30 rows of 0.1 x 3 + ... sum to 150.0 only up to rounding: both rules decide it exactly
-    (mean 5.0 is not under 5.0)."""
-    values = [4.9, 5.1] * 15
-    assert idle_flags(values, 5.0, 30) == [False] * 30
-    assert not idle_minutes(
-        np.array(values), np.zeros(30, dtype=int), threshold_pct=5.0, window=30
-    ).any()
+def test_a_window_exactly_at_the_threshold_is_not_idle() -> None:
+    """30 rows of 4.9 and 5.1 sum to 150.0 only up to rounding: the rule decides it exactly
+    (mean 5.0 is not under 5.0), whatever order a caller adds in."""
+    values: list[float | None] = [4.9, 5.1] * 15
+    assert idle_flags(values, [60.0] * 30, threshold_pct=5.0, window=30) == [False] * 30
+    assert not _series(values).any()
 
 
 def test_rollups_of_one_gpu_by_hand() -> None:
@@ -186,7 +187,7 @@ def test_rollups_kept_by_every_write_equal_a_rebuild(store_url: str) -> None:
 
 def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> None:
     """A store as version 1 left it (no rollups table): a reader (create=False) leaves it so;
-    a writer builds its rollups from the minutes and marks it version 2."""
+    a writer builds its rollups from the minutes and marks it the current version."""
     with RunStore(store_url) as store:
         store.upsert_samples(samples_of("r", "g", [2.0] * 40 + [80.0] * 40))
         expected = rollup_rows(store)
@@ -199,7 +200,32 @@ def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> N
     with RunStore(store_url, create=False) as reader:
         assert reader.version == 1 and reader.schema_version() == 1
     with RunStore(store_url) as writer:
-        assert writer.version == 2 and writer.schema_version() == 2
+        assert writer.version == writer.schema_version() == SCHEMA_VERSION == 3
         assert rollup_rows(writer) == expected
         # the 40 idle minutes at 2%: 15 in the first hour, 25 in the next
         assert [r[COLUMNS.index("util_idle_s")] for r in expected[:2]] == [900.0, 1500.0]
+
+
+def test_a_version_2_stores_rollups_are_rebuilt_by_the_seconds_weighted_rule(
+    store_url: str,
+) -> None:
+    """Version 2 kept idle seconds by equal-weight windows: a first minute of 20 s at 40% and
+    29 at 4% averaged (40 + 29 x 4) / 30 = 5.2%, not idle. Seconds-weighted it is 4.41%: the
+    29 minutes are idle. A reader leaves a version 2 store as it is (and the report reads its
+    minutes, build._rollups_answer); a writer rebuilds the rollups and marks it version 3."""
+    rows = samples_of("r", "g", [40.0] + [4.0] * 29 + [90.0] * 10)
+    rows[0] = dataclasses.replace(rows[0], covered_s=20.0)
+    with RunStore(store_url) as store:
+        store.upsert_samples(rows)
+
+        def as_version_2(conn: sa.Connection) -> None:  # idle seconds as version 2 kept them
+            conn.exec_driver_sql("UPDATE rollups SET util_idle_s = 0, util_idle_value_s = 0")
+            conn.exec_driver_sql("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+
+        store.transaction(as_version_2, write=True)
+    with RunStore(store_url, create=False) as reader:
+        assert reader.version == 2
+        assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(reader)) == 0.0
+    with RunStore(store_url) as writer:
+        assert writer.version == 3
+        assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(writer)) == 29 * 60.0
