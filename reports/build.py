@@ -141,6 +141,17 @@ class Computed:
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
+    """The report formats of ``--format``.
+
+    Args:
+        text: A comma-separated list of :data:`FORMATS` (``html,email,json,csv``).
+
+    Returns:
+        The formats, in the order given.
+
+    Raises:
+        ReportError: An unknown format, or none.
+    """
     wanted = tuple(f.strip() for f in text.split(",") if f.strip())
     bad = [f for f in wanted if f not in FORMATS]
     if bad or not wanted:
@@ -152,7 +163,19 @@ def parse_formats(text: str) -> tuple[str, ...]:
 
 
 def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
-    """Monday 00:00 of the requested week in ``tz``; it must have started already."""
+    """Monday 00:00 of the requested week in ``tz``.
+
+    Args:
+        week: ``YYYY-Www``, or None for the last complete week.
+        tz: The report's time zone.
+        now: The current time (timezone-aware).
+
+    Returns:
+        The week's start, timezone-aware.
+
+    Raises:
+        ReportError: The week has not started yet, or the label is not a week.
+    """
     if week is None:
         from reports.weeks import last_complete_week
 
@@ -165,8 +188,22 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
 
 
 def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = True) -> Computed:
-    """The KPIs of the requested week from the store (nothing written). ``warn``: log what was
-    skipped (the metrics refresh, every few minutes, leaves that to the weekly job)."""
+    """The KPIs of the requested week from the store (nothing written).
+
+    Args:
+        store_url: The run store's URL; None for the default store.
+        req: What to report (week, time zone, basis, thresholds, prices, budgets).
+        now: The current time (timezone-aware): what counts as complete and as crashed.
+        warn: Log what was skipped (the metrics refresh, every few minutes, leaves that to the
+            weekly job).
+
+    Returns:
+        The week's KPIs, with the runs and GPU-time rows they were computed from.
+
+    Raises:
+        ReportError: The store has no runs, or the week has not started.
+        tracker.store.StoreError: The store cannot be read.
+    """
     start = resolve_week(req.week, req.tz, now)
     runs, gt, skipped = week_gpu_time(
         store_url, start, tz=req.tz, basis=req.basis, thresholds=req.thresholds, now=now
@@ -182,10 +219,19 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
 def compute_live(
     store_url: str | None, req: Request, *, now: datetime
 ) -> tuple[WeekKpis, WeekKpis]:
-    """The last complete week and the current week so far (``req.week`` is not used), as
-    ``/metrics`` shows them: one read of those two weeks, where :func:`compute` of each reads
-    twelve for the trend. Headline and breakdowns equal :func:`compute`'s; the trend holds the
-    two weeks and the last complete week has no previous week to compare with."""
+    """The last complete week and the current week so far, as ``/metrics`` shows them: one
+    read of those two weeks, where :func:`compute` of each reads twelve for the trend.
+    Headline and breakdowns equal :func:`compute`'s; the trend holds the two weeks and the
+    last complete week has no previous week to compare with.
+
+    Args:
+        store_url: The run store's URL; None for the default store.
+        req: What to report (``req.week`` is not used).
+        now: The current time (timezone-aware).
+
+    Returns:
+        The last complete week's KPIs and the current week's so far.
+    """
     current = week_bounds(*week_of(now, req.tz), req.tz)[0]
     runs, gt, skipped = week_gpu_time(
         store_url, current, tz=req.tz, weeks=2, basis=req.basis, thresholds=req.thresholds, now=now
@@ -200,8 +246,16 @@ def compute_live(
 def render(
     k: kpis.WeekKpis, req: Request, images: Mapping[str, bytes] | None = None
 ) -> dict[str, bytes]:
-    """File suffix → content for each requested format (nothing written). ``images``: the
-    charts when already drawn."""
+    """The week's report in each requested format (nothing written).
+
+    Args:
+        k: The week's KPIs.
+        req: The formats (``req.formats``), the time zone and the report's link.
+        images: The charts (name → PNG bytes) when already drawn; None draws them.
+
+    Returns:
+        File suffix (``html``, ``eml``, ``json``, ``csv``) → content.
+    """
     out: dict[str, bytes] = {}
     if "json" in req.formats:
         out["json"] = to_json(k, req.tz).encode()
@@ -228,8 +282,23 @@ def render(
 def build(
     store_url: str | None, req: Request, out_dir: Path, *, now: datetime | None = None
 ) -> list[Path]:
-    """Make the week's report and write it under ``out_dir``; return the paths written.
-    ReportError when ``out_dir`` cannot be written (checked first) or writing fails."""
+    """Make the week's report and write it under ``out_dir`` (``gpu-kpi report``): the
+    week's files and the index, all or none, and the week's BI tables in the store.
+
+    Args:
+        store_url: The run store's URL; None for the default store.
+        req: What to report.
+        out_dir: The archive folder (created when missing).
+        now: The current time (timezone-aware); None for the clock's.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ReportError: ``out_dir`` cannot be written (checked first), writing fails, the store
+            has no runs or the week has not started.
+        tracker.store.StoreError: The store cannot be read.
+    """
     check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
     publish_week(store_url, to_dict(c.kpis, req.tz), now=c.now)
@@ -251,10 +320,25 @@ def backfill(
     since: str | None,
     now: datetime | None = None,
 ) -> list[Path]:
-    """Archive every week from ``since`` (``YYYY-Www``, but not before the week of the oldest
-    run; None: that week) to the last complete week that ``out_dir`` does not hold yet (no
-    ``<week>.json``), then write the index once; return the paths written. Weeks already
-    archived are left as they are."""
+    """Archive every week up to the last complete one that ``out_dir`` does not hold yet (no
+    ``<week>.json``), then write the index once (``gpu-kpi report --all``). Weeks already
+    archived are left as they are.
+
+    Args:
+        store_url: The run store's URL; None for the default store.
+        req: What to report (``req.week`` is not used).
+        out_dir: The archive folder.
+        since: The first week, ``YYYY-Www`` (never before the week of the oldest run); None:
+            the week of the oldest run.
+        now: The current time (timezone-aware); None for the clock's.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ReportError: The store has no runs, ``since`` is after the last complete week, or
+            ``out_dir`` cannot be written.
+    """
     from reports.data.scans import SampleScans
     from tracker.store import RunStore, default_store_url
 

@@ -345,9 +345,17 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
 def run_demo(
     store: str, *, now: datetime | None = None, history_weeks: int = 11
 ) -> tuple[list[RunRecord], datetime]:
-    """The demo sessions in the last complete ISO week (UTC), and the fleet's runs in that week
-    and the ``history_weeks`` weeks before it, into ``store``. Returns the sessions' records and
-    that week's Monday."""
+    """The demo (``gpu-kpi demo``): real sessions on simulated GPUs in the last complete ISO
+    week (UTC), and a fleet's runs in that week and the weeks before it, into ``store``.
+
+    Args:
+        store: The run store's URL.
+        now: The current time (timezone-aware); None for the clock's.
+        history_weeks: How many weeks of fleet history before the demo's week.
+
+    Returns:
+        The sessions' run records, and the demo week's Monday (UTC).
+    """
     from reports.weeks import last_complete_week, week_bounds
     from tracker.store import RunStore
 

@@ -106,8 +106,19 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
 
 
 def run_import(args: argparse.Namespace, settings: Any) -> Imported:
-    """The import ``args`` ask for, written to ``settings.store``. Raises
-    :class:`reports.errors.UsageError` for options the source does not take."""
+    """``gpu-kpi import``: the import ``args`` ask for, written to ``settings.store``.
+
+    Args:
+        args: The parsed ``gpu-kpi import SOURCE …`` flags.
+        settings: The tracker's settings (the store, prices, thresholds).
+
+    Returns:
+        What was imported: the run records and minute samples written, the runs found but
+        skipped (by reason) and the earlier imports replaced.
+
+    Raises:
+        reports.errors.UsageError: An option the source does not take, or out of range.
+    """
     from reports.imports.play import Labels
     from reports.weeks import zone
 

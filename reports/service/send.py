@@ -32,10 +32,29 @@ def send_now(
     timeout_s: float | None = None,
     retry: bool = True,
 ) -> Path | None:
-    """Mail week ``label``'s report of ``kind`` to ``to`` now; ``dry_run``: write the message to
-    ``<dry_run>/<week>.eml`` instead (returned). ``timeout_s``: give up after this long, retries
-    and their waits included; ``retry``: False for one attempt only. Raises
-    :class:`NothingToSend` when the report would be empty."""
+    """Mail one week's report now (``gpu-kpi send``), outside the delivery log.
+
+    Args:
+        service: The service (settings, store, mailer).
+        label: The week, ``YYYY-Www``.
+        to: The addresses; the first one is the recipient the report is made for.
+        kind: ``summary``, ``team`` or ``runs``.
+        team: The team of a ``team`` report.
+        user: The user of a ``runs`` report.
+        now: The current time (timezone-aware); None for the clock's.
+        dry_run: Write the message to ``<dry_run>/<week>.eml`` instead of sending it.
+        timeout_s: Give up after this many seconds, retries and their waits included.
+        retry: False for one attempt only.
+
+    Returns:
+        The ``.eml`` written by a dry run; None when the message was sent.
+
+    Raises:
+        NothingToSend: The report would be empty (a team without GPU time, a user without
+            underutilized runs).
+        ConfigError: The SMTP settings cannot make a mailer.
+        reports.service.mailer.MailError: The message was not delivered.
+    """
     from reports.archive import write_atomically
 
     now = now or datetime.now(UTC)

@@ -57,8 +57,16 @@ def stop_on_signals(stop: threading.Event) -> Iterator[list[str]]:
 def run_once(
     settings: ServiceSettings, *, retry_failed: bool = False, stop: threading.Event | None = None
 ) -> tuple[RunResult, str | None]:
-    """``serve --once``: the job now, stopping gracefully on SIGTERM/SIGINT; the result and
-    the name of the signal that stopped it (None when none came)."""
+    """``gpu-kpi serve --once``: the weekly job now, stopping gracefully on SIGTERM/SIGINT.
+
+    Args:
+        settings: The service's settings.
+        retry_failed: Owe again the failed deliveries of the catch-up window.
+        stop: Set to stop the job between two deliveries; None: one of its own.
+
+    Returns:
+        The job's result, and the name of the signal that stopped it (None when none came).
+    """
     stop = stop or threading.Event()
     with stop_on_signals(stop) as got:
         result = Service(settings, stop=stop).run(retry_failed=retry_failed)
@@ -139,10 +147,20 @@ def serve_forever(
     retry_failed: bool = False,
     on_result: Callable[[RunResult], None] | None = None,
 ) -> int:
-    """Run until ``stop`` is set (SIGTERM/SIGINT set it when this is the main thread); a job
-    running then finishes its message in flight and leaves the rest owed. ``retry_failed``: run
-    the job at once, failed deliveries of the catch-up window owed again (that first run only).
-    ``on_result`` sees each weekly run's result."""
+    """``gpu-kpi serve``: the weekly schedule (and the budget checks, ``/metrics`` and the
+    archive over HTTP where configured) until ``stop`` is set. A job running then finishes its
+    message in flight and leaves the rest owed.
+
+    Args:
+        settings: The service's settings.
+        stop: Set to stop; SIGTERM and SIGINT set it when this is the main thread.
+        retry_failed: Run the job at once, with the failed deliveries of the catch-up window
+            owed again (that first run only).
+        on_result: Called with each weekly run's result.
+
+    Returns:
+        The exit status: 0.
+    """
     from reports.data.deliveries import has_table
     from reports.service.scheduler import ServiceScheduler
     from tracker.store import RunStore
