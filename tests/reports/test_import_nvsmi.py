@@ -12,6 +12,7 @@ import pytest
 
 from reports.build import Request, compute
 from reports.cli import main
+from reports.data.scans import SampleScans
 from reports.errors import ImportFailed
 from reports.imports.nvsmi import Labels, import_nvsmi, read_nvsmi
 from reports.imports.play import OVERLAPS, SHARED
@@ -135,7 +136,7 @@ def test_each_gpus_waste_is_judged_on_its_own_time(tmp_path: Path, url: str, fas
     assert r.idle_usd == pytest.approx(2100 / 3600 * 3.85)
     assert r.waste_usd == pytest.approx(by_hand)
     with RunStore(url) as store:  # what `gpu-kpi runs` shows
-        (stored,) = [x for x in store.read_runs()[0] if x.id == r.id]
+        (stored,) = [x for x in SampleScans(store).read_runs()[0] if x.id == r.id]
     assert stored.waste_usd == pytest.approx(by_hand)
     now = datetime(2026, 12, 7, tzinfo=UTC)
     k = compute(url, Request(week="2026-W48", tz=UTC), now=now).kpis
