@@ -37,6 +37,8 @@ MODELS = ("H100", "A100-80GB", "H200", "L40S")
 TEAMS = ("nlp", "vision", "search", "research", "speech")
 PRICE = 3.0
 IDLE_PCT, IDLE_WINDOW = 5.0, 30  # tracker.cost.Thresholds' defaults on NVML utilization
+# a value counts as under the threshold when under it by tracker.cost.IDLE_MARGIN_PCT
+IDLE_LIMIT = IDLE_PCT - 1e-6
 CASES = ("benign", "worst")
 DATA_VERSION = "1"  # bump when the generated data changes: cached files are keyed by it
 SAMPLE_COLUMNS = (
@@ -316,7 +318,7 @@ WITH s AS (
     -- a window of {IDLE_WINDOW} consecutive rows of one (run, GPU) ending here, all with data,
     -- averaging under {IDLE_PCT} weighted by the seconds each row covers (tracker.cost.idle_flags)
     SELECT *, (COUNT(u) OVER win = {IDLE_WINDOW} AND SUM(covered_s) OVER win > 0
-               AND SUM(u * covered_s) OVER win < {IDLE_PCT} * SUM(covered_s) OVER win)::INTEGER AS q
+               AND SUM(u * covered_s) OVER win < {IDLE_LIMIT} * SUM(covered_s) OVER win)::INTEGER AS q
     FROM s
     WINDOW win AS (PARTITION BY run_id, gpu ORDER BY minute
                    ROWS BETWEEN {IDLE_WINDOW - 1} PRECEDING AND CURRENT ROW)
@@ -326,7 +328,7 @@ WITH s AS (
                            ROWS BETWEEN CURRENT ROW AND {IDLE_WINDOW - 1} FOLLOWING) = 1 AS covered
     FROM w
 ), i AS (
-    SELECT *, covered AND u IS NOT NULL AND u < {IDLE_PCT} AS idle FROM c
+    SELECT *, covered AND u IS NOT NULL AND u < {IDLE_LIMIT} AS idle FROM c
 )
 SELECT SUM(covered_s) / 3600.0 AS gpu_hours,
        100.0 * SUM(CASE WHEN u IS NOT NULL THEN u / 100.0 * covered_s END)

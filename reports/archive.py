@@ -33,22 +33,13 @@ from typing import Any
 
 from reports.errors import ReportError
 from reports.render.exports import GENERATOR, SCHEMA
-from reports.render.index import LeftOut
+from reports.render.index import HEADLINE_INDEX_FIELDS, LeftOut
 from reports.weeks import WeekError, parse_week
 from tracker.text import one_line
 
 log = logging.getLogger("gpu_kpi")
 
 _ARCHIVE_NAME = re.compile(r"^(\d{4}-W\d{2})\.json$")
-HEADLINE_INDEX_FIELDS = (
-    "gpu_hours",
-    "spend_usd",
-    "utilization_pct",
-    "waste_usd",
-    "idle_usd",
-    "runs",
-)
-"""The headline figures a week's JSON must hold to be in the index."""
 
 
 def week_file(label: str, suffix: str) -> str:

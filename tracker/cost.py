@@ -217,6 +217,15 @@ what ``window`` float additions can err by): a window whose weighted mean is clo
 to the threshold is decided exactly (:class:`fractions.Fraction`), so that every path decides
 it alike whatever order it adds in."""
 
+IDLE_MARGIN_PCT = 1e-6
+"""How far under the threshold a minute's utilization, or a window's weighted mean, must be to
+count as under it (percentage points). A minute's mean is a float whose last digits depend on
+the order its readings were added in (the sampler's running sums, the vectorized import's
+arrays, the database's SUM), so a minute or a window at exactly 5 % comes out as
+4.999999999999999 on one path and 5.000000000000001 on another; decided at the threshold
+itself, the same minute would be idle on one path and not on the other. A millionth of a
+percentage point is far above that noise and far below anything a GPU reports."""
+
 _TINY = 1e-280
 """Under this a float product or sum may have lost digits to underflow: decided exactly."""
 
@@ -259,9 +268,11 @@ def idle_flags(
     each minute covers (Σ util × covered_s ÷ Σ covered_s), is under it too: a minute the run
     held the GPU 10 s of counts for 10 s. A window covering no second is not quiet. A minute
     without a value (None) is never idle and breaks a stretch, and so does a minute with no row
-    when ``minutes`` (each row's epoch minute, increasing) are given. The mean is compared
-    with the threshold as exact rationals of the float inputs (float sums where they are
-    clearly on one side, :data:`IDLE_SUMS_REL`), so every caller flags the same minutes.
+    when ``minutes`` (each row's epoch minute, increasing) are given. "Under" means under
+    ``threshold_pct - IDLE_MARGIN_PCT`` (:data:`IDLE_MARGIN_PCT`: a value at the threshold
+    give or take float rounding is at it), and a window's mean is compared with that limit as
+    exact rationals of the float inputs (float sums where they are clearly on one side,
+    :data:`IDLE_SUMS_REL`), so every caller flags the same minutes.
 
     Args:
         utils: Each minute's utilization, percent (0-100), or None.
@@ -289,7 +300,7 @@ def idle_flags(
         if a in breaks or b - a < window:
             continue
         part = cast("list[float]", list(utils[a:b]))
-        for j in _idle_rows(part, list(covered_s[a:b]), threshold_pct, window):
+        for j in _idle_rows(part, list(covered_s[a:b]), threshold_pct - IDLE_MARGIN_PCT, window):
             flags[a + j] = True
     return flags
 
@@ -298,7 +309,7 @@ def _idle_rows(
     utils: list[float], covered_s: list[float], threshold_pct: float, window: int
 ) -> list[int]:
     """The idle rows of one stretch (at least ``window`` rows with a value, minute after
-    minute)."""
+    minute), ``threshold_pct`` being the limit a value must be under (the margin taken off)."""
     n = len(utils)
     low = [j for j, u in enumerate(utils) if u < threshold_pct]
     if not low:

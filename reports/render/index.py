@@ -62,8 +62,7 @@ def sparkline(values: Sequence[object]) -> dict[str, Any]:
     }
 
 
-INDEX_FIELDS = (
-    "label",
+HEADLINE_INDEX_FIELDS = (
     "gpu_hours",
     "spend_usd",
     "utilization_pct",
@@ -71,6 +70,9 @@ INDEX_FIELDS = (
     "idle_usd",
     "runs",
 )
+"""The headline figures a week's JSON must hold to be in the index."""
+INDEX_FIELDS = ("label", *HEADLINE_INDEX_FIELDS)
+"""A week's row of the index."""
 
 
 def _index_href(week: Mapping[str, Any], label: str) -> str:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from tracker.config import Settings
 from tracker.cost import (
+    IDLE_MARGIN_PCT,
     SM_ACTIVE_THRESHOLDS,
     GpuUse,
     IdleDetector,
@@ -130,7 +131,9 @@ def idle_by_definition(
     utils: list[float | None], covered_s: list[float], minutes: list[int], pct: float, window: int
 ) -> list[bool]:
     """The idle rule read literally, in exact rationals: every window of ``window`` rows of
-    consecutive minutes, all with a value, Σ util × s < pct × Σ s with Σ s > 0."""
+    consecutive minutes, all with a value, Σ util × s < limit × Σ s with Σ s > 0, the limit
+    being ``pct`` less :data:`IDLE_MARGIN_PCT`."""
+    limit = pct - IDLE_MARGIN_PCT
     n = len(utils)
     quiet = []
     for k in range(n - window + 1):
@@ -140,10 +143,10 @@ def idle_by_definition(
             continue
         s = sum(Fraction(covered_s[i]) for i in rows)
         used = sum(Fraction(utils[i] or 0.0) * Fraction(covered_s[i]) for i in rows)
-        if s > 0 and used < Fraction(pct) * s:
+        if s > 0 and used < Fraction(limit) * s:
             quiet.append(k)
     return [
-        u is not None and u < pct and any(k <= j < k + window for k in quiet)
+        u is not None and u < limit and any(k <= j < k + window for k in quiet)
         for j, u in enumerate(utils)
     ]
 
@@ -186,13 +189,25 @@ def test_idle_flags_are_the_rule_read_literally(
 
 def test_a_window_about_at_the_threshold_is_decided_exactly() -> None:
     """15 minutes of 0.1 s at 2.5 % and 15 of 0.1 s at 7.5 % average exactly 5 %: not idle,
-    though the float sums say 15.0 < 15.000000000000007; a hair less time at 7.5 % is idle."""
+    though the float sums say 15.0 < 15.000000000000007; 10 µs less at 7.5 % (a mean of
+    4.99999167 %, under 5 % by more than the margin) is idle."""
     utils: list[float | None] = [2.5, 7.5] * 15
     covered = [0.1] * 30
     assert sum(u * c for u, c in zip([2.5, 7.5] * 15, covered, strict=True)) < 5.0 * sum(covered)
     assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [False] * 30
-    covered[1] = 0.1 - 1e-12
+    covered[1] = 0.1 - 1e-5
     assert idle_flags(utils, covered, threshold_pct=5.0, window=30) == [True, False] * 15
+
+
+def test_a_minute_at_the_threshold_give_or_take_rounding_is_at_it() -> None:
+    """A minute of readings that average 5 % comes out 4.999999999999999 on one path and
+    5.000000000000001 on another (the order of the float additions): both at the threshold, so
+    every path says not idle; 4.9999 % is under it on every path."""
+    window = [5.0] * 29
+    for noisy in (4.999999999999999, 5.000000000000001, 5.0):
+        assert not any(idle_flags([noisy, *window], [60.0] * 30, threshold_pct=5.0, window=30))
+        assert not any(idle_flags([noisy] * 30, [60.0] * 30, threshold_pct=5.0, window=30))
+    assert all(idle_flags([4.9999] * 30, [60.0] * 30, threshold_pct=5.0, window=30))
 
 
 @settings(max_examples=200, deadline=None)
