@@ -1,6 +1,6 @@
 """The nvidia-smi import of the common log, vectorized: numpy and pandas' C parser instead of a
 sampler call per reading, with results equal to :mod:`reports.imports.play`'s sampler path
-(``tests/reports/test_import_nvsmi_fast.py`` holds them equal on random logs).
+(``tests/reports/imports/test_import_nvsmi_fast.py`` holds them equal on random logs).
 
 It takes what ``nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,
 memory.total,power.draw,clocks.sm --format=csv[,nounits] -l N`` writes, in UTC: the timestamp

@@ -3,7 +3,7 @@ log): one GPU's readings played as :class:`tracker.sampler.Sampler` plays them, 
 reading covers the time since the same GPU's previous one, split at whole minutes; after a gap
 it covers nothing; a minute's mean is time-weighted, and a minute with no time shows the
 reading that opened it. Its minute rows, run aggregates and idle time equal the sampler path's
-(``tests/reports/test_import_nvsmi_fast.py``).
+(``tests/reports/imports/test_import_nvsmi_fast.py``).
 """
 
 from __future__ import annotations
