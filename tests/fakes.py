@@ -1,13 +1,15 @@
-"""Test doubles shared by the tests: an injected clock and a sink that keeps what it gets."""
+"""Test doubles shared by the tests: an injected clock (and letting time pass on it), a sink
+that keeps what it gets, run records and minute rows."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from tracker.record import RunRecord
+from tracker.record import MinuteSample, RunRecord
 
 T = TypeVar("T")
 
@@ -22,6 +24,15 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def spend(seconds: float, clock: Clock | None) -> None:
+    """Let ``seconds`` pass: on ``clock`` (the session's, which then reads them exactly), or for
+    real when there is none."""
+    if clock is not None:
+        clock.t += seconds
+    elif seconds:
+        time.sleep(seconds)
 
 
 class ListSink:
@@ -105,3 +116,19 @@ def run_together(
     if errors:
         raise errors[0]
     return [r for r in results if r is not None]
+
+
+def minutes(
+    run_id: str, start: datetime, n: int, util: float = 50.0, gpu: str = "GPU-0"
+) -> list[MinuteSample]:
+    """``n`` whole minutes of one GPU from ``start``, each at ``util`` %."""
+    return [
+        MinuteSample(
+            run_id=run_id,
+            minute=start + timedelta(minutes=m),
+            gpu=gpu,
+            covered_s=60.0,
+            util_pct=util,
+        )
+        for m in range(n)
+    ]

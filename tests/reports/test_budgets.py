@@ -12,14 +12,13 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from fakes import run_record
+from fakes import minutes, run_record
 
 from reports.budgets import current_lines
 from reports.build import Request, compute, render
 from reports.cli import main
 from reports.data.scans import SampleScans
 from reports.kpi.budgets import Budget
-from tracker.record import MinuteSample
 from tracker.store import RunStore
 
 W49 = datetime(2026, 11, 30, tzinfo=UTC)
@@ -27,21 +26,6 @@ DEC = datetime(2026, 12, 1, tzinfo=UTC)
 AFTER = datetime(2026, 12, 8, 8, tzinfo=UTC)
 NLP = Budget(team="nlp", usd_per_week=500.0, usd_per_month=1000.0)
 VISION = Budget(team="vision", usd_per_month=10.0)
-
-
-def minutes(
-    run_id: str, start: datetime, n: int, util: float = 50.0, gpu: str = "GPU-0"
-) -> list[MinuteSample]:
-    return [
-        MinuteSample(
-            run_id=run_id,
-            minute=start + timedelta(minutes=m),
-            gpu=gpu,
-            covered_s=60.0,
-            util_pct=util,
-        )
-        for m in range(n)
-    ]
 
 
 def fill(url: str) -> None:

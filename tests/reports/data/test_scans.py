@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from fakes import run_record
+from fakes import minutes, run_record
 
 from reports.data.scans import SampleScans
 from tracker.record import MinuteSample
@@ -24,21 +24,6 @@ def sample(run_id: str, minute: int, gpu: str = "GPU-a", **changes: object) -> M
         run_id=run_id, minute=T0 + timedelta(minutes=minute), gpu=gpu, util_pct=50.0 + minute
     )
     return dataclasses.replace(row, **changes)
-
-
-def minutes(
-    run_id: str, start: datetime, n: int, util: float = 50.0, gpu: str = "GPU-0"
-) -> list[MinuteSample]:
-    return [
-        MinuteSample(
-            run_id=run_id,
-            minute=start + timedelta(minutes=m),
-            gpu=gpu,
-            covered_s=60.0,
-            util_pct=util,
-        )
-        for m in range(n)
-    ]
 
 
 @pytest.fixture

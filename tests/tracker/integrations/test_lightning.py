@@ -25,7 +25,7 @@ import lightning as L
 import pytest
 import readers
 import torch
-from fakes import Clock
+from fakes import Clock, spend
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.loggers import Logger, TensorBoardLogger, WandbLogger
 from torch import nn
@@ -52,15 +52,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*is deprecated:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:.*smaller than the logging interval"),
 ]
-
-
-def spend(seconds: float, clock: Clock | None) -> None:
-    """Let ``seconds`` pass: on ``clock`` (the session's, which then reads them exactly), or for
-    real when there is none."""
-    if clock is not None:
-        clock.t += seconds
-    elif seconds:
-        time.sleep(seconds)
 
 
 def step_flops(batch: int) -> int:

@@ -29,7 +29,7 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 import readers  # noqa: E402
-from fakes import Clock  # noqa: E402
+from fakes import Clock, spend  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 from transformers import (  # noqa: E402
     GPT2Config,
@@ -121,15 +121,6 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def spend(seconds: float, clock: Clock | None) -> None:
-    """Let ``seconds`` pass: on ``clock`` (the session's, which then reads them exactly), or for
-    real when there is none."""
-    if clock is not None:
-        clock.t += seconds
-    elif seconds:
-        time.sleep(seconds)
 
 
 class Tokens(Dataset[dict[str, Any]]):
