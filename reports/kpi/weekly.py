@@ -246,9 +246,9 @@ def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
         spend_usd=("spend_usd", "sum"),
         waste_usd=("waste_usd", "sum"),
         idle_usd=("idle_usd", "sum"),
-        co2e_kg=("co2e_kg", lambda c: c.sum(min_count=1)),
         runs=("run_id", "nunique"),
     )
+    out.insert(6, "co2e_kg", g["co2e_kg"].sum(min_count=1))  # NaN for a group that measured none
     out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
     return (
         out.drop(columns=["known_hours", "used_hours"])
@@ -314,20 +314,23 @@ def kpis_of_gpu_time(
         gt, runs, prices=prices, target_util_pct=t.target_util_pct, owned=owned, carbon=carbon
     )
     w = pd.Timestamp(week).tz_convert("UTC")
-    this = per[per["week"] == w]
-    prev_w = shift_week(w, tz, -1)
-    prev = per[per["week"] == prev_w]
-    head = _headline(this, t)
-    previous = _headline(prev, t) if len(prev) else None
+    weeks = [shift_week(w, tz, -k) for k in range(max(trend_weeks, 2) - 1, -1, -1)]
+    of_week = dict(tuple(per[per["week"].isin(weeks)].groupby("week", sort=False)))
+    nothing = per.iloc[:0]
+    this = of_week.get(w, nothing)
+    prev = of_week.get(weeks[-2], nothing)
+    empty = _headline(nothing, t)  # the headline of a week without runs, worked out once
+    headlines = {wk: _headline(of_week[wk], t) if wk in of_week else empty for wk in weeks}
+    head = headlines[w]
+    previous = headlines[weeks[-2]] if len(prev) else None
     change = {
         f: _change(getattr(head, f), getattr(previous, f) if previous else None)
         for f in HEADLINE_FIELDS
     }
-    weeks = [shift_week(w, tz, -k) for k in range(trend_weeks - 1, -1, -1)]
     trend = pd.DataFrame(
         [
-            {"week": pd.Timestamp(wk), **_headline(per[per["week"] == wk], t).__dict__}
-            for wk in weeks
+            {"week": pd.Timestamp(wk), **headlines[wk].__dict__}
+            for wk in weeks[len(weeks) - trend_weeks :]
         ]
     )
     ordered = this.sort_values(["waste_usd", "spend_usd"], ascending=False, ignore_index=True)
