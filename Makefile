@@ -35,7 +35,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -m "not postgres and not chromium and not prometheus and not ddp and not slow and not trainer and not service"
+	GPU_KPI_TEST_FAST=1 $(BIN)/pytest -q -m "not postgres and not chromium and not prometheus and not ddp and not slow and not trainer and not service"
 
 demo: $(STAMP)
 	$(BIN)/gpu-kpi demo

@@ -17,6 +17,13 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Engine
 
 
+if os.environ.get("GPU_KPI_TEST_FAST") == "1":  # make test-fast; see fakes.examples
+    from hypothesis import settings
+
+    settings.register_profile("fast", max_examples=10)
+    settings.load_profile("fast")
+
+
 # -- collection: a module of framework tests is not even imported when -m rules them out ---------
 
 

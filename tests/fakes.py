@@ -3,6 +3,7 @@ that keeps what it gets, run records and minute rows."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -12,6 +13,16 @@ from typing import Any, TypeVar
 from tracker.record import MinuteSample, RunRecord
 
 T = TypeVar("T")
+
+FAST = os.environ.get("GPU_KPI_TEST_FAST") == "1"
+"""Set by ``make test-fast``: property tests try a tenth of their examples (``make test`` all)."""
+
+
+def examples(n: int) -> int:
+    """How many examples a property test tries: ``n``, or a tenth of it (at least 10) in the
+    fast suite, where a quick answer matters more than a rare counterexample."""
+    return max(10, n // 10) if FAST else n
+
 
 T0 = 1_790_000_040.0  # a minute boundary: 2026-09-21 14:14:00 UTC
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from fakes import run_record
+from fakes import examples, run_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import ROOT, gpu_kpi, one_line_error
@@ -76,7 +76,7 @@ def test_week_spellings_refused(week: str) -> None:
 
 
 @given(st.text(max_size=12) | st.from_regex(r"[0-9]{4}-W[0-9]{2}", fullmatch=True))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_any_week_text_is_a_week_or_a_week_error(text: str) -> None:
     try:
         year, week = parse_week(text)
@@ -268,7 +268,7 @@ def test_every_service_section_is_a_known_file_section() -> None:
 
 
 @given(st.binary(max_size=200))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_any_bytes_are_a_config_or_a_config_error(data: bytes) -> None:
     import tempfile
 

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
-from fakes import run_record
+from fakes import examples, run_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -141,7 +141,7 @@ def paths_idle_s(
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -8,6 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -170,7 +171,7 @@ MINUTE_ROWS = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(rows=MINUTE_ROWS, window=st.sampled_from([1, 2, 3, 5, 30]))
 def test_idle_flags_are_the_rule_read_literally(
     rows: list[tuple[float | None, float, int]], window: int
@@ -210,7 +211,7 @@ def test_a_minute_at_the_threshold_give_or_take_rounding_is_at_it() -> None:
     assert all(idle_flags([4.9999] * 30, [60.0] * 30, threshold_pct=5.0, window=30))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     gpus=st.lists(
         st.tuples(
@@ -253,7 +254,7 @@ GPU_TIME = st.tuples(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(gpus=st.lists(GPU_TIME, min_size=1, max_size=8))
 def test_waste_is_per_gpu_on_its_own_time(
     gpus: list[tuple[float, float, float, float, float]],

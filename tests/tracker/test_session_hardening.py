@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import T0, Clock
+from fakes import T0, Clock, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -270,7 +270,9 @@ COUNT = st.tuples(st.booleans(), GOOD, BAD).map(lambda t: t[1] if t[0] else t[2]
 
 @given(steps=st.lists(st.tuples(COUNT, COUNT, COUNT), max_size=25))
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 def test_any_mix_of_good_and_bad_counts_keeps_the_good_totals(
     steps: list[tuple[Any, Any, Any]], caplog: pytest.LogCaptureFixture
@@ -308,7 +310,7 @@ def test_any_mix_of_good_and_bad_counts_keeps_the_good_totals(
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=30))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 def test_arbitrary_floats_never_raise_and_every_recorded_number_is_finite(
     values: list[float],
 ) -> None:

@@ -7,6 +7,7 @@ import reprlib
 from fractions import Fraction
 
 import pytest
+from fakes import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,7 +135,7 @@ def test_a_step_with_unusable_settings_is_reported_not_raised() -> None:
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True) | st.integers(), max_size=40))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_run_steps_totals_stay_finite_whatever_they_get(values: list[float]) -> None:
     s = RunSteps()
     for i, v in enumerate(values):
@@ -181,7 +182,7 @@ def test_a_gpu_tensor_count_is_dropped_without_reading_it() -> None:
     ),
     st.integers(0, 3),
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_held_steps_add_up_to_what_checked_steps_give(
     ops: list[tuple[str, int, float]], warmup: int
 ) -> None:

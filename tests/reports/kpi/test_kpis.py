@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pandas as pd
 import pytest
+from fakes import examples
 from fakes import run_record as run
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -297,7 +298,7 @@ GT_ROW = st.tuples(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(rows=st.lists(GT_ROW, min_size=1, max_size=25, unique_by=lambda r: r[:3]))
 def test_every_utilization_is_weighted_by_gpu_hours(
     rows: list[tuple[int, int, bool, float, float, float]],

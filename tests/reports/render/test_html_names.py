@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 import readers
+from fakes import examples
 from fakes import run_record as run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -53,7 +54,7 @@ BASELINE = _structure(_page("name", "team", "proj", "user"))
 
 @pytest.mark.slow  # 40 report pages rendered (hypothesis): ~5 s of CPU
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_names_never_become_markup(name: str, team: str, project: str, user: str) -> None:
     page = _page(name, team, project, user)
     assert _structure(page) == BASELINE
