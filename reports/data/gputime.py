@@ -37,7 +37,7 @@ class GpuTime(NamedTuple):
     """The usable runs (:func:`reports.kpi.runs_frame`)."""
     gpu_time: pd.DataFrame
     """GT rows (:data:`reports.kpi.GT_COLUMNS`) of every run: from minute samples, and pro
-    rata from the summary of a run without any in the time read."""
+    rata from the summary of a run never sampled."""
     skipped: kpis.Skipped
     """Runs and sample rows left out, and why."""
 
@@ -71,11 +71,11 @@ def week_gpu_time(
         ReportError: The store holds no run.
         StoreError: The store cannot be read.
     """
-    runs, sampled, skipped = load(
-        store_url, start, tz=tz, weeks=weeks, basis=basis, thresholds=thresholds, now=now
+    read = load(store_url, start, tz=tz, weeks=weeks, basis=basis, thresholds=thresholds, now=now)
+    gt = kpis.combine_gpu_time(
+        read.runs, read.sampled, tz=tz, basis=basis, now=now, sampled_ids=read.sampled_ids
     )
-    gt = kpis.combine_gpu_time(runs, sampled, tz=tz, basis=basis, now=now)
-    return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
+    return GpuTime(runs=read.runs, gpu_time=gt, skipped=read.skipped)
 
 
 def span_gpu_time(
@@ -92,7 +92,8 @@ def span_gpu_time(
 
     A run with usable minute samples at any time is measured by them, even where it has none in
     the span (its sampler stopped); its summary counts pro rata only for a run that never had
-    any. (:func:`week_gpu_time` takes the summary of a run without samples in the weeks read.)
+    any. :func:`week_gpu_time` counts the same way, so a week reads the same whichever span
+    holds it.
 
     Args:
         store: The open run store.
@@ -167,6 +168,20 @@ def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
     return pd.DataFrame([t.__dict__ for t in totals], columns=kpis.TOTALS_COLUMNS)
 
 
+class SampledTime(NamedTuple):
+    """What :func:`load` read."""
+
+    runs: pd.DataFrame
+    """The usable runs (:func:`reports.kpi.runs_frame`)."""
+    sampled: pd.DataFrame
+    """GT rows of the runs with minute samples in the weeks read."""
+    skipped: kpis.Skipped
+    """Runs and sample rows left out, and why."""
+    sampled_ids: frozenset[str]
+    """The runs with usable minute samples at any time: measured by them, never by their
+    summary, even in weeks where they have none."""
+
+
 def load(
     store_url: str | None,
     start: datetime,
@@ -176,9 +191,9 @@ def load(
     basis: str = "util",
     thresholds: Thresholds | None = None,
     now: datetime,
-) -> tuple[pd.DataFrame, pd.DataFrame, kpis.Skipped]:
+) -> SampledTime:
     """The runs and the GPU-time from minute samples of ``weeks`` weeks up to the end of the
-    week at ``start`` (:func:`week_gpu_time` adds the summaries of runs without samples).
+    week at ``start`` (:func:`week_gpu_time` adds the summaries of runs never sampled).
 
     The store sums the samples per (run, GPU, week), from the hourly rollups where they answer
     (a version 3 store, the idle rule they were kept by, weeks on whole UTC hours); only the
@@ -196,8 +211,8 @@ def load(
 
     Returns:
         The usable runs, the GPU-time rows (:data:`reports.kpi.GT_COLUMNS`) of those with
-        minute samples in that time, and what was left out (runs that cannot be used, sample
-        rows that cannot be used as they are).
+        minute samples in that time, what was left out (runs that cannot be used, sample
+        rows that cannot be used as they are) and which runs were ever sampled.
 
     Raises:
         ReportError: The store holds no run.
@@ -216,6 +231,7 @@ def load(
         if not scans.has_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
         runs, excluded = usable_runs(scans, **window)
+        ever = frozenset(scans.sampled_runs(runs["id"]))
         if _rollups_answer(store.version, t, basis, [*week_starts, until]):
             totals, idle = _from_rollups(scans, value, week_starts, until)
             totals = totals[totals["run_id"].isin(runs["id"])]
@@ -224,7 +240,7 @@ def load(
             )
             totals = totals[totals["minutes"] > 0]
             skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
-            return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
+            return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
         totals = totals_frame(
             scans.sample_totals(
                 value=value,
@@ -253,7 +269,7 @@ def load(
         )
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
     skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
-    return runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped
+    return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
 
 
 def _rollups_answer(

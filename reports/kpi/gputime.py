@@ -193,14 +193,17 @@ def combine_gpu_time(
     tz: tzinfo,
     basis: str = "util",
     now: datetime | None = None,
+    sampled_ids: Iterable[str] = (),
 ) -> pd.DataFrame:
     """GT rows for every run: ``sampled`` (GT rows from minute samples, of runs in ``runs``)
-    and the summaries of the runs without samples."""
+    and the summaries of the runs without samples (in ``sampled`` or ``sampled_ids``, the runs
+    sampled at any time: those count by their samples alone)."""
+    measured = {*sampled["run_id"].unique(), *sampled_ids}
     parts = [
         p
         for p in (
             sampled,
-            summary_gpu_time(runs, sampled=sampled["run_id"].unique(), tz=tz, basis=basis, now=now),
+            summary_gpu_time(runs, sampled=measured, tz=tz, basis=basis, now=now),
         )
         if len(p)
     ]

@@ -90,7 +90,7 @@ def idle_s_of(record_idle_usd: float | None, price: float | None) -> float:
 def report_idle_s(store_url: str, run_id: str, tz: ZoneInfo | None) -> float:
     """Idle GPU-seconds of the run in the weekly report's GPU time (W48 and the 11 before)."""
     start = W48 if tz is None else datetime(2026, 11, 23, tzinfo=tz)
-    _, gt, _ = load(store_url, start, tz=tz or UTC, now=NOW)
+    gt = load(store_url, start, tz=tz or UTC, now=NOW).sampled
     return float(gt.loc[gt["run_id"] == run_id, "idle_hours"].sum()) * 3600.0
 
 

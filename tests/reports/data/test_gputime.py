@@ -15,7 +15,7 @@ from fakes import run_record
 
 from reports import kpi as kpis
 from reports.build import Request, compute, compute_live
-from reports.data.gputime import load
+from reports.data.gputime import load, span_gpu_time
 from reports.data.scans import SampleScans
 from tracker.cost import Thresholds
 from tracker.record import MinuteSample
@@ -104,9 +104,9 @@ def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
     expected = kpis.gpu_time(runs, samples, tz=BERLIN, basis=basis, now=NOW)
     assert expected["idle_hours"].sum() > 1.0 and expected["week"].nunique() == 2
 
-    runs_read, sampled, skipped = load(store_url, W44, tz=BERLIN, basis=basis, now=NOW)
-    assert not skipped  # a clean store: nothing left out
-    got = kpis.combine_gpu_time(runs_read, sampled, tz=BERLIN, basis=basis, now=NOW)
+    read = load(store_url, W44, tz=BERLIN, basis=basis, now=NOW)
+    assert not read.skipped  # a clean store: nothing left out
+    got = kpis.combine_gpu_time(read.runs, read.sampled, tz=BERLIN, basis=basis, now=NOW)
     pd.testing.assert_frame_equal(
         ordered(got), ordered(expected), check_exact=False, rtol=1e-9, atol=1e-9
     )
@@ -185,8 +185,8 @@ def test_an_empty_fleet_week(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as store:
         store.upsert_run(run_record("old", datetime(2025, 1, 6, tzinfo=UTC), 1))
-    runs, sampled, skipped = load(url, W44, tz=BERLIN, now=NOW)
-    assert runs.empty and sampled.empty and not skipped
+    read = load(url, W44, tz=BERLIN, now=NOW)
+    assert read.runs.empty and read.sampled.empty and not read.skipped and not read.sampled_ids
     c = compute(url, Request(week="2026-W44", tz=BERLIN), now=NOW)
     assert c.kpis.headline.gpu_hours == 0.0 and c.gpu_time.empty
 
@@ -242,3 +242,35 @@ def test_the_live_figures_are_the_reports_of_both_weeks(store_url: str) -> None:
             got.by["team"], want.by["team"], check_exact=False, rtol=1e-9, atol=1e-9
         )
     assert live[1].headline.idle_usd > 0
+
+
+def test_a_run_whose_sampler_stopped_reads_the_same_in_every_span(store_url: str) -> None:
+    """ "stopped" ran 2026-11-02 to 11-27 (600 GPU-h in its summary) but its sampler sent one
+    hour of minutes, on 11-02, and nothing after; "other" ran 10 h on 11-17, never sampled.
+    A sampled run is measured by its samples alone, whichever span is read: W47 holds 10 GPU-h
+    (other's) in the weekly report (12 weeks read, the samples among them), in ``/metrics`` (2
+    weeks read, none of stopped's samples among them: its summary counted 168 h there) and in
+    a budget's span."""
+    nov = datetime(2026, 11, 2, tzinfo=UTC)  # Monday of 2026-W45
+    with RunStore(store_url) as store:
+        store.upsert_run(run_record("stopped", nov, 600, util=50.0))
+        store.upsert_samples(
+            [
+                MinuteSample(
+                    run_id="stopped", minute=nov + timedelta(minutes=m), gpu="GPU-0", util_pct=50.0
+                )
+                for m in range(60)
+            ]
+        )
+        store.upsert_run(run_record("other", datetime(2026, 11, 17, tzinfo=UTC), 10, util=80.0))
+    now = datetime(2026, 11, 26, 12, tzinfo=UTC)
+    req = Request(week="2026-W47", tz=UTC)
+    report = compute(store_url, req, now=now).kpis.headline
+    live, _so_far = compute_live(store_url, req, now=now)
+    assert report.gpu_hours == pytest.approx(10.0)
+    assert live.headline.gpu_hours == pytest.approx(10.0)
+    assert live.headline.spend_usd == pytest.approx(report.spend_usd) == pytest.approx(38.5)
+    w47 = datetime(2026, 11, 16, tzinfo=UTC)
+    with RunStore(store_url) as store:
+        budget = span_gpu_time(store, w47, w47 + timedelta(days=7), tz=UTC, now=now)
+    assert budget.gpu_time.groupby("run_id")["gpu_hours"].sum().to_dict() == {"other": 10.0}
