@@ -42,8 +42,9 @@ def fastest(f: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 
 def main() -> int:
     from reports.budgets import current_lines
-    from reports.build import Request, compute_live
+    from reports.build import compute_live
     from reports.kpi.budgets import Budget
+    from reports.request import Request
     from tracker.store import RunStore
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -91,7 +91,8 @@ def refresh_times(url: str, repeat: int) -> tuple[float, float]:
     two whole reports' ``compute`` it replaced. In this process, the fastest of ``repeat``."""
     from datetime import UTC, datetime
 
-    from reports.build import Request, compute, compute_live
+    from reports.build import compute, compute_live
+    from reports.request import Request
 
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
     req = Request(week=None, tz=UTC)

@@ -56,7 +56,7 @@ class Spend:
 
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
     """What [since, until) cost, from ``store`` (an open :class:`tracker.store.RunStore`) with
-    ``req``'s prices, owned GPUs and basis (a :class:`reports.build.Request`)."""
+    ``req``'s prices, owned GPUs and basis (a :class:`reports.request.Request`)."""
     from reports.data.gputime import span_gpu_time
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -25,95 +25,32 @@ from reports.data.gputime import week_gpu_time
 from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
-from reports.kpi.budgets import Budget
 from reports.render.exports import to_csv, to_dict, to_json
-from reports.weeks import label_of, parse_week, shift_week, week_bounds, week_of
-from tracker.carbon import Carbon
-from tracker.config import Settings
-from tracker.cost import Thresholds, thresholds_for
-from tracker.owned import OwnedGpu
+from reports.request import Request, resolve_week
+from reports.weeks import label_of, shift_week, week_bounds, week_of
 
 log = logging.getLogger("gpu_kpi")
 
-FORMATS = ("html", "email", "json", "csv")
 
+def week_kpis(
+    req: Request, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *, trend_weeks: int = 12
+) -> WeekKpis:
+    """The KPIs of the week starting ``start`` from these runs and their GPU-time rows, with
+    ``req``'s time zone, basis, thresholds, prices, owned GPUs and carbon figures."""
+    from tracker.prices import PriceTable
 
-@dataclass(frozen=True, kw_only=True)
-class Request:
-    week: str | None
-    """``YYYY-Www``; None: the last complete week."""
-    tz: tzinfo
-    formats: Sequence[str] = ("html", "json", "csv")
-    basis: str = "util"
-    thresholds: Thresholds | None = None
-    report_url: str | None = None
-    """Base URL where the archive is served: the email links ``<report_url>/<week>.html``."""
-    prices: Mapping[str, float] = field(default_factory=dict)
-    """Price overrides (USD per GPU-hour by model) over the built-in table."""
-    owned: Mapping[str, OwnedGpu] = field(default_factory=dict)
-    """Owned models (``[owned.<MODEL>]``): priced at their amortized rate, compared with rent."""
-    carbon: Carbon = field(default_factory=Carbon)
-    """Grid intensity and PUE for CO2e (``[carbon]``)."""
-    budgets: Sequence[Budget] = ()
-    """Team budgets (``[[budgets]]``): the report shows each team's spend against them."""
-
-    @classmethod
-    def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        week: str | None,
-        tz: tzinfo,
-        basis: str = "util",
-        formats: Sequence[str] = ("html", "json", "csv"),
-        report_url: str | None = None,
-        budgets: Sequence[Budget] = (),
-    ) -> Request:
-        """A request with the configured prices, owned GPUs, carbon figures and thresholds.
-
-        Args:
-            settings: The tracker's settings (the config file, the environment, the flags).
-            week: ``YYYY-Www``; None: the last complete week.
-            tz: The report's time zone.
-            basis: ``util`` or ``sm_active``: the thresholds are this basis'.
-            formats: The outputs to render (:data:`FORMATS`).
-            report_url: The archive's base URL, for links.
-            budgets: The teams' budgets.
-
-        Returns:
-            The request.
-        """
-        return cls(
-            week=week,
-            tz=tz,
-            formats=formats,
-            basis=basis,
-            thresholds=thresholds_for(basis, settings.thresholds),
-            report_url=report_url,
-            prices=settings.prices,
-            owned=settings.owned,
-            carbon=settings.carbon,
-            budgets=budgets,
-        )
-
-    def kpis(
-        self, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *, trend_weeks: int = 12
-    ) -> kpis.WeekKpis:
-        """The KPIs of the week starting ``start`` from these runs and their GPU-time rows."""
-        from tracker.prices import PriceTable
-
-        return kpis.kpis_of_gpu_time(
-            runs,
-            gt,
-            start,
-            tz=self.tz,
-            basis=self.basis,
-            thresholds=self.thresholds,
-            prices=PriceTable(self.prices),
-            owned=self.owned,
-            carbon=self.carbon,
-            trend_weeks=trend_weeks,
-        )
+    return kpis.kpis_of_gpu_time(
+        runs,
+        gt,
+        start,
+        tz=req.tz,
+        basis=req.basis,
+        thresholds=req.thresholds,
+        prices=PriceTable(req.prices),
+        owned=req.owned,
+        carbon=req.carbon,
+        trend_weeks=trend_weeks,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,58 +70,11 @@ class Computed:
         runs = self.runs[self.runs["team"] == team]
         gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
         tk = dataclasses.replace(
-            req.kpis(runs, gt, self.kpis.week),
+            week_kpis(req, runs, gt, self.kpis.week),
             skipped=self.kpis.skipped,
             budgets=tuple(b for b in self.kpis.budgets if b.team == team),
         )
         return tk if tk.headline.gpu_hours > 0 else None
-
-
-def parse_formats(text: str) -> tuple[str, ...]:
-    """The report formats of ``--format``.
-
-    Args:
-        text: A comma-separated list of :data:`FORMATS` (``html,email,json,csv``).
-
-    Returns:
-        The formats, in the order given.
-
-    Raises:
-        ReportError: An unknown format, or none.
-    """
-    wanted = tuple(f.strip() for f in text.split(",") if f.strip())
-    bad = [f for f in wanted if f not in FORMATS]
-    if bad or not wanted:
-        raise ReportError(
-            f"unknown format {', '.join(bad) or repr(text)}: use a comma-separated "
-            f"list of {', '.join(FORMATS)}"
-        )
-    return wanted
-
-
-def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
-    """Monday 00:00 of the requested week in ``tz``.
-
-    Args:
-        week: ``YYYY-Www``, or None for the last complete week.
-        tz: The report's time zone.
-        now: The current time (timezone-aware).
-
-    Returns:
-        The week's start, timezone-aware.
-
-    Raises:
-        ReportError: The week has not started yet, or the label is not a week.
-    """
-    if week is None:
-        from reports.weeks import last_complete_week
-
-        start, _ = week_bounds(*last_complete_week(now, tz), tz)
-        return start
-    start, _ = week_bounds(*parse_week(week), tz)
-    if start > now:
-        raise ReportError(f"week {week} has not started yet")
-    return start
 
 
 def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = True) -> Computed:
@@ -208,7 +98,7 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
     runs, gt, skipped = week_gpu_time(
         store_url, start, tz=req.tz, basis=req.basis, thresholds=req.thresholds, now=now
     )
-    k = req.kpis(runs, gt, start)
+    k = week_kpis(req, runs, gt, start)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
     if skipped and warn:
@@ -237,7 +127,7 @@ def compute_live(
         store_url, current, tz=req.tz, weeks=2, basis=req.basis, thresholds=req.thresholds, now=now
     )
     latest, so_far = (
-        dataclasses.replace(req.kpis(runs, gt, start, trend_weeks=2), skipped=skipped)
+        dataclasses.replace(week_kpis(req, runs, gt, start, trend_weeks=2), skipped=skipped)
         for start in (shift_week(current, req.tz, -1), current)
     )
     return latest, so_far

@@ -34,15 +34,14 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         ReportError,
         ImportFailed,
     ]
-    try:
-        from tracker.store import StoreError
-
-        errors.append(StoreError)
-    except ImportError:  # pragma: no cover - sqlalchemy missing
-        pass
-    from reports.service.mailer import MailError
-
-    errors.append(MailError)
+    # a store or mail error can only come from a module that was loaded: importing them here
+    # for nothing would cost a bad flag's answer the time it takes to load SQLAlchemy
+    store = sys.modules.get("tracker.store.engine")
+    if store is not None:
+        errors.append(store.StoreError)
+    mailer = sys.modules.get("reports.service.mailer")
+    if mailer is not None:
+        errors.append(mailer.MailError)
     return tuple(errors)
 
 
@@ -56,9 +55,18 @@ def _shown_url(url: str) -> str:
 # -- output -------------------------------------------------------------------------------------
 # -- subcommands -------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports.build import Request, backfill, build, parse_formats
+    from reports.request import Request, parse_formats
     from reports.weeks import parse_week, zone
 
+    # what the flags say is checked first: a bad one is answered before anything heavy loads
+    if args.week and (args.since or args.all):
+        raise UsageError("--week is one week; --since/--all archive every missing week: not both")
+    for week in (args.week, args.since):
+        if week:
+            parse_week(week)  # a bad week is an error before the store is touched
+    formats = parse_formats(args.format)
+    if args.tz:
+        zone(args.tz)
     settings = _settings(args)
     section = _report_section(args)  # [report]: what a flag does not say
     args.tz = args.tz or section.get("timezone", "UTC")
@@ -68,16 +76,13 @@ def cmd_report(args: argparse.Namespace) -> int:
         settings,
         week=args.week,
         tz=zone(args.tz),
-        formats=parse_formats(args.format),
+        formats=formats,
         basis=args.basis,
         report_url=args.report_url or section.get("report_url"),
         budgets=section["budgets"],
     )
-    if args.week and (args.since or args.all):
-        raise UsageError("--week is one week; --since/--all archive every missing week: not both")
-    for week in (args.week, args.since):
-        if week:
-            parse_week(week)  # a bad week is an error before the store is touched
+    from reports.build import backfill, build
+
     _open_store(settings.store, create=False).close()
     if args.since or args.all:
         written = backfill(settings.store, req, Path(args.out).expanduser(), since=args.since)
@@ -195,7 +200,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"written to {_shown_url(url)}"
     )
     print(f"list them again with: gpu-kpi runs --store {_shown_url(url)} --week {label}")
-    from reports.build import FORMATS, Request, backfill, build
+    from reports.build import backfill, build
+    from reports.request import FORMATS, Request
     from reports.weeks import zone
 
     req = Request(

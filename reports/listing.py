@@ -226,11 +226,12 @@ MAX_WEEKS = 520
 
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
-    from reports.build import Request, resolve_week
+    from reports.build import week_kpis
     from reports.data.gputime import week_gpu_time
     from reports.errors import UsageError
     from reports.kpi.chargeback import COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
+    from reports.request import Request, resolve_week
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
 
     section = _report_section(args)  # the report's own time zone and basis, as in report
@@ -261,7 +262,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     rows = [
         row
         for start in weeks
-        for row in chargeback_rows(req.kpis(runs, gt, start, trend_weeks=1), label_of(start))
+        for row in chargeback_rows(week_kpis(req, runs, gt, start, trend_weeks=1), label_of(start))
     ]
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, fieldnames=list(COLUMNS))
@@ -305,9 +306,9 @@ def cmd_budgets(args: argparse.Namespace) -> int:
     """``gpu-kpi budgets``: each team's spend so far this week and month against its budget,
     as the service checks it for alerts."""
     from reports.budgets import current_lines
-    from reports.build import Request
     from reports.errors import UsageError
     from reports.render.fmt import budget_row
+    from reports.request import Request
     from reports.weeks import zone
 
     section = _report_section(args)

@@ -86,6 +86,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reports.kpi",),
     ("reports.data",),
     ("reports.render",),
+    ("reports.request",),
     ("reports.build", "reports.budgets", "reports.archive"),
     ("reports.service", "reports.demo", "reports.imports"),
     ("reports", "reports.cli"),

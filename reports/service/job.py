@@ -37,9 +37,10 @@ from reports.weeks import label_of
 from tracker.config import ConfigError
 
 if TYPE_CHECKING:
-    from reports.build import Computed, Request
+    from reports.build import Computed
     from reports.kpi import WeekKpis
     from reports.render.chat import Card
+    from reports.request import Request
 
 log = logging.getLogger("gpu_kpi")
 
@@ -91,7 +92,7 @@ class Service:
 
     # -- what is owed ---------------------------------------------------------------------------
     def latest_week(self, now: datetime) -> datetime:
-        from reports.build import resolve_week
+        from reports.request import resolve_week
 
         return resolve_week(None, self.settings.tz, now)
 
@@ -290,7 +291,7 @@ class Service:
     def request(self, label: str | None) -> Request:
         """The report request of week ``label`` (None: the last complete week) with this
         service's settings."""
-        from reports.build import FORMATS, Request
+        from reports.request import FORMATS, Request
 
         s = self.settings
         return Request.from_settings(

@@ -14,8 +14,9 @@ import pytest
 from fakes import run_record
 
 from reports.archive import read_archive
-from reports.build import Request, build
+from reports.build import build
 from reports.render.index import LeftOut
+from reports.request import Request
 from tracker.store import RunStore
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from fakes import run_record
 
-from reports.build import Request, backfill, build
+from reports.build import backfill, build
 from reports.cli import main
 from reports.errors import ReportError
+from reports.request import Request
 from tracker.store import RunStore
 
 W45 = datetime(2026, 11, 2, tzinfo=UTC)  # Monday of 2026-W45

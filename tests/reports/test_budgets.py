@@ -15,10 +15,11 @@ import pytest
 from fakes import minutes, run_record
 
 from reports.budgets import current_lines
-from reports.build import Request, compute, render
+from reports.build import compute, render
 from reports.cli import main
 from reports.data.scans import SampleScans
 from reports.kpi.budgets import Budget
+from reports.request import Request
 from tracker.store import RunStore
 
 W49 = datetime(2026, 11, 30, tzinfo=UTC)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from fakes import run_record
 
-from reports.build import resolve_week
 from reports.data.scans import SampleScans
 from reports.errors import ReportError
+from reports.request import resolve_week
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore
 

@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from fakes import run_record
 
-from reports.build import Request, compute
+from reports.build import compute
+from reports.request import Request
 from reports.weeks import label_of, week_bounds
 from tracker.record import MinuteSample
 from tracker.store import RunStore

@@ -122,7 +122,8 @@ def test_a_runs_own_price_beats_the_owned_rate_as_in_the_tracker(tmp_path: Path)
     """Two 1-GPU H100 runs of 2 h: one given its own $1.50 (price_source "override"), one that
     ran with the table's $3.85. With H100 owned, the first keeps $3.00, the second is priced
     2 x $0.964778."""
-    from reports.build import Request, compute
+    from reports.build import compute
+    from reports.request import Request
     from tracker.owned import OwnedGpu
 
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -149,7 +150,8 @@ def test_a_runs_own_price_beats_the_owned_rate_as_in_the_tracker(tmp_path: Path)
 def test_a_variant_priced_in_prices_is_rented_not_the_owned_base(tmp_path: Path) -> None:
     """H100 is owned; "H100 NVL" has its own $3.00 in [prices]. A 1 h run on an NVL is rented
     at $3.00 and stays out of the owned H100's hours; a 1 h run on an SXM H100 is owned."""
-    from reports.build import Request, compute
+    from reports.build import compute
+    from reports.request import Request
     from tracker.owned import OwnedGpu
 
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -183,7 +185,8 @@ def test_a_variant_priced_in_prices_is_rented_not_the_owned_base(tmp_path: Path)
 def test_a_summary_claiming_more_idle_than_spend_is_capped_at_its_hours(tmp_path: Path) -> None:
     """A summary-only run: 10 GPU-h at $2 = $20, utilization 50%, but idle_usd $30 (bad data).
     Its idle hours are capped at its 10 GPU-hours: idle $20, waste $20, never idle > waste."""
-    from reports.build import Request, compute
+    from reports.build import compute
+    from reports.request import Request
 
     url = f"sqlite:///{tmp_path}/runs.db"
     with RunStore(url) as s:

@@ -17,8 +17,9 @@ from fakes import run_record
 
 from reports import archive
 from reports import build as report_build
-from reports.build import Request, build
+from reports.build import build
 from reports.errors import ReportError
+from reports.request import Request
 from tracker.record import MinuteSample
 from tracker.store import RunStore
 

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 from fakes import run_record
 
-from reports.build import Request, compute
+from reports.build import compute
+from reports.request import Request
 from tracker.store import RunStore
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)

@@ -20,7 +20,8 @@ import pytest
 import sqlalchemy as sa
 from fakes import run_record
 
-from reports.build import Request, build, compute
+from reports.build import build, compute
+from reports.request import Request
 from tracker.record import MinuteSample
 from tracker.store import RunStore
 

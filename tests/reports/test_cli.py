@@ -173,3 +173,33 @@ def test_help_everywhere_and_no_heavy_imports() -> None:
         check=True,
     )
     assert "HEAVY []" in p.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--week", "2026-W54"], "week '2026-W54' does not exist: 2026 has 53 ISO weeks"),
+        (["--format", "pdf"], "unknown format pdf: use a comma-separated list of"),
+        (["--tz", "Nowhere/City"], "unknown time zone 'Nowhere/City'"),
+    ],
+)
+def test_a_bad_report_flag_is_answered_before_anything_heavy_loads(
+    args: list[str], error: str
+) -> None:
+    """A typo in a flag is answered at once: no pandas, SQLAlchemy or matplotlib loaded."""
+    code = (
+        "import sys\nfrom reports.cli import main\n"
+        f"code = main(['report', *{args!r}])\n"
+        "heavy = [m for m in ('pandas', 'sqlalchemy', 'matplotlib') if m in sys.modules]\n"
+        "print('EXIT', code, 'HEAVY', heavy)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "EXIT 2 HEAVY []" in p.stdout, p.stdout + p.stderr
+    assert p.stderr.startswith(f"gpu-kpi: error: {error}") and p.stderr.count("\n") == 1

@@ -1,4 +1,4 @@
-"""A report request built from the settings (:meth:`reports.build.Request.from_settings`), the
+"""A report request built from the settings (:meth:`reports.request.Request.from_settings`), the
 one way the CLI's report, chargeback and budgets commands and the service make one."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC
 from zoneinfo import ZoneInfo
 
-from reports.build import FORMATS, Request
 from reports.kpi.budgets import Budget
+from reports.request import FORMATS, Request
 from reports.service.config import ServiceSettings
 from reports.service.job import Service
 from tracker.carbon import Carbon

@@ -10,12 +10,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from reports.build import Request, compute
+from reports.build import compute
 from reports.cli import main
 from reports.data.scans import SampleScans
 from reports.errors import ImportFailed
 from reports.imports.nvsmi import Labels, import_nvsmi, read_nvsmi
 from reports.imports.play import OVERLAPS, SHARED
+from reports.request import Request
 from tracker.store import RunStore
 
 HEADER = (

@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 from prom_server import Sample, running_prometheus
 
-from reports.build import Request, compute
+from reports.build import compute
 from reports.cli import main
 from reports.errors import ImportFailed
 from reports.imports.prom import UNALLOCATED, LabelMap, chunks, import_prometheus, read_prometheus
+from reports.request import Request
 from tracker.store import RunStore
 
 pytestmark = pytest.mark.prometheus

@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 import readers
 
-from reports.build import Request, compute
+from reports.build import compute
 from reports.cli import main
 from reports.errors import ImportFailed
 from reports.imports.play import TRACKED, Labels
 from reports.imports.wandb_runs import NO_GPU, import_wandb, read_wandb
+from reports.request import Request
 from tracker.session import track
 from tracker.sinks.wandb import WandbSink
 from tracker.store import RunStore
