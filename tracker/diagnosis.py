@@ -12,6 +12,7 @@ from tracker.cost import Thresholds
 
 VERDICTS = (
     "idle",
+    "imbalanced",
     "input-bound",
     "communication-bound",
     "small-batch",
@@ -24,6 +25,9 @@ VERDICTS = (
 ADVICE: dict[str, str] = {
     "idle": "The GPUs sat allocated but idle: release them (stop the job, shrink the "
     "reservation) instead of holding them.",
+    "imbalanced": "Some of the run's GPUs worked while others sat idle all run: the job uses "
+    "fewer GPUs than it holds. Request only the GPUs it uses, or check the launcher (one process "
+    "per GPU: torchrun --nproc-per-node, CUDA_VISIBLE_DEVICES, a DistributedSampler).",
     "input-bound": "The loop waits for data: use 4-8 DataLoader workers per GPU, pin_memory=True, "
     "prefetch_factor, faster storage, and move transforms to the GPU.",
     "communication-bound": "Ranks wait for each other: overlap communication with compute, tune "
@@ -32,8 +36,8 @@ ADVICE: dict[str, str] = {
     "accumulation), and cut launch overhead with CUDA graphs or torch.compile.",
     "low-efficiency": "The GPU is busy but does little math per second: train in bf16/fp16, use "
     "fused kernels (FlashAttention), and make matmuls larger.",
-    "below-target": "Utilization is under target with no single cause: profile a few steps "
-    "(torch.profiler) and look for host syncs (.item(), .cpu()), logging and I/O.",
+    "below-target": "Utilization is under target with no single cause measured: profile a few "
+    "steps (torch.profiler) and look for host syncs (.item(), .cpu()), logging and I/O.",
     "healthy": "",
     "unknown": "No GPU data was collected (NVML missing or no GPU): nothing to judge. "
     "Install nvidia-ml-py and check the driver.",
@@ -71,6 +75,10 @@ class Evidence:
     mfu: float | None = None
     rank_spread_pct: float | None = None
     """Spread of step time across ranks, (slowest - fastest) / mean, percent."""
+    idle_gpus: int = 0
+    """GPUs whose utilization over the whole run was under the idle threshold."""
+    cost_usd: float | None = None
+    """What the run's GPU time cost (None: unpriced)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +99,17 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
         return Diagnosis(verdict=name, severity=severity, reason=reason, advice=ADVICE[name])
 
     gpu_s = e.duration_s * max(e.gpu_count, 1)
+    if e.util_pct is not None and e.gpu_count > 1 and 0 < e.idle_gpus < e.gpu_count:
+        held = (
+            f": ${e.cost_usd * e.idle_gpus / e.gpu_count:,.2f} of GPU time held for nothing"
+            if e.cost_usd is not None
+            else ""
+        )
+        return verdict(
+            "imbalanced",
+            "critical",
+            f"{e.idle_gpus} of {e.gpu_count} GPUs idle all run (under {t.idle_pct:g}%){held}",
+        )
     if e.util_pct is not None and (
         (gpu_s > 0 and e.idle_gpu_s >= 0.5 * gpu_s)
         or (e.util_pct < t.idle_pct and e.duration_s >= t.idle_window_s)
@@ -108,6 +127,14 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
         )
     if e.util_pct is None:
         return verdict("unknown", "unknown", "no GPU data")
+    if e.util_pct < t.idle_pct:
+        # near 0% is GPU time held idle however short: never "raise the batch size"
+        return verdict(
+            "idle",
+            "warning",
+            f"utilization {e.util_pct:.0f}%, held idle for {e.duration_s / 60:.0f} min "
+            f"(shorter than the {t.idle_window_min}-min idle window)",
+        )
     below = e.util_pct < t.target_util_pct
     if (
         below
@@ -121,16 +148,26 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
             f"step time differs by {e.rank_spread_pct:.0f}% across ranks at "
             f"{e.util_pct:.0f}% utilization",
         )
+    # small kernels need evidence: little memory in use, or few SMs active while the GPU is
+    # busy; unknown memory is not small memory
+    small_memory = e.mem_used_pct is not None and e.mem_used_pct < lim.small_batch_mem_pct
+    few_sms = (
+        e.sm_active_pct is not None
+        and e.sm_active_pct < lim.low_sm_active_pct
+        and e.util_pct >= t.underutilized_pct
+        and (e.mem_used_pct is None or small_memory)
+    )
     if (
         below
-        and (e.mem_used_pct is None or e.mem_used_pct < lim.small_batch_mem_pct)
+        and (small_memory or few_sms)
         and (e.step_time_ms is None or e.step_time_ms < lim.small_batch_step_ms)
     ):
         mem = f", {e.mem_used_pct:.0f}% of memory" if e.mem_used_pct is not None else ""
+        sms = f", SM activity {e.sm_active_pct:.0f}%" if few_sms else ""
         return verdict(
             "small-batch",
             "critical" if e.util_pct < t.underutilized_pct else "warning",
-            f"utilization {e.util_pct:.0f}%{mem}",
+            f"utilization {e.util_pct:.0f}%{mem}{sms}",
         )
     if e.util_pct >= t.alert_util_pct:
         if e.sm_active_pct is not None and e.sm_active_pct < lim.low_sm_active_pct:
@@ -145,10 +182,16 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
             )
     if not below:
         return verdict("healthy", "ok", f"utilization {e.util_pct:.0f}%")
+    unknown = [
+        what
+        for what, value in (("memory use", e.mem_used_pct), ("SM activity", e.sm_active_pct))
+        if value is None
+    ]
     return verdict(
         "below-target",
         "critical" if e.util_pct < t.underutilized_pct else "warning",
-        f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)",
+        f"utilization {e.util_pct:.0f}% (target {t.target_util_pct:.0f}%)"
+        + (f"; {' and '.join(unknown)} not measured" if unknown else ""),
     )
 
 

@@ -166,6 +166,12 @@ def run_figures(
         )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
+    uses = [gpu_use(s) for s in stats]
+    idle_gpus = sum(
+        1
+        for u in uses
+        if u.known_s > 0 and weighted_util_pct(u.util_s, u.known_s) < thresholds.idle_pct
+    )
     return {
         "gpu_count": float(gpu_count),
         "gpu_hours": gpu_count * hours,
@@ -188,6 +194,7 @@ def run_figures(
         "waste_usd": waste,
         "idle_usd": idle_cost,
         "idle_gpu_s": idle_gpu_s,
+        "idle_gpus": float(idle_gpus),
     }
 
 
@@ -211,6 +218,8 @@ def evidence(
         step_time_ms=fig["step_time_ms"],
         mfu=run_mfu,
         rank_spread_pct=rank_spread_pct,
+        idle_gpus=int(fig.get("idle_gpus") or 0),
+        cost_usd=fig["cost_usd"],
     )
 
 

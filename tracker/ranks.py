@@ -59,6 +59,7 @@ RECORD_KEYS: tuple[str, ...] = (
     "waste_usd",
     "idle_usd",
     "idle_gpu_s",
+    "idle_gpus",
 )
 
 
@@ -171,6 +172,7 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
         "waste_usd": total("waste_usd"),
         "idle_usd": total("idle_usd"),
         "idle_gpu_s": total("idle_gpu_s"),
+        "idle_gpus": total("idle_gpus"),
         "rank_spread_pct": _spread(steps)[3],
     }
 

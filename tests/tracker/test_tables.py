@@ -207,7 +207,21 @@ HOUR = 3600.0
     ("evidence", "verdict", "severity"),
     [
         (Evidence(util_pct=2.0, duration_s=HOUR), "idle", "critical"),
-        (Evidence(util_pct=2.0, duration_s=600.0), "small-batch", "critical"),
+        # near 0% is held idle however short, never "raise the batch size"
+        (Evidence(util_pct=2.0, duration_s=600.0), "idle", "warning"),
+        (Evidence(util_pct=0.0, duration_s=600.0, mem_used_pct=3.0), "idle", "warning"),
+        # unknown memory is not small memory: an 83%-busy GPU without memory.total
+        (Evidence(util_pct=83.0, duration_s=HOUR), "below-target", "warning"),
+        (Evidence(util_pct=40.0, duration_s=HOUR, step_time_ms=20.0), "below-target", "critical"),
+        (Evidence(util_pct=60.0, duration_s=HOUR, mem_used_pct=75.0), "below-target", "warning"),
+        # small kernels shown by few SMs active on a busy GPU
+        (Evidence(util_pct=60.0, duration_s=HOUR, sm_active_pct=20.0), "small-batch", "warning"),
+        # one of two GPUs at 0% all run: imbalanced, not 46% below target
+        (
+            Evidence(util_pct=45.5, duration_s=HOUR, gpu_count=2, idle_gpus=1, mem_used_pct=9.0),
+            "imbalanced",
+            "critical",
+        ),
         (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=12.0), "input-bound", "warning"),
         (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
         (Evidence(util_pct=None, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
@@ -242,3 +256,19 @@ def test_diagnosis_table(evidence: Evidence, verdict: str, severity: str) -> Non
     d = diagnose(evidence)
     assert (d.verdict, d.severity) == (verdict, severity)
     assert bool(d.advice) == (verdict != "healthy")
+    assert "batch size" not in d.advice or verdict == "small-batch"
+
+
+def test_the_reasons_say_what_is_unknown_and_what_is_held() -> None:
+    """An H100 pair for 2 h at $3.85: $15.40, half of it on the idle GPU."""
+    d = diagnose(
+        Evidence(util_pct=45.5, duration_s=2 * HOUR, gpu_count=2, idle_gpus=1, cost_usd=15.40)
+    )
+    assert d.reason == "1 of 2 GPUs idle all run (under 5%): $7.70 of GPU time held for nothing"
+    assert "Request only the GPUs it uses" in d.advice
+    assert diagnose(Evidence(util_pct=83.0, duration_s=HOUR)).reason == (
+        "utilization 83% (target 85%); memory use and SM activity not measured"
+    )
+    assert diagnose(Evidence(util_pct=0.0, duration_s=600.0)).reason == (
+        "utilization 0%, held idle for 10 min (shorter than the 30-min idle window)"
+    )

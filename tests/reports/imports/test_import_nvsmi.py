@@ -487,3 +487,22 @@ def test_the_report_says_where_its_runs_came_from(tmp_path: Path, url: str) -> N
         "tracker": pytest.approx(4.0),
     }
     assert b">Source<" in files["html"] and b">nvidia-smi<" in files["html"]
+
+
+def test_one_gpu_at_work_and_one_idle_all_run_is_imbalanced(tmp_path: Path) -> None:
+    """Two H100s for an hour at $2: GPU 0 at 91%, GPU 1 at 0% (with memory known, 5% in use).
+    The run is "imbalanced", not "46%, below-target": 1 of 2 GPUs idle, $2.00 of its $4.00."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 24, 10, 0)
+    rows = [HEADER]
+    for m in range(61):
+        t = start + timedelta(minutes=m)
+        rows += [line(t, 0, "91"), line(t, 1, "0", mib=4_000, watts=70.0)]
+    log = write(tmp_path, "ddp-wrong-launcher.csv", "\n".join(rows) + "\n")
+    assert main(["import", "nvidia-smi", str(log), "--store", url, "--price", "2"]) == 0
+    with RunStore(url) as store:
+        (run,) = store.list_runs()
+    assert run.cost_usd == pytest.approx(4.0)
+    assert run.util_pct == pytest.approx(45.5)
+    assert run.verdict == "imbalanced"
+    assert run.advice is not None and "Request only the GPUs it uses" in run.advice
