@@ -90,14 +90,53 @@ def _escape(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def _usd(value: float, _pos: object = None) -> str:
+def _usd(value: float) -> str:
+    """A dollar amount on a chart: cents under $10 (``$0.42``), whole dollars, then k and M."""
     if abs(value) >= 1e6:
         return _escape(f"${value / 1e6:,.1f}M")
     if abs(value) >= 1e4:
         return _escape(f"${value / 1e3:,.0f}k")
     if abs(value) >= 1e3:
         return _escape(f"${value / 1e3:,.1f}k")
+    if abs(value) < 10 and value != 0:
+        return _escape(f"${value:,.2f}")
     return _escape(f"${value:,.0f}")
+
+
+def usd_tick(value: float, ticks: Sequence[float]) -> str:
+    """A tick label on a dollar axis whose ticks are ``ticks``: one unit for the axis ($, k or
+    M, by its largest tick) and as many decimals as the ticks need to read exactly, so small
+    amounts stay distinct (``$0.25 $0.50 $0.75``, never ``$0 $0 $1``)."""
+    top = max((abs(t) for t in ticks), default=abs(value))
+    scale, unit = (1e6, "M") if top >= 1e6 else (1e3, "k") if top >= 1e4 else (1.0, "")
+    if value == 0:
+        return _escape("$0")
+    scaled = [t / scale for t in ticks] or [value / scale]
+    decimals = next(
+        (
+            d
+            for d in range(4)
+            if all(abs(round(t, d) - t) <= 1e-9 * max(1.0, abs(t)) for t in scaled)
+        ),
+        2,
+    )
+    if decimals == 1 and not unit:
+        decimals = 2  # cents: $0.50, not $0.5
+    return _escape(f"${value / scale:,.{decimals}f}{unit}")
+
+
+def _usd_axis(axis: Any) -> None:
+    """Dollar tick labels on ``axis`` (:func:`usd_tick`, knowing every tick of the axis)."""
+    from matplotlib.ticker import Formatter
+
+    class UsdTicks(Formatter):
+        def format_ticks(self, values: Sequence[float]) -> list[str]:
+            return [usd_tick(v, values) for v in values]
+
+        def __call__(self, x: float, pos: int | None = None) -> str:
+            return usd_tick(x, [x])
+
+    axis.set_major_formatter(UsdTicks())
 
 
 def _palette() -> list[int]:
@@ -181,7 +220,6 @@ def _trend_utilization(k: WeekKpis, ax: Axes) -> None:
 
 
 def _trend_spend(k: WeekKpis, ax: Axes) -> None:
-    from matplotlib.ticker import FuncFormatter
 
     t = k.trend
     x = _weeks_axis(ax, list(t["week"]))
@@ -200,12 +238,11 @@ def _trend_spend(k: WeekKpis, ax: Axes) -> None:
             color=BLUE,
         )
     ax.set_ylim(0, max([*spend, 1.0]) * 1.15)
-    ax.yaxis.set_major_formatter(FuncFormatter(_usd))
+    _usd_axis(ax.yaxis)
     ax.set_title(_escape(f"Spend, $ per week — last {len(x)} weeks"))
 
 
 def _trend_waste(k: WeekKpis, ax: Axes) -> None:
-    from matplotlib.ticker import FuncFormatter
 
     t = k.trend
     x = _weeks_axis(ax, list(t["week"]))
@@ -214,7 +251,7 @@ def _trend_waste(k: WeekKpis, ax: Axes) -> None:
     ax.bar([i - 0.19 for i in x], waste, width=0.38, color=ORANGE, label="recoverable waste")
     ax.bar([i + 0.19 for i in x], idle, width=0.38, color=RED, label="of which idle")
     ax.set_ylim(0, max([*waste, *idle, 1.0]) * 1.15)
-    ax.yaxis.set_major_formatter(FuncFormatter(_usd))
+    _usd_axis(ax.yaxis)
     ax.legend(loc="upper left", ncols=2)
     ax.set_title(_escape(f"Recoverable waste and idle, $ per week — last {len(x)} weeks"))
 
@@ -246,7 +283,6 @@ def _util_distribution(k: WeekKpis, ax: Axes) -> None:
 
 
 def _waste_by_team(k: WeekKpis, ax: Axes) -> None:
-    from matplotlib.ticker import FuncFormatter
 
     ax.set_title(_escape("Recoverable waste by team, $ this week"))
     teams = k.by.get("team", pd.DataFrame())
@@ -264,7 +300,7 @@ def _waste_by_team(k: WeekKpis, ax: Axes) -> None:
     ax.invert_yaxis()
     ax.grid(axis="x", color=GRID)
     ax.grid(axis="y", visible=False)
-    ax.xaxis.set_major_formatter(FuncFormatter(_usd))
+    _usd_axis(ax.xaxis)
     top_value = max([*waste, 1.0])
     ax.set_xlim(0, top_value * 1.18)
     for i, w in zip(y, waste, strict=True):
