@@ -336,10 +336,20 @@ def price_for(
     overrides: Mapping[str, float] | None = None,
     *,
     owned: Mapping[str, OwnedGpu] | None = None,
+    set_with: str = "price_per_gpu_hour=",
 ) -> Price | None:
     """The price a run on ``model`` pays: ``override`` (the run's own), else the amortized rate
     when ``owned`` (the config's ``[owned.<MODEL>]``) has the model, else ``overrides`` (the
-    config's ``[prices]``) over the table; None, with a warning, when nothing prices the model."""
+    config's ``[prices]``) over the table; None, with a warning, when nothing prices the model.
+
+    Args:
+        model: The GPU model as the driver or the log names it.
+        override: The run's own price, USD per GPU-hour.
+        overrides: The config's ``[prices]``, USD per GPU-hour by model.
+        owned: The config's ``[owned.<MODEL>]``.
+        set_with: How the caller's user gives a run its price (``price_per_gpu_hour=`` to
+            ``track()``, ``--price`` on an import): the warning names it.
+    """
     if override is not None:
         return Price(
             gpu=canonical_gpu(model) or model,
@@ -362,8 +372,9 @@ def price_for(
         price = PriceTable().lookup(model)
     if price is None:
         log.warning(
-            "gpu-kpi: no price for GPU model %r: cost is not computed; set "
-            "price_per_gpu_hour= or [prices] in the config",
+            "gpu-kpi: no price for GPU model %r: cost is not computed; set %s or [prices] in "
+            "the config",
             model,
+            set_with,
         )
     return price

@@ -263,7 +263,9 @@ def run_record(
     start, end = min(a for _, a, _ in played), max(b for _, _, b in played)
     model_name = labels.gpu_model or gpus[0].name
     model = canonical_gpu(model_name) or model_name
-    price = price_for(model, labels.price, settings.prices, owned=settings.owned)
+    price = price_for(
+        model, labels.price, settings.prices, owned=settings.owned, set_with="--price"
+    )
     covered_s = sum(s.seconds for s in stats) / len(gpus)
     if not covered_s:
         raise ImportFailed(

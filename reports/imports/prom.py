@@ -328,7 +328,13 @@ class _Fleet:
         profile = run.labels.get("GPU_I_PROFILE", "")
         if not (m := re.match(r"(\d+)g\.", profile)):
             return labels
-        price = price_for(model, self.labels.price, self.settings.prices, owned=self.settings.owned)
+        price = price_for(
+            model,
+            self.labels.price,
+            self.settings.prices,
+            owned=self.settings.owned,
+            set_with="--price",
+        )
         if price is None:
             return labels
         whole = next((n for k, n in _SLICES.items() if k in model.upper()), 7)

@@ -49,6 +49,11 @@ class Headline:
     energy_gpu_hours: float = 0.0
     """GPU-hours of the runs with an energy figure: what ``energy_kwh`` covers."""
 
+    @property
+    def none_priced(self) -> bool:
+        """Whether the week had GPU-time and none of it a price: its spend is unknown, not $0."""
+        return self.unpriced_gpu_hours > 0 and self.unpriced_gpu_hours >= self.gpu_hours - 1e-9
+
 
 @dataclass(frozen=True, kw_only=True)
 class WeekKpis:

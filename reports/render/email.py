@@ -102,6 +102,8 @@ def subject_line(k: WeekKpis, week: str, scope: str | None = None) -> str:
     h = k.headline
     util = "n/a" if h.utilization_pct is None else fmt_pct(h.utilization_pct)
     where = f", {one_line(scope, MAX_NAME_CHARS)}" if scope else ""
+    if h.none_priced:
+        return f"GPU efficiency {week}{where}: spend n/a (unpriced), {util} utilization"
     return (
         f"GPU efficiency {week}{where}: ${round(h.spend_usd):,} spend, {util} utilization, "
         f"{fmt_usd(h.waste_usd)} recoverable"

@@ -76,8 +76,29 @@ _CARDS = (
 )
 
 
+PRICE_HINT = "set a price: [prices] in the config, or --price when importing"
+"""Where a price comes from, for GPU-time without one."""
+
+
+def unpriced(k: WeekKpis) -> str:
+    """``34.0 GPU-h of RTX A6000 unpriced``: the week's GPU-time without a price, by model;
+    empty when every hour has one."""
+    h = k.headline
+    if h.unpriced_gpu_hours <= 0:
+        return ""
+    runs = k.runs
+    models = (
+        sorted({str(m) for m in runs.loc[~runs["priced"].astype(bool), "gpu_model"].dropna()})
+        if len(runs) and "priced" in runs
+        else []
+    )
+    of = f" of {', '.join(models)}" if models else ""
+    return f"{fmt_hours(h.unpriced_gpu_hours)}{of} unpriced"
+
+
 def _cards(k: WeekKpis) -> list[dict[str, str]]:
     h, t = k.headline, k.thresholds
+    none_priced = h.none_priced
     notes = {
         "gpu_hours": (
             f"{fmt_hours(h.gpu_hours - h.known_gpu_hours)} without utilization data"
@@ -85,13 +106,17 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
             else "allocated to runs"
         ),
         "spend_usd": (
-            f"excludes {fmt_hours(h.unpriced_gpu_hours)} without a price"
+            f"{unpriced(k)}: {PRICE_HINT}"
+            if none_priced
+            else f"excludes {unpriced(k)}: {PRICE_HINT}"
             if h.unpriced_gpu_hours > 0
             else "GPU-hours × price of the model" + ("; owned: amortized" if k.rent_vs_own else "")
         ),
         "utilization_pct": f"{k.basis_label}, weighted by GPU-hours; target {t.target_util_pct:.0f}%",
         "waste_usd": (
-            f"of which idle {fmt_usd(h.idle_usd)}; the rest: running under the "
+            "not known without a price"
+            if none_priced
+            else f"of which idle {fmt_usd(h.idle_usd)}; the rest: running under the "
             f"{t.target_util_pct:.0f}% target"
         ),
         "idle_usd": (
@@ -110,11 +135,14 @@ def _cards(k: WeekKpis) -> list[dict[str, str]]:
         else:
             tone = "good" if (change > 0) == (good > 0) else "bad"
         value = getattr(k.headline, field)
+        shown = _hours_number(value) if field == "gpu_hours" else fmt(value)
+        if none_priced and field in ("spend_usd", "waste_usd", "idle_usd"):
+            shown, change, tone = "n/a", None, "flat"  # unpriced is not free: never $0.00
         cards.append(
             {
                 "field": field,
                 "label": label,
-                "value": _hours_number(value) if field == "gpu_hours" else fmt(value),
+                "value": shown,
                 "unit": "GPU-h" if field == "gpu_hours" and as_number(value) is not None else "",
                 "change": fmt_change_pp(change)
                 if field == "utilization_pct"
@@ -132,17 +160,29 @@ def _points(now: object, before: object) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _breakdown_rows(df: pd.DataFrame, key: str) -> list[dict[str, str]]:
+def _unpriced_groups(runs: pd.DataFrame, key: str) -> set[str]:
+    """The values of ``key`` (as the breakdowns name them) whose runs this week are all
+    unpriced: their dollars are unknown, not $0."""
+    if not len(runs) or "priced" not in runs or key not in runs:
+        return set()
+    names = runs[key].fillna("(none)").replace("", "(none)").astype(str)
+    priced = runs["priced"].astype(bool).groupby(names).any()
+    return set(priced[~priced].index)
+
+
+def _breakdown_rows(df: pd.DataFrame, key: str, runs: pd.DataFrame) -> list[dict[str, str]]:
     rows = []
+    unknown = _unpriced_groups(runs, key)
     for r in df.head(MAX_BREAKDOWN_ROWS).to_dict("records"):
+        usd = (lambda _v: "n/a") if str(r[key]) in unknown else fmt_usd
         rows.append(
             {
                 "name": text_or_dash(r[key], "(none)"),
                 "gpu_hours": fmt_hours(r["gpu_hours"]),
                 "utilization": fmt_pct(r["utilization_pct"]),
-                "spend": fmt_usd(r["spend_usd"]),
-                "waste": fmt_usd(r["waste_usd"]),
-                "idle": fmt_usd(r["idle_usd"]),
+                "spend": usd(r["spend_usd"]),
+                "waste": usd(r["waste_usd"]),
+                "idle": usd(r["idle_usd"]),
                 "co2e": fmt_kg(r.get("co2e_kg")),
                 "runs": fmt_int(r["runs"]),
             }
@@ -193,8 +233,8 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
                 "started": "" if missing(started) else f"{pd.Timestamp(started):%Y-%m-%d %H:%M}",
                 "gpu_hours": fmt_hours(r["gpu_hours"]),
                 "utilization": fmt_pct(r["utilization_pct"]),
-                "spend": fmt_usd(r["spend_usd"]),
-                "waste": fmt_usd(r["waste_usd"]),
+                "spend": fmt_usd(r["spend_usd"]) if r.get("priced", True) else "n/a",
+                "waste": fmt_usd(r["waste_usd"]) if r.get("priced", True) else "n/a",
                 "verdict": text_or_dash(r["verdict"]),
                 "advice": text_or_dash(r["advice"], ""),
                 "links": links_of(r["links"]),
@@ -237,13 +277,19 @@ def _trend_totals(k: WeekKpis) -> dict[str, str]:
     util = t["utilization_pct"].astype(float)
     used = float((util.fillna(0.0) * known).sum())  # Σ util × known GPU-hours
     spend, waste = float(t["spend_usd"].sum()), float(t["waste_usd"].sum())
+    hours = float(t["gpu_hours"].sum())
+    none_priced = hours > 0 and float(t["unpriced_gpu_hours"].sum()) >= hours - 1e-9
+
+    def usd(value: float) -> str:
+        return "n/a" if none_priced else fmt_usd(value)  # unpriced is not free
+
     return {
         "weeks": str(len(t)),
-        "gpu_hours": fmt_hours(float(t["gpu_hours"].sum())),
-        "spend": fmt_usd(spend),
-        "waste": fmt_usd(waste),
+        "gpu_hours": fmt_hours(hours),
+        "spend": usd(spend),
+        "waste": usd(waste),
         "waste_share": fmt_pct(100.0 * waste / spend if spend > 0 else None),
-        "idle": fmt_usd(float(t["idle_usd"].sum())),
+        "idle": usd(float(t["idle_usd"].sum())),
         "utilization": fmt_pct(weighted_util_pct(used, float(known.sum()))),
         "runs": fmt_int(int(t["runs"].sum())),
         "first": week_label(t["week"].iloc[0]),
@@ -271,12 +317,19 @@ def _lede(k: WeekKpis) -> str:
         if h.utilization_pct is None
         else f"{fmt_pct(h.utilization_pct)} {k.basis_label}"
     )
+    if h.none_priced:
+        return (
+            f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs at {util}. Cost and waste: n/a — "
+            f"{unpriced(k)}: {PRICE_HINT}."
+        )
     text = (
         f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs cost {fmt_usd(h.spend_usd)} at "
         f"{util}. {fmt_usd(h.waste_usd)} of it was recoverable waste"
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
+    if h.unpriced_gpu_hours > 0:
+        text += f". Not counted: {unpriced(k)} ({PRICE_HINT})"
     return text + "."
 
 
@@ -341,7 +394,9 @@ def report_context(
             "hours": fmt_hours(
                 sum(float(x) for x in k.underutilized["gpu_hours"]) if len(k.underutilized) else 0.0
             ),
-            "waste": fmt_usd(
+            "waste": "n/a"
+            if h.none_priced
+            else fmt_usd(
                 sum(float(x) for x in k.underutilized["waste_usd"]) if len(k.underutilized) else 0.0
             ),
             "share_value": f"{min(h.underutilized_gpu_hours_pct or 0.0, 100.0):.1f}",
@@ -350,7 +405,7 @@ def report_context(
             {
                 "key": key,
                 "title": name,
-                "rows": _breakdown_rows(k.by.get(key, pd.DataFrame()), key),
+                "rows": _breakdown_rows(k.by.get(key, pd.DataFrame()), key, k.runs),
                 "more": max(len(k.by.get(key, ())) - MAX_BREAKDOWN_ROWS, 0),
             }
             for key, name in BREAKDOWNS

@@ -506,3 +506,42 @@ def test_one_gpu_at_work_and_one_idle_all_run_is_imbalanced(tmp_path: Path) -> N
     assert run.util_pct == pytest.approx(45.5)
     assert run.verdict == "imbalanced"
     assert run.advice is not None and "Request only the GPUs it uses" in run.advice
+
+
+def test_unpriced_gpu_time_is_never_shown_as_free(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two hours on a GPU no table prices ("NVIDIA Graphics Device": a board the driver does
+    not name), imported without --price. The import says to set --price (the option of the
+    command run); the report shows spend "n/a" with the unpriced GPU-hours and their model,
+    never "$0.00", in the HTML, the email's text and its subject."""
+    import email
+    import email.policy
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 24, 10, 0)
+    rows = [HEADER]
+    for m in range(121):
+        rows.append(
+            line(start + timedelta(minutes=m), 0, "50").replace(H100, "NVIDIA Graphics Device")
+        )
+    log = write(tmp_path, "lab-box.csv", "\n".join(rows) + "\n")
+    with caplog.at_level("WARNING", logger="gpu_kpi"):
+        assert main(["import", "nvidia-smi", str(log), "--store", url]) == 0
+    assert any("set --price or [prices] in the config" in m for m in caplog.messages)
+    out = tmp_path / "out"
+    args = ["report", "--store", url, "--week", "2026-W48", "--out", str(out)]
+    assert main([*args, "--format", "html,email,json"]) == 0
+    capsys.readouterr()
+    page = (out / "2026-W48.html").read_text()
+    assert "$0.00" not in page
+    assert "2.0 GPU-h of NVIDIA Graphics Device unpriced" in page
+    assert "Cost and waste: n/a" in page
+    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
+    assert msg["Subject"] == "GPU efficiency 2026-W48: spend n/a (unpriced), 50.0% utilization"
+    text = msg.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    assert "$0.00" not in text
+    spend = next(line for line in text.splitlines() if line.startswith("Spend"))
+    assert spend.split()[1] == "n/a"
+    data = json.loads((out / "2026-W48.json").read_text())
+    assert data["headline"]["unpriced_gpu_hours"] == pytest.approx(2.0)
