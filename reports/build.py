@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 import pandas as pd
@@ -103,7 +103,29 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
+    if shift_week(start, req.tz, 1) > now:
+        k = dataclasses.replace(k, so_far=now.astimezone(req.tz))
+    elif k.headline.gpu_hours <= 0:
+        k = dataclasses.replace(k, hint=_where_runs_are(store_url, req.tz, now))
+        if k.hint and warn:
+            log.warning("gpu-kpi: report %s: %s", label_of(k.week), k.hint)
     return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now)
+
+
+def _where_runs_are(store_url: str | None, tz: tzinfo, now: datetime) -> str:
+    """For a week without runs: how many runs the week under way has so far, and the command
+    that reports it (empty when it has none either)."""
+    from tracker.store import RunStore, default_store_url
+
+    start = week_bounds(*week_of(now, tz), tz)[0]
+    with RunStore(store_url or default_store_url()) as store:
+        n = len(store.list_runs(since=start))
+    if not n:
+        return ""
+    return (
+        f"no runs in this week; {n} run{'s' if n != 1 else ''} so far in "
+        f"{label_of(start)}: gpu-kpi report --week current"
+    )
 
 
 def compute_live(
@@ -191,12 +213,19 @@ def build(
     """
     check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
-    publish_week(store_url, to_dict(c.kpis, req.tz), now=c.now)
     files = render(c.kpis, req)
-    if "json" not in files:  # the index reads the archive's JSON: keep it current
-        files["json"] = to_json(c.kpis, req.tz).encode()
+    label = label_of(c.kpis.week)
+    if c.kpis.so_far is not None:
+        # a week under way is never archived as the week: its own files, out of the index
+        # and of the BI tables, so a later report (or --all) writes the complete week
+        label, index = f"{label}-so-far", False
+    else:
+        publish_week(store_url, to_dict(c.kpis, req.tz), now=c.now)
+        index = "html" in req.formats
+        if "json" not in files:  # the index reads the archive's JSON: keep it current
+            files["json"] = to_json(c.kpis, req.tz).encode()
     try:
-        return write_archive(out_dir, label_of(c.kpis.week), files, index="html" in req.formats)
+        return write_archive(out_dir, label, files, index=index)
     except OSError as e:
         reason = e.strerror or str(e)
         raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e

@@ -55,14 +55,18 @@ def _shown_url(url: str) -> str:
 # -- output -------------------------------------------------------------------------------------
 # -- subcommands -------------------------------------------------------------------------------
 def cmd_report(args: argparse.Namespace) -> int:
-    from reports.request import Request, parse_formats
+    from reports.request import CURRENT, Request, parse_formats
     from reports.weeks import parse_week, zone
 
     # what the flags say is checked first: a bad one is answered before anything heavy loads
     if args.week and (args.since or args.all):
         raise UsageError("--week is one week; --since/--all archive every missing week: not both")
+    if args.since == CURRENT:
+        raise UsageError(
+            "--since takes a complete week (YYYY-Www); --week current is the week so far"
+        )
     for week in (args.week, args.since):
-        if week:
+        if week and week != CURRENT:
             parse_week(week)  # a bad week is an error before the store is touched
     formats = parse_formats(args.format)
     if args.tz:
@@ -264,7 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
         "CSV of one week, and the index of every archived week",
     )
     report.add_argument(
-        "--week", metavar="YYYY-Www", help="ISO week (default: the last complete week)"
+        "--week",
+        metavar="YYYY-Www",
+        help="ISO week, or 'current' for the week so far (written as YYYY-Www-so-far.*, never "
+        "archived as the week); default: the last complete week",
     )
     when = report.add_mutually_exclusive_group()
     when.add_argument(

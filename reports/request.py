@@ -22,12 +22,14 @@ if TYPE_CHECKING:
     from tracker.config import Settings
 
 FORMATS = ("html", "email", "json", "csv")
+CURRENT = "current"
+"""``--week current``: the week under way, so far."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Request:
     week: str | None
-    """``YYYY-Www``; None: the last complete week."""
+    """``YYYY-Www`` or ``current`` (the week so far); None: the last complete week."""
     tz: tzinfo
     formats: Sequence[str] = ("html", "json", "csv")
     basis: str = "util"
@@ -109,7 +111,7 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
     """Monday 00:00 of the requested week in ``tz``.
 
     Args:
-        week: ``YYYY-Www``, or None for the last complete week.
+        week: ``YYYY-Www``, ``current`` (the week so far), or None for the last complete week.
         tz: The report's time zone.
         now: The current time (timezone-aware).
 
@@ -119,6 +121,11 @@ def resolve_week(week: str | None, tz: tzinfo, now: datetime) -> datetime:
     Raises:
         ReportError: The week has not started yet, or the label is not a week.
     """
+    if week == CURRENT:
+        from reports.weeks import week_of
+
+        start, _ = week_bounds(*week_of(now, tz), tz)
+        return start
     if week is None:
         from reports.weeks import last_complete_week
 

@@ -84,6 +84,11 @@ class WeekKpis:
     builder, which reads the store)."""
     budgets: tuple[BudgetLine, ...] = ()
     """The teams' spend against their budgets (``[[budgets]]``; set by the report builder)."""
+    so_far: datetime | None = None
+    """For a week still under way: the time its figures run to, in the report's time zone
+    (set by the report builder); None for a complete week."""
+    hint: str = ""
+    """Where the runs are when this week has none (set by the report builder)."""
 
 
 def _price(

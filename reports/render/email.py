@@ -36,8 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 from reports.kpi import WeekKpis
 from reports.render.charts import CHART_NAMES
 from reports.render.fmt import fmt_pct, fmt_usd, safe_http_url
-from reports.render.html import CHART_ALT, environment, report_context
-from reports.weeks import label_of, week_dates
+from reports.render.html import CHART_ALT, dates_of, environment, report_context
+from reports.weeks import label_of
 from tracker.text import one_line
 
 SIZE_BUDGET_BYTES = 90_000
@@ -127,6 +127,7 @@ def _email_context(
     and teams, user strings on one line and cut to a sensible length."""
     ctx = report_context(k, {}, title="GPU efficiency report", report_url=None, generated_at=None)
     week = label_of(k.week)  # the ISO week of Monday 00:00 in tz, whatever zone it is in
+    shown = week + (" so far" if k.so_far else "")
     runs = [
         {
             **r,
@@ -157,8 +158,8 @@ def _email_context(
     }
     return {
         **ctx,
-        "week": week,
-        "dates": week_dates(label_of(k.week)),
+        "week": shown,
+        "dates": dates_of(k),
         "skipped": skipped,
         "scope": one_line(scope, MAX_NAME_CHARS) if scope else "",
         "report_link": report_link(report_url, week, team) or "",

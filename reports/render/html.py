@@ -308,10 +308,18 @@ def _charts(charts: Mapping[str, bytes]) -> dict[str, dict[str, str]]:
     }
 
 
+def dates_of(k: WeekKpis) -> str:
+    """The week's dates (``Mon 23 Nov – Sun 29 Nov 2026``), and for a week under way the time
+    its figures run to (``so far, to Tue 14:02``)."""
+    dates = week_dates(week_label(k.week))
+    return f"{dates} · so far, to {k.so_far:%a %H:%M}" if k.so_far else dates
+
+
 def _lede(k: WeekKpis) -> str:
     h = k.headline
     if h.gpu_hours <= 0:
-        return "No GPU time was recorded this week."
+        hint = f" {k.hint[0].upper()}{k.hint[1:]}." if k.hint else ""
+        return "No GPU time was recorded this week." + hint
     util = (
         "utilization unknown"
         if h.utilization_pct is None
@@ -369,8 +377,8 @@ def report_context(
     under_rows = _run_rows(fix)
     return {
         "title": title,
-        "week": label,
-        "dates": week_dates(label),
+        "week": label + (" so far" if k.so_far else ""),
+        "dates": dates_of(k),
         "basis_label": k.basis_label,
         "lede": _lede(k),
         "generated_at": (

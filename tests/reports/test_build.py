@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from fakes import run_record
 
+from reports.build import build, compute
 from reports.data.scans import SampleScans
 from reports.errors import ReportError
-from reports.request import resolve_week
+from reports.request import Request, resolve_week
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore
 
@@ -226,3 +227,63 @@ def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> N
     assert frame["util_pct"].tolist() == [10.0, 20.0, 30.0]
     assert frame["gpu"].astype(str).tolist() == ["GPU-1", "GPU-0", "GPU-1"]
     assert frame["sm_active_pct"].isna().all()
+
+
+def test_the_week_so_far_and_where_the_runs_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new user trains on Tuesday of 2026-W49 and runs ``gpu-kpi report``: last week is empty,
+    and the report says where the runs are. ``--week current`` reports the week so far: 2 h on
+    an H100 at $3.85 = $7.70, marked "so far, to Tue 14:02", written as 2026-W49-so-far.* and
+    not archived as the week (no 2026-W49.json, no index)."""
+    from reports.cli import main
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as store:
+        store.upsert_run(run_record("first", datetime(2026, 12, 1, 9, tzinfo=UTC), 2, util=80.0))
+    now = datetime(2026, 12, 1, 14, 2, tzinfo=UTC)
+    out = tmp_path / "out"
+    c = compute(url, Request(week=None, tz=UTC), now=now)
+    assert c.kpis.headline.gpu_hours == 0
+    assert (
+        c.kpis.hint
+        == "no runs in this week; 1 run so far in 2026-W49: gpu-kpi report --week current"
+    )
+
+    written = build(
+        url, Request(week="current", tz=UTC, formats=("html", "email", "json")), out, now=now
+    )
+    assert sorted(p.name for p in written) == [
+        "2026-W49-so-far.eml",
+        "2026-W49-so-far.html",
+        "2026-W49-so-far.json",
+    ]
+    data = json.loads((out / "2026-W49-so-far.json").read_text())
+    assert data["headline"]["spend_usd"] == pytest.approx(2 * 3.85)
+    page = (out / "2026-W49-so-far.html").read_text()
+    assert "2026-W49 so far" in page and "so far, to Tue 14:02" in page
+    eml = (out / "2026-W49-so-far.eml").read_text()
+    assert "Subject: GPU efficiency 2026-W49 so far: $8 spend, 80.0% utilization" in eml
+    assert not (out / "2026-W49.json").exists() and not (out / "index.html").exists()
+
+    # the CLI, on the clock's today: the empty last week says where the runs are (stderr), exit 0
+    today = datetime.now(UTC)
+    monday = today - timedelta(
+        days=today.weekday(),
+        hours=today.hour,
+        minutes=today.minute,
+        seconds=today.second,
+        microseconds=today.microsecond,
+    )
+    url = f"sqlite:///{tmp_path}/today.db"
+    with RunStore(url) as store:
+        store.upsert_run(run_record("now", monday, 0.001, util=80.0))
+    with caplog.at_level("WARNING", logger="gpu_kpi"):
+        assert (
+            main(["report", "--store", url, "--out", str(tmp_path / "cli"), "--format", "json"])
+            == 0
+        )
+    said = [m for m in caplog.messages if "so far in" in m][-1]
+    assert "1 run so far in " in said and said.endswith("gpu-kpi report --week current")
+    assert main(["report", "--store", url, "--since", "current"]) == 2
+    assert "--since takes a complete week" in capsys.readouterr().err
