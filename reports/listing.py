@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
+import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
+from tracker.owned import OwnedGpu
 from tracker.record import RunRecord
 
 STATUSES = ("running", "finished", "failed", "crashed")
@@ -73,6 +76,42 @@ def format_runs(runs: Sequence[RunRecord]) -> str:
         ]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)
+
+
+def priced_as_reported(
+    r: RunRecord, overrides: Mapping[str, float], owned: Mapping[str, OwnedGpu]
+) -> RunRecord:
+    """``r`` with the price the reports charge it (:func:`tracker.prices.reported_price`: an
+    owned model at its amortized rate, say) and its cost, waste and idle dollars at that price
+    (each is GPU-time × price, so they scale with it); as stored when the prices agree."""
+    from tracker.prices import OWNED_SOURCE, reported_price
+
+    try:
+        price, owned_gpu = reported_price(
+            r.gpu_model, r.price_per_gpu_hour, r.price_source, overrides, owned
+        )
+    except (ArithmeticError, ValueError, TypeError):  # a bad [owned] or a bad stored value
+        return r
+    was = r.price_per_gpu_hour
+    if price is None or (was is not None and math.isclose(price, was)):
+        return r
+    if was is not None and was > 0:
+        scale = price / was
+
+        def at_price(usd: float | None) -> float | None:
+            return None if usd is None else usd * scale
+
+        cost, waste, idle = at_price(r.cost_usd), at_price(r.waste_usd), at_price(r.idle_usd)
+    else:  # priced only now: the spend is GPU-hours × price; waste needs the GPUs' minutes
+        cost, waste, idle = (r.gpu_hours or 0.0) * price, None, None
+    return dataclasses.replace(
+        r,
+        price_per_gpu_hour=price,
+        price_source=OWNED_SOURCE if owned_gpu else r.price_source or "table",
+        cost_usd=cost,
+        waste_usd=waste,
+        idle_usd=idle,
+    )
 
 
 def _record_json(r: RunRecord) -> dict[str, Any]:
@@ -142,6 +181,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         and args.user in (None, r.user)
         and args.status in (None, r.status)
     ]
+    runs = [priced_as_reported(r, settings.prices, settings.owned) for r in runs]
     runs.sort(key=lambda r: r.started_at, reverse=True)  # the newest first
     if args.limit is not None:
         runs = runs[: args.limit]

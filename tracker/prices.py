@@ -11,6 +11,7 @@ specific first: a variant (``H100-NVL``) is its own key, priced by its base mode
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -328,6 +329,42 @@ def owned_row(
         return row
     priced = {canonical_gpu(name) for name in overrides}
     return None if key in priced else row
+
+
+def reported_price(
+    model: object,
+    run_price: float | None,
+    source: str | None,
+    overrides: Mapping[str, float] | None = None,
+    owned: Mapping[str, OwnedGpu] | None = None,
+) -> tuple[float | None, str | None]:
+    """The price the reports charge a stored run, USD per GPU-hour, and the owned model that
+    sets it (None: rented). The tracker's order (:func:`price_for`) with today's config: the
+    run's own price when it was given one (``source`` "override"), else an owned model's
+    amortized rate, else the price the run ran with, else the table's (``overrides`` over the
+    built-in prices). Every surface (the report, ``gpu-kpi runs``, chargeback, budgets)
+    prices a run with this.
+
+    Args:
+        model: The run's GPU model (anything not text: unknown).
+        run_price: The price the run ran with (None: none).
+        source: Where that price came from (``override``: the run's own).
+        overrides: The config's ``[prices]``.
+        owned: The config's ``[owned.<MODEL>]``.
+    """
+    given = run_price if run_price is not None and math.isfinite(run_price) else None
+    if given is not None and source == "override":
+        return given, None
+    if owned and isinstance(model, str):
+        row = owned_row(model, owned, overrides)
+        if row is not None:
+            return row.usd_per_gpu_hour, row.gpu
+    if given is not None:
+        return given, None
+    if not isinstance(model, str):
+        return None, None
+    table = PriceTable(overrides).lookup(model)
+    return (table.usd_per_gpu_hour if table else None), None
 
 
 def price_for(

@@ -21,7 +21,7 @@ from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn
-from tracker.prices import PriceTable, owned_row
+from tracker.prices import PriceTable, reported_price
 
 
 # -- one week's KPIs --------------------------------------------------------------------------
@@ -94,32 +94,23 @@ class WeekKpis:
 def _price(
     runs: pd.DataFrame, prices: PriceTable, owned: Mapping[str, OwnedGpu] | None = None
 ) -> tuple[pd.Series, pd.Series]:
-    """Each run's price per GPU-hour: a price the run was given itself (``price_source``
-    "override"), else an owned model's amortized rate (:func:`tracker.prices.owned_row`), else
-    the one the run ran with, else the table's for its model: the tracker's order
-    (:func:`tracker.prices.price_for`). And the owned model pricing each run (None: rented)."""
+    """Each run's price per GPU-hour (:func:`tracker.prices.reported_price`) and the owned
+    model pricing it (None: rented)."""
 
-    def of(table: PriceTable) -> pd.Series:
-        return (
-            runs["gpu_model"]
-            .map(
-                lambda m: (
-                    p.usd_per_gpu_hour if isinstance(m, str) and (p := table.lookup(m)) else np.nan
-                )
-            )
-            .astype(float)
+    priced = [
+        reported_price(m, None if pd.isna(p) else float(p), src, prices.overrides, owned)
+        for m, p, src in zip(
+            runs["gpu_model"],
+            runs["price_per_gpu_hour"].astype(float),
+            runs["price_source"].astype(object),
+            strict=True,
         )
-
-    price = runs["price_per_gpu_hour"].astype(float).fillna(of(prices))
-    none = pd.Series([None] * len(runs), index=runs.index, dtype=object)
-    if not owned:
-        return price, none
-    rows = runs["gpu_model"].map(
-        lambda m: owned_row(m, owned, prices.overrides) if isinstance(m, str) else None
+    ]
+    price = pd.Series(
+        [np.nan if u is None else u for u, _ in priced], index=runs.index, dtype=float
     )
-    rows = rows.where(runs["price_source"].astype(object) != "override", none)
-    own = rows.map(lambda r: r.usd_per_gpu_hour if r is not None else np.nan).astype(float)
-    return own.fillna(price), rows.map(lambda r: r.gpu if r is not None else None)
+    owned_gpu = pd.Series([g for _, g in priced], index=runs.index, dtype=object)
+    return price, owned_gpu
 
 
 def run_weeks(

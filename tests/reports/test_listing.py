@@ -88,3 +88,57 @@ def test_limit_must_be_a_positive_number(capsys: pytest.CaptureFixture[str], url
         main(["runs", "--store", url, "--limit", "0"])
     assert e.value.code == 2
     assert "--limit: expected a whole number >= 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_run_on_an_owned_gpu_costs_the_same_in_runs_and_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run on an A100 80GB recorded at a rent price ($4.00/GPU-h: 4 h, $16.00, waste at 60%
+    16 × (1 − 60/85) = $4.71) before ``[owned.A100-80GB]`` was configured. Amortized: 15000 ÷
+    (4 × 8766) + 0.5 × 0.10 × 1.3 = $0.4928/GPU-h. ``gpu-kpi runs`` and the weekly report show
+    the same $1.97 spend and $0.58 waste: one price per run."""
+    from reports.build import compute
+    from reports.cli import main
+    from reports.request import Request
+    from tracker.config import load_settings
+
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(
+        "[owned.A100-80GB]\npurchase_usd = 15000\nlife_years = 4\npower_w = 500\n"
+        "usd_per_kwh = 0.10\npue = 1.3\n"
+    )
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 24, 8, tzinfo=UTC)
+    with RunStore(url) as store:
+        store.upsert_run(
+            run_record(
+                "heavy",
+                start,
+                4,
+                util=60.0,
+                model="NVIDIA A100-SXM4-80GB",
+                price=4.0,
+                price_source="table",
+                cost_usd=16.0,
+                waste_usd=16 * (1 - 60 / 85),
+                idle_usd=0.0,
+            )
+        )
+    rate = 15000 / (4 * 8766) + 0.5 * 0.10 * 1.3
+    assert main(["runs", "--store", url, "--config", str(config), "--format", "json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["price_per_gpu_hour"] == pytest.approx(rate)
+    assert listed["price_source"] == "owned (amortized)"
+    assert listed["cost_usd"] == pytest.approx(4 * rate)
+    assert listed["waste_usd"] == pytest.approx(4 * rate * (1 - 60 / 85))
+
+    settings = load_settings(str(config), store=url)
+    req = Request.from_settings(settings, week="2026-W48", tz=UTC)
+    k = compute(url, req, now=datetime(2026, 12, 1, tzinfo=UTC)).kpis
+    (run,) = k.runs.to_dict("records")
+    assert round(run["spend_usd"], 2) == round(listed["cost_usd"], 2) == 1.97
+    assert round(run["waste_usd"], 2) == round(listed["waste_usd"], 2) == 0.58
+
+    assert main(["runs", "--store", url]) == 0  # no config: the price the run ran with
+    table = capsys.readouterr().out
+    assert "16.00" in table and "4.71" in table
