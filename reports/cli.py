@@ -184,13 +184,42 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prog() -> str:
+    """How to run this ``gpu-kpi`` again from the shell the user is in: ``gpu-kpi`` when that
+    is what PATH finds, else the path that was run (``.venv/bin/gpu-kpi`` after
+    ``make demo``), else ``python -m reports.cli``."""
+    import shlex
+    import shutil
+
+    argv0 = Path(sys.argv[0])
+    if argv0.name != "gpu-kpi":
+        return f"{shlex.quote(sys.executable)} -m reports.cli"
+    found = shutil.which("gpu-kpi")
+    if found and Path(found).resolve() == argv0.resolve():
+        return "gpu-kpi"
+    return shlex.quote(_shown_path(argv0))
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the working folder when it is inside it, else absolute."""
+    full = path.resolve()
+    try:
+        return str(full.relative_to(Path.cwd()))
+    except ValueError:
+        return str(full)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from reports.demo import DEMO_BUDGETS, DEMO_OWNED, run_demo
+    import shlex
+
+    from reports.demo import demo_config, run_demo
     from reports.weeks import week_label, week_of
 
     out = writable_dir(Path(args.dir).resolve(), "--dir")
     url = args.store or f"sqlite:///{out / 'runs.db'}"
-    records, monday = run_demo(url)
+    config = out / "gpu-kpi.toml"
+    config.write_text(demo_config(url), encoding="utf-8")
+    records, monday = run_demo(url, config=str(config))
     from reports.listing import format_runs
 
     print(format_runs(records))
@@ -203,24 +232,33 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"\n{len(records)} simulated runs in {label}, and 12 weeks of fleet history, "
         f"written to {_shown_url(url)}"
     )
-    print(f"list them again with: gpu-kpi runs --store {_shown_url(url)} --week {label}")
     from reports.build import backfill, build
     from reports.request import FORMATS, Request
     from reports.weeks import zone
 
-    req = Request(
-        week=label, tz=zone("UTC"), owned=DEMO_OWNED, formats=FORMATS, budgets=DEMO_BUDGETS
+    settings = _settings(argparse.Namespace(config=str(config), store=url))
+    section = _report_section(argparse.Namespace(config=str(config)))
+    req = Request.from_settings(
+        settings, week=label, tz=zone("UTC"), formats=FORMATS, budgets=section["budgets"]
     )
     # every week of the history, so the index and its trends are full on the first look; the
     # demo's own week again, as a second demo replaced its runs
-    written = [*backfill(url, req, out / "reports", since=None), *build(url, req, out / "reports")]
+    reports = out / "reports"
+    written = [*backfill(url, req, reports, since=None), *build(url, req, reports)]
     html = next(p for p in written if p.name == f"{label}.html")
     weeks = len({p.stem for p in written if p.suffix == ".json"})
     print(f"\nthe weekly report of {label}: {html}")
     print(
         f"every week so far ({weeks} written now, each a page, an email, JSON and CSV): "
-        f"{out / 'reports' / 'index.html'}"
+        f"{reports / 'index.html'}"
     )
+    prog, cfg = _prog(), shlex.quote(_shown_path(config))
+    print(f"\nthe demo's config (store, owned GPUs, budgets): {_shown_path(config)}; again:")
+    print(f"  {prog} runs --config {cfg} --week {label}")
+    print(
+        f"  {prog} report --config {cfg} --week {label} --out {shlex.quote(_shown_path(reports))}"
+    )
+    print(f"  {prog} budgets --config {cfg}")
     return 0
 
 

@@ -35,6 +35,40 @@ rate and says whether owning paid off this week."""
 DEMO_BUDGETS = (Budget(team="nlp", usd_per_month=6000), Budget(team="vision", usd_per_week=150))
 """Two teams' budgets: the report shows their spend against them (and ``serve`` would alert)."""
 
+
+def demo_config(store_url: str) -> str:
+    """The demo's config file (TOML): its store, owned GPUs (:data:`DEMO_OWNED`) and budgets
+    (:data:`DEMO_BUDGETS`). The demo's sessions and report read it, and ``gpu-kpi … --config``
+    with it reproduces the demo's figures."""
+    import dataclasses
+    import json
+
+    def value(v: object) -> str:
+        return json.dumps(v)  # TOML's strings and numbers read as JSON's
+
+    from urllib.parse import urlsplit
+
+    lines = [
+        "# written by gpu-kpi demo: `gpu-kpi report --config <this file>` reproduces its figures"
+    ]
+    if urlsplit(store_url).password:  # never a secret in a file the demo writes
+        lines.append("# store: its URL has a password; give it with GPU_KPI_STORE")
+    else:
+        lines.append(f"store = {value(store_url)}")
+    for model, gpu in DEMO_OWNED.items():
+        lines += ["", f"[owned.{model}]"]
+        fields = dataclasses.asdict(gpu)
+        lines += [f"{k} = {value(v)}" for k, v in fields.items() if k != "model" and v is not None]
+    for b in DEMO_BUDGETS:
+        lines += ["", "[[budgets]]", f"team = {value(b.team)}"]
+        lines += [
+            f"{k} = {value(getattr(b, k))}"
+            for k in ("usd_per_week", "usd_per_month")
+            if getattr(b, k) is not None
+        ]
+    return "\n".join(lines) + "\n"
+
+
 BOARD_W = {"H100": 700, "H200": 700, "A100-80GB": 400, "L4": 72, "A10G": 300}
 """Board power at full load of the history's GPUs (datasheet TDP), W: a run at ``u``% draws
 about (0.2 + 0.8 u/100) of it, for the history's energy figures."""
@@ -136,7 +170,12 @@ class _Clock:
 
 
 def simulate(
-    run: DemoRun, *, store: str | bool, now: datetime, sample_every_s: float = 10.0
+    run: DemoRun,
+    *,
+    store: str | bool,
+    now: datetime,
+    sample_every_s: float = 10.0,
+    config: str | None = None,
 ) -> RunRecord:
     """Run one demo session in simulated time, starting ``run.start_hours_ago`` before
     ``now``, and return its final record."""
@@ -159,6 +198,7 @@ def simulate(
         dtype=run.dtype,
         log_to_python=False,
         print_summary=False,
+        config=config,
     )
     session.start()
     sampler = session.sampler
@@ -343,7 +383,11 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
 
 
 def run_demo(
-    store: str, *, now: datetime | None = None, history_weeks: int = 11
+    store: str,
+    *,
+    now: datetime | None = None,
+    history_weeks: int = 11,
+    config: str | None = None,
 ) -> tuple[list[RunRecord], datetime]:
     """The demo (``gpu-kpi demo``): real sessions on simulated GPUs in the last complete ISO
     week (UTC), and a fleet's runs in that week and the weeks before it, into ``store``.
@@ -352,6 +396,7 @@ def run_demo(
         store: The run store's URL.
         now: The current time (timezone-aware); None for the clock's.
         history_weeks: How many weeks of fleet history before the demo's week.
+        config: The demo's config file (:func:`demo_config`) its sessions read.
 
     Returns:
         The sessions' run records, and the demo week's Monday (UTC).
@@ -365,4 +410,5 @@ def run_demo(
         for r in fleet_history(monday - timedelta(days=7 * history_weeks), history_weeks + 1):
             s.upsert_run(r)
     friday_evening = monday + timedelta(days=4, hours=20)
-    return [simulate(r, store=store, now=friday_evening) for r in DEMO_RUNS], monday
+    runs = [simulate(r, store=store, now=friday_evening, config=config) for r in DEMO_RUNS]
+    return runs, monday

@@ -51,12 +51,13 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     table = {line.split()[2]: line.split() for line in lines[1:6]}
     # 8 x H100 for 3 h at $3.85 = 24 GPU-h, $92.40, 92% utilization, healthy
     assert table["llama-8b-sft"][-6:] == ["24.00", "92", "92.40", "0.00", "finished", "healthy"]
-    # 4 x A100-80GB for 2 h at $2.00 = $16.00; 60% util: waste 16 x (1 - 60/85) = $4.71
+    # 4 x A100-80GB for 2 h, owned (the demo's config): 15000 / (4 x 8766) + 0.5 x 0.10 x 1.3
+    # = $0.4928/GPU-h, $3.94; 60% util: waste 3.94 x (1 - 60/85) = $1.16, as in the report
     assert table["resnet50-heavy-aug"][-6:] == [
         "8.00",
         "60",
-        "16.00",
-        "4.71",
+        "3.94",
+        "1.16",
         "finished",
         "input-bound",
     ]
@@ -90,6 +91,39 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     index = (html.parent / "index.html").read_text()
     assert all(f'href="{w}.html"' in index for w in weeks)
     assert "every week so far (12 written now, each a page, an email, JSON and CSV): " in p.stdout
+
+    # the commands it prints reproduce its figures from a fresh shell: the report of the week
+    # (budgets included) and the runs at the report's prices
+    again_lines = lines[
+        lines.index(next(x for x in lines if x.startswith("the demo's config"))) + 1 :
+    ]
+    report_cmd = next(x.strip() for x in again_lines if " report --config " in x)
+    runs_cmd = next(x.strip() for x in again_lines if " runs --config " in x)
+    fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    redo = subprocess.run(
+        ["bash", "-c", report_cmd],
+        cwd=tmp_path,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert redo.returncode == 0, redo.stderr
+    assert json.loads(html.with_suffix(".json").read_text())["headline"] == week["headline"]
+    assert json.loads(html.with_suffix(".json").read_text())["budgets"] == week["budgets"]
+    shown = subprocess.run(
+        ["bash", "-c", runs_cmd],
+        cwd=tmp_path,
+        env=fresh,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    row = next(x.split() for x in shown.stdout.splitlines() if "resnet50-heavy-aug" in x)
+    assert row[-4:-2] == ["3.94", "1.16"]
 
     listed = gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json")
     assert listed.returncode == 0, listed.stderr
