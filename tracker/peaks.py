@@ -196,6 +196,78 @@ PEAKS: dict[str, Peak] = {
             ampere_or_newer=False,
             source="NVIDIA V100 datasheet (SXM2)",
         ),
+        Peak(
+            model="V100S",
+            tflops={"fp32": 16.4, "fp16": 130.0},
+            ampere_or_newer=False,
+            source="NVIDIA V100S datasheet (PCIe)",
+        ),
+        Peak(
+            model="RTX-A6000",
+            tflops={"fp32": 38.7, "bf16": 154.8, "fp16": 154.8},
+            ampere_or_newer=True,
+            source="NVIDIA RTX A6000 datasheet: tensor 309.7 TFLOPS with sparsity / 2",
+        ),
+        Peak(
+            model="RTX-A5000",
+            tflops={"fp32": 27.8, "bf16": 111.1, "fp16": 111.1},
+            ampere_or_newer=True,
+            source="NVIDIA RTX A5000 datasheet: tensor 222.2 TFLOPS with sparsity / 2",
+        ),
+        Peak(
+            model="RTX-A4000",
+            tflops={"fp32": 19.2, "bf16": 76.7, "fp16": 76.7},
+            ampere_or_newer=True,
+            source="NVIDIA RTX A4000 datasheet: tensor 153.4 TFLOPS with sparsity / 2",
+        ),
+        # GeForce: the 16-bit tensor rate with FP32 accumulate (what mixed precision uses), half
+        # the FP16-accumulate figure the marketing quotes
+        Peak(
+            model="RTX-4090",
+            tflops={"fp32": 82.6, "bf16": 165.2, "fp16": 165.2},
+            ampere_or_newer=True,
+            source="NVIDIA Ada Lovelace architecture whitepaper, RTX 4090: FP16/BF16 tensor "
+            "with FP32 accumulate, dense",
+        ),
+        Peak(
+            model="RTX-4080",
+            tflops={"fp32": 48.7, "bf16": 97.5, "fp16": 97.5},
+            ampere_or_newer=True,
+            source="NVIDIA Ada Lovelace architecture whitepaper, RTX 4080: FP16/BF16 tensor "
+            "with FP32 accumulate, dense",
+        ),
+        Peak(
+            model="RTX-3090",
+            tflops={"fp32": 35.6, "bf16": 71.0, "fp16": 71.0},
+            ampere_or_newer=True,
+            source="NVIDIA Ampere GA102 whitepaper, RTX 3090: FP16/BF16 tensor with FP32 "
+            "accumulate, dense",
+        ),
+        Peak(
+            model="RTX-3080",
+            tflops={"fp32": 29.8, "bf16": 59.5, "fp16": 59.5},
+            ampere_or_newer=True,
+            source="NVIDIA Ampere GA102 whitepaper, RTX 3080: FP16/BF16 tensor with FP32 "
+            "accumulate, dense",
+        ),
+        Peak(
+            model="TITAN-RTX",
+            tflops={"fp32": 16.3, "fp16": 130.5},
+            ampere_or_newer=False,
+            source="NVIDIA Turing TU102 whitepaper, TITAN RTX: FP16 tensor with FP32 accumulate",
+        ),
+        Peak(
+            model="P40",
+            tflops={"fp32": 11.8},
+            ampere_or_newer=False,
+            source="NVIDIA Tesla P40 datasheet (no fast FP16)",
+        ),
+        Peak(
+            model="K80",
+            tflops={"fp32": 4.37},
+            ampere_or_newer=False,
+            source="NVIDIA Tesla K80 datasheet: 8.73 TFLOPS FP32 at boost per board of two GPUs",
+        ),
     )
 }
 # Left out on purpose, so that they get no MFU rather than a wrong one (their names are still
@@ -206,6 +278,8 @@ PEAKS: dict[str, Peak] = {
 #   sparsity; whether 16-bit with FP32 accumulate runs at half that rate (as on the L40, the
 #   same AD102 configuration at 181 TFLOPS bf16) or at the full 364 is not stated.
 # - RTX PRO 6000 Blackwell (Server and Workstation Editions): the datasheet quotes FP4 only.
+# - Tesla P100: its PCIe (9.3 FP32, 18.7 FP16) and SXM2 (10.6, 21.2) parts share one name
+#   pattern, and a PCIe peak would overstate an SXM2 run's MFU.
 
 
 def peak_key(gpu_name: str) -> str | None:

@@ -112,6 +112,120 @@ DEFAULT_PRICES: tuple[Price, ...] = (
         description="V100 16GB",
         source="AWS p3.2xlarge 3.06",
     ),
+    # workstation, consumer and older data-center GPUs, as real logs are full of them: a
+    # marketplace's on-demand rate (RunPod, Vast.ai) or a cloud's list price, per GPU
+    Price(
+        gpu="V100S",
+        mem_gib=32,
+        usd_per_gpu_hour=0.88,
+        as_of="2025",
+        description="V100S 32GB",
+        source="OVHcloud t2-le-45 0.88/GPU (list, 2025)",
+    ),
+    Price(
+        gpu="L40",
+        mem_gib=48,
+        usd_per_gpu_hour=0.99,
+        as_of="2025",
+        description="L40 48GB",
+        source="RunPod secure cloud 0.99 (2025)",
+    ),
+    Price(
+        gpu="RTX-6000-Ada",
+        mem_gib=48,
+        usd_per_gpu_hour=0.77,
+        as_of="2025",
+        description="RTX 6000 Ada Generation 48GB",
+        source="RunPod community cloud 0.74-0.77 (2025)",
+    ),
+    Price(
+        gpu="RTX-A6000",
+        mem_gib=48,
+        usd_per_gpu_hour=0.49,
+        as_of="2025",
+        description="RTX A6000 48GB",
+        source="RunPod community cloud 0.49, Vast.ai 0.40-0.50 (2025)",
+    ),
+    Price(
+        gpu="RTX-A5000",
+        mem_gib=24,
+        usd_per_gpu_hour=0.29,
+        as_of="2025",
+        description="RTX A5000 24GB",
+        source="RunPod community cloud 0.26-0.29 (2025)",
+    ),
+    Price(
+        gpu="RTX-A4000",
+        mem_gib=16,
+        usd_per_gpu_hour=0.2,
+        as_of="2025",
+        description="RTX A4000 16GB",
+        source="RunPod community cloud 0.17-0.20 (2025)",
+    ),
+    Price(
+        gpu="RTX-4090",
+        mem_gib=24,
+        usd_per_gpu_hour=0.39,
+        as_of="2025",
+        description="GeForce RTX 4090 24GB",
+        source="RunPod community cloud 0.34-0.44, Vast.ai 0.30-0.40 (2025)",
+    ),
+    Price(
+        gpu="RTX-4080",
+        mem_gib=16,
+        usd_per_gpu_hour=0.27,
+        as_of="2025",
+        description="GeForce RTX 4080 16GB",
+        source="Vast.ai 0.20-0.30 (2025)",
+    ),
+    Price(
+        gpu="RTX-3090",
+        mem_gib=24,
+        usd_per_gpu_hour=0.22,
+        as_of="2025",
+        description="GeForce RTX 3090 24GB",
+        source="RunPod community cloud 0.22, Vast.ai 0.15-0.25 (2025)",
+    ),
+    Price(
+        gpu="RTX-3080",
+        mem_gib=10,
+        usd_per_gpu_hour=0.13,
+        as_of="2025",
+        description="GeForce RTX 3080 10GB",
+        source="Vast.ai 0.10-0.15 (2025)",
+    ),
+    Price(
+        gpu="TITAN-RTX",
+        mem_gib=24,
+        usd_per_gpu_hour=0.18,
+        as_of="2025",
+        description="TITAN RTX 24GB",
+        source="Vast.ai 0.15-0.20 (2025)",
+    ),
+    Price(
+        gpu="P100",
+        mem_gib=16,
+        usd_per_gpu_hour=1.46,
+        as_of="2025",
+        description="Tesla P100 16GB",
+        source="Google Cloud nvidia-tesla-p100 1.46 (us-central1 list)",
+    ),
+    Price(
+        gpu="P40",
+        mem_gib=24,
+        usd_per_gpu_hour=0.15,
+        as_of="2025",
+        description="Tesla P40 24GB",
+        source="Vast.ai 0.10-0.20 (2025)",
+    ),
+    Price(
+        gpu="K80",
+        mem_gib=12,
+        usd_per_gpu_hour=0.9,
+        as_of="older",
+        description="Tesla K80 (per GPU)",
+        source="AWS p2.xlarge 0.90 (one K80 GPU)",
+    ),
 )
 
 
@@ -135,6 +249,10 @@ class GpuModel:
     mem_gib: float | None = None
     """Device memory as sold, GB, for a row the user prices (right-sizing: does a run fit)."""
     description: str = ""
+    datacenter: bool = True
+    """A data-center part; False for workstation and GeForce cards, which right-sizing never
+    suggests (their prices are a marketplace's, and their licence keeps them out of most data
+    centers)."""
 
 
 # Ordered, most specific first: the first pattern that matches the upper-cased name wins
@@ -194,7 +312,67 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(key="L20", pattern=_word("L20"), mem_gib=48, description="L20 48GB"),
     GpuModel(key="L4", pattern=_word("L4"), mem_gib=24, description="L4 24GB"),
     GpuModel(key="T4", pattern=_word("T4"), mem_gib=16, description="T4 16GB"),
+    GpuModel(key="V100S", pattern=r"V100S", mem_gib=32, description="V100S 32GB"),
     GpuModel(key="V100", pattern=r"V100", mem_gib=16, description="V100 16GB"),
+    GpuModel(key="P100", pattern=_word("P100"), mem_gib=16, description="Tesla P100 16GB"),
+    GpuModel(key="P40", pattern=_word("P40"), mem_gib=24, description="Tesla P40 24GB"),
+    GpuModel(key="K80", pattern=_word("K80"), mem_gib=12, description="Tesla K80 (per GPU)"),
+    GpuModel(
+        key="RTX-A6000",
+        pattern=r"RTX[\s_-]*A6000",
+        mem_gib=48,
+        description="RTX A6000 48GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="RTX-A5000",
+        pattern=r"RTX[\s_-]*A5000",
+        mem_gib=24,
+        description="RTX A5000 24GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="RTX-A4000",
+        pattern=r"RTX[\s_-]*A4000",
+        mem_gib=16,
+        description="RTX A4000 16GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="RTX-4090",
+        pattern=r"RTX[\s_-]*4090",
+        mem_gib=24,
+        description="GeForce RTX 4090 24GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="RTX-4080",
+        pattern=r"RTX[\s_-]*4080",
+        mem_gib=16,
+        description="GeForce RTX 4080 16GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="RTX-3090",
+        pattern=r"RTX[\s_-]*3090",
+        mem_gib=24,
+        description="GeForce RTX 3090 24GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="RTX-3080",
+        pattern=r"RTX[\s_-]*3080",
+        mem_gib=10,
+        description="GeForce RTX 3080 10GB",
+        datacenter=False,
+    ),
+    GpuModel(
+        key="TITAN-RTX",
+        pattern=r"TITAN[\s_-]*RTX",
+        mem_gib=24,
+        description="TITAN RTX 24GB",
+        datacenter=False,
+    ),
     GpuModel(
         key="RTX-PRO-6000",
         pattern=r"RTX[\s_-]*PRO[\s_-]*6000",
@@ -209,6 +387,13 @@ MODELS: tuple[GpuModel, ...] = (
     ),
 )
 _BY_KEY: dict[str, GpuModel] = {m.key: m for m in MODELS}
+
+
+def is_datacenter(key: str) -> bool:
+    """Whether the model ``key`` (a table key) is a data-center part (:attr:`GpuModel.datacenter`);
+    a key the tables do not know (a user's own) counts as one."""
+    model = _BY_KEY.get(key)
+    return model is None or model.datacenter
 
 
 def canonical_gpu(name: str) -> str | None:

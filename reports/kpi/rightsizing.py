@@ -3,7 +3,8 @@
 A suggestion must hold the run's memory peak with headroom AND the compute it used: utilization
 × the current GPU's 16-bit tensor peak (bf16, or fp16 where the GPU has no bf16) must fit
 under the target utilization of the candidate's peak, so the job would take the same hours
-there. A GPU without a published peak is never suggested, and a run without one is not judged.
+there. A GPU without a published peak, or a workstation or GeForce card, is never suggested,
+and a run without one is not judged.
 An idle run gets no suggestion: the answer there is to release the GPU, not a smaller one."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pandas as pd
 
 from tracker.cost import Thresholds
 from tracker.peaks import PEAKS, peak_key
-from tracker.prices import PriceTable
+from tracker.prices import PriceTable, is_datacenter
 
 COLUMNS = [
     "run_id",
@@ -52,7 +53,7 @@ def rightsizing(
     priced = [
         (p, float(p.mem_gib), pk)
         for p in prices.rows()
-        if p.mem_gib and (pk := half_peak_tflops(p.gpu))
+        if p.mem_gib and is_datacenter(p.gpu) and (pk := half_peak_tflops(p.gpu))
     ]
     for r in per.itertuples(index=False):
         if (

@@ -60,9 +60,17 @@ from tracker.throughput import mfu
         ("RTX_6000_ADA", "RTX-6000-Ada"),
         ("NVIDIA RTX A1000", None),  # not an A100
         ("NVIDIA RTX A2000", None),  # not an A2
-        ("NVIDIA RTX A4000", None),  # not an A40
+        ("NVIDIA RTX A4000", "RTX-A4000"),  # not an A40
+        ("NVIDIA RTX A6000", "RTX-A6000"),  # not the RTX 6000 Ada
+        ("NVIDIA GeForce RTX 4080 SUPER", "RTX-4080"),
+        ("NVIDIA TITAN RTX", "TITAN-RTX"),
+        ("Tesla V100S-PCIE-32GB", "V100S"),  # not a V100 16GB
+        ("Tesla P100-PCIE-16GB", "P100"),
+        ("Tesla P40", "P40"),
+        ("Tesla K80", "K80"),
         ("Quadro RTX 6000", None),  # Turing: neither RTX 6000 above
-        ("NVIDIA GeForce RTX 4090", None),
+        ("NVIDIA GeForce RTX 4090", "RTX-4090"),
+        ("NVIDIA GeForce GTX 1080 Ti", None),
         ("AMD Instinct MI300X", None),
         ("Intel Gaudi 3", None),
     ],
@@ -79,7 +87,8 @@ def test_every_key_is_its_own_name() -> None:
     assert bases <= {m.key for m in MODELS}
     assert gpu_keys("NVIDIA H100 NVL") == ("H100-NVL", "H100")
     assert gpu_keys("NVIDIA H100 80GB HBM3") == ("H100",)
-    assert gpu_keys("RTX 4090") == ()
+    assert gpu_keys("RTX 4090") == ("RTX-4090",)
+    assert gpu_keys("GTX 1080 Ti") == ()
 
 
 def test_a_model_row_agrees_with_its_price_row() -> None:
@@ -89,8 +98,27 @@ def test_a_model_row_agrees_with_its_price_row() -> None:
 
 
 def test_every_default_price_has_a_source_and_date() -> None:
-    assert len(DEFAULT_PRICES) == 9
+    assert len(DEFAULT_PRICES) == 23
     assert all(p.source and p.as_of and p.usd_per_gpu_hour > 0 for p in DEFAULT_PRICES)
+    # the GPUs real logs are full of are priced (issue 23): workstation, GeForce, older parts
+    for name in (
+        "NVIDIA RTX A6000",
+        "NVIDIA RTX 6000 Ada Generation",
+        "NVIDIA RTX A5000",
+        "NVIDIA RTX A4000",
+        "NVIDIA L40",
+        "NVIDIA GeForce RTX 4090",
+        "NVIDIA GeForce RTX 4080",
+        "NVIDIA GeForce RTX 3090",
+        "NVIDIA GeForce RTX 3080",
+        "NVIDIA TITAN RTX",
+        "Tesla V100S-PCIE-32GB",
+        "Tesla P100-PCIE-16GB",
+        "Tesla P40",
+        "Tesla K80",
+        "Tesla T4",
+    ):
+        assert PriceTable().get(name).usd_per_gpu_hour > 0, name
     assert PriceTable().get("NVIDIA H200").usd_per_gpu_hour == 4.50
 
 
@@ -99,8 +127,8 @@ def test_overrides_and_unknown_models() -> None:
     row = table.get("NVIDIA H100 80GB HBM3")
     assert (row.usd_per_gpu_hour, row.source) == (2.49, "config")
     assert table.get("T4").usd_per_gpu_hour == 0.53
-    with pytest.raises(UnknownGpu, match="unknown GPU model 'RTX 4090'; known: H200, H100"):
-        table.get("RTX 4090")
+    with pytest.raises(UnknownGpu, match="unknown GPU model 'GTX 1080'; known: H200, H100"):
+        table.get("GTX 1080")
     with pytest.raises(ValueError, match="must be a number >= 0"):
         PriceTable({"B300": -9.0})
 

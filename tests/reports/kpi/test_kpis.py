@@ -191,8 +191,10 @@ def test_rightsizing_names_a_cheaper_gpu_that_fits() -> None:
 
 
 def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
-    """At 10% an H100 job needs 98.9 TFLOP/s: an L4 (102.9 at 85%) does it: $0.80. An idle
-    notebook gets no suggestion (release the GPU), nor does a GPU without a published peak."""
+    """At 10% an H100 job needs 98.9 TFLOP/s: an L4 (102.9 at 85%) does it: $0.80. A GeForce
+    RTX 4090 would too ($0.39, 85% of 165.2 = 140.4, 24 GB) but a workstation or GeForce card
+    is never suggested. An idle notebook gets no suggestion (release the GPU), nor does a GPU
+    without a published peak."""
     k = week(
         [
             run("light", W48, 4, util=10.0, mem_peak_gib=12.0, mem_total_gib=80.0),
