@@ -142,3 +142,70 @@ def test_a_run_on_an_owned_gpu_costs_the_same_in_runs_and_in_the_report(
     assert main(["runs", "--store", url]) == 0  # no config: the price the run ran with
     table = capsys.readouterr().out
     assert "16.00" in table and "4.71" in table
+
+
+def test_runs_report_chargeback_and_budgets_agree_to_the_cent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One run on two owned A100 80GB for 1 h in 2026-W48, recorded at the rent price ($2.00):
+    amortized 15000 ÷ (4 × 8766) + 0.5 × 0.10 × 1.3 = $0.4928/GPU-h, so 2 GPU-h = $0.99 in
+    ``gpu-kpi runs``, the weekly report, the chargeback CSV and vision's weekly budget."""
+    import csv
+    import io
+
+    from reports.budgets import current_lines
+    from reports.kpi.budgets import Budget
+    from reports.request import Request
+    from tracker.config import load_settings
+
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(
+        "[owned.A100-80GB]\npurchase_usd = 15000\nlife_years = 4\npower_w = 500\n"
+        'usd_per_kwh = 0.10\npue = 1.3\n\n[[budgets]]\nteam = "vision"\nusd_per_week = 100\n'
+    )
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as store:
+        store.upsert_run(
+            run_record(
+                "pair",
+                datetime(2026, 11, 25, 9, tzinfo=UTC),
+                1,
+                gpus=2,
+                util=70.0,
+                model="NVIDIA A100-SXM4-80GB",
+                price=2.0,
+                price_source="table",
+                cost_usd=4.0,
+                team="vision",
+            )
+        )
+    spend = round(2 * (15000 / (4 * 8766) + 0.5 * 0.10 * 1.3), 2)
+    assert spend == 0.99
+    cfg = ["--store", url, "--config", str(config)]
+
+    assert main(["runs", *cfg, "--format", "json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    out = tmp_path / "out"
+    assert main(["report", *cfg, "--week", "2026-W48", "--format", "json", "--out", str(out)]) == 0
+    capsys.readouterr()
+    week = json.loads((out / "2026-W48.json").read_text())
+    (run,) = week["runs"]
+    assert main(["chargeback", *cfg, "--since", "2026-W48", "--until", "2026-W48"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    settings = load_settings(str(config), store=url)
+    req = Request.from_settings(settings, week=None, tz=UTC)
+    with RunStore(url) as store:
+        (line,) = current_lines(
+            store,
+            req,
+            [Budget(team="vision", usd_per_week=100)],
+            now=datetime(2026, 11, 29, 23, tzinfo=UTC),
+        )
+    figures = {
+        "runs": listed["cost_usd"],
+        "report": run["spend_usd"],
+        "report headline": week["headline"]["spend_usd"],
+        "chargeback": sum(float(r["spend_usd"]) for r in rows),
+        "budget": line.spend_usd,
+    }
+    assert {k: round(v, 2) for k, v in figures.items()} == dict.fromkeys(figures, spend)
