@@ -545,3 +545,22 @@ def test_unpriced_gpu_time_is_never_shown_as_free(
     assert spend.split()[1] == "n/a"
     data = json.loads((out / "2026-W48.json").read_text())
     assert data["headline"]["unpriced_gpu_hours"] == pytest.approx(2.0)
+
+
+def test_an_83_percent_gpu_without_memory_is_below_target_not_small_batch(tmp_path: Path) -> None:
+    """A log without memory columns: an RTX 4090 busy 83% for an hour. Unknown memory is not
+    small memory: "below-target" (target 85%) saying what was not measured, never "raise the
+    batch size". Priced by the table's RTX 4090 row: $0.39."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 24, 10, 0)
+    rows = ["timestamp, index, uuid, name, utilization.gpu [%]"]
+    for m in range(61):
+        t = start + timedelta(minutes=m)
+        rows.append(f"{t:%Y/%m/%d %H:%M:%S}.000, 0, GPU-4090, NVIDIA GeForce RTX 4090, 83 %")
+    log = write(tmp_path, "workstation.csv", "\n".join(rows) + "\n")
+    assert main(["import", "nvidia-smi", str(log), "--store", url]) == 0
+    with RunStore(url) as store:
+        (run,) = store.list_runs()
+    assert run.verdict == "below-target"
+    assert run.advice is not None and "batch size" not in run.advice
+    assert run.cost_usd == pytest.approx(0.39)
