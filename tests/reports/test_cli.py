@@ -31,6 +31,31 @@ def gpu_kpi(
     )
 
 
+def python_c(code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` with this checkout importable; it must exit 0."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def in_shell(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``command`` as a user types it, in a shell started with only ``env``."""
+    return subprocess.run(
+        ["bash", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
 def one_line_error(p: subprocess.CompletedProcess[str], text: str) -> None:
     assert p.returncode == 2, p.stderr
     assert p.stdout == ""
@@ -100,27 +125,11 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     report_cmd = next(x.strip() for x in again_lines if " report --config " in x)
     runs_cmd = next(x.strip() for x in again_lines if " runs --config " in x)
     fresh = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    redo = subprocess.run(
-        ["bash", "-c", report_cmd],
-        cwd=tmp_path,
-        env=fresh,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    redo = in_shell(report_cmd, tmp_path, fresh)
     assert redo.returncode == 0, redo.stderr
     assert json.loads(html.with_suffix(".json").read_text())["headline"] == week["headline"]
     assert json.loads(html.with_suffix(".json").read_text())["budgets"] == week["budgets"]
-    shown = subprocess.run(
-        ["bash", "-c", runs_cmd],
-        cwd=tmp_path,
-        env=fresh,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    shown = in_shell(runs_cmd, tmp_path, fresh)
     assert shown.returncode == 0, shown.stderr
     row = next(x.split() for x in shown.stdout.splitlines() if "resnet50-heavy-aug" in x)
     assert row[-4:-2] == ["3.94", "1.16"]
@@ -198,14 +207,7 @@ def test_help_everywhere_and_no_heavy_imports() -> None:
         "'sqlalchemy','pynvml','jinja2','apscheduler') if m in sys.modules]\n"
         "print('HEAVY', heavy)"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    p = python_c(code)
     assert "HEAVY []" in p.stdout
 
 
@@ -227,13 +229,6 @@ def test_a_bad_report_flag_is_answered_before_anything_heavy_loads(
         "heavy = [m for m in ('pandas', 'sqlalchemy', 'matplotlib') if m in sys.modules]\n"
         "print('EXIT', code, 'HEAVY', heavy)"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    p = python_c(code)
     assert "EXIT 2 HEAVY []" in p.stdout, p.stdout + p.stderr
     assert p.stderr.startswith(f"gpu-kpi: error: {error}") and p.stderr.count("\n") == 1
