@@ -166,12 +166,9 @@ def run_figures(
         )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
-    uses = [gpu_use(s) for s in stats]
-    idle_gpus = sum(
-        1
-        for u in uses
-        if u.known_s > 0 and weighted_util_pct(u.util_s, u.known_s) < thresholds.idle_pct
-    )
+    # GPUs idle the whole run: their utilization over all their known time under the threshold
+    means = [weighted_util_pct(u.util_s, u.known_s) for u in map(gpu_use, stats)]
+    idle_gpus = len([m for m in means if m is not None and m < thresholds.idle_pct])
     return {
         "gpu_count": float(gpu_count),
         "gpu_hours": gpu_count * hours,
