@@ -172,6 +172,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(format_runs(done.records))
     for why, names in done.skipped.items():
         print(f"skipped {len(names)} run(s), {why}: {printable(', '.join(names))}")
+    for note in done.notes:
+        print(printable(note))
     if done.replaced:
         print(
             f"replaced {len(done.replaced)} earlier import(s) whole (--replace): "

@@ -45,6 +45,12 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         "tensorboard: logdirs; prometheus: the server's URL",
     )
     imp.add_argument("--tz", help="nvidia-smi: time zone of the log's timestamps (default UTC)")
+    imp.add_argument(
+        "--query-gpu",
+        metavar="LIST",
+        help="nvidia-smi: the --query-gpu list of logs written with --format=csv,noheader, "
+        "exactly as given to nvidia-smi (timestamp,index,utilization.gpu,...)",
+    )
     for label in ("project", "team", "user", "host"):
         imp.add_argument(
             f"--{label}", default="", help=f"the runs' {label} (W&B: over the run's own)"
@@ -148,6 +154,8 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
         return _prometheus(args, settings, common)
     if args.source != "tensorboard" and (args.gpus is not None or args.tag):
         raise UsageError("--gpus and --tag are for TensorBoard logdirs")
+    if args.source != "nvidia-smi" and args.query_gpu:
+        raise UsageError("--query-gpu is for nvidia-smi logs written without a header")
     if args.source != "nvidia-smi" and (args.tz is not None or args.per_gpu):
         raise UsageError(
             f"--tz and --per-gpu are for nvidia-smi logs: {args.source} keeps "
@@ -183,8 +191,22 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
         tz=zone(args.tz or "UTC"),
         per_gpu=args.per_gpu,
         workers=None,
+        columns=_query_gpu(args.query_gpu),
         **common,
     )
+
+
+def _query_gpu(text: str | None) -> list[str] | None:
+    """``--query-gpu timestamp,index,utilization.gpu``: the columns of a log without a header."""
+    if text is None:
+        return None
+    columns = [c.strip() for c in text.split(",")]
+    if not all(columns) or not {"timestamp", "utilization.gpu"} <= set(columns):
+        raise UsageError(
+            f"--query-gpu {text!r}: the list given to nvidia-smi, comma-separated, with "
+            "timestamp and utilization.gpu"
+        )
+    return columns
 
 
 def _gpus(n: int | None) -> int:

@@ -157,9 +157,11 @@ def _runs(
     settings: Settings,
     max_gap_s: float | None,
     fast: bool,
+    columns: Sequence[str] | None = None,
 ) -> list[tuple[RunRecord, list[MinuteSample]]]:
-    """The runs of one log: vectorized where it is the common UTC log, else the exact path."""
-    if fast and tz in (UTC, ZoneInfo("UTC")):
+    """The runs of one log: vectorized where it is the common UTC log, else the exact path.
+    ``columns``: the ``--query-gpu`` list of a log without a header."""
+    if fast and columns is None and tz in (UTC, ZoneInfo("UTC")):
         from reports.imports.nvsmi_fast import parse
 
         if (parsed := parse(path)) is not None:
@@ -177,7 +179,7 @@ def _runs(
                 for group in ([[s] for s in parsed] if per_gpu else [parsed])
             ]
     try:
-        gpus, series = read_log(path)
+        gpus, series = read_log(path, columns)
     except BackendError as e:
         raise ImportFailed(str(e)) from None
     utc = _utc_times(path, series, tz)
@@ -270,13 +272,15 @@ def read_nvsmi(
     max_gap_s: float | None = None,
     fast: bool = True,
     workers: int | None = 1,
+    columns: Sequence[str] | None = None,
 ) -> Imported:
     """The runs and minute samples of these logs (nothing written). Raises
     :class:`ImportFailed` naming the file (and line) of the first bad input. ``fast``: the
     common UTC log is read vectorized (equal results; False: every file the exact way).
     ``workers``: processes reading files side by side (None: one per CPU when the files hold
     over :data:`PARALLEL_BYTES`, as ``gpu-kpi import`` asks; the default 1: this process
-    alone, for callers that may hold threads)."""
+    alone, for callers that may hold threads). ``columns``: the ``--query-gpu`` list of logs
+    written without a header (``--format=csv,noheader``)."""
     labels = labels or Labels()
     settings = settings or Settings()
     records: dict[str, tuple[Path, RunRecord]] = {}
@@ -289,6 +293,7 @@ def read_nvsmi(
         "settings": settings,
         "max_gap_s": max_gap_s,
         "fast": fast,
+        "columns": columns,
     }
     rollups: dict[str, list[Rollup]] = {}
     for path, runs in _each_file(files, kwargs, workers=workers):
@@ -301,7 +306,16 @@ def read_nvsmi(
             records[record.id] = (path, record)
             samples.extend(rows)
             rollups.update(computed)
-    return Imported([r for _, r in records.values()], samples, rollups=rollups)
+    single = {s.run_id for s in samples if s.gpu.startswith("GPU-log-")}
+    notes = (
+        [
+            "one GPU per log (no uuid, pci.bus_id, serial or index column): "
+            + ", ".join(r.name for _, r in records.values() if r.id in single)
+        ]
+        if single
+        else []
+    )
+    return Imported([r for _, r in records.values()], samples, rollups=rollups, notes=notes)
 
 
 def import_nvsmi(

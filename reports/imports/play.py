@@ -88,6 +88,8 @@ class Imported:
     rollups: dict[str, list[Rollup]] = field(default_factory=dict)
     """Run id → the rollups of its samples where computed beside the reading
     (:func:`tracker.store.rollups.sample_rollups`); the store computes the others'."""
+    notes: list[str] = field(default_factory=list)
+    """What the import assumed, one line each (``gpu-kpi import`` prints them)."""
 
 
 T = TypeVar("T")
@@ -262,6 +264,11 @@ def run_record(
     idle = [s.idle_of_run()[0] for s, _, _ in played]
     start, end = min(a for _, a, _ in played), max(b for _, _, b in played)
     model_name = labels.gpu_model or gpus[0].name
+    if model_name == "unknown":
+        raise ImportFailed(
+            f"{where}: no GPU model in the log (no 'name' column): say it with --gpu-model "
+            "(e.g. --gpu-model A100-80GB)"
+        )
     model = canonical_gpu(model_name) or model_name
     price = price_for(
         model, labels.price, settings.prices, owned=settings.owned, set_with="--price"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import bisect
 import csv
+import hashlib
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -105,41 +106,85 @@ def _rows(p: Path) -> Iterator[tuple[int, list[str]]]:
         raise BackendError(f"cannot read {p}: {e.strerror or e}") from None
 
 
-def read_log(path: str | Path) -> tuple[list[GpuInfo], Readings]:
+IDENTITY = ("uuid", "pci.bus_id", "serial", "index")
+"""Columns that tell a log's GPUs apart, the most stable first (``index`` can change between
+boots); a log with none of them holds one GPU."""
+
+
+def header_names(cells: Sequence[str]) -> list[str]:
+    """nvidia-smi column names as :func:`read_log` keys them: ``utilization.gpu [%]`` →
+    ``utilization.gpu``; ``gpu_uuid``/``gpu_serial``/``gpu_bus_id`` → ``uuid``/``serial``/
+    ``pci.bus_id`` (nvidia-smi takes both spellings)."""
+    aliases = {
+        "gpu_uuid": "uuid",
+        "gpu_serial": "serial",
+        "gpu_bus_id": "pci.bus_id",
+        "gpu_name": "name",
+    }
+    names = [c.strip().split(" [")[0].strip().lower() for c in cells]
+    return [aliases.get(n, n) for n in names]
+
+
+def read_log(
+    path: str | Path, columns: Sequence[str] | None = None
+) -> tuple[list[GpuInfo], Readings]:
     """An nvidia-smi CSV log's GPUs (by index) and each one's readings at the log's own naive
     timestamps, in file order. A repeated header line (a log appended to) is skipped. Raises
-    :class:`BackendError` naming the file and line of the first bad row."""
+    :class:`BackendError` naming the file and line of the first bad row.
+
+    Args:
+        path: The log.
+        columns: The ``--query-gpu`` list of a ``--format=csv,noheader`` log, as given to
+            nvidia-smi; None: the log's first line is its header. With it, a first line that is
+            not a reading (a header a script wrote) is skipped.
+    """
     p = Path(path)
     rows = _rows(p)
-    first = next(rows, None)
-    if first is None:
-        raise BackendError(f"{p}: empty nvidia-smi log")
-    raw_header = first[1]
-    header = [h.strip().split(" [")[0] for h in raw_header]
+    if columns is None:
+        first = next(rows, None)
+        if first is None:
+            raise BackendError(f"{p}: empty nvidia-smi log")
+        raw_header: list[str] | None = first[1]
+        header = header_names(first[1])
+        where = f"{p}:1"
+    else:
+        raw_header, header, where = None, header_names(columns), "--query-gpu"
     if "timestamp" not in header or "utilization.gpu" not in header:
         raise BackendError(
-            f"{p}:1: not an nvidia-smi --format=csv log: need columns "
+            f"{where}: not an nvidia-smi --format=csv log: need columns "
             f"'timestamp' and 'utilization.gpu', got {', '.join(header)[:300]}"
+            + ("" if columns is not None else "; a log without a header: give --query-gpu LIST")
         )
-    if "uuid" not in header and "index" not in header:
-        raise BackendError(f"{p}:1: need a 'uuid' or 'index' column")
     col = {name: i for i, name in enumerate(header)}
+    ident = next((c for c in IDENTITY if c in col), None)
     infos: dict[str, GpuInfo] = {}
     readings: Readings = {}
+    last_ts: datetime | None = None
     for lineno, cells in rows:
         if not cells or all(not c.strip() for c in cells) or cells == raw_header:
             continue
+        if header_names(cells) == header:
+            continue  # the header again (a log appended to)
         if len(cells) != len(header):
             raise BackendError(f"{p}:{lineno}: expected {len(header)} cells, got {len(cells)}")
         try:
             ts = _parse_time(cells[col["timestamp"]])
+        except ValueError as e:
+            if columns is not None and lineno == 1:
+                continue  # a header of the script's own above noheader rows
+            raise BackendError(f"{p}:{lineno}: {e}") from None
+        try:
             values = {COLUMNS[h][0]: _parse_value(h, cells[col[h]]) for h in COLUMNS if h in col}
-            index = int(cells[col["index"]]) if "index" in col else len(infos)
-            uuid = cells[col["uuid"]].strip() if "uuid" in col else f"GPU-replay-{index}"
-            if not uuid or uuid.startswith("["):
-                raise ValueError(f"no GPU uuid ({uuid!r})")
+            index = _index(cells[col["index"]]) if "index" in col else len(infos)
+            uuid = _gpu_id(p, ident, cells[col[ident]] if ident else "")
         except ValueError as e:
             raise BackendError(f"{p}:{lineno}: {e}") from None
+        if ident is None and ts == last_ts:
+            raise BackendError(
+                f"{p}:{lineno}: two readings at {ts} and no column telling GPUs apart: add "
+                "index (or uuid) to --query-gpu, or log one GPU per file (nvidia-smi -i N)"
+            )
+        last_ts = ts
         if uuid not in infos:
             name = cells[col["name"]].strip() if "name" in col else "unknown"
             infos[uuid] = GpuInfo(
@@ -150,6 +195,29 @@ def read_log(path: str | Path) -> tuple[list[GpuInfo], Readings]:
     if not infos:
         raise BackendError(f"{p}: nvidia-smi log has a header but no rows")
     return sorted(infos.values(), key=lambda g: g.index), readings
+
+
+def _index(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"bad GPU index {text.strip()!r}") from None
+
+
+def _gpu_id(p: Path, ident: str | None, text: str) -> str:
+    """The GPU's id in the store: its UUID; a key made from the column that tells GPUs apart
+    (``pci.bus_id``, ``serial``, ``index``); for a log without one, a key of the file."""
+    value = text.strip()
+    if ident is None:
+        digest = hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:12]
+        return f"GPU-log-{digest}"
+    if not value or value.startswith("["):
+        raise ValueError(f"no GPU {ident} ({value!r})")
+    if ident == "uuid":
+        return value
+    if ident == "index":
+        return f"GPU-replay-{_index(value)}"
+    return f"GPU-{ident}-{value}"
 
 
 def parse_log(path: str | Path) -> tuple[list[GpuInfo], dict[str, list[_Row]]]:

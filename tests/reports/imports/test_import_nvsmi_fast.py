@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from reports.errors import ImportFailed
-from reports.imports.nvsmi import import_nvsmi, read_nvsmi
+from reports.imports.nvsmi import Labels, import_nvsmi, read_nvsmi
 from reports.imports.nvsmi_fast import parse
 from reports.imports.nvsmi_minutes import idle_totals
 from tracker.cost import IdleDetector
@@ -311,7 +311,10 @@ def test_a_file_that_is_no_regular_file_goes_the_exact_way(tmp_path: Path) -> No
     writer = threading.Thread(target=pipe.write_text, args=(text,), daemon=True)
     writer.start()
     got: list[object] = []
-    reader = threading.Thread(target=lambda: got.append(read_nvsmi([pipe])), daemon=True)
+    labels = Labels(gpu_model="H100")  # the log has no name column
+    reader = threading.Thread(
+        target=lambda: got.append(read_nvsmi([pipe], labels=labels)), daemon=True
+    )
     reader.start()
     reader.join(timeout=30)
     assert not reader.is_alive(), "reading the pipe hangs"
