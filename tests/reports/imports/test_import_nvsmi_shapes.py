@@ -1,0 +1,111 @@
+"""nvidia-smi logs in the shapes real logging scripts write (tests/data/real/SOURCES.md names the
+script each mirrors), imported through ``gpu-kpi import``; each run's GPU-hours and utilization
+recomputed from the file with pandas: a reading covers the time since the GPU's previous one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from reports.cli import main
+from tracker.store import RunStore
+
+REAL = Path(__file__).resolve().parents[2] / "data" / "real" / "nvidia-smi"
+
+
+def by_pandas(
+    path: Path, gpu: str | None, *, names: list[str] | None = None
+) -> tuple[float, float]:
+    """(GPU-hours, time-weighted utilization %) of a log, recomputed independently."""
+    frame = pd.read_csv(path, skipinitialspace=True, names=names, header=0)
+    frame.columns = [c.split(" [")[0] for c in frame.columns]
+    frame["t"] = pd.to_datetime(frame["timestamp"], format="%Y/%m/%d %H:%M:%S.%f")
+    frame["u"] = frame["utilization.gpu"].str.rstrip(" %").astype(float)
+    seconds = used = 0.0
+    for _, g in frame.groupby(gpu) if gpu else [(None, frame)]:
+        dt = g["t"].diff().dt.total_seconds().iloc[1:]
+        seconds += float(dt.sum())
+        used += float((dt * g["u"].iloc[1:]).sum())
+    return seconds / 3600, used / seconds
+
+
+def imported(url: str) -> object:
+    with RunStore(url) as store:
+        (run,) = store.list_runs()
+    return run
+
+
+def test_gpus_told_apart_by_their_pci_bus_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = REAL / "gpulog-pci-bus-id.csv"
+    url = f"sqlite:///{tmp_path}/runs.db"
+    assert main(["import", "nvidia-smi", str(log), "--store", url]) == 2
+    err = capsys.readouterr().err
+    assert "no GPU model in the log (no 'name' column): say it with --gpu-model" in err
+    assert err.count("\n") == 1
+    assert main(["import", "nvidia-smi", str(log), "--store", url, "--gpu-model", "A100-80GB"]) == 0
+    assert "imported 1 run(s)" in capsys.readouterr().out
+    run = imported(url)
+    hours, util = by_pandas(log, "pci.bus_id")
+    assert run.gpu_count == 2 and run.gpu_model == "A100-80GB"  # type: ignore[attr-defined]
+    assert run.gpu_hours == pytest.approx(hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(util, rel=1e-9) == pytest.approx(60.0)  # type: ignore[attr-defined]
+
+
+def test_a_log_without_uuid_or_index_is_one_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = REAL / "nvidia-query-no-uuid.csv"
+    url = f"sqlite:///{tmp_path}/runs.db"
+    assert main(["import", "nvidia-smi", str(log), "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "one GPU per log (no uuid, pci.bus_id, serial or index column): nvidia-query-no-uuid" in out
+    )
+    run = imported(url)
+    hours, util = by_pandas(log, None)
+    assert run.gpu_count == 1 and run.gpu_model == "V100"  # type: ignore[attr-defined]
+    assert run.gpu_hours == pytest.approx(hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(util, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.cost_usd == pytest.approx(hours * 3.06)  # the table's V100 row  # type: ignore[attr-defined]
+
+
+def test_two_gpus_in_one_log_with_nothing_to_tell_them_apart(tmp_path: Path) -> None:
+    text = (
+        "timestamp, name, utilization.gpu [%]\n"
+        "2026/11/24 09:00:00.000, NVIDIA H100 80GB HBM3, 50 %\n"
+        "2026/11/24 09:00:00.000, NVIDIA H100 80GB HBM3, 10 %\n"
+    )
+    log = tmp_path / "two.csv"
+    log.write_text(text)
+    from reports.errors import ImportFailed
+    from reports.imports.nvsmi import read_nvsmi
+
+    with pytest.raises(
+        ImportFailed, match=r"two.csv:3: two readings at .* add index \(or uuid\) to --query-gpu"
+    ):
+        read_nvsmi([log])
+
+
+def test_a_noheader_log_read_with_its_query_gpu_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = REAL / "noheader-with-script-header.csv"
+    url = f"sqlite:///{tmp_path}/runs.db"
+    query = "timestamp,index,power.draw,utilization.gpu,utilization.memory,memory.used"
+    assert main(["import", "nvidia-smi", str(log), "--store", url, "--gpu-model", "H100"]) == 2
+    assert "a log without a header: give --query-gpu LIST" in capsys.readouterr().err
+    args = ["import", "nvidia-smi", str(log), "--store", url, "--gpu-model", "H100"]
+    assert main([*args, "--query-gpu", query]) == 0
+    run = imported(url)
+    names = query.split(",")
+    hours, util = by_pandas(log, "index", names=names)
+    assert run.gpu_hours == pytest.approx(hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(util) == pytest.approx(60.0)  # type: ignore[attr-defined]
+    # 250.12 W over the covered seconds
+    assert run.energy_kwh == pytest.approx(250.12 * hours / 1000, rel=1e-6)  # type: ignore[attr-defined]
+    assert main([*args, "--query-gpu", "index,power.draw"]) == 2
+    assert "--query-gpu 'index,power.draw': the list given to nvidia-smi" in capsys.readouterr().err
