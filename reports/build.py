@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -110,6 +111,19 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
         if k.hint and warn:
             log.warning("gpu-kpi: report %s: %s", label_of(k.week), k.hint)
     return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now)
+
+
+def _weeks_with_runs(runs: Sequence[Any], tz: tzinfo, now: datetime) -> set[datetime]:
+    """The starts of the weeks (in ``tz``) that some run overlaps, from its start to its end
+    (its last heartbeat, or ``now`` for a run without either)."""
+    busy: set[datetime] = set()
+    for r in runs:
+        end = r.ended_at or r.heartbeat_at or now
+        week = week_bounds(*week_of(r.started_at, tz), tz)[0]
+        busy.add(week)
+        while (week := shift_week(week, tz, 1)) <= end:
+            busy.add(week)
+    return busy
 
 
 def _where_runs_are(store_url: str | None, tz: tzinfo, now: datetime) -> str:
@@ -238,10 +252,12 @@ def backfill(
     *,
     since: str | None,
     now: datetime | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Archive every week up to the last complete one that ``out_dir`` does not hold yet (no
     ``<week>.json``), then write the index once (``gpu-kpi report --all``). Weeks already
-    archived are left as they are.
+    archived are left as they are, and so are weeks no run overlaps (skipped and counted): an
+    interrupted backfill goes on where it stopped when run again.
 
     Args:
         store_url: The run store's URL; None for the default store.
@@ -250,6 +266,8 @@ def backfill(
         since: The first week, ``YYYY-Www`` (never before the week of the oldest run); None:
             the week of the oldest run.
         now: The current time (timezone-aware); None for the clock's.
+        say: Where progress goes (``2026-W31: 14/52 weeks``) and the closing count of the
+            weeks archived and skipped; None: nowhere.
 
     Returns:
         The paths written.
@@ -275,18 +293,36 @@ def backfill(
         if wanted > last:
             raise ReportError(f"--since {since}: after the last complete week, {label_of(last)}")
         start = max(start, wanted)
+    weeks = []
+    week = start
+    while week <= last:
+        weeks.append(week)
+        week = shift_week(week, req.tz, 1)
+    busy = _weeks_with_runs(runs, req.tz, now)
     written: list[Path] = []
+    archived = empty = kept = 0
     try:
-        week = start
-        while week <= last:
+        for n, week in enumerate(weeks, 1):
             label = label_of(week)
-            if not is_archived(out_dir, label):
-                c = compute(store_url, dataclasses.replace(req, week=label), now=now)
-                publish_week(store_url, to_dict(c.kpis, req.tz), now=now)
-                files = render(c.kpis, req)
-                files.setdefault("json", to_json(c.kpis, req.tz).encode())
-                written += write_archive(out_dir, label, files, index=False)
-            week = shift_week(week, req.tz, 1)
+            if is_archived(out_dir, label):
+                kept += 1
+                continue
+            if week not in busy:
+                empty += 1  # no run overlaps it: no page of zeros
+                continue
+            if say is not None:
+                say(f"{label}: {n}/{len(weeks)} weeks")
+            c = compute(store_url, dataclasses.replace(req, week=label), now=now)
+            publish_week(store_url, to_dict(c.kpis, req.tz), now=now)
+            files = render(c.kpis, req)
+            files.setdefault("json", to_json(c.kpis, req.tz).encode())
+            written += write_archive(out_dir, label, files, index=False)
+            archived += 1
+        if say is not None:
+            say(
+                f"archived {archived} week(s); skipped {empty} without GPU time and "
+                f"{kept} already archived"
+            )
         if "html" in req.formats:
             written += write_archive(out_dir, "index", {}, index=True)
     except OSError as e:

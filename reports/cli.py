@@ -89,7 +89,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     _open_store(settings.store, create=False).close()
     if args.since or args.all:
-        written = backfill(settings.store, req, Path(args.out).expanduser(), since=args.since)
+        written = backfill(
+            settings.store, req, Path(args.out).expanduser(), since=args.since, say=_progress()
+        )
     else:
         written = build(settings.store, req, Path(args.out).expanduser())
     for path in written:
@@ -184,6 +186,21 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"{_shown_url(settings.store)}"
     )
     return 0
+
+
+def _progress() -> Callable[[str], None]:
+    """A long command's progress on stderr: rewritten in place on a terminal, only the closing
+    line (one without ``/``) into a log or a pipe."""
+    tty = sys.stderr.isatty()
+
+    def say(line: str) -> None:
+        if tty:
+            end = "\r" if "/" in line else "\n"
+            print(f"\r{line}\033[K", end=end, file=sys.stderr, flush=True)
+        elif "/" not in line:
+            print(line, file=sys.stderr)
+
+    return say
 
 
 def _prog() -> str:
