@@ -75,6 +75,10 @@ _SLICES = {"A30": 4}
 """Compute slices of a whole GPU, where not 7 (A100, H100, H200, B200)."""
 
 
+_WORKLOAD = ("pod", "namespace", "container")
+"""The labels a Kubernetes scrape target carries that DCGM also sets for a GPU's workload."""
+
+
 @dataclass(frozen=True)
 class LabelMap:
     """Which series labels say what: the first of ``run`` present names the run; ``team``,
@@ -219,8 +223,11 @@ class _Fleet:
         self.runs: dict[tuple[str, ...], _Run] = {}
         self.rows: list[MinuteSample] = []
         self.skipped: dict[str, list[str]] = {}
+        self.exporter_series: set[tuple[str, str, str]] = set()
+        """GPUs seen with only the exporter's own pod label (no workload's)."""
 
     def _run(self, metric: dict[str, str]) -> tuple[_Run, str] | None:
+        metric = self._workload(metric)
         host = metric.get("Hostname", "")
         gpu = metric.get("UUID") or f"{host}/gpu{metric.get('gpu', '?')}"
         if metric.get("GPU_I_ID"):
@@ -247,6 +254,29 @@ class _Fleet:
                 info, run_id=run.run_id, settings=self.settings, gap_s=self.gap_s, rows=self.rows
             )
         return run, gpu
+
+    def _workload(self, metric: dict[str, str]) -> dict[str, str]:
+        """The series' labels as the workload's: behind a kube-prometheus ServiceMonitor the
+        scrape target's ``pod``/``namespace``/``container`` (the exporter's own) win and DCGM's
+        arrive as ``exported_pod``… (these are used); a series carrying only a pod named
+        ``dcgm-exporter…`` is a GPU no workload holds (counted, and said). The host is
+        ``Hostname`` (older exporters) or ``hostname``."""
+        out = dict(metric)
+        if "Hostname" not in out and "hostname" in out:
+            out["Hostname"] = out["hostname"]
+        if any(f"exported_{k}" in out for k in _WORKLOAD):
+            for k in _WORKLOAD:
+                if f"exported_{k}" in out:
+                    out[k] = out[f"exported_{k}"]
+                else:
+                    out.pop(k, None)
+        elif "dcgm-exporter" in out.get("pod", ""):
+            self.exporter_series.add(
+                (out.get("Hostname", ""), out.get("UUID", ""), out.get("gpu", ""))
+            )
+            for k in _WORKLOAD:
+                out.pop(k, None)
+        return out
 
     def feed(
         self,
@@ -317,7 +347,15 @@ class _Fleet:
                     **fields,
                 )
             )
-        return Imported(records, self.rows, self.skipped)
+        notes = []
+        if self.exporter_series:
+            notes.append(
+                f"{len(self.exporter_series)} GPU(s) carried only the exporter's own pod label "
+                "(dcgm-exporter…), no workload's: counted as unallocated. If workloads did hold "
+                "them, DCGM's pod mapping is off: enable it (kubelet pod-resources) and scrape "
+                "with the ServiceMonitor as is (its exported_pod labels are read)"
+            )
+        return Imported(records, self.rows, self.skipped, notes=notes)
 
     def _labels(self, run: _Run, model: str) -> Labels:
         """The labels for ``run``: none of the command line's owners on unallocated time, and a

@@ -424,3 +424,67 @@ def test_bad_label_maps_are_one_line(
         == 2
     )
     assert message in capsys.readouterr().err
+
+
+# -- behind kube-prometheus: the labels a ServiceMonitor scrape of dcgm-exporter gives -----------
+EXPORTER = {
+    "pod": "nvidia-dcgm-exporter-x7k2p",  # the scrape target: the exporter's own pod
+    "namespace": "gpu-operator",
+    "container": "nvidia-dcgm-exporter",
+    "service": "nvidia-dcgm-exporter",
+    "endpoint": "gpu-metrics",
+    "job": "nvidia-dcgm-exporter",
+    "instance": "10.0.0.5:9400",
+}
+
+
+def kube_gpu(index: int, uuid: str, **workload: str) -> dict[str, str]:
+    """A current dcgm-exporter's GPU labels (``hostname``, lowercase) with the target's, and
+    the workload's renamed ``exported_*`` as Prometheus does when they clash."""
+    return {
+        "hostname": "node7",
+        "gpu": str(index),
+        "UUID": uuid,
+        "modelName": H100,
+        **EXPORTER,
+        **{f"exported_{k}": v for k, v in workload.items()},
+    }
+
+
+@pytest.fixture(scope="module")
+def kube_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """node7: GPU-k0 runs train-9 (namespace nlp) at 90% for two hours; GPU-k1 is held by no
+    workload (only the exporter's labels) at 0%."""
+    series = [
+        *scrapes(
+            kube_gpu(0, "GPU-k0", pod="train-9", namespace="nlp", container="main"),
+            TEN,
+            NOON,
+            util=90,
+            mib=60000,
+            watts=600,
+        ),
+        *scrapes(kube_gpu(1, "GPU-k1"), TEN, NOON, util=0, mib=0, watts=60),
+    ]
+    with running_prometheus(tmp_path_factory.mktemp("kube"), series) as url:
+        yield url
+
+
+def test_a_servicemonitor_scrape_names_the_workload_not_the_exporter(
+    kube_prometheus: str, tmp_path: Path
+) -> None:
+    """Before: both GPUs became one run named nvidia-dcgm-exporter-x7k2p (team gpu-operator),
+    busy and idle merged, no host. Now: train-9 (nlp) holds GPU-k0 for 2 h at 90% ($7.70), and
+    GPU-k1 is unallocated for 2 h (idle: $7.70), both on node7; the note says why."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    done = import_prometheus(url, kube_prometheus, since=TEN, until=NOON, progress=False)
+    runs = {r.name: r for r in done.records}
+    assert sorted(runs) == ["train-9", "unallocated node7 GPU 1"]
+    train, idle = runs["train-9"], runs["unallocated node7 GPU 1"]
+    assert (train.team, train.host, train.gpu_count) == ("nlp", "node7", 1)
+    assert train.gpu_hours == pytest.approx(2.0) and train.util_pct == pytest.approx(90.0)
+    assert train.cost_usd == pytest.approx(2 * H100_PRICE)
+    assert (idle.team, idle.host, idle.tags) == (UNALLOCATED, "node7", ("unallocated",))
+    assert idle.gpu_hours == pytest.approx(2.0) and idle.idle_usd == pytest.approx(2 * H100_PRICE)
+    (note,) = done.notes
+    assert note.startswith("1 GPU(s) carried only the exporter's own pod label")
