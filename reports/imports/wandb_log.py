@@ -165,7 +165,53 @@ def read_log(path: Path) -> WandbLog:
         raise ImportFailed(f"{path}: {e}") from None
     except Exception as e:  # protobuf's DecodeError and kin: the same damage, another layer
         raise ImportFailed(f"{path}: not a readable W&B record ({type(e).__name__}: {e})") from None
+    _metadata(run, path.parent / "files" / "wandb-metadata.json")
     return run
+
+
+def _float_or_none(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _metadata(run: WandbLog, path: Path) -> None:
+    """What the run directory's ``files/wandb-metadata.json`` says of the GPUs, host and user,
+    where the log has no environment record (older wandb versions write none; the record wins
+    where both exist). Its keys across versions: ``gpu``/``gpu_count`` and per GPU
+    ``gpu_nvidia`` (``gpuNvidia``) or ``gpu_devices``, each with ``name``, ``uuid`` and
+    ``memory_total`` (``memoryTotal``, bytes, a number or its text). A missing or unreadable
+    file says nothing."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(meta, dict):
+        return
+    if not run.gpus:
+        devices = next(
+            (
+                d
+                for k in ("gpu_nvidia", "gpuNvidia", "gpu_devices")
+                if isinstance(d := meta.get(k), list)
+            ),
+            [],
+        )
+        for i, gpu in enumerate(d for d in devices if isinstance(d, dict)):
+            raw = gpu.get("memory_total", gpu.get("memoryTotal"))
+            memory = number(raw) if not isinstance(raw, str) else number(_float_or_none(raw))
+            run.gpus[i] = (
+                str(gpu.get("name") or ""),
+                str(gpu.get("uuid") or ""),
+                memory / 2**30 if memory else None,
+            )
+    if not run.gpu_type and isinstance(meta.get("gpu"), str):
+        run.gpu_type = meta["gpu"]
+    if not run.host and isinstance(meta.get("host"), str):
+        run.host = meta["host"]
+    if not run.user and isinstance(meta.get("username"), str):
+        run.user = meta["username"]
 
 
 def _take(run: WandbLog, rec: Any) -> None:

@@ -44,7 +44,7 @@ def real_run(root: Path, monkeypatch: pytest.MonkeyPatch, *, name: str) -> Path:
     return readers.read_finished_wandb(root).path
 
 
-def add_gpu_records(path: Path, *, minutes: int = 60) -> None:
+def add_gpu_records(path: Path, *, minutes: int = 60, environment: bool = True) -> None:
     """Add to a W&B log what wandb-core writes on a host with two H100s: their environment,
     and a stats record every 15 s from MONDAY_10 on: GPU 0 at 80%, 40 GiB, 500 W; GPU 1 at 2%
     (idle), 1 GiB, 100 W. Written before the run's exit record, as a live run would."""
@@ -56,7 +56,7 @@ def add_gpu_records(path: Path, *, minutes: int = 60) -> None:
     for i in range(2):
         gpu = env.environment.gpu_nvidia.add()
         gpu.name, gpu.uuid, gpu.memory_total = "NVIDIA H100 80GB HBM3", f"GPU-w{i}", 80 * 2**30
-    added = [env]
+    added = [env] if environment else []
     for k in range(minutes * 4 + 1):
         rec = pb.Record()
         rec.stats.timestamp.seconds = int((MONDAY_10 + timedelta(seconds=15 * k)).timestamp())
@@ -115,6 +115,57 @@ def test_an_uninstrumented_run_gets_its_gpu_time_and_cost_by_hand(
     assert w48.kpis.headline.spend_usd == pytest.approx(2 * H100_PRICE)
     with RunStore(store_url) as store:
         assert len(store.samples(run_ids=[r.id])) == 2 * 60  # a row per GPU-minute
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        # what older wandb versions wrote (no environment record in the log)
+        {
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "gpu_count": 2,
+            "gpu_devices": [
+                {"name": "NVIDIA H100 80GB HBM3", "memory_total": 85520809984},
+                {"name": "NVIDIA H100 80GB HBM3", "memory_total": 85520809984},
+            ],
+            "host": "gpu-node-3",
+            "username": "jlee",
+        },
+        # the environment message as JSON, as newer versions write it (memory as text)
+        {
+            "gpu": "NVIDIA H100 80GB HBM3",
+            "gpu_count": 2,
+            "gpu_nvidia": [
+                {"name": "NVIDIA H100 80GB HBM3", "memoryTotal": "85520809984", "uuid": "GPU-m0"},
+                {"name": "NVIDIA H100 80GB HBM3", "memoryTotal": "85520809984", "uuid": "GPU-m1"},
+            ],
+            "host": "gpu-node-3",
+            "username": "jlee",
+        },
+    ],
+)
+def test_the_gpus_from_the_metadata_file_when_the_log_names_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_url: str, metadata: dict[str, Any]
+) -> None:
+    """A log with W&B's GPU metrics but no environment record ("no GPU model in the log"
+    before): the GPUs come from ``files/wandb-metadata.json`` beside it. Two H100s for an hour:
+    2 GPU-h, $7.70, memory 85,520,809,984 B = 79.6 GiB each."""
+    import json
+
+    log = real_run(tmp_path, monkeypatch, name="old-wandb")
+    add_gpu_records(log, environment=False)
+    files = log.parent / "files"
+    files.mkdir(exist_ok=True)
+    (files / "wandb-metadata.json").write_text(json.dumps(metadata))
+    (r,) = import_wandb(store_url, [tmp_path / "wandb"]).records
+    assert (r.gpu_model, r.gpu_count) == ("H100", 2)  # host and user: the log's own records
+    assert r.gpu_hours == pytest.approx(2.0) and r.cost_usd == pytest.approx(2 * H100_PRICE)
+    assert r.mem_total_gib == pytest.approx(85520809984 / 2**30)
+    (files / "wandb-metadata.json").unlink()  # no metadata either: the model is asked for
+    done = read_wandb([tmp_path / "wandb"])
+    assert not done.records and list(done.skipped) == [
+        "no GPU model in the log: say it with --gpu-model"
+    ]
 
 
 def test_importing_again_adds_nothing(gpu_run: Path, store_url: str) -> None:
