@@ -58,6 +58,7 @@ EVENTS = "events.out.tfevents."
 NO_MODEL = "not logged by gpu-kpi and no --gpu-model: its GPUs are unknown"
 NO_TIME = "fewer than two events: no time"
 TWICE = "the same run as another directory"
+SAME_PROCESS = "written by the process of a run gpu-kpi logged: that run holds its GPU-time"
 
 _LENGTH = struct.Struct("<QI")
 
@@ -175,8 +176,36 @@ def _pairs(text: str) -> dict[str, str]:
     return out
 
 
+SPLITS = frozenset(
+    {"train", "training", "validation", "val", "valid", "eval", "evaluation", "test"}
+)
+"""Folders one fit writes side by side (Keras: ``train/`` and ``validation/``): one run."""
+GENERIC = frozenset({"lightning_logs", "runs", "logs", "tb_logs", "tensorboard"})
+"""Folder names every project's logger uses: a run's name keeps the logdir's own name before
+them (``nerf/lightning_logs/version_0``, not ``lightning_logs/version_0`` for every project)."""
+
+
+def writer(file: Path) -> tuple[str, str]:
+    """(host, pid) of the process that wrote an event file, from its name
+    (``events.out.tfevents.<time>.<host>.<pid>.<n>``; a host may hold dots); empty when the
+    name does not say."""
+    parts = file.name[len(EVENTS) :].split(".")
+    return (".".join(parts[1:-2]), parts[-2]) if len(parts) >= 4 else ("", "")
+
+
+def _has_note(file: Path) -> bool:
+    """Whether an event file holds our run note (the ``gpu-kpi/run`` tag), by its bytes: no
+    parsing (the import reads it properly later)."""
+    try:
+        return b"gpu-kpi/run" in file.read_bytes()
+    except OSError:
+        return False
+
+
 def find_runs(paths: Sequence[str | Path]) -> list[tuple[Path, list[Path]]]:
-    """Every run directory (and its event files, in name order) given or below the paths."""
+    """Every run directory (and its event files, in name order) given or below the paths. The
+    split folders of one fit (:data:`SPLITS`, written by one process) are one run: their
+    parent's."""
     runs: dict[Path, list[Path]] = {}
     for given in paths:
         root = Path(given)
@@ -187,7 +216,18 @@ def find_runs(paths: Sequence[str | Path]) -> list[tuple[Path, list[Path]]]:
             raise ImportFailed(f"{root}: no TensorBoard event file ({EVENTS}*) under it")
         for f in files:
             runs.setdefault(f.parent, []).append(f)
-    return sorted(runs.items())
+    # train/ and validation/ beside each other, written by the same process: their parent
+    processes: dict[tuple[Path, tuple[str, str]], list[Path]] = {}
+    for folder, files in runs.items():
+        if folder.name.lower() in SPLITS:
+            for who in {writer(f) for f in files if writer(f)[0]}:
+                processes.setdefault((folder.parent, who), []).append(folder)
+    for (parent, _), folders in processes.items():
+        if len(folders) > 1 or parent in runs:
+            for folder in folders:
+                if folder in runs:
+                    runs.setdefault(parent, []).extend(runs.pop(folder))
+    return sorted((path, sorted(files)) for path, files in runs.items())
 
 
 def _float(text: str | None) -> float | None:
@@ -270,8 +310,7 @@ def _run_of(
             if values:
                 extra[figure] = statistics.fmean(values)
         extra["steps"] = run.max_step
-    parts = run.files[0][len(EVENTS) :].split(".")  # <time>.<host>.<pid>.<n>; a host has dots
-    host = ".".join(parts[1:-2]) if len(parts) >= 4 else ""
+    host = writer(Path(run.files[0]))[0]
     return played_run(
         str(path),
         infos,
@@ -313,11 +352,21 @@ def read_tensorboard(
         root = Path(given).resolve()
         for path, _ in runs:
             if path == root or root in path.parents:
-                names.setdefault(path, str(path.relative_to(root)) if path != root else root.name)
+                rel = path.relative_to(root)
+                generic = path != root and rel.parts[0].lower() in GENERIC
+                name = f"{root.name}/{rel}" if generic else str(rel) if path != root else root.name
+                names.setdefault(path, name)
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
+    # a process our callback logged (its run note) is that run: another folder it wrote (the
+    # HF Trainer's own, beside ours) holds the same GPU-time
+    noted = {f for _, files in runs for f in files if _has_note(f)}
+    ours = {writer(f) for f in noted} - {("", "")}
     for path, files in progress(runs, "TensorBoard runs"):
+        if noted.isdisjoint(files) and any(writer(f) in ours for f in files):
+            skipped.setdefault(SAME_PROCESS, []).append(names.get(path, path.name))
+            continue
         got = _run_of(
             path,
             files,

@@ -270,3 +270,50 @@ def test_two_points_at_one_wall_time_do_not_stop_the_import(tmp_path: Path) -> N
     assert r.gpu_hours == pytest.approx(600 / 3600)
     # the point at 10:05 (70%) covers 10 s of 600
     assert r.util_pct == pytest.approx((590 * 50 + 10 * 70) / 600)
+
+
+def test_one_fit_in_train_and_validation_folders_is_one_run(tmp_path: Path) -> None:
+    """Keras writes ``train/`` and ``validation/`` for one fit, from one process: one run of
+    an hour on one A100 ($2.00), not two runs holding the same hour ($4.00)."""
+    logs = tmp_path / "keras" / "fit-1"
+    write_run(logs / "train", seconds=3600)
+    write_run(logs / "validation", seconds=3600, every=60)
+    done = read_tensorboard([tmp_path / "keras"], labels=Labels(gpu_model="A100-80GB"))
+    (r,) = done.records
+    assert r.name == "fit-1" and r.gpu_hours == pytest.approx(1.0)
+    assert r.cost_usd == pytest.approx(A100_PRICE)
+
+
+def test_a_folder_of_the_process_we_logged_is_not_a_second_run(tmp_path: Path) -> None:
+    """The HF Trainer writes its own folder beside ours, from the same process: our run holds
+    that GPU-time, so the Trainer's folder is skipped and named, not imported as a second
+    hour."""
+    logs = tmp_path / "runs"
+    w = summary_writer(logs / "gpu-kpi")
+    w.add_text("gpu-kpi/run", "- run_id: hf-run-1\n- gpu_count: 1\n- gpu_model: H100", 0)
+    for k in range(61):
+        wall = (MONDAY_10 + timedelta(minutes=k)).timestamp()
+        w.add_scalar("gpu/util_pct", 70.0, k, walltime=wall)
+    w.close()
+    write_run(logs / "Dec01_10-00-00_host", seconds=3600)  # the Trainer's own
+    done = read_tensorboard([logs], labels=Labels(gpu_model="H100"))
+    (r,) = done.records
+    assert r.id == "hf-run-1" and r.gpu_hours == pytest.approx(1.0)
+    assert r.util_pct == pytest.approx(70.0)
+    (why,) = done.skipped
+    assert why.startswith("written by the process of a run gpu-kpi logged")
+    assert done.skipped[why] == ["Dec01_10-00-00_host"]
+
+
+def test_a_lightning_run_is_named_with_its_project(tmp_path: Path) -> None:
+    """Every Lightning project logs ``lightning_logs/version_0``: the name keeps the logdir's
+    own name (``nerf/…``) so two projects' runs are told apart."""
+    for project in ("nerf", "gpt"):
+        write_run(tmp_path / project / "lightning_logs" / "version_0", seconds=600)
+    done = read_tensorboard(
+        [tmp_path / "nerf", tmp_path / "gpt"], labels=Labels(gpu_model="A100-80GB")
+    )
+    assert sorted(r.name for r in done.records) == [
+        "gpt/lightning_logs/version_0",
+        "nerf/lightning_logs/version_0",
+    ]
