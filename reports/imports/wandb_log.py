@@ -137,6 +137,8 @@ class WandbLog:
     history: list[dict[str, Any]] = field(default_factory=list)
     """Logged rows (``_step``, ``_timestamp`` and the user's keys)."""
     exit_code: int | None = None
+    runtime_s: float | None = None
+    """The run's runtime from its exit record, seconds (start + runtime: when it ended)."""
     url: str = ""
     """The run's page when it came through W&B's API (then ``path`` is entity/project/id)."""
 
@@ -248,6 +250,7 @@ def _take(run: WandbLog, rec: Any) -> None:
             run.summary[_key(item)] = _json(item.value_json)
     elif kind == "exit":
         run.exit_code = rec.exit.exit_code
+        run.runtime_s = float(rec.exit.runtime) if rec.exit.runtime > 0 else None
 
 
 def _typed(item: Any) -> Any:

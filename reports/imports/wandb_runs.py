@@ -99,6 +99,32 @@ def _system_readings(log: WandbLog) -> dict[int, list[tuple[float, dict[str, Any
     return {i: _in_order(points) for i, points in out.items()}
 
 
+EDGE_S = 600.0
+"""How far before its first GPU sample a run's start (or after its last one its exit) may be
+and still count as the run's time: further apart, the clocks disagree and only the samples
+count."""
+
+
+def _whole_run(
+    log: WandbLog, points: list[tuple[float, dict[str, Any]]]
+) -> list[tuple[float, dict[str, Any]]]:
+    """A GPU's W&B samples stretched over the whole run, from its start record to its exit
+    (start + runtime): W&B samples every 15 s or so, and a short run would otherwise count only
+    between its first and last sample (36 s of a 111 s run). The first sample covers the time
+    from the start, as a sample covers the time before it; the time after the last sample is
+    held without data (a reading with nothing known), never idle."""
+    if not points:
+        return points
+    first, last = points[0][0], points[-1][0]
+    out = list(points)
+    if log.start is not None and 0 < first - log.start <= EDGE_S:
+        out.insert(0, (log.start, {}))
+    end = log.start + log.runtime_s if log.start is not None and log.runtime_s else None
+    if end is not None and 0 < end - last <= EDGE_S:
+        out.append((end, {}))
+    return out
+
+
 def _in_order(points: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, dict[str, Any]]]:
     """Points in time order, one per time (the last written): two writers' records, or a
     clock set back, must not stop an import."""
@@ -134,6 +160,8 @@ def _run_of(
         readings = _our_readings(log, max(1, min(count, 4096)))
         # each point is the mean of all the time since the one before: no gaps between them
         max_gap_s = math.inf if max_gap_s is None else max_gap_s
+    else:
+        readings = {i: _whole_run(log, r) for i, r in readings.items()}
     readings = {i: r for i, r in readings.items() if len(r) > 1}
     if not readings:
         return NO_GPU

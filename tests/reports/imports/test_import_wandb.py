@@ -483,3 +483,35 @@ def test_api_options_are_checked(
     monkeypatch.chdir(tmp_path)
     assert main(["import", "wandb", *args, "--store", f"sqlite:///{tmp_path / 'r.db'}"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_short_run_counts_from_its_start_to_its_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 111 s run (start record, exit runtime 111 s) whose H100 W&B sampled every 15 s from
+    20 s to 80 s at 60%: 111 GPU-seconds, not the 60 s between its first and last sample.
+    The first sample covers the 20 s before it (80 s known at 60%); the 31 s after the last are
+    held without data: utilization 60% of the known time, never idle."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    log = real_run(tmp_path, monkeypatch, name="short")
+    records = list(readers.iter_wandb_records(log))
+    start = next(r.run.start_time.seconds for r in records if r.WhichOneof("record_type") == "run")
+    end = next(i for i, r in enumerate(records) if r.WhichOneof("record_type") == "exit")
+    records[end].exit.runtime = 111
+    env = pb.Record()
+    gpu = env.environment.gpu_nvidia.add()
+    gpu.name, gpu.uuid, gpu.memory_total = "NVIDIA H100 80GB HBM3", "GPU-s0", 80 * 2**30
+    stats = []
+    for at in (20, 35, 50, 65, 80):
+        rec = pb.Record()
+        rec.stats.timestamp.seconds = start + at
+        item = rec.stats.item.add()
+        item.key, item.value_json = "gpu.0.gpu", "60"
+        stats.append(rec)
+    readers.write_wandb_log(log, [*records[:end], env, *stats, *records[end:]])
+    (r,) = read_wandb([tmp_path / "wandb"]).records
+    assert r.gpu_hours == pytest.approx(111 / 3600)
+    assert r.util_pct == pytest.approx(60.0)
+    assert r.idle_usd == 0.0
+    assert r.cost_usd == pytest.approx(111 / 3600 * H100_PRICE)
