@@ -181,9 +181,10 @@ def cmd_import(args: argparse.Namespace) -> int:
             f"replaced {len(done.replaced)} earlier import(s) whole (--replace): "
             f"{printable(', '.join(done.replaced))}"
         )
+    hours = sum(r.gpu_hours or 0.0 for r in done.records)
     print(
-        f"imported {len(done.records)} run(s), {len(done.samples):,} minute rows into "
-        f"{_shown_url(settings.store)}"
+        f"imported {len(done.records)} run(s), {hours:,.1f} GPU-h, {len(done.samples):,} minute "
+        f"rows into {_shown_url(settings.store)}"
     )
     return 0
 

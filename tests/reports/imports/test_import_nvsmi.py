@@ -443,7 +443,7 @@ def test_the_command_prints_the_runs(
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "job-17" in out and "2xH100" in out and "nlp" in out
-    assert "imported 1 run(s), 180 minute rows into " in out
+    assert "imported 1 run(s), 3.0 GPU-h, 180 minute rows into " in out
     assert "gpu_kpi:gpu_kpi@" not in out  # the test server's password is masked
     assert main(["import", "nvidia-smi", str(log), "--store", url, "--price", "-1"]) == 2
     assert "--price -1: USD per GPU-hour" in capsys.readouterr().err

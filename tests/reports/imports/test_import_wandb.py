@@ -186,7 +186,7 @@ def test_a_cpu_run_is_skipped_and_named(
     assert main(["import", "wandb", str(tmp_path / "a"), str(tmp_path / "b"), "--store", url]) == 0
     out = capsys.readouterr().out
     assert f"skipped 1 run(s), {NO_GPU}: on-cpu" in out
-    assert "imported 1 run(s), 120 minute rows" in out
+    assert "imported 1 run(s), 2.0 GPU-h, 120 minute rows" in out
     with RunStore(url) as store:
         assert [r.name for r in store.list_runs()] == ["on-gpu"]
 
