@@ -139,6 +139,8 @@ def read_log(
             not a reading (a header a script wrote) is skipped.
     """
     p = Path(path)
+    if columns is None and _is_dmon(p):
+        return _read_dmon(p)
     rows = _rows(p)
     if columns is None:
         first = next(rows, None)
@@ -195,6 +197,88 @@ def read_log(
     if not infos:
         raise BackendError(f"{p}: nvidia-smi log has a header but no rows")
     return sorted(infos.values(), key=lambda g: g.index), readings
+
+
+# nvidia-smi dmon column → (GpuReading field, its unit in the units line, to our unit)
+_DMON: dict[str, tuple[str, str, float]] = {
+    "sm": ("util_pct", "%", 1.0),
+    "pwr": ("power_w", "W", 1.0),
+    "fb": ("mem_used_gib", "MB", 1.0 / 1024),  # dmon's MB are MiB
+    "gtemp": ("temp_c", "C", 1.0),
+    "pclk": ("sm_clock_mhz", "MHz", 1.0),
+}
+
+
+def _is_dmon(p: Path) -> bool:
+    """Whether ``p`` is ``nvidia-smi dmon`` output: it starts with a ``# gpu …`` or
+    ``#Date Time gpu …`` header line."""
+    try:
+        with open(p, encoding="utf-8-sig", errors="replace") as f:
+            head = f.readline(_MAX_LINE).split()
+    except OSError:
+        return False
+    return bool(head) and head[0].startswith("#") and "gpu" in [h.lstrip("#") for h in head[:3]]
+
+
+def _read_dmon(p: Path) -> tuple[list[GpuInfo], Readings]:
+    """``nvidia-smi dmon -o DT [-s pucm]`` output: whitespace columns under a ``#`` header
+    (repeated every screenful), ``-`` for a value the GPU does not report. The ``sm`` column is
+    the utilization NVML reports (``utilization.gpu``); ``fb`` the memory used, MiB. Without
+    ``-o DT`` the rows have no time: an error saying so."""
+    infos: dict[str, GpuInfo] = {}
+    readings: Readings = {}
+    names: list[str] = []
+    try:
+        with open(p, encoding="utf-8-sig") as f:
+            for lineno, line in enumerate(iter(lambda: f.readline(_MAX_LINE), ""), 1):
+                cells = line.split()
+                if not cells:
+                    continue
+                if cells[0].startswith("#"):
+                    if not names:
+                        names = [c.lstrip("#").lower() for c in cells if c.lstrip("#")]
+                        if "date" not in names or "time" not in names:
+                            raise BackendError(
+                                f"{p}:{lineno}: nvidia-smi dmon output without times: record "
+                                "it with -o DT (nvidia-smi dmon -o DT -s pucm)"
+                            )
+                    continue
+                if len(cells) != len(names):
+                    raise BackendError(
+                        f"{p}:{lineno}: expected {len(names)} columns, got {len(cells)}"
+                    )
+                row = dict(zip(names, cells, strict=True))
+                try:
+                    ts = datetime.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S")
+                    index = _index(row["gpu"])
+                    values = {
+                        field: None if row[col] == "-" else _dmon_value(col, row[col]) * scale
+                        for col, (field, _, scale) in _DMON.items()
+                        if col in row
+                    }
+                except ValueError as e:
+                    raise BackendError(f"{p}:{lineno}: {e}") from None
+                uuid = f"GPU-replay-{index}"
+                if uuid not in infos:
+                    infos[uuid] = GpuInfo(
+                        index=index, uuid=uuid, name="unknown", mem_total_gib=None
+                    )
+                    readings[uuid] = []
+                readings[uuid].append((ts, lineno, GpuReading(uuid=uuid, **values)))
+    except UnicodeDecodeError:
+        raise BackendError(f"{p}: not UTF-8 text") from None
+    except OSError as e:
+        raise BackendError(f"cannot read {p}: {e.strerror or e}") from None
+    if not infos:
+        raise BackendError(f"{p}: nvidia-smi dmon output with a header but no rows")
+    return sorted(infos.values(), key=lambda g: g.index), readings
+
+
+def _dmon_value(column: str, text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0 or (column == "sm" and value > 100):
+        raise ValueError(f"bad dmon {column} value {text!r}")
+    return value
 
 
 def _index(text: str) -> int:

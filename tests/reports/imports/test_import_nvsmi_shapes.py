@@ -109,3 +109,41 @@ def test_a_noheader_log_read_with_its_query_gpu_list(
     assert run.energy_kwh == pytest.approx(250.12 * hours / 1000, rel=1e-6)  # type: ignore[attr-defined]
     assert main([*args, "--query-gpu", "index,power.draw"]) == 2
     assert "--query-gpu 'index,power.draw': the list given to nvidia-smi" in capsys.readouterr().err
+
+
+def test_dmon_output_with_dates_and_times(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = REAL / "dmon-DT-pucm.txt"
+    url = f"sqlite:///{tmp_path}/runs.db"
+    assert main(["import", "nvidia-smi", str(log), "--store", url, "--gpu-model", "H100"]) == 0
+    run = imported(url)
+    frame = pd.read_csv(log, sep=r"\s+", comment="#", header=None).iloc[:, [0, 1, 2, 3, 6]]
+    frame.columns = ["date", "time", "gpu", "pwr", "sm"]
+    frame["t"] = pd.to_datetime(frame["date"].astype(str) + " " + frame["time"])
+    seconds = used = joules = 0.0
+    for _, g in frame.groupby("gpu"):
+        dt = g["t"].diff().dt.total_seconds().iloc[1:]
+        seconds += float(dt.sum())
+        used += float((dt * g["sm"].iloc[1:]).sum())
+        joules += float((dt * g["pwr"].iloc[1:]).sum())
+    assert run.gpu_count == 2  # type: ignore[attr-defined]
+    assert run.gpu_hours == pytest.approx(seconds / 3600, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(used / seconds, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.energy_kwh == pytest.approx(joules / 3.6e6, rel=1e-6)  # type: ignore[attr-defined]
+    assert run.verdict == "imbalanced"  # GPU 1 at 0% all run  # type: ignore[attr-defined]
+
+
+def test_dmon_output_without_times_says_how_to_record_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "dmon.txt"
+    log.write_text(
+        "# gpu    pwr  gtemp  mtemp     sm    mem    enc    dec   mclk   pclk\n"
+        "# Idx      W      C      C      %      %      %      %    MHz    MHz\n"
+        "    0     65     38      -      0      0      0      0   1593    210\n"
+    )
+    assert main(["import", "nvidia-smi", str(log), "--store", f"sqlite:///{tmp_path}/r.db"]) == 2
+    err = capsys.readouterr().err
+    assert "nvidia-smi dmon output without times: record it with -o DT" in err
+    assert err.count("\n") == 1
