@@ -211,7 +211,10 @@ _DMON: dict[str, tuple[str, str, float]] = {
 
 def _is_dmon(p: Path) -> bool:
     """Whether ``p`` is ``nvidia-smi dmon`` output: it starts with a ``# gpu …`` or
-    ``#Date Time gpu …`` header line."""
+    ``#Date Time gpu …`` header line. Only a regular file is looked into: a pipe is read once,
+    by the reader."""
+    if not p.is_file():
+        return False
     try:
         with open(p, encoding="utf-8-sig", errors="replace") as f:
             head = f.readline(_MAX_LINE).split()
