@@ -52,7 +52,12 @@ class Headline:
     @property
     def none_priced(self) -> bool:
         """Whether the week had GPU-time and none of it a price: its spend is unknown, not $0."""
-        return self.unpriced_gpu_hours > 0 and self.unpriced_gpu_hours >= self.gpu_hours - 1e-9
+        return none_priced(self.gpu_hours, self.unpriced_gpu_hours)
+
+
+def none_priced(gpu_hours: float, unpriced_gpu_hours: float) -> bool:
+    """Whether GPU-time was had and none of it priced (within rounding): spend unknown, not $0."""
+    return unpriced_gpu_hours > 0 and unpriced_gpu_hours >= gpu_hours - 1e-9
 
 
 @dataclass(frozen=True, kw_only=True)

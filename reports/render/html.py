@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import WeekKpis, runs_to_fix
+from reports.kpi.weekly import none_priced
 from reports.render.fmt import (
     as_number,
     budget_row,
@@ -278,10 +279,10 @@ def _trend_totals(k: WeekKpis) -> dict[str, str]:
     used = float((util.fillna(0.0) * known).sum())  # Σ util × known GPU-hours
     spend, waste = float(t["spend_usd"].sum()), float(t["waste_usd"].sum())
     hours = float(t["gpu_hours"].sum())
-    none_priced = hours > 0 and float(t["unpriced_gpu_hours"].sum()) >= hours - 1e-9
+    unknown = none_priced(hours, float(t["unpriced_gpu_hours"].sum()))
 
     def usd(value: float) -> str:
-        return "n/a" if none_priced else fmt_usd(value)  # unpriced is not free
+        return "n/a" if unknown else fmt_usd(value)  # unpriced is not free
 
     return {
         "weeks": str(len(t)),
