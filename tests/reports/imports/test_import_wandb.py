@@ -9,6 +9,8 @@ wandb-core writes them on a GPU host.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -32,15 +34,30 @@ MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # 2026-W48
 H100_PRICE = 3.85  # the price table's H100, USD per GPU-hour
 
 
-def real_run(root: Path, monkeypatch: pytest.MonkeyPatch, *, name: str) -> Path:
-    """A finished offline W&B run (a few history rows, a config); its ``.wandb`` file."""
-    import wandb
+_WRITTEN: dict[str, Path] = {}
+"""Run name → a folder where ``wandb`` wrote that run once (each write starts wandb-core)."""
 
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(mode="offline", dir=str(root), project="vision", name=name, config={"lr": 0.1})
-    for step in range(3):
-        run.log({"loss": 1.0 / (step + 1)})
-    run.finish()
+
+def real_run(root: Path, monkeypatch: pytest.MonkeyPatch, *, name: str) -> Path:
+    """A finished offline W&B run (a few history rows, a config) under ``root``; its
+    ``.wandb`` file. Written by the real ``wandb`` once per name and copied after that."""
+    if name not in _WRITTEN:
+        import tempfile
+
+        import wandb
+
+        monkeypatch.setenv("WANDB_SILENT", "true")
+        first = Path(tempfile.mkdtemp(prefix=f"gpu-kpi-wandb-{name}-"))
+        atexit.register(shutil.rmtree, first, ignore_errors=True)
+        run = wandb.init(
+            mode="offline", dir=str(first), project="vision", name=name, config={"lr": 0.1}
+        )
+        for step in range(3):
+            run.log({"loss": 1.0 / (step + 1)})
+        run.finish()
+        readers.read_finished_wandb(first)
+        _WRITTEN[name] = first
+    shutil.copytree(_WRITTEN[name] / "wandb", root / "wandb", symlinks=True, dirs_exist_ok=True)
     return readers.read_finished_wandb(root).path
 
 
