@@ -27,10 +27,24 @@ from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
 from reports.render.exports import to_csv, to_dict, to_json
-from reports.request import Request, resolve_week
+from reports.request import FORMATS, Request, parse_formats, resolve_week
 from reports.weeks import label_of, shift_week, week_bounds, week_of
 
 log = logging.getLogger("gpu_kpi")
+
+__all__ = [
+    "FORMATS",  # the request's names are reports.request's; here too, as before 2026-12
+    "Computed",
+    "Request",
+    "backfill",
+    "build",
+    "compute",
+    "compute_live",
+    "parse_formats",
+    "render",
+    "resolve_week",
+    "week_kpis",
+]
 
 
 def week_kpis(
