@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import mmap
 import statistics
 import struct
 from collections.abc import Iterator, Mapping, Sequence
@@ -197,8 +198,9 @@ def _has_note(file: Path) -> bool:
     """Whether an event file holds our run note (the ``gpu-kpi/run`` tag), by its bytes: no
     parsing (the import reads it properly later)."""
     try:
-        return b"gpu-kpi/run" in file.read_bytes()
-    except OSError:
+        with open(file, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(b"gpu-kpi/run") >= 0  # mapped, not read: event files can be GBs
+    except (OSError, ValueError):  # unreadable, or empty (nothing to map)
         return False
 
 

@@ -171,6 +171,10 @@ def read_log(path: Path) -> WandbLog:
     return run
 
 
+MAX_METADATA_BYTES = 1 << 20
+"""A ``wandb-metadata.json`` larger than this is not read (W&B writes a few KB)."""
+
+
 def _float_or_none(text: str) -> float | None:
     try:
         return float(text)
@@ -186,8 +190,10 @@ def _metadata(run: WandbLog, path: Path) -> None:
     ``memory_total`` (``memoryTotal``, bytes, a number or its text). A missing or unreadable
     file says nothing."""
     try:
+        if path.stat().st_size > MAX_METADATA_BYTES:
+            return  # not W&B's: its metadata is a few KB
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return
     if not isinstance(meta, dict):
         return

@@ -532,3 +532,29 @@ def test_a_short_run_counts_from_its_start_to_its_exit(
     assert r.util_pct == pytest.approx(60.0)
     assert r.idle_usd == 0.0
     assert r.cost_usd == pytest.approx(111 / 3600 * H100_PRICE)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"gpu_nvidia": "nope"}',
+        "[1, 2]",
+        "{not json",
+        "[" * 100_000 + "]" * 100_000,
+        " " * (1 << 21),
+    ],
+    ids=["wrong-type", "a-list", "not-json", "nested-past-the-parser", "too-big"],
+)
+def test_a_metadata_file_that_says_nothing_useful_is_ignored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """A foreign or damaged ``wandb-metadata.json`` never stops the import: the run is skipped
+    as it was without one (no GPU model), named."""
+    log = real_run(tmp_path, monkeypatch, name="old-wandb")
+    add_gpu_records(log, environment=False, minutes=2)
+    (log.parent / "files").mkdir(exist_ok=True)
+    (log.parent / "files" / "wandb-metadata.json").write_text(text)
+    done = read_wandb([tmp_path / "wandb"])
+    assert not done.records and list(done.skipped) == [
+        "no GPU model in the log: say it with --gpu-model"
+    ]
