@@ -185,26 +185,16 @@ def test_chunks_are_whole_minutes_and_never_overlap() -> None:
     assert got == [(60.0, 60.0 * 360), (60.0 * 361, 60.0 * 720), (60.0 * 721, 60.0 * 725)]
 
 
+def import_from_nowhere(store: str, *args: str) -> int:
+    """``gpu-kpi import prometheus`` of a port nothing listens on, with ``args``; its exit."""
+    return main(["import", "prometheus", "http://127.0.0.1:9", *args, "--store", store])
+
+
 def test_a_prometheus_that_is_down_or_foreign_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    assert (
-        main(
-            [
-                "import",
-                "prometheus",
-                "http://127.0.0.1:9",
-                "--since",
-                "2026-W48",
-                "--until",
-                "2026-W49",
-                "--store",
-                url,
-            ]
-        )
-        == 2
-    )
+    assert import_from_nowhere(url, "--since", "2026-W48", "--until", "2026-W49") == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-kpi: error: http://127.0.0.1:9: cannot reach Prometheus")
     assert err.count("\n") == 1
@@ -258,19 +248,7 @@ def test_a_refused_query_names_the_url(prometheus: str) -> None:
 def test_bad_options_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
-    assert (
-        main(
-            [
-                "import",
-                "prometheus",
-                "http://127.0.0.1:9",
-                *args,
-                "--store",
-                f"sqlite:///{tmp_path / 'runs.db'}",
-            ]
-        )
-        == 2
-    )
+    assert import_from_nowhere(f"sqlite:///{tmp_path / 'runs.db'}", *args) == 2
     assert message in capsys.readouterr().err
 
 
@@ -406,23 +384,8 @@ def test_a_tracked_run_on_a_gpu_skips_that_run_not_the_fleet(
 def test_bad_label_maps_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
-    assert (
-        main(
-            [
-                "import",
-                "prometheus",
-                "http://127.0.0.1:9",
-                "--since",
-                "2026-W48",
-                "--until",
-                "2026-W49",
-                *args,
-                "--store",
-                f"sqlite:///{tmp_path / 'r.db'}",
-            ]
-        )
-        == 2
-    )
+    store = f"sqlite:///{tmp_path / 'r.db'}"
+    assert import_from_nowhere(store, "--since", "2026-W48", "--until", "2026-W49", *args) == 2
     assert message in capsys.readouterr().err
 
 
