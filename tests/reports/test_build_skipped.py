@@ -393,3 +393,19 @@ def test_a_damaged_rollup_row_is_left_out_and_named(store_url: str) -> None:
     again = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
     assert not again.kpis.skipped.samples
     assert again.kpis.headline.utilization_pct == pytest.approx((40 * 2.0 + 20 * 60.0) / 60)
+
+
+def test_an_unreadable_run_this_week_does_not_stop_the_empty_weeks_hint(tmp_path: Path) -> None:
+    """Last week had no runs; this week has one good run and one whose start is garbage. The
+    report of last week still builds, and its hint counts the run it can read."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    now = datetime(2026, 12, 2, 12, tzinfo=UTC)  # Wednesday of 2026-W49
+    with RunStore(url) as s:
+        s.upsert_run(run_record("good", datetime(2026, 12, 1, 9, tzinfo=UTC), 1))
+        s.upsert_run(run_record("bad", datetime(2026, 12, 1, 10, tzinfo=UTC), 1))
+    sql(url, "UPDATE runs SET started_at = '2026-12-01 garbage' WHERE id = 'bad'")
+    c = compute(url, Request(week=None, tz=UTC), now=now)
+    assert c.kpis.headline.gpu_hours == 0
+    assert c.kpis.hint == (
+        "no runs in this week; 1 run so far in 2026-W49: gpu-kpi report --week current"
+    )
