@@ -136,13 +136,43 @@ class LightningHooks:
             ``log_every_s`` (seconds; the slow-step cadence), ``print_summary``… ``framework``
             defaults to ``"lightning"`` and ``dtype`` to the trainer's precision.
 
-    Logged keys, at Lightning's log steps through every logger of the trainer:
-    :data:`tracker.metrics.METRICS` (``gpu/util_pct``, ``gpu/mem_used_gib``, ``gpu/power_w``,
-    ``perf/step_time_ms``, ``perf/data_wait_pct``, ``perf/samples_per_s``, ``perf/mfu``,
-    ``cost/usd``, ``cost/waste_usd``…) and, with several ranks,
-    :data:`tracker.metrics.RANK_METRICS` (``gpu/util_pct_min``, ``perf/slowest_rank``…): the
-    same keys for every sink, units in the names, each key's unit and meaning declared there
-    once (and listed in docs/metrics.md). A figure without data is left out, never logged as 0.
+    Logged keys, at Lightning's log steps through every logger of the trainer (units in the
+    names; a figure without data is left out, never logged as 0; the same keys for every sink,
+    declared in :mod:`tracker.metrics`):
+
+    ================================  ==========  ================================================
+    key                               unit        what
+    ================================  ==========  ================================================
+    ``gpu/util_pct``                  %           NVML utilization (nvidia-smi's ``GPU-Util``), mean
+                                                  over the run's GPUs since the last log
+    ``gpu/sm_active_pct``             %           GPM SM activity (Hopper+)
+    ``gpu/tensor_active_pct``         %           GPM tensor-core activity (Hopper+)
+    ``gpu/dram_active_pct``           %           GPM memory-bandwidth activity (Hopper+)
+    ``gpu/mem_used_gib``              GiB         device memory in use, mean over the GPUs
+    ``gpu/mem_used_pct``              %           device memory in use, share of the total
+    ``gpu/power_w``                   W           board power now, summed over the GPUs
+    ``gpu/energy_kwh``                kWh         GPU energy since the run started
+    ``gpu/co2e_kg``                   kg          CO2e of that energy (``[carbon]``)
+    ``gpu/temp_c``                    °C          temperature of the hottest GPU
+    ``gpu/sm_clock_mhz``              MHz         SM clock, mean over the GPUs
+    ``perf/step_time_ms``             ms          mean step time since the last log
+    ``perf/data_wait_pct``            %           share of step time spent waiting for input
+    ``perf/samples_per_s``            1/s         training samples per second
+    ``perf/tokens_per_s``             1/s         training tokens per second (when counted)
+    ``perf/tflops``                   TFLOP/s     achieved model FLOP/s, all GPUs
+    ``perf/mfu``                      0-1         model FLOPs utilization against the dtype's
+                                                  dense peak (none for an unknown GPU)
+    ``cost/usd``                      USD         cost so far: GPU-hours x price
+    ``cost/usd_per_hour``             USD/h       price of the run's GPUs per hour
+    ``cost/waste_usd``                USD         recoverable waste so far (under the target)
+    ``cost/usd_per_1k_samples``       USD         cost per 1,000 training samples
+    ``cost/usd_per_1m_tokens``        USD         cost per 1,000,000 training tokens
+    ``gpu/util_pct_min``              %           lowest rank's utilization (several ranks)
+    ``gpu/util_pct_max``              %           highest rank's utilization (several ranks)
+    ``perf/step_time_ms_max``         ms          slowest rank's step time (several ranks)
+    ``perf/slowest_rank``             rank        global rank with the longest step time
+    ``perf/rank_spread_pct``          %           (slowest - fastest) / mean step time of ranks
+    ================================  ==========  ================================================
 
     The run's summary (the W&B summary, TensorBoard text, the run store) carries the final
     values, the verdict (``healthy``, ``input-bound``, ``low-efficiency``…) and its advice.
