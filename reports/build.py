@@ -187,7 +187,11 @@ def compute_live(
 
 
 def render(
-    k: kpis.WeekKpis, req: Request, images: Mapping[str, bytes] | None = None
+    k: kpis.WeekKpis,
+    req: Request,
+    images: Mapping[str, bytes] | None = None,
+    *,
+    week: Mapping[str, Any] | None = None,
 ) -> dict[str, bytes]:
     """The week's report in each requested format (nothing written).
 
@@ -195,15 +199,19 @@ def render(
         k: The week's KPIs.
         req: The formats (``req.formats``), the time zone and the report's link.
         images: The charts (name → PNG bytes) when already drawn; None draws them.
+        week: The week's document (:func:`reports.render.exports.to_dict`) when already made;
+            None makes it when the JSON or the CSV is asked for.
 
     Returns:
         File suffix (``html``, ``eml``, ``json``, ``csv``) → content.
     """
     out: dict[str, bytes] = {}
-    if "json" in req.formats:
-        out["json"] = to_json(k, req.tz).encode()
-    if "csv" in req.formats:
-        out["csv"] = to_csv(k, req.tz).encode()
+    if "json" in req.formats or "csv" in req.formats:
+        d = week if week is not None else to_dict(k, req.tz)
+        if "json" in req.formats:
+            out["json"] = to_json(d).encode()
+        if "csv" in req.formats:
+            out["csv"] = to_csv(d).encode()
     if "html" in req.formats or "email" in req.formats:
         if images is None:
             from reports.render.charts import charts
@@ -220,6 +228,15 @@ def render(
 
             out["eml"] = build_email(k, images, tz=req.tz, report_url=req.report_url).as_bytes()
     return out
+
+
+def _archived(k: kpis.WeekKpis, req: Request) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """A complete week's document (for the BI tables) and its files, the JSON always among
+    them: the index reads the archive's JSON."""
+    week = to_dict(k, req.tz)
+    files = render(k, req, week=week)
+    files.setdefault("json", to_json(week).encode())
+    return week, files
 
 
 def build(
@@ -244,17 +261,16 @@ def build(
     """
     check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
-    files = render(c.kpis, req)
     label = label_of(c.kpis.week)
     if c.kpis.so_far is not None:
         # a week under way is never archived as the week: its own files, out of the index
         # and of the BI tables, so a later report (or --all) writes the complete week
+        files = render(c.kpis, req)
         label, index = f"{label}-so-far", False
     else:
-        publish_week(store_url, to_dict(c.kpis, req.tz), now=c.now)
+        week, files = _archived(c.kpis, req)
+        publish_week(store_url, week, now=c.now)
         index = "html" in req.formats
-        if "json" not in files:  # the index reads the archive's JSON: keep it current
-            files["json"] = to_json(c.kpis, req.tz).encode()
     try:
         return write_archive(out_dir, label, files, index=index)
     except OSError as e:
@@ -330,9 +346,8 @@ def backfill(
             if say is not None:
                 say(f"{label}: {n}/{len(weeks)} weeks")
             c = compute(store_url, dataclasses.replace(req, week=label), now=now)
-            publish_week(store_url, to_dict(c.kpis, req.tz), now=now)
-            files = render(c.kpis, req)
-            files.setdefault("json", to_json(c.kpis, req.tz).encode())
+            week_doc, files = _archived(c.kpis, req)
+            publish_week(store_url, week_doc, now=now)
             written += write_archive(out_dir, label, files, index=False)
             archived += 1
         if say is not None:

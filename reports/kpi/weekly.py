@@ -243,24 +243,27 @@ def _change(now: float | None, before: float | None) -> float | None:
     return 100.0 * (now - before) / before
 
 
+_SUMMED = ["gpu_hours", "known_hours", "used_hours", "spend_usd", "waste_usd", "idle_usd"]
+_BREAKDOWN = [
+    "gpu_hours",
+    "spend_usd",
+    "waste_usd",
+    "idle_usd",
+    "co2e_kg",
+    "runs",
+    "utilization_pct",
+]
+
+
 def _breakdown(per: pd.DataFrame, key: str) -> pd.DataFrame:
-    g = per.assign(**{key: per[key].fillna("(none)").replace("", "(none)")}).groupby(key)
-    out = g.agg(
-        gpu_hours=("gpu_hours", "sum"),
-        known_hours=("known_hours", "sum"),
-        used_hours=("used_hours", "sum"),
-        spend_usd=("spend_usd", "sum"),
-        waste_usd=("waste_usd", "sum"),
-        idle_usd=("idle_usd", "sum"),
-        runs=("run_id", "nunique"),
-    )
-    out.insert(6, "co2e_kg", g["co2e_kg"].sum(min_count=1))  # NaN for a group that measured none
+    """The week's totals per value of ``key`` (a run without one is ``(none)``), most waste first."""
+    keys = per[key].fillna("(none)").replace("", "(none)").rename(key)
+    g = per[[*_SUMMED, "co2e_kg"]].groupby(keys)  # one pass for every sum (named aggs: 2x slower)
+    out = g.sum()
+    out["co2e_kg"] = g["co2e_kg"].sum(min_count=1)  # NaN for a group that measured none
+    out["runs"] = per["run_id"].groupby(keys).nunique()
     out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
-    return (
-        out.drop(columns=["known_hours", "used_hours"])
-        .sort_values(["waste_usd", "spend_usd"], ascending=False)
-        .reset_index()
-    )
+    return out[_BREAKDOWN].sort_values(["waste_usd", "spend_usd"], ascending=False).reset_index()
 
 
 HEADLINE_FIELDS: Sequence[str] = tuple(Headline.__dataclass_fields__)

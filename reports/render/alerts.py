@@ -90,7 +90,7 @@ def budget_email(
     env = environment()
     ctx = {**c, "lines": _text(c)}
     html = env.get_template("budget_alert.html.j2").render(ctx)
-    text = env.overlay(autoescape=False).get_template("budget_alert.txt.j2").render(ctx)
+    text = environment(autoescape=False).get_template("budget_alert.txt.j2").render(ctx)
     return _alternative(
         str(text),
         str(html),

@@ -184,7 +184,7 @@ def _render(
     }
     html = env.get_template("email.html.j2").render(context)
     # the plain-text part must not be HTML-escaped: its own environment, autoescape off
-    text = env.overlay(autoescape=False).get_template("email.txt.j2").render(context)
+    text = environment(autoescape=False).get_template("email.txt.j2").render(context)
     return str(text), str(html)
 
 
@@ -326,7 +326,7 @@ def build_runs_email(
     }
     env = environment()
     html = env.get_template("runs_email.html.j2").render(ctx)
-    text = env.overlay(autoescape=False).get_template("runs_email.txt.j2").render(ctx)
+    text = environment(autoescape=False).get_template("runs_email.txt.j2").render(ctx)
     subject = (
         f"GPU efficiency {ctx['week']}: {len(mine)} of your runs under "
         f"{ctx['thresholds']['underutilized']} utilization, {fmt_usd(waste)} recoverable"

@@ -39,6 +39,7 @@ import dataclasses
 import io
 import json
 import math
+from collections.abc import Mapping
 from datetime import tzinfo
 from typing import Any
 
@@ -153,6 +154,13 @@ def _thresholds(t: Thresholds) -> dict[str, Any]:
 
 
 def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
+    """The week's document (schema ``gpu-kpi.week/1``): what the JSON file holds, the CSV
+    lists and the BI tables store.
+
+    Args:
+        k: The week's KPIs.
+        tz: The report's time zone (the week's start and end are written in it).
+    """
     start = k.week.tz_convert(tz)
     end = (start + pd.Timedelta(days=7, hours=12)).normalize()
     skipped = k.skipped
@@ -209,17 +217,22 @@ def _last_resort(value: object) -> Any:
     return as_text(value)
 
 
-def to_json(k: WeekKpis, tz: tzinfo) -> str:
-    return (
-        json.dumps(
-            to_dict(k, tz), indent=2, ensure_ascii=False, allow_nan=False, default=_last_resort
-        )
-        + "\n"
-    )
+def to_json(d: Mapping[str, Any]) -> str:
+    """The week's JSON file.
+
+    Args:
+        d: The week's document (:func:`to_dict`).
+    """
+    return json.dumps(d, indent=2, ensure_ascii=False, allow_nan=False, default=_last_resort) + "\n"
 
 
-def to_csv(k: WeekKpis, tz: tzinfo) -> str:
-    d = to_dict(k, tz)
+def to_csv(d: Mapping[str, Any]) -> str:
+    """The week's CSV file: one row per figure (``week, basis, section, key, metric, value``),
+    formula cells neutralized.
+
+    Args:
+        d: The week's document (:func:`to_dict`).
+    """
     out = io.StringIO(newline="")
     w = csv_writer(out)  # formula cells neutralized; a cell with a line break is quoted
     w.writerow(["week", "basis", "section", "key", "metric", "value"])

@@ -10,6 +10,7 @@ file next to it and no JavaScript.
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -457,9 +458,15 @@ def source_templates_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "templates"
 
 
-def environment() -> Any:
-    """The Jinja2 environment: autoescape on, undefined names an error, templates from the
-    installed ``reports.templates`` package, else from the source tree's ``templates/``."""
+@functools.cache
+def environment(*, autoescape: bool = True) -> Any:
+    """The Jinja2 environment: undefined names an error, templates from the installed
+    ``reports.templates`` package, else from the source tree's ``templates/``. One per process
+    (Jinja2 compiles each template once into its cache; rendering is thread-safe).
+
+    Args:
+        autoescape: False for the plain-text parts of emails, which must not be HTML-escaped.
+    """
     try:
         import jinja2
     except ImportError as e:  # pragma: no cover - the [reports] extra is missing
@@ -470,7 +477,7 @@ def environment() -> Any:
     )
     return jinja2.Environment(
         loader=loader,
-        autoescape=True,
+        autoescape=autoescape,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

@@ -323,11 +323,10 @@ class Service:
 
         req = self.request(week.label)
         out = Path(self.settings.out_dir).expanduser()
-        publish_week(
-            self.settings.tracker.store, to_dict(week.computed.kpis, req.tz), now=week.computed.now
-        )
+        doc = to_dict(week.computed.kpis, req.tz)
+        publish_week(self.settings.tracker.store, doc, now=week.computed.now)
         try:
-            files = render(week.computed.kpis, req, images=week.images)
+            files = render(week.computed.kpis, req, images=week.images, week=doc)
             written = write_archive(out, week.label, files, index=True)
             for team in dict.fromkeys(
                 r.team
