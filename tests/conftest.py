@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import re
 import time
@@ -169,3 +170,27 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
                 if attempt == 9:
                     raise
                 time.sleep(0.5)
+
+
+# -- charts ------------------------------------------------------------------------------------
+@functools.cache
+def _blank_png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    from reports.render.charts import HEIGHT_PX, WIDTH_PX
+
+    buf = io.BytesIO()
+    Image.new("P", (WIDTH_PX, HEIGHT_PX), 0).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture
+def blank_charts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's charts as blank PNGs of their size, for tests of what the pages say and
+    where they are written: drawing the five matplotlib charts costs more CPU than the rest of
+    a report. The charts themselves are drawn and checked in ``tests/reports/render/``."""
+    from reports.render import charts
+
+    monkeypatch.setattr(charts, "charts", lambda k: dict.fromkeys(charts.CHART_NAMES, _blank_png()))

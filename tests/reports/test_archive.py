@@ -19,6 +19,8 @@ from reports.render.index import LeftOut
 from reports.request import Request
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.usefixtures("blank_charts")  # the pages' text, not their charts
+
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
 HEADLINE = {
     "gpu_hours": 10.0,

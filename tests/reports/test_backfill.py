@@ -15,6 +15,8 @@ from reports.errors import ReportError
 from reports.request import Request
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.usefixtures("blank_charts")  # the pages' text, not their charts
+
 W45 = datetime(2026, 11, 2, tzinfo=UTC)  # Monday of 2026-W45
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)  # in W49: the last complete week is W48
 REQ = Request(week=None, tz=UTC, formats=("html", "json"))

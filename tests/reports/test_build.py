@@ -5,14 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import gpu_kpi
 from fakes import run_record
 
 from reports.build import build, compute
@@ -62,17 +60,6 @@ def store(tmp_path: Path) -> str:
             ]
         )
     return url
-
-
-def gpu_kpi(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reports.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
 
 
 def test_json_and_csv_of_a_week(store: str, tmp_path: Path) -> None:
@@ -229,6 +216,7 @@ def test_samples_are_scanned_into_a_frame_on_both_databases(store_url: str) -> N
     assert frame["sm_active_pct"].isna().all()
 
 
+@pytest.mark.usefixtures("blank_charts")
 def test_the_week_so_far_and_where_the_runs_are(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from clirun import gpu_kpi
 from fakes import run_record
 
 from reports import archive
@@ -30,9 +32,7 @@ NOW = W48 + timedelta(days=8)
 EVERY = ("html", "email", "json", "csv")
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/runs.db"
+def fill(url: str) -> str:
     with RunStore(url) as s:
         s.upsert_run(run_record("w47", W47 + timedelta(days=1), 2, util=50.0, team="nlp"))
         run = run_record("w48", W48 + timedelta(days=1), 3, util=30.0, team="vision")
@@ -51,6 +51,20 @@ def store(tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> str:
+    return fill(f"sqlite:///{tmp_path}/runs.db")
+
+
+@pytest.fixture(scope="module")
+def w47_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """W47's report of the same runs, archived once for the module (each test copies it)."""
+    folder = tmp_path_factory.mktemp("w47")
+    url = fill(f"sqlite:///{folder}/runs.db")
+    build(url, Request(week="2026-W47", tz=UTC, formats=EVERY), folder / "out", now=NOW)
+    return folder / "out"
+
+
 def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every entry of ``folder`` (hidden ones too) with its bytes and mtime."""
     return {
@@ -59,8 +73,9 @@ def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
-def archived_w47(store: str, out: Path) -> dict[str, tuple[bytes, int]]:
-    build(store, Request(week="2026-W47", tz=UTC, formats=EVERY), out, now=NOW)
+def archived_w47(w47_files: Path, out: Path) -> dict[str, tuple[bytes, int]]:
+    """``out`` holding W47's report (files and index), as ``gpu-kpi report`` wrote it."""
+    shutil.copytree(w47_files, out)
     before = snapshot(out)
     assert sorted(before) == [
         "2026-W47.csv",
@@ -72,13 +87,14 @@ def archived_w47(store: str, out: Path) -> dict[str, tuple[bytes, int]]:
     return before
 
 
+@pytest.mark.usefixtures("blank_charts")
 def test_a_failing_index_changes_nothing(
-    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: str, w47_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The index is rendered last, after every file of the week was written somewhere: when
     it fails (here: a full disk), none of W48's files appear and W47's are untouched."""
     out = tmp_path / "out"
-    before = archived_w47(store, out)
+    before = archived_w47(w47_files, out)
 
     def full_disk(*args: object, **kw: object) -> str:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -90,11 +106,12 @@ def test_a_failing_index_changes_nothing(
     assert snapshot(out) == before  # no new file, no temporary folder, nothing rewritten
 
 
+@pytest.mark.usefixtures("blank_charts")
 def test_a_failing_renderer_changes_nothing(
-    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: str, w47_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
-    before = archived_w47(store, out)
+    before = archived_w47(w47_files, out)
 
     def broken(*args: object, **kw: object) -> str:
         raise RuntimeError("a bug in the HTML renderer")
@@ -112,11 +129,13 @@ def _small_files_only() -> None:  # runs in the child, before the CLI
 
 
 @pytest.mark.slow  # a whole report, in-process and through the CLI: ~3 s of CPU
-def test_a_file_too_big_for_the_disk_leaves_no_half_report(store: str, tmp_path: Path) -> None:
+def test_a_file_too_big_for_the_disk_leaves_no_half_report(
+    store: str, w47_files: Path, tmp_path: Path
+) -> None:
     """A real write failure, not a patched one: the kernel refuses the HTML (RLIMIT_FSIZE),
     after the JSON and CSV are written, and the CLI says so on one line."""
     out = tmp_path / "out"
-    before = archived_w47(store, out)
+    before = archived_w47(w47_files, out)
     p = subprocess.run(
         [
             sys.executable,
@@ -142,9 +161,10 @@ def test_a_file_too_big_for_the_disk_leaves_no_half_report(store: str, tmp_path:
     assert snapshot(out) == before
 
 
-def test_the_week_moves_in_at_once(store: str, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("blank_charts")
+def test_the_week_moves_in_at_once(store: str, w47_files: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    archived_w47(store, out)
+    archived_w47(w47_files, out)
     written = build(store, Request(week="2026-W48", tz=UTC, formats=EVERY), out, now=NOW)
     assert [p.name for p in written] == [
         "2026-W48.json",
@@ -181,25 +201,7 @@ def test_an_output_path_that_is_a_file(
 def test_the_cli_says_it_on_one_line(store: str, tmp_path: Path) -> None:
     out = tmp_path / "report.txt"
     out.write_text("")
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reports.cli",
-            "report",
-            "--week",
-            "2026-W48",
-            "--store",
-            store,
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    p = gpu_kpi("report", "--week", "2026-W48", "--store", store, "--out", str(out))
     assert p.returncode == 2
     assert p.stderr == f"gpu-kpi: error: cannot write the report to {out}: it is not a folder\n"
 

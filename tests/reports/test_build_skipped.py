@@ -25,6 +25,8 @@ from reports.request import Request
 from tracker.record import MinuteSample
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.usefixtures("blank_charts")  # the pages' text, not their charts
+
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
 NOW = W48 + timedelta(days=8)
 PRICE = 3.85
@@ -358,7 +360,7 @@ def test_sample_rows_whose_minute_is_no_time_are_left_out_and_named(
 def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
     """A value of a type no field should have (bytes, a set, an object) is written as text,
     and a figure past float's range as null: writing the JSON never fails on a value."""
-    from reports.render.exports import to_json
+    from reports.render.exports import to_dict, to_json
 
     url = f"sqlite:///{tmp_path}/runs.db"
     fill(url)
@@ -370,7 +372,7 @@ def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
         verdict=[object()] * n,
         gpu_hours=[float("inf")] * n,
     )
-    d = json.loads(to_json(dataclasses.replace(k, runs=odd), UTC))
+    d = json.loads(to_json(to_dict(dataclasses.replace(k, runs=odd), UTC)))
     assert {r["name"] for r in d["runs"]} == {"exp-\ufffd"}
     assert {r["links"] for r in d["runs"]} == {"{'a'}"}
     assert all(r["verdict"].startswith("<object object") for r in d["runs"])

@@ -1,4 +1,6 @@
-"""The gpu-kpi command line: real subprocesses, real stores, one-line errors."""
+"""The gpu-kpi command line: real stores, one-line errors; in this process, and in a real
+subprocess or shell where the process is what is tested (the demo, its printed commands,
+what the CLI imports)."""
 
 from __future__ import annotations
 
@@ -10,25 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def gpu_kpi(
-    *args: str,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "reports.cli", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+from clirun import ROOT, gpu_kpi, gpu_kpi_process
 
 
 def python_c(code: str) -> subprocess.CompletedProcess[str]:
@@ -67,7 +51,7 @@ def one_line_error(p: subprocess.CompletedProcess[str], text: str) -> None:
 
 @pytest.mark.slow
 def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
-    p = gpu_kpi("demo", cwd=tmp_path)
+    p = gpu_kpi_process("demo", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     db = tmp_path / ".gpu-kpi-demo" / "runs.db"
     assert db.exists()
@@ -142,7 +126,7 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     # and the fleet's history: 6 recurring jobs over the 12 weeks up to the demo's week
     assert sum("demo-history" in r["tags"] for r in everything) == 6 * 12
     # a second demo replaces its runs rather than adding copies to the week
-    again = gpu_kpi("demo", cwd=tmp_path)
+    again = gpu_kpi_process("demo", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     relisted = json.loads(gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json").stdout)
     assert len(relisted) == len(everything)

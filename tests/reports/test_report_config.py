@@ -13,6 +13,8 @@ from fakes import run_record
 from reports.cli import main
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.usefixtures("blank_charts")  # the pages' text, not their charts
+
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:

@@ -468,6 +468,7 @@ def test_idle_minutes_on_either_side_of_a_gap_are_no_idle_stretch(tmp_path: Path
     assert r.idle_usd == pytest.approx(32.0)
 
 
+@pytest.mark.usefixtures("blank_charts")
 def test_the_report_says_where_its_runs_came_from(tmp_path: Path, url: str) -> None:
     from fakes import run_record
 
@@ -508,6 +509,7 @@ def test_one_gpu_at_work_and_one_idle_all_run_is_imbalanced(tmp_path: Path) -> N
     assert run.advice is not None and "Request only the GPUs it uses" in run.advice
 
 
+@pytest.mark.usefixtures("blank_charts")
 def test_unpriced_gpu_time_is_never_shown_as_free(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from reports import kpi as kpis
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row, writer
-from reports.render.exports import to_csv
+from reports.render.exports import to_csv, to_dict
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
 
@@ -95,7 +95,7 @@ def test_the_weeks_csv_neutralizes_every_user_string() -> None:
         tz=UTC,
         now=W48 + timedelta(days=8),
     )
-    rows = list(csv.reader(io.StringIO(to_csv(k, UTC), newline="")))
+    rows = list(csv.reader(io.StringIO(to_csv(to_dict(k, UTC)), newline="")))
     cells = [c for row in rows[1:] for c in row]
     assert not [c for c in cells if c.startswith(FORMULA_START)]
     runs = {r[4]: r[5] for r in rows if r[2] == "run"}

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from datetime import date
 from pathlib import Path
 
 import pytest
+from clirun import gpu_kpi
 
 from reports.service.config import (
     Recipient,
@@ -69,17 +67,6 @@ def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "gpu-kpi.toml"
     path.write_text(text.format(dir=tmp_path))
     return path
-
-
-def gpu_kpi(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reports.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-    )
 
 
 def test_a_full_file_is_read_with_its_values(tmp_path: Path) -> None:
