@@ -8,6 +8,7 @@ reading that opened it. Its minute rows, run aggregates and idle time equal the 
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 from datetime import UTC, datetime
@@ -39,7 +40,9 @@ class Played:
         return [self._idle]
 
 
-def _tw(stats: GpuStats, field: str, v: np.ndarray, dt: np.ndarray) -> None:
+def time_weighted(stats: GpuStats, field: str, v: np.ndarray, dt: np.ndarray) -> None:
+    """Set ``stats``' time-weighted ``field`` from values ``v`` (NaN: unknown), each held for
+    ``dt`` seconds: its total, seconds, min, max, and last known value."""
     tw = stats.tw[field]
     known = ~np.isnan(v)
     if known.any():
@@ -71,7 +74,7 @@ def play(
     stats = GpuStats()
     for field, v in s.fields.items():
         if field in stats.tw:
-            _tw(stats, field, v, dt)
+            time_weighted(stats, field, v, dt)
     stats.seconds = float(dt.sum())
     util = s.fields.get("util_pct")
     if util is not None:
@@ -91,6 +94,60 @@ def play(
     minutes, utils, covered = _minutes(s, dt, run_id=run_id, rows=rows)
     idle = idle_totals(minutes, utils, covered, window=idle_window_min, threshold_pct=idle_pct)
     return Played(s.info.uuid, stats, idle), float(t[0]), float(t[-1])
+
+
+def of_rows(
+    played: GpuStats,
+    uuid: str,
+    rows: list[MinuteSample],
+    *,
+    idle_window_min: int,
+    idle_pct: float,
+) -> Played:
+    """One GPU's figures from its minute rows, where the rows were changed after playing (a
+    time-sliced GPU's split between the runs that held it): time, utilization, SM activity,
+    power, energy and idle time as the rows say (what the report reads too); the other
+    time-weighted figures, which no row holds, at ``played``'s means over the rows' time.
+
+    Args:
+        played: The GPU's aggregates as the sampler played them.
+        uuid: The GPU.
+        rows: Its minute rows, in time order.
+        idle_window_min: The idle rule's window, minutes.
+        idle_pct: The idle rule's threshold, %.
+    """
+    stats = copy.deepcopy(played)
+    covered = np.array([r.covered_s for r in rows], dtype=np.float64)
+    share = float(covered.sum()) / played.seconds if played.seconds > 0 else 0.0
+    for tw in stats.tw.values():
+        tw.total *= share
+        tw.seconds *= share
+
+    def column(field: str) -> np.ndarray:
+        return np.array(
+            [np.nan if (v := getattr(r, field)) is None else v for r in rows], dtype=np.float64
+        )
+
+    util, power = column("util_pct"), column("power_w")
+    for field, v in (("util_pct", util), ("sm_active_pct", column("sm_active_pct"))):
+        stats.tw[field] = type(stats.tw[field])()
+        time_weighted(stats, field, v, covered)
+    stats.tw["power_w"] = type(stats.tw["power_w"])()
+    time_weighted(stats, "power_w", power, covered)
+    stats.seconds = float(covered.sum())
+    use = ~np.isnan(util) & (covered > 0)
+    bins = np.minimum((util[use] // 10).astype(np.int64), HIST_BINS - 1)
+    stats.hist_s = np.bincount(bins, weights=covered[use], minlength=HIST_BINS).tolist()
+    stats._power_j = float(np.nansum(power * covered))
+    stats.energy_base_j = stats.energy_last_j = None  # the counter counts the whole GPU
+    idle = idle_totals(
+        [int(r.minute.timestamp()) // 60 for r in rows],
+        [r.util_pct for r in rows],
+        [r.covered_s for r in rows],
+        window=idle_window_min,
+        threshold_pct=idle_pct,
+    )
+    return Played(uuid, stats, idle)
 
 
 def idle_totals(

@@ -323,6 +323,9 @@ def run_record(
 
 TRACKED = "already in the store, tracked by gpu-kpi"
 SHARED = "a GPU of theirs has minutes of another run of this import at the same time"
+TIME_SLICED = "time-sliced"
+"""The tag of a run that shared a GPU with others at the same time (Kubernetes time-slicing):
+the import split each shared GPU-minute between them, so none is dropped as :data:`SHARED`."""
 OVERLAPS = (
     "a GPU of theirs has minutes of a run from another source in the store at the "
     "same time (a tracked run's minutes count)"
@@ -356,10 +359,13 @@ def _without(imported: Imported, drop: dict[str, str]) -> Imported:
 
 def _shared(imported: Imported, minutes: dict[str, set[tuple[str, datetime]]]) -> dict[str, str]:
     """The runs whose GPU-minutes an earlier run of the same import already holds (two logs of
-    the same GPU, a GPU shared by two pods): each GPU-minute counts once, the first run's."""
+    the same GPU): each GPU-minute counts once, the first run's. Runs tagged
+    :data:`TIME_SLICED` held their GPU together and were given each its share: all are kept."""
     claimed: set[tuple[str, datetime]] = set()
     drop: dict[str, str] = {}
     for r in imported.records:
+        if TIME_SLICED in r.tags:
+            continue  # its shared minutes were split between the runs that held them
         mine = minutes.get(r.id, set())
         if mine & claimed:
             drop[r.id] = SHARED

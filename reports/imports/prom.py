@@ -15,7 +15,10 @@ else the ``hpc_job``; the team the ``namespace``). The minutes a GPU has samples
 label are **unallocated**: a run per GPU named ``unallocated HOST GPU N``, team
 :data:`UNALLOCATED`, tagged ``unallocated``, so the report's team breakdown shows the fleet's
 unallocated GPU-time and what it cost. A MIG instance (``GPU_I_ID``, ``GPU_I_PROFILE`` such as
-``3g.40gb``) is a GPU of its own, priced as its share of the whole one (3 of 7 slices).
+``3g.40gb``) is a GPU of its own, priced as its share of the whole one (3 of 7 slices). A GPU
+several runs hold at the same minute (time-slicing: dcgm-exporter's ``--kubernetes-virtual-gpus``
+copies its series per pod) is split, each minute evenly between its holders
+(:func:`split_shared`), and their runs are tagged :data:`reports.imports.play.TIME_SLICED`.
 
 A run's id hashes its run label values and the import's time range, so importing the same range
 again replaces its runs with the same ones; import ranges that do not overlap (one a week) and a
@@ -41,7 +44,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.play import Imported, Labels, Player, run_record, write_imported
+from reports.imports.nvsmi_minutes import of_rows
+from reports.imports.play import (
+    TIME_SLICED,
+    Imported,
+    Labels,
+    Player,
+    run_record,
+    write_imported,
+)
 from reports.imports.play import progress as shown  # the parameter is named progress
 from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
@@ -203,6 +214,37 @@ class _Run:
     unallocated: bool
 
 
+def split_shared(rows: list[MinuteSample]) -> dict[str, set[str]]:
+    """Split each GPU-minute that several runs hold at once (a GPU time-sliced between pods:
+    dcgm-exporter's ``--kubernetes-virtual-gpus`` gives each pod a copy of the GPU's series)
+    evenly between them: each one's row keeps the GPU's figures, with its covered seconds and
+    energy divided by the number of holders. Rewrites ``rows`` in place.
+
+    Args:
+        rows: Minute rows of every run of the import.
+
+    Returns:
+        Run id → the GPUs it shared at some minute (no entry: it held its GPUs alone).
+    """
+    holders: dict[tuple[str, datetime], list[int]] = {}
+    for i, row in enumerate(rows):
+        if row.covered_s > 0:
+            holders.setdefault((row.gpu, row.minute), []).append(i)
+    shared: dict[str, set[str]] = {}
+    for (gpu, _), held in holders.items():
+        if len({rows[i].run_id for i in held}) < 2:
+            continue
+        for i in held:
+            row = rows[i]
+            rows[i] = replace(
+                row,
+                covered_s=round(row.covered_s / len(held), 3),
+                energy_kwh=None if row.energy_kwh is None else row.energy_kwh / len(held),
+            )
+            shared.setdefault(row.run_id, set()).add(gpu)
+    return shared
+
+
 class _Fleet:
     """The runs found so far, their GPUs' players fed in time order."""
 
@@ -313,12 +355,39 @@ class _Fleet:
 
     def records(self) -> Imported:
         records: list[RunRecord] = []
+        finished = {
+            run.key: [p.finish() for p in run.players.values()]
+            for run in self.runs.values()
+            if run.players
+        }
+        shared = split_shared(self.rows)
+        own: dict[tuple[str, str], list[MinuteSample]] = {}
+        if shared:
+            for row in sorted(self.rows, key=lambda r: r.minute):
+                if row.run_id in shared:
+                    own.setdefault((row.run_id, row.gpu), []).append(row)
         for run in self.runs.values():
-            if not run.players:
+            if run.key not in finished:
                 continue
-            played = [p.finish() for p in run.players.values()]
+            played: list[tuple[Any, float, float]] = list(finished[run.key])
             if all(first == last for _, first, last in played):
                 continue  # one minute of samples: no time
+            if run.run_id in shared:
+                t = self.settings.thresholds
+                played = [  # what each GPU played, from its split rows (what the report reads)
+                    (
+                        of_rows(
+                            s.run[uuid],
+                            uuid,
+                            own.get((run.run_id, uuid), []),
+                            idle_window_min=t.idle_window_min,
+                            idle_pct=t.idle_pct,
+                        ),
+                        a,
+                        b,
+                    )
+                    for uuid, (s, a, b) in zip(run.players, played, strict=True)
+                ]
             gpus = list(run.infos.values())
             m = self.mapping
             fields: dict[str, Any] = {
@@ -332,8 +401,11 @@ class _Fleet:
                 "user": run.labels.get(m.user, "") if m.user else "",
                 "links": {"prometheus": self.url},
             }
-            if run.unallocated:
-                fields["tags"] = ("unallocated",)
+            tags: tuple[str, ...] = ("unallocated",) if run.unallocated else ()
+            if run.run_id in shared:
+                tags += (TIME_SLICED,)
+            if tags:
+                fields["tags"] = tags
             records.append(
                 run_record(
                     self.url,
@@ -354,6 +426,13 @@ class _Fleet:
                 "(dcgm-exporter…), no workload's: counted as unallocated. If workloads did hold "
                 "them, DCGM's pod mapping is off: enable it (kubelet pod-resources) and scrape "
                 "with the ServiceMonitor as is (its exported_pod labels are read)"
+            )
+        if shared:
+            sliced = set().union(*shared.values())
+            notes.append(
+                f"{len(sliced)} GPU(s) were time-sliced: {len(shared)} runs held one at the same "
+                f"time; each GPU-minute is split evenly between its holders (tagged "
+                f"{TIME_SLICED}), and the utilization shown is the whole GPU's"
             )
         return Imported(records, self.rows, self.skipped, notes=notes)
 

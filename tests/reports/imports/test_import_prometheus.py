@@ -451,3 +451,62 @@ def test_a_servicemonitor_scrape_names_the_workload_not_the_exporter(
     assert idle.gpu_hours == pytest.approx(2.0) and idle.idle_usd == pytest.approx(2 * H100_PRICE)
     (note,) = done.notes
     assert note.startswith("1 GPU(s) carried only the exporter's own pod label")
+
+
+# -- a GPU time-sliced between pods (dcgm-exporter --kubernetes-virtual-gpus) --------------------
+@pytest.fixture(scope="module")
+def sliced_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """node7's GPU-s0, time-sliced: infer-a (namespace web) holds it from 10:00 to 12:00,
+    infer-b (web) from 11:00 too. The exporter gives each pod a copy of the GPU's series
+    (label ``vgpu``), with the whole GPU's figures: 40% while infer-a is alone, 80% from 10:59
+    (no scrape at 10:59:00 itself: the minute is 80% whether the server's range selectors
+    include their left edge, as Prometheus 2 does, or not)."""
+    eleven = TEN + timedelta(hours=1)
+    a = kube_gpu(0, "GPU-s0", pod="infer-a", namespace="web", container="main") | {"vgpu": "0"}
+    b = kube_gpu(0, "GPU-s0", pod="infer-b", namespace="web", container="main") | {"vgpu": "1"}
+    series = [
+        *scrapes(a, TEN, eleven - timedelta(seconds=75), util=40, mib=8000, watts=200),
+        *scrapes(a, eleven, NOON, util=80, mib=16000, watts=400),
+        *scrapes(b, eleven, NOON, util=80, mib=16000, watts=400),
+    ]
+    with running_prometheus(tmp_path_factory.mktemp("sliced"), series) as url:
+        yield url
+
+
+def test_a_time_sliced_gpu_is_split_between_its_pods(
+    sliced_prometheus: str, tmp_path: Path
+) -> None:
+    """Before: infer-b was dropped ("a GPU of theirs has minutes of another run of this
+    import"), its hour billed to infer-a whole. Now the GPU's two hours are split minute by
+    minute: 10:00–11:00 infer-a alone (60 min), 11:00–12:00 half each (30 min each).
+    infer-a: 1.5 GPU-h, utilization (59 × 60 s × 40% + 60 s × 80% + 60 × 30 s × 80%) /
+    5,400 s = 53.78%,
+    $3.85 × 1.5 = $5.775; infer-b: 0.5 GPU-h at 80%, $1.925. Together the GPU's 2 h, $7.70."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    done = import_prometheus(url, sliced_prometheus, since=TEN, until=NOON, progress=False)
+    assert done.skipped == {}
+    runs = {r.name: r for r in done.records}
+    assert sorted(runs) == ["infer-a", "infer-b"]
+    a, b = runs["infer-a"], runs["infer-b"]
+    assert a.gpu_hours == pytest.approx(1.5) and b.gpu_hours == pytest.approx(0.5)
+    assert a.util_pct == pytest.approx((59 * 60 * 40 + 60 * 80 + 60 * 30 * 80) / 5400)
+    assert b.util_pct == pytest.approx(80.0)
+    assert a.cost_usd == pytest.approx(1.5 * H100_PRICE)
+    assert b.cost_usd == pytest.approx(0.5 * H100_PRICE)
+    assert a.tags == b.tags == ("time-sliced",)
+    assert (a.team, a.host, a.gpu_count) == ("web", "node7", 1)
+    (note,) = done.notes
+    assert note.startswith("1 GPU(s) were time-sliced: 2 runs held one at the same time")
+
+    with RunStore(url) as store:
+        minutes = store.engine.connect().exec_driver_sql(
+            "SELECT run_id, SUM(covered_s) FROM samples GROUP BY run_id"
+        )
+        covered = {run_id: total for run_id, total in minutes}
+    assert covered == {a.id: pytest.approx(90 * 60), b.id: pytest.approx(30 * 60)}
+    k = compute(url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 7, tzinfo=UTC)).kpis
+    assert k.headline.gpu_hours == pytest.approx(2.0)
+    assert k.headline.spend_usd == pytest.approx(2 * H100_PRICE)
+    per_run = {r["name"]: r for r in k.runs.to_dict("records")}
+    assert per_run["infer-a"]["gpu_hours"] == pytest.approx(1.5)
+    assert per_run["infer-a"]["utilization_pct"] == pytest.approx(a.util_pct)
