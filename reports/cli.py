@@ -172,8 +172,12 @@ def cmd_import(args: argparse.Namespace) -> int:
         from reports.listing import format_runs
 
         print(format_runs(done.records))
+    from reports.imports.play import REMEDIES
+
     for why, names in done.skipped.items():
         print(f"skipped {len(names)} run(s), {why}: {printable(', '.join(names))}")
+        if why in REMEDIES:
+            print(f"  to import them, run the import again with {REMEDIES[why]}")
     for note in done.notes:
         print(printable(note))
     if done.replaced:

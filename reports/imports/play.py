@@ -321,6 +321,18 @@ def run_record(
     return record
 
 
+REMEDIES: dict[str, str] = {}
+"""Why runs were skipped → the flag that would import them (where one would): filled by
+:func:`fixable` as the importers define their reasons; ``gpu-kpi import`` prints it."""
+
+
+def fixable(why: str, flag: str) -> str:
+    """``why``, a reason to skip runs, registered in :data:`REMEDIES` with the ``flag`` that
+    would import them."""
+    REMEDIES[why] = flag
+    return why
+
+
 TRACKED = "already in the store, tracked by gpu-kpi"
 SHARED = "a GPU of theirs has minutes of another run of this import at the same time"
 TIME_SLICED = "time-sliced"

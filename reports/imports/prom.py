@@ -50,6 +50,7 @@ from reports.imports.play import (
     Imported,
     Labels,
     Player,
+    fixable,
     run_record,
     write_imported,
 )
@@ -70,7 +71,7 @@ TOKEN_ENV = "GPU_KPI_PROMETHEUS_TOKEN"
 TIMEOUT_S = 120.0
 """Seconds one query may take, its whole answer read."""
 MAX_ANSWER_BYTES = 512 << 20
-NO_MODEL = "no modelName label: say the model with --gpu-model"
+NO_MODEL = fixable("no modelName label: say the model with --gpu-model", "--gpu-model MODEL")
 
 FIELDS: dict[str, tuple[str, float, str, float, float]] = {
     # DCGM field → (reading field, scale to its unit, aggregation, lowest, highest after scaling)

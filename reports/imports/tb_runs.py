@@ -44,6 +44,7 @@ from reports.imports.play import (
     Imported,
     Labels,
     Series,
+    fixable,
     our_reading,
     played_run,
     progress,
@@ -56,7 +57,10 @@ from tracker.record import MinuteSample, RunRecord
 
 SOURCE = "tensorboard"
 EVENTS = "events.out.tfevents."
-NO_MODEL = "not logged by gpu-kpi and no --gpu-model: its GPUs are unknown"
+NO_MODEL = fixable(
+    "not logged by gpu-kpi and no --gpu-model: its GPUs are unknown",
+    "--gpu-model MODEL (and --gpus N when not 1)",
+)
 NO_TIME = "fewer than two events: no time"
 TWICE = "the same run as another directory"
 SAME_PROCESS = "written by the process of a run gpu-kpi logged: that run holds its GPU-time"

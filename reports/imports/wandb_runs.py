@@ -34,6 +34,7 @@ from reports.imports.play import (
     Imported,
     Labels,
     Series,
+    fixable,
     our_reading,
     played_run,
     progress,
@@ -46,7 +47,7 @@ from tracker.record import MinuteSample, RunRecord
 
 SOURCE = "wandb"
 NO_GPU = "no GPU metrics (a CPU run?)"
-NO_MODEL = "no GPU model in the log: say it with --gpu-model"
+NO_MODEL = fixable("no GPU model in the log: say it with --gpu-model", "--gpu-model MODEL")
 TWICE = "the same run as another file"
 
 _GPU_KEY = re.compile(r"gpu\.(\d+)\.(gpu|memoryAllocatedBytes|powerWatts|temp|smClock|smActive)$")

@@ -101,7 +101,13 @@ def test_importing_again_adds_nothing_and_no_model_is_skipped(
     write_run(tmp_path / "logs" / "a", seconds=600)
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     assert main(["import", "tensorboard", str(tmp_path / "logs"), "--store", url]) == 0
-    assert f"skipped 1 run(s), {NO_MODEL}: a" in capsys.readouterr().out
+    out = capsys.readouterr().out.splitlines()
+    i = out.index(f"skipped 1 run(s), {NO_MODEL}: a")
+    # the flag that imports it, which the next import (below) uses
+    assert out[i + 1] == (
+        "  to import them, run the import again with --gpu-model MODEL (and --gpus N when not 1)"
+    )
+    assert out[-1].startswith("imported 0 run(s), 0.0 GPU-h")
     for _ in range(2):
         assert (
             main(
