@@ -15,7 +15,9 @@ else the ``hpc_job``; the team the ``namespace``). The minutes a GPU has samples
 label are **unallocated**: a run per GPU named ``unallocated HOST GPU N``, team
 :data:`UNALLOCATED`, tagged ``unallocated``, so the report's team breakdown shows the fleet's
 unallocated GPU-time and what it cost. A MIG instance (``GPU_I_ID``, ``GPU_I_PROFILE`` such as
-``3g.40gb``) is a GPU of its own, priced as its share of the whole one (3 of 7 slices). A GPU
+``3g.40gb``) is a GPU of its own, priced as its share of the whole one (3 of 7 slices). Where
+kube-state-metrics is scraped too, a pod's run is its workload's (:data:`OWNERS`: its Job,
+Deployment or JobSet), one run for all its pods. A GPU
 several runs hold at the same minute (time-slicing: dcgm-exporter's ``--kubernetes-virtual-gpus``
 copies its series per pod) is split, each minute evenly between its holders
 (:func:`split_shared`), and their runs are tagged :data:`reports.imports.play.TIME_SLICED`.
@@ -89,6 +91,16 @@ _SLICES = {"A30": 4}
 
 _WORKLOAD = ("pod", "namespace", "container")
 """The labels a Kubernetes scrape target carries that DCGM also sets for a GPU's workload."""
+
+OWNERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # kube-state-metrics' owner series → the kind they describe, the label naming the object
+    "kube_pod_owner": ("Pod", ("pod",)),
+    "kube_replicaset_owner": ("ReplicaSet", ("replicaset",)),
+    "kube_job_owner": ("Job", ("job_name", "job")),  # job_name since kube-state-metrics 2
+}
+FOLLOWED = {"ReplicaSet": "Deployment", "Job": "JobSet"}
+"""A pod's owner of these kinds is one step of a workload: its own owner of the kind given
+names the run (a Deployment's pods are one run, not one per rollout; a JobSet's Jobs too)."""
 
 
 @dataclass(frozen=True)
@@ -268,6 +280,10 @@ class _Fleet:
         self.skipped: dict[str, list[str]] = {}
         self.exporter_series: set[tuple[str, str, str]] = set()
         """GPUs seen with only the exporter's own pod label (no workload's)."""
+        self.owners: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(namespace, kind, name) → its controller's (kind, name), from kube-state-metrics."""
+        self.pods_of: dict[tuple[str, str, str], set[str]] = {}
+        """A workload the runs are named after (namespace, kind, name) → its pods seen."""
 
     def _run(self, metric: dict[str, str]) -> tuple[_Run, str] | None:
         metric = self._workload(metric)
@@ -275,9 +291,15 @@ class _Fleet:
         gpu = metric.get("UUID") or f"{host}/gpu{metric.get('gpu', '?')}"
         if metric.get("GPU_I_ID"):
             gpu += f"/mig{metric['GPU_I_ID']}"
-        owner = next((metric[k] for k in self.mapping.run if metric.get(k)), "")
+        label = next((k for k in self.mapping.run if metric.get(k)), "")
+        owner = metric[label] if label else ""
         team = metric.get(self.mapping.team, "") if self.mapping.team else ""
         key = ("run", team, owner) if owner else ("unallocated", host, gpu)
+        workload = self._controller(metric) if label == "pod" else None
+        if workload is not None:  # the pod's Job, Deployment, JobSet…: one run for its pods
+            key = ("run", team, "/".join(workload))
+            self.pods_of.setdefault(workload, set()).add(owner)
+            owner = workload[2]
         run = self.runs.get(key)
         if run is None:
             name = owner or f"unallocated {host} GPU {metric.get('gpu', '?')}"
@@ -297,6 +319,33 @@ class _Fleet:
                 info, run_id=run.run_id, settings=self.settings, gap_s=self.gap_s, rows=self.rows
             )
         return run, gpu
+
+    def _controller(self, metric: dict[str, str]) -> tuple[str, str, str] | None:
+        """The workload a pod belongs to, (namespace, kind, name), by kube-state-metrics'
+        owner series where they were scraped: its controller, followed one step up where that
+        is a ReplicaSet (→ its Deployment) or a Job (→ its JobSet). None: no owner known."""
+        namespace = metric.get("namespace", "")
+        found = self.owners.get((namespace, "Pod", metric.get("pod", "")))
+        if found is None:
+            return None
+        kind, name = found
+        above = self.owners.get((namespace, kind, name))
+        if above is not None and FOLLOWED.get(kind) == above[0]:
+            kind, name = above
+        return namespace, kind, name
+
+    def learn_owners(self, series: list[dict[str, str]], kind: str, names: tuple[str, ...]) -> None:
+        """Owner series of kube-state-metrics (labels only): which controller owns what. Behind
+        a scrape that did not honour its labels, the object's arrive as ``exported_*``."""
+        for metric in series:
+
+            def label(k: str, m: dict[str, str] = metric) -> str:
+                return m.get(f"exported_{k}") or m.get(k) or ""
+
+            name = next((v for k in names if (v := label(k))), "")
+            owner_kind, owner_name = metric.get("owner_kind", ""), metric.get("owner_name", "")
+            if name and owner_name and owner_kind not in ("", "<none>"):
+                self.owners[(label("namespace"), kind, name)] = (owner_kind, owner_name)
 
     def _workload(self, metric: dict[str, str]) -> dict[str, str]:
         """The series' labels as the workload's: behind a kube-prometheus ServiceMonitor the
@@ -428,6 +477,13 @@ class _Fleet:
                 "them, DCGM's pod mapping is off: enable it (kubelet pod-resources) and scrape "
                 "with the ServiceMonitor as is (its exported_pod labels are read)"
             )
+        if self.pods_of:
+            pods = sum(len(p) for p in self.pods_of.values())
+            kinds = ", ".join(sorted({kind for _, kind, _ in self.pods_of}))
+            notes.append(
+                f"{pods} pod(s) are {len(self.pods_of)} workload(s) by kube-state-metrics' "
+                f"owners ({kinds}): one run per workload, not per pod"
+            )
         if shared:
             sliced = set().union(*shared.values())
             notes.append(
@@ -496,6 +552,13 @@ def read_prometheus(
     for first, last in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
         points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
         metrics: dict[tuple[str, ...], dict[str, str]] = {}
+        for name, (kind, names) in OWNERS.items():  # empty where kube-state-metrics is not
+            query = (
+                f'max_over_time({name}{{owner_is_controller="true"}}[{last - first + STEP_S:.0f}s])'
+            )
+            at = {"query": query, "start": f"{last:.0f}", "end": f"{last:.0f}", "step": "60s"}
+            found = [_series(url, series)[0] for series in _get(url, at, token)]
+            fleet.learn_owners(found, kind, names)
         for name, (field, scale, agg, low, high) in FIELDS.items():
             query = f"{agg}_over_time({name}[{STEP_S}s])"
             for series in _get(

@@ -510,3 +510,96 @@ def test_a_time_sliced_gpu_is_split_between_its_pods(
     per_run = {r["name"]: r for r in k.runs.to_dict("records")}
     assert per_run["infer-a"]["gpu_hours"] == pytest.approx(1.5)
     assert per_run["infer-a"]["utilization_pct"] == pytest.approx(a.util_pct)
+
+
+# -- kube-state-metrics' owners: one run per Job, Deployment or JobSet, not per pod ---------------
+KSM = {"job": "kube-state-metrics", "instance": "10.0.0.9:8080"}  # honorLabels: the objects'
+
+
+def owner(metric: str, start: datetime, end: datetime, **labels: str) -> list[Sample]:
+    """A kube-state-metrics owner series (value 1), scraped every 30 s from start to end."""
+    out: list[Sample] = []
+    t = start
+    while t <= end:
+        out.append((metric, {**KSM, "owner_is_controller": "true", **labels}, 1.0, t.timestamp()))
+        t += timedelta(seconds=30)
+    return out
+
+
+@pytest.fixture(scope="module")
+def owned_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """node7, 10:00–12:00. Job train-llm (nlp): pods train-llm-0-x1 on GPU-j0 and train-llm-1-x2
+    on GPU-j1 at 70%. Deployment serve (web): pod serve-7d9f-aa on GPU-j2 until 11:00, then
+    after a rollout serve-5c2b-bb on the same GPU, each pod owned by its ReplicaSet, both
+    ReplicaSets by the Deployment. JobSet js (nlp): pod js-workers-0-0-q of Job js-workers-0 on
+    GPU-j3. Pod debug (nlp), owned by nothing, on GPU-j4."""
+    eleven = TEN + timedelta(hours=1)
+    before = eleven - timedelta(seconds=15)
+
+    def on(index: int, pod: str, ns: str, start: datetime, end: datetime) -> list[Sample]:
+        labels = kube_gpu(index, f"GPU-j{index}", pod=pod, namespace=ns, container="main")
+        return scrapes(labels, start, end, util=70, mib=30000, watts=400)
+
+    series = [
+        *on(0, "train-llm-0-x1", "nlp", TEN, NOON),
+        *on(1, "train-llm-1-x2", "nlp", TEN, NOON),
+        *on(2, "serve-7d9f-aa", "web", TEN, before),
+        *on(2, "serve-5c2b-bb", "web", eleven, NOON),
+        *on(3, "js-workers-0-0-q", "nlp", TEN, NOON),
+        *on(4, "debug", "nlp", TEN, NOON),
+    ]
+    pods = [
+        ("train-llm-0-x1", "nlp", "Job", "train-llm", TEN, NOON),
+        ("train-llm-1-x2", "nlp", "Job", "train-llm", TEN, NOON),
+        ("serve-7d9f-aa", "web", "ReplicaSet", "serve-7d9f", TEN, before),
+        ("serve-5c2b-bb", "web", "ReplicaSet", "serve-5c2b", eleven, NOON),
+        ("js-workers-0-0-q", "nlp", "Job", "js-workers-0", TEN, NOON),
+    ]
+    for pod, ns, kind, name, start, end in pods:
+        series += owner(
+            "kube_pod_owner", start, end, namespace=ns, pod=pod, owner_kind=kind, owner_name=name
+        )
+    for rs in ("serve-7d9f", "serve-5c2b"):
+        series += owner(
+            "kube_replicaset_owner",
+            TEN,
+            NOON,
+            namespace="web",
+            replicaset=rs,
+            owner_kind="Deployment",
+            owner_name="serve",
+        )
+    series += owner(
+        "kube_job_owner",
+        TEN,
+        NOON,
+        namespace="nlp",
+        job_name="js-workers-0",
+        owner_kind="JobSet",
+        owner_name="js",
+    )
+    with running_prometheus(tmp_path_factory.mktemp("owned"), series) as url:
+        yield url
+
+
+def test_pods_of_one_workload_are_one_run(owned_prometheus: str, tmp_path: Path) -> None:
+    """Before: a run per pod (train-llm-0-x1 and train-llm-1-x2; serve's two rollouts; the
+    JobSet's pod). Now: train-llm is one run of 2 GPUs × 2 h = 4 GPU-h ($15.40); serve one run
+    of 1 GPU for its two pods' 2 h; js one run (its Job's owner); debug, owned by nothing, the
+    pod's run as before."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    done = import_prometheus(url, owned_prometheus, since=TEN, until=NOON, progress=False)
+    runs = {r.name: r for r in done.records}
+    assert sorted(runs) == ["debug", "js", "serve", "train-llm"]
+    llm, serve = runs["train-llm"], runs["serve"]
+    assert (llm.gpu_count, llm.team) == (2, "nlp")
+    assert llm.gpu_hours == pytest.approx(4.0) and llm.cost_usd == pytest.approx(4 * H100_PRICE)
+    assert (serve.gpu_count, serve.team) == (1, "web")
+    assert serve.gpu_hours == pytest.approx(2.0)
+    assert runs["js"].gpu_hours == runs["debug"].gpu_hours == pytest.approx(2.0)
+    assert done.notes == [
+        "5 pod(s) are 3 workload(s) by kube-state-metrics' owners (Deployment, Job, JobSet): "
+        "one run per workload, not per pod"
+    ]
+    with RunStore(url) as store:
+        assert sum(r.gpu_hours or 0 for r in store.list_runs()) == pytest.approx(10.0)
