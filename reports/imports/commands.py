@@ -31,7 +31,8 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         "bring runs our callback did not track into the store: "
         "nvidia-smi CSV logs (--query-gpu=timestamp,uuid,name,utilization.gpu,... "
         "--format=csv -l N) at their own timestamps; W&B run directories (their "
-        ".wandb logs: W&B's own GPU metrics); TensorBoard logdirs; DCGM-exporter "
+        ".wandb logs: W&B's own GPU metrics) or W&B chart exports (.csv); TensorBoard logdirs; "
+        "DCGM-exporter "
         "metrics from Prometheus",
     )
     imp.add_argument("source", choices=SOURCES)
@@ -40,7 +41,8 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         nargs="+",
         metavar="PATH",
         help="nvidia-smi: CSV files; wandb: "
-        ".wandb files or directories holding W&B runs (e.g. ./wandb), or with "
+        ".wandb files or directories holding W&B runs (e.g. ./wandb), CSV exports of W&B "
+        "system charts, or with "
         "--since/--until one ENTITY/PROJECT through W&B's API; "
         "tensorboard: logdirs; prometheus: the server's URL",
     )
@@ -92,6 +94,12 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     )
     imp.add_argument(
         "--until", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: to (the same forms)"
+    )
+    imp.add_argument(
+        "--started",
+        metavar="WHEN",
+        help="wandb chart exports (.csv) by Relative Time: when the run started "
+        "(2026-11-16T08:00; UTC unless it says otherwise)",
     )
     imp.add_argument(
         "--map",
@@ -150,6 +158,8 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
         raise UsageError("--since and --until are for Prometheus and the W&B API")
     if args.source != "prometheus" and args.map:
         raise UsageError("--map is for Prometheus")
+    if args.started and (args.source != "wandb" or args.since or args.until):
+        raise UsageError("--started is for W&B chart exports (.csv) by relative time")
     if args.source == "prometheus":
         return _prometheus(args, settings, common)
     if args.source != "tensorboard" and (args.gpus is not None or args.tag):
@@ -176,7 +186,8 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     if args.source == "wandb":
         from reports.imports.wandb_runs import import_wandb
 
-        return import_wandb(settings.store, args.files, **common)
+        started = _moment(args.started, "--started") if args.started else None
+        return import_wandb(settings.store, args.files, started=started, **common)
     if args.source == "tensorboard":
         from reports.imports.tb_runs import import_tensorboard
 

@@ -227,10 +227,28 @@ def read_wandb(
     labels: Labels | None = None,
     settings: Settings | None = None,
     max_gap_s: float | None = None,
+    started: datetime | None = None,
 ) -> Imported:
-    """The runs and minute samples of the W&B runs in ``paths`` (nothing written)."""
-    logs = ((str(p), read_log(p)) for p in progress(find_logs(paths), "W&B runs"))
-    return _read(logs, labels=labels, settings=settings, max_gap_s=max_gap_s)
+    """The runs and minute samples of the W&B runs in ``paths`` (nothing written): run
+    directories and ``.wandb`` files, or CSV exports of W&B charts
+    (:mod:`reports.imports.wandb_csv`; ``started``: when the run began, for an export by
+    relative time)."""
+    from reports.imports.wandb_csv import is_export, read_exports
+
+    exports = [Path(p) for p in paths if is_export(Path(p))]
+    if exports and len(exports) < len(paths):
+        raise ImportFailed(
+            "W&B chart exports (.csv) and run directories are separate imports: give one kind"
+        )
+    if exports:
+        found: Iterable[tuple[str, WandbLog | str]] = (
+            (log.name, log) for log in read_exports(exports, started=started)
+        )
+    elif started is not None:
+        raise ImportFailed("--started is for W&B chart exports (.csv) by relative time")
+    else:
+        found = ((str(p), read_log(p)) for p in progress(find_logs(paths), "W&B runs"))
+    return _read(found, labels=labels, settings=settings, max_gap_s=max_gap_s)
 
 
 def read_wandb_api(
