@@ -280,6 +280,8 @@ class _Fleet:
         self.skipped: dict[str, list[str]] = {}
         self.exporter_series: set[tuple[str, str, str]] = set()
         """GPUs seen with only the exporter's own pod label (no workload's)."""
+        self.outside = 0
+        """Points the server answered outside the range asked for (left out)."""
         self.owners: dict[tuple[str, str, str], tuple[str, str]] = {}
         """(namespace, kind, name) → its controller's (kind, name), from kube-state-metrics."""
         self.pods_of: dict[tuple[str, str, str], set[str]] = {}
@@ -477,6 +479,11 @@ class _Fleet:
                 "them, DCGM's pod mapping is off: enable it (kubelet pod-resources) and scrape "
                 "with the ServiceMonitor as is (its exported_pod labels are read)"
             )
+        if self.outside:
+            notes.append(
+                f"{self.outside:,} point(s) the server answered outside the range asked for "
+                "were left out (a Prometheus that ignores start and end?)"
+            )
         if self.pods_of:
             pods = sum(len(p) for p in self.pods_of.values())
             kinds = ", ".join(sorted({kind for _, kind, _ in self.pods_of}))
@@ -576,6 +583,9 @@ def read_prometheus(
                 metrics[key] = metric
                 per = points.setdefault(key, {})
                 for t, value in values:
+                    if not first <= t <= last:  # not asked for: never a run's time
+                        fleet.outside += 1
+                        continue
                     per.setdefault(t, {})[field] = _number(value, scale, low, high)
         fleet.feed(points, metrics)
     return fleet.records()

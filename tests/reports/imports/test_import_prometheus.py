@@ -603,3 +603,28 @@ def test_pods_of_one_workload_are_one_run(owned_prometheus: str, tmp_path: Path)
     ]
     with RunStore(url) as store:
         assert sum(r.gpu_hours or 0 for r in store.list_runs()) == pytest.approx(10.0)
+
+
+def test_points_outside_the_range_asked_for_are_left_out_and_said() -> None:
+    """A server that ignores start and end (a proxy, a bug) answered points in 2025 and 2037
+    beside the hour asked for: before, runs dated 2025 or 2037 landed. Now only 10:00–11:00
+    counts (60 minutes after the first point), and the note says how many were left out."""
+    labels = {"Hostname": "n1", "gpu": "0", "UUID": "GPU-z", "modelName": H100, "pod": "p"}
+    hour = [[(TEN + timedelta(minutes=m)).timestamp(), "50"] for m in range(61)]
+    stray = [[datetime(2025, 1, 1, tzinfo=UTC).timestamp(), "50"], [2114380800.0, "50"]]
+    body = {
+        "status": "success",
+        "data": {"resultType": "matrix", "result": [{"metric": labels, "values": stray + hour}]},
+    }
+    with fake(body=body) as server:
+        url = f"http://127.0.0.1:{server.server_port}"
+        done = read_prometheus(url, since=TEN, until=TEN + timedelta(hours=1), progress=False)
+    (run,) = done.records
+    assert run.started_at == TEN and run.ended_at == TEN + timedelta(hours=1)
+    assert run.gpu_hours == pytest.approx(1.0)
+    assert {s.minute.year for s in done.samples} == {2026}
+    # two stray points in the answer to each of the 7 DCGM fields (the fake answers alike)
+    assert (
+        "14 point(s) the server answered outside the range asked for were left out "
+        "(a Prometheus that ignores start and end?)"
+    ) in done.notes
