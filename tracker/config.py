@@ -247,9 +247,15 @@ def read_prices(
         *((f"prices.{k}", v) for k, v in table.items()),
         *((k, v) for k, v in env.items() if k.startswith(ENV_PREFIX + "PRICE_")),
     ]:
+        model = key.removeprefix("prices.").removeprefix(ENV_PREFIX + "PRICE_")
+        if not model.strip() or not model.isprintable():
+            # every price lookup would stumble on it: the report failed, the tracker dropped
+            # every override
+            errors.items.append(f"{key!r}: a GPU model's name, printable and not empty (H100)")
+            continue
         usd = errors.parse(key, price, value)
         if usd is not None:
-            out[key.removeprefix("prices.").removeprefix(ENV_PREFIX + "PRICE_")] = usd
+            out[model] = usd
     return out
 
 

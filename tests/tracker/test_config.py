@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracker.config import ConfigError, load_settings
+from tracker.config import ConfigError, load_settings, read_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -50,6 +50,22 @@ def test_config_path_from_env(tmp_path: Path) -> None:
 def test_bad_config_names_the_key(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         load_settings(write(tmp_path, text), env={})
+
+
+def test_a_price_without_a_model_is_named_and_the_others_kept(tmp_path: Path) -> None:
+    """``[prices] "" = 3`` passed the check, then every report failed on it and the tracker
+    dropped every override. Now: a one-line error, and for a training run only that key is
+    left out (H100 keeps its $2.50)."""
+    path = write(tmp_path, '[prices]\n"" = 3\nH100 = 2.5\n" " = 4\n')
+    with pytest.raises(ConfigError) as e:
+        load_settings(path, env={})
+    assert str(e.value).split("; ") == [
+        "'prices.': a GPU model's name, printable and not empty (H100)",
+        "'prices. ': a GPU model's name, printable and not empty (H100)",
+    ]
+    assert dict(read_settings(path, env={}).prices) == {"H100": 2.5}
+    with pytest.raises(ConfigError, match="'GPU_KPI_PRICE_': a GPU model's name"):
+        load_settings(env={"GPU_KPI_PRICE_": "3"})
 
 
 def test_bad_env_value_names_the_variable_key() -> None:
