@@ -23,16 +23,18 @@ from tracker.gpu.base import BackendError, GpuInfo, GpuReading
 from tracker.units import mib_to_gib
 
 # nvidia-smi header → (GpuReading field, the unit its values may carry, lowest, highest); a later
-# column of the same field (power.draw.instant after power.draw) wins
+# column of the same field (power.draw.instant after power.draw) wins. The highest is past any
+# GPU (the W&B and DCGM imports' bounds): a 1e300 W reading is a broken log, refused at its line,
+# never a run whose figures the report must then leave out whole
 COLUMNS: dict[str, tuple[str, str, float, float]] = {
     "utilization.gpu": ("util_pct", "%", 0.0, 100.0),
-    "memory.used": ("mem_used_gib", "MiB", 0.0, math.inf),
-    "memory.total": ("mem_total_gib", "MiB", 0.0, math.inf),
-    "power.draw": ("power_w", "W", 0.0, math.inf),
-    "power.draw.instant": ("power_w", "W", 0.0, math.inf),
-    "clocks.sm": ("sm_clock_mhz", "MHz", 0.0, math.inf),
-    "clocks.current.sm": ("sm_clock_mhz", "MHz", 0.0, math.inf),
-    "temperature.gpu": ("temp_c", "C", -273.15, math.inf),
+    "memory.used": ("mem_used_gib", "MiB", 0.0, 1e9),
+    "memory.total": ("mem_total_gib", "MiB", 0.0, 1e9),
+    "power.draw": ("power_w", "W", 0.0, 1e5),
+    "power.draw.instant": ("power_w", "W", 0.0, 1e5),
+    "clocks.sm": ("sm_clock_mhz", "MHz", 0.0, 1e5),
+    "clocks.current.sm": ("sm_clock_mhz", "MHz", 0.0, 1e5),
+    "temperature.gpu": ("temp_c", "C", -100.0, 300.0),
 }
 _UNIT_RE = re.compile(r"^\s*([-+0-9.eE]+)\s*(%|MiB|W|MHz|C)?\s*$")
 _TIME_FORMATS = (
@@ -279,8 +281,9 @@ def _read_dmon(p: Path) -> tuple[list[GpuInfo], Readings]:
 
 def _dmon_value(column: str, text: str) -> float:
     value = float(text)
-    if not math.isfinite(value) or value < 0 or (column == "sm" and value > 100):
-        raise ValueError(f"bad dmon {column} value {text!r}")
+    highest = {"sm": 100.0, "pwr": 1e5}.get(column, 1e9)  # as the CSV columns' bounds
+    if not (math.isfinite(value) and 0 <= value <= highest):
+        raise ValueError(f"bad dmon {column} value {text!r} (from 0 to {highest:g})")
     return value
 
 

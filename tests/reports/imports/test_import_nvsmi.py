@@ -210,6 +210,11 @@ def test_local_timestamps_across_the_change_to_winter_time(tmp_path: Path) -> No
             ":2:",
             "power.draw value '1e400 W'",
         ),
+        (  # before: imported, then the whole run left out of every report
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('400.00 W', '1e300 W')}\n",
+            ":2:",
+            "bad power.draw value '1e300 W' (W from 0 to 100000)",
+        ),
         (
             f"{HEADER}\n{line(SUNDAY_23, 0, '50').replace('50 %', '50 W')}\n",
             ":2:",

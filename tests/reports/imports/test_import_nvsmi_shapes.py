@@ -147,3 +147,18 @@ def test_dmon_output_without_times_says_how_to_record_it(
     err = capsys.readouterr().err
     assert "nvidia-smi dmon output without times: record it with -o DT" in err
     assert err.count("\n") == 1
+
+
+def test_an_impossible_dmon_reading_is_refused_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 1e300 W reading (a broken log) is refused naming its line, not imported to be left
+    out of every report later."""
+    lines = (REAL / "dmon-DT-pucm.txt").read_text().splitlines(keepends=True)
+    lines[4] = lines[4].replace("   312 ", " 1e300 ", 1)
+    log = tmp_path / "dmon.txt"
+    log.write_text("".join(lines))
+    assert main(["import", "nvidia-smi", str(log), "--store", f"sqlite:///{tmp_path}/r.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpu-kpi: error: {log}:5: ") and "bad dmon pwr value '1e300'" in err
+    assert "(from 0 to 100000)" in err and err.count("\n") == 1
