@@ -94,12 +94,14 @@ __all__ = [
     "flag",
     "load_settings",
     "number",
+    "read_capped",
     "read_prices",
     "read_secret",
     "read_sections",
     "read_settings",
     "read_toml",
     "read_tracker",
+    "secret_file",
     "settings_from",
     "text",
     "whole",
@@ -380,17 +382,64 @@ def checked_argument(name: str, value: Any) -> Any:
         return None
 
 
+SECRET_MAX_BYTES = 64 << 10
+"""The largest file a secret is read from: a password or a URL is far shorter."""
+
+
+def read_capped(key: str, path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Args:
+        key: The setting that names the file, for the error.
+        path: The file (``~`` expanded).
+        limit: The most bytes it may hold.
+
+    Raises:
+        ConfigError: Naming ``key`` and the file, never its content: it cannot be opened, is
+            not a regular file (a FIFO would wait for a writer forever, ``/dev/zero`` never
+            end: opened without blocking and checked before a byte is read) or is larger.
+    """
+    shown = Path(path).expanduser()
+    try:
+        fd = os.open(shown, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{key}: {shown} is not a regular file")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = f.read(limit + 1)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise ConfigError(f"{key}: cannot read {shown}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise ConfigError(f"{key}: {shown} is larger than {limit:,} bytes")
+    return data
+
+
+def secret_file(key: str, path: str | Path) -> str:
+    """A secret from a file (a password, a webhook URL): its text less the trailing line end.
+
+    Args:
+        key: The setting that names the file, for the error.
+        path: The file (``~`` expanded): regular, UTF-8, at most :data:`SECRET_MAX_BYTES`.
+
+    Raises:
+        ConfigError: Naming ``key`` and the file, never its content (see :func:`read_capped`).
+    """
+    data = read_capped(key, path, SECRET_MAX_BYTES)
+    try:
+        return data.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{key}: {Path(path).expanduser()} is not UTF-8 text") from None
+
+
 def read_secret(key: str, path: str, errors: Errors) -> str | None:
     """The first line of the file ``path`` (a secret: a password, a webhook URL); an error
     naming ``key`` and the file, never its content, when it cannot be read or is empty."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # a pipe would wait for a writer forever
-            errors.items.append(f"{key}: {path} is not a regular file")
-            return None
-        with open(path, encoding="utf-8") as f:
-            line = f.readline(4096).strip()
-    except (OSError, UnicodeDecodeError) as e:
-        errors.items.append(f"{key}: cannot read {path}: {getattr(e, 'strerror', None) or e}")
+        line = secret_file(key, path).split("\n", 1)[0].strip()
+    except ConfigError as e:
+        errors.items.append(str(e))
         return None
     if not line:
         errors.items.append(f"{key}: {path} is empty")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from tracker.config import ConfigError
+from tracker.config import ConfigError, secret_file
 
 log = logging.getLogger("gpu_kpi")
 
@@ -59,16 +59,7 @@ def read_auth(
     env = os.environ if env is None else env
     password = env.get(PASSWORD_ENV, "")
     if not password and password_file:
-        path = Path(password_file).expanduser()
-        try:
-            if path.exists() and not path.is_file():  # a pipe would wait for a writer forever
-                raise ConfigError(f"service.http_password_file: {path} is not a regular file")
-            password = path.read_text(encoding="utf-8").rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(
-                f"service.http_password_file: cannot read {password_file}: "
-                f"{getattr(e, 'strerror', None) or e}"
-            ) from None
+        password = secret_file("service.http_password_file", password_file)
     if not password:
         raise ConfigError(
             f"service.http_user is set but there is no password: set "

@@ -384,15 +384,20 @@ def check_service_settings(
     settings: ServiceSettings, env: Mapping[str, str] | None = None
 ) -> list[str]:
     """What ``serve`` would trip on later: the password (readable, present when a username is
-    set) and the output directory (creatable)."""
+    set), the CA file (a readable bundle), and the output directory (creatable)."""
     from reports.service.archive_http import read_auth
-    from reports.service.mailer import read_password
+    from reports.service.mailer import read_password, tls_context
 
     problems = []
     try:
         read_password(settings.smtp, env)
     except ConfigError as e:
         problems.append(str(e))
+    if settings.smtp.ca_file:
+        try:
+            tls_context(settings.smtp.ca_file)
+        except ConfigError as e:
+            problems.append(str(e))
     try:
         read_auth(settings.http_user, settings.http_password_file, env)
     except ConfigError as e:

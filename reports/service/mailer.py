@@ -36,8 +36,11 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Protocol
 
-from tracker.config import ConfigError
+from tracker.config import ConfigError, read_capped, secret_file
 from tracker.text import one_line
+
+CA_MAX_BYTES = 16 << 20
+"""The largest ``smtp.ca_file`` read: a whole system bundle is ~200 KB."""
 
 log = logging.getLogger("gpu_kpi")
 
@@ -125,13 +128,7 @@ def read_password(settings: SmtpSettings, env: Mapping[str, str] | None = None) 
     if value:
         return value
     if settings.password_file:
-        path = Path(settings.password_file).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise ConfigError(f"smtp.password_file: cannot read {path}: {reason}") from None
-        password = text.rstrip("\r\n")
+        password = secret_file("smtp.password_file", settings.password_file)
         if password:
             return password
     if settings.username:
@@ -160,8 +157,10 @@ def config_fingerprint(settings: SmtpSettings, env: Mapping[str, str] | None = N
     ca = ""
     if settings.ca_file:
         try:
-            ca = hashlib.sha256(Path(settings.ca_file).expanduser().read_bytes()).hexdigest()
-        except OSError:
+            ca = hashlib.sha256(
+                read_capped("smtp.ca_file", settings.ca_file, CA_MAX_BYTES)
+            ).hexdigest()
+        except ConfigError:
             ca = "unreadable"
     parts = [
         settings.host,
@@ -224,7 +223,7 @@ class SmtpMailer:
         self._stop = stop
         self._timeout = settings.timeout_s  # of the attempt under way (cut by total_s)
         self._where = f"{settings.host}:{settings.effective_port}"
-        self._tls = None if settings.security == "none" else _tls_context(settings.ca_file)
+        self._tls = None if settings.security == "none" else tls_context(settings.ca_file)
 
     def __repr__(self) -> str:
         s = self._settings
@@ -447,14 +446,15 @@ def _text(reply: bytes | str) -> str:
     return reply.decode("utf-8", "replace") if isinstance(reply, bytes) else str(reply)
 
 
-def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+def tls_context(ca_file: str | None) -> ssl.SSLContext:
     """The system's trusted CAs, plus ``ca_file``'s; hostnames checked."""
     context = ssl.create_default_context()
     if ca_file:
         path = Path(ca_file).expanduser()
+        pem = read_capped("smtp.ca_file", path, CA_MAX_BYTES)
         try:
-            context.load_verify_locations(cafile=path)
-        except (OSError, ssl.SSLError) as e:
-            reason = e.strerror or (e.reason if isinstance(e, ssl.SSLError) else None) or str(e)
+            context.load_verify_locations(cadata=pem.decode("ascii"))
+        except (UnicodeDecodeError, ssl.SSLError) as e:
+            reason = (e.reason if isinstance(e, ssl.SSLError) else None) or str(e)
             raise ConfigError(f"smtp.ca_file: cannot read {path}: {reason}") from None
     return context
