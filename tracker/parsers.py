@@ -22,25 +22,41 @@ class ConfigError(ValueError):
 Parser = Callable[[object], Any]
 
 
+def shown(value: object) -> str:
+    """``value`` as an error shows it: ``repr``, but a number of many digits by its size and
+    long text cut (a 300-digit integer is a typo, not something to print)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"a {len(str(abs(value)))}-digit number"
+    out = repr(value)
+    return out if len(out) <= 60 else out[:57] + "..."
+
+
 def text(value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
+        raise ValueError(f"expected a non-empty string, got {shown(value)}")
+    if any(not c.isprintable() for c in value.strip()):
+        # a NUL in a path ended the run's tracking in os.stat (ValueError: embedded null byte)
+        raise ValueError(f"expected text without control characters, got {shown(value)}")
     return value.strip()
 
 
 def number(low: float, high: float | None = None) -> Parser:
     """A finite number in [low, high]."""
+    bounds = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
 
     def parse(value: object) -> float:
         if isinstance(value, bool):
-            raise ValueError(f"expected a number, got {value!r}")
+            raise ValueError(f"expected a number, got {shown(value)}")
         try:
             x = float(value)  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ValueError(f"expected a number, got {value!r}") from None
-        if not (math.isfinite(x) and x >= low and (high is None or x <= high)):
-            bounds = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
-            raise ValueError(f"expected a number {bounds}, got {value!r}")
+            raise ValueError(f"expected a number, got {shown(value)}") from None
+        except OverflowError:  # a TOML integer past any float
+            raise ValueError(f"expected a number {bounds}, got {shown(value)}") from None
+        if not math.isfinite(x):
+            raise ValueError(f"expected a finite number {bounds}, got {shown(value)}")
+        if not (x >= low and (high is None or x <= high)):
+            raise ValueError(f"expected a number {bounds}, got {shown(value)}")
         return x
 
     return parse
@@ -60,7 +76,7 @@ def whole(low: int, high: int | None = None) -> Parser:
     def parse(value: object) -> int:
         x = as_number(value)
         if x != int(x):
-            raise ValueError(f"expected a whole number, got {value!r}")
+            raise ValueError(f"expected a whole number, got {shown(value)}")
         return int(x)
 
     return parse

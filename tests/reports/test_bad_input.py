@@ -223,7 +223,10 @@ def test_demo_never_prints_a_store_password(
             "thresholds.target_util: unknown setting (did you mean 'target_util_pct'?)",
         ),
         (b"[tracker]\ninterval_s = 0\n", "tracker.interval_s: expected a number >= 0.01, got 0"),
-        (b"[thresholds]\ntarget_util_pct = inf\n", "expected a number between 1 and 100, got inf"),
+        (
+            b"[thresholds]\ntarget_util_pct = inf\n",
+            "expected a finite number between 1 and 100, got inf",
+        ),
         (b"[thresholds]\nidle_window_min = -5\n", "expected a number between 1 and 10080, got -5"),
     ],
 )

@@ -68,6 +68,29 @@ def test_a_price_without_a_model_is_named_and_the_others_kept(tmp_path: Path) ->
         load_settings(env={"GPU_KPI_PRICE_": "3"})
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (  # float() overflowed: a traceback, and tracking off for the whole run
+            f"[tracker]\ninterval_s = {10**400}\n",
+            "tracker.interval_s: expected a number >= 0.01, got a 401-digit number",
+        ),
+        (f"[prices]\nH100 = {-(10**300)}\n", "got a 301-digit number"),
+        ("[tracker]\ninterval_s = nan\n", "tracker.interval_s: expected a finite number >= 0.01"),
+        (  # a NUL in a path: os.stat's "embedded null byte" ended the run's tracking
+            'store = "sqlite:////tmp/a\\u0000b.db"\n',
+            "store: expected text without control characters, got 'sqlite:////tmp/a\\x00b.db'",
+        ),
+    ],
+)
+def test_values_no_parser_expected_are_one_line(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as e:
+        load_settings(path, env={})
+    assert message in str(e.value) and len(str(e.value)) < 200
+    read_settings(path, env={})  # a training run keeps the key's default, with a warning
+
+
 def test_bad_env_value_names_the_variable_key() -> None:
     with pytest.raises(
         ConfigError, match=r"tracker.warmup_steps \(from GPU_KPI_WARMUP_STEPS\): expected a number"
@@ -87,7 +110,7 @@ def test_every_error_is_reported_at_once(tmp_path: Path) -> None:
         "tracker.interval_s: expected a number >= 0.01, got 0",
         "thresholds.target_util_pct: expected a number between 1 and 100, got 0",
         "thresholds.idle_pct: expected a number between 0 and 100, got 101",
-        "prices.H100: expected a number between 0 and 10000, got inf",
+        "prices.H100: expected a finite number between 0 and 10000, got inf",
     ]
 
 
