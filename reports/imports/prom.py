@@ -555,6 +555,11 @@ def read_prometheus(
         max_gap_s=max_gap_s,
     )
     token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and not (token.isprintable() and token.isascii()):
+        raise ImportFailed(
+            f"{TOKEN_ENV} holds a line break or another character no HTTP header may: set it "
+            "to the token alone"
+        )
     spans = list(chunks(start, end))
     for first, last in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
         points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}

@@ -295,6 +295,19 @@ def test_a_redirect_is_refused_and_the_token_stays_home(monkeypatch: pytest.Monk
         assert evil.seen == []  # never asked, never given the token
 
 
+@pytest.mark.parametrize("token", ["s3cret\r\nX-Evil: 1", "s3cret\n", "s3cr\u00e9t"])
+def test_a_token_no_header_may_carry_is_named_not_called_json(
+    monkeypatch: pytest.MonkeyPatch, token: str
+) -> None:
+    """Before: "the answer is not JSON" (urllib refused the header). Now the variable is named,
+    and nothing is sent."""
+    monkeypatch.setenv("GPU_KPI_PROMETHEUS_TOKEN", token)
+    with fake(body={"status": "success", "data": {"resultType": "matrix", "result": []}}) as s:
+        with pytest.raises(ImportFailed, match=r"^GPU_KPI_PROMETHEUS_TOKEN holds a line break"):
+            read_prometheus(f"http://127.0.0.1:{s.server_port}", since=TEN, until=NOON)
+        assert s.seen == []
+
+
 @pytest.mark.parametrize(
     ("result", "message"),
     [
