@@ -98,11 +98,20 @@ def _rows(p: Path) -> Iterator[tuple[int, list[str]]]:
                     yield line
 
             reader = csv.reader(lines())
+            start = 1
             try:
                 for cells in reader:
+                    if reader.line_num > start:  # nvidia-smi writes no cell across lines
+                        raise BackendError(
+                            f"{p}:{start}: a quote opened on this line is not closed on it"
+                        )
                     yield reader.line_num, cells
+                    start = reader.line_num + 1
             except (csv.Error, UnicodeDecodeError) as e:
                 what = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+                if isinstance(e, csv.Error) and "end of data" in str(e):
+                    what = "a quote opened on this line is not closed"
+                    raise BackendError(f"{p}:{start}: {what}") from None
                 raise BackendError(f"{p}:{reader.line_num + 1}: {what}") from None
     except OSError as e:
         raise BackendError(f"cannot read {p}: {e.strerror or e}") from None

@@ -236,6 +236,14 @@ def test_local_timestamps_across_the_change_to_winter_time(tmp_path: Path) -> No
             "GPU GPU-0aaa has a second reading at 2026-11-29 23:00:00",
         ),
         (f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n", "", "no GPU of bad has two readings"),
+        (  # before: named the file's last line, where the quoted cell ran out
+            f"{HEADER}\n{line(SUNDAY_23, 0, '50')}\n"
+            + line(SUNDAY_23 + timedelta(minutes=1), 0, "50").replace(", NVIDIA", ',"NVIDIA')
+            + "\n"
+            + "".join(f"{line(SUNDAY_23 + timedelta(minutes=m), 0, '50')}\n" for m in range(2, 40)),
+            ":3:",
+            "a quote opened on this line is not closed on it",
+        ),
         ("\0" * 70_000, ":1:", "a line of over 65,536 characters"),
         (f"{HEADER}\n2026/11/29 23:00:00.000, 0, GPU-0aaa\n", ":2:", "expected 8 cells, got 3"),
         ("", "", "empty nvidia-smi log"),
