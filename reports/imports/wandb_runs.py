@@ -167,11 +167,15 @@ def _run_of(
     if not readings:
         return NO_GPU
     model = log.config.get("gpu_kpi/gpu_model") if isinstance(ours, str) else None
+    listed = {n for n, _, _ in log.gpus.values() if n}
+    # a GPU index the environment does not list (one stats key is enough) is of the same host:
+    # its model is the one every listed GPU has, not a reason to skip the whole run
+    host_model = next(iter(listed)) if len(listed) == 1 else ""
     gpus: list[GpuInfo] = []
     series: dict[str, Series] = {}
     for i in sorted(readings):
         name, uuid, mem = log.gpus.get(i, ("", "", None))
-        name = name or log.gpu_type or (model if isinstance(model, str) else "")
+        name = name or log.gpu_type or host_model or (model if isinstance(model, str) else "")
         if not (name or labels.gpu_model):
             return NO_MODEL
         uuid = uuid or f"wandb-{log.run_id or log.path.parent.name}-gpu{i}"

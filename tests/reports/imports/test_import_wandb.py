@@ -61,7 +61,13 @@ def real_run(root: Path, monkeypatch: pytest.MonkeyPatch, *, name: str) -> Path:
     return readers.read_finished_wandb(root).path
 
 
-def add_gpu_records(path: Path, *, minutes: int = 60, environment: bool = True) -> None:
+def add_gpu_records(
+    path: Path,
+    *,
+    minutes: int = 60,
+    environment: bool = True,
+    extra: tuple[tuple[str, float], ...] = (),
+) -> None:
     """Add to a W&B log what wandb-core writes on a host with two H100s: their environment,
     and a stats record every 15 s from MONDAY_10 on: GPU 0 at 80%, 40 GiB, 500 W; GPU 1 at 2%
     (idle), 1 GiB, 100 W. Written before the run's exit record, as a live run would."""
@@ -86,11 +92,25 @@ def add_gpu_records(path: Path, *, minutes: int = 60, environment: bool = True) 
             ("gpu.1.memoryAllocatedBytes", 2**30),
             ("gpu.1.powerWatts", 100.0),
             ("cpu", 12.5),
+            *extra,
         ):
             item = rec.stats.item.add()
             item.key, item.value_json = key, str(value)
         added.append(rec)
     readers.write_wandb_log(path, [*records[:end], *added, *records[end:]])
+
+
+def test_a_gpu_the_environment_does_not_list_has_its_hosts_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One stats key of GPU 2, which the environment record (two H100s) does not list, skipped
+    the whole run as "no GPU model". Now GPU 2 is an H100 like the host's others: 3 GPU-hours."""
+    log = real_run(tmp_path, monkeypatch, name="three")
+    add_gpu_records(log, extra=(("gpu.2.gpu", 50),))
+    (r,) = import_wandb(f"sqlite:///{tmp_path / 'runs.db'}", [tmp_path / "wandb"]).records
+    assert (r.gpu_model, r.gpu_count) == ("H100", 3)
+    assert r.gpu_hours == pytest.approx(3.0)
+    assert r.util_pct == pytest.approx((80 + 2 + 50) / 3)
 
 
 @pytest.fixture
