@@ -9,10 +9,10 @@ The framing is LevelDB's log format behind a 7-byte file header:
   4 last). A block tail shorter than 7 bytes is padding; the first block is 7 bytes shorter.
 - each whole payload is a ``wandb.proto.wandb_internal_pb2.Record``.
 
-A damaged file (bad header, a chunk whose CRC does not match) is an
-:class:`reports.errors.ImportFailed` naming the file and the byte offset. A record cut off at
-the end, as a killed run leaves it, is left out: the run is read up to there (and without its
-exit record, it is ``crashed``).
+A damaged file (bad header, a chunk whose CRC does not match, a chunk longer than its block
+holds) is an :class:`reports.errors.ImportFailed` naming the file and the byte offset. A record
+cut off at the end, as a killed run leaves it, is left out: the run is read up to there (and
+without its exit record, it is ``crashed``); only the file's last block can end so.
 """
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ def payloads(data: bytes, *, check_crc: bool = True, whole: bool = True) -> Iter
         if kind == 0 and length == 0:  # a zeroed, preallocated tail
             pos += left_in_block
             continue
-        if end > len(data):
+        room = left_in_block - _CHUNK_HEADER.size
+        if length > room:  # no chunk crosses its block: a damaged length, never a torn tail
+            raise LogDamaged(
+                f"damaged at byte {pos} (a chunk of {length} bytes where its block has {room})"
+            )
+        if end > len(data):  # the file ends inside this block: its last record, torn
             if whole:
                 raise LogDamaged(f"cut off at byte {pos} (a run still being written?)")
             return

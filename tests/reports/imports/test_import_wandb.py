@@ -283,6 +283,16 @@ def bad_crc(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def bad_length(path: Path) -> None:
+    """The length of a chunk in the log's middle (the first of its second block) set to 65,535:
+    past its block and past the file. It read as a torn tail: the run halved, ``crashed``."""
+    data = bytearray(path.read_bytes())
+    assert len(data) > 32 * 1024 + 7  # a second block, with a chunk
+    at = 32 * 1024  # a block starts with a chunk header: crc (4), length (2), type (1)
+    data[at + 4 : at + 6] = (65535).to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+
+
 def not_wandb(path: Path) -> None:
     path.write_bytes(b"timestamp,uuid\n")
 
@@ -299,10 +309,11 @@ def year_30000(path: Path) -> None:
     ("damage", "message"),
     [
         (bad_crc, "checksum mismatch"),
+        (bad_length, "damaged at byte 32768 (a chunk of 65535 bytes where its block has 32761)"),
         (not_wandb, "not a W&B transaction log"),
         (year_30000, "1000000000000 s since 1970: no time"),
     ],
-    ids=["crc", "foreign", "no-time"],
+    ids=["crc", "length", "foreign", "no-time"],
 )
 def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
     tmp_path: Path,
