@@ -44,6 +44,7 @@ from reports.imports.play import (
     Imported,
     Labels,
     Series,
+    files_under,
     fixable,
     our_reading,
     played_run,
@@ -217,7 +218,7 @@ def find_runs(paths: Sequence[str | Path]) -> list[tuple[Path, list[Path]]]:
         root = Path(given)
         if not root.is_dir():
             raise ImportFailed(f"{root}: not a directory (give a TensorBoard logdir)")
-        files = sorted(p.resolve() for p in root.rglob(f"{EVENTS}*") if p.is_file())
+        files = files_under(root, lambda name: name.startswith(EVENTS))
         if not files:
             raise ImportFailed(f"{root}: no TensorBoard event file ({EVENTS}*) under it")
         for f in files:

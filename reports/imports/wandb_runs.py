@@ -34,6 +34,7 @@ from reports.imports.play import (
     Imported,
     Labels,
     Series,
+    files_under,
     fixable,
     our_reading,
     played_run,
@@ -72,7 +73,7 @@ def find_logs(paths: Sequence[str | Path]) -> list[Path]:
             continue
         if not path.is_dir():
             raise ImportFailed(f"{path}: no such file or directory")
-        logs = sorted(p.resolve() for p in path.rglob("*.wandb") if p.is_file())
+        logs = files_under(path, lambda name: name.endswith(".wandb"))
         if not logs:
             raise ImportFailed(
                 f"{path}: no .wandb file under it (W&B keeps runs in "

@@ -323,3 +323,20 @@ def test_a_lightning_run_is_named_with_its_project(tmp_path: Path) -> None:
         "gpt/lightning_logs/version_0",
         "nerf/lightning_logs/version_0",
     ]
+
+
+def test_a_logdir_1200_folders_deep_is_walked(tmp_path: Path) -> None:
+    """``rglob`` raised RecursionError on a logdir ~1,200 levels deep; the walk is a loop now,
+    and the W&B import walks the same way."""
+    from reports.imports.wandb_runs import find_logs
+
+    deep = tmp_path / "logs"
+    deep.mkdir()
+    for _ in range(1200):  # not os.makedirs: it recurses too
+        deep = deep / "d"
+        deep.mkdir()
+    write_run(deep / "run", seconds=600)
+    (r,) = read_tensorboard([tmp_path / "logs"], labels=Labels(gpu_model="H100")).records
+    assert r.gpu_hours == pytest.approx(600 / 3600)
+    (deep / "run-x.wandb").write_bytes(b"")
+    assert find_logs([tmp_path / "logs"]) == [(deep / "run-x.wandb").resolve()]
