@@ -160,6 +160,10 @@ def _when(parts: list[int]) -> datetime:
     return datetime(y, mo, d, h, mi, sec, ms * 1000)
 
 
+_START = b"\xef\xbb\xbftimestamp"
+"""How the common log begins (a UTF-8 BOM, then its header's first column)."""
+
+
 def _read(path: Path) -> bytearray | None:
     """A regular file's bytes, read into memory the units are blanked in (no copy); None for
     anything else (``/dev/zero``, a pipe: the exact path streams it, its lines bounded)."""
@@ -167,6 +171,11 @@ def _read(path: Path) -> bytearray | None:
         if not stat.S_ISREG(os.stat(path).st_mode):
             return None  # not opened: opening a pipe would take what its writer sends
         with path.open("rb") as f:
+            if not f.read(len(_START)).lstrip(b"\xef\xbb\xbf").startswith(b"timestamp"):
+                # not the common log (a 2 GB junk file took 4.3 GB here before it was refused):
+                # the exact path streams it and stops at its first line
+                return None
+            f.seek(0)
             data = bytearray(os.fstat(f.fileno()).st_size)
             del data[f.readinto(data) :]
             data += f.read()  # what a log still written to gained meanwhile

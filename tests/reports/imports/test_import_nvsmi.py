@@ -579,3 +579,39 @@ def test_an_83_percent_gpu_without_memory_is_below_target_not_small_batch(tmp_pa
     assert run.verdict == "below-target"
     assert run.advice is not None and "batch size" not in run.advice
     assert run.cost_usd == pytest.approx(0.39)
+
+
+def test_a_huge_file_that_is_no_log_is_refused_at_its_first_line_without_reading_it(
+    tmp_path: Path,
+) -> None:
+    """A 2 GB junk file took 4.3 GB of memory before it was refused (read whole for the fast
+    path). Now its first bytes send it to the streaming path, which stops at line 1: a 1.5 GiB
+    (sparse) file of NULs costs this process far less than its size."""
+    import os
+    import subprocess
+    import sys
+
+    from clirun import ROOT
+
+    junk = tmp_path / "junk.csv"
+    with junk.open("wb") as f:
+        f.truncate(3 << 29)  # 1.5 GiB of NULs, no disk
+    code = (
+        "import resource, sys\n"
+        "from reports.cli import main\n"
+        f"code = main(['import', 'nvidia-smi', {str(junk)!r}, '--store', "
+        f"{'sqlite:///' + str(tmp_path / 'r.db')!r}])\n"
+        "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    status, maxrss_kib = (int(x) for x in p.stdout.split())
+    assert status == 2, p.stderr
+    assert f"{junk}:1: a line of over 65,536 characters" in p.stderr
+    assert maxrss_kib < 1 << 20  # under 1 GiB: the file was never read whole

@@ -332,11 +332,19 @@ def test_a_logdir_1200_folders_deep_is_walked(tmp_path: Path) -> None:
 
     deep = tmp_path / "logs"
     deep.mkdir()
+    folders = [deep]
     for _ in range(1200):  # not os.makedirs: it recurses too
         deep = deep / "d"
         deep.mkdir()
-    write_run(deep / "run", seconds=600)
-    (r,) = read_tensorboard([tmp_path / "logs"], labels=Labels(gpu_model="H100")).records
-    assert r.gpu_hours == pytest.approx(600 / 3600)
-    (deep / "run-x.wandb").write_bytes(b"")
-    assert find_logs([tmp_path / "logs"]) == [(deep / "run-x.wandb").resolve()]
+        folders.append(deep)
+    try:
+        write_run(deep / "run", seconds=600)
+        (r,) = read_tensorboard([tmp_path / "logs"], labels=Labels(gpu_model="H100")).records
+        assert r.gpu_hours == pytest.approx(600 / 3600)
+        (deep / "run-x.wandb").write_bytes(b"")
+        assert find_logs([tmp_path / "logs"]) == [(deep / "run-x.wandb").resolve()]
+    finally:  # bottom up: pytest's own clean-up (shutil.rmtree) recurses as deep
+        for folder in reversed(folders):
+            for entry in sorted(folder.rglob("*"), reverse=True) if folder == deep else ():
+                entry.rmdir() if entry.is_dir() else entry.unlink()
+            folder.rmdir()
