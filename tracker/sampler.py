@@ -119,6 +119,8 @@ class GpuStats:
 
 
 _DEFAULTS = Thresholds()
+STEP_S = 120.0
+"""A wall clock this far from where the monotonic clock says it should be has stepped."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,8 +135,12 @@ class Sampler:
     """Reads every GPU of the process at a fixed interval on a daemon thread.
 
     ``clock`` is wall-clock seconds since the epoch (injected in tests; ``threaded=False`` lets
-    a test drive :meth:`sample` itself). Completed minutes go to ``on_minute``; the alert rule
-    calls ``on_alert`` once, and the idle rule ``on_idle`` once (with the idle GPUs).
+    a test drive :meth:`sample` itself). ``monotonic`` (a live run's ``time.monotonic``) times
+    the readings when given: the wall clock then only labels minutes, so a wall-clock step (NTP,
+    a VM migration, suspend) never becomes GPU-time; labels never go back (after a step back
+    they run on from the last one by the monotonic clock), and a step is logged once. Completed
+    minutes go to ``on_minute``; the alert rule calls ``on_alert`` once, and the idle rule
+    ``on_idle`` once (with the idle GPUs).
     """
 
     @classmethod
@@ -158,6 +164,7 @@ class Sampler:
         run_id: str = "",
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] | None = None,
         threaded: bool = True,
         on_minute: Callable[[list[MinuteSample]], None] | None = None,
         alert: AlertRule | None = None,
@@ -172,6 +179,7 @@ class Sampler:
         self.run_id = run_id
         self.interval_s = interval_s
         self.clock = clock
+        self.monotonic = monotonic
         self.threaded = threaded
         self.on_minute = on_minute
         self.alert = alert
@@ -190,6 +198,8 @@ class Sampler:
         self._alerted = False
         self._idle_alerted = False
         self._prev_t: float | None = None
+        self._prev_mono: float | None = None
+        self._stepped = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -205,7 +215,7 @@ class Sampler:
             self.run[g.uuid] = GpuStats()
             self.window[g.uuid] = GpuStats()
             self.idle[g.uuid] = IdleDetector(*self._idle_args)
-        self.sample(now)
+        self.sample(None if self.monotonic else now)
         if self.threaded:
             self._thread = threading.Thread(target=self._loop, name="gpu-kpi-sampler", daemon=True)
             self._thread.start()
@@ -236,11 +246,33 @@ class Sampler:
             log.warning("gpu-kpi: closing the GPU backend failed: %s", e)
 
     # -- sampling ---------------------------------------------------------------------------
+    def _now(self) -> tuple[float, float | None]:
+        """The reading's time (a minute label: the wall clock, never before the last label plus
+        the monotonic time since) and the monotonic seconds since the last reading (None
+        without a monotonic clock: then the labels' difference is the time)."""
+        wall = self.clock()
+        if self.monotonic is None:
+            return wall, None
+        mono = self.monotonic()
+        if self._prev_mono is None or self._prev_t is None:
+            return wall, mono
+        expected = self._prev_t + max(mono - self._prev_mono, 0.0)
+        if abs(wall - expected) > STEP_S and not self._stepped:
+            self._stepped = True
+            log.warning(
+                "gpu-kpi: the wall clock stepped %+.0f s during the run; GPU-time follows the "
+                "monotonic clock (minutes are labelled by the wall clock, never going back)",
+                wall - expected,
+            )
+        return max(wall, expected), mono
+
     def sample(self, now: float | None = None) -> None:
         """Read the GPUs once and fold the readings into every aggregate."""
         if self.failed:
             return
-        now = self.clock() if now is None else now
+        mono: float | None = None
+        if now is None:
+            now, mono = self._now()
         try:
             readings = self.backend.read(now)
             self._errors = 0
@@ -261,9 +293,13 @@ class Sampler:
                 self.last.pop(uuid, None)
         closed: list[MinuteSample] = []
         with self._lock:
-            prev = self._prev_t if self._prev_t is not None else now
-            dt = max(now - prev, 0.0)
+            if mono is not None and self._prev_mono is not None:
+                dt = max(mono - self._prev_mono, 0.0)
+            else:
+                dt = max(now - self._prev_t, 0.0) if self._prev_t is not None else 0.0
+            prev = now - dt
             self._prev_t = now
+            self._prev_mono = mono
             for r in readings:
                 if r.uuid not in self.run:
                     continue
@@ -360,7 +396,7 @@ class Sampler:
         """The time since the last reading was not observed (a gap in an imported log): the
         next reading starts a new stretch and covers no time before it."""
         with self._lock:
-            self._prev_t = None
+            self._prev_t = self._prev_mono = None
 
     # -- results ----------------------------------------------------------------------------
     def take_window(self) -> dict[str, GpuStats]:

@@ -156,8 +156,9 @@ class Session:
         if clock is None:
             self._wall: Callable[[], float] = time.time
             self._now: Callable[[], float] = time.perf_counter
+            self._mono: Callable[[], float] = time.monotonic  # durations: no wall-clock steps
         else:
-            self._wall = self._now = clock
+            self._wall = self._now = self._mono = clock
         self._threaded = threaded
         self._peer_figures: list[dict[str, float | None]] = []
 
@@ -180,12 +181,22 @@ class Session:
         self.record: RunRecord | None = None
         self._writer: Any = None
         self._started_wall = 0.0
+        self._started_mono = 0.0
         self._started_at = datetime.now(UTC)
         self.counts = RunSteps(self.settings.warmup_steps)
         self._next_log = float("inf")
         self._active = False
         self._warned: set[str] = set()
         self._inferred: int | None = None  # samples of the batches iterate() gave since a step
+
+    def _elapsed(self) -> float:
+        """Seconds since the start, by the monotonic clock: a wall-clock step is no time."""
+        return max(self._mono() - self._started_mono, 0.0)
+
+    def _stamp(self) -> float:
+        """The wall-clock time to record (heartbeat, end): never before the start plus the
+        time elapsed, so a clock set back cannot end a run before it began."""
+        return max(self._wall(), self._started_wall + self._elapsed())
 
     def now(self) -> float:
         """The session's step clock: monotonic seconds (``time.perf_counter``), or the injected
@@ -247,7 +258,7 @@ class Session:
         self.co2e_kg_per_kwh = self.settings.carbon.co2e_kg(1.0, _ask(socket.gethostname))
         if self.user is None:
             self.user = _ask(getpass.getuser)
-        self._started_wall = self._wall()
+        self._started_wall, self._started_mono = self._wall(), self._mono()
         self._started_at = datetime.fromtimestamp(self._started_wall, UTC)
         if not self.name:
             self.name = f"{self.spec.project or 'run'}-{self._started_at:%Y%m%d-%H%M%S}"
@@ -283,6 +294,7 @@ class Session:
                 self.settings,
                 run_id=self.id,
                 clock=self._wall,
+                monotonic=self._mono if self._mono is not self._wall else None,
                 threaded=self._threaded,
                 on_minute=self._on_minute,
                 on_alert=self._on_alert,
@@ -567,7 +579,7 @@ class Session:
 
     def _figures(self) -> dict[str, float | None]:
         """This process's cumulative figures since the start (:data:`tracker.ranks.RECORD_KEYS`)."""
-        duration_s = self._wall() - self._started_wall
+        duration_s = self._elapsed()
         sampler = self.sampler
         stats: list[Any] = []
         idle: list[tuple[float, float]] = []
@@ -591,9 +603,9 @@ class Session:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
         rank's (the others' as of the last gather). Never raises for its figures: those that
         cannot be computed, or are not finite numbers >= 0, are recorded as unknown."""
-        now = self._wall()
+        now = self._stamp()
         try:
-            fields = self._record_fields(now)
+            fields = self._record_fields()
         except Exception as e:
             self._warn_once(
                 "figures", "gpu-kpi: no figures for the run: %s: %s", type(e).__name__, e
@@ -637,9 +649,9 @@ class Session:
             )
         return record
 
-    def _record_fields(self, now: float) -> dict[str, Any]:
-        """The record's figures (spend, waste, utilization, throughput, MFU, verdict…) as of
-        ``now``, combined over ranks on rank 0 of a multi-rank run."""
+    def _record_fields(self) -> dict[str, Any]:
+        """The record's figures (spend, waste, utilization, throughput, MFU, verdict…) so far,
+        combined over ranks on rank 0 of a multi-rank run."""
         fig = self._figures()
         spread = None
         if self.world_size > 1 and self.rank == 0 and self._peer_figures:
@@ -648,7 +660,7 @@ class Session:
         finite = {k: _finite_or_none(v) for k, v in fig.items()}
         return figures.record_fields(
             finite,
-            duration_s=max(now - self._started_wall, 0.0),
+            duration_s=self._elapsed(),
             peak_tflops=self.peak_tflops,
             rank_spread_pct=spread,
             thresholds=self.settings.thresholds,

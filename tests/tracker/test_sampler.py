@@ -232,3 +232,42 @@ def test_thread_samples_and_stops_cleanly() -> None:
     (stats,) = s.run.values()
     assert stats.seconds > 0.1
     assert not any(t.name == "gpu-kpi-sampler" for t in threading.enumerate())
+
+
+@pytest.mark.parametrize(
+    ("step_s", "what"),
+    [(86_400.0, "a day forward"), (-3_600.0, "an hour back"), (1e9, "decades forward")],
+)
+def test_a_wall_clock_step_is_never_gpu_time(
+    step_s: float, what: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run of 600 s by the monotonic clock whose wall clock steps by ``step_s`` at 300 s
+    (NTP, suspend, a VM migration). Before: a day forward was 24 GPU-h, an hour back 0, and
+    decades forward grew memory without bound (a row per minute in between). Now: 600 GPU-s
+    whatever the step, minutes labelled by the wall clock and never going back, one warning."""
+    mono = [0.0]
+    wall = [1_764_000_000.0]
+    rows: list[MinuteSample] = []
+    s = Sampler(
+        SimulatedBackend("healthy"),
+        clock=lambda: wall[0] + mono[0],
+        monotonic=lambda: mono[0],
+        threaded=False,
+        on_minute=rows.extend,
+    )
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        s.start()
+        for t in range(1, 601):
+            mono[0] = float(t)
+            if t == 300:
+                wall[0] += step_s
+            s.sample()
+        s.stop()
+    (stats,) = s.run.values()
+    assert stats.seconds == pytest.approx(600.0), what
+    assert sum(r.covered_s for r in rows) == pytest.approx(600.0)
+    minutes = [r.minute for r in rows]
+    assert minutes == sorted(minutes) and len(set(minutes)) == len(minutes)
+    assert len(rows) <= 12  # the minutes the run had, not the ones the clock skipped
+    (warning,) = [r.getMessage() for r in caplog.records if "stepped" in r.getMessage()]
+    assert f"the wall clock stepped {step_s:+.0f} s" in warning

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Mapping
 
 import pytest
@@ -433,3 +434,35 @@ def test_co2e_uses_this_hosts_intensity_looked_up_once(monkeypatch: pytest.Monke
         m["gpu/co2e_kg"] == pytest.approx(m["gpu/energy_kwh"] * 50 * 1.1 / 1000) for m in logged
     )
     assert looked_up == ["DGX-EU-7"]
+
+
+@pytest.mark.parametrize(("step_s", "ends_after_s"), [(86_400.0, 86_400.0 + 600), (-3_600.0, 600)])
+def test_a_wall_clock_step_mid_run_is_no_gpu_time(
+    monkeypatch: pytest.MonkeyPatch, step_s: float, ends_after_s: float
+) -> None:
+    """A live run (no injected clock) of 600 s on 2 GPUs whose wall clock steps at 300 s.
+    Before: a day forward made a 600 s run 48 GPU-h and $185; an hour back 0 GPU-h and an end
+    before its start. Now 2 × 600 s = 1/3 GPU-h either way, $3.85 / 3; the end is the wall
+    clock's, or the start plus the run's time when the clock went back."""
+    mono = [1000.0]
+    wall = [1_764_000_000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: mono[0])
+    monkeypatch.setattr(time, "time", lambda: wall[0] + mono[0])
+    with track(
+        name="stepped",
+        backend="simulated:healthy@H100:2",
+        store=False,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
+        assert run.sampler is not None
+        for t in range(1, 601):
+            mono[0] = 1000.0 + t
+            if t == 300:
+                wall[0] += step_s
+            run.sampler.sample()
+    r = run.record
+    assert r is not None and r.ended_at is not None
+    assert r.gpu_hours == pytest.approx(2 * 600 / 3600)
+    assert r.cost_usd == pytest.approx(3.85 * 2 * 600 / 3600)
+    assert (r.ended_at - r.started_at).total_seconds() == pytest.approx(ends_after_s)
