@@ -33,3 +33,27 @@ def one_line(value: object, limit: int | None = None) -> str:
     if limit is not None and len(line) > limit:
         line = line[: limit - 1].rstrip() + "…"
     return line
+
+
+def storable(text: str) -> str:
+    """``text`` as every store keeps it, the same on SQLite and PostgreSQL: a NUL (which
+    PostgreSQL's text refuses) and a character UTF-8 cannot encode (a lone surrogate, as
+    ``os.fsdecode`` makes of a non-UTF-8 file name) become U+FFFD.
+
+    Args:
+        text: A run's name, id, team, a GPU's UUID…
+
+    Returns:
+        The text, unchanged when it holds neither.
+    """
+    if "\x00" not in text:
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            pass
+    try:
+        raw = text.encode("utf-8", "surrogateescape")  # a file name's bytes, as they were
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", "replace")
+    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")

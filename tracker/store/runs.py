@@ -43,7 +43,7 @@ from tracker.store.schema import (
     upsert,
     utc,
 )
-from tracker.text import one_line
+from tracker.text import one_line, storable
 
 _IN_CHUNK = 500
 
@@ -292,7 +292,7 @@ class RunStore:
         Raises:
             StoreError: The database failed.
         """
-        stmt = sa.select(runs_table).where(runs_table.c.id == run_id)
+        stmt = sa.select(runs_table).where(runs_table.c.id == storable(run_id))
         row = self._transaction(lambda conn: conn.execute(stmt).mappings().first(), write=False)
         return None if row is None else row_to_run(row)
 

@@ -16,6 +16,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 
 from tracker.record import MinuteSample, RunRecord
+from tracker.text import storable
 
 SCHEMA_VERSION = 3
 """Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
@@ -182,12 +183,16 @@ def utc(value: datetime) -> datetime:
 
 
 def run_to_row(record: RunRecord) -> dict[str, Any]:
-    row = record.as_dict()
-    row["tags"] = json.dumps(list(record.tags))
-    row["links"] = json.dumps(record.links, sort_keys=True)
+    row: dict[str, Any] = {
+        k: storable(v) if isinstance(v, str) else v for k, v in record.as_dict().items()
+    }
+    row["tags"] = json.dumps([storable(t) for t in record.tags])
+    row["links"] = json.dumps(
+        {storable(k): storable(v) for k, v in record.links.items()}, sort_keys=True
+    )
     for name in ("started_at", "ended_at", "heartbeat_at"):
-        if row[name] is not None:
-            row[name] = utc(row[name])
+        stamp = getattr(record, name)
+        row[name] = None if stamp is None else utc(stamp)
     return row
 
 
@@ -205,4 +210,5 @@ def sample_to_row(sample: MinuteSample) -> dict[str, Any]:
     # the fields as they are (all plain values): asdict's deep copy cost 70 µs a row
     row = {name: getattr(sample, name) for name in _SAMPLE_FIELDS}
     row["minute"] = utc(sample.minute)
+    row["run_id"], row["gpu"] = storable(sample.run_id), storable(sample.gpu)
     return row
