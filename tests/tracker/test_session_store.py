@@ -175,3 +175,29 @@ def test_threaded_session_on_a_real_clock(tmp_path: Path) -> None:
     assert r is not None and r.status == "finished" and r.steps == 20 and r.samples == 40
     assert r.util_pct == pytest.approx(92.0)
     assert r.gpu_model == "L4" and r.cost_usd is not None and r.cost_usd > 0
+
+
+def test_the_summary_says_a_run_went_nowhere_when_the_spool_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The store is unreachable and the spool's folder cannot be made (its parent is a file).
+    Before, the summary said "stored: run … in postgresql://…". Now it says the run is lost."""
+    blocked = tmp_path / "data"
+    blocked.write_text("a file where the data folder should be")
+    monkeypatch.setenv("XDG_DATA_HOME", str(blocked))
+    clock = Clock()
+    with track(
+        name="lost",
+        backend="simulated:healthy",
+        clock=clock,
+        threaded=False,
+        store="postgresql://kpi:hunter2@127.0.0.1:1/runs",
+        log_to_python=False,
+    ) as run:
+        for _ in range(90):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "stored:" in x]
+    assert line.startswith("  stored: nowhere whole: the store was unreachable and the spool ")
+    assert "could not be written (some of the run is lost) (run " in line
+    assert "hunter2" not in line

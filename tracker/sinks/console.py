@@ -62,11 +62,12 @@ def summary_text(r: RunRecord, where: str | None) -> str:
     ]
     if r.advice:
         lines.append(f"  advice: {_shown(r.advice)}")
-    lines.append(
-        f"  stored: run {_shown(r.id)} in {_shown(where)}"
-        if where
-        else "  stored: nowhere (store=False)"
-    )
+    if not where:
+        lines.append("  stored: nowhere (store=False)")
+    elif where.startswith("nowhere"):  # the writer lost some of it: said first
+        lines.append(f"  stored: {_shown(where)} (run {_shown(r.id)})")
+    else:
+        lines.append(f"  stored: run {_shown(r.id)} in {_shown(where)}")
     links = [f"{_LINKS.get(k, _shown(k))}: {_shown(v)}" for k, v in sorted(r.links.items()) if v]
     if links:
         lines.append("  " + " · ".join(links))

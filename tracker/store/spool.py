@@ -123,6 +123,8 @@ class Spool:
         self.directory = Path(directory)
         self.lock_wait_s = lock_wait_s
         self.store_key: str | None = None
+        self.set_aside_keys: set[str] = set()
+        """The runs (:func:`run_key`) this spool set an op of aside, refused by the store."""
         self.store_url: str | None = None
         """The store's URL without its password (None: not bound to a store)."""
         if store_url is not None:
@@ -302,6 +304,7 @@ class Spool:
                     if store_unavailable(e):
                         raise
                     self._set_aside(directory, line, e)
+                    self.set_aside_keys.add(key)
                     continue
                 sent += 1
             path.unlink()

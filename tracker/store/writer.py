@@ -15,6 +15,7 @@ from typing import Any
 
 from tracker.record import MinuteSample, RunRecord
 from tracker.store.spool import RunSink, Spool, store_unavailable
+from tracker.store.spool_files import run_key
 from tracker.text import one_line
 
 __all__ = ["StoreWriter"]
@@ -57,6 +58,8 @@ class StoreWriter:
         self._retry_at = float("-inf")
         self._warned = False
         self._spool_failed = False
+        self._lost: set[str] = set()
+        """Runs with an op neither the store nor the spool took."""
         self._lock = threading.Lock()
         self._closed = False
         self._abandoned = False  # close() timed out and took over the queue
@@ -78,9 +81,21 @@ class StoreWriter:
             self._submit(("samples", run_id, run_rows))
 
     def where(self, run_id: str) -> str:
-        """Where the run's record is, after :meth:`close`: the local spool while the store
-        could not take it, else the store (its URL, any password masked). Never raises."""
+        """Where the run's record is, after :meth:`close`: nowhere when an op of it reached
+        neither the store nor the spool; the spool's set-aside file when the store refused an
+        op; the local spool while the store could not take it; else the store (its URL, any
+        password masked). Never raises."""
         try:
+            if run_id in self._lost:
+                return (
+                    f"nowhere whole: the store was unreachable and the spool "
+                    f"{self._spool.directory} could not be written (some of the run is lost)"
+                )
+            if run_key(run_id) in self._spool.set_aside_keys:
+                return (
+                    f"the run store in part: it refused some of the run, set aside in "
+                    f"{self._spool.directory}"
+                )
             if self._spool.has_pending(run_id):
                 return (
                     f"the local spool {self._spool.directory}: the store was unreachable "
@@ -203,6 +218,7 @@ class StoreWriter:
         try:
             self._spool.append(run_id, op, payload)
         except Exception as e:
+            self._lost.add(run_id)
             if not self._spool_failed:
                 self._spool_failed = True
                 logger.error(
