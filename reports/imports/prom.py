@@ -32,6 +32,7 @@ Prometheus that is down, refuses a query or answers something else is an
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import math
 import os
@@ -62,6 +63,7 @@ from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.prices import price_for
 from tracker.record import MinuteSample, RunRecord
+from tracker.text import one_line
 
 SOURCE = "prometheus"
 UNALLOCATED = "(unallocated)"
@@ -72,6 +74,9 @@ TOKEN_ENV = "GPU_KPI_PROMETHEUS_TOKEN"
 """A bearer token for the Prometheus API, if it needs one (never on the command line)."""
 TIMEOUT_S = 120.0
 """Seconds one query may take, its whole answer read."""
+RECEIVE_S = 30.0
+"""Seconds one receive may wait (the connection, a block of the answer): a query's whole time is
+:data:`TIMEOUT_S` and at most this more."""
 MAX_ANSWER_BYTES = 512 << 20
 NO_MODEL = fixable("no modelName label: say the model with --gpu-model", "--gpu-model MODEL")
 
@@ -125,9 +130,10 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 def _read(resp: Any, url: str, deadline: float) -> bytes:
-    """The whole body by ``deadline`` and at most :data:`MAX_ANSWER_BYTES`."""
+    """The whole body by ``deadline`` and at most :data:`MAX_ANSWER_BYTES`: read as it comes
+    (``read1``: one receive each), so a server that drips its answer meets the deadline."""
     body = bytearray()
-    while chunk := resp.read(1 << 20):
+    while chunk := resp.read1(1 << 20):
         body += chunk
         if len(body) > MAX_ANSWER_BYTES:
             raise ImportFailed(
@@ -147,7 +153,8 @@ def _get(url: str, params: dict[str, str], token: str | None) -> Any:
         headers["Authorization"] = f"Bearer {token}"
     deadline = time.monotonic() + TIMEOUT_S
     try:
-        with _OPENER.open(urllib.request.Request(full, headers=headers), timeout=TIMEOUT_S) as resp:
+        request = urllib.request.Request(full, headers=headers)
+        with _OPENER.open(request, timeout=RECEIVE_S) as resp:
             body = json.loads(_read(resp, url, deadline))
     except urllib.error.HTTPError as e:
         if 300 <= e.code < 400:
@@ -164,7 +171,16 @@ def _get(url: str, params: dict[str, str], token: str | None) -> Any:
         raise ImportFailed(f"{url}: Prometheus answered {e.code}: {str(said)[:300]}") from None
     except (urllib.error.URLError, OSError) as e:
         why = e.reason if isinstance(e, urllib.error.URLError) else e
-        raise ImportFailed(f"{url}: cannot reach Prometheus ({why})") from None
+        raise ImportFailed(f"{url}: cannot reach Prometheus ({one_line(why, 200)})") from None
+    except http.client.HTTPException as e:  # a bad status line, too many or too long headers…
+        raise ImportFailed(
+            f"{url}: not an HTTP answer Prometheus would give ({type(e).__name__}: "
+            f"{one_line(e, 100)})"
+        ) from None
+    except RecursionError:
+        raise ImportFailed(
+            f"{url}: an answer nested too deeply: is this the Prometheus API?"
+        ) from None
     except ValueError:
         raise ImportFailed(f"{url}: the answer is not JSON: is this the Prometheus API?") from None
     if not isinstance(body, dict) or body.get("status") != "success":
@@ -535,9 +551,19 @@ def read_prometheus(
 ) -> Imported:
     """The runs and minute samples of the DCGM series in ``[since, until]`` (nothing written)."""
     url = url.rstrip("/")
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ImportFailed(f"{url[:200]}: a Prometheus URL is http:// or https://HOST")
+    where = one_line(url, 200)
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - raises for a port out of range
+    except ValueError as e:  # http://[::1, http://host:99999
+        raise ImportFailed(f"{where}: not a URL ({e})") from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or not url.isprintable()
+        or " " in url
+    ):
+        raise ImportFailed(f"{where}: a Prometheus URL is http:// or https://HOST[:PORT]")
     if parts.username or parts.password:
         raise ImportFailed(
             f"{parts.scheme}://***@{parts.hostname}: no credentials in the URL "

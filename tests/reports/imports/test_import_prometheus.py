@@ -641,3 +641,111 @@ def test_points_outside_the_range_asked_for_are_left_out_and_said() -> None:
         "14 point(s) the server answered outside the range asked for were left out "
         "(a Prometheus that ignores start and end?)"
     ) in done.notes
+
+
+# -- answers no Prometheus gives: one line each, never a traceback or a hang ----------------------
+@contextmanager
+def raw(answer: bytes, *, drip_s: float = 0.0, sent: list[int] | None = None) -> Iterator[str]:
+    """A server that answers every connection with ``answer`` as it is (no HTTP library),
+    a byte every ``drip_s`` seconds after the first 100 when given; ``sent`` gets the bytes
+    each connection took before the client left."""
+    import socket
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            count = 0
+            with conn:
+                try:
+                    conn.recv(65536)
+                    conn.sendall(answer[:100])
+                    count = 100
+                    for i in range(100, len(answer)):
+                        if stop.wait(drip_s):
+                            break
+                        conn.sendall(answer[i : i + 1])
+                        count += 1
+                except OSError:
+                    pass
+            if sent is not None:
+                sent.append(count)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def http_answer(body: bytes, *headers: str) -> bytes:
+    head = "".join(f"{h}\r\n" for h in headers)
+    return f"HTTP/1.1 200 OK\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"HTTP/1.1 abc\r\n\r\n", "not an HTTP answer Prometheus would give (BadStatusLine"),
+        (
+            http_answer(b"{}", *(f"X-{i}: y" for i in range(120))),
+            "not an HTTP answer Prometheus would give (HTTPException: got more than 100 headers)",
+        ),
+        (
+            http_answer(b"{}", "X-Long: " + "y" * 70_000),
+            "not an HTTP answer Prometheus would give (LineTooLong",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\nabc\r\n",
+            "not an HTTP answer Prometheus would give (IncompleteRead",
+        ),
+        (http_answer(b"[" * 200_000), "an answer nested too deeply"),
+    ],
+    ids=["status-line", "headers", "long-header", "chunked", "nested-json"],
+)
+def test_a_malformed_answer_is_one_line_naming_the_url(answer: bytes, message: str) -> None:
+    with raw(answer) as url, pytest.raises(ImportFailed) as e:
+        read_prometheus(url, since=TEN, until=NOON, progress=False)
+    assert str(e.value).startswith(f"{url}: {message}"), str(e.value)
+
+
+def test_a_server_that_drips_its_answer_meets_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, each read waited at most the timeout, so a byte every few seconds kept the
+    import going far past the documented limit. The deadline is on the whole answer now."""
+    monkeypatch.setattr("reports.imports.prom.TIMEOUT_S", 1.0)
+    body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}})
+    answer = http_answer(body.encode() + b" " * 2000)  # 400 s at a byte every 0.2 s
+    sent: list[int] = []
+    with (
+        raw(answer, drip_s=0.2, sent=sent) as url,
+        pytest.raises(ImportFailed, match=r": no whole answer in 1 s$"),
+    ):
+        read_prometheus(url, since=TEN, until=NOON, progress=False)
+    (taken,) = sent
+    assert taken < len(answer)  # it left mid-answer, not after the whole of it
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://[::1", "http://[::1: not a URL (Invalid IPv6 URL)"),
+        ("http://prom:99999", "http://prom:99999: not a URL (Port out of range 0-65535)"),
+        ("http://prom\x00x:9090", "a Prometheus URL is http:// or https://HOST[:PORT]"),
+        ("http://prom 9090", "a Prometheus URL is http:// or https://HOST[:PORT]"),
+    ],
+)
+def test_a_malformed_url_is_one_line(url: str, message: str) -> None:
+    with pytest.raises(ImportFailed) as e:
+        read_prometheus(url, since=TEN, until=NOON, progress=False)
+    assert message in str(e.value) and "\n" not in str(e.value)
