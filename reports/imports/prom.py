@@ -77,7 +77,9 @@ TIMEOUT_S = 120.0
 RECEIVE_S = 30.0
 """Seconds one receive may wait (the connection, a block of the answer): a query's whole time is
 :data:`TIMEOUT_S` and at most this more."""
-MAX_ANSWER_BYTES = 512 << 20
+MAX_ANSWER_BYTES = 64 << 20
+"""The largest answer read (parsed, JSON takes several times its size in memory): a chunk whose
+answer is larger is asked for again in halves."""
 NO_MODEL = fixable("no modelName label: say the model with --gpu-model", "--gpu-model MODEL")
 
 FIELDS: dict[str, tuple[str, float, str, float, float]] = {
@@ -129,6 +131,10 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
+class _TooLarge(ImportFailed):
+    """An answer over :data:`MAX_ANSWER_BYTES`: its chunk is asked for in halves."""
+
+
 def _read(resp: Any, url: str, deadline: float) -> bytes:
     """The whole body by ``deadline`` and at most :data:`MAX_ANSWER_BYTES`: read as it comes
     (``read1``: one receive each), so a server that drips its answer meets the deadline."""
@@ -136,10 +142,7 @@ def _read(resp: Any, url: str, deadline: float) -> bytes:
     while chunk := resp.read1(1 << 20):
         body += chunk
         if len(body) > MAX_ANSWER_BYTES:
-            raise ImportFailed(
-                f"{url}: an answer of over {MAX_ANSWER_BYTES >> 20} MiB: the "
-                "chunk holds too many series for one query"
-            )
+            raise _TooLarge(f"{url}: an answer of over {MAX_ANSWER_BYTES:,} bytes")
         if time.monotonic() > deadline:
             raise ImportFailed(f"{url}: no whole answer in {TIMEOUT_S:.0f} s")
     return bytes(body)
@@ -538,6 +541,44 @@ class _Fleet:
         return replace(labels, price=price.usd_per_gpu_hour * min(1.0, int(m[1]) / whole))
 
 
+def _chunk(
+    url: str, token: str | None, fleet: _Fleet, first: float, last: float
+) -> tuple[
+    dict[tuple[str, ...], dict[float, dict[str, float | None]]],
+    dict[tuple[str, ...], dict[str, str]],
+]:
+    """One chunk's points (series labels → minute → reading fields) and the series' labels;
+    the owners kube-state-metrics names learned on the way."""
+    points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
+    metrics: dict[tuple[str, ...], dict[str, str]] = {}
+    for name, (kind, names) in OWNERS.items():  # empty where kube-state-metrics is not
+        query = f'max_over_time({name}{{owner_is_controller="true"}}[{last - first + STEP_S:.0f}s])'
+        at = {"query": query, "start": f"{last:.0f}", "end": f"{last:.0f}", "step": "60s"}
+        found = [_series(url, series)[0] for series in _get(url, at, token)]
+        fleet.learn_owners(found, kind, names)
+    outside = 0
+    for name, (field, scale, agg, low, high) in FIELDS.items():
+        query = f"{agg}_over_time({name}[{STEP_S}s])"
+        params = {
+            "query": query,
+            "start": f"{first:.0f}",
+            "end": f"{last:.0f}",
+            "step": f"{STEP_S}s",
+        }
+        for series in _get(url, params, token):
+            metric, values = _series(url, series)
+            key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
+            metrics[key] = metric
+            per = points.setdefault(key, {})
+            for t, value in values:
+                if not first <= t <= last:  # not asked for: never a run's time
+                    outside += 1
+                    continue
+                per.setdefault(t, {})[field] = _number(value, scale, low, high)
+    fleet.outside += outside
+    return points, metrics
+
+
 def read_prometheus(
     url: str,
     *,
@@ -587,38 +628,19 @@ def read_prometheus(
             "to the token alone"
         )
     spans = list(chunks(start, end))
-    for first, last in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
-        points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
-        metrics: dict[tuple[str, ...], dict[str, str]] = {}
-        for name, (kind, names) in OWNERS.items():  # empty where kube-state-metrics is not
-            query = (
-                f'max_over_time({name}{{owner_is_controller="true"}}[{last - first + STEP_S:.0f}s])'
-            )
-            at = {"query": query, "start": f"{last:.0f}", "end": f"{last:.0f}", "step": "60s"}
-            found = [_series(url, series)[0] for series in _get(url, at, token)]
-            fleet.learn_owners(found, kind, names)
-        for name, (field, scale, agg, low, high) in FIELDS.items():
-            query = f"{agg}_over_time({name}[{STEP_S}s])"
-            for series in _get(
-                url,
-                {
-                    "query": query,
-                    "start": f"{first:.0f}",
-                    "end": f"{last:.0f}",
-                    "step": f"{STEP_S}s",
-                },
-                token,
-            ):
-                metric, values = _series(url, series)
-                key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
-                metrics[key] = metric
-                per = points.setdefault(key, {})
-                for t, value in values:
-                    if not first <= t <= last:  # not asked for: never a run's time
-                        fleet.outside += 1
-                        continue
-                    per.setdefault(t, {})[field] = _number(value, scale, low, high)
-        fleet.feed(points, metrics)
+    for span in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
+        pending = [span]
+        while pending:  # in time order: a chunk whose answer is too large, in halves
+            first, last = pending.pop()
+            try:
+                points, metrics = _chunk(url, token, fleet, first, last)
+            except _TooLarge as e:
+                if last - first < STEP_S:
+                    raise ImportFailed(f"{e}, for one minute: too many series") from None
+                middle = first + (last - first) // (2 * STEP_S) * STEP_S
+                pending += [(middle + STEP_S, last), (first, middle)]
+                continue
+            fleet.feed(points, metrics)
     return fleet.records()
 
 
