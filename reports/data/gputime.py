@@ -12,6 +12,7 @@ budgets, as one bucket: its whole hours from the rollups, the rest from the minu
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import NamedTuple
@@ -25,7 +26,10 @@ from reports.data.scans import SampleScans
 from reports.errors import ReportError
 from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
-from tracker.store import RunStore, default_store_url
+from tracker.store import RunStore, StoreError, default_store_url
+from tracker.store.runs import STALE_AFTER_S
+
+log = logging.getLogger("gpu_kpi")
 
 _HOUR_NS = 3_600_000_000_000
 
@@ -182,6 +186,22 @@ class SampledTime(NamedTuple):
     summary, even in weeks where they have none."""
 
 
+def _as_crashed(runs: pd.DataFrame, now: datetime) -> pd.DataFrame:
+    """``runs`` as :meth:`tracker.store.RunStore.mark_crashed` would have left them, in the
+    frame only (a store the report may not write): a ``running`` run without a heartbeat for
+    :data:`tracker.store.runs.STALE_AFTER_S` is ``crashed``, ended at its last heartbeat."""
+    last = runs["heartbeat_at"].fillna(runs["started_at"])
+    stale = (runs["status"] == "running") & (
+        last < pd.Timestamp(now) - pd.Timedelta(seconds=STALE_AFTER_S)
+    )
+    if not stale.any():
+        return runs
+    runs = runs.copy()
+    runs.loc[stale, "status"] = "crashed"
+    runs.loc[stale, "ended_at"] = last[stale]
+    return runs
+
+
 def load(
     store_url: str | None,
     start: datetime,
@@ -226,11 +246,22 @@ def load(
     week_starts = weeks_between(since, until, tz)
     window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
     with RunStore(store_url or default_store_url()) as store:
-        store.mark_crashed(now=now)
+        try:
+            store.mark_crashed(now=now)
+            marked = True
+        except StoreError as e:  # a read replica, a role that may only SELECT
+            log.warning(
+                "gpu-kpi: the report reads the store as it is (%s): runs that stopped "
+                "beating are reported as crashed, not marked so in the store",
+                e,
+            )
+            marked = False
         scans = SampleScans(store)
         if not scans.has_runs():
             raise ReportError(f"the run store {store.url} has no runs: nothing to report")
         runs, excluded = usable_runs(scans, **window)
+        if not marked:
+            runs = _as_crashed(runs, now)
         ever = frozenset(scans.sampled_runs(runs["id"]))
         if _rollups_answer(store.version, t, basis, [*week_starts, until]):
             totals, idle = _from_rollups(scans, value, week_starts, until)

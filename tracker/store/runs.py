@@ -50,6 +50,10 @@ _IN_CHUNK = 500
 T = TypeVar("T")
 
 
+STALE_AFTER_S = 600.0
+"""Seconds without a heartbeat after which a ``running`` run has crashed."""
+
+
 class RunStore:
     """Runs and minute samples in one SQL database, chosen by URL. Opening creates the tables
     when they are missing and migrates an older schema (a writer's open; a reader leaves it).
@@ -246,7 +250,7 @@ class RunStore:
             self.version = SCHEMA_VERSION
         return self._transaction(rollup_sql.rebuild, write=True)
 
-    def mark_crashed(self, *, now: datetime, stale_after_s: float = 600.0) -> list[str]:
+    def mark_crashed(self, *, now: datetime, stale_after_s: float = STALE_AFTER_S) -> list[str]:
         """Mark ``running`` runs whose last heartbeat (or start, if none) is more than
         ``stale_after_s`` seconds before ``now`` as ``crashed``, ending them at that heartbeat.
 
