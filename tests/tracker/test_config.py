@@ -79,7 +79,7 @@ def test_a_price_without_a_model_is_named_and_the_others_kept(tmp_path: Path) ->
         ("[tracker]\ninterval_s = nan\n", "tracker.interval_s: expected a finite number >= 0.01"),
         (  # a NUL in a path: os.stat's "embedded null byte" ended the run's tracking
             'store = "sqlite:////tmp/a\\u0000b.db"\n',
-            "store: expected text without control characters, got 'sqlite:////tmp/a\\x00b.db'",
+            "store: expected text without a NUL character, got 'sqlite:////tmp/a\\x00b.db'",
         ),
     ],
 )
