@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from reports.render.chat import Card
 
 
+CHAT_POST_S = 60.0
+"""The most one card's post may take, its retries and waits included: one slow webhook held the
+weekly job for a quarter of an hour, and a stop waited for it."""
+
+
 def webhook_url(r: Recipient, env: Mapping[str, str] | None = None) -> str:
     """The recipient's webhook URL; :class:`MailError` (permanent) naming the variable or file
     when it is missing or unreadable."""

@@ -233,7 +233,7 @@ def deliver(
         The outcome: ``skipped`` when another sender has it or it was done.
     """
     from reports.render.chat import Card
-    from reports.service.chat import post_card
+    from reports.service.chat import CHAT_POST_S, post_card
 
     key = (kind, week, r.address)
     if not deliveries.claim(
@@ -251,7 +251,7 @@ def deliver(
         if msg is None:
             status = "empty"
         elif isinstance(msg, Card):
-            post_card(r, msg)
+            post_card(r, msg, total_s=CHAT_POST_S, stopping=stopping)
         else:
             assert mailer is not None and r.to is not None
             message_id = msg["Message-ID"]

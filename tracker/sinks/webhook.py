@@ -173,15 +173,41 @@ def post(
     retries: int = 3,
     backoff_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
+    total_s: float | None = None,
+    stopping: Callable[[], bool] | None = None,
 ) -> None:
-    """POST ``body`` as JSON. A 429 waits its ``Retry-After`` (at most
-    :data:`RETRY_AFTER_MAX_S`), a 5xx or no connection ``backoff_s`` doubling, up to
-    ``retries`` times; another status fails at once, and so does a post sent but not answered
-    within ``timeout_s`` (it may have arrived: a chat shows a card twice, never). Raises
-    :class:`WebhookError`, which names the webhook by its host only."""
+    """POST ``body`` as JSON.
+
+    A 429 waits its ``Retry-After`` (at most :data:`RETRY_AFTER_MAX_S`), a 5xx or no
+    connection ``backoff_s`` doubling, up to ``retries`` times; another status fails at once,
+    and so does a post sent but not answered in time (it may have arrived: a chat shows a card
+    twice, never).
+
+    Args:
+        url: The webhook.
+        body: The JSON message.
+        timeout_s: The most one receive may wait.
+        retries: Attempts after the first.
+        backoff_s: The first wait after a 5xx or no connection.
+        sleep: Waits (injected in tests).
+        total_s: The most the whole post may take, attempts, waits and the answer's reading
+            included (a server that drips its answer held the weekly job for 15 minutes);
+            None: no bound but the others.
+        stopping: True once the caller stops (SIGTERM): no further attempt or wait.
+
+    Raises:
+        WebhookError: It did not get through; it names the webhook by its host only.
+    """
     check_url(url)
     data = json.dumps(body).encode()
+    deadline = None if total_s is None else time.monotonic() + total_s
+
+    def left() -> float:
+        return timeout_s if deadline is None else min(timeout_s, deadline - time.monotonic())
+
     for attempt in range(retries + 1):
+        if stopping is not None and stopping():
+            raise WebhookError(f"webhook {shown(url)}: stopped before it was sent", temporary=True)
         request = urllib.request.Request(
             url,
             data=data,
@@ -189,8 +215,12 @@ def post(
             headers={"Content-Type": "application/json", "User-Agent": "gpu-kpi"},
         )
         try:
-            with _OPENER.open(request, timeout=timeout_s) as response:
-                response.read(65_536)
+            with _OPENER.open(request, timeout=max(0.1, left())) as response:
+                read = 0
+                while read < 65_536 and (chunk := response.read1(65_536 - read)):
+                    read += len(chunk)  # as it comes: the deadline holds for a drip too
+                    if left() <= 0:
+                        raise TimeoutError
                 return
         except urllib.error.HTTPError as e:
             status, wait = e.code, backoff_s * 2**attempt
@@ -207,8 +237,9 @@ def post(
             reason = getattr(e, "reason", e)
             if isinstance(reason, TimeoutError):
                 # sent, maybe received: once is the rule, so never again by itself
+                bound = timeout_s if total_s is None else min(timeout_s, total_s)
                 raise WebhookError(
-                    f"webhook {shown(url)}: no answer within {timeout_s:g} s; "
+                    f"webhook {shown(url)}: no whole answer within {bound:g} s; "
                     "the message may have arrived, so it is not sent again "
                     "by itself"
                 ) from None
@@ -219,7 +250,20 @@ def post(
             raise WebhookError(
                 f"webhook {shown(url)}: {why} after {retries + 1} tries", temporary=True
             )
-        sleep(wait)
+        if deadline is not None and time.monotonic() + wait >= deadline:
+            raise WebhookError(
+                f"webhook {shown(url)}: {why} after {attempt + 1} tries, and no time left to "
+                f"try again within {total_s:g} s",
+                temporary=True,
+            )
+        if stopping is None:
+            sleep(wait)
+            continue
+        until = time.monotonic() + wait
+        while (remaining := until - time.monotonic()) > 0:  # a stop ends the wait
+            if stopping():
+                raise WebhookError(f"webhook {shown(url)}: stopped while waiting", temporary=True)
+            sleep(min(remaining, 0.5))
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -122,7 +122,7 @@ def test_a_post_not_answered_in_time_is_not_sent_again() -> None:
     try:
         with pytest.raises(
             WebhookError,
-            match=r"no answer within 0\.5 s; the message may have "
+            match=r"no whole answer within 0\.5 s; the message may have "
             "arrived",
         ) as e:
             post(
@@ -242,3 +242,56 @@ def test_a_webhook_file_that_is_a_pipe_is_refused_not_waited_on(
         "tracker.alert_webhook_file: " in r.getMessage() and "not a regular file" in r.getMessage()
         for r in caplog.records
     )
+
+
+def test_a_webhook_that_drips_its_answer_meets_the_posts_time_limit() -> None:
+    """A server that takes the card and answers a byte every 0.2 s: each receive came within
+    its timeout, so one such webhook held the weekly job for a quarter of an hour. With
+    ``total_s`` the post ends at its bound (not sent again: it may have arrived)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000
+    sent: list[int] = []
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        count = 0
+        with conn:
+            conn.recv(65536)
+            try:
+                for i in range(len(answer)):
+                    conn.sendall(answer[i : i + 1])
+                    count += 1
+                    if i > 60:
+                        threading.Event().wait(0.2)
+            except OSError:
+                pass
+        sent.append(count)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.getsockname()[1]}/services/T000/B000/secret-token"
+    with pytest.raises(WebhookError, match=r"no whole answer within 1 s; the message may have "):
+        post(url, {"text": "hi"}, total_s=1.0, sleep=lambda s: None)
+    thread.join(10)
+    server.close()
+    assert sent and sent[0] < len(answer)  # it left mid-answer
+
+
+def test_a_stop_ends_the_retries() -> None:
+    """A webhook answering 503 is tried again after a wait; once the service is stopping
+    (SIGTERM), no wait and no further try: one post, and the card left for later."""
+    stop = [False]
+
+    def wait(seconds: float) -> None:
+        stop[0] = True  # the signal came during the first wait
+
+    with webhook_server([(503, {})] * 5) as hook:
+        with pytest.raises(WebhookError, match=r"stopped (while waiting|before it was sent)") as e:
+            post(hook.url, {"text": "hi"}, sleep=wait, stopping=lambda: stop[0], backoff_s=0.01)
+        assert len(hook.received) == 1
+    assert e.value.temporary
