@@ -274,6 +274,27 @@ def _points(
     }
 
 
+RATE = "cost/usd_per_hour"
+"""What our callback logs at every point: the price of the run's GPUs per hour."""
+OUR_POINT_MAX_S = 3600.0
+"""The longest window one of our points may cover (our callback logs far more often)."""
+FORGED = (
+    "its run note's GPU count disagrees with its own cost/usd_per_hour: a damaged or forged note"
+)
+
+
+def _note_disagrees(run: _Run, count: int) -> str | None:
+    """Why a run of ours is not imported when its note's GPU count is not the one its logged
+    price per hour implies (``cost/usd_per_hour`` = GPUs × the note's price): a note that claims
+    4,096 GPUs over points of one GPU's price became $13,010 that was never spent."""
+    price = _float(run.note.get("price_per_gpu_hour"))
+    rates = sorted(x for _, _, x in run.scalars.get(RATE, []))
+    if not price or not rates:
+        return None  # an older note, an unpriced GPU: the coverage bound still holds
+    implied = rates[len(rates) // 2] / price
+    return FORGED if abs(implied - count) > 0.5 else None
+
+
 def _run_of(
     path: Path,
     files: list[Path],
@@ -285,7 +306,7 @@ def _run_of(
     gpus: int,
     tags: Mapping[str, str],
 ) -> tuple[RunRecord, list[MinuteSample]] | str:
-    run = _Run(path, [f.name for f in files], frozenset([*OUR_POINTS, *tags.values()]))
+    run = _Run(path, [f.name for f in files], frozenset([*OUR_POINTS, RATE, *tags.values()]))
     for f in files:
         try:
             _read(run, f)
@@ -296,7 +317,11 @@ def _run_of(
     if ours:
         count = max(1, min(int(_float(run.note.get("gpu_count")) or 1), 4096))
         model: str | None = run.note.get("gpu_model") or labels.gpu_model
-        max_gap_s = math.inf if max_gap_s is None else max_gap_s  # points cover all the time
+        if (why := _note_disagrees(run, count)) is not None:
+            return why
+        # a point is the window since the one before it; a longer silence is a gap (two
+        # points a year apart are not a year of GPU-time, whatever a note says)
+        max_gap_s = OUR_POINT_MAX_S if max_gap_s is None else max_gap_s
     else:
         count, model = gpus, labels.gpu_model
         key = "|".join(run.files)

@@ -348,3 +348,39 @@ def test_a_logdir_1200_folders_deep_is_walked(tmp_path: Path) -> None:
             for entry in sorted(folder.rglob("*"), reverse=True) if folder == deep else ():
                 entry.rmdir() if entry.is_dir() else entry.unlink()
             folder.rmdir()
+
+
+def forged(logdir: Path, *, gpus: int, rate: float, points: list[datetime]) -> None:
+    """A run note of ours claiming ``gpus`` H100s at $3.85, then utilization and the logged
+    price per hour (``cost/usd_per_hour``) at ``points``."""
+    w = summary_writer(logdir)
+    note = f"- run_id: forged-1\n- gpu_count: {gpus}\n- gpu_model: H100\n- price_per_gpu_hour: 3.85"
+    w.add_text("gpu-kpi/run", note, 0)
+    for k, at in enumerate(points):
+        w.add_scalar("gpu/util_pct", 50.0, k, walltime=at.timestamp())
+        w.add_scalar("cost/usd_per_hour", rate, k, walltime=at.timestamp())
+    w.close()
+
+
+def test_a_note_whose_gpu_count_its_own_points_contradict_is_not_imported(tmp_path: Path) -> None:
+    """An 18 KB file whose note claimed 4,096 GPUs became 3,379 GPU-h and $13,010 never spent.
+    Its own logged price per hour says one GPU ($3.85/h): the run is skipped and named."""
+    hour = [MONDAY_10 + timedelta(minutes=m) for m in range(61)]
+    forged(tmp_path / "logs" / "run", gpus=4096, rate=3.85, points=hour)
+    done = read_tensorboard([tmp_path / "logs"])
+    assert done.records == [] and done.samples == []
+    assert done.skipped == {
+        "its run note's GPU count disagrees with its own cost/usd_per_hour: a damaged or "
+        "forged note": ["run"]
+    }
+
+
+def test_our_points_far_apart_are_a_gap_not_gpu_time(tmp_path: Path) -> None:
+    """Two points of ours 100 days apart covered the 100 days (each point was taken for the
+    window since the one before). A point covers at most an hour now: one GPU, consistent
+    note, 1 GPU-h, not 2,400."""
+    far = [MONDAY_10, MONDAY_10 + timedelta(minutes=60), MONDAY_10 + timedelta(days=100)]
+    forged(tmp_path / "logs" / "run", gpus=1, rate=3.85, points=far)
+    (r,) = read_tensorboard([tmp_path / "logs"]).records
+    assert r.gpu_hours == pytest.approx(1.0)
+    assert r.cost_usd == pytest.approx(3.85)
