@@ -8,6 +8,9 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
+from fakes import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tracker.gpu import GpuInfo, GpuReading
 from tracker.gpu.simulated import SimulatedBackend
@@ -271,3 +274,42 @@ def test_a_wall_clock_step_is_never_gpu_time(
     assert len(rows) <= 12  # the minutes the run had, not the ones the clock skipped
     (warning,) = [r.getMessage() for r in caplog.records if "stepped" in r.getMessage()]
     assert f"the wall clock stepped {step_s:+.0f} s" in warning
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.integers(1, 299),  # when (monotonic seconds into the run)
+            st.floats(-1e9, 1e9, allow_nan=False).filter(lambda x: abs(x) > 150),  # by how much
+        ),
+        max_size=4,
+    )
+)
+def test_any_wall_clock_steps_leave_the_gpu_time_to_the_monotonic_clock(
+    steps: list[tuple[int, float]],
+) -> None:
+    """Whatever steps the wall clock takes, and when: the run's GPU-time is its 300 monotonic
+    seconds, in minute rows whose labels never go back and whose count stays the run's."""
+    mono = [0.0]
+    wall = [1_764_000_000.0]
+    rows: list[MinuteSample] = []
+    jumps = dict(steps)
+    s = Sampler(
+        SimulatedBackend("healthy"),
+        clock=lambda: wall[0] + mono[0],
+        monotonic=lambda: mono[0],
+        threaded=False,
+        on_minute=rows.extend,
+    )
+    s.start()
+    for t in range(1, 301):
+        mono[0] = float(t)
+        wall[0] += jumps.get(t, 0.0)
+        s.sample()
+    s.stop()
+    (stats,) = s.run.values()
+    assert stats.seconds == pytest.approx(300.0)
+    assert sum(r.covered_s for r in rows) == pytest.approx(300.0)
+    minutes = [r.minute for r in rows]
+    assert minutes == sorted(minutes) and len(rows) <= 6 + 2 * len(steps)
