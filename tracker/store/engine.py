@@ -20,10 +20,15 @@ WRITE_OPTION = "gpu_kpi_write"
 
 
 class StoreError(Exception):
-    """The run store cannot be used: unreachable, bad URL, or a schema newer than this code.
+    """The run store cannot be used: unreachable, bad URL, or a schema newer than this code;
+    or (``refused``) it refused a value, which no retry changes.
 
     The message is one line, and any password from the URL in it is masked.
     """
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 def default_store_url() -> str:

@@ -448,16 +448,22 @@ class RunStore:
                 raise self._error(e) from e
             except (sa_exc.IntegrityError, sa_exc.ProgrammingError):
                 raise  # our bug, not the store's state
+            except sa_exc.DataError as e:  # a value it will never take: not "unavailable"
+                raise self._error(e, refused=True) from e
             except (sa_exc.InterfaceError, sa_exc.DatabaseError) as e:
                 # a text file or a damaged SQLite file ("file is not a database", "database disk
                 # image is malformed"), or a PostgreSQL value it cannot take
                 raise self._error(e) from e
         raise AssertionError("unreachable")
 
-    def _error(self, exc: BaseException) -> StoreError:
+    def _error(self, exc: BaseException, *, refused: bool = False) -> StoreError:
         orig = getattr(exc, "orig", None)
         reason = str(orig if orig is not None else exc) or type(exc).__name__
-        return StoreError(mask_text(f"run store {self.url}: {one_line(reason)}", self._password))
+        what = "refused a value: " if refused else ""
+        return StoreError(
+            mask_text(f"run store {self.url}: {what}{one_line(reason)}", self._password),
+            refused=refused,
+        )
 
     def _require_file(self) -> None:
         database = self._url.database or ""

@@ -385,4 +385,6 @@ def store_unavailable(exc: BaseException) -> bool:
     refused the op (a bug or bad data, which no retry fixes)."""
     from tracker.store import StoreError
 
-    return isinstance(exc, StoreError | ConnectionError | TimeoutError)
+    if isinstance(exc, StoreError):
+        return not exc.refused  # a refused value is set aside, never retried in front of others
+    return isinstance(exc, ConnectionError | TimeoutError)

@@ -89,3 +89,22 @@ def test_any_name_reads_back_as_stored_on_both_engines(store_url: str, name: str
         assert got is not None and got.name == storable(name) and got.id == storable(name)
         (row,) = store.samples(run_ids=[storable(name)])
         assert (row.run_id, row.gpu) == (storable(name), storable(name))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_value_postgresql_refuses_is_a_refusal_not_an_unreachable_store(
+    store_url: str,
+) -> None:
+    """A PostgreSQL data error (class 22, as a NUL in text was) was taken for "run store
+    unavailable": the op stayed first in the spool and every sync failed on it. It is a
+    refusal now, which the spool sets aside (``test_store``'s set-aside test) so that the runs
+    behind it are sent."""
+    from tracker.store import StoreError
+    from tracker.store.spool import store_unavailable
+
+    with RunStore(store_url) as store, pytest.raises(StoreError) as e:
+        store._transaction(lambda conn: conn.exec_driver_sql("SELECT 1/0").all(), write=False)
+    assert e.value.refused and not store_unavailable(e.value)
+    assert "refused a value: division by zero" in str(e.value)
+    assert store_unavailable(StoreError("run store …: connection refused"))
