@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 CHAT_POST_S = 60.0
 """The most one card's post may take, its retries and waits included: one slow webhook held the
 weekly job for a quarter of an hour, and a stop waited for it."""
+CHAT_JOB_S = 300.0
+"""The most a weekly job spends posting cards; the cards left are owed to the next run."""
 
 
 def webhook_url(r: Recipient, env: Mapping[str, str] | None = None) -> str:

@@ -28,6 +28,7 @@ killed while building it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -208,6 +209,7 @@ def deliver(
     smtp_config: str,
     retry_failed: bool = False,
     stopping: Callable[[], bool] = lambda: False,
+    chat_until: float | None = None,
 ) -> Outcome:
     """Send one delivery through the log: claim it, make the message, send the email or post
     the card, and record how it went. A failure is recorded and logged, never raised, so one
@@ -228,6 +230,8 @@ def deliver(
         retry_failed: Claim a ``failed`` row again.
         stopping: True once the sender is stopping: a message made by then is not sent, its
             claim given back (``deferred``).
+        chat_until: When (``time.monotonic``) the job's time for chat posts ends: a card
+            after it is ``deferred`` to the next run, one before it gets what is left.
 
     Returns:
         The outcome: ``skipped`` when another sender has it or it was done.
@@ -251,7 +255,14 @@ def deliver(
         if msg is None:
             status = "empty"
         elif isinstance(msg, Card):
-            post_card(r, msg, total_s=CHAT_POST_S, stopping=stopping)
+            left = None if chat_until is None else chat_until - time.monotonic()
+            if left is not None and left <= 0:
+                raise MailError(
+                    "the weekly job's time for chat posts ran out: owed to the next run",
+                    temporary=True,
+                )
+            total_s = CHAT_POST_S if left is None else min(CHAT_POST_S, left)
+            post_card(r, msg, total_s=total_s, stopping=stopping)
         else:
             assert mailer is not None and r.to is not None
             message_id = msg["Message-ID"]

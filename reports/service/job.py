@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -86,6 +87,7 @@ class Service:
         self._mailer = mailer
         self.owner = owner or _owner()
         self._stop = stop
+        self._chat_until: float | None = None  # set by run(): when its time for cards ends
 
     def _stopping(self) -> bool:
         return self._stop is not None and self._stop.is_set()
@@ -144,10 +146,12 @@ class Service:
         """Build, archive and deliver what is due at ``now`` (default: the current time);
         ``retry_failed``: failed deliveries of the weeks in the catch-up window are owed again."""
         from reports.errors import ReportError
+        from reports.service import chat
         from tracker.store import RunStore, StoreError
 
         started = datetime.now(UTC)
         now = now or started
+        self._chat_until = time.monotonic() + chat.CHAT_JOB_S
         s = self.settings
         smtp_config = config_fingerprint(s.smtp)
         try:
@@ -385,6 +389,7 @@ class Service:
             smtp_config=smtp_config,
             retry_failed=retry_failed,
             stopping=self._stopping,
+            chat_until=self._chat_until,
         )
 
     def card(self, r: Recipient, week: _Week) -> Card | None:

@@ -167,3 +167,28 @@ webhook_kind = "discord"
         "webhook_env or webhook_file), not both",
         "recipients[3].webhook_kind: expected one of slack, teams, json, got 'discord'",
     ]
+
+
+def test_cards_past_the_jobs_time_for_chat_are_owed_to_the_next_run(
+    tmp_path: Path, store: str, smtp_server: SmtpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A weekly job spends at most CHAT_JOB_S posting cards (each post at most CHAT_POST_S):
+    with that time spent, the cards are deferred, not posted, and the email still goes out;
+    the next run with time to spare posts them."""
+    with webhook_server() as slack:
+        monkeypatch.setenv("HOOK_SLACK", slack.url)
+        monkeypatch.setattr("reports.service.chat.CHAT_JOB_S", 0.0)
+        s = settings(tmp_path, store, smtp_server, CTO, SLACK)
+        first = Service(s).run(now=W49 + MONDAY_8)
+        assert [(o.recipient, o.status) for o in first.outcomes] == [
+            ("cto@example.com", "sent"),
+            ("chat:#ml-platform", "deferred"),
+        ]
+        assert first.outcomes[1].error == (
+            "the weekly job's time for chat posts ran out: owed to the next run"
+        )
+        assert slack.bodies == []
+        monkeypatch.setattr("reports.service.chat.CHAT_JOB_S", 300.0)
+        later = Service(s).run(now=W49 + MONDAY_8 + timedelta(minutes=s.retry_after_min + 1))
+    assert [(o.recipient, o.status) for o in later.outcomes] == [("chat:#ml-platform", "sent")]
+    assert len(slack.bodies) == 1
