@@ -58,3 +58,31 @@ def test_a_read_only_store_gives_the_same_report_with_two_warnings(
     assert (tmp_path / "ro" / "2026-W48.html").exists() and (
         tmp_path / "ro" / "index.html"
     ).exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+def test_a_role_that_may_only_select_gets_the_report_not_a_traceback(
+    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The role's write privileges revoked (as a reporting role with SELECT only has them):
+    "permission denied" was a traceback; now the same report and two warnings."""
+    import sqlalchemy as sa
+
+    req = Request(week="2026-W48", tz=UTC, formats=("json",))
+    with RunStore(store_url) as s:
+        s.upsert_run(run_record("a", W48 + timedelta(days=1), 2, util=90.0))
+    build(store_url, req, tmp_path / "before", now=NOW)  # the BI tables made, as a writer would
+    with RunStore(store_url) as s, s.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "REVOKE INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public FROM CURRENT_USER"
+            )
+        )
+        conn.execute(sa.text("REVOKE CREATE ON SCHEMA public FROM CURRENT_USER"))
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        build(store_url, req, tmp_path / "out", now=NOW)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all("permission denied" in w for w in warnings)
+    d = json.loads((tmp_path / "out" / "2026-W48.json").read_text())
+    assert d["headline"]["gpu_hours"] == pytest.approx(2.0)

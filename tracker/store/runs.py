@@ -446,7 +446,9 @@ class RunStore:
                     time.sleep(0.1 * 2**attempt)
                     continue
                 raise self._error(e) from e
-            except (sa_exc.IntegrityError, sa_exc.ProgrammingError):
+            except (sa_exc.IntegrityError, sa_exc.ProgrammingError) as e:
+                if getattr(e.orig, "sqlstate", None) == "42501":  # insufficient_privilege
+                    raise self._error(e) from e  # a role that may only read: the store's state
                 raise  # our bug, not the store's state
             except sa_exc.DataError as e:  # a value it will never take: not "unavailable"
                 raise self._error(e, refused=True) from e
