@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import hmac
 import logging
 import mimetypes
 import os
-import socket
-import sys
 import threading
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from reports.service.httpd import BoundedServer, LimitedHandler
 from tracker.config import ConfigError, secret_file
 
 log = logging.getLogger("gpu_kpi")
@@ -38,12 +35,6 @@ _TYPES = {
     ".csv": "text/csv; charset=utf-8",
     ".eml": "message/rfc822",
     ".png": "image/png",
-}
-_HEADERS = {
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-cache",
 }
 
 
@@ -94,54 +85,6 @@ def resolve(root: Path, target: str) -> Path | None:
     return real if real.is_file() else None
 
 
-MAX_CONNECTIONS = 64
-"""Connections served at once; more are closed as they come (a thread and a descriptor each)."""
-MAX_PER_CLIENT = 16
-"""Connections one address may hold at once: ~1,000 idle ones trickling header lines used up
-the process's descriptors, and the archive and ``/metrics`` stopped answering."""
-HEADER_S = 10.0
-"""Seconds a connection has to send its whole request line and headers."""
-
-
-class _Server(ThreadingHTTPServer):
-    """A threading HTTP server that holds at most :data:`MAX_CONNECTIONS` connections, at most
-    :data:`MAX_PER_CLIENT` from one address, and says a client's leaving in a debug line (a
-    download cut off is no error of ours, never a traceback)."""
-
-    daemon_threads = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._held: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        who = str(client_address[0])
-        with self._lock:
-            if self._held.total() >= MAX_CONNECTIONS or self._held[who] >= MAX_PER_CLIENT:
-                log.debug("gpu-kpi archive http: too many connections, %s refused", who)
-                return False  # closed at once, before a thread or a byte is spent on it
-            self._held[who] += 1
-        return True
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._lock:
-                self._held[str(client_address[0])] -= 1
-                self._held += Counter()  # drops the addresses at 0
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        error = sys.exc_info()[1]
-        log.debug(
-            "gpu-kpi archive http: %s from %s: %s",
-            type(error).__name__,
-            client_address[0],
-            error,
-        )
-
-
 class ArchiveServer:
     """``root`` served on ``host:port`` (0: any free port) from a daemon thread."""
 
@@ -149,7 +92,7 @@ class ArchiveServer:
         self.root = root
         handler = _handler(root, auth)
         try:
-            self._server = _Server((host, port), handler)
+            self._server = BoundedServer.on(host, port, handler)
         except OSError as e:
             raise ConfigError(
                 f"service.http_port: cannot serve the archive on {host}:{port}: {e.strerror or e}"
@@ -172,54 +115,7 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
         None if auth is None else base64.b64encode(f"{auth.user}:{auth.password}".encode()).decode()
     )
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "gpu-kpi"
-        sys_version = ""
-        timeout = 30  # a connection that sends nothing does not hold a thread for ever
-        _sent: set[str]
-        _slow: threading.Timer
-        raw_requestline: bytes  # set by handle_one_request before parse_request
-
-        def setup(self) -> None:
-            super().setup()
-            self._sent = set()
-            # the request line and headers within HEADER_S, however slowly they trickle in
-            self._slow = threading.Timer(HEADER_S, self._too_slow)
-            self._slow.daemon = True
-            self._slow.start()
-
-        def _too_slow(self) -> None:
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
-
-        def finish(self) -> None:
-            self._slow.cancel()
-            with contextlib.suppress(OSError):  # a client gone mid-answer
-                super().finish()
-
-        def parse_request(self) -> bool:
-            if len(self.raw_requestline.split()) == 2:  # HTTP/0.9: a body with no headers
-                self._slow.cancel()
-                self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
-                self.command, self.request_version = "", "HTTP/1.0"
-                self.close_connection = True
-                self.send_error(400, "HTTP/0.9 is not served")
-                return False
-            ok = super().parse_request()
-            self._slow.cancel()
-            return ok
-
-        def send_header(self, keyword: str, value: str) -> None:
-            self._sent.add(keyword.lower())
-            super().send_header(keyword, value)
-
-        def end_headers(self) -> None:
-            for k, v in _HEADERS.items():  # every answer: errors and 501s too
-                if k.lower() not in self._sent:
-                    self.send_header(k, v)
-            self._sent = set()
-            super().end_headers()
-
+    class Handler(LimitedHandler):
         def _allowed(self, head: bool = False) -> bool:
             if expected is None:
                 return True
@@ -250,7 +146,7 @@ def _handler(root: Path, auth: Auth | None) -> type[BaseHTTPRequestHandler]:
             head: bool = False,
         ) -> None:
             self.send_response(status)
-            for k, v in {**_HEADERS, **(extra or {})}.items():
+            for k, v in (extra or {}).items():
                 self.send_header(k, v)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))

@@ -31,9 +31,9 @@ from tracker.config import ConfigError
 from tracker.units import RATIO_PER_PCT, S_PER_HOUR
 
 if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
-
     from prometheus_client.metrics_core import Metric as Family
+
+    from reports.service.httpd import BoundedServer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -396,24 +396,54 @@ class KpiExporter:
 
     def serve(self, host: str = "127.0.0.1", port: int = 9464) -> MetricsServer:
         """Serve ``/metrics`` on a daemon thread; ``port`` 0 takes any free port. A port in use
-        or a host that cannot be bound is a :class:`ConfigError` naming ``host:port``."""
-        from prometheus_client import start_http_server
+        or a host that cannot be bound is a :class:`ConfigError` naming ``host:port``. The
+        server is :class:`reports.service.httpd.BoundedServer`: slow or idle clients cannot
+        use up its threads (prometheus_client's own server had no such bound)."""
+        from prometheus_client.exposition import choose_encoder
+
+        from reports.service.httpd import BoundedServer, LimitedHandler
+
+        registry = self.registry
+
+        class Handler(LimitedHandler):
+            def _metrics(self, head: bool) -> None:
+                encode, ctype = choose_encoder(self.headers.get("Accept", ""))
+                body = encode(registry)
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._metrics(head=False)
+
+            def do_HEAD(self) -> None:
+                self._metrics(head=True)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
 
         try:
-            httpd, thread = start_http_server(port, addr=host, registry=self.registry)
+            httpd = BoundedServer.on(host, port, Handler)
         except OSError as e:
             key = "metrics_host" if isinstance(e, socket.gaierror) else "metrics_port"
             where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             raise ConfigError(
                 f"service.{key}: cannot serve /metrics on {where}: {e.strerror or e}"
             ) from None
+        thread = threading.Thread(
+            target=httpd.serve_forever, daemon=True, name="gpu-kpi-metrics-http"
+        )
+        thread.start()
         return MetricsServer(httpd, thread)
 
 
 class MetricsServer:
     """A running metrics endpoint: ``host``, ``port`` (the bound one) and :meth:`close`."""
 
-    def __init__(self, httpd: WSGIServer, thread: threading.Thread) -> None:
+    def __init__(self, httpd: BoundedServer, thread: threading.Thread) -> None:
         self._httpd = httpd
         self._thread = thread
         self._closed = False

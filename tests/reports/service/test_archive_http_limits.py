@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import reports.service.archive_http as archive_http
+import reports.service.httpd as httpd
 from reports.service.archive_http import ArchiveServer
 
 
@@ -57,8 +57,8 @@ def test_idle_connections_are_capped_per_client_and_closed_after_the_header_time
     """~1,000 connections trickling header lines used up the process's descriptors. Now one
     address holds at most MAX_PER_CLIENT (a further one is closed at once), and a connection
     whose headers are not in after HEADER_S is closed; then the archive answers again."""
-    monkeypatch.setattr(archive_http, "MAX_PER_CLIENT", 4)
-    monkeypatch.setattr(archive_http, "HEADER_S", 1.0)
+    monkeypatch.setattr(httpd, "MAX_PER_CLIENT", 4)
+    monkeypatch.setattr(httpd, "HEADER_S", 1.0)
     idle = [connect(served.port) for _ in range(4)]
     for s in idle:
         s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
@@ -108,3 +108,23 @@ def test_a_download_cut_off_is_a_debug_line_not_a_traceback(
     said = [r for r in caplog.records if "from 127.0.0.1" in r.getMessage()]
     assert said and all(r.levelno == logging.DEBUG for r in said)
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_metrics_answer_while_the_archive_is_flooded(
+    served: ArchiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/metrics has the same bounds as the archive (prometheus_client's server had none): with
+    every connection one address may hold taken on the archive, /metrics still answers."""
+    from reports.service.prom import KpiExporter
+
+    monkeypatch.setattr(httpd, "MAX_PER_CLIENT", 4)
+    idle = [connect(served.port) for _ in range(4)]
+    try:
+        assert closed_by_server(connect(served.port))  # the archive: full for this address
+        with KpiExporter().serve("127.0.0.1", 0) as metrics:
+            got = answer(metrics.port, b"GET /metrics HTTP/1.0\r\n\r\n")
+        assert got.startswith(b"HTTP/1.0 200 ") and b"gpu_kpi_reports_built_total" in got
+        assert b"X-Content-Type-Options: nosniff" in got
+    finally:
+        for s in idle:
+            s.close()
