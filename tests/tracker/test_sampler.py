@@ -237,6 +237,29 @@ def test_thread_samples_and_stops_cleanly() -> None:
     assert not any(t.name == "gpu-kpi-sampler" for t in threading.enumerate())
 
 
+def stepped_run(seconds: int, steps: dict[int, float]) -> tuple[GpuStats, list[MinuteSample]]:
+    """A sampled run of ``seconds`` by the monotonic clock, one reading a second, whose wall
+    clock steps by ``steps[t]`` at second ``t``: the GPU's run aggregates and minute rows."""
+    mono = [0.0]
+    wall = [1_764_000_000.0]
+    rows: list[MinuteSample] = []
+    s = Sampler(
+        SimulatedBackend("healthy"),
+        clock=lambda: wall[0] + mono[0],
+        monotonic=lambda: mono[0],
+        threaded=False,
+        on_minute=rows.extend,
+    )
+    s.start()
+    for t in range(1, seconds + 1):
+        mono[0] = float(t)
+        wall[0] += steps.get(t, 0.0)
+        s.sample()
+    s.stop()
+    (stats,) = s.run.values()
+    return stats, rows
+
+
 @pytest.mark.parametrize(
     ("step_s", "what"),
     [(86_400.0, "a day forward"), (-3_600.0, "an hour back"), (1e9, "decades forward")],
@@ -248,25 +271,8 @@ def test_a_wall_clock_step_is_never_gpu_time(
     (NTP, suspend, a VM migration). Before: a day forward was 24 GPU-h, an hour back 0, and
     decades forward grew memory without bound (a row per minute in between). Now: 600 GPU-s
     whatever the step, minutes labelled by the wall clock and never going back, one warning."""
-    mono = [0.0]
-    wall = [1_764_000_000.0]
-    rows: list[MinuteSample] = []
-    s = Sampler(
-        SimulatedBackend("healthy"),
-        clock=lambda: wall[0] + mono[0],
-        monotonic=lambda: mono[0],
-        threaded=False,
-        on_minute=rows.extend,
-    )
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
-        s.start()
-        for t in range(1, 601):
-            mono[0] = float(t)
-            if t == 300:
-                wall[0] += step_s
-            s.sample()
-        s.stop()
-    (stats,) = s.run.values()
+        stats, rows = stepped_run(600, {300: step_s})
     assert stats.seconds == pytest.approx(600.0), what
     assert sum(r.covered_s for r in rows) == pytest.approx(600.0)
     minutes = [r.minute for r in rows]
@@ -291,24 +297,7 @@ def test_any_wall_clock_steps_leave_the_gpu_time_to_the_monotonic_clock(
 ) -> None:
     """Whatever steps the wall clock takes, and when: the run's GPU-time is its 300 monotonic
     seconds, in minute rows whose labels never go back and whose count stays the run's."""
-    mono = [0.0]
-    wall = [1_764_000_000.0]
-    rows: list[MinuteSample] = []
-    jumps = dict(steps)
-    s = Sampler(
-        SimulatedBackend("healthy"),
-        clock=lambda: wall[0] + mono[0],
-        monotonic=lambda: mono[0],
-        threaded=False,
-        on_minute=rows.extend,
-    )
-    s.start()
-    for t in range(1, 301):
-        mono[0] = float(t)
-        wall[0] += jumps.get(t, 0.0)
-        s.sample()
-    s.stop()
-    (stats,) = s.run.values()
+    stats, rows = stepped_run(300, dict(steps))
     assert stats.seconds == pytest.approx(300.0)
     assert sum(r.covered_s for r in rows) == pytest.approx(300.0)
     minutes = [r.minute for r in rows]
