@@ -13,7 +13,7 @@ from clirun import gpu_kpi
 
 from tracker.store import RunStore
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "real" / "wandb"
+DATA = Path(__file__).resolve().parents[2] / "data" / "real" / "wandb-charts"
 UTIL = DATA / "chart-gpu-utilization-relative.csv"
 POWER = DATA / "chart-gpu-power-relative.csv"
 WALL = DATA / "chart-gpu-utilization-wall.csv"
