@@ -275,3 +275,27 @@ def test_the_week_so_far_and_where_the_runs_are(
     assert "1 run so far in " in said and said.endswith("gpu-kpi report --week current")
     assert main(["report", "--store", url, "--since", "current"]) == 2
     assert "--since takes a complete week" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("blank_charts")
+def test_the_json_lists_the_runs_with_most_waste_and_the_csv_every_run(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A week of a million runs made a 685 MB JSON file. The JSON lists the runs with the most
+    recoverable waste (here, cut to 2 of W48's 3), says how many it left out; the CSV keeps
+    every run and the headline is the week's."""
+    monkeypatch.setattr("reports.render.exports.MAX_JSON_RUNS", 2)
+    out = tmp_path / "out"
+    build(
+        store,
+        Request(week="2026-W48", tz=UTC, formats=("json", "csv")),
+        out,
+        now=W48 + timedelta(days=8),
+    )
+    d = json.loads((out / "2026-W48.json").read_text())
+    assert (d["runs_count"], d["runs_left_out"], len(d["runs"])) == (3, 1, 2)
+    waste = [r["waste_usd"] for r in d["runs"]]
+    assert waste == sorted(waste, reverse=True)
+    assert d["headline"]["runs"] == 3
+    rows = list(csv.DictReader(io.StringIO((out / "2026-W48.csv").read_text())))
+    assert len({r["key"] for r in rows if r["section"] == "run"}) == 3
