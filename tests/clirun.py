@@ -81,3 +81,22 @@ def gpu_kpi_process(
         timeout=300,
         check=False,
     )
+
+
+def python_c(code: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a fresh process, this checkout importable; it must exit 0.
+
+    Args:
+        code: The program.
+
+    Returns:
+        The finished process, its output as text.
+    """
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )

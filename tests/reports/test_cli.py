@@ -5,26 +5,12 @@ what the CLI imports)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from clirun import ROOT, gpu_kpi, gpu_kpi_process
-
-
-def python_c(code: str) -> subprocess.CompletedProcess[str]:
-    """``python -c code`` with this checkout importable; it must exit 0."""
-    return subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+from clirun import gpu_kpi, gpu_kpi_process, python_c
 
 
 def in_shell(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

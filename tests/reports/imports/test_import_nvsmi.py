@@ -587,11 +587,7 @@ def test_a_huge_file_that_is_no_log_is_refused_at_its_first_line_without_reading
     """A 2 GB junk file took 4.3 GB of memory before it was refused (read whole for the fast
     path). Now its first bytes send it to the streaming path, which stops at line 1: a 1.5 GiB
     (sparse) file of NULs costs this process far less than its size."""
-    import os
-    import subprocess
-    import sys
-
-    from clirun import ROOT
+    from clirun import python_c
 
     junk = tmp_path / "junk.csv"
     with junk.open("wb") as f:
@@ -603,14 +599,7 @@ def test_a_huge_file_that_is_no_log_is_refused_at_its_first_line_without_reading
         f"{'sqlite:///' + str(tmp_path / 'r.db')!r}])\n"
         "print(code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    p = python_c(code)  # the program prints main()'s status and exits 0
     status, maxrss_kib = (int(x) for x in p.stdout.split())
     assert status == 2, p.stderr
     assert f"{junk}:1: a line of over 65,536 characters" in p.stderr
