@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from clirun import ROOT, gpu_kpi
 from fakes import examples, run_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli import ROOT, gpu_kpi, one_line_error
+from test_cli import one_line_error
 
 from reports.cli import main, printable
 from reports.weeks import WeekError, parse_week, shift_week, week_bounds

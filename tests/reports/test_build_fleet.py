@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from clirun import gpu_kpi
 from fakes import run_record
-from test_cli import gpu_kpi
 
 from tracker.store import RunStore
 
