@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ IDLE_PCT, IDLE_WINDOW = 5.0, 30  # tracker.cost.Thresholds' defaults on NVML uti
 # a value counts as under the threshold when under it by tracker.cost.IDLE_MARGIN_PCT
 IDLE_LIMIT = IDLE_PCT - 1e-6
 CASES = ("benign", "worst")
+"""The week's shapes; a case ``split<M>`` is ``benign``'s samples cut into single-GPU runs of
+``M`` minutes each (:func:`split_minutes`): 1,000 GPUs at ``split100`` are ~101k runs, at
+``split10`` 1.008 M runs in the week."""
 DATA_VERSION = "1"  # bump when the generated data changes: cached files are keyed by it
 SAMPLE_COLUMNS = (
     "run_id",
@@ -52,6 +57,22 @@ SAMPLE_COLUMNS = (
     "power_w",
     "energy_kwh",
 )
+
+
+def split_minutes(case: str) -> int:
+    """The minutes of each run of a ``split<M>`` case; 0 for the cases of 8-GPU runs a week long."""
+    if case in CASES:
+        return 0
+    m = re.fullmatch(r"split([1-9][0-9]*)", case)
+    if not m:
+        raise ValueError(f"case {case!r}: one of {CASES} or split<MINUTES>")
+    return int(m.group(1))
+
+
+def week_run_count(gpus: int, case: str) -> int:
+    """How many runs the week has in ``case``."""
+    m = split_minutes(case)
+    return gpus * -(-MINUTES // m) if m else runs_of(gpus)
 
 
 def runs_of(gpus: int) -> int:
@@ -75,56 +96,77 @@ def draws(runs: int) -> tuple[list[float], list[float]]:
     return history, [rng.uniform(0, 100) for _ in range(runs)]
 
 
-def run_records(gpus: int) -> list[Any]:
-    """The RunRecords: 11 earlier weeks of summaries, then the week's runs (with samples)."""
+def run_records(gpus: int, case: str = "benign") -> Iterator[Any]:
+    """The RunRecords: 11 earlier weeks of summaries, then the week's runs (with samples): runs
+    of 8 GPUs a week long, or in a ``split<M>`` case one run per GPU and ``M`` minutes."""
     from tracker.record import RunRecord
 
     runs = runs_of(gpus)
     history_util, _ = draws(runs)
-    out = []
     for w in range(1, HISTORY_WEEKS + 1):
         monday = WEEK - timedelta(days=7 * w)
         for i in range(runs):
-            out.append(
-                RunRecord(
-                    id=f"h{w:02d}-{i:04d}",
-                    name=f"job-{i:04d}",
-                    team=TEAMS[i % 5],
-                    project=f"p{i % 17}",
-                    user=f"u{i % 40}",
-                    started_at=monday,
-                    ended_at=monday + timedelta(days=7),
-                    status="finished",
-                    gpu_source="nvml",
-                    gpu_model=MODELS[i % 4],
-                    gpu_count=gpus_of_run(gpus, i),
-                    price_per_gpu_hour=PRICE,
-                    gpu_hours=gpus_of_run(gpus, i) * 168.0,
-                    util_pct=history_util[(w - 1) * runs + i],
-                )
+            yield RunRecord(
+                id=f"h{w:02d}-{i:04d}",
+                name=f"job-{i:04d}",
+                team=TEAMS[i % 5],
+                project=f"p{i % 17}",
+                user=f"u{i % 40}",
+                started_at=monday,
+                ended_at=monday + timedelta(days=7),
+                status="finished",
+                gpu_source="nvml",
+                gpu_model=MODELS[i % 4],
+                gpu_count=gpus_of_run(gpus, i),
+                price_per_gpu_hour=PRICE,
+                gpu_hours=gpus_of_run(gpus, i) * 168.0,
+                util_pct=history_util[(w - 1) * runs + i],
             )
-    out += [
-        RunRecord(
-            id=f"w-{i:04d}",
-            name=f"job-{i:04d}",
-            team=TEAMS[i % 5],
-            project=f"p{i % 17}",
-            user=f"u{i % 40}",
-            started_at=WEEK,
-            ended_at=WEEK + timedelta(days=7),
-            status="finished",
-            gpu_source="nvml",
-            gpu_model=MODELS[i % 4],
-            gpu_count=gpus_of_run(gpus, i),
-            price_per_gpu_hour=PRICE,
-            gpu_hours=gpus_of_run(gpus, i) * 168.0,
-            util_pct=50.0,
-            mem_peak_gib=20.0,
-            mem_total_gib=80.0,
-        )
-        for i in range(runs)
-    ]
-    return out
+    split = split_minutes(case)
+    if not split:
+        for i in range(runs):
+            yield RunRecord(
+                id=f"w-{i:04d}",
+                name=f"job-{i:04d}",
+                team=TEAMS[i % 5],
+                project=f"p{i % 17}",
+                user=f"u{i % 40}",
+                started_at=WEEK,
+                ended_at=WEEK + timedelta(days=7),
+                status="finished",
+                gpu_source="nvml",
+                gpu_model=MODELS[i % 4],
+                gpu_count=gpus_of_run(gpus, i),
+                price_per_gpu_hour=PRICE,
+                gpu_hours=gpus_of_run(gpus, i) * 168.0,
+                util_pct=50.0,
+                mem_peak_gib=20.0,
+                mem_total_gib=80.0,
+            )
+        return
+    for j in range(gpus):
+        i = j // GPUS_PER_RUN  # the GPU's 8-GPU group: its team, model and base utilization
+        for k in range(-(-MINUTES // split)):
+            start = WEEK + timedelta(minutes=k * split)
+            minutes = min(split, MINUTES - k * split)
+            yield RunRecord(
+                id=f"w-{j:05d}-{k:04d}",
+                name=f"job-{j:05d}-{k:04d}",
+                team=TEAMS[i % 5],
+                project=f"p{i % 17}",
+                user=f"u{i % 40}",
+                started_at=start,
+                ended_at=start + timedelta(minutes=minutes),
+                status="finished",
+                gpu_source="nvml",
+                gpu_model=MODELS[i % 4],
+                gpu_count=1,
+                price_per_gpu_hour=PRICE,
+                gpu_hours=minutes / 60.0,
+                util_pct=50.0,
+                mem_peak_gib=20.0,
+                mem_total_gib=80.0,
+            )
 
 
 # -- samples, in Parquet --------------------------------------------------------------------------
@@ -133,8 +175,7 @@ def write_parquet(gpus: int, case: str, samples: Path, runs_file: Path) -> None:
     prices (``id``, ``price_per_gpu_hour``), each written to a temporary name and renamed."""
     import duckdb
 
-    if case not in CASES:
-        raise ValueError(f"case {case!r}: one of {CASES}")
+    split = split_minutes(case)
     runs = runs_of(gpus)
     _, bases = draws(runs)
     worst = case == "worst"
@@ -146,9 +187,14 @@ def write_parquet(gpus: int, case: str, samples: Path, runs_file: Path) -> None:
             f" OR m.m = 0 OR m.m = {MINUTES - 1}" if worst else ""
         )
         tmp = samples.with_name(samples.name + ".tmp")
+        run_id = (
+            f"printf('w-%05d-%04d', i * {GPUS_PER_RUN} + g, m // {split})"
+            if split
+            else "printf('w-%04d', i)"
+        )
         con.execute(f"""
             COPY (
-                SELECT printf('w-%04d', i) AS run_id,
+                SELECT {run_id} AS run_id,
                        TIMESTAMP '{WEEK:%Y-%m-%d %H:%M:%S}' + to_minutes(m) AS minute,
                        printf('GPU-%04d-%d', i, g) AS gpu,
                        60.0::DOUBLE AS covered_s, u AS util_pct, u * 0.7 AS sm_active_pct,
@@ -165,9 +211,14 @@ def write_parquet(gpus: int, case: str, samples: Path, runs_file: Path) -> None:
         tmp.replace(samples)
         if not runs_file.exists():
             tmp = runs_file.with_name(runs_file.name + ".tmp")
+            ids = (
+                f"SELECT printf('w-%05d-%04d', j, k) AS id FROM range({gpus}) a(j), "
+                f"range({-(-MINUTES // split)}) b(k)"
+                if split
+                else f"SELECT printf('w-%04d', i) AS id FROM range({runs}) r(i)"
+            )
             con.execute(f"""
-                COPY (SELECT printf('w-%04d', i) AS id, {PRICE}::DOUBLE AS price_per_gpu_hour
-                      FROM range({runs}) r(i))
+                COPY (SELECT id, {PRICE}::DOUBLE AS price_per_gpu_hour FROM ({ids}))
                 TO '{tmp}' (FORMAT parquet)""")
             tmp.replace(runs_file)
     finally:
@@ -188,18 +239,24 @@ def _batches(samples: Path, select: str, rows: int = 200_000) -> Any:
 
 
 # -- the run store, loaded from the Parquet -------------------------------------------------------
-def _write_runs(url: str, gpus: int) -> None:
+def _write_runs(url: str, gpus: int, case: str) -> None:
     """The schema (the project's RunStore creates it) and every run, in one transaction."""
+    import itertools
+
     from tracker.store import RunStore
     from tracker.store.schema import run_to_row, runs_table, upsert
 
+    def write(conn: Any) -> None:
+        records = run_records(gpus, case)
+        while chunk := [run_to_row(r) for r in itertools.islice(records, 50_000)]:
+            conn.execute(stmt, chunk)
+
     with RunStore(url) as store:
-        rows = [run_to_row(r) for r in run_records(gpus)]
         stmt = upsert(store.engine.dialect.name, runs_table, ("id",))
-        store.transaction(lambda conn: conn.execute(stmt, rows), write=True)
+        store.transaction(write, write=True)
 
 
-def load_sqlite(path: Path, gpus: int, samples: Path) -> int:
+def load_sqlite(path: Path, gpus: int, case: str, samples: Path) -> int:
     """A SQLite store at ``path`` (written under a temporary name, then renamed) with the runs
     and ``samples``' rows; the number of sample rows."""
     import sqlite3
@@ -207,7 +264,7 @@ def load_sqlite(path: Path, gpus: int, samples: Path) -> int:
     tmp = path.with_name(path.name + ".tmp")
     for stale in (tmp, Path(f"{tmp}-wal"), Path(f"{tmp}-shm")):
         stale.unlink(missing_ok=True)
-    _write_runs(f"sqlite:///{tmp}", gpus)
+    _write_runs(f"sqlite:///{tmp}", gpus, case)
     con = sqlite3.connect(tmp)
     con.execute("PRAGMA synchronous=OFF")
     n = 0
@@ -260,7 +317,7 @@ def pg_loaded(url: str, expect: str) -> bool:
 
 
 def load_pg(
-    server_url: str, database: str, gpus: int, samples: Path, expect: str, work_dir: Path
+    server_url: str, database: str, gpus: int, case: str, samples: Path, expect: str, work_dir: Path
 ) -> int:
     """(Re)create the database ``database`` on the server of ``server_url`` (its role needs
     CREATEDB; the database of ``server_url`` itself is never touched), create the schema with
@@ -272,7 +329,7 @@ def load_pg(
         admin.execute(f'DROP DATABASE IF EXISTS "{database}"')
         admin.execute(f'CREATE DATABASE "{database}"')
     url = pg_url_for(server_url, database)
-    _write_runs(url, gpus)
+    _write_runs(url, gpus, case)
     csv = work_dir / f"{database}.csv"
     select = ", ".join(
         "strftime(minute, '%Y-%m-%d %H:%M:%S+00') AS minute" if c == "minute" else c

@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 from reports.errors import ReportError
 from reports.render.exports import GENERATOR, SCHEMA
@@ -181,11 +181,24 @@ def _umask() -> int:
     return mask
 
 
-def _write_new(path: Path, data: bytes) -> None:
+class Streamed(Protocol):
+    """A file's content written as it is made (a week's CSV of a million runs), not held."""
+
+    def write_to(self, f: IO[bytes]) -> None: ...
+
+
+Content = bytes | Streamed
+"""A file of the archive: its bytes, or what writes them."""
+
+
+def _write_new(path: Path, data: Content) -> None:
     """Write ``data`` to the new file ``path`` (mode 0666 less the umask, as ``open`` makes
     it), and to the disk: a full disk shows here, before any rename."""
     with open(path, "xb") as f:
-        f.write(data)
+        if isinstance(data, bytes):
+            f.write(data)
+        else:
+            data.write_to(f)
         f.flush()
         os.fsync(f.fileno())
 
@@ -235,7 +248,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 
 def write_archive(
-    out_dir: Path, label: str, files: Mapping[str, bytes], *, index: bool
+    out_dir: Path, label: str, files: Mapping[str, Content], *, index: bool
 ) -> list[Path]:
     """Write a week's files and the index into the archive, all or none (see the module
     docstring).

@@ -20,13 +20,13 @@ from typing import Any
 import pandas as pd
 
 from reports import kpi as kpis
-from reports.archive import check_out_dir, is_archived, write_archive
+from reports.archive import Content, check_out_dir, is_archived, write_archive
 from reports.budgets import week_lines
 from reports.data.gputime import week_gpu_time
 from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
 from reports.kpi import WeekKpis
-from reports.render.exports import to_csv, to_dict, to_json
+from reports.render.exports import CsvExport, to_dict, to_json
 from reports.request import FORMATS, Request, parse_formats, resolve_week
 from reports.weeks import label_of, shift_week, week_bounds, week_of
 
@@ -192,7 +192,7 @@ def render(
     images: Mapping[str, bytes] | None = None,
     *,
     week: Mapping[str, Any] | None = None,
-) -> dict[str, bytes]:
+) -> dict[str, Content]:
     """The week's report in each requested format (nothing written).
 
     Args:
@@ -203,15 +203,16 @@ def render(
             None makes it when the JSON or the CSV is asked for.
 
     Returns:
-        File suffix (``html``, ``eml``, ``json``, ``csv``) → content.
+        File suffix (``html``, ``eml``, ``json``, ``csv``) → content (the CSV's written as
+        it is made: ``bytes()`` of it makes it whole).
     """
-    out: dict[str, bytes] = {}
+    out: dict[str, Content] = {}
     if "json" in req.formats or "csv" in req.formats:
         d = week if week is not None else to_dict(k, req.tz)
         if "json" in req.formats:
             out["json"] = to_json(d).encode()
         if "csv" in req.formats:
-            out["csv"] = to_csv(d).encode()
+            out["csv"] = CsvExport(d, k.runs)  # every run: written as it is made
     if "html" in req.formats or "email" in req.formats:
         if images is None:
             from reports.render.charts import charts
@@ -230,12 +231,13 @@ def render(
     return out
 
 
-def _archived(k: kpis.WeekKpis, req: Request) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _archived(k: kpis.WeekKpis, req: Request) -> tuple[dict[str, Any], dict[str, Content]]:
     """A complete week's document (for the BI tables) and its files, the JSON always among
     them: the index reads the archive's JSON."""
     week = to_dict(k, req.tz)
     files = render(k, req, week=week)
-    files.setdefault("json", to_json(week).encode())
+    if "json" not in files:
+        files["json"] = to_json(week).encode()
     return week, files
 
 

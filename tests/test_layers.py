@@ -41,9 +41,16 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/build.py",
         "reports/budgets.py",
         "reports/data/gputime.py",
+        "reports/data/columns.py",
         "reports/imports/nvsmi_fast.py",
     ),
-    "numpy": ("reports/kpi/", "reports/imports/nvsmi_fast.py", "reports/imports/nvsmi_minutes.py"),
+    "numpy": (
+        "reports/kpi/",
+        "reports/data/columns.py",
+        "reports/data/gputime.py",
+        "reports/imports/nvsmi_fast.py",
+        "reports/imports/nvsmi_minutes.py",
+    ),
 }
 
 # Floors, lowest first: a module imports only modules on its own floor or below. A walk from a

@@ -17,12 +17,14 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta, tzinfo
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from reports import kpi as kpis
+from reports.data.columns import run_columns
 from reports.data.rollups import RollupTotals
 from reports.data.samples import SampleTotals
-from reports.data.scans import SampleScans
+from reports.data.scans import SampleScans, records_of
 from reports.errors import ReportError
 from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
@@ -161,10 +163,28 @@ def usable_runs(
         reason: those that could not be read, then those whose figures cannot be used
         (:func:`reports.kpi.usable_runs`).
     """
-    records, unreadable = scans.read_runs(since=since, until=until)
+    rows = scans.run_rows(since=since, until=until)
+    # columns for the runs that are surely as the store writes them and usable; one record
+    # each, through the checks that name what is wrong, for the others
+    frame, ok = run_columns(rows, nan=scans.store.engine.dialect.name != "sqlite")
+    ok &= kpis.surely_usable(frame)
+    slow = np.flatnonzero(~ok)
+    records, unreadable = records_of([rows[i] for i in slow])
     good, excluded = kpis.usable_runs(records)
     unread = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable]
-    return kpis.runs_frame(good), unread + excluded
+    runs = frame[ok]
+    if good:
+        # in the order read (by start and id): a good record's id is text, and ids are unique
+        at = {rows[i][0]: i for i in slow if type(rows[i][0]) is str}
+        runs = pd.concat(
+            [
+                runs.set_axis(np.flatnonzero(ok)),
+                kpis.runs_frame(good).set_axis([at[r.id] for r in good]),
+            ]
+        ).sort_index(kind="stable")
+    # a column's type as a frame of these runs alone has it (a left-out row's text made the
+    # whole column object)
+    return runs.reset_index(drop=True).infer_objects(), unread + excluded
 
 
 def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:

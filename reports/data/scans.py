@@ -15,6 +15,7 @@ import bisect
 import itertools
 import json
 import os
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -97,6 +98,41 @@ def _stored_time(raw: Any) -> datetime | None:
         raise ValueError(f"not a time: {raw!r}")
     value = datetime.fromisoformat(raw)
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+RUN_COLUMNS = tuple(col.name for col in runs_table.c)
+"""The columns of :meth:`SampleScans.run_rows`' tuples, in order (a :class:`RunRecord`'s fields)."""
+
+TIME_COLUMNS = tuple(col.name for col in runs_table.c if isinstance(col.type, UTCDateTime))
+"""The columns of :data:`RUN_COLUMNS` that hold times."""
+
+
+def records_of(rows: Iterable[Sequence[Any]]) -> tuple[list[RunRecord], list[UnreadableRun]]:
+    """The records of rows of :meth:`SampleScans.run_rows`, one row at a time: a row that
+    cannot be a record (a time that is no time, tags or links that are not what the store
+    writes, whatever else fails on the row) is named with the reason instead."""
+    runs: list[RunRecord] = []
+    unreadable: list[UnreadableRun] = []
+    for row in rows:
+        values = dict(zip(RUN_COLUMNS, row, strict=True))
+        column = ""
+        try:
+            for column in TIME_COLUMNS:
+                values[column] = _stored_time(values[column])
+            column = _check_tags_links(values)
+            if column:
+                raise ValueError(column)
+            runs.append(row_to_run(values))  # type: ignore[arg-type]
+        except Exception as e:  # one row: whatever it raises, it is named, not fatal
+            reason = f"unreadable {column}" if column else f"unreadable row ({type(e).__name__})"
+            unreadable.append(
+                UnreadableRun(
+                    run_id=text_of(values.get("id")),
+                    name=text_of(values.get("name")),
+                    reason=reason,
+                )
+            )
+    return runs, unreadable
 
 
 class SampleScans:
@@ -386,9 +422,24 @@ class SampleScans:
         On SQLite a ``started_at`` or ``ended_at`` that is not shaped like a time sorts outside
         every window (text order): such a run is named among the unreadable ones of every
         window, never silently missing."""
+        rows = self.run_rows(since=since, until=until)
+        return records_of(rows)
+
+    def run_rows(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[tuple[Any, ...]]:
+        """The rows of ``runs`` for ``[since, until)`` (as :meth:`read_runs` selects them), as
+        the driver's plain tuples in :data:`RUN_COLUMNS` order, ordered by start and id: for
+        readers of a million runs that build columns, not records
+        (:func:`reports.data.columns.run_columns`; :func:`records_of` makes records of some).
+        Times come as the driver gives them (SQLite: naive UTC text; PostgreSQL: aware
+        datetimes); text that is not UTF-8 (SQLite) with the bad bytes replaced."""
         c = runs_table.c
         times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
-        # the times as the driver returns them (SQLite: text), converted here one row at a time
+        # the times as the driver returns them (SQLite: text), converted by the reader
         stmt = sa.select(
             *[
                 sa.type_coerce(col, sa.String).label(col.name) if col in times else col
@@ -412,36 +463,27 @@ class SampleScans:
                 or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
             )
 
-        def work(conn: Connection) -> list[Any]:
-            with lenient_text(conn):
-                return list(conn.execute(stmt).mappings().all())
-
-        rows = self._transaction(work, write=False)
-        runs: list[RunRecord] = []
-        unreadable: list[UnreadableRun] = []
-        for row in rows:
-            values = dict(row)
-            column = ""
+        def fetch(conn: Connection) -> list[tuple[Any, ...]]:
+            # the driver's cursor under SQLAlchemy's result: plain tuples (no result type of
+            # these columns converts anything: the times are read as text), a Row each costs
+            # as much again at a million runs
+            result = conn.execute(stmt)
             try:
-                for col in times:
-                    column = col.name
-                    values[column] = _stored_time(values[column])
-                column = _check_tags_links(values)
-                if column:
-                    raise ValueError(column)
-                runs.append(row_to_run(values))  # type: ignore[arg-type]
-            except Exception as e:  # one row: whatever it raises, it is named, not fatal
-                reason = (
-                    f"unreadable {column}" if column else f"unreadable row ({type(e).__name__})"
-                )
-                unreadable.append(
-                    UnreadableRun(
-                        run_id=text_of(values.get("id")),
-                        name=text_of(values.get("name")),
-                        reason=reason,
-                    )
-                )
-        return runs, unreadable
+                return list(result.cursor.fetchall())
+            finally:
+                result.close()
+
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            try:
+                return fetch(conn)
+            except (sqlite3.OperationalError, sa.exc.OperationalError) as e:
+                if not sqlite or "decode" not in str(e):
+                    raise
+            # a text value that is not UTF-8: read again, decoding each value in Python
+            with lenient_text(conn):
+                return fetch(conn)
+
+        return self._transaction(work, write=False)
 
     def _minute_span(
         self,

@@ -12,7 +12,15 @@ Money (spend, waste, idle) and the thresholds are :mod:`tracker.cost`'s; weeks a
 :mod:`reports.weeks`'.
 """
 
-from reports.kpi.checks import PCT_RANGE, BadSamples, ExcludedRun, Skipped, bad_samples, usable_runs
+from reports.kpi.checks import (
+    PCT_RANGE,
+    BadSamples,
+    ExcludedRun,
+    Skipped,
+    bad_samples,
+    surely_usable,
+    usable_runs,
+)
 from reports.kpi.frames import (
     BASES,
     GT_COLUMNS,
@@ -70,6 +78,7 @@ __all__ = [
     "sampled_gpu_time",
     "samples_frame",
     "summary_gpu_time",
+    "surely_usable",
     "totals_gpu_time",
     "usable_runs",
     "week_kpis",

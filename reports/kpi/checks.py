@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from tracker.record import RunRecord
@@ -240,12 +241,73 @@ def usable_runs(runs: Iterable[RunRecord]) -> tuple[list[RunRecord], list[Exclud
     return good, excluded
 
 
+def surely_usable(runs: pd.DataFrame) -> np.ndarray:
+    """Per row of a runs frame (:func:`reports.kpi.runs_frame`'s columns, values as stored):
+    True where :func:`run_problem` surely finds nothing and no text needs decoding, decided
+    column by column for a million runs; False where a row must go through
+    :func:`usable_runs` (which names the problem, or decodes bytes and keeps the run).
+
+    Args:
+        runs: The runs, one per row.
+
+    Returns:
+        A boolean array, a value per row.
+    """
+    n = len(runs)
+    ok = np.ones(n, dtype=bool)
+    for field in TEXTS:
+        col = runs[field]
+        optional = field in OPTIONAL_TEXTS
+        if isinstance(col.dtype, pd.StringDtype):  # text or missing
+            if not optional:
+                ok &= col.notna().to_numpy()
+            continue
+        values = col.to_numpy(dtype=object)
+        ok &= np.fromiter((type(v) is str or (optional and v is None) for v in values), bool, n)
+    for field in NUMBERS:
+        col = runs[field]
+        if pd.api.types.is_bool_dtype(col):  # no store gives these: the row path decides
+            ok[:] = False
+            continue
+        if pd.api.types.is_numeric_dtype(col):
+            x = col.to_numpy(dtype=float)
+        else:  # numbers and something else (text, bytes, a number past int64)
+            values = col.to_numpy(dtype=object)
+            plain = np.fromiter((type(v) in (int, float) or v is None for v in values), bool, n)
+            ok &= plain
+            x = np.array(
+                [
+                    _float_or_inf(v) if p and v is not None else np.nan
+                    for v, p in zip(values, plain, strict=True)
+                ],
+                dtype=float,
+            )
+        known = ~np.isnan(x)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(x) | (np.abs(x) > MAX_FIGURE)
+            if field in NOT_NEGATIVE:
+                bad |= x < 0
+            if field in PERCENT:
+                bad |= (x < PCT_RANGE[0]) | (x > PCT_RANGE[1])
+        ok &= ~(known & bad)
+    return ok
+
+
+def _float_or_inf(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # a whole number no float holds: out of range
+        return math.inf
+
+
 def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *, value: str) -> list[BadSamples]:
     """Per run of ``names`` (id → name), the sample rows the store's totals
     (:data:`reports.kpi.TOTALS_COLUMNS`) say were left out or read with ``value`` unknown."""
     if totals.empty:
         return []
     counts = [c for c in ("dropped", "bad_minutes", "bad_values", "damaged") if c in totals.columns]
+    # the rows with something to say: a week of a million runs has a few
+    totals = totals[(totals[counts] > 0).any(axis=1)]
     per = totals.astype({"run_id": object}).groupby("run_id")[counts].sum()
     out = []
     for run_id, row in per.iterrows():

@@ -33,12 +33,17 @@ over them (so the utilization of the rest is known: waste counts idle hours in f
 have one row per week with ``gpu = "*"`` standing for all their GPUs."""
 
 
+TIME_DTYPE = "datetime64[us, UTC]"
+"""The dtype of a runs frame's times, whatever they hold (pandas makes a column of only None
+seconds)."""
+
+
 # -- frames from records ----------------------------------------------------------------------
 def runs_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
     rows = [r.as_dict() for r in runs]
     df = pd.DataFrame(rows, columns=list(RunRecord.__dataclass_fields__))
     for col in ("started_at", "ended_at", "heartbeat_at"):
-        df[col] = pd.to_datetime(df[col], utc=True)
+        df[col] = pd.to_datetime(df[col], utc=True).astype(TIME_DTYPE)
     return df
 
 

@@ -9,6 +9,7 @@ An idle run gets no suggestion: the answer there is to release the GPU, not a sm
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from tracker.cost import Thresholds
@@ -48,39 +49,61 @@ def rightsizing(
     """Runs that used little of a big GPU: the cheapest model in the price table whose memory
     holds the run's peak (× ``headroom``) and whose peak at ``target_util_pct`` covers the
     compute the run used, and what the week would have cost less on it."""
-    rows = []
     # (price row, its memory, its 16-bit peak) of every model that can be judged
     priced = [
         (p, float(p.mem_gib), pk)
         for p in prices.rows()
         if p.mem_gib and is_datacenter(p.gpu) and (pk := half_peak_tflops(p.gpu))
     ]
-    for r in per.itertuples(index=False):
-        if (
-            pd.isna(r.utilization_pct)
-            or r.utilization_pct >= max_util_pct
-            or pd.isna(r.mem_peak_gib)
-            or not r.priced
-            or r.gpu_hours <= 0
-            or getattr(r, "verdict", None) == "idle"
-            or (getattr(r, "idle_usd", 0) or 0) >= 0.5 * (r.spend_usd or 0) > 0
-        ):
-            continue
-        peak = half_peak_tflops(str(r.gpu_model)) if isinstance(r.gpu_model, str) else None
-        if peak is None:
-            continue
-        need = r.utilization_pct / 100.0 * peak
-        current = r.spend_usd / r.gpu_hours
-        fits = [
-            (p, mem, pk)
-            for p, mem, pk in priced
-            if mem >= r.mem_peak_gib * headroom
-            and need <= target_util_pct / 100.0 * pk
-            and p.usd_per_gpu_hour < current
-        ]
-        if not fits:
-            continue
-        best, best_mem, best_peak = min(fits, key=lambda c: c[0].usd_per_gpu_hour)
+    empty = pd.DataFrame([], columns=COLUMNS)
+    if per.empty or not priced:
+        return empty
+    # column by column (a week may hold a million runs); one peak per model name
+    util = per["utilization_pct"].astype(float).to_numpy()
+    mem = per["mem_peak_gib"].astype(float).to_numpy()
+    hours = per["gpu_hours"].astype(float).to_numpy()
+    spend = per["spend_usd"].astype(float).to_numpy()
+    peaks = {
+        m: half_peak_tflops(m) for m in per["gpu_model"].dropna().unique() if isinstance(m, str)
+    }
+    peak = np.array(
+        [peaks.get(m) if isinstance(m, str) else None for m in per["gpu_model"]], dtype=float
+    )
+    idle = per["idle_usd"].astype(float).to_numpy() if "idle_usd" in per else np.zeros(len(per))
+    half_spend = 0.5 * np.where(np.isnan(spend), 0.0, spend)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        judged = (
+            ~np.isnan(util)
+            & (util < max_util_pct)
+            & ~np.isnan(mem)
+            & per["priced"].astype(bool).to_numpy()
+            & (hours > 0)
+            & ~np.isnan(peak)
+            # mostly idle: the answer is to release the GPU, not a smaller one
+            & ~((np.where(np.isnan(idle), -np.inf, idle) >= half_spend) & (half_spend > 0))
+        )
+        if "verdict" in per:
+            judged &= (per["verdict"] != "idle").to_numpy()
+        need = util / 100.0 * peak
+        current = spend / hours
+    best = np.full(len(per), -1)
+    best_price = np.full(len(per), np.inf)
+    for j, (p, p_mem, p_peak) in enumerate(priced):  # the first of the cheapest, as min() takes
+        fits = (
+            judged
+            & (p_mem >= mem * headroom)
+            & (need <= target_util_pct / 100.0 * p_peak)
+            & (p.usd_per_gpu_hour < current)
+            & (p.usd_per_gpu_hour < best_price)
+        )
+        best[fits], best_price[fits] = j, p.usd_per_gpu_hour
+    at = np.flatnonzero(best >= 0)
+    if not len(at):
+        return empty
+    rows = []
+    picked = per.iloc[at]
+    for i, r in zip(at, picked.itertuples(index=False), strict=True):
+        choice, best_mem, best_peak = priced[best[i]]
         offer = target_util_pct / 100.0 * best_peak
         rows.append(
             {
@@ -90,11 +113,11 @@ def rightsizing(
                 "gpu_model": r.gpu_model,
                 "utilization_pct": r.utilization_pct,
                 "mem_peak_gib": r.mem_peak_gib,
-                "suggested_gpu": best.gpu,
-                "saving_usd": r.gpu_hours * (current - best.usd_per_gpu_hour),
+                "suggested_gpu": choice.gpu,
+                "saving_usd": r.gpu_hours * (current[i] - choice.usd_per_gpu_hour),
                 "assumption": (
                     f"{r.mem_peak_gib:.1f} GiB × {headroom:g} fits {best_mem:g} GiB; "
-                    f"{r.utilization_pct:.1f}% of {peak:g} = {need:.0f} TFLOP/s (16-bit) "
+                    f"{r.utilization_pct:.1f}% of {peak[i]:g} = {need[i]:.0f} TFLOP/s (16-bit) "
                     f"fits {target_util_pct:.0f}% of its {best_peak:g} = {offer:.0f}: "
                     f"the same hours"
                 ),

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -102,11 +103,24 @@ def _price(
     """Each run's price per GPU-hour (:func:`tracker.prices.reported_price`) and the owned
     model pricing it (None: rented)."""
 
+    known: dict[tuple[Any, ...], tuple[float | None, str | None]] = {}
+
+    def price_of(model: Any, price: Any, source: Any) -> tuple[float | None, str | None]:
+        # a fleet has few distinct (model, price, source), a week up to a million runs; a
+        # missing value is None in the key (NaN is not equal to itself)
+        key = tuple(None if pd.isna(v) else v for v in (model, price, source))
+        if key not in known:
+            m, p, src = key
+            known[key] = reported_price(
+                m, None if p is None else float(p), src, prices.overrides, owned
+            )
+        return known[key]
+
     priced = [
-        reported_price(m, None if pd.isna(p) else float(p), src, prices.overrides, owned)
+        price_of(m, p, src)
         for m, p, src in zip(
-            runs["gpu_model"],
-            runs["price_per_gpu_hour"].astype(float),
+            runs["gpu_model"].astype(object),
+            runs["price_per_gpu_hour"].astype(float).tolist(),
             runs["price_source"].astype(object),
             strict=True,
         )
@@ -147,6 +161,7 @@ def run_weeks(
         target_util_pct=target_util_pct,
     )
     g["idle"] = g["idle_hours"] * g["price"]
+    g["unpriced"] = g["price"].isna().astype(int)
     per = g.groupby(["run_id", "week"], as_index=False).agg(
         gpu_hours=("gpu_hours", "sum"),
         known_hours=("known_hours", "sum"),
@@ -154,8 +169,9 @@ def run_weeks(
         spend_usd=("cost", "sum"),
         waste_usd=("waste", "sum"),
         idle_usd=("idle", "sum"),
-        priced=("price", lambda p: bool(p.notna().all())),
+        unpriced=("unpriced", "sum"),
     )
+    per["priced"] = per.pop("unpriced") == 0
     per["utilization_pct"] = weighted_util_pct(100.0 * per["used_hours"], per["known_hours"])
     cols = [
         "name",

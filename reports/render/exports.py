@@ -9,7 +9,9 @@ it, or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`
 (:data:`HEADLINE_FIELDS`), ``change_pct`` (week-over-week, %), ``by_team``, ``by_project``,
 ``by_user``, ``by_gpu_model``, ``by_source`` (where the runs came from: ``tracker``,
 ``nvidia-smi``…) (:data:`GROUP_FIELDS` plus the group's name), ``runs``
-(:data:`RUN_FIELDS`), ``underutilized`` (run ids), ``rightsizing`` and ``trend`` (one headline
+(:data:`RUN_FIELDS`; the :data:`MAX_JSON_RUNS` with the most recoverable waste, ``runs_count``
+of them in the week, ``runs_left_out`` only in the CSV), ``underutilized`` (run ids, as many at
+most), ``rightsizing`` (the as many largest savings; ``rightsizing_count`` in all) and ``trend`` (one headline
 per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``, ``name``,
 ``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as unknown,
 per run and reason: ``run_id``, ``name``, ``rows``, ``reason``) and ``bad_sample_rows``, and
@@ -35,18 +37,20 @@ numbers are written as numbers.
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import io
 import json
 import math
 from collections.abc import Mapping
 from datetime import tzinfo
-from typing import Any
+from typing import IO, Any
 
 import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
 from reports.kpi.checks import as_text
+from reports.render.csvsafe import safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
 from reports.weeks import label_of
 from tracker.cost import Thresholds
@@ -137,6 +141,22 @@ DEFINITIONS = {
 """What the JSON's money fields mean (the report's definitions footer says the same)."""
 
 
+MAX_JSON_RUNS = 1_000
+"""Runs the week's document (and so the JSON file) lists, the most recoverable waste first (a
+week of a million runs made a 685 MB file); ``runs_count`` says how many the week had,
+``runs_left_out`` how many only the CSV lists."""
+
+
+def to_json(d: Mapping[str, Any]) -> str:
+    """The week's JSON file: the document (:func:`to_dict`: at most :data:`MAX_JSON_RUNS` runs
+    and underutilized run ids).
+
+    Args:
+        d: The week's document.
+    """
+    return json.dumps(d, indent=2, ensure_ascii=False, allow_nan=False, default=_last_resort) + "\n"
+
+
 def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     cols = [f for f in fields if f in frame.columns]
     return [{k: _plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
@@ -179,9 +199,12 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "previous": _plain(k.previous.__dict__) if k.previous else None,
         "change_pct": _plain(k.change_pct),
         **{f"by_{g}": _records(k.by[g], (g, *GROUP_FIELDS)) for g in GROUPS},
-        "runs": _records(k.runs, RUN_FIELDS),
-        "underutilized": [str(r) for r in k.underutilized["run_id"]],
-        "rightsizing": _records(k.rightsizing, RIGHTSIZING_FIELDS),
+        "runs": _records(k.runs.head(MAX_JSON_RUNS), RUN_FIELDS),
+        "runs_count": len(k.runs),
+        "runs_left_out": max(len(k.runs) - MAX_JSON_RUNS, 0),
+        "underutilized": [str(r) for r in k.underutilized["run_id"].head(MAX_JSON_RUNS)],
+        "rightsizing": _records(k.rightsizing.head(MAX_JSON_RUNS), RIGHTSIZING_FIELDS),
+        "rightsizing_count": len(k.rightsizing),
         "carbon": {
             "g_per_kwh": k.carbon.g_per_kwh,
             "pue": k.carbon.pue,
@@ -217,70 +240,111 @@ def _last_resort(value: object) -> Any:
     return as_text(value)
 
 
-MAX_JSON_RUNS = 1_000
-"""Runs the JSON file lists, the most recoverable waste first (a week of a million runs made a
-685 MB file); the CSV lists every run."""
-
-
-def to_json(d: Mapping[str, Any]) -> str:
-    """The week's JSON file: the document with its runs (and underutilized run ids) cut to the
-    :data:`MAX_JSON_RUNS` with the most recoverable waste; ``runs_count`` says how many the week
-    had and ``runs_left_out`` how many are only in the CSV.
-
-    Args:
-        d: The week's document (:func:`to_dict`), its runs most waste first.
-    """
-    runs = d.get("runs", [])
-    shown = {
-        **d,
-        "runs": runs[:MAX_JSON_RUNS],
-        "runs_count": len(runs),
-        "runs_left_out": max(len(runs) - MAX_JSON_RUNS, 0),
-        "underutilized": d.get("underutilized", [])[:MAX_JSON_RUNS],
-    }
-    return (
-        json.dumps(shown, indent=2, ensure_ascii=False, allow_nan=False, default=_last_resort)
-        + "\n"
-    )
-
-
-def to_csv(d: Mapping[str, Any]) -> str:
-    """The week's CSV file: one row per figure (``week, basis, section, key, metric, value``),
-    formula cells neutralized.
+def to_csv(d: Mapping[str, Any], runs: pd.DataFrame) -> str:
+    """The week's CSV file as text (:class:`CsvExport` writes it to a file without holding it).
 
     Args:
         d: The week's document (:func:`to_dict`).
+        runs: The week's runs (:attr:`reports.kpi.WeekKpis.runs`): every one is listed.
     """
-    out = io.StringIO(newline="")
-    w = csv_writer(out)  # formula cells neutralized; a cell with a line break is quoted
-    w.writerow(["week", "basis", "section", "key", "metric", "value"])
+    return bytes(CsvExport(d, runs)).decode()
 
-    def rows(section: str, key: str, values: dict[str, Any]) -> None:
-        for metric, value in values.items():
-            if not isinstance(value, dict | list):
-                w.writerow(
-                    [d["week"], d["basis"], section, key, metric, "" if value is None else value]
-                )
 
-    rows("headline", "", d["headline"])
-    for g in GROUPS:
-        for row in d[f"by_{g}"]:
-            rows(g, row[g], {f: row.get(f) for f in GROUP_FIELDS})
-    for row in d["runs"]:
-        rows("run", row["run_id"], {f: row.get(f) for f in RUN_FIELDS if f != "run_id"})
-    for row in d["trend"]:
-        rows("trend", row["week"], {f: row.get(f) for f in HEADLINE_FIELDS})
-    for row in d["excluded"]:
-        rows("excluded", row["run_id"], {"name": row["name"], "reason": row["reason"]})
-    for row in d["bad_samples"]:
-        rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
-    for row in d["budgets"]:
-        rows(
-            "budget",
-            row["team"],
-            {
-                f"{row['label']}:{f}": int(row[f]) if f == "complete" else row[f]
-                for f in BUDGET_FIELDS
-            },
+class CsvExport:
+    """The week's CSV file: one row per figure (``week, basis, section, key, metric, value``),
+    formula cells neutralized, every run of the week (from its columns: a week of a million
+    runs is sixteen million lines, written as they are made).
+
+    Args:
+        d: The week's document (:func:`to_dict`).
+        runs: The week's runs (:attr:`reports.kpi.WeekKpis.runs`).
+    """
+
+    def __init__(self, d: Mapping[str, Any], runs: pd.DataFrame) -> None:
+        self.d, self.runs = d, runs
+
+    def __bytes__(self) -> bytes:
+        out = io.BytesIO()
+        self.write_to(out)
+        return out.getvalue()
+
+    def write_to(self, f: IO[bytes]) -> None:
+        """Write the file to ``f`` (binary), UTF-8, a block at a time."""
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
+        try:
+            self._write(text)
+            text.flush()
+        finally:
+            text.detach()  # ``f`` stays open: it is the caller's
+
+    def _write(self, out: IO[str]) -> None:
+        d = self.d
+        w = csv_writer(out)  # formula cells neutralized; a cell with a line break is quoted
+        w.writerow(["week", "basis", "section", "key", "metric", "value"])
+
+        def rows(section: str, key: str, values: dict[str, Any]) -> None:
+            for metric, value in values.items():
+                if not isinstance(value, dict | list):
+                    w.writerow(
+                        [
+                            d["week"],
+                            d["basis"],
+                            section,
+                            key,
+                            metric,
+                            "" if value is None else value,
+                        ]
+                    )
+
+        rows("headline", "", d["headline"])
+        for g in GROUPS:
+            for row in d[f"by_{g}"]:
+                rows(g, row[g], {f: row.get(f) for f in GROUP_FIELDS})
+        _run_rows(out, safe_row([d["week"], d["basis"], "run"]), self.runs)
+        for row in d["trend"]:
+            rows("trend", row["week"], {f: row.get(f) for f in HEADLINE_FIELDS})
+        for row in d["excluded"]:
+            rows("excluded", row["run_id"], {"name": row["name"], "reason": row["reason"]})
+        for row in d["bad_samples"]:
+            rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
+        for row in d["budgets"]:
+            rows(
+                "budget",
+                row["team"],
+                {
+                    f"{row['label']}:{f}": int(row[f]) if f == "complete" else row[f]
+                    for f in BUDGET_FIELDS
+                },
+            )
+
+
+_CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))
+"""A run's metrics in the CSV (``links`` is an object: the JSON's alone)."""
+
+
+def _cells(column: pd.Series) -> list[Any]:
+    """A column of runs as CSV cells, as :func:`_plain` and :func:`safe_cell` make each value:
+    a missing or non-finite number empty, text neutralized, bytes decoded."""
+    if pd.api.types.is_float_dtype(column):
+        return [v if math.isfinite(v) else None for v in column.astype(float).tolist()]
+    if pd.api.types.is_integer_dtype(column) or pd.api.types.is_bool_dtype(column):
+        return column.tolist()
+    return [safe_cell(_plain(v)) for v in column.astype(object).tolist()]
+
+
+def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 20_000) -> None:
+    """The ``run`` section: a line per run and metric (:data:`_CSV_RUN_FIELDS`), made from
+    the columns ``block`` runs at a time."""
+    raw = csv.writer(out, dialect="excel")  # every cell below is already neutralized
+    metrics = [safe_cell(f) for f in _CSV_RUN_FIELDS]
+    present = [f for f in _CSV_RUN_FIELDS if f in runs.columns]
+    for lo in range(0, len(runs), block):
+        part = runs.iloc[lo : lo + block]
+        keys = _cells(part["run_id"])
+        columns = [_cells(part[f]) if f in present else [None] * len(part) for f in _CSV_RUN_FIELDS]
+        raw.writerows(
+            [*head, key, metric, "" if v is None else v]
+            for i, key in enumerate(keys)
+            for metric, col in zip(metrics, columns, strict=True)
+            if not isinstance(v := col[i], dict | list)
         )
-    return out.getvalue()

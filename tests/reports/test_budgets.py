@@ -160,7 +160,7 @@ def test_in_every_output(tmp_path: Path) -> None:
         "level": None,
         "runs": [{"name": "long", "spend_usd": 261.8}, {"name": "smp", "spend_usd": 7.7}],
     }
-    csv = files["csv"].decode()
+    csv = bytes(files["csv"]).decode()
     assert "2026-W49,util,budget,vision,2026-12:level,100\r\n" in csv
     assert "2026-W49,util,budget,nlp,2026-W49:spend_usd,377.3\r\n" in csv
     html = files["html"].decode()

@@ -95,7 +95,7 @@ def test_the_weeks_csv_neutralizes_every_user_string() -> None:
         tz=UTC,
         now=W48 + timedelta(days=8),
     )
-    rows = list(csv.reader(io.StringIO(to_csv(to_dict(k, UTC)), newline="")))
+    rows = list(csv.reader(io.StringIO(to_csv(to_dict(k, UTC), k.runs), newline="")))
     cells = [c for row in rows[1:] for c in row]
     assert not [c for c in cells if c.startswith(FORMULA_START)]
     runs = {r[4]: r[5] for r in rows if r[2] == "run"}

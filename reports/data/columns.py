@@ -1,0 +1,103 @@
+"""Runs read as columns: the rows :meth:`reports.data.scans.SampleScans.run_rows` gives, as a
+frame, with no record made per run (a week may hold a million). A row that is not surely as
+the store writes it goes to :func:`reports.data.scans.records_of`, which names what is wrong."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import sqlalchemy as sa
+
+from reports.data.scans import RUN_COLUMNS, TIME_COLUMNS
+from reports.kpi.frames import TIME_DTYPE
+from tracker.record import RunRecord
+from tracker.store.schema import runs_table
+
+_TIME_TEXT = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?"
+"""A time as the store writes it on SQLite (naive UTC); any other text is read by
+:func:`reports.data.scans.records_of`."""
+
+_FLOAT_COLUMNS = tuple(col.name for col in runs_table.c if isinstance(col.type, sa.Float))
+
+
+def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFrame, np.ndarray]:
+    """Rows of :meth:`reports.data.scans.SampleScans.run_rows` as columns: the frame of
+    :func:`reports.kpi.runs_frame` (a :class:`RunRecord` field a column; times UTC, ``tags``
+    tuples, ``links`` dicts), with no record made on the way, and for each row whether it was
+    read as the store writes it.
+
+    Only what is surely so is taken: a time shaped as the store writes it (or a datetime the
+    driver made), tags ``[]`` or a JSON list of strings, links ``{}`` or a JSON object of
+    strings, no NaN in a number column (PostgreSQL's ``'NaN'``: NULL and NaN would look
+    alike in a float column). A row that is not (False) is to be read by
+    :func:`reports.data.scans.records_of`, which names what is wrong; its values in the frame
+    mean nothing.
+
+    Args:
+        rows: The driver's tuples, in :data:`RUN_COLUMNS` order.
+        nan: Whether the database holds NaN (PostgreSQL; SQLite keeps NULL for it).
+
+    Returns:
+        The frame (a row per row, in order) and the mask of rows read as the store writes them.
+    """
+    n = len(rows)
+    df = pd.DataFrame.from_records(rows, columns=list(RUN_COLUMNS), nrows=n) if n else None
+    if df is None:
+        df = pd.DataFrame({c: pd.Series([], dtype=object) for c in RUN_COLUMNS})
+    ok = np.ones(n, dtype=bool)
+    for col in TIME_COLUMNS:
+        raw = df[col]
+        missing = raw.isna().to_numpy()
+        if pd.api.types.is_datetime64_any_dtype(raw):
+            df[col] = pd.to_datetime(raw, utc=True).astype(TIME_DTYPE)
+        else:
+            values = raw.to_numpy(dtype=object)
+            datetimes = np.fromiter((isinstance(v, datetime) for v in values), bool, n)
+            texts = np.fromiter((type(v) is str for v in values), bool, n)
+            shaped = np.zeros(n, dtype=bool)
+            if texts.any():
+                shaped[texts] = pd.Series(values[texts], dtype=object).str.fullmatch(_TIME_TEXT)
+            keep = shaped | datetimes
+            parsed = pd.to_datetime(
+                pd.Series(np.where(keep, values, None), dtype=object),
+                utc=True,
+                format="mixed",
+                errors="coerce",
+            )
+            ok &= missing | (keep & parsed.notna().to_numpy())
+            df[col] = parsed.astype(TIME_DTYPE).set_axis(df.index)
+        if col == "started_at":
+            ok &= ~missing  # a record without a start: read by records_of
+    for col, empty, kind in (("tags", "[]", list), ("links", "{}", dict)):
+        values = df[col].to_numpy(dtype=object)
+        bare = (pd.Series(values, dtype=object) == empty).to_numpy()
+        out: list[Any] = [(() if kind is list else {}) if b else None for b in bare]
+        for i in np.flatnonzero(~bare):
+            v = values[i]
+            try:
+                value = json.loads(v) if type(v) is str else None
+            except Exception:  # not JSON, nested past the parser's depth (RecursionError)
+                value = None
+            if type(value) is not kind:
+                ok[i] = False
+                continue
+            items = value if kind is list else value.values()  # type: ignore[union-attr]
+            if not all(type(t) is str for t in items):
+                ok[i] = False
+                continue
+            out[i] = tuple(value) if kind is list else value
+        df[col] = pd.Series(out, dtype=object)
+    if nan:
+        # NULL and NaN are both NaN in a float column: a NaN the driver gave is no NULL
+        for col in _FLOAT_COLUMNS:
+            if pd.api.types.is_float_dtype(df[col]):
+                j = RUN_COLUMNS.index(col)
+                for i in np.flatnonzero(df[col].isna().to_numpy()):
+                    if rows[int(i)][j] is not None:
+                        ok[i] = False
+    return df[list(RunRecord.__dataclass_fields__)], ok
