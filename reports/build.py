@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -25,10 +25,13 @@ from reports.budgets import week_lines
 from reports.data.gputime import week_gpu_time
 from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
-from reports.kpi import WeekKpis
+from reports.kpi import Headline, WeekKpis
 from reports.render.exports import CsvExport, to_dict, to_json
 from reports.request import FORMATS, Request, parse_formats, resolve_week
 from reports.weeks import label_of, shift_week, week_bounds, week_of
+
+if TYPE_CHECKING:
+    from tracker.store import RunStore
 
 log = logging.getLogger("gpu_kpi")
 
@@ -47,11 +50,23 @@ __all__ = [
 ]
 
 
+TREND_WEEKS = 12
+"""Weeks in a report's trend, the reported one the last."""
+
+
 def week_kpis(
-    req: Request, runs: pd.DataFrame, gt: pd.DataFrame, start: datetime, *, trend_weeks: int = 12
+    req: Request,
+    runs: pd.DataFrame,
+    gt: pd.DataFrame,
+    start: datetime,
+    *,
+    trend_weeks: int = TREND_WEEKS,
+    stored: Mapping[pd.Timestamp, Headline] | None = None,
+    team_headlines: Collection[pd.Timestamp] = (),
 ) -> WeekKpis:
     """The KPIs of the week starting ``start`` from these runs and their GPU-time rows, with
-    ``req``'s time zone, basis, thresholds, prices, owned GPUs and carbon figures."""
+    ``req``'s time zone, basis, thresholds, prices, owned GPUs and carbon figures; ``stored``:
+    kept headlines of earlier weeks whose rows were not read."""
     from tracker.prices import PriceTable
 
     return kpis.kpis_of_gpu_time(
@@ -65,6 +80,8 @@ def week_kpis(
         owned=req.owned,
         carbon=req.carbon,
         trend_weeks=trend_weeks,
+        stored=stored,
+        team_headlines=team_headlines,
     )
 
 
@@ -78,6 +95,8 @@ class Computed:
     """GPU-time rows (:data:`kpis.GT_COLUMNS`) of every run: a team's KPIs are
     :func:`kpis.kpis_of_gpu_time` of its runs and their rows."""
     now: datetime
+    kept: Mapping[str, Mapping[pd.Timestamp, Headline]] = dataclasses.field(default_factory=dict)
+    """Per team (``""``: the fleet), the kept headlines of the trend's weeks not read."""
 
     def team(self, req: Request, team: str) -> WeekKpis | None:
         """The week's KPIs of ``team``'s runs alone (None when it had no GPU time), with what
@@ -85,7 +104,7 @@ class Computed:
         runs = self.runs[self.runs["team"] == team]
         gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
         tk = dataclasses.replace(
-            week_kpis(req, runs, gt, self.kpis.week),
+            week_kpis(req, runs, gt, self.kpis.week, stored=self.kept.get(team)),
             skipped=self.kpis.skipped,
             budgets=tuple(b for b in self.kpis.budgets if b.team == team),
         )
@@ -110,10 +129,50 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
         tracker.store.StoreError: The store cannot be read.
     """
     start = resolve_week(req.week, req.tz, now)
+    from tracker.store import RunStore, default_store_url
+
+    with RunStore(store_url or default_store_url()) as store:
+        return _compute(store_url, store, req, start, now=now, warn=warn)
+
+
+def _compute(
+    store_url: str | None,
+    store: RunStore,
+    req: Request,
+    start: datetime,
+    *,
+    now: datetime,
+    warn: bool,
+) -> Computed:
+    weeks = [shift_week(start, req.tz, -n) for n in range(TREND_WEEKS - 1, -1, -1)]
+    marks, kept = _kept_weeks(store, req, weeks, now=now)
+    # the rows of the weeks from the oldest not kept to the reported one
+    read = next(i for i, w in enumerate(weeks) if i == len(weeks) - 1 or label_of(w) not in kept)
+    kept_before = {label_of(w): kept.pop(label_of(w)) for w in weeks[read:] if label_of(w) in kept}
     runs, gt, skipped = week_gpu_time(
-        store_url, start, tz=req.tz, basis=req.basis, thresholds=req.thresholds, now=now
+        store.url,
+        start,
+        tz=req.tz,
+        weeks=len(weeks) - read,
+        basis=req.basis,
+        thresholds=req.thresholds,
+        now=now,
+        store=store,
     )
-    k = week_kpis(req, runs, gt, start)
+    by_start = {label_of(w): pd.Timestamp(w).tz_convert("UTC") for w in weeks}
+    teams: dict[str, dict[pd.Timestamp, Headline]] = {}
+    for label, of_team in kept.items():
+        for team, h in of_team.items():
+            teams.setdefault(team, {})[by_start[label]] = h
+    # the complete weeks read from rows to keep, but those kept as they are (the reported
+    # week, reported again)
+    fresh = [
+        by_start[label_of(w)]
+        for w in weeks[read:]
+        if label_of(w) in marks and label_of(w) not in kept_before
+    ]
+    k = week_kpis(req, runs, gt, start, stored=teams.get(""), team_headlines=fresh)
+    _keep_weeks(store, req, marks, k, fresh, now=now)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
     if skipped and warn:
@@ -124,7 +183,73 @@ def compute(store_url: str | None, req: Request, *, now: datetime, warn: bool = 
         k = dataclasses.replace(k, hint=_where_runs_are(store_url, req.tz, now))
         if k.hint and warn:
             log.warning("gpu-kpi: report %s: %s", label_of(k.week), k.hint)
-    return Computed(kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now)
+    return Computed(
+        kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now, kept=teams
+    )
+
+
+def _kept_weeks(
+    store: RunStore, req: Request, weeks: Sequence[datetime], *, now: datetime
+) -> tuple[dict[str, str], dict[str, dict[str, Headline]]]:
+    """The change marks of the complete weeks of a trend (read before their rows), and the
+    kept headlines (per team, ``""`` the fleet) of those that still hold
+    (:mod:`reports.data.week_cache`; the last week's rows are read whatever is kept). Nothing
+    when the store has no counters (older than version 4) or cannot be read here (the report's
+    own read says why)."""
+    from reports.data import week_cache
+    from tracker.cost import thresholds_for
+    from tracker.store import StoreError
+
+    t = req.thresholds or thresholds_for(req.basis)
+    reach = timedelta(minutes=t.idle_window_min - 1)
+    spans = [s for s in week_cache.week_spans(weeks, req.tz) if s[2] <= now]
+    try:
+        # (runs the report's read marks crashed raise counters after this: those weeks are
+        # computed again next time, never kept stale)
+        marks = week_cache.week_marks(store, spans, reach=reach)
+        return marks, week_cache.kept_headlines(store, _cache_key(req), marks)
+    except StoreError:
+        return {}, {}  # the report's own read says what is wrong
+
+
+def _cache_key(req: Request) -> Any:
+    from reports.data.week_cache import cache_key
+
+    return cache_key(
+        tz=req.tz,
+        basis=req.basis,
+        thresholds=req.thresholds,
+        prices=req.prices,
+        owned=req.owned,
+        carbon=req.carbon,
+    )
+
+
+def _keep_weeks(
+    store: RunStore,
+    req: Request,
+    marks: Mapping[str, str],
+    k: WeekKpis,
+    read: Sequence[pd.Timestamp],
+    *,
+    now: datetime,
+) -> None:
+    """Keep the headlines (the fleet's and each team's) of the complete weeks read from rows
+    that have a mark (:func:`_kept_weeks`)."""
+    from reports.data import week_cache
+
+    keep: dict[str, dict[str, tuple[str, Headline]]] = {}
+    for w in read:
+        label = label_of(w)
+        if label not in marks or w not in k.week_headlines:
+            continue
+        keep[label] = {"": (marks[label], k.week_headlines[w])}
+        for (team, wk), h in k.team_headlines.items():
+            if wk == w:
+                keep[label][team] = (marks[label], h)
+    if not keep:
+        return
+    week_cache.keep_headlines(store, _cache_key(req), keep, now=now)
 
 
 def _weeks_with_runs(runs: Sequence[Any], tz: tzinfo, now: datetime) -> set[datetime]:

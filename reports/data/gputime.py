@@ -57,6 +57,7 @@ def week_gpu_time(
     basis: str = "util",
     thresholds: Thresholds | None = None,
     now: datetime,
+    store: RunStore | None = None,
 ) -> GpuTime:
     """The GPU-time of ``weeks`` weeks up to the end of the week at ``start``.
 
@@ -69,6 +70,7 @@ def week_gpu_time(
         thresholds: The idle rule and targets (None: the basis' defaults).
         now: The time of the read (timezone-aware): runs without a heartbeat are marked
             crashed, and a running run's summary counts up to it.
+        store: The store, already open (``store_url`` is not used); None opens it.
 
     Returns:
         The runs, their GPU-time rows and what was left out.
@@ -77,7 +79,16 @@ def week_gpu_time(
         ReportError: The store holds no run.
         StoreError: The store cannot be read.
     """
-    read = load(store_url, start, tz=tz, weeks=weeks, basis=basis, thresholds=thresholds, now=now)
+    read = load(
+        store_url,
+        start,
+        tz=tz,
+        weeks=weeks,
+        basis=basis,
+        thresholds=thresholds,
+        now=now,
+        store=store,
+    )
     gt = kpis.combine_gpu_time(
         read.runs, read.sampled, tz=tz, basis=basis, now=now, sampled_ids=read.sampled_ids
     )
@@ -149,21 +160,26 @@ def span_gpu_time(
 
 
 def usable_runs(
-    scans: SampleScans, *, since: datetime, until: datetime
+    scans: SampleScans,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    ids: Sequence[str] | None = None,
 ) -> tuple[pd.DataFrame, list[kpis.ExcludedRun]]:
-    """The runs of a span that the figures can use, and those left out.
+    """The runs of a span (or of ``ids``) that the figures can use, and those left out.
 
     Args:
         scans: The store's reads.
         since: The span's start (timezone-aware).
         until: The span's end, excluded (timezone-aware).
+        ids: The runs with these ids instead, wherever they lie.
 
     Returns:
         The usable runs (:func:`reports.kpi.runs_frame`), and the runs left out with the
         reason: those that could not be read, then those whose figures cannot be used
         (:func:`reports.kpi.usable_runs`).
     """
-    rows = scans.run_rows(since=since, until=until)
+    rows = scans.run_rows(since=since, until=until, ids=ids)
     # columns for the runs that are surely as the store writes them and usable; one record
     # each, through the checks that name what is wrong, for the others
     frame, ok = run_columns(rows, nan=scans.store.engine.dialect.name != "sqlite")
@@ -185,6 +201,25 @@ def usable_runs(
     # a column's type as a frame of these runs alone has it (a left-out row's text made the
     # whole column object)
     return runs.reset_index(drop=True).infer_objects(), unread + excluded
+
+
+def _and_runs_of(
+    scans: SampleScans,
+    runs: pd.DataFrame,
+    excluded: list[kpis.ExcludedRun],
+    totals: pd.DataFrame,
+) -> tuple[pd.DataFrame, list[kpis.ExcludedRun]]:
+    """``runs`` and the runs of ``totals`` (samples in the span) whose record does not overlap
+    the span (minutes after its end: a late sampler, a clock): a week counts a run's minutes
+    whatever span the report reads around it."""
+    known = {*runs["id"].astype(object), *(e.run_id for e in excluded)}
+    missing = sorted(set(totals["run_id"].astype(object)) - known)
+    if not missing:
+        return runs, excluded
+    more, more_excluded = usable_runs(scans, ids=missing)
+    if len(more):
+        runs = pd.concat([runs, more], ignore_index=True).infer_objects()
+    return runs, [*excluded, *more_excluded]
 
 
 def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
@@ -231,6 +266,7 @@ def load(
     basis: str = "util",
     thresholds: Thresholds | None = None,
     now: datetime,
+    store: RunStore | None = None,
 ) -> SampledTime:
     """The runs and the GPU-time from minute samples of ``weeks`` weeks up to the end of the
     week at ``start`` (:func:`week_gpu_time` adds the summaries of runs never sampled).
@@ -248,6 +284,7 @@ def load(
         basis: ``util`` or ``sm_active``.
         thresholds: The idle rule (None: the basis' defaults).
         now: Runs without a heartbeat since well before it are marked crashed first.
+        store: The store, already open (``store_url`` is not used); None opens it.
 
     Returns:
         The usable runs, the GPU-time rows (:data:`reports.kpi.GT_COLUMNS`) of those with
@@ -259,65 +296,84 @@ def load(
         StoreError: The store cannot be read.
     """
     t = thresholds or thresholds_for(basis)
+    if store is None:
+        with RunStore(store_url or default_store_url()) as opened:
+            return _read(opened, start, tz=tz, weeks=weeks, basis=basis, t=t, now=now)
+    return _read(store, start, tz=tz, weeks=weeks, basis=basis, t=t, now=now)
+
+
+def _read(
+    store: RunStore,
+    start: datetime,
+    *,
+    tz: tzinfo,
+    weeks: int,
+    basis: str,
+    t: Thresholds,
+    now: datetime,
+) -> SampledTime:
+    """:func:`load` from an open store."""
     value = kpis.BASES[basis][0]
     # each bound a local calendar Monday on its own: across a DST change a week is 167 or 169 h
     since = pd.Timestamp(shift_week(start, tz, -(weeks - 1)))
     until = pd.Timestamp(shift_week(start, tz, 1))
     week_starts = weeks_between(since, until, tz)
     window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
-    with RunStore(store_url or default_store_url()) as store:
-        try:
-            store.mark_crashed(now=now)
-            marked = True
-        except StoreError as e:  # a read replica, a role that may only SELECT
-            log.warning(
-                "gpu-kpi: the report reads the store as it is (%s): runs that stopped "
-                "beating are reported as crashed, not marked so in the store",
-                e,
-            )
-            marked = False
-        scans = SampleScans(store)
-        if not scans.has_runs():
-            raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-        runs, excluded = usable_runs(scans, **window)
+    try:
+        store.mark_crashed(now=now)
+        marked = True
+    except StoreError as e:  # a read replica, a role that may only SELECT
+        log.warning(
+            "gpu-kpi: the report reads the store as it is (%s): runs that stopped "
+            "beating are reported as crashed, not marked so in the store",
+            e,
+        )
+        marked = False
+    scans = SampleScans(store)
+    if not scans.has_runs():
+        raise ReportError(f"the run store {store.url} has no runs: nothing to report")
+    runs, excluded = usable_runs(scans, **window)
+    if _rollups_answer(store.version, t, basis, [*week_starts, until]):
+        totals, idle = _from_rollups(scans, value, week_starts, until)
+        runs, excluded = _and_runs_of(scans, runs, excluded, totals)
         if not marked:
             runs = _as_crashed(runs, now)
         ever = frozenset(scans.sampled_runs(runs["id"]))
-        if _rollups_answer(store.version, t, basis, [*week_starts, until]):
-            totals, idle = _from_rollups(scans, value, week_starts, until)
-            totals = totals[totals["run_id"].isin(runs["id"])]
-            bad = kpis.bad_samples(
-                totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
-            )
-            totals = totals[totals["minutes"] > 0]
-            skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
-            return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
-        totals = totals_frame(
-            scans.sample_totals(
-                value=value,
-                low_under=t.idle_pct,
-                bucket_edges=week_starts[1:],
-                value_range=kpis.PCT_RANGE,
-                **window,
-            )
-        )
         totals = totals[totals["run_id"].isin(runs["id"])]
         bad = kpis.bad_samples(
             totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
         )
-        totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
-        samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
-        # idle windows reach across the window's edges: read the idle_window_min - 1 minutes
-        # either side, so that a week's idle is final and equal to what later reports show
-        reach = timedelta(minutes=t.idle_window_min - 1)
-        scans.scan_sample_stretches(
-            samples,
-            columns=samples.columns,
-            stretches=kpis.idle_candidates(totals, t),
-            margin=t.idle_window_min - 1,
-            since=window["since"] - reach,
-            until=window["until"] + reach,
+        totals = totals[totals["minutes"] > 0]
+        skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
+        return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
+    totals = totals_frame(
+        scans.sample_totals(
+            value=value,
+            low_under=t.idle_pct,
+            bucket_edges=week_starts[1:],
+            value_range=kpis.PCT_RANGE,
+            **window,
         )
+    )
+    runs, excluded = _and_runs_of(scans, runs, excluded, totals)
+    if not marked:
+        runs = _as_crashed(runs, now)
+    ever = frozenset(scans.sampled_runs(runs["id"]))
+    totals = totals[totals["run_id"].isin(runs["id"])]
+    bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value)
+    totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
+    samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
+    # idle windows reach across the window's edges: read the idle_window_min - 1 minutes
+    # either side, so that a week's idle is final and equal to what later reports show
+    reach = timedelta(minutes=t.idle_window_min - 1)
+    scans.scan_sample_stretches(
+        samples,
+        columns=samples.columns,
+        stretches=kpis.idle_candidates(totals, t),
+        margin=t.idle_window_min - 1,
+        since=window["since"] - reach,
+        until=window["until"] + reach,
+    )
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
     skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
     return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)

@@ -430,13 +430,30 @@ class SampleScans:
         *,
         since: datetime | None = None,
         until: datetime | None = None,
+        ids: Sequence[str] | None = None,
     ) -> list[tuple[Any, ...]]:
         """The rows of ``runs`` for ``[since, until)`` (as :meth:`read_runs` selects them), as
         the driver's plain tuples in :data:`RUN_COLUMNS` order, ordered by start and id: for
         readers of a million runs that build columns, not records
         (:func:`reports.data.columns.run_columns`; :func:`records_of` makes records of some).
         Times come as the driver gives them (SQLite: naive UTC text; PostgreSQL: aware
-        datetimes); text that is not UTF-8 (SQLite) with the bad bytes replaced."""
+        datetimes); text that is not UTF-8 (SQLite) with the bad bytes replaced. ``ids``: the
+        runs with these ids instead of a span's."""
+        if ids is not None:
+            return [
+                row
+                for i in range(0, len(ids), _IN_CHUNK)
+                for row in self._run_rows(runs_table.c.id.in_(list(ids[i : i + _IN_CHUNK])))
+            ]
+        return self._run_rows(None, since=since, until=until)
+
+    def _run_rows(
+        self,
+        where: sa.ColumnElement[bool] | None,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[tuple[Any, ...]]:
         c = runs_table.c
         times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
         # the times as the driver returns them (SQLite: text), converted by the reader
@@ -456,6 +473,8 @@ class SampleScans:
                 return condition
             return sa.or_(condition, sa.not_(sa.type_coerce(col, sa.String).like(TIME_SHAPE)))
 
+        if where is not None:
+            stmt = stmt.where(where)
         if until is not None:
             stmt = stmt.where(or_misshaped(c.started_at, c.started_at < utc(until)))
         if since is not None:

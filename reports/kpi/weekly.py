@@ -4,7 +4,7 @@ runs ordered by waste, the 12-week trend. Money comes from :mod:`tracker.cost`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
@@ -95,6 +95,10 @@ class WeekKpis:
     (set by the report builder); None for a complete week."""
     hint: str = ""
     """Where the runs are when this week has none (set by the report builder)."""
+    week_headlines: Mapping[pd.Timestamp, Headline] = field(default_factory=dict)
+    """The headline of each week of the trend worked out from the rows (not a kept one)."""
+    team_headlines: Mapping[tuple[str, pd.Timestamp], Headline] = field(default_factory=dict)
+    """Per (team, week) of the trend with rows, the team's headline (when asked for)."""
 
 
 def _price(
@@ -218,38 +222,48 @@ def run_weeks(
 
 
 def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
-    priced = per[per["priced"].astype(bool)]  # an empty object column would select columns
-    known = float(per["known_hours"].sum())
-    under = per[
-        (per["utilization_pct"] < t.underutilized_pct)
-        & (per["gpu_hours"] >= t.underutilized_min_gpu_hours)
-    ]
-    total = float(per["gpu_hours"].sum())
-    metered = per[per["energy_kwh"].notna()]
+    # arrays, not frames: a report works out a headline per week of its trend and per team
+    def col(name: str) -> np.ndarray:
+        return per[name].to_numpy(dtype=float, na_value=np.nan)
 
-    def unit(col: str, scale: float) -> float | None:
-        rows = priced[priced[col].notna() & (priced[col] > 0)]
-        n = float(rows[col].sum())
-        return scale * float(rows["spend_usd"].sum()) / n if n > 0 else None
+    def total(values: np.ndarray, where: np.ndarray | None = None) -> float:
+        return float(np.nansum(values if where is None else values[where]))
+
+    priced = per["priced"].astype(bool).to_numpy()
+    hours, known, util = col("gpu_hours"), col("known_hours"), col("utilization_pct")
+    spend = col("spend_usd")
+    with np.errstate(invalid="ignore"):
+        under = (util < t.underutilized_pct) & (hours >= t.underutilized_min_gpu_hours)
+    ids = per["run_id"]
+    energy = col("energy_kwh")
+    metered = ~np.isnan(energy)
+    all_hours = total(hours)
+
+    def unit(name: str, scale: float) -> float | None:
+        values = col(name)
+        with np.errstate(invalid="ignore"):
+            rows = priced & ~np.isnan(values) & (values > 0)
+        n = total(values, rows)
+        return scale * total(spend, rows) / n if n > 0 else None
 
     return Headline(
-        gpu_hours=total,
-        known_gpu_hours=known,
-        utilization_pct=weighted_util_pct(100.0 * float(per["used_hours"].sum()), known),
-        spend_usd=float(priced["spend_usd"].sum()),
-        waste_usd=float(priced["waste_usd"].sum()),
-        idle_usd=float(priced["idle_usd"].sum()),
-        runs=int(per["run_id"].nunique()),
-        underutilized_runs=int(under["run_id"].nunique()),
-        underutilized_gpu_hours_pct=100.0 * float(under["gpu_hours"].sum()) / total
-        if total > 0
+        gpu_hours=all_hours,
+        known_gpu_hours=total(known),
+        utilization_pct=weighted_util_pct(100.0 * total(col("used_hours")), total(known)),
+        spend_usd=total(spend, priced),
+        waste_usd=total(col("waste_usd"), priced),
+        idle_usd=total(col("idle_usd"), priced),
+        runs=int(ids.nunique()),
+        underutilized_runs=int(ids[under].nunique()),
+        underutilized_gpu_hours_pct=100.0 * total(hours, under) / all_hours
+        if all_hours > 0
         else None,
         usd_per_1k_samples=unit("samples", 1e3),
         usd_per_1m_tokens=unit("tokens", 1e6),
-        unpriced_gpu_hours=float(per.loc[~per["priced"], "gpu_hours"].sum()),
-        energy_kwh=float(metered["energy_kwh"].sum()) if len(metered) else None,
-        co2e_kg=float(metered["co2e_kg"].sum()) if len(metered) else None,
-        energy_gpu_hours=float(metered["gpu_hours"].sum()),
+        unpriced_gpu_hours=total(hours, ~priced),
+        energy_kwh=total(energy, metered) if metered.any() else None,
+        co2e_kg=total(col("co2e_kg"), metered) if metered.any() else None,
+        energy_gpu_hours=total(hours, metered),
     )
 
 
@@ -328,10 +342,14 @@ def kpis_of_gpu_time(
     trend_weeks: int = 12,
     owned: Mapping[str, OwnedGpu] | None = None,
     carbon: Carbon | None = None,
+    stored: Mapping[pd.Timestamp, Headline] | None = None,
+    team_headlines: Collection[pd.Timestamp] = (),
 ) -> WeekKpis:
     """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`). ``prices``: the
     rental table (with the config's ``[prices]``); ``owned`` models are priced at their
-    amortized rate and compared with it."""
+    amortized rate and compared with it. ``stored``: the headlines of earlier weeks whose rows
+    were not read (kept by an earlier report: :mod:`reports.data.week_cache`), by week start;
+    ``team_headlines``: the weeks (starts) to work out each team's headline of too."""
     t = thresholds or thresholds_for(basis)
     prices = prices or PriceTable()
     carbon = carbon or Carbon()
@@ -345,9 +363,13 @@ def kpis_of_gpu_time(
     this = of_week.get(w, nothing)
     prev = of_week.get(weeks[-2], nothing)
     empty = _headline(nothing, t)  # the headline of a week without runs, worked out once
-    headlines = {wk: _headline(of_week[wk], t) if wk in of_week else empty for wk in weeks}
+    stored = {pd.Timestamp(k).tz_convert("UTC"): v for k, v in (stored or {}).items()}
+    worked = {wk: _headline(of_week[wk], t) if wk in of_week else empty for wk in weeks}
+    headlines = {
+        wk: stored[wk] if wk in stored and wk not in of_week else worked[wk] for wk in weeks
+    }
     head = headlines[w]
-    previous = headlines[weeks[-2]] if len(prev) else None
+    previous = headlines[weeks[-2]] if len(prev) or headlines[weeks[-2]].runs > 0 else None
     change = {
         f: _change(getattr(head, f), getattr(previous, f) if previous else None)
         for f in HEADLINE_FIELDS
@@ -384,6 +406,15 @@ def kpis_of_gpu_time(
         if owned
         else (),
         carbon=carbon,
+        week_headlines={wk: worked[wk] for wk in weeks if wk not in stored or wk in of_week},
+        team_headlines={
+            (str(team), pd.Timestamp(wk)): _headline(rows, t)
+            for (team, wk), rows in per[per["week"].isin(list(team_headlines))].groupby(
+                ["team", "week"]
+            )
+        }
+        if len(team_headlines)
+        else {},
     )
 
 

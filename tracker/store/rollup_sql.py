@@ -32,6 +32,7 @@ from tracker.store.sample_sql import SampleSQL
 from tracker.store.schema import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
+    changes_table,
     meta_table,
     rollups_table,
     upsert,
@@ -255,7 +256,7 @@ def migrate(conn: Connection, version: int) -> None:
     """Bring a store of ``version`` to :data:`SCHEMA_VERSION` in one transaction (the caller's),
     serialized like :func:`create_schema`; a second migrator finds the work done. 1 → 2:
     create ``rollups``; 1 or 2 → 3: build them from every sample (:func:`rebuild`), by the
-    seconds-weighted idle rule."""
+    seconds-weighted idle rule; → 4: create ``changes`` (:mod:`tracker.store.changes`)."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
     stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
@@ -263,7 +264,10 @@ def migrate(conn: Connection, version: int) -> None:
         return
     if version < 2:
         rollups_table.create(conn, checkfirst=True)
-    rebuild(conn)
+    if version < 3:
+        rebuild(conn)
+    if version < 4:
+        changes_table.create(conn, checkfirst=True)
     conn.execute(
         sa.update(meta_table)
         .where(meta_table.c.key == "schema_version")

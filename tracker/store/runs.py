@@ -14,7 +14,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
 from tracker.record import MinuteSample, RunRecord
-from tracker.store import rollup_sql
+from tracker.store import changes, rollup_sql
 from tracker.store.engine import (
     LOCKED_RETRIES,
     SQLITE_BUSY_TIMEOUT_S,
@@ -160,7 +160,17 @@ class RunStore:
             ValueError: A naive datetime.
         """
         row = run_to_row(record)
-        self._transaction(lambda conn: conn.execute(self._upsert_run, row), write=True)
+
+        def work(conn: Connection) -> None:
+            touched = changes.Touched()
+            if self.version >= 4:  # the days of its span before and after
+                for old in changes.stored_spans(conn, [row["id"]]):
+                    touched.run(old)
+                touched.run(row)
+            conn.execute(self._upsert_run, row)
+            touched.raise_(conn)
+
+        self._transaction(work, write=True)
 
     def upsert_samples(self, rows: Sequence[MinuteSample]) -> None:
         """Insert minute samples, or update the stored one with the same (run_id, minute, gpu),
@@ -210,8 +220,27 @@ class RunStore:
         for run_id, minute, gpu in by_key:
             first[(run_id, gpu)] = min(minute, first.get((run_id, gpu), minute))
         ids = list(dict.fromkeys(drop))
+        # each run's days with samples written: from its first to its last minute
+        minutes: dict[str, tuple[datetime, datetime]] = {}
+        for (run_id, _), minute in first.items():
+            lo, hi = minutes.get(run_id, (minute, minute))
+            minutes[run_id] = (min(lo, minute), hi)
+        for run_id, minute, _ in by_key:
+            lo, hi = minutes[run_id]
+            if minute > hi:
+                minutes[run_id] = (lo, minute)
 
         def work(conn: Connection) -> None:
+            touched = changes.Touched()
+            if self.version >= 4:  # before anything is deleted or replaced
+                for old in changes.stored_spans(conn, [*ids, *(r["id"] for r in runs)]):
+                    touched.run(old)
+                for run_id, days in changes.sample_days(conn, ids).items():
+                    touched.days(run_id, days)
+                for r in runs:
+                    touched.run(r)
+                for run_id, (lo, hi) in minutes.items():
+                    touched.days(run_id, changes.span_days(lo, hi))
             for i in range(0, len(ids), _IN_CHUNK):
                 for table in (
                     runs_table,
@@ -232,6 +261,7 @@ class RunStore:
                 rollups=rollups or {},
                 keep_rollups=self.version >= 2,
             )
+            touched.raise_(conn)
 
         self._transaction(work, write=True)
 
@@ -248,7 +278,14 @@ class RunStore:
         if self.version < SCHEMA_VERSION:
             self._transaction(lambda conn: rollup_sql.migrate(conn, self.version), write=True)
             self.version = SCHEMA_VERSION
-        return self._transaction(rollup_sql.rebuild, write=True)
+
+        def work(conn: Connection) -> int:
+            written = rollup_sql.rebuild(conn)
+            # damaged rollups left out of kept weeks are back: every kept week is stale
+            changes.raise_all(conn)
+            return written
+
+        return self._transaction(work, write=True)
 
     def mark_crashed(self, *, now: datetime, stale_after_s: float = STALE_AFTER_S) -> list[str]:
         """Mark ``running`` runs whose last heartbeat (or start, if none) is more than
@@ -273,11 +310,20 @@ class RunStore:
 
         def work(conn: Connection) -> list[str]:
             if conn.dialect.update_returning:
-                return list(conn.execute(update.where(stale).returning(c.id)).scalars())
-            # SQLite before 3.35 has no RETURNING. Nothing can change between the two
-            # statements: a write transaction there holds the database's write lock.
-            ids = list(conn.execute(sa.select(c.id).where(stale)).scalars())
-            conn.execute(update.where(c.id.in_(ids)))
+                ids = list(conn.execute(update.where(stale).returning(c.id)).scalars())
+            else:
+                # SQLite before 3.35 has no RETURNING. Nothing can change between the two
+                # statements: a write transaction there holds the database's write lock.
+                ids = list(conn.execute(sa.select(c.id).where(stale)).scalars())
+                conn.execute(update.where(c.id.in_(ids)))
+            if self.version >= 4 and ids:
+                # a running run counted up to now until here: every day from its start
+                touched = changes.Touched()
+                for old in changes.stored_spans(conn, ids):
+                    touched.days(
+                        old["id"], changes.span_days(changes.as_time(old["started_at"]), now)
+                    )
+                touched.raise_(conn)
             return ids
 
         return sorted(self._transaction(work, write=True))

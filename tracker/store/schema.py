@@ -18,13 +18,16 @@ from sqlalchemy.engine import Connection, Dialect
 from tracker.record import MinuteSample, RunRecord
 from tracker.text import storable
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
 1: runs, samples, meta. 2: and ``rollups`` (:mod:`tracker.store.rollups`), built from the
 samples when a version 1 store is opened for writing
 (:func:`tracker.store.rollup_sql.migrate`). 3: the same tables, the rollups' idle seconds by
 the seconds-weighted idle rule (:func:`tracker.cost.idle_flags`): rebuilt when a version 2
-store is opened for writing; until then a report reads its minutes."""
+store is opened for writing; until then a report reads its minutes. 4: and ``changes``
+(:mod:`tracker.store.changes`), the per-day counters every write raises: a report reuses a
+complete week's KPIs while they hold. Writers older than version 4 would not raise them, so
+they refuse a version 4 store (upgrade the trackers with the reports)."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
@@ -136,6 +139,14 @@ rollups_table = sa.Table(
     sa.Column("bad_sm", sa.Integer, nullable=False),
     sa.Column("bad_minutes", sa.Integer, nullable=False),
     sa.Index("ix_rollups_hour", "hour"),
+)
+
+changes_table = sa.Table(
+    "changes",
+    metadata,
+    sa.Column("day", sa.Integer, primary_key=True),  # UTC days since 1970-01-01
+    sa.Column("shard", sa.Integer, primary_key=True),  # of the run id: tracker.store.changes
+    sa.Column("version", sa.BigInteger, nullable=False),
 )
 
 meta_table = sa.Table(

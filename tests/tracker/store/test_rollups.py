@@ -200,7 +200,7 @@ def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> N
     with RunStore(store_url, create=False) as reader:
         assert reader.version == 1 and reader.schema_version() == 1
     with RunStore(store_url) as writer:
-        assert writer.version == writer.schema_version() == SCHEMA_VERSION == 3
+        assert writer.version == writer.schema_version() == SCHEMA_VERSION == 4
         assert rollup_rows(writer) == expected
         # the 40 idle minutes at 2%: 15 in the first hour, 25 in the next
         assert [r[COLUMNS.index("util_idle_s")] for r in expected[:2]] == [900.0, 1500.0]
@@ -212,7 +212,8 @@ def test_a_version_2_stores_rollups_are_rebuilt_by_the_seconds_weighted_rule(
     """Version 2 kept idle seconds by equal-weight windows: a first minute of 20 s at 40% and
     29 at 4% averaged (40 + 29 x 4) / 30 = 5.2%, not idle. Seconds-weighted it is 4.41%: the
     29 minutes are idle. A reader leaves a version 2 store as it is (and the report reads its
-    minutes, build._rollups_answer); a writer rebuilds the rollups and marks it version 3."""
+    minutes, build._rollups_answer); a writer rebuilds the rollups and marks it version 4 (3:
+    the idle rule; 4: change counters)."""
     rows = samples_of("r", "g", [40.0] + [4.0] * 29 + [90.0] * 10)
     rows[0] = dataclasses.replace(rows[0], covered_s=20.0)
     with RunStore(store_url) as store:
@@ -227,5 +228,5 @@ def test_a_version_2_stores_rollups_are_rebuilt_by_the_seconds_weighted_rule(
         assert reader.version == 2
         assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(reader)) == 0.0
     with RunStore(store_url) as writer:
-        assert writer.version == 3
+        assert writer.version == 4
         assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(writer)) == 29 * 60.0

@@ -228,10 +228,10 @@ def test_mark_crashed_ends_stale_running_runs_at_their_heartbeat(store: RunStore
     assert store.mark_crashed(now=now, stale_after_s=600) == []
 
 
-def test_schema_is_created_once_at_version_3(store_url: str) -> None:
+def test_schema_is_created_once_at_version_4(store_url: str) -> None:
     with RunStore(store_url) as first:
         first.upsert_run(full_run())
-        assert first.schema_version() == first.version == 3
+        assert first.schema_version() == first.version == 4
     with RunStore(store_url) as again:
         assert again.get_run("run-1") == full_run()
     engine = _engine(store_url)
@@ -259,10 +259,10 @@ def test_newer_schema_is_refused(store_url: str) -> None:
     engine = _engine(store_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE meta SET value = '4' WHERE key = 'schema_version'"))
+            conn.execute(sa.text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
     finally:
         engine.dispose()
-    with pytest.raises(StoreError, match="schema version 4"):
+    with pytest.raises(StoreError, match="schema version 5"):
         RunStore(store_url)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from reports.data.scans import SampleScans
 from tracker.record import MinuteSample, RunRecord
-from tracker.store import RunStore
+from tracker.store import SCHEMA_VERSION, RunStore
 
 PROCESSES = 16
 RUNS_PER_PROCESS = 5
@@ -75,7 +75,7 @@ def test_sixteen_processes_write_at_once(store_url: str) -> None:
         assert sum(s.util_pct or 0 for s in samples) == (
             PROCESSES * RUNS_PER_PROCESS * sum(range(MINUTES_PER_RUN))
         )
-        assert store.schema_version() == 3
+        assert store.schema_version() == SCHEMA_VERSION
         # every process kept its runs' rollups: one row per (run, GPU, hour), all minutes in
         totals = SampleScans(store).rollup_totals(
             value="util_pct", hour_edges=[], since_hour=0, until_hour=10**9

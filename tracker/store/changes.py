@@ -1,0 +1,166 @@
+"""What changed where: a counter per UTC day (and shard), raised in the same transaction as
+every write of runs and samples that can change that day's figures.
+
+A report keeps the KPIs of a complete week it computed beside the counters of the week's days
+as it read them first; a later report that finds the same counters reads those KPIs instead of
+the week's rows (:mod:`reports.data.week_cache`), so its trend costs one week's work whatever
+the history. Counters only grow; a write that lands between a report's reading of them and of
+the rows raises them, so such a week is computed again next time, never kept stale.
+
+A run's write raises every day of its span (start to end, or last heartbeat), before and after
+the write (a run whose start moved changes both); samples raise the days of their minutes; a
+run dropped by an import raises the days of its span and of its samples. Rows are sharded by
+run id (:data:`SHARDS`) so that writers of different runs on PostgreSQL do not queue on one row.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from tracker.store.schema import (
+    changes_table,
+    meta_table,
+    runs_table,
+    samples_table,
+    upsert,
+    utc,
+)
+
+SHARDS = 16
+"""Counter rows per day."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DAY = timedelta(days=1)
+MAX_SPAN_DAYS = 3_660
+"""A run's span counted at most this many days back from its end (a start in 1970 from a bad
+clock would otherwise raise 20,000 rows)."""
+
+
+def day_of(moment: datetime) -> int:
+    """The UTC day of ``moment`` (timezone-aware): days since 1970-01-01."""
+    return (utc(moment) - _EPOCH) // _DAY
+
+
+def shard_of(run_id: object) -> int:
+    """The counter shard of a run id (stable across processes and versions)."""
+    data = run_id if isinstance(run_id, bytes) else str(run_id).encode("utf-8", "surrogatepass")
+    return zlib.crc32(data) % SHARDS
+
+
+def span_days(started: datetime | None, ended: datetime | None) -> range:
+    """The UTC days from ``started`` to ``ended`` (both included; ``ended`` None: ``started``
+    alone); empty without a start."""
+    if started is None:
+        return range(0)
+    first, last = day_of(started), day_of(ended or started)
+    if last < first:
+        first, last = last, first
+    return range(max(first, last - MAX_SPAN_DAYS), last + 1)
+
+
+class Touched:
+    """The (day, shard) counters one transaction raises, collected as it writes."""
+
+    def __init__(self) -> None:
+        self.keys: set[tuple[int, int]] = set()
+
+    def days(self, run_id: object, days: Iterable[int]) -> None:
+        shard = shard_of(run_id)
+        self.keys.update((d, shard) for d in days)
+
+    def run(self, row: Mapping[str, Any]) -> None:
+        """A run row (its ``id``, ``started_at``, ``ended_at``, ``heartbeat_at``)."""
+        end = row.get("ended_at") or row.get("heartbeat_at")
+        self.days(row["id"], span_days(as_time(row.get("started_at")), as_time(end)))
+
+    def raise_(self, conn: Connection) -> None:
+        """Raise the counters in ``conn``'s transaction (none when nothing was touched)."""
+        if not self.keys:
+            return
+        stmt = sa.text(
+            "INSERT INTO changes (day, shard, version) VALUES (:day, :shard, 1) "
+            "ON CONFLICT (day, shard) DO UPDATE SET version = changes.version + 1"
+        )
+        # in one order, so that two writers never wait on each other's rows crosswise
+        conn.execute(stmt, [{"day": d, "shard": s} for d, s in sorted(self.keys)])
+
+
+def as_time(value: Any) -> datetime | None:
+    """A stored or given time as an aware datetime; None for what is no time (a damaged row:
+    its span is unknown and raises nothing)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def stored_spans(conn: Connection, ids: Sequence[str], chunk: int = 500) -> list[dict[str, Any]]:
+    """The stored ``id``, ``started_at``, ``ended_at``, ``heartbeat_at`` of the runs ``ids``
+    (those that exist)."""
+    c = runs_table.c
+    # as the driver gives them (SQLite: text, which may be damaged): read by _time
+    times = [
+        sa.type_coerce(t, sa.String).label(t.name)
+        for t in (c.started_at, c.ended_at, c.heartbeat_at)
+    ]
+    out: list[dict[str, Any]] = []
+    for i in range(0, len(ids), chunk):
+        stmt = sa.select(c.id, *times).where(c.id.in_(list(ids[i : i + chunk])))
+        out += [dict(r) for r in conn.execute(stmt).mappings()]
+    return out
+
+
+def sample_days(conn: Connection, ids: Sequence[str], chunk: int = 500) -> dict[str, range]:
+    """Per run of ``ids`` with samples: the UTC days from its first to its last minute."""
+    c = samples_table.c
+    out: dict[str, range] = {}
+    for i in range(0, len(ids), chunk):
+        stmt = (
+            sa.select(
+                c.run_id,
+                sa.func.min(sa.type_coerce(c.minute, sa.String)),
+                sa.func.max(sa.type_coerce(c.minute, sa.String)),
+            )
+            .where(c.run_id.in_(list(ids[i : i + chunk])))
+            .group_by(c.run_id)
+        )
+        for run_id, first, last in conn.execute(stmt):
+            out[run_id] = span_days(as_time(first), as_time(last))
+    return out
+
+
+def marks(conn: Connection, first_day: int, last_day: int) -> tuple[int, dict[int, int]]:
+    """The store's epoch (:func:`raise_all`) and each day's counter (the sum of its shards)
+    in ``[first_day, last_day]``; a day never written is absent (0)."""
+    c = changes_table.c
+    stmt = (
+        sa.select(c.day, sa.func.sum(c.version))
+        .where(c.day >= first_day, c.day <= last_day)
+        .group_by(c.day)
+    )
+    epoch = conn.execute(
+        sa.select(meta_table.c.value).where(meta_table.c.key == EPOCH_KEY)
+    ).scalar()
+    return int(epoch or 0), {int(d): int(v) for d, v in conn.execute(stmt)}
+
+
+EPOCH_KEY = "changes_epoch"
+"""The ``meta`` key of the counter that every day's mark includes."""
+
+
+def raise_all(conn: Connection) -> None:
+    """Make every day's mark new (after the rollups were rebuilt: a kept week may have left
+    out damaged rows that are now whole)."""
+    epoch, _ = marks(conn, 0, -1)
+    stmt = upsert(conn.dialect.name, meta_table, ("key",))
+    conn.execute(stmt, {"key": EPOCH_KEY, "value": str(epoch + 1)})
