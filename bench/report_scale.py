@@ -465,6 +465,11 @@ def main() -> None:
         "--formats", default="json,csv,html", help="gpu-kpi report --format (json is always added)"
     )
     ap.add_argument(
+        "--keep-store",
+        action="store_true",
+        help="time the report on the stores as they are (no prepare: no migration timed)",
+    )
+    ap.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -504,7 +509,7 @@ def main() -> None:
             for store in stores:
                 url = store_for(d, store, gpus, case, files)
                 label = store_label(store)
-                prep = prepare(url)
+                prep = 0.0 if args.keep_store else prepare(url)
                 print(f"  {label} prepare: {prep:.2f} s", flush=True)
                 out = d / f"out-{gpus}g-{label}-{case}"
                 cold, m, head = ours(url, out, formats, d, args.repeat)

@@ -22,6 +22,9 @@ _TIME_TEXT = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?"
 """A time as the store writes it on SQLite (naive UTC); any other text is read by
 :func:`reports.data.scans.records_of`."""
 
+_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+"""The same, as pandas parses it exactly (the store always writes the six digits)."""
+
 _FLOAT_COLUMNS = tuple(col.name for col in runs_table.c if isinstance(col.type, sa.Float))
 
 
@@ -55,6 +58,11 @@ def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFra
         missing = raw.isna().to_numpy()
         if pd.api.types.is_datetime64_any_dtype(raw):
             df[col] = pd.to_datetime(raw, utc=True).astype(TIME_DTYPE)
+        elif isinstance(raw.dtype, pd.StringDtype):
+            # text or missing (SQLite): the store's exact form parses, anything else is NaT
+            parsed = pd.to_datetime(raw, format=_TIME_FORMAT, utc=True, errors="coerce")
+            ok &= missing | parsed.notna().to_numpy()
+            df[col] = parsed.astype(TIME_DTYPE)
         else:
             values = raw.to_numpy(dtype=object)
             datetimes = np.fromiter((isinstance(v, datetime) for v in values), bool, n)

@@ -262,8 +262,11 @@ def surely_usable(runs: pd.DataFrame) -> np.ndarray:
             if not optional:
                 ok &= col.notna().to_numpy()
             continue
-        values = col.to_numpy(dtype=object)
-        ok &= np.fromiter((type(v) is str or (optional and v is None) for v in values), bool, n)
+        missing = col.isna().to_numpy()
+        texts = np.zeros(n, dtype=bool)
+        at = np.flatnonzero(~missing)  # a column of only None (no verdicts) costs nothing
+        texts[at] = [type(v) is str for v in col.to_numpy(dtype=object)[at]]
+        ok &= texts | (missing if optional else False)
     for field in NUMBERS:
         col = runs[field]
         if pd.api.types.is_bool_dtype(col):  # no store gives these: the row path decides
@@ -271,17 +274,14 @@ def surely_usable(runs: pd.DataFrame) -> np.ndarray:
             continue
         if pd.api.types.is_numeric_dtype(col):
             x = col.to_numpy(dtype=float)
-        else:  # numbers and something else (text, bytes, a number past int64)
+        else:  # numbers and something else (text, bytes, a number past int64), or only None
             values = col.to_numpy(dtype=object)
-            plain = np.fromiter((type(v) in (int, float) or v is None for v in values), bool, n)
+            at = np.flatnonzero(~col.isna().to_numpy())
+            x = np.full(n, np.nan)
+            plain = np.ones(n, dtype=bool)
+            plain[at] = [type(v) in (int, float) for v in values[at]]
             ok &= plain
-            x = np.array(
-                [
-                    _float_or_inf(v) if p and v is not None else np.nan
-                    for v, p in zip(values, plain, strict=True)
-                ],
-                dtype=float,
-            )
+            x[at] = [_float_or_inf(v) if type(v) in (int, float) else np.nan for v in values[at]]
         known = ~np.isnan(x)
         with np.errstate(invalid="ignore"):
             bad = ~np.isfinite(x) | (np.abs(x) > MAX_FIGURE)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -50,7 +51,7 @@ import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
 from reports.kpi.checks import as_text
-from reports.render.csvsafe import safe_cell, safe_row
+from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
 from reports.weeks import label_of
 from tracker.cost import Thresholds
@@ -329,7 +330,15 @@ def _cells(column: pd.Series) -> list[Any]:
         return [v if math.isfinite(v) else None for v in column.astype(float).tolist()]
     if pd.api.types.is_integer_dtype(column) or pd.api.types.is_bool_dtype(column):
         return column.tolist()
-    return [safe_cell(_plain(v)) for v in column.astype(object).tolist()]
+    if isinstance(column.dtype, pd.StringDtype):  # text or missing: neutralized in one pass
+        risky = column.str.startswith(FORMULA_START, na=False)
+        shown = column.where(~risky, "'" + column).astype(object)
+        return shown.where(column.notna(), None).tolist()
+    # (an object or a list is no CSV value: the JSON has it; a run field never holds one)
+    return [
+        None if isinstance(c := safe_cell(_plain(v)), dict | list) else c
+        for v in column.astype(object).tolist()
+    ]
 
 
 def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 20_000) -> None:
@@ -337,14 +346,12 @@ def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 20
     the columns ``block`` runs at a time."""
     raw = csv.writer(out, dialect="excel")  # every cell below is already neutralized
     metrics = [safe_cell(f) for f in _CSV_RUN_FIELDS]
-    present = [f for f in _CSV_RUN_FIELDS if f in runs.columns]
+    m = len(metrics)
     for lo in range(0, len(runs), block):
         part = runs.iloc[lo : lo + block]
-        keys = _cells(part["run_id"])
-        columns = [_cells(part[f]) if f in present else [None] * len(part) for f in _CSV_RUN_FIELDS]
-        raw.writerows(
-            [*head, key, metric, "" if v is None else v]
-            for i, key in enumerate(keys)
-            for metric, col in zip(metrics, columns, strict=True)
-            if not isinstance(v := col[i], dict | list)
-        )
+        n = len(part)
+        columns = [_cells(part[f]) if f in part.columns else [None] * n for f in _CSV_RUN_FIELDS]
+        keys = [k for k in _cells(part["run_id"]) for _ in range(m)]
+        values = ["" if v is None else v for run in zip(*columns, strict=True) for v in run]
+        week, basis, section = (itertools.repeat(h, n * m) for h in head)
+        raw.writerows(zip(week, basis, section, keys, metrics * n, values, strict=False))
