@@ -233,7 +233,10 @@ class RunStore:
         def work(conn: Connection) -> None:
             touched = changes.Touched()
             if self.version >= 4:  # before anything is deleted or replaced
-                for old in changes.stored_spans(conn, [*ids, *(r["id"] for r in runs)]):
+                # a run's first samples change its every week (measured by its samples from
+                # then on, not pro rata by its summary): its whole span, not only the minutes'
+                spans = [*ids, *(r["id"] for r in runs), *minutes]
+                for old in changes.stored_spans(conn, list(dict.fromkeys(spans))):
                     touched.run(old)
                 for run_id, days in changes.sample_days(conn, ids).items():
                     touched.days(run_id, days)

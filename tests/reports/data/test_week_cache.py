@@ -151,6 +151,28 @@ def test_team_trends_and_a_running_run(store_url: str, reads: list[int]) -> None
     assert reads[-2:] == [5, 5]
 
 
+def test_a_runs_first_samples_change_its_earlier_weeks(store_url: str, reads: list[int]) -> None:
+    """``long`` ran from W45 to W48 (2 GPUs, 4 x 168 h = 1,344 GPU-h in its summary, so 336 a
+    week pro rata). Its first samples, one hour in W48, make it a sampled run: measured by its
+    samples alone from then on, 0 GPU-h in W45 to W47, 1 in W48."""
+    fill(store_url)
+    with RunStore(store_url) as s:
+        s.upsert_run(run_record("long", week(45), 4 * 168, gpus=2, team="nlp"))
+    before = trend(store_url)
+    assert before["2026-W45"]["gpu_hours"] == pytest.approx(9 + 336)
+    with RunStore(store_url) as s:
+        s.upsert_samples(
+            [
+                MinuteSample(run_id="long", minute=week(48) + timedelta(minutes=m), gpu="GPU-0")
+                for m in range(60)
+            ]
+        )
+    after = trend(store_url)
+    # W45 to W48, and W44: its idle rule reads 29 minutes into W45's first day
+    assert reads[-1] == 5
+    assert {w: t["gpu_hours"] for w, t in after.items()} == pytest.approx(expected_hours({48: 1.0}))
+
+
 def test_what_is_kept_is_checked_and_a_rebuild_reads_all(
     store_url: str, reads: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
