@@ -96,77 +96,56 @@ def draws(runs: int) -> tuple[list[float], list[float]]:
     return history, [rng.uniform(0, 100) for _ in range(runs)]
 
 
+def _record(
+    run_id: str, group: int, start: datetime, end: datetime, gpus: int, util: float, **more: Any
+) -> Any:
+    """A finished run of 8-GPU group ``group`` (its team, project, user and model), priced at
+    :data:`PRICE`, with its GPU-hours from its span."""
+    from tracker.record import RunRecord
+
+    return RunRecord(
+        id=run_id,
+        name=f"job-{run_id.split('-', 1)[1]}",
+        team=TEAMS[group % 5],
+        project=f"p{group % 17}",
+        user=f"u{group % 40}",
+        started_at=start,
+        ended_at=end,
+        status="finished",
+        gpu_source="nvml",
+        gpu_model=MODELS[group % 4],
+        gpu_count=gpus,
+        price_per_gpu_hour=PRICE,
+        gpu_hours=gpus * (end - start).total_seconds() / 3600.0,
+        util_pct=util,
+        **more,
+    )
+
+
 def run_records(gpus: int, case: str = "benign") -> Iterator[Any]:
     """The RunRecords: 11 earlier weeks of summaries, then the week's runs (with samples): runs
     of 8 GPUs a week long, or in a ``split<M>`` case one run per GPU and ``M`` minutes."""
-    from tracker.record import RunRecord
-
     runs = runs_of(gpus)
     history_util, _ = draws(runs)
+    week_end = WEEK + timedelta(days=7)
     for w in range(1, HISTORY_WEEKS + 1):
         monday = WEEK - timedelta(days=7 * w)
         for i in range(runs):
-            yield RunRecord(
-                id=f"h{w:02d}-{i:04d}",
-                name=f"job-{i:04d}",
-                team=TEAMS[i % 5],
-                project=f"p{i % 17}",
-                user=f"u{i % 40}",
-                started_at=monday,
-                ended_at=monday + timedelta(days=7),
-                status="finished",
-                gpu_source="nvml",
-                gpu_model=MODELS[i % 4],
-                gpu_count=gpus_of_run(gpus, i),
-                price_per_gpu_hour=PRICE,
-                gpu_hours=gpus_of_run(gpus, i) * 168.0,
-                util_pct=history_util[(w - 1) * runs + i],
-            )
+            util = history_util[(w - 1) * runs + i]
+            end = monday + timedelta(days=7)
+            yield _record(f"h{w:02d}-{i:04d}", i, monday, end, gpus_of_run(gpus, i), util)
+    memory = {"mem_peak_gib": 20.0, "mem_total_gib": 80.0}
     split = split_minutes(case)
     if not split:
         for i in range(runs):
-            yield RunRecord(
-                id=f"w-{i:04d}",
-                name=f"job-{i:04d}",
-                team=TEAMS[i % 5],
-                project=f"p{i % 17}",
-                user=f"u{i % 40}",
-                started_at=WEEK,
-                ended_at=WEEK + timedelta(days=7),
-                status="finished",
-                gpu_source="nvml",
-                gpu_model=MODELS[i % 4],
-                gpu_count=gpus_of_run(gpus, i),
-                price_per_gpu_hour=PRICE,
-                gpu_hours=gpus_of_run(gpus, i) * 168.0,
-                util_pct=50.0,
-                mem_peak_gib=20.0,
-                mem_total_gib=80.0,
-            )
+            yield _record(f"w-{i:04d}", i, WEEK, week_end, gpus_of_run(gpus, i), 50.0, **memory)
         return
     for j in range(gpus):
         i = j // GPUS_PER_RUN  # the GPU's 8-GPU group: its team, model and base utilization
         for k in range(-(-MINUTES // split)):
             start = WEEK + timedelta(minutes=k * split)
-            minutes = min(split, MINUTES - k * split)
-            yield RunRecord(
-                id=f"w-{j:05d}-{k:04d}",
-                name=f"job-{j:05d}-{k:04d}",
-                team=TEAMS[i % 5],
-                project=f"p{i % 17}",
-                user=f"u{i % 40}",
-                started_at=start,
-                ended_at=start + timedelta(minutes=minutes),
-                status="finished",
-                gpu_source="nvml",
-                gpu_model=MODELS[i % 4],
-                gpu_count=1,
-                price_per_gpu_hour=PRICE,
-                gpu_hours=minutes / 60.0,
-                util_pct=50.0,
-                mem_peak_gib=20.0,
-                mem_total_gib=80.0,
-            )
+            end = min(start + timedelta(minutes=split), week_end)
+            yield _record(f"w-{j:05d}-{k:04d}", i, start, end, 1, 50.0, **memory)
 
 
 # -- samples, in Parquet --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from reports.request import FORMATS, Request, parse_formats, resolve_week
 from reports.weeks import label_of, shift_week, week_bounds, week_of
 
 if TYPE_CHECKING:
+    from reports.data.week_cache import CacheKey
     from tracker.store import RunStore
 
 log = logging.getLogger("gpu_kpi")
@@ -212,7 +213,8 @@ def _kept_weeks(
         return {}, {}  # the report's own read says what is wrong
 
 
-def _cache_key(req: Request) -> Any:
+def _cache_key(req: Request) -> CacheKey:
+    """What the report's kept weeks are kept under: its settings."""
     from reports.data.week_cache import cache_key
 
     return cache_key(

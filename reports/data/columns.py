@@ -49,8 +49,9 @@ def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFra
         The frame (a row per row, in order) and the mask of rows read as the store writes them.
     """
     n = len(rows)
-    df = pd.DataFrame.from_records(rows, columns=list(RUN_COLUMNS), nrows=n) if n else None
-    if df is None:
+    if n:
+        df = pd.DataFrame.from_records(rows, columns=list(RUN_COLUMNS), nrows=n)
+    else:
         df = pd.DataFrame({c: pd.Series([], dtype=object) for c in RUN_COLUMNS})
     ok = np.ones(n, dtype=bool)
     for col in TIME_COLUMNS:

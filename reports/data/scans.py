@@ -37,6 +37,7 @@ from reports.data.samples import (
 )
 from tracker.record import RunRecord
 from tracker.store import RunStore
+from tracker.store.changes import as_time
 from tracker.store.sample_sql import TIME_SHAPE, SampleSQL, checked_value
 from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
 
@@ -94,10 +95,10 @@ def _stored_time(raw: Any) -> datetime | None:
         return None
     if isinstance(raw, datetime):
         return utc(raw)
-    if not isinstance(raw, str):
+    value = as_time(raw) if isinstance(raw, str) else None  # the store's own reading of text
+    if value is None:
         raise ValueError(f"not a time: {raw!r}")
-    value = datetime.fromisoformat(raw)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value.astimezone(UTC)
 
 
 RUN_COLUMNS = tuple(col.name for col in runs_table.c)
