@@ -43,6 +43,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/tracker_overhead.py
 	$(BIN)/python bench/callback_overhead.py
+	$(BIN)/python bench/store_writes.py
 
 # MkDocs Material into the project venv on first use (the `docs` extra; not in `all`)
 $(DOCS_STAMP): $(STAMP)

@@ -318,6 +318,12 @@ def _idle_rows(
     # underflow may have taken digits: then every window the exact way
     exact = min(filter(None, weighted), default=1.0) < _TINY
     exact = exact or min(filter(None, covered_s), default=1.0) < _TINY
+    if n == window:  # one window (a live write's): its sums at once, decided as below
+        w_sum, s_sum = sum(weighted), sum(covered_s)
+        limit = s_sum * threshold_pct
+        if exact or abs(w_sum - limit) <= (w_sum + limit) * IDLE_SUMS_REL * (window + 4):
+            return low if _quiet_exactly(utils, covered_s, threshold_pct) else []
+        return low if w_sum < limit else []
     w_sums = _block_sums(weighted, window)
     s_sums = _block_sums(covered_s, window)
     limits = list(map(mul, s_sums, repeat(threshold_pct)))
@@ -327,6 +333,8 @@ def _idle_rows(
     near = map(le, map(abs, map(sub, w_sums, limits)), tolerance)
     for k in range(len(quiet)) if exact else compress(range(len(quiet)), near):
         quiet[k] = _quiet_exactly(utils[k : k + window], covered_s[k : k + window], threshold_pct)
+    if not any(quiet):
+        return []
     # row j is idle when low and a quiet window starts in [j - window + 1, j]
     found = list(accumulate(quiet, initial=0))
     last_start = n - window

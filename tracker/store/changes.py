@@ -26,7 +26,6 @@ from sqlalchemy.engine import Connection
 from tracker.store.schema import (
     changes_table,
     meta_table,
-    runs_table,
     samples_table,
     upsert,
     utc,
@@ -107,16 +106,14 @@ def as_time(value: Any) -> datetime | None:
 def stored_spans(conn: Connection, ids: Sequence[str], chunk: int = 500) -> list[dict[str, Any]]:
     """The stored ``id``, ``started_at``, ``ended_at``, ``heartbeat_at`` of the runs ``ids``
     (those that exist)."""
-    c = runs_table.c
-    # as the driver gives them (SQLite: text, which may be damaged): read by _time
-    times = [
-        sa.type_coerce(t, sa.String).label(t.name)
-        for t in (c.started_at, c.ended_at, c.heartbeat_at)
-    ]
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
     out: list[dict[str, Any]] = []
+    names = ("id", "started_at", "ended_at", "heartbeat_at")
     for i in range(0, len(ids), chunk):
-        stmt = sa.select(c.id, *times).where(c.id.in_(list(ids[i : i + chunk])))
-        out += [dict(r) for r in conn.execute(stmt).mappings()]
+        part = tuple(ids[i : i + chunk])
+        # as the driver gives them (SQLite: text, which may be damaged): read by as_time
+        sql = f"SELECT {', '.join(names)} FROM runs WHERE id IN ({', '.join([mark] * len(part))})"
+        out += [dict(zip(names, r, strict=True)) for r in conn.exec_driver_sql(sql, part)]
     return out
 
 

@@ -9,6 +9,7 @@ is not a usable sample is left out or read as unknown exactly as the minute read
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -19,16 +20,20 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from tracker.store.rollups import (
+    COLUMNS,
     CONTEXT_ROWS,
     HOUR_MIN,
     MISSHAPED_HOUR,
+    WINDOW_MIN,
+    ContextRow,
     MinuteRow,
     Rollup,
+    appended,
     epoch_minute,
     rollups_of,
     series_rollups,
 )
-from tracker.store.sample_sql import SampleSQL
+from tracker.store.sample_sql import COVERED_S_RANGE, SampleSQL, checked_value
 from tracker.store.schema import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
@@ -39,7 +44,9 @@ from tracker.store.schema import (
 )
 
 _ROW = "minute, covered_s, util_pct, sm_active_pct, energy_kwh, mem_used_gib"
+_VALUES = ("covered_s", "util_pct", "sm_active_pct", "energy_kwh", "mem_used_gib")
 _CHUNK = 50_000
+_RUN_LOCK = 0x67_6B_72  # "gkr": the class of PostgreSQL's per-run advisory locks (int4)
 
 
 def _selection(conn: Connection) -> SampleSQL:
@@ -76,7 +83,7 @@ def _write(conn: Connection, rollups: Sequence[Rollup]) -> None:
     computed from every row it could see)."""
     if rollups:
         stmt = upsert(conn.dialect.name, rollups_table, ("run_id", "gpu", "hour"))
-        conn.execute(stmt, [r.as_row() for r in rollups])
+        execute_many(conn, stmt, [r.as_row() for r in rollups], rollups_table)
 
 
 def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None:
@@ -134,17 +141,26 @@ def execute_many(
     a minute row)."""
     if not rows:
         return
-    compiled = cast(SQLCompiler, cast(sa.ClauseElement, stmt).compile(dialect=conn.dialect))
-    names = list(compiled.positiontup or rows[0].keys())
+    sql, positions = _compiled(stmt, conn.dialect)
+    names = list(positions or rows[0].keys())
     columns = []
     for name in names:
         values = [row[name] for row in rows]
         bind = _binder(table.c[name], conn.dialect)
         columns.append(values if bind is None else list(map(bind, values)))
     params: list[Any] = list(zip(*columns, strict=True))
-    if compiled.positiontup is None:  # PostgreSQL's %(name)s
+    if positions is None:  # PostgreSQL's %(name)s
         params = [dict(zip(names, values, strict=True)) for values in params]
-    conn.exec_driver_sql(str(compiled), params)
+    conn.exec_driver_sql(sql, params)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled(stmt: sa.Executable, dialect: Any) -> tuple[str, tuple[str, ...] | None]:
+    """The SQL of ``stmt`` in ``dialect`` and its parameters' order (None: named), compiled
+    once for the statements of :func:`tracker.store.schema.upsert`, which are made once."""
+    compiled = cast(SQLCompiler, cast(sa.ClauseElement, stmt).compile(dialect=dialect))
+    positions = compiled.positiontup
+    return str(compiled), None if positions is None else tuple(positions)
 
 
 def _stored(v: Any) -> Any:
@@ -153,22 +169,165 @@ def _stored(v: Any) -> Any:
     return v if v is None or type(v) is float else float(v)
 
 
+def _as_read(row: Mapping[str, Any], nan: float | None) -> MinuteRow:
+    """A store row's minute and values as the database reads them back: taken as they are
+    bound (:func:`_stored`), and a NaN as NULL on SQLite (``nan`` None), itself on
+    PostgreSQL."""
+    values = [row[k] for k in _VALUES]
+    if any(type(v) is not float or math.isnan(v) for v in values if v is not None):
+        values = [
+            nan if isinstance(v, float) and math.isnan(v) else v for v in map(_stored, values)
+        ]
+    return (row["minute"], *values)
+
+
+def _nan(conn: Connection) -> float | None:
+    return None if conn.dialect.name == "sqlite" else math.nan
+
+
 def write_fresh(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> None:
     """The rollups of series that hold ``rows`` (store rows) and nothing else (an import's
-    runs, their old minutes deleted in this transaction): computed from the rows as written,
-    not read back. Values are taken as they are bound (:func:`_stored`), and a NaN as the
-    database reads it back: NULL on SQLite, itself on PostgreSQL."""
-    nan = None if conn.dialect.name == "sqlite" else math.nan
-    keys = ("covered_s", "util_pct", "sm_active_pct", "energy_kwh", "mem_used_gib")
+    runs, their old minutes deleted in this transaction): computed from the rows as written
+    (:func:`_as_read`), not read back."""
+    nan = _nan(conn)
     series: dict[tuple[str, str], list[MinuteRow]] = {}
     for r in rows:
-        values = [r[k] for k in keys]
-        if any(type(v) is not float or math.isnan(v) for v in values if v is not None):
-            values = [
-                nan if isinstance(v, float) and math.isnan(v) else v for v in map(_stored, values)
-            ]
-        series.setdefault((r["run_id"], r["gpu"]), []).append((r["minute"], *values))
+        series.setdefault((r["run_id"], r["gpu"]), []).append(_as_read(r, nan))
     _write(conn, series_rollups(series))
+
+
+def _appendable(
+    conn: Connection, first: Mapping[tuple[str, str], datetime]
+) -> dict[tuple[str, str], list[ContextRow]]:
+    """Before rows are written from ``first[(run_id, gpu)]`` on: the series they are appended
+    to (no stored row at or after that minute), each with its context, the rows of the
+    :data:`WINDOW_MIN` minutes before. On PostgreSQL each run's rollups are locked until the
+    transaction ends (an advisory lock per run, taken in run order), so that two writers of
+    one run do not add to the same hours from what each saw alone."""
+    q = _selection(conn)
+    by_run: dict[str, dict[str, datetime]] = {}
+    for (run_id, gpu), minute in first.items():
+        by_run.setdefault(run_id, {})[gpu] = minute
+    out: dict[tuple[str, str], list[ContextRow]] = {}
+    for run_id in sorted(by_run):
+        gpus = by_run[run_id]
+        if not q.sqlite:
+            lock = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
+            conn.exec_driver_sql(lock, (_RUN_LOCK, run_id))
+        start, end = min(gpus.values()), max(gpus.values())
+        later = (
+            f"SELECT gpu, MAX(minute) FROM samples WHERE run_id = {q.mark} AND "
+            f"minute >= {q.mark} GROUP BY gpu"
+        )
+        context: dict[str, list[ContextRow]] = {gpu: [] for gpu in gpus}
+        for gpu, last in conn.exec_driver_sql(later, (run_id, q.time_value(start))):
+            if gpu in context and last >= q.time_value(gpus[gpu]):
+                del context[gpu]
+        if not context:
+            continue
+        since = _minute_at(epoch_minute(start) - WINDOW_MIN)
+        for gpu, minute, covered, util, sm in _between(
+            conn, q, run_id, None, since=since, until=end
+        ):
+            if gpu in context:
+                context[gpu].append((_epoch_minute(q, minute), covered, util, sm))
+        out.update(((run_id, gpu), rows) for gpu, rows in context.items())
+    return out
+
+
+def _minute_at(epoch_minute: int) -> datetime:
+    return datetime.fromtimestamp(epoch_minute * 60, UTC)
+
+
+def _epoch_minute(q: SampleSQL, raw: Any) -> int | None:
+    """A minute as the driver returns it (:meth:`SampleSQL.minute`) as epoch minutes; None
+    when it is no time."""
+    if type(raw) is int:  # PostgreSQL's, computed by the query
+        return raw
+    if type(raw) is str:
+        return _text_minute(raw)
+    moment = q.minute(raw)
+    return None if moment is None else epoch_minute(moment)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_minute(raw: str) -> int | None:
+    """A SQLite minute's epoch minute, parsed once: a live run's last rows are its context
+    for every minute it writes."""
+    moment = SampleSQL(True).minute(raw)
+    return None if moment is None else epoch_minute(moment)
+
+
+def _between(
+    conn: Connection,
+    q: SampleSQL,
+    run_id: str,
+    gpu: str | None,
+    *,
+    since: datetime,
+    until: datetime,
+) -> list[tuple[Any, ...]]:
+    """The run's rows (one GPU's, or with the GPU first) with a minute in [since, until), in
+    minute order: the minute (SQLite: as the driver returns it; PostgreSQL: epoch minutes),
+    ``covered_s``, ``util_pct`` and ``sm_active_pct`` where they are usable numbers, else NULL
+    (as :func:`tracker.store.rollups.rollups_of` checks them)."""
+    where = f"run_id = {q.mark} AND minute >= {q.mark} AND minute < {q.mark}"
+    params: tuple[Any, ...] = (run_id, q.time_value(since), q.time_value(until))
+    if gpu is not None:
+        where += f" AND gpu = {q.mark}"
+        params += (gpu,)
+    names = ", ".join(
+        (
+            "minute" if q.sqlite else "FLOOR(EXTRACT(EPOCH FROM minute) / 60)::bigint",
+            checked_value("covered_s", COVERED_S_RANGE),
+            checked_value("util_pct", (0.0, 100.0)),
+            checked_value("sm_active_pct", (0.0, 100.0)),
+        )
+    )
+    sql = f"SELECT {'' if gpu else 'gpu, '}{names} FROM samples WHERE {where} ORDER BY minute"
+    return list(conn.exec_driver_sql(sql, params).all())
+
+
+def _append(
+    conn: Connection,
+    context: Mapping[tuple[str, str], list[ContextRow]],
+    rows: Iterable[Mapping[str, Any]],
+) -> None:
+    """Add ``rows``, appended to the series in ``context`` (:func:`_appendable`), to the stored
+    rollups of their hours (:func:`tracker.store.rollups.appended`)."""
+    q, nan = _selection(conn), _nan(conn)
+    new: dict[tuple[str, str], list[MinuteRow]] = {key: [] for key in context}
+    for r in rows:
+        if (key := (r["run_id"], r["gpu"])) in new:
+            new[key].append(_as_read(r, nan))
+    since: dict[str, int] = {}
+    for (run_id, _), series in new.items():
+        series.sort(key=lambda row: row[0])
+        hour = (epoch_minute(series[0][0]) - WINDOW_MIN) // HOUR_MIN
+        since[run_id] = min(hour, since.get(run_id, hour))
+    stored: dict[tuple[str, str], dict[int, Rollup]] = {key: {} for key in context}
+    names = ", ".join(COLUMNS)
+    for run_id, hour in since.items():
+        sql = f"SELECT {names} FROM rollups WHERE run_id = {q.mark} AND hour >= {q.mark}"
+        for values in conn.exec_driver_sql(sql, (run_id, hour)):
+            kept = Rollup(**dict(zip(COLUMNS, values, strict=True)))
+            if (key := (run_id, kept.gpu)) in stored:
+                stored[key][kept.hour] = kept
+    out: list[Rollup] = []
+    for (run_id, gpu), series in new.items():
+        first = epoch_minute(series[0][0])
+
+        def deeper(run_id: str = run_id, gpu: str = gpu, first: int = first) -> list[ContextRow]:
+            since, until = _minute_at(first - 2 * (WINDOW_MIN - 1)), _minute_at(first)
+            return [
+                (_epoch_minute(q, r[0]), *r[1:])
+                for r in _between(conn, q, run_id, gpu, since=since, until=until)
+            ]
+
+        out += appended(
+            run_id, gpu, context[(run_id, gpu)], series, stored[(run_id, gpu)], deeper=deeper
+        )
+    _write(conn, out)
 
 
 def write_samples(
@@ -187,13 +346,16 @@ def write_samples(
     given (:func:`tracker.store.rollups.sample_rollups` of these rows) or computed from the
     rows; the others' are refreshed from the database (``first``: each series' first minute
     written). ``keep_rollups`` False: a version 1 store, which has none."""
+    live = {k: m for k, m in first.items() if k[0] not in dropped}
+    context = _appendable(conn, live) if params and keep_rollups else {}
     execute_many(conn, stmt, params, table)
     if not params or not keep_rollups:
         return
     given = set(rollups) & dropped
     _write(conn, [r for run_id in given for r in rollups[run_id]])
     write_fresh(conn, (p for p in params if p["run_id"] in dropped - given))
-    refresh(conn, {k: m for k, m in first.items() if k[0] not in dropped})
+    _append(conn, context, (p for p in params if (p["run_id"], p["gpu"]) in context))
+    refresh(conn, {k: m for k, m in live.items() if k not in context})
 
 
 def _series(conn: Connection) -> Iterator[tuple[str, str, list[MinuteRow]]]:

@@ -6,8 +6,10 @@ seconds for NVML utilization and for SM activity, the seconds (and Σ value × s
 idle stretches by each basis' idle rule (:data:`ROLLUP_RULES`), energy, the memory peak, and
 how many rows were left out or read as unknown. The idle rule looks at consecutive rows, so a
 minute's idleness may change when rows arrive up to ``window - 1`` rows later:
-:meth:`tracker.store.RunStore.upsert_samples` recomputes the hours those rows can reach, from
-the rows around them (:func:`tracker.store.rollup_sql.refresh`). Everything here is plain
+:meth:`tracker.store.RunStore.upsert_samples` adds rows appended after every stored row of
+their series to the stored rollups (:func:`appended`, the live writer's every minute: the rows
+of the last window read, not the hour), and recomputes the hours that other rows can reach,
+from the rows around them (:func:`tracker.store.rollup_sql.refresh`). Everything here is plain
 Python (the tracker does not depend on numpy); :func:`tracker.cost.idle_flags` is the idle
 rule (seconds-weighted, as live and in the report).
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -69,7 +71,7 @@ class Rollup:
     """Rows whose minute is not shaped like a time (only in the :data:`MISSHAPED_HOUR` row)."""
 
     def as_row(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name in COLUMNS}
 
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(Rollup))
@@ -77,6 +79,8 @@ COLUMNS = tuple(f.name for f in dataclasses.fields(Rollup))
 
 def _number(raw: Any, low: float, high: float) -> float | None:
     """``raw`` as a finite number in [low, high], or None (text, bool, inf, NaN, out of range)."""
+    if type(raw) is float:  # the common case, at once: NaN fails both comparisons
+        return raw if low <= raw <= high and raw != math.inf else None
     if isinstance(raw, bool) or not isinstance(raw, int | float):
         return None
     x = float(raw)
@@ -140,27 +144,37 @@ def rollups_of(
         hour = m // HOUR_MIN
         if from_hour is not None and hour < from_hour:
             continue
-        r, s, u, sm = at(hour), covered[i], utils[i], sms[i]
-        r.minutes += 1
-        r.covered_s += s
-        if u is not None:
-            r.util_known_s += s
-            r.util_s += u * s
-            if idle_util[i]:
-                r.util_idle_s += s
-                r.util_idle_value_s += u * s
-        if sm is not None:
-            r.sm_known_s += s
-            r.sm_s += sm * s
-            if idle_sm[i]:
-                r.sm_idle_s += s
-                r.sm_idle_value_s += sm * s
-        energy, mem = extra[i]
-        if energy is not None:
-            r.energy_kwh = (r.energy_kwh or 0.0) + energy
-        if mem is not None:
-            r.mem_peak_gib = max(r.mem_peak_gib or 0.0, mem)
+        _add(at(hour), (covered[i], utils[i], sms[i], *extra[i]), idle_util[i], idle_sm[i])
     return [out[h] for h in sorted(out)]
+
+
+def _add(
+    r: Rollup,
+    values: tuple[float, float | None, float | None, float | None, float | None],
+    idle_u: bool,
+    idle_sm: bool,
+) -> None:
+    """Count one usable row in its hour's rollup ``r``: ``values`` its seconds, utilization,
+    SM activity, energy and memory, checked; ``idle_u``, ``idle_sm`` its idleness by each."""
+    s, u, sm, energy, mem = values
+    r.minutes += 1
+    r.covered_s += s
+    if u is not None:
+        r.util_known_s += s
+        r.util_s += u * s
+        if idle_u:
+            r.util_idle_s += s
+            r.util_idle_value_s += u * s
+    if sm is not None:
+        r.sm_known_s += s
+        r.sm_s += sm * s
+        if idle_sm:
+            r.sm_idle_s += s
+            r.sm_idle_value_s += sm * s
+    if energy is not None:
+        r.energy_kwh = (r.energy_kwh or 0.0) + energy
+    if mem is not None:
+        r.mem_peak_gib = max(r.mem_peak_gib or 0.0, mem)
 
 
 def series_rollups(series: Mapping[tuple[str, str], list[MinuteRow]]) -> list[Rollup]:
@@ -191,3 +205,138 @@ def sample_rollups(samples: Iterable[MinuteSample]) -> dict[str, list[Rollup]] |
     for r in series_rollups(series):
         out.setdefault(r.run_id, []).append(r)
     return out
+
+
+WINDOW_MIN = max(window for _, window in ROLLUP_RULES.values())
+"""The widest idle window, minutes: rows this far before an appended row are its context."""
+
+
+def appended(
+    run_id: str,
+    gpu: str,
+    context: Sequence[ContextRow],
+    new: Sequence[MinuteRow],
+    stored: Mapping[int, Rollup],
+    *,
+    deeper: Callable[[], Sequence[ContextRow]],
+) -> list[Rollup]:
+    """The rollups of one GPU's hours after ``new`` rows were appended to its series, from the
+    rollups ``stored`` before (hour → rollup), equal to :func:`rollups_of` of the whole series.
+
+    A row's idleness depends on the rows around it, so appending can make up to ``window - 1``
+    rows before the new ones idle. The new rows' windows lie in the last ``window - 1`` rows
+    and the new ones; a row they make idle was idle already when the window of the ``window``
+    rows before the new ones is quiet, and otherwise the rows ``2 × (window - 1)`` minutes back
+    decide it (``deeper()`` reads them; rarely, where a stretch turns idle). Each row is added
+    to its hour in minute order, as :func:`rollups_of` adds them, so the sums are the same to
+    the last bit.
+
+    Args:
+        context: The series' rows from :data:`WINDOW_MIN` minutes before the first new row's
+            minute up to it, in minute order, checked (:data:`ContextRow`).
+        new: The appended rows, every one after every stored row, in minute order.
+        stored: The series' rollups of the hours from the context's on.
+        deeper: Reads the series' rows from ``2 × (WINDOW_MIN - 1)`` minutes before the first
+            new row's minute up to it.
+    """
+    rows = _usable_context(context)
+    timed = [row for row in new if row[0] is not None]
+    if not timed:
+        return []
+    first = epoch_minute(timed[0][0])
+    fresh = _usable(new)
+    out: dict[int, Rollup] = {}
+
+    def at(hour: int) -> Rollup:
+        if hour not in out:
+            old = stored.get(hour)
+            out[hour] = (
+                dataclasses.replace(old) if old else Rollup(run_id=run_id, gpu=gpu, hour=hour)
+            )
+        return out[hour]
+
+    new_flags: list[list[bool]] = []
+    flips: list[list[int]] = []  # per basis, the context rows turned idle
+    for column, (pct, window) in enumerate(ROLLUP_RULES.values(), start=2):
+        tail = [row for row in rows if row[0] >= first - (window - 1)]
+        part = _flags([*tail, *fresh], column, pct, window)
+        new_flags.append(part[len(tail) :])
+        turned = [i for i in range(len(tail)) if part[i]]
+        if turned:
+            shallow = [row for row in rows if row[0] >= first - window]
+            old = _flags(shallow, column, pct, window)[len(shallow) - len(tail) :]
+            turned = [i for i in turned if not old[i]]
+        if turned:
+            deep = _usable_context(deeper())
+            old = _flags(deep, column, pct, window)[len(deep) - len(tail) :]
+            turned = [i for i in turned if not old[i]]
+        offset = len(rows) - len(tail)
+        flips.append([offset + i for i in turned])
+    for i in sorted({*flips[0], *flips[1]}):
+        m, s, u, sm = rows[i]
+        r = at(m // HOUR_MIN)
+        if i in flips[0] and u is not None:
+            r.util_idle_s += s
+            r.util_idle_value_s += u * s
+        if i in flips[1] and sm is not None:
+            r.sm_idle_s += s
+            r.sm_idle_value_s += sm * s
+    usable = iter(range(len(fresh)))
+    for minute, c, u, sm, _, _ in timed:
+        r = at(epoch_minute(minute) // HOUR_MIN)
+        if _number(c, 0.0, 60.0) is None:
+            r.dropped += 1
+            continue
+        k = next(usable)
+        values = fresh[k][1:]
+        r.bad_util += u is not None and values[1] is None
+        r.bad_sm += sm is not None and values[2] is None
+        _add(r, values, new_flags[0][k], new_flags[1][k])
+    return [out[h] for h in sorted(out)]
+
+
+ContextRow = tuple[int | None, float | None, float | None, float | None]
+"""``(epoch minute, covered_s, util_pct, sm_active_pct)`` of a stored row, checked as
+:func:`rollups_of` checks them (:func:`_number`): None for a minute that is no time, a value
+that is not a usable number."""
+
+_Usable = tuple[int, float, float | None, float | None, float | None, float | None]
+
+
+def _usable_context(
+    rows: Iterable[ContextRow],
+) -> list[tuple[int, float, float | None, float | None]]:
+    """The rows :func:`rollups_of` counts: a minute that is a time, seconds in [0, 60]."""
+    return [(m, c, u, sm) for m, c, u, sm in rows if m is not None and c is not None]
+
+
+def _usable(rows: Iterable[MinuteRow]) -> list[_Usable]:
+    """The rows :func:`rollups_of` counts, their values checked: (epoch minute, seconds,
+    utilization, SM activity, energy, memory)."""
+    out: list[_Usable] = []
+    for minute, c, u, sm, energy, mem in rows:
+        if minute is None or (seconds := _number(c, 0.0, 60.0)) is None:
+            continue
+        out.append(
+            (
+                epoch_minute(minute),
+                seconds,
+                _number(u, 0.0, 100.0),
+                _number(sm, 0.0, 100.0),
+                _number(energy, 0.0, math.inf),
+                _number(mem, 0.0, math.inf),
+            )
+        )
+    return out
+
+
+def _flags(rows: Sequence[tuple[Any, ...]], column: int, pct: float, window: int) -> list[bool]:
+    """The idle rule over ``rows`` ((epoch minute, seconds, utilization, SM activity, …)) by
+    the value in ``column``."""
+    return idle_flags(
+        [row[column] for row in rows],
+        [row[1] for row in rows],
+        threshold_pct=pct,
+        window=window,
+        minutes=[row[0] for row in rows],
+    )

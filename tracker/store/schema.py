@@ -6,8 +6,8 @@ Every datetime going in must be timezone-aware; every datetime coming out is tim
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -173,10 +173,12 @@ def insert(dialect_name: str, table: sa.Table) -> postgresql.Insert | sqlite.Ins
     return postgresql.insert(table) if dialect_name == "postgresql" else sqlite.insert(table)
 
 
+@functools.cache
 def upsert(
-    dialect_name: str, table: sa.Table, keys: Sequence[str], *, update: bool = True
+    dialect_name: str, table: sa.Table, keys: tuple[str, ...], *, update: bool = True
 ) -> sa.Executable:
-    """``INSERT … ON CONFLICT (keys)`` that updates every other column, or does nothing."""
+    """``INSERT … ON CONFLICT (keys)`` that updates every other column, or does nothing: one
+    statement for each set of arguments, made once (so compiled once, :func:`compiled`)."""
     stmt = insert(dialect_name, table)
     index = [table.c[k] for k in keys]
     if not update:
@@ -194,9 +196,9 @@ def utc(value: datetime) -> datetime:
 
 
 def run_to_row(record: RunRecord) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        k: storable(v) if isinstance(v, str) else v for k, v in record.as_dict().items()
-    }
+    # the fields as they are: tags and links are made JSON below (asdict's deep copy: 80 µs)
+    values = ((name, getattr(record, name)) for name in _RUN_FIELDS)
+    row: dict[str, Any] = {k: storable(v) if isinstance(v, str) else v for k, v in values}
     row["tags"] = json.dumps([storable(t) for t in record.tags])
     row["links"] = json.dumps(
         {storable(k): storable(v) for k, v in record.links.items()}, sort_keys=True
@@ -215,6 +217,7 @@ def row_to_run(row: sa.RowMapping) -> RunRecord:
 
 
 _SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(MinuteSample))
+_RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
 
 
 def sample_to_row(sample: MinuteSample) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from reports.kpi.gputime import idle_of_series
 from tracker.cost import IdleDetector, idle_flags
 from tracker.record import MinuteSample
-from tracker.store import SCHEMA_VERSION, RunStore
+from tracker.store import SCHEMA_VERSION, RunStore, rollup_sql
 from tracker.store.rollups import COLUMNS, rollups_of
 
 T0 = datetime(2026, 11, 24, 9, 45, tzinfo=UTC)  # 15 minutes before an hour
@@ -183,6 +183,126 @@ def test_rollups_kept_by_every_write_equal_a_rebuild(store_url: str) -> None:
         assert len(kept) >= 3 * 5
         store.rebuild_rollups()
         assert rollup_rows(store) == kept
+
+
+def test_rollups_added_to_minute_by_minute_equal_a_rebuild_to_the_bit(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live writer's pattern: every call appends the next minute or three of three series
+    (two runs), utilization and SM activity in stretches around the 5% threshold, partial and
+    unusable minutes, gaps, energy and memory. Each call adds to the stored rollups without
+    recomputing an hour (no series is refreshed); stretches turning idle read the rows further
+    back. The kept rollups equal a rebuild from the minutes exactly, float for float; then a
+    rewritten past minute takes the refresh path, and they still do."""
+    refreshed: list[tuple[str, str]] = []
+    deeper: list[str] = []
+    real_refresh, real_between = rollup_sql.refresh, rollup_sql._between
+
+    def refresh(conn: sa.Connection, first: dict[tuple[str, str], datetime]) -> None:
+        refreshed.extend(first)
+        real_refresh(conn, first)
+
+    def between(*args: object, **kwargs: object) -> list[tuple[object, ...]]:
+        if args[3] is not None:  # one GPU's rows: the deeper context
+            deeper.append(str(args[3]))
+        return real_between(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rollup_sql, "refresh", refresh)
+    monkeypatch.setattr(rollup_sql, "_between", between)
+    rng = random.Random(7)
+
+    def stretches(n: int, values: list[float | None]) -> list[float | None]:
+        out: list[float | None] = []
+        while len(out) < n:
+            out += [rng.choice(values)] * rng.randint(1, 80)
+        return out[:n]
+
+    series = (("a", "GPU-0"), ("a", "GPU-1"), ("b", "GPU-0"))
+    n = 240
+    rows: dict[tuple[str, str], list[MinuteSample]] = {}
+    for run_id, gpu in series:
+        utils = stretches(n, [0.0, 1.0, 4.0, 4.9, 5.1, 6.0, None, 50.0, 95.0])
+        sms = stretches(n, [0.0, 3.0, 4.99, 7.0, None, 40.0])
+        rows[(run_id, gpu)] = [
+            MinuteSample(
+                run_id=run_id,
+                minute=T0 + timedelta(minutes=i, seconds=rng.choice([0, 0, 0, 30])),
+                gpu=gpu,
+                covered_s=61.0
+                if rng.random() < 0.01
+                else rng.choice([60.0] * 6 + [59.5, 30.25, 0.1]),
+                util_pct=utils[i],
+                sm_active_pct=sms[i],
+                energy_kwh=rng.choice([None, 0.0123, 0.01 / 3]),
+                mem_used_gib=rng.choice([None, 7.5, 70.25]),
+            )
+            for i in range(n)
+            if rng.random() > 0.01
+        ]
+    with RunStore(store_url) as store:
+        done = dict.fromkeys(series, 0)
+        while any(done[k] < len(rows[k]) for k in series):
+            batch = []
+            for key in series:
+                step = rng.choice([1, 1, 1, 2, 3])
+                batch += rows[key][done[key] : done[key] + step]
+                done[key] += step
+            store.upsert_samples(batch)
+        assert refreshed == []
+        assert deeper  # a stretch turned idle
+        kept = exact_rollups(store)
+        assert len(kept) == 3 * 5  # 09:45 + 240 minutes: five hours a series
+        assert sum(r[COLUMNS.index("util_idle_s")] for r in kept) > 0
+        assert sum(r[COLUMNS.index("sm_idle_s")] for r in kept) > 0
+        assert sum(r[COLUMNS.index("dropped")] for r in kept) > 0
+        store.rebuild_rollups()
+        assert exact_rollups(store) == kept
+        past = rows[("a", "GPU-1")][100]
+        store.upsert_samples([MinuteSample(**{**past.__dict__, "util_pct": 3.0})])
+        assert refreshed == [("a", "GPU-1")]
+        kept = exact_rollups(store)
+        store.rebuild_rollups()
+        assert exact_rollups(store) == kept
+
+
+def test_damaged_rows_before_an_append_count_as_a_rebuild_counts_them(store_url: str) -> None:
+    """Rows in the window before an append that no writer of ours makes (text or NaN where a
+    number goes, a utilization of 150, seconds out of range), put there by hand: the rollups
+    the append adds to read them as a rebuild does (unknown, or left out)."""
+    sqlite = store_url.startswith("sqlite")
+    bad = "'abc'" if sqlite else "'NaN'::float8"
+    q = rollup_sql.SampleSQL(sqlite)
+    with RunStore(store_url) as store:
+        store.upsert_samples(samples_of("d", "GPU-0", [1.0] * 50))
+        damage = [
+            f"UPDATE samples SET util_pct = {bad} WHERE minute = {q.mark}",
+            f"UPDATE samples SET util_pct = 150.0 WHERE minute = {q.mark}",
+            f"UPDATE samples SET covered_s = {bad} WHERE minute = {q.mark}",
+            f"UPDATE samples SET covered_s = 75.0 WHERE minute = {q.mark}",
+            f"UPDATE samples SET sm_active_pct = {bad} WHERE minute = {q.mark}",
+        ]
+
+        def work(conn: sa.Connection) -> None:
+            for i, sql in zip((25, 33, 40, 44, 47), damage, strict=True):
+                conn.exec_driver_sql(sql, (q.time_value(T0 + timedelta(minutes=i)),))
+
+        store.transaction(work, write=True)
+        store.rebuild_rollups()
+        for i in range(50, 90):
+            store.upsert_samples(samples_of("d", "GPU-0", [0.5], T0 + timedelta(minutes=i)))
+        kept = exact_rollups(store)
+        assert sum(r[COLUMNS.index("dropped")] for r in kept) == 2
+        assert sum(r[COLUMNS.index("bad_util")] for r in kept) == 2  # the text (NaN) and 150
+        store.rebuild_rollups()
+        assert exact_rollups(store) == kept
+
+
+def exact_rollups(store: RunStore) -> list[tuple[object, ...]]:
+    def work(conn: sa.Connection) -> list[tuple[object, ...]]:
+        sql = f"SELECT {', '.join(COLUMNS)} FROM rollups ORDER BY run_id, gpu, hour"
+        return [tuple(r) for r in conn.exec_driver_sql(sql).all()]
+
+    return store.transaction(work, write=False)
 
 
 def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> None:
