@@ -35,6 +35,7 @@ from tracker.store.rollups import (
 )
 from tracker.store.sample_sql import COVERED_S_RANGE, SampleSQL, checked_value
 from tracker.store.schema import (
+    ROLLUPS_OLD_INDEX,
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
     changes_table,
@@ -393,7 +394,12 @@ def _series(conn: Connection) -> Iterator[tuple[str, str, list[MinuteRow]]]:
 
 
 def rebuild(conn: Connection) -> int:
-    """Replace every rollup with those computed from every sample; the number written."""
+    """Replace every rollup with those computed from every sample; the number written. A store
+    made before the index that covers the reports' sums gets it here, built once the rows are
+    in, in place of the index on the hour alone."""
+    sums = next(ix for ix in rollups_table.indexes if ix.name == "ix_rollups_sums")
+    conn.exec_driver_sql(f"DROP INDEX IF EXISTS {ROLLUPS_OLD_INDEX}")
+    sums.drop(conn, checkfirst=True)
     conn.execute(sa.delete(rollups_table))
     batch: list[Rollup] = []
     written = 0
@@ -403,6 +409,7 @@ def rebuild(conn: Connection) -> int:
             _write(conn, batch)
             written, batch = written + len(batch), []
     _write(conn, batch)
+    sums.create(conn)
     return written + len(batch)
 
 

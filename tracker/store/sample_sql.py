@@ -111,10 +111,16 @@ def _literal(value: float) -> str:
     return repr(number)
 
 
+def in_range(column: str, value_range: tuple[float, float]) -> str:
+    """SQL true where ``column`` (a checked name) is a number in ``value_range``: false for
+    text on SQLite, ±inf and PostgreSQL's NaN, NULL for NULL (:attr:`SampleSQL.usable`)."""
+    lo, hi = (_literal(v) for v in value_range)
+    return f"({column} BETWEEN {lo} AND {hi})"
+
+
 def checked_value(column: str, value_range: tuple[float, float] | None) -> str:
     """SQL for ``column`` (a checked name) where it is a number in ``value_range``, else NULL
     (unknown); the column itself when ``value_range`` is None."""
     if value_range is None:
         return column
-    lo, hi = (_literal(v) for v in value_range)
-    return f"(CASE WHEN {column} BETWEEN {lo} AND {hi} THEN {column} END)"
+    return f"(CASE WHEN {in_range(column, value_range)} THEN {column} END)"

@@ -138,8 +138,31 @@ rollups_table = sa.Table(
     sa.Column("bad_util", sa.Integer, nullable=False),
     sa.Column("bad_sm", sa.Integer, nullable=False),
     sa.Column("bad_minutes", sa.Integer, nullable=False),
-    sa.Index("ix_rollups_hour", "hour"),
+    # covers the reports' sums (reports.data.rollups): an hour's rows read from the index alone
+    sa.Index(
+        "ix_rollups_sums",
+        "hour",
+        "run_id",
+        "gpu",
+        "minutes",
+        "covered_s",
+        "util_known_s",
+        "util_s",
+        "util_idle_s",
+        "util_idle_value_s",
+        "sm_known_s",
+        "sm_s",
+        "sm_idle_s",
+        "sm_idle_value_s",
+        "dropped",
+        "bad_util",
+        "bad_sm",
+        "bad_minutes",
+    ),
 )
+ROLLUPS_OLD_INDEX = "ix_rollups_hour"
+"""The rollups' index on the hour alone, of stores made before ``ix_rollups_sums``: replaced by
+it when the rollups are rebuilt."""
 
 changes_table = sa.Table(
     "changes",

@@ -350,3 +350,52 @@ def test_a_version_2_stores_rollups_are_rebuilt_by_the_seconds_weighted_rule(
     with RunStore(store_url) as writer:
         assert writer.version == 4
         assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(writer)) == 29 * 60.0
+
+
+def _indexes(store: RunStore) -> set[str]:
+    return {ix["name"] for ix in sa.inspect(store.engine).get_indexes("rollups")}
+
+
+def test_the_reports_sums_read_an_index_that_covers_them(store_url: str) -> None:
+    """A new store's rollups have an index on (hour, run, GPU, every figure summed): SQLite
+    answers the week's sums from it alone. A store made with the index on the hour alone gets
+    it from ``rebuild-rollups``, in place of the old one, and sums the same."""
+    from reports.data.rollups import rollup_totals
+
+    hour = int(T0.timestamp()) // 3600
+    with RunStore(store_url) as store:
+        store.upsert_samples(samples_of("r", "g", [1.0] * 40 + [50.0] * 40))
+        assert "ix_rollups_sums" in _indexes(store)
+
+        def sums(conn: sa.Connection) -> list[tuple[object, ...]]:
+            return sorted(
+                rollup_totals(
+                    conn,
+                    value="util_pct",
+                    hour_edges=[hour + 1],
+                    since_hour=hour,
+                    until_hour=hour + 3,
+                )
+            )
+
+        before = store.transaction(sums, write=False)
+        assert [(t.bucket, t.minutes) for t in before] == [(0, 15), (1, 65)]  # 09:45-10:00, on
+        if store_url.startswith("sqlite"):
+
+            def plan(conn: sa.Connection) -> str:
+                sql = "EXPLAIN QUERY PLAN SELECT run_id, gpu, SUM(util_s) FROM rollups "
+                sql += "WHERE hour >= ? AND hour < ? GROUP BY run_id, gpu"
+                return " ".join(str(r[-1]) for r in conn.exec_driver_sql(sql, (hour, hour + 3)))
+
+            assert "COVERING INDEX ix_rollups_sums" in store.transaction(plan, write=False)
+
+        def as_before(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("DROP INDEX ix_rollups_sums")
+            conn.exec_driver_sql("CREATE INDEX ix_rollups_hour ON rollups (hour)")
+
+        store.transaction(as_before, write=True)
+        assert "ix_rollups_sums" not in _indexes(store)
+        store.rebuild_rollups()
+        assert "ix_rollups_sums" in _indexes(store)
+        assert "ix_rollups_hour" not in _indexes(store)
+        assert store.transaction(sums, write=False) == before
