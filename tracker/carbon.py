@@ -48,5 +48,6 @@ class Carbon:
         """:meth:`co2e_kg` over pandas Series aligned on one index (energy NaN gives NaN); the
         intensity is looked up once per distinct host. pandas is not imported here (the
         tracker does not depend on it): anything with ``map`` and arithmetic will do."""
-        g = {h: self.intensity_for(h if isinstance(h, str) else "") for h in set(hosts)}
+        distinct = hosts.unique() if hasattr(hosts, "unique") else set(hosts)  # not per run
+        g = {h: self.intensity_for(h if isinstance(h, str) else "") for h in distinct}
         return energy_kwh * hosts.map(g) * (self.pue / G_PER_KG)

@@ -338,7 +338,12 @@ def _read(
         runs, excluded = _and_runs_of(scans, runs, excluded, totals)
         if not marked:
             runs = _as_crashed(runs, now)
-        ever = frozenset(scans.sampled_runs(runs["id"]))
+        # a run with a usable minute in the window's rollups has one: the store is asked
+        # about the others only (a week of 100,000 runs: none)
+        sampled = totals.loc[(totals["minutes"] > 0) & (totals["bucket"] >= 0), "run_id"]
+        seen = runs["id"].isin(sampled).to_numpy()
+        ids = runs["id"].to_numpy(dtype=object)
+        ever = frozenset(ids[seen].tolist()) | frozenset(scans.sampled_runs(ids[~seen].tolist()))
         totals = totals[totals["run_id"].isin(runs["id"])]
         bad = kpis.bad_samples(
             totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
@@ -411,7 +416,7 @@ def _from_rollups(
         {
             "run_id": timed["run_id"].astype(object),
             "gpu": timed["gpu"].astype(object),
-            "week": [pd.Timestamp(week_starts[b]) for b in timed["bucket"]],
+            "week": pd.DatetimeIndex(week_starts)[timed["bucket"].to_numpy(dtype=int)],
             "idle_hours": timed["idle_s"].astype(float) / 3600.0,
             "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0,
         }

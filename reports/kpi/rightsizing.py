@@ -66,9 +66,8 @@ def rightsizing(
     peaks = {
         m: half_peak_tflops(m) for m in per["gpu_model"].dropna().unique() if isinstance(m, str)
     }
-    peak = np.array(
-        [peaks.get(m) if isinstance(m, str) else None for m in per["gpu_model"]], dtype=float
-    )
+    peak = per["gpu_model"].map(lambda m: peaks.get(m) if isinstance(m, str) else None)
+    peak = peak.astype(float).to_numpy()
     idle = per["idle_usd"].astype(float).to_numpy() if "idle_usd" in per else np.zeros(len(per))
     half_spend = 0.5 * np.where(np.isnan(spend), 0.0, spend)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -100,29 +99,35 @@ def rightsizing(
     at = np.flatnonzero(best >= 0)
     if not len(at):
         return empty
-    rows = []
     picked = per.iloc[at]
-    for i, r in zip(at, picked.itertuples(index=False), strict=True):
-        choice, best_mem, best_peak = priced[best[i]]
-        offer = target_util_pct / 100.0 * best_peak
-        rows.append(
-            {
-                "run_id": r.run_id,
-                "name": r.name,
-                "team": r.team,
-                "gpu_model": r.gpu_model,
-                "utilization_pct": r.utilization_pct,
-                "mem_peak_gib": r.mem_peak_gib,
-                "suggested_gpu": choice.gpu,
-                "saving_usd": r.gpu_hours * (current[i] - choice.usd_per_gpu_hour),
-                "assumption": (
-                    f"{r.mem_peak_gib:.1f} GiB × {headroom:g} fits {best_mem:g} GiB; "
-                    f"{r.utilization_pct:.1f}% of {peak[i]:g} = {need[i]:.0f} TFLOP/s (16-bit) "
-                    f"fits {target_util_pct:.0f}% of its {best_peak:g} = {offer:.0f}: "
-                    f"the same hours"
-                ),
-            }
+    chosen = [priced[j] for j in best[at]]
+    price = np.array([p.usd_per_gpu_hour for p, _, _ in chosen], dtype=float)
+    mem_at, util_at = mem[at], util[at]
+    assumptions = [
+        f"{m:.1f} GiB × {headroom:g} fits {best_mem:g} GiB; "
+        f"{u:.1f}% of {pk:g} = {nd:.0f} TFLOP/s (16-bit) "
+        f"fits {target_util_pct:.0f}% of its {best_peak:g} = "
+        f"{target_util_pct / 100.0 * best_peak:.0f}: the same hours"
+        for m, u, pk, nd, (_, best_mem, best_peak) in zip(
+            mem_at.tolist(),
+            util_at.tolist(),
+            peak[at].tolist(),
+            need[at].tolist(),
+            chosen,
+            strict=True,
         )
+    ]
+    rows = {
+        "run_id": picked["run_id"].to_numpy(dtype=object),
+        "name": picked["name"].to_numpy(dtype=object),
+        "team": picked["team"].to_numpy(dtype=object),
+        "gpu_model": picked["gpu_model"].to_numpy(dtype=object),
+        "utilization_pct": util_at,
+        "mem_peak_gib": mem_at,
+        "suggested_gpu": [p.gpu for p, _, _ in chosen],
+        "saving_usd": hours[at] * (current[at] - price),
+        "assumption": assumptions,
+    }
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(
         "saving_usd", ascending=False, ignore_index=True
     )

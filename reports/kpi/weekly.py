@@ -120,19 +120,26 @@ def _price(
             )
         return known[key]
 
-    priced = [
-        price_of(m, p, src)
-        for m, p, src in zip(
-            runs["gpu_model"].astype(object),
-            runs["price_per_gpu_hour"].astype(float).tolist(),
-            runs["price_source"].astype(object),
-            strict=True,
-        )
-    ]
-    price = pd.Series(
-        [np.nan if u is None else u for u, _ in priced], index=runs.index, dtype=float
+    keys = pd.DataFrame(
+        {
+            "model": runs["gpu_model"].astype(object),
+            "price": runs["price_per_gpu_hour"].astype(float),
+            "source": runs["price_source"].astype(object),
+        }
     )
-    owned_gpu = pd.Series([g for _, g in priced], index=runs.index, dtype=object)
+    # each distinct (model, price, source) priced once, its runs given its price by position
+    group = keys.groupby(list(keys.columns), dropna=False, sort=False).ngroup().to_numpy()
+    _, first = np.unique(group, return_index=True)
+    priced = [price_of(*keys.iloc[i]) for i in first]
+    price = pd.Series(
+        np.array([np.nan if u is None else u for u, _ in priced], dtype=float)[group],
+        index=runs.index,
+        dtype=float,
+    )
+    owners = np.empty(len(priced), dtype=object)
+    for i, (_, owner) in enumerate(priced):
+        owners[i] = owner  # one by one: numpy would unpack a tuple
+    owned_gpu = pd.Series(owners[group], index=runs.index, dtype=object)
     return price, owned_gpu
 
 

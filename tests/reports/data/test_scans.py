@@ -155,3 +155,28 @@ def test_which_runs_have_samples(store_url: str) -> None:
     with RunStore(store_url, create=False) as v1:
         assert v1.version == 1
         assert SampleScans(v1).sampled_runs(["r0", "r1", "r2", "r3"]) == {"r1", "r2"}
+
+
+def test_rollup_totals_read_a_gpu_name_that_is_not_utf8(store: RunStore) -> None:
+    """The rollups are read with the driver decoding text; a GPU name stored as TEXT that is
+    not UTF-8 (SQLite: written behind the store's back) fails that read, and it is read again
+    with the bad byte replaced: the same sums, under the name as the report shows it."""
+    store.upsert_samples([sample("r", m) for m in range(3)] + [sample("r", 0, gpu="GPU-b")])
+    hour = int(T0.timestamp()) // 3600
+    scans = SampleScans(store)
+
+    def sums() -> dict[str, tuple[int, float]]:
+        totals = scans.rollup_totals(
+            value="util_pct", hour_edges=[], since_hour=hour, until_hour=hour + 1
+        )
+        return {t.gpu: (t.minutes, t.covered_s) for t in totals}
+
+    assert sums() == {"GPU-a": (3, 180.0), "GPU-b": (1, 60.0)}
+    if store.engine.dialect.name == "sqlite":
+        store.transaction(
+            lambda conn: conn.exec_driver_sql(
+                "UPDATE rollups SET gpu = CAST(X'ff41' AS TEXT) WHERE gpu = 'GPU-b'"
+            ),
+            write=True,
+        )
+        assert sums() == {"GPU-a": (3, 180.0), "\ufffdA": (1, 60.0)}
