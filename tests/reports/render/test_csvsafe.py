@@ -7,6 +7,7 @@ import csv
 import io
 from datetime import UTC, datetime, timedelta
 
+import pandas as pd
 import pytest
 from fakes import run_record
 from hypothesis import given
@@ -104,3 +105,48 @@ def test_the_weeks_csv_neutralizes_every_user_string() -> None:
     assert runs["user"] == "'-2+3" and runs["advice"] == "'\r=1"
     assert float(runs["spend_usd"]) == pytest.approx(7.7)
     assert {r[3] for r in rows if r[2] == "team"} == {"'@team"}
+
+
+_TEXT = st.text(alphabet=st.sampled_from([*"ab,\"\r\n=+-@\t é;'", "\x00", "\u2028"]), max_size=8)
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            _TEXT,
+            st.one_of(st.none(), _TEXT),
+            st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+            st.integers(min_value=-(2**40), max_value=2**40),
+            st.one_of(st.none(), _TEXT, st.binary(max_size=4)),
+        ),
+        max_size=7,
+    )
+)
+def test_the_run_lines_are_what_the_csv_module_writes(
+    rows: list[tuple[str, str | None, float | None, int, object]],
+) -> None:
+    """The runs' lines are made from their columns without the csv module; each line is the
+    one csv.writer (excel) writes for the same neutralized cells, byte for byte: quoting,
+    doubled quotes, line breaks, NaN and ±inf empty, -0.0, big integers, bytes decoded."""
+    from reports.render import exports
+
+    runs = pd.DataFrame(
+        {
+            "run_id": pd.Series([r[0] for r in rows], dtype=object),
+            "name": pd.Series([r[1] for r in rows], dtype="string"),
+            "gpu_hours": pd.Series([r[2] for r in rows], dtype=float),
+            "gpu_count": pd.Series([r[3] for r in rows], dtype="int64"),
+            "advice": pd.Series([r[4] for r in rows], dtype=object),
+        }
+    )
+    head = safe_row(["2026-W48", "util", "run"])
+    out = io.StringIO(newline="")
+    exports._run_rows(out, head, runs, block=3)
+    expected = io.StringIO(newline="")
+    oracle = csv.writer(expected, dialect="excel")
+    for i in range(len(runs)):
+        key = safe_cell(exports._plain(runs["run_id"].iloc[i]))
+        for f in exports._CSV_RUN_FIELDS:
+            cell = safe_cell(exports._plain(runs[f].iloc[i])) if f in runs else None
+            oracle.writerow([*head, key, safe_cell(f), "" if cell is None else cell])
+    assert out.getvalue() == expected.getvalue()
