@@ -11,7 +11,11 @@ rows/s for CSV; and beside them the exact path (a sampler call per reading, what
 every log that is not the common UTC one takes) on the same log. With an even ``--files`` of
 4 or more it also imports half the files and judges the rate of each further row: a week's
 import runs ~10 minutes, where the ~0.5 s of start-up (pandas, SQLAlchemy, the processes, the
-store's schema) that dominates a small log's figure does not count.
+store's schema) that dominates a small log's figure does not count. With DuckDB installed
+(``pip install -e '.[bench]'``) it times a reference beside them: DuckDB's ``read_csv`` of the
+same files and the same minute arithmetic in SQL (a reading covers the time since its GPU's
+last, up to three median intervals), in a subprocess, and checks that its covered seconds and
+Σ utilization × seconds equal the read's.
 
 With ``--prometheus`` it also writes ``--prom-gpus`` GPUs' DCGM-exporter series (utilization,
 memory, power; a scrape every 15 s for ``--prom-hours``, each GPU a new pod every 6 hours),
@@ -79,21 +83,59 @@ if sys.argv[3] in ("read", "exact"):
     done = read_nvsmi(files, fast=sys.argv[3] == "read", workers=None)
 else:
     done = import_nvsmi(sys.argv[4], files, workers=None)
-print(json.dumps({"s": time.perf_counter() - t0, "minutes": len(done.samples)}))
+s = time.perf_counter() - t0
+covered = sum(r.covered_s or 0.0 for r in done.samples)
+util_s = sum((r.util_pct or 0.0) * (r.covered_s or 0.0) for r in done.samples)
+print(json.dumps({"s": s, "minutes": len(done.samples), "covered_s": covered, "util_s": util_s}))
+"""
+
+_DUCKDB_CHILD = """
+import json, os, sys, time
+t0 = time.perf_counter()
+import duckdb
+files = sys.argv[1].split(os.pathsep)
+con = duckdb.connect()
+con.execute("SET threads = 2")
+names = ["timestamp", "idx", "uuid", "name", "util", "mem", "total", "power"]
+columns = ", ".join(f"'{n}': 'VARCHAR'" for n in names)
+source = f"read_csv(?, header = true, delim = ',', quote = '', columns = {{{columns}}})"
+def num(c):
+    return f"TRY_CAST(split_part(trim({c}), ' ', 1) AS DOUBLE)"
+sql = f'''
+WITH r AS (
+    SELECT trim(uuid) AS uuid,
+        epoch(strptime(timestamp, '%Y/%m/%d %H:%M:%S.%g')) AS t,
+        {num("util")} AS util, {num("mem")} AS mem, {num("power")} AS power
+    FROM {source}),
+l AS (SELECT *, t - LAG(t) OVER (PARTITION BY uuid ORDER BY t) AS dt FROM r),
+g AS (SELECT uuid, median(dt) AS step FROM l GROUP BY uuid),
+m AS (
+    SELECT l.uuid, floor((t - dt) / 60) AS minute, SUM(dt) AS covered_s,
+        SUM(util * dt) AS util_s, MAX(mem) AS mem, SUM(power * dt) / 3.6e6 AS kwh
+    FROM l JOIN g USING (uuid) WHERE dt > 0 AND dt <= 3 * g.step GROUP BY ALL)
+SELECT COUNT(*), SUM(covered_s), SUM(util_s) FROM m'''
+rows = con.execute(sql, [files]).fetchone()
+print(json.dumps({"s": time.perf_counter() - t0, "minutes": rows[0], "covered_s": rows[1],
+                  "util_s": rows[2]}))
 """
 
 
-def measured(args: list[str]) -> tuple[float, int, float]:
-    """(seconds inside, minute rows, peak GiB) of one child."""
-    with subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(ROOT), *args], stdout=subprocess.PIPE, text=True
-    ) as p:
+def measured(args: list[str], child: str = _CHILD) -> tuple[float, int, float]:
+    """(seconds inside, minute rows, peak GiB) of one child; its sums go in :data:`SUMS`."""
+    ours = child is _CHILD
+    argv = [sys.executable, "-c", child, *([str(ROOT)] if ours else []), *args]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as p:
         _, status, usage = os.wait4(p.pid, 0)
         out = p.stdout.read() if p.stdout else ""
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"the import failed: {out}")
     r = json.loads(out)
+    SUMS[args[1] if ours else "duckdb"] = (r["covered_s"], r["util_s"])
     return r["s"], r["minutes"], usage.ru_maxrss / 2**20
+
+
+SUMS: dict[str, tuple[float, float]] = {}
+"""What each child measured: (Σ covered seconds, Σ utilization × seconds) of its minutes."""
 
 
 _PROM_CHILD = """
@@ -218,6 +260,25 @@ def main() -> None:
                 f"{what:6s}: {s:6.2f} s, {rates[what]:>10,.0f} rows/s, {minutes:,} minute rows, "
                 f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: "
                 f"{WEEK_ROWS / rates[what] / 3600:.1f} h"
+            )
+        try:
+            import duckdb  # noqa: F401
+        except ImportError:
+            print("duckdb: not installed (pip install -e '.[bench]'): no reference")
+        else:
+            s, minutes, gib = measured([log], child=_DUCKDB_CHILD)
+            rates["duckdb"] = rows / s
+            pairs = zip(SUMS["read"], SUMS["duckdb"], strict=True)
+            worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in pairs)
+            print(
+                f"duckdb: {s:6.2f} s, {rates['duckdb']:>10,.0f} rows/s, {minutes:,} minute rows, "
+                f"peak {gib:.2f} GiB (read_csv and the minute SQL: a reading covers the time "
+                f"since its GPU's last, up to 3 median intervals); covered seconds and "
+                f"utilization x seconds agree with the read to {worst:.1e}"
+            )
+            print(
+                f"the import's rate is {rates['import'] / rates['duckdb']:.2f}x DuckDB's "
+                f"(the read alone {rates['read'] / rates['duckdb']:.2f}x)"
             )
         if "exact" in rates:
             print(
