@@ -66,8 +66,7 @@ def rightsizing(
     peaks = {
         m: half_peak_tflops(m) for m in per["gpu_model"].dropna().unique() if isinstance(m, str)
     }
-    peak = per["gpu_model"].map(lambda m: peaks.get(m) if isinstance(m, str) else None)
-    peak = peak.astype(float).to_numpy()
+    peak = per["gpu_model"].map(peaks).astype(float).to_numpy()  # NaN: no name, no peak
     idle = per["idle_usd"].astype(float).to_numpy() if "idle_usd" in per else np.zeros(len(per))
     half_spend = 0.5 * np.where(np.isnan(spend), 0.0, spend)
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -292,15 +292,32 @@ _BREAKDOWN = [
 ]
 
 
+def breakdown_names(column: pd.Series) -> np.ndarray:
+    """The values of a breakdown's key as the breakdowns name them: ``(none)`` for a run
+    without one (missing or empty)."""
+    raw = column.to_numpy(dtype=object)
+    named = np.where(pd.isna(raw), "(none)", raw)
+    return np.where(named == "", "(none)", named)
+
+
+def unpriced_groups(runs: pd.DataFrame, key: str) -> set[str]:
+    """The values of ``key`` (as the breakdowns name them) whose runs this week are all
+    unpriced: their dollars are unknown, not $0."""
+    if not len(runs) or "priced" not in runs or key not in runs:
+        return set()
+    codes, names = pd.factorize(breakdown_names(runs[key]))
+    priced = np.bincount(
+        codes, weights=runs["priced"].astype(bool).to_numpy(), minlength=len(names)
+    )
+    return {str(name) for name, n in zip(names, priced, strict=True) if n == 0}
+
+
 def _breakdown(per: pd.DataFrame, key: str, run_codes: np.ndarray | None = None) -> pd.DataFrame:
     """The week's totals per value of ``key`` (a run without one is ``(none)``), most waste
     first. ``run_codes``: ``per``'s run ids factorized (:func:`pandas.factorize`), shared by
     the breakdowns of one week."""
-    raw = per[key].to_numpy(dtype=object)
-    named = np.where(pd.isna(raw), "(none)", raw)
-    named = np.where(named == "", "(none)", named)
     # the keys factorized once, in the order groupby sorts them; the runs counted by integer
-    codes, uniques = pd.factorize(named, sort=True)
+    codes, uniques = pd.factorize(breakdown_names(per[key]), sort=True)
     if run_codes is None:
         run_codes = pd.factorize(per["run_id"].to_numpy(dtype=object))[0]
     g = per[[*_SUMMED, "co2e_kg"]].groupby(codes)  # one pass for every sum (named aggs: 2x slower)

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import WeekKpis, runs_to_fix
-from reports.kpi.weekly import none_priced
+from reports.kpi.weekly import none_priced, unpriced_groups
 from reports.render.fmt import (
     as_number,
     budget_row,
@@ -162,19 +162,9 @@ def _points(now: object, before: object) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _unpriced_groups(runs: pd.DataFrame, key: str) -> set[str]:
-    """The values of ``key`` (as the breakdowns name them) whose runs this week are all
-    unpriced: their dollars are unknown, not $0."""
-    if not len(runs) or "priced" not in runs or key not in runs:
-        return set()
-    names = runs[key].fillna("(none)").replace("", "(none)").astype(str)
-    priced = runs["priced"].astype(bool).groupby(names).any()
-    return set(priced[~priced].index)
-
-
 def _breakdown_rows(df: pd.DataFrame, key: str, runs: pd.DataFrame) -> list[dict[str, str]]:
     rows = []
-    unknown = _unpriced_groups(runs, key)
+    unknown = unpriced_groups(runs, key)
     for r in df.head(MAX_BREAKDOWN_ROWS).to_dict("records"):
         usd = (lambda _v: "n/a") if str(r[key]) in unknown else fmt_usd
         rows.append(
@@ -248,11 +238,13 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
 def _rightsizing_rows(k: WeekKpis) -> list[dict[str, str]]:
     if k.rightsizing.empty:
         return []
-    totals = (
-        k.runs.set_index("run_id")["mem_total_gib"].to_dict() if "mem_total_gib" in k.runs else {}
-    )
+    shown = k.rightsizing.head(MAX_RUN_ROWS)
+    totals = {}
+    if "mem_total_gib" in k.runs:  # of the runs shown (a week may hold a million)
+        of = k.runs[k.runs["run_id"].isin(shown["run_id"])]
+        totals = dict(zip(of["run_id"], of["mem_total_gib"], strict=True))
     rows = []
-    for r in k.rightsizing.head(MAX_RUN_ROWS).to_dict("records"):
+    for r in shown.to_dict("records"):
         total = totals.get(r["run_id"])
         peak = fmt_gib(r["mem_peak_gib"])
         rows.append(

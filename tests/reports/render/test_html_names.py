@@ -9,7 +9,7 @@ import pytest
 import readers
 from fakes import examples
 from fakes import run_record as run
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_html import W48, week
 
@@ -56,6 +56,9 @@ BASELINE = _structure(_page("name", "team", "proj", "user"))
 @given(HOSTILE, HOSTILE, HOSTILE, HOSTILE)
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_names_never_become_markup(name: str, team: str, project: str, user: str) -> None:
+    # a name equal to the other run's would merge their breakdown rows (a structure of its own;
+    # hypothesis draws the strings of this file's code too)
+    assume(team != "nlp" and project != "llm" and user != "ana")
     page = _page(name, team, project, user)
     assert _structure(page) == BASELINE
     # no link that a name made: every href is one the report itself writes or the W&B URL
