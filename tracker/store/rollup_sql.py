@@ -216,22 +216,24 @@ def _appendable(
             lock = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
             conn.exec_driver_sql(lock, (_RUN_LOCK, run_id))
         start, end = min(gpus.values()), max(gpus.values())
+        # only the GPUs written: a node of a many-node run writes its own
+        names = list(gpus)
         later = (
             f"SELECT gpu, MAX(minute) FROM samples WHERE run_id = {q.mark} AND "
-            f"minute >= {q.mark} GROUP BY gpu"
+            f"minute >= {q.mark} AND gpu IN ({', '.join([q.mark] * len(names))}) GROUP BY gpu"
         )
         context: dict[str, list[ContextRow]] = {gpu: [] for gpu in gpus}
-        for gpu, last in conn.exec_driver_sql(later, (run_id, q.time_value(start))):
+        found = conn.exec_driver_sql(later, (run_id, q.time_value(start), *names))
+        for gpu, last in found:
             if gpu in context and last >= q.time_value(gpus[gpu]):
                 del context[gpu]
         if not context:
             continue
         since = _minute_at(epoch_minute(start) - WINDOW_MIN)
         for gpu, minute, covered, util, sm in _between(
-            conn, q, run_id, None, since=since, until=end
+            conn, q, run_id, list(context), since=since, until=end
         ):
-            if gpu in context:
-                context[gpu].append((_epoch_minute(q, minute), covered, util, sm))
+            context[gpu].append((_epoch_minute(q, minute), covered, util, sm))
         out.update(((run_id, gpu), rows) for gpu, rows in context.items())
     return out
 
@@ -263,29 +265,30 @@ def _between(
     conn: Connection,
     q: SampleSQL,
     run_id: str,
-    gpu: str | None,
+    gpus: Sequence[str],
     *,
     since: datetime,
     until: datetime,
 ) -> list[tuple[Any, ...]]:
-    """The run's rows (one GPU's, or with the GPU first) with a minute in [since, until), in
-    minute order: the minute (SQLite: as the driver returns it; PostgreSQL: epoch minutes),
+    """The rows of the run's ``gpus`` with a minute in [since, until), in minute order: the
+    GPU, the minute (SQLite: as the driver returns it; PostgreSQL: epoch minutes),
     ``covered_s``, ``util_pct`` and ``sm_active_pct`` where they are usable numbers, else NULL
     (as :func:`tracker.store.rollups.rollups_of` checks them)."""
-    where = f"run_id = {q.mark} AND minute >= {q.mark} AND minute < {q.mark}"
-    params: tuple[Any, ...] = (run_id, q.time_value(since), q.time_value(until))
-    if gpu is not None:
-        where += f" AND gpu = {q.mark}"
-        params += (gpu,)
+    where = (
+        f"run_id = {q.mark} AND minute >= {q.mark} AND minute < {q.mark} "
+        f"AND gpu IN ({', '.join([q.mark] * len(gpus))})"
+    )
+    params = (run_id, q.time_value(since), q.time_value(until), *gpus)
     names = ", ".join(
         (
+            "gpu",
             "minute" if q.sqlite else "FLOOR(EXTRACT(EPOCH FROM minute) / 60)::bigint",
             checked_value("covered_s", COVERED_S_RANGE),
             checked_value("util_pct", (0.0, 100.0)),
             checked_value("sm_active_pct", (0.0, 100.0)),
         )
     )
-    sql = f"SELECT {'' if gpu else 'gpu, '}{names} FROM samples WHERE {where} ORDER BY minute"
+    sql = f"SELECT {names} FROM samples WHERE {where} ORDER BY minute"
     return list(conn.exec_driver_sql(sql, params).all())
 
 
@@ -321,8 +324,8 @@ def _append(
         def deeper(run_id: str = run_id, gpu: str = gpu, first: int = first) -> list[ContextRow]:
             since, until = _minute_at(first - 2 * (WINDOW_MIN - 1)), _minute_at(first)
             return [
-                (_epoch_minute(q, r[0]), *r[1:])
-                for r in _between(conn, q, run_id, gpu, since=since, until=until)
+                (_epoch_minute(q, r[1]), *r[2:])
+                for r in _between(conn, q, run_id, [gpu], since=since, until=until)
             ]
 
         out += appended(

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
@@ -189,26 +191,29 @@ def test_rollups_added_to_minute_by_minute_equal_a_rebuild_to_the_bit(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The live writer's pattern: every call appends the next minute or three of three series
-    (two runs), utilization and SM activity in stretches around the 5% threshold, partial and
+    (two runs; the GPUs of one run at times in calls of their own, as nodes write),
+    utilization and SM activity in stretches around the 5% threshold, partial and
     unusable minutes, gaps, energy and memory. Each call adds to the stored rollups without
     recomputing an hour (no series is refreshed); stretches turning idle read the rows further
     back. The kept rollups equal a rebuild from the minutes exactly, float for float; then a
     rewritten past minute takes the refresh path, and they still do."""
     refreshed: list[tuple[str, str]] = []
-    deeper: list[str] = []
-    real_refresh, real_between = rollup_sql.refresh, rollup_sql._between
+    deeper_reads: list[str] = []
+    real_refresh, real_appended = rollup_sql.refresh, rollup_sql.appended
 
     def refresh(conn: sa.Connection, first: dict[tuple[str, str], datetime]) -> None:
         refreshed.extend(first)
         real_refresh(conn, first)
 
-    def between(*args: object, **kwargs: object) -> list[tuple[object, ...]]:
-        if args[3] is not None:  # one GPU's rows: the deeper context
-            deeper.append(str(args[3]))
-        return real_between(*args, **kwargs)  # type: ignore[arg-type]
+    def appended(*args: Any, deeper: Callable[[], Any]) -> Any:
+        def read() -> Any:  # the rows further back: a stretch turned idle
+            deeper_reads.append(str(args[1]))
+            return deeper()
+
+        return real_appended(*args, deeper=read)
 
     monkeypatch.setattr(rollup_sql, "refresh", refresh)
-    monkeypatch.setattr(rollup_sql, "_between", between)
+    monkeypatch.setattr(rollup_sql, "appended", appended)
     rng = random.Random(7)
 
     def stretches(n: int, values: list[float | None]) -> list[float | None]:
@@ -242,14 +247,17 @@ def test_rollups_added_to_minute_by_minute_equal_a_rebuild_to_the_bit(
     with RunStore(store_url) as store:
         done = dict.fromkeys(series, 0)
         while any(done[k] < len(rows[k]) for k in series):
-            batch = []
+            batches: list[list[MinuteSample]] = [[]]
             for key in series:
                 step = rng.choice([1, 1, 1, 2, 3])
-                batch += rows[key][done[key] : done[key] + step]
+                batches[-1] += rows[key][done[key] : done[key] + step]
                 done[key] += step
-            store.upsert_samples(batch)
+                if rng.random() < 0.3:  # a GPU of run a apart: nodes of one run write apart
+                    batches.append([])
+            for batch in batches:
+                store.upsert_samples(batch)
         assert refreshed == []
-        assert deeper  # a stretch turned idle
+        assert deeper_reads  # a stretch turned idle
         kept = exact_rollups(store)
         assert len(kept) == 3 * 5  # 09:45 + 240 minutes: five hours a series
         assert sum(r[COLUMNS.index("util_idle_s")] for r in kept) > 0
