@@ -292,12 +292,24 @@ _BREAKDOWN = [
 ]
 
 
-def breakdown_names(column: pd.Series) -> np.ndarray:
-    """The values of a breakdown's key as the breakdowns name them: ``(none)`` for a run
-    without one (missing or empty)."""
-    raw = column.to_numpy(dtype=object)
-    named = np.where(pd.isna(raw), "(none)", raw)
-    return np.where(named == "", "(none)", named)
+NONE = "(none)"
+"""The breakdowns' name for a run without a value of the key (missing or empty)."""
+
+
+def breakdown_groups(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's group in a breakdown by ``column`` and the groups' names, sorted (as
+    :meth:`pandas.DataFrame.groupby` sorts them): a run without a value (missing or empty) is
+    in :data:`NONE`. A name may have no run (the codes are positions in the names)."""
+    codes, uniques = pd.factorize(column.to_numpy(dtype=object))  # missing: -1
+    named = [NONE if isinstance(u, str) and u == "" else u for u in uniques]
+    names = np.empty(len(named) + 1, dtype=object)
+    names[:-1], names[-1] = named, NONE
+    try:
+        names, where = np.unique(names, return_inverse=True)
+    except TypeError:  # names of mixed types (not from the store): in the order found
+        where, names = pd.factorize(names)
+    # -1 (missing) takes the last: NONE
+    return where[codes], names
 
 
 def unpriced_groups(runs: pd.DataFrame, key: str) -> set[str]:
@@ -305,11 +317,11 @@ def unpriced_groups(runs: pd.DataFrame, key: str) -> set[str]:
     unpriced: their dollars are unknown, not $0."""
     if not len(runs) or "priced" not in runs or key not in runs:
         return set()
-    codes, names = pd.factorize(breakdown_names(runs[key]))
-    priced = np.bincount(
-        codes, weights=runs["priced"].astype(bool).to_numpy(), minlength=len(names)
-    )
-    return {str(name) for name, n in zip(names, priced, strict=True) if n == 0}
+    codes, names = breakdown_groups(runs[key])
+    priced = runs["priced"].astype(bool).to_numpy()
+    n = np.bincount(codes, minlength=len(names))
+    with_price = np.bincount(codes, weights=priced, minlength=len(names))
+    return {str(names[i]) for i in np.flatnonzero((n > 0) & (with_price == 0))}
 
 
 def _breakdown(per: pd.DataFrame, key: str, run_codes: np.ndarray | None = None) -> pd.DataFrame:
@@ -317,14 +329,14 @@ def _breakdown(per: pd.DataFrame, key: str, run_codes: np.ndarray | None = None)
     first. ``run_codes``: ``per``'s run ids factorized (:func:`pandas.factorize`), shared by
     the breakdowns of one week."""
     # the keys factorized once, in the order groupby sorts them; the runs counted by integer
-    codes, uniques = pd.factorize(breakdown_names(per[key]), sort=True)
+    codes, names = breakdown_groups(per[key])
     if run_codes is None:
         run_codes = pd.factorize(per["run_id"].to_numpy(dtype=object))[0]
     g = per[[*_SUMMED, "co2e_kg"]].groupby(codes)  # one pass for every sum (named aggs: 2x slower)
     out = g.sum()
     out["co2e_kg"] = g["co2e_kg"].sum(min_count=1)  # NaN for a group that measured none
     out["runs"] = pd.Series(run_codes).groupby(codes).nunique()
-    out.index = pd.Index(uniques, name=key)
+    out.index = pd.Index(names[out.index.to_numpy()], name=key)
     out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
     return out[_BREAKDOWN].sort_values(["waste_usd", "spend_usd"], ascending=False).reset_index()
 

@@ -170,6 +170,32 @@ def test_runs_are_ordered_by_waste_with_verdict_and_team() -> None:
     assert teams.loc["vision", "waste_usd"] == pytest.approx(4 * 3.85 * (1 - 10 / 85))
 
 
+def test_a_run_without_a_team_is_in_none_and_unpriced_teams_are_named() -> None:
+    """Teams missing, empty and literally ``(none)`` are one row, ``(none)``, of three runs
+    (1 + 2 + 3 GPU-h at $3.85 = $23.10); a team whose runs all lack a price is named unpriced,
+    one with a priced run is not. The rows come most waste first, the names as written."""
+    from reports.kpi.weekly import unpriced_groups
+
+    k = week(
+        [
+            run("a", W48, 1, team=None),
+            run("b", W48, 2, team=""),
+            run("c", W48, 3, team="(none)"),
+            run("d", W48, 1, team="Zeta", price=None, model="weird-gpu"),
+            run("e", W48, 1, team="alpha"),
+            run("f", W48, 1, team="alpha", price=None, model="weird-gpu"),
+        ]
+    )
+    teams = k.by["team"].set_index("team")
+    assert sorted(teams.index) == ["(none)", "Zeta", "alpha"]
+    assert teams.loc["(none)", "runs"] == 3
+    assert teams.loc["(none)", "gpu_hours"] == pytest.approx(6.0)
+    assert teams.loc["(none)", "spend_usd"] == pytest.approx(6 * 3.85)
+    assert teams.loc["alpha", "runs"] == 2
+    assert unpriced_groups(k.runs, "team") == {"Zeta"}
+    assert unpriced_groups(k.runs, "user") == set()  # every run's user is (none): some priced
+
+
 def test_unit_costs() -> None:
     k = week([run("a", W48, 2, samples=1_000_000, tokens=4_000_000_000)])
     assert k.headline.usd_per_1k_samples == pytest.approx(1000 * 7.70 / 1_000_000)
