@@ -24,10 +24,9 @@ import math
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
+from bench import scale_data as data  # noqa: E402
 from reports.data.rollups import rollup_totals  # noqa: E402
 from tracker.store import RunStore, rollup_sql  # noqa: E402
 from tracker.store.rollups import Rollup  # noqa: E402
@@ -43,22 +43,8 @@ WEEK_HOUR = 498_720  # 2026-11-23 00:00 UTC, a Monday
 DATABASE = "gpu_kpi_bench_sums"
 
 
-@contextmanager
-def new_store(kind: str) -> Iterator[str]:
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{d}/sums.db"
-        return
-    server = sa.create_engine(sa.make_url(kind), isolation_level="AUTOCOMMIT")
-    with server.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {DATABASE}")
-        conn.exec_driver_sql(f"CREATE DATABASE {DATABASE}")
-    try:
-        yield sa.make_url(kind).set(database=DATABASE).render_as_string(hide_password=False)
-    finally:
-        with server.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        server.dispose()
+def new_store(kind: str) -> AbstractContextManager[str]:
+    return data.scratch_store(kind, DATABASE)
 
 
 def rollups(layout: str, gpus: int, rng: random.Random) -> Iterator[Rollup]:

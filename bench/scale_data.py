@@ -27,6 +27,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,28 @@ if __name__ == "__main__":
     if len(sys.argv) != 4 or sys.argv[1] != "reference":
         sys.exit("usage: python bench/scale_data.py reference SAMPLES.parquet RUNS.parquet")
     print(json.dumps(reference(Path(sys.argv[2]), Path(sys.argv[3]))))
+
+
+@contextmanager
+def scratch_store(kind: str, database: str) -> Iterator[str]:
+    """The URL of an empty store of ``kind``: ``sqlite`` (a file in a temporary folder) or a
+    PostgreSQL server URL, whose database ``database`` is dropped and made again, and dropped
+    after (the URL's role needs CREATEDB; its own database is never written to)."""
+    import tempfile
+
+    import sqlalchemy as sa
+
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as d:
+            yield f"sqlite:///{d}/{database}.db"
+        return
+    server = sa.create_engine(sa.make_url(kind), isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {database}")
+        conn.exec_driver_sql(f"CREATE DATABASE {database}")
+    try:
+        yield sa.make_url(kind).set(database=database).render_as_string(hide_password=False)
+    finally:
+        with server.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        server.dispose()

@@ -26,10 +26,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import sqlalchemy as sa  # noqa: E402
 
+from bench import scale_data as data  # noqa: E402
 from tracker.record import MinuteSample, RunRecord  # noqa: E402
 from tracker.store import RunStore, rollup_sql  # noqa: E402
 from tracker.store.rollups import COLUMNS  # noqa: E402
@@ -52,23 +52,8 @@ CASES: dict[str, Callable[[int], float]] = {
 }
 
 
-@contextmanager
-def new_store(kind: str) -> Iterator[str]:
-    """A URL of an empty store of ``kind`` (``sqlite`` or a PostgreSQL server URL)."""
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{d}/writes.db"
-        return
-    server = sa.create_engine(sa.make_url(kind), isolation_level="AUTOCOMMIT")
-    with server.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {DATABASE}")
-        conn.exec_driver_sql(f"CREATE DATABASE {DATABASE}")
-    try:
-        yield sa.make_url(kind).set(database=DATABASE).render_as_string(hide_password=False)
-    finally:
-        with server.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-        server.dispose()
+def new_store(kind: str) -> AbstractContextManager[str]:
+    return data.scratch_store(kind, DATABASE)
 
 
 def write(url: str, util: Callable[[int], float], gpus: int, minutes: int) -> dict[str, float]:

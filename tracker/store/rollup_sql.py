@@ -225,7 +225,12 @@ def _appendable(
         context: dict[str, list[ContextRow]] = {gpu: [] for gpu in gpus}
         found = conn.exec_driver_sql(later, (run_id, q.time_value(start), *names))
         for gpu, last in found:
-            if gpu in context and last >= q.time_value(gpus[gpu]):
+            if gpu not in context:
+                continue
+            bound = q.time_value(gpus[gpu])
+            # a stored row at or after the first one written (or a SQLite minute that is no
+            # text, which no time compares with): recomputed, not added to
+            if type(last) is not type(bound) or last >= bound:
                 del context[gpu]
         if not context:
             continue
