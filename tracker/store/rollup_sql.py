@@ -324,10 +324,12 @@ def _append(
                 stored[key][kept.hour] = kept
     out: list[Rollup] = []
     for (run_id, gpu), series in new.items():
-        first = epoch_minute(series[0][0])
+        until = series[0][0]  # the first row written: a stored row of its minute is before it
 
-        def deeper(run_id: str = run_id, gpu: str = gpu, first: int = first) -> list[ContextRow]:
-            since, until = _minute_at(first - 2 * (WINDOW_MIN - 1)), _minute_at(first)
+        def deeper(
+            run_id: str = run_id, gpu: str = gpu, until: datetime = until
+        ) -> list[ContextRow]:
+            since = _minute_at(epoch_minute(until) - 2 * (WINDOW_MIN - 1))
             return [
                 (_epoch_minute(q, r[1]), *r[2:])
                 for r in _between(conn, q, run_id, [gpu], since=since, until=until)

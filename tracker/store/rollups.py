@@ -257,6 +257,8 @@ def appended(
 
     new_flags: list[list[bool]] = []
     flips: list[list[int]] = []  # per basis, the context rows turned idle
+    # (minute, seconds, utilization, SM activity): the bases' values are columns 2 and 3,
+    # in the order of ROLLUP_RULES (util, sm_active), as flips[0] and flips[1] below
     for column, (pct, window) in enumerate(ROLLUP_RULES.values(), start=2):
         tail = [row for row in rows if row[0] >= first - (window - 1)]
         part = _flags([*tail, *fresh], column, pct, window)

@@ -244,6 +244,13 @@ def test_rollups_added_to_minute_by_minute_equal_a_rebuild_to_the_bit(
             for i in range(n)
             if rng.random() > 0.01
         ]
+        # now and then a second row in a minute (45 s in): two rows of one minute break a stretch
+        twice = [
+            dataclasses.replace(r, minute=r.minute.replace(second=45))
+            for r in rows[(run_id, gpu)]
+            if r.minute.second == 0 and rng.random() < 0.05
+        ]
+        rows[(run_id, gpu)] = sorted([*rows[(run_id, gpu)], *twice], key=lambda r: r.minute)
     with RunStore(store_url) as store:
         done = dict.fromkeys(series, 0)
         while any(done[k] < len(rows[k]) for k in series):
