@@ -299,7 +299,14 @@ NONE = "(none)"
 def breakdown_groups(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Each run's group in a breakdown by ``column`` and the groups' names, sorted (as
     :meth:`pandas.DataFrame.groupby` sorts them): a run without a value (missing or empty) is
-    in :data:`NONE`. A name may have no run (the codes are positions in the names)."""
+    in :data:`NONE`.
+
+    Args:
+        column: The key of each run (``team``, ``project``, ``user``, ``gpu_model``, ``source``).
+
+    Returns:
+        Each run's group (a position in the names) and the names; a name may have no run.
+    """
     codes, uniques = pd.factorize(column.to_numpy(dtype=object))  # missing: -1
     named = [NONE if isinstance(u, str) and u == "" else u for u in uniques]
     names = np.empty(len(named) + 1, dtype=object)
@@ -314,7 +321,15 @@ def breakdown_groups(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def unpriced_groups(runs: pd.DataFrame, key: str) -> set[str]:
     """The values of ``key`` (as the breakdowns name them) whose runs this week are all
-    unpriced: their dollars are unknown, not $0."""
+    unpriced: their dollars are unknown, not $0.
+
+    Args:
+        runs: The week's runs, with ``priced`` (bool) and the ``key`` column.
+        key: The breakdown's key column.
+
+    Returns:
+        The names of the groups with runs and none of them priced.
+    """
     if not len(runs) or "priced" not in runs or key not in runs:
         return set()
     codes, names = breakdown_groups(runs[key])

@@ -112,8 +112,16 @@ def _literal(value: float) -> str:
 
 
 def in_range(column: str, value_range: tuple[float, float]) -> str:
-    """SQL true where ``column`` (a checked name) is a number in ``value_range``: false for
-    text on SQLite, ±inf and PostgreSQL's NaN, NULL for NULL (:attr:`SampleSQL.usable`)."""
+    """SQL true where ``column`` is a number in ``value_range``: false for text on SQLite,
+    ±inf and PostgreSQL's NaN, NULL for NULL (:attr:`SampleSQL.usable`).
+
+    Args:
+        column: A column name of ours (never user input: it goes into the SQL text).
+        value_range: The inclusive bounds, finite, in the column's unit.
+
+    Returns:
+        The SQL condition, parenthesized.
+    """
     lo, hi = (_literal(v) for v in value_range)
     return f"({column} BETWEEN {lo} AND {hi})"
 
