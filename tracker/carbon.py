@@ -50,4 +50,7 @@ class Carbon:
         tracker does not depend on it): anything with ``map`` and arithmetic will do."""
         distinct = hosts.unique() if hasattr(hosts, "unique") else set(hosts)  # not per run
         g = {h: self.intensity_for(h if isinstance(h, str) else "") for h in distinct}
-        return energy_kwh * hosts.map(g) * (self.pue / G_PER_KG)
+        per_host = hosts.map(g)
+        if hasattr(per_host, "astype"):  # an empty Series of Arrow text maps to text, not numbers
+            per_host = per_host.astype(float)
+        return energy_kwh * per_host * (self.pue / G_PER_KG)
