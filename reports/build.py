@@ -330,16 +330,20 @@ def render(
             None makes it when the JSON or the CSV is asked for.
 
     Returns:
-        File suffix (``html``, ``eml``, ``json``, ``csv``) → content (the CSV's written as
-        it is made: ``bytes()`` of it makes it whole).
+        File suffix (``html``, ``eml``, ``json``, ``csv``, ``parquet``) → content (the CSV's
+        and the Parquet's written as they are made: ``bytes()`` of one makes it whole).
     """
     out: dict[str, Content] = {}
-    if "json" in req.formats or "csv" in req.formats:
+    if {"json", "csv", "parquet"} & set(req.formats):
         d = week if week is not None else to_dict(k, req.tz)
         if "json" in req.formats:
             out["json"] = to_json(d).encode()
         if "csv" in req.formats:
             out["csv"] = CsvExport(d, k.runs)  # every run: written as it is made
+        if "parquet" in req.formats:
+            from reports.render.parquet import ParquetExport
+
+            out["parquet"] = ParquetExport(d, k.runs)  # every run, a row group at a time
     if "html" in req.formats or "email" in req.formats:
         if images is None:
             from reports.render.charts import charts

@@ -352,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--format",
         default="html,email,json,csv",
-        help="comma-separated: html, email, json, csv (default all)",
+        help="comma-separated: html, email, json, csv (default all four), parquet (every run, "
+        "typed; needs pyarrow)",
     )
     report.add_argument(
         "--report-url",

@@ -6,6 +6,7 @@ answers a bad one before it loads what computing a report needs."""
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from tracker.config import Settings
 
 FORMATS = ("html", "email", "json", "csv")
+"""The formats a report writes by default (``gpu-kpi report``, the service)."""
+OPTIONAL_FORMATS = ("parquet",)
+"""Formats written only when asked for: ``parquet`` needs pyarrow (the ``parquet`` extra)."""
 CURRENT = "current"
 """``--week current``: the week under way, so far."""
 
@@ -89,20 +93,26 @@ def parse_formats(text: str) -> tuple[str, ...]:
     """The report formats of ``--format``.
 
     Args:
-        text: A comma-separated list of :data:`FORMATS` (``html,email,json,csv``).
+        text: A comma-separated list of :data:`FORMATS` and :data:`OPTIONAL_FORMATS`
+            (``html,email,json,csv,parquet``).
 
     Returns:
         The formats, in the order given.
 
     Raises:
-        ReportError: An unknown format, or none.
+        ReportError: An unknown format, or none; ``parquet`` where pyarrow is not installed.
     """
     wanted = tuple(f.strip() for f in text.split(",") if f.strip())
-    bad = [f for f in wanted if f not in FORMATS]
+    known = FORMATS + OPTIONAL_FORMATS
+    bad = [f for f in wanted if f not in known]
     if bad or not wanted:
         raise ReportError(
             f"unknown format {', '.join(bad) or repr(text)}: use a comma-separated "
-            f"list of {', '.join(FORMATS)}"
+            f"list of {', '.join(known)}"
+        )
+    if "parquet" in wanted and importlib.util.find_spec("pyarrow") is None:
+        raise ReportError(
+            "--format parquet needs pyarrow: pip install 'gpu-kpi[parquet]' (or pyarrow)"
         )
     return wanted
 

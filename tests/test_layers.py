@@ -35,6 +35,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "smtplib": ("reports/service/mailer.py",),
     "jinja2": ("reports/render/html.py",),
     "matplotlib": ("reports/render/charts.py",),
+    "pyarrow": ("reports/render/parquet.py",),
     "pandas": (
         "reports/kpi/",
         "reports/render/",
