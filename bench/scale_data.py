@@ -345,6 +345,126 @@ def load_pg(
     return n
 
 
+# -- the earlier weeks as rollups -------------------------------------------------------------
+HISTORY_COLUMNS = (
+    "run_id",
+    "gpu",
+    "hour",
+    "minutes",
+    "covered_s",
+    "util_known_s",
+    "util_s",
+    "util_idle_s",
+    "util_idle_value_s",
+    "sm_known_s",
+    "sm_s",
+    "sm_idle_s",
+    "sm_idle_value_s",
+    "energy_kwh",
+    "mem_peak_gib",
+    "dropped",
+    "bad_util",
+    "bad_sm",
+    "bad_minutes",
+)
+WEEK_HOUR = int(WEEK.timestamp()) // 3600
+
+
+def _history_select(gpus: int) -> str:
+    """DuckDB's SELECT of the earlier weeks' hourly rollups (columns :data:`HISTORY_COLUMNS`):
+    every GPU of each of the 11 weeks' runs, all 168 hours at the run's utilization (a full
+    minute each minute, SM activity 0.7 of it, 300 W, 20 GiB), over a table ``hist(w, i, u)``."""
+    return f"""
+        SELECT printf('h%02d-%04d', h.w, h.i) AS run_id, printf('GPU-%04d-%d', h.i, g.g) AS gpu,
+               ({WEEK_HOUR} - 168 * h.w + t.t)::BIGINT AS hour, 60 AS minutes,
+               3600.0::DOUBLE AS covered_s, 3600.0::DOUBLE AS util_known_s,
+               h.u * 3600.0 AS util_s, 0.0::DOUBLE AS util_idle_s, 0.0::DOUBLE AS util_idle_value_s,
+               3600.0::DOUBLE AS sm_known_s, h.u * 0.7 * 3600.0 AS sm_s, 0.0::DOUBLE AS sm_idle_s,
+               0.0::DOUBLE AS sm_idle_value_s, 0.3::DOUBLE AS energy_kwh,
+               20.0::DOUBLE AS mem_peak_gib, 0 AS dropped, 0 AS bad_util, 0 AS bad_sm,
+               0 AS bad_minutes
+        FROM hist h, range({GPUS_PER_RUN}) g(g), range(168) t(t)
+        WHERE h.i * {GPUS_PER_RUN} + g.g < {gpus}"""
+
+
+def set_history_rollups(url: str, gpus: int, want: bool, work_dir: Path) -> int:
+    """Give the 11 earlier weeks' runs hourly rollups (``want``: a store whose every week was
+    sampled, so that a report works its 12-week trend out from rollups, 11 x ``gpus`` x 168
+    rows) or none (their summaries alone, as the bench's stores are loaded), written straight
+    into the ``rollups`` table; nothing when the store already is so. The rows written (or
+    deleted, negative)."""
+    import duckdb
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(
+        url, **({} if url.startswith("sqlite") else {"isolation_level": "AUTOCOMMIT"})
+    )
+    try:
+        with engine.begin() as conn:
+            have = (
+                conn.exec_driver_sql(
+                    f"SELECT 1 FROM rollups WHERE hour < {WEEK_HOUR} LIMIT 1"
+                ).first()
+                is not None
+            )
+            if have == want:
+                return 0
+            if not want:
+                n = conn.exec_driver_sql(f"DELETE FROM rollups WHERE hour < {WEEK_HOUR}").rowcount
+                return -n
+        history, _ = draws(runs_of(gpus))
+        con = duckdb.connect()
+        con.execute("CREATE TEMP TABLE hist (w INTEGER, i INTEGER, u DOUBLE)")
+        runs = runs_of(gpus)
+        con.executemany(
+            "INSERT INTO hist VALUES (?, ?, ?)",
+            [
+                (w, i, history[(w - 1) * runs + i])
+                for w in range(1, HISTORY_WEEKS + 1)
+                for i in range(runs)
+            ],
+        )
+        n = 0
+        if url.startswith("sqlite"):
+            insert = (
+                f"INSERT INTO rollups ({', '.join(HISTORY_COLUMNS)}) "
+                f"VALUES ({', '.join('?' * len(HISTORY_COLUMNS))})"
+            )
+            cur = con.execute(_history_select(gpus))
+            with engine.begin() as conn:
+                while batch := cur.fetchmany(200_000):
+                    conn.exec_driver_sql(insert, batch)
+                    n += len(batch)
+        else:
+            import psycopg
+
+            csv = work_dir / "history-rollups.csv"
+            con.execute(f"COPY ({_history_select(gpus)}) TO '{csv}' (FORMAT csv, HEADER false)")
+            try:
+                with psycopg.connect(_pg_conninfo(url)) as pg:
+                    with (
+                        pg.cursor() as c,
+                        c.copy(
+                            f"COPY rollups ({', '.join(HISTORY_COLUMNS)}) FROM STDIN (FORMAT csv)"
+                        ) as cp,
+                        csv.open("rb") as f,
+                    ):
+                        while chunk := f.read(1 << 20):
+                            cp.write(chunk)
+                    n = pg.execute(
+                        f"SELECT count(*) FROM rollups WHERE hour < {WEEK_HOUR}"
+                    ).fetchone()[0]
+                    pg.commit()
+                    pg.autocommit = True
+                    pg.execute("VACUUM ANALYZE rollups")
+            finally:
+                csv.unlink(missing_ok=True)
+        con.close()
+        return n
+    finally:
+        engine.dispose()
+
+
 # -- DuckDB's reference figures -----------------------------------------------------------------
 REFERENCE_SQL = f"""
 WITH s AS (
