@@ -133,7 +133,7 @@ def span_gpu_time(
     if runs.empty:
         return GpuTime(runs=runs, gpu_time=pd.DataFrame(columns=kpis.GT_COLUMNS), skipped=skipped)
     totals = span_totals(scans, kpis.BASES[basis][0], since, until)
-    totals = totals[totals["run_id"].isin(runs["id"])]
+    totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
     sampled = pd.DataFrame(
         {
             "run_id": totals["run_id"].astype(object),
@@ -341,10 +341,10 @@ def _read(
         # a run with a usable minute in the window's rollups has one: the store is asked
         # about the others only (a week of 100,000 runs: none)
         sampled = totals.loc[(totals["minutes"] > 0) & (totals["bucket"] >= 0), "run_id"]
-        seen = runs["id"].isin(sampled).to_numpy()
+        seen = kpis.is_in(runs["id"], sampled)
         ids = runs["id"].to_numpy(dtype=object)
         ever = frozenset(ids[seen].tolist()) | frozenset(scans.sampled_runs(ids[~seen].tolist()))
-        totals = totals[totals["run_id"].isin(runs["id"])]
+        totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
         bad = kpis.bad_samples(
             totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
         )
@@ -364,7 +364,7 @@ def _read(
     if not marked:
         runs = _as_crashed(runs, now)
     ever = frozenset(scans.sampled_runs(runs["id"]))
-    totals = totals[totals["run_id"].isin(runs["id"])]
+    totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
     bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value)
     totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
     samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))

@@ -17,7 +17,7 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
-from reports.kpi.frames import BASES, GT_COLUMNS
+from reports.kpi.frames import BASES, GT_COLUMNS, is_in
 from reports.weeks import shift_week, week_spans, week_start_of
 from tracker.cost import Thresholds, idle_flags, thresholds_for
 
@@ -139,7 +139,7 @@ def summary_gpu_time(
     not overlapping: the ``week`` column holds each span's start) when given."""
     column = BASES[basis][0]
     ended = []
-    summary_only = runs[~runs["id"].isin(set(sampled))]
+    summary_only = runs[~is_in(runs["id"], sampled)]
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
     for r in summary_only.itertuples(index=False):
         end = (
@@ -225,7 +225,7 @@ def gpu_time(
 ) -> pd.DataFrame:
     """GPU-time rows (:data:`GT_COLUMNS`) for every run, split by ISO week in ``tz``."""
     sampled = sampled_gpu_time(
-        samples[samples["run_id"].isin(runs["id"])], tz=tz, basis=basis, thresholds=thresholds
+        samples[is_in(samples["run_id"], runs["id"])], tz=tz, basis=basis, thresholds=thresholds
     )
     return combine_gpu_time(runs, sampled, tz=tz, basis=basis, now=now)
 
