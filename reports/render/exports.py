@@ -332,14 +332,11 @@ def _cells(column: pd.Series) -> list[str]:
     if pd.api.types.is_integer_dtype(column) or pd.api.types.is_bool_dtype(column):
         return list(map(str, column.tolist()))
     if isinstance(column.dtype, pd.StringDtype):  # text or missing
-        out = []
-        for v in column.to_numpy(dtype=object).tolist():
-            if not isinstance(v, str):
-                out.append("")
-                continue
-            text = "'" + v if v.startswith(FORMULA_START) else v
-            out.append('"' + text.replace('"', '""') + '"' if _QUOTED.search(text) else text)
-        return out
+        # each distinct text once (a million runs have a few teams, models and verdicts)
+        codes, uniques = pd.factorize(column)  # a missing value: -1, the last cell
+        cells = [_text_cell(v) if isinstance(v, str) else "" for v in uniques.tolist()]
+        cells.append("")
+        return [cells[c] for c in codes.tolist()]
     # (an object or a list is no CSV value: the JSON has it; a run field never holds one)
     return [
         "" if isinstance(c := safe_cell(_plain(v)), dict | list) else _field(c)
@@ -368,6 +365,12 @@ def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 20
                 ]
             )
         )
+
+
+def _text_cell(v: str) -> str:
+    """A text cell of a line: neutralized (:func:`safe_cell`) and quoted as :func:`_field`."""
+    text = "'" + v if v.startswith(FORMULA_START) else v
+    return '"' + text.replace('"', '""') + '"' if _QUOTED.search(text) else text
 
 
 _QUOTED = re.compile(r'[,"\r\n]')
