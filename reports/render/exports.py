@@ -331,7 +331,9 @@ def _cells(column: pd.Series) -> list[str]:
         return [repr(v) if math.isfinite(v) else "" for v in column.astype(float).tolist()]
     if pd.api.types.is_integer_dtype(column) or pd.api.types.is_bool_dtype(column):
         return list(map(str, column.tolist()))
-    if isinstance(column.dtype, pd.StringDtype):  # text or missing
+    if isinstance(column.dtype, pd.StringDtype) or (
+        column.dtype == object and pd.api.types.infer_dtype(column) in ("string", "empty")
+    ):  # text or missing (None, NaN, pd.NA: each an empty cell)
         # each distinct text once (a million runs have a few teams, models and verdicts)
         codes, uniques = pd.factorize(column)  # a missing value: -1, the last cell
         cells = [_text_cell(v) if isinstance(v, str) else "" for v in uniques.tolist()]
