@@ -26,7 +26,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -296,6 +296,17 @@ def pg_loaded(url: str, expect: str) -> bool:
     return row is not None and row[0] == expect
 
 
+def _copy_csv(conn: Any, table: str, columns: Sequence[str], csv: Path) -> None:
+    """``COPY`` the CSV file ``csv`` (no header) into ``table``'s ``columns`` (psycopg)."""
+    with (
+        conn.cursor() as cur,
+        cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN (FORMAT csv)") as cp,
+        csv.open("rb") as f,
+    ):
+        while chunk := f.read(1 << 20):
+            cp.write(chunk)
+
+
 def load_pg(
     server_url: str, database: str, gpus: int, case: str, samples: Path, expect: str, work_dir: Path
 ) -> int:
@@ -327,15 +338,7 @@ def load_pg(
         con.close()
     try:
         with psycopg.connect(_pg_conninfo(url)) as conn:
-            with (
-                conn.cursor() as cur,
-                cur.copy(
-                    f"COPY samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT csv)"
-                ) as cp,
-                csv.open("rb") as f,
-            ):
-                while chunk := f.read(1 << 20):
-                    cp.write(chunk)
+            _copy_csv(conn, "samples", SAMPLE_COLUMNS, csv)
             conn.commit()
             conn.autocommit = True
             conn.execute("VACUUM ANALYZE")
@@ -346,32 +349,12 @@ def load_pg(
 
 
 # -- the earlier weeks as rollups -------------------------------------------------------------
-HISTORY_COLUMNS = (
-    "run_id",
-    "gpu",
-    "hour",
-    "minutes",
-    "covered_s",
-    "util_known_s",
-    "util_s",
-    "util_idle_s",
-    "util_idle_value_s",
-    "sm_known_s",
-    "sm_s",
-    "sm_idle_s",
-    "sm_idle_value_s",
-    "energy_kwh",
-    "mem_peak_gib",
-    "dropped",
-    "bad_util",
-    "bad_sm",
-    "bad_minutes",
-)
 WEEK_HOUR = int(WEEK.timestamp()) // 3600
 
 
 def _history_select(gpus: int) -> str:
-    """DuckDB's SELECT of the earlier weeks' hourly rollups (columns :data:`HISTORY_COLUMNS`):
+    """DuckDB's SELECT of the earlier weeks' hourly rollups (the columns of the store's
+    ``rollups`` table, in its order):
     every GPU of each of the 11 weeks' runs, all 168 hours at the run's utilization (a full
     minute each minute, SM activity 0.7 of it, 300 W, 20 GiB), over a table ``hist(w, i, u)``."""
     return f"""
@@ -412,6 +395,9 @@ def set_history_rollups(url: str, gpus: int, want: bool, work_dir: Path) -> int:
             if not want:
                 n = conn.exec_driver_sql(f"DELETE FROM rollups WHERE hour < {WEEK_HOUR}").rowcount
                 return -n
+        from tracker.store.schema import rollups_table
+
+        columns = [c.name for c in rollups_table.c]
         history, _ = draws(runs_of(gpus))
         con = duckdb.connect()
         con.execute("CREATE TEMP TABLE hist (w INTEGER, i INTEGER, u DOUBLE)")
@@ -425,10 +411,13 @@ def set_history_rollups(url: str, gpus: int, want: bool, work_dir: Path) -> int:
             ],
         )
         n = 0
+        made = [d[0] for d in con.execute(f"{_history_select(gpus)} LIMIT 0").description]
+        if made != columns:
+            raise RuntimeError(f"the history rollups' columns {made} are not the store's {columns}")
         if url.startswith("sqlite"):
             insert = (
-                f"INSERT INTO rollups ({', '.join(HISTORY_COLUMNS)}) "
-                f"VALUES ({', '.join('?' * len(HISTORY_COLUMNS))})"
+                f"INSERT INTO rollups ({', '.join(columns)}) "
+                f"VALUES ({', '.join('?' * len(columns))})"
             )
             cur = con.execute(_history_select(gpus))
             with engine.begin() as conn:
@@ -442,15 +431,7 @@ def set_history_rollups(url: str, gpus: int, want: bool, work_dir: Path) -> int:
             con.execute(f"COPY ({_history_select(gpus)}) TO '{csv}' (FORMAT csv, HEADER false)")
             try:
                 with psycopg.connect(_pg_conninfo(url)) as pg:
-                    with (
-                        pg.cursor() as c,
-                        c.copy(
-                            f"COPY rollups ({', '.join(HISTORY_COLUMNS)}) FROM STDIN (FORMAT csv)"
-                        ) as cp,
-                        csv.open("rb") as f,
-                    ):
-                        while chunk := f.read(1 << 20):
-                            cp.write(chunk)
+                    _copy_csv(pg, "rollups", columns, csv)
                     n = pg.execute(
                         f"SELECT count(*) FROM rollups WHERE hour < {WEEK_HOUR}"
                     ).fetchone()[0]

@@ -251,10 +251,9 @@ def to_csv(d: Mapping[str, Any], runs: pd.DataFrame) -> str:
     return bytes(CsvExport(d, runs)).decode()
 
 
-class CsvExport:
-    """The week's CSV file: one row per figure (``week, basis, section, key, metric, value``),
-    formula cells neutralized, every run of the week (from its columns: a week of a million
-    runs is sixteen million lines, written as they are made).
+class RunsExport:
+    """A file of the week made from its document and every run, written as it is made
+    (:meth:`write_to`; ``bytes()`` of it makes it whole).
 
     Args:
         d: The week's document (:func:`to_dict`).
@@ -268,6 +267,25 @@ class CsvExport:
         out = io.BytesIO()
         self.write_to(out)
         return out.getvalue()
+
+    def write_to(self, f: IO[bytes]) -> None:
+        """Write the file to ``f`` (binary); ``f`` stays open.
+
+        Args:
+            f: An open binary file.
+        """
+        raise NotImplementedError
+
+
+class CsvExport(RunsExport):
+    """The week's CSV file: one row per figure (``week, basis, section, key, metric, value``),
+    formula cells neutralized, every run of the week (from its columns: a week of a million
+    runs is sixteen million lines, written as they are made).
+
+    Args:
+        d: The week's document (:func:`to_dict`).
+        runs: The week's runs (:attr:`reports.kpi.WeekKpis.runs`).
+    """
 
     def write_to(self, f: IO[bytes]) -> None:
         """Write the file to ``f`` (binary), UTF-8, a block at a time."""

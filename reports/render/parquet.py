@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
 from typing import IO, Any
 
 import pandas as pd
 
 from reports.kpi.checks import as_text
-from reports.render.exports import RUN_FIELDS, to_json
+from reports.render.exports import RUN_FIELDS, RunsExport, to_json
 
 SCHEMA = "gpu-kpi.week-runs/1"
 ROW_GROUP = 100_000
@@ -52,7 +51,7 @@ _TEXT = frozenset(
 )
 
 
-class ParquetExport:
+class ParquetExport(RunsExport):
     """The week's runs as a Parquet file (see the module docstring), written as it is made.
 
     Args:
@@ -60,16 +59,6 @@ class ParquetExport:
             headline.
         runs: The week's runs (:attr:`reports.kpi.WeekKpis.runs`): every one is written.
     """
-
-    def __init__(self, d: Mapping[str, Any], runs: pd.DataFrame) -> None:
-        self.d, self.runs = d, runs
-
-    def __bytes__(self) -> bytes:
-        import io
-
-        out = io.BytesIO()
-        self.write_to(out)
-        return out.getvalue()
 
     def write_to(self, f: IO[bytes]) -> None:
         """Write the file to ``f`` (binary), a row group at a time.
