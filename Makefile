@@ -25,17 +25,18 @@ lint: $(STAMP)
 test: $(STAMP)
 	bash tests/pg-up.sh
 	bash tests/prom-up.sh
+	bash tests/slurm-up.sh
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
 
-# the inner loop: no PostgreSQL, Chromium, DDP, real trainers or end-to-end service runs;
+# the inner loop: no PostgreSQL, Chromium, Prometheus, Slurm, DDP, real trainers or end-to-end service runs;
 # the whole suite is `make test`
 test-fast: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	GPU_KPI_TEST_FAST=1 $(BIN)/pytest -q -m "not postgres and not chromium and not prometheus and not ddp and not slow and not trainer and not service"
+	GPU_KPI_TEST_FAST=1 $(BIN)/pytest -q -m "not postgres and not chromium and not prometheus and not slurm and not ddp and not slow and not trainer and not service"
 
 demo: $(STAMP)
 	$(BIN)/gpu-kpi demo

@@ -146,3 +146,57 @@ def test_tres_and_gres_lists() -> None:
     assert gpus_of_tres("cpu=1,mem=500M,gres/gpumem=40G,gres/gpuutil=80") == {}
     assert gpus_of_gres("gpu:tesla:2(IDX:0-1),gpu:k80:1(IDX:2)") == {"tesla": 2, "k80": 1}
     assert gpus_of_gres("gpu:4") == {"": 4}
+
+
+PUBLIC = DATA / "public"
+
+
+def test_a_public_clusters_parsable_output_every_field() -> None:
+    """facebookresearch/gcm's sample: 107 fields, a byte that is no UTF-8, steps without
+    their job's row. GPU-seconds from its own gres/gpu and ElapsedRaw: 8 × 99 + 1 × 7212."""
+    text = (
+        (PUBLIC / "gcm-sample-sacct-output-invalid-utf8.txt").read_bytes().decode(errors="replace")
+    )
+    got = read_sacct(text, tz=UTC)
+    assert got.unreadable == [] and got.steps == 9 and got.not_started == 0
+    by_id = {j.job_id: j for j in got.jobs}
+    assert sorted(by_id) == ["3557891", "3557892"]
+    assert (by_id["3557891"].gpus, by_id["3557891"].state) == (8, "FAILED")
+    assert (by_id["3557892"].gpus, by_id["3557892"].state) == (1, "TIMEOUT")
+    expected = 0
+    for line in text.splitlines()[1:]:
+        row = dict(zip(text.splitlines()[0].split("|"), line.split("|"), strict=True))
+        m = re.search(r"(?:^|,)gres/gpu=(\d+)", row["AllocTRES"])
+        if "." not in row["JobID"] and m:
+            expected += int(m.group(1)) * int(row["ElapsedRaw"])
+    seconds = sum(j.gpus * (j.end - j.start).total_seconds() for j in got.jobs if j.end)
+    assert expected == 8 * 99 + 7212 and seconds == expected
+
+
+@pytest.mark.parametrize("version", ["22_5_9", "23_2_6", "23_11_5"])
+def test_public_json_of_three_slurm_versions(version: str) -> None:
+    import json
+
+    text = (PUBLIC / f"sarc-slurm_{version}.json").read_text()
+    raw = json.loads(text)["jobs"][0]
+    got = read_sacct(text, tz=UTC)
+    assert got.unreadable == [] and len(got.jobs) == 1
+    job = got.jobs[0]
+    assert job.start == datetime.fromtimestamp(raw["time"]["start"], tz=UTC)
+    if version == "22_5_9":  # an array task that failed: 16 GPUs over 4 nodes
+        assert (job.job_id, job.array_job_id, job.array_task_id) == (
+            "20247445_100",
+            "20247445",
+            100,
+        )
+        assert (job.state, job.gpus, job.nodes) == ("FAILED", 16, "ng[30103,30203,30706-30707]")
+        assert job.end is not None
+        assert (job.end - job.start).total_seconds() == raw["time"]["elapsed"] == 124403
+    else:  # the same running job, in 23.02's and 23.11's shapes
+        assert (job.job_id, job.state, job.gpus, job.end, job.array_job_id) == (
+            "4",
+            "RUNNING",
+            2,
+            None,
+            None,
+        )
