@@ -1,0 +1,132 @@
+"""How fast sacct's output is read into allocations (:func:`reports.imports.slurm.read_sacct`):
+a year of accounting at ``--jobs-per-day`` jobs, in both forms, against a baseline in the
+same run (splitting the same lines on ``|`` and nothing else).
+
+Writes ``--days`` days of ``sacct -a -X -P --format=JobID,JobIDRaw,JobName,User,Account,
+Partition,State,Start,End,AllocTRES,NodeList`` lines shaped as a real Slurm 22.05 writes them
+(``tests/data/slurm/sacct-X.txt``: typed and untyped GPU TRES, a job in ten an array task, one in
+twenty cancelled before it started) and the same jobs as ``sacct --json`` (22.05's
+``openapi/dbv0.0.38``), then reads each once and prints jobs/s, the seconds a year takes, and
+the ratio to the bare split, and this process's peak memory. Nothing is written to a store.
+The default is 30 days, and the year extrapolated: the whole year at once holds 525 MiB of
+text, 1.7 GiB of JSON and 3.5 M records twice over (22 GiB peak here); an import reads
+sacct a window at a time.
+
+    .venv/bin/python bench/sacct_read.py [--jobs-per-day 10000] [--days 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from reports.imports.slurm import FORMAT, read_sacct  # noqa: E402
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def jobs(n: int, days: int, seed: int = 7) -> tuple[str, str]:
+    """``n`` jobs a day for ``days`` days, as parsable text and as JSON."""
+    rng = random.Random(seed)
+    lines = [FORMAT.replace(",", "|")]
+    records = []
+    job = 1000
+    for d in range(days):
+        for _ in range(n):
+            job += 1
+            start = START + timedelta(days=d, seconds=rng.randrange(86_400))
+            end = start + timedelta(seconds=rng.randrange(60, 36_000))
+            gpus = rng.choice((1, 1, 2, 4, 8))
+            never = rng.random() < 0.05
+            array = rng.random() < 0.1
+            job_id = f"{job}_{rng.randrange(100)}" if array else str(job)
+            tres = (
+                ""
+                if never
+                else f"billing={gpus},cpu={gpus * 4},gres/gpu:h100={gpus},gres/gpu={gpus},"
+                f"mem={gpus * 32}G,node=1"
+            )
+            state = "CANCELLED by 1001" if never else rng.choice(("COMPLETED", "FAILED", "TIMEOUT"))
+            s = start.strftime("%Y-%m-%dT%H:%M:%S")
+            e = s if never else end.strftime("%Y-%m-%dT%H:%M:%S")
+            node = "None assigned" if never else f"gpu{rng.randrange(1, 65):03d}"
+            account = rng.choice(("nlp", "vision", "speech", "search"))
+            lines.append(
+                f"{job_id}|{job}|train-{job % 97}|u{job % 53}|{account}|gpu|{state}|{s}|{e}|{tres}|{node}"
+            )
+            allocated = (
+                []
+                if never
+                else [
+                    {"type": "cpu", "name": None, "id": 1, "count": gpus * 4},
+                    {"type": "gres", "name": "gpu", "id": 1001, "count": gpus},
+                    {"type": "gres", "name": "gpu:h100", "id": 1002, "count": gpus},
+                ]
+            )
+            records.append(
+                {
+                    "job_id": job,
+                    "array": {
+                        "job_id": int(job_id.split("_")[0]) if array else 0,
+                        "task_id": int(job_id.split("_")[1]) if array else None,
+                    },
+                    "name": f"train-{job % 97}",
+                    "user": f"u{job % 53}",
+                    "account": account,
+                    "partition": "gpu",
+                    "state": {"current": state.split(" ")[0], "reason": "None"},
+                    "time": {
+                        "start": int(start.timestamp()),
+                        "end": int(start.timestamp() if never else end.timestamp()),
+                    },
+                    "tres": {"allocated": allocated},
+                    "nodes": node,
+                    "het": {"job_id": 0, "job_offset": None},
+                }
+            )
+    return "\n".join(lines) + "\n", json.dumps({"jobs": records})
+
+
+def timed(f: object) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = f()  # type: ignore[operator]
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs-per-day", type=int, default=10_000)
+    ap.add_argument("--days", type=int, default=30)
+    args = ap.parse_args()
+    n = args.jobs_per_day * args.days
+    t_make, (text, js) = timed(lambda: jobs(args.jobs_per_day, args.days))
+    print(
+        f"{n:,} jobs ({args.jobs_per_day:,} a day x {args.days} days): parsable "
+        f"{len(text) / 2**20:.0f} MiB, JSON {len(js) / 2**20:.0f} MiB (made in {t_make:.0f} s)"
+    )
+    t_split, _ = timed(lambda: [line.split("|") for line in text.splitlines()])
+    for form, data in (("parsable", text), ("json", js)):
+        t, got = timed(lambda data=data: read_sacct(data, tz=UTC))
+        read = got.jobs  # type: ignore[attr-defined]
+        print(
+            f"{form:>8}: {t:6.1f} s, {n / t:,.0f} jobs/s, {len(read):,} allocations, "
+            f"{got.not_started:,} never started; {t / t_split:.1f}x splitting the lines "  # type: ignore[attr-defined]
+            f"({t_split:.1f} s); a year at {args.jobs_per_day:,} a day: "
+            f"{t * 365 / args.days:.0f} s"
+        )
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    print(f"peak memory of this process (both texts and both reads held): {peak:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
