@@ -34,6 +34,16 @@ if ! command -v slurmctld >/dev/null 2>&1 || ! command -v slurmdbd >/dev/null 2>
         exit 0
     fi
 fi
+# never over a real cluster's configuration: /etc/slurm/*.conf are written only when absent
+# or written by this script (its marker on the first line)
+MARKER="# written by gpu-kpi tests/slurm-up.sh for its tests"
+for conf in /etc/slurm/slurm.conf /etc/slurm/slurmdbd.conf /etc/slurm/gres.conf; do
+    if [ -e "$conf" ] && [ "$(head -n 1 "$conf")" != "$MARKER" ]; then
+        echo "slurm-up: $conf is not ours (a real cluster's?): leaving Slurm alone;" \
+             "the Slurm tests will be skipped"
+        exit 0
+    fi
+done
 HOST=$(hostname -s)
 # sockets and cores as slurmd sees them (a mismatch leaves the node INVAL)
 TOPO=$(slurmd -C | head -1 | grep -oE 'CPUs=[0-9]+ Boards=[0-9]+ SocketsPerBoard=[0-9]+ CoresPerSocket=[0-9]+ ThreadsPerCore=[0-9]+')
@@ -101,6 +111,7 @@ SQL
 log "writing /etc/slurm/{slurm.conf,gres.conf,slurmdbd.conf}"
 mkdir -p /etc/slurm
 cat >/etc/slurm/slurmdbd.conf <<EOF
+$MARKER
 AuthType=auth/munge
 DbdHost=localhost
 DbdPort=6819
@@ -119,6 +130,7 @@ chown root:root /etc/slurm/slurmdbd.conf
 chmod 600 /etc/slurm/slurmdbd.conf
 
 cat >/etc/slurm/slurm.conf <<EOF
+$MARKER
 ClusterName=$CLUSTER
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmUser=root
@@ -169,6 +181,7 @@ for i in 0 1 2 3; do
     [ -e "$S/dev/nvidia$i" ] || mknod -m 666 "$S/dev/nvidia$i" c 195 "$i"
 done
 cat >/etc/slurm/gres.conf <<EOF
+$MARKER
 AutoDetect=off
 NodeName=$HOST Name=gpu Type=h100 File=$S/dev/nvidia[0-3]
 EOF

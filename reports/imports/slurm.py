@@ -189,8 +189,18 @@ def gpus_of_tres(text: str) -> dict[str, int]:
 
 
 def gpus_of_gres(text: str) -> dict[str, int]:
-    """The GPU entries of an ``AllocGRES`` list (Slurm before TRES: ``gpu:2``,
-    ``gpu:tesla:4``, ``gpu:k80:2(IDX:0-1)``)."""
+    """The GPU entries of an ``AllocGRES`` list (Slurm before TRES).
+
+    Args:
+        text: ``AllocGRES`` as sacct writes it: ``gpu:2``, ``gpu:tesla:4``,
+            ``gpu:k80:2(IDX:0-1),gpu:tesla:1(IDX:2)``.
+
+    Returns:
+        ``""`` → the untyped GPUs, and each type → its GPUs; empty when the list has no GPU.
+
+    Raises:
+        ValueError: A GPU count that is not a whole number.
+    """
     out: dict[str, int] = {}
     for item in re.split(r",(?![^(]*\))", text):
         parts = re.sub(r"\(.*\)$", "", item.strip()).split(":")

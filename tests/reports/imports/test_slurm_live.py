@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import time
 from datetime import UTC
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from reports.imports.slurm import FORMAT, read_sacct
 
 pytestmark = pytest.mark.slurm
 ENV = {**os.environ, "TZ": "UTC"}  # sacct writes local times: UTC here
+MARKER = "# written by gpu-kpi tests/slurm-up.sh for its tests"  # its configs' first line
 DONE = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
 
 
@@ -30,8 +32,12 @@ def _run(*args: str) -> str:
 def cluster() -> None:
     """The test cluster answers, else skip (fail in CI)."""
     reason = ""
+    conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
     if shutil.which("sbatch") is None or shutil.which("sacct") is None:
         reason = "Slurm is not installed; run tests/slurm-up.sh"
+    elif not conf.is_file() or MARKER not in conf.read_text(errors="replace").splitlines()[:1]:
+        # jobs go only to the test cluster, never to a real one this machine is a client of
+        reason = f"{conf} is not the test cluster's; run tests/slurm-up.sh"
     else:
         try:
             p = subprocess.run(
