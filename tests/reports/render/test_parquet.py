@@ -16,11 +16,10 @@ from typing import Any
 import pandas as pd
 import pytest
 from clirun import gpu_kpi
-from fakes import run_record
+from fakes import minutes, run_record
 
 from reports.render import parquet
 from reports.render.exports import RUN_FIELDS
-from tracker.record import MinuteSample
 from tracker.store import RunStore
 
 pa = pytest.importorskip("pyarrow")
@@ -47,17 +46,10 @@ def store(tmp_path: Path) -> str:
         )
         sampled = run_record("sampled", W48 + timedelta(days=3), 1, util=30.0, team="vision")
         s.upsert_run(sampled)
+        half = sampled.started_at + timedelta(minutes=30)
         s.upsert_samples(
-            [
-                MinuteSample(
-                    run_id="sampled",
-                    minute=sampled.started_at + timedelta(minutes=i),
-                    gpu="GPU-a",
-                    covered_s=60.0,
-                    util_pct=20.0 if i < 30 else 40.0,
-                )
-                for i in range(60)
-            ]
+            minutes("sampled", sampled.started_at, 30, util=20.0, gpu="GPU-a")
+            + minutes("sampled", half, 30, util=40.0, gpu="GPU-a")
         )
     return url
 
