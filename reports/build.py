@@ -108,6 +108,7 @@ class Computed:
             week_kpis(req, runs, gt, self.kpis.week, stored=self.kept.get(team)),
             skipped=self.kpis.skipped,
             budgets=tuple(b for b in self.kpis.budgets if b.team == team),
+            allocations=_team_allocations(self.kpis.allocations, team),
         )
         return tk if tk.headline.gpu_hours > 0 else None
 
@@ -176,6 +177,7 @@ def _compute(
     _keep_weeks(store, req, marks, k, fresh, now=now)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
+    k = dataclasses.replace(k, allocations=_allocations(store, req, runs, start, now=now))
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     if shift_week(start, req.tz, 1) > now:
@@ -187,6 +189,45 @@ def _compute(
     return Computed(
         kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now, kept=teams
     )
+
+
+def _allocations(
+    store: RunStore, req: Request, runs: pd.DataFrame, start: datetime, *, now: datetime
+) -> kpis.AllocationWeek | None:
+    """The week's Slurm jobs against the runs' samples
+    (:func:`reports.data.allocations.week_allocations`), to the end of the week or now; None
+    when none was ever imported, or (with a warning) when they cannot be read: the rest of the
+    report does not depend on them."""
+    from reports.data.allocations import has_allocations, week_allocations
+    from tracker.cost import thresholds_for
+    from tracker.store import StoreError
+
+    end = min(shift_week(start, req.tz, 1), now)
+    if end <= start:
+        return None
+    try:
+        if not has_allocations(store):
+            return None
+        return week_allocations(
+            store,
+            runs[["id", "host", "links", "gpu_model"]].to_dict("records"),
+            start,
+            end,
+            basis=req.basis,
+            thresholds=thresholds_for(req.basis, req.thresholds),
+            prices=req.prices,
+            owned=req.owned,
+        )
+    except (StoreError, ValueError) as e:
+        log.warning("gpu-kpi: report %s: Slurm jobs left out: %s", label_of(start), e)
+        return None
+
+
+def _team_allocations(week: kpis.AllocationWeek | None, team: str) -> kpis.AllocationWeek | None:
+    """The jobs of ``team`` (by their account's team) of the week's."""
+    if week is None:
+        return None
+    return dataclasses.replace(week, jobs=tuple(j for j in week.jobs if j.team == team))
 
 
 def _kept_weeks(

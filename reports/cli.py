@@ -7,8 +7,9 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
 from reports.errors import UsageError, writable_dir
@@ -167,6 +168,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from reports.imports.commands import run_import
 
     settings = _settings(args)
+    if args.source == "slurm":
+        return _import_slurm(args, settings)
     done = run_import(args, settings)
     if done.records:
         from reports.listing import format_runs
@@ -189,6 +192,26 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(
         f"imported {len(done.records)} run(s), {hours:,.1f} GPU-h, {len(done.samples):,} minute "
         f"rows into {_shown_url(settings.store)}"
+    )
+    return 0
+
+
+def _import_slurm(args: argparse.Namespace, settings: Any) -> int:
+    """``import slurm``: the jobs written, what was left out, and the store."""
+    from reports.imports.commands import run_slurm_import
+
+    done = run_slurm_import(args, settings, now=datetime.now(UTC))
+    for u in done.unreadable[:20]:
+        print(printable(f"skipped {u.where}: {u.reason}"))
+    if len(done.unreadable) > 20:
+        print(f"skipped {len(done.unreadable) - 20} more unreadable row(s)")
+    hours = sum(a.gpus * (a.until - a.start_at).total_seconds() for a in done.jobs) / 3600
+    parts = [f"{done.steps} step row(s)"] if done.steps else []
+    parts += [f"{done.not_started} job(s) that never started"] if done.not_started else []
+    left = f"; left out {', '.join(parts)}" if parts else ""
+    print(
+        f"imported {len(done.jobs)} Slurm job(s) holding {hours:,.1f} GPU-h{left} "
+        f"into {_shown_url(settings.store)}"
     )
     return 0
 

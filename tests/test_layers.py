@@ -67,6 +67,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.carbon",
         "tracker.parsers",
         "tracker.text",
+        "tracker.scheduler",
     ),
     (
         "tracker.cost",

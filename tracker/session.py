@@ -13,6 +13,7 @@ import dataclasses
 import getpass
 import logging
 import math
+import os
 import socket
 import time
 import uuid as uuidlib
@@ -30,6 +31,7 @@ from tracker.prices import Price, canonical_gpu, price_for
 from tracker.ranks import Placement
 from tracker.record import MinuteSample, RunRecord, RunSpec, checked_record
 from tracker.sampler import Sampler
+from tracker.scheduler import scheduler_links
 from tracker.sinks import LoggingSink, Sink, SinkSet
 from tracker.sinks.console import print_summary
 from tracker.sinks.summary import record_metrics
@@ -131,7 +133,8 @@ class Session:
         self.id = spec.id
         self.name = spec.name
         self.user = spec.user
-        self.links = dict(spec.links)
+        # the Slurm job or Kubernetes pod it runs in (the user's own links win)
+        self.links = {**_scheduler_links(), **spec.links}
         self.flops_per_step = spec.flops_per_step
 
         place = placement or Placement()
@@ -772,6 +775,14 @@ def _finite_or_none(value: float | None) -> float | None:
     if value is None or math.isfinite(value):
         return value
     return None
+
+
+def _scheduler_links() -> dict[str, str]:
+    """The run's allocation (:func:`tracker.scheduler.scheduler_links`); none when it cannot
+    be read: the tracker never fails a run for it."""
+    with contextlib.suppress(Exception):
+        return scheduler_links(os.environ)
+    return {}
 
 
 def _ask(who: Callable[[], str]) -> str:

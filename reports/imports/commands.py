@@ -14,10 +14,11 @@ from reports.errors import UsageError
 
 if TYPE_CHECKING:
     from reports.imports.play import Imported
+    from reports.imports.slurm_jobs import SlurmImported
 
 AddCommand = Callable[..., argparse.ArgumentParser]
 MAPPABLE = ("util_pct", "samples_per_s", "tokens_per_s")
-SOURCES = ("nvidia-smi", "wandb", "tensorboard", "prometheus")
+SOURCES = ("nvidia-smi", "wandb", "tensorboard", "prometheus", "slurm")
 MAP_KEYS = ("run", "team", "project", "user")
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -33,20 +34,38 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         "--format=csv -l N) at their own timestamps; W&B run directories (their "
         ".wandb logs: W&B's own GPU metrics) or W&B chart exports (.csv); TensorBoard logdirs; "
         "DCGM-exporter "
-        "metrics from Prometheus",
+        "metrics from Prometheus; and Slurm's jobs (sacct): the GPUs each held, "
+        "matched in the report to the samples that say what they did",
     )
     imp.add_argument("source", choices=SOURCES)
     imp.add_argument(
         "files",
-        nargs="+",
+        nargs="*",
         metavar="PATH",
-        help="nvidia-smi: CSV files; wandb: "
+        help="nvidia-smi: CSV files; slurm: sacct's output saved (-P or --json; - for standard "
+        "input), none to run sacct here for --since/--until; wandb: "
         ".wandb files or directories holding W&B runs (e.g. ./wandb), CSV exports of W&B "
         "system charts, or with "
         "--since/--until one ENTITY/PROJECT through W&B's API; "
         "tensorboard: logdirs; prometheus: the server's URL",
     )
-    imp.add_argument("--tz", help="nvidia-smi: time zone of the log's timestamps (default UTC)")
+    imp.add_argument(
+        "--tz",
+        help="nvidia-smi: time zone of the log's timestamps; slurm: of the times in saved "
+        "sacct output (the zone of the machine sacct ran on; default UTC)",
+    )
+    imp.add_argument(
+        "--cluster",
+        metavar="NAME",
+        help="slurm: the cluster of jobs whose output does not name it (no Cluster field)",
+    )
+    imp.add_argument(
+        "--account-team",
+        action="append",
+        default=[],
+        metavar="ACCOUNT=TEAM",
+        help="slurm: the team of a Slurm account (repeat the option; default: the account)",
+    )
     imp.add_argument(
         "--query-gpu",
         metavar="LIST",
@@ -89,11 +108,15 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp.add_argument(
         "--since",
         metavar="WHEN",
-        help="prometheus, wandb ENTITY/PROJECT: from "
-        "(2026-W47, 2026-11-16, 2026-11-16T08:00; UTC unless it says otherwise)",
+        help="prometheus, wandb ENTITY/PROJECT, slurm without files: from "
+        "(2026-W47, 2026-11-16, 2026-11-16T08:00; UTC unless it says otherwise; slurm: "
+        "default 8 days ago)",
     )
     imp.add_argument(
-        "--until", metavar="WHEN", help="prometheus, wandb ENTITY/PROJECT: to (the same forms)"
+        "--until",
+        metavar="WHEN",
+        help="prometheus, wandb ENTITY/PROJECT, slurm without files: to (the same forms; "
+        "slurm: default now)",
     )
     imp.add_argument(
         "--started",
@@ -136,6 +159,10 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     from reports.imports.play import Labels
     from reports.weeks import zone
 
+    if not args.files:
+        raise UsageError(f"{args.source} takes at least one PATH")
+    if args.source != "slurm" and (args.cluster or args.account_team):
+        raise UsageError("--cluster and --account-team are for Slurm")
     if args.price is not None and not 0 <= args.price <= 10_000:
         raise UsageError(f"--price {args.price:g}: USD per GPU-hour from 0 to 10,000")
     if args.max_gap is not None and not args.max_gap > 0:
@@ -205,6 +232,60 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
         columns=_query_gpu(args.query_gpu),
         **common,
     )
+
+
+def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) -> SlurmImported:
+    """``gpu-kpi import slurm``: the jobs in the files given, or from this machine's sacct for
+    the range, written to ``settings.store`` all or none.
+
+    Args:
+        args: The parsed ``gpu-kpi import slurm …`` flags.
+        settings: The tracker's settings (the store).
+        now: The time of the import (timezone-aware).
+
+    Raises:
+        reports.errors.UsageError: An option Slurm does not take, or a bad range.
+        reports.errors.ImportFailed: An input that is not sacct's, or sacct failing.
+    """
+    from reports.imports.slurm_jobs import parse_account_teams, read_files, run_sacct
+    from reports.weeks import zone
+
+    others = (args.query_gpu, args.per_gpu, args.replace, args.gpus, args.tag, args.map)
+    labels = (args.project, args.team, args.user, args.host, args.gpu_model, args.price)
+    if any(others) or any(x not in ("", None) for x in labels) or args.started or args.max_gap:
+        raise UsageError(
+            "slurm takes --since, --until, --tz, --cluster and --account-team (a job's team "
+            "comes from its account)"
+        )
+    teams = parse_account_teams(args.account_team)
+    cluster = (args.cluster or "").strip()
+    if "/" in cluster:
+        raise UsageError(f"--cluster {cluster!r}: a name without /")
+    if args.files:
+        if args.since or args.until:
+            raise UsageError("--since and --until are for running sacct, not for its saved output")
+        if args.files.count("-") > 1:
+            raise UsageError("- (standard input) given twice")
+        done = read_files(
+            args.files, tz=zone(args.tz or "UTC"), cluster=cluster, teams=teams, now=now
+        )
+    else:
+        if args.tz:
+            raise UsageError("--tz is for saved sacct output (run here, sacct writes UTC)")
+        since = _moment(args.since, "--since") if args.since else now - timedelta(days=8)
+        until = _moment(args.until, "--until") if args.until else now
+        if not since < until:
+            shown = (args.since or since.isoformat(), args.until or until.isoformat())
+            raise UsageError(f"--since {shown[0]} is not before --until {shown[1]}")
+        if until - since > timedelta(days=366):
+            raise UsageError("--since to --until is over a year: import a range at a time")
+        done = run_sacct(since, min(until, now), cluster=cluster, teams=teams, now=now)
+    from reports.data.allocations import write_allocations
+    from tracker.store import RunStore
+
+    with RunStore(settings.store) as store:
+        write_allocations(store, done.jobs)
+    return done
 
 
 def _query_gpu(text: str | None) -> list[str] | None:

@@ -44,7 +44,7 @@ from reports.errors import ImportFailed
 
 REQUIRED = ("JobID", "Start", "End")
 """The ``--format`` fields a parsable file must have (and ``AllocTRES`` or ``AllocGRES``)."""
-FORMAT = "JobID,JobIDRaw,JobName,User,Account,Partition,State,Start,End,AllocTRES,NodeList"
+FORMAT = "Cluster,JobID,JobIDRaw,JobName,User,Account,Partition,State,Start,End,AllocTRES,NodeList"
 """The ``--format`` this import asks ``sacct`` for."""
 
 _NO_TIME = frozenset({"", "Unknown", "None", "N/A"})
@@ -79,6 +79,8 @@ class SlurmJob:
     """The node list as sacct writes it (``gpu[01-04]``)."""
     array_job_id: str | None = None
     array_task_id: int | None = None
+    cluster: str = ""
+    """The cluster's name (``Cluster``; in JSON ``cluster``); "" where the output has none."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ def _add(out: SacctRead, row: Mapping[str, str], tz: tzinfo, *, gres: dict[str, 
             nodes=_nodes(row.get("NodeList", "")),
             array_job_id=array.group("job") if array else None,
             array_task_id=int(array.group("task")) if array else None,
+            cluster=row.get("Cluster", "").strip(),
         )
     )
 
@@ -275,6 +278,67 @@ def _never_ran(row: Mapping[str, str], start: datetime, end: datetime | None) ->
 def _nodes(text: str) -> str:
     text = text.strip()
     return "" if text in ("None assigned", "(null)", "None") else text
+
+
+_HOSTLIST_PART = re.compile(r"([^\[]*)\[([^\]]*)\](.*)")
+MAX_HOSTS = 65_536
+"""The most host names one node list expands to (a larger one is no real job's)."""
+
+
+def expand_nodes(text: str) -> tuple[str, ...]:
+    """The host names of a Slurm node list (``gpu[01-03,07],cpu1`` →
+    ``gpu01 gpu02 gpu03 gpu07 cpu1``; ``r[1-2]n[1-2]`` → four), in order, without repeats;
+    zero-padded ranges keep their width.
+
+    Args:
+        text: The node list as sacct writes it (``NodeList``; in JSON ``nodes``).
+
+    Raises:
+        ValueError: A bracket that does not close, a range that is not one, or a list of more
+            than :data:`MAX_HOSTS` hosts.
+    """
+    out: dict[str, None] = {}
+    for part in _split_top(_nodes(text)):
+        for host in _expand_one(part):
+            out[host] = None
+            if len(out) > MAX_HOSTS:
+                raise ValueError(f"node list of more than {MAX_HOSTS} hosts")
+    return tuple(out)
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(part: str) -> list[str]:
+    m = _HOSTLIST_PART.fullmatch(part)
+    if m is None:
+        if "[" in part or "]" in part:
+            raise ValueError(f"node list {part!r}: a bracket that does not close")
+        return [part]
+    head, ranges, tail = m.groups()
+    names = []
+    for r in ranges.split(","):
+        lo, sep, hi = r.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+            raise ValueError(f"node list {part!r}: {r!r} is no range")
+        if sep and int(hi) - int(lo) > MAX_HOSTS:
+            raise ValueError(f"node list of more than {MAX_HOSTS} hosts")
+        width = len(lo) if lo.startswith("0") else 0
+        names += [f"{head}{n:0{width}d}" for n in range(int(lo), int(hi if sep else lo) + 1)]
+    rest = _expand_one(tail) if tail else [""]
+    return [n + t for n in names for t in rest]
 
 
 def _total(gres: Mapping[str, int]) -> int:
@@ -373,6 +437,7 @@ def _add_json(out: SacctRead, job: Mapping[str, Any]) -> None:
             nodes=nodes,
             array_job_id=str(array_job) if array_job and task is not None else None,
             array_task_id=task if array_job else None,
+            cluster=str(job.get("cluster") or ""),
         )
     )
 

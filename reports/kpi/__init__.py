@@ -12,6 +12,7 @@ Money (spend, waste, idle) and the thresholds are :mod:`tracker.cost`'s; weeks a
 :mod:`reports.weeks`'.
 """
 
+from reports.kpi.allocations import AllocationWeek, JobLine
 from reports.kpi.checks import (
     PCT_RANGE,
     BadSamples,
@@ -59,9 +60,11 @@ __all__ = [
     "PCT_RANGE",
     "SAMPLE_COLUMNS",
     "TOTALS_COLUMNS",
+    "AllocationWeek",
     "BadSamples",
     "ExcludedRun",
     "Headline",
+    "JobLine",
     "SampleFrameBuilder",
     "Skipped",
     "WeekKpis",

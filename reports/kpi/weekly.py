@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reports.kpi.allocations import AllocationWeek
 from reports.kpi.budgets import BudgetLine
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
@@ -90,6 +91,9 @@ class WeekKpis:
     builder, which reads the store)."""
     budgets: tuple[BudgetLine, ...] = ()
     """The teams' spend against their budgets (``[[budgets]]``; set by the report builder)."""
+    allocations: AllocationWeek | None = None
+    """The scheduler's jobs of the week against their samples (``gpu-kpi import slurm``; set
+    by the report builder); None when no job was ever imported."""
     so_far: datetime | None = None
     """For a week still under way: the time its figures run to, in the report's time zone
     (set by the report builder); None for a complete week."""

@@ -20,7 +20,11 @@ spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), 
 (``2026-W49`` | ``2026-12``), ``start``/``end``/``until`` (the spend is counted to ``until``),
 ``complete``, ``spend_usd``, ``budget_usd``, ``used_pct``, ``forecast_usd`` and
 ``forecast_pct`` (the period's end at the rate so far; null before a day has passed),
-``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``, ``spend_usd``)).
+``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``, ``spend_usd``)),
+``allocations`` (null when no Slurm job was ever imported; else ``totals``
+(:data:`ALLOCATION_TOTALS`), ``jobs_count``, ``jobs`` (:data:`JOB_FIELDS`, the
+:data:`MAX_JSON_RUNS` with the most idle and unsampled dollars) and ``skipped``: the week's
+Slurm jobs against the samples that say what their GPUs did, :mod:`reports.kpi.allocations`).
 Unknown values are ``null``, as is a figure past a float's range (a sum of absurd but finite
 stored figures); bytes are written as text (UTF-8, a bad byte replaced) and a value of a type
 no field should have as its ``str``: writing the JSON never fails on a value.
@@ -28,9 +32,11 @@ no field should have as its ``str``: writing the JSON never fails on a value.
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
-``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``) or ``budget`` (metrics
+``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
-0); ``key`` the group, run id, week or (budget) team. Lines end in CRLF (RFC 4180). A text cell
+0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`) or ``job`` (the JSON's jobs, key
+``CLUSTER/JOBID``, :data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week,
+(budget) team or job. Lines end in CRLF (RFC 4180). A text cell
 that a spreadsheet would run as a formula is prefixed with ``'`` (:mod:`reports.render.csvsafe`);
 numbers are written as numbers.
 """
@@ -143,6 +149,46 @@ DEFINITIONS = {
 
 
 MAX_JSON_RUNS = 1_000
+JOB_FIELDS = (
+    "cluster",
+    "job_id",
+    "shown_id",
+    "name",
+    "user",
+    "account",
+    "team",
+    "partition",
+    "state",
+    "start",
+    "end",
+    "gpus",
+    "gpu_model",
+    "matched",
+    "runs",
+    "allocated_gpu_hours",
+    "sampled_gpu_hours",
+    "idle_gpu_hours",
+    "no_samples_gpu_hours",
+    "price_per_gpu_hour",
+    "allocated_usd",
+    "idle_usd",
+    "no_samples_usd",
+)
+"""A Slurm job's week (:class:`reports.kpi.allocations.JobLine`): ``matched`` ``id``, ``node``
+or empty; ``runs`` the run ids whose samples it took; dollars null where unpriced."""
+ALLOCATION_TOTALS = (
+    "jobs",
+    "allocated_gpu_hours",
+    "sampled_gpu_hours",
+    "idle_gpu_hours",
+    "no_samples_gpu_hours",
+    "allocated_usd",
+    "idle_usd",
+    "no_samples_usd",
+    "unpriced_gpu_hours",
+)
+"""The week's jobs together: GPU-hours allocated, with samples, of those idle, with no samples;
+the dollars of the priced jobs; the GPU-hours of jobs no price covers."""
 """Runs the week's document (and so the JSON file) lists, the most recoverable waste first (a
 week of a million runs made a 685 MB file); ``runs_count`` says how many the week had,
 ``runs_left_out`` how many only the CSV lists."""
@@ -229,6 +275,35 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "bad_sample_rows": skipped.sample_rows,
         "skipped": skipped.summary(),
         "budgets": [_plain(b.as_dict()) for b in k.budgets],
+        "allocations": _allocations(k, tz),
+    }
+
+
+def _job(j: Any, tz: tzinfo) -> dict[str, Any]:
+    row = {f: getattr(j, f) for f in JOB_FIELDS}
+    row["start"] = j.start.astimezone(tz).isoformat()
+    row["end"] = None if j.end is None else j.end.astimezone(tz).isoformat()
+    row["runs"] = list(j.runs)
+    return _plain(row)
+
+
+def _allocations(k: WeekKpis, tz: tzinfo) -> dict[str, Any] | None:
+    a = k.allocations
+    if a is None:
+        return None
+    totals: dict[str, Any] = {"jobs": len(a.jobs)}
+    for f in ALLOCATION_TOTALS[1:]:
+        if f.endswith("_usd"):
+            totals[f] = a.total_usd(f)
+        elif f == "unpriced_gpu_hours":
+            totals[f] = a.unpriced_gpu_hours
+        else:
+            totals[f] = a.total(f)
+    return {
+        "totals": _plain(totals),
+        "jobs_count": len(a.jobs),
+        "jobs": [_job(j, tz) for j in a.jobs[:MAX_JSON_RUNS]],
+        "skipped": list(a.skipped),
     }
 
 
@@ -335,6 +410,11 @@ class CsvExport(RunsExport):
                     for f in BUDGET_FIELDS
                 },
             )
+        if d["allocations"] is not None:
+            rows("allocations", "", d["allocations"]["totals"])
+            for row in d["allocations"]["jobs"]:
+                key = f"{row['cluster']}/{row['job_id']}" if row["cluster"] else row["job_id"]
+                rows("job", key, {f: row[f] for f in JOB_FIELDS if f not in ("cluster", "job_id")})
 
 
 _CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))

@@ -429,6 +429,54 @@ def report_context(
         "unpriced": fmt_hours(h.unpriced_gpu_hours) if h.unpriced_gpu_hours > 0 else "",
         "skipped": _skipped(k),
         "budgets": [budget_row(b) for b in k.budgets],
+        "allocations": _allocations(k),
+    }
+
+
+def _allocations(k: WeekKpis) -> dict[str, Any] | None:
+    """The Slurm section: the week's jobs together, and those with the most idle and
+    unsampled dollars; None when no job was ever imported."""
+    a = k.allocations
+    if a is None:
+        return None
+
+    def usd(value: float | None, hours: float) -> str:
+        return "n/a" if value is None and hours > 0 else fmt_usd(value or 0.0)
+
+    rows = []
+    for j in a.jobs[:MAX_RUN_ROWS]:
+        rows.append(
+            {
+                "job": f"{j.cluster}/{j.shown_id}" if j.cluster else j.shown_id,
+                "name": j.name,
+                "who": " · ".join(x for x in (j.user, j.team) if x),
+                "gpus": f"{j.gpus} × {j.gpu_model}" if j.gpu_model else str(j.gpus),
+                "allocated": fmt_hours(j.allocated_gpu_hours),
+                "idle": fmt_hours(j.idle_gpu_hours),
+                "no_samples": fmt_hours(j.no_samples_gpu_hours),
+                "unused": usd(
+                    None if j.price_per_gpu_hour is None else j.unused_usd,
+                    j.idle_gpu_hours + j.no_samples_gpu_hours,
+                ),
+                "matched": {"id": "by job id", "node": "by node and time"}.get(
+                    j.matched, "no samples"
+                ),
+            }
+        )
+    unpriced = a.unpriced_gpu_hours
+    return {
+        "jobs": len(a.jobs),
+        "allocated": fmt_hours(a.total("allocated_gpu_hours")),
+        "allocated_usd": fmt_usd(a.total_usd("allocated_usd")),
+        "sampled": fmt_hours(a.total("sampled_gpu_hours")),
+        "idle": fmt_hours(a.total("idle_gpu_hours")),
+        "idle_usd": fmt_usd(a.total_usd("idle_usd")),
+        "no_samples": fmt_hours(a.total("no_samples_gpu_hours")),
+        "no_samples_usd": fmt_usd(a.total_usd("no_samples_usd")),
+        "unpriced": fmt_hours(unpriced) if unpriced > 0 else "",
+        "rows": rows,
+        "more": max(len(a.jobs) - MAX_RUN_ROWS, 0),
+        "skipped": list(a.skipped),
     }
 
 

@@ -4,6 +4,7 @@ the parsable forms against each other, and what is not an allocation left out an
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from reports.errors import ImportFailed
-from reports.imports.slurm import gpus_of_gres, gpus_of_tres, read_sacct
+from reports.imports.slurm import expand_nodes, gpus_of_gres, gpus_of_tres, read_sacct
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"
 
@@ -78,7 +79,31 @@ def test_gpu_seconds_against_the_files_own_columns() -> None:
 def test_the_json_says_what_the_parsable_form_says() -> None:
     text, js = read("sacct-X.txt"), read("sacct-X.json")
     assert js.unreadable == [] and js.not_started == text.not_started == 1
-    assert sorted(js.jobs, key=lambda j: j.raw_id) == sorted(text.jobs, key=lambda j: j.raw_id)
+    assert {j.cluster for j in js.jobs} == {"gpukpi"}  # the parsable file has no Cluster field
+    assert {j.cluster for j in text.jobs} == {""}
+    assert sorted(js.jobs, key=lambda j: j.raw_id) == sorted(
+        (dataclasses.replace(j, cluster="gpukpi") for j in text.jobs), key=lambda j: j.raw_id
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("gpu[01-03,07],cpu1", ("gpu01", "gpu02", "gpu03", "gpu07", "cpu1")),
+        ("r[1-2]n[08-09]", ("r1n08", "r1n09", "r2n08", "r2n09")),
+        ("a[9-11],a10", ("a9", "a10", "a11")),
+        ("vm", ("vm",)),
+        ("None assigned", ()),
+    ],
+)
+def test_node_lists_expand_as_slurm_writes_them(text: str, hosts: tuple[str, ...]) -> None:
+    assert expand_nodes(text) == hosts
+
+
+@pytest.mark.parametrize("text", ["a[1-", "a[x]", "a[3-1]", "a[0-99999999]", "a]"])
+def test_a_node_list_that_is_none_is_an_error(text: str) -> None:
+    with pytest.raises(ValueError, match="node list"):
+        expand_nodes(text)
 
 
 def test_steps_are_counted_and_left_out() -> None:

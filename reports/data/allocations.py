@@ -1,0 +1,305 @@
+"""Scheduler allocations in the run store's database (``gpu_kpi_allocations``): one row per
+Slurm job as ``gpu-kpi import slurm`` read it, and the minute samples the reports match to them.
+
+The table is the reports' own, made on first import as the delivery log's is: the tracker
+never writes it, and stores made before it have none (a report then has no allocation
+section). A job is keyed by source, cluster and its allocation's own id (``JobIDRaw``); a
+later import of the same job (a running job that has since ended) replaces its row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from reports.data.deliveries import has_table
+from tracker.scheduler import SLURM_LINK
+from tracker.store.engine import StoreError
+from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, samples_table, upsert, utc
+from tracker.text import one_line
+
+if TYPE_CHECKING:
+    from reports.kpi.allocations import AllocationWeek
+    from tracker.cost import Thresholds
+    from tracker.owned import OwnedGpu
+    from tracker.store import RunStore
+
+TABLE = "gpu_kpi_allocations"
+_metadata = sa.MetaData()
+allocations_table = sa.Table(
+    TABLE,
+    _metadata,
+    sa.Column("source", sa.String(16), primary_key=True),  # "slurm"
+    sa.Column("cluster", sa.Text, primary_key=True),  # "" where the import did not know it
+    sa.Column("job_id", sa.Text, primary_key=True),  # the allocation's own id (JobIDRaw)
+    sa.Column("shown_id", sa.Text, nullable=False),  # as sacct shows it: 1234_7, 1234+0
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("user", sa.Text, nullable=False),
+    sa.Column("account", sa.Text, nullable=False),
+    sa.Column("team", sa.Text, nullable=False),
+    sa.Column("partition", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("start_at", UTCDateTime, nullable=False),
+    sa.Column("end_at", UTCDateTime),  # None: running when imported
+    sa.Column("seen_at", UTCDateTime, nullable=False),  # when it was imported
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("gpu_model", sa.Text),  # the price table's key of its GPU type, else None
+    sa.Column("hosts", sa.Text, nullable=False),  # JSON list of host names
+    sa.Index("ix_gpu_kpi_allocations_start", "start_at"),
+)
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allocation:
+    """One scheduler allocation of GPUs (a row of ``gpu_kpi_allocations``)."""
+
+    source: str
+    cluster: str
+    job_id: str
+    """The allocation's own id: ``SLURM_JOB_ID`` inside it, ``JobIDRaw`` in sacct."""
+    shown_id: str
+    name: str
+    user: str
+    account: str
+    team: str
+    partition: str
+    state: str
+    start_at: datetime
+    end_at: datetime | None
+    """None: it was running when last imported (it counts up to ``seen_at``)."""
+    seen_at: datetime
+    gpus: int
+    gpu_model: str | None
+    hosts: tuple[str, ...]
+
+    @property
+    def until(self) -> datetime:
+        """Its end, or for a job running when imported the time of that import: what is known
+        of it (import it again to know more)."""
+        return self.end_at if self.end_at is not None else max(self.seen_at, self.start_at)
+
+
+def ensure_table(store: RunStore) -> None:
+    """Create the table when it is missing (concurrent creators queue on PostgreSQL's advisory
+    lock, on SQLite on the write lock)."""
+
+    def work(conn: Connection) -> None:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+        _metadata.create_all(conn, checkfirst=True)
+
+    store.transaction(work, write=True)
+
+
+def write_allocations(store: RunStore, allocations: Sequence[Allocation]) -> None:
+    """Insert the allocations, replacing earlier rows of the same jobs, in one transaction.
+
+    Args:
+        store: The run store (the table is made when missing).
+        allocations: The jobs; times timezone-aware.
+    """
+    ensure_table(store)
+    rows = [
+        {
+            **{k: getattr(a, k) for k in _COLUMNS if k != "hosts"},
+            "start_at": utc(a.start_at),
+            "end_at": None if a.end_at is None else utc(a.end_at),
+            "seen_at": utc(a.seen_at),
+            "hosts": json.dumps(list(a.hosts)),
+        }
+        for a in allocations
+    ]
+
+    def work(conn: Connection) -> None:
+        stmt = upsert(conn.dialect.name, allocations_table, ("source", "cluster", "job_id"))
+        for i in range(0, len(rows), 5_000):
+            conn.execute(stmt, rows[i : i + 5_000])
+
+    if rows:
+        store.transaction(work, write=True)
+
+
+_COLUMNS = tuple(c.name for c in allocations_table.c)
+
+
+def allocations_in(
+    store: RunStore, since: datetime, until: datetime
+) -> tuple[list[Allocation], int]:
+    """The allocations that held GPUs in ``[since, until)``, by start, and how many rows were
+    left out because they cannot be one (a host list that is no JSON list, GPUs below 0, an
+    end before the start: the table is a database anyone with access can write).
+
+    Args:
+        store: The run store (it must have the table: :func:`has_allocations`).
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+    """
+    t = allocations_table.c
+    stmt = (
+        sa.select(allocations_table)
+        .where(
+            t.start_at < utc(until),
+            sa.or_(t.end_at > utc(since), sa.and_(t.end_at.is_(None), t.seen_at > utc(since))),
+        )
+        .order_by(t.start_at, t.cluster, t.job_id)
+    )
+
+    def read(conn: Connection) -> tuple[list[Allocation], int]:
+        out, bad = [], 0
+        for row in conn.execute(stmt).mappings():
+            a = _allocation(dict(row))
+            if a is None:
+                bad += 1
+            else:
+                out.append(a)
+        return out, bad
+
+    return store.transaction(read, write=False)
+
+
+def has_allocations(store: RunStore) -> bool:
+    """Whether Slurm jobs were ever imported into the store (it has the table)."""
+    return has_table(store, TABLE)
+
+
+def _allocation(values: dict[str, Any]) -> Allocation | None:
+    try:
+        hosts = json.loads(values.pop("hosts"))
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        return None
+    a = Allocation(**values, hosts=tuple(hosts))
+    texts = (a.source, a.cluster, a.job_id, a.shown_id, a.name, a.user, a.account, a.team)
+    if not all(isinstance(t, str) for t in (*texts, a.partition, a.state)):
+        return None
+    if not isinstance(a.gpus, int) or not 0 <= a.gpus <= 1_000_000:
+        return None
+    if a.end_at is not None and a.end_at < a.start_at:
+        return None
+    return a
+
+
+def week_allocations(
+    store: RunStore,
+    runs: Iterable[Mapping[str, Any]],
+    since: datetime,
+    until: datetime,
+    *,
+    basis: str,
+    thresholds: Thresholds,
+    prices: Mapping[str, float],
+    owned: Mapping[str, OwnedGpu],
+) -> AllocationWeek:
+    """The scheduler's side of a span (:func:`reports.kpi.allocations.allocation_week`): the
+    jobs that held GPUs in it, matched to the minute samples of ``runs`` (the store must have
+    the table: :func:`has_allocations`).
+
+    Args:
+        store: The run store.
+        runs: The runs of the span, each with ``id``, ``host``, ``links`` and ``gpu_model``.
+        since: The span's start (timezone-aware).
+        until: Its end, excluded (timezone-aware; the week's, or now for a week under way).
+        basis: ``util`` or ``sm_active``: the idle rule's column.
+        thresholds: The idle rule.
+        prices: The config's ``[prices]``.
+        owned: The config's ``[owned.<MODEL>]``.
+    """
+    try:
+        return _week_allocations(
+            store,
+            runs,
+            since,
+            until,
+            basis=basis,
+            thresholds=thresholds,
+            prices=prices,
+            owned=owned,
+        )
+    except sa.exc.SQLAlchemyError as e:
+        raise StoreError(f"the Slurm jobs cannot be read: {one_line(str(e), 300)}") from None
+
+
+def _week_allocations(
+    store: RunStore,
+    runs: Iterable[Mapping[str, Any]],
+    since: datetime,
+    until: datetime,
+    *,
+    basis: str,
+    thresholds: Thresholds,
+    prices: Mapping[str, float],
+    owned: Mapping[str, OwnedGpu],
+) -> AllocationWeek:
+    from reports.kpi.allocations import allocation_week, short_host
+    from reports.kpi.frames import BASES
+
+    jobs, bad = allocations_in(store, since, until)
+    hosts = {short_host(h) for j in jobs for h in j.hosts}
+    wanted = []
+    for r in runs:
+        links = r["links"] if isinstance(r["links"], Mapping) else {}
+        host = r["host"] if isinstance(r["host"], str) else ""
+        if links.get(SLURM_LINK) is not None or short_host(host) in hosts:
+            wanted.append({**r, "links": links, "host": host})
+    window = timedelta(minutes=thresholds.idle_window_min)
+    minutes = (
+        run_minutes(
+            store,
+            [r["id"] for r in wanted],
+            value=BASES[basis][0],
+            since=since - window,
+            until=until + window,
+        )
+        if jobs and wanted
+        else []
+    )
+    week = allocation_week(
+        jobs,
+        wanted,
+        minutes,
+        since=since,
+        until=until,
+        thresholds=thresholds,
+        overrides=prices,
+        owned=owned,
+    )
+    if bad:
+        left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"
+        week = dataclasses.replace(week, skipped=(*week.skipped, left))
+    return week
+
+
+def run_minutes(
+    store: RunStore, run_ids: Iterable[str], *, value: str, since: datetime, until: datetime
+) -> list[tuple[Any, ...]]:
+    """The minute samples of some runs in ``[since, until)``: ``(run_id, gpu, minute,
+    covered_s, value)`` tuples, the minute timezone-aware UTC.
+
+    Args:
+        store: The run store.
+        run_ids: The runs.
+        value: The utilization column (``util_pct`` or ``sm_active_pct``).
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+    """
+    c = samples_table.c
+    ids = list(dict.fromkeys(run_ids))
+    column = c[value]
+    stmts = [
+        sa.select(c.run_id, c.gpu, c.minute, c.covered_s, column).where(
+            c.run_id.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until)
+        )
+        for i in range(0, len(ids), _IN_CHUNK)
+    ]
+    return store.transaction(
+        lambda conn: [tuple(r) for stmt in stmts for r in conn.execute(stmt)], write=False
+    )

@@ -1,0 +1,230 @@
+"""``gpu-kpi import slurm``: Slurm's jobs into the store's allocations
+(:mod:`reports.data.allocations`), from sacct's output saved in files (or ``-``, standard
+input) or from running ``sacct`` here for a range.
+
+Running sacct, the import asks for ``sacct -a -X -P --format=…`` one window of days at a
+time (a year of a busy cluster does not fit in memory at once: ``bench/sacct_read.py``), with
+``SLURM_TIME_FORMAT=%s`` (times as seconds since 1970: no zone to guess) and ``TZ=UTC`` (the
+range's bounds read as UTC). A job running across windows is in each; its last row wins.
+
+All or nothing: every job read is written in one transaction, or none (a store that cannot be
+written, an input that is not sacct's). A row that cannot be read is left out and named.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reports.errors import ImportFailed, UsageError
+from reports.imports.slurm import FORMAT, SacctRead, SlurmJob, Unreadable, expand_nodes, read_sacct
+from tracker.prices import canonical_gpu
+from tracker.text import one_line
+
+if TYPE_CHECKING:
+    from reports.data.allocations import Allocation
+
+WINDOW = timedelta(days=7)
+"""Days of accounting asked of sacct at a time."""
+SACCT_TIMEOUT_S = 600.0
+MAX_INPUT_BYTES = 4 << 30
+
+
+@dataclass
+class SlurmImported:
+    """What ``gpu-kpi import slurm`` found and wrote."""
+
+    jobs: list[Allocation] = field(default_factory=list)
+    steps: int = 0
+    not_started: int = 0
+    unreadable: list[Unreadable] = field(default_factory=list)
+    """Rows left out, each with where it was (``FILE line 7``) and why."""
+    sacct_runs: int = 0
+    """Windows asked of sacct (0: files)."""
+
+
+def parse_account_teams(given: Sequence[str]) -> dict[str, str]:
+    """``--account-team ACCOUNT=TEAM`` options as a map.
+
+    Raises:
+        UsageError: An item without ``=``, an empty side, or an account given twice.
+    """
+    out: dict[str, str] = {}
+    for item in given:
+        account, eq, team = item.partition("=")
+        if not eq or not account.strip() or not team.strip():
+            raise UsageError(f"--account-team {item!r}: ACCOUNT=TEAM")
+        if account.strip() in out:
+            raise UsageError(f"--account-team {account.strip()}= given twice")
+        out[account.strip()] = team.strip()
+    return out
+
+
+def gpu_model_of(job: SlurmJob) -> str | None:
+    """The price table's model of the job's GPU type (``h100`` → ``H100``), the type holding
+    most of its GPUs; None where sacct names no type or the table knows none."""
+    if not job.gpu_types:
+        return None
+    name = max(job.gpu_types, key=lambda t: t[1])[0]
+    return canonical_gpu(name)
+
+
+def allocations_of(
+    read: SacctRead,
+    *,
+    where: str,
+    seen_at: datetime,
+    cluster: str,
+    teams: Mapping[str, str],
+    out: SlurmImported,
+) -> None:
+    """The jobs of one read as allocations into ``out`` (its counts raised too).
+
+    Args:
+        read: What :func:`reports.imports.slurm.read_sacct` found.
+        where: The input's name, for the rows left out.
+        seen_at: When the output was written (a running job counts to then).
+        cluster: The cluster of jobs whose output names none.
+        teams: Account → team (an account not in it is its own team).
+        out: Where the allocations and counts go.
+    """
+    from reports.data.allocations import Allocation
+
+    out.steps += read.steps
+    out.not_started += read.not_started
+    out.unreadable += [Unreadable(f"{where} {u.where}", u.reason) for u in read.unreadable]
+    for job in read.jobs:
+        try:
+            hosts = expand_nodes(job.nodes)
+        except ValueError as e:
+            out.unreadable.append(Unreadable(f"{where} job {job.job_id}", str(e)))
+            continue
+        out.jobs.append(
+            Allocation(
+                source="slurm",
+                cluster=job.cluster or cluster,
+                job_id=job.raw_id,
+                shown_id=job.job_id,
+                name=job.name,
+                user=job.user,
+                account=job.account,
+                team=teams.get(job.account, job.account),
+                partition=job.partition,
+                state=job.state,
+                start_at=job.start,
+                end_at=job.end,
+                seen_at=max(seen_at, job.start),
+                gpus=job.gpus,
+                gpu_model=gpu_model_of(job),
+                hosts=hosts,
+            )
+        )
+
+
+def read_files(
+    paths: Sequence[str], *, tz: tzinfo, cluster: str, teams: Mapping[str, str], now: datetime
+) -> SlurmImported:
+    """sacct's output saved in files (``-``: standard input).
+
+    Raises:
+        ImportFailed: A file that cannot be read, or is not sacct's output.
+    """
+    import sys
+
+    out = SlurmImported()
+    for name in paths:
+        if name == "-":
+            text, seen = sys.stdin.read(), now
+        else:
+            path = Path(name)
+            try:
+                if path.stat().st_size > MAX_INPUT_BYTES:
+                    raise ImportFailed(f"{name}: over 4 GiB: give sacct's output a month at a time")
+                text = path.read_text(encoding="utf-8", errors="replace")
+                seen = min(now, datetime.fromtimestamp(path.stat().st_mtime, UTC))
+            except OSError as e:
+                raise ImportFailed(f"{name}: {e.strerror or e}") from None
+        try:
+            read = read_sacct(text, tz=tz)
+        except ImportFailed as e:
+            raise ImportFailed(f"{name}: {e}") from None
+        allocations_of(read, where=name, seen_at=seen, cluster=cluster, teams=teams, out=out)
+    return _last_rows(out)
+
+
+def run_sacct(
+    since: datetime,
+    until: datetime,
+    *,
+    cluster: str,
+    teams: Mapping[str, str],
+    now: datetime,
+    sacct: str = "sacct",
+    window: timedelta = WINDOW,
+) -> SlurmImported:
+    """Ask this machine's ``sacct`` for the jobs that held an allocation in ``[since, until)``,
+    a window at a time.
+
+    Raises:
+        ImportFailed: sacct is not installed, fails or times out (its message, one line).
+    """
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
+    out = SlurmImported()
+    start = since
+    while start < until:
+        end = min(start + window, until)
+        args = [
+            sacct,
+            "-a",
+            "-X",
+            "-P",
+            f"--format={FORMAT}",
+            "-S",
+            start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+            "-E",
+            end.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
+        ]
+        try:
+            p = subprocess.run(
+                args,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                env=env,
+                timeout=SACCT_TIMEOUT_S,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise ImportFailed(
+                f"{sacct} not found: run this where Slurm's sacct is, or give sacct's output "
+                f"as a file (sacct -a -X -P --format={FORMAT} -S … -E …)"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise ImportFailed(
+                f"sacct took over {SACCT_TIMEOUT_S:.0f} s for {args[-3]} to {args[-1]}"
+            ) from None
+        if p.returncode != 0:
+            raise ImportFailed(
+                f"sacct failed (exit {p.returncode}): {one_line(p.stderr or p.stdout, 300)}"
+            )
+        out.sacct_runs += 1
+        if p.stdout.strip():
+            read = read_sacct(p.stdout, tz=UTC)
+            allocations_of(
+                read, where=f"sacct {args[-3]}", seen_at=now, cluster=cluster, teams=teams, out=out
+            )
+        start = end
+    return _last_rows(out)
+
+
+def _last_rows(out: SlurmImported) -> SlurmImported:
+    """One allocation per job: a job read twice (in two windows, or two files) by its last
+    row."""
+    last = {(a.source, a.cluster, a.job_id): a for a in out.jobs}
+    out.jobs = list(last.values())
+    return out

@@ -1,0 +1,154 @@
+"""The scheduler's jobs against the minute samples (:mod:`reports.kpi.allocations`): each
+job's allocated, sampled, idle and unsampled GPU-hours and dollars worked out by hand, by id
+and by node, with two jobs sharing a node and a run of another job on it, nothing counted
+twice."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from reports.data.allocations import Allocation
+from reports.kpi.allocations import allocation_week, short_host
+from tracker.cost import Thresholds
+
+MON = datetime(2026, 11, 23, tzinfo=UTC)  # the week 2026-W48
+END = MON + timedelta(days=7)
+TEN = MON + timedelta(hours=10)
+
+
+def job(
+    job_id: str,
+    gpus: int,
+    start: datetime,
+    end: datetime | None,
+    hosts: tuple[str, ...],
+    model: str | None = "H100",
+    **kw: object,
+) -> Allocation:
+    values: dict[str, object] = dict(
+        source="slurm",
+        cluster="c",
+        job_id=job_id,
+        shown_id=job_id,
+        name=f"job-{job_id}",
+        user="ana",
+        account="nlp",
+        team="nlp",
+        partition="gpu",
+        state="COMPLETED" if end else "RUNNING",
+        start_at=start,
+        end_at=end,
+        seen_at=end or start,
+        gpus=gpus,
+        gpu_model=model,
+        hosts=hosts,
+    )
+    values.update(kw)
+    return Allocation(**values)  # type: ignore[arg-type]
+
+
+def minutes(
+    run_id: str, gpu: str, start: datetime, count: int, util: float
+) -> list[tuple[object, ...]]:
+    return [(run_id, gpu, start + timedelta(minutes=i), 60.0, util) for i in range(count)]
+
+
+def test_each_jobs_hours_and_dollars_by_hand() -> None:
+    jobs = [
+        # A: 2 GPUs 10:00-12:00; its tracked run sampled both 10:00-11:00 at 80%
+        job("101", 2, TEN, TEN + timedelta(hours=2), ("n1",)),
+        # B: 2 GPUs from 10:00:30 to 11:00 on n2; nothing sampled n2
+        job("102", 2, TEN + timedelta(seconds=30), TEN + timedelta(hours=1), ("n2",)),
+        # C: 2 GPUs 10:00-11:30 on n3 (no GPU type: the nvidia-smi run's A100-80GB prices it)
+        job("103", 2, TEN, TEN + timedelta(minutes=90), ("n3",), model=None),
+        # D: 2 GPUs 11:00-11:30 on n3, beside C
+        job("104", 2, TEN + timedelta(hours=1), TEN + timedelta(minutes=90), ("n3",)),
+        # E: from Sunday 23:30 into the week to 00:30 on n4: 30 minutes of it in the week
+        job("105", 2, MON - timedelta(minutes=30), MON + timedelta(minutes=30), ("n4",)),
+        # F: running when imported two hours after it started, 1 GPU of no type: unpriced
+        job("106", 1, TEN, None, ("n5",), model=None, seen_at=TEN + timedelta(hours=2)),
+    ]
+    runs = [
+        {"id": "ra", "host": "n1", "links": {"slurm": "c/101"}, "gpu_model": "H100"},
+        # nvidia-smi of all four GPUs of n3, 09:00-12:00: two idle, two at 90%
+        {"id": "smi3", "host": "N3.cluster.local", "links": {}, "gpu_model": "A100-80GB"},
+        # a run of a job not imported, on n3: never a sample of C or D
+        {"id": "rz", "host": "n3", "links": {"slurm": "c/999"}, "gpu_model": "H100"},
+    ]
+    rows = minutes("ra", "a0", TEN, 60, 80.0) + minutes("ra", "a1", TEN, 60, 80.0)
+    nine = TEN - timedelta(hours=1)
+    for gpu, util in (("g0", 0.0), ("g1", 0.0), ("g2", 90.0), ("g3", 90.0)):
+        rows += minutes("smi3", gpu, nine, 180, util)
+    rows += minutes("rz", "z0", TEN, 90, 50.0)
+    week = allocation_week(jobs, runs, rows, since=MON, until=END, thresholds=Thresholds())
+    got = {
+        j.job_id: (
+            j.matched,
+            round(j.allocated_gpu_hours, 9),
+            round(j.sampled_gpu_hours, 9),
+            round(j.idle_gpu_hours, 9),
+            round(j.no_samples_gpu_hours, 9),
+            j.price_per_gpu_hour,
+        )
+        for j in week.jobs
+    }
+    assert got == {
+        "101": ("id", 4.0, 2.0, 0.0, 2.0, 3.85),
+        "102": ("", round(2 * 3570 / 3600, 9), 0.0, 0.0, round(2 * 3570 / 3600, 9), 3.85),
+        # alone on n3 for 60 min, then beside D: 2 of the host's 4 sampled GPUs either way,
+        # half of each sampled second, of which half idle (g0 and g1)
+        "103": ("node", 3.0, 3.0, 1.5, 0.0, 2.0),
+        "104": ("node", 1.0, 1.0, 0.5, 0.0, 3.85),
+        "105": ("", 1.0, 0.0, 0.0, 1.0, 3.85),
+        "106": ("", 2.0, 0.0, 0.0, 2.0, None),
+    }
+    by = {j.job_id: j for j in week.jobs}
+    assert by["101"].runs == ("ra",) and by["103"].runs == ("smi3",) and by["102"].runs == ()
+    # nothing counted twice: C and D took 4 of the 6 GPU-hours n3's samples held in 10:00-11:30
+    assert by["103"].sampled_gpu_hours + by["104"].sampled_gpu_hours == pytest.approx(4.0)
+    # dollars: A's unsampled hour x 2 GPUs at $3.85, C's idle 1.5 GPU-h at $2.00
+    assert by["101"].no_samples_usd == pytest.approx(7.70) and by[
+        "101"
+    ].allocated_usd == pytest.approx(15.40)
+    assert by["103"].idle_usd == pytest.approx(3.00) and by["106"].allocated_usd is None
+    assert [j.job_id for j in week.jobs] == ["101", "102", "105", "103", "104", "106"]
+    assert week.total("allocated_gpu_hours") == pytest.approx(4 + 2 * 3570 / 3600 + 3 + 1 + 1 + 2)
+    assert week.total_usd("no_samples_usd") == pytest.approx(3.85 * (2 + 2 * 3570 / 3600 + 1))
+    assert week.unpriced_gpu_hours == 2.0 and week.skipped == ()
+
+
+def test_a_job_id_alone_matches_where_one_side_names_no_cluster() -> None:
+    jobs = [job("7", 1, TEN, TEN + timedelta(hours=1), ("n1",), cluster="")]
+    runs = [{"id": "r", "host": "n1", "links": {"slurm": "gpukpi/7"}, "gpu_model": "H100"}]
+    week = allocation_week(
+        jobs, runs, minutes("r", "g", TEN, 30, 3.0), since=MON, until=END, thresholds=Thresholds()
+    )
+    (line,) = week.jobs
+    # matched by id; the 30 minutes at 3% are one 30-minute stretch under 5%: idle
+    assert (
+        line.matched,
+        line.sampled_gpu_hours,
+        line.idle_gpu_hours,
+        line.no_samples_gpu_hours,
+    ) == ("id", 0.5, 0.5, 0.5)
+
+
+def test_bad_sample_rows_are_left_out_and_counted() -> None:
+    jobs = [job("8", 1, TEN, TEN + timedelta(minutes=2), ("n1",))]
+    runs = [{"id": "s", "host": "n1", "links": {}, "gpu_model": None}]
+    rows = [
+        ("s", "g", TEN, float("nan"), 50.0),
+        ("s", "g", TEN + timedelta(minutes=1), 60.0, 250.0),
+    ]
+    week = allocation_week(jobs, runs, rows, since=MON, until=END, thresholds=Thresholds())
+    assert week.jobs[0].no_samples_gpu_hours == pytest.approx(2 / 60)
+    assert week.skipped == (
+        "1 sample row: seconds held not from 0 to 60",
+        "1 sample row: utilization not from 0 to 100",
+    )
+
+
+def test_hosts_match_on_their_first_label() -> None:
+    assert short_host(" GPU01.cluster.local ") == "gpu01" == short_host("gpu01")

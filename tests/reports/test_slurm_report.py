@@ -1,0 +1,212 @@
+"""Slurm's jobs in the weekly report: sacct's output imported with ``gpu-kpi import slurm``,
+matched to a tracked run by its job id and to nvidia-smi minutes by node and time, each job's
+GPU-hours and dollars in the JSON, the CSV and the HTML worked out by hand."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from clirun import gpu_kpi
+from fakes import minutes, run_record
+
+from tracker.store import RunStore
+
+TUE = datetime(2026, 11, 24, tzinfo=UTC)  # in 2026-W48
+TEN = TUE + timedelta(hours=10)
+HEADER = "Cluster|JobID|JobIDRaw|JobName|User|Account|Partition|State|Start|End|AllocTRES|NodeList"
+
+
+def _sacct_line(
+    job: str, name: str, account: str, start: datetime, end: datetime, tres: str, node: str
+) -> str:
+    t = "%Y-%m-%dT%H:%M:%S"
+    return (
+        f"gpukpi|{job}|{job}|{name}|ana|{account}|gpu|COMPLETED|{start:{t}}|{end:{t}}|{tres}|{node}"
+    )
+
+
+SACCT = "\n".join(
+    [
+        HEADER,
+        # tracked, busy for its first hour, then nothing sampled it
+        _sacct_line(
+            "101",
+            "=HYPERLINK(1)",
+            "nlp",
+            TEN,
+            TEN + timedelta(hours=2),
+            "cpu=8,gres/gpu:h100=2,gres/gpu=2,node=1",
+            "n1",
+        ),
+        # untracked, no telemetry
+        _sacct_line(
+            "102",
+            "<script>alert(1)</script>",
+            "nlp",
+            TEN,
+            TEN + timedelta(hours=1),
+            "cpu=8,gres/gpu:h100=2,gres/gpu=2,node=1",
+            "n2",
+        ),
+        # untracked, holding 2 GPUs doing nothing (nvidia-smi of n3 at 0%)
+        _sacct_line(
+            "103",
+            "sleeper",
+            "vision",
+            TEN,
+            TEN + timedelta(minutes=90),
+            "gres/gpu:h100=2,gres/gpu=2",
+            "n3",
+        ),
+        # untracked, busy (nvidia-smi of n4 at 90%)
+        _sacct_line(
+            "104",
+            "busy",
+            "vision",
+            TEN,
+            TEN + timedelta(hours=1),
+            "gres/gpu:h100=2,gres/gpu=2",
+            "n4",
+        ),
+        # a step and a job that never started: left out
+        "gpukpi|104.batch|104.batch|batch||vision||COMPLETED|2026-11-24T10:00:00|2026-11-24T11:00:00|cpu=1|n4",
+        "gpukpi|105|105|later|ana|nlp|gpu|CANCELLED by 0|None|2026-11-24T09:00:00||None assigned",
+    ]
+)
+
+
+def _fill(store_url: str) -> None:
+    runs = [
+        run_record("ra", TEN, 1.0, gpus=2, util=80.0, host="n1", links={"slurm": "gpukpi/101"}),
+        run_record(
+            "smi3",
+            TEN - timedelta(hours=1),
+            3.0,
+            gpus=2,
+            util=0.0,
+            host="n3.cluster.local",
+            source="nvidia-smi",
+        ),
+        run_record("smi4", TEN, 1.0, gpus=2, util=90.0, host="n4", source="nvidia-smi"),
+    ]
+    rows = minutes("ra", TEN, 60, 80.0, "a0") + minutes("ra", TEN, 60, 80.0, "a1")
+    rows += minutes("smi3", TEN - timedelta(hours=1), 180, 0.0, "c0") + minutes(
+        "smi3", TEN - timedelta(hours=1), 180, 0.0, "c1"
+    )
+    rows += minutes("smi4", TEN, 60, 90.0, "d0") + minutes("smi4", TEN, 60, 90.0, "d1")
+    with RunStore(store_url) as store:
+        for r in runs:
+            store.upsert_run(r.replace(gpu_source="nvml"))
+        store.upsert_samples(rows)
+
+
+def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> None:
+    _fill(store_url)
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    env = {"GPU_KPI_STORE": store_url}
+    imp = gpu_kpi("import", "slurm", str(saved), "--account-team", "nlp=NLP", env=env)
+    assert imp.returncode == 0, imp.stderr
+    assert "imported 4 Slurm job(s) holding 11.0 GPU-h" in imp.stdout
+    assert "1 step row(s), 1 job(s) that never started" in imp.stdout
+    out = tmp_path / "out"
+    rep = gpu_kpi(
+        "report", "--week", "2026-W48", "--format", "json,csv,html", "--out", str(out), env=env
+    )
+    assert rep.returncode == 0, rep.stderr
+    d = json.loads((out / "2026-W48.json").read_text())["allocations"]
+    # allocated: 101 2 GPUs x 2 h, 102 2 x 1 h, 103 2 x 1.5 h, 104 2 x 1 h = 11 GPU-h at $3.85
+    # sampled: 101's first hour (2), 103's 1.5 h (3, all under 5%: idle), 104's hour (2)
+    assert d["totals"] == pytest.approx(
+        {
+            "jobs": 4,
+            "allocated_gpu_hours": 11.0,
+            "sampled_gpu_hours": 7.0,
+            "idle_gpu_hours": 3.0,
+            "no_samples_gpu_hours": 4.0,
+            "allocated_usd": 11 * 3.85,
+            "idle_usd": 3 * 3.85,
+            "no_samples_usd": 4 * 3.85,
+            "unpriced_gpu_hours": 0.0,
+        }
+    )
+    jobs = {j["job_id"]: j for j in d["jobs"]}
+    assert [j["job_id"] for j in d["jobs"]] == ["103", "101", "102", "104"]  # most unused $ first
+    assert (jobs["101"]["matched"], jobs["101"]["runs"], jobs["101"]["team"]) == (
+        "id",
+        ["ra"],
+        "NLP",
+    )
+    assert (jobs["103"]["matched"], jobs["103"]["runs"], jobs["103"]["team"]) == (
+        "node",
+        ["smi3"],
+        "vision",
+    )
+    assert (jobs["102"]["matched"], jobs["102"]["no_samples_usd"]) == ("", pytest.approx(7.70))
+    assert jobs["104"]["idle_gpu_hours"] == 0.0 and jobs["104"][
+        "sampled_gpu_hours"
+    ] == pytest.approx(2.0)
+    assert (
+        jobs["101"]["start"] == "2026-11-24T10:00:00+00:00" and jobs["101"]["gpu_model"] == "H100"
+    )
+    # the CSV: the totals and each job, the formula-like name neutralized
+    with (out / "2026-W48.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["section"] in ("allocations", "job")]
+    got = {(r["section"], r["key"], r["metric"]): r["value"] for r in rows}
+    assert float(got[("allocations", "", "idle_usd")]) == pytest.approx(11.55)
+    assert got[("job", "gpukpi/101", "name")] == "'=HYPERLINK(1)"
+    assert float(got[("job", "gpukpi/103", "idle_gpu_hours")]) == pytest.approx(3.0)
+    # the HTML: the section, its figures, the job's name as text
+    html = (out / "2026-W48.html").read_text()
+    section = html[html.index('id="allocations"') : html.index('id="trends"')]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section
+    assert "$42.35" in section and "$11.55" in section and "$15.40" in section
+    assert "by job id" in section and "by node and time" in section
+
+
+def test_a_store_without_imports_has_no_section(store_url: str, tmp_path: Path) -> None:
+    _fill(store_url)
+    out = tmp_path / "out"
+    rep = gpu_kpi(
+        "report",
+        "--week",
+        "2026-W48",
+        "--format",
+        "json,html",
+        "--out",
+        str(out),
+        env={"GPU_KPI_STORE": store_url},
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads((out / "2026-W48.json").read_text())["allocations"] is None
+    assert 'id="allocations"' not in (out / "2026-W48.html").read_text()
+
+
+def test_bad_imports_are_one_line_and_write_nothing(store_url: str, tmp_path: Path) -> None:
+    env = {"GPU_KPI_STORE": store_url}
+    _fill(store_url)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("not|sacct\n1|2\n")
+    for args in (
+        ("import", "slurm", str(bad)),
+        ("import", "slurm", str(tmp_path / "missing.txt")),
+        ("import", "slurm", "--account-team", "nlp"),
+        ("import", "slurm", "--since", "2026-11-30", "--until", "2026-11-23"),
+        ("import", "slurm", str(bad), "--since", "2026-11-23"),
+        ("import", "slurm", "--price", "3"),
+        ("import", "nvidia-smi"),
+    ):
+        p = gpu_kpi(*args, env=env)
+        assert p.returncode != 0 and p.stdout == "", args
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, (
+            args,
+            p.stderr,
+        )
+    with RunStore(store_url) as store:
+        from reports.data.allocations import has_allocations
+
+        assert not has_allocations(store)

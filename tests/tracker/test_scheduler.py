@@ -1,0 +1,69 @@
+"""A run's scheduler allocation from its environment: the Slurm job (as a real Slurm 22.05 job
+sets it: ``tests/slurm-up.sh``, recorded in ``tests/data/slurm/job_env.txt``) and the
+Kubernetes pod, into the run's links."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fakes import Clock
+
+from tracker import track
+from tracker.scheduler import scheduler_links, slurm_job_of
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+
+
+def _env_of(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def test_a_real_slurm_jobs_environment_names_its_cluster_and_job() -> None:
+    env = _env_of(DATA / "job_env.txt")  # `env` inside `sbatch --gres=gpu:h100:2` (job 21)
+    assert (env["SLURM_JOB_ID"], env["SLURM_CLUSTER_NAME"]) == ("21", "gpukpi")
+    assert scheduler_links(env) == {"slurm": "gpukpi/21"}
+    assert slurm_job_of("gpukpi/21") == ("gpukpi", "21")
+
+
+@pytest.mark.parametrize(
+    ("env", "links"),
+    [
+        ({"SLURM_JOB_ID": "1235", "SLURM_ARRAY_JOB_ID": "1234"}, {"slurm": "1235"}),
+        ({"SLURM_JOB_ID": "12a"}, {}),  # no job id
+        ({"SLURM_JOB_ID": "7", "SLURM_CLUSTER_NAME": "a/b"}, {"slurm": "7"}),
+        (
+            {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "train-0", "POD_NAMESPACE": "ml"},
+            {"kubernetes": "ml/train-0"},
+        ),
+        (
+            {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "POD_NAME": "job-x-1", "HOSTNAME": "h"},
+            {"kubernetes": "from-file/job-x-1"},
+        ),
+        ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "HOSTNAME": "Bad_Name"}, {}),
+        ({"HOSTNAME": "train-0", "POD_NAMESPACE": "ml"}, {}),  # not in Kubernetes
+    ],
+)
+def test_links_of_environments(env: dict[str, str], links: dict[str, str]) -> None:
+    assert scheduler_links(env, read_namespace=lambda: "from-file") == links
+
+
+def test_slurm_job_of_refuses_what_is_no_job() -> None:
+    assert slurm_job_of("42") == ("", "42")
+    assert slurm_job_of("gpukpi/x") is None and slurm_job_of("") is None
+
+
+def test_a_tracked_run_records_its_job_and_the_users_links_win(
+    monkeypatch: pytest.MonkeyPatch, store_url: str
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "88")
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "gpukpi")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    clock = Clock()
+    kw = dict(backend="simulated:healthy@H100", store=store_url, clock=clock, threaded=False)
+    with track(name="in-a-job", log_to_python=False, **kw) as run:  # type: ignore[arg-type]
+        clock.t += 5
+    assert run.record.links == {"slurm": "gpukpi/88"}
+    with track(name="mine", links={"slurm": "other/1"}, log_to_python=False, **kw) as run:  # type: ignore[arg-type]
+        clock.t += 5
+    assert run.record.links == {"slurm": "other/1"}

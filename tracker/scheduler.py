@@ -1,0 +1,75 @@
+"""The scheduler allocation a run runs in, from its environment: the Slurm job or the
+Kubernetes pod, kept in the run's ``links`` so that the reports join the run to the
+allocation by id (``gpu-kpi import slurm``), not by node and time.
+
+- Slurm sets ``SLURM_JOB_ID`` (an array task's own id, the ``JobIDRaw`` of sacct) and
+  ``SLURM_CLUSTER_NAME`` in every job: the link is ``slurm`` = ``CLUSTER/JOBID`` (``JOBID``
+  alone where the cluster is not named).
+- Kubernetes sets ``KUBERNETES_SERVICE_HOST`` in every container; the pod's name is
+  ``POD_NAME`` where the pod spec passes it through the Downward API
+  (``fieldRef: metadata.name``), else ``HOSTNAME`` (the pod's name unless the spec sets
+  ``hostname``), its namespace ``POD_NAMESPACE``, else the service account's namespace file.
+  The link is ``kubernetes`` = ``NAMESPACE/POD``.
+
+Pure apart from the one file read, which the caller may replace; nothing runs at import.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+SLURM_LINK = "slurm"
+KUBERNETES_LINK = "kubernetes"
+NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+"""Where Kubernetes mounts the pod's namespace (with its service account token)."""
+
+_SLURM_ID = re.compile(r"^\d+$")
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def _read_namespace() -> str:
+    try:
+        return Path(NAMESPACE_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def scheduler_links(
+    environ: Mapping[str, str], *, read_namespace: Callable[[], str] = _read_namespace
+) -> dict[str, str]:
+    """The run's allocation as links: ``{"slurm": "CLUSTER/JOBID"}``,
+    ``{"kubernetes": "NAMESPACE/POD"}``, or none.
+
+    Args:
+        environ: The process's environment (``os.environ``).
+        read_namespace: The pod's namespace from the service account's file; "" when there is
+            none (called only in a Kubernetes container without ``POD_NAMESPACE``).
+
+    Returns:
+        The links; a value that is not an id of its kind (a ``SLURM_JOB_ID`` that is not a
+        number, a pod name that Kubernetes would refuse) is left out.
+    """
+    links: dict[str, str] = {}
+    job = environ.get("SLURM_JOB_ID", "").strip()
+    if _SLURM_ID.match(job):
+        cluster = environ.get("SLURM_CLUSTER_NAME", "").strip()
+        links[SLURM_LINK] = f"{cluster}/{job}" if cluster and "/" not in cluster else job
+    if environ.get("KUBERNETES_SERVICE_HOST", "").strip():
+        pod = (environ.get("POD_NAME") or environ.get("HOSTNAME") or "").strip()
+        namespace = (environ.get("POD_NAMESPACE") or "").strip() or read_namespace()
+        if _K8S_NAME.match(pod) and _K8S_NAME.match(namespace):
+            links[KUBERNETES_LINK] = f"{namespace}/{pod}"
+    return links
+
+
+def slurm_job_of(link: str) -> tuple[str, str] | None:
+    """``(cluster, job id)`` of a ``slurm`` link (cluster ``""`` where it names none); None for
+    a value that is not one.
+
+    Args:
+        link: The link's value, ``CLUSTER/JOBID`` or ``JOBID``.
+    """
+    cluster, _, job = link.strip().rpartition("/")
+    return (cluster, job) if _SLURM_ID.match(job) else None
