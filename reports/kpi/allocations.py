@@ -119,6 +119,7 @@ class _Minutes:
     covered: dict[int, float] = field(default_factory=lambda: defaultdict(float))
     idle: dict[int, float] = field(default_factory=lambda: defaultdict(float))
     gpus: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    runs: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
 
 
 def short_host(name: str) -> str:
@@ -209,7 +210,6 @@ def allocation_week(
     of_job: dict[int, _Minutes] = defaultdict(_Minutes)  # by id(allocation)
     of_host: dict[str, _Minutes] = defaultdict(_Minutes)
     runs_of_job: dict[int, set[str]] = defaultdict(set)
-    runs_of_host: dict[str, set[str]] = defaultdict(set)
     for (run_id, _gpu), rows in series.items():
         rows.sort()
         flags = idle_flags(
@@ -221,12 +221,14 @@ def allocation_week(
         )
         job = job_of_run.get(run_id)
         target = of_job[id(job)] if job is not None else of_host[host_of_run[run_id]]
-        (runs_of_job[id(job)] if job is not None else runs_of_host[host_of_run[run_id]]).add(run_id)
         for (m, covered, _), is_idle in zip(rows, flags, strict=True):
             if not t0 <= m * 60 < t1:
                 continue
+            if job is not None:
+                runs_of_job[id(job)].add(run_id)
             target.covered[m] += covered
             target.gpus[m] += 1
+            target.runs[m].add(run_id)
             if is_idle:
                 target.idle[m] += covered
 
@@ -245,7 +247,7 @@ def allocation_week(
     for a in allocations:
         held = list(_held(a, t0, t1))
         allocated = sampled = idle = 0.0
-        matched, their_runs = "", set()
+        matched, their_runs = "", set[str]()
         minutes_of = of_job.get(id(a))
         hosts = sorted({short_host(h) for h in a.hosts})
         per_host = a.gpus / len(hosts) if hosts else 0.0
@@ -263,6 +265,7 @@ def allocation_week(
                     share = per_host / max(mh.gpus[m], on_host[h][m])
                     got += share * mh.covered[m]
                     got_idle += share * mh.idle.get(m, 0.0)
+                    their_runs |= mh.runs[m]
             if got > alloc_s:  # never more than it held: the idle part in proportion
                 got_idle *= alloc_s / got
                 got = alloc_s
@@ -272,7 +275,6 @@ def allocation_week(
             matched, their_runs = "id", runs_of_job[id(a)]
         elif sampled > 0:
             matched = "node"
-            their_runs = set().union(*(runs_of_host.get(h, set()) for h in hosts))
         model = a.gpu_model or next(
             (model_of_run[r] for r in sorted(their_runs) if r in model_of_run), None
         )

@@ -4,17 +4,21 @@ how long, checked against sacct's own ``ElapsedRaw`` and ``AllocTRES`` columns p
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import sys
 import time
-from datetime import UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from reports.imports.slurm import FORMAT, read_sacct
+from tracker.store import RunStore
 
 pytestmark = pytest.mark.slurm
 ENV = {**os.environ, "TZ": "UTC"}  # sacct writes local times: UTC here
@@ -121,3 +125,224 @@ def test_real_jobs_read_from_real_sacct() -> None:
     js = read_sacct(_run("sacct", "-a", "-X", "--json", "-j", ",".join(ids)), tz=UTC)
     assert js.not_started == 1
     assert sorted(js.jobs, key=lambda j: j.raw_id) == sorted(got.jobs, key=lambda j: j.raw_id)
+
+
+def _next_minute(unless_left: float = 61.0) -> None:
+    """Sleep to a second past the next minute, unless ``unless_left`` seconds of this one are
+    left: jobs matched by node and time need minutes of their own (the samples of a node's
+    minute are shared among the jobs in it)."""
+    left = 60 - time.time() % 60
+    if left < unless_left:
+        time.sleep(left + 1)
+
+
+TRACKED = """\
+import time
+from tracker import track
+with track(name="live-tracked", backend="simulated:healthy@H100:2", log_to_python=False) as run:
+    time.sleep(3)
+print(run.id)
+"""
+# what nvidia-smi --query-gpu=timestamp,name,uuid,utilization.gpu --format=csv -l 1 would log of
+# the job's GPUs (the GPU is the one part simulated: the job, its GPUs and its times are Slurm's)
+SMI = """\
+import os, sys, time
+from datetime import datetime
+gpus = os.environ["CUDA_VISIBLE_DEVICES"].split(",")
+with open(sys.argv[1], "w") as f:
+    f.write("timestamp, name, uuid, utilization.gpu [%]\\n")
+    for _ in range(4):
+        t = datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
+        for g in gpus:
+            f.write(f"{t}, NVIDIA H100 80GB HBM3, GPU-{sys.argv[2]}-{g}, {sys.argv[3]} %\\n")
+        f.flush()
+        time.sleep(1)
+"""
+
+
+def _script(path: Path, body: str, *args: str) -> str:
+    py = path.with_suffix(".py")
+    py.write_text(body)
+    sh = path.with_suffix(".sh")
+    sh.write_text(f"#!/bin/sh\nexec {sys.executable} {py} {' '.join(args)}\n")
+    return str(sh)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
+    """The done-when of issue 27 on the real Slurm: a tracked job, an untracked busy job (its
+    nvidia-smi log), a job holding 2 GPUs doing nothing (its log at 0%) and an untracked job
+    with no telemetry, imported from the real sacct by ``gpu-kpi import slurm`` (running sacct
+    itself) and reported with each job's GPU-hours and dollars as sacct's own ``ElapsedRaw``
+    and the samples in the store say."""
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    env = {**ENV, "GPU_KPI_STORE": store, "GPU_KPI_GPU": ""}
+    host = socket.gethostname().split(".")[0]
+
+    def sbatch(*args: str) -> str:
+        p = subprocess.run(
+            ["sbatch", "--parsable", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert p.returncode == 0, p.stderr
+        return p.stdout.strip().split(";")[0]
+
+    tag = f"gk{os.getpid()}"
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    _next_minute(unless_left=30)  # minute A: the tracked job and the one with no telemetry
+    out = tmp_path / "tracked.out"
+    tracked = sbatch(
+        "-A",
+        "nlp",
+        "--gres=gpu:h100:2",
+        "-J",
+        f"{tag}-tracked",
+        "-o",
+        str(out),
+        _script(tmp_path / "tracked", TRACKED),
+    )
+    dark = sbatch(
+        "-A",
+        "nlp",
+        "--gres=gpu:h100:1",
+        "-J",
+        f"{tag}-dark",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 3",
+    )
+    _wait_until_done([tracked, dark], {tracked, dark})
+    _next_minute()  # minute B: busy, its log at 90%
+    busy_log = tmp_path / "busy.csv"
+    busy = sbatch(
+        "-A",
+        "vision",
+        "--gres=gpu:h100:2",
+        "-J",
+        f"{tag}-busy",
+        "-o",
+        "/dev/null",
+        _script(tmp_path / "busy", SMI, str(busy_log), "busy", "90"),
+    )
+    _wait_until_done([busy], {busy})
+    _next_minute()  # minute C: holding 2 GPUs, its log at 0%
+    idle_log = tmp_path / "idle.csv"
+    idle = sbatch(
+        "-A",
+        "vision",
+        "--gres=gpu:h100:2",
+        "-J",
+        f"{tag}-idle",
+        "-o",
+        "/dev/null",
+        _script(tmp_path / "idle", SMI, str(idle_log), "idle", "0"),
+    )
+    _wait_until_done([idle], {idle})
+    run_id = out.read_text().strip().splitlines()[-1]
+
+    def cli(*args: str) -> str:
+        p = subprocess.run(
+            [sys.executable, "-m", "reports.cli", *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        assert p.returncode == 0, f"gpu-kpi {' '.join(args)}: {p.stderr}"
+        return p.stdout
+
+    for log in (busy_log, idle_log):
+        cli("import", "nvidia-smi", str(log), "--host", host)
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    t = "%Y-%m-%dT%H:%M:%S"
+    cli(
+        "import",
+        "slurm",
+        "--since",
+        f"{since:{t}}",
+        "--until",
+        f"{until:{t}}",
+        "--account-team",
+        "nlp=NLP",
+    )
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(
+        "[thresholds]\nidle_window_min = 1\n"
+    )  # a job of seconds: a 1-minute idle rule
+    week = f"{datetime.now(UTC):%G-W%V}"
+    cli(
+        "report",
+        "--config",
+        str(config),
+        "--week",
+        week,
+        "--format",
+        "json",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    (doc,) = (json.loads(p.read_text()) for p in (tmp_path / "out").glob("*.json"))
+    jobs = {j["job_id"]: j for j in doc["allocations"]["jobs"]}
+    # sacct's own columns: the GPUs and seconds each job held
+    ids = [tracked, dark, busy, idle]
+    text = _run(
+        "sacct",
+        "-a",
+        "-X",
+        "-P",
+        "-n",
+        "--format=JobIDRaw,ElapsedRaw,AllocTRES,Start,End",
+        "-j",
+        ",".join(ids),
+    )
+    held, minutes = {}, {}
+    for line in text.splitlines():
+        raw, elapsed, tres, start, end = line.split("|")
+        minutes[raw] = (start[:16], end[:16])  # 2026-12-02T10:34 (TZ=UTC)
+        m = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+        held[raw] = int(m.group(1)) * int(elapsed) / 3600 if m else 0.0
+    # the premise: each group of jobs in minutes of its own (sacct's Start and End, to the minute)
+    assert max(minutes[tracked][1], minutes[dark][1]) < minutes[busy][0], minutes
+    assert minutes[busy][1] < minutes[idle][0], minutes
+    with RunStore(store) as s:
+        runs = {r.name: r for r in s.list_runs()}
+        covered = {
+            name: sum(x.covered_s for x in s.samples(run_ids=[r.id])) / 3600
+            for name, r in runs.items()
+        }
+    smi = {n: runs[n].id for n in runs if n != "live-tracked"}
+    busy_run = next(i for n, i in smi.items() if "busy" in n)
+    idle_run = next(i for n, i in smi.items() if "idle" in n)
+    by_name = {runs[n].id: covered[n] for n in runs}
+    expect = {
+        tracked: ("id", [run_id], "NLP", min(held[tracked], by_name[run_id]), 0.0),
+        dark: ("", [], "NLP", 0.0, 0.0),
+        busy: ("node", [busy_run], "vision", min(held[busy], by_name[busy_run]), 0.0),
+        idle: ("node", [idle_run], "vision", min(held[idle], by_name[idle_run]), None),
+    }
+    for job, (matched, their_runs, team, sampled, idle_h) in expect.items():
+        j = jobs[job]
+        assert (j["matched"], j["runs"], j["team"], j["gpu_model"]) == (
+            matched,
+            their_runs,
+            team,
+            "H100",
+        ), job
+        assert j["allocated_gpu_hours"] == pytest.approx(held[job], abs=1e-9) and held[job] > 0
+        assert j["sampled_gpu_hours"] == pytest.approx(sampled, abs=1e-9)
+        assert j["no_samples_gpu_hours"] == pytest.approx(held[job] - sampled, abs=1e-9)
+        assert j["idle_gpu_hours"] == pytest.approx(sampled if idle_h is None else idle_h, abs=1e-9)
+        assert j["allocated_usd"] == pytest.approx(held[job] * 3.85)
+        assert j["no_samples_usd"] == pytest.approx((held[job] - sampled) * 3.85)
+    assert (
+        jobs[dark]["no_samples_gpu_hours"] == pytest.approx(held[dark])
+        and jobs[idle]["idle_gpu_hours"] > 0
+    )
+    # nothing counted twice: the jobs' sampled hours are at most the samples' hours
+    assert sum(jobs[j]["sampled_gpu_hours"] for j in ids) <= sum(covered.values()) + 1e-9
