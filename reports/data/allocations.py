@@ -1,5 +1,6 @@
 """Scheduler allocations in the run store's database (``gpu_kpi_allocations``): one row per
-Slurm job as ``gpu-kpi import slurm`` read it, and the minute samples the reports match to them.
+Slurm job as ``gpu-kpi import slurm`` read it; a week's jobs matched to the minute samples of
+the runs on their hosts or in them, read as the report reads samples.
 
 The table is the reports' own, made on first import as the delivery log's is: the tracker
 never writes it, and stores made before it have none (a report then has no allocation
@@ -22,7 +23,7 @@ from sqlalchemy.engine import Connection
 from reports.data.deliveries import has_table
 from tracker.scheduler import SLURM_LINK
 from tracker.store.engine import StoreError
-from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, samples_table, upsert, utc
+from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
 from tracker.text import one_line
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ allocations_table = sa.Table(
     sa.Column("hosts", sa.Text, nullable=False),  # JSON list of host names
     sa.Index("ix_gpu_kpi_allocations_start", "start_at"),
 )
-_IN_CHUNK = 500
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,8 +239,9 @@ def _week_allocations(
     prices: Mapping[str, float],
     owned: Mapping[str, OwnedGpu],
 ) -> AllocationWeek:
+    from reports.data.scans import SampleScans
     from reports.kpi.allocations import allocation_week, short_host
-    from reports.kpi.frames import BASES
+    from reports.kpi.frames import SampleFrameBuilder, sample_columns
 
     jobs, bad = allocations_in(store, since, until)
     hosts = {short_host(h) for j in jobs for h in j.hosts}
@@ -251,21 +252,17 @@ def _week_allocations(
         if links.get(SLURM_LINK) is not None or short_host(host) in hosts:
             wanted.append({**r, "links": links, "host": host})
     window = timedelta(minutes=thresholds.idle_window_min)
-    minutes = (
-        run_minutes(
-            store,
-            [r["id"] for r in wanted],
-            value=BASES[basis][0],
-            since=since - window,
-            until=until + window,
+    columns = sample_columns(basis)
+    frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
+    if jobs and wanted:
+        SampleScans(store).scan_samples(
+            frames, columns=columns, since=since - window, until=until + window
         )
-        if jobs and wanted
-        else []
-    )
     week = allocation_week(
         jobs,
         wanted,
-        minutes,
+        frames.frame(),
+        value=columns[-1],
         since=since,
         until=until,
         thresholds=thresholds,
@@ -276,30 +273,3 @@ def _week_allocations(
         left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"
         week = dataclasses.replace(week, skipped=(*week.skipped, left))
     return week
-
-
-def run_minutes(
-    store: RunStore, run_ids: Iterable[str], *, value: str, since: datetime, until: datetime
-) -> list[tuple[Any, ...]]:
-    """The minute samples of some runs in ``[since, until)``: ``(run_id, gpu, minute,
-    covered_s, value)`` tuples, the minute timezone-aware UTC.
-
-    Args:
-        store: The run store.
-        run_ids: The runs.
-        value: The utilization column (``util_pct`` or ``sm_active_pct``).
-        since: The span's start (timezone-aware).
-        until: The span's end, excluded (timezone-aware).
-    """
-    c = samples_table.c
-    ids = list(dict.fromkeys(run_ids))
-    column = c[value]
-    stmts = [
-        sa.select(c.run_id, c.gpu, c.minute, c.covered_s, column).where(
-            c.run_id.in_(ids[i : i + _IN_CHUNK]), c.minute >= utc(since), c.minute < utc(until)
-        )
-        for i in range(0, len(ids), _IN_CHUNK)
-    ]
-    return store.transaction(
-        lambda conn: [tuple(r) for stmt in stmts for r in conn.execute(stmt)], write=False
-    )

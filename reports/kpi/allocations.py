@@ -5,21 +5,23 @@ and the part with no samples at all, in dollars.
 Which samples are a job's (each sampled GPU-second is counted for one job at most):
 
 - **by id**: the samples of runs that recorded the job they ran in (the tracker's ``slurm``
-  link, ``CLUSTER/JOBID``: :mod:`tracker.scheduler`). A job with such a run is matched by id
-  only.
+  link, ``CLUSTER/JOBID``: :mod:`tracker.scheduler`). A job with such samples in the week is
+  matched by id only.
 - **by node and time**: the samples of runs that recorded no job (nvidia-smi logs,
   Prometheus/DCGM imports, runs tracked outside Slurm) on one of the job's hosts, in a minute
   it held GPUs there. sacct does not say which GPUs of a node a job held, so a host's sampled
   GPU-seconds of a minute are shared among the jobs there by their GPUs on it (a job's GPUs
-  split evenly over its hosts): a job holding 2 of a node's 4 sampled GPUs takes half of each
-  of their seconds, however busy each one was. A minute of a host with more jobs' GPUs than
-  samples gives each job its share of the samples it has, and no more.
+  split evenly over its hosts, every job there counted, those matched by id too): a job
+  holding 2 of a node's 4 sampled GPUs takes half of each of their seconds, however busy each
+  one was. A minute of a host with more jobs' GPUs than samples gives each job its share of
+  the samples it has, and no more.
 
 A job's sampled seconds in a minute are at most the seconds it held its GPUs in it (GPUs ×
 the part of the minute between its start and end); the rest of those seconds are **no
 samples**: GPU-time nobody measured. Of the sampled seconds, those of minutes the idle rule
-(:func:`tracker.cost.idle_flags`, over each sampled GPU's own minutes, windows reaching past
-the job) calls idle are **allocated, idle**. Dollars are GPU-hours × the price of the job's
+(:func:`reports.kpi.gputime.idle_of_series`, over each sampled GPU's own minutes, windows
+reaching past the job; the samples read as the report reads them, a utilization out of range
+unknown, so never idle) calls idle are **allocated, idle**. Dollars are GPU-hours × the price of the job's
 GPU type (sacct's ``gres/gpu:TYPE``), else of the GPU model its matched runs saw; a job with
 neither is counted in hours and named unpriced.
 """
@@ -29,11 +31,15 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from tracker.cost import Thresholds, idle_flags
+import numpy as np
+import pandas as pd
+
+from reports.kpi.gputime import idle_of_series
+from tracker.cost import Thresholds
 from tracker.owned import OwnedGpu
 from tracker.prices import reported_price
 from tracker.scheduler import SLURM_LINK, slurm_job_of
@@ -96,8 +102,9 @@ class AllocationWeek:
 
     jobs: tuple[JobLine, ...] = ()
     """Every job that held GPUs in the week, most unused dollars first."""
-    skipped: tuple[str, ...] = field(default_factory=tuple)
-    """Sample rows left out (not a number, out of range), each said once with its count."""
+    skipped: tuple[str, ...] = ()
+    """Allocation rows left out (a job the table cannot hold: hosts, GPUs or times), said with
+    their count; the bad sample rows are the report's (``bad_samples``)."""
 
     def total(self, name: str) -> float:
         """The sum of a ``*_gpu_hours`` field over the jobs."""
@@ -112,58 +119,33 @@ class AllocationWeek:
         return math.fsum(j.allocated_gpu_hours for j in self.jobs if j.price_per_gpu_hour is None)
 
 
-@dataclass
-class _Minutes:
-    """Sampled seconds and idle seconds per epoch minute."""
-
-    covered: dict[int, float] = field(default_factory=lambda: defaultdict(float))
-    idle: dict[int, float] = field(default_factory=lambda: defaultdict(float))
-    gpus: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    runs: dict[int, set[str]] = field(default_factory=lambda: defaultdict(set))
-
-
 def short_host(name: str) -> str:
     """A host as jobs and runs are matched on it: its first label, lower case
     (``gpu01.cluster.local`` and Slurm's ``gpu01`` are one host)."""
     return name.strip().split(".", 1)[0].lower()
 
 
-def allocation_week(
-    allocations: Sequence[Any],
-    runs: Iterable[Mapping[str, Any]],
-    minutes: Iterable[Sequence[Any]],
-    *,
-    since: datetime,
-    until: datetime,
-    thresholds: Thresholds,
-    overrides: Mapping[str, float] | None = None,
-    owned: Mapping[str, OwnedGpu] | None = None,
-) -> AllocationWeek:
-    """Each job's week (:class:`JobLine`), matched to the runs' minute samples.
+def runs_of_jobs(
+    allocations: Sequence[Any], runs: Iterable[Mapping[str, Any]]
+) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
+    """Which runs recorded which job, and the hosts and GPU models of the others.
 
     Args:
-        allocations: The jobs (:class:`reports.data.allocations.Allocation`) that held GPUs in
-            the span.
-        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
-            ``gpu_model``.
-        minutes: Those runs' minute samples, ``(run_id, gpu, minute, covered_s, value)``,
-            the minute timezone-aware, from the idle window before ``since`` to the one after
-            ``until`` (the idle rule's windows reach across the span's edges).
-        since: The span's start (timezone-aware).
-        until: The span's end, excluded (timezone-aware).
-        thresholds: The idle rule's threshold and window.
-        overrides: The config's ``[prices]``.
-        owned: The config's ``[owned.<MODEL>]``.
+        allocations: The jobs.
+        runs: The runs: ``id``, ``host``, ``links`` (a mapping), ``gpu_model``.
 
     Returns:
-        The jobs' lines, most unused dollars first, and the sample rows left out.
+        Run id → the index of its job in ``allocations`` (its ``slurm`` link names it: by
+        cluster and id, or by the id alone where one side names no cluster and the id is one
+        job's); run id → its host (:func:`short_host`) for the runs that name no job; run id →
+        its GPU model. A run whose link names a job not imported is in neither: it is no
+        node's sample.
     """
-    t0, t1 = since.timestamp(), until.timestamp()
-    by_key = {(a.cluster, a.job_id): a for a in allocations}
-    ids_alone: dict[str, list[Any]] = defaultdict(list)
-    for a in allocations:
-        ids_alone[a.job_id].append(a)
-    job_of_run: dict[str, Any] = {}
+    by_key = {(a.cluster, a.job_id): i for i, a in enumerate(allocations)}
+    ids_alone: dict[str, list[int]] = defaultdict(list)
+    for i, a in enumerate(allocations):
+        ids_alone[a.job_id].append(i)
+    job_of_run: dict[str, int] = {}
     host_of_run: dict[str, str] = {}
     model_of_run: dict[str, str] = {}
     for r in runs:
@@ -177,108 +159,127 @@ def allocation_week(
                 continue
             cluster, jid = job
             found = by_key.get((cluster, jid))
-            if found is None and (not cluster or len(ids_alone[jid]) == 1):
-                # one side does not name the cluster: the job id alone, when it is one job
-                cand = [a for a in ids_alone[jid] if not cluster or not a.cluster]
+            if found is None:
+                cand = [i for i in ids_alone[jid] if not cluster or not allocations[i].cluster]
                 found = cand[0] if len(cand) == 1 else None
             if found is not None:
                 job_of_run[r["id"]] = found
-            continue  # a run in another job (or one not imported) is no node's sample
+            continue
         host = r.get("host")
         if isinstance(host, str) and host.strip():
             host_of_run[r["id"]] = short_host(host)
+    return job_of_run, host_of_run, model_of_run
 
-    series: dict[tuple[str, str], list[tuple[int, float, float | None]]] = defaultdict(list)
-    bad: dict[str, int] = defaultdict(int)
-    for run_id, gpu, minute, covered_s, value in minutes:
-        if run_id not in job_of_run and run_id not in host_of_run:
-            continue
-        problem = _sample_problem(covered_s, value)
-        if problem:
-            bad[problem] += 1
-            continue
-        stamp = minute if minute.tzinfo else minute.replace(tzinfo=UTC)
-        series[(run_id, gpu)].append(
-            (
-                int(stamp.timestamp()) // 60,
-                float(covered_s),
-                None if value is None else float(value),
-            )
-        )
 
-    # the idle rule over each GPU's own minutes, then the span's minutes summed
-    of_job: dict[int, _Minutes] = defaultdict(_Minutes)  # by id(allocation)
-    of_host: dict[str, _Minutes] = defaultdict(_Minutes)
-    runs_of_job: dict[int, set[str]] = defaultdict(set)
-    for (run_id, _gpu), rows in series.items():
-        rows.sort()
-        flags = idle_flags(
-            [u for _, _, u in rows],
-            [c for _, c, _ in rows],
-            threshold_pct=thresholds.idle_pct,
-            window=thresholds.idle_window_min,
-            minutes=[m for m, _, _ in rows],
-        )
-        job = job_of_run.get(run_id)
-        target = of_job[id(job)] if job is not None else of_host[host_of_run[run_id]]
-        for (m, covered, _), is_idle in zip(rows, flags, strict=True):
-            if not t0 <= m * 60 < t1:
-                continue
-            if job is not None:
-                runs_of_job[id(job)].add(run_id)
-            target.covered[m] += covered
-            target.gpus[m] += 1
-            target.runs[m].add(run_id)
-            if is_idle:
-                target.idle[m] += covered
+def _overlap(start: np.ndarray, end: np.ndarray, minute: np.ndarray) -> np.ndarray:
+    """Seconds of ``[start, end)`` in each epoch ``minute``."""
+    lo = np.maximum(start, minute * 60.0)
+    hi = np.minimum(end, minute * 60.0 + 60.0)
+    return np.clip(hi - lo, 0.0, None)
 
-    # the GPUs of jobs on each host in each minute (by node: the shares' denominator)
-    on_host: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    for a in allocations:
-        if id(a) in of_job or not a.hosts:
-            continue
-        per_host = a.gpus / len(a.hosts)
-        for h in {short_host(h) for h in a.hosts}:
-            if h in of_host:
-                for m, _ in _held(a, t0, t1):
-                    on_host[h][m] += per_host
 
+def _capped(
+    job: np.ndarray,
+    minute: np.ndarray,
+    covered: np.ndarray,
+    idle: np.ndarray,
+    *,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    gpus: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's sampled and idle seconds from its (job, minute) parts: per minute at most
+    the seconds it held its GPUs then, the idle part in proportion."""
+    n = len(starts)
+    if not len(job):
+        return np.zeros(n), np.zeros(n)
+    base = int(minute.min())
+    span = int(minute.max()) - base + 1
+    keys, inverse = np.unique(job * span + (minute - base), return_inverse=True)
+    got = np.bincount(inverse, weights=covered)
+    got_idle = np.bincount(inverse, weights=idle)
+    kj, km = keys // span, keys % span + base
+    held = gpus[kj] * _overlap(starts[kj], ends[kj], km)
+    capped = np.minimum(got, held)
+    ratio = np.divide(capped, got, out=np.zeros_like(got), where=got > 0)
+    return (
+        np.bincount(kj, weights=capped, minlength=n),
+        np.bincount(kj, weights=got_idle * ratio, minlength=n),
+    )
+
+
+@dataclass
+class _Matched:
+    """Per job: sampled and idle seconds, and the runs they came from."""
+
+    sampled: np.ndarray
+    idle: np.ndarray
+    by_id: np.ndarray
+    by_node: np.ndarray
+    runs: list[set[str]]
+
+
+def allocation_week(
+    allocations: Sequence[Any],
+    runs: Iterable[Mapping[str, Any]],
+    samples: pd.DataFrame,
+    *,
+    value: str,
+    since: datetime,
+    until: datetime,
+    thresholds: Thresholds,
+    overrides: Mapping[str, float] | None = None,
+    owned: Mapping[str, OwnedGpu] | None = None,
+) -> AllocationWeek:
+    """Each job's week (:class:`JobLine`), matched to the runs' minute samples in arrays: a
+    week of a thousand GPUs' minutes takes seconds.
+
+    Args:
+        allocations: The jobs (:class:`reports.data.allocations.Allocation`) that held GPUs in
+            the span.
+        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
+            ``gpu_model``.
+        samples: Minute samples as the report reads them
+            (:class:`reports.kpi.frames.SampleFrameBuilder`: ``run_id``, ``minute``
+            timezone-aware, ``gpu``, ``covered_s`` and ``value``), from the idle window before
+            ``since`` to the one after ``until`` (the idle rule's windows reach across the
+            span's edges); the rows of runs not in ``runs`` are not looked at.
+        value: The utilization column (``util_pct`` or ``sm_active_pct``).
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+        thresholds: The idle rule's threshold and window.
+        overrides: The config's ``[prices]``.
+        owned: The config's ``[owned.<MODEL>]``.
+
+    Returns:
+        The jobs' lines, most unused dollars first.
+    """
+    t0, t1 = since.timestamp(), until.timestamp()
+    starts = np.array([max(a.start_at.timestamp(), t0) for a in allocations], dtype=float)
+    ends = np.array([min(a.until.timestamp(), t1) for a in allocations], dtype=float)
+    ends = np.maximum(ends, starts)
+    gpus = np.array([max(a.gpus, 0) for a in allocations], dtype=float)
+    job_of_run, host_of_run, model_of_run = runs_of_jobs(allocations, runs)
+    m = _match(
+        allocations,
+        samples,
+        value=value,
+        t0=t0,
+        t1=t1,
+        starts=starts,
+        ends=ends,
+        gpus=gpus,
+        job_of_run=job_of_run,
+        host_of_run=host_of_run,
+        thresholds=thresholds,
+    )
+    held = gpus * (ends - starts)
     lines = []
-    for a in allocations:
-        held = list(_held(a, t0, t1))
-        allocated = sampled = idle = 0.0
-        matched, their_runs = "", set[str]()
-        minutes_of = of_job.get(id(a))
-        hosts = sorted({short_host(h) for h in a.hosts})
-        per_host = a.gpus / len(hosts) if hosts else 0.0
-        for m, seconds in held:
-            alloc_s = a.gpus * seconds
-            allocated += alloc_s
-            if minutes_of is not None:
-                got, got_idle = minutes_of.covered.get(m, 0.0), minutes_of.idle.get(m, 0.0)
-            else:
-                got = got_idle = 0.0
-                for h in hosts:
-                    mh = of_host.get(h)
-                    if mh is None or m not in mh.covered:
-                        continue
-                    share = per_host / max(mh.gpus[m], on_host[h][m])
-                    got += share * mh.covered[m]
-                    got_idle += share * mh.idle.get(m, 0.0)
-                    their_runs |= mh.runs[m]
-            if got > alloc_s:  # never more than it held: the idle part in proportion
-                got_idle *= alloc_s / got
-                got = alloc_s
-            sampled += got
-            idle += got_idle
-        if minutes_of is not None:
-            matched, their_runs = "id", runs_of_job[id(a)]
-        elif sampled > 0:
-            matched = "node"
-        model = a.gpu_model or next(
-            (model_of_run[r] for r in sorted(their_runs) if r in model_of_run), None
-        )
+    for j, a in enumerate(allocations):
+        runs_j = tuple(sorted(m.runs[j]))
+        model = a.gpu_model or next((model_of_run[r] for r in runs_j if r in model_of_run), None)
         price = reported_price(model, None, None, overrides, owned)[0] if model else None
+        got = min(float(m.sampled[j]), float(held[j]))
         lines.append(
             JobLine(
                 source=a.source,
@@ -295,12 +296,12 @@ def allocation_week(
                 end=a.end_at,
                 gpus=a.gpus,
                 gpu_model=model,
-                matched=matched,
-                runs=tuple(sorted(their_runs)),
-                allocated_gpu_hours=allocated / 3600.0,
-                sampled_gpu_hours=sampled / 3600.0,
-                idle_gpu_hours=idle / 3600.0,
-                no_samples_gpu_hours=max(0.0, allocated - sampled) / 3600.0,
+                matched="id" if m.by_id[j] else "node" if m.by_node[j] else "",
+                runs=runs_j,
+                allocated_gpu_hours=float(held[j]) / 3600.0,
+                sampled_gpu_hours=got / 3600.0,
+                idle_gpu_hours=min(float(m.idle[j]), got) / 3600.0,
+                no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
                 price_per_gpu_hour=price,
             )
         )
@@ -312,30 +313,155 @@ def allocation_week(
             j.job_id,
         )
     )
-    skipped = tuple(
-        f"{n} sample row{'s' if n != 1 else ''}: {why}" for why, n in sorted(bad.items())
+    return AllocationWeek(jobs=tuple(lines))
+
+
+def _match(
+    allocations: Sequence[Any],
+    samples: pd.DataFrame,
+    *,
+    value: str,
+    t0: float,
+    t1: float,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    gpus: np.ndarray,
+    job_of_run: Mapping[str, int],
+    host_of_run: Mapping[str, str],
+    thresholds: Thresholds,
+) -> _Matched:
+    """The jobs' sampled and idle seconds: by id, then by node and time for the others."""
+    n = len(allocations)
+    out = _Matched(
+        np.zeros(n),
+        np.zeros(n),
+        np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
+        [set() for _ in range(n)],
     )
-    return AllocationWeek(jobs=tuple(lines), skipped=skipped)
+    hosts_of = [sorted({short_host(h) for h in a.hosts if h.strip()}) for a in allocations]
+    host_code = {h: i for i, h in enumerate(sorted({h for hs in hosts_of for h in hs}))}
+    if not len(samples) or not n:
+        return out
+    run_codes, run_names = pd.factorize(samples["run_id"])
+    names = [str(r) for r in run_names]
+    link = np.array([job_of_run.get(r, -1) for r in names], dtype=np.int64)
+    host = np.array([host_code.get(host_of_run.get(r, ""), -1) for r in names], dtype=np.int64)
+    keep = (link[run_codes] >= 0) | (host[run_codes] >= 0)
+    s = samples[keep]
+    run_codes = run_codes[keep]
+    gpu_codes, gpu_names = pd.factorize(s["gpu"])
+    minute_ns = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
+    order = np.lexsort((minute_ns, gpu_codes, run_codes))
+    run_codes, minute_ns = run_codes[order], minute_ns[order]
+    covered = s["covered_s"].to_numpy(dtype=float)[order]
+    flags = idle_of_series(
+        s[value].to_numpy(dtype=float)[order],
+        covered,
+        run_codes.astype(np.int64) * max(len(gpu_names), 1) + gpu_codes[order],
+        minute_ns,
+        threshold_pct=thresholds.idle_pct,
+        window=thresholds.idle_window_min,
+    )
+    minute = minute_ns // 60_000_000_000
+    inside = (minute * 60 >= t0) & (minute * 60 < t1)
+    idle_s = np.where(flags, covered, 0.0)
+    limits = {"starts": starts, "ends": ends, "gpus": gpus}
+
+    # by id: the samples of the runs that recorded the job
+    mine = inside & (link[run_codes] >= 0)
+    job = link[run_codes[mine]]
+    got, got_idle = _capped(job, minute[mine], covered[mine], idle_s[mine], **limits)
+    out.sampled += got
+    out.idle += got_idle
+    out.by_id[np.unique(job)] = True
+    for j, r in set(zip(job.tolist(), run_codes[mine].tolist(), strict=True)):
+        out.runs[j].add(names[r])
+
+    # by node and time: each host-minute of the runs that name no job, shared among the jobs
+    # on the host then by their GPUs there
+    node = inside & (host[run_codes] >= 0)
+    m0 = int(t0 // 60)
+    span = int(t1 // 60) - m0 + 2
+    hm, hm_of_row = np.unique(
+        host[run_codes[node]] * span + (minute[node] - m0), return_inverse=True
+    )
+    rows = np.bincount(hm_of_row, minlength=len(hm)).astype(float)
+    hm_covered = np.bincount(hm_of_row, weights=covered[node], minlength=len(hm))
+    hm_idle = np.bincount(hm_of_row, weights=idle_s[node], minlength=len(hm))
+    pairs = [
+        (j, host_code[h], gpus[j] / len(hs))
+        for j, hs in enumerate(hosts_of)
+        if gpus[j] > 0 and ends[j] > starts[j]
+        for h in hs
+    ]
+    if not pairs or not len(hm):
+        return out
+    pj = np.array([p[0] for p in pairs], dtype=np.int64)
+    ph = np.array([p[1] for p in pairs], dtype=np.int64)
+    pw = np.array([p[2] for p in pairs], dtype=float)
+    # each (job, host) pair's host-minutes: a range of the sorted keys
+    lo = np.searchsorted(hm, ph * span + (np.floor(starts[pj] / 60).astype(np.int64) - m0))
+    hi = np.searchsorted(hm, ph * span + (np.ceil(ends[pj] / 60).astype(np.int64) - m0))
+    count = hi - lo
+    pair = np.repeat(np.arange(len(pj)), count)
+    at = (
+        np.arange(int(count.sum()))
+        - np.repeat(np.cumsum(count) - count, count)
+        + np.repeat(lo, count)
+    )
+    weight = pw[pair]
+    on_host = np.bincount(at, weights=weight, minlength=len(hm))
+    share = weight / np.maximum(rows[at], on_host[at])
+    got, got_idle = _capped(
+        pj[pair], hm[at] % span + m0, share * hm_covered[at], share * hm_idle[at], **limits
+    )
+    out.by_node = ~out.by_id & (got > 0)
+    out.sampled += np.where(out.by_id, 0.0, got)
+    out.idle += np.where(out.by_id, 0.0, got_idle)
+    _node_runs(
+        out,
+        hosts_of=hosts_of,
+        host_code=host_code,
+        host=host[run_codes[node]],
+        run=run_codes[node],
+        minute=minute[node],
+        names=names,
+        starts=starts,
+        ends=ends,
+    )
+    return out
 
 
-def _held(a: Any, t0: float, t1: float) -> Iterable[tuple[int, float]]:
-    """The epoch minutes in which ``a`` held its GPUs within ``[t0, t1)``, each with the
-    seconds it held them in it."""
-    start = max(a.start_at.timestamp(), t0)
-    end = min(a.until.timestamp(), t1)
-    if a.gpus <= 0 or end <= start:
+def _node_runs(
+    out: _Matched,
+    *,
+    hosts_of: Sequence[Sequence[str]],
+    host_code: Mapping[str, int],
+    host: np.ndarray,
+    run: np.ndarray,
+    minute: np.ndarray,
+    names: Sequence[str],
+    starts: np.ndarray,
+    ends: np.ndarray,
+) -> None:
+    """Into ``out.runs``: for each job matched by node, the runs with a sample on one of its
+    hosts in a minute it held GPUs there."""
+    jobs = np.flatnonzero(out.by_node)
+    if not len(jobs):
         return
-    m = int(start // 60)
-    while m * 60 < end:
-        seconds = min(end, (m + 1) * 60) - max(start, m * 60)
-        if seconds > 0:
-            yield m, seconds
-        m += 1
-
-
-def _sample_problem(covered_s: Any, value: Any) -> str:
-    if not isinstance(covered_s, int | float) or not 0 <= covered_s <= 60:
-        return "seconds held not from 0 to 60"
-    if value is not None and (not isinstance(value, int | float) or not 0 <= value <= 100):
-        return "utilization not from 0 to 100"
-    return ""
+    order = np.lexsort((minute, run, host))
+    host, run, minute = host[order], run[order], minute[order]
+    cuts = np.flatnonzero((np.diff(host) != 0) | (np.diff(run) != 0)) + 1
+    first = np.concatenate(([0], cuts)).tolist()
+    last = np.concatenate((cuts, [len(host)])).tolist()
+    on_host: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for a, b in zip(first, last, strict=True):
+        on_host[int(host[a])].append((int(run[a]), a, b))
+    for j in jobs.tolist():
+        lo_m, hi_m = math.floor(starts[j] / 60), math.ceil(ends[j] / 60)
+        for h in hosts_of[j]:
+            for r, a, b in on_host.get(host_code[h], ()):
+                i = a + int(np.searchsorted(minute[a:b], lo_m))
+                if i < b and minute[i] < hi_m:
+                    out.runs[j].add(names[r])

@@ -7,7 +7,7 @@ GPU-time without a value on the chosen basis is "unknown", never idle.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -72,11 +72,19 @@ class SampleFrameBuilder:
 
     As the store's totals do (:mod:`reports.kpi.checks`): a utilization that is text,
     non-finite or outside 0–100 becomes unknown (NaN); a row whose minute is no time or whose
-    ``covered_s`` is not a number is left out."""
+    ``covered_s`` is not a number is left out.
 
-    def __init__(self, columns: Sequence[str] = SAMPLE_COLUMNS) -> None:
+    Args:
+        columns: The columns of the rows, in their order.
+        runs: Only the rows of these runs are kept (None: all).
+    """
+
+    def __init__(
+        self, columns: Sequence[str] = SAMPLE_COLUMNS, *, runs: Collection[str] | None = None
+    ) -> None:
         self.columns = tuple(columns)
         self._parts: list[pd.DataFrame] = []
+        self._runs = None if runs is None else list(runs)
 
     def __call__(self, chunk: Sequence[tuple[object, ...]]) -> None:
         df = pd.DataFrame.from_records(chunk, columns=list(self.columns))
@@ -84,6 +92,8 @@ class SampleFrameBuilder:
             if col in df:
                 df[col] = df[col].astype("category")
         keep = pd.Series(True, index=df.index)
+        if self._runs is not None:  # a category's test: once per distinct run in the chunk
+            keep &= df["run_id"].isin(self._runs)
         if "minute" in df:
             if len(df) and isinstance(df["minute"].iloc[0], str):  # SQLite: naive UTC text
                 df["minute"] = pd.to_datetime(

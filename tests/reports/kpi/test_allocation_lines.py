@@ -5,13 +5,34 @@ twice."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from allocation_oracle import oracle
 
 from reports.data.allocations import Allocation
-from reports.kpi.allocations import allocation_week, short_host
+from reports.kpi.allocations import AllocationWeek, allocation_week, short_host
+from reports.kpi.frames import SampleFrameBuilder
 from tracker.cost import Thresholds
+
+COLUMNS = ("run_id", "gpu", "minute", "covered_s", "util_pct")
+
+
+def week_of(
+    jobs: list[Allocation],
+    runs: list[dict[str, object]],
+    rows: list[tuple[object, ...]],
+    **kw: object,
+) -> AllocationWeek:
+    """``allocation_week`` over the rows as the report reads them (SQLite's naive UTC text)."""
+    frames = SampleFrameBuilder(COLUMNS)
+    frames(
+        [(r, g, m.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f"), c, u) for r, g, m, c, u in rows]
+    )  # type: ignore[attr-defined]
+    args: dict[str, object] = {"since": MON, "until": END, "thresholds": Thresholds(), **kw}
+    return allocation_week(jobs, runs, frames.frame(), value="util_pct", **args)  # type: ignore[arg-type]
+
 
 MON = datetime(2026, 11, 23, tzinfo=UTC)  # the week 2026-W48
 END = MON + timedelta(days=7)
@@ -82,7 +103,7 @@ def test_each_jobs_hours_and_dollars_by_hand() -> None:
     for gpu, util in (("g0", 0.0), ("g1", 0.0), ("g2", 90.0), ("g3", 90.0)):
         rows += minutes("smi3", gpu, nine, 180, util)
     rows += minutes("rz", "z0", TEN, 90, 50.0)
-    week = allocation_week(jobs, runs, rows, since=MON, until=END, thresholds=Thresholds())
+    week = week_of(jobs, runs, rows)
     got = {
         j.job_id: (
             j.matched,
@@ -122,9 +143,7 @@ def test_each_jobs_hours_and_dollars_by_hand() -> None:
 def test_a_job_id_alone_matches_where_one_side_names_no_cluster() -> None:
     jobs = [job("7", 1, TEN, TEN + timedelta(hours=1), ("n1",), cluster="")]
     runs = [{"id": "r", "host": "n1", "links": {"slurm": "gpukpi/7"}, "gpu_model": "H100"}]
-    week = allocation_week(
-        jobs, runs, minutes("r", "g", TEN, 30, 3.0), since=MON, until=END, thresholds=Thresholds()
-    )
+    week = week_of(jobs, runs, minutes("r", "g", TEN, 30, 3.0))
     (line,) = week.jobs
     # matched by id; the 30 minutes at 3% are one 30-minute stretch under 5%: idle
     assert (
@@ -135,19 +154,106 @@ def test_a_job_id_alone_matches_where_one_side_names_no_cluster() -> None:
     ) == ("id", 0.5, 0.5, 0.5)
 
 
-def test_bad_sample_rows_are_left_out_and_counted() -> None:
-    jobs = [job("8", 1, TEN, TEN + timedelta(minutes=2), ("n1",))]
+def test_bad_sample_rows_are_read_as_the_report_reads_them() -> None:
+    jobs = [job("8", 1, TEN, TEN + timedelta(minutes=3), ("n1",))]
     runs = [{"id": "s", "host": "n1", "links": {}, "gpu_model": None}]
     rows = [
-        ("s", "g", TEN, float("nan"), 50.0),
-        ("s", "g", TEN + timedelta(minutes=1), 60.0, 250.0),
+        ("s", "g", TEN, float("nan"), 2.0),  # seconds that are no number: the row left out
+        ("s", "g", TEN + timedelta(minutes=1), 60.0, 250.0),  # out of range: unknown, not idle
+        ("s", "g", TEN + timedelta(minutes=2), 60.0, 1.0),
     ]
-    week = allocation_week(jobs, runs, rows, since=MON, until=END, thresholds=Thresholds())
-    assert week.jobs[0].no_samples_gpu_hours == pytest.approx(2 / 60)
-    assert week.skipped == (
-        "1 sample row: seconds held not from 0 to 60",
-        "1 sample row: utilization not from 0 to 100",
-    )
+    (line,) = week_of(jobs, runs, rows, thresholds=Thresholds(idle_window_min=1)).jobs
+    # 2 of the 3 minutes sampled; of those only the last idle
+    assert (
+        line.sampled_gpu_hours,
+        line.idle_gpu_hours,
+        line.no_samples_gpu_hours,
+    ) == pytest.approx((2 / 60, 1 / 60, 1 / 60))
+
+
+def test_matching_in_arrays_agrees_with_the_plain_oracle() -> None:
+    """Generated weeks: hosts shared by jobs of 1-4 GPUs, some on two hosts, runs that record
+    their job (some not imported), per-host logs with gaps, idle stretches and partial minutes;
+    every job's figures as the minute-by-minute oracle works them out."""
+    for seed in range(12):
+        rng = random.Random(seed)
+        jobs, runs, rows = [], [], []
+        base = MON - timedelta(hours=1)
+        for k in range(rng.randint(1, 14)):
+            start = base + timedelta(seconds=rng.randint(0, 5 * 3600))
+            end = (
+                start + timedelta(seconds=rng.randint(30, 3 * 3600)) if rng.random() < 0.9 else None
+            )
+            hosts = tuple(rng.sample(["n1", "n2", "N3.x"], rng.choice((1, 1, 2))))
+            jobs.append(
+                job(
+                    str(100 + k),
+                    rng.randint(0, 4),
+                    start,
+                    end,
+                    hosts,
+                    model=rng.choice(("H100", None)),
+                    cluster=rng.choice(("c", "")),
+                    seen_at=start + timedelta(hours=2),
+                )
+            )
+        for r in range(rng.randint(0, 4)):  # tracked runs in a job (or in one not imported)
+            target = rng.choice(jobs)
+            link = f"c/{target.job_id}" if rng.random() < 0.8 else "c/999"
+            run_id = f"t{r}"
+            runs.append({"id": run_id, "host": "n1", "links": {"slurm": link}, "gpu_model": "H100"})
+            t = target.start_at.replace(second=0)
+            for g in range(rng.randint(1, 3)):
+                for i in range(rng.randint(1, 90)):
+                    rows.append(
+                        (
+                            run_id,
+                            f"{run_id}g{g}",
+                            t + timedelta(minutes=i),
+                            rng.uniform(1, 60),
+                            rng.choice((0.0, 2.0, 70.0, None)),
+                        )
+                    )
+        for h in (
+            "n1",
+            "n2",
+            "n3.x.y",
+        ):  # logs of every GPU of a host, with gaps and idle stretches
+            if rng.random() < 0.8:
+                run_id = f"smi-{h}"
+                runs.append({"id": run_id, "host": h, "links": {}, "gpu_model": "A100-80GB"})
+                for g in range(rng.randint(1, 4)):
+                    util = 0.0
+                    for i in range(0, 8 * 60):
+                        if rng.random() < 0.05:
+                            util = rng.choice((0.0, 1.0, 50.0, 95.0))
+                        if rng.random() < 0.9:
+                            rows.append(
+                                (
+                                    run_id,
+                                    f"{h}g{g}",
+                                    base + timedelta(minutes=i),
+                                    rng.choice((60.0, 60.0, 30.0)),
+                                    util,
+                                )
+                            )
+        window = rng.choice((1, 5, 30))
+        t = Thresholds(idle_window_min=window)
+        got = week_of(jobs, runs, rows, thresholds=t)
+        want = oracle(jobs, runs, rows, since=MON, until=END, thresholds=t)
+        assert {j.job_id for j in got.jobs} == set(want)
+        for line in got.jobs:
+            matched, their, allocated, sampled, idle = want[line.job_id]
+            assert (line.matched, line.runs) == (matched, their), (seed, line.job_id)
+            assert line.allocated_gpu_hours * 3600 == pytest.approx(allocated, abs=1e-6), (
+                seed,
+                line.job_id,
+            )
+            assert line.sampled_gpu_hours * 3600 == pytest.approx(sampled, abs=1e-6), (
+                seed,
+                line.job_id,
+            )
+            assert line.idle_gpu_hours * 3600 == pytest.approx(idle, abs=1e-6), (seed, line.job_id)
 
 
 def test_hosts_match_on_their_first_label() -> None:
