@@ -408,8 +408,10 @@ def build_parser() -> argparse.ArgumentParser:
     store.add_argument("action", choices=("rebuild-rollups",))
 
     from reports.service.commands import add_service_commands
+    from reports.service.job_notes import add_job_command
 
     add_service_commands(add)
+    add_job_command(add)
 
     demo = add("demo", cmd_demo, "simulated training runs into a local store, then list them")
     demo.add_argument(

@@ -96,7 +96,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reports.data",),
     ("reports.render",),
     ("reports.request",),
-    ("reports.build", "reports.budgets", "reports.archive"),
+    ("reports.build", "reports.budgets", "reports.archive", "reports.jobs"),
     ("reports.service", "reports.demo", "reports.imports"),
     ("reports", "reports.cli"),
 )

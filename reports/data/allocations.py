@@ -153,16 +153,39 @@ def allocations_in(
     )
 
     def read(conn: Connection) -> tuple[list[Allocation], int]:
-        out, bad = [], 0
-        for row in conn.execute(stmt).mappings():
-            a = _allocation(dict(row))
-            if a is None:
-                bad += 1
-            else:
-                out.append(a)
-        return out, bad
+        rows = list(conn.execute(stmt).mappings())
+        out = rows_to_allocations(rows)
+        return out, len(rows) - len(out)
 
     return store.transaction(read, write=False)
+
+
+def rows_to_allocations(rows: Iterable[Any]) -> list[Allocation]:
+    """The rows of the table as allocations, those that cannot be one left out.
+
+    Args:
+        rows: Rows of ``allocations_table`` (mappings, or a result that gives them).
+    """
+    source = rows.mappings() if hasattr(rows, "mappings") else rows
+    return [a for row in source if (a := _allocation(dict(row))) is not None]
+
+
+def allocations_named(store: RunStore, job_id: str, cluster: str | None) -> list[Allocation]:
+    """The imported jobs ``job_id`` names: by the allocation's own id or as sacct shows it
+    (``1234_7``), in ``cluster`` when given; none when nothing was ever imported.
+
+    Args:
+        store: The run store.
+        job_id: ``1234``, ``1234_7`` or ``1234+0``.
+        cluster: The cluster; None: any.
+    """
+    if not has_allocations(store):
+        return []
+    t = allocations_table.c
+    stmt = sa.select(allocations_table).where(sa.or_(t.job_id == job_id, t.shown_id == job_id))
+    if cluster is not None:
+        stmt = stmt.where(t.cluster == cluster)
+    return store.transaction(lambda conn: rows_to_allocations(conn.execute(stmt)), write=False)
 
 
 def has_allocations(store: RunStore) -> bool:

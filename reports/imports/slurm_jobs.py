@@ -173,53 +173,72 @@ def run_sacct(
     Raises:
         ImportFailed: sacct is not installed, fails or times out (its message, one line).
     """
-    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
     out = SlurmImported()
     start = since
     while start < until:
         end = min(start + window, until)
-        args = [
-            sacct,
-            "-a",
-            "-X",
-            "-P",
-            f"--format={FORMAT}",
-            "-S",
-            start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-            "-E",
-            end.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S"),
-        ]
-        try:
-            p = subprocess.run(
-                args,
-                capture_output=True,
-                text=True,
-                errors="replace",
-                env=env,
-                timeout=SACCT_TIMEOUT_S,
-                check=False,
-            )
-        except FileNotFoundError:
-            raise ImportFailed(
-                f"{sacct} not found: run this where Slurm's sacct is, or give sacct's output "
-                f"as a file (sacct -a -X -P --format={FORMAT} -S … -E …)"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise ImportFailed(
-                f"sacct took over {SACCT_TIMEOUT_S:.0f} s for {args[-3]} to {args[-1]}"
-            ) from None
-        if p.returncode != 0:
-            raise ImportFailed(
-                f"sacct failed (exit {p.returncode}): {one_line(p.stderr or p.stdout, 300)}"
-            )
+        first = start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        last = end.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        text = _sacct(sacct, ["-S", first, "-E", last], f"{first} to {last}")
         out.sacct_runs += 1
-        if p.stdout.strip():
-            read = read_sacct(p.stdout, tz=UTC)
+        if text.strip():
+            read = read_sacct(text, tz=UTC)
             allocations_of(
-                read, where=f"sacct {args[-3]}", seen_at=now, cluster=cluster, teams=teams, out=out
+                read, where=f"sacct {first}", seen_at=now, cluster=cluster, teams=teams, out=out
             )
         start = end
     return _last_rows(out)
+
+
+def sacct_job(
+    job_id: str,
+    *,
+    cluster: str,
+    now: datetime,
+    teams: Mapping[str, str] | None = None,
+    sacct: str = "sacct",
+) -> SlurmImported:
+    """One job from this machine's ``sacct -j JOBID`` (a job ending now: ``gpu-kpi job``).
+
+    Raises:
+        ImportFailed: sacct is not installed, fails or times out.
+    """
+    text = _sacct(sacct, ["-j", job_id], f"job {job_id}")
+    out = SlurmImported(sacct_runs=1)
+    if text.strip():
+        read = read_sacct(text, tz=UTC)
+        allocations_of(
+            read, where="sacct", seen_at=now, cluster=cluster, teams=teams or {}, out=out
+        )
+    return _last_rows(out)
+
+
+def _sacct(sacct: str, what: Sequence[str], said: str) -> str:
+    """``sacct -a -X -P --format=FORMAT WHAT…``'s output, its times as seconds since 1970."""
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
+    args = [sacct, "-a", "-X", "-P", f"--format={FORMAT}", *what]
+    try:
+        p = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=env,
+            timeout=SACCT_TIMEOUT_S,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise ImportFailed(
+            f"{sacct} not found: run this where Slurm's sacct is, or give sacct's output "
+            f"as a file (sacct -a -X -P --format={FORMAT} -S … -E …)"
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ImportFailed(f"sacct took over {SACCT_TIMEOUT_S:.0f} s for {said}") from None
+    if p.returncode != 0:
+        raise ImportFailed(
+            f"sacct failed (exit {p.returncode}): {one_line(p.stderr or p.stdout, 300)}"
+        )
+    return p.stdout
 
 
 def _last_rows(out: SlurmImported) -> SlurmImported:

@@ -465,3 +465,70 @@ def _node_runs(
                 i = a + int(np.searchsorted(minute[a:b], lo_m))
                 if i < b and minute[i] < hi_m:
                     out.runs[j].add(names[r])
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuRow:
+    """One sampled GPU of the job (a run's GPU)."""
+
+    run: str
+    gpu: str
+    sampled_hours: float
+    util_pct: float | None
+    mem_peak_gib: float | None
+    idle_minutes: int
+
+
+def gpu_rows(
+    s: Any, column: str, since: datetime, until: datetime, *, idle_pct: float, window: int
+) -> list[GpuRow]:
+    """Per (run, GPU) of ``s``: its samples in ``[since, until)`` (the minute ``since`` is in
+    counted), the idle rule over all its minutes in ``s``.
+
+    Args:
+        s: Minute samples (:class:`reports.kpi.frames.SampleFrameBuilder`) with ``column``
+            and ``mem_used_gib``.
+        column: The utilization column.
+        since: The span's start.
+        until: The span's end, excluded.
+        idle_pct: The idle rule's threshold.
+        window: The idle rule's window, minutes.
+    """
+    if not len(s):
+        return []
+    s = s.sort_values(["run_id", "gpu", "minute"], kind="stable").reset_index(drop=True)
+    series, _ = pd.factorize(
+        pd.MultiIndex.from_arrays([s["run_id"].astype(str), s["gpu"].astype(str)])
+    )
+    minute_ns = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
+    covered = s["covered_s"].to_numpy(dtype=float)
+    util = s[column].to_numpy(dtype=float)
+    idle = idle_of_series(util, covered, series, minute_ns, threshold_pct=idle_pct, window=window)
+    lo, hi = pd.Timestamp(since).as_unit("ns").value, pd.Timestamp(until).as_unit("ns").value
+    inside = (minute_ns >= lo - lo % 60_000_000_000) & (minute_ns < hi)
+    out = []
+    df = pd.DataFrame(
+        {
+            "run": s["run_id"].astype(str),
+            "gpu": s["gpu"].astype(str),
+            "covered": covered,
+            "known": np.where(np.isnan(util), 0.0, covered),
+            "used": np.where(np.isnan(util), 0.0, util * covered),
+            "mem": s["mem_used_gib"].astype(float),
+            "idle": idle.astype(int),
+        }
+    )[inside]
+    for (run, gpu), g in df.groupby(["run", "gpu"], sort=True):
+        known = float(g["known"].sum())
+        mem = g["mem"].max()
+        out.append(
+            GpuRow(
+                run=str(run),
+                gpu=str(gpu),
+                sampled_hours=float(g["covered"].sum()) / 3600.0,
+                util_pct=float(g["used"].sum()) / known if known > 0 else None,
+                mem_peak_gib=None if pd.isna(mem) else float(mem),
+                idle_minutes=int(g["idle"].sum()),
+            )
+        )
+    return out

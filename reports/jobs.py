@@ -1,0 +1,291 @@
+"""One Slurm job's GPU efficiency, as ``seff`` and jobstats say it, with dollars: ``gpu-kpi job
+JOBID``.
+
+The job is an imported allocation (:mod:`reports.data.allocations`); its figures are the weekly
+report's rules over its own time: its GPU-seconds matched to minute samples by job id or by
+node and time, every other job on its hosts sharing the node's samples
+(:func:`reports.data.allocations.week_allocations` over ``[start, end)``). Per sampled GPU: its
+utilization (time-weighted), peak memory and idle minutes. The note's waste is the report's
+recoverable waste over the sampled GPU-time (each GPU's cost × max(0, 1 − utilization ÷
+target), scaled to the job's share of a shared node's samples); GPU-time with no samples is
+named apart, never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta, tzinfo
+from typing import TYPE_CHECKING, Any
+
+from reports.errors import ReportError
+from reports.kpi.allocations import GpuRow, JobLine
+from tracker.diagnosis import ADVICE
+
+if TYPE_CHECKING:
+    from reports.data.allocations import Allocation
+    from reports.request import Request
+    from tracker.store import RunStore
+
+NO_TELEMETRY = (
+    "Nothing measured these GPUs: track the job (the gpu-kpi callback, three lines), or run "
+    "nvidia-smi or dcgm-exporter on its nodes and import their samples."
+)
+UNDER = (
+    "The GPUs were busy under the target utilization: track the job with the gpu-kpi callback "
+    "to name the bottleneck (input-bound, small batch, low efficiency) and what fixes it."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobNote:
+    """A job's efficiency note."""
+
+    line: JobLine
+    gpus: tuple[GpuRow, ...]
+    util_pct: float | None
+    """Time-weighted over the sampled GPU-time (None: nothing sampled)."""
+    waste_usd: float | None
+    verdict: str
+    advice: str
+    basis_label: str
+    target_pct: float
+    shared_with: int
+    """Other jobs on its hosts in its time (matched by node: their samples were shared)."""
+
+
+def find_job(store: RunStore, job_id: str, cluster: str | None) -> list[Allocation]:
+    """The imported jobs ``job_id`` names (:func:`reports.data.allocations.allocations_named`).
+
+    Args:
+        store: The run store.
+        job_id: ``1234``, ``1234_7`` or ``1234+0``.
+        cluster: The cluster; None: any.
+    """
+    from reports.data.allocations import allocations_named
+
+    return allocations_named(store, job_id, cluster)
+
+
+def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
+    """The job's note.
+
+    Args:
+        store: The run store (its runs, minutes and the other jobs on the job's hosts).
+        job: The job.
+        req: The report's settings: basis, thresholds, prices, owned GPUs.
+
+    Raises:
+        ReportError: The job held no GPU (nothing to say).
+    """
+    from reports.data.allocations import allocations_in, week_allocations
+    from reports.data.scans import SampleScans
+    from reports.kpi.allocations import gpu_rows, short_host
+    from reports.kpi.frames import BASES, SampleFrameBuilder
+    from tracker.cost import thresholds_for
+
+    if job.gpus <= 0 or job.until <= job.start_at:
+        raise ReportError(f"job {job.shown_id} held no GPU ({job.gpus} GPUs, {job.state})")
+    t = thresholds_for(req.basis, req.thresholds)
+    since, until = job.start_at, job.until
+    scans = SampleScans(store)
+    runs, _ = scans.read_runs(since=since, until=until)
+    records = [
+        {"id": r.id, "host": r.host, "links": r.links, "gpu_model": r.gpu_model} for r in runs
+    ]
+    week = week_allocations(
+        store,
+        records,
+        since,
+        until,
+        basis=req.basis,
+        thresholds=t,
+        prices=req.prices,
+        owned=req.owned,
+    )
+    line = next(j for j in week.jobs if (j.cluster, j.job_id) == (job.cluster, job.job_id))
+    hosts = {short_host(h) for h in job.hosts}
+    jobs, _ = allocations_in(store, since, until)
+    others = sum(
+        1
+        for a in jobs
+        if (a.cluster, a.job_id) != (job.cluster, job.job_id)
+        and hosts & {short_host(h) for h in a.hosts}
+    )
+    column = BASES[req.basis][0]
+    window = timedelta(minutes=t.idle_window_min)
+    columns = ("run_id", "minute", "gpu", "covered_s", column, "mem_used_gib")
+    frames = SampleFrameBuilder(columns, runs=list(line.runs))
+    if line.runs:
+        scans.scan_samples(frames, columns=columns, since=since - window, until=until + window)
+    gpus = gpu_rows(
+        frames.frame(), column, since, until, idle_pct=t.idle_pct, window=t.idle_window_min
+    )
+    sampled = math.fsum(g.sampled_hours for g in gpus)
+    known = [(g.util_pct, g.sampled_hours) for g in gpus if g.util_pct is not None]
+    util = (
+        math.fsum(u * h for u, h in known) / math.fsum(h for _, h in known)
+        if known and math.fsum(h for _, h in known) > 0
+        else None
+    )
+    waste = None
+    if line.price_per_gpu_hour is not None and sampled > 0:
+        scale = line.sampled_gpu_hours / sampled  # the job's share of shared samples
+        waste = math.fsum(
+            g.sampled_hours
+            * scale
+            * line.price_per_gpu_hour
+            * max(0.0, 1 - g.util_pct / t.target_util_pct)
+            for g in gpus
+            if g.util_pct is not None
+        )
+    verdict, advice = _verdict(line, util, runs, t.underutilized_pct, t.target_util_pct)
+    label = {"util": "NVML utilization", "sm_active": "SM activity"}.get(req.basis, req.basis)
+    return JobNote(
+        line=line,
+        gpus=tuple(gpus),
+        util_pct=util,
+        waste_usd=waste,
+        verdict=verdict,
+        advice=advice,
+        basis_label=label,
+        target_pct=t.target_util_pct,
+        shared_with=others if line.matched == "node" else 0,
+    )
+
+
+def _verdict(
+    line: JobLine, util: float | None, runs: Any, under_pct: float, target_pct: float
+) -> tuple[str, str]:
+    """A tracked run's own verdict where the job ran one, else from the samples."""
+    if line.sampled_gpu_hours <= 0:
+        return "no telemetry", NO_TELEMETRY
+    if line.matched == "id":
+        mine = [r for r in runs if r.id in line.runs and r.verdict]
+        worst = max(mine, key=lambda r: r.gpu_hours or 0.0, default=None)
+        if worst is not None:
+            return worst.verdict, worst.advice or ADVICE.get(worst.verdict, "")
+    if line.idle_gpu_hours >= 0.5 * line.sampled_gpu_hours:
+        return "idle", ADVICE["idle"]
+    if util is not None and util < target_pct:
+        # a tracked run without a verdict of its own (a plain loop's): the table's advice
+        advice = ADVICE["below-target"] if line.matched == "id" else UNDER
+        return ("underutilized" if util < under_pct else "below-target"), advice
+    return "healthy", ""
+
+
+def note_text(note: JobNote, tz: tzinfo) -> str:
+    """The note as text, in the manner of ``seff``.
+
+    Args:
+        note: The job's note.
+        tz: The zone its times are shown in.
+    """
+    from reports.render.fmt import fmt_hours, fmt_usd
+    from tracker.text import one_line
+
+    j = note.line
+    start = j.start.astimezone(tz)
+    end = j.end.astimezone(tz) if j.end is not None else None
+    held = j.end - j.start if j.end is not None else None
+
+    def usd(value: float | None) -> str:
+        return "n/a (no price for its GPU type)" if value is None else fmt_usd(value)
+
+    cluster = f" on {one_line(j.cluster, 60)}" if j.cluster else ""
+    lines = [
+        f"Job ID: {one_line(j.shown_id, 40)}{cluster}",
+        f"Job name: {one_line(j.name, 120)}",
+        f"User/Account: {one_line(j.user, 60)}/{one_line(j.account, 60)} (team {one_line(j.team, 60)})",
+        f"Partition: {one_line(j.partition, 60)}",
+        f"State: {one_line(j.state, 40)}",
+        f"Start: {start:%Y-%m-%d %H:%M:%S %Z}",
+        f"End: {end:%Y-%m-%d %H:%M:%S %Z}" if end else "End: still running when imported",
+    ]
+    if held is not None:
+        lines.append(f"Wall-clock time: {_duration(held)}")
+    model = f" x {j.gpu_model}" if j.gpu_model else ""
+    lines += [
+        f"GPUs: {j.gpus}{model}",
+        f"Allocated: {fmt_hours(j.allocated_gpu_hours)}, {usd(j.allocated_usd)}",
+    ]
+    how = {
+        "id": "by job id: " + ", ".join(one_line(r, 60) for r in j.runs[:5]),
+        "node": f"by node and time; the node's samples shared with {note.shared_with} other job(s)",
+    }.get(j.matched, "no samples")
+    util = "n/a" if note.util_pct is None else f"{note.util_pct:.1f}%"
+    lines += [
+        f"GPU efficiency: {util} {note.basis_label} over {fmt_hours(j.sampled_gpu_hours)} sampled ({how})",
+        f"Allocated, idle: {fmt_hours(j.idle_gpu_hours)}, {usd(j.idle_usd)}",
+        f"Allocated, no samples: {fmt_hours(j.no_samples_gpu_hours)}, {usd(j.no_samples_usd)}",
+        f"Recoverable waste (target {note.target_pct:.0f}%): {usd(note.waste_usd)}",
+    ]
+    if note.gpus:
+        lines += ["", f"{'GPU':<40} {'util':>7} {'mem peak':>9} {'idle':>8}"]
+        for g in note.gpus[:64]:
+            name = one_line(f"{g.run}/{g.gpu}", 40)
+            u = "n/a" if g.util_pct is None else f"{g.util_pct:.1f}%"
+            mem = "n/a" if g.mem_peak_gib is None else f"{g.mem_peak_gib:.1f} GiB"
+            lines.append(f"{name:<40} {u:>7} {mem:>9} {g.idle_minutes:>4} min")
+        if len(note.gpus) > 64:
+            lines.append(f"and {len(note.gpus) - 64} more GPUs")
+    lines += ["", f"Verdict: {note.verdict}"]
+    if note.advice:
+        lines.append(f"Advice: {note.advice}")
+    return "\n".join(lines) + "\n"
+
+
+def _duration(d: timedelta) -> str:
+    seconds = int(d.total_seconds())
+    days, rest = divmod(seconds, 86_400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return f"{days}-{h:02d}:{m:02d}:{s:02d}" if days else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def note_dict(note: JobNote) -> Mapping[str, Any]:
+    """The note as JSON-ready values (``gpu-kpi job --json``)."""
+    j = note.line
+    return {
+        "cluster": j.cluster,
+        "job_id": j.job_id,
+        "shown_id": j.shown_id,
+        "name": j.name,
+        "user": j.user,
+        "account": j.account,
+        "team": j.team,
+        "partition": j.partition,
+        "state": j.state,
+        "start": j.start.isoformat(),
+        "end": None if j.end is None else j.end.isoformat(),
+        "gpus": j.gpus,
+        "gpu_model": j.gpu_model,
+        "matched": j.matched,
+        "runs": list(j.runs),
+        "allocated_gpu_hours": j.allocated_gpu_hours,
+        "sampled_gpu_hours": j.sampled_gpu_hours,
+        "idle_gpu_hours": j.idle_gpu_hours,
+        "no_samples_gpu_hours": j.no_samples_gpu_hours,
+        "price_per_gpu_hour": j.price_per_gpu_hour,
+        "allocated_usd": j.allocated_usd,
+        "idle_usd": j.idle_usd,
+        "no_samples_usd": j.no_samples_usd,
+        "util_pct": note.util_pct,
+        "basis": note.basis_label,
+        "waste_usd": note.waste_usd,
+        "verdict": note.verdict,
+        "advice": note.advice,
+        "shared_with": note.shared_with,
+        "per_gpu": [
+            {
+                "run": g.run,
+                "gpu": g.gpu,
+                "sampled_gpu_hours": g.sampled_hours,
+                "util_pct": g.util_pct,
+                "mem_peak_gib": g.mem_peak_gib,
+                "idle_minutes": g.idle_minutes,
+            }
+            for g in note.gpus
+        ],
+    }

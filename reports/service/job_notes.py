@@ -1,0 +1,204 @@
+"""``gpu-kpi job JOBID``: one Slurm job's efficiency note (:mod:`reports.jobs`) printed, and with
+``--mail`` sent to its user once, through the delivery log, when its recoverable waste is at
+least ``--min-waste-usd``: what a Slurm epilog calls as each job ends
+(``contrib/slurm/epilog.sh``).
+
+A job not imported yet is asked of this machine's ``sacct`` first (``-j JOBID``) and imported:
+an epilog runs as the job ends, before any scheduled import. The delivery log's kind is
+``job:<cluster>/<job id>`` and its week the week the job started, so a second epilog, a rerun or
+a requeue's second end sends nothing twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import html
+import json
+import re
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from typing import Any
+
+from reports.errors import ReportError, UsageError
+
+_JOB_ID = re.compile(r"^\d+([_+]\d+)?$")
+MIN_WASTE_USD = 5.0
+
+AddCommand = Callable[..., argparse.ArgumentParser]
+
+
+def add_job_command(add: AddCommand) -> None:
+    """``gpu-kpi job`` on the CLI's parser (``add``: its subcommand helper)."""
+    job = add(
+        "job",
+        cmd_job,
+        "one Slurm job's GPU efficiency, as seff says it, with its cost and waste; --mail "
+        "sends it to the job's user once (a Slurm epilog's call)",
+    )
+    job.add_argument("job_id", metavar="JOBID", help="1234, 1234_7 (array task) or 1234+0")
+    job.add_argument("--cluster", metavar="NAME", help="the job's cluster (when ids repeat)")
+    job.add_argument("--tz", help="time zone of the times shown (default: [report] timezone)")
+    job.add_argument("--basis", choices=("util", "sm_active"), help="utilization basis")
+    job.add_argument("--json", action="store_true", help="the note as JSON")
+    job.add_argument(
+        "--no-sacct",
+        action="store_true",
+        help="do not ask sacct for a job that is not imported yet",
+    )
+    job.add_argument(
+        "--mail",
+        action="store_true",
+        help="mail the note (once per job and address, through the delivery log; [smtp] "
+        "settings) when its recoverable waste is at least --min-waste-usd",
+    )
+    job.add_argument(
+        "--to",
+        metavar="ADDR",
+        help="--mail: the address; {user} stands for the job's user ({user}@example.org)",
+    )
+    job.add_argument(
+        "--min-waste-usd",
+        type=float,
+        metavar="USD",
+        help=f"--mail: send only from this recoverable waste (default {MIN_WASTE_USD:g})",
+    )
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    """``gpu-kpi job JOBID``: print the note; with ``--mail``, send it once."""
+    from reports.service.commands import _service_settings
+    from reports.service.job import Service
+    from reports.weeks import zone
+
+    job_id = args.job_id.strip()
+    if not _JOB_ID.match(job_id):
+        raise UsageError(f"JOBID {args.job_id!r}: a Slurm job id (1234, 1234_7, 1234+0)")
+    if not args.mail and (args.to or args.min_waste_usd is not None):
+        raise UsageError("--to and --min-waste-usd are for --mail")
+    if args.mail and not args.to:
+        raise UsageError("--mail needs --to ADDR ({user}@example.org: the job's user)")
+    minimum = MIN_WASTE_USD if args.min_waste_usd is None else args.min_waste_usd
+    if not 0 <= minimum < 1e9:
+        raise UsageError(f"--min-waste-usd {minimum:g}: from 0")
+    if args.tz:
+        zone(args.tz)
+    service = Service(_service_settings(args))
+    req = service.request(None)
+    tz = zone(args.tz) if args.tz else req.tz
+    req = dataclasses.replace(req, tz=tz, basis=args.basis or req.basis)
+    from reports.jobs import find_job, job_note, note_dict, note_text
+    from tracker.store import RunStore
+
+    now = datetime.now(UTC)
+    with RunStore(service.settings.tracker.store) as store:
+        found = find_job(store, job_id, args.cluster)
+        if not found and not args.no_sacct and shutil.which("sacct"):
+            _import_from_sacct(store, job_id, cluster=args.cluster or "", now=now)
+            found = find_job(store, job_id, args.cluster)
+        if not found:
+            raise ReportError(
+                f"job {job_id} is not in the store: import it (gpu-kpi import slurm) on a "
+                "machine with sacct, or run this there"
+            )
+        if len(found) > 1:
+            clusters = ", ".join(sorted({a.cluster or '""' for a in found}))
+            raise UsageError(
+                f"job {job_id} is in {len(found)} clusters ({clusters}): give --cluster"
+            )
+        note = job_note(store, found[0], req)
+    if args.json:
+        print(json.dumps(note_dict(note), indent=2, allow_nan=False))
+    else:
+        print(note_text(note, tz), end="")
+    if not args.mail:
+        return 0
+    return _mail(service, args, note, minimum, now=now, text=note_text(note, tz))
+
+
+def _import_from_sacct(store: Any, job_id: str, *, cluster: str, now: datetime) -> None:
+    """The job from this machine's sacct into the store (an epilog's job, not imported yet)."""
+    from reports.data.allocations import write_allocations
+    from reports.imports.slurm_jobs import sacct_job
+
+    done = sacct_job(job_id, cluster=cluster, now=now)
+    write_allocations(store, done.jobs)
+
+
+def _mail(
+    service: Any, args: argparse.Namespace, note: Any, minimum: float, *, now: datetime, text: str
+) -> int:
+    from reports.jobs import JobNote
+    from reports.render.fmt import fmt_usd
+    from reports.service.config import Recipient, parse_address
+    from reports.service.deliveries import DeliveryLog, deliver
+    from reports.service.mailer import config_fingerprint
+    from tracker.store import RunStore
+
+    assert isinstance(note, JobNote)
+    j = note.line
+    if note.waste_usd is None or note.waste_usd < minimum:
+        waste = "unknown" if note.waste_usd is None else fmt_usd(note.waste_usd)
+        print(f"not mailed: recoverable waste {waste}, under --min-waste-usd {fmt_usd(minimum)}")
+        return 0
+    address = args.to.replace("{user}", j.user)
+    try:
+        parse_address(address)
+    except ValueError as e:
+        raise UsageError(f"--to {address!r}: {e}") from None
+    smtp = service.settings.smtp
+    mailer, errors = service._open_mailer()
+    if mailer is None:
+        raise ReportError(errors[0])
+    kind = f"job:{j.cluster}/{j.job_id}"
+    week = f"{j.start.astimezone(service.settings.tz):%G-W%V}"
+    with RunStore(service.settings.tracker.store) as store:
+        outcome = deliver(
+            DeliveryLog(store),
+            kind,
+            week,
+            Recipient(to=address, report="job"),
+            lambda: job_email(note, text, sender=smtp.sender, to=address, now=now),
+            what=f"the note of job {j.shown_id}",
+            mailer=mailer,
+            owner=service.owner,
+            now=now,
+            smtp_config=config_fingerprint(smtp),
+        )
+    if outcome.status == "skipped":
+        print(f"not mailed: the note of job {j.shown_id} went to {address} before")
+        return 0
+    if outcome.status != "sent":
+        raise ReportError(
+            f"the note of job {j.shown_id} to {address}: {outcome.status}: {outcome.error}"
+        )
+    print(f"mailed the note of job {j.shown_id} to {address}")
+    return 0
+
+
+def job_email(note: Any, text: str, *, sender: str, to: str, now: datetime) -> EmailMessage:
+    """The note as an email: the text, and the same text in an HTML ``<pre>`` (escaped)."""
+    from reports.render.email import _alternative, _domain
+    from reports.render.fmt import fmt_usd
+    from tracker.text import one_line
+
+    j = note.line
+    subject = (
+        f"GPU efficiency of job {one_line(j.shown_id, 40)} ({one_line(j.name, 60)}): "
+        f"{fmt_usd(note.waste_usd)} recoverable"
+    )
+    body = (
+        '<!DOCTYPE html><html><body><pre style="font: 13px ui-monospace, Menlo, Consolas, '
+        f'monospace">{html.escape(text)}</pre></body></html>'
+    )
+    return _alternative(
+        text,
+        body,
+        subject=subject,
+        sender=sender,
+        recipients=[to],
+        date=now,
+        domain=_domain(sender),
+    )

@@ -1,0 +1,167 @@
+"""``gpu-kpi job JOBID``: one Slurm job's efficiency note (seff's manner, with dollars) from an
+imported job and its samples, worked out by hand; ``--mail`` sends it once through the delivery
+log to a real SMTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from clirun import gpu_kpi
+from smtp_servers import *  # noqa: F403  (the fixtures)
+from smtp_servers import SmtpServer
+from test_slurm_report import SACCT, _fill
+
+CONFIG = """\
+[store]
+url = "{store}"
+[smtp]
+host = "127.0.0.1"
+port = {port}
+security = "none"
+sender = "gpu-kpi@example.com"
+[[recipients]]
+to = "lead@example.com"
+"""
+
+
+@pytest.fixture
+def imported(store_url: str, tmp_path: Path) -> dict[str, str]:
+    _fill(store_url)
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    env = {"GPU_KPI_STORE": store_url}
+    assert (
+        gpu_kpi("import", "slurm", str(saved), "--account-team", "nlp=NLP", env=env).returncode == 0
+    )
+    return env
+
+
+def test_a_tracked_jobs_note_by_hand(imported: dict[str, str]) -> None:
+    p = gpu_kpi("job", "101", env=imported)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    # 2 H100 for 2 h: 4 GPU-h at $3.85; its tracked run ran both at 80% for the first hour
+    assert "Job ID: 101 on gpukpi" in text and "User/Account: ana/nlp (team NLP)" in text
+    assert "Wall-clock time: 02:00:00" in text and "GPUs: 2 x H100" in text
+    assert "Allocated: 4.0 GPU-h, $15.40" in text
+    assert "GPU efficiency: 80.0% NVML utilization over 2.0 GPU-h sampled (by job id: ra)" in text
+    assert "Allocated, no samples: 2.0 GPU-h, $7.70" in text
+    # waste: 2 sampled GPU-h x $3.85 x (1 - 80/85)
+    assert f"Recoverable waste (target 85%): ${2 * 3.85 * (1 - 80 / 85):.2f}" in text
+    assert "ra/a0" in text and "ra/a1" in text
+    # a tracked run without a verdict of its own: 80% is under the 85% target
+    assert "Verdict: below-target" in text and "Advice: Utilization is under target" in text
+
+
+def test_an_idle_jobs_note_as_json(imported: dict[str, str]) -> None:
+    p = gpu_kpi("job", "103", "--json", env=imported)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    # 2 GPUs for 90 min on n3, whose two logged GPUs sat at 0% the whole time
+    assert (d["matched"], d["runs"], d["verdict"]) == ("node", ["smi3"], "idle")
+    assert d["allocated_gpu_hours"] == pytest.approx(3.0) and d["idle_gpu_hours"] == pytest.approx(
+        3.0
+    )
+    assert d["util_pct"] == 0.0 and d["waste_usd"] == pytest.approx(3 * 3.85)
+    assert [(g["gpu"], g["idle_minutes"]) for g in d["per_gpu"]] == [("c0", 90), ("c1", 90)]
+    assert d["shared_with"] == 0 and "release" in d["advice"]
+
+
+def test_a_job_nobody_measured(imported: dict[str, str]) -> None:
+    p = gpu_kpi("job", "102", env=imported)
+    assert p.returncode == 0, p.stderr
+    assert (
+        "Verdict: no telemetry" in p.stdout
+        and "Allocated, no samples: 2.0 GPU-h, $7.70" in p.stdout
+    )
+    assert "&lt;" not in p.stdout and "<script>" in p.stdout  # text as it is, on one line
+
+
+def test_the_note_is_mailed_once(
+    imported: dict[str, str], tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(CONFIG.format(store=imported["GPU_KPI_STORE"], port=smtp_server.port))
+    args = ("job", "103", "--config", str(config), "--mail", "--to", "{user}@example.org")
+    first = gpu_kpi(*args, "--no-sacct", env=imported)
+    assert first.returncode == 0, first.stderr
+    assert "mailed the note of job 103 to ana@example.org" in first.stdout
+    second = gpu_kpi(*args, env=imported)
+    assert second.returncode == 0 and "went to ana@example.org before" in second.stdout
+    (got,) = smtp_server.messages
+    assert got.rcpt_tos == ["ana@example.org"]
+    assert got.message["Subject"] == "GPU efficiency of job 103 (sleeper): $11.55 recoverable"
+    body = got.message.get_body(("plain",)).get_content()
+    assert "Verdict: idle" in body and "Allocated, idle: 3.0 GPU-h, $11.55" in body
+    # under the threshold: nothing sent, nothing logged
+    low = gpu_kpi(
+        "job", "104", "--config", str(config), "--mail", "--to", "x@example.org", env=imported
+    )
+    assert low.returncode == 0 and "not mailed: recoverable waste" in low.stdout
+    assert len(smtp_server.messages) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("job", "12a"), "a Slurm job id"),
+        (("job", "999", "--no-sacct"), "job 999 is not in the store"),
+        (("job", "101", "--to", "a@b.c"), "--to and --min-waste-usd are for --mail"),
+        (("job", "101", "--mail"), "--mail needs --to"),
+    ],
+)
+def test_bad_job_requests_are_one_line(
+    imported: dict[str, str], args: tuple[str, ...], message: str
+) -> None:
+    p = gpu_kpi(*args, env=imported)
+    assert p.returncode != 0 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+EPILOG = Path(__file__).resolve().parents[2] / "contrib" / "slurm" / "epilog.sh"
+
+
+def test_the_epilog_mails_once_and_never_fails(
+    imported: dict[str, str], tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    """``contrib/slurm/epilog.sh`` as slurmctld runs it (the job's variables in its
+    environment), twice for the same job: one mail; and it exits 0 whatever goes wrong (a
+    failing epilog drains the node)."""
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(CONFIG.format(store=imported["GPU_KPI_STORE"], port=smtp_server.port))
+    env = {
+        "PATH": os.environ["PATH"],
+        "GPU_KPI": f"{sys.executable} -m reports.cli",
+        "GPU_KPI_CONFIG": str(config),
+        "GPU_KPI_STORE": imported["GPU_KPI_STORE"],
+        "GPU_KPI_MAIL_DOMAIN": "example.org",
+        "SLURM_JOB_ID": "103",
+        "SLURM_CLUSTER_NAME": "gpukpi",
+        "SLURM_JOB_USER": "ana",
+    }
+    for _ in range(2):
+        p = subprocess.run(
+            ["sh", str(EPILOG)], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert p.returncode == 0, p.stderr
+    (got,) = smtp_server.messages
+    assert got.rcpt_tos == ["ana@example.org"] and "job 103 (sleeper)" in got.message["Subject"]
+    for broken in (
+        {"GPU_KPI_STORE": "postgresql://nobody@127.0.0.1:1/none"},
+        {"SLURM_JOB_ID": ""},
+        {"SLURM_JOB_ID": "x; rm"},
+    ):
+        p = subprocess.run(
+            ["sh", str(EPILOG)],
+            env={**env, **broken},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert p.returncode == 0, (broken, p.stderr)
+    assert len(smtp_server.messages) == 1
