@@ -15,6 +15,7 @@ CLUSTER=gpukpi
 DBPASS=gpu-kpi-test-only  # the test MariaDB's, on 127.0.0.1 only
 
 if command -v sinfo >/dev/null 2>&1 && [ -s "$S/run/slurmd.pid" ] && kill -0 "$(cat "$S/run/slurmd.pid")" 2>/dev/null \
+    && grep -q '^EpilogSlurmctld=' /etc/slurm/slurm.conf 2>/dev/null \
     && timeout 5 sinfo -h -N -o '%T' 2>/dev/null | grep -Eq '^(idle|mixed|allocated)'; then
     exit 0
 fi
@@ -110,6 +111,17 @@ SQL
 # ---------------------------------------------------------------- configs
 log "writing /etc/slurm/{slurm.conf,gres.conf,slurmdbd.conf}"
 mkdir -p /etc/slurm
+BEFORE=$(md5sum </etc/slurm/slurm.conf 2>/dev/null || true)
+# the controller's epilog: contrib/slurm/epilog.sh, only while a test asks for it (its settings
+# in $R/epilog.env, which the test writes and removes); otherwise it does nothing
+cat >"$R/epilog-ctld.sh" <<'EPILOG'
+#!/bin/sh
+ENV=${0%/*}/epilog.env
+[ -r "$ENV" ] || exit 0
+. "$ENV"
+exec sh "$GPU_KPI_EPILOG"
+EPILOG
+chmod 755 "$R/epilog-ctld.sh"
 cat >/etc/slurm/slurmdbd.conf <<EOF
 $MARKER
 AuthType=auth/munge
@@ -164,6 +176,7 @@ JobCompType=jobcomp/none
 # creates the <id>.extern step seen on most production clusters (works with linuxproc;
 # slurmctld logs a harmless "PrologFlags=Contain ... proctrack/cgroup" note)
 PrologFlags=Contain
+EpilogSlurmctld=$R/epilog-ctld.sh
 NodeName=$HOST NodeAddr=127.0.0.1 $TOPO RealMemory=8000 Gres=gpu:h100:4 State=UNKNOWN
 PartitionName=gpu Nodes=$HOST Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -203,6 +216,10 @@ sacctmgr -i add user root Account=nlp,vision DefaultAccount=nlp >/dev/null || tr
 sacctmgr -i add user nobody Account=vision DefaultAccount=vision >/dev/null || true
 
 # ---------------------------------------------------------------- slurmctld / slurmd
+if alive "$S/run/slurmctld.pid" && [ "$BEFORE" != "$(md5sum </etc/slurm/slurm.conf)" ]; then
+    log "slurm.conf changed: scontrol reconfigure"
+    scontrol reconfigure
+fi
 if ! alive "$S/run/slurmctld.pid"; then
     log "starting slurmctld"
     /usr/sbin/slurmctld 2>>"$S/log/slurmctld.start"  # a note on PrologFlags=Contain: harmless

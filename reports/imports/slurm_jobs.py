@@ -33,6 +33,8 @@ WINDOW = timedelta(days=7)
 """Days of accounting asked of sacct at a time."""
 SACCT_TIMEOUT_S = 600.0
 MAX_INPUT_BYTES = 4 << 30
+MAX_GPUS = 1_000_000
+"""The most GPUs one job can hold (the store's check too: more is no real job)."""
 
 
 @dataclass
@@ -101,6 +103,10 @@ def allocations_of(
     for job in read.jobs:
         try:
             hosts = expand_nodes(job.nodes)
+            if not 0 <= job.gpus <= MAX_GPUS:
+                raise ValueError(f"{job.gpus} GPUs: not from 0 to {MAX_GPUS:,}")
+            if job.end is not None and job.end < job.start:
+                raise ValueError(f"ends ({job.end.isoformat()}) before it starts")
         except ValueError as e:
             out.unreadable.append(Unreadable(f"{where} job {job.job_id}", str(e)))
             continue

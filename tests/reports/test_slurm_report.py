@@ -210,3 +210,29 @@ def test_bad_imports_are_one_line_and_write_nothing(store_url: str, tmp_path: Pa
         from reports.data.allocations import has_allocations
 
         assert not has_allocations(store)
+
+
+def test_rows_that_are_no_job_are_skipped_and_named(store_url: str, tmp_path: Path) -> None:
+    _fill(store_url)
+    saved = tmp_path / "sacct.txt"
+    t0 = TEN.strftime("%Y-%m-%dT%H:%M:%S")
+    t1 = (TEN + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    saved.write_text(
+        "\n".join(
+            [
+                HEADER,
+                f"gpukpi|201|201|ok|ana|nlp|gpu|COMPLETED|{t0}|{t1}|gres/gpu=1|n1",
+                f"gpukpi|202|202|backwards|ana|nlp|gpu|COMPLETED|{t1}|{t0}|gres/gpu=1|n1",
+                f"gpukpi|203|203|nodes|ana|nlp|gpu|COMPLETED|{t0}|{t1}|gres/gpu=1|n[1-",
+                f"gpukpi|204|204|huge|ana|nlp|gpu|COMPLETED|{t0}|{t1}|gres/gpu=99999999|n1",
+            ]
+        )
+    )
+    p = gpu_kpi("import", "slurm", str(saved), env={"GPU_KPI_STORE": store_url})
+    assert p.returncode == 0, p.stderr
+    assert "imported 1 Slurm job(s)" in p.stdout
+    skipped = [line for line in p.stdout.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 3
+    assert "job 202: ends (2026-11-24T10:00:00+00:00) before it starts" in skipped[0]
+    assert "job 203: node list 'n[1-': a bracket that does not close" in skipped[1]
+    assert "job 204: 99999999 GPUs: not from 0 to 1,000,000" in skipped[2]

@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from smtp_servers import *  # noqa: F403  (the fixtures)
+from smtp_servers import SmtpServer
 
 from reports.imports.slurm import FORMAT, read_sacct
 from tracker.store import RunStore
@@ -346,3 +348,93 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
     )
     # nothing counted twice: the jobs' sampled hours are at most the samples' hours
     assert sum(jobs[j]["sampled_gpu_hours"] for j in ids) <= sum(covered.values()) + 1e-9
+
+
+WASTEFUL = """\
+import time
+from tracker import track
+with track(name="live-wasteful", backend="simulated:idle@H100:2", log_to_python=False) as run:
+    time.sleep(4)
+print(run.id)
+"""
+EPILOG = Path(__file__).resolve().parents[3] / "contrib" / "slurm" / "epilog.sh"
+EPILOG_ENV = Path(os.environ.get("GPU_KPI_SLURM_DIR", "/tmp/gpu-kpi-slurm")) / "epilog.env"
+
+
+@pytest.mark.usefixtures("cluster")
+def test_slurmctlds_epilog_mails_a_wasteful_job_once(
+    tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    """``contrib/slurm/epilog.sh`` as the test cluster's ``EpilogSlurmctld`` (``tests/slurm-up.sh``
+    runs it while ``epilog.env`` says how): a tracked job that holds 2 GPUs and idles ends, and
+    its user gets the note, once; the epilog run again for it sends nothing."""
+    conf = Path("/etc/slurm/slurm.conf").read_text()
+    assert "EpilogSlurmctld=" in conf, "the test cluster predates its epilog: run tests/slurm-up.sh"
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(
+        f'[smtp]\nhost = "127.0.0.1"\nport = {smtp_server.port}\nsecurity = "none"\n'
+        'sender = "gpu-kpi@example.com"\n'
+    )
+    settings = {
+        "GPU_KPI": f"{sys.executable} -m reports.cli",
+        "GPU_KPI_CONFIG": str(config),
+        "GPU_KPI_STORE": store,
+        "GPU_KPI_MAIL_DOMAIN": "example.org",
+        "GPU_KPI_MIN_WASTE_USD": "0.0001",  # a job of seconds wastes cents
+        "GPU_KPI_EPILOG": str(EPILOG),
+        "PATH": os.environ["PATH"],
+    }
+    EPILOG_ENV.write_text("".join(f"export {k}='{v}'\n" for k, v in settings.items()))
+    try:
+        env = {**ENV, "GPU_KPI_STORE": store, "GPU_KPI_GPU": ""}
+        p = subprocess.run(
+            [
+                "sbatch",
+                "--parsable",
+                "-A",
+                "nlp",
+                "--gres=gpu:h100:2",
+                "-J",
+                "wasteful",
+                "-o",
+                "/dev/null",
+                _script(tmp_path / "wasteful", WASTEFUL),
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert p.returncode == 0, p.stderr
+        job = p.stdout.strip().split(";")[0]
+        _wait_until_done([job], {job})
+        deadline = time.monotonic() + 120  # a bound: the epilog runs as the job ends
+        while not smtp_server.messages and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert smtp_server.messages, f"no mail from the epilog of job {job}"
+        again = subprocess.run(
+            ["sh", str(EPILOG)],
+            env={**settings, "SLURM_JOB_ID": job, "SLURM_CLUSTER_NAME": "gpukpi"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert again.returncode == 0
+    finally:
+        EPILOG_ENV.unlink(missing_ok=True)
+    (got,) = smtp_server.messages
+    user = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "--format=User", "-j", job],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        check=True,
+    ).stdout.strip()
+    assert got.rcpt_tos == [f"{user}@example.org"]
+    assert got.message["Subject"].startswith(f"GPU efficiency of job {job} (wasteful): $")
+    body = got.message.get_body(("plain",)).get_content()
+    assert f"Job ID: {job} on gpukpi" in body and "GPUs: 2 x H100" in body
+    assert "GPU efficiency: 0.0% NVML utilization" in body and "(by job id: " in body
