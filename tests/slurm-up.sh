@@ -217,8 +217,10 @@ sacctmgr -i add user nobody Account=vision DefaultAccount=vision >/dev/null || t
 
 # ---------------------------------------------------------------- slurmctld / slurmd
 if alive "$S/run/slurmctld.pid" && [ "$BEFORE" != "$(md5sum </etc/slurm/slurm.conf)" ]; then
-    log "slurm.conf changed: scontrol reconfigure"
-    scontrol reconfigure
+    # a restart, not `scontrol reconfigure`: 22.05 takes a new EpilogSlurmctld only at start
+    log "slurm.conf changed: restarting slurmctld"
+    kill "$(cat "$S/run/slurmctld.pid")"
+    for _ in $(seq 30); do alive "$S/run/slurmctld.pid" || break; sleep 1; done
 fi
 if ! alive "$S/run/slurmctld.pid"; then
     log "starting slurmctld"

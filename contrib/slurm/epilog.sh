@@ -16,6 +16,7 @@
 #   GPU_KPI_MAIL_DOMAIN   the users' mail domain: USER@DOMAIN (default: the host's domain)
 #   GPU_KPI_MIN_WASTE_USD mail only from this much recoverable waste (default 5)
 #   GPU_KPI_TIMEOUT_S     give up after this many seconds (default 60)
+#   GPU_KPI_EPILOG_LOG    also append gpu-kpi's last line to this file
 
 GPU_KPI=${GPU_KPI:-gpu-kpi}
 DOMAIN=${GPU_KPI_MAIL_DOMAIN:-$(hostname -d 2>/dev/null)}
@@ -30,4 +31,5 @@ esac
 out=$(timeout "$LIMIT" $GPU_KPI job "$SLURM_JOB_ID" ${SLURM_CLUSTER_NAME:+--cluster "$SLURM_CLUSTER_NAME"} \
     --mail --to "{user}@$DOMAIN" --min-waste-usd "$MIN" 2>&1 | tail -n 1)
 logger -t gpu-kpi "epilog job $SLURM_JOB_ID: $out" 2>/dev/null
+[ -z "$GPU_KPI_EPILOG_LOG" ] || echo "$(date -u +%FT%TZ) job $SLURM_JOB_ID: $out" >>"$GPU_KPI_EPILOG_LOG" 2>/dev/null
 exit 0

@@ -237,7 +237,7 @@ def week_allocations(
         owned: The config's ``[owned.<MODEL>]``.
     """
     try:
-        return _week_allocations(
+        return _matched(
             store,
             runs,
             since,
@@ -251,17 +251,10 @@ def week_allocations(
         raise StoreError(f"the Slurm jobs cannot be read: {one_line(str(e), 300)}") from None
 
 
-def _week_allocations(
-    store: RunStore,
-    runs: Iterable[Mapping[str, Any]],
-    since: datetime,
-    until: datetime,
-    *,
-    basis: str,
-    thresholds: Thresholds,
-    prices: Mapping[str, float],
-    owned: Mapping[str, OwnedGpu],
+def _matched(
+    store: RunStore, runs: Iterable[Mapping[str, Any]], since: datetime, until: datetime, **kw: Any
 ) -> AllocationWeek:
+    """:func:`week_allocations`' work (``kw``: its keyword arguments)."""
     from reports.data.scans import SampleScans
     from reports.kpi.allocations import allocation_week, short_host
     from reports.kpi.frames import SampleFrameBuilder, sample_columns
@@ -274,6 +267,7 @@ def _week_allocations(
         host = r["host"] if isinstance(r["host"], str) else ""
         if links.get(SLURM_LINK) is not None or short_host(host) in hosts:
             wanted.append({**r, "links": links, "host": host})
+    thresholds, basis = kw["thresholds"], kw["basis"]
     window = timedelta(minutes=thresholds.idle_window_min)
     columns = sample_columns(basis)
     frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
@@ -289,8 +283,8 @@ def _week_allocations(
         since=since,
         until=until,
         thresholds=thresholds,
-        overrides=prices,
-        owned=owned,
+        overrides=kw["prices"],
+        owned=kw["owned"],
     )
     if bad:
         left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"

@@ -364,7 +364,7 @@ def _match(
         window=thresholds.idle_window_min,
     )
     minute = minute_ns // 60_000_000_000
-    inside = (minute * 60 >= t0) & (minute * 60 < t1)
+    inside = (minute * 60 + 60 > t0) & (minute * 60 < t1)  # the minutes that overlap the span
     idle_s = np.where(flags, covered, 0.0)
     limits = {"starts": starts, "ends": ends, "gpus": gpus}
 

@@ -63,8 +63,19 @@ def cluster() -> None:
         pytest.skip(reason)
 
 
-def _sbatch(*args: str) -> str:
-    return _run("sbatch", "--parsable", "-o", "/dev/null", *args).strip().split(";")[0]
+def _sbatch(*args: str, env: dict[str, str] | None = None) -> str:
+    """``sbatch --parsable ARGS`` (output to /dev/null unless ARGS say ``-o``): the job id."""
+    out = () if "-o" in args else ("-o", "/dev/null")
+    p = subprocess.run(
+        ["sbatch", "--parsable", *out, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env or ENV,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip().split(";")[0]
 
 
 def _wait_until_done(ids: list[str], want: set[str], limit_s: float = 180.0) -> None:
@@ -182,16 +193,7 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
     host = socket.gethostname().split(".")[0]
 
     def sbatch(*args: str) -> str:
-        p = subprocess.run(
-            ["sbatch", "--parsable", *args],
-            check=False,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
-        assert p.returncode == 0, p.stderr
-        return p.stdout.strip().split(";")[0]
+        return _sbatch(*args, env=env)
 
     tag = f"gk{os.getpid()}"
     since = datetime.now(UTC) - timedelta(minutes=1)
@@ -383,37 +385,30 @@ def test_slurmctlds_epilog_mails_a_wasteful_job_once(
         "GPU_KPI_MAIL_DOMAIN": "example.org",
         "GPU_KPI_MIN_WASTE_USD": "0.0001",  # a job of seconds wastes cents
         "GPU_KPI_EPILOG": str(EPILOG),
+        "GPU_KPI_EPILOG_LOG": str(tmp_path / "epilog.log"),
         "PATH": os.environ["PATH"],
     }
     EPILOG_ENV.write_text("".join(f"export {k}='{v}'\n" for k, v in settings.items()))
     try:
         env = {**ENV, "GPU_KPI_STORE": store, "GPU_KPI_GPU": ""}
-        p = subprocess.run(
-            [
-                "sbatch",
-                "--parsable",
-                "-A",
-                "nlp",
-                "--gres=gpu:h100:2",
-                "-J",
-                "wasteful",
-                "-o",
-                "/dev/null",
-                _script(tmp_path / "wasteful", WASTEFUL),
-            ],
-            check=False,
-            capture_output=True,
-            text=True,
+        job = _sbatch(
+            "-A",
+            "nlp",
+            "--gres=gpu:h100:2",
+            "-J",
+            "wasteful",
+            _script(tmp_path / "wasteful", WASTEFUL),
             env=env,
-            timeout=60,
         )
-        assert p.returncode == 0, p.stderr
-        job = p.stdout.strip().split(";")[0]
+
         _wait_until_done([job], {job})
         deadline = time.monotonic() + 120  # a bound: the epilog runs as the job ends
         while not smtp_server.messages and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert smtp_server.messages, f"no mail from the epilog of job {job}"
+        said = (tmp_path / "epilog.log").read_text() if (tmp_path / "epilog.log").exists() else ""
+        assert smtp_server.messages, (
+            f"no mail from the epilog of job {job}: {said or 'it never ran'}"
+        )
         again = subprocess.run(
             ["sh", str(EPILOG)],
             env={**settings, "SLURM_JOB_ID": job, "SLURM_CLUSTER_NAME": "gpukpi"},

@@ -67,7 +67,7 @@ def oracle(
             minutes=[m for m, _, _ in got],
         )
         for (m, covered, _), idle in zip(got, flags, strict=True):
-            if not t0 <= m * 60 < t1:
+            if not (m * 60 + 60 > t0 and m * 60 < t1):  # the minute overlaps the span
                 continue
             if run_id in job_of_run:
                 j = job_of_run[run_id]

@@ -239,8 +239,14 @@ def test_matching_in_arrays_agrees_with_the_plain_oracle() -> None:
                             )
         window = rng.choice((1, 5, 30))
         t = Thresholds(idle_window_min=window)
-        got = week_of(jobs, runs, rows, thresholds=t)
-        want = oracle(jobs, runs, rows, since=MON, until=END, thresholds=t)
+        # a week, or a span of odd seconds (one job's: gpu-kpi job)
+        since, until = (
+            (MON, END)
+            if seed % 2
+            else (base + timedelta(seconds=1627), base + timedelta(seconds=13_333))
+        )
+        got = week_of(jobs, runs, rows, thresholds=t, since=since, until=until)
+        want = oracle(jobs, runs, rows, since=since, until=until, thresholds=t)
         assert {j.job_id for j in got.jobs} == set(want)
         for line in got.jobs:
             matched, their, allocated, sampled, idle = want[line.job_id]
