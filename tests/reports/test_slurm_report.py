@@ -5,6 +5,8 @@ GPU-hours and dollars in the JSON, the CSV and the HTML worked out by hand."""
 from __future__ import annotations
 
 import csv
+import email
+import email.policy
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -115,7 +117,14 @@ def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> No
     assert "1 step row(s), 1 job(s) that never started" in imp.stdout
     out = tmp_path / "out"
     rep = gpu_kpi(
-        "report", "--week", "2026-W48", "--format", "json,csv,html", "--out", str(out), env=env
+        "report",
+        "--week",
+        "2026-W48",
+        "--format",
+        "json,csv,html,email",
+        "--out",
+        str(out),
+        env=env,
     )
     assert rep.returncode == 0, rep.stderr
     d = json.loads((out / "2026-W48.json").read_text())["allocations"]
@@ -166,6 +175,17 @@ def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> No
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section
     assert "$42.35" in section and "$11.55" in section and "$15.40" in section
     assert "by job id" in section and "by node and time" in section
+    # the email: one line of it, in both parts
+    msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
+    text = " ".join(msg.get_body(("plain",)).get_content().split())
+    assert (
+        "Slurm allocated 11.0 GPU-h ($42.35) to 4 jobs: allocated and idle 3.0 GPU-h ($11.55), allocated with no samples 4.0 GPU-h ($15.40)."
+        in text
+    )
+    assert (
+        "allocated and idle <strong>3.0 GPU-h</strong> ($11.55)"
+        in msg.get_body(("html",)).get_content()
+    )
 
 
 def test_a_store_without_imports_has_no_section(store_url: str, tmp_path: Path) -> None:
