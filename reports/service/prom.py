@@ -48,8 +48,9 @@ class PromMetric:
     scope: str
     """Where the value comes from: ``week`` (the last complete week's headline), ``team``
     (its per-team breakdown), ``week_to_date`` (the current week's headline so far),
-    ``weekly`` (the headline of each of the last 12 complete weeks, from the report's trend) or
-    ``service`` (counted by the service itself)."""
+    ``weekly`` (the headline of each of the last 12 complete weeks, from the report's trend),
+    ``slurm`` (the last complete week's Slurm section: :class:`reports.kpi.AllocationWeek`'s
+    totals; none until jobs are imported) or ``service`` (counted by the service itself)."""
     field: str = ""
     """The :class:`reports.kpi.Headline` field or team-breakdown column shown."""
     scale: float = 1.0
@@ -227,6 +228,47 @@ METRICS: tuple[PromMetric, ...] = (
         f"{_IDLE}; each of the last 12 complete weeks",
         _WEEK,
     ),
+    # the last complete week's Slurm jobs against their samples (gpu-kpi import slurm)
+    _gauge(
+        "gpu_kpi_week_slurm_allocated_gpu_seconds",
+        "slurm",
+        "allocated_gpu_hours",
+        f"{_GPU_S} Slurm allocated to jobs in the last complete week",
+        _WEEK,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_slurm_idle_gpu_seconds",
+        "slurm",
+        "idle_gpu_hours",
+        f"{_GPU_S} allocated to Slurm jobs whose samples the idle rule calls idle, last "
+        "complete week",
+        _WEEK,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_slurm_unsampled_gpu_seconds",
+        "slurm",
+        "no_samples_gpu_hours",
+        f"{_GPU_S} allocated to Slurm jobs that no minute sample covers (nobody measured "
+        "them), last complete week",
+        _WEEK,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_slurm_idle_usd",
+        "slurm",
+        "idle_usd",
+        "cost (USD) of the Slurm-allocated GPU-time that sat idle, last complete week",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_week_slurm_unsampled_usd",
+        "slurm",
+        "no_samples_usd",
+        "cost (USD) of the Slurm-allocated GPU-time with no samples, last complete week",
+        _WEEK,
+    ),
     # the service itself
     PromMetric(
         name="gpu_kpi_emails_total",
@@ -292,6 +334,10 @@ def kpi_samples(
                 (label_of(week_to_date.week), week_to_date.basis),
                 getattr(week_to_date.headline, m.field),
             )
+        elif m.scope == "slurm" and history is not None and history.allocations is not None:
+            a = history.allocations
+            total = a.total_usd(m.field) if m.field.endswith("_usd") else a.total(m.field)
+            add(m, (label_of(history.week), history.basis), total)
         elif m.scope == "weekly" and history is not None:
             rows = history.trend.to_dict("records")
             first = next((i for i, r in enumerate(rows) if r["gpu_hours"]), len(rows))

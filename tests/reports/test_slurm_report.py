@@ -178,10 +178,11 @@ def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> No
     # the email: one line of it, in both parts
     msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
     text = " ".join(msg.get_body(("plain",)).get_content().split())
-    assert (
-        "Slurm allocated 11.0 GPU-h ($42.35) to 4 jobs: allocated and idle 3.0 GPU-h ($11.55), allocated with no samples 4.0 GPU-h ($15.40)."
-        in text
+    said = (
+        "Slurm allocated 11.0 GPU-h ($42.35) to 4 jobs: allocated and idle 3.0 GPU-h ($11.55), "
+        "allocated with no samples 4.0 GPU-h ($15.40)."
     )
+    assert said in text
     assert (
         "allocated and idle <strong>3.0 GPU-h</strong> ($11.55)"
         in msg.get_body(("html",)).get_content()
@@ -256,3 +257,27 @@ def test_rows_that_are_no_job_are_skipped_and_named(store_url: str, tmp_path: Pa
     assert "job 202: ends (2026-11-24T10:00:00+00:00) before it starts" in skipped[0]
     assert "job 203: node list 'n[1-': a bracket that does not close" in skipped[1]
     assert "job 204: 99999999 GPUs: not from 0 to 1,000,000" in skipped[2]
+
+
+def test_the_weeks_slurm_gauges(store_url: str, tmp_path: Path) -> None:
+    from reports.build import compute
+    from reports.request import Request
+    from reports.service.prom import kpi_samples
+
+    _fill(store_url)
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    assert gpu_kpi("import", "slurm", str(saved), env={"GPU_KPI_STORE": store_url}).returncode == 0
+    c = compute(store_url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 2, tzinfo=UTC))
+    s = kpi_samples(c.kpis, None, c.kpis)
+    week = ("2026-W48", "util")
+    got = {name: dict(s[name])[week] for name in s if name.startswith("gpu_kpi_week_slurm_")}
+    assert got == pytest.approx(
+        {
+            "gpu_kpi_week_slurm_allocated_gpu_seconds": 11 * 3600,
+            "gpu_kpi_week_slurm_idle_gpu_seconds": 3 * 3600,
+            "gpu_kpi_week_slurm_unsampled_gpu_seconds": 4 * 3600,
+            "gpu_kpi_week_slurm_idle_usd": 3 * 3.85,
+            "gpu_kpi_week_slurm_unsampled_usd": 4 * 3.85,
+        }
+    )
