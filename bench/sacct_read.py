@@ -2,12 +2,14 @@
 a year of accounting at ``--jobs-per-day`` jobs, in both forms, against a baseline in the
 same run (splitting the same lines on ``|`` and nothing else).
 
-Writes ``--days`` days of ``sacct -a -X -P --format=JobID,JobIDRaw,JobName,User,Account,
+Writes ``--days`` days of ``sacct -a -X -P --format=Cluster,JobID,JobIDRaw,JobName,User,Account,
 Partition,State,Start,End,AllocTRES,NodeList`` lines shaped as a real Slurm 22.05 writes them
 (``tests/data/slurm/sacct-X.txt``: typed and untyped GPU TRES, a job in ten an array task, one in
 twenty cancelled before it started) and the same jobs as ``sacct --json`` (22.05's
 ``openapi/dbv0.0.38``), then reads each once and prints jobs/s, the seconds a year takes, and
-the ratio to the bare split, and this process's peak memory. Nothing is written to a store.
+the ratio to the bare split, and this process's peak memory; then the whole import of the
+parsable form (``gpu-kpi import slurm``'s work: read, node lists expanded, the allocations
+written to a new SQLite store in one transaction, as ``reports.imports.slurm_jobs`` does).
 The default is 30 days, and the year extrapolated: the whole year at once holds 525 MiB of
 text, 1.7 GiB of JSON and 3.5 M records twice over (22 GiB peak here); an import reads
 sacct a window at a time.
@@ -64,7 +66,8 @@ def jobs(n: int, days: int, seed: int = 7) -> tuple[str, str]:
             node = "None assigned" if never else f"gpu{rng.randrange(1, 65):03d}"
             account = rng.choice(("nlp", "vision", "speech", "search"))
             lines.append(
-                f"{job_id}|{job}|train-{job % 97}|u{job % 53}|{account}|gpu|{state}|{s}|{e}|{tres}|{node}"
+                f"gpukpi|{job_id}|{job}|train-{job % 97}|u{job % 53}|{account}|gpu|{state}|{s}|{e}|"
+                f"{tres}|{node}"
             )
             allocated = (
                 []
@@ -94,6 +97,7 @@ def jobs(n: int, days: int, seed: int = 7) -> tuple[str, str]:
                     "tres": {"allocated": allocated},
                     "nodes": node,
                     "het": {"job_id": 0, "job_offset": None},
+                    "cluster": "gpukpi",
                 }
             )
     return "\n".join(lines) + "\n", json.dumps({"jobs": records})
@@ -124,6 +128,26 @@ def main() -> None:
             f"{got.not_started:,} never started; {t / t_split:.1f}x splitting the lines "
             f"({t_split:.1f} s); a year at {args.jobs_per_day:,} a day: "
             f"{t * 365 / args.days:.0f} s"
+        )
+    import tempfile
+
+    from reports.data.allocations import write_allocations
+    from reports.imports.slurm_jobs import SlurmImported, allocations_of
+    from tracker.store import RunStore
+
+    with tempfile.TemporaryDirectory() as tmp, RunStore(f"sqlite:///{tmp}/runs.db") as store:
+
+        def whole() -> SlurmImported:
+            out = SlurmImported()
+            read = read_sacct(text, tz=UTC)
+            allocations_of(read, where="-", seen_at=START, cluster="", teams={}, out=out)
+            write_allocations(store, out.jobs)
+            return out
+
+        t, done = timed(whole)
+        print(
+            f"  import: {t:6.1f} s, {n / t:,.0f} jobs/s ({len(done.jobs):,} written); a year at "
+            f"{args.jobs_per_day:,} a day: {t * 365 / args.days:.0f} s"
         )
     import resource
 

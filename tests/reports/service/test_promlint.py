@@ -288,13 +288,26 @@ def test_the_names_before_issue_10_fail_the_rules() -> None:
 @pytest.fixture(scope="module")
 def exposition() -> str:
     """Every series the endpoint can show, scraped as Prometheus would."""
+    import dataclasses
     import urllib.request
 
+    from reports.kpi import AllocationWeek, JobLine
+
+    job = JobLine(
+        source="slurm", cluster="c", job_id="7", shown_id="7", name="j", user="u", account="a",
+        team="a", partition="gpu", state="COMPLETED", start=datetime(2026, 11, 24, tzinfo=UTC),
+        end=datetime(2026, 11, 24, 2, tzinfo=UTC), gpus=2, gpu_model="H100", matched="node",
+        runs=("r",), allocated_gpu_hours=4.0, sampled_gpu_hours=3.0, idle_gpu_hours=1.0,
+        no_samples_gpu_hours=1.0, price_per_gpu_hour=3.85,
+    )  # fmt: skip
+    history = dataclasses.replace(
+        week(W48_RUNS, W48_SAMPLES), allocations=AllocationWeek(jobs=(job,))
+    )
     exporter = KpiExporter()
     exporter.update(
         week(W48_RUNS, W48_SAMPLES),
         week_to_date=week(W48_RUNS + W49_RUNS, W48_SAMPLES, at=W49),
-        history=week(W48_RUNS, W48_SAMPLES),
+        history=history,
     )
     exporter.count_email("summary", "sent")
     exporter.report_built("2026-W48", datetime(2026, 11, 30, 8, tzinfo=UTC))
@@ -360,4 +373,4 @@ def test_the_dashboard_shows_the_base_units_as_people_read_them() -> None:
         for o in p["fieldConfig"]["overrides"]
     }
     assert units["Utilization"] == "percentunit" and units["GPU-hours"] == "suffix: GPU-h"
-    assert (gpu_s, ratio) == (4, 5)
+    assert (gpu_s, ratio) == (7, 5)  # the Slurm row: three in GPU-hours
