@@ -163,9 +163,9 @@ def _verdict(
         return "no telemetry", NO_TELEMETRY
     if line.matched == "id":
         mine = [r for r in runs if r.id in line.runs and r.verdict]
-        worst = max(mine, key=lambda r: r.gpu_hours or 0.0, default=None)
-        if worst is not None:
-            return worst.verdict, worst.advice or ADVICE.get(worst.verdict, "")
+        largest = max(mine, key=lambda r: r.gpu_hours or 0.0, default=None)
+        if largest is not None:
+            return largest.verdict, largest.advice or ADVICE.get(largest.verdict, "")
     if line.idle_gpu_hours >= 0.5 * line.sampled_gpu_hours:
         return "idle", ADVICE["idle"]
     if util is not None and util < target_pct:

@@ -3,10 +3,10 @@
 least ``--min-waste-usd``: what a Slurm epilog calls as each job ends
 (``contrib/slurm/epilog.sh``).
 
-A job not imported yet is asked of this machine's ``sacct`` first (``-j JOBID``) and imported:
-an epilog runs as the job ends, before any scheduled import. The delivery log's kind is
-``job:<cluster>/<job id>`` and its week the week the job started, so a second epilog, a rerun or
-a requeue's second end sends nothing twice.
+A job not imported yet, or running when last imported, is asked of this machine's ``sacct``
+first (``-j JOBID``) and imported: an epilog runs as the job ends, before any scheduled import.
+The delivery log's kind is ``job:<cluster>/<job id>`` and its week the week the job started, so
+a second epilog, a rerun or a requeue's second end sends nothing twice.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ def cmd_job(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     with RunStore(service.settings.tracker.store) as store:
         found = find_job(store, job_id, args.cluster)
-        if not found and not args.no_sacct and shutil.which("sacct"):
+        running = len(found) == 1 and found[0].end_at is None  # as far as its import knew
+        if (not found or running) and not args.no_sacct and shutil.which("sacct"):
             _import_from_sacct(store, job_id, cluster=args.cluster or "", now=now)
             found = find_job(store, job_id, args.cluster)
         if not found:
