@@ -221,32 +221,18 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
         "sleep 3",
     )
     _wait_until_done([tracked, dark], {tracked, dark})
-    _next_minute()  # minute B: busy, its log at 90%
-    busy_log = tmp_path / "busy.csv"
-    busy = sbatch(
-        "-A",
-        "vision",
-        "--gres=gpu:h100:2",
-        "-J",
-        f"{tag}-busy",
-        "-o",
-        "/dev/null",
-        _script(tmp_path / "busy", SMI, str(busy_log), "busy", "90"),
-    )
-    _wait_until_done([busy], {busy})
-    _next_minute()  # minute C: holding 2 GPUs, its log at 0%
-    idle_log = tmp_path / "idle.csv"
-    idle = sbatch(
-        "-A",
-        "vision",
-        "--gres=gpu:h100:2",
-        "-J",
-        f"{tag}-idle",
-        "-o",
-        "/dev/null",
-        _script(tmp_path / "idle", SMI, str(idle_log), "idle", "0"),
-    )
-    _wait_until_done([idle], {idle})
+
+    def logged(kind: str, util: str) -> tuple[str, Path]:
+        """A job of 2 GPUs that writes its nvidia-smi log at ``util`` %, in a minute of its own."""
+        _next_minute()
+        log = tmp_path / f"{kind}.csv"
+        script = _script(tmp_path / kind, SMI, str(log), kind, util)
+        job = sbatch("-A", "vision", "--gres=gpu:h100:2", "-J", f"{tag}-{kind}", script)
+        _wait_until_done([job], {job})
+        return job, log
+
+    busy, busy_log = logged("busy", "90")  # minute B
+    idle, idle_log = logged("idle", "0")  # minute C: holding 2 GPUs doing nothing
     run_id = out.read_text().strip().splitlines()[-1]
 
     def cli(*args: str) -> str:
