@@ -6,9 +6,9 @@ report's rules over its own time: its GPU-seconds matched to minute samples by j
 node and time, every other job on its hosts sharing the node's samples
 (:func:`reports.data.allocations.week_allocations` over ``[start, end)``). Per sampled GPU: its
 utilization (time-weighted), peak memory and idle minutes. The note's waste is the report's
-recoverable waste over the sampled GPU-time (each GPU's cost × max(0, 1 − utilization ÷
-target), scaled to the job's share of a shared node's samples); GPU-time with no samples is
-named apart, never guessed.
+recoverable waste over the sampled GPU-time (:func:`tracker.cost.gpu_waste_usd` per GPU: its
+idle time in full, the rest by the target rule; scaled to the job's share of a shared node's
+samples); GPU-time with no samples is named apart, never guessed.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
     from reports.data.scans import SampleScans
     from reports.kpi.allocations import gpu_rows, short_host
     from reports.kpi.frames import BASES, SampleFrameBuilder
-    from tracker.cost import thresholds_for
+    from tracker.cost import gpu_waste_usd, thresholds_for, weighted_util_pct
 
     if job.gpus <= 0 or job.until <= job.start_at:
         raise ReportError(f"job {job.shown_id} held no GPU ({job.gpus} GPUs, {job.state})")
@@ -123,25 +123,26 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
         frames.frame(), column, since, until, idle_pct=t.idle_pct, window=t.idle_window_min
     )
     sampled = math.fsum(g.sampled_hours for g in gpus)
-    known = [(g.util_pct, g.sampled_hours) for g in gpus if g.util_pct is not None]
-    util = (
-        math.fsum(u * h for u, h in known) / math.fsum(h for _, h in known)
-        if known and math.fsum(h for _, h in known) > 0
-        else None
+    util = weighted_util_pct(
+        math.fsum(g.util_hours for g in gpus), math.fsum(g.known_hours for g in gpus)
     )
     waste = None
     if line.price_per_gpu_hour is not None and sampled > 0:
         scale = line.sampled_gpu_hours / sampled  # the job's share of shared samples
         waste = math.fsum(
-            g.sampled_hours
-            * scale
-            * line.price_per_gpu_hour
-            * max(0.0, 1 - g.util_pct / t.target_util_pct)
+            gpu_waste_usd(  # the per-GPU rule, each GPU on its own time
+                g.sampled_hours * scale * line.price_per_gpu_hour,
+                held=g.sampled_hours,
+                known=g.known_hours,
+                util_time=g.util_hours,
+                idle=g.idle_hours,
+                idle_util_time=g.idle_util_hours,
+                target_util_pct=t.target_util_pct,
+            )
             for g in gpus
-            if g.util_pct is not None
         )
     verdict, advice = _verdict(line, util, runs, t.underutilized_pct, t.target_util_pct)
-    label = {"util": "NVML utilization", "sm_active": "SM activity"}.get(req.basis, req.basis)
+    label = BASES[req.basis][1]
     return JobNote(
         line=line,
         gpus=tuple(gpus),

@@ -236,45 +236,28 @@ def week_allocations(
         prices: The config's ``[prices]``.
         owned: The config's ``[owned.<MODEL>]``.
     """
-    try:
-        return _matched(
-            store,
-            runs,
-            since,
-            until,
-            basis=basis,
-            thresholds=thresholds,
-            prices=prices,
-            owned=owned,
-        )
-    except sa.exc.SQLAlchemyError as e:
-        raise StoreError(f"the Slurm jobs cannot be read: {one_line(str(e), 300)}") from None
-
-
-def _matched(
-    store: RunStore, runs: Iterable[Mapping[str, Any]], since: datetime, until: datetime, **kw: Any
-) -> AllocationWeek:
-    """:func:`week_allocations`' work (``kw``: its keyword arguments)."""
     from reports.data.scans import SampleScans
     from reports.kpi.allocations import allocation_week, short_host
     from reports.kpi.frames import SampleFrameBuilder, sample_columns
 
-    jobs, bad = allocations_in(store, since, until)
-    hosts = {short_host(h) for j in jobs for h in j.hosts}
-    wanted = []
-    for r in runs:
-        links = r["links"] if isinstance(r["links"], Mapping) else {}
-        host = r["host"] if isinstance(r["host"], str) else ""
-        if links.get(SLURM_LINK) is not None or short_host(host) in hosts:
-            wanted.append({**r, "links": links, "host": host})
-    thresholds, basis = kw["thresholds"], kw["basis"]
-    window = timedelta(minutes=thresholds.idle_window_min)
-    columns = sample_columns(basis)
-    frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
-    if jobs and wanted:
-        SampleScans(store).scan_samples(
-            frames, columns=columns, since=since - window, until=until + window
-        )
+    try:  # the reads; what is done with them is the kpi's
+        jobs, bad = allocations_in(store, since, until)
+        hosts = {short_host(h) for j in jobs for h in j.hosts}
+        wanted = []
+        for r in runs:
+            links = r["links"] if isinstance(r["links"], Mapping) else {}
+            host = r["host"] if isinstance(r["host"], str) else ""
+            if links.get(SLURM_LINK) is not None or short_host(host) in hosts:
+                wanted.append({**r, "links": links, "host": host})
+        window = timedelta(minutes=thresholds.idle_window_min)
+        columns = sample_columns(basis)
+        frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
+        if jobs and wanted:
+            SampleScans(store).scan_samples(
+                frames, columns=columns, since=since - window, until=until + window
+            )
+    except sa.exc.SQLAlchemyError as e:
+        raise StoreError(f"the Slurm jobs cannot be read: {one_line(str(e), 300)}") from None
     week = allocation_week(
         jobs,
         wanted,
@@ -283,8 +266,8 @@ def _matched(
         since=since,
         until=until,
         thresholds=thresholds,
-        overrides=kw["prices"],
-        owned=kw["owned"],
+        overrides=prices,
+        owned=owned,
     )
     if bad:
         left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.gputime import idle_of_series
-from tracker.cost import Thresholds
+from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import reported_price
 from tracker.scheduler import SLURM_LINK, slurm_job_of
@@ -474,6 +474,15 @@ class GpuRow:
     run: str
     gpu: str
     sampled_hours: float
+    """GPU-hours its samples cover in the span."""
+    known_hours: float
+    """Of those, with a utilization value."""
+    util_hours: float
+    """Σ utilization (percent) × hours over ``known_hours``."""
+    idle_hours: float
+    """Hours in idle stretches (the idle rule)."""
+    idle_util_hours: float
+    """Σ utilization (percent) × hours over ``idle_hours``."""
     util_pct: float | None
     mem_peak_gib: float | None
     idle_minutes: int
@@ -516,17 +525,23 @@ def gpu_rows(
             "used": np.where(np.isnan(util), 0.0, util * covered),
             "mem": s["mem_used_gib"].astype(float),
             "idle": idle.astype(int),
+            "idle_s": np.where(idle, covered, 0.0),
+            "idle_used": np.where(idle, util * covered, 0.0),  # an idle minute has a value
         }
     )[inside]
     for (run, gpu), g in df.groupby(["run", "gpu"], sort=True):
-        known = float(g["known"].sum())
+        known, used = float(g["known"].sum()), float(g["used"].sum())
         mem = g["mem"].max()
         out.append(
             GpuRow(
                 run=str(run),
                 gpu=str(gpu),
                 sampled_hours=float(g["covered"].sum()) / 3600.0,
-                util_pct=float(g["used"].sum()) / known if known > 0 else None,
+                known_hours=known / 3600.0,
+                util_hours=used / 3600.0,
+                idle_hours=float(g["idle_s"].sum()) / 3600.0,
+                idle_util_hours=float(g["idle_used"].sum()) / 3600.0,
+                util_pct=weighted_util_pct(used, known),
                 mem_peak_gib=None if pd.isna(mem) else float(mem),
                 idle_minutes=int(g["idle"].sum()),
             )

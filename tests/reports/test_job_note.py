@@ -165,3 +165,32 @@ def test_the_epilog_mails_once_and_never_fails(
         )
         assert p.returncode == 0, (broken, p.stderr)
     assert len(smtp_server.messages) == 1
+
+
+def test_the_notes_waste_is_the_per_gpu_rule(store_url: str, tmp_path: Path) -> None:
+    """A GPU idle 30 minutes (2%) then busy 60 (50%): its idle time in full, the rest by the
+    target rule — not the mean utilization's shortfall (1 − 34/85 would say 60.0%)."""
+    from datetime import timedelta
+
+    from fakes import minutes, run_record
+    from test_slurm_report import HEADER, TEN, _sacct_line
+
+    from tracker.store import RunStore
+
+    with RunStore(store_url) as store:
+        store.upsert_run(run_record("rb", TEN, 1.5, host="n5", links={"slurm": "gpukpi/106"}))
+        store.upsert_samples(
+            minutes("rb", TEN, 30, 2.0, "b0")
+            + minutes("rb", TEN + timedelta(minutes=30), 60, 50.0, "b0")
+        )
+    saved = tmp_path / "sacct.txt"
+    line = _sacct_line(
+        "106", "mixed", "nlp", TEN, TEN + timedelta(minutes=90), "gres/gpu:h100=1", "n5"
+    )
+    saved.write_text(f"{HEADER}\n{line}\n")
+    env = {"GPU_KPI_STORE": store_url}
+    assert gpu_kpi("import", "slurm", str(saved), env=env).returncode == 0
+    d = json.loads(gpu_kpi("job", "106", "--json", env=env).stdout)
+    assert d["util_pct"] == pytest.approx((30 * 2 + 60 * 50) / 90)
+    assert d["idle_gpu_hours"] == pytest.approx(0.5)
+    assert d["waste_usd"] == pytest.approx(1.5 * 3.85 * (1 / 3 + 2 / 3 * (1 - 50 / 85)))
