@@ -194,7 +194,7 @@ def _compute(
 def _allocations(
     store: RunStore, req: Request, runs: pd.DataFrame, start: datetime, *, now: datetime
 ) -> kpis.AllocationWeek | None:
-    """The week's Slurm jobs against the runs' samples
+    """The week's Slurm jobs and Kubernetes pods against the runs' samples
     (:func:`reports.data.allocations.week_allocations`), to the end of the week or now; None
     when none was ever imported, or (with a warning) when they cannot be read: the rest of the
     report does not depend on them."""
@@ -210,7 +210,7 @@ def _allocations(
             return None
         return week_allocations(
             store,
-            runs[["id", "host", "links", "gpu_model"]].to_dict("records"),
+            runs[["id", "host", "links", "gpu_model", "started_at"]].to_dict("records"),
             start,
             end,
             basis=req.basis,
@@ -219,7 +219,7 @@ def _allocations(
             owned=req.owned,
         )
     except (StoreError, ValueError) as e:
-        log.warning("gpu-kpi: report %s: Slurm jobs left out: %s", label_of(start), e)
+        log.warning("gpu-kpi: report %s: scheduler allocations left out: %s", label_of(start), e)
         return None
 
 

@@ -170,6 +170,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.source == "slurm":
         return _import_slurm(args, settings)
+    if args.source == "kubernetes":
+        return _import_kubernetes(args, settings)
     done = run_import(args, settings)
     if done.records:
         from reports.listing import format_runs
@@ -212,6 +214,25 @@ def _import_slurm(args: argparse.Namespace, settings: Any) -> int:
     print(
         f"imported {len(done.jobs)} Slurm job(s) holding {hours:,.1f} GPU-h{left} "
         f"into {_shown_url(settings.store)}"
+    )
+    return 0
+
+
+def _import_kubernetes(args: argparse.Namespace, settings: Any) -> int:
+    """``import kubernetes``: the pods written, what was left out, and the store."""
+    from reports.imports.commands import run_kube_import
+
+    done = run_kube_import(args, settings, now=datetime.now(UTC))
+    for u in done.unreadable[:20]:
+        print(printable(f"skipped {u.where}: {u.reason}"))
+    if len(done.unreadable) > 20:
+        print(f"skipped {len(done.unreadable) - 20} more pod(s)")
+    hours = sum(a.gpus * (a.until - a.start_at).total_seconds() for a in done.jobs) / 3600
+    parts = [f"{done.short} pod(s) seen for one minute only"] if done.short else []
+    parts += [f"{done.extended} pod(s) an earlier import had, now longer"] if done.extended else []
+    print(
+        f"imported {len(done.jobs)} Kubernetes pod(s) holding {hours:,.1f} GPU-h"
+        f"{'; ' + ', '.join(parts) if parts else ''} into {_shown_url(settings.store)}"
     )
     return 0
 

@@ -92,7 +92,14 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
     scans = SampleScans(store)
     runs, _ = scans.read_runs(since=since, until=until)
     records = [
-        {"id": r.id, "host": r.host, "links": r.links, "gpu_model": r.gpu_model} for r in runs
+        {
+            "id": r.id,
+            "host": r.host,
+            "links": r.links,
+            "gpu_model": r.gpu_model,
+            "started_at": r.started_at,
+        }
+        for r in runs
     ]
     week = week_allocations(
         store,

@@ -22,6 +22,9 @@ from pathlib import Path
 
 SLURM_LINK = "slurm"
 KUBERNETES_LINK = "kubernetes"
+WORKLOAD_LINK = "kubernetes_workload"
+"""``NAMESPACE/KIND/NAME`` of the workload (Job, JobSet, Deployment…) a run's pods belong to:
+set by imports that know it (kube-state-metrics' owners), not by the tracker."""
 NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 """Where Kubernetes mounts the pod's namespace (with its service account token)."""
 

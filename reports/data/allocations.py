@@ -1,6 +1,7 @@
 """Scheduler allocations in the run store's database (``gpu_kpi_allocations``): one row per
-Slurm job as ``gpu-kpi import slurm`` read it; a week's jobs matched to the minute samples of
-the runs on their hosts or in them, read as the report reads samples.
+Slurm job as ``gpu-kpi import slurm`` read it, or per Kubernetes pod as ``gpu-kpi import
+kubernetes`` did; a week's jobs matched to the minute samples of the runs on their hosts or in
+them, read as the report reads samples.
 
 The table is the reports' own, made on first import as the delivery log's is: the tracker
 never writes it, and stores made before it have none (a report then has no allocation
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from reports.data.deliveries import has_table
-from tracker.scheduler import SLURM_LINK
+from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK
 from tracker.store.engine import StoreError
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
 from tracker.text import one_line
@@ -32,15 +33,17 @@ if TYPE_CHECKING:
     from tracker.owned import OwnedGpu
     from tracker.store import RunStore
 
+JOB_LINKS = (SLURM_LINK, KUBERNETES_LINK)
+"""The links by which a run names the allocation it ran in."""
 TABLE = "gpu_kpi_allocations"
 _metadata = sa.MetaData()
 allocations_table = sa.Table(
     TABLE,
     _metadata,
-    sa.Column("source", sa.String(16), primary_key=True),  # "slurm"
+    sa.Column("source", sa.String(16), primary_key=True),  # "slurm" or "kubernetes"
     sa.Column("cluster", sa.Text, primary_key=True),  # "" where the import did not know it
-    sa.Column("job_id", sa.Text, primary_key=True),  # the allocation's own id (JobIDRaw)
-    sa.Column("shown_id", sa.Text, nullable=False),  # as sacct shows it: 1234_7, 1234+0
+    sa.Column("job_id", sa.Text, primary_key=True),  # its own id: JobIDRaw, the pod's uid
+    sa.Column("shown_id", sa.Text, nullable=False),  # as sacct shows it: 1234_7; NS/POD
     sa.Column("name", sa.Text, nullable=False),
     sa.Column("user", sa.Text, nullable=False),
     sa.Column("account", sa.Text, nullable=False),
@@ -188,8 +191,40 @@ def allocations_named(store: RunStore, job_id: str, cluster: str | None) -> list
     return store.transaction(lambda conn: rows_to_allocations(conn.execute(stmt)), write=False)
 
 
+def allocations_keyed(
+    store: RunStore, source: str, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], Allocation]:
+    """The imported allocations of ``source`` with these (cluster, job id) keys; none when
+    nothing was ever imported.
+
+    Args:
+        store: The run store.
+        source: ``slurm`` or ``kubernetes``.
+        keys: (cluster, job id) pairs.
+    """
+    if not keys or not has_allocations(store):
+        return {}
+    t = allocations_table.c
+    wanted = set(keys)
+    ids = sorted({k[1] for k in wanted})
+
+    def read(conn: Connection) -> dict[tuple[str, str], Allocation]:
+        found: dict[tuple[str, str], Allocation] = {}
+        for i in range(0, len(ids), 1_000):
+            stmt = sa.select(allocations_table).where(
+                t.source == source, t.job_id.in_(ids[i : i + 1_000])
+            )
+            for a in rows_to_allocations(conn.execute(stmt)):
+                if (a.cluster, a.job_id) in wanted:
+                    found[(a.cluster, a.job_id)] = a
+        return found
+
+    return store.transaction(read, write=False)
+
+
 def has_allocations(store: RunStore) -> bool:
-    """Whether Slurm jobs were ever imported into the store (it has the table)."""
+    """Whether Slurm jobs or Kubernetes pods were ever imported into the store (it has the
+    table)."""
     return has_table(store, TABLE)
 
 
@@ -228,7 +263,8 @@ def week_allocations(
 
     Args:
         store: The run store.
-        runs: The runs of the span, each with ``id``, ``host``, ``links`` and ``gpu_model``.
+        runs: The runs of the span, each with ``id``, ``host``, ``links``, ``gpu_model`` and
+            ``started_at``.
         since: The span's start (timezone-aware).
         until: Its end, excluded (timezone-aware; the week's, or now for a week under way).
         basis: ``util`` or ``sm_active``: the idle rule's column.
@@ -247,7 +283,7 @@ def week_allocations(
         for r in runs:
             links = r["links"] if isinstance(r["links"], Mapping) else {}
             host = r["host"] if isinstance(r["host"], str) else ""
-            if links.get(SLURM_LINK) is not None or short_host(host) in hosts:
+            if any(links.get(k) is not None for k in JOB_LINKS) or short_host(host) in hosts:
                 wanted.append({**r, "links": links, "host": host})
         window = timedelta(minutes=thresholds.idle_window_min)
         columns = sample_columns(basis)
@@ -257,7 +293,9 @@ def week_allocations(
                 frames, columns=columns, since=since - window, until=until + window
             )
     except sa.exc.SQLAlchemyError as e:
-        raise StoreError(f"the Slurm jobs cannot be read: {one_line(str(e), 300)}") from None
+        raise StoreError(
+            f"the scheduler's allocations cannot be read: {one_line(str(e), 300)}"
+        ) from None
     week = allocation_week(
         jobs,
         wanted,

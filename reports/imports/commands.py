@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 from reports.errors import UsageError
 
 if TYPE_CHECKING:
+    from reports.imports.kube import KubeImported
     from reports.imports.play import Imported
     from reports.imports.slurm_jobs import SlurmImported
 
 AddCommand = Callable[..., argparse.ArgumentParser]
 MAPPABLE = ("util_pct", "samples_per_s", "tokens_per_s")
-SOURCES = ("nvidia-smi", "wandb", "tensorboard", "prometheus", "slurm")
+SOURCES = ("nvidia-smi", "wandb", "tensorboard", "prometheus", "slurm", "kubernetes")
 MAP_KEYS = ("run", "team", "project", "user")
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -34,7 +35,8 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         "--format=csv -l N) at their own timestamps; W&B run directories (their "
         ".wandb logs: W&B's own GPU metrics) or W&B chart exports (.csv); TensorBoard logdirs; "
         "DCGM-exporter "
-        "metrics from Prometheus; and Slurm's jobs (sacct): the GPUs each held, "
+        "metrics from Prometheus; and Slurm's jobs (sacct) and Kubernetes pods "
+        "(kube-state-metrics in Prometheus): the GPUs each held, "
         "matched in the report to the samples that say what they did",
     )
     imp.add_argument("source", choices=SOURCES)
@@ -47,7 +49,7 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         ".wandb files or directories holding W&B runs (e.g. ./wandb), CSV exports of W&B "
         "system charts, or with "
         "--since/--until one ENTITY/PROJECT through W&B's API; "
-        "tensorboard: logdirs; prometheus: the server's URL",
+        "tensorboard: logdirs; prometheus, kubernetes: the Prometheus server's URL",
     )
     imp.add_argument(
         "--tz",
@@ -57,14 +59,16 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp.add_argument(
         "--cluster",
         metavar="NAME",
-        help="slurm: the cluster of jobs whose output does not name it (no Cluster field)",
+        help="slurm: the cluster of jobs whose output does not name it (no Cluster field); "
+        "kubernetes: of pods whose series carry no cluster label",
     )
     imp.add_argument(
         "--account-team",
         action="append",
         default=[],
         metavar="ACCOUNT=TEAM",
-        help="slurm: the team of a Slurm account (repeat the option; default: the account)",
+        help="slurm: the team of a Slurm account; kubernetes: of a namespace (repeat the "
+        "option; default: the account or namespace)",
     )
     imp.add_argument(
         "--query-gpu",
@@ -108,14 +112,14 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
     imp.add_argument(
         "--since",
         metavar="WHEN",
-        help="prometheus, wandb ENTITY/PROJECT, slurm without files: from "
+        help="prometheus, kubernetes, wandb ENTITY/PROJECT, slurm without files: from "
         "(2026-W47, 2026-11-16, 2026-11-16T08:00; UTC unless it says otherwise; slurm: "
         "default 8 days ago)",
     )
     imp.add_argument(
         "--until",
         metavar="WHEN",
-        help="prometheus, wandb ENTITY/PROJECT, slurm without files: to (the same forms; "
+        help="prometheus, kubernetes, wandb ENTITY/PROJECT, slurm without files: to (the same forms; "
         "slurm: default now)",
     )
     imp.add_argument(
@@ -131,7 +135,8 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         metavar="KEY=LABEL",
         help="prometheus: the series label naming KEY, one of "
         f"{', '.join(MAP_KEYS)} (run takes labels in order: run=pod,hpc_job; "
-        "default run=pod,hpc_job team=namespace)",
+        "default run=pod,hpc_job team=namespace); kubernetes: team=LABEL, user=LABEL, the pod "
+        "label naming them (kube-state-metrics must export it: --metric-labels-allowlist)",
     )
     imp.add_argument(
         "--max-gap",
@@ -162,7 +167,7 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     if not args.files:
         raise UsageError(f"{args.source} takes at least one PATH")
     if args.source != "slurm" and (args.cluster or args.account_team):
-        raise UsageError("--cluster and --account-team are for Slurm")
+        raise UsageError("--cluster and --account-team are for Slurm and Kubernetes")
     if args.price is not None and not 0 <= args.price <= 10_000:
         raise UsageError(f"--price {args.price:g}: USD per GPU-hour from 0 to 10,000")
     if args.max_gap is not None and not args.max_gap > 0:
@@ -286,6 +291,65 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
     with RunStore(settings.store) as store:
         write_allocations(store, done.jobs)
     return done
+
+
+def run_kube_import(args: argparse.Namespace, settings: Any, *, now: datetime) -> KubeImported:
+    """``gpu-kpi import kubernetes URL --since --until``: the pods that held GPUs, from
+    kube-state-metrics in Prometheus, written to ``settings.store`` all or none.
+
+    Args:
+        args: The parsed ``gpu-kpi import kubernetes …`` flags.
+        settings: The tracker's settings (the store).
+        now: The time of the import (timezone-aware).
+
+    Raises:
+        reports.errors.UsageError: An option Kubernetes does not take, or a bad range.
+        reports.errors.ImportFailed: Prometheus unreachable or answering something else.
+    """
+    from reports.imports.kube import read_kubernetes, write_pods
+    from reports.imports.slurm_jobs import parse_account_teams
+    from tracker.store import RunStore
+
+    others = (args.query_gpu, args.per_gpu, args.replace, args.gpus, args.tag, args.tz)
+    labels = (args.project, args.team, args.user, args.host, args.gpu_model, args.price)
+    if any(others) or any(x not in ("", None) for x in labels) or args.started or args.max_gap:
+        raise UsageError(
+            "kubernetes takes one URL, --since, --until, --cluster, --account-team and "
+            "--map team=LABEL / user=LABEL (a pod's team comes from its label or namespace)"
+        )
+    if len(args.files) != 1:
+        raise UsageError("kubernetes takes one URL: the Prometheus that scrapes kube-state-metrics")
+    since, until = _range(args)
+    given: dict[str, str] = {}
+    for item in args.map:
+        key, eq, label = item.partition("=")
+        if not eq or key not in ("team", "user") or not _POD_LABEL.fullmatch(label):
+            raise UsageError(
+                f"--map {item!r}: team=LABEL or user=LABEL, LABEL a pod label's key (team, "
+                "app.kubernetes.io/part-of)"
+            )
+        if key in given:
+            raise UsageError(f"--map {key}= given twice")
+        given[key] = label
+    cluster = (args.cluster or "").strip()
+    if "/" in cluster:
+        raise UsageError(f"--cluster {cluster!r}: a name without /")
+    done = read_kubernetes(
+        args.files[0],
+        since=since,
+        until=min(until, now),
+        cluster=cluster,
+        teams=parse_account_teams(args.account_team),
+        team_label=given.get("team", ""),
+        user_label=given.get("user", ""),
+        now=now,
+    )
+    with RunStore(settings.store) as store:
+        return write_pods(store, done)
+
+
+_POD_LABEL = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+"""A Kubernetes label key: an optional DNS prefix and ``/``, a name."""
 
 
 def _query_gpu(text: str | None) -> list[str] | None:

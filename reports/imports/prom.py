@@ -63,6 +63,7 @@ from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.prices import price_for
 from tracker.record import MinuteSample, RunRecord
+from tracker.scheduler import KUBERNETES_LINK, WORKLOAD_LINK
 from tracker.text import one_line
 
 SOURCE = "prometheus"
@@ -244,6 +245,9 @@ class _Run:
     players: dict[str, Player]
     infos: dict[str, GpuInfo]
     unallocated: bool
+    links: dict[str, str]
+    """The pod (``kubernetes``: ``NAMESPACE/POD``) or the workload (``kubernetes_workload``)
+    it is, for the report's join with the pods' allocations."""
 
 
 def split_shared(rows: list[MinuteSample]) -> dict[str, set[str]]:
@@ -277,6 +281,65 @@ def split_shared(rows: list[MinuteSample]) -> dict[str, set[str]]:
     return shared
 
 
+class Owners:
+    """Which controller owns which pod, ReplicaSet or Job, from kube-state-metrics' owner
+    series (:data:`OWNERS`)."""
+
+    def __init__(self) -> None:
+        self.of: dict[tuple[str, str, str], tuple[str, str]] = {}
+        """(namespace, kind, name) → its controller's (kind, name)."""
+
+    def learn(self, series: list[dict[str, str]], kind: str, names: tuple[str, ...]) -> None:
+        """Owner series (labels only) of objects of ``kind`` named by the first of ``names``
+        present. Behind a scrape that did not honour its labels, the object's arrive as
+        ``exported_*``.
+
+        Args:
+            series: The series' labels.
+            kind: The kind they describe (``Pod``).
+            names: The labels that may name the object (``job_name``, ``job``).
+        """
+        for metric in series:
+
+            def label(k: str, m: dict[str, str] = metric) -> str:
+                return m.get(f"exported_{k}") or m.get(k) or ""
+
+            name = next((v for k in names if (v := label(k))), "")
+            owner_kind, owner_name = metric.get("owner_kind", ""), metric.get("owner_name", "")
+            if name and owner_name and owner_kind not in ("", "<none>"):
+                self.of[(label("namespace"), kind, name)] = (owner_kind, owner_name)
+
+    def workload(self, namespace: str, pod: str) -> tuple[str, str, str] | None:
+        """The workload a pod belongs to, (namespace, kind, name): its controller, followed one
+        step up where that is a ReplicaSet (→ its Deployment) or a Job (→ its JobSet). None: no
+        owner known."""
+        found = self.of.get((namespace, "Pod", pod))
+        if found is None:
+            return None
+        kind, name = found
+        above = self.of.get((namespace, kind, name))
+        if above is not None and FOLLOWED.get(kind) == above[0]:
+            kind, name = above
+        return namespace, kind, name
+
+
+def learn_owners(url: str, token: str | None, owners: Owners, first: float, last: float) -> None:
+    """Into ``owners``: the controllers kube-state-metrics named from ``first`` to ``last``
+    (nothing where it is not scraped).
+
+    Args:
+        url: The Prometheus base URL.
+        token: Its bearer token, or None.
+        owners: What is known so far.
+        first: The span's first minute (epoch seconds).
+        last: Its last minute.
+    """
+    for name, (kind, names) in OWNERS.items():
+        query = f'max_over_time({name}{{owner_is_controller="true"}}[{last - first + STEP_S:.0f}s])'
+        at = {"query": query, "start": f"{last:.0f}", "end": f"{last:.0f}", "step": "60s"}
+        owners.learn([_series(url, series)[0] for series in _get(url, at, token)], kind, names)
+
+
 class _Fleet:
     """The runs found so far, their GPUs' players fed in time order."""
 
@@ -301,8 +364,7 @@ class _Fleet:
         """GPUs seen with only the exporter's own pod label (no workload's)."""
         self.outside = 0
         """Points the server answered outside the range asked for (left out)."""
-        self.owners: dict[tuple[str, str, str], tuple[str, str]] = {}
-        """(namespace, kind, name) → its controller's (kind, name), from kube-state-metrics."""
+        self.owners = Owners()
         self.pods_of: dict[tuple[str, str, str], set[str]] = {}
         """A workload the runs are named after (namespace, kind, name) → its pods seen."""
 
@@ -316,7 +378,18 @@ class _Fleet:
         owner = metric[label] if label else ""
         team = metric.get(self.mapping.team, "") if self.mapping.team else ""
         key = ("run", team, owner) if owner else ("unallocated", host, gpu)
-        workload = self._controller(metric) if label == "pod" else None
+        workload = (
+            self.owners.workload(metric.get("namespace", ""), metric.get("pod", ""))
+            if label == "pod"
+            else None
+        )
+        links = (
+            {WORKLOAD_LINK: "/".join(workload)}
+            if workload is not None
+            else {KUBERNETES_LINK: f"{metric['namespace']}/{owner}"}
+            if label == "pod" and metric.get("namespace")
+            else {}
+        )
         if workload is not None:  # the pod's Job, Deployment, JobSet…: one run for its pods
             key = ("run", team, "/".join(workload))
             self.pods_of.setdefault(workload, set()).add(owner)
@@ -327,7 +400,7 @@ class _Fleet:
             run_id = (
                 "prom-" + hashlib.sha256("|".join([*key, self.range_key]).encode()).hexdigest()[:24]
             )
-            run = self.runs[key] = _Run(key, run_id, name, metric, {}, {}, not owner)
+            run = self.runs[key] = _Run(key, run_id, name, metric, {}, {}, not owner, links)
         if gpu not in run.players:
             model = metric.get("modelName") or self.labels.gpu_model
             if not model:
@@ -340,33 +413,6 @@ class _Fleet:
                 info, run_id=run.run_id, settings=self.settings, gap_s=self.gap_s, rows=self.rows
             )
         return run, gpu
-
-    def _controller(self, metric: dict[str, str]) -> tuple[str, str, str] | None:
-        """The workload a pod belongs to, (namespace, kind, name), by kube-state-metrics'
-        owner series where they were scraped: its controller, followed one step up where that
-        is a ReplicaSet (→ its Deployment) or a Job (→ its JobSet). None: no owner known."""
-        namespace = metric.get("namespace", "")
-        found = self.owners.get((namespace, "Pod", metric.get("pod", "")))
-        if found is None:
-            return None
-        kind, name = found
-        above = self.owners.get((namespace, kind, name))
-        if above is not None and FOLLOWED.get(kind) == above[0]:
-            kind, name = above
-        return namespace, kind, name
-
-    def learn_owners(self, series: list[dict[str, str]], kind: str, names: tuple[str, ...]) -> None:
-        """Owner series of kube-state-metrics (labels only): which controller owns what. Behind
-        a scrape that did not honour its labels, the object's arrive as ``exported_*``."""
-        for metric in series:
-
-            def label(k: str, m: dict[str, str] = metric) -> str:
-                return m.get(f"exported_{k}") or m.get(k) or ""
-
-            name = next((v for k in names if (v := label(k))), "")
-            owner_kind, owner_name = metric.get("owner_kind", ""), metric.get("owner_name", "")
-            if name and owner_name and owner_kind not in ("", "<none>"):
-                self.owners[(label("namespace"), kind, name)] = (owner_kind, owner_name)
 
     def _workload(self, metric: dict[str, str]) -> dict[str, str]:
         """The series' labels as the workload's: behind a kube-prometheus ServiceMonitor the
@@ -470,7 +516,7 @@ class _Fleet:
                 else "",
                 "project": run.labels.get(m.project, "") if m.project else "",
                 "user": run.labels.get(m.user, "") if m.user else "",
-                "links": {"prometheus": self.url},
+                "links": {"prometheus": self.url, **run.links},
             }
             tags: tuple[str, ...] = ("unallocated",) if run.unallocated else ()
             if run.run_id in shared:
@@ -551,11 +597,7 @@ def _chunk(
     the owners kube-state-metrics names learned on the way."""
     points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
     metrics: dict[tuple[str, ...], dict[str, str]] = {}
-    for name, (kind, names) in OWNERS.items():  # empty where kube-state-metrics is not
-        query = f'max_over_time({name}{{owner_is_controller="true"}}[{last - first + STEP_S:.0f}s])'
-        at = {"query": query, "start": f"{last:.0f}", "end": f"{last:.0f}", "step": "60s"}
-        found = [_series(url, series)[0] for series in _get(url, at, token)]
-        fleet.learn_owners(found, kind, names)
+    learn_owners(url, token, fleet.owners, first, last)
     outside = 0
     for name, (field, scale, agg, low, high) in FIELDS.items():
         query = f"{agg}_over_time({name}[{STEP_S}s])"
@@ -579,18 +621,13 @@ def _chunk(
     return points, metrics
 
 
-def read_prometheus(
-    url: str,
-    *,
-    since: datetime,
-    until: datetime,
-    mapping: LabelMap | None = None,
-    labels: Labels | None = None,
-    settings: Settings | None = None,
-    max_gap_s: float | None = None,
-    progress: bool | None = None,
-) -> Imported:
-    """The runs and minute samples of the DCGM series in ``[since, until]`` (nothing written)."""
+def server(url: str) -> tuple[str, str | None]:
+    """The Prometheus base URL checked, and the bearer token from :data:`TOKEN_ENV`.
+
+    Raises:
+        ImportFailed: A URL that is not http(s)://HOST[:PORT], one with credentials in it, or
+            a token no HTTP header may carry.
+    """
     url = url.rstrip("/")
     where = one_line(url, 200)
     try:
@@ -611,6 +648,28 @@ def read_prometheus(
             f"(they would show in ps and in logs): put a bearer token in "
             f"{TOKEN_ENV}"
         )
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and not (token.isprintable() and token.isascii()):
+        raise ImportFailed(
+            f"{TOKEN_ENV} holds a line break or another character no HTTP header may: set it "
+            "to the token alone"
+        )
+    return url, token
+
+
+def read_prometheus(
+    url: str,
+    *,
+    since: datetime,
+    until: datetime,
+    mapping: LabelMap | None = None,
+    labels: Labels | None = None,
+    settings: Settings | None = None,
+    max_gap_s: float | None = None,
+    progress: bool | None = None,
+) -> Imported:
+    """The runs and minute samples of the DCGM series in ``[since, until]`` (nothing written)."""
+    url, token = server(url)
     start, end = since.timestamp(), until.timestamp()
     fleet = _Fleet(
         url,
@@ -621,12 +680,6 @@ def read_prometheus(
         settings=settings or Settings(),
         max_gap_s=max_gap_s,
     )
-    token = os.environ.get(TOKEN_ENV) or None
-    if token is not None and not (token.isprintable() and token.isascii()):
-        raise ImportFailed(
-            f"{TOKEN_ENV} holds a line break or another character no HTTP header may: set it "
-            "to the token alone"
-        )
     spans = list(chunks(start, end))
     for span in shown(spans, f"Prometheus, {CHUNK_POINTS}-minute chunks", show=progress):
         pending = [span]

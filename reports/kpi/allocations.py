@@ -42,7 +42,7 @@ from reports.kpi.gputime import idle_of_series
 from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import reported_price
-from tracker.scheduler import SLURM_LINK, slurm_job_of
+from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, WORKLOAD_LINK, slurm_job_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +64,8 @@ class JobLine:
     gpus: int
     gpu_model: str | None
     matched: str
-    """``id`` (runs that recorded the job), ``node`` (samples of its hosts) or ``""``."""
+    """``id`` (runs that recorded the job), ``node`` (samples of its hosts), ``workload`` (a
+    pod's: the samples of its workload's runs on its node) or ``""``."""
     runs: tuple[str, ...]
     """The runs whose samples were matched (by id or node)."""
     allocated_gpu_hours: float
@@ -118,6 +119,13 @@ class AllocationWeek:
     def unpriced_gpu_hours(self) -> float:
         return math.fsum(j.allocated_gpu_hours for j in self.jobs if j.price_per_gpu_hour is None)
 
+    def by_source(self) -> dict[str, AllocationWeek]:
+        """The week per scheduler (``slurm``, ``kubernetes``), those with jobs in it."""
+        sources = sorted({j.source for j in self.jobs})
+        return {
+            s: AllocationWeek(jobs=tuple(j for j in self.jobs if j.source == s)) for s in sources
+        }
+
 
 def short_host(name: str) -> str:
     """A host as jobs and runs are matched on it: its first label, lower case
@@ -127,30 +135,40 @@ def short_host(name: str) -> str:
 
 def runs_of_jobs(
     allocations: Sequence[Any], runs: Iterable[Mapping[str, Any]]
-) -> tuple[dict[str, int], dict[str, str], dict[str, str]]:
+) -> tuple[dict[str, int], dict[str, tuple[str, str]], dict[str, str]]:
     """Which runs recorded which job, and the hosts and GPU models of the others.
 
     Args:
         allocations: The jobs.
-        runs: The runs: ``id``, ``host``, ``links`` (a mapping), ``gpu_model``.
+        runs: The runs: ``id``, ``host``, ``links`` (a mapping), ``gpu_model``, and
+            ``started_at`` where known (which of two pods of one name a run was).
 
     Returns:
         Run id → the index of its job in ``allocations`` (its ``slurm`` link names it: by
         cluster and id, or by the id alone where one side names no cluster and the id is one
-        job's); run id → its host (:func:`short_host`) for the runs that name no job; run id →
-        its GPU model. A run whose link names a job not imported is in neither: it is no
-        node's sample.
+        job's; its ``kubernetes`` link names a pod: ``NAMESPACE/POD``, the one running when
+        the run started where the name was reused); run id → (its workload, its host) for the
+        runs that name no job (the workload: its ``kubernetes_workload`` link, else ""; the
+        host: :func:`short_host`); run id → its GPU model. A run whose link names a job not
+        imported is in neither: it is no node's sample.
     """
-    by_key = {(a.cluster, a.job_id): i for i, a in enumerate(allocations)}
+    by_key = {
+        (a.cluster, a.job_id): i for i, a in enumerate(allocations) if a.source != "kubernetes"
+    }
     ids_alone: dict[str, list[int]] = defaultdict(list)
+    pods: dict[str, list[int]] = defaultdict(list)
     for i, a in enumerate(allocations):
-        ids_alone[a.job_id].append(i)
+        if a.source == "kubernetes":
+            pods[a.shown_id].append(i)
+        else:
+            ids_alone[a.job_id].append(i)
     job_of_run: dict[str, int] = {}
-    host_of_run: dict[str, str] = {}
+    host_of_run: dict[str, tuple[str, str]] = {}
     model_of_run: dict[str, str] = {}
     for r in runs:
         links = r.get("links")
-        link = links.get(SLURM_LINK) if isinstance(links, Mapping) else None
+        links = links if isinstance(links, Mapping) else {}
+        link, pod = links.get(SLURM_LINK), links.get(KUBERNETES_LINK)
         if isinstance(r.get("gpu_model"), str) and r["gpu_model"]:
             model_of_run[r["id"]] = r["gpu_model"]
         if isinstance(link, str):
@@ -165,10 +183,38 @@ def runs_of_jobs(
             if found is not None:
                 job_of_run[r["id"]] = found
             continue
+        if isinstance(pod, str):
+            found = _pod_of(allocations, pods.get(pod, []), r.get("started_at"))
+            if found is not None:
+                job_of_run[r["id"]] = found
+            continue
         host = r.get("host")
         if isinstance(host, str) and host.strip():
-            host_of_run[r["id"]] = short_host(host)
+            workload = links.get(WORKLOAD_LINK)
+            host_of_run[r["id"]] = (
+                workload if isinstance(workload, str) else "",
+                short_host(host),
+            )
     return job_of_run, host_of_run, model_of_run
+
+
+def _pod_of(allocations: Sequence[Any], cand: Sequence[int], started: Any) -> int | None:
+    """Of the pods of one name, the one a run is: the only one, else the one running when
+    the run started (None: none, or no start to tell them apart)."""
+    if len(cand) == 1:
+        return cand[0]
+    if not isinstance(started, datetime):
+        return None
+    at = [i for i in cand if allocations[i].start_at <= started <= allocations[i].until]
+    return at[0] if len(at) == 1 else None
+
+
+def workload_of(allocation: Any) -> str:
+    """A pod's workload as the ``kubernetes_workload`` link names it, ``NAMESPACE/KIND/NAME``
+    (its namespace and its ``Kind/Name``); "" for a Slurm job or a pod of no workload."""
+    if allocation.source != "kubernetes" or "/" not in allocation.name:
+        return ""
+    return f"{allocation.account}/{allocation.name}"
 
 
 def _overlap(start: np.ndarray, end: np.ndarray, minute: np.ndarray) -> np.ndarray:
@@ -216,6 +262,8 @@ class _Matched:
     idle: np.ndarray
     by_id: np.ndarray
     by_node: np.ndarray
+    scoped: np.ndarray
+    """Matched by node among its workload's runs only (a pod whose workload has runs)."""
     runs: list[set[str]]
 
 
@@ -296,7 +344,11 @@ def allocation_week(
                 end=a.end_at,
                 gpus=a.gpus,
                 gpu_model=model,
-                matched="id" if m.by_id[j] else "node" if m.by_node[j] else "",
+                matched="id"
+                if m.by_id[j]
+                else ("workload" if m.scoped[j] else "node")
+                if m.by_node[j]
+                else "",
                 runs=runs_j,
                 allocated_gpu_hours=float(held[j]) / 3600.0,
                 sampled_gpu_hours=got / 3600.0,
@@ -327,7 +379,7 @@ def _match(
     ends: np.ndarray,
     gpus: np.ndarray,
     job_of_run: Mapping[str, int],
-    host_of_run: Mapping[str, str],
+    host_of_run: Mapping[str, tuple[str, str]],
     thresholds: Thresholds,
 ) -> _Matched:
     """The jobs' sampled and idle seconds: by id, then by node and time for the others."""
@@ -337,16 +389,27 @@ def _match(
         np.zeros(n),
         np.zeros(n, dtype=bool),
         np.zeros(n, dtype=bool),
+        np.zeros(n, dtype=bool),
         [set() for _ in range(n)],
     )
-    hosts_of = [sorted({short_host(h) for h in a.hosts if h.strip()}) for a in allocations]
+    scopes = {w for w, _ in host_of_run.values() if w}
+    for j, a in enumerate(allocations):
+        out.scoped[j] = workload_of(a) in scopes
+    hosts_of = [
+        sorted(
+            {(workload_of(a) if out.scoped[j] else "", short_host(h)) for h in a.hosts if h.strip()}
+        )
+        for j, a in enumerate(allocations)
+    ]
     host_code = {h: i for i, h in enumerate(sorted({h for hs in hosts_of for h in hs}))}
     if not len(samples) or not n:
         return out
     run_codes, run_names = pd.factorize(samples["run_id"])
     names = [str(r) for r in run_names]
     link = np.array([job_of_run.get(r, -1) for r in names], dtype=np.int64)
-    host = np.array([host_code.get(host_of_run.get(r, ""), -1) for r in names], dtype=np.int64)
+    host = np.array(
+        [host_code.get(host_of_run.get(r, ("", "")), -1) for r in names], dtype=np.int64
+    )
     keep = (link[run_codes] >= 0) | (host[run_codes] >= 0)
     s = samples[keep]
     run_codes = run_codes[keep]
@@ -436,8 +499,8 @@ def _match(
 def _node_runs(
     out: _Matched,
     *,
-    hosts_of: Sequence[Sequence[str]],
-    host_code: Mapping[str, int],
+    hosts_of: Sequence[Sequence[tuple[str, str]]],
+    host_code: Mapping[tuple[str, str], int],
     host: np.ndarray,
     run: np.ndarray,
     minute: np.ndarray,

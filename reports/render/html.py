@@ -433,9 +433,26 @@ def report_context(
     }
 
 
+MATCHED = {"id": "by job id", "node": "by node and time", "workload": "by workload and node"}
+"""How a job's samples were found (:attr:`reports.kpi.allocations.JobLine.matched`), in words."""
+
+
+def schedulers(a: Any) -> tuple[str, str, str]:
+    """Who allocated and what to, in words, by the sources of the week's jobs: ("Slurm",
+    "job", "jobs"), ("Kubernetes", "pod", "pods"), both, or either where the week has none."""
+    sources = {j.source for j in a.jobs}
+    if sources == {"kubernetes"}:
+        return "Kubernetes", "pod", "pods"
+    if "kubernetes" in sources:
+        return "Slurm and Kubernetes", "job or pod", "jobs and pods"
+    if not sources:
+        return "Slurm or Kubernetes", "job or pod", "jobs or pods"
+    return "Slurm", "job", "jobs"
+
+
 def _allocations(k: WeekKpis) -> dict[str, Any] | None:
-    """The Slurm section: the week's jobs together, and those with the most idle and
-    unsampled dollars; None when no job was ever imported."""
+    """The scheduler section: the week's jobs and pods together, and those with the most idle
+    and unsampled dollars; None when none was ever imported."""
     a = k.allocations
     if a is None:
         return None
@@ -458,13 +475,15 @@ def _allocations(k: WeekKpis) -> dict[str, Any] | None:
                     None if j.price_per_gpu_hour is None else j.unused_usd,
                     j.idle_gpu_hours + j.no_samples_gpu_hours,
                 ),
-                "matched": {"id": "by job id", "node": "by node and time"}.get(
-                    j.matched, "no samples"
-                ),
+                "matched": MATCHED.get(j.matched, "no samples"),
             }
         )
     unpriced = a.unpriced_gpu_hours
+    who, one, many = schedulers(a)
     return {
+        "who": who,
+        "one": one,
+        "many": many,
         "jobs": len(a.jobs),
         "allocated": fmt_hours(a.total("allocated_gpu_hours")),
         "allocated_usd": fmt_usd(a.total_usd("allocated_usd")),

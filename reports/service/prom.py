@@ -49,8 +49,9 @@ class PromMetric:
     """Where the value comes from: ``week`` (the last complete week's headline), ``team``
     (its per-team breakdown), ``week_to_date`` (the current week's headline so far),
     ``weekly`` (the headline of each of the last 12 complete weeks, from the report's trend),
-    ``slurm`` (the last complete week's Slurm section: :class:`reports.kpi.AllocationWeek`'s
-    totals; none until jobs are imported) or ``service`` (counted by the service itself)."""
+    ``scheduler`` (the last complete week's Slurm jobs and Kubernetes pods, per source:
+    :class:`reports.kpi.AllocationWeek`'s totals; none until jobs are imported) or
+    ``service`` (counted by the service itself)."""
     field: str = ""
     """The :class:`reports.kpi.Headline` field or team-breakdown column shown."""
     scale: float = 1.0
@@ -58,6 +59,7 @@ class PromMetric:
 
 
 _WEEK = ("week", "basis")
+_SCHEDULER = (*_WEEK, "scheduler")
 _TEAM = ("week", "basis", "team")
 _UTIL = (
     "GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
@@ -228,46 +230,48 @@ METRICS: tuple[PromMetric, ...] = (
         f"{_IDLE}; each of the last 12 complete weeks",
         _WEEK,
     ),
-    # the last complete week's Slurm jobs against their samples (gpu-kpi import slurm)
+    # the last complete week's Slurm jobs and Kubernetes pods against their samples (gpu-kpi
+    # import slurm, import kubernetes), per scheduler
     _gauge(
-        "gpu_kpi_week_slurm_allocated_gpu_seconds",
-        "slurm",
+        "gpu_kpi_week_scheduler_allocated_gpu_seconds",
+        "scheduler",
         "allocated_gpu_hours",
-        f"{_GPU_S} Slurm allocated to jobs in the last complete week",
-        _WEEK,
-        scale=S_PER_HOUR,
-    ),
-    _gauge(
-        "gpu_kpi_week_slurm_idle_gpu_seconds",
-        "slurm",
-        "idle_gpu_hours",
-        f"{_GPU_S} allocated to Slurm jobs whose samples the idle rule calls idle, last "
+        f"{_GPU_S} the scheduler (slurm, kubernetes) allocated to jobs or pods in the last "
         "complete week",
-        _WEEK,
+        _SCHEDULER,
         scale=S_PER_HOUR,
     ),
     _gauge(
-        "gpu_kpi_week_slurm_unsampled_gpu_seconds",
-        "slurm",
+        "gpu_kpi_week_scheduler_idle_gpu_seconds",
+        "scheduler",
+        "idle_gpu_hours",
+        f"{_GPU_S} allocated to jobs or pods whose samples the idle rule calls idle, last "
+        "complete week",
+        _SCHEDULER,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_scheduler_unsampled_gpu_seconds",
+        "scheduler",
         "no_samples_gpu_hours",
-        f"{_GPU_S} allocated to Slurm jobs that no minute sample covers (nobody measured "
+        f"{_GPU_S} allocated to jobs or pods that no minute sample covers (nobody measured "
         "them), last complete week",
-        _WEEK,
+        _SCHEDULER,
         scale=S_PER_HOUR,
     ),
     _gauge(
-        "gpu_kpi_week_slurm_idle_usd",
-        "slurm",
+        "gpu_kpi_week_scheduler_idle_usd",
+        "scheduler",
         "idle_usd",
-        "cost (USD) of the Slurm-allocated GPU-time that sat idle, last complete week",
-        _WEEK,
+        "cost (USD) of the allocated GPU-time that sat idle, last complete week",
+        _SCHEDULER,
     ),
     _gauge(
-        "gpu_kpi_week_slurm_unsampled_usd",
-        "slurm",
+        "gpu_kpi_week_scheduler_unsampled_usd",
+        "scheduler",
         "no_samples_usd",
-        "cost (USD) of the Slurm-allocated GPU-time with no samples, last complete week",
-        _WEEK,
+        "cost (USD) of the allocated GPU-time with no samples, last complete week",
+        _SCHEDULER,
     ),
     # the service itself
     PromMetric(
@@ -334,10 +338,10 @@ def kpi_samples(
                 (label_of(week_to_date.week), week_to_date.basis),
                 getattr(week_to_date.headline, m.field),
             )
-        elif m.scope == "slurm" and history is not None and history.allocations is not None:
-            a = history.allocations
-            total = a.total_usd(m.field) if m.field.endswith("_usd") else a.total(m.field)
-            add(m, (label_of(history.week), history.basis), total)
+        elif m.scope == "scheduler" and history is not None and history.allocations is not None:
+            for source, a in history.allocations.by_source().items():
+                total = a.total_usd(m.field) if m.field.endswith("_usd") else a.total(m.field)
+                add(m, (label_of(history.week), history.basis, source), total)
         elif m.scope == "weekly" and history is not None:
             rows = history.trend.to_dict("records")
             first = next((i for i, r in enumerate(rows) if r["gpu_hours"]), len(rows))

@@ -270,14 +270,14 @@ def test_the_weeks_slurm_gauges(store_url: str, tmp_path: Path) -> None:
     assert gpu_kpi("import", "slurm", str(saved), env={"GPU_KPI_STORE": store_url}).returncode == 0
     c = compute(store_url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 2, tzinfo=UTC))
     s = kpi_samples(c.kpis, None, c.kpis)
-    week = ("2026-W48", "util")
-    got = {name: dict(s[name])[week] for name in s if name.startswith("gpu_kpi_week_slurm_")}
+    week = ("2026-W48", "util", "slurm")
+    got = {name: dict(s[name])[week] for name in s if name.startswith("gpu_kpi_week_scheduler_")}
     assert got == pytest.approx(
         {
-            "gpu_kpi_week_slurm_allocated_gpu_seconds": 11 * 3600,
-            "gpu_kpi_week_slurm_idle_gpu_seconds": 3 * 3600,
-            "gpu_kpi_week_slurm_unsampled_gpu_seconds": 4 * 3600,
-            "gpu_kpi_week_slurm_idle_usd": 3 * 3.85,
-            "gpu_kpi_week_slurm_unsampled_usd": 4 * 3.85,
+            "gpu_kpi_week_scheduler_allocated_gpu_seconds": 11 * 3600,
+            "gpu_kpi_week_scheduler_idle_gpu_seconds": 3 * 3600,
+            "gpu_kpi_week_scheduler_unsampled_gpu_seconds": 4 * 3600,
+            "gpu_kpi_week_scheduler_idle_usd": 3 * 3.85,
+            "gpu_kpi_week_scheduler_unsampled_usd": 4 * 3.85,
         }
     )

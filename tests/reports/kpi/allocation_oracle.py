@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from reports.kpi.allocations import runs_of_jobs, short_host
+from reports.kpi.allocations import runs_of_jobs, short_host, workload_of
 from tracker.cost import Thresholds, idle_flags
 
 
@@ -53,10 +53,13 @@ def oracle(
     job_cov: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     job_idle: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     job_runs: dict[int, set[str]] = defaultdict(set)
-    host_cov: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    host_idle: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    host_rows: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    host_runs: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    # a host is (the workload of the runs, the host): a pod whose workload has runs takes
+    # only theirs, every other job the runs' that name no workload
+    Host = tuple[str, str]
+    host_cov: dict[Host, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    host_idle: dict[Host, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    host_rows: dict[Host, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    host_runs: dict[Host, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
     for (run_id, _gpu), got in series.items():
         got.sort()
         flags = idle_flags(
@@ -87,9 +90,19 @@ def oracle(
         )
         for a in allocations
     ]
-    hosts = [sorted({short_host(h) for h in a.hosts if h.strip()}) for a in allocations]
+    scopes = {w for w, _ in host_of_run.values() if w}
+    hosts = [
+        sorted(
+            {
+                (workload_of(a) if workload_of(a) in scopes else "", short_host(h))
+                for h in a.hosts
+                if h.strip()
+            }
+        )
+        for a in allocations
+    ]
     # every job's GPUs on each host in each minute: a share's denominator
-    on_host: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    on_host: dict[Host, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     for j, a in enumerate(allocations):
         if a.gpus > 0 and hosts[j]:
             for h in hosts[j]:
@@ -119,6 +132,7 @@ def oracle(
                 got = held
             sampled += got
             idle += got_idle
-        matched = "id" if by_id else "node" if sampled > 0 else ""
+        scoped = any(w for w, _ in hosts[j])
+        matched = "id" if by_id else ("workload" if scoped else "node") if sampled > 0 else ""
         out[a.job_id] = (matched, tuple(sorted(their)) if matched else (), allocated, sampled, idle)
     return out

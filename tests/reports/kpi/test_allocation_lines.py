@@ -237,6 +237,7 @@ def test_matching_in_arrays_agrees_with_the_plain_oracle() -> None:
                                     util,
                                 )
                             )
+        _pods(random.Random(1000 + seed), jobs, runs, rows, base)
         window = rng.choice((1, 5, 30))
         t = Thresholds(idle_window_min=window)
         # a week, or a span of odd seconds (one job's: gpu-kpi job)
@@ -260,6 +261,59 @@ def test_matching_in_arrays_agrees_with_the_plain_oracle() -> None:
                 line.job_id,
             )
             assert line.idle_gpu_hours * 3600 == pytest.approx(idle, abs=1e-6), (seed, line.job_id)
+
+
+def _pods(
+    rng: random.Random,
+    jobs: list[Allocation],
+    runs: list[dict[str, object]],
+    rows: list[tuple[object, ...]],
+    base: datetime,
+) -> None:
+    """Kubernetes pods beside the jobs: some of workloads w0/w1 (whose DCGM runs on a node
+    are theirs alone), some tracked (their ``kubernetes`` link), some of no workload."""
+    for k in range(rng.randint(0, 6)):
+        start = base + timedelta(seconds=rng.randint(0, 5 * 3600))
+        jobs.append(
+            job(
+                f"uid-{k}",
+                rng.randint(1, 2),
+                start,
+                start + timedelta(seconds=rng.randint(60, 3 * 3600)),
+                (rng.choice(["n1", "n2"]),),
+                source="kubernetes",
+                cluster="",
+                shown_id=f"ns/pod-{k}",
+                name=rng.choice(("Job/w0", "Job/w1", f"pod-{k}")),
+                account="ns",
+            )
+        )
+    pods = [j for j in jobs if j.source == "kubernetes"]
+    for w in ("w0", "w1"):
+        for h in ("n1", "n2"):
+            if rng.random() < 0.5:
+                run_id = f"dcgm-{w}-{h}"
+                links = {"kubernetes_workload": f"ns/Job/{w}"}
+                runs.append({"id": run_id, "host": h, "links": links, "gpu_model": "H100"})
+                for g in range(rng.randint(1, 2)):
+                    rows += [
+                        (run_id, f"{run_id}g{g}", base + timedelta(minutes=i), 60.0, util)
+                        for i in range(rng.randint(30, 6 * 60))
+                        if (util := rng.choice((0.0, 0.0, 80.0))) is not None
+                    ]
+    for r, p in enumerate(pods):
+        if rng.random() < 0.3:
+            run_id = f"pod-run-{r}"
+            runs.append(
+                {
+                    "id": run_id,
+                    "host": f"pod-{r}",
+                    "links": {"kubernetes": p.shown_id},
+                    "gpu_model": None,
+                }
+            )
+            t = p.start_at.replace(second=0)
+            rows += [(run_id, "g0", t + timedelta(minutes=i), 60.0, 40.0) for i in range(30)]
 
 
 def test_hosts_match_on_their_first_label() -> None:

@@ -1,0 +1,326 @@
+"""``gpu-kpi import kubernetes URL --since --until``: the GPUs Kubernetes pods held, from
+kube-state-metrics in Prometheus, into the store's allocations
+(:mod:`reports.data.allocations`), one per pod, for the report's join with the minute samples
+(dcgm-exporter's, imported with ``gpu-kpi import prometheus``, and tracked runs').
+
+A pod holds GPUs while it is ``Running`` (``kube_pod_status_phase``) with a GPU request
+(``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``, summed over its
+containers; the device plugin's GPUs are whole, requests equal limits) on a node (the
+request's ``node`` label). Both are read with one range query a chunk of minutes at a time, the phase by
+``last_over_time`` over the 59 s before each whole minute (no staleness lookback; 59, not 60:
+Prometheus 2 counts a scrape at the window's start, 3 does not, and a scrape on the minute
+must not count in two), so a point says the pod held its GPUs in that minute. As with the DCGM import, the
+first point covers nothing: a pod's span is from its first point to its last, to the minute.
+Several kube-state-metrics replicas (the same series from each) count once.
+
+Per pod: ``NAMESPACE/POD`` (its id in the report; the tracker's ``kubernetes`` link), its
+``uid`` (the row's key: a StatefulSet's pod of the same name later is another), its workload
+(``kube_pod_owner`` followed to the Deployment or JobSet, as the DCGM import does: the run's
+``kubernetes_workload`` link), its team (a pod label given with ``--map team=LABEL``, else the
+namespace, through ``--account-team NAMESPACE=TEAM``), and its GPU model where the node's
+``nvidia.com/gpu.product`` label is exported (``kube_node_labels``; else the model its
+samples saw). A pod still running at the end of the range counts up to its last point;
+importing the next range extends the same row (its start kept), so weekly imports join.
+
+Behind a scrape that does not honour kube-state-metrics' labels, the objects' arrive as
+``exported_namespace``/``exported_pod``/``exported_container``: these are read. A ``cluster``
+label (Thanos, Mimir) names the cluster; else ``--cluster``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from reports.errors import ImportFailed
+from reports.imports.prom import (
+    STEP_S,
+    Owners,
+    _get,
+    _series,
+    _TooLarge,
+    chunks,
+    learn_owners,
+    server,
+)
+from reports.imports.slurm import Unreadable
+from reports.imports.slurm_jobs import MAX_GPUS
+from tracker.prices import canonical_gpu
+
+if TYPE_CHECKING:
+    from reports.data.allocations import Allocation
+    from tracker.store import RunStore
+
+SOURCE = "kubernetes"
+RESOURCE = "nvidia_com_gpu"
+"""``nvidia.com/gpu`` as kube-state-metrics writes a resource name (``[^a-zA-Z0-9_]`` → ``_``)."""
+CHUNK_POINTS = 720
+"""Minutes per range query (12 hours: one series per pod, a few points each)."""
+PRODUCT_LABEL = "label_nvidia_com_gpu_product"
+"""GPU feature discovery's ``nvidia.com/gpu.product`` node label, as kube_node_labels has it
+where ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product]`` lets it through."""
+_LABEL = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _objects(expr: str, *labels: str) -> str:
+    """``expr`` with the object's labels that arrived as ``exported_*`` under their names."""
+    for k in labels:
+        expr = f'label_replace({expr}, "{k}", "$1", "exported_{k}", "(.+)")'
+    return expr
+
+
+def pods_query(resource: str = RESOURCE) -> str:
+    """PromQL: per running pod with a request of ``resource`` on a node, the units it asked for
+    (each container's request once, however many kube-state-metrics replicas report it)."""
+    requests = _objects(
+        f'max_over_time(kube_pod_container_resource_requests{{resource="{resource}",'
+        'node!=""}[5m])',
+        "namespace",
+        "pod",
+        "container",
+    )
+    running = _objects(
+        f'last_over_time(kube_pod_status_phase{{phase="Running"}}[{STEP_S - 1}s])',
+        "namespace",
+        "pod",
+    )
+    return (
+        "sum by (cluster, namespace, pod, uid, node) ("
+        f"max by (cluster, namespace, pod, uid, node, container) ({requests})"
+        ") * on (namespace, pod, uid) group_left () "
+        f"(max by (namespace, pod, uid) ({running}) == 1)"
+    )
+
+
+def label_name(key: str) -> str:
+    """A pod label's key as kube_pod_labels names it: ``team`` → ``label_team``,
+    ``app.kubernetes.io/part-of`` → ``label_app_kubernetes_io_part_of``."""
+    return _LABEL.sub("_", key if key.startswith("label_") else "label_" + key)
+
+
+@dataclass
+class _Pod:
+    cluster: str
+    namespace: str
+    pod: str
+    uid: str
+    node: str
+    gpus: float
+    first: float
+    last: float
+
+
+@dataclass
+class KubeImported:
+    """What ``gpu-kpi import kubernetes`` found and wrote."""
+
+    jobs: list[Allocation] = field(default_factory=list)
+    unreadable: list[Unreadable] = field(default_factory=list)
+    """Pods left out, each named with why."""
+    short: int = 0
+    """Pods seen at one minute only (no span)."""
+    extended: int = 0
+    """Pods an earlier import had, now with a later end."""
+
+
+def read_kubernetes(
+    url: str,
+    *,
+    since: datetime,
+    until: datetime,
+    cluster: str = "",
+    teams: Mapping[str, str] | None = None,
+    team_label: str = "",
+    user_label: str = "",
+    now: datetime,
+) -> KubeImported:
+    """The pods that held GPUs in ``[since, until]``, as allocations (nothing written).
+
+    Args:
+        url: The Prometheus base URL (its token from ``GPU_KPI_PROMETHEUS_TOKEN``).
+        since: The range's start (timezone-aware).
+        until: Its end (timezone-aware).
+        cluster: The cluster of pods whose series name none.
+        teams: Namespace → team (a namespace not in it is its own team), where no pod label
+            names the team.
+        team_label: The pod label naming the team (``team``), or "".
+        user_label: The pod label naming the user, or "".
+        now: The time of the import: a pod at the last minute of a range that reaches it is
+            running.
+
+    Raises:
+        ImportFailed: Prometheus unreachable, refusing a query or answering something else
+            (nothing is read).
+    """
+    from reports.data.allocations import Allocation
+
+    url, token = server(url)
+    start, end = since.timestamp(), until.timestamp()
+    pods: dict[tuple[str, str], _Pod] = {}
+    owners = Owners()
+    products: dict[str, str] = {}
+    wanted = {label_name(x) for x in (team_label, user_label) if x}
+    labels: dict[tuple[str, str, str], dict[str, str]] = {}
+    out = KubeImported()
+    last_minute = math.floor(end / STEP_S) * STEP_S
+    pending = list(reversed(list(chunks(start, end, points=CHUNK_POINTS))))
+    while pending:
+        first, last = pending.pop()
+        try:
+            answer = _get(
+                url,
+                {
+                    "query": pods_query(),
+                    "start": f"{first:.0f}",
+                    "end": f"{last:.0f}",
+                    "step": f"{STEP_S}s",
+                },
+                token,
+            )
+        except _TooLarge as e:
+            if last - first < STEP_S:
+                raise ImportFailed(f"{e}, for one minute: too many pods") from None
+            middle = first + (last - first) // (2 * STEP_S) * STEP_S
+            pending += [(middle + STEP_S, last), (first, middle)]
+            continue
+        for series in answer:
+            metric, values = _series(url, series)
+            _add(pods, metric, values, cluster=cluster, first=first, last=last, out=out)
+        learn_owners(url, token, owners, first, last)
+        span = f"[{last - first + STEP_S:.0f}s]"
+        nodes = (
+            f"max by (node, {PRODUCT_LABEL}) "
+            f"(last_over_time(kube_node_labels{{{PRODUCT_LABEL}!=''}}{span}))"
+        )
+        for series in _get(url, _at(nodes, last), token):
+            metric = _series(url, series)[0]
+            products[metric.get("node", "")] = metric.get(PRODUCT_LABEL, "")
+        for key in sorted(wanted):
+            query = _objects(
+                f"last_over_time(kube_pod_labels{{{key}!=''}}{span})", "namespace", "pod"
+            )
+            for series in _get(
+                url, _at(f"max by (namespace, pod, uid, {key}) ({query})", last), token
+            ):
+                metric = _series(url, series)[0]
+                ids = (metric.get("namespace", ""), metric.get("pod", ""), metric.get("uid", ""))
+                labels.setdefault(ids, {})[key] = metric.get(key, "")
+    seen_at = min(now, until)
+    for p in sorted(pods.values(), key=lambda p: (p.first, p.namespace, p.pod)):
+        if p.last <= p.first:
+            out.short += 1
+            continue
+        running = p.last >= last_minute
+        workload = owners.workload(p.namespace, p.pod)
+        own = labels.get((p.namespace, p.pod, p.uid), {})
+        team = own.get(label_name(team_label), "") if team_label else ""
+        model = products.get(p.node, "")
+        out.jobs.append(
+            Allocation(
+                source=SOURCE,
+                cluster=p.cluster,
+                job_id=p.uid or f"{p.namespace}/{p.pod}",
+                shown_id=f"{p.namespace}/{p.pod}",
+                name=f"{workload[1]}/{workload[2]}" if workload else p.pod,
+                user=own.get(label_name(user_label), "") if user_label else "",
+                account=p.namespace,
+                team=team or (teams or {}).get(p.namespace, p.namespace),
+                partition="",
+                state="Running" if running else "Ended",
+                start_at=datetime.fromtimestamp(p.first, UTC),
+                end_at=None if running else datetime.fromtimestamp(p.last, UTC),
+                seen_at=max(datetime.fromtimestamp(p.last, UTC), seen_at)
+                if running
+                else datetime.fromtimestamp(p.last, UTC),
+                gpus=int(p.gpus),
+                gpu_model=canonical_gpu(model) if model else None,
+                hosts=(p.node,),
+            )
+        )
+    return out
+
+
+def _at(query: str, t: float) -> dict[str, str]:
+    """A range query of one point: the instant ``t``."""
+    return {"query": query, "start": f"{t:.0f}", "end": f"{t:.0f}", "step": f"{STEP_S}s"}
+
+
+def _add(
+    pods: dict[tuple[str, str], _Pod],
+    metric: dict[str, str],
+    values: list[tuple[float, object]],
+    *,
+    cluster: str,
+    first: float,
+    last: float,
+    out: KubeImported,
+) -> None:
+    """One pod's points of a chunk into ``pods`` (a pod with a request that is no GPU count
+    into ``out.unreadable``)."""
+    namespace, pod, uid = (metric.get(k, "") for k in ("namespace", "pod", "uid"))
+    name = f"{namespace}/{pod}"
+    times = [t for t, _ in values if first <= t <= last]
+    if not namespace or not pod or not times:
+        return
+    counts = [_count(v) for t, v in values if first <= t <= last]
+    bad = next((str(v) for t, v in values if first <= t <= last and _count(v) is None), None)
+    if bad is not None:
+        out.unreadable.append(
+            Unreadable(f"pod {name}", f"a GPU request of {bad[:40]!r}: not a count of GPUs")
+        )
+        return
+    gpus = max(c for c in counts if c is not None)
+    if gpus == 0:
+        return
+    key = (metric.get("cluster") or cluster, uid or name)
+    have = pods.get(key)
+    if have is None:
+        pods[key] = _Pod(
+            key[0], namespace, pod, uid, metric.get("node", ""), gpus, min(times), max(times)
+        )
+        return
+    have.gpus = max(have.gpus, gpus)
+    have.first, have.last = min(have.first, *times), max(have.last, *times)
+
+
+def _count(value: object) -> float | None:
+    """A request's value as a whole count of GPUs (0 to :data:`MAX_GPUS`), else None."""
+    try:
+        x = float(str(value))
+    except ValueError:
+        return None
+    return x if math.isfinite(x) and x == int(x) and 0 <= x <= MAX_GPUS else None
+
+
+def write_pods(store: RunStore, done: KubeImported) -> KubeImported:
+    """The pods into the store in one transaction; a pod an earlier import already has keeps
+    its start and takes the later end (a pod running across two ranges is one allocation).
+
+    Args:
+        store: The run store (the table made when missing).
+        done: What :func:`read_kubernetes` found.
+
+    Returns:
+        ``done`` with the merged allocations and how many were extended.
+    """
+    from reports.data.allocations import allocations_keyed, write_allocations
+
+    earlier = allocations_keyed(store, SOURCE, [(a.cluster, a.job_id) for a in done.jobs])
+    merged = []
+    extended = 0
+    for new in done.jobs:
+        old = earlier.get((new.cluster, new.job_id))
+        if old is None:
+            merged.append(new)
+            continue
+        extended += new.until > old.until
+        latest = new if new.until >= old.until else old
+        merged.append(
+            replace(latest, start_at=min(old.start_at, new.start_at), gpus=max(new.gpus, old.gpus))
+        )
+    write_allocations(store, merged)
+    return replace(done, jobs=merged, extended=extended)
