@@ -150,6 +150,7 @@ DEFINITIONS = {
 
 MAX_JSON_RUNS = 1_000
 JOB_FIELDS = (
+    "source",
     "cluster",
     "job_id",
     "shown_id",
@@ -174,8 +175,9 @@ JOB_FIELDS = (
     "idle_usd",
     "no_samples_usd",
 )
-"""A Slurm job's week (:class:`reports.kpi.allocations.JobLine`): ``matched`` ``id``, ``node``
-or empty; ``runs`` the run ids whose samples it took; dollars null where unpriced."""
+"""A Slurm job's or Kubernetes pod's week (:class:`reports.kpi.allocations.JobLine`):
+``source`` ``slurm`` or ``kubernetes``; ``matched`` ``id``, ``node``, ``workload`` or empty;
+``runs`` the run ids whose samples it took; dollars null where unpriced."""
 ALLOCATION_TOTALS = (
     "jobs",
     "allocated_gpu_hours",

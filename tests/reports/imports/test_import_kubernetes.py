@@ -55,7 +55,7 @@ def pod(
     uid: str,
     *,
     node: str,
-    gpus: int,
+    gpus: float,
     running: tuple[datetime, datetime],
     owner: tuple[str, str] | None = None,
     labels: dict[str, str] | None = None,
@@ -164,6 +164,7 @@ def cluster() -> list[Sample]:
     - D web/serve-7d9f-aa (ReplicaSet serve-7d9f of Deployment serve), scraped without
       honorLabels: 1 GPU on gpu-node-1 10–11; DCGM: its GPU 2 at 50%.
     - E ml/queued: asks for a GPU, Pending on no node. GPU 3 of gpu-node-1: no pod, 0%.
+    - F ml/odd: a request of 0.5 GPU (no device plugin's: bad data, skipped and named).
     """
     ten_to_noon, ten_to_eleven = (TEN, NOON), (TEN, ELEVEN)
     series = [
@@ -212,6 +213,7 @@ def cluster() -> list[Sample]:
             until=ELEVEN,
         ),
         *pod(KSM, "ml", "queued", "uid-e", node="", gpus=1, running=(NOON, NOON)),
+        *pod(KSM, "ml", "odd", "uid-f", node="gpu-node-2", gpus=0.5, running=ten_to_eleven),
         *dcgm("gpu-node-1", 0, util=80, start=TEN, end=NOON, pod="train-llm-0-x1", namespace="nlp"),
         *dcgm("gpu-node-1", 1, util=0, start=TEN, end=NOON, pod="train-llm-0-x1", namespace="nlp"),
         *dcgm(
@@ -318,6 +320,7 @@ def test_pods_in_the_weekly_report_by_hand(
     out = _import(store_url, prometheus, "2026-11-23T09:00", "2026-11-23T13:00", capsys)
     # A 2 × 2 h, B, C, D 1 × 1 h: E never ran, the CPU requests are no GPUs
     assert "imported 4 Kubernetes pod(s) holding 7.0 GPU-h" in out
+    assert "skipped pod ml/odd: a GPU request of '0.5': not a count of GPUs" in out
     assert (
         main(["report", "--week", "2026-W48", "--format", "json,html", "--out", str(tmp_path)]) == 0
     )
@@ -409,3 +412,37 @@ def test_the_query_and_label_names() -> None:
     assert label_name("app.kubernetes.io/part-of") == "label_app_kubernetes_io_part_of"
     assert label_name('label_x"}) or vector(1') == "label_x____or_vector_1"
     assert 'resource="nvidia_com_gpu"' in pods_query()
+
+
+def _from_nowhere(store: str, *args: str) -> int:
+    return main(["import", "kubernetes", "http://127.0.0.1:9", *args, "--store", store])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--since", "2026-W48"], "this import needs --until"),
+        (["--since", "2026-W49", "--until", "2026-W48"], "is not before --until"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--map", "run=pod"], "team=LABEL"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--map", 'team=x"}'], "team=LABEL"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--tz", "UTC"], "kubernetes takes"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--cluster", "a/b"], "without /"),
+        (["--since", "2026-W48", "--until", "2026-W49", "--account-team", "x"], "ACCOUNT=TEAM"),
+        (["--since", "2026-W48", "--until", "2026-W49"], "cannot reach Prometheus"),
+    ],
+)
+def test_bad_options_and_a_server_down_are_one_line_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert _from_nowhere(store, *args) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "runs.db").exists() or not _has_table(store)
+
+
+def _has_table(store: str) -> bool:
+    from reports.data.allocations import has_allocations
+
+    with RunStore(store) as s:
+        return has_allocations(s)
