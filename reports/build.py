@@ -177,7 +177,7 @@ def _compute(
     _keep_weeks(store, req, marks, k, fresh, now=now)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
-    k = dataclasses.replace(k, allocations=_allocations(store, req, runs, start, now=now))
+    k = dataclasses.replace(k, allocations=allocations_of_week(store, req, runs, start, now=now))
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     if shift_week(start, req.tz, 1) > now:
@@ -191,7 +191,7 @@ def _compute(
     )
 
 
-def _allocations(
+def allocations_of_week(
     store: RunStore, req: Request, runs: pd.DataFrame, start: datetime, *, now: datetime
 ) -> kpis.AllocationWeek | None:
     """The week's Slurm jobs and Kubernetes pods against the runs' samples

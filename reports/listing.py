@@ -266,13 +266,16 @@ MAX_WEEKS = 520
 
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
-    from reports.build import week_kpis
+    import dataclasses
+
+    from reports.build import allocations_of_week, week_kpis
     from reports.data.gputime import week_gpu_time
     from reports.errors import UsageError
-    from reports.kpi.chargeback import COLUMNS, chargeback_rows
+    from reports.kpi.chargeback import ALLOCATION_COLUMNS, COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
     from reports.request import Request, resolve_week
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
+    from tracker.store import RunStore
 
     section = _report_section(args)  # the report's own time zone and basis, as in report
     args.tz = args.tz or section.get("timezone", "UTC")
@@ -299,13 +302,19 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
         thresholds=req.thresholds,
         now=now,
     )
-    rows = [
-        row
-        for start in weeks
-        for row in chargeback_rows(week_kpis(req, runs, gt, start, trend_weeks=1), label_of(start))
-    ]
+    rows = []
+    weeks_kpis = []
+    with RunStore(settings.store) as store:
+        for start in weeks:
+            k = week_kpis(req, runs, gt, start, trend_weeks=1)
+            k = dataclasses.replace(
+                k, allocations=allocations_of_week(store, req, runs, start, now=now)
+            )
+            weeks_kpis.append(k)
+            rows += chargeback_rows(k, label_of(start))
     text = io.StringIO(newline="")
-    writer = csv.DictWriter(text, fieldnames=list(COLUMNS))
+    allocated = any(k.allocations is not None for k in weeks_kpis)
+    writer = csv.DictWriter(text, fieldnames=[*COLUMNS, *(ALLOCATION_COLUMNS if allocated else ())])
     writer.writeheader()
     for row in rows:  # a team named "=cmd|..." stays text in a spreadsheet
         writer.writerow({k: safe_cell(v) if isinstance(v, str) else v for k, v in row.items()})
@@ -327,7 +336,9 @@ def add_chargeback_command(add: Callable[..., argparse.ArgumentParser]) -> None:
         "chargeback",
         cmd_chargeback,
         "a CSV for finance: GPU-hours, spend, waste and idle "
-        "per (week, team, project, GPU model), as the weekly report counts them",
+        "per (week, team, project, GPU model), as the weekly report counts them; with Slurm "
+        "jobs or Kubernetes pods imported, each team's allocated dollars split into "
+        "productive, allocated-idle and allocated with no samples",
     )
     cb.add_argument("--since", required=True, metavar="YYYY-Www", help="the first week")
     cb.add_argument(

@@ -91,10 +91,39 @@ class JobLine:
         return self.usd(self.no_samples_gpu_hours)
 
     @property
+    def productive_gpu_hours(self) -> float:
+        """Allocated, sampled and not idle: the GPU-time that did something."""
+        return max(0.0, self.sampled_gpu_hours - self.idle_gpu_hours)
+
+    @property
+    def productive_usd(self) -> float | None:
+        return self.usd(self.productive_gpu_hours)
+
+    @property
     def unused_usd(self) -> float:
         """Dollars allocated and idle or with no samples (0 when unpriced): the order of the
         report's list."""
         return (self.idle_usd or 0.0) + (self.no_samples_usd or 0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamAllocation:
+    """A team's allocated GPU-time of a week, split by what its samples said: the chargeback
+    of a scheduler-run fleet (a team pays for what it held)."""
+
+    team: str
+    jobs: int
+    allocated_gpu_hours: float
+    productive_gpu_hours: float
+    """Sampled and not idle."""
+    idle_gpu_hours: float
+    no_samples_gpu_hours: float
+    allocated_usd: float
+    """Of priced jobs: ``productive_usd + idle_usd + no_samples_usd``."""
+    productive_usd: float
+    idle_usd: float
+    no_samples_usd: float
+    unpriced_gpu_hours: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +147,34 @@ class AllocationWeek:
     @property
     def unpriced_gpu_hours(self) -> float:
         return math.fsum(j.allocated_gpu_hours for j in self.jobs if j.price_per_gpu_hour is None)
+
+    def by_team(self) -> tuple[TeamAllocation, ...]:
+        """The week's allocated spend per team, split into productive, allocated-idle and
+        allocated with no samples (their dollars add up to the allocated), most allocated
+        dollars first."""
+        teams: dict[str, list[JobLine]] = defaultdict(list)
+        for j in self.jobs:
+            teams[j.team].append(j)
+        out = []
+        for team, jobs in teams.items():
+            week = AllocationWeek(jobs=tuple(jobs))
+            out.append(
+                TeamAllocation(
+                    team=team,
+                    jobs=len(jobs),
+                    allocated_gpu_hours=week.total("allocated_gpu_hours"),
+                    productive_gpu_hours=week.total("productive_gpu_hours"),
+                    idle_gpu_hours=week.total("idle_gpu_hours"),
+                    no_samples_gpu_hours=week.total("no_samples_gpu_hours"),
+                    allocated_usd=week.total_usd("allocated_usd"),
+                    productive_usd=week.total_usd("productive_usd"),
+                    idle_usd=week.total_usd("idle_usd"),
+                    no_samples_usd=week.total_usd("no_samples_usd"),
+                    unpriced_gpu_hours=week.unpriced_gpu_hours,
+                )
+            )
+        out.sort(key=lambda t: (-t.allocated_usd, -t.allocated_gpu_hours, t.team))
+        return tuple(out)
 
     def by_source(self) -> dict[str, AllocationWeek]:
         """The week per scheduler (``slurm``, ``kubernetes``), those with jobs in it."""

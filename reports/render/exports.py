@@ -21,10 +21,12 @@ spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), 
 ``complete``, ``spend_usd``, ``budget_usd``, ``used_pct``, ``forecast_usd`` and
 ``forecast_pct`` (the period's end at the rate so far; null before a day has passed),
 ``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``, ``spend_usd``)),
-``allocations`` (null when no Slurm job was ever imported; else ``totals``
+``allocations`` (null when no Slurm job or Kubernetes pod was ever imported; else ``totals``
 (:data:`ALLOCATION_TOTALS`), ``jobs_count``, ``jobs`` (:data:`JOB_FIELDS`, the
-:data:`MAX_JSON_RUNS` with the most idle and unsampled dollars) and ``skipped``: the week's
-Slurm jobs against the samples that say what their GPUs did, :mod:`reports.kpi.allocations`).
+:data:`MAX_JSON_RUNS` with the most idle and unsampled dollars), ``by_team``
+(:data:`TEAM_ALLOCATION_FIELDS`: each team's allocated spend split into productive,
+allocated-idle and allocated with no samples) and ``skipped``: the week's jobs and pods against
+the samples that say what their GPUs did, :mod:`reports.kpi.allocations`).
 Unknown values are ``null``, as is a figure past a float's range (a sum of absurd but finite
 stored figures); bytes are written as text (UTF-8, a bad byte replaced) and a value of a type
 no field should have as its ``str``: writing the JSON never fails on a value.
@@ -34,8 +36,9 @@ CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
 ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
-0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`) or ``job`` (the JSON's jobs, key
-``CLUSTER/JOBID``, :data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week,
+0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the
+team, :data:`TEAM_ALLOCATION_FIELDS`) or ``job`` (the JSON's jobs, key ``CLUSTER/JOBID``,
+:data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week,
 (budget) team or job. Lines end in CRLF (RFC 4180). A text cell
 that a spreadsheet would run as a formula is prefixed with ``'`` (:mod:`reports.render.csvsafe`);
 numbers are written as numbers.
@@ -191,6 +194,22 @@ ALLOCATION_TOTALS = (
 )
 """The week's jobs together: GPU-hours allocated, with samples, of those idle, with no samples;
 the dollars of the priced jobs; the GPU-hours of jobs no price covers."""
+TEAM_ALLOCATION_FIELDS = (
+    "team",
+    "jobs",
+    "allocated_gpu_hours",
+    "productive_gpu_hours",
+    "idle_gpu_hours",
+    "no_samples_gpu_hours",
+    "allocated_usd",
+    "productive_usd",
+    "idle_usd",
+    "no_samples_usd",
+    "unpriced_gpu_hours",
+)
+"""A team's allocated GPU-time (:class:`reports.kpi.allocations.TeamAllocation`): productive
+(sampled, not idle), allocated-idle and allocated with no samples, whose dollars add up to the
+allocated dollars (of priced jobs)."""
 """Runs the week's document (and so the JSON file) lists, the most recoverable waste first (a
 week of a million runs made a 685 MB file); ``runs_count`` says how many the week had,
 ``runs_left_out`` how many only the CSV lists."""
@@ -305,6 +324,9 @@ def _allocations(k: WeekKpis, tz: tzinfo) -> dict[str, Any] | None:
         "totals": _plain(totals),
         "jobs_count": len(a.jobs),
         "jobs": [_job(j, tz) for j in a.jobs[:MAX_JSON_RUNS]],
+        "by_team": [
+            _plain({f: getattr(t, f) for f in TEAM_ALLOCATION_FIELDS}) for t in a.by_team()
+        ],
         "skipped": list(a.skipped),
     }
 
@@ -414,6 +436,10 @@ class CsvExport(RunsExport):
             )
         if d["allocations"] is not None:
             rows("allocations", "", d["allocations"]["totals"])
+            for row in d["allocations"]["by_team"]:
+                rows(
+                    "allocation_team", row["team"], {f: row[f] for f in TEAM_ALLOCATION_FIELDS[1:]}
+                )
             for row in d["allocations"]["jobs"]:
                 key = f"{row['cluster']}/{row['job_id']}" if row["cluster"] else row["job_id"]
                 rows("job", key, {f: row[f] for f in JOB_FIELDS if f not in ("cluster", "job_id")})

@@ -494,6 +494,20 @@ def _allocations(k: WeekKpis) -> dict[str, Any] | None:
         "no_samples_usd": fmt_usd(a.total_usd("no_samples_usd")),
         "unpriced": fmt_hours(unpriced) if unpriced > 0 else "",
         "rows": rows,
+        "teams": [
+            {
+                "team": t.team or "(none)",
+                "jobs": t.jobs,
+                "allocated": f"{fmt_hours(t.allocated_gpu_hours)} · {fmt_usd(t.allocated_usd)}",
+                "productive": fmt_usd(t.productive_usd),
+                "idle": fmt_usd(t.idle_usd),
+                "no_samples": fmt_usd(t.no_samples_usd),
+                "productive_pct": fmt_pct(
+                    100.0 * t.productive_usd / t.allocated_usd if t.allocated_usd > 0 else None, 0
+                ),
+            }
+            for t in a.by_team()[:MAX_RUN_ROWS]
+        ],
         "more": max(len(a.jobs) - MAX_RUN_ROWS, 0),
         "skipped": list(a.skipped),
     }

@@ -162,19 +162,52 @@ def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> No
     assert (
         jobs["101"]["start"] == "2026-11-24T10:00:00+00:00" and jobs["101"]["gpu_model"] == "H100"
     )
+    # the chargeback split: NLP held 101 (4 GPU-h: its first hour sampled at 80%, the second
+    # not) and 102 (2, nothing sampled); vision 103 (3, idle) and 104 (2, busy)
+    teams = {t["team"]: t for t in d["by_team"]}
+    assert [t["team"] for t in d["by_team"]] == ["NLP", "vision"]  # most allocated $ first
+    nlp, vision = teams["NLP"], teams["vision"]
+    assert (nlp["jobs"], nlp["allocated_gpu_hours"], nlp["productive_gpu_hours"]) == (
+        2,
+        pytest.approx(6.0),
+        pytest.approx(2.0),
+    )
+    assert (
+        nlp["allocated_usd"],
+        nlp["productive_usd"],
+        nlp["idle_usd"],
+        nlp["no_samples_usd"],
+    ) == (
+        pytest.approx(6 * 3.85),
+        pytest.approx(2 * 3.85),
+        0.0,
+        pytest.approx(4 * 3.85),
+    )
+    assert (
+        vision["allocated_usd"],
+        vision["productive_usd"],
+        vision["idle_usd"],
+        vision["no_samples_usd"],
+    ) == (pytest.approx(5 * 3.85), pytest.approx(2 * 3.85), pytest.approx(3 * 3.85), 0.0)
     # the CSV: the totals and each job, the formula-like name neutralized
     with (out / "2026-W48.csv").open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["section"] in ("allocations", "job")]
+        rows = [
+            r
+            for r in csv.DictReader(f)
+            if r["section"] in ("allocations", "allocation_team", "job")
+        ]
     got = {(r["section"], r["key"], r["metric"]): r["value"] for r in rows}
     assert float(got[("allocations", "", "idle_usd")]) == pytest.approx(11.55)
     assert got[("job", "gpukpi/101", "name")] == "'=HYPERLINK(1)"
     assert float(got[("job", "gpukpi/103", "idle_gpu_hours")]) == pytest.approx(3.0)
+    assert float(got[("allocation_team", "NLP", "no_samples_usd")]) == pytest.approx(15.40)
     # the HTML: the section, its figures, the job's name as text
     html = (out / "2026-W48.html").read_text()
     section = html[html.index('id="allocations"') : html.index('id="trends"')]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section
     assert "$42.35" in section and "$11.55" in section and "$15.40" in section
     assert "by job id" in section and "by node and time" in section
+    assert "By team: what the allocated GPU-time paid for" in section
     # the email: one line of it, in both parts
     msg = email.message_from_bytes((out / "2026-W48.eml").read_bytes(), policy=email.policy.default)
     text = " ".join(msg.get_body(("plain",)).get_content().split())
@@ -187,6 +220,34 @@ def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> No
         "allocated and idle <strong>3.0 GPU-h</strong> ($11.55)"
         in msg.get_body(("html",)).get_content()
     )
+
+
+def test_the_chargeback_charges_what_each_team_held(store_url: str, tmp_path: Path) -> None:
+    """``gpu-kpi chargeback``: beside the runs' rows, each team's allocated dollars split into
+    productive, allocated-idle and allocated with no samples, on its row of the GPU model with
+    no project; the columns add up to the report's totals."""
+    _fill(store_url)
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    env = {"GPU_KPI_STORE": store_url}
+    assert (
+        gpu_kpi("import", "slurm", str(saved), "--account-team", "nlp=NLP", env=env).returncode == 0
+    )
+    out = tmp_path / "cb.csv"
+    done = gpu_kpi(
+        "chargeback", "--since", "2026-W48", "--until", "2026-W48", "--out", str(out), env=env
+    )
+    assert done.returncode == 0, done.stderr
+    with out.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    by = {(r["team"], r["project"], r["gpu_model"]): r for r in rows}
+    nlp, vision = by[("NLP", "", "H100")], by[("vision", "", "H100")]
+    split = ("allocated_usd", "productive_usd", "allocated_idle_usd", "allocated_no_data_usd")
+    assert [float(nlp[c]) for c in split] == pytest.approx([23.10, 7.70, 0.0, 15.40])
+    assert [float(vision[c]) for c in split] == pytest.approx([19.25, 7.70, 11.55, 0.0])
+    assert (nlp["runs"], nlp["gpu_hours"]) == ("0", "0")  # no run of NLP names no project
+    assert sum(float(r["allocated_usd"]) for r in rows) == pytest.approx(42.35)
+    assert sum(float(r["allocated_gpu_hours"]) for r in rows) == pytest.approx(11.0)
 
 
 def test_a_store_without_imports_has_no_section(store_url: str, tmp_path: Path) -> None:
