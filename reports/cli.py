@@ -211,8 +211,15 @@ def _import_slurm(args: argparse.Namespace, settings: Any) -> int:
     parts = [f"{done.steps} step row(s)"] if done.steps else []
     parts += [f"{done.not_started} job(s) that never started"] if done.not_started else []
     left = f"; left out {', '.join(parts)}" if parts else ""
+    for note in done.notes:
+        print(printable(note))
+    nodes = (
+        f"; {len(done.capacity)} node(s) with {sum(c.gpus for c in done.capacity):,} GPUs (sinfo)"
+        if done.capacity
+        else ""
+    )
     print(
-        f"imported {len(done.jobs)} Slurm job(s) holding {hours:,.1f} GPU-h{left} "
+        f"imported {len(done.jobs)} Slurm job(s) holding {hours:,.1f} GPU-h{left}{nodes} "
         f"into {_shown_url(settings.store)}"
     )
     return 0

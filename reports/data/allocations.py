@@ -60,6 +60,37 @@ allocations_table = sa.Table(
 )
 
 
+CAPACITY_TABLE = "gpu_kpi_capacity"
+capacity_table = sa.Table(
+    CAPACITY_TABLE,
+    _metadata,
+    sa.Column("source", sa.String(16), primary_key=True),  # "slurm" or "kubernetes"
+    sa.Column("cluster", sa.Text, primary_key=True),
+    sa.Column("node", sa.Text, primary_key=True),
+    sa.Column("start_at", UTCDateTime, primary_key=True),
+    sa.Column("end_at", UTCDateTime, nullable=False),
+    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("gpu_model", sa.Text),
+    sa.Index("ix_gpu_kpi_capacity_end", "end_at"),
+)
+MERGE_GAP = timedelta(minutes=3)
+"""Spans of a node this close, with the same GPUs, are one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """A node's GPUs over a span (a row of ``gpu_kpi_capacity``): what the scheduler could
+    hand out, from ``sinfo`` or ``kube_node_status_capacity``."""
+
+    source: str
+    cluster: str
+    node: str
+    start_at: datetime
+    end_at: datetime
+    gpus: int
+    gpu_model: str | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Allocation:
     """One scheduler allocation of GPUs (a row of ``gpu_kpi_allocations``)."""
@@ -102,12 +133,16 @@ def ensure_table(store: RunStore) -> None:
     store.transaction(work, write=True)
 
 
-def write_allocations(store: RunStore, allocations: Sequence[Allocation]) -> None:
-    """Insert the allocations, replacing earlier rows of the same jobs, in one transaction.
+def write_allocations(
+    store: RunStore, allocations: Sequence[Allocation], capacity: Sequence[Capacity] = ()
+) -> None:
+    """Insert the allocations, replacing earlier rows of the same jobs, and the nodes'
+    capacity (:func:`merge_spans` with what the store has), in one transaction.
 
     Args:
-        store: The run store (the table is made when missing).
+        store: The run store (the tables are made when missing).
         allocations: The jobs; times timezone-aware.
+        capacity: The nodes' spans; times timezone-aware.
     """
     ensure_table(store)
     rows = [
@@ -125,8 +160,9 @@ def write_allocations(store: RunStore, allocations: Sequence[Allocation]) -> Non
         stmt = upsert(conn.dialect.name, allocations_table, ("source", "cluster", "job_id"))
         for i in range(0, len(rows), 5_000):
             conn.execute(stmt, rows[i : i + 5_000])
+        _write_capacity(conn, capacity)
 
-    if rows:
+    if rows or capacity:
         store.transaction(work, write=True)
 
 
@@ -189,6 +225,112 @@ def allocations_named(store: RunStore, job_id: str, cluster: str | None) -> list
     if cluster is not None:
         stmt = stmt.where(t.cluster == cluster)
     return store.transaction(lambda conn: rows_to_allocations(conn.execute(stmt)), write=False)
+
+
+def _write_capacity(conn: Connection, spans: Sequence[Capacity]) -> None:
+    """Nodes' capacity, merged with what the table has of the same nodes: a new span replaces
+    the old in its time, and spans of a node that meet (within :data:`MERGE_GAP`) with the same
+    GPUs become one, so importing a range again or the next one adds nothing twice."""
+    if not spans:
+        return
+    t = capacity_table.c
+    lo = min(c.start_at for c in spans) - MERGE_GAP
+    hi = max(c.end_at for c in spans) + MERGE_GAP
+    sources = sorted({c.source for c in spans})
+    near = t.source.in_(sources) & (t.start_at <= utc(hi)) & (t.end_at >= utc(lo))
+    old: dict[tuple[str, str, str], list[Capacity]] = {}
+    for row in conn.execute(sa.select(capacity_table).where(near)).mappings():
+        c = Capacity(**dict(row))
+        old.setdefault((c.source, c.cluster, c.node), []).append(c)
+    new: dict[tuple[str, str, str], list[Capacity]] = {}
+    for c in spans:
+        new.setdefault((c.source, c.cluster, c.node), []).append(c)
+    rows = []
+    gone = []
+    for key, mine in new.items():
+        before = old.get(key, [])
+        gone += [(c.source, c.cluster, c.node, utc(c.start_at)) for c in before]
+        rows += [
+            {**dataclasses.asdict(c), "start_at": utc(c.start_at), "end_at": utc(c.end_at)}
+            for c in merge_spans(before, mine)
+        ]
+    key_cols = (t.source, t.cluster, t.node, t.start_at)
+    for i in range(0, len(gone), 500):
+        conn.execute(capacity_table.delete().where(sa.tuple_(*key_cols).in_(gone[i : i + 500])))
+    for i in range(0, len(rows), 5_000):
+        conn.execute(capacity_table.insert(), rows[i : i + 5_000])
+
+
+def merge_spans(old: Sequence[Capacity], new: Sequence[Capacity]) -> list[Capacity]:
+    """One node's spans: ``new`` over ``old`` where they overlap, those that meet with the same
+    GPUs and model joined.
+
+    Args:
+        old: The spans the store has.
+        new: The spans imported now (they win in their time).
+    """
+    pieces: list[Capacity] = []
+    cuts = sorted((c.start_at, c.end_at) for c in new)
+    for o in old:
+        start = o.start_at
+        for a, b in cuts:
+            if b <= start or a >= o.end_at:
+                continue
+            if a > start:
+                pieces.append(dataclasses.replace(o, start_at=start, end_at=a))
+            start = max(start, b)
+        if start < o.end_at:
+            pieces.append(dataclasses.replace(o, start_at=start))
+    out: list[Capacity] = []
+    for c in sorted([*pieces, *new], key=lambda c: (c.start_at, c.end_at)):
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and (last.gpus, last.gpu_model) == (c.gpus, c.gpu_model)
+            and c.start_at <= last.end_at + MERGE_GAP
+        ):
+            out[-1] = dataclasses.replace(last, end_at=max(last.end_at, c.end_at))
+        elif last is not None and c.start_at < last.end_at:  # a new span inside an old one
+            out[-1] = dataclasses.replace(last, end_at=c.start_at)
+            out.append(c)
+        else:
+            out.append(c)
+    return [c for c in out if c.end_at > c.start_at]
+
+
+def capacity_in(store: RunStore, since: datetime, until: datetime) -> list[Capacity]:
+    """The nodes' spans that overlap ``[since, until)``, those that cannot be one left out (GPUs
+    below 0 or over a million, an end before the start); none when nothing was imported.
+
+    Args:
+        store: The run store.
+        since: The span's start (timezone-aware).
+        until: Its end, excluded (timezone-aware).
+    """
+    if not has_table(store, CAPACITY_TABLE):
+        return []
+    t = capacity_table.c
+    stmt = (
+        sa.select(capacity_table)
+        .where(t.start_at < utc(until), t.end_at > utc(since))
+        .order_by(t.source, t.cluster, t.node, t.start_at)
+    )
+
+    def read(conn: Connection) -> list[Capacity]:
+        out = []
+        for row in conn.execute(stmt).mappings():
+            c = Capacity(**dict(row))
+            texts = (c.source, c.cluster, c.node)
+            if (
+                all(isinstance(x, str) for x in texts)
+                and isinstance(c.gpus, int)
+                and 0 <= c.gpus <= 1_000_000
+                and c.end_at >= c.start_at
+            ):
+                out.append(c)
+        return out
+
+    return store.transaction(read, write=False)
 
 
 def allocations_keyed(
@@ -273,11 +415,12 @@ def week_allocations(
         owned: The config's ``[owned.<MODEL>]``.
     """
     from reports.data.scans import SampleScans
-    from reports.kpi.allocations import allocation_week, short_host
+    from reports.kpi.allocations import allocation_week, capacity_lines, short_host
     from reports.kpi.frames import SampleFrameBuilder, sample_columns
 
     try:  # the reads; what is done with them is the kpi's
         jobs, bad = allocations_in(store, since, until)
+        spans = capacity_in(store, since, until)
         hosts = {short_host(h) for j in jobs for h in j.hosts}
         wanted = []
         for r in runs:
@@ -307,6 +450,12 @@ def week_allocations(
         overrides=prices,
         owned=owned,
     )
+    if spans:
+        held_on = {(a.source, a.cluster, a.job_id): a.hosts for a in jobs}
+        lines = capacity_lines(
+            spans, week.jobs, held_on, since=since, until=until, overrides=prices, owned=owned
+        )
+        week = dataclasses.replace(week, capacity=lines)
     if bad:
         left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"
         week = dataclasses.replace(week, skipped=(*week.skipped, left))

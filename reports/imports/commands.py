@@ -252,7 +252,14 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
         reports.errors.UsageError: An option Slurm does not take, or a bad range.
         reports.errors.ImportFailed: An input that is not sacct's, or sacct failing.
     """
-    from reports.imports.slurm_jobs import parse_account_teams, read_files, run_sacct
+    from collections import Counter
+
+    from reports.imports.slurm_jobs import (
+        parse_account_teams,
+        read_files,
+        run_sacct,
+        sinfo_capacity,
+    )
     from reports.weeks import zone
 
     others = (args.query_gpu, args.per_gpu, args.replace, args.gpus, args.tag, args.map)
@@ -285,11 +292,17 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
         if until - since > timedelta(days=366):
             raise UsageError("--since to --until is over a year: import a range at a time")
         done = run_sacct(since, min(until, now), cluster=cluster, teams=teams, now=now)
+        named = Counter(a.cluster for a in done.jobs)
+        done.capacity, done.notes = sinfo_capacity(
+            since,
+            min(until, now),
+            cluster=cluster or (named.most_common(1)[0][0] if named else ""),
+        )
     from reports.data.allocations import write_allocations
     from tracker.store import RunStore
 
     with RunStore(settings.store) as store:
-        write_allocations(store, done.jobs)
+        write_allocations(store, done.jobs, done.capacity)
     return done
 
 

@@ -52,7 +52,7 @@ from reports.imports.slurm_jobs import MAX_GPUS
 from tracker.prices import canonical_gpu
 
 if TYPE_CHECKING:
-    from reports.data.allocations import Allocation
+    from reports.data.allocations import Allocation, Capacity
     from tracker.store import RunStore
 
 SOURCE = "kubernetes"
@@ -71,6 +71,15 @@ def _objects(expr: str, *labels: str) -> str:
     for k in labels:
         expr = f'label_replace({expr}, "{k}", "$1", "exported_{k}", "(.+)")'
     return expr
+
+
+def capacity_query(resource: str = RESOURCE) -> str:
+    """PromQL: each node's allocatable kind of capacity of ``resource`` (its GPUs) at each
+    minute it was reported in the 59 s before."""
+    return (
+        "max by (cluster, node) (last_over_time("
+        f'kube_node_status_capacity{{resource="{resource}"}}[{STEP_S - 1}s]))'
+    )
 
 
 def pods_query(resource: str = RESOURCE) -> str:
@@ -125,6 +134,8 @@ class KubeImported:
     """Pods seen at one minute only (no span)."""
     extended: int = 0
     """Pods an earlier import had, now with a later end."""
+    capacity: list[Capacity] = field(default_factory=list)
+    """The nodes' GPUs over time (``kube_node_status_capacity``)."""
 
 
 def read_kubernetes(
@@ -161,6 +172,7 @@ def read_kubernetes(
     url, token = server(url)
     start, end = since.timestamp(), until.timestamp()
     pods: dict[tuple[str, str], _Pod] = {}
+    nodes: dict[tuple[str, str], list[tuple[float, float]]] = {}
     owners = Owners()
     products: dict[str, str] = {}
     wanted = {label_name(x) for x in (team_label, user_label) if x}
@@ -190,13 +202,28 @@ def read_kubernetes(
         for series in answer:
             metric, values = _series(url, series)
             _add(pods, metric, values, cluster=cluster, first=first, last=last, out=out)
+        for series in _get(
+            url,
+            {
+                "query": capacity_query(),
+                "start": f"{first:.0f}",
+                "end": f"{last:.0f}",
+                "step": f"{STEP_S}s",
+            },
+            token,
+        ):
+            metric, values = _series(url, series)
+            node = (metric.get("cluster") or cluster, metric.get("node", ""))
+            nodes.setdefault(node, []).extend(
+                (t, c) for t, v in values if first <= t <= last and (c := _count(v)) is not None
+            )
         learn_owners(url, token, owners, first, last)
         span = f"[{last - first + STEP_S:.0f}s]"
-        nodes = (
+        labelled = (
             f"max by (node, {PRODUCT_LABEL}) "
             f"(last_over_time(kube_node_labels{{{PRODUCT_LABEL}!=''}}{span}))"
         )
-        for series in _get(url, _at(nodes, last), token):
+        for series in _get(url, _at(labelled, last), token):
             metric = _series(url, series)[0]
             products[metric.get("node", "")] = metric.get(PRODUCT_LABEL, "")
         for key in sorted(wanted):
@@ -209,6 +236,7 @@ def read_kubernetes(
                 metric = _series(url, series)[0]
                 ids = (metric.get("namespace", ""), metric.get("pod", ""), metric.get("uid", ""))
                 labels.setdefault(ids, {})[key] = metric.get(key, "")
+    out.capacity = node_spans(nodes, products)
     seen_at = min(now, until)
     for p in sorted(pods.values(), key=lambda p: (p.first, p.namespace, p.pod)):
         if p.last <= p.first:
@@ -241,6 +269,42 @@ def read_kubernetes(
                 hosts=(p.node,),
             )
         )
+    return out
+
+
+def node_spans(
+    nodes: Mapping[tuple[str, str], list[tuple[float, float]]], products: Mapping[str, str]
+) -> list[Capacity]:
+    """Each node's minutes with GPUs as spans of one count: a span ends where the count
+    changes or the node was not reported for over 3 minutes (a point covers nothing before
+    it, as a pod's).
+
+    Args:
+        nodes: (cluster, node) → its (minute, GPUs) points.
+        products: Node → its ``nvidia.com/gpu.product`` label.
+    """
+    from reports.data.allocations import Capacity
+
+    out = []
+    for (cluster, node), points in sorted(nodes.items()):
+        run: list[tuple[float, float]] = []
+        for t, gpus in [*sorted(set(points)), (math.inf, -1.0)]:
+            if run and (gpus != run[-1][1] or t - run[-1][0] > 3 * STEP_S):
+                if run[-1][0] > run[0][0] and run[0][1] > 0:
+                    model = products.get(node, "")
+                    out.append(
+                        Capacity(
+                            source=SOURCE,
+                            cluster=cluster,
+                            node=node,
+                            start_at=datetime.fromtimestamp(run[0][0], UTC),
+                            end_at=datetime.fromtimestamp(run[-1][0], UTC),
+                            gpus=int(run[0][1]),
+                            gpu_model=canonical_gpu(model) if model else None,
+                        )
+                    )
+                run = []
+            run.append((t, gpus))
     return out
 
 
@@ -322,5 +386,5 @@ def write_pods(store: RunStore, done: KubeImported) -> KubeImported:
         merged.append(
             replace(latest, start_at=min(old.start_at, new.start_at), gpus=max(new.gpus, old.gpus))
         )
-    write_allocations(store, merged)
+    write_allocations(store, merged, done.capacity)
     return replace(done, jobs=merged, extended=extended)

@@ -14,6 +14,7 @@ written, an input that is not sacct's). A row that cannot be read is left out an
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from tracker.prices import canonical_gpu
 from tracker.text import one_line
 
 if TYPE_CHECKING:
-    from reports.data.allocations import Allocation
+    from reports.data.allocations import Allocation, Capacity
 
 WINDOW = timedelta(days=7)
 """Days of accounting asked of sacct at a time."""
@@ -48,6 +49,9 @@ class SlurmImported:
     """Rows left out, each with where it was (``FILE line 7``) and why."""
     sacct_runs: int = 0
     """Windows asked of sacct (0: files)."""
+    capacity: list[Capacity] = field(default_factory=list)
+    """The nodes' GPUs as sinfo showed them at the import, over its range (running sacct)."""
+    notes: list[str] = field(default_factory=list)
 
 
 def parse_account_teams(given: Sequence[str]) -> dict[str, str]:
@@ -217,6 +221,90 @@ def sacct_job(
             read, where="sacct", seen_at=now, cluster=cluster, teams=teams or {}, out=out
         )
     return _last_rows(out)
+
+
+SINFO_FORMAT = "%N|%G|%t"
+"""sinfo -N's node, its GRES (``gpu:h100:4(S:0-1)``) and its state."""
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::([^:(),]+))?:(\d+)")
+UNAVAILABLE = ("down", "drain", "fail", "maint", "inval", "future", "unk")
+"""Node states (sinfo's short form, its prefix) whose GPUs no job can be given."""
+
+
+def parse_sinfo(text: str) -> tuple[dict[str, tuple[int, str | None]], list[str]]:
+    """``sinfo -N -h -o '%N|%G|%t'``: each node's GPUs and their type (a node in several
+    partitions once), and the nodes left out as unavailable (down, drained, failed…).
+
+    Args:
+        text: sinfo's output.
+    """
+    nodes: dict[str, tuple[int, str | None]] = {}
+    down: list[str] = []
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not parts[0]:
+            continue
+        node, gres, state = parts
+        gpus = [(int(m[2]), m[1]) for m in _GRES_GPU.finditer(gres)]
+        if not gpus:
+            continue
+        if state.strip().lower().startswith(UNAVAILABLE):
+            down.append(node)
+            continue
+        count = sum(n for n, _ in gpus)
+        kind = max(gpus, key=lambda g: g[0])[1]
+        if count > nodes.get(node, (0, None))[0]:
+            nodes[node] = (count, kind)
+    return nodes, sorted(set(down) - set(nodes))
+
+
+def sinfo_capacity(
+    since: datetime, until: datetime, *, cluster: str, sinfo: str = "sinfo"
+) -> tuple[list[Capacity], list[str]]:
+    """The nodes' GPUs as this machine's ``sinfo`` shows them now, over ``[since, until]``
+    (Slurm keeps no history of its nodes: the import's range is taken to have had them), and
+    notes on what was left out. A sinfo that fails is a note, not a failed import.
+
+    Args:
+        since: The range's start (timezone-aware).
+        until: Its end.
+        cluster: The cluster's name (the jobs').
+        sinfo: The command.
+    """
+    from reports.data.allocations import Capacity
+
+    try:
+        p = subprocess.run(
+            [sinfo, "-N", "-h", "-o", SINFO_FORMAT],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return [], [f"capacity not imported: {sinfo}: {one_line(str(e), 200)}"]
+    if p.returncode != 0:
+        said = one_line(p.stderr or p.stdout, 200)
+        return [], [f"capacity not imported: sinfo failed (exit {p.returncode}): {said}"]
+    nodes, down = parse_sinfo(p.stdout)
+    spans = [
+        Capacity(
+            source="slurm",
+            cluster=cluster,
+            node=node,
+            start_at=since,
+            end_at=until,
+            gpus=gpus,
+            gpu_model=canonical_gpu(kind) if kind else None,
+        )
+        for node, (gpus, kind) in sorted(nodes.items())
+    ]
+    notes = (
+        [f"{len(down)} node(s) with GPUs down or drained now, not counted: {', '.join(down[:10])}"]
+        if down
+        else []
+    )
+    return spans, notes
 
 
 def _sacct(sacct: str, what: Sequence[str], said: str) -> str:

@@ -72,6 +72,11 @@ class JobLine:
     sampled_gpu_hours: float
     idle_gpu_hours: float
     no_samples_gpu_hours: float
+    known_gpu_hours: float = 0.0
+    """Of the sampled GPU-hours, those with a utilization value."""
+    util_pct: float | None = None
+    """Utilization over its sampled GPU-time with a value (the duty cycle of what it held and
+    was measured), weighted by GPU-seconds; None: no value."""
     price_per_gpu_hour: float | None
     """USD; None: unpriced (its dollars are None)."""
 
@@ -107,6 +112,44 @@ class JobLine:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CapacityLine:
+    """One scheduler's (and cluster's) nodes in the span: what they could hand out, what was
+    handed out, what of that was measured busy. Each figure has its own name and basis; none is
+    a mix of the others."""
+
+    source: str
+    cluster: str
+    nodes: int
+    gpus: int
+    """Σ over the nodes of the most GPUs each had in the span."""
+    capacity_gpu_hours: float
+    allocated_gpu_hours: float
+    """Jobs' GPU-hours on these nodes (a job's split evenly over its hosts), each node's at
+    most its capacity."""
+    sampled_gpu_hours: float
+    """Of those, the GPU-hours minute samples cover."""
+    busy_gpu_hours: float
+    """Of those, not idle by the idle rule."""
+    known_gpu_hours: float
+    util_pct: float | None
+    """Utilization over the allocated GPU-time with a value (the duty cycle of what was
+    handed out and measured), weighted by GPU-hours."""
+    unallocated_gpu_hours: float
+    unallocated_owned_usd: float | None
+    """The unallocated GPU-hours of owned models at their amortized rate (an owned GPU costs
+    the same allocated or not); None: no owned model among the nodes."""
+
+    @property
+    def allocation_pct(self) -> float | None:
+        """Allocated ÷ capacity, percent."""
+        return (
+            100.0 * self.allocated_gpu_hours / self.capacity_gpu_hours
+            if self.capacity_gpu_hours > 0
+            else None
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class TeamAllocation:
     """A team's allocated GPU-time of a week, split by what its samples said: the chargeback
     of a scheduler-run fleet (a team pays for what it held)."""
@@ -132,6 +175,8 @@ class AllocationWeek:
 
     jobs: tuple[JobLine, ...] = ()
     """Every job that held GPUs in the week, most unused dollars first."""
+    capacity: tuple[CapacityLine, ...] = ()
+    """Per scheduler and cluster whose nodes' GPUs were imported: capacity → allocated → busy."""
     skipped: tuple[str, ...] = ()
     """Allocation rows left out (a job the table cannot hold: hosts, GPUs or times), said with
     their count; the bad sample rows are the report's (``bad_samples``)."""
@@ -177,10 +222,15 @@ class AllocationWeek:
         return tuple(out)
 
     def by_source(self) -> dict[str, AllocationWeek]:
-        """The week per scheduler (``slurm``, ``kubernetes``), those with jobs in it."""
-        sources = sorted({j.source for j in self.jobs})
+        """The week per scheduler (``slurm``, ``kubernetes``), those with jobs or capacity in
+        it."""
+        sources = sorted({j.source for j in self.jobs} | {c.source for c in self.capacity})
         return {
-            s: AllocationWeek(jobs=tuple(j for j in self.jobs if j.source == s)) for s in sources
+            s: AllocationWeek(
+                jobs=tuple(j for j in self.jobs if j.source == s),
+                capacity=tuple(c for c in self.capacity if c.source == s),
+            )
+            for s in sources
         }
 
 
@@ -285,30 +335,28 @@ def _capped(
     job: np.ndarray,
     minute: np.ndarray,
     covered: np.ndarray,
-    idle: np.ndarray,
-    *,
+    *parts: np.ndarray,
     starts: np.ndarray,
     ends: np.ndarray,
     gpus: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each job's sampled and idle seconds from its (job, minute) parts: per minute at most
-    the seconds it held its GPUs then, the idle part in proportion."""
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each job's sampled seconds from its (job, minute) parts: per minute at most the seconds
+    it held its GPUs then; and each of ``parts`` (idle seconds, seconds with a value, value ×
+    seconds) in proportion."""
     n = len(starts)
     if not len(job):
-        return np.zeros(n), np.zeros(n)
+        return np.zeros(n), [np.zeros(n) for _ in parts]
     base = int(minute.min())
     span = int(minute.max()) - base + 1
     keys, inverse = np.unique(job * span + (minute - base), return_inverse=True)
     got = np.bincount(inverse, weights=covered)
-    got_idle = np.bincount(inverse, weights=idle)
     kj, km = keys // span, keys % span + base
     held = gpus[kj] * _overlap(starts[kj], ends[kj], km)
     capped = np.minimum(got, held)
     ratio = np.divide(capped, got, out=np.zeros_like(got), where=got > 0)
-    return (
-        np.bincount(kj, weights=capped, minlength=n),
-        np.bincount(kj, weights=got_idle * ratio, minlength=n),
-    )
+    return np.bincount(kj, weights=capped, minlength=n), [
+        np.bincount(kj, weights=np.bincount(inverse, weights=p) * ratio, minlength=n) for p in parts
+    ]
 
 
 @dataclass
@@ -317,6 +365,10 @@ class _Matched:
 
     sampled: np.ndarray
     idle: np.ndarray
+    known: np.ndarray
+    """Sampled seconds with a utilization value."""
+    used: np.ndarray
+    """Σ utilization (percent) × seconds over ``known``."""
     by_id: np.ndarray
     by_node: np.ndarray
     scoped: np.ndarray
@@ -411,6 +463,8 @@ def allocation_week(
                 sampled_gpu_hours=got / 3600.0,
                 idle_gpu_hours=min(float(m.idle[j]), got) / 3600.0,
                 no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
+                known_gpu_hours=min(float(m.known[j]), got) / 3600.0,
+                util_pct=weighted_util_pct(float(m.used[j]), float(m.known[j])),
                 price_per_gpu_hour=price,
             )
         )
@@ -444,6 +498,8 @@ def _match(
     out = _Matched(
         np.zeros(n),
         np.zeros(n),
+        np.zeros(n),
+        np.zeros(n),
         np.zeros(n, dtype=bool),
         np.zeros(n, dtype=bool),
         np.zeros(n, dtype=bool),
@@ -475,8 +531,9 @@ def _match(
     order = np.lexsort((minute_ns, gpu_codes, run_codes))
     run_codes, minute_ns = run_codes[order], minute_ns[order]
     covered = s["covered_s"].to_numpy(dtype=float)[order]
+    util = s[value].to_numpy(dtype=float)[order]
     flags = idle_of_series(
-        s[value].to_numpy(dtype=float)[order],
+        util,
         covered,
         run_codes.astype(np.int64) * max(len(gpu_names), 1) + gpu_codes[order],
         minute_ns,
@@ -486,14 +543,20 @@ def _match(
     minute = minute_ns // 60_000_000_000
     inside = (minute * 60 + 60 > t0) & (minute * 60 < t1)  # the minutes that overlap the span
     idle_s = np.where(flags, covered, 0.0)
+    known_s = np.where(np.isnan(util), 0.0, covered)
+    used = np.where(np.isnan(util), 0.0, util * covered)
     limits = {"starts": starts, "ends": ends, "gpus": gpus}
 
     # by id: the samples of the runs that recorded the job
     mine = inside & (link[run_codes] >= 0)
     job = link[run_codes[mine]]
-    got, got_idle = _capped(job, minute[mine], covered[mine], idle_s[mine], **limits)
+    got, (got_idle, got_known, got_used) = _capped(
+        job, minute[mine], covered[mine], idle_s[mine], known_s[mine], used[mine], **limits
+    )
     out.sampled += got
     out.idle += got_idle
+    out.known += got_known
+    out.used += got_used
     out.by_id[np.unique(job)] = True
     for j, r in set(zip(job.tolist(), run_codes[mine].tolist(), strict=True)):
         out.runs[j].add(names[r])
@@ -509,6 +572,8 @@ def _match(
     rows = np.bincount(hm_of_row, minlength=len(hm)).astype(float)
     hm_covered = np.bincount(hm_of_row, weights=covered[node], minlength=len(hm))
     hm_idle = np.bincount(hm_of_row, weights=idle_s[node], minlength=len(hm))
+    hm_known = np.bincount(hm_of_row, weights=known_s[node], minlength=len(hm))
+    hm_used = np.bincount(hm_of_row, weights=used[node], minlength=len(hm))
     pairs = [
         (j, host_code[h], gpus[j] / len(hs))
         for j, hs in enumerate(hosts_of)
@@ -533,12 +598,20 @@ def _match(
     weight = pw[pair]
     on_host = np.bincount(at, weights=weight, minlength=len(hm))
     share = weight / np.maximum(rows[at], on_host[at])
-    got, got_idle = _capped(
-        pj[pair], hm[at] % span + m0, share * hm_covered[at], share * hm_idle[at], **limits
+    got, (got_idle, got_known, got_used) = _capped(
+        pj[pair],
+        hm[at] % span + m0,
+        share * hm_covered[at],
+        share * hm_idle[at],
+        share * hm_known[at],
+        share * hm_used[at],
+        **limits,
     )
     out.by_node = ~out.by_id & (got > 0)
     out.sampled += np.where(out.by_id, 0.0, got)
     out.idle += np.where(out.by_id, 0.0, got_idle)
+    out.known += np.where(out.by_id, 0.0, got_known)
+    out.used += np.where(out.by_id, 0.0, got_used)
     _node_runs(
         out,
         hosts_of=hosts_of,
@@ -585,6 +658,93 @@ def _node_runs(
                 i = a + int(np.searchsorted(minute[a:b], lo_m))
                 if i < b and minute[i] < hi_m:
                     out.runs[j].add(names[r])
+
+
+def capacity_lines(
+    capacity: Sequence[Any],
+    jobs: Sequence[JobLine],
+    hosts: Mapping[tuple[str, str, str], tuple[str, ...]],
+    *,
+    since: datetime,
+    until: datetime,
+    overrides: Mapping[str, float] | None = None,
+    owned: Mapping[str, OwnedGpu] | None = None,
+) -> tuple[CapacityLine, ...]:
+    """Capacity → allocated → busy per (scheduler, cluster) with nodes' capacity in the span.
+
+    Args:
+        capacity: The nodes' spans (:class:`reports.data.allocations.Capacity`).
+        jobs: The span's job lines (:func:`allocation_week`).
+        hosts: (source, cluster, job id) → the job's hosts.
+        since: The span's start (timezone-aware).
+        until: Its end, excluded.
+        overrides: The config's ``[prices]`` (a variant priced there is rented).
+        owned: The config's ``[owned.<MODEL>]``.
+    """
+    from tracker.prices import owned_row
+
+    t0, t1 = since.timestamp(), until.timestamp()
+    cap: dict[tuple[str, str, str], float] = defaultdict(float)
+    most: dict[tuple[str, str, str], int] = defaultdict(int)
+    model_of: dict[tuple[str, str, str], str | None] = {}
+    for c in capacity:
+        key = (c.source, c.cluster, short_host(c.node))
+        seconds = max(0.0, min(c.end_at.timestamp(), t1) - max(c.start_at.timestamp(), t0))
+        cap[key] += c.gpus * seconds / 3600.0
+        most[key] = max(most[key], c.gpus)
+        model_of[key] = c.gpu_model or model_of.get(key)
+    per: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * 5)
+    for j in jobs:
+        hs = {short_host(h) for h in hosts.get((j.source, j.cluster, j.job_id), ()) if h.strip()}
+        for h in hs:
+            key = (j.source, j.cluster, h)
+            if key not in cap:
+                continue
+            part = [
+                j.allocated_gpu_hours,
+                j.sampled_gpu_hours,
+                j.productive_gpu_hours,
+                j.known_gpu_hours,
+                (j.util_pct or 0.0) * j.known_gpu_hours,
+            ]
+            row = per[key]
+            for i, v in enumerate(part):
+                row[i] += v / len(hs)
+    lines = []
+    for source, cluster in sorted({(k[0], k[1]) for k in cap}):
+        keys = [k for k in cap if k[:2] == (source, cluster)]
+        totals = [0.0] * 5
+        unallocated = owned_usd = 0.0
+        any_owned = False
+        for k in keys:
+            row = per.get(k, [0.0] * 5)
+            scale = min(1.0, cap[k] / row[0]) if row[0] > 0 else 1.0
+            for i in range(5):
+                totals[i] += row[i] * scale
+            free = max(0.0, cap[k] - row[0] * scale)
+            unallocated += free
+            model = model_of.get(k)
+            price = owned_row(model, owned, overrides) if model and owned else None
+            if price is not None:
+                any_owned = True
+                owned_usd += free * price.usd_per_gpu_hour
+        lines.append(
+            CapacityLine(
+                source=source,
+                cluster=cluster,
+                nodes=len(keys),
+                gpus=sum(most[k] for k in keys),
+                capacity_gpu_hours=math.fsum(cap[k] for k in keys),
+                allocated_gpu_hours=totals[0],
+                sampled_gpu_hours=totals[1],
+                busy_gpu_hours=totals[2],
+                known_gpu_hours=totals[3],
+                util_pct=weighted_util_pct(totals[4], totals[3]),
+                unallocated_gpu_hours=unallocated,
+                unallocated_owned_usd=owned_usd if any_owned else None,
+            )
+        )
+    return tuple(lines)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -25,7 +25,8 @@ spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), 
 (:data:`ALLOCATION_TOTALS`), ``jobs_count``, ``jobs`` (:data:`JOB_FIELDS`, the
 :data:`MAX_JSON_RUNS` with the most idle and unsampled dollars), ``by_team``
 (:data:`TEAM_ALLOCATION_FIELDS`: each team's allocated spend split into productive,
-allocated-idle and allocated with no samples) and ``skipped``: the week's jobs and pods against
+allocated-idle and allocated with no samples), ``capacity`` (:data:`CAPACITY_FIELDS`, per
+scheduler and cluster whose nodes' GPUs were imported) and ``skipped``: the week's jobs and pods against
 the samples that say what their GPUs did, :mod:`reports.kpi.allocations`).
 Unknown values are ``null``, as is a figure past a float's range (a sum of absurd but finite
 stored figures); bytes are written as text (UTF-8, a bad byte replaced) and a value of a type
@@ -37,7 +38,8 @@ CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
 0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the
-team, :data:`TEAM_ALLOCATION_FIELDS`) or ``job`` (the JSON's jobs, key ``CLUSTER/JOBID``,
+team, :data:`TEAM_ALLOCATION_FIELDS`), ``capacity`` (key ``SOURCE/CLUSTER``,
+:data:`CAPACITY_FIELDS`) or ``job`` (the JSON's jobs, key ``CLUSTER/JOBID``,
 :data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week,
 (budget) team or job. Lines end in CRLF (RFC 4180). A text cell
 that a spreadsheet would run as a formula is prefixed with ``'`` (:mod:`reports.render.csvsafe`);
@@ -173,6 +175,7 @@ JOB_FIELDS = (
     "sampled_gpu_hours",
     "idle_gpu_hours",
     "no_samples_gpu_hours",
+    "util_pct",
     "price_per_gpu_hour",
     "allocated_usd",
     "idle_usd",
@@ -194,6 +197,23 @@ ALLOCATION_TOTALS = (
 )
 """The week's jobs together: GPU-hours allocated, with samples, of those idle, with no samples;
 the dollars of the priced jobs; the GPU-hours of jobs no price covers."""
+CAPACITY_FIELDS = (
+    "source",
+    "cluster",
+    "nodes",
+    "gpus",
+    "capacity_gpu_hours",
+    "allocated_gpu_hours",
+    "allocation_pct",
+    "sampled_gpu_hours",
+    "busy_gpu_hours",
+    "util_pct",
+    "unallocated_gpu_hours",
+    "unallocated_owned_usd",
+)
+"""A scheduler's nodes in the week (:class:`reports.kpi.allocations.CapacityLine`): capacity →
+allocated → sampled → busy, the utilization of the allocated time measured, and the unallocated
+GPU-hours (in dollars for owned models)."""
 TEAM_ALLOCATION_FIELDS = (
     "team",
     "jobs",
@@ -327,6 +347,7 @@ def _allocations(k: WeekKpis, tz: tzinfo) -> dict[str, Any] | None:
         "by_team": [
             _plain({f: getattr(t, f) for f in TEAM_ALLOCATION_FIELDS}) for t in a.by_team()
         ],
+        "capacity": [_plain({f: getattr(c, f) for f in CAPACITY_FIELDS}) for c in a.capacity],
         "skipped": list(a.skipped),
     }
 
@@ -436,6 +457,9 @@ class CsvExport(RunsExport):
             )
         if d["allocations"] is not None:
             rows("allocations", "", d["allocations"]["totals"])
+            for row in d["allocations"]["capacity"]:
+                key = f"{row['source']}/{row['cluster']}" if row["cluster"] else row["source"]
+                rows("capacity", key, {f: row[f] for f in CAPACITY_FIELDS[2:]})
             for row in d["allocations"]["by_team"]:
                 rows(
                     "allocation_team", row["team"], {f: row[f] for f in TEAM_ALLOCATION_FIELDS[1:]}

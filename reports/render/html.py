@@ -494,6 +494,30 @@ def _allocations(k: WeekKpis) -> dict[str, Any] | None:
         "no_samples_usd": fmt_usd(a.total_usd("no_samples_usd")),
         "unpriced": fmt_hours(unpriced) if unpriced > 0 else "",
         "rows": rows,
+        "capacity": [
+            {
+                "who": {"slurm": "Slurm", "kubernetes": "Kubernetes"}.get(c.source, c.source)
+                + (f" ({c.cluster})" if c.cluster else ""),
+                "nodes": f"{c.gpus:,} GPUs on {c.nodes:,} node{'s' if c.nodes != 1 else ''}",
+                "capacity": fmt_hours(c.capacity_gpu_hours),
+                "allocated": fmt_hours(c.allocated_gpu_hours),
+                "allocation_pct": fmt_pct(c.allocation_pct, 0),
+                "busy": fmt_hours(c.busy_gpu_hours),
+                "busy_pct": fmt_pct(
+                    100.0 * c.busy_gpu_hours / c.allocated_gpu_hours
+                    if c.allocated_gpu_hours > 0
+                    else None,
+                    0,
+                ),
+                "unsampled": fmt_hours(max(0.0, c.allocated_gpu_hours - c.sampled_gpu_hours)),
+                "util": fmt_pct(c.util_pct, 0),
+                "unallocated": fmt_hours(c.unallocated_gpu_hours),
+                "unallocated_usd": ""
+                if c.unallocated_owned_usd is None
+                else fmt_usd(c.unallocated_owned_usd),
+            }
+            for c in a.capacity
+        ],
         "teams": [
             {
                 "team": t.team or "(none)",

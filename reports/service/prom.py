@@ -60,6 +60,8 @@ class PromMetric:
 
 _WEEK = ("week", "basis")
 _SCHEDULER = (*_WEEK, "scheduler")
+CAPACITY_GAUGES = ("capacity_gpu_hours", "unallocated_gpu_hours")
+"""Scheduler gauges of the nodes' capacity (:class:`reports.kpi.allocations.CapacityLine`)."""
 _TEAM = ("week", "basis", "team")
 _UTIL = (
     "GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
@@ -260,6 +262,23 @@ METRICS: tuple[PromMetric, ...] = (
         scale=S_PER_HOUR,
     ),
     _gauge(
+        "gpu_kpi_week_scheduler_capacity_gpu_seconds",
+        "scheduler",
+        "capacity_gpu_hours",
+        f"{_GPU_S} the scheduler's nodes could hand out (sinfo, kube_node_status_capacity) in "
+        "the last complete week",
+        _SCHEDULER,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_scheduler_unallocated_gpu_seconds",
+        "scheduler",
+        "unallocated_gpu_hours",
+        f"{_GPU_S} of the scheduler's nodes allocated to no job or pod, last complete week",
+        _SCHEDULER,
+        scale=S_PER_HOUR,
+    ),
+    _gauge(
         "gpu_kpi_week_scheduler_idle_usd",
         "scheduler",
         "idle_usd",
@@ -340,7 +359,14 @@ def kpi_samples(
             )
         elif m.scope == "scheduler" and history is not None and history.allocations is not None:
             for source, a in history.allocations.by_source().items():
-                total = a.total_usd(m.field) if m.field.endswith("_usd") else a.total(m.field)
+                if m.field in CAPACITY_GAUGES:
+                    if not a.capacity:  # not imported: unknown, not 0
+                        continue
+                    total = math.fsum(getattr(c, m.field) for c in a.capacity)
+                elif m.field.endswith("_usd"):
+                    total = a.total_usd(m.field)
+                else:
+                    total = a.total(m.field)
                 add(m, (label_of(history.week), history.basis, source), total)
         elif m.scope == "weekly" and history is not None:
             rows = history.trend.to_dict("records")

@@ -16,7 +16,7 @@ from prom_server import Sample, running_prometheus
 
 from reports.build import compute
 from reports.cli import main
-from reports.data.allocations import allocations_in
+from reports.data.allocations import allocations_in, capacity_in
 from reports.imports.kube import label_name, pods_query
 from reports.request import Request
 from reports.service.prom import kpi_samples
@@ -165,6 +165,7 @@ def cluster() -> list[Sample]:
       honorLabels: 1 GPU on gpu-node-1 10–11; DCGM: its GPU 2 at 50%.
     - E ml/queued: asks for a GPU, Pending on no node. GPU 3 of gpu-node-1: no pod, 0%.
     - F ml/odd: a request of 0.5 GPU (no device plugin's: bad data, skipped and named).
+    - Capacity (kube_node_status_capacity): gpu-node-1 4 GPUs, gpu-node-2 2 GPUs.
     """
     ten_to_noon, ten_to_eleven = (TEN, NOON), (TEN, ELEVEN)
     series = [
@@ -237,7 +238,14 @@ def cluster() -> list[Sample]:
                 t,
             )
         )
-        for node in ("gpu-node-1", "gpu-node-2"):
+        for node, gpus in (("gpu-node-1", 4.0), ("gpu-node-2", 2.0)):
+            for resource, value, unit in (
+                ("nvidia_com_gpu", gpus, "integer"),
+                ("cpu", 64.0, "core"),
+                ("memory", 5e11, "byte"),
+            ):
+                labels = {**KSM, "node": node, "resource": resource, "unit": unit}
+                series.append(("kube_node_status_capacity", labels, value, t))
             series.append(
                 (
                     "kube_node_labels",
@@ -380,11 +388,27 @@ def test_pods_in_the_weekly_report_by_hand(
     assert d["totals"]["sampled_gpu_hours"] == pytest.approx(6.0)
     assert d["totals"]["idle_usd"] == pytest.approx(2 * PRICE)
     assert d["totals"]["no_samples_usd"] == pytest.approx(PRICE)
+    # capacity 4 × 2 h + 2 × 2 h = 12 GPU-h; allocated 7 (58%); busy: A's busy GPU (2 h), C, D
+    # (1 h each) = 4; utilization of the 6 GPU-h measured: (80×2 + 0×2 + 90 + 50) / 6 = 50%
+    (cap,) = d["capacity"]
+    assert (cap["source"], cap["nodes"], cap["gpus"]) == ("kubernetes", 2, 6)
+    assert (
+        cap["capacity_gpu_hours"],
+        cap["allocated_gpu_hours"],
+        cap["sampled_gpu_hours"],
+        cap["busy_gpu_hours"],
+        cap["util_pct"],
+        cap["unallocated_gpu_hours"],
+    ) == pytest.approx((12.0, 7.0, 6.0, 4.0, 50.0, 5.0))
+    assert cap["allocation_pct"] == pytest.approx(700 / 12)
+    assert cap["unallocated_owned_usd"] is None  # nothing owned
+    assert "Kubernetes: capacity → allocated → busy" in html and "6 GPUs on 2 nodes" in html
     c = compute(store_url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 2, tzinfo=UTC))
     gauges = kpi_samples(c.kpis, None, c.kpis)
     at = ("2026-W48", "util", "kubernetes")
     assert dict(gauges["gpu_kpi_week_scheduler_allocated_gpu_seconds"]) == {at: 7 * 3600}
     assert dict(gauges["gpu_kpi_week_scheduler_idle_usd"])[at] == pytest.approx(2 * PRICE)
+    assert dict(gauges["gpu_kpi_week_scheduler_capacity_gpu_seconds"])[at] == 12 * 3600
 
 
 def test_ranges_imported_apart_are_one_pod(
@@ -405,6 +429,13 @@ def test_ranges_imported_apart_are_one_pod(
     spans = {p.shown_id: (p.start_at, p.until, p.gpus) for p in pods}
     assert spans["nlp/train-llm-0-x1"] == (TEN, NOON, 2)
     assert spans["ds/notebook-0"] == (TEN, ELEVEN, 1)
+    with RunStore(store_url) as store:
+        nodes = capacity_in(store, TEN - timedelta(hours=1), NOON + timedelta(hours=1))
+    # each node one span 10:00–12:00, not one per import
+    assert [(n.node, n.start_at, n.end_at, n.gpus) for n in nodes] == [
+        ("gpu-node-1", TEN, NOON, 4),
+        ("gpu-node-2", TEN, NOON, 2),
+    ]
 
 
 def test_the_query_and_label_names() -> None:

@@ -251,7 +251,8 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
         cli("import", "nvidia-smi", str(log), "--host", host)
     until = datetime.now(UTC) + timedelta(minutes=1)
     t = "%Y-%m-%dT%H:%M:%S"
-    cli(
+    before = datetime.now(UTC)
+    said = cli(
         "import",
         "slurm",
         "--since",
@@ -261,6 +262,8 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
         "--account-team",
         "nlp=NLP",
     )
+    after = datetime.now(UTC)
+    assert "1 node(s) with 4 GPUs (sinfo)" in said  # Gres=gpu:h100:4 of slurm-up.sh's node
     config = tmp_path / "gpu-kpi.toml"
     config.write_text(
         "[thresholds]\nidle_window_min = 1\n"
@@ -279,6 +282,16 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
     )
     (doc,) = (json.loads(p.read_text()) for p in (tmp_path / "out").glob("*.json"))
     jobs = {j["job_id"]: j for j in doc["allocations"]["jobs"]}
+    # capacity: the node's 4 H100 over the import's range (since to the import), the jobs'
+    # GPU-hours allocated against it
+    (cap,) = doc["allocations"]["capacity"]
+    assert (cap["source"], cap["nodes"], cap["gpus"]) == ("slurm", 1, 4)
+    first = since.replace(microsecond=0)  # --since as given, to the second
+    lo, hi = ((t - first).total_seconds() * 4 / 3600 for t in (before, after))
+    assert lo <= cap["capacity_gpu_hours"] <= hi
+    allocated = doc["allocations"]["totals"]["allocated_gpu_hours"]
+    assert cap["allocated_gpu_hours"] == pytest.approx(allocated)
+    assert cap["unallocated_gpu_hours"] == pytest.approx(cap["capacity_gpu_hours"] - allocated)
     # sacct's own columns: the GPUs and seconds each job held
     ids = [tracked, dark, busy, idle]
     text = _run(

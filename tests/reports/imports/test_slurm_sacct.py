@@ -225,3 +225,24 @@ def test_public_json_of_three_slurm_versions(version: str) -> None:
             None,
             None,
         )
+
+
+def test_sinfo_nodes_gpus_once_each_and_unavailable_ones_named() -> None:
+    """``sinfo -N -h -o '%N|%G|%t'`` as Slurm 22.05 writes it: a node once per partition, GRES
+    with a type and socket binding, two types on one node, a CPU node, a drained node."""
+    from reports.imports.slurm_jobs import parse_sinfo
+
+    text = "\n".join(
+        [
+            "gpu01|gpu:h100:8(S:0-1)|mix",
+            "gpu01|gpu:h100:8(S:0-1)|mix",  # in a second partition
+            "gpu02|gpu:a100:4(S:0),gpu:v100:2(S:1)|idle",
+            "gpu03|gpu:4|alloc",
+            "cpu01|(null)|idle",
+            "gpu04|gpu:h100:8(S:0-1)|drain",
+            "gpu05|gpu:h100:8|down*",
+        ]
+    )
+    nodes, down = parse_sinfo(text)
+    assert nodes == {"gpu01": (8, "h100"), "gpu02": (6, "a100"), "gpu03": (4, None)}
+    assert down == ["gpu04", "gpu05"]

@@ -292,6 +292,7 @@ def exposition() -> str:
     import urllib.request
 
     from reports.kpi import AllocationWeek, JobLine
+    from reports.kpi.allocations import CapacityLine
 
     job = JobLine(
         source="slurm", cluster="c", job_id="7", shown_id="7", name="j", user="u", account="a",
@@ -300,8 +301,14 @@ def exposition() -> str:
         runs=("r",), allocated_gpu_hours=4.0, sampled_gpu_hours=3.0, idle_gpu_hours=1.0,
         no_samples_gpu_hours=1.0, price_per_gpu_hour=3.85,
     )  # fmt: skip
+    nodes = CapacityLine(
+        source="slurm", cluster="c", nodes=1, gpus=8, capacity_gpu_hours=1344.0,
+        allocated_gpu_hours=4.0, sampled_gpu_hours=3.0, busy_gpu_hours=2.0, known_gpu_hours=3.0,
+        util_pct=40.0, unallocated_gpu_hours=1340.0, unallocated_owned_usd=None,
+    )  # fmt: skip
     history = dataclasses.replace(
-        week(W48_RUNS, W48_SAMPLES), allocations=AllocationWeek(jobs=(job,))
+        week(W48_RUNS, W48_SAMPLES),
+        allocations=AllocationWeek(jobs=(job,), capacity=(nodes,)),
     )
     exporter = KpiExporter()
     exporter.update(
@@ -346,18 +353,22 @@ def test_promtool_check_metrics_passes(exposition: str) -> None:
 
 
 def test_the_dashboard_shows_the_base_units_as_people_read_them() -> None:
-    """GPU time comes in GPU-seconds and is shown in GPU-hours (÷ 3600); a utilization ratio is
-    shown with Grafana's 0-1 percent unit, its thresholds 0.5 and 0.85 (not 50 and 85)."""
+    """GPU time comes in GPU-seconds and is shown in GPU-hours (÷ 3600), GPU-seconds over
+    GPU-seconds (the allocation rate) in percent; a utilization ratio is shown with Grafana's
+    0-1 percent unit, its thresholds 0.5 and 0.85 (not 50 and 85)."""
     dash = json.loads(DASHBOARD.read_text())
     shown = [
         p for row in dash["panels"] for p in [row, *row.get("panels", [])] if p["type"] != "row"
     ]
-    ratio = gpu_s = 0
+    ratio = gpu_s = rates = 0
     for p in shown:
         exprs = [t["expr"] for t in p["targets"]]
         defaults = p["fieldConfig"]["defaults"]
         for e in exprs:
-            if "_gpu_seconds" in e:
+            if "_gpu_seconds" in e and " / on (" in e:  # GPU-seconds over GPU-seconds: a rate
+                rates += 1
+                assert defaults["unit"] == "percentunit", p["title"]
+            elif "_gpu_seconds" in e:
                 gpu_s += 1
                 assert e.endswith(" / 3600"), e
         if p["type"] != "table" and any("_utilization_ratio" in e for e in exprs):
@@ -373,4 +384,5 @@ def test_the_dashboard_shows_the_base_units_as_people_read_them() -> None:
         for o in p["fieldConfig"]["overrides"]
     }
     assert units["Utilization"] == "percentunit" and units["GPU-hours"] == "suffix: GPU-h"
-    assert (gpu_s, ratio) == (7, 5)  # the Slurm row: three in GPU-hours
+    # the scheduler row: three in GPU-hours; the capacity row: two, and the allocation rate
+    assert (gpu_s, ratio, rates) == (9, 5, 1)
