@@ -148,6 +148,18 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
             )
             for g in gpus
         )
+    if line.matched == "sacct":  # no minute samples: the steps' average stands for them all
+        util, h = line.util_pct, line.sampled_gpu_hours
+        if line.price_per_gpu_hour is not None:
+            waste = gpu_waste_usd(
+                h * line.price_per_gpu_hour,
+                held=h,
+                known=h,
+                util_time=(util or 0.0) * h,
+                idle=line.idle_gpu_hours,
+                idle_util_time=(util or 0.0) * line.idle_gpu_hours,
+                target_util_pct=t.target_util_pct,
+            )
     verdict, advice = _verdict(line, util, runs, t.underutilized_pct, t.target_util_pct)
     label = BASES[req.basis][1]
     return JobNote(
@@ -221,6 +233,7 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
     how = {
         "id": "by job id: " + ", ".join(one_line(r, 60) for r in j.runs[:5]),
         "node": f"by node and time; the node's samples shared with {note.shared_with} other job(s)",
+        "sacct": "no minute samples: the average of its steps' TRESUsageInAve gres/gpuutil",
     }.get(j.matched, "no samples")
     util = "n/a" if note.util_pct is None else f"{note.util_pct:.1f}%"
     lines += [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
 from tracker.text import one_line
 
 if TYPE_CHECKING:
+    from reports.imports.slurm import StepUsage
     from reports.kpi.allocations import AllocationWeek
     from tracker.cost import Thresholds
     from tracker.owned import OwnedGpu
@@ -73,6 +75,20 @@ capacity_table = sa.Table(
     sa.Column("gpu_model", sa.Text),
     sa.Index("ix_gpu_kpi_capacity_end", "end_at"),
 )
+USAGE_TABLE = "gpu_kpi_allocation_usage"
+usage_table = sa.Table(
+    USAGE_TABLE,
+    _metadata,
+    sa.Column("source", sa.String(16), primary_key=True),
+    sa.Column("cluster", sa.Text, primary_key=True),
+    sa.Column("job_id", sa.Text, primary_key=True),
+    sa.Column("util_pct", sa.Float, nullable=False),  # sacct's step average, weighted
+    sa.Column("mem_gib", sa.Float),
+    sa.Column("steps", sa.Integer, nullable=False),
+    sa.Column("seconds", sa.Float, nullable=False),
+)
+"""A Slurm job's GPU use as its steps' ``TRESUsageInAve`` averaged it (where the site gathers
+GPU accounting): the report uses it only for a job no minute sample covers."""
 MERGE_GAP = timedelta(minutes=3)
 """Spans of a node this close, with the same GPUs, are one."""
 
@@ -134,7 +150,10 @@ def ensure_table(store: RunStore) -> None:
 
 
 def write_allocations(
-    store: RunStore, allocations: Sequence[Allocation], capacity: Sequence[Capacity] = ()
+    store: RunStore,
+    allocations: Sequence[Allocation],
+    capacity: Sequence[Capacity] = (),
+    usage: Sequence[StepUsage] = (),
 ) -> None:
     """Insert the allocations, replacing earlier rows of the same jobs, and the nodes'
     capacity (:func:`merge_spans` with what the store has), in one transaction.
@@ -143,6 +162,7 @@ def write_allocations(
         store: The run store (the tables are made when missing).
         allocations: The jobs; times timezone-aware.
         capacity: The nodes' spans; times timezone-aware.
+        usage: Slurm jobs' step averages (replacing a job's earlier one).
     """
     ensure_table(store)
     rows = [
@@ -161,8 +181,23 @@ def write_allocations(
         for i in range(0, len(rows), 5_000):
             conn.execute(stmt, rows[i : i + 5_000])
         _write_capacity(conn, capacity)
+        used = [
+            {
+                "source": "slurm",
+                "cluster": u.cluster,
+                "job_id": u.job_id,
+                "util_pct": u.util_pct,
+                "mem_gib": u.mem_gib,
+                "steps": u.steps,
+                "seconds": u.seconds,
+            }
+            for u in usage
+        ]
+        stmt = upsert(conn.dialect.name, usage_table, ("source", "cluster", "job_id"))
+        for i in range(0, len(used), 5_000):
+            conn.execute(stmt, used[i : i + 5_000])
 
-    if rows or capacity:
+    if rows or capacity or usage:
         store.transaction(work, write=True)
 
 
@@ -298,6 +333,35 @@ def merge_spans(old: Sequence[Capacity], new: Sequence[Capacity]) -> list[Capaci
     return [c for c in out if c.end_at > c.start_at]
 
 
+def usage_of(
+    store: RunStore, jobs: Sequence[Allocation]
+) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """The step averages of these Slurm jobs, (cluster, job id) → (utilization %, peak
+    memory GiB or None); values out of range left out.
+
+    Args:
+        store: The run store.
+        jobs: The jobs.
+    """
+    ids = sorted({a.job_id for a in jobs if a.source == "slurm"})
+    if not ids or not has_table(store, USAGE_TABLE):
+        return {}
+    t = usage_table.c
+
+    def read(conn: Connection) -> dict[tuple[str, str], tuple[float, float | None]]:
+        out: dict[tuple[str, str], tuple[float, float | None]] = {}
+        for i in range(0, len(ids), 1_000):
+            stmt = sa.select(t.cluster, t.job_id, t.util_pct, t.mem_gib).where(
+                t.source == "slurm", t.job_id.in_(ids[i : i + 1_000])
+            )
+            for cluster, job_id, util, mem in conn.execute(stmt):
+                if isinstance(util, float) and math.isfinite(util) and 0 <= util <= 10_000:
+                    out[(cluster, job_id)] = (util, mem if isinstance(mem, float) else None)
+        return out
+
+    return store.transaction(read, write=False)
+
+
 def capacity_in(store: RunStore, since: datetime, until: datetime) -> list[Capacity]:
     """The nodes' spans that overlap ``[since, until)``, those that cannot be one left out (GPUs
     below 0 or over a million, an end before the start); none when nothing was imported.
@@ -421,6 +485,7 @@ def week_allocations(
     try:  # the reads; what is done with them is the kpi's
         jobs, bad = allocations_in(store, since, until)
         spans = capacity_in(store, since, until)
+        steps = usage_of(store, jobs)
         hosts = {short_host(h) for j in jobs for h in j.hosts}
         wanted = []
         for r in runs:
@@ -449,6 +514,7 @@ def week_allocations(
         thresholds=thresholds,
         overrides=prices,
         owned=owned,
+        usage=steps,
     )
     if spans:
         held_on = {(a.source, a.cluster, a.job_id): a.hosts for a in jobs}

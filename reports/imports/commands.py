@@ -302,7 +302,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
     from tracker.store import RunStore
 
     with RunStore(settings.store) as store:
-        write_allocations(store, done.jobs, done.capacity)
+        write_allocations(store, done.jobs, done.capacity, done.usage)
     return done
 
 

@@ -34,6 +34,7 @@ others. Input that is not sacct's output at all is an :class:`~reports.errors.Im
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -102,6 +103,103 @@ class SacctRead:
     not_started: int = 0
     """Jobs that never held their allocation (pending, or cancelled before they started)."""
     unreadable: list[Unreadable] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepUsage:
+    """A job's GPU use as Slurm's own accounting averaged it over its steps
+    (``TRESUsageInAve`` ``gres/gpuutil`` and ``gres/gpumem``, where the site gathers GPU
+    accounting: ``AcctGatherGpu``/NVML), weighted by each step's seconds."""
+
+    cluster: str
+    job_id: str
+    """The job's own id (``JobIDRaw`` before the step's ``.``)."""
+    util_pct: float
+    mem_gib: float | None
+    steps: int
+    seconds: float
+
+
+USAGE_FORMAT = "Cluster,JobID,JobIDRaw,ElapsedRaw,TRESUsageInAve"
+"""What ``gpu-kpi import slurm`` asks sacct of the steps (no ``-X``)."""
+_TRES_VALUE = re.compile(r"(?:^|,)(gres/gpuutil|gres/gpumem)=([^,]+)")
+_MEM_UNITS = {"": 1 / 1024**3, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+def read_step_usage(text: str) -> dict[tuple[str, str], StepUsage]:
+    """The steps' GPU averages in sacct's parsable output with ``TRESUsageInAve`` (and
+    ``ElapsedRaw`` or ``Elapsed`` to weight them), per (cluster, job id); rows without a
+    ``gres/gpuutil``, and the output of a site that gathers none, give nothing.
+
+    Args:
+        text: ``sacct -a -P --format=Cluster,JobID,JobIDRaw,ElapsedRaw,TRESUsageInAve``'s
+            output (or any parsable output with those fields).
+    """
+    lines = text.lstrip("\ufeff \t\r\n").splitlines()
+    if not lines or "TRESUsageInAve" not in lines[0]:
+        return {}
+    header = lines[0].rstrip("|").split("|")
+    sums: dict[tuple[str, str], list[float]] = {}
+    for line in lines[1:]:
+        cells = line.split("|")
+        if len(cells) == len(header) + 1 and cells[-1] == "":
+            cells = cells[:-1]
+        if len(cells) != len(header):
+            continue
+        row = dict(zip(header, cells, strict=True))
+        step = (row.get("JobIDRaw") or row.get("JobID") or "").strip()
+        if "." not in step:
+            continue
+        found = dict(_TRES_VALUE.findall(row.get("TRESUsageInAve", "")))
+        util = _float(found.get("gres/gpuutil", ""))
+        seconds = _seconds(row)
+        if util is None or seconds is None or seconds <= 0:
+            continue
+        mem = _gib(found.get("gres/gpumem", ""))
+        key = (row.get("Cluster", "").strip(), step.split(".", 1)[0])
+        acc = sums.setdefault(key, [0.0, 0.0, 0.0, 0.0, 0.0])
+        acc[0] += seconds
+        acc[1] += util * seconds
+        acc[2] += 1
+        if mem is not None:
+            acc[3] = max(acc[3], mem)
+            acc[4] = 1
+    return {
+        key: StepUsage(
+            cluster=key[0],
+            job_id=key[1],
+            util_pct=acc[1] / acc[0],
+            mem_gib=acc[3] if acc[4] else None,
+            steps=int(acc[2]),
+            seconds=acc[0],
+        )
+        for key, acc in sums.items()
+    }
+
+
+def _float(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) and x >= 0 else None
+
+
+def _gib(text: str) -> float | None:
+    m = re.fullmatch(r"([0-9.]+)([KMGT]?)", text.strip())
+    x = _float(m[1]) if m else None
+    return None if x is None or m is None else x * _MEM_UNITS[m[2]]
+
+
+def _seconds(row: Mapping[str, str]) -> float | None:
+    raw = row.get("ElapsedRaw", "").strip()
+    if raw.isdigit():
+        return float(raw)
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", row.get("Elapsed", "").strip())
+    if not m:
+        return None
+    d, h, mi, sec = (int(x) if x else 0 for x in m.groups())
+    return float(((d * 24 + h) * 60 + mi) * 60 + sec)
 
 
 def read_sacct(text: str, *, tz: tzinfo) -> SacctRead:

@@ -17,13 +17,23 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reports.errors import ImportFailed, UsageError
-from reports.imports.slurm import FORMAT, SacctRead, SlurmJob, Unreadable, expand_nodes, read_sacct
+from reports.imports.slurm import (
+    FORMAT,
+    USAGE_FORMAT,
+    SacctRead,
+    SlurmJob,
+    StepUsage,
+    Unreadable,
+    expand_nodes,
+    read_sacct,
+    read_step_usage,
+)
 from tracker.prices import canonical_gpu
 from tracker.text import one_line
 
@@ -51,6 +61,8 @@ class SlurmImported:
     """Windows asked of sacct (0: files)."""
     capacity: list[Capacity] = field(default_factory=list)
     """The nodes' GPUs as sinfo showed them at the import, over its range (running sacct)."""
+    usage: list[StepUsage] = field(default_factory=list)
+    """Jobs' step averages of ``gres/gpuutil`` where the site gathers them."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -163,6 +175,7 @@ def read_files(
             read = read_sacct(text, tz=tz)
         except ImportFailed as e:
             raise ImportFailed(f"{name}: {e}") from None
+        out.usage += read_step_usage(text).values()  # saved without -X, with TRESUsageInAve
         allocations_of(read, where=name, seen_at=seen, cluster=cluster, teams=teams, out=out)
     return _last_rows(out)
 
@@ -190,6 +203,10 @@ def run_sacct(
         first = start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         last = end.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         text = _sacct(sacct, ["-S", first, "-E", last], f"{first} to {last}")
+        steps = _sacct(
+            sacct, ["-S", first, "-E", last], f"steps {first} to {last}", form=USAGE_FORMAT
+        )
+        out.usage += read_step_usage(steps).values()
         out.sacct_runs += 1
         if text.strip():
             read = read_sacct(text, tz=UTC)
@@ -307,10 +324,12 @@ def sinfo_capacity(
     return spans, notes
 
 
-def _sacct(sacct: str, what: Sequence[str], said: str) -> str:
-    """``sacct -a -X -P --format=FORMAT WHAT…``'s output, its times as seconds since 1970."""
+def _sacct(sacct: str, what: Sequence[str], said: str, *, form: str = FORMAT) -> str:
+    """``sacct -a -X -P --format=FORMAT WHAT…``'s output, its times as seconds since 1970
+    (with ``form`` :data:`USAGE_FORMAT`: the steps too, no ``-X``)."""
     env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
-    args = [sacct, "-a", "-X", "-P", f"--format={FORMAT}", *what]
+    whole = ["-X"] if form == FORMAT else []  # -X: the jobs alone, without their steps
+    args = [sacct, "-a", *whole, "-P", f"--format={form}", *what]
     try:
         p = subprocess.run(
             args,
@@ -337,7 +356,15 @@ def _sacct(sacct: str, what: Sequence[str], said: str) -> str:
 
 def _last_rows(out: SlurmImported) -> SlurmImported:
     """One allocation per job: a job read twice (in two windows, or two files) by its last
-    row."""
+    row; the step averages of the jobs read (a job's cluster as its row says where the steps'
+    name none)."""
     last = {(a.source, a.cluster, a.job_id): a for a in out.jobs}
     out.jobs = list(last.values())
+    clusters = {a.job_id: a.cluster for a in out.jobs}
+    usage = {}
+    for read in out.usage:
+        if read.job_id in clusters:
+            u = replace(read, cluster=read.cluster or clusters[read.job_id])
+            usage[(u.cluster, u.job_id)] = u
+    out.usage = list(usage.values())
     return out

@@ -65,7 +65,8 @@ class JobLine:
     gpu_model: str | None
     matched: str
     """``id`` (runs that recorded the job), ``node`` (samples of its hosts), ``workload`` (a
-    pod's: the samples of its workload's runs on its node) or ``""``."""
+    pod's: the samples of its workload's runs on its node), ``sacct`` (no samples: its steps'
+    ``TRESUsageInAve`` average) or ``""``."""
     runs: tuple[str, ...]
     """The runs whose samples were matched (by id or node)."""
     allocated_gpu_hours: float
@@ -387,6 +388,7 @@ def allocation_week(
     thresholds: Thresholds,
     overrides: Mapping[str, float] | None = None,
     owned: Mapping[str, OwnedGpu] | None = None,
+    usage: Mapping[tuple[str, str], tuple[float, float | None]] | None = None,
 ) -> AllocationWeek:
     """Each job's week (:class:`JobLine`), matched to the runs' minute samples in arrays: a
     week of a thousand GPUs' minutes takes seconds.
@@ -407,6 +409,10 @@ def allocation_week(
         thresholds: The idle rule's threshold and window.
         overrides: The config's ``[prices]``.
         owned: The config's ``[owned.<MODEL>]``.
+        usage: Slurm jobs' step averages ((cluster, job id) → utilization %, memory): for a
+            job no minute sample covers, its whole allocation is counted as measured at that
+            average (``matched`` ``sacct``), idle where the average is under the idle
+            threshold. An average over 100 (a step's GPUs summed) is divided by its GPUs.
 
     Returns:
         The jobs' lines, most unused dollars first.
@@ -437,6 +443,17 @@ def allocation_week(
         model = a.gpu_model or next((model_of_run[r] for r in runs_j if r in model_of_run), None)
         price = reported_price(model, None, None, overrides, owned)[0] if model else None
         got = min(float(m.sampled[j]), float(held[j]))
+        measured, util, idle = float(m.known[j]), float(m.used[j]), float(m.idle[j])
+        matched = (
+            "id" if m.by_id[j] else ("workload" if m.scoped[j] else "node") if m.by_node[j] else ""
+        )
+        step = (usage or {}).get((a.cluster, a.job_id)) if a.source == "slurm" else None
+        if step is not None and got <= 0 and held[j] > 0:
+            average = step[0] if step[0] <= 100 else min(100.0, step[0] / max(a.gpus, 1))
+            got = measured = float(held[j])
+            util = average * got
+            idle = got if average < thresholds.idle_pct else 0.0
+            matched = "sacct"
         lines.append(
             JobLine(
                 source=a.source,
@@ -453,18 +470,14 @@ def allocation_week(
                 end=a.end_at,
                 gpus=a.gpus,
                 gpu_model=model,
-                matched="id"
-                if m.by_id[j]
-                else ("workload" if m.scoped[j] else "node")
-                if m.by_node[j]
-                else "",
+                matched=matched,
                 runs=runs_j,
                 allocated_gpu_hours=float(held[j]) / 3600.0,
                 sampled_gpu_hours=got / 3600.0,
-                idle_gpu_hours=min(float(m.idle[j]), got) / 3600.0,
+                idle_gpu_hours=min(idle, got) / 3600.0,
                 no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
-                known_gpu_hours=min(float(m.known[j]), got) / 3600.0,
-                util_pct=weighted_util_pct(float(m.used[j]), float(m.known[j])),
+                known_gpu_hours=min(measured, got) / 3600.0,
+                util_pct=weighted_util_pct(util, measured),
                 price_per_gpu_hour=price,
             )
         )

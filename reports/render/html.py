@@ -433,7 +433,12 @@ def report_context(
     }
 
 
-MATCHED = {"id": "by job id", "node": "by node and time", "workload": "by workload and node"}
+MATCHED = {
+    "id": "by job id",
+    "node": "by node and time",
+    "workload": "by workload and node",
+    "sacct": "sacct's step average",
+}
 """How a job's samples were found (:attr:`reports.kpi.allocations.JobLine.matched`), in words."""
 
 

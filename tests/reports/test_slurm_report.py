@@ -250,6 +250,59 @@ def test_the_chargeback_charges_what_each_team_held(store_url: str, tmp_path: Pa
     assert sum(float(r["allocated_gpu_hours"]) for r in rows) == pytest.approx(11.0)
 
 
+def test_a_job_without_samples_by_its_steps_average(store_url: str, tmp_path: Path) -> None:
+    """sacct saved without -X, with the steps' TRESUsageInAve (a site gathering GPU
+    accounting): job 102, which no sample covers, is counted at its steps' average, 3% (idle
+    under the 5% rule), labelled so; 101's steps say 50%, but its samples win."""
+    _fill(store_url)
+    lines = SACCT.splitlines()
+    tres = (
+        "cpu=00:52:45,energy=0,fs/disk=2048,gres/gpumem={mem},gres/gpuutil={util},mem=1.2M,"
+        "pages=0,vmem=100K"
+    )
+    step = "gpukpi|{id}|{id}|batch||nlp||COMPLETED|2026-11-24T10:00:00|2026-11-24T11:00:00|cpu=1|n2|{s}|{t}"
+    saved = tmp_path / "sacct-steps.txt"
+    saved.write_text(
+        "\n".join(
+            [
+                lines[0] + "|ElapsedRaw|TRESUsageInAve",
+                *(line + "||" for line in lines[1:]),
+                step.format(id="102.batch", s=3600, t=tres.format(mem="812M", util=3)),
+                step.format(id="102.extern", s=3600, t="cpu=00:00:00,energy=0,mem=0"),
+                step.format(id="101.batch", s=7200, t=tres.format(mem="40G", util=50)),
+            ]
+        )
+    )
+    env = {"GPU_KPI_STORE": store_url}
+    assert gpu_kpi("import", "slurm", str(saved), env=env).returncode == 0
+    out = tmp_path / "out"
+    rep = gpu_kpi(
+        "report", "--week", "2026-W48", "--format", "json,html", "--out", str(out), env=env
+    )
+    assert rep.returncode == 0, rep.stderr
+    d = json.loads((out / "2026-W48.json").read_text())["allocations"]
+    jobs = {j["job_id"]: j for j in d["jobs"]}
+    j102, j101 = jobs["102"], jobs["101"]
+    assert (j102["matched"], j102["util_pct"]) == ("sacct", pytest.approx(3.0))
+    assert (j102["sampled_gpu_hours"], j102["idle_gpu_hours"], j102["no_samples_gpu_hours"]) == (
+        pytest.approx(2.0),
+        pytest.approx(2.0),
+        0.0,
+    )
+    assert (j101["matched"], j101["util_pct"]) == ("id", pytest.approx(80.0))
+    # the totals: 7 + 2 sampled, 3 + 2 idle, 4 - 2 with nothing
+    assert (
+        d["totals"]["sampled_gpu_hours"],
+        d["totals"]["idle_gpu_hours"],
+        d["totals"]["no_samples_gpu_hours"],
+    ) == pytest.approx((9.0, 5.0, 2.0))
+    assert "sacct&#39;s step average" in (out / "2026-W48.html").read_text()
+    note = gpu_kpi("job", "102", "--no-sacct", env=env)
+    assert note.returncode == 0, note.stderr
+    assert "GPU efficiency: 3.0%" in note.stdout
+    assert "the average of its steps' TRESUsageInAve gres/gpuutil" in note.stdout
+
+
 def test_a_store_without_imports_has_no_section(store_url: str, tmp_path: Path) -> None:
     _fill(store_url)
     out = tmp_path / "out"
