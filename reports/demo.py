@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from reports.kpi.budgets import Budget
 from tracker.cost import Thresholds, waste_usd
@@ -92,6 +93,9 @@ class DemoRun:
     flops_per_step: float | None = None
     dtype: str | None = None
     start_hours_ago: float = 6.0
+    slurm_job: int | None = None
+    """The Slurm job it ran in (the run's ``slurm`` link ``demo/ID``), on node ``host``."""
+    host: str = ""
 
 
 DEMO_RUNS: tuple[DemoRun, ...] = (
@@ -109,6 +113,8 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
         flops_per_step=6 * 8e9 * 32 * 2048,
         dtype="bf16",
         start_hours_ago=9.0,
+        slurm_job=7001,
+        host="gpu-01",
     ),
     DemoRun(
         name="resnet50-heavy-aug",
@@ -121,6 +127,8 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
         wait_s=0.16,
         batch=256,
         start_hours_ago=7.0,
+        slurm_job=7002,
+        host="gpu-02",
     ),
     DemoRun(
         name="notebook-jlee",
@@ -130,6 +138,8 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
         gpu="idle@L4:1",
         hours=1.5,
         start_hours_ago=5.0,
+        slurm_job=7003,
+        host="gpu-05",
     ),
     DemoRun(
         name="bert-sweep-17",
@@ -143,6 +153,8 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
         batch=8,
         tokens_per_sample=128,
         start_hours_ago=4.0,
+        slurm_job=7004,
+        host="gpu-06",
     ),
     DemoRun(
         name="vit-l-fp32",
@@ -157,6 +169,8 @@ DEMO_RUNS: tuple[DemoRun, ...] = (
         flops_per_step=3 * 61.6e9 * 128,
         dtype="fp32",
         start_hours_ago=3.0,
+        slurm_job=7005,
+        host="gpu-03",
     ),
 )
 
@@ -199,6 +213,7 @@ def simulate(
         log_to_python=False,
         print_summary=False,
         config=config,
+        links={"slurm": f"{DEMO_CLUSTER}/{run.slurm_job}"} if run.slurm_job else None,
     )
     session.start()
     sampler = session.sampler
@@ -225,6 +240,97 @@ def simulate(
     record = session.finish("finished")
     assert record is not None
     return record
+
+
+DEMO_CLUSTER = "demo"
+SETUP = timedelta(minutes=12)
+"""Each demo job holds its GPUs this long before its run starts tracking (the environment
+setting up: allocated, no samples)."""
+DEMO_NODES = {
+    "gpu-01": (8, "H100"),
+    "gpu-02": (4, "A100-80GB"),
+    "gpu-03": (2, "H200"),
+    "gpu-04": (4, "H100"),
+    "gpu-05": (1, "L4"),
+    "gpu-06": (1, "A10G"),
+}
+"""The demo cluster's nodes: each demo run's job on one, and an untracked debugging job holding
+gpu-04 with nothing measuring it."""
+
+
+def demo_jobs(now: datetime, monday: datetime) -> tuple[list[Any], list[Any]]:
+    """The demo week's Slurm jobs (one per demo run, its GPUs from the run's spec, held from
+    :data:`SETUP` before the run; and ``interactive-debug``, 4 H100 for 5 hours, untracked) and
+    the demo cluster's nodes over the week (:data:`DEMO_NODES`).
+
+    Args:
+        now: The demo sessions' ``now`` (their starts count back from it).
+        monday: The demo week's Monday (UTC).
+    """
+    from reports.data.allocations import Allocation, Capacity
+    from tracker.gpu.simulated import SimulatedBackend
+
+    jobs = []
+    for r in DEMO_RUNS:
+        if r.slurm_job is None:
+            continue
+        start = now - timedelta(hours=r.start_hours_ago)
+        gpus = SimulatedBackend.from_spec(r.gpu).count
+        model = DEMO_NODES[r.host][1]
+        jobs.append(
+            Allocation(
+                source="slurm",
+                cluster=DEMO_CLUSTER,
+                job_id=str(r.slurm_job),
+                shown_id=str(r.slurm_job),
+                name=r.name,
+                user=r.user,
+                account=r.team,
+                team=r.team,
+                partition="gpu",
+                state="COMPLETED",
+                start_at=start - SETUP,
+                end_at=start + timedelta(hours=r.hours),
+                seen_at=start + timedelta(hours=r.hours),
+                gpus=gpus,
+                gpu_model=model,
+                hosts=(r.host,),
+            )
+        )
+    debug = now - timedelta(hours=8)
+    jobs.append(
+        Allocation(
+            source="slurm",
+            cluster=DEMO_CLUSTER,
+            job_id="7006",
+            shown_id="7006",
+            name="interactive-debug",
+            user="ana",
+            account="nlp",
+            team="nlp",
+            partition="interactive",
+            state="TIMEOUT",
+            start_at=debug,
+            end_at=debug + timedelta(hours=5),
+            seen_at=debug + timedelta(hours=5),
+            gpus=4,
+            gpu_model="H100",
+            hosts=("gpu-04",),
+        )
+    )
+    nodes = [
+        Capacity(
+            source="slurm",
+            cluster=DEMO_CLUSTER,
+            node=node,
+            start_at=monday,
+            end_at=monday + timedelta(days=7),
+            gpus=gpus,
+            gpu_model=model,
+        )
+        for node, (gpus, model) in DEMO_NODES.items()
+    ]
+    return jobs, nodes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,4 +517,9 @@ def run_demo(
             s.upsert_run(r)
     friday_evening = monday + timedelta(days=4, hours=20)
     runs = [simulate(r, store=store, now=friday_evening, config=config) for r in DEMO_RUNS]
+    from reports.data.allocations import write_allocations
+
+    jobs, nodes = demo_jobs(friday_evening, monday)
+    with RunStore(store) as s:
+        write_allocations(s, jobs, nodes)
     return runs, monday

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from tracker.owned import OwnedGpu
     from tracker.store import RunStore
 
-JOB_LINKS = (SLURM_LINK, KUBERNETES_LINK)
-"""The links by which a run names the allocation it ran in."""
+JOB_LINKS = {SLURM_LINK: "slurm", KUBERNETES_LINK: "kubernetes"}
+"""The links by which a run names the allocation it ran in, and the allocations' source."""
 TABLE = "gpu_kpi_allocations"
 _metadata = sa.MetaData()
 allocations_table = sa.Table(
@@ -488,10 +488,12 @@ def week_allocations(
         steps = usage_of(store, jobs)
         hosts = {short_host(h) for j in jobs for h in j.hosts}
         wanted = []
+        sources = {j.source for j in jobs}
+        named = [k for k, source in JOB_LINKS.items() if source in sources]
         for r in runs:
             links = r["links"] if isinstance(r["links"], Mapping) else {}
             host = r["host"] if isinstance(r["host"], str) else ""
-            if any(links.get(k) is not None for k in JOB_LINKS) or short_host(host) in hosts:
+            if any(links.get(k) is not None for k in named) or short_host(host) in hosts:
                 wanted.append({**r, "links": links, "host": host})
         window = timedelta(minutes=thresholds.idle_window_min)
         columns = sample_columns(basis)

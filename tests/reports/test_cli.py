@@ -67,6 +67,19 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert "GPU efficiency report" in html.read_text()
     assert (html.parent / "index.html").exists()
     assert (html.with_suffix(".json")).exists() and (html.with_suffix(".csv")).exists()
+    # the demo cluster's Slurm jobs: each run's job held its GPUs 12 minutes before tracking
+    # began (llama: 8 x 3.2 h = 25.6 GPU-h, 24 sampled, 1.6 with none); interactive-debug held
+    # 4 H100 for 5 h with nothing measuring it: 20 GPU-h, $77.00
+    import json
+
+    alloc = json.loads(html.with_suffix(".json").read_text())["allocations"]
+    jobs = {j["shown_id"]: j for j in alloc["jobs"]}
+    llama, debug = jobs["7001"], jobs["7006"]
+    assert (llama["matched"], llama["allocated_gpu_hours"]) == ("id", pytest.approx(25.6))
+    assert llama["no_samples_gpu_hours"] == pytest.approx(1.6)
+    assert (debug["matched"], debug["no_samples_usd"]) == ("", pytest.approx(20 * 3.85))
+    (nodes,) = alloc["capacity"]
+    assert (nodes["nodes"], nodes["gpus"], nodes["capacity_gpu_hours"]) == (6, 20, 20 * 168)
     # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
     # nlp's month, the one the week ends in (how far into it depends on today's date)
     week = json.loads(html.with_suffix(".json").read_text())
