@@ -237,6 +237,11 @@ def _import_kubernetes(args: argparse.Namespace, settings: Any) -> int:
     hours = sum(a.gpus * (a.until - a.start_at).total_seconds() for a in done.jobs) / 3600
     parts = [f"{done.short} pod(s) seen for one minute only"] if done.short else []
     parts += [f"{done.extended} pod(s) an earlier import had, now longer"] if done.extended else []
+    if not done.jobs and not done.capacity:
+        print(
+            "no pod held a GPU and no node had one in the range: does this Prometheus scrape "
+            "kube-state-metrics (kube_pod_container_resource_requests, resource=nvidia_com_gpu)?"
+        )
     print(
         f"imported {len(done.jobs)} Kubernetes pod(s) holding {hours:,.1f} GPU-h"
         f"{'; ' + ', '.join(parts) if parts else ''} into {_shown_url(settings.store)}"

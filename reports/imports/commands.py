@@ -292,7 +292,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
         if until - since > timedelta(days=366):
             raise UsageError("--since to --until is over a year: import a range at a time")
         done = run_sacct(since, min(until, now), cluster=cluster, teams=teams, now=now)
-        named = Counter(a.cluster for a in done.jobs)
+        named = Counter(a.cluster for a in done.jobs if a.cluster)
         done.capacity, done.notes = sinfo_capacity(
             since,
             min(until, now),

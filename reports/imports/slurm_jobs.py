@@ -274,6 +274,24 @@ def parse_sinfo(text: str) -> tuple[dict[str, tuple[int, str | None]], list[str]
     return nodes, sorted(set(down) - set(nodes))
 
 
+def cluster_name(scontrol: str = "scontrol") -> str:
+    """This machine's Slurm cluster, ``ClusterName`` of ``scontrol show config``; "" when it
+    cannot say."""
+    try:
+        p = subprocess.run(
+            [scontrol, "show", "config"],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    m = re.search(r"^ClusterName\s*=\s*(\S+)\s*$", p.stdout, re.MULTILINE)
+    return m[1] if m and p.returncode == 0 and "/" not in m[1] else ""
+
+
 def sinfo_capacity(
     since: datetime, until: datetime, *, cluster: str, sinfo: str = "sinfo"
 ) -> tuple[list[Capacity], list[str]]:
@@ -284,7 +302,7 @@ def sinfo_capacity(
     Args:
         since: The range's start (timezone-aware).
         until: Its end.
-        cluster: The cluster's name (the jobs').
+        cluster: The cluster's name (the jobs'); "" to ask ``scontrol show config``.
         sinfo: The command.
     """
     from reports.data.allocations import Capacity
@@ -304,6 +322,7 @@ def sinfo_capacity(
         said = one_line(p.stderr or p.stdout, 200)
         return [], [f"capacity not imported: sinfo failed (exit {p.returncode}): {said}"]
     nodes, down = parse_sinfo(p.stdout)
+    cluster = cluster or cluster_name(sinfo.replace("sinfo", "scontrol"))
     spans = [
         Capacity(
             source="slurm",

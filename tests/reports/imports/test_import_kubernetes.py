@@ -477,3 +477,15 @@ def _has_table(store: str) -> bool:
 
     with RunStore(store) as s:
         return has_allocations(s)
+
+
+def test_a_range_with_no_gpu_pod_says_where_to_look(
+    prometheus: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    args = ["--since", "2026-11-20", "--until", "2026-11-21", "--store", store]
+    code = main(["import", "kubernetes", prometheus, *args])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "does this Prometheus scrape kube-state-metrics" in out
+    assert "imported 0 Kubernetes pod(s) holding 0.0 GPU-h" in out
