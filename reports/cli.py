@@ -198,16 +198,22 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _said_skipped(unreadable: Sequence[Any], jobs: Sequence[Any], what: str) -> float:
+    """Print the first 20 rows an allocation import left out (and how many more ``what``);
+    return the GPU-hours its jobs held."""
+    for u in unreadable[:20]:
+        print(printable(f"skipped {u.where}: {u.reason}"))
+    if len(unreadable) > 20:
+        print(f"skipped {len(unreadable) - 20} more {what}")
+    return sum(a.gpus * (a.until - a.start_at).total_seconds() for a in jobs) / 3600
+
+
 def _import_slurm(args: argparse.Namespace, settings: Any) -> int:
     """``import slurm``: the jobs written, what was left out, and the store."""
     from reports.imports.commands import run_slurm_import
 
     done = run_slurm_import(args, settings, now=datetime.now(UTC))
-    for u in done.unreadable[:20]:
-        print(printable(f"skipped {u.where}: {u.reason}"))
-    if len(done.unreadable) > 20:
-        print(f"skipped {len(done.unreadable) - 20} more unreadable row(s)")
-    hours = sum(a.gpus * (a.until - a.start_at).total_seconds() for a in done.jobs) / 3600
+    hours = _said_skipped(done.unreadable, done.jobs, "unreadable row(s)")
     parts = [f"{done.steps} step row(s)"] if done.steps else []
     parts += [f"{done.not_started} job(s) that never started"] if done.not_started else []
     left = f"; left out {', '.join(parts)}" if parts else ""
@@ -230,11 +236,7 @@ def _import_kubernetes(args: argparse.Namespace, settings: Any) -> int:
     from reports.imports.commands import run_kube_import
 
     done = run_kube_import(args, settings, now=datetime.now(UTC))
-    for u in done.unreadable[:20]:
-        print(printable(f"skipped {u.where}: {u.reason}"))
-    if len(done.unreadable) > 20:
-        print(f"skipped {len(done.unreadable) - 20} more pod(s)")
-    hours = sum(a.gpus * (a.until - a.start_at).total_seconds() for a in done.jobs) / 3600
+    hours = _said_skipped(done.unreadable, done.jobs, "pod(s)")
     parts = [f"{done.short} pod(s) seen for one minute only"] if done.short else []
     parts += [f"{done.extended} pod(s) an earlier import had, now longer"] if done.extended else []
     if not done.jobs and not done.capacity:

@@ -239,6 +239,16 @@ def run_import(args: argparse.Namespace, settings: Any) -> Imported:
     )
 
 
+def _runs_options(args: argparse.Namespace, also: str) -> bool:
+    """Whether ``args`` give an option of the imports of runs (labels, prices, nvidia-smi's,
+    TensorBoard's…) or ``also``: none is an allocation import's."""
+    others = (args.query_gpu, args.per_gpu, args.replace, args.gpus, args.tag, getattr(args, also))
+    labels = (args.project, args.team, args.user, args.host, args.gpu_model, args.price)
+    return bool(
+        any(others) or any(x not in ("", None) for x in labels) or args.started or args.max_gap
+    )
+
+
 def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) -> SlurmImported:
     """``gpu-kpi import slurm``: the jobs in the files given, or from this machine's sacct for
     the range, written to ``settings.store`` all or none.
@@ -262,9 +272,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
     )
     from reports.weeks import zone
 
-    others = (args.query_gpu, args.per_gpu, args.replace, args.gpus, args.tag, args.map)
-    labels = (args.project, args.team, args.user, args.host, args.gpu_model, args.price)
-    if any(others) or any(x not in ("", None) for x in labels) or args.started or args.max_gap:
+    if _runs_options(args, "map"):
         raise UsageError(
             "slurm takes --since, --until, --tz, --cluster and --account-team (a job's team "
             "comes from its account)"
@@ -323,9 +331,7 @@ def run_kube_import(args: argparse.Namespace, settings: Any, *, now: datetime) -
     from reports.imports.slurm_jobs import parse_account_teams
     from tracker.store import RunStore
 
-    others = (args.query_gpu, args.per_gpu, args.replace, args.gpus, args.tag, args.tz)
-    labels = (args.project, args.team, args.user, args.host, args.gpu_model, args.price)
-    if any(others) or any(x not in ("", None) for x in labels) or args.started or args.max_gap:
+    if _runs_options(args, "tz"):
         raise UsageError(
             "kubernetes takes one URL, --since, --until, --cluster, --account-team and "
             "--map team=LABEL / user=LABEL (a pod's team comes from its label or namespace)"
