@@ -25,6 +25,8 @@ from typing import Any
 from reports.errors import ReportError, UsageError
 
 _JOB_ID = re.compile(r"^\d+([_+]\d+)?$")
+_POD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+"""A pod as ``gpu-kpi import kubernetes`` names it, ``NAMESPACE/POD``."""
 MIN_WASTE_USD = 5.0
 
 AddCommand = Callable[..., argparse.ArgumentParser]
@@ -35,10 +37,13 @@ def add_job_command(add: AddCommand) -> None:
     job = add(
         "job",
         cmd_job,
-        "one Slurm job's GPU efficiency, as seff says it, with its cost and waste; --mail "
+        "one Slurm job's (or Kubernetes pod's) GPU efficiency, as seff says it, with its cost "
+        "and waste; --mail "
         "sends it to the job's user once (a Slurm epilog's call)",
     )
-    job.add_argument("job_id", metavar="JOBID", help="1234, 1234_7 (array task) or 1234+0")
+    job.add_argument(
+        "job_id", metavar="JOBID", help="1234, 1234_7 (array task), 1234+0, or a pod: NAMESPACE/POD"
+    )
     job.add_argument("--cluster", metavar="NAME", help="the job's cluster (when ids repeat)")
     job.add_argument("--tz", help="time zone of the times shown (default: [report] timezone)")
     job.add_argument("--basis", choices=("util", "sm_active"), help="utilization basis")
@@ -74,8 +79,12 @@ def cmd_job(args: argparse.Namespace) -> int:
     from reports.weeks import zone
 
     job_id = args.job_id.strip()
-    if not _JOB_ID.match(job_id):
-        raise UsageError(f"JOBID {args.job_id!r}: a Slurm job id (1234, 1234_7, 1234+0)")
+    pod = _POD.match(job_id) is not None
+    if not (_JOB_ID.match(job_id) or pod):
+        raise UsageError(
+            f"JOBID {args.job_id!r}: a Slurm job id (1234, 1234_7, 1234+0) or a Kubernetes "
+            "pod, NAMESPACE/POD"
+        )
     if not args.mail and (args.to or args.min_waste_usd is not None):
         raise UsageError("--to and --min-waste-usd are for --mail")
     if args.mail and not args.to:
@@ -96,12 +105,15 @@ def cmd_job(args: argparse.Namespace) -> int:
     with RunStore(service.settings.tracker.store) as store:
         found = find_job(store, job_id, args.cluster)
         running = len(found) == 1 and found[0].end_at is None  # as far as its import knew
-        if (not found or running) and not args.no_sacct and shutil.which("sacct"):
+        if (not found or running) and not pod and not args.no_sacct and shutil.which("sacct"):
             _import_from_sacct(store, job_id, cluster=args.cluster or "", now=now)
             found = find_job(store, job_id, args.cluster)
         if not found:
             raise ReportError(
-                f"job {job_id} is not in the store: import it (gpu-kpi import slurm) on a "
+                f"pod {job_id} is not in the store: import it (gpu-kpi import kubernetes URL "
+                "--since … --until …)"
+                if pod
+                else f"job {job_id} is not in the store: import it (gpu-kpi import slurm) on a "
                 "machine with sacct, or run this there"
             )
         if len(found) > 1:

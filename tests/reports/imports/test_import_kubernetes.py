@@ -403,6 +403,11 @@ def test_pods_in_the_weekly_report_by_hand(
     assert cap["allocation_pct"] == pytest.approx(700 / 12)
     assert cap["unallocated_owned_usd"] is None  # nothing owned
     assert "Kubernetes: capacity → allocated → busy" in html and "6 GPUs on 2 nodes" in html
+    # one pod's note: 4 GPU-h ($15.40), 40% over its sampled time (80% and 0%), half idle
+    assert main(["job", "nlp/train-llm-0-x1", "--no-sacct"]) == 0
+    note = capsys.readouterr().out
+    assert "Job ID: nlp/train-llm-0-x1" in note and "Allocated: 4.0 GPU-h, $15.40" in note
+    assert "GPU efficiency: 40.0%" in note and "Verdict: idle" in note
     c = compute(store_url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 2, tzinfo=UTC))
     gauges = kpi_samples(c.kpis, None, c.kpis)
     at = ("2026-W48", "util", "kubernetes")
