@@ -172,7 +172,7 @@ def read_kubernetes(
     url, token = server(url)
     start, end = since.timestamp(), until.timestamp()
     pods: dict[tuple[str, str], _Pod] = {}
-    nodes: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    nodes: dict[tuple[str, str], list[list[float]]] = {}
     owners = Owners()
     products: dict[str, str] = {}
     wanted = {label_name(x) for x in (team_label, user_label) if x}
@@ -214,9 +214,7 @@ def read_kubernetes(
         ):
             metric, values = _series(url, series)
             node = (metric.get("cluster") or cluster, metric.get("node", ""))
-            nodes.setdefault(node, []).extend(
-                (t, c) for t, v in values if first <= t <= last and (c := _count(v)) is not None
-            )
+            _runs_of(nodes.setdefault(node, []), values, first, last)
         learn_owners(url, token, owners, first, last)
         span = f"[{last - first + STEP_S:.0f}s]"
         labelled = (
@@ -272,39 +270,54 @@ def read_kubernetes(
     return out
 
 
+def _runs_of(
+    runs: list[list[float]], values: list[tuple[float, object]], first: float, last: float
+) -> None:
+    """A node's points of a chunk (in time order) onto its runs of one GPU count,
+    ``[first minute, last minute, GPUs]``: a run ends where the count changes or the node was
+    not reported for over 3 minutes."""
+    counts: dict[object, float | None] = {}
+    for t, v in values:
+        if not first <= t <= last:
+            continue
+        c = counts[v] if v in counts else counts.setdefault(v, _count(v))
+        if c is None:
+            continue
+        run = runs[-1] if runs else None
+        if run is not None and run[2] == c and 0 <= t - run[1] <= 3 * STEP_S:
+            run[1] = t
+        else:
+            runs.append([t, t, c])
+
+
 def node_spans(
-    nodes: Mapping[tuple[str, str], list[tuple[float, float]]], products: Mapping[str, str]
+    nodes: Mapping[tuple[str, str], list[list[float]]], products: Mapping[str, str]
 ) -> list[Capacity]:
-    """Each node's minutes with GPUs as spans of one count: a span ends where the count
-    changes or the node was not reported for over 3 minutes (a point covers nothing before
-    it, as a pod's).
+    """Each node's runs of one GPU count as spans (a point covers nothing before it, as a
+    pod's: a run of one minute is none).
 
     Args:
-        nodes: (cluster, node) → its (minute, GPUs) points.
+        nodes: (cluster, node) → its runs, ``[first minute, last minute, GPUs]``.
         products: Node → its ``nvidia.com/gpu.product`` label.
     """
     from reports.data.allocations import Capacity
 
     out = []
-    for (cluster, node), points in sorted(nodes.items()):
-        run: list[tuple[float, float]] = []
-        for t, gpus in [*sorted(set(points)), (math.inf, -1.0)]:
-            if run and (gpus != run[-1][1] or t - run[-1][0] > 3 * STEP_S):
-                if run[-1][0] > run[0][0] and run[0][1] > 0:
-                    model = products.get(node, "")
-                    out.append(
-                        Capacity(
-                            source=SOURCE,
-                            cluster=cluster,
-                            node=node,
-                            start_at=datetime.fromtimestamp(run[0][0], UTC),
-                            end_at=datetime.fromtimestamp(run[-1][0], UTC),
-                            gpus=int(run[0][1]),
-                            gpu_model=canonical_gpu(model) if model else None,
-                        )
-                    )
-                run = []
-            run.append((t, gpus))
+    for (cluster, node), runs in sorted(nodes.items()):
+        model = products.get(node, "")
+        out += [
+            Capacity(
+                source=SOURCE,
+                cluster=cluster,
+                node=node,
+                start_at=datetime.fromtimestamp(a, UTC),
+                end_at=datetime.fromtimestamp(b, UTC),
+                gpus=int(c),
+                gpu_model=canonical_gpu(model) if model else None,
+            )
+            for a, b, c in runs
+            if b > a and c > 0
+        ]
     return out
 
 
@@ -327,19 +340,20 @@ def _add(
     into ``out.unreadable``)."""
     namespace, pod, uid = (metric.get(k, "") for k in ("namespace", "pod", "uid"))
     name = f"{namespace}/{pod}"
-    times = [t for t, _ in values if first <= t <= last]
-    if not namespace or not pod or not times:
+    inside = [(t, v) for t, v in values if first <= t <= last]
+    if not namespace or not pod or not inside:
         return
-    counts = [_count(v) for t, v in values if first <= t <= last]
-    bad = next((str(v) for t, v in values if first <= t <= last and _count(v) is None), None)
+    counts = {str(v): _count(v) for v in {str(v) for _, v in inside}}  # a few distinct values
+    bad = next((v for v, c in counts.items() if c is None), None)
     if bad is not None:
         out.unreadable.append(
             Unreadable(f"pod {name}", f"a GPU request of {bad[:40]!r}: not a count of GPUs")
         )
         return
-    gpus = max(c for c in counts if c is not None)
+    gpus = max(c for c in counts.values() if c is not None)
     if gpus == 0:
         return
+    times = (min(t for t, _ in inside), max(t for t, _ in inside))
     key = (metric.get("cluster") or cluster, uid or name)
     have = pods.get(key)
     if have is None:
