@@ -6,12 +6,14 @@ kube-state-metrics in Prometheus, into the store's allocations
 A pod holds GPUs while it is ``Running`` (``kube_pod_status_phase``) with a GPU request
 (``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}``, summed over its
 containers; the device plugin's GPUs are whole, requests equal limits) on a node (the
-request's ``node`` label). Both are read with one range query a chunk of minutes at a time, the phase by
-``last_over_time`` over the 59 s before each whole minute (no staleness lookback; 59, not 60:
-Prometheus 2 counts a scrape at the window's start, 3 does not, and a scrape on the minute
-must not count in two), so a point says the pod held its GPUs in that minute. As with the DCGM import, the
-first point covers nothing: a pod's span is from its first point to its last, to the minute.
-Several kube-state-metrics replicas (the same series from each) count once.
+request's ``node`` label). Both are read with one range query a chunk of minutes at a time,
+the phase by ``last_over_time`` over the 59 s before each whole minute (no staleness lookback;
+59, not 60: Prometheus 2 counts a scrape at the window's start, 3 does not, and a scrape on the
+minute must not count in two), so a point says the pod held its GPUs in that minute. As with
+the DCGM import, the first point covers nothing: a pod's span is from its first point to its
+last, to the minute. Several kube-state-metrics replicas (the same series from each) count
+once. The nodes' GPUs (``kube_node_status_capacity``) are read the same way, as spans of one
+count per node.
 
 Per pod: ``NAMESPACE/POD`` (its id in the report; the tracker's ``kubernetes`` link), its
 ``uid`` (the row's key: a StatefulSet's pod of the same name later is another), its workload
@@ -353,16 +355,14 @@ def _add(
     gpus = max(c for c in counts.values() if c is not None)
     if gpus == 0:
         return
-    times = (min(t for t, _ in inside), max(t for t, _ in inside))
+    lo, hi = min(t for t, _ in inside), max(t for t, _ in inside)
     key = (metric.get("cluster") or cluster, uid or name)
     have = pods.get(key)
     if have is None:
-        pods[key] = _Pod(
-            key[0], namespace, pod, uid, metric.get("node", ""), gpus, min(times), max(times)
-        )
+        pods[key] = _Pod(key[0], namespace, pod, uid, metric.get("node", ""), gpus, lo, hi)
         return
     have.gpus = max(have.gpus, gpus)
-    have.first, have.last = min(have.first, *times), max(have.last, *times)
+    have.first, have.last = min(have.first, lo), max(have.last, hi)
 
 
 def _count(value: object) -> float | None:

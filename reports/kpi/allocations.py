@@ -5,8 +5,12 @@ and the part with no samples at all, in dollars.
 Which samples are a job's (each sampled GPU-second is counted for one job at most):
 
 - **by id**: the samples of runs that recorded the job they ran in (the tracker's ``slurm``
-  link, ``CLUSTER/JOBID``: :mod:`tracker.scheduler`). A job with such samples in the week is
-  matched by id only.
+  link, ``CLUSTER/JOBID``; a pod's ``kubernetes`` link, ``NAMESPACE/POD``, which the DCGM
+  import sets too: :mod:`tracker.scheduler`). A job with such samples in the week is matched
+  by id only.
+- **by workload and node** (a Kubernetes pod): the samples of its workload's DCGM runs (their
+  ``kubernetes_workload`` link) on its node in its minutes, shared among the workload's pods
+  there as below; a pod whose workload has such runs takes no other node's samples.
 - **by node and time**: the samples of runs that recorded no job (nvidia-smi logs,
   Prometheus/DCGM imports, runs tracked outside Slurm) on one of the job's hosts, in a minute
   it held GPUs there. sacct does not say which GPUs of a node a job held, so a host's sampled
@@ -23,7 +27,11 @@ samples**: GPU-time nobody measured. Of the sampled seconds, those of minutes th
 reaching past the job; the samples read as the report reads them, a utilization out of range
 unknown, so never idle) calls idle are **allocated, idle**. Dollars are GPU-hours × the price of the job's
 GPU type (sacct's ``gres/gpu:TYPE``), else of the GPU model its matched runs saw; a job with
-neither is counted in hours and named unpriced.
+neither is counted in hours and named unpriced. A Slurm job no sample covers, with its steps'
+``TRESUsageInAve`` GPU average, is counted at that average (``sacct``).
+
+:func:`capacity_lines` sets the nodes' capacity against the jobs: capacity → allocated → busy
+per scheduler and cluster.
 """
 
 from __future__ import annotations
