@@ -38,7 +38,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from reports.errors import ImportFailed
 from reports.imports.prom import (
     STEP_S,
     Owners,
@@ -46,6 +45,7 @@ from reports.imports.prom import (
     _series,
     _TooLarge,
     chunks,
+    halves,
     learn_owners,
     server,
 )
@@ -196,10 +196,7 @@ def read_kubernetes(
                 token,
             )
         except _TooLarge as e:
-            if last - first < STEP_S:
-                raise ImportFailed(f"{e}, for one minute: too many pods") from None
-            middle = first + (last - first) // (2 * STEP_S) * STEP_S
-            pending += [(middle + STEP_S, last), (first, middle)]
+            pending += halves(e, first, last, "pods")
             continue
         for series in answer:
             metric, values = _series(url, series)

@@ -224,6 +224,19 @@ def _number(text: Any, scale: float, low: float, high: float) -> float | None:
     return x if math.isfinite(x) and low <= x <= high else None
 
 
+def halves(e: ImportFailed, first: float, last: float, what: str) -> list[tuple[float, float]]:
+    """A chunk whose answer was too large (``e``) as its two halves of whole minutes, the later
+    first (to be popped last).
+
+    Raises:
+        ImportFailed: The chunk is one minute: too many ``what`` for any chunk.
+    """
+    if last - first < STEP_S:
+        raise ImportFailed(f"{e}, for one minute: too many {what}") from None
+    middle = first + (last - first) // (2 * STEP_S) * STEP_S
+    return [(middle + STEP_S, last), (first, middle)]
+
+
 def chunks(
     since: float, until: float, step: int = STEP_S, points: int = CHUNK_POINTS
 ) -> Iterator[tuple[float, float]]:
@@ -688,10 +701,7 @@ def read_prometheus(
             try:
                 points, metrics = _chunk(url, token, fleet, first, last)
             except _TooLarge as e:
-                if last - first < STEP_S:
-                    raise ImportFailed(f"{e}, for one minute: too many series") from None
-                middle = first + (last - first) // (2 * STEP_S) * STEP_S
-                pending += [(middle + STEP_S, last), (first, middle)]
+                pending += halves(e, first, last, "series")
                 continue
             fleet.feed(points, metrics)
     return fleet.records()

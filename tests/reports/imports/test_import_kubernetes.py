@@ -169,27 +169,20 @@ def cluster() -> list[Sample]:
     """
     ten_to_noon, ten_to_eleven = (TEN, NOON), (TEN, ELEVEN)
     series = [
-        *pod(
-            KSM,
-            "nlp",
-            "train-llm-0-x1",
-            "uid-a",
-            node="gpu-node-1",
-            gpus=2,
-            running=ten_to_noon,
-            owner=("Job", "train-llm"),
-            labels={"label_team": "llm"},
-        ),
-        *pod(
-            KSM2,
-            "nlp",
-            "train-llm-0-x1",
-            "uid-a",
-            node="gpu-node-1",
-            gpus=2,
-            running=ten_to_noon,
-            owner=("Job", "train-llm"),
-            labels={"label_team": "llm"},
+        *(  # A, from each of two kube-state-metrics replicas
+            sample
+            for replica in (KSM, KSM2)
+            for sample in pod(
+                replica,
+                "nlp",
+                "train-llm-0-x1",
+                "uid-a",
+                node="gpu-node-1",
+                gpus=2,
+                running=ten_to_noon,
+                owner=("Job", "train-llm"),
+                labels={"label_team": "llm"},
+            )
         ),
         *pod(KSM, "ds", "notebook-0", "uid-b", node="gpu-node-2", gpus=1, running=ten_to_eleven),
         *pod(
