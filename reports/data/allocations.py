@@ -362,9 +362,12 @@ def usage_of(
     return store.transaction(read, write=False)
 
 
-def capacity_in(store: RunStore, since: datetime, until: datetime) -> list[Capacity]:
-    """The nodes' spans that overlap ``[since, until)``, those that cannot be one left out (GPUs
-    below 0 or over a million, an end before the start); none when nothing was imported.
+def capacity_in(
+    store: RunStore, since: datetime, until: datetime
+) -> tuple[list[Capacity], int]:
+    """The nodes' spans that overlap ``[since, until)``, and how many rows were left out because
+    they cannot be one (GPUs below 0 or over a million, an end before the start); none when
+    nothing was imported.
 
     Args:
         store: The run store.
@@ -372,7 +375,7 @@ def capacity_in(store: RunStore, since: datetime, until: datetime) -> list[Capac
         until: Its end, excluded (timezone-aware).
     """
     if not has_table(store, CAPACITY_TABLE):
-        return []
+        return [], 0
     t = capacity_table.c
     stmt = (
         sa.select(capacity_table)
@@ -380,8 +383,8 @@ def capacity_in(store: RunStore, since: datetime, until: datetime) -> list[Capac
         .order_by(t.source, t.cluster, t.node, t.start_at)
     )
 
-    def read(conn: Connection) -> list[Capacity]:
-        out = []
+    def read(conn: Connection) -> tuple[list[Capacity], int]:
+        out, bad = [], 0
         for row in conn.execute(stmt).mappings():
             c = Capacity(**dict(row))
             texts = (c.source, c.cluster, c.node)
@@ -392,7 +395,9 @@ def capacity_in(store: RunStore, since: datetime, until: datetime) -> list[Capac
                 and c.end_at >= c.start_at
             ):
                 out.append(c)
-        return out
+            else:
+                bad += 1
+        return out, bad
 
     return store.transaction(read, write=False)
 
@@ -484,7 +489,7 @@ def week_allocations(
 
     try:  # the reads; what is done with them is the kpi's
         jobs, bad = allocations_in(store, since, until)
-        spans = capacity_in(store, since, until)
+        spans, bad_spans = capacity_in(store, since, until)
         steps = usage_of(store, jobs)
         hosts = {short_host(h) for j in jobs for h in j.hosts}
         wanted = []
@@ -524,6 +529,9 @@ def week_allocations(
             spans, week.jobs, held_on, since=since, until=until, overrides=prices, owned=owned
         )
         week = dataclasses.replace(week, capacity=lines)
+    if bad_spans:
+        left = f"{bad_spans} capacity row{'s' if bad_spans != 1 else ''}: not a node's span"
+        week = dataclasses.replace(week, skipped=(*week.skipped, left))
     if bad:
         left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"
         week = dataclasses.replace(week, skipped=(*week.skipped, left))

@@ -16,7 +16,7 @@ from prom_server import Sample, running_prometheus
 
 from reports.build import compute
 from reports.cli import main
-from reports.data.allocations import allocations_in, capacity_in
+from reports.data.allocations import allocations_in, capacity_in, capacity_table
 from reports.imports.kube import label_name, pods_query
 from reports.request import Request
 from reports.service.prom import kpi_samples
@@ -428,12 +428,30 @@ def test_ranges_imported_apart_are_one_pod(
     assert spans["nlp/train-llm-0-x1"] == (TEN, NOON, 2)
     assert spans["ds/notebook-0"] == (TEN, ELEVEN, 1)
     with RunStore(store_url) as store:
-        nodes = capacity_in(store, TEN - timedelta(hours=1), NOON + timedelta(hours=1))
+        nodes, bad = capacity_in(store, TEN - timedelta(hours=1), NOON + timedelta(hours=1))
+    assert bad == 0
     # each node one span 10:00–12:00, not one per import
     assert [(n.node, n.start_at, n.end_at, n.gpus) for n in nodes] == [
         ("gpu-node-1", TEN, NOON, 4),
         ("gpu-node-2", TEN, NOON, 2),
     ]
+    # a row that is no node's span (anyone with access can write the table): left out, counted
+    with RunStore(store_url) as store, store.engine.begin() as conn:
+        conn.execute(
+            capacity_table.insert(),
+            {
+                "source": "kubernetes",
+                "cluster": "",
+                "node": "rogue",
+                "start_at": TEN,
+                "end_at": NOON,
+                "gpus": -3,
+                "gpu_model": None,
+            },
+        )
+    with RunStore(store_url) as store:
+        nodes, bad = capacity_in(store, TEN, NOON)
+    assert (len(nodes), bad) == (2, 1)
 
 
 def test_the_query_and_label_names() -> None:
