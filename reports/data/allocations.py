@@ -29,7 +29,6 @@ from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
 from tracker.text import one_line
 
 if TYPE_CHECKING:
-    from reports.imports.slurm import StepUsage
     from reports.kpi.allocations import AllocationWeek
     from tracker.cost import Thresholds
     from tracker.owned import OwnedGpu
@@ -153,7 +152,7 @@ def write_allocations(
     store: RunStore,
     allocations: Sequence[Allocation],
     capacity: Sequence[Capacity] = (),
-    usage: Sequence[StepUsage] = (),
+    usage: Sequence[Any] = (),
 ) -> None:
     """Insert the allocations, replacing earlier rows of the same jobs, and the nodes'
     capacity (:func:`merge_spans` with what the store has), in one transaction.
@@ -162,7 +161,9 @@ def write_allocations(
         store: The run store (the tables are made when missing).
         allocations: The jobs; times timezone-aware.
         capacity: The nodes' spans; times timezone-aware.
-        usage: Slurm jobs' step averages (replacing a job's earlier one).
+        usage: Slurm jobs' step averages (replacing a job's earlier one): each with
+            ``cluster``, ``job_id``, ``util_pct``, ``mem_gib``, ``steps`` and ``seconds``
+            (:class:`reports.imports.slurm.StepUsage`).
     """
     ensure_table(store)
     rows = [
@@ -362,9 +363,7 @@ def usage_of(
     return store.transaction(read, write=False)
 
 
-def capacity_in(
-    store: RunStore, since: datetime, until: datetime
-) -> tuple[list[Capacity], int]:
+def capacity_in(store: RunStore, since: datetime, until: datetime) -> tuple[list[Capacity], int]:
     """The nodes' spans that overlap ``[since, until)``, and how many rows were left out because
     they cannot be one (GPUs below 0 or over a million, an end before the start); none when
     nothing was imported.

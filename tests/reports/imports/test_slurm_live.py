@@ -338,7 +338,7 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
             "H100",
         ), job
         assert j["allocated_gpu_hours"] == pytest.approx(held[job], abs=1e-9) and held[job] > 0
-        assert j["sampled_gpu_hours"] == pytest.approx(sampled, abs=1e-9)
+        assert j["sampled_gpu_hours"] == pytest.approx(sampled, abs=1e-9), (job, j, minutes)
         assert j["no_samples_gpu_hours"] == pytest.approx(held[job] - sampled, abs=1e-9)
         assert j["idle_gpu_hours"] == pytest.approx(sampled if idle_h is None else idle_h, abs=1e-9)
         assert j["allocated_usd"] == pytest.approx(held[job] * 3.85)
