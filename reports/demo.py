@@ -270,52 +270,68 @@ def demo_jobs(now: datetime, monday: datetime) -> tuple[list[Any], list[Any]]:
     from reports.data.allocations import Allocation, Capacity
     from tracker.gpu.simulated import SimulatedBackend
 
-    jobs = []
-    for r in DEMO_RUNS:
-        if r.slurm_job is None:
-            continue
-        start = now - timedelta(hours=r.start_hours_ago)
-        gpus = SimulatedBackend.from_spec(r.gpu).count
-        model = DEMO_NODES[r.host][1]
-        jobs.append(
-            Allocation(
-                source="slurm",
-                cluster=DEMO_CLUSTER,
-                job_id=str(r.slurm_job),
-                shown_id=str(r.slurm_job),
-                name=r.name,
-                user=r.user,
-                account=r.team,
-                team=r.team,
-                partition="gpu",
-                state="COMPLETED",
-                start_at=start - SETUP,
-                end_at=start + timedelta(hours=r.hours),
-                seen_at=start + timedelta(hours=r.hours),
-                gpus=gpus,
-                gpu_model=model,
-                hosts=(r.host,),
-            )
-        )
-    debug = now - timedelta(hours=8)
-    jobs.append(
-        Allocation(
+    def job(
+        job_id: int,
+        name: str,
+        *,
+        team: str,
+        user: str,
+        host: str,
+        gpus: int,
+        start: datetime,
+        end: datetime,
+        **kw: str,
+    ) -> Allocation:
+        values = {"partition": "gpu", "state": "COMPLETED", **kw}
+        return Allocation(
             source="slurm",
             cluster=DEMO_CLUSTER,
-            job_id="7006",
-            shown_id="7006",
-            name="interactive-debug",
-            user="ana",
-            account="nlp",
+            job_id=str(job_id),
+            shown_id=str(job_id),
+            name=name,
+            user=user,
+            account=team,
+            team=team,
+            start_at=start,
+            end_at=end,
+            seen_at=end,
+            gpus=gpus,
+            gpu_model=DEMO_NODES[host][1],
+            hosts=(host,),
+            **values,
+        )
+
+    jobs = []
+    for r in DEMO_RUNS:
+        if r.slurm_job is not None:
+            start = now - timedelta(hours=r.start_hours_ago)
+            gpus = SimulatedBackend.from_spec(r.gpu).count
+            end = start + timedelta(hours=r.hours)
+            jobs.append(
+                job(
+                    r.slurm_job,
+                    r.name,
+                    team=r.team,
+                    user=r.user,
+                    host=r.host,
+                    gpus=gpus,
+                    start=start - SETUP,
+                    end=end,
+                )
+            )
+    debug = now - timedelta(hours=8)
+    jobs.append(
+        job(
+            7006,
+            "interactive-debug",
             team="nlp",
+            user="ana",
+            host="gpu-04",
+            gpus=4,
+            start=debug,
+            end=debug + timedelta(hours=5),
             partition="interactive",
             state="TIMEOUT",
-            start_at=debug,
-            end_at=debug + timedelta(hours=5),
-            seen_at=debug + timedelta(hours=5),
-            gpus=4,
-            gpu_model="H100",
-            hosts=("gpu-04",),
         )
     )
     nodes = [

@@ -187,12 +187,7 @@ def read_kubernetes(
         try:
             answer = _get(
                 url,
-                {
-                    "query": pods_query(),
-                    "start": f"{first:.0f}",
-                    "end": f"{last:.0f}",
-                    "step": f"{STEP_S}s",
-                },
+                _span(pods_query(), first, last),
                 token,
             )
         except _TooLarge as e:
@@ -203,12 +198,7 @@ def read_kubernetes(
             _add(pods, metric, values, cluster=cluster, first=first, last=last, out=out)
         for series in _get(
             url,
-            {
-                "query": capacity_query(),
-                "start": f"{first:.0f}",
-                "end": f"{last:.0f}",
-                "step": f"{STEP_S}s",
-            },
+            _span(capacity_query(), first, last),
             token,
         ):
             metric, values = _series(url, series)
@@ -320,9 +310,14 @@ def node_spans(
     return out
 
 
+def _span(query: str, first: float, last: float) -> dict[str, str]:
+    """A range query's parameters: a point a minute from ``first`` to ``last`` (epoch s)."""
+    return {"query": query, "start": f"{first:.0f}", "end": f"{last:.0f}", "step": f"{STEP_S}s"}
+
+
 def _at(query: str, t: float) -> dict[str, str]:
     """A range query of one point: the instant ``t``."""
-    return {"query": query, "start": f"{t:.0f}", "end": f"{t:.0f}", "step": f"{STEP_S}s"}
+    return _span(query, t, t)
 
 
 def _add(

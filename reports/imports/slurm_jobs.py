@@ -293,7 +293,12 @@ def cluster_name(scontrol: str = "scontrol") -> str:
 
 
 def sinfo_capacity(
-    since: datetime, until: datetime, *, cluster: str, sinfo: str = "sinfo"
+    since: datetime,
+    until: datetime,
+    *,
+    cluster: str,
+    sinfo: str = "sinfo",
+    scontrol: str = "scontrol",
 ) -> tuple[list[Capacity], list[str]]:
     """The nodes' GPUs as this machine's ``sinfo`` shows them now, over ``[since, until]``
     (Slurm keeps no history of its nodes: the import's range is taken to have had them), and
@@ -304,6 +309,7 @@ def sinfo_capacity(
         until: Its end.
         cluster: The cluster's name (the jobs'); "" to ask ``scontrol show config``.
         sinfo: The command.
+        scontrol: The command asked for the cluster's name where ``cluster`` is "".
     """
     from reports.data.allocations import Capacity
 
@@ -322,7 +328,7 @@ def sinfo_capacity(
         said = one_line(p.stderr or p.stdout, 200)
         return [], [f"capacity not imported: sinfo failed (exit {p.returncode}): {said}"]
     nodes, down = parse_sinfo(p.stdout)
-    cluster = cluster or cluster_name(sinfo.replace("sinfo", "scontrol"))
+    cluster = cluster or cluster_name(scontrol)
     spans = [
         Capacity(
             source="slurm",
