@@ -482,9 +482,13 @@ def week_allocations(
         prices: The config's ``[prices]``.
         owned: The config's ``[owned.<MODEL>]``.
     """
+    import pandas as pd
+
+    from reports.data.rollups import RollupHour
     from reports.data.scans import SampleScans
-    from reports.kpi.allocations import allocation_week, capacity_lines, short_host
+    from reports.kpi.allocations import AllocationJoin, capacity_lines, short_host
     from reports.kpi.frames import SampleFrameBuilder, sample_columns
+    from tracker.store.rollups import ROLLUP_RULES
 
     try:  # the reads; what is done with them is the kpi's
         jobs, bad = allocations_in(store, since, until)
@@ -499,24 +503,40 @@ def week_allocations(
             host = r["host"] if isinstance(r["host"], str) else ""
             if any(links.get(k) is not None for k in named) or short_host(host) in hosts:
                 wanted.append({**r, "links": links, "host": host})
+        join = AllocationJoin(jobs, wanted, since=since, until=until)
         window = timedelta(minutes=thresholds.idle_window_min)
         columns = sample_columns(basis)
         frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
-        if jobs and wanted:
-            SampleScans(store).scan_samples(
-                frames, columns=columns, since=since - window, until=until + window
+        scans = SampleScans(store)
+        if (
+            jobs
+            and wanted
+            and (
+                store.version >= 3
+                and ROLLUP_RULES[basis] == (thresholds.idle_pct, thresholds.idle_window_min)
             )
+        ):
+            # the hours the rollups answer from them, the minutes of the others
+            hours = scans.rollup_hours(
+                value=columns[-1], since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
+            )
+            scans.scan_sample_stretches(
+                frames,
+                columns=columns,
+                stretches=join.use_rollups(pd.DataFrame(hours, columns=list(RollupHour._fields))),
+                margin=thresholds.idle_window_min - 1,
+                since=since - window,
+                until=until + window,
+            )
+        elif jobs and wanted:
+            scans.scan_samples(frames, columns=columns, since=since - window, until=until + window)
     except sa.exc.SQLAlchemyError as e:
         raise StoreError(
             f"the scheduler's allocations cannot be read: {one_line(str(e), 300)}"
         ) from None
-    week = allocation_week(
-        jobs,
-        wanted,
+    week = join.week(
         frames.frame(),
         value=columns[-1],
-        since=since,
-        until=until,
         thresholds=thresholds,
         overrides=prices,
         owned=owned,

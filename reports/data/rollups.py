@@ -128,3 +128,72 @@ def _rows(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any
         return list(result.cursor.fetchall())
     finally:
         result.close()
+
+
+class RollupHour(NamedTuple):
+    """One GPU of one run over one UTC hour, as its rollup row holds it."""
+
+    run_id: str
+    gpu: str
+    hour: int
+    """Hours since the epoch (UTC)."""
+    minutes: int
+    """Its usable minute rows."""
+    covered_s: float
+    known_s: float
+    value_s: float
+    idle_s: float
+    sound: bool
+    """False: a figure is not a finite number in range (the row's minutes must be read)."""
+
+
+def rollup_hours(
+    conn: Connection, *, value: str, since_hour: int, until_hour: int
+) -> list[RollupHour]:
+    """The rollup rows of the hours in ``[since_hour, until_hour)`` with a usable minute, one
+    per run, GPU and hour, for a reader that needs the hours apart (the scheduler's jobs, which
+    start and end inside hours: :class:`reports.kpi.allocations.AllocationJoin`).
+
+    Args:
+        conn: A connection to a version 2 store (it has the ``rollups`` table).
+        value: The sample column of the utilization basis, a key of :data:`BASIS_COLUMNS`.
+        since_hour: The first hour (since the epoch, UTC).
+        until_hour: The hour the span ends before.
+
+    Returns:
+        One :class:`RollupHour` per row, in no order; a damaged row's figures as 0.
+    """
+    known, used, idle, _, _ = BASIS_COLUMNS[value]
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
+    hour_s = 3600.0
+    ok = " AND ".join(
+        (
+            in_range("minutes", (1.0, 60.0)),
+            in_range("covered_s", (0.0, hour_s)),
+            in_range(known, (0.0, hour_s)),
+            in_range(used, (0.0, 100 * hour_s)),
+            in_range(idle, (0.0, hour_s)),
+        )
+    )
+    # a damaged row (text on SQLite, inf, NaN) comes back as zeros and not sound
+    figures = ", ".join(
+        f"CASE WHEN {ok} THEN {c} ELSE 0 END" for c in ("minutes", "covered_s", known, used, idle)
+    )
+    sql = (
+        f"SELECT run_id, gpu, hour, {figures}, CASE WHEN {ok} THEN 1 ELSE 0 END FROM rollups "
+        f"WHERE hour >= {mark} AND hour < {mark} AND NOT minutes = 0"
+    )
+    return [
+        RollupHour(
+            r[0],
+            r[1],
+            int(r[2]),
+            int(r[3]),
+            float(r[4]),
+            float(r[5]),
+            float(r[6]),
+            float(r[7]),
+            r[8] == 1,
+        )
+        for r in _rows(conn, sql, (since_hour, until_hour))
+    ]

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from reports.data.rollups import RollupTotals, rollup_totals
+from reports.data.rollups import RollupHour, RollupTotals, rollup_hours, rollup_totals
 from reports.data.samples import (
     MISSHAPED_BUCKET,
     SampleTotals,
@@ -292,6 +292,14 @@ class SampleScans:
             )
 
         return self._read_text(read)
+
+    def rollup_hours(self, *, value: str, since_hour: int, until_hour: int) -> list[RollupHour]:
+        """:func:`reports.data.rollups.rollup_hours` (a version 2 store)."""
+        return self._read_text(
+            lambda conn: rollup_hours(
+                conn, value=value, since_hour=since_hour, until_hour=until_hour
+            )
+        )
 
     def _read_text(self, read: Callable[[Connection], T]) -> T:
         """``read(conn)`` in a read transaction, the driver decoding text; on SQLite, where one

@@ -40,7 +40,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,9 @@ from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import reported_price
 from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, WORKLOAD_LINK, slurm_job_of
+
+_HOUR = 3600
+_HOUR_MINUTES = 60
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -380,9 +383,473 @@ class _Matched:
     """Σ utilization (percent) × seconds over ``known``."""
     by_id: np.ndarray
     by_node: np.ndarray
-    scoped: np.ndarray
-    """Matched by node among its workload's runs only (a pod whose workload has runs)."""
     runs: list[set[str]]
+
+    def add(self, parts: Sequence[np.ndarray], where: np.ndarray | bool = True) -> None:
+        """Add each job's (sampled, idle, known, used) seconds, for the jobs ``where`` holds."""
+        for total, part in zip(
+            (self.sampled, self.idle, self.known, self.used), parts, strict=True
+        ):
+            np.add(total, np.where(where, part, 0.0), out=total)
+
+
+@dataclass
+class _Hours:
+    """The hours the rollups answer (:meth:`AllocationJoin.use_rollups`) and what they hold."""
+
+    whole_id: np.ndarray
+    """Sorted keys ``job × span_h + hour index`` of the (job, hour)s whose samples by id come
+    from the rollups."""
+    whole_node: np.ndarray
+    """Sorted keys ``host × span_h + hour index`` of the (host, hour)s likewise."""
+    by_id: list[np.ndarray]
+    """Per job: the sampled, idle, known and used seconds of its whole hours, by id."""
+    by_node: list[np.ndarray]
+    """Likewise, by node."""
+    id_seen: np.ndarray
+    """Per job: whether a whole hour has a sample of its runs by id."""
+    id_runs: list[set[str]]
+    node_runs: list[set[str]]
+
+
+class AllocationJoin:
+    """One span's jobs against the runs' samples.
+
+    In two steps where the store keeps hourly rollups (:mod:`tracker.store.rollups`):
+    :meth:`use_rollups` takes the hours the rollups answer exactly and says which minutes are
+    still to be read; :meth:`week` matches those minutes and adds the hours. An hour inside
+    the span, whose rollup rows are sound, is answered by them when nothing in it depends on
+    the minute:
+
+    - by id, (job, hour): the job held its GPUs the whole hour, and its runs had no more GPUs
+      with samples in the hour than it held (no minute's seconds can exceed what it held);
+    - by node, (host, hour): every job on the host held its GPUs there the whole hour or not
+      at all, and every GPU sampled there has all 60 minutes. Each minute then has as many
+      samples and jobs, a job's share of each minute is the same and never more than it
+      held, and its hour is that share of the hour's sums.
+
+    The rollups' idle seconds are by the idle rule they were kept by
+    (:data:`tracker.store.rollups.ROLLUP_RULES`): a caller uses them only where the report's
+    rule is that one. A fleet's week is mostly such hours: the minutes read are those of the
+    hours jobs start and end in.
+
+    Args:
+        allocations: The jobs (:class:`reports.data.allocations.Allocation`) that held GPUs in
+            the span.
+        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
+            ``gpu_model``, ``started_at`` where known.
+        since: The span's start (timezone-aware).
+        until: The span's end, excluded (timezone-aware).
+    """
+
+    def __init__(
+        self,
+        allocations: Sequence[Any],
+        runs: Iterable[Mapping[str, Any]],
+        *,
+        since: datetime,
+        until: datetime,
+    ) -> None:
+        self.allocations = allocations
+        self.t0, self.t1 = t0, t1 = since.timestamp(), until.timestamp()
+        self.starts = np.array([max(a.start_at.timestamp(), t0) for a in allocations], dtype=float)
+        ends = np.array([min(a.until.timestamp(), t1) for a in allocations], dtype=float)
+        self.ends = np.maximum(ends, self.starts)
+        self.gpus = np.array([max(a.gpus, 0) for a in allocations], dtype=float)
+        self.job_of_run, self.host_of_run, self.model_of_run = runs_of_jobs(allocations, runs)
+        scopes = {w for w, _ in self.host_of_run.values() if w}
+        self.scoped = np.array([workload_of(a) in scopes for a in allocations], dtype=bool)
+        self.hosts_of = [
+            sorted(
+                {
+                    (workload_of(a) if self.scoped[j] else "", short_host(h))
+                    for h in a.hosts
+                    if h.strip()
+                }
+            )
+            for j, a in enumerate(allocations)
+        ]
+        self.host_code = {
+            h: i for i, h in enumerate(sorted({h for hs in self.hosts_of for h in hs}))
+        }
+        pairs = [
+            (j, self.host_code[h], self.gpus[j] / len(hs))
+            for j, hs in enumerate(self.hosts_of)
+            if self.gpus[j] > 0 and self.ends[j] > self.starts[j]
+            for h in hs
+        ]
+        self.pair_job = np.array([p[0] for p in pairs], dtype=np.int64)
+        self.pair_host = np.array([p[1] for p in pairs], dtype=np.int64)
+        self.pair_weight = np.array([p[2] for p in pairs], dtype=float)
+        self.h0 = math.floor(t0 / _HOUR)
+        # a key's hour index runs to one past the span's hours: no key of one job or host
+        # reaches the next one's
+        self.span_h = max(math.ceil(t1 / _HOUR) - self.h0, 1) + 1
+        self._hours: _Hours | None = None
+
+    def _inside(self, hour: np.ndarray) -> np.ndarray:
+        """Whether each epoch ``hour`` lies wholly inside the span."""
+        return (hour * _HOUR >= self.t0) & ((hour + 1) * _HOUR <= self.t1)
+
+    def use_rollups(self, hourly: pd.DataFrame) -> list[tuple[str, str, datetime, datetime]]:
+        """Take the hours the rollups answer; the minutes of the others are still to be read.
+
+        Args:
+            hourly: The rollup rows of the span's hours (the fields of
+                :class:`reports.data.rollups.RollupHour`); the rows of runs not in the join
+                are not looked at.
+
+        Returns:
+            The stretches of minutes to read, ``(run_id, gpu, first, last)`` with ``last``
+            included, for :meth:`reports.data.scans.SampleScans.scan_sample_stretches` with
+            the idle window's rows around them.
+        """
+        n = len(self.allocations)
+        hourly = hourly[(hourly["hour"] >= self.h0) & (hourly["hour"] < self.h0 + self.span_h - 1)]
+        run_codes, run_names = pd.factorize(hourly["run_id"])
+        names = [str(r) for r in run_names]
+        link = np.array([self.job_of_run.get(r, -1) for r in names], dtype=np.int64)[run_codes]
+        host_of = [self.host_code.get(self.host_of_run.get(r, ("", "")), -1) for r in names]
+        host = np.array(host_of, dtype=np.int64)[run_codes]
+        index = hourly["hour"].to_numpy(dtype=np.int64) - self.h0
+        sound = hourly["sound"].to_numpy(dtype=bool)
+        sums = [
+            hourly[c].to_numpy(dtype=float) for c in ("covered_s", "idle_s", "known_s", "value_s")
+        ]
+        need = np.zeros(len(hourly), dtype=bool)
+
+        # by id: the job held its GPUs all hour, its runs had no more GPUs than it held
+        rows = np.flatnonzero(link >= 0)
+        id_keys, inverse = np.unique(link[rows] * self.span_h + index[rows], return_inverse=True)
+        kj, kh = id_keys // self.span_h, id_keys % self.span_h + self.h0
+        whole = (
+            self._inside(kh)
+            & (np.bincount(inverse, weights=~sound[rows], minlength=len(id_keys)) == 0)
+            & (np.bincount(inverse, minlength=len(id_keys)) <= self.gpus[kj])
+            & (self.starts[kj] <= kh * _HOUR)
+            & (self.ends[kj] >= (kh + 1) * _HOUR)
+        )
+        whole_id = id_keys[whole]
+        need[rows[~whole[inverse]]] = True
+        taken = rows[whole[inverse]]
+        by_id = [np.bincount(link[taken], weights=x[taken], minlength=n) for x in sums]
+        id_runs: list[set[str]] = [set() for _ in range(n)]
+        for j, r in set(zip(link[taken].tolist(), run_codes[taken].tolist(), strict=True)):
+            id_runs[j].add(names[r])
+
+        # by node: every job on the host held its GPUs all hour or not at all, every GPU
+        # sampled there has all its minutes
+        rows = np.flatnonzero(host >= 0)
+        groups, inverse = np.unique(host[rows] * self.span_h + index[rows], return_inverse=True)
+        samples = np.bincount(inverse, minlength=len(groups)).astype(float)
+        broken = ~sound[rows] | (hourly["minutes"].to_numpy()[rows] != _HOUR_MINUTES)
+        s, e = self.starts[self.pair_job], self.ends[self.pair_job]
+        base = self.pair_host * self.span_h - self.h0
+        partial = np.concatenate(
+            (
+                (base + np.floor(s / _HOUR).astype(np.int64))[s % _HOUR != 0],
+                (base + np.floor(e / _HOUR).astype(np.int64))[e % _HOUR != 0],
+            )
+        )
+        whole = (
+            self._inside(groups % self.span_h + self.h0)
+            & (np.bincount(inverse, weights=broken, minlength=len(groups)) == 0)
+            & ~np.isin(groups, partial)
+        )
+        need[rows[~whole[inverse]]] = True
+        group_sums = [np.bincount(inverse, weights=x[rows], minlength=len(groups)) for x in sums]
+        # each pair's whole hours held: a range of the sorted groups, of which the whole ones
+        lo = np.searchsorted(groups, base + np.ceil(s / _HOUR).astype(np.int64))
+        hi = np.searchsorted(groups, base + np.floor(e / _HOUR).astype(np.int64))
+        pair, at = _ranges(lo, np.maximum(hi, lo))
+        pair, at = pair[whole[at]], at[whole[at]]
+        weight = self.pair_weight[pair]
+        on_host = np.bincount(at, weights=weight, minlength=len(groups))
+        share = weight / np.maximum(samples[at], on_host[at])
+        job = self.pair_job[pair]
+        by_node = [np.bincount(job, weights=share * g[at], minlength=n) for g in group_sums]
+        runs_of_group: dict[int, set[str]] = defaultdict(set)
+        for g, r in set(zip(inverse.tolist(), run_codes[rows].tolist(), strict=True)):
+            runs_of_group[g].add(names[r])
+        node_runs: list[set[str]] = [set() for _ in range(n)]
+        for j, g in set(zip(job.tolist(), at.tolist(), strict=True)):
+            node_runs[j] |= runs_of_group[g]
+        self._hours = _Hours(
+            whole_id=whole_id,
+            whole_node=groups[whole],
+            by_id=by_id,
+            by_node=by_node,
+            id_seen=np.bincount(link[taken], minlength=n) > 0,
+            id_runs=id_runs,
+            node_runs=node_runs,
+        )
+        return self._stretches(hourly[need])
+
+    @property
+    def hours_from_rollups(self) -> tuple[int, int]:
+        """The (job, hour)s by id and the (host, hour)s by node that the rollups answered
+        (none before :meth:`use_rollups`)."""
+        h = self._hours
+        return (0, 0) if h is None else (len(h.whole_id), len(h.whole_node))
+
+    def _stretches(self, hourly: pd.DataFrame) -> list[tuple[str, str, datetime, datetime]]:
+        """The rows' hours as stretches of each GPU's minutes in the span, consecutive hours
+        as one."""
+        if not len(hourly):
+            return []
+        rows = hourly.sort_values(["run_id", "gpu", "hour"], kind="stable")
+        run, gpu = (rows[c].astype(str).to_numpy() for c in ("run_id", "gpu"))
+        hour = rows["hour"].to_numpy(dtype=np.int64)
+        cut = (
+            np.flatnonzero(
+                (run[1:] != run[:-1]) | (gpu[1:] != gpu[:-1]) | (hour[1:] != hour[:-1] + 1)
+            )
+            + 1
+        )
+        first_minute = math.floor(self.t0 / 60) * 60  # the minute the span starts in counts
+        last_minute = math.ceil(self.t1 / 60) * 60 - 60
+        out = []
+        for a, b in zip(
+            np.concatenate(([0], cut)).tolist(),
+            np.concatenate((cut, [len(run)])).tolist(),
+            strict=True,
+        ):
+            lo = max(int(hour[a]) * _HOUR, first_minute)
+            hi = min(int(hour[b - 1]) * _HOUR + _HOUR - 60, last_minute)
+            out.append((str(run[a]), str(gpu[a]), _utc(lo), _utc(hi)))
+        return out
+
+    def week(
+        self,
+        samples: pd.DataFrame,
+        *,
+        value: str,
+        thresholds: Thresholds,
+        overrides: Mapping[str, float] | None = None,
+        owned: Mapping[str, OwnedGpu] | None = None,
+        usage: Mapping[tuple[str, str], tuple[float, float | None]] | None = None,
+    ) -> AllocationWeek:
+        """Each job's week (:class:`JobLine`): its hours from the rollups (:meth:`use_rollups`)
+        and the rest from ``samples``. Arguments as :func:`allocation_week`'s."""
+        held = self.gpus * (self.ends - self.starts)
+        m = self._match(samples, value=value, thresholds=thresholds)
+        lines = []
+        for j, a in enumerate(self.allocations):
+            runs_j = tuple(sorted(m.runs[j]))
+            model = a.gpu_model or next(
+                (self.model_of_run[r] for r in runs_j if r in self.model_of_run), None
+            )
+            price = reported_price(model, None, None, overrides, owned)[0] if model else None
+            got = min(float(m.sampled[j]), float(held[j]))
+            measured, util, idle = float(m.known[j]), float(m.used[j]), float(m.idle[j])
+            matched = (
+                "id"
+                if m.by_id[j]
+                else ("workload" if self.scoped[j] else "node")
+                if m.by_node[j]
+                else ""
+            )
+            step = (usage or {}).get((a.cluster, a.job_id)) if a.source == "slurm" else None
+            if step is not None and got <= 0 and held[j] > 0:
+                average = step[0] if step[0] <= 100 else min(100.0, step[0] / max(a.gpus, 1))
+                got = measured = float(held[j])
+                util = average * got
+                idle = got if average < thresholds.idle_pct else 0.0
+                matched = "sacct"
+            lines.append(
+                JobLine(
+                    source=a.source,
+                    cluster=a.cluster,
+                    job_id=a.job_id,
+                    shown_id=a.shown_id,
+                    name=a.name,
+                    user=a.user,
+                    account=a.account,
+                    team=a.team,
+                    partition=a.partition,
+                    state=a.state,
+                    start=a.start_at,
+                    end=a.end_at,
+                    gpus=a.gpus,
+                    gpu_model=model,
+                    matched=matched,
+                    runs=runs_j,
+                    allocated_gpu_hours=float(held[j]) / 3600.0,
+                    sampled_gpu_hours=got / 3600.0,
+                    idle_gpu_hours=min(idle, got) / 3600.0,
+                    no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
+                    known_gpu_hours=min(measured, got) / 3600.0,
+                    util_pct=weighted_util_pct(util, measured),
+                    price_per_gpu_hour=price,
+                )
+            )
+        lines.sort(
+            key=lambda j: (
+                -j.unused_usd,
+                -(j.idle_gpu_hours + j.no_samples_gpu_hours),
+                j.start,
+                j.job_id,
+            )
+        )
+        return AllocationWeek(jobs=tuple(lines))
+
+    def _match(self, samples: pd.DataFrame, *, value: str, thresholds: Thresholds) -> _Matched:
+        """The jobs' sampled and idle seconds: by id, then by node and time for the others."""
+        n = len(self.allocations)
+        out = _Matched(
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros(n),
+            np.zeros(n, dtype=bool),
+            np.zeros(n, dtype=bool),
+            [set() for _ in range(n)],
+        )
+        hours = self._hours
+        node_got = [np.zeros(n) for _ in range(4)]
+        if hours is not None:
+            out.add(hours.by_id)
+            out.by_id |= hours.id_seen
+            for j in np.flatnonzero(hours.id_seen).tolist():
+                out.runs[j] |= hours.id_runs[j]
+            node_got = list(hours.by_node)
+        rows = None
+        if len(samples) and n:
+            minutes, rows = self._match_minutes(out, samples, value=value, thresholds=thresholds)
+            node_got = [a + b for a, b in zip(node_got, minutes, strict=True)]
+        out.by_node = ~out.by_id & (node_got[0] > 0)
+        out.add(node_got, ~out.by_id)
+        for j in np.flatnonzero(out.by_node).tolist():
+            if hours is not None:
+                out.runs[j] |= hours.node_runs[j]
+        if rows is not None:
+            self._node_runs(out, *rows)
+        return out
+
+    def _match_minutes(
+        self, out: _Matched, samples: pd.DataFrame, *, value: str, thresholds: Thresholds
+    ) -> tuple[list[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None]:
+        """Into ``out``: the samples by id of the minutes the rollups do not answer. Returns
+        each job's (sampled, idle, known, used) seconds by node from those minutes, and the
+        rows matched by node (host, run, minute, run names) for :meth:`_node_runs`."""
+        n = len(self.allocations)
+        none = [np.zeros(n) for _ in range(4)]
+        run_codes, run_names = pd.factorize(samples["run_id"])
+        names = [str(r) for r in run_names]
+        link = np.array([self.job_of_run.get(r, -1) for r in names], dtype=np.int64)
+        host_of = [self.host_code.get(self.host_of_run.get(r, ("", "")), -1) for r in names]
+        host = np.array(host_of, dtype=np.int64)
+        keep = (link[run_codes] >= 0) | (host[run_codes] >= 0)
+        s = samples[keep]
+        run_codes = run_codes[keep]
+        gpu_codes, gpu_names = pd.factorize(s["gpu"])
+        minute_ns = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
+        order = np.lexsort((minute_ns, gpu_codes, run_codes))
+        run_codes, minute_ns = run_codes[order], minute_ns[order]
+        covered = s["covered_s"].to_numpy(dtype=float)[order]
+        util = s[value].to_numpy(dtype=float)[order]
+        flags = idle_of_series(
+            util,
+            covered,
+            run_codes.astype(np.int64) * max(len(gpu_names), 1) + gpu_codes[order],
+            minute_ns,
+            threshold_pct=thresholds.idle_pct,
+            window=thresholds.idle_window_min,
+        )
+        minute = minute_ns // 60_000_000_000
+        # the minutes that overlap the span, of the hours the rollups do not answer
+        inside = (minute * 60 + 60 > self.t0) & (minute * 60 < self.t1)
+        index = minute // 60 - self.h0
+        job_of_row, host_of_row = link[run_codes], host[run_codes]
+        mine = inside & (job_of_row >= 0)
+        node = inside & (host_of_row >= 0)
+        if self._hours is not None:
+            mine &= ~np.isin(job_of_row * self.span_h + index, self._hours.whole_id)
+            node &= ~np.isin(host_of_row * self.span_h + index, self._hours.whole_node)
+        idle_s = np.where(flags, covered, 0.0)
+        known_s = np.where(np.isnan(util), 0.0, covered)
+        used = np.where(np.isnan(util), 0.0, util * covered)
+        limits = {"starts": self.starts, "ends": self.ends, "gpus": self.gpus}
+
+        # by id: the samples of the runs that recorded the job
+        job = job_of_row[mine]
+        got = _capped(
+            job, minute[mine], covered[mine], idle_s[mine], known_s[mine], used[mine], **limits
+        )
+        out.add([got[0], *got[1]])
+        out.by_id[np.unique(job)] = True
+        for j, r in set(zip(job.tolist(), run_codes[mine].tolist(), strict=True)):
+            out.runs[j].add(names[r])
+
+        # by node and time: each host-minute of the runs that name no job, shared among the
+        # jobs on the host then by their GPUs there
+        if not node.any() or not len(self.pair_job):
+            return none, None
+        m0 = int(self.t0 // 60)
+        span = int(self.t1 // 60) - m0 + 2
+        hm, hm_of_row = np.unique(
+            host_of_row[node] * span + (minute[node] - m0), return_inverse=True
+        )
+        rows = np.bincount(hm_of_row, minlength=len(hm)).astype(float)
+        sums = [
+            np.bincount(hm_of_row, weights=x[node], minlength=len(hm))
+            for x in (covered, idle_s, known_s, used)
+        ]
+        pj, ph, pw = self.pair_job, self.pair_host, self.pair_weight
+        # each (job, host) pair's host-minutes: a range of the sorted keys
+        lo = np.searchsorted(hm, ph * span + (np.floor(self.starts[pj] / 60).astype(np.int64) - m0))
+        hi = np.searchsorted(hm, ph * span + (np.ceil(self.ends[pj] / 60).astype(np.int64) - m0))
+        pair, at = _ranges(lo, hi)
+        weight = pw[pair]
+        on_host = np.bincount(at, weights=weight, minlength=len(hm))
+        share = weight / np.maximum(rows[at], on_host[at])
+        got = _capped(pj[pair], hm[at] % span + m0, *(share * x[at] for x in sums), **limits)
+        return [got[0], *got[1]], (host_of_row[node], run_codes[node], minute[node], names)
+
+    def _node_runs(
+        self,
+        out: _Matched,
+        host: np.ndarray,
+        run: np.ndarray,
+        minute: np.ndarray,
+        names: Sequence[str],
+    ) -> None:
+        """Into ``out.runs``: for each job matched by node, the runs with a sample read on one
+        of its hosts in a minute it held GPUs there."""
+        jobs = np.flatnonzero(out.by_node)
+        if not len(jobs):
+            return
+        order = np.lexsort((minute, run, host))
+        host, run, minute = host[order], run[order], minute[order]
+        cuts = np.flatnonzero((np.diff(host) != 0) | (np.diff(run) != 0)) + 1
+        first = np.concatenate(([0], cuts)).tolist()
+        last = np.concatenate((cuts, [len(host)])).tolist()
+        on_host: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+        for a, b in zip(first, last, strict=True):
+            on_host[int(host[a])].append((int(run[a]), a, b))
+        for j in jobs.tolist():
+            lo_m, hi_m = math.floor(self.starts[j] / 60), math.ceil(self.ends[j] / 60)
+            for h in self.hosts_of[j]:
+                for r, a, b in on_host.get(self.host_code[h], ()):
+                    i = a + int(np.searchsorted(minute[a:b], lo_m))
+                    if i < b and minute[i] < hi_m:
+                        out.runs[j].add(names[r])
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges ``[lo[i], hi[i])``: each element's range ``i`` and its position."""
+    count = np.maximum(hi - lo, 0)
+    which = np.repeat(np.arange(len(lo)), count)
+    at = (
+        np.arange(int(count.sum()))
+        - np.repeat(np.cumsum(count) - count, count)
+        + np.repeat(lo, count)
+    )
+    return which, at
+
+
+def _utc(epoch_s: float) -> datetime:
+    return datetime.fromtimestamp(epoch_s, tz=UTC)
 
 
 def allocation_week(
@@ -398,8 +865,8 @@ def allocation_week(
     owned: Mapping[str, OwnedGpu] | None = None,
     usage: Mapping[tuple[str, str], tuple[float, float | None]] | None = None,
 ) -> AllocationWeek:
-    """Each job's week (:class:`JobLine`), matched to the runs' minute samples in arrays: a
-    week of a thousand GPUs' minutes takes seconds.
+    """Each job's week (:class:`JobLine`), matched to the runs' minute samples in arrays
+    (:class:`AllocationJoin` with every minute read).
 
     Args:
         allocations: The jobs (:class:`reports.data.allocations.Allocation`) that held GPUs in
@@ -425,260 +892,10 @@ def allocation_week(
     Returns:
         The jobs' lines, most unused dollars first.
     """
-    t0, t1 = since.timestamp(), until.timestamp()
-    starts = np.array([max(a.start_at.timestamp(), t0) for a in allocations], dtype=float)
-    ends = np.array([min(a.until.timestamp(), t1) for a in allocations], dtype=float)
-    ends = np.maximum(ends, starts)
-    gpus = np.array([max(a.gpus, 0) for a in allocations], dtype=float)
-    job_of_run, host_of_run, model_of_run = runs_of_jobs(allocations, runs)
-    m = _match(
-        allocations,
-        samples,
-        value=value,
-        t0=t0,
-        t1=t1,
-        starts=starts,
-        ends=ends,
-        gpus=gpus,
-        job_of_run=job_of_run,
-        host_of_run=host_of_run,
-        thresholds=thresholds,
+    join = AllocationJoin(allocations, runs, since=since, until=until)
+    return join.week(
+        samples, value=value, thresholds=thresholds, overrides=overrides, owned=owned, usage=usage
     )
-    held = gpus * (ends - starts)
-    lines = []
-    for j, a in enumerate(allocations):
-        runs_j = tuple(sorted(m.runs[j]))
-        model = a.gpu_model or next((model_of_run[r] for r in runs_j if r in model_of_run), None)
-        price = reported_price(model, None, None, overrides, owned)[0] if model else None
-        got = min(float(m.sampled[j]), float(held[j]))
-        measured, util, idle = float(m.known[j]), float(m.used[j]), float(m.idle[j])
-        matched = (
-            "id" if m.by_id[j] else ("workload" if m.scoped[j] else "node") if m.by_node[j] else ""
-        )
-        step = (usage or {}).get((a.cluster, a.job_id)) if a.source == "slurm" else None
-        if step is not None and got <= 0 and held[j] > 0:
-            average = step[0] if step[0] <= 100 else min(100.0, step[0] / max(a.gpus, 1))
-            got = measured = float(held[j])
-            util = average * got
-            idle = got if average < thresholds.idle_pct else 0.0
-            matched = "sacct"
-        lines.append(
-            JobLine(
-                source=a.source,
-                cluster=a.cluster,
-                job_id=a.job_id,
-                shown_id=a.shown_id,
-                name=a.name,
-                user=a.user,
-                account=a.account,
-                team=a.team,
-                partition=a.partition,
-                state=a.state,
-                start=a.start_at,
-                end=a.end_at,
-                gpus=a.gpus,
-                gpu_model=model,
-                matched=matched,
-                runs=runs_j,
-                allocated_gpu_hours=float(held[j]) / 3600.0,
-                sampled_gpu_hours=got / 3600.0,
-                idle_gpu_hours=min(idle, got) / 3600.0,
-                no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
-                known_gpu_hours=min(measured, got) / 3600.0,
-                util_pct=weighted_util_pct(util, measured),
-                price_per_gpu_hour=price,
-            )
-        )
-    lines.sort(
-        key=lambda j: (
-            -j.unused_usd,
-            -(j.idle_gpu_hours + j.no_samples_gpu_hours),
-            j.start,
-            j.job_id,
-        )
-    )
-    return AllocationWeek(jobs=tuple(lines))
-
-
-def _match(
-    allocations: Sequence[Any],
-    samples: pd.DataFrame,
-    *,
-    value: str,
-    t0: float,
-    t1: float,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    gpus: np.ndarray,
-    job_of_run: Mapping[str, int],
-    host_of_run: Mapping[str, tuple[str, str]],
-    thresholds: Thresholds,
-) -> _Matched:
-    """The jobs' sampled and idle seconds: by id, then by node and time for the others."""
-    n = len(allocations)
-    out = _Matched(
-        np.zeros(n),
-        np.zeros(n),
-        np.zeros(n),
-        np.zeros(n),
-        np.zeros(n, dtype=bool),
-        np.zeros(n, dtype=bool),
-        np.zeros(n, dtype=bool),
-        [set() for _ in range(n)],
-    )
-    scopes = {w for w, _ in host_of_run.values() if w}
-    for j, a in enumerate(allocations):
-        out.scoped[j] = workload_of(a) in scopes
-    hosts_of = [
-        sorted(
-            {(workload_of(a) if out.scoped[j] else "", short_host(h)) for h in a.hosts if h.strip()}
-        )
-        for j, a in enumerate(allocations)
-    ]
-    host_code = {h: i for i, h in enumerate(sorted({h for hs in hosts_of for h in hs}))}
-    if not len(samples) or not n:
-        return out
-    run_codes, run_names = pd.factorize(samples["run_id"])
-    names = [str(r) for r in run_names]
-    link = np.array([job_of_run.get(r, -1) for r in names], dtype=np.int64)
-    host = np.array(
-        [host_code.get(host_of_run.get(r, ("", "")), -1) for r in names], dtype=np.int64
-    )
-    keep = (link[run_codes] >= 0) | (host[run_codes] >= 0)
-    s = samples[keep]
-    run_codes = run_codes[keep]
-    gpu_codes, gpu_names = pd.factorize(s["gpu"])
-    minute_ns = s["minute"].dt.as_unit("ns").astype("int64").to_numpy()
-    order = np.lexsort((minute_ns, gpu_codes, run_codes))
-    run_codes, minute_ns = run_codes[order], minute_ns[order]
-    covered = s["covered_s"].to_numpy(dtype=float)[order]
-    util = s[value].to_numpy(dtype=float)[order]
-    flags = idle_of_series(
-        util,
-        covered,
-        run_codes.astype(np.int64) * max(len(gpu_names), 1) + gpu_codes[order],
-        minute_ns,
-        threshold_pct=thresholds.idle_pct,
-        window=thresholds.idle_window_min,
-    )
-    minute = minute_ns // 60_000_000_000
-    inside = (minute * 60 + 60 > t0) & (minute * 60 < t1)  # the minutes that overlap the span
-    idle_s = np.where(flags, covered, 0.0)
-    known_s = np.where(np.isnan(util), 0.0, covered)
-    used = np.where(np.isnan(util), 0.0, util * covered)
-    limits = {"starts": starts, "ends": ends, "gpus": gpus}
-
-    # by id: the samples of the runs that recorded the job
-    mine = inside & (link[run_codes] >= 0)
-    job = link[run_codes[mine]]
-    got, (got_idle, got_known, got_used) = _capped(
-        job, minute[mine], covered[mine], idle_s[mine], known_s[mine], used[mine], **limits
-    )
-    out.sampled += got
-    out.idle += got_idle
-    out.known += got_known
-    out.used += got_used
-    out.by_id[np.unique(job)] = True
-    for j, r in set(zip(job.tolist(), run_codes[mine].tolist(), strict=True)):
-        out.runs[j].add(names[r])
-
-    # by node and time: each host-minute of the runs that name no job, shared among the jobs
-    # on the host then by their GPUs there
-    node = inside & (host[run_codes] >= 0)
-    m0 = int(t0 // 60)
-    span = int(t1 // 60) - m0 + 2
-    hm, hm_of_row = np.unique(
-        host[run_codes[node]] * span + (minute[node] - m0), return_inverse=True
-    )
-    rows = np.bincount(hm_of_row, minlength=len(hm)).astype(float)
-    hm_covered = np.bincount(hm_of_row, weights=covered[node], minlength=len(hm))
-    hm_idle = np.bincount(hm_of_row, weights=idle_s[node], minlength=len(hm))
-    hm_known = np.bincount(hm_of_row, weights=known_s[node], minlength=len(hm))
-    hm_used = np.bincount(hm_of_row, weights=used[node], minlength=len(hm))
-    pairs = [
-        (j, host_code[h], gpus[j] / len(hs))
-        for j, hs in enumerate(hosts_of)
-        if gpus[j] > 0 and ends[j] > starts[j]
-        for h in hs
-    ]
-    if not pairs or not len(hm):
-        return out
-    pj = np.array([p[0] for p in pairs], dtype=np.int64)
-    ph = np.array([p[1] for p in pairs], dtype=np.int64)
-    pw = np.array([p[2] for p in pairs], dtype=float)
-    # each (job, host) pair's host-minutes: a range of the sorted keys
-    lo = np.searchsorted(hm, ph * span + (np.floor(starts[pj] / 60).astype(np.int64) - m0))
-    hi = np.searchsorted(hm, ph * span + (np.ceil(ends[pj] / 60).astype(np.int64) - m0))
-    count = hi - lo
-    pair = np.repeat(np.arange(len(pj)), count)
-    at = (
-        np.arange(int(count.sum()))
-        - np.repeat(np.cumsum(count) - count, count)
-        + np.repeat(lo, count)
-    )
-    weight = pw[pair]
-    on_host = np.bincount(at, weights=weight, minlength=len(hm))
-    share = weight / np.maximum(rows[at], on_host[at])
-    got, (got_idle, got_known, got_used) = _capped(
-        pj[pair],
-        hm[at] % span + m0,
-        share * hm_covered[at],
-        share * hm_idle[at],
-        share * hm_known[at],
-        share * hm_used[at],
-        **limits,
-    )
-    out.by_node = ~out.by_id & (got > 0)
-    out.sampled += np.where(out.by_id, 0.0, got)
-    out.idle += np.where(out.by_id, 0.0, got_idle)
-    out.known += np.where(out.by_id, 0.0, got_known)
-    out.used += np.where(out.by_id, 0.0, got_used)
-    _node_runs(
-        out,
-        hosts_of=hosts_of,
-        host_code=host_code,
-        host=host[run_codes[node]],
-        run=run_codes[node],
-        minute=minute[node],
-        names=names,
-        starts=starts,
-        ends=ends,
-    )
-    return out
-
-
-def _node_runs(
-    out: _Matched,
-    *,
-    hosts_of: Sequence[Sequence[tuple[str, str]]],
-    host_code: Mapping[tuple[str, str], int],
-    host: np.ndarray,
-    run: np.ndarray,
-    minute: np.ndarray,
-    names: Sequence[str],
-    starts: np.ndarray,
-    ends: np.ndarray,
-) -> None:
-    """Into ``out.runs``: for each job matched by node, the runs with a sample on one of its
-    hosts in a minute it held GPUs there."""
-    jobs = np.flatnonzero(out.by_node)
-    if not len(jobs):
-        return
-    order = np.lexsort((minute, run, host))
-    host, run, minute = host[order], run[order], minute[order]
-    cuts = np.flatnonzero((np.diff(host) != 0) | (np.diff(run) != 0)) + 1
-    first = np.concatenate(([0], cuts)).tolist()
-    last = np.concatenate((cuts, [len(host)])).tolist()
-    on_host: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    for a, b in zip(first, last, strict=True):
-        on_host[int(host[a])].append((int(run[a]), a, b))
-    for j in jobs.tolist():
-        lo_m, hi_m = math.floor(starts[j] / 60), math.ceil(ends[j] / 60)
-        for h in hosts_of[j]:
-            for r, a, b in on_host.get(host_code[h], ()):
-                i = a + int(np.searchsorted(minute[a:b], lo_m))
-                if i < b and minute[i] < hi_m:
-                    out.runs[j].add(names[r])
 
 
 def capacity_lines(
