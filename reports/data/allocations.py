@@ -456,6 +456,11 @@ def _allocation(values: dict[str, Any]) -> Allocation | None:
     return a
 
 
+STRETCH_COST = 5
+"""A minute row read by stretch (:meth:`reports.data.scans.SampleScans.scan_sample_stretches`)
+against one read by a scan of the window, in time (``bench/allocations.py``)."""
+
+
 def week_allocations(
     store: RunStore,
     runs: Iterable[Mapping[str, Any]],
@@ -520,14 +525,24 @@ def week_allocations(
             hours = scans.rollup_hours(
                 value=columns[-1], since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
             )
-            scans.scan_sample_stretches(
-                frames,
-                columns=columns,
-                stretches=join.use_rollups(pd.DataFrame(hours, columns=list(RollupHour._fields))),
-                margin=thresholds.idle_window_min - 1,
-                since=since - window,
-                until=until + window,
-            )
+            stretches = join.use_rollups(pd.DataFrame(hours, columns=list(RollupHour._fields)))
+            # a stretch is read through the primary key, ~5x a scanned row's cost: where most
+            # hours need their minutes (short jobs starting and ending in most hours of every
+            # node), the window is scanned instead and the whole hours' minutes left unused
+            needed = sum((last - first).total_seconds() for _, _, first, last in stretches)
+            if needed / 3600 * STRETCH_COST < len(hours):
+                scans.scan_sample_stretches(
+                    frames,
+                    columns=columns,
+                    stretches=stretches,
+                    margin=thresholds.idle_window_min - 1,
+                    since=since - window,
+                    until=until + window,
+                )
+            else:
+                scans.scan_samples(
+                    frames, columns=columns, since=since - window, until=until + window
+                )
         elif jobs and wanted:
             scans.scan_samples(frames, columns=columns, since=since - window, until=until + window)
     except sa.exc.SQLAlchemyError as e:
