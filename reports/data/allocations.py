@@ -492,7 +492,7 @@ def week_allocations(
     from reports.data.rollups import RollupHour
     from reports.data.scans import SampleScans
     from reports.kpi.allocations import AllocationJoin, capacity_lines, short_host
-    from reports.kpi.frames import SampleFrameBuilder, sample_columns
+    from reports.kpi.frames import SAMPLE_COLUMNS, SampleFrameBuilder, sample_columns
     from tracker.store.rollups import ROLLUP_RULES
 
     try:  # the reads; what is done with them is the kpi's
@@ -510,7 +510,8 @@ def week_allocations(
                 wanted.append({**r, "links": links, "host": host})
         join = AllocationJoin(jobs, wanted, since=since, until=until)
         window = timedelta(minutes=thresholds.idle_window_min)
-        columns = sample_columns(basis)
+        # both utilization columns: the basis's for the idle rule, SM activity for "useful"
+        columns, value = SAMPLE_COLUMNS, sample_columns(basis)[-1]
         frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
         scans = SampleScans(store)
         if (
@@ -523,7 +524,7 @@ def week_allocations(
         ):
             # the hours the rollups answer from them, the minutes of the others
             hours = scans.rollup_hours(
-                value=columns[-1], since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
+                value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
             )
             stretches = join.use_rollups(pd.DataFrame(hours, columns=list(RollupHour._fields)))
             # a stretch is read through the primary key, ~5x a scanned row's cost: where most
@@ -551,7 +552,7 @@ def week_allocations(
         ) from None
     week = join.week(
         frames.frame(),
-        value=columns[-1],
+        value=value,
         thresholds=thresholds,
         overrides=prices,
         owned=owned,

@@ -143,6 +143,9 @@ class RollupHour(NamedTuple):
     known_s: float
     value_s: float
     idle_s: float
+    sm_known_s: float
+    """Seconds with an SM activity value (whatever the basis)."""
+    sm_value_s: float
     sound: bool
     """False: a figure is not a finite number in range (the row's minutes must be read)."""
 
@@ -173,11 +176,14 @@ def rollup_hours(
             in_range(known, (0.0, hour_s)),
             in_range(used, (0.0, 100 * hour_s)),
             in_range(idle, (0.0, hour_s)),
+            in_range("sm_known_s", (0.0, hour_s)),
+            in_range("sm_s", (0.0, 100 * hour_s)),
         )
     )
     # a damaged row (text on SQLite, inf, NaN) comes back as zeros and not sound
     figures = ", ".join(
-        f"CASE WHEN {ok} THEN {c} ELSE 0 END" for c in ("minutes", "covered_s", known, used, idle)
+        f"CASE WHEN {ok} THEN {c} ELSE 0 END"
+        for c in ("minutes", "covered_s", known, used, idle, "sm_known_s", "sm_s")
     )
     sql = (
         f"SELECT run_id, gpu, hour, {figures}, CASE WHEN {ok} THEN 1 ELSE 0 END FROM rollups "
@@ -193,7 +199,9 @@ def rollup_hours(
             float(r[5]),
             float(r[6]),
             float(r[7]),
-            r[8] == 1,
+            float(r[8]),
+            float(r[9]),
+            r[10] == 1,
         )
         for r in _rows(conn, sql, (since_hour, until_hour))
     ]

@@ -30,8 +30,8 @@ GPU type (sacct's ``gres/gpu:TYPE``), else of the GPU model its matched runs saw
 neither is counted in hours and named unpriced. A Slurm job no sample covers, with its steps'
 ``TRESUsageInAve`` GPU average, is counted at that average (``sacct``).
 
-:func:`capacity_lines` sets the nodes' capacity against the jobs: capacity → allocated → busy
-per scheduler and cluster.
+:func:`capacity_lines` sets the nodes' capacity against the jobs: capacity → allocated → busy →
+useful (SM activity, where the samples have it) per scheduler and cluster.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, WORKLOAD_LINK, slurm_
 
 _HOUR = 3600
 _HOUR_MINUTES = 60
+_PARTS = ("covered_s", "idle_s", "known_s", "value_s", "sm_known_s", "sm_value_s")
+"""A job's seconds summed in the join: sampled, idle, with a value on the basis, Σ value ×
+seconds, with an SM activity value, Σ SM activity × seconds (the rollups' names)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +92,12 @@ class JobLine:
     util_pct: float | None = None
     """Utilization over its sampled GPU-time with a value (the duty cycle of what it held and
     was measured), weighted by GPU-seconds; None: no value."""
+    sm_known_gpu_hours: float = 0.0
+    """Of the sampled GPU-hours, those with an SM activity value (DCGM's profiling metric, or
+    the tracker's where it reads it)."""
+    sm_active_pct: float | None = None
+    """SM activity over those: how much of the GPU the work kept busy, which utilization (a
+    kernel running, however small) does not say; None: no value."""
     price_per_gpu_hour: float | None
     """USD; None: unpriced (its dollars are None)."""
 
@@ -146,6 +155,10 @@ class CapacityLine:
     util_pct: float | None
     """Utilization over the allocated GPU-time with a value (the duty cycle of what was
     handed out and measured), weighted by GPU-hours."""
+    sm_known_gpu_hours: float = 0.0
+    """Of the allocated GPU-hours, those with an SM activity value."""
+    sm_active_pct: float | None = None
+    """Useful: SM activity over those, weighted by GPU-hours (None: no SM samples)."""
     unallocated_gpu_hours: float
     unallocated_owned_usd: float | None
     """The unallocated GPU-hours of owned models at their amortized rate (an owned GPU costs
@@ -381,14 +394,20 @@ class _Matched:
     """Sampled seconds with a utilization value."""
     used: np.ndarray
     """Σ utilization (percent) × seconds over ``known``."""
+    sm_known: np.ndarray
+    """Sampled seconds with an SM activity value."""
+    sm_used: np.ndarray
+    """Σ SM activity (percent) × seconds over ``sm_known``."""
     by_id: np.ndarray
     by_node: np.ndarray
     runs: list[set[str]]
 
     def add(self, parts: Sequence[np.ndarray], where: np.ndarray | bool = True) -> None:
-        """Add each job's (sampled, idle, known, used) seconds, for the jobs ``where`` holds."""
+        """Add each job's seconds (:data:`_PARTS`), for the jobs ``where`` holds."""
         for total, part in zip(
-            (self.sampled, self.idle, self.known, self.used), parts, strict=True
+            (self.sampled, self.idle, self.known, self.used, self.sm_known, self.sm_used),
+            parts,
+            strict=True,
         ):
             np.add(total, np.where(where, part, 0.0), out=total)
 
@@ -403,7 +422,7 @@ class _Hours:
     whole_node: np.ndarray
     """Sorted keys ``host × span_h + hour index`` of the (host, hour)s likewise."""
     by_id: list[np.ndarray]
-    """Per job: the sampled, idle, known and used seconds of its whole hours, by id."""
+    """Per job: the seconds of its whole hours (:data:`_PARTS`), by id."""
     by_node: list[np.ndarray]
     """Likewise, by node."""
     id_seen: np.ndarray
@@ -513,9 +532,7 @@ class AllocationJoin:
         host = np.array(host_of, dtype=np.int64)[run_codes]
         index = hourly["hour"].to_numpy(dtype=np.int64) - self.h0
         sound = hourly["sound"].to_numpy(dtype=bool)
-        sums = [
-            hourly[c].to_numpy(dtype=float) for c in ("covered_s", "idle_s", "known_s", "value_s")
-        ]
+        sums = [hourly[c].to_numpy(dtype=float) for c in _PARTS]
         need = np.zeros(len(hourly), dtype=bool)
 
         # by id: the job held its GPUs all hour, its runs had no more GPUs than it held
@@ -680,6 +697,8 @@ class AllocationJoin:
                     no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
                     known_gpu_hours=min(measured, got) / 3600.0,
                     util_pct=weighted_util_pct(util, measured),
+                    sm_known_gpu_hours=min(float(m.sm_known[j]), got) / 3600.0,
+                    sm_active_pct=weighted_util_pct(float(m.sm_used[j]), float(m.sm_known[j])),
                     price_per_gpu_hour=price,
                 )
             )
@@ -697,16 +716,18 @@ class AllocationJoin:
         """The jobs' sampled and idle seconds: by id, then by node and time for the others."""
         n = len(self.allocations)
         out = _Matched(
-            np.zeros(n),
-            np.zeros(n),
-            np.zeros(n),
-            np.zeros(n),
-            np.zeros(n, dtype=bool),
-            np.zeros(n, dtype=bool),
-            [set() for _ in range(n)],
+            sampled=np.zeros(n),
+            idle=np.zeros(n),
+            known=np.zeros(n),
+            used=np.zeros(n),
+            sm_known=np.zeros(n),
+            sm_used=np.zeros(n),
+            by_id=np.zeros(n, dtype=bool),
+            by_node=np.zeros(n, dtype=bool),
+            runs=[set() for _ in range(n)],
         )
         hours = self._hours
-        node_got = [np.zeros(n) for _ in range(4)]
+        node_got = [np.zeros(n) for _ in _PARTS]
         if hours is not None:
             out.add(hours.by_id)
             out.by_id |= hours.id_seen
@@ -730,10 +751,10 @@ class AllocationJoin:
         self, out: _Matched, samples: pd.DataFrame, *, value: str, thresholds: Thresholds
     ) -> tuple[list[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray, list[str]] | None]:
         """Into ``out``: the samples by id of the minutes the rollups do not answer. Returns
-        each job's (sampled, idle, known, used) seconds by node from those minutes, and the
+        each job's seconds (:data:`_PARTS`) by node from those minutes, and the
         rows matched by node (host, run, minute, run names) for :meth:`_node_runs`."""
         n = len(self.allocations)
-        none = [np.zeros(n) for _ in range(4)]
+        none = [np.zeros(n) for _ in _PARTS]
         run_codes, run_names = pd.factorize(samples["run_id"])
         names = [str(r) for r in run_names]
         link = np.array([self.job_of_run.get(r, -1) for r in names], dtype=np.int64)
@@ -769,13 +790,19 @@ class AllocationJoin:
         idle_s = np.where(flags, covered, 0.0)
         known_s = np.where(np.isnan(util), 0.0, covered)
         used = np.where(np.isnan(util), 0.0, util * covered)
+        sm = (
+            s["sm_active_pct"].to_numpy(dtype=float)[order]
+            if "sm_active_pct" in s
+            else util * np.nan
+        )
+        sm_known = np.where(np.isnan(sm), 0.0, covered)
+        sm_used = np.where(np.isnan(sm), 0.0, sm * covered)
+        parts = (covered, idle_s, known_s, used, sm_known, sm_used)
         limits = {"starts": self.starts, "ends": self.ends, "gpus": self.gpus}
 
         # by id: the samples of the runs that recorded the job
         job = job_of_row[mine]
-        got = _capped(
-            job, minute[mine], covered[mine], idle_s[mine], known_s[mine], used[mine], **limits
-        )
+        got = _capped(job, minute[mine], *(x[mine] for x in parts), **limits)
         out.add([got[0], *got[1]])
         out.by_id[np.unique(job)] = True
         for j, r in set(zip(job.tolist(), run_codes[mine].tolist(), strict=True)):
@@ -791,10 +818,7 @@ class AllocationJoin:
             host_of_row[node] * span + (minute[node] - m0), return_inverse=True
         )
         rows = np.bincount(hm_of_row, minlength=len(hm)).astype(float)
-        sums = [
-            np.bincount(hm_of_row, weights=x[node], minlength=len(hm))
-            for x in (covered, idle_s, known_s, used)
-        ]
+        sums = [np.bincount(hm_of_row, weights=x[node], minlength=len(hm)) for x in parts]
         pj, ph, pw = self.pair_job, self.pair_host, self.pair_weight
         # each (job, host) pair's host-minutes: a range of the sorted keys
         lo = np.searchsorted(hm, ph * span + (np.floor(self.starts[pj] / 60).astype(np.int64) - m0))
@@ -908,7 +932,8 @@ def capacity_lines(
     overrides: Mapping[str, float] | None = None,
     owned: Mapping[str, OwnedGpu] | None = None,
 ) -> tuple[CapacityLine, ...]:
-    """Capacity → allocated → busy per (scheduler, cluster) with nodes' capacity in the span.
+    """Capacity → allocated → busy → useful per (scheduler, cluster) with nodes' capacity in
+    the span.
 
     Args:
         capacity: The nodes' spans (:class:`reports.data.allocations.Capacity`).
@@ -931,7 +956,7 @@ def capacity_lines(
         cap[key] += c.gpus * seconds / 3600.0
         most[key] = max(most[key], c.gpus)
         model_of[key] = c.gpu_model or model_of.get(key)
-    per: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * 5)
+    per: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * 7)
     for j in jobs:
         hs = {short_host(h) for h in hosts.get((j.source, j.cluster, j.job_id), ()) if h.strip()}
         for h in hs:
@@ -944,6 +969,8 @@ def capacity_lines(
                 j.productive_gpu_hours,
                 j.known_gpu_hours,
                 (j.util_pct or 0.0) * j.known_gpu_hours,
+                j.sm_known_gpu_hours,
+                (j.sm_active_pct or 0.0) * j.sm_known_gpu_hours,
             ]
             row = per[key]
             for i, v in enumerate(part):
@@ -951,13 +978,13 @@ def capacity_lines(
     lines = []
     for source, cluster in sorted({(k[0], k[1]) for k in cap}):
         keys = [k for k in cap if k[:2] == (source, cluster)]
-        totals = [0.0] * 5
+        totals = [0.0] * 7
         unallocated = owned_usd = 0.0
         any_owned = False
         for k in keys:
-            row = per.get(k, [0.0] * 5)
+            row = per.get(k, [0.0] * 7)
             scale = min(1.0, cap[k] / row[0]) if row[0] > 0 else 1.0
-            for i in range(5):
+            for i in range(7):
                 totals[i] += row[i] * scale
             free = max(0.0, cap[k] - row[0] * scale)
             unallocated += free
@@ -978,6 +1005,8 @@ def capacity_lines(
                 busy_gpu_hours=totals[2],
                 known_gpu_hours=totals[3],
                 util_pct=weighted_util_pct(totals[4], totals[3]),
+                sm_known_gpu_hours=totals[5],
+                sm_active_pct=weighted_util_pct(totals[6], totals[5]),
                 unallocated_gpu_hours=unallocated,
                 unallocated_owned_usd=owned_usd if any_owned else None,
             )

@@ -176,6 +176,7 @@ JOB_FIELDS = (
     "idle_gpu_hours",
     "no_samples_gpu_hours",
     "util_pct",
+    "sm_active_pct",
     "price_per_gpu_hour",
     "allocated_usd",
     "idle_usd",
@@ -183,7 +184,8 @@ JOB_FIELDS = (
 )
 """A Slurm job's or Kubernetes pod's week (:class:`reports.kpi.allocations.JobLine`):
 ``source`` ``slurm`` or ``kubernetes``; ``matched`` ``id``, ``node``, ``workload`` or empty;
-``runs`` the run ids whose samples it took; dollars null where unpriced."""
+``runs`` the run ids whose samples it took; ``util_pct`` on the report's basis,
+``sm_active_pct`` SM activity (null where no sample has it); dollars null where unpriced."""
 ALLOCATION_TOTALS = (
     "jobs",
     "allocated_gpu_hours",
@@ -208,12 +210,15 @@ CAPACITY_FIELDS = (
     "sampled_gpu_hours",
     "busy_gpu_hours",
     "util_pct",
+    "sm_known_gpu_hours",
+    "sm_active_pct",
     "unallocated_gpu_hours",
     "unallocated_owned_usd",
 )
 """A scheduler's nodes in the week (:class:`reports.kpi.allocations.CapacityLine`): capacity →
-allocated → sampled → busy, the utilization of the allocated time measured, and the unallocated
-GPU-hours (in dollars for owned models)."""
+allocated → sampled → busy, the utilization of the allocated time measured, useful: the SM
+activity of the allocated time with an SM value (null: none), and the unallocated GPU-hours (in
+dollars for owned models)."""
 TEAM_ALLOCATION_FIELDS = (
     "team",
     "jobs",

@@ -516,6 +516,9 @@ def _allocations(k: WeekKpis) -> dict[str, Any] | None:
                 ),
                 "unsampled": fmt_hours(max(0.0, c.allocated_gpu_hours - c.sampled_gpu_hours)),
                 "util": fmt_pct(c.util_pct, 0),
+                "useful": f"{fmt_pct(c.sm_active_pct, 0)} of {fmt_hours(c.sm_known_gpu_hours)}"
+                if c.sm_active_pct is not None
+                else "",
                 "unallocated": fmt_hours(c.unallocated_gpu_hours),
                 "unallocated_usd": ""
                 if c.unallocated_owned_usd is None

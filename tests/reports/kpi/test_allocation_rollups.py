@@ -20,7 +20,8 @@ from reports.data.allocations import (
     week_allocations,
     write_allocations,
 )
-from reports.kpi.allocations import AllocationJoin
+from reports.kpi.allocations import AllocationJoin, JobLine, allocation_week
+from reports.kpi.frames import SAMPLE_COLUMNS, SampleFrameBuilder
 from tracker.cost import Thresholds
 from tracker.record import MinuteSample
 from tracker.store import RunStore
@@ -146,6 +147,33 @@ def generated(seed: int) -> tuple[list[Allocation], list[dict[str, Any]], list[R
     return jobs, runs, rows
 
 
+def sm_of(minute: datetime, util: float | None) -> float | None:
+    """A minute's SM activity: 40% of its utilization, none in every seventh minute."""
+    return None if util is None or minute.minute % 7 == 0 else 0.4 * util
+
+
+def every_minute(
+    jobs: list[Allocation],
+    runs: list[dict[str, Any]],
+    rows: list[Row],
+    since: datetime,
+    until: datetime,
+) -> tuple[JobLine, ...]:
+    """The jobs' lines from every minute row (no rollups)."""
+    frames = SampleFrameBuilder(SAMPLE_COLUMNS)
+    frames([(r, m.strftime("%Y-%m-%d %H:%M:%S"), g, c, u, sm_of(m, u)) for r, g, m, c, u in rows])
+    week = allocation_week(
+        jobs,
+        runs,
+        frames.frame(),
+        value="util_pct",
+        since=since,
+        until=until,
+        thresholds=Thresholds(),
+    )
+    return week.jobs
+
+
 SPANS = {
     "week": (MON, MON + timedelta(days=7)),
     "under way": (MON, MON + 7 * HOUR + timedelta(seconds=1234)),
@@ -175,7 +203,14 @@ def test_rollup_hours_give_the_oracles_figures(
                     conn.execute(sa.text(f"DELETE FROM {table}"))
             store.upsert_samples(
                 [
-                    MinuteSample(run_id=r, gpu=g, minute=m, covered_s=c, util_pct=u)
+                    MinuteSample(
+                        run_id=r,
+                        gpu=g,
+                        minute=m,
+                        covered_s=c,
+                        util_pct=u,
+                        sm_active_pct=sm_of(m, u),
+                    )
                     for r, g, m, c, u in rows
                 ]
             )
@@ -191,6 +226,8 @@ def test_rollup_hours_give_the_oracles_figures(
                     store, runs, since, until, basis="util", thresholds=t, prices={}, owned={}
                 )
                 want = oracle(jobs, runs, rows, since=since, until=until, thresholds=t)
+                # SM activity ("useful"), which the oracle leaves out: as from every minute
+                plain = {j.job_id: j for j in every_minute(jobs, runs, rows, since, until)}
                 # every job that held GPUs in the span (the store leaves out one that ended
                 # at its start)
                 assert {j.job_id for j in got.jobs} == {k for k, v in want.items() if v[2] > 0}
@@ -203,5 +240,8 @@ def test_rollup_hours_give_the_oracles_figures(
                     )
                     assert line.sampled_gpu_hours * 3600 == pytest.approx(sampled, abs=1e-6), where
                     assert line.idle_gpu_hours * 3600 == pytest.approx(idle, abs=1e-6), where
+                    sm = plain[line.job_id]
+                    assert line.sm_known_gpu_hours == pytest.approx(sm.sm_known_gpu_hours, abs=1e-9)
+                    assert line.sm_active_pct == pytest.approx(sm.sm_active_pct, abs=1e-9)
     # the rollups answered job-hours by id and host-hours by node, not only minutes
     assert sum(a for a, _ in answered) > 0 and sum(b for _, b in answered) > 0, answered

@@ -1,5 +1,5 @@
-"""Nodes' capacity: spans merged across imports, and capacity → allocated → busy per scheduler
-with the unallocated hours of owned GPUs in dollars, worked out by hand."""
+"""Nodes' capacity: spans merged across imports, and capacity → allocated → busy → useful per
+scheduler with the unallocated hours of owned GPUs in dollars, worked out by hand."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from reports.data.allocations import Capacity, merge_spans
-from reports.kpi.allocations import JobLine, capacity_lines
+from reports.data.allocations import Allocation, Capacity, merge_spans
+from reports.kpi.allocations import JobLine, allocation_week, capacity_lines
+from reports.kpi.frames import SampleFrameBuilder
+from tracker.cost import Thresholds
 from tracker.owned import OwnedGpu
 
 TEN = datetime(2026, 11, 24, 10, tzinfo=UTC)
@@ -114,3 +116,72 @@ def test_capacity_allocated_busy_and_owned_gpus_unallocated_by_hand() -> None:
     (rented,) = capacity_lines(spans, jobs, hosts, since=TEN, until=TEN + 2 * H)
     assert rented.unallocated_owned_usd is None
     assert rented.unallocated_gpu_hours == pytest.approx(14.0)
+    assert rented.sm_active_pct is None  # no job had SM samples: no "useful" line
+
+
+def test_useful_is_sm_activity_of_the_allocated_time_that_has_it() -> None:
+    """Job 101 (A) holds 2 GPUs of n1 for 1 h: its run's GPU 0 at 90% utilization and 40% SM active,
+    GPU 1 at 80% with no SM value. Job 102 (B) holds 2 GPUs of n1 for 2 h: its run's one GPU at 50%
+    and 20% SM active. Useful: SM active over the 3 GPU-h that have it, (40 × 1 + 20 × 2) / 3;
+    utilization over the 4 GPU-h measured, (90 + 80 + 50 × 2) / 4, a figure of its own."""
+    jobs = [
+        Allocation(**{**BASE, "job_id": "101", "shown_id": "101", "end_at": TEN + H}),
+        Allocation(**{**BASE, "job_id": "102", "shown_id": "102"}),
+    ]
+    runs = [
+        {"id": "ra", "host": "n1", "links": {"slurm": "c/101"}, "gpu_model": "H100"},
+        {"id": "rb", "host": "n1", "links": {"slurm": "c/102"}, "gpu_model": "H100"},
+    ]
+    rows = [
+        ("ra", "g0", 60, 90.0, 40.0),
+        ("ra", "g1", 60, 80.0, None),
+        ("rb", "g0", 120, 50.0, 20.0),
+    ]
+    frames = SampleFrameBuilder(
+        ("run_id", "gpu", "minute", "covered_s", "util_pct", "sm_active_pct")
+    )
+    frames(
+        [
+            (r, g, (TEN + timedelta(minutes=i)).strftime("%Y-%m-%d %H:%M:%S"), 60.0, u, sm)
+            for r, g, n, u, sm in rows
+            for i in range(n)
+        ]
+    )
+    week = allocation_week(
+        jobs,
+        runs,
+        frames.frame(),
+        value="util_pct",
+        since=TEN,
+        until=TEN + 2 * H,
+        thresholds=Thresholds(),
+    )
+    a, b = sorted(week.jobs, key=lambda j: j.job_id)
+    assert (a.sm_known_gpu_hours, a.sm_active_pct, a.util_pct) == (1.0, 40.0, 85.0)
+    assert (b.sm_known_gpu_hours, b.sm_active_pct, b.sampled_gpu_hours) == (2.0, 20.0, 2.0)
+    hosts = {("slurm", "c", j.job_id): ("n1",) for j in jobs}
+    (line,) = capacity_lines(
+        [span(TEN, TEN + 2 * H, 4)], week.jobs, hosts, since=TEN, until=TEN + 2 * H
+    )
+    assert line.sm_known_gpu_hours == pytest.approx(3.0)
+    assert line.sm_active_pct == pytest.approx((40 * 1 + 20 * 2) / 3)
+    assert line.util_pct == pytest.approx((90 + 80 + 50 * 2) / 4)
+    assert line.allocated_gpu_hours == pytest.approx(6.0)
+
+
+BASE: dict[str, object] = dict(
+    source="slurm",
+    cluster="c",
+    name="j",
+    user="u",
+    account="a",
+    team="a",
+    partition="gpu",
+    state="COMPLETED",
+    start_at=TEN,
+    end_at=TEN + 2 * H,
+    seen_at=TEN + 2 * H,
+    gpus=2,
+    gpu_model="H100",
+    hosts=("n1",),
+)
