@@ -511,27 +511,33 @@ def week_allocations(
         join = AllocationJoin(jobs, wanted, since=since, until=until)
         window = timedelta(minutes=thresholds.idle_window_min)
         # both utilization columns: the basis's for the idle rule, SM activity for "useful"
-        columns, value = SAMPLE_COLUMNS, sample_columns(basis)[-1]
-        frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
+        columns: tuple[str, ...] = SAMPLE_COLUMNS
+        value = sample_columns(basis)[-1]
         scans = SampleScans(store)
-        if (
-            jobs
-            and wanted
-            and (
-                store.version >= 3
-                and ROLLUP_RULES[basis] == (thresholds.idle_pct, thresholds.idle_window_min)
-            )
-        ):
+        rollups = store.version >= 3 and ROLLUP_RULES[basis] == (
+            thresholds.idle_pct,
+            thresholds.idle_window_min,
+        )
+        hours = stretches = None
+        if jobs and wanted and rollups:
             # the hours the rollups answer from them, the minutes of the others
-            hours = scans.rollup_hours(
-                value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
+            hourly = pd.DataFrame(
+                scans.rollup_hours(
+                    value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
+                ),
+                columns=list(RollupHour._fields),
             )
-            stretches = join.use_rollups(pd.DataFrame(hours, columns=list(RollupHour._fields)))
+            stretches = join.use_rollups(hourly)
+            hours = len(hourly)
+            if not hourly["sm_known_s"].any():  # no SM activity anywhere (nvidia-smi logs)
+                columns = sample_columns(basis)
+        frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
+        if stretches is not None and hours is not None:
             # a stretch is read through the primary key, ~5x a scanned row's cost: where most
             # hours need their minutes (short jobs starting and ending in most hours of every
             # node), the window is scanned instead and the whole hours' minutes left unused
             needed = sum((last - first).total_seconds() for _, _, first, last in stretches)
-            if needed / 3600 * STRETCH_COST < len(hours):
+            if needed / 3600 * STRETCH_COST < hours:
                 scans.scan_sample_stretches(
                     frames,
                     columns=columns,

@@ -505,6 +505,8 @@ class AllocationJoin:
         # reaches the next one's
         self.span_h = max(math.ceil(t1 / _HOUR) - self.h0, 1) + 1
         self._hours: _Hours | None = None
+        self._needed: pd.DataFrame | None = None
+        """The (run_id, gpu, hour)s whose minutes the rollups do not answer."""
 
     def _inside(self, hour: np.ndarray) -> np.ndarray:
         """Whether each epoch ``hour`` lies wholly inside the span."""
@@ -600,6 +602,7 @@ class AllocationJoin:
             id_runs=id_runs,
             node_runs=node_runs,
         )
+        self._needed = hourly.loc[need, ["run_id", "gpu", "hour"]]
         return self._stretches(hourly[need])
 
     @property
@@ -761,6 +764,8 @@ class AllocationJoin:
         host_of = [self.host_code.get(self.host_of_run.get(r, ("", "")), -1) for r in names]
         host = np.array(host_of, dtype=np.int64)
         keep = (link[run_codes] >= 0) | (host[run_codes] >= 0)
+        if self._needed is not None:
+            keep &= self._near_needed(samples, thresholds.idle_window_min)
         s = samples[keep]
         run_codes = run_codes[keep]
         gpu_codes, gpu_names = pd.factorize(s["gpu"])
@@ -829,6 +834,33 @@ class AllocationJoin:
         share = weight / np.maximum(rows[at], on_host[at])
         got = _capped(pj[pair], hm[at] % span + m0, *(share * x[at] for x in sums), **limits)
         return [got[0], *got[1]], (host_of_row[node], run_codes[node], minute[node], names)
+
+    def _near_needed(self, samples: pd.DataFrame, window: int) -> np.ndarray | bool:
+        """Which rows lie in an hour whose minutes are needed, or close enough to one for the
+        idle rule's windows (a scan of the window reads the whole hours' minutes too: the idle
+        rule is not run on them)."""
+        need = self._needed
+        run, gpu = samples["run_id"], samples["gpu"]
+        if need is None or not (
+            isinstance(run.dtype, pd.CategoricalDtype)
+            and isinstance(gpu.dtype, pd.CategoricalDtype)
+        ):
+            return True
+        reach = math.ceil((window - 1) / 60)
+        gpus = len(gpu.cat.categories) + 1
+        span = self.span_h + 2 * reach + 2
+
+        def keys(r: np.ndarray, g: np.ndarray, hour: np.ndarray) -> np.ndarray:
+            return (r.astype(np.int64) * gpus + g) * span + (hour - self.h0 + reach + 1)
+
+        nr = pd.Categorical(need["run_id"], categories=run.cat.categories).codes
+        ng = pd.Categorical(need["gpu"], categories=gpu.cat.categories).codes
+        known = (nr >= 0) & (ng >= 0)
+        base = keys(nr[known], ng[known], need["hour"].to_numpy(dtype=np.int64)[known])
+        wanted = np.unique(np.concatenate([base + d for d in range(-reach, reach + 1)]))
+        hour = samples["minute"].dt.as_unit("s").astype("int64").to_numpy() // _HOUR
+        hour = np.clip(hour, self.h0 - reach - 1, self.h0 + self.span_h + reach)
+        return np.isin(keys(run.cat.codes.to_numpy(), gpu.cat.codes.to_numpy(), hour), wanted)
 
     def _node_runs(
         self,

@@ -13,6 +13,7 @@ import pytest
 import sqlalchemy as sa
 from allocation_oracle import oracle
 
+from reports.data import allocations
 from reports.data.allocations import (
     TABLE,
     Allocation,
@@ -222,6 +223,9 @@ def test_rollup_hours_give_the_oracles_figures(
                         {"v": -5.0, "h": int((MON + 3 * HOUR).timestamp()) // 3600},
                     )
             for span, (since, until) in SPANS.items():
+                # the other hours' minutes read by stretch, or by a scan of the window
+                how = "stretch" if (seed + len(span)) % 2 else "scan"
+                monkeypatch.setattr(allocations, "STRETCH_COST", 0 if how == "stretch" else 10**9)
                 got = week_allocations(
                     store, runs, since, until, basis="util", thresholds=t, prices={}, owned={}
                 )
@@ -233,7 +237,7 @@ def test_rollup_hours_give_the_oracles_figures(
                 assert {j.job_id for j in got.jobs} == {k for k, v in want.items() if v[2] > 0}
                 for line in got.jobs:
                     matched, their, allocated, sampled, idle = want[line.job_id]
-                    where = (span, seed, line.job_id)
+                    where = (span, how, seed, line.job_id)
                     assert (line.matched, line.runs) == (matched, their), where
                     assert line.allocated_gpu_hours * 3600 == pytest.approx(allocated, abs=1e-6), (
                         where
