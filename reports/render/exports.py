@@ -176,6 +176,7 @@ JOB_FIELDS = (
     "idle_gpu_hours",
     "no_samples_gpu_hours",
     "util_pct",
+    "sm_known_gpu_hours",
     "sm_active_pct",
     "price_per_gpu_hour",
     "allocated_usd",

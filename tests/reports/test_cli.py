@@ -80,6 +80,15 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert (debug["matched"], debug["no_samples_usd"]) == ("", pytest.approx(20 * 3.85))
     (nodes,) = alloc["capacity"]
     assert (nodes["nodes"], nodes["gpus"], nodes["capacity_gpu_hours"]) == (6, 20, 20 * 168)
+    # useful: the simulated GPUs report SM activity; the nodes' figure is their jobs' SM
+    # activity weighted by the GPU-hours that have it (every demo job is on the demo's nodes)
+    sm_hours = sum(j["sm_known_gpu_hours"] for j in alloc["jobs"])
+    sm_used = sum(
+        j["sm_active_pct"] * j["sm_known_gpu_hours"] for j in alloc["jobs"] if j["sm_active_pct"]
+    )
+    assert nodes["sm_known_gpu_hours"] == pytest.approx(sm_hours) and sm_hours > 20
+    assert nodes["sm_active_pct"] == pytest.approx(sm_used / sm_hours)
+    assert "→ busy → useful</h3>" in html.read_text()
     # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
     # nlp's month, the one the week ends in (how far into it depends on today's date)
     week = json.loads(html.with_suffix(".json").read_text())
