@@ -487,9 +487,6 @@ def week_allocations(
         prices: The config's ``[prices]``.
         owned: The config's ``[owned.<MODEL>]``.
     """
-    import pandas as pd
-
-    from reports.data.rollups import RollupHour
     from reports.data.scans import SampleScans
     from reports.kpi.allocations import AllocationJoin, capacity_lines, short_host
     from reports.kpi.frames import SAMPLE_COLUMNS, SampleFrameBuilder, sample_columns
@@ -521,15 +518,12 @@ def week_allocations(
         hours = stretches = None
         if jobs and wanted and rollups:
             # the hours the rollups answer from them, the minutes of the others
-            hourly = pd.DataFrame(
-                scans.rollup_hours(
-                    value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
-                ),
-                columns=list(RollupHour._fields),
+            hourly = scans.rollup_hours(
+                value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
             )
             stretches = join.use_rollups(hourly)
             hours = len(hourly)
-            if not hourly["sm_known_s"].any():  # no SM activity anywhere (nvidia-smi logs)
+            if not any(h.sm_known_s for h in hourly):  # no SM activity anywhere (nvidia-smi)
                 columns = sample_columns(basis)
         frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
         if stretches is not None and hours is not None:
