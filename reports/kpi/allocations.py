@@ -512,11 +512,11 @@ class AllocationJoin:
         """Whether each epoch ``hour`` lies wholly inside the span."""
         return (hour * _HOUR >= self.t0) & ((hour + 1) * _HOUR <= self.t1)
 
-    def use_rollups(self, rows: Sequence[Any]) -> list[tuple[str, str, datetime, datetime]]:
+    def use_rollups(self, rollups: Sequence[Any]) -> list[tuple[str, str, datetime, datetime]]:
         """Take the hours the rollups answer; the minutes of the others are still to be read.
 
         Args:
-            rows: The rollup rows of the span's hours
+            rollups: The rollup rows of the span's hours
                 (:class:`reports.data.rollups.RollupHour`); the rows of runs not in the join
                 are not looked at.
 
@@ -527,10 +527,10 @@ class AllocationJoin:
         """
         n = len(self.allocations)
         self._needed = None
-        if not rows:  # no hour from the rollups: every minute is read
+        if not rollups:  # no hour from the rollups: every minute is read
             self._hours = None
             return []
-        hourly = pd.DataFrame(list(rows))
+        hourly = pd.DataFrame(list(rollups))
         hourly = hourly[(hourly["hour"] >= self.h0) & (hourly["hour"] < self.h0 + self.span_h - 1)]
         run_codes, run_names = pd.factorize(hourly["run_id"])
         names = [str(r) for r in run_names]
