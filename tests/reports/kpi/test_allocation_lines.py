@@ -9,7 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from allocation_oracle import oracle
+from allocation_oracle import job, oracle
 
 from reports.data.allocations import Allocation
 from reports.kpi.allocations import AllocationWeek, allocation_week, short_host
@@ -37,37 +37,6 @@ def week_of(
 MON = datetime(2026, 11, 23, tzinfo=UTC)  # the week 2026-W48
 END = MON + timedelta(days=7)
 TEN = MON + timedelta(hours=10)
-
-
-def job(
-    job_id: str,
-    gpus: int,
-    start: datetime,
-    end: datetime | None,
-    hosts: tuple[str, ...],
-    model: str | None = "H100",
-    **kw: object,
-) -> Allocation:
-    values: dict[str, object] = dict(
-        source="slurm",
-        cluster="c",
-        job_id=job_id,
-        shown_id=job_id,
-        name=f"job-{job_id}",
-        user="ana",
-        account="nlp",
-        team="nlp",
-        partition="gpu",
-        state="COMPLETED" if end else "RUNNING",
-        start_at=start,
-        end_at=end,
-        seen_at=end or start,
-        gpus=gpus,
-        gpu_model=model,
-        hosts=hosts,
-    )
-    values.update(kw)
-    return Allocation(**values)  # type: ignore[arg-type]
 
 
 def minutes(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from allocation_oracle import oracle
+from allocation_oracle import job, oracle
 
 from reports.data import allocations
 from reports.data.allocations import (
@@ -30,31 +30,6 @@ from tracker.store import RunStore
 MON = datetime(2026, 11, 23, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 Row = tuple[str, str, datetime, float, float | None]
-
-
-def job(
-    job_id: str, gpus: int, start: datetime, end: datetime, hosts: tuple[str, ...], **kw: Any
-) -> Allocation:
-    values: dict[str, Any] = dict(
-        source="slurm",
-        cluster="c",
-        job_id=job_id,
-        shown_id=job_id,
-        name=f"job-{job_id}",
-        user="ana",
-        account="nlp",
-        team="nlp",
-        partition="gpu",
-        state="COMPLETED",
-        start_at=start,
-        end_at=end,
-        seen_at=end,
-        gpus=gpus,
-        gpu_model="H100",
-        hosts=hosts,
-    )
-    values.update(kw)
-    return Allocation(**values)
 
 
 def generated(seed: int) -> tuple[list[Allocation], list[dict[str, Any]], list[Row]]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from allocation_oracle import job as allocation
 
-from reports.data.allocations import Allocation, Capacity, merge_spans
+from reports.data.allocations import Capacity, merge_spans
 from reports.kpi.allocations import JobLine, allocation_week, capacity_lines
 from reports.kpi.frames import SampleFrameBuilder
 from tracker.cost import Thresholds
@@ -125,8 +126,8 @@ def test_useful_is_sm_activity_of_the_allocated_time_that_has_it() -> None:
     and 20% SM active. Useful: SM active over the 3 GPU-h that have it, (40 × 1 + 20 × 2) / 3;
     utilization over the 4 GPU-h measured, (90 + 80 + 50 × 2) / 4, a figure of its own."""
     jobs = [
-        Allocation(**{**BASE, "job_id": "101", "shown_id": "101", "end_at": TEN + H}),
-        Allocation(**{**BASE, "job_id": "102", "shown_id": "102"}),
+        allocation("101", 2, TEN, TEN + H, ("n1",)),
+        allocation("102", 2, TEN, TEN + 2 * H, ("n1",)),
     ]
     runs = [
         {"id": "ra", "host": "n1", "links": {"slurm": "c/101"}, "gpu_model": "H100"},
@@ -167,21 +168,3 @@ def test_useful_is_sm_activity_of_the_allocated_time_that_has_it() -> None:
     assert line.sm_active_pct == pytest.approx((40 * 1 + 20 * 2) / 3)
     assert line.util_pct == pytest.approx((90 + 80 + 50 * 2) / 4)
     assert line.allocated_gpu_hours == pytest.approx(6.0)
-
-
-BASE: dict[str, object] = dict(
-    source="slurm",
-    cluster="c",
-    name="j",
-    user="u",
-    account="a",
-    team="a",
-    partition="gpu",
-    state="COMPLETED",
-    start_at=TEN,
-    end_at=TEN + 2 * H,
-    seen_at=TEN + 2 * H,
-    gpus=2,
-    gpu_model="H100",
-    hosts=("n1",),
-)
