@@ -61,6 +61,7 @@ from typing import IO, Any
 import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
+from reports.kpi.causes import waste_by_cause
 from reports.kpi.checks import as_text
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
@@ -200,6 +201,10 @@ ALLOCATION_TOTALS = (
 )
 """The week's jobs together: GPU-hours allocated, with samples, of those idle, with no samples;
 the dollars of the priced jobs; the GPU-hours of jobs no price covers."""
+CAUSE_FIELDS = ("cause", "label", "waste_usd", "inferred_usd", "cents", "runs")
+"""The week's waste by cause (:class:`reports.kpi.causes.CauseLine`): the cause's key and name,
+its dollars, of them inferred from an import's utilization pattern, in whole cents (they add up
+to the week's), the runs with waste in it."""
 CAPACITY_FIELDS = (
     "source",
     "cluster",
@@ -322,6 +327,16 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "bad_sample_rows": skipped.sample_rows,
         "skipped": skipped.summary(),
         "budgets": [_plain(b.as_dict()) for b in k.budgets],
+        "waste_by_cause": [
+            _plain(
+                {
+                    **{f: getattr(c, f) for f in CAUSE_FIELDS},
+                    "top": [{"name": name, "waste_usd": usd} for name, usd in c.top],
+                    "fix": c.fix,
+                }
+            )
+            for c in waste_by_cause(k.runs)
+        ],
         "allocations": _allocations(k, tz),
     }
 
@@ -461,6 +476,8 @@ class CsvExport(RunsExport):
                     for f in BUDGET_FIELDS
                 },
             )
+        for row in d["waste_by_cause"]:
+            rows("waste_cause", row["cause"], {f: row[f] for f in CAUSE_FIELDS[2:]})
         if d["allocations"] is not None:
             rows("allocations", "", d["allocations"]["totals"])
             for row in d["allocations"]["capacity"]:

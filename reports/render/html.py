@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import WeekKpis, runs_to_fix
+from reports.kpi.causes import waste_by_cause
 from reports.kpi.weekly import none_priced, unpriced_groups
 from reports.render.fmt import (
     as_number,
@@ -369,6 +370,7 @@ def report_context(
     label = week_label(k.week)
     fix = runs_to_fix(k)
     under_rows = _run_rows(fix)
+    causes = _causes(k)
     return {
         "title": title,
         "week": label + (" so far" if k.so_far else ""),
@@ -429,8 +431,30 @@ def report_context(
         "unpriced": fmt_hours(h.unpriced_gpu_hours) if h.unpriced_gpu_hours > 0 else "",
         "skipped": _skipped(k),
         "budgets": [budget_row(b) for b in k.budgets],
+        "causes": causes,
+        "top_causes": " · ".join(f"{c['label']} {c['usd']}" for c in causes[:3]),
         "allocations": _allocations(k),
     }
+
+
+def _causes(k: WeekKpis) -> list[dict[str, Any]]:
+    """The week's waste by cause (:func:`reports.kpi.causes.waste_by_cause`), for its bars."""
+    lines = waste_by_cause(k.runs)
+    total = sum(c.cents for c in lines)
+    most = max((c.cents for c in lines), default=0)
+    return [
+        {
+            "label": c.label,
+            "usd": fmt_usd(c.cents / 100),
+            "share": fmt_pct(100.0 * c.cents / total if total else None, 0),
+            "width": f"{100.0 * c.cents / most:.1f}" if most else "0",
+            "inferred": fmt_usd(c.inferred_usd) if c.inferred_usd >= 0.005 else "",
+            "runs": f"{c.runs:,} run{'s' if c.runs != 1 else ''}",
+            "top": ", ".join(f"{text_or_dash(name)} ({fmt_usd(usd)})" for name, usd in c.top),
+            "fix": c.fix,
+        }
+        for c in lines
+    ]
 
 
 MATCHED = {

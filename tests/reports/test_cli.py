@@ -89,6 +89,15 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert nodes["sm_known_gpu_hours"] == pytest.approx(sm_hours) and sm_hours > 20
     assert nodes["sm_active_pct"] == pytest.approx(sm_used / sm_hours)
     assert "→ busy → useful</h3>" in html.read_text()
+    # where the waste went: each run's idle time held idle, the rest its verdict's; the causes'
+    # cents add up to the week's waste
+    doc = json.loads(html.with_suffix(".json").read_text())
+    causes = {c["cause"]: c for c in doc["waste_by_cause"]}
+    assert sum(c["cents"] for c in causes.values()) == round(doc["headline"]["waste_usd"] * 100)
+    assert "notebook-jlee" in [t["name"] for t in causes["idle"]["top"]]
+    assert [t["name"] for t in causes["input-bound"]["top"]] == ["resnet50-heavy-aug"]
+    assert "bert-sweep-17" in [t["name"] for t in causes["small-batch"]["top"]]
+    assert "where the waste went</h2>" in html.read_text()
     # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
     # nlp's month, the one the week ends in (how far into it depends on today's date)
     week = json.loads(html.with_suffix(".json").read_text())
