@@ -98,6 +98,14 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert [t["name"] for t in causes["input-bound"]["top"]] == ["resnet50-heavy-aug"]
     assert "bert-sweep-17" in [t["name"] for t in causes["small-batch"]["top"]]
     assert "where the waste went</h2>" in html.read_text()
+    from email import message_from_bytes, policy
+
+    mail = message_from_bytes(html.with_suffix(".eml").read_bytes(), policy=policy.default)
+    text = next(p for p in mail.walk() if p.get_content_type() == "text/plain").get_content()
+    top = max(causes.values(), key=lambda c: c["cents"])
+    assert f"Where the waste went: {top['label']} ${top['cents'] / 100:,.2f}" in " ".join(
+        text.split()
+    )
     # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
     # nlp's month, the one the week ends in (how far into it depends on today's date)
     week = json.loads(html.with_suffix(".json").read_text())
