@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from reports.kpi import WeekKpis
+from reports.kpi.causes import waste_by_cause
 from reports.weeks import label_of
 from tracker.config import ConfigError
 from tracker.units import RATIO_PER_PCT, S_PER_HOUR
@@ -49,6 +50,7 @@ class PromMetric:
     """Where the value comes from: ``week`` (the last complete week's headline), ``team``
     (its per-team breakdown), ``week_to_date`` (the current week's headline so far),
     ``weekly`` (the headline of each of the last 12 complete weeks, from the report's trend),
+    ``cause`` (the last complete week's waste by cause: :mod:`reports.kpi.causes`),
     ``scheduler`` (the last complete week's Slurm jobs and Kubernetes pods, per source:
     :class:`reports.kpi.AllocationWeek`'s totals; none until jobs are imported) or
     ``service`` (counted by the service itself)."""
@@ -63,6 +65,7 @@ _SCHEDULER = (*_WEEK, "scheduler")
 CAPACITY_GAUGES = ("capacity_gpu_hours", "unallocated_gpu_hours")
 """Scheduler gauges of the nodes' capacity (:class:`reports.kpi.allocations.CapacityLine`)."""
 _TEAM = ("week", "basis", "team")
+_CAUSE = ("week", "basis", "cause")
 _UTIL = (
     "GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
     "GPU-time with a value, on the basis label (util: NVML utilization, nvidia-smi's "
@@ -93,6 +96,15 @@ METRICS: tuple[PromMetric, ...] = (
         f"{_GPU_S} allocated to runs in the last complete week",
         _WEEK,
         scale=S_PER_HOUR,
+    ),
+    _gauge(
+        "gpu_kpi_week_waste_by_cause_usd",
+        "cause",
+        "waste_usd",
+        "recoverable waste (USD) of the last complete week by cause (idle, input-bound, "
+        "small-batch, communication-bound, low-efficiency, imbalanced, below-target): each "
+        "run's idle part idle, the rest its verdict's; they add up to gpu_kpi_week_waste_usd",
+        _CAUSE,
     ),
     _gauge(
         "gpu_kpi_week_spend_usd",
@@ -351,6 +363,9 @@ def kpi_samples(
         elif m.scope == "team" and teams is not None:
             for team, value in zip(teams["team"], teams[m.field], strict=True):
                 add(m, (*week, str(team)), value)
+        elif m.scope == "cause":
+            for c in waste_by_cause(latest.runs):
+                add(m, (*week, c.cause), getattr(c, m.field))
         elif m.scope == "week_to_date" and week_to_date is not None:
             add(
                 m,

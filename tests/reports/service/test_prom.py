@@ -119,6 +119,12 @@ def test_the_week_and_its_teams_are_the_hand_computed_figures(
     assert value(s, "gpu_kpi_week_utilization_ratio", **wk) == pytest.approx(0.65)
     assert value(s, "gpu_kpi_week_waste_usd", **wk) == pytest.approx(CV_WASTE + H100)
     assert value(s, "gpu_kpi_week_idle_usd", **wk) == pytest.approx(H100)
+    # by cause: d's idle GPU-hour held idle, b's waste its verdict's; they add up to the waste
+    causes = {
+        dict(k)["cause"]: v for (n, k), v in s.items() if n == "gpu_kpi_week_waste_by_cause_usd"
+    }
+    assert causes["idle"] == pytest.approx(H100)
+    assert sum(causes.values()) == pytest.approx(CV_WASTE + H100) and len(causes) == 2
     assert value(s, "gpu_kpi_week_runs", **wk) == 4
     assert value(s, "gpu_kpi_week_underutilized_runs", **wk) == 1  # b; d is at 50%, not under
 
@@ -343,7 +349,7 @@ def test_two_exporters_keep_their_own_registries(k48: kpis.WeekKpis) -> None:
 
 
 def test_the_declared_table_matches_prometheus_conventions() -> None:
-    assert len(NAMES) == len(METRICS) == 32
+    assert len(NAMES) == len(METRICS) == 33
     for m in METRICS:
         assert re.fullmatch(r"gpu_kpi_[a-z0-9_]+", m.name), m.name
         assert m.name.endswith("_total") == (m.type == "counter"), m.name
