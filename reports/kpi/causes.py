@@ -4,8 +4,10 @@ A run's waste (:func:`tracker.cost.gpu_waste_usd`, per GPU) is its idle time in 
 rest of its spend × max(0, 1 − utilization of the rest ÷ target). The split follows that
 sum: the idle part is **held idle**; the rest goes to the run's verdict
 (:mod:`tracker.diagnosis`: input-bound, small batch, communication-bound, low math efficiency,
-imbalanced), or to **below target, unexplained** where the verdict names no cause (healthy,
-below-target, unknown). A run whose verdict comes from an import (nvidia-smi, Prometheus, W&B,
+imbalanced), or, where the verdict names no cause (healthy, below-target, unknown), to
+**oversized GPU** when a cheaper model holds the run's memory and compute
+(:mod:`reports.kpi.rightsizing`: the GPU is too big for the work) and else to **below target,
+unexplained**. A run whose verdict comes from an import (nvidia-smi, Prometheus, W&B,
 TensorBoard: the utilization pattern, no step timing) counts as **inferred** within its cause.
 The causes add up to the week's waste, and their cents to its cents (largest remainder).
 """
@@ -13,12 +15,16 @@ The causes add up to the week's waste, and their cents to its cents (largest rem
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tracker.diagnosis import ADVICE
+
+if TYPE_CHECKING:
+    from reports.kpi.weekly import WeekKpis
 
 CAUSES: dict[str, str] = {
     "idle": "held idle",
@@ -27,6 +33,7 @@ CAUSES: dict[str, str] = {
     "communication-bound": "communication-bound",
     "low-efficiency": "low math efficiency",
     "imbalanced": "GPUs held, unused by the job",
+    "oversized": "oversized GPU",
     "below-target": "below target, unexplained",
 }
 """Each cause's key (a verdict of :data:`tracker.diagnosis.VERDICTS`) and its name."""
@@ -55,20 +62,39 @@ class CauseLine:
     """The usual fix (:data:`tracker.diagnosis.ADVICE`)."""
 
 
-def cause_of(verdict: object) -> str:
-    """The cause the non-idle part of a run's waste goes to, by its verdict."""
-    if isinstance(verdict, str) and verdict in CAUSES:
+OVERSIZED_FIX = (
+    "A cheaper GPU holds this work's memory and compute at the utilization it reaches: run it "
+    "there (the report's right-sizing table names the model and the saving)."
+)
+
+
+def cause_of(verdict: object, *, oversized: bool = False) -> str:
+    """The cause the non-idle part of a run's waste goes to, by its verdict (and, where that
+    names no cause, whether a cheaper GPU fits it)."""
+    if (
+        isinstance(verdict, str)
+        and verdict in CAUSES
+        and verdict not in ("oversized", "below-target")
+    ):
         return verdict
-    return "below-target"
+    return "oversized" if oversized else "below-target"
 
 
-def waste_by_cause(runs: pd.DataFrame) -> tuple[CauseLine, ...]:
+def week_causes(k: WeekKpis) -> tuple[CauseLine, ...]:
+    """The week's waste by cause (:func:`waste_by_cause`), its right-sizing's runs oversized."""
+    fits = k.rightsizing
+    oversized = set(fits["run_id"].astype(str)) if "run_id" in fits else set()
+    return waste_by_cause(k.runs, oversized=oversized)
+
+
+def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tuple[CauseLine, ...]:
     """The week's waste by cause, most dollars first (causes with none left out).
 
     Args:
         runs: The week's runs (:attr:`reports.kpi.weekly.WeekKpis.runs`): ``run_id``,
             ``name``, ``waste_usd``, ``idle_usd``, ``verdict``, ``source`` and ``priced``.
             Unpriced runs have no dollars and are left out.
+        oversized: The ids of runs a cheaper GPU model fits.
 
     Returns:
         One :class:`CauseLine` per cause with waste.
@@ -84,7 +110,8 @@ def waste_by_cause(runs: pd.DataFrame) -> tuple[CauseLine, ...]:
         name = str(r.get("name") or r.get("run_id") or "")
         if r.get("source", "tracker") not in ("tracker", None):
             inferred_runs.add(name)
-        for cause, usd in (("idle", idle), (cause_of(r.get("verdict")), waste - idle)):
+        rest = cause_of(r.get("verdict"), oversized=str(r.get("run_id")) in oversized)
+        for cause, usd in (("idle", idle), (rest, waste - idle)):
             if usd > 0:
                 by_run[cause].setdefault(name, []).append(usd)
     parts = {
@@ -105,7 +132,7 @@ def waste_by_cause(runs: pd.DataFrame) -> tuple[CauseLine, ...]:
                 cents=cents[cause],
                 runs=len(p),
                 top=tuple((name, usd) for name, usd, _ in p[:TOP_RUNS]),
-                fix=ADVICE.get(cause, ""),
+                fix=OVERSIZED_FIX if cause == "oversized" else ADVICE.get(cause, ""),
             )
         )
     out.sort(key=lambda c: (-c.waste_usd, c.cause))

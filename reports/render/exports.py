@@ -61,7 +61,7 @@ from typing import IO, Any
 import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
-from reports.kpi.causes import waste_by_cause
+from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
@@ -335,7 +335,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
                     "fix": c.fix,
                 }
             )
-            for c in waste_by_cause(k.runs)
+            for c in week_causes(k)
         ],
         "allocations": _allocations(k, tz),
     }

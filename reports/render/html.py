@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import WeekKpis, runs_to_fix
-from reports.kpi.causes import waste_by_cause
+from reports.kpi.causes import week_causes
 from reports.kpi.weekly import none_priced, unpriced_groups
 from reports.render.fmt import (
     as_number,
@@ -439,7 +439,7 @@ def report_context(
 
 def _causes(k: WeekKpis) -> list[dict[str, Any]]:
     """The week's waste by cause (:func:`reports.kpi.causes.waste_by_cause`), for its bars."""
-    lines = waste_by_cause(k.runs)
+    lines = week_causes(k)
     total = sum(c.cents for c in lines)
     most = max((c.cents for c in lines), default=0)
     return [

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from reports.kpi import WeekKpis
-from reports.kpi.causes import waste_by_cause
+from reports.kpi.causes import week_causes
 from reports.weeks import label_of
 from tracker.config import ConfigError
 from tracker.units import RATIO_PER_PCT, S_PER_HOUR
@@ -102,7 +102,7 @@ METRICS: tuple[PromMetric, ...] = (
         "cause",
         "waste_usd",
         "recoverable waste (USD) of the last complete week by cause (idle, input-bound, "
-        "small-batch, communication-bound, low-efficiency, imbalanced, below-target): each "
+        "small-batch, communication-bound, low-efficiency, imbalanced, oversized, below-target): each "
         "run's idle part idle, the rest its verdict's; they add up to gpu_kpi_week_waste_usd",
         _CAUSE,
     ),
@@ -364,7 +364,7 @@ def kpi_samples(
             for team, value in zip(teams["team"], teams[m.field], strict=True):
                 add(m, (*week, str(team)), value)
         elif m.scope == "cause":
-            for c in waste_by_cause(latest.runs):
+            for c in week_causes(latest):
                 add(m, (*week, c.cause), getattr(c, m.field))
         elif m.scope == "week_to_date" and week_to_date is not None:
             add(

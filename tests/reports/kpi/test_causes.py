@@ -22,6 +22,7 @@ def runs() -> pd.DataFrame:
         ("no-price", "tracker", "small-batch", float("nan"), float("nan"), False),
         ("none", "tracker", "small-batch", 0.0, 0.0, True),
         ("odd", "tracker", None, 0.5, 0.75, True),  # idle over the waste: all of it idle
+        ("big", "tracker", "below-target", 2.0, 0.25, True),  # an L4 would do (right-sizing)
     ]
     return pd.DataFrame(
         [
@@ -40,8 +41,9 @@ def runs() -> pd.DataFrame:
 
 
 def test_each_runs_waste_goes_to_its_causes_by_hand() -> None:
-    lines = {c.cause: c for c in waste_by_cause(runs())}
-    assert list(lines) == ["input-bound", "idle", "below-target"]  # most dollars first
+    lines = {c.cause: c for c in waste_by_cause(runs(), oversized={"r7", "r1"})}
+    # most dollars first
+    assert list(lines) == ["input-bound", "idle", "oversized", "below-target"]
     # input-bound: loader's 10.00 - 2.50 idle, and smi-node's 4.00 (inferred: an import)
     assert lines["input-bound"].waste_usd == pytest.approx(7.50 + 4.00)
     assert lines["input-bound"].inferred_usd == pytest.approx(4.00)
@@ -50,22 +52,24 @@ def test_each_runs_waste_goes_to_its_causes_by_hand() -> None:
         ("smi-node", pytest.approx(4.0)),
     )
     assert "DataLoader workers" in lines["input-bound"].fix
-    # held idle: loader's 2.50, notebook's 3.333 (its verdict is idle: all of it), odd's 0.50
+    # held idle: loader's 2.50, notebook's 3.333 (its verdict is idle: all of it), odd's
+    # 0.50, big's 0.25
     idle = lines["idle"]
-    assert idle.waste_usd == pytest.approx(2.50 + 3.333 + 0.50) and idle.runs == 3
+    assert idle.waste_usd == pytest.approx(2.50 + 3.333 + 0.50 + 0.25) and idle.runs == 4
     assert idle.top[0] == ("notebook", pytest.approx(3.333))
+    # oversized: big's rest, 1.75 (its verdict names no cause and a cheaper GPU fits it;
+    # loader fits one too, but its verdict names its cause)
+    assert lines["oversized"].top == (("big", pytest.approx(1.75)),)
+    assert "right-sizing" in lines["oversized"].fix
     # below target, unexplained: the healthy run's 1.005
     assert lines["below-target"].waste_usd == pytest.approx(1.005)
-    # the sum: 18.838 in all; cents 1150 + 633 + 100 = 1883, one left for the largest
-    # remainder (idle's .3 against below-target's .5): 1884
-    total = 10.00 + 4.00 + 1.005 + 3.333 + 0.5
+    # the sum: 20.838 in all; cents 1150 + 658 + 175 + 100 = 2083, one left for the
+    # largest remainder (idle's .3 against below-target's .5): 2084
+    total = 10.00 + 4.00 + 1.005 + 3.333 + 0.5 + 2.0
     assert math.fsum(c.waste_usd for c in lines.values()) == pytest.approx(total)
-    assert sum(c.cents for c in lines.values()) == round(total * 100) == 1884
-    assert (lines["input-bound"].cents, lines["idle"].cents, lines["below-target"].cents) == (
-        1150,
-        633,
-        101,
-    )
+    assert sum(c.cents for c in lines.values()) == round(total * 100) == 2084
+    cents = [lines[c].cents for c in ("input-bound", "idle", "oversized", "below-target")]
+    assert cents == [1150, 658, 175, 101]
 
 
 def test_a_week_without_waste_has_no_causes() -> None:
