@@ -17,6 +17,7 @@ warmup_steps = 3
 alert_window_s = 600
 print_summary = true   # the run's summary printed when it ends (global rank 0)
 alert_webhook_file = "/etc/gpu-kpi/alert-webhook"   # or the variable GPU_KPI_ALERT_WEBHOOK
+job_key = "resnet-nightly"   # the recurring job these runs are (GPU_KPI_JOB_KEY; track(job_key=) wins)
 
 [thresholds]
 target_util_pct = 85
@@ -127,6 +128,8 @@ class Settings:
     print_summary: bool = True
     """Print the run's summary when it ends (global rank 0): GPU-hours, utilization, cost,
     waste, verdict, advice, and where the run is stored."""
+    job_key: str | None = None
+    """The recurring job the runs are one of (``track(job_key=)`` wins): ``resnet-nightly``."""
     alert_webhook_file: str | None = None
     """A file holding the chat webhook URL the run's alerts go to (``alert_webhook``)."""
     alert_webhook: str | None = field(default=None, repr=False)
@@ -200,6 +203,7 @@ TRACKER_SECTIONS: Sections = {
         "alert_window_s": Key(number(0), "ALERT_WINDOW_S"),
         "print_summary": Key(flag, "PRINT_SUMMARY"),
         "alert_webhook_file": Key(text, "ALERT_WEBHOOK_FILE"),
+        "job_key": Key(text, "JOB_KEY"),
     },
     "thresholds": {
         "target_util_pct": Key(_pct(1.0), "TARGET_UTIL_PCT"),

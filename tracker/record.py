@@ -93,6 +93,10 @@ class MinuteSample:
     """Energy used during the minute, kWh."""
 
 
+JOB_KEY_LINK = "job_key"
+"""The link that names a run's recurring job (:attr:`RunSpec.job_key`)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class RunSpec:
     """What a run is, as its user describes it (the arguments of :func:`tracker.track`)."""
@@ -108,6 +112,11 @@ class RunSpec:
     framework: str = "plain"
     links: dict[str, str] = field(default_factory=dict)
     """Where else the run is seen: ``{"wandb": URL, "tensorboard": DIR}``."""
+    job_key: str | None = None
+    """The recurring job this run is one of (``resnet-nightly``): its runs are compared over
+    time. None: ``[tracker] job_key`` / ``GPU_KPI_JOB_KEY``, else Slurm's job name, else the
+    reports derive one (:func:`reports.kpi.jobkeys.job_key`). Kept as the run's ``job_key``
+    link."""
     flops_per_step: float | None = None
     """Model FLOPs of one step on this process, for MFU."""
     dtype: str | None = None

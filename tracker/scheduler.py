@@ -76,3 +76,26 @@ def slurm_job_of(link: str) -> tuple[str, str] | None:
     """
     cluster, _, job = link.strip().rpartition("/")
     return (cluster, job) if _SLURM_ID.match(job) else None
+
+
+_SHELL_JOB_NAMES = frozenset({"bash", "sh", "zsh", "fish", "interactive", "srun", "salloc"})
+"""Slurm job names that name no work (an interactive shell's): no job key of theirs."""
+JOB_KEY_MAX = 200
+
+
+def job_key_of(given: str | None, configured: str | None, environ: Mapping[str, str]) -> str:
+    """The run's recurring job (:attr:`tracker.record.RunSpec.job_key`): the one given to
+    ``track()``, else the config's (``[tracker] job_key``, ``GPU_KPI_JOB_KEY``), else Slurm's
+    job name (``SLURM_JOB_NAME``, not an interactive shell's); "" for none (the reports derive
+    one from the run's name). One line, at most 200 characters.
+
+    Args:
+        given: ``track(job_key=…)``.
+        configured: The settings' ``job_key``.
+        environ: The process's environment.
+    """
+    slurm = environ.get("SLURM_JOB_NAME", "").strip()
+    for key in (given, configured, "" if slurm.lower() in _SHELL_JOB_NAMES else slurm):
+        if isinstance(key, str) and (one := " ".join(key.split())):
+            return one[:JOB_KEY_MAX]
+    return ""

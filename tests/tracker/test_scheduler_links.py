@@ -11,6 +11,7 @@ from fakes import Clock
 
 from tracker import track
 from tracker.scheduler import scheduler_links, slurm_job_of
+from tracker.store import RunStore
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
@@ -67,3 +68,33 @@ def test_a_tracked_run_records_its_job_and_the_users_links_win(
     with track(name="mine", links={"slurm": "other/1"}, log_to_python=False, **kw) as run:  # type: ignore[arg-type]
         clock.t += 5
     assert run.record.links == {"slurm": "other/1"}
+
+
+def test_a_run_records_its_job_key_given_configured_or_slurms_name(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """track(job_key=) wins over GPU_KPI_JOB_KEY, which wins over SLURM_JOB_NAME; an
+    interactive shell's job name is no key; the user's own job_key link wins over all."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    clock = Clock()
+    kw = dict(backend="simulated:healthy@H100", store=store, clock=clock, threaded=False)
+
+    def key(**more: object) -> str | None:
+        with track(name="r", log_to_python=False, **kw, **more) as run:  # type: ignore[arg-type]
+            clock.t += 5
+        with RunStore(store) as s:  # as the store holds it, for the reports
+            stored = s.get_run(run.id)
+        assert stored is not None and stored.links == run.record.links
+        return run.record.links.get("job_key")
+
+    monkeypatch.setenv("SLURM_JOB_NAME", "resnet-nightly")
+    assert key() == "resnet-nightly"
+    monkeypatch.setenv("GPU_KPI_JOB_KEY", "nightly")
+    assert key() == "nightly"
+    assert key(job_key=" resnet\n nightly ") == "resnet nightly"  # one line
+    assert key(job_key="a", links={"job_key": "mine"}) == "mine"
+    monkeypatch.delenv("GPU_KPI_JOB_KEY")
+    monkeypatch.setenv("SLURM_JOB_NAME", "bash")
+    assert key() is None
