@@ -523,7 +523,8 @@ def week_allocations(
             )
             stretches = join.use_rollups(hourly)
             hours = len(hourly)
-            if not any(h.sm_known_s for h in hourly):  # no SM activity anywhere (nvidia-smi)
+            # no SM activity anywhere (nvidia-smi logs): the minutes are read without it
+            if not any(h.sm_known_s or not h.sound for h in hourly):
                 columns = sample_columns(basis)
         frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
         if stretches is not None and hours is not None:
