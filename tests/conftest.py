@@ -88,7 +88,7 @@ def _isolated_user_dirs(
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     for key in list(os.environ):
-        if key.startswith("GPU_KPI_") and key != "GPU_KPI_TEST_PG":
+        if (key.startswith("GPU_KPI_") and key != "GPU_KPI_TEST_PG") or key.startswith("SLURM_"):
             monkeypatch.delenv(key)
 
 

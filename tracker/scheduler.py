@@ -78,8 +78,14 @@ def slurm_job_of(link: str) -> tuple[str, str] | None:
     return (cluster, job) if _SLURM_ID.match(job) else None
 
 
-_SHELL_JOB_NAMES = frozenset({"bash", "sh", "zsh", "fish", "interactive", "srun", "salloc"})
-"""Slurm job names that name no work (an interactive shell's): no job key of theirs."""
+_SHELL_JOB_NAMES = frozenset(
+    {
+        *("bash", "sh", "zsh", "fish", "interactive", "srun", "salloc", "sbatch", "jupyter"),
+        *("wrap", "python", "python3", "run.sh", "job.sh", "script", "script.sh"),
+    }
+)
+"""Slurm job names that name no work (an interactive shell's, ``sbatch --wrap``'s, a bare
+interpreter or a generic script): no job key of theirs."""
 JOB_KEY_MAX = 200
 
 

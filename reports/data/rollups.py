@@ -153,9 +153,9 @@ class RollupHour(NamedTuple):
 def rollup_hours(
     conn: Connection, *, value: str, since_hour: int, until_hour: int
 ) -> list[RollupHour]:
-    """The rollup rows of the hours in ``[since_hour, until_hour)`` with a usable minute, one
-    per run, GPU and hour, for a reader that needs the hours apart (the scheduler's jobs, which
-    start and end inside hours: :class:`reports.kpi.allocations.AllocationJoin`).
+    """The rollup rows of the hours in ``[since_hour, until_hour)``, one per run, GPU and
+    hour, for a reader that needs the hours apart (the scheduler's jobs, which start and end
+    inside hours: :class:`reports.kpi.allocations.AllocationJoin`).
 
     Args:
         conn: A connection to a version 2 store (it has the ``rollups`` table).
@@ -164,7 +164,8 @@ def rollup_hours(
         until_hour: The hour the span ends before.
 
     Returns:
-        One :class:`RollupHour` per row, in no order; a damaged row's figures as 0.
+        One :class:`RollupHour` per row, in no order; a damaged row's figures as 0, and a row
+        of no usable minute (its rows all dropped) not sound: its hour's minutes are read.
     """
     known, used, idle, _, _ = BASIS_COLUMNS[value]
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
@@ -187,7 +188,7 @@ def rollup_hours(
     )
     sql = (
         f"SELECT run_id, gpu, hour, {figures}, CASE WHEN {ok} THEN 1 ELSE 0 END FROM rollups "
-        f"WHERE hour >= {mark} AND hour < {mark} AND NOT minutes = 0"
+        f"WHERE hour >= {mark} AND hour < {mark}"
     )
     return [
         RollupHour(

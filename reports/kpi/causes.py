@@ -99,23 +99,26 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     Returns:
         One :class:`CauseLine` per cause with waste.
     """
-    # per cause: each run's dollars in it (an idle run's two parts are one) and whether inferred
+    # per cause: each run's dollars in it (an idle run's two parts are one), by run id
     by_run: dict[str, dict[str, list[float]]] = {c: {} for c in CAUSES}
+    names: dict[str, str] = {}
     inferred_runs: set[str] = set()
     for r in runs.to_dict("records"):
         waste = _usd(r.get("waste_usd"))
         if not r.get("priced", True) or waste <= 0:
             continue
         idle = min(_usd(r.get("idle_usd")), waste)
-        name = str(r.get("name") or r.get("run_id") or "")
-        if r.get("source", "tracker") not in ("tracker", None):
-            inferred_runs.add(name)
-        rest = cause_of(r.get("verdict"), oversized=str(r.get("run_id")) in oversized)
+        run_id = str(r.get("run_id"))
+        name = r.get("name")
+        names[run_id] = name if isinstance(name, str) and name.strip() else run_id
+        if isinstance(r.get("source"), str) and r["source"] != "tracker":
+            inferred_runs.add(run_id)
+        rest = cause_of(r.get("verdict"), oversized=run_id in oversized)
         for cause, usd in (("idle", idle), (rest, waste - idle)):
             if usd > 0:
-                by_run[cause].setdefault(name, []).append(usd)
+                by_run[cause].setdefault(run_id, []).append(usd)
     parts = {
-        c: [(name, math.fsum(v), c != "idle" and name in inferred_runs) for name, v in p.items()]
+        c: [(names[i], math.fsum(v), c != "idle" and i in inferred_runs) for i, v in p.items()]
         for c, p in by_run.items()
     }
     totals = {c: math.fsum(usd for _, usd, _ in p) for c, p in parts.items() if p}

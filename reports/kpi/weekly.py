@@ -18,7 +18,6 @@ from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
-from reports.kpi.jobkeys import recurring_jobs
 from reports.kpi.rightsizing import rightsizing
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
@@ -83,9 +82,6 @@ class WeekKpis:
     trend: pd.DataFrame
     """One row per week (up to 12, oldest first) of headline figures."""
     rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
-    recurring: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """The job keys with runs in two or more of the trend's weeks
-    (:func:`reports.kpi.jobkeys.recurring_jobs`), most spend first."""
     rent_vs_own: tuple[RentVsOwn, ...] = ()
     """One line per owned model (``[owned.<MODEL>]``): its week owned vs rented."""
     carbon: Carbon = field(default_factory=Carbon)
@@ -474,7 +470,6 @@ def kpis_of_gpu_time(
         rightsizing=rightsizing(
             this, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
         ),
-        recurring=recurring_jobs(per, weeks[len(weeks) - trend_weeks :], w),
         rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
         if owned
         else (),

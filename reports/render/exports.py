@@ -63,7 +63,6 @@ import pandas as pd
 from reports.kpi import HEADLINE_FIELDS, WeekKpis
 from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
-from reports.kpi.jobkeys import RECURRING_COLUMNS
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
 from reports.weeks import label_of
@@ -305,7 +304,6 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "underutilized": [str(r) for r in k.underutilized["run_id"].head(MAX_JSON_RUNS)],
         "rightsizing": _records(k.rightsizing.head(MAX_JSON_RUNS), RIGHTSIZING_FIELDS),
         "rightsizing_count": len(k.rightsizing),
-        "recurring_jobs": _records(k.recurring.head(MAX_JSON_RUNS), RECURRING_COLUMNS),
         "carbon": {
             "g_per_kwh": k.carbon.g_per_kwh,
             "pue": k.carbon.pue,
@@ -478,8 +476,6 @@ class CsvExport(RunsExport):
                     for f in BUDGET_FIELDS
                 },
             )
-        for row in d["recurring_jobs"]:
-            rows("recurring_job", row["job_key"], {f: row[f] for f in RECURRING_COLUMNS[1:]})
         for row in d["waste_by_cause"]:
             rows("waste_cause", row["cause"], {f: row[f] for f in CAUSE_FIELDS[2:]})
         if d["allocations"] is not None:

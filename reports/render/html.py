@@ -236,33 +236,6 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def _recurring_rows(k: WeekKpis) -> list[dict[str, str]]:
-    """The recurring jobs (job keys with runs in two weeks or more), most spend first."""
-    rows = []
-    for r in k.recurring.head(MAX_RUN_ROWS).to_dict("records"):
-        first, last = r["first_usd_per_unit"], r["last_usd_per_unit"]
-        change = (
-            f" ({fmt_change(100.0 * (last - first) / first)})"
-            if not missing(first) and not missing(last) and first > 0
-            else ""
-        )
-        rows.append(
-            {
-                "key": text_or_dash(r["job_key"]),
-                "runs": f"{r['runs']:,} in {r['weeks']} weeks ({r['runs_this_week']} this week)",
-                "gpu_hours": fmt_hours(r["gpu_hours"]),
-                "spend": fmt_usd(r["spend_usd"]),
-                "utilization": fmt_pct(r["utilization_pct"]),
-                "unit": f"{fmt_unit_usd(first)} → {fmt_unit_usd(last)}{change} per {r['unit']}"
-                if not missing(last)
-                else f"{fmt_unit_usd(first)} per {r['unit']}"
-                if not missing(first)
-                else "–",
-            }
-        )
-    return rows
-
-
 def _rightsizing_rows(k: WeekKpis) -> list[dict[str, str]]:
     if k.rightsizing.empty:
         return []
@@ -445,7 +418,6 @@ def report_context(
         "runs_to_fix": len(fix),
         "more_runs": max(len(fix) - MAX_RUN_ROWS, 0),
         "rightsizing": _rightsizing_rows(k),
-        "recurring": _recurring_rows(k),
         "energy": _energy(k),
         "rent_vs_own": _rent_vs_own(k),
         "more_rightsizing": max(len(k.rightsizing) - MAX_RUN_ROWS, 0),

@@ -220,6 +220,9 @@ def test_rollup_hours_give_the_oracles_figures(
                     assert line.sampled_gpu_hours * 3600 == pytest.approx(sampled, abs=1e-6), where
                     assert line.idle_gpu_hours * 3600 == pytest.approx(idle, abs=1e-6), where
                     sm = plain[line.job_id]
+                    # the utilization of the sampled time too, which the oracle leaves out
+                    assert line.known_gpu_hours == pytest.approx(sm.known_gpu_hours, abs=1e-9)
+                    assert line.util_pct == pytest.approx(sm.util_pct, abs=1e-9)
                     assert line.sm_known_gpu_hours == pytest.approx(sm.sm_known_gpu_hours, abs=1e-9)
                     assert line.sm_active_pct == pytest.approx(sm.sm_active_pct, abs=1e-9)
     # the rollups answered job-hours by id and host-hours by node, not only minutes

@@ -75,3 +75,42 @@ def test_each_runs_waste_goes_to_its_causes_by_hand() -> None:
 def test_a_week_without_waste_has_no_causes() -> None:
     assert waste_by_cause(runs().iloc[4:6]) == ()
     assert waste_by_cause(runs().iloc[:0]) == ()
+
+
+def test_runs_of_one_name_stay_apart() -> None:
+    """A tracked run and an nvidia-smi import both named "train": two runs, only the import's
+    dollars inferred; a run with no name is shown by its id."""
+    frame = pd.DataFrame(
+        [
+            {
+                "run_id": "t",
+                "name": "train",
+                "source": "tracker",
+                "verdict": "input-bound",
+                "waste_usd": 5.0,
+                "idle_usd": 0.0,
+                "priced": True,
+            },
+            {
+                "run_id": "s",
+                "name": "train",
+                "source": "nvidia-smi",
+                "verdict": "input-bound",
+                "waste_usd": 3.0,
+                "idle_usd": 0.0,
+                "priced": True,
+            },
+            {
+                "run_id": "n",
+                "name": None,
+                "source": None,
+                "verdict": "input-bound",
+                "waste_usd": 1.0,
+                "idle_usd": 0.0,
+                "priced": True,
+            },
+        ]
+    )
+    (line,) = waste_by_cause(frame)
+    assert (line.runs, line.inferred_usd) == (3, pytest.approx(3.0))
+    assert line.top == (("train", 5.0), ("train", 3.0), ("n", 1.0))
