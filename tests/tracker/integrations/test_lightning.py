@@ -374,9 +374,12 @@ def test_gradient_accumulation_logs_once_per_optimizer_step(tmp_path: Path) -> N
 
 
 def test_flops_are_measured_once_and_give_mfu(tmp_path: Path) -> None:
-    cb = callback(tmp_path)
+    # on the injected clock: the step's 10 ms and no wait for input, at any load (on the wall
+    # clock a busy machine stretches the loader's fetch into an input-bound verdict)
+    clock = Clock()
+    cb = callback(tmp_path, clock=clock)
     tb = TensorBoardLogger(str(tmp_path / "tb"))
-    trainer([cb], tb, max_steps=15, log_every=5).fit(Tiny(), loader(15 * BATCH))
+    trainer([cb], tb, max_steps=15, log_every=5).fit(Tiny(clock=clock), loader(15 * BATCH))
     assert cb.session is not None
     assert cb.session.flops_per_step == step_flops(BATCH) == 17152
     r = final(cb)
@@ -384,6 +387,7 @@ def test_flops_are_measured_once_and_give_mfu(tmp_path: Path) -> None:
     assert r.mfu is not None and r.mfu > 0
     assert r.mfu == pytest.approx(r.samples_per_s / BATCH * step_flops(BATCH) / FP32_PEAK)  # type: ignore[operator]
     # a CPU step's FLOP rate on an H100's clock: low MFU says low efficiency, with advice
+    assert r.data_wait_pct == 0
     assert r.verdict == "low-efficiency" and r.advice and "bf16" in r.advice
     scalars = readers.read_tensorboard(tb.log_dir)
     for (_, tflops), (_, mfu), (_, ms) in zip(
