@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DOCS_STAMP := $(VENV)/.docs-installed
+# pytest-xdist workers of `make test`: much of the suite waits (Slurm jobs to finish, servers,
+# subprocesses), so two share two cores well; a test module runs whole on one worker
+TEST_WORKERS ?= 2
 
 .PHONY: test test-fast demo install lint bench gpu-check clean smoke docs
 
@@ -29,7 +32,7 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the inner loop: no PostgreSQL, Chromium, Prometheus, Slurm, DDP, real trainers or end-to-end service runs;
 # the whole suite is `make test`
