@@ -178,6 +178,8 @@ def _compute(
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
     k = dataclasses.replace(k, allocations=allocations_of_week(store, req, runs, start, now=now))
+    recurring, changes = recurring_of_weeks(store, req, start, now=now)
+    k = dataclasses.replace(k, recurring=recurring, changes=changes)
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     if shift_week(start, req.tz, 1) > now:
@@ -221,6 +223,41 @@ def allocations_of_week(
     except (StoreError, ValueError) as e:
         log.warning("gpu-kpi: report %s: scheduler allocations left out: %s", label_of(start), e)
         return None
+
+
+def recurring_of_weeks(
+    store: RunStore, req: Request, start: datetime, *, now: datetime
+) -> tuple[pd.DataFrame, tuple[kpis.Change, ...]]:
+    """The recurring jobs of the :data:`reports.kpi.savings.HISTORY_WEEKS` weeks up to the
+    report's (or now), and their changes (a mark's, else a change point's): runs' own
+    figures, no sample read. Nothing (with a warning) when the runs or marks cannot be read:
+    the rest of the report does not depend on them.
+
+    Args:
+        store: The open run store.
+        req: The report's request (time zone, prices, owned GPUs).
+        start: The report's week start.
+        now: The current time.
+    """
+    from reports.data.gputime import usable_runs
+    from reports.data.marks import read_marks
+    from reports.data.scans import SampleScans
+    from reports.kpi import savings
+    from tracker.store import StoreError
+
+    end = min(shift_week(start, req.tz, 1), now)
+    since = shift_week(start, req.tz, -(savings.HISTORY_WEEKS - 1))
+    try:
+        runs, _ = usable_runs(SampleScans(store), since=since, until=end)
+        marks = read_marks(store, until=end)
+    except StoreError as e:
+        log.warning("gpu-kpi: report %s: recurring jobs left out: %s", label_of(start), e)
+        return pd.DataFrame(columns=list(savings.RECURRING_COLUMNS)), ()
+    jr = savings.job_runs(runs, since=since, until=end, prices=req.prices, owned=req.owned)
+    recurring = savings.recurring_jobs(
+        jr, weeks_of=savings.week_starts(jr["started_at"], req.tz), this_week=pd.Timestamp(start)
+    )
+    return recurring, savings.changes(jr, marks, end=end, tz=req.tz)
 
 
 def _team_allocations(week: kpis.AllocationWeek | None, team: str) -> kpis.AllocationWeek | None:

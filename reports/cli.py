@@ -330,6 +330,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     html = next(p for p in written if p.name == f"{label}.html")
     weeks = len({p.stem for p in written if p.suffix == ".json"})
     print(f"\nthe weekly report of {label}: {html}")
+    week = json.loads(html.with_suffix(".json").read_text(encoding="utf-8"))
+    causes = " · ".join(
+        f"{c['label']} ${c['cents'] / 100:,.2f}" for c in week["waste_by_cause"][:3]
+    )
+    if causes:
+        print(f"  where the waste went: {causes}")
+    for c in week["savings"]:
+        print(printable(f"  what a fix saved: {c['sentence']}"))
     print(
         f"every week so far ({weeks} written now, each a page, an email, JSON and CSV): "
         f"{reports / 'index.html'}"
@@ -447,6 +455,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_service_commands(add)
     add_job_command(add)
+
+    from reports.ledger import add_mark_command
+
+    add_mark_command(add)
 
     demo = add("demo", cmd_demo, "simulated training runs into a local store, then list them")
     demo.add_argument(

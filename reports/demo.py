@@ -365,6 +365,11 @@ class FleetJob:
     mem_peak_gib: float
     fixed_weeks_ago: int | None = None
     """From this many weeks ago on, the bottleneck was fixed: utilization 88%, healthy."""
+    fix: str = ""
+    """What the fix was: the demo marks it (``gpu-kpi mark``) on the Monday it took effect."""
+    samples_per_busy_gpu_hour: float | None = None
+    """Samples a GPU-hour at full utilization: its runs count samples (their throughput follows
+    their utilization), so the report prices its work per 1k samples."""
 
 
 FLEET: tuple[FleetJob, ...] = (
@@ -392,6 +397,8 @@ FLEET: tuple[FleetJob, ...] = (
         verdict="input-bound",
         mem_peak_gib=38,
         fixed_weeks_ago=3,
+        fix="loader: 8 workers, pin_memory",
+        samples_per_busy_gpu_hour=4_500_000,  # ~1,250 images/s on an A100
     ),
     FleetJob(
         name="jlee-notebook",
@@ -466,6 +473,11 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
             price = prices.get(job.gpu).usd_per_gpu_hour
             gpu_hours = job.gpus * hours
             cost = gpu_hours * price
+            samples = (
+                round(gpu_hours * util / 100 * job.samples_per_busy_gpu_hour)
+                if job.samples_per_busy_gpu_hour
+                else None
+            )
             out.append(
                 RunRecord(
                     id=f"fleet-{job.name}-{monday:%Y%m%d}",
@@ -486,6 +498,8 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
                     price_source="demo",
                     gpu_hours=gpu_hours,
                     util_pct=util,
+                    samples=samples,
+                    samples_per_s=samples / (hours * 3600) if samples else None,
                     mem_peak_gib=job.mem_peak_gib,
                     energy_kwh=gpu_hours * BOARD_W[job.gpu] * (0.2 + 0.8 * util / 100) / 1000,
                     mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,
@@ -528,9 +542,15 @@ def run_demo(
 
     now = now or datetime.now(UTC)
     monday, _ = week_bounds(*last_complete_week(now))
+    from reports.data.marks import add_mark
+
     with RunStore(store) as s:
         for r in fleet_history(monday - timedelta(days=7 * history_weeks), history_weeks + 1):
             s.upsert_run(r)
+        for job in FLEET:  # a fix its team marked: the report's before and after
+            if job.fix and job.fixed_weeks_ago is not None:
+                at = monday - timedelta(days=7 * (job.fixed_weeks_ago - 1))
+                add_mark(s, job.name, job.fix, at=at, now=at + timedelta(hours=9))
     friday_evening = monday + timedelta(days=4, hours=20)
     runs = [simulate(r, store=store, now=friday_evening, config=config) for r in DEMO_RUNS]
     from reports.data.allocations import write_allocations

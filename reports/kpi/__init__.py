@@ -43,6 +43,7 @@ from reports.kpi.gputime import (
     totals_gpu_time,
 )
 from reports.kpi.rightsizing import rightsizing
+from reports.kpi.savings import Change
 from reports.kpi.weekly import (
     HEADLINE_FIELDS,
     Headline,
@@ -62,6 +63,7 @@ __all__ = [
     "TOTALS_COLUMNS",
     "AllocationWeek",
     "BadSamples",
+    "Change",
     "ExcludedRun",
     "Headline",
     "JobLine",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,12 +17,14 @@ from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
+from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import rightsizing
+from reports.kpi.savings import Change
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn
-from tracker.prices import PriceTable, reported_price
+from tracker.prices import PriceTable
 
 
 # -- one week's KPIs --------------------------------------------------------------------------
@@ -82,6 +83,12 @@ class WeekKpis:
     trend: pd.DataFrame
     """One row per week (up to 12, oldest first) of headline figures."""
     rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
+    recurring: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The job keys with two runs or more in the history read, most spend first
+    (:func:`reports.kpi.savings.recurring_jobs`; set by the report builder)."""
+    changes: tuple[Change, ...] = ()
+    """Each recurring job's cost per unit of work before and after a change, most saved first
+    (:func:`reports.kpi.savings.changes`; set by the report builder)."""
     rent_vs_own: tuple[RentVsOwn, ...] = ()
     """One line per owned model (``[owned.<MODEL>]``): its week owned vs rented."""
     carbon: Carbon = field(default_factory=Carbon)
@@ -105,48 +112,6 @@ class WeekKpis:
     """Per (team, week) of the trend with rows, the team's headline (when asked for)."""
 
 
-def _price(
-    runs: pd.DataFrame, prices: PriceTable, owned: Mapping[str, OwnedGpu] | None = None
-) -> tuple[pd.Series, pd.Series]:
-    """Each run's price per GPU-hour (:func:`tracker.prices.reported_price`) and the owned
-    model pricing it (None: rented)."""
-
-    known: dict[tuple[Any, ...], tuple[float | None, str | None]] = {}
-
-    def price_of(model: Any, price: Any, source: Any) -> tuple[float | None, str | None]:
-        # a fleet has few distinct (model, price, source), a week up to a million runs; a
-        # missing value is None in the key (NaN is not equal to itself)
-        key = tuple(None if pd.isna(v) else v for v in (model, price, source))
-        if key not in known:
-            m, p, src = key
-            known[key] = reported_price(
-                m, None if p is None else float(p), src, prices.overrides, owned
-            )
-        return known[key]
-
-    keys = pd.DataFrame(
-        {
-            "model": runs["gpu_model"].astype(object),
-            "price": runs["price_per_gpu_hour"].astype(float),
-            "source": runs["price_source"].astype(object),
-        }
-    )
-    # each distinct (model, price, source) priced once, its runs given its price by position
-    group = keys.groupby(list(keys.columns), dropna=False, sort=False).ngroup().to_numpy()
-    _, first = np.unique(group, return_index=True)
-    priced = [price_of(*keys.iloc[i]) for i in first]
-    price = pd.Series(
-        np.array([np.nan if u is None else u for u, _ in priced], dtype=float)[group],
-        index=runs.index,
-        dtype=float,
-    )
-    owners = np.empty(len(priced), dtype=object)
-    for i, (_, owner) in enumerate(priced):
-        owners[i] = owner  # one by one: numpy would unpack a tuple
-    owned_gpu = pd.Series(owners[group], index=runs.index, dtype=object)
-    return price, owned_gpu
-
-
 def run_weeks(
     gt: pd.DataFrame,
     runs: pd.DataFrame,
@@ -160,7 +125,7 @@ def run_weeks(
     the rest × max(0, 1 − util of the rest ÷ target)), idle $, energy and CO2e (the run's, pro
     rata by GPU-hours), and the run's attributes."""
     meta = runs.set_index("id")
-    price_of_run, owned_gpu = _price(runs, prices, owned)
+    price_of_run, owned_gpu = run_prices(runs, prices, owned)
     price = price_of_run.to_numpy()
     price_of = pd.Series(price, index=runs["id"].to_numpy())
     g = gt.copy()

@@ -21,7 +21,11 @@ spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), 
 ``complete``, ``spend_usd``, ``budget_usd``, ``used_pct``, ``forecast_usd`` and
 ``forecast_pct`` (the period's end at the rate so far; null before a day has passed),
 ``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``, ``spend_usd``)),
-``allocations`` (null when no Slurm job or Kubernetes pod was ever imported; else ``totals``
+``waste_by_cause`` (:data:`CAUSE_FIELDS`, ``top`` runs and ``fix``), ``recurring_jobs``
+(:data:`RECURRING_FIELDS`), ``savings`` (:data:`SAVING_FIELDS`: each change to a recurring job,
+before and after, in dollars) and ``savings_by_team`` (``team``, ``usd_per_week``,
+``usd_to_date``, ``changes``), ``allocations`` (null when no Slurm job or Kubernetes pod was
+ever imported; else ``totals``
 (:data:`ALLOCATION_TOTALS`), ``jobs_count``, ``jobs`` (:data:`JOB_FIELDS`, the
 :data:`MAX_JSON_RUNS` with the most idle and unsampled dollars), ``by_team``
 (:data:`TEAM_ALLOCATION_FIELDS`: each team's allocated spend split into productive,
@@ -34,7 +38,9 @@ no field should have as its ``str``: writing the JSON never fails on a value.
 
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
-``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``excluded`` (metrics ``name`` and
+``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``waste_cause`` (key the cause),
+``recurring_job`` (key the job key), ``saving`` (key ``JOBKEY@AT``), ``saving_team`` (key the
+team), ``excluded`` (metrics ``name`` and
 ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
 0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the
@@ -60,7 +66,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-from reports.kpi import HEADLINE_FIELDS, WeekKpis
+from reports.kpi import HEADLINE_FIELDS, WeekKpis, savings
 from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
@@ -205,6 +211,36 @@ CAUSE_FIELDS = ("cause", "label", "waste_usd", "inferred_usd", "cents", "runs")
 """The week's waste by cause (:class:`reports.kpi.causes.CauseLine`): the cause's key and name,
 its dollars, of them inferred from an import's utilization pattern, in whole cents (they add up
 to the week's), the runs with waste in it."""
+RECURRING_FIELDS = tuple(
+    f for f in savings.RECURRING_COLUMNS if f not in ("first_week", "last_week")
+)
+"""A recurring job (:func:`reports.kpi.savings.recurring_jobs`): its key, team (the most
+common), runs, weeks with runs and runs this week, GPU-hours, spend, utilization, unit of work
+and cost per unit, median throughput, the first and last week's cost per unit, latest verdict;
+with ``first_week``/``last_week`` as ``2026-W45``."""
+SAVING_FIELDS = (
+    "job_key",
+    "team",
+    "week",
+    "how",
+    "note",
+    "unit",
+    "runs_before",
+    "runs_after",
+    "usd_per_unit_before",
+    "usd_per_unit_after",
+    "change_pct",
+    "low_pct",
+    "high_pct",
+    "verdict_before",
+    "verdict_after",
+    "weeks",
+    "usd_per_week",
+    "usd_to_date",
+)
+"""A change to a recurring job (:class:`reports.kpi.savings.Change`): before and after, the
+95% interval (null with too few runs), the saving per week and to date (negative: it costs
+more); with ``at`` (ISO 8601) and ``sentence``."""
 CAPACITY_FIELDS = (
     "source",
     "cluster",
@@ -337,8 +373,40 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             )
             for c in week_causes(k)
         ],
+        "recurring_jobs": [
+            {
+                **{f: _plain(row[f]) for f in RECURRING_FIELDS},
+                "first_week": None if row["first_week"] is None else label_of(row["first_week"]),
+                "last_week": None if row["last_week"] is None else label_of(row["last_week"]),
+            }
+            for row in _rows_of(k.recurring)
+        ],
+        "savings": [
+            _plain(
+                {
+                    **{f: getattr(c, f) for f in SAVING_FIELDS},
+                    "at": c.at.astimezone(tz).isoformat(),
+                    "sentence": savings.sentence(c),
+                }
+            )
+            for c in k.changes
+        ],
+        "savings_by_team": [
+            _plain({"team": t, "usd_per_week": w, "usd_to_date": d, "changes": n})
+            for t, w, d, n in savings.ledger_by_team(k.changes)
+        ],
         "allocations": _allocations(k, tz),
     }
+
+
+def _rows_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A frame's rows as dicts, a missing value (NaN, NaT) as None."""
+    if not len(frame):
+        return []
+    return [
+        {c: (None if not isinstance(v, str) and pd.isna(v) else v) for c, v in row.items()}
+        for row in frame.astype(object).to_dict("records")
+    ]
 
 
 def _job(j: Any, tz: tzinfo) -> dict[str, Any]:
@@ -478,6 +546,16 @@ class CsvExport(RunsExport):
             )
         for row in d["waste_by_cause"]:
             rows("waste_cause", row["cause"], {f: row[f] for f in CAUSE_FIELDS[2:]})
+        for row in d["recurring_jobs"]:
+            rows("recurring_job", row["job_key"], {f: v for f, v in row.items() if f != "job_key"})
+        for row in d["savings"]:
+            rows(
+                "saving",
+                f"{row['job_key']}@{row['at']}",
+                {f: v for f, v in row.items() if f not in ("job_key", "at")},
+            )
+        for row in d["savings_by_team"]:
+            rows("saving_team", row["team"], {f: v for f, v in row.items() if f != "team"})
         if d["allocations"] is not None:
             rows("allocations", "", d["allocations"]["totals"])
             for row in d["allocations"]["capacity"]:

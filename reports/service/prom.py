@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from reports.kpi import WeekKpis
 from reports.kpi.causes import week_causes
+from reports.kpi.savings import ledger_by_team
 from reports.weeks import label_of
 from tracker.config import ConfigError
 from tracker.units import RATIO_PER_PCT, S_PER_HOUR
@@ -51,6 +52,8 @@ class PromMetric:
     (its per-team breakdown), ``week_to_date`` (the current week's headline so far),
     ``weekly`` (the headline of each of the last 12 complete weeks, from the report's trend),
     ``cause`` (the last complete week's waste by cause: :mod:`reports.kpi.causes`),
+    ``saving_team`` and ``saving_fix`` (what changes to recurring jobs saved, as of the last
+    complete week, per team and per change: :mod:`reports.kpi.savings`),
     ``scheduler`` (the last complete week's Slurm jobs and Kubernetes pods, per source:
     :class:`reports.kpi.AllocationWeek`'s totals; none until jobs are imported) or
     ``service`` (counted by the service itself)."""
@@ -66,6 +69,10 @@ CAPACITY_GAUGES = ("capacity_gpu_hours", "unallocated_gpu_hours")
 """Scheduler gauges of the nodes' capacity (:class:`reports.kpi.allocations.CapacityLine`)."""
 _TEAM = ("week", "basis", "team")
 _CAUSE = ("week", "basis", "cause")
+_SAVING_TEAM = ("week", "basis", "team")
+_SAVING_FIX = ("week", "basis", "team", "job_key", "since", "how")
+MAX_FIX_SERIES = 20
+"""Changes exported one by one (the most saved; the team totals hold every change)."""
 _UTIL = (
     "GPU utilization as a ratio (0-1; 0.65 is 65%), Σ util × GPU-time ÷ Σ GPU-time over "
     "GPU-time with a value, on the basis label (util: NVML utilization, nvidia-smi's "
@@ -105,6 +112,38 @@ METRICS: tuple[PromMetric, ...] = (
         "small-batch, communication-bound, low-efficiency, imbalanced, oversized, below-target): each "
         "run's idle part idle, the rest its verdict's; they add up to gpu_kpi_week_waste_usd",
         _CAUSE,
+    ),
+    _gauge(
+        "gpu_kpi_savings_usd_per_week",
+        "saving_team",
+        "usd_per_week",
+        "what changes to a team's recurring jobs saved per week (USD), as of the last complete "
+        "week: the work done since each change at its old cost per unit less its cost, over the "
+        "weeks since; negative: they cost more",
+        _SAVING_TEAM,
+    ),
+    _gauge(
+        "gpu_kpi_savings_to_date_usd",
+        "saving_team",
+        "usd_to_date",
+        "what changes to a team's recurring jobs saved since each was made (USD), as of the "
+        "last complete week, over the runs the report reads",
+        _SAVING_TEAM,
+    ),
+    _gauge(
+        "gpu_kpi_fix_savings_usd_per_week",
+        "saving_fix",
+        "usd_per_week",
+        "one change to a recurring job (gpu-kpi mark, else a change point in its runs): saved "
+        "per week (USD); the 20 that saved most",
+        _SAVING_FIX,
+    ),
+    _gauge(
+        "gpu_kpi_fix_savings_to_date_usd",
+        "saving_fix",
+        "usd_to_date",
+        "one change to a recurring job: saved since it was made (USD); the 20 that saved most",
+        _SAVING_FIX,
     ),
     _gauge(
         "gpu_kpi_week_spend_usd",
@@ -366,6 +405,12 @@ def kpi_samples(
         elif m.scope == "cause":
             for c in week_causes(latest):
                 add(m, (*week, c.cause), getattr(c, m.field))
+        elif m.scope == "saving_team":
+            for team, per_week, to_date, _ in ledger_by_team(latest.changes):
+                add(m, (*week, team), per_week if m.field == "usd_per_week" else to_date)
+        elif m.scope == "saving_fix":
+            for ch in latest.changes[:MAX_FIX_SERIES]:
+                add(m, (*week, ch.team, ch.job_key, ch.week, ch.how), getattr(ch, m.field))
         elif m.scope == "week_to_date" and week_to_date is not None:
             add(
                 m,

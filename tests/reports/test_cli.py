@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from clirun import gpu_kpi, gpu_kpi_process, python_c
 
+from tracker.record import RunRecord
+from tracker.store import RunStore
+
 
 def in_shell(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``command`` as a user types it, in a shell started with only ``env``."""
@@ -106,6 +109,38 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert f"Where the waste went: {top['label']} ${top['cents'] / 100:,.2f}" in " ".join(
         text.split()
     )
+    # a recurring job with a fix: resnet-sweep's loader, marked on the Monday two weeks before
+    # the demo's; its 9 runs before and 3 after priced at the owned A100's $0.4928/GPU-h,
+    # worked out here from the store's runs
+    (fix,) = [c for c in doc["savings"] if c["job_key"] == "resnet-sweep"]
+    assert (fix["how"], fix["note"], fix["unit"]) == (
+        "mark",
+        "loader: 8 workers, pin_memory",
+        "1k samples",
+    )
+    assert (fix["runs_before"], fix["runs_after"]) == (9, 3)
+    assert (fix["verdict_before"], fix["verdict_after"]) == ("input-bound", "healthy")
+    mark = datetime.fromisoformat(fix["at"])
+    rate = 15000 / (4 * 8766) + 0.5 * 0.10 * 1.3
+    with RunStore(f"sqlite:///{db}") as store:
+        sweeps = [r for r in store.list_runs() if r.name.startswith("resnet-sweep-")]
+    before = [r for r in sweeps if r.started_at < mark]
+    after = [r for r in sweeps if r.started_at >= mark]
+    assert (len(before), len(after)) == (9, 3)
+
+    def per_1k(runs: list[RunRecord]) -> float:
+        return sum(r.gpu_hours * rate for r in runs) / sum((r.samples or 0) / 1000 for r in runs)
+
+    assert fix["usd_per_unit_before"] == pytest.approx(per_1k(before))
+    assert fix["usd_per_unit_after"] == pytest.approx(per_1k(after))
+    saved = per_1k(before) * sum((r.samples or 0) / 1000 for r in after) - sum(
+        r.gpu_hours * rate for r in after
+    )
+    assert fix["usd_to_date"] == pytest.approx(saved) and saved > 0
+    assert fix["usd_per_week"] == pytest.approx(saved / 3)  # three weeks since the mark
+    assert fix["change_pct"] < -25  # 58% → 88% utilization: each sample a third cheaper
+    assert f"resnet-sweep: input-bound → healthy since {fix['week']}" in html.read_text()
+    assert "What fixes saved:" in " ".join(text.split())
     # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
     # nlp's month, the one the week ends in (how far into it depends on today's date)
     week = json.loads(html.with_suffix(".json").read_text())

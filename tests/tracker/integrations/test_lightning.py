@@ -549,10 +549,11 @@ def test_a_wandb_run_that_fails_turns_off_only_its_sink(
     url = f"sqlite:///{tmp_path}/runs.db"
     wb = WandbLogger(offline=True, save_dir=str(wandb_offline))
     tb = TensorBoardLogger(str(tmp_path / "tb"))
-    cb = callback(tmp_path, store=url, measure_flops=False)
+    clock = Clock()  # the step's 10 ms exactly: no input wait from a busy machine
+    cb = callback(tmp_path, store=url, measure_flops=False, clock=clock)
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
         t = trainer([FinishWandbEarly(), cb], [wb, tb], max_steps=10)
-        t.fit(Tiny(), loader(10 * BATCH))
+        t.fit(Tiny(clock=clock), loader(10 * BATCH))
     assert t.state.finished
     warnings = [m for m in caplog.messages if "'wandb'" in m]
     assert len(warnings) == 1 and "turned off" in warnings[0]
@@ -695,9 +696,10 @@ def test_no_nvml_is_recorded_as_no_gpu_data_not_idle(tmp_path: Path) -> None:
         probe.close()
         pytest.skip("this machine has a GPU: NVML is not missing")
     tb = TensorBoardLogger(str(tmp_path / "tb"))
-    cb = callback(tmp_path, backend="nvml")
+    clock = Clock()  # no input wait from a busy machine: the verdict rests on the GPU data
+    cb = callback(tmp_path, backend="nvml", clock=clock)
     t = trainer([cb], tb, max_steps=10)
-    t.fit(Tiny(), loader(10 * BATCH))
+    t.fit(Tiny(clock=clock), loader(10 * BATCH))
     assert t.state.finished
     r = stored(f"sqlite:///{tmp_path}/runs.db", final(cb).id)
     assert (r.status, r.gpu_source, r.gpu_count, r.util_pct, r.cost_usd) == (

@@ -249,8 +249,12 @@ def value_at(series: list[tuple[int, float]], step: int) -> float:
 
 def test_wandb_tensorboard_and_store_line_up_with_the_trainer(tmp_path: Path) -> None:
     assert tiny_gpt2().num_parameters(exclude_embeddings=True) == N_NON_EMBEDDING
-    cb = GpuKpiCallback(backend="simulated:healthy@H100", store=sqlite_url(tmp_path), project="hf")
-    trainer = make_trainer(tmp_path, cb, report_to=["wandb", "tensorboard"])
+    # on the injected clock: each step's STEP_S exactly, no input wait from a busy machine
+    clock = Clock()
+    cb = GpuKpiCallback(
+        backend="simulated:healthy@H100", store=sqlite_url(tmp_path), project="hf", clock=clock
+    )
+    trainer = make_trainer(tmp_path, cb, report_to=["wandb", "tensorboard"], clock=clock)
     trainer.train()
     finish_wandb()  # nothing reaches the .wandb file before the run finishes
     r = final(cb)
@@ -678,8 +682,9 @@ def test_nvml_missing_records_the_run_without_gpu_data(
 ) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", None)  # NVML missing even on a GPU machine
     caplog.set_level(logging.WARNING, logger="gpu_kpi")
-    cb = GpuKpiCallback(backend="nvml", store=sqlite_url(tmp_path))
-    trainer = make_trainer(tmp_path, cb, max_steps=10)
+    clock = Clock()  # no input wait from a busy machine: the verdict rests on the GPU data
+    cb = GpuKpiCallback(backend="nvml", store=sqlite_url(tmp_path), clock=clock)
+    trainer = make_trainer(tmp_path, cb, max_steps=10, clock=clock)
     trainer.train()
     r = final(cb)
     assert trainer.state.global_step == 10

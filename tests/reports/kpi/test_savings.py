@@ -1,0 +1,224 @@
+"""Recurring jobs before and after a change (:mod:`reports.kpi.savings`), worked out by hand:
+a nightly job of 6 runs before a mark and 6 after, in a real store, through the report's own
+read; the bootstrap interval against a reference computed here with numpy; a change found in the
+runs without a mark; too few runs; `gpu-kpi mark` through the real CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clirun import gpu_kpi
+from fakes import run_record
+
+from reports.build import build, compute
+from reports.data.marks import add_mark, read_marks
+from reports.kpi import savings
+from reports.request import Request
+from reports.service.prom import kpi_samples
+from tracker.store import RunStore
+
+W44 = datetime(2026, 10, 26, tzinfo=UTC)
+W45 = datetime(2026, 11, 2, tzinfo=UTC)  # the mark: Monday 00:00
+NOW = datetime(2026, 11, 12, 9, tzinfo=UTC)
+PRICE = 2.0  # $/GPU-hour the runs ran at
+BEFORE_H = [10, 11, 9, 10, 12, 8]  # GPU-hours of each run before: $20, $22, $18, $20, $24, $16
+AFTER_H = [6, 7, 5, 6, 6, 6]  # after: $12, $14, $10, $12, $12, $12
+SAMPLES = 100_000  # each run's samples: 100 × 1k
+
+
+def nightly(store_url: str, after: list[float] = AFTER_H) -> None:
+    """resnet-nightly-NNNN: a run a day at 01:00 from Tuesday 27 October, 6 before the mark
+    (input-bound) and ``after`` from Monday 2 November (healthy); a one-off run beside."""
+    with RunStore(store_url) as s:
+        days = [(W44 + timedelta(days=1 + i), h, "input-bound") for i, h in enumerate(BEFORE_H)]
+        days += [(W45 + timedelta(days=i), h, "healthy") for i, h in enumerate(after)]
+        for n, (day, hours, verdict) in enumerate(days):
+            s.upsert_run(
+                run_record(
+                    f"r{n}",
+                    day + timedelta(hours=1),
+                    hours,
+                    name=f"resnet-nightly-{1100 + n}",
+                    team="vision",
+                    samples=SAMPLES,
+                    verdict=verdict,
+                    price=PRICE,
+                )
+            )
+        s.upsert_run(run_record("once", W45 + timedelta(days=2), 3, name="notebook", team="nlp"))
+
+
+def request() -> Request:
+    return Request(week="2026-W45", tz=UTC)
+
+
+def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
+    nightly(store_url)
+    with RunStore(store_url) as s:
+        add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
+    k = compute(store_url, request(), now=NOW).kpis
+    (c,) = k.changes
+    assert (c.job_key, c.team, c.how, c.note, c.unit) == (
+        "resnet-nightly",
+        "vision",
+        "mark",
+        "loader: 8 workers",
+        "1k samples",
+    )
+    assert (c.runs_before, c.runs_after) == (6, 6)
+    # before: $120 for 600k samples, $0.20 per 1k; after: $72 for 600k, $0.12 per 1k
+    assert c.usd_per_unit_before == pytest.approx(120 / 600)
+    assert c.usd_per_unit_after == pytest.approx(72 / 600)
+    assert c.change_pct == pytest.approx(-40.0)
+    # the 600k samples since would have cost $120 at the old rate: $48 saved, over the one
+    # week from the mark to the report week's end
+    assert c.usd_to_date == pytest.approx(48.0) and c.weeks == pytest.approx(1.0)
+    assert c.usd_per_week == pytest.approx(48.0)
+    assert (c.verdict_before, c.verdict_after) == ("input-bound", "healthy")
+    # the interval: a reference bootstrap written here, same seed and draws
+    rng = np.random.default_rng(savings.SEED)
+    cb, ca = PRICE * np.array(BEFORE_H, float), PRICE * np.array(AFTER_H, float)
+    wb = wa = np.full(6, SAMPLES / 1000.0)
+    ib = rng.integers(0, 6, size=(savings.BOOTSTRAP, 6))
+    ia = rng.integers(0, 6, size=(savings.BOOTSTRAP, 6))
+    ref = 100 * ((ca[ia].sum(1) / wa[ia].sum(1)) / (cb[ib].sum(1) / wb[ib].sum(1)) - 1)
+    low, high = np.percentile(ref, [2.5, 97.5])
+    assert (c.low_pct, c.high_pct) == (pytest.approx(low), pytest.approx(high))
+    assert -50 < low < -40 < high < -30  # the runs vary: a real interval, around −40%
+    assert savings.sentence(c) == (
+        "resnet-nightly: input-bound → healthy since 2026-W45 (mark: loader: 8 workers); "
+        f"$ per 1k samples −40% (95% interval −{abs(low):.0f}…−{abs(high):.0f}%); "
+        "$48/week saved, $48 to date"
+    )
+    assert savings.ledger_by_team(k.changes) == [("vision", 48.0, 48.0, 1)]
+    # the recurring job: 12 runs over two weeks, $192 for 1,200k samples; the one-off is none
+    (job,) = k.recurring.to_dict("records")
+    assert (job["job_key"], job["runs"], job["weeks"], job["runs_this_week"]) == (
+        "resnet-nightly",
+        12,
+        2,
+        6,
+    )
+    assert job["spend_usd"] == pytest.approx(192.0)
+    assert job["usd_per_unit"] == pytest.approx(192 / 1200)
+    assert job["first_usd_per_unit"] == pytest.approx(0.20)
+    assert job["last_usd_per_unit"] == pytest.approx(0.12)
+    assert job["verdict"] == "healthy"
+
+
+def test_a_change_is_found_in_the_runs_without_a_mark(store_url: str) -> None:
+    nightly(store_url)
+    k = compute(store_url, request(), now=NOW).kpis
+    (c,) = k.changes
+    # the split that best separates the runs' cost per unit: the first run after the fix
+    assert (c.how, c.note, c.at) == ("change point", "", W45 + timedelta(hours=1))
+    assert c.change_pct == pytest.approx(-40.0) and c.high_pct is not None and c.high_pct < 0
+    # from the first run after to the report's end: 1 week less an hour, counted as one
+    assert c.usd_to_date == pytest.approx(48.0) and c.usd_per_week == pytest.approx(48.0)
+    assert "change point in its runs" in savings.sentence(c)
+
+
+def test_runs_of_one_cost_show_no_change_point(store_url: str) -> None:
+    nightly(store_url, after=[10, 11, 9, 10, 12, 8])  # the same costs again
+    assert compute(store_url, request(), now=NOW).kpis.changes == ()
+
+
+def test_too_few_runs_after_say_so_instead_of_an_interval(store_url: str) -> None:
+    nightly(store_url, after=[6, 6])
+    with RunStore(store_url) as s:
+        add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
+    (c,) = compute(store_url, request(), now=NOW).kpis.changes
+    assert c.too_few and c.low_pct is None and c.high_pct is None
+    assert c.usd_to_date == pytest.approx(0.2 * 200 - 24)  # 200k samples for $24 instead of $40
+    assert "too few runs for an interval (6 before, 2 after)" in savings.sentence(c)
+
+
+def test_the_mark_command_keeps_a_mark_and_refuses_bad_ones(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("r", W44, 1))
+    p = gpu_kpi("mark", "resnet-nightly", "loader: 8 workers", "--at", "2026-11-02", "--store", url)
+    assert p.returncode == 0, p.stderr
+    assert "marked 'resnet-nightly' from 2026-11-02 00:00 UTC: loader: 8 workers" in p.stdout
+    with RunStore(url) as s:
+        (m,) = read_marks(s)
+    assert (m.job_key, m.at, m.note) == ("resnet-nightly", W45, "loader: 8 workers")
+    listed = gpu_kpi("mark", "--list", "--store", url)
+    assert listed.stdout.strip() == "2026-11-02 00:00 UTC  resnet-nightly  loader: 8 workers"
+    for args, said in [
+        (("resnet-nightly",), "needs a job key and a note"),
+        (("k", "n", "--at", "next tuesday"), "--at: expected YYYY-MM-DD"),
+        (("k", "n", "--at", "2999-01-01"), "in the future"),
+        (("k", "x" * 201), "at most 200"),
+        (("k", "   "), "note is empty"),
+    ]:
+        bad = gpu_kpi("mark", *args, "--store", url)
+        assert bad.returncode == 2 and said in bad.stderr, (args, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1
+    with RunStore(url) as s:
+        assert len(read_marks(s)) == 1
+
+
+def test_the_ledger_in_every_output_escaped_and_neutralized(tmp_path: Path) -> None:
+    """A key a training script named: escaped in the HTML, neutralized in the CSV, as given in
+    the JSON and /metrics; the figures the same everywhere."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    key = "=HYPERLINK(1)<img src=x onerror=alert(1)>"
+    with RunStore(url) as s:
+        for n, (day, hours) in enumerate(
+            [(W44 + timedelta(days=1 + i), h) for i, h in enumerate(BEFORE_H)]
+            + [(W45 + timedelta(days=i), h) for i, h in enumerate(AFTER_H)]
+        ):
+            s.upsert_run(
+                run_record(
+                    f"r{n}",
+                    day + timedelta(hours=1),
+                    hours,
+                    name=f"{key}-{1100 + n}",
+                    team="vision",
+                    samples=SAMPLES,
+                    price=PRICE,
+                )
+            )
+        add_mark(s, key, "<b>loader</b>: 8 workers", at=W45, now=NOW)
+    out = tmp_path / "out"
+    build(url, Request(week="2026-W45", tz=UTC, formats=("html", "json", "csv")), out, now=NOW)
+    html = (out / "2026-W45.html").read_text()
+    assert "<img src=x" not in html and "<b>loader</b>" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert "mark: &lt;b&gt;loader&lt;/b&gt;: 8 workers" in html
+    assert 'id="savings"' in html and 'id="recurring"' in html
+    assert "What fixes saved:</strong> $48.00 a week, $48.00 to date, by 1 change" in html
+    d = json.loads((out / "2026-W45.json").read_text())
+    (saving,) = d["savings"]
+    assert saving["job_key"] == key and saving["note"] == "<b>loader</b>: 8 workers"
+    assert saving["usd_to_date"] == pytest.approx(48.0) and saving["week"] == "2026-W45"
+    assert saving["at"] == "2026-11-02T00:00:00+00:00"
+    assert d["savings_by_team"] == [
+        {"team": "vision", "usd_per_week": 48.0, "usd_to_date": 48.0, "changes": 1}
+    ]
+    (job,) = d["recurring_jobs"]
+    assert (job["job_key"], job["runs"], job["first_week"], job["last_week"]) == (
+        key,
+        12,
+        "2026-W44",
+        "2026-W45",
+    )
+    rows = list(csv.reader((out / "2026-W45.csv").open(newline="")))
+    saved = [r for r in rows if r[2] == "saving" and r[4] == "usd_to_date"]
+    assert len(saved) == 1 and float(saved[0][5]) == pytest.approx(48.0)
+    assert saved[0][3] == f"'{key}@2026-11-02T00:00:00+00:00"  # a formula no more
+    assert all(not r[3].startswith("=") for r in rows)
+    team = {r[4]: r[5] for r in rows if r[2] == "saving_team"}
+    assert float(team["usd_per_week"]) == pytest.approx(48.0)
+    k = compute(url, Request(week="2026-W45", tz=UTC), now=NOW).kpis
+    s = kpi_samples(k)
+    assert s["gpu_kpi_savings_to_date_usd"] == ((("2026-W45", "util", "vision"), 48.0),)
+    ((labels, value),) = s["gpu_kpi_fix_savings_usd_per_week"]
+    assert labels == ("2026-W45", "util", "vision", key, "2026-W45", "mark")
+    assert value == pytest.approx(48.0)
