@@ -109,6 +109,12 @@ class Computed:
             skipped=self.kpis.skipped,
             budgets=tuple(b for b in self.kpis.budgets if b.team == team),
             allocations=_team_allocations(self.kpis.allocations, team),
+            recurring=self.kpis.recurring[self.kpis.recurring["team"] == team].reset_index(
+                drop=True
+            )
+            if len(self.kpis.recurring)
+            else self.kpis.recurring,
+            changes=tuple(c for c in self.kpis.changes if c.team == team),
         )
         return tk if tk.headline.gpu_hours > 0 else None
 
@@ -250,14 +256,24 @@ def recurring_of_weeks(
     try:
         runs, _ = usable_runs(SampleScans(store), since=since, until=end)
         marks = read_marks(store, until=end)
+        jr = savings.job_runs(runs, since=since, until=end, prices=req.prices, owned=req.owned)
+        recurring = savings.recurring_jobs(
+            jr,
+            weeks_of=savings.week_starts(jr["started_at"], req.tz),
+            this_week=pd.Timestamp(start),
+        )
+        return recurring, savings.changes(jr, marks, end=end, tz=req.tz)
     except StoreError as e:
         log.warning("gpu-kpi: report %s: recurring jobs left out: %s", label_of(start), e)
-        return pd.DataFrame(columns=list(savings.RECURRING_COLUMNS)), ()
-    jr = savings.job_runs(runs, since=since, until=end, prices=req.prices, owned=req.owned)
-    recurring = savings.recurring_jobs(
-        jr, weeks_of=savings.week_starts(jr["started_at"], req.tz), this_week=pd.Timestamp(start)
-    )
-    return recurring, savings.changes(jr, marks, end=end, tz=req.tz)
+    except Exception as e:  # a fault of ours in a part the rest of the report does not need
+        log.warning(
+            "gpu-kpi: report %s: recurring jobs left out (%s: %s)",
+            label_of(start),
+            type(e).__name__,
+            e,
+            exc_info=True,
+        )
+    return pd.DataFrame(columns=list(savings.RECURRING_COLUMNS)), ()
 
 
 def _team_allocations(week: kpis.AllocationWeek | None, team: str) -> kpis.AllocationWeek | None:

@@ -29,9 +29,11 @@ def _at(value: str | None, tz: str, now: datetime) -> datetime:
 def cmd_mark(args: argparse.Namespace) -> int:
     from reports.data.marks import add_mark, read_marks
     from reports.errors import UsageError
+    from reports.weeks import zone
 
     settings = _settings(args)
     now = datetime.now(UTC)
+    zone(args.tz)  # an unknown zone is an error whether --at needs it or not
     if args.list:
         if args.note is not None:
             raise UsageError("--list takes a job key at most, not a note")
@@ -40,7 +42,7 @@ def cmd_mark(args: argparse.Namespace) -> int:
         if not marks:
             print("no marks" + (f" for {printable(args.key)!r}" if args.key else ""))
         for m in marks:
-            print(printable(f"{m.at:%Y-%m-%d %H:%M} UTC  {m.job_key}  {m.note}"))
+            print(printable(f"{m.at.isoformat(' ', 'minutes')[:16]} UTC  {m.job_key}  {m.note}"))
         return 0
     if args.key is None or args.note is None:
         raise UsageError('mark needs a job key and a note: gpu-kpi mark KEY "what changed"')

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from reports.data.deliveries import has_table
+from tracker.scheduler import JOB_KEY_MAX
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
 
 if TYPE_CHECKING:
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 TABLE = "gpu_kpi_marks"
 NOTE_MAX = 200
 """The longest note kept, in characters (one line)."""
-KEY_MAX = 200
-"""The longest job key (as :data:`tracker.scheduler.JOB_KEY_MAX`)."""
+KEY_MAX = JOB_KEY_MAX
+"""The longest job key."""
 
 _metadata = sa.MetaData()
 marks_table = sa.Table(
@@ -110,7 +111,9 @@ def read_marks(store: RunStore, *, until: datetime | None = None) -> list[Mark]:
     out = []
     for key, at, note, marked in store.transaction(work, write=False):
         when, marked_at = _time(at), _time(marked)
-        if not isinstance(key, str) or not isinstance(note, str) or when is None:
+        if not isinstance(key, str) or not key.strip() or when is None:
+            continue
+        if not isinstance(note, str) or not note.strip():
             continue
         if until is not None and when >= utc(until):
             continue
@@ -132,6 +135,9 @@ def _line(value: str, what: str, limit: int) -> str:
 def _time(raw: object) -> datetime | None:
     """A stored time as the driver gives it (SQLite: naive UTC text; PostgreSQL: text of an
     aware time), aware UTC; None for what is no time."""
+    from datetime import UTC
+
     from tracker.store import changes
 
-    return changes.as_time(raw)
+    when = changes.as_time(raw)  # PostgreSQL's text is in the session's time zone
+    return None if when is None else when.astimezone(UTC)

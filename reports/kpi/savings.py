@@ -2,8 +2,8 @@
 work before and after (a date marked with ``gpu-kpi mark``, else the change point its runs
 show), a bootstrap interval over the runs, and the dollars saved per week and to date.
 
-A recurring job is the runs of one job key (:func:`reports.kpi.jobkeys.job_key`) that ended in
-the history read (:data:`HISTORY_WEEKS` up to the report's week). Each run's figures are its
+A recurring job is the runs of one job key (:func:`reports.kpi.jobkeys.job_key`) that started
+in the history read (:data:`HISTORY_WEEKS` up to the report's week). Each run's figures are its
 own, whole: its GPU-hours at the report's price for its model, its counted samples or tokens,
 its utilization. A job's unit of work is the one every priced run of it counted: 1M tokens,
 else 1k samples, else a busy GPU-hour (GPU-hours × utilization); its cost per unit is a ratio
@@ -26,7 +26,8 @@ in, so a mark is the stronger evidence; both say how they were found.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.kpi.jobkeys import job_key
+from reports.kpi.jobkeys import job_keys
 from reports.kpi.pricing import run_prices
 from tracker.owned import OwnedGpu
 from tracker.prices import PriceTable
@@ -46,6 +47,9 @@ MIN_RUNS = 3
 """Runs needed on each side of a change for an interval (and for a change point)."""
 MIN_CHANGE_PCT = 10.0
 """The smallest change in cost per unit a change point is kept for."""
+MIN_T = 5.0
+"""The smallest t statistic between the two sides' log cost per unit a change point is tested
+for: the search tries every split, so noise alone often gives a t of 2 or 3 at the best one."""
 BOOTSTRAP = 2000
 """Resamples of the interval."""
 SEED = 28
@@ -54,6 +58,9 @@ MAX_JOBS = 50
 """Recurring jobs shown (most spend first)."""
 
 UNITS = (("tokens", 1_000_000.0, "1M tokens"), ("samples", 1_000.0, "1k samples"))
+UNIT_COVER = 0.9
+"""The share of a job's priced cost whose runs must count a unit for the job to be priced in
+it."""
 BUSY_UNIT = "busy GPU-hour"
 
 JOB_RUN_COLUMNS = (
@@ -70,7 +77,11 @@ JOB_RUN_COLUMNS = (
     "samples_per_s",
     "tokens_per_s",
     "verdict",
+    "unit",
+    "work",
 )
+"""A run of the history (:func:`job_runs`): ``unit`` its job's unit of work, ``work`` the run's
+in it (NaN: none)."""
 
 RECURRING_COLUMNS = (
     "job_key",
@@ -120,11 +131,12 @@ class Change:
     """The 95% bootstrap interval of ``change_pct``; None with too few runs."""
     verdict_before: str
     verdict_after: str
-    weeks: float
-    """Weeks from the change to the end of its runs' span (the next change, or the report's
-    end), at least one."""
+    weeks_since: float
+    """Weeks from the change to the report's end, at least one."""
     usd_to_date: float
-    """What the runs after would have cost at the rate before, less what they cost."""
+    """(Cost per unit before − after) × the work done since the change (a later change's runs
+    too): what the change saved; a job's changes add up to its first cost per unit × its work
+    since less what that work cost."""
     usd_per_week: float
 
     @property
@@ -141,8 +153,9 @@ def job_runs(
     prices: Mapping[str, float],
     owned: Mapping[str, OwnedGpu] | None = None,
 ) -> pd.DataFrame:
-    """The finished runs that started in ``[since, until)``, each with its job key and its
-    whole cost at the report's price (NaN: unpriced).
+    """The finished runs that started in ``[since, until)``, each with its job key, its whole
+    cost at the report's price (NaN: unpriced) and its work in its job's unit (NaN: none), by
+    key and start.
 
     Args:
         runs: Usable runs (:func:`reports.kpi.runs_frame`).
@@ -152,7 +165,7 @@ def job_runs(
         owned: The owned models (``[owned.<MODEL>]``).
 
     Returns:
-        A frame of :data:`JOB_RUN_COLUMNS`, by start.
+        A frame of :data:`JOB_RUN_COLUMNS`.
     """
     if not len(runs):
         return pd.DataFrame(columns=list(JOB_RUN_COLUMNS))
@@ -166,27 +179,65 @@ def job_runs(
     if not len(r):
         return pd.DataFrame(columns=list(JOB_RUN_COLUMNS))
     price, _ = run_prices(r, PriceTable(prices), owned)
-    keys = [job_key(n, lk) for n, lk in zip(r["name"], r["links"], strict=True)]
+    hours = pd.to_numeric(r["gpu_hours"], errors="coerce").astype(float)
+    cost = (hours * price).to_numpy()
     out = pd.DataFrame(
         {
             "run_id": r["id"].astype(object).to_numpy(),
-            "job_key": keys,
+            "job_key": job_keys(r["name"], r["links"]).to_numpy(),
             "name": r["name"].astype(object).to_numpy(),
             "team": r["team"].astype(object).to_numpy(),
-            "started_at": pd.to_datetime(r["started_at"], utc=True).to_numpy(),
-            "gpu_hours": r["gpu_hours"].astype(float).to_numpy(),
-            "cost_usd": (r["gpu_hours"].astype(float) * price).to_numpy(),
-            "utilization_pct": pd.to_numeric(r["util_pct"], errors="coerce").to_numpy(),
-            "samples": pd.to_numeric(r["samples"], errors="coerce").astype(float).to_numpy(),
-            "tokens": pd.to_numeric(r["tokens"], errors="coerce").astype(float).to_numpy(),
-            "samples_per_s": pd.to_numeric(r["samples_per_s"], errors="coerce").to_numpy(),
-            "tokens_per_s": pd.to_numeric(r["tokens_per_s"], errors="coerce").to_numpy(),
+            "started_at": started[keep.to_numpy()].reset_index(drop=True),
+            "gpu_hours": hours.to_numpy(),
+            "cost_usd": np.where(np.isfinite(cost) & (cost >= 0), cost, np.nan),
+            "utilization_pct": _numbers(r["util_pct"]),
+            "samples": _numbers(r["samples"]),
+            "tokens": _numbers(r["tokens"]),
+            "samples_per_s": _numbers(r["samples_per_s"]),
+            "tokens_per_s": _numbers(r["tokens_per_s"]),
             "verdict": r["verdict"].fillna("").astype(object).to_numpy(),
         }
     )
-    out["started_at"] = pd.to_datetime(out["started_at"], utc=True)
     out = out[out["job_key"] != ""]
-    return out.sort_values(["started_at", "run_id"], ignore_index=True)
+    out = out.sort_values(["job_key", "started_at", "run_id"], ignore_index=True)
+    out["unit"], out["work"] = _units(out)
+    return out[list(JOB_RUN_COLUMNS)]
+
+
+def _numbers(column: pd.Series) -> np.ndarray:
+    """A column as floats, what is no finite number NaN."""
+    v = pd.to_numeric(column, errors="coerce").astype(float).to_numpy()
+    return np.where(np.isfinite(v), v, np.nan)
+
+
+def _units(jr: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's job's unit of work and the run's work in it (NaN where it has none): the
+    count (tokens, else samples) of the runs that hold :data:`UNIT_COVER` or more of the job's
+    priced cost, else busy GPU-hours likewise; else ``""``. A run without it (one that crashed
+    before counting) is left out of the job's cost per unit, not its unit."""
+    codes, _ = pd.factorize(jr["job_key"])
+    keys = int(codes.max()) + 1 if len(codes) else 0
+    cost = jr["cost_usd"].to_numpy()
+    priced = ~np.isnan(cost) & (cost > 0)
+    weight = np.where(priced, cost, 0.0)
+    total = np.bincount(codes, weights=weight, minlength=keys)
+    busy = jr["gpu_hours"].to_numpy() * jr["utilization_pct"].to_numpy() / 100.0
+    options = [(name, jr[column].to_numpy() / scale) for column, scale, name in UNITS] + [
+        (BUSY_UNIT, busy)
+    ]
+    unit = np.full(keys, "", dtype=object)
+    chosen = np.zeros(keys, dtype=bool)
+    for name, work in options:
+        covered = np.bincount(codes, weights=np.where(work > 0, weight, 0.0), minlength=keys)
+        take = (total > 0) & (covered >= UNIT_COVER * total) & ~chosen
+        unit[take] = name
+        chosen |= take
+    row_unit = unit[codes]
+    work = np.full(len(jr), np.nan)
+    for name, w in options:
+        at = (row_unit == name) & (w > 0)
+        work[at] = w[at]
+    return row_unit, work
 
 
 def week_starts(started: pd.Series, tz: tzinfo) -> pd.Series:
@@ -210,26 +261,6 @@ def week_starts(started: pd.Series, tz: tzinfo) -> pd.Series:
     return pd.to_datetime(days.map(firsts), utc=True)
 
 
-def unit_of(g: pd.DataFrame) -> tuple[str, np.ndarray]:
-    """A job's unit of work and each run's work in it (NaN where the run has none): the count
-    every priced run has (tokens, else samples), else busy GPU-hours where every priced run's
-    utilization is known; else ``""``.
-
-    Args:
-        g: Runs of one job (:func:`job_runs`).
-    """
-    priced = g["cost_usd"].notna().to_numpy()
-    for column, scale, name in UNITS:
-        counted = g[column].to_numpy(dtype=float)
-        if priced.any() and (counted[priced] > 0).all():
-            return name, np.where(counted > 0, counted / scale, np.nan)
-    util = g["utilization_pct"].to_numpy(dtype=float)
-    busy = g["gpu_hours"].to_numpy(dtype=float) * util / 100.0
-    if priced.any() and (busy[priced] > 0).all():
-        return BUSY_UNIT, np.where(busy > 0, busy, np.nan)
-    return "", np.full(len(g), np.nan)
-
-
 def _rate(cost: np.ndarray, work: np.ndarray) -> float | None:
     total = float(work.sum())
     return float(cost.sum()) / total if total > 0 else None
@@ -239,8 +270,9 @@ def recurring_jobs(
     jr: pd.DataFrame, *, weeks_of: pd.Series, this_week: pd.Timestamp
 ) -> pd.DataFrame:
     """The job keys with two runs or more, most spend first (:data:`MAX_JOBS`): their runs,
-    weeks, GPU-hours, spend, utilization, cost per unit of work (all runs; the first week's and
-    the last week's), median throughput and the latest run's verdict.
+    weeks, GPU-hours, spend, utilization (weighted by GPU-hours), cost per unit of work (all
+    runs; the first week's and the last week's), median throughput, most common team and the
+    latest run's verdict.
 
     Args:
         jr: The history's runs (:func:`job_runs`).
@@ -250,56 +282,99 @@ def recurring_jobs(
     Returns:
         A frame of :data:`RECURRING_COLUMNS`.
     """
-    out = []
-    for key, g in jr.groupby("job_key", sort=False):
-        if g["run_id"].nunique() < 2:
-            continue
-        unit, work = unit_of(g)
-        cost = g["cost_usd"].to_numpy(dtype=float)
-        ok = ~np.isnan(cost) & ~np.isnan(work)
-        wk = weeks_of[g.index].to_numpy()
-        per_week = [
-            (w, _rate(cost[ok & (wk == w)], work[ok & (wk == w)])) for w in sorted(set(wk[ok]))
-        ]
-        per_week = [(w, r) for w, r in per_week if r is not None]
-        util = g["utilization_pct"].to_numpy(dtype=float)
-        hours = g["gpu_hours"].to_numpy(dtype=float)
-        known = ~np.isnan(util)
-        tp_col = "tokens_per_s" if unit == "1M tokens" else "samples_per_s"
-        tp = g[tp_col].dropna()
-        out.append(
-            {
-                "job_key": key,
-                "team": _mode(g["team"]),
-                "runs": int(g["run_id"].nunique()),
-                "weeks": len(set(wk)),
-                "runs_this_week": int((wk == this_week).sum()),
-                "gpu_hours": float(hours.sum()),
-                "spend_usd": float(np.nansum(cost)),
-                "utilization_pct": float((util[known] * hours[known]).sum() / hours[known].sum())
-                if known.any() and hours[known].sum() > 0
-                else None,
-                "unit": unit,
-                "usd_per_unit": _rate(cost[ok], work[ok]),
-                "throughput": float(tp.median()) if len(tp) else None,
-                "throughput_unit": ("tokens/s" if tp_col == "tokens_per_s" else "samples/s")
-                if len(tp)
-                else "",
-                "first_week": per_week[0][0] if per_week else None,
-                "first_usd_per_unit": per_week[0][1] if per_week else None,
-                "last_week": per_week[-1][0] if len(per_week) > 1 else None,
-                "last_usd_per_unit": per_week[-1][1] if len(per_week) > 1 else None,
-                "verdict": str(g["verdict"].iloc[-1]),
-            }
+    counts = jr.groupby("job_key", sort=False)["run_id"].transform("nunique")
+    many = (counts >= 2).to_numpy()
+    if not many.any():
+        return pd.DataFrame(columns=list(RECURRING_COLUMNS))
+    j = jr[many]
+    # as naive UTC datetime64 (an aware column's numpy is an object per value: slow)
+    week = pd.DatetimeIndex(weeks_of[many]).tz_convert("UTC").tz_localize(None).to_numpy()
+    this = pd.Timestamp(this_week).tz_convert("UTC").tz_localize(None).to_datetime64()
+    cost = j["cost_usd"].to_numpy()
+    work = j["work"].to_numpy()
+    ok = ~np.isnan(cost) & ~np.isnan(work)
+    hours = j["gpu_hours"].to_numpy()
+    util = j["utilization_pct"].to_numpy()
+    known = ~np.isnan(util) & ~np.isnan(hours)
+    tokens = j["unit"].to_numpy() == "1M tokens"
+    tp = np.where(tokens, j["tokens_per_s"].to_numpy(), j["samples_per_s"].to_numpy())
+    f = pd.DataFrame(
+        {
+            "job_key": j["job_key"].to_numpy(),
+            "run_id": j["run_id"].to_numpy(),
+            "week": week,
+            "this": week == this,
+            "hours": np.nan_to_num(hours),
+            "spend": np.nan_to_num(cost),
+            "ok_cost": np.where(ok, cost, 0.0),
+            "ok_work": np.where(ok, work, 0.0),
+            "known_hours": np.where(known, hours, 0.0),
+            "used": np.where(known, util * np.nan_to_num(hours), 0.0),
+            "tp": tp,
+            "tokens": tokens,
+            "unit": j["unit"].to_numpy(),
+            "verdict": j["verdict"].to_numpy(),
+        }
+    )
+    g = f.groupby("job_key", sort=False)
+    out = pd.DataFrame(
+        {
+            "runs": g["run_id"].nunique(),
+            "weeks": g["week"].nunique(),
+            "runs_this_week": g["this"].sum().astype(int),
+            "gpu_hours": g["hours"].sum(),
+            "spend_usd": g["spend"].sum(),
+            "used": g["used"].sum(),
+            "known_hours": g["known_hours"].sum(),
+            "ok_cost": g["ok_cost"].sum(),
+            "ok_work": g["ok_work"].sum(),
+            "throughput": g["tp"].median(),
+            "tokens": g["tokens"].any(),
+            "unit": g["unit"].first(),
+            "verdict": g["verdict"].last(),
+        }
+    )
+    out["utilization_pct"] = (out["used"] / out["known_hours"]).where(out["known_hours"] > 0)
+    out["usd_per_unit"] = (out["ok_cost"] / out["ok_work"]).where(out["ok_work"] > 0)
+    out["throughput_unit"] = np.where(
+        out["throughput"].notna(), np.where(out["tokens"], "tokens/s", "samples/s"), ""
+    )
+    # the most common team (the first by name among equals)
+    teams = j.assign(team=j["team"].fillna("").astype(str))
+    by_team = teams[teams["team"] != ""].groupby(["job_key", "team"]).size()
+    if len(by_team):
+        top = by_team.reset_index(name="n").sort_values(
+            ["job_key", "n", "team"], ascending=[True, False, True]
         )
-    frame = pd.DataFrame(out, columns=list(RECURRING_COLUMNS))
-    frame = frame.sort_values(["spend_usd", "job_key"], ascending=[False, True], ignore_index=True)
-    return frame.head(MAX_JOBS)
+        out["team"] = top.drop_duplicates("job_key").set_index("job_key")["team"]
+    out["team"] = out.get("team", pd.Series(dtype=object)).reindex(out.index).fillna("")
+    # each week's cost per unit, and the first and the last week that has one
+    weekly = f[ok].groupby(["job_key", "week"], sort=True)[["ok_cost", "ok_work"]].sum()
+    weekly = weekly[weekly["ok_work"] > 0]
+    weekly["rate"] = weekly["ok_cost"] / weekly["ok_work"]
+    weekly = weekly.reset_index()
+    first = weekly.drop_duplicates("job_key", keep="first").set_index("job_key")
+    last = weekly.drop_duplicates("job_key", keep="last").set_index("job_key")
+    two = weekly.groupby("job_key").size() > 1
+    out["first_week"] = first["week"].reindex(out.index)
+    out["first_usd_per_unit"] = first["rate"].reindex(out.index)
+    out["last_week"] = (
+        last["week"].where(two.reindex(last.index, fill_value=False)).reindex(out.index)
+    )
+    out["last_usd_per_unit"] = (
+        last["rate"].where(two.reindex(last.index, fill_value=False)).reindex(out.index)
+    )
+    out = out.reset_index(names="job_key")
+    out = out.sort_values(["spend_usd", "job_key"], ascending=[False, True], ignore_index=True)
+    out = out.head(MAX_JOBS)
+    for column in ("first_week", "last_week"):
+        out[column] = [None if pd.isna(v) else pd.Timestamp(v, tz="UTC") for v in out[column]]
+    return out[list(RECURRING_COLUMNS)].astype({"runs": int, "weeks": int, "runs_this_week": int})
 
 
-def _mode(values: pd.Series) -> str:
-    """The most common non-empty value (the latest among equals); ``""`` where none."""
-    v = [str(x) for x in values if isinstance(x, str) and x]
+def _mode(values: Iterable[Any]) -> str:
+    """The most common non-empty text (the latest among equals); ``""`` where none."""
+    v = [x for x in values if isinstance(x, str) and x]
     if not v:
         return ""
     counts: dict[str, int] = {}
@@ -337,9 +412,53 @@ def bootstrap_change(
     ia = rng.integers(0, len(cost_after), size=(resamples, len(cost_after)))
     before = cost_before[ib].sum(axis=1) / work_before[ib].sum(axis=1)
     after = cost_after[ia].sum(axis=1) / work_after[ia].sum(axis=1)
-    change = 100.0 * (after / before - 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        change = 100.0 * (after / before - 1.0)
+    change = change[np.isfinite(change)]
+    if not len(change):
+        return float("nan"), float("nan")
     low, high = np.percentile(change, [2.5, 97.5])
     return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One job's usable runs (priced, with work), by start."""
+
+    key: str
+    unit: str
+    starts: pd.DatetimeIndex
+    cost: np.ndarray
+    work: np.ndarray
+    teams: np.ndarray
+    verdicts: np.ndarray
+
+
+def _jobs(jr: pd.DataFrame) -> list[_Job]:
+    """The jobs of ``jr`` (sorted by key and start) with a unit, one slice each."""
+    cost = jr["cost_usd"].to_numpy(dtype=float)
+    work = jr["work"].to_numpy(dtype=float)
+    ok = (cost > 0) & (work > 0)  # NaN compares False: unpriced, or no work counted
+    j = jr[ok]
+    if not len(j):
+        return []
+    keys = j["job_key"].to_numpy()
+    bounds = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+    starts = pd.DatetimeIndex(j["started_at"])
+    cost, work = cost[ok], work[ok]
+    teams, verdicts, units = (j[c].to_numpy() for c in ("team", "verdict", "unit"))
+    return [
+        _Job(
+            key=str(keys[a]),
+            unit=str(units[a]),
+            starts=starts[a:b],
+            cost=cost[a:b],
+            work=work[a:b],
+            teams=teams[a:b],
+            verdicts=verdicts[a:b],
+        )
+        for a, b in zip([0, *bounds], [*bounds, len(j)], strict=True)
+    ]
 
 
 def changes(
@@ -364,64 +483,45 @@ def changes(
     for m in marks:
         by_key.setdefault(m.job_key, []).append(m)
     out: list[Change] = []
-    for key, of_key in jr.groupby("job_key", sort=False):
-        unit, work = unit_of(of_key)
-        if not unit:
+    for job in _jobs(jr):
+        key_marks = sorted(by_key.get(job.key, []), key=lambda m: m.at)
+        found = 0
+        bounds = [pd.Timestamp(m.at) for m in key_marks]
+        for i, m in enumerate(key_marks):
+            # the rates: the runs between the previous mark and this one, and this one and the
+            # next; the saving: on all the work from this mark on (a later fix builds on it)
+            before = np.array(job.starts < bounds[i], dtype=bool)
+            after = np.array(job.starts >= bounds[i], dtype=bool)
+            since = after.copy()
+            if i:
+                before &= np.array(job.starts >= bounds[i - 1], dtype=bool)
+            if i + 1 < len(bounds):
+                after &= np.array(job.starts < bounds[i + 1], dtype=bool)
+            c = _change(
+                job, before, after, since=since, at=m.at, end=end, how="mark", note=m.note, tz=tz
+            )
+            if c is not None:
+                out.append(c)
+                found += 1
+        if found:
             continue
-        cost = of_key["cost_usd"].to_numpy(dtype=float)
-        ok = ~np.isnan(cost) & ~np.isnan(work)
-        g, cost, work = of_key[ok], cost[ok], work[ok]
-        starts = pd.to_datetime(g["started_at"], utc=True)
-        key_marks = sorted(by_key.get(str(key), []), key=lambda m: m.at)
-        if key_marks:
-            bounds = [pd.Timestamp(m.at) for m in key_marks]
-            for i, m in enumerate(key_marks):
-                lo = bounds[i - 1] if i else None
-                hi = bounds[i + 1] if i + 1 < len(bounds) else None
-                before = (starts < bounds[i]).to_numpy()
-                after = (starts >= bounds[i]).to_numpy()
-                if lo is not None:
-                    before &= (starts >= lo).to_numpy()
-                if hi is not None:
-                    after &= (starts < hi).to_numpy()
-                span_end = key_marks[i + 1].at if i + 1 < len(key_marks) else end
-                c = _change(
-                    str(key),
-                    g,
-                    cost,
-                    work,
-                    unit,
-                    before=before,
-                    after=after,
-                    at=m.at,
-                    span_end=span_end,
-                    seed=seed,
-                    note=m.note,
-                    tz=tz,
-                )
-                if c is not None:
-                    out.append(c)
-            continue
-        if unit == BUSY_UNIT:
+        if job.unit == BUSY_UNIT:
             continue  # utilization alone is too noisy a measure of work to search for a change
-        split = _change_point(cost, work)
+        split = _change_point(job.cost, job.work)
         if split is None:
             continue
-        at = starts.iloc[split].to_pydatetime()
-        idx = np.arange(len(cost))
+        idx = np.arange(len(job.cost))
         c = _change(
-            str(key),
-            g,
-            cost,
-            work,
-            unit,
-            before=idx < split,
-            after=idx >= split,
-            at=at,
-            span_end=end,
-            seed=seed,
+            job,
+            idx < split,
+            idx >= split,
+            since=idx >= split,
+            at=job.starts[split].to_pydatetime(),
+            end=end,
+            how="change point",
             note="",
             tz=tz,
+            seed=seed,
         )
         if c is not None and not c.too_few and abs(c.change_pct) >= MIN_CHANGE_PCT:
             assert c.low_pct is not None and c.high_pct is not None
@@ -432,7 +532,9 @@ def changes(
 
 def _change_point(cost: np.ndarray, work: np.ndarray) -> int | None:
     """The split (index of the first run after) that best separates the runs' log cost per
-    unit (least squares of two means), with :data:`MIN_RUNS` runs or more on each side."""
+    unit (least squares of two means), with :data:`MIN_RUNS` runs or more on each side; None
+    where there is none, or where its change is under :data:`MIN_CHANGE_PCT` or the t statistic
+    of the two sides' log costs under :data:`MIN_T` (no bootstrap is spent on those)."""
     n = len(cost)
     if n < 2 * MIN_RUNS:
         return None
@@ -441,51 +543,63 @@ def _change_point(cost: np.ndarray, work: np.ndarray) -> int | None:
     if not np.isfinite(y).all():
         return None
     s, s2 = np.cumsum(y), np.cumsum(y * y)
-    best, at = None, None
-    for k in range(MIN_RUNS, n - MIN_RUNS + 1):
-        left = s2[k - 1] - s[k - 1] ** 2 / k
-        right = (s2[-1] - s2[k - 1]) - (s[-1] - s[k - 1]) ** 2 / (n - k)
-        if best is None or left + right < best - 1e-12:
-            best, at = left + right, k
+    k = np.arange(MIN_RUNS, n - MIN_RUNS + 1)
+    left = s2[k - 1] - s[k - 1] ** 2 / k
+    right = (s2[-1] - s2[k - 1]) - (s[-1] - s[k - 1]) ** 2 / (n - k)
+    at = int(k[np.argmin(left + right)])
+    rb, ra = _rate(cost[:at], work[:at]), _rate(cost[at:], work[at:])
+    if rb is None or ra is None or abs(100.0 * (ra / rb - 1.0)) < MIN_CHANGE_PCT:
+        return None
+    a, b = y[:at], y[at:]
+    spread = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+    if spread > 0 and abs(b.mean() - a.mean()) / spread < MIN_T:
+        return None
     return at
 
 
 def _change(
-    key: str,
-    g: pd.DataFrame,
-    cost: np.ndarray,
-    work: np.ndarray,
-    unit: str,
+    job: _Job,
+    before: np.ndarray,
+    after: np.ndarray,
     *,
-    before: Any,
-    after: Any,
+    since: np.ndarray,
     at: datetime,
-    span_end: datetime,
-    seed: int,
+    end: datetime,
+    how: str,
     note: str,
     tz: tzinfo,
+    seed: int = SEED,
 ) -> Change | None:
+    """The change from the runs ``before`` to those ``after``; its saving on the work of the
+    runs ``since`` (from the change to the end, later changes' runs too): (rate before − rate
+    after) × that work, so that a job's changes add up to its first rate × its work since less
+    what that work cost."""
     from reports.weeks import week_label, week_of
 
-    before, after = np.asarray(before, dtype=bool), np.asarray(after, dtype=bool)
+    cost, work = job.cost, job.work
     rb, ra = _rate(cost[before], work[before]), _rate(cost[after], work[after])
     if rb is None or ra is None or rb <= 0:
         return None
-    low = high = None
+    low: float | None = None
+    high: float | None = None
     if before.sum() >= MIN_RUNS and after.sum() >= MIN_RUNS:
         low, high = bootstrap_change(
             cost[before], work[before], cost[after], work[after], seed=seed
         )
-    to_date = rb * float(work[after].sum()) - float(cost[after].sum())
-    weeks = max((span_end - at) / timedelta(weeks=1), 1.0)
+        if not (math.isfinite(low) and math.isfinite(high)):
+            low = high = None
+    to_date = (rb - ra) * float(work[since].sum())
+    if abs(to_date) < 0.005:  # float noise of equal rates: nothing saved, nothing lost
+        to_date = 0.0
+    weeks = max((end - at) / timedelta(weeks=1), 1.0)
     return Change(
-        job_key=key,
-        team=_mode(g["team"][after]) or _mode(g["team"]),
+        job_key=job.key,
+        team=_mode(job.teams[after]) or _mode(job.teams),
         at=at,
         week=week_label(*week_of(at, tz)),
-        how="mark" if note else "change point",
+        how=how,
         note=note,
-        unit=unit,
+        unit=job.unit,
         runs_before=int(before.sum()),
         runs_after=int(after.sum()),
         usd_per_unit_before=rb,
@@ -493,9 +607,9 @@ def _change(
         change_pct=100.0 * (ra / rb - 1.0),
         low_pct=low,
         high_pct=high,
-        verdict_before=_mode(g["verdict"][before]),
-        verdict_after=_mode(g["verdict"][after]),
-        weeks=weeks,
+        verdict_before=_mode(job.verdicts[before]),
+        verdict_after=_mode(job.verdicts[after]),
+        weeks_since=weeks,
         usd_to_date=to_date,
         usd_per_week=to_date / weeks,
     )
@@ -540,9 +654,16 @@ def sentence(c: Change) -> str:
     saved = "saved" if c.usd_to_date >= 0 else "lost"
     return (
         f"{c.job_key}: {verdicts} since {c.week} ({how}); $ per {c.unit} {_pct(c.change_pct)} "
-        f"({spread}); ${abs(c.usd_per_week):,.0f}/week {saved}, ${abs(c.usd_to_date):,.0f} to date"
+        f"({spread}); {_usd(c.usd_per_week)}/week {saved}, {_usd(c.usd_to_date)} to date"
     )
 
 
+def _usd(v: float) -> str:
+    """``$2,140`` from $100 on, ``$48.40`` under it."""
+    return f"${abs(v):,.0f}" if abs(v) >= 100 else f"${abs(v):,.2f}"
+
+
 def _pct(v: float) -> str:
+    if round(abs(v)) == 0:
+        return "0%"
     return f"{'−' if v < 0 else '+'}{abs(v):.0f}%"

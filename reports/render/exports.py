@@ -234,7 +234,7 @@ SAVING_FIELDS = (
     "high_pct",
     "verdict_before",
     "verdict_after",
-    "weeks",
+    "weeks_since",
     "usd_per_week",
     "usd_to_date",
 )

@@ -468,14 +468,14 @@ def _savings(k: WeekKpis) -> dict[str, Any]:
         }
         for team, week, to_date, n in savings.ledger_by_team(k.changes)
     ]
-    saved = [c for c in k.changes if c.usd_to_date > 0]
     line = ""
-    if saved:
-        week = sum(c.usd_per_week for c in saved)
-        to_date = sum(c.usd_to_date for c in saved)
+    if k.changes:  # net, as the team totals, the JSON and /metrics have it
+        week = sum(c.usd_per_week for c in k.changes)
+        to_date = sum(c.usd_to_date for c in k.changes)
+        n = len(k.changes)
         line = (
-            f"{fmt_usd(week)} a week, {fmt_usd(to_date)} to date, by {len(saved)} "
-            f"change{'s' if len(saved) != 1 else ''} to recurring jobs"
+            f"{fmt_usd(week)} a week, {fmt_usd(to_date)} to date, net of {n} "
+            f"change{'s' if n != 1 else ''} to recurring jobs"
         )
     recurring = [
         {

@@ -21,7 +21,7 @@ import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -410,7 +410,8 @@ def kpi_samples(
                 add(m, (*week, team), per_week if m.field == "usd_per_week" else to_date)
         elif m.scope == "saving_fix":
             for ch in latest.changes[:MAX_FIX_SERIES]:
-                add(m, (*week, ch.team, ch.job_key, ch.week, ch.how), getattr(ch, m.field))
+                since = ch.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")  # one series a change
+                add(m, (*week, ch.team, ch.job_key, since, ch.how), getattr(ch, m.field))
         elif m.scope == "week_to_date" and week_to_date is not None:
             add(
                 m,

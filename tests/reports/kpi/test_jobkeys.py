@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pandas as pd
 import pytest
+from fakes import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reports.kpi.jobkeys import job_key, normalized_name
+from reports.kpi.jobkeys import job_key, job_keys, normalized_name
 
 W47 = datetime(2026, 11, 16, tzinfo=UTC)
 W48 = W47 + timedelta(days=7)
@@ -46,3 +50,27 @@ def test_the_key_a_run_recorded_wins_then_its_workload_then_its_name() -> None:
     assert job_key(None, None) == ""
     # a long name is looked at up to 200 characters, at once
     assert job_key("x-1" * 5000, {}) == ("x-1" * 5000)[:200]
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    names=st.lists(
+        st.one_of(st.none(), st.text(alphabet="-_ .:/0123456789abcdefTtZxy\t", max_size=40)),
+        min_size=1,
+        max_size=20,
+    ),
+    kinds=st.lists(st.sampled_from(["", "given", "workload", "blank"]), min_size=20, max_size=20),
+)
+def test_many_at_once_are_each_one_alone(names: list[str | None], kinds: list[str]) -> None:
+    links: list[object] = []
+    for name, kind in zip(names, kinds, strict=False):
+        if kind == "given":
+            links.append({"job_key": f" k {name} "})
+        elif kind == "workload":
+            links.append({"kubernetes_workload": f"ns/Job/{name}"})
+        elif kind == "blank":
+            links.append({"job_key": "  "})
+        else:
+            links.append(None)
+    many = job_keys(pd.Series(names, dtype=object), pd.Series(links, dtype=object))
+    assert list(many) == [job_key(n, lk) for n, lk in zip(names, links, strict=True)]

@@ -77,7 +77,7 @@ def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
     assert c.change_pct == pytest.approx(-40.0)
     # the 600k samples since would have cost $120 at the old rate: $48 saved, over the one
     # week from the mark to the report week's end
-    assert c.usd_to_date == pytest.approx(48.0) and c.weeks == pytest.approx(1.0)
+    assert c.usd_to_date == pytest.approx(48.0) and c.weeks_since == pytest.approx(1.0)
     assert c.usd_per_week == pytest.approx(48.0)
     assert (c.verdict_before, c.verdict_after) == ("input-bound", "healthy")
     # the interval: a reference bootstrap written here, same seed and draws
@@ -93,9 +93,11 @@ def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
     assert savings.sentence(c) == (
         "resnet-nightly: input-bound → healthy since 2026-W45 (mark: loader: 8 workers); "
         f"$ per 1k samples −40% (95% interval −{abs(low):.0f}…−{abs(high):.0f}%); "
-        "$48/week saved, $48 to date"
+        "$48.00/week saved, $48.00 to date"
     )
-    assert savings.ledger_by_team(k.changes) == [("vision", 48.0, 48.0, 1)]
+    assert savings.ledger_by_team(k.changes) == [
+        ("vision", pytest.approx(48.0), pytest.approx(48.0), 1)
+    ]
     # the recurring job: 12 runs over two weeks, $192 for 1,200k samples; the one-off is none
     (job,) = k.recurring.to_dict("records")
     assert (job["job_key"], job["runs"], job["weeks"], job["runs_this_week"]) == (
@@ -193,14 +195,19 @@ def test_the_ledger_in_every_output_escaped_and_neutralized(tmp_path: Path) -> N
     assert "&lt;img src=x onerror=alert(1)&gt;" in html
     assert "mark: &lt;b&gt;loader&lt;/b&gt;: 8 workers" in html
     assert 'id="savings"' in html and 'id="recurring"' in html
-    assert "What fixes saved:</strong> $48.00 a week, $48.00 to date, by 1 change" in html
+    assert "What fixes saved:</strong> $48.00 a week, $48.00 to date, net of 1 change" in html
     d = json.loads((out / "2026-W45.json").read_text())
     (saving,) = d["savings"]
     assert saving["job_key"] == key and saving["note"] == "<b>loader</b>: 8 workers"
     assert saving["usd_to_date"] == pytest.approx(48.0) and saving["week"] == "2026-W45"
     assert saving["at"] == "2026-11-02T00:00:00+00:00"
     assert d["savings_by_team"] == [
-        {"team": "vision", "usd_per_week": 48.0, "usd_to_date": 48.0, "changes": 1}
+        {
+            "team": "vision",
+            "usd_per_week": pytest.approx(48.0),
+            "usd_to_date": pytest.approx(48.0),
+            "changes": 1,
+        }
     ]
     (job,) = d["recurring_jobs"]
     assert (job["job_key"], job["runs"], job["first_week"], job["last_week"]) == (
@@ -218,7 +225,64 @@ def test_the_ledger_in_every_output_escaped_and_neutralized(tmp_path: Path) -> N
     assert float(team["usd_per_week"]) == pytest.approx(48.0)
     k = compute(url, Request(week="2026-W45", tz=UTC), now=NOW).kpis
     s = kpi_samples(k)
-    assert s["gpu_kpi_savings_to_date_usd"] == ((("2026-W45", "util", "vision"), 48.0),)
+    ((labels, value),) = s["gpu_kpi_savings_to_date_usd"]
+    assert labels == ("2026-W45", "util", "vision") and value == pytest.approx(48.0)
     ((labels, value),) = s["gpu_kpi_fix_savings_usd_per_week"]
-    assert labels == ("2026-W45", "util", "vision", key, "2026-W45", "mark")
+    assert labels == ("2026-W45", "util", "vision", key, "2026-11-02T00:00Z", "mark")
     assert value == pytest.approx(48.0)
+
+
+def test_two_marks_add_up_and_a_later_one_keeps_the_earlier_ones_saving(store_url: str) -> None:
+    """Marks on Monday 2 and Thursday 5 November: the first rate $0.20 per 1k samples (6 runs),
+    then $0.12 (Monday to Wednesday: $12, $14, $10 for 300k), then $0.12 ($12, $12, $12). The
+    first change saves $0.08 on all 600k samples since it, $48; the second nothing; together
+    what the 600k would have cost at $0.20 less their $72."""
+    nightly(store_url)
+    thursday = W45 + timedelta(days=3)
+    with RunStore(store_url) as s:
+        add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
+        add_mark(s, "resnet-nightly", "bigger batch", at=thursday, now=NOW)
+    by_note = {c.note: c for c in compute(store_url, request(), now=NOW).kpis.changes}
+    first, second = by_note["loader: 8 workers"], by_note["bigger batch"]
+    assert (first.runs_before, first.runs_after, second.runs_before, second.runs_after) == (
+        6,
+        3,
+        3,
+        3,
+    )
+    assert first.usd_per_unit_after == pytest.approx(36 / 300)
+    assert first.usd_to_date == pytest.approx((0.20 - 0.12) * 600)
+    assert second.usd_to_date == 0.0 and second.change_pct == pytest.approx(0.0)
+    assert first.usd_to_date + second.usd_to_date == pytest.approx(0.20 * 600 - 72)
+    assert "0% (" in savings.sentence(second) and "$0.00/week saved" in savings.sentence(second)
+
+
+def test_a_mark_that_measures_nothing_leaves_the_search_on(store_url: str) -> None:
+    nightly(store_url)
+    with RunStore(store_url) as s:  # before every run: no run before it
+        add_mark(s, "resnet-nightly", "old fix", at=W44 - timedelta(days=30), now=NOW)
+    (c,) = compute(store_url, request(), now=NOW).kpis.changes
+    assert (c.how, c.note, c.change_pct) == ("change point", "", pytest.approx(-40.0))
+
+
+def test_a_run_that_counted_nothing_is_left_out_of_the_rate_not_the_unit(
+    store_url: str,
+) -> None:
+    """A seventh run after the fix crashed before counting samples (and one cost nothing):
+    the job is still priced per 1k samples, on the runs that counted them."""
+    nightly(store_url)
+    with RunStore(store_url) as s:
+        s.upsert_run(
+            run_record(
+                "crashed", W45 + timedelta(days=6), 1, name="resnet-nightly-1199", price=PRICE
+            )
+        )
+        s.upsert_run(
+            run_record(
+                "free", W45 + timedelta(days=6, hours=3), 0, name="resnet-nightly-1198", samples=5
+            )
+        )
+        add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
+    (c,) = compute(store_url, request(), now=NOW).kpis.changes
+    assert (c.unit, c.runs_after) == ("1k samples", 6)
+    assert c.usd_to_date == pytest.approx(48.0) and c.low_pct is not None
