@@ -456,9 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_service_commands(add)
     add_job_command(add)
 
+    from reports.compare import add_compare_commands
     from reports.ledger import add_mark_command
 
     add_mark_command(add)
+    add_compare_commands(add)
 
     demo = add("demo", cmd_demo, "simulated training runs into a local store, then list them")
     demo.add_argument(

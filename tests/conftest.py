@@ -90,6 +90,10 @@ def _isolated_user_dirs(
     for key in list(os.environ):
         if (key.startswith("GPU_KPI_") and key != "GPU_KPI_TEST_PG") or key.startswith("SLURM_"):
             monkeypatch.delenv(key)
+    for key in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BUILDKITE_BRANCH"):
+        monkeypatch.delenv(key, raising=False)  # a run recorded in CI names its branch
+    for key in ("CIRCLE_BRANCH", "BITBUCKET_BRANCH", "GIT_BRANCH"):
+        monkeypatch.delenv(key, raising=False)
 
 
 # -- run store: one fresh store per test, on SQLite and on PostgreSQL ----------------------------

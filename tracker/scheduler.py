@@ -89,6 +89,35 @@ interpreter or a generic script): no job key of theirs."""
 JOB_KEY_MAX = 200
 
 
+GIT_BRANCH_LINK = "git_branch"
+"""The branch a run's code was on, as its CI says (:func:`git_branch_of`): ``gpu-kpi gate``
+takes its baseline from the runs of the main branch."""
+_BRANCH_VARS = (
+    "GPU_KPI_GIT_BRANCH",  # the user's own
+    "GITHUB_HEAD_REF",  # GitHub Actions, a pull request's branch
+    "GITHUB_REF_NAME",  # GitHub Actions, a push's branch (or tag)
+    "CI_COMMIT_REF_NAME",  # GitLab CI
+    "BUILDKITE_BRANCH",
+    "CIRCLE_BRANCH",
+    "BITBUCKET_BRANCH",
+    "GIT_BRANCH",  # Jenkins' git plugin: origin/main
+)
+
+
+def git_branch_of(environ: Mapping[str, str]) -> str:
+    """The branch a CI job runs on, from the variables CI systems set (``GPU_KPI_GIT_BRANCH``
+    first; Jenkins' ``origin/`` dropped); "" outside CI. No ``git`` is run.
+
+    Args:
+        environ: The process's environment.
+    """
+    for var in _BRANCH_VARS:
+        value = " ".join(environ.get(var, "").split())
+        if value:
+            return value.removeprefix("origin/")[:JOB_KEY_MAX]
+    return ""
+
+
 def job_key_of(given: str | None, configured: str | None, environ: Mapping[str, str]) -> str:
     """The run's recurring job (:attr:`tracker.record.RunSpec.job_key`): the one given to
     ``track()``, else the config's (``[tracker] job_key``, ``GPU_KPI_JOB_KEY``), else Slurm's

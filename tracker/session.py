@@ -31,7 +31,7 @@ from tracker.prices import Price, canonical_gpu, price_for
 from tracker.ranks import Placement
 from tracker.record import JOB_KEY_LINK, MinuteSample, RunRecord, RunSpec, checked_record
 from tracker.sampler import Sampler
-from tracker.scheduler import job_key_of, scheduler_links
+from tracker.scheduler import GIT_BRANCH_LINK, git_branch_of, job_key_of, scheduler_links
 from tracker.sinks import LoggingSink, Sink, SinkSet
 from tracker.sinks.console import print_summary
 from tracker.sinks.summary import record_metrics
@@ -260,6 +260,9 @@ class Session:
         key = job_key_of(self.spec.job_key, self.settings.job_key, os.environ)
         if key:  # the user's own links win
             self.links.setdefault(JOB_KEY_LINK, key)
+        branch = git_branch_of(os.environ)
+        if branch:
+            self.links.setdefault(GIT_BRANCH_LINK, branch)
         self.counts.warmup_steps = self.settings.warmup_steps
         self.co2e_kg_per_kwh = self.settings.carbon.co2e_kg(1.0, _ask(socket.gethostname))
         if self.user is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -177,6 +178,22 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     row = next(x.split() for x in shown.stdout.splitlines() if "resnet50-heavy-aug" in x)
     assert row[-4:-2] == ["3.94", "1.16"]
+    # the README's compare and gate, as written, on the demo's store: the loader fix beyond the
+    # noise, and the newest run passing the gate against the two before it
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    cmds = [
+        x
+        for x in readme.splitlines()
+        if x.startswith(("gpu-kpi compare --config", "gpu-kpi gate --config"))
+    ]
+    assert len(cmds) == 2
+    path = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    compared, gated = (in_shell(c, tmp_path, path) for c in cmds)
+    assert compared.returncode == 0, compared.stderr
+    cost_row = next(x for x in compared.stdout.splitlines() if x.startswith("$ per 1k samples"))
+    assert f"{fix['change_pct']:.1f}%".replace("-", "−") in cost_row and "beyond noise" in cost_row
+    assert compared.stdout.splitlines()[-1].split()[1:] == ["input-bound", "healthy"]
+    assert gated.returncode == 0 and "### gpu-kpi gate: resnet-sweep passes" in gated.stdout
 
     listed = gpu_kpi("runs", "--store", f"sqlite:///{db}", "--format", "json")
     assert listed.returncode == 0, listed.stderr

@@ -98,3 +98,29 @@ def test_a_run_records_its_job_key_given_configured_or_slurms_name(
     monkeypatch.delenv("GPU_KPI_JOB_KEY")
     monkeypatch.setenv("SLURM_JOB_NAME", "bash")
     assert key() is None
+
+
+def test_the_branch_a_ci_job_runs_on_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracker.scheduler import GIT_BRANCH_LINK, git_branch_of
+
+    assert git_branch_of({}) == ""
+    assert git_branch_of({"GITHUB_REF_NAME": "main"}) == "main"
+    # a pull request: its own branch, not the merge ref's name
+    assert git_branch_of({"GITHUB_REF_NAME": "7/merge", "GITHUB_HEAD_REF": "fix-loader"}) == (
+        "fix-loader"
+    )
+    assert git_branch_of({"GIT_BRANCH": "origin/main"}) == "main"  # Jenkins
+    assert git_branch_of({"CI_COMMIT_REF_NAME": "dev", "GPU_KPI_GIT_BRANCH": " mine "}) == "mine"
+    monkeypatch.setenv("CI_COMMIT_REF_NAME", "release")
+    with track(name="b", backend="simulated:healthy@H100", store=False, log_to_python=False) as run:
+        pass
+    assert run.record is not None and run.record.links[GIT_BRANCH_LINK] == "release"
+    with track(
+        name="b",
+        backend="simulated:healthy@H100",
+        store=False,
+        log_to_python=False,
+        links={GIT_BRANCH_LINK: "given"},
+    ) as run:
+        pass
+    assert run.record is not None and run.record.links[GIT_BRANCH_LINK] == "given"

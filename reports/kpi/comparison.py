@@ -1,0 +1,410 @@
+"""Two sets of runs side by side (``gpu-kpi compare``), and a run against a baseline
+(``gpu-kpi gate``): throughput, step time, data wait, utilization, SM activity, MFU and cost per
+unit of work, each difference marked as beyond the noise or not.
+
+The noise is the runs' own spread: a side of :data:`MIN_RUNS` runs or more is resampled with
+replacement (a percentile bootstrap of the difference of the sides' means, a fixed seed), and a
+difference whose 95% interval leaves out zero is beyond the noise. A side of fewer runs has no
+noise band: the comparison says so instead. (A run's step-time variance is not used: it says how
+well one run's mean is known, not how much two runs of the same code differ, which is what
+machine, data order and neighbours move; only repeated runs show that.)
+
+The gate compares one run with a baseline's mean: a regression fails it when it is larger than
+the threshold and than the noise band, the 95% prediction interval of one more baseline run
+(Student's t × the baseline's standard deviation × √(1 + 1/n)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports.kpi.pricing import run_prices
+from reports.kpi.savings import BUSY_UNIT, UNITS
+from tracker.owned import OwnedGpu
+from tracker.prices import PriceTable
+
+MIN_RUNS = 3
+"""Runs a side needs for a noise band."""
+BOOTSTRAP = 2000
+SEED = 28
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    label: str
+    higher_is_better: bool
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("tokens_per_s", "tokens/s", True),
+    Metric("samples_per_s", "samples/s", True),
+    Metric("step_time_ms", "step time (ms)", False),
+    Metric("data_wait_pct", "data wait (%)", False),
+    Metric("util_pct", "utilization (%)", True),
+    Metric("sm_active_pct", "SM activity (%)", True),
+    Metric("mfu", "MFU", True),
+    Metric("usd_per_unit", "$ per unit", False),
+)
+BY_KEY = {m.key: m for m in METRICS}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Side:
+    """Runs of one side: each run's figures (NaN: unknown), and its cost and work."""
+
+    label: str
+    run_ids: tuple[str, ...]
+    values: Mapping[str, np.ndarray]
+    """Metric key → a value per run (not ``usd_per_unit``: that is ``cost`` ÷ ``work``)."""
+    cost: np.ndarray
+    verdicts: tuple[str, ...]
+
+    @property
+    def runs(self) -> int:
+        return len(self.run_ids)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One metric of a comparison."""
+
+    metric: str
+    label: str
+    a: float | None
+    b: float | None
+    change_pct: float | None
+    """(b ÷ a − 1) × 100."""
+    low_pct: float | None
+    high_pct: float | None
+    """The 95% bootstrap interval of the change; None without a noise band."""
+    beyond_noise: bool | None
+    """None: a side has fewer than :data:`MIN_RUNS` runs (noise unknown)."""
+    better: bool | None
+    """Whether b is better than a on this metric (None: no change, or unknown)."""
+
+
+def side_of(
+    label: str,
+    runs: pd.DataFrame,
+    *,
+    prices: Mapping[str, float],
+    owned: Mapping[str, OwnedGpu] | None = None,
+) -> Side:
+    """A side from runs (:func:`reports.kpi.runs_frame` columns), priced as the report prices
+    them. The step time is a step's samples over the run's samples per second.
+
+    Args:
+        label: What the side is (a run id, a job key, a key and dates).
+        runs: Its runs.
+        prices: The report's price overrides.
+        owned: The owned models.
+    """
+
+    def column(name: str) -> np.ndarray:
+        v = pd.to_numeric(runs[name], errors="coerce").astype(float).to_numpy()
+        return np.where(np.isfinite(v), v, np.nan)
+
+    price, _ = run_prices(runs, PriceTable(prices), owned) if len(runs) else (pd.Series(), None)
+    hours = column("gpu_hours")
+    samples, steps = column("samples"), column("steps")
+    per_step = np.where(steps > 0, samples / np.where(steps > 0, steps, 1), np.nan)
+    sps = column("samples_per_s")
+    values = {
+        "tokens_per_s": column("tokens_per_s"),
+        "samples_per_s": sps,
+        "step_time_ms": np.where(sps > 0, 1000 * per_step / np.where(sps > 0, sps, 1), np.nan),
+        "data_wait_pct": column("data_wait_pct"),
+        "util_pct": column("util_pct"),
+        "sm_active_pct": column("sm_active_pct"),
+        "mfu": column("mfu"),
+        "tokens": column("tokens"),
+        "samples": samples,
+        "busy": hours * column("util_pct") / 100.0,
+    }
+    cost = hours * (price.to_numpy(dtype=float) if len(runs) else np.zeros(0))
+    return Side(
+        label=label,
+        run_ids=tuple(str(i) for i in runs["id"]),
+        values=values,
+        cost=np.where(np.isfinite(cost) & (cost > 0), cost, np.nan),
+        verdicts=tuple(str(v) for v in runs["verdict"].fillna("")),
+    )
+
+
+def common_unit(a: Side, b: Side) -> tuple[str, str, float]:
+    """The unit of work both sides counted on every priced run: (name, the value key, the
+    scale); ``("", "", 1)`` where none."""
+    for column, scale, name in UNITS:
+        if all(
+            s.runs and bool((s.values[column][~np.isnan(s.cost)] > 0).all()) for s in (a, b)
+        ) and all((~np.isnan(s.cost)).any() for s in (a, b)):
+            return name, column, scale
+    if all(
+        s.runs
+        and (~np.isnan(s.cost)).any()
+        and bool((s.values["busy"][~np.isnan(s.cost)] > 0).all())
+        for s in (a, b)
+    ):
+        return BUSY_UNIT, "busy", 1.0
+    return "", "", 1.0
+
+
+def mode(values: Sequence[str]) -> str:
+    """The most common non-empty value; "" where none."""
+    v = [x for x in values if x]
+    return max(set(v), key=lambda x: (v.count(x), x)) if v else ""
+
+
+def _stat(
+    side: Side, key: str, unit: tuple[str, str, float]
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(numerators, denominators) per run of a side's statistic (a mean: values and ones; the
+    cost per unit: costs and work), over the runs that have it; None where none has."""
+    if key == "usd_per_unit":
+        if not unit[0]:
+            return None
+        work = side.values[unit[1]] / unit[2]
+        ok = ~np.isnan(side.cost) & (work > 0)
+        return (side.cost[ok], work[ok]) if ok.any() else None
+    v = side.values[key]
+    ok = ~np.isnan(v)
+    return (v[ok], np.ones(int(ok.sum()))) if ok.any() else None
+
+
+def compare(a: Side, b: Side, *, seed: int = SEED) -> tuple[list[Row], str]:
+    """Each metric both sides have: their figures (means over runs; the cost per unit a ratio
+    of sums), the change, and whether it is beyond the noise.
+
+    Args:
+        a: The first side (the reference).
+        b: The second.
+        seed: The bootstrap's seed.
+
+    Returns:
+        The rows, and the unit of ``usd_per_unit`` ("" where the sides share none).
+    """
+    unit = common_unit(a, b)
+    rows = []
+    for m in METRICS:
+        sa, sb = _stat(a, m.key, unit), _stat(b, m.key, unit)
+        if sa is None or sb is None:
+            continue
+        va, vb = float(sa[0].sum() / sa[1].sum()), float(sb[0].sum() / sb[1].sum())
+        change = 100.0 * (vb / va - 1.0) if va else None
+        low = high = None
+        beyond = None
+        if len(sa[0]) >= MIN_RUNS and len(sb[0]) >= MIN_RUNS and va:
+            low, high = _bootstrap(sa, sb, seed)
+            beyond = low > 0 or high < 0
+        better = None
+        if change is not None and change != 0:
+            better = (change > 0) == m.higher_is_better
+        label = f"$ per {unit[0]}" if m.key == "usd_per_unit" else m.label
+        rows.append(
+            Row(
+                metric=m.key,
+                label=label,
+                a=va,
+                b=vb,
+                change_pct=change,
+                low_pct=low,
+                high_pct=high,
+                beyond_noise=beyond,
+                better=better,
+            )
+        )
+    return rows, unit[0]
+
+
+def _bootstrap(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], seed: int
+) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    ia = rng.integers(0, len(a[0]), size=(BOOTSTRAP, len(a[0])))
+    ib = rng.integers(0, len(b[0]), size=(BOOTSTRAP, len(b[0])))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ra = a[0][ia].sum(axis=1) / a[1][ia].sum(axis=1)
+        rb = b[0][ib].sum(axis=1) / b[1][ib].sum(axis=1)
+        change = 100.0 * (rb / ra - 1.0)
+    change = change[np.isfinite(change)]
+    if not len(change):
+        return float("nan"), float("nan")
+    low, high = np.percentile(change, [2.5, 97.5])
+    return float(low), float(high)
+
+
+# -- the gate ------------------------------------------------------------------------------------
+
+_T975: tuple[float, ...] = (
+    *(12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228),
+    *(2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086),
+    *(2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042),
+)
+"""Student's t at 97.5% for 1 to 30 degrees of freedom."""
+
+
+def t975(df: int) -> float:
+    """Student's t, two-sided 95% (the 97.5th percentile), for ``df`` degrees of freedom."""
+    if df < 1:
+        raise ValueError("no degrees of freedom")
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """A metric's baseline: the mean of ``runs`` runs and their standard deviation."""
+
+    mean: float
+    sd: float | None
+    runs: int
+
+    def noise_pct(self) -> float | None:
+        """The 95% prediction interval's half-width for one more run, in % of the mean; None
+        with fewer than 2 runs."""
+        if self.runs < 2 or self.sd is None or not self.mean:
+            return None
+        return 100.0 * t975(self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs) / abs(self.mean)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GateLine:
+    metric: str
+    label: str
+    baseline: Baseline
+    value: float
+    change_pct: float
+    regression_pct: float
+    """How much worse, in % (≤ 0: not worse)."""
+    noise_pct: float | None
+    fails: bool
+
+    def sentence(self, threshold_pct: float) -> str:
+        """``−7.9% tokens/s (noise ±1.2%): fails the 5% gate``."""
+        noise = "noise unknown" if self.noise_pct is None else f"noise ±{self.noise_pct:.1f}%"
+        sign = "−" if self.change_pct < 0 else "+"
+        verdict = "fails" if self.fails else "passes"
+        return (
+            f"{sign}{abs(self.change_pct):.1f}% {self.label} ({noise}): {verdict} the "
+            f"{threshold_pct:g}% gate"
+        )
+
+
+def baseline_of(values: np.ndarray) -> Baseline | None:
+    """A metric's baseline from its runs' values (NaN: unknown); None where none has one."""
+    v = values[np.isfinite(values)]
+    if not len(v):
+        return None
+    return Baseline(
+        mean=float(v.mean()), sd=float(v.std(ddof=1)) if len(v) > 1 else None, runs=len(v)
+    )
+
+
+def gate(
+    candidate: Mapping[str, float | None],
+    baselines: Mapping[str, Baseline],
+    *,
+    threshold_pct: float,
+) -> list[GateLine]:
+    """Each metric of the candidate that has a baseline: its change, how much of it is a
+    regression, the noise band, and whether it fails (a regression over the threshold and over
+    the noise band).
+
+    Args:
+        candidate: Metric key → the run's value.
+        baselines: Metric key → its baseline.
+        threshold_pct: The largest regression that passes, in %.
+    """
+    out = []
+    for key, base in baselines.items():
+        v = candidate.get(key)
+        if v is None or not math.isfinite(v) or not base.mean:
+            continue
+        m = BY_KEY.get(key) or Metric(key, key, not key.startswith("usd_per"))
+        change = 100.0 * (v / base.mean - 1.0)
+        regression = -change if m.higher_is_better else change
+        noise = base.noise_pct()
+        fails = regression > threshold_pct and (noise is None or regression > noise)
+        out.append(
+            GateLine(
+                metric=key,
+                label=m.label,
+                baseline=base,
+                value=float(v),
+                change_pct=change,
+                regression_pct=regression,
+                noise_pct=noise,
+                fails=fails,
+            )
+        )
+    return out
+
+
+def as_plain(obj: Any) -> Any:
+    """Rows and lines as JSON-ready dicts."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {k: as_plain(v) for k, v in dataclasses.asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {k: as_plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [as_plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def run_values(
+    side: Side, unit: tuple[str, str, float], metrics: Sequence[str]
+) -> dict[str, float | None]:
+    """A one-run side's ``metrics`` (``usd_per_unit`` in ``unit``; None: unknown).
+
+    Args:
+        side: The run.
+        unit: The unit of work (:func:`common_unit`).
+        metrics: The metric keys.
+    """
+    out: dict[str, float | None] = {}
+    for key in metrics:
+        if key == "usd_per_unit":
+            if not unit[0]:
+                continue
+            work = float(side.values[unit[1]][0]) / unit[2]
+            cost = float(side.cost[0])
+            out[key] = cost / work if work > 0 and math.isfinite(cost) else None
+        else:
+            v = float(side.values[key][0])
+            out[key] = v if math.isfinite(v) else None
+    return out
+
+
+def baselines_of(
+    side: Side, unit: tuple[str, str, float], metrics: Sequence[str]
+) -> dict[str, Baseline]:
+    """The baseline of each of ``metrics`` over a side's runs (those that have it).
+
+    Args:
+        side: The baseline's runs.
+        unit: The unit of work of ``usd_per_unit``.
+        metrics: The metric keys.
+    """
+    out = {}
+    for key in metrics:
+        if key == "usd_per_unit":
+            if not unit[0]:
+                continue
+            work = side.values[unit[1]] / unit[2]
+            values = np.where(work > 0, side.cost / np.where(work > 0, work, 1), np.nan)
+        else:
+            values = side.values[key]
+        b = baseline_of(values)
+        if b is not None:
+            out[key] = b
+    return out

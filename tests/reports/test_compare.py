@@ -1,0 +1,209 @@
+"""`gpu-kpi compare` and `gpu-kpi gate` through the real CLI, on runs the tracker recorded
+(simulated GPU, an injected clock): a benchmark that was input-bound (0.3 s of each 1 s step
+waiting for data) until its loader was fixed (0.7 s steps, healthy), then a change that made its
+steps 8.6% slower (tokens/s −7.8%); every figure worked out here."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from clirun import gpu_kpi
+from fakes import Clock
+
+from reports.compare import BASELINE_SCHEMA
+from tracker.session import track
+
+TOKENS = 4096  # a step's tokens
+FLOPS = 4e14  # a step's FLOPs
+BF16_PEAK = 989.4e12  # H100 SXM dense bf16
+PRICE = 3.85  # H100 $/GPU-hour (the table's)
+STEPS = 300
+
+
+def bench_run(
+    url: str, clock: Clock, n: int, *, wait_s: float, compute_s: float, branch: str
+) -> str:
+    """One tracked run of the benchmark (job key llm-bench); its id."""
+    with track(
+        name=f"llm-bench-{1000 + n}",
+        job_key="llm-bench",
+        backend=f"simulated:{'input-bound' if wait_s > 0.1 else 'healthy'}@H100",
+        store=url,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        flops_per_step=FLOPS,
+        dtype="bf16",
+        log_to_python=False,
+        print_summary=False,
+        links={"git_branch": branch},
+    ) as run:
+        for _ in range(STEPS):
+            clock.t += wait_s
+            run.data_ready()
+            clock.t += compute_s
+            run.step(samples=8, tokens=TOKENS)
+            if run.sampler is not None:
+                run.sampler.sample()
+    clock.t += 3600  # an hour between runs
+    assert run.record is not None
+    return run.record.id
+
+
+BEFORE = [0.70, 0.707, 0.693]  # compute seconds of the input-bound runs (0.3 s data wait)
+AFTER = [0.70, 0.7035, 0.6965, 0.70, 0.7035]  # the fixed loader's runs, on main
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[str, Clock, list[str], list[str], float]:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    clock = Clock()
+    clock.t = time.time() - 7 * 86400  # a week ago: inside the 26 weeks compare reads
+    before = [
+        bench_run(url, clock, i, wait_s=0.3, compute_s=c, branch="main")
+        for i, c in enumerate(BEFORE)
+    ]
+    split = clock.t
+    after = [
+        bench_run(url, clock, 10 + i, wait_s=0.0, compute_s=c, branch="main")
+        for i, c in enumerate(AFTER)
+    ]
+    return url, clock, before, after, split
+
+
+def iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(t))
+
+
+def test_compare_before_and_after_the_loader_fix(
+    store: tuple[str, Clock, list[str], list[str], float],
+) -> None:
+    url, clock, before, after, split = store
+    a, b = (
+        f"llm-bench@{iso(split - 30 * 86400)}..{iso(split)}",
+        f"llm-bench@{iso(split)}..{iso(clock.t)}",
+    )
+    p = gpu_kpi("compare", a, b, "--format", "json", "--store", url)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["a"]["runs"] == before and doc["b"]["runs"] == after
+    assert (doc["a"]["verdict"], doc["b"]["verdict"], doc["unit"]) == (
+        "input-bound",
+        "healthy",
+        "1M tokens",
+    )
+    rows = {r["metric"]: r for r in doc["metrics"]}
+    # tokens/s: the mean over runs of TOKENS ÷ (wait + compute)
+    tps_a = np.mean([TOKENS / (0.3 + c) for c in BEFORE])
+    tps_b = np.mean([TOKENS / c for c in AFTER])
+    assert rows["tokens_per_s"]["a"] == pytest.approx(tps_a)
+    assert rows["tokens_per_s"]["b"] == pytest.approx(tps_b)
+    assert rows["tokens_per_s"]["change_pct"] == pytest.approx(100 * (tps_b / tps_a - 1))
+    assert rows["tokens_per_s"]["beyond_noise"] is True and rows["tokens_per_s"]["better"] is True
+    assert rows["data_wait_pct"]["a"] == pytest.approx(np.mean([30 / (0.3 + c) for c in BEFORE]))
+    assert rows["data_wait_pct"]["b"] == pytest.approx(0.0)
+    assert rows["mfu"]["b"] == pytest.approx(np.mean([FLOPS / c / BF16_PEAK for c in AFTER]))
+    # $ per 1M tokens: a ratio of sums, each run's GPU-hours at $3.85 over its tokens
+    cost_a = sum(STEPS * (0.3 + c) / 3600 * PRICE for c in BEFORE)
+    assert rows["usd_per_unit"]["a"] == pytest.approx(cost_a / (3 * STEPS * TOKENS / 1e6))
+    assert rows["usd_per_unit"]["better"] is True and rows["usd_per_unit"]["beyond_noise"] is True
+    # markdown: a table, the noise said for each row
+    md = gpu_kpi("compare", a, b, "--format", "markdown", "--store", url)
+    assert md.returncode == 0, md.stderr
+    lines = md.stdout.strip().splitlines()
+    assert lines[0].startswith("| metric | llm-bench@") and lines[1].startswith("|---|")
+    tokens_line = next(line for line in lines if line.startswith("| tokens/s |"))
+    assert f"| +{100 * (tps_b / tps_a - 1):.1f}% | beyond noise (95%:" in tokens_line
+    assert lines[-1].startswith("| verdict | input-bound | healthy |")
+
+
+def test_two_single_runs_say_their_noise_is_unknown(
+    store: tuple[str, Clock, list[str], list[str], float],
+) -> None:
+    url, _, before, after, _ = store
+    p = gpu_kpi("compare", before[0], after[0], "--store", url)
+    assert p.returncode == 0, p.stderr
+    tokens = next(line for line in p.stdout.splitlines() if line.startswith("tokens/s"))
+    assert "noise unknown (1 and 1 runs; 3 a side for a band)" in tokens
+    bad = gpu_kpi("compare", "no-such-run", after[0], "--store", url)
+    assert bad.returncode == 2 and "'no-such-run': no run with that id" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def gate(url: str, summary: Path, *args: str) -> tuple[int, str, str]:
+    p = gpu_kpi(
+        "gate",
+        "--job-key",
+        "llm-bench",
+        "--store",
+        url,
+        *args,
+        env={"GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_the_gate_fails_a_slower_run_and_passes_one_within_the_noise(
+    store: tuple[str, Clock, list[str], list[str], float], tmp_path: Path
+) -> None:
+    url, clock, _, _, _ = store
+    # a pull request whose steps take 0.76 s: 8.6% slower, tokens/s -7.9%
+    bench_run(url, clock, 20, wait_s=0.0, compute_s=0.76, branch="pr-7")
+    summary = tmp_path / "summary.md"
+    rc, out, err = gate(
+        url, summary, "--last", "5", "--write-baseline", str(tmp_path / "base.json")
+    )
+    assert rc == 1, out + err
+    # the baseline: the last 5 runs on main before it, the fixed loader's
+    tps = np.array([TOKENS / c for c in AFTER])
+    mean, sd = tps.mean(), tps.std(ddof=1)
+    noise = 100 * 2.776 * sd * np.sqrt(1 + 1 / 5) / mean  # t(0.975, 4 df) = 2.776
+    change = 100 * (TOKENS / 0.76 / mean - 1)
+    assert -8 < change < -7.5
+    line = f"- −{abs(change):.1f}% tokens/s (noise ±{noise:.1f}%): fails the 5% gate"
+    assert line in out.splitlines()
+    assert out.splitlines()[0] == "### gpu-kpi gate: llm-bench fails"
+    assert "| tokens/s | " + f"{mean:,.0f} | {TOKENS / 0.76:,.0f} |" in out
+    assert "| baseline (5 runs on main) |" in out
+    assert summary.read_text().strip() == out.strip()  # the step summary has the same Markdown
+    # $ per 1M tokens rose as much as the steps: 8.6% (a cost: higher is worse)
+    cost_line = next(line for line in out.splitlines() if line.startswith("| $ per 1M tokens |"))
+    assert "| fails |" in cost_line
+    base = json.loads((tmp_path / "base.json").read_text())
+    assert base["schema"] == BASELINE_SCHEMA and base["metrics"]["tokens_per_s"]["runs"] == 5
+    assert base["metrics"]["tokens_per_s"]["mean"] == pytest.approx(mean)
+    # the same against the file, JSON out
+    rc, out, err = gate(url, summary, "--baseline", str(tmp_path / "base.json"), "--format", "json")
+    doc = json.loads(out)
+    assert rc == 1 and doc["passes"] is False
+    tokens = next(x for x in doc["lines"] if x["metric"] == "tokens_per_s")
+    assert tokens["noise_pct"] == pytest.approx(noise, rel=1e-3) and tokens["fails"] is True
+    # a run 1% slower passes: within the 5% gate
+    bench_run(url, clock, 21, wait_s=0.0, compute_s=0.707, branch="pr-8")
+    rc, out, err = gate(url, summary, "--last", "5")
+    assert rc == 0, out + err
+    assert out.splitlines()[0] == "### gpu-kpi gate: llm-bench passes"
+
+
+def test_the_gate_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    clock = Clock()
+    clock.t = time.time() - 86400
+    bench_run(url, clock, 0, wait_s=0.0, compute_s=0.7, branch="pr-1")
+    summary = tmp_path / "summary.md"
+    for args, said in [
+        ((), "no baseline: no earlier finished run of 'llm-bench' on branch 'main'"),
+        (("--baseline", str(tmp_path / "missing.json")), "--baseline"),
+        (("--threshold", "-1"), "--threshold -1.0: a percentage from 0"),
+    ]:
+        rc, _out, err = gate(url, summary, *args)
+        assert rc == 2 and said in err, (args, err)
+        assert len(err.strip().splitlines()) == 1
+    (tmp_path / "foreign.json").write_text('{"schema": "something else"}')
+    rc, _, err = gate(url, summary, "--baseline", str(tmp_path / "foreign.json"))
+    assert rc == 2 and "not a gpu-kpi baseline" in err
+    assert not summary.exists()
