@@ -20,6 +20,7 @@ from reports.kpi.gputime import gpu_time
 from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import rightsizing
 from reports.kpi.savings import Change
+from reports.kpi.whatif import WhatIf, what_if
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
@@ -89,6 +90,9 @@ class WeekKpis:
     changes: tuple[Change, ...] = ()
     """Each recurring job's cost per unit of work before and after a change, most saved first
     (:func:`reports.kpi.savings.changes`; set by the report builder)."""
+    what_if: WhatIf | None = None
+    """What fixing the most wasteful runs would return in GPUs, and defer
+    (:mod:`reports.kpi.whatif`); None without recoverable waste."""
     rent_vs_own: tuple[RentVsOwn, ...] = ()
     """One line per owned model (``[owned.<MODEL>]``): its week owned vs rented."""
     carbon: Carbon = field(default_factory=Carbon)
@@ -438,6 +442,7 @@ def kpis_of_gpu_time(
         rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
         if owned
         else (),
+        what_if=what_if(ordered, trend, head.gpu_hours, owned, hours_in_week=hours_in_week),
         carbon=carbon,
         week_headlines={wk: worked[wk] for wk in weeks if wk not in stored or wk in of_week},
         team_headlines={

@@ -24,7 +24,10 @@ spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), 
 ``waste_by_cause`` (:data:`CAUSE_FIELDS`, ``top`` runs and ``fix``), ``recurring_jobs``
 (:data:`RECURRING_FIELDS`), ``savings`` (:data:`SAVING_FIELDS`: each change to a recurring job,
 before and after, in dollars) and ``savings_by_team`` (``team``, ``usd_per_week``,
-``usd_to_date``, ``changes``), ``allocations`` (null when no Slurm job or Kubernetes pod was
+``usd_to_date``, ``changes``), ``capacity_what_if`` (null for a week under way or with no
+recoverable waste: ``runs``, ``gpu_hours``, ``gpus``, ``hours``, ``used_gpus``, ``growth_pct_month``,
+``trend_weeks``, ``months``, ``owned_model``, ``purchase_usd``, ``sentence``:
+:mod:`reports.kpi.whatif`), ``allocations`` (null when no Slurm job or Kubernetes pod was
 ever imported; else ``totals``
 (:data:`ALLOCATION_TOTALS`), ``jobs_count``, ``jobs`` (:data:`JOB_FIELDS`, the
 :data:`MAX_JSON_RUNS` with the most idle and unsampled dollars), ``by_team``
@@ -40,7 +43,7 @@ CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``waste_cause`` (key the cause),
 ``recurring_job`` (key the job key), ``saving`` (key ``JOBKEY@AT``), ``saving_team`` (key the
-team), ``excluded`` (metrics ``name`` and
+team), ``capacity_what_if`` (key empty), ``excluded`` (metrics ``name`` and
 ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
 0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the
@@ -391,6 +394,9 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             )
             for c in k.changes
         ],
+        "capacity_what_if": None
+        if k.what_if is None or k.so_far
+        else _plain({**dataclasses.asdict(k.what_if), "sentence": k.what_if.sentence()}),
         "savings_by_team": [
             _plain({"team": t, "usd_per_week": w, "usd_to_date": d, "changes": n})
             for t, w, d, n in savings.ledger_by_team(k.changes)
@@ -554,6 +560,8 @@ class CsvExport(RunsExport):
                 f"{row['job_key']}@{row['at']}",
                 {f: v for f, v in row.items() if f not in ("job_key", "at")},
             )
+        if d["capacity_what_if"] is not None:
+            rows("capacity_what_if", "", d["capacity_what_if"])
         for row in d["savings_by_team"]:
             rows("saving_team", row["team"], {f: v for f, v in row.items() if f != "team"})
         if d["allocations"] is not None:

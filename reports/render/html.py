@@ -420,6 +420,8 @@ def report_context(
         "rightsizing": _rightsizing_rows(k),
         "energy": _energy(k),
         "rent_vs_own": _rent_vs_own(k),
+        # a week under way has part of its GPU-hours: no what-if from it
+        "what_if": k.what_if.sentence() if k.what_if is not None and not k.so_far else "",
         "more_rightsizing": max(len(k.rightsizing) - MAX_RUN_ROWS, 0),
         "thresholds": {
             "target": fmt_pct(t.target_util_pct, 0),

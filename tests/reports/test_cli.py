@@ -142,6 +142,20 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert fix["change_pct"] < -25  # 58% → 88% utilization: each sample a third cheaper
     assert f"resnet-sweep: input-bound → healthy since {fix['week']}" in html.read_text()
     assert "What fixes saved:" in " ".join(text.split())
+    # the capacity what-if: the top runs' waste in GPU-hours at their prices, ÷ 168 hours
+    wasteful = sorted(
+        (r for r in doc["runs"] if (r["waste_usd"] or 0) > 0 and (r["spend_usd"] or 0) > 0),
+        key=lambda r: -r["waste_usd"],
+    )[:10]
+    returned = sum(r["waste_usd"] / r["spend_usd"] * r["gpu_hours"] for r in wasteful)
+    what = doc["capacity_what_if"]
+    assert what["runs"] == len(wasteful) and what["gpu_hours"] == pytest.approx(returned)
+    assert what["gpus"] == pytest.approx(returned / 168)
+    assert (what["owned_model"], what["purchase_usd"]) == (
+        "A100-80GB",
+        pytest.approx(returned / 168 * 15000),
+    )
+    assert "Capacity what-if: fixing the top" in " ".join(text.split())
     # the demo's budgets: vision over its $150 week (its week's spend, as the report has it);
     # nlp's month, the one the week ends in (how far into it depends on today's date)
     week = json.loads(html.with_suffix(".json").read_text())

@@ -293,6 +293,7 @@ def exposition() -> str:
 
     from reports.kpi import AllocationWeek, JobLine
     from reports.kpi.allocations import CapacityLine
+    from reports.kpi.savings import Change
 
     job = JobLine(
         source="slurm", cluster="c", job_id="7", shown_id="7", name="j", user="u", account="a",
@@ -310,9 +311,16 @@ def exposition() -> str:
         week(W48_RUNS, W48_SAMPLES),
         allocations=AllocationWeek(jobs=(job,), capacity=(nodes,)),
     )
+    fix = Change(
+        job_key="resnet-nightly", team="vision", at=datetime(2026, 11, 2, tzinfo=UTC),
+        week="2026-W45", how="mark", note="loader", unit="1k samples", runs_before=6,
+        runs_after=6, usd_per_unit_before=0.2, usd_per_unit_after=0.12, change_pct=-40.0,
+        low_pct=-48.0, high_pct=-31.0, verdict_before="input-bound", verdict_after="healthy",
+        weeks_since=4.0, usd_to_date=192.0, usd_per_week=48.0,
+    )  # fmt: skip
     exporter = KpiExporter()
     exporter.update(
-        week(W48_RUNS, W48_SAMPLES),
+        dataclasses.replace(week(W48_RUNS, W48_SAMPLES), changes=(fix,)),
         week_to_date=week(W48_RUNS + W49_RUNS, W48_SAMPLES, at=W49),
         history=history,
     )

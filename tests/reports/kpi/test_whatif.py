@@ -1,0 +1,71 @@
+"""The capacity what-if (:mod:`reports.kpi.whatif`), by hand: GPUs returned by fixing the top
+runs, the trend's growth, the months it defers, the hardware it is worth."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from reports.kpi.whatif import what_if
+from tracker.owned import OwnedGpu
+
+OWNED = {
+    "H100": OwnedGpu(
+        model="H100", purchase_usd=30_000, life_years=4, power_w=700, usd_per_kwh=0.1, gpus=64
+    ),
+    "L4": OwnedGpu(
+        model="L4", purchase_usd=2_500, life_years=4, power_w=72, usd_per_kwh=0.1, gpus=8
+    ),
+}
+
+
+def runs() -> pd.DataFrame:
+    # 12 runs, most waste first; run i wastes (12 - i) x $100 at $4/GPU-hour (spend 4 x hours),
+    # and one unpriced run with no spend
+    rows = [
+        {"waste_usd": 100.0 * (12 - i), "spend_usd": 4.0 * 500, "gpu_hours": 500.0}
+        for i in range(12)
+    ]
+    rows.insert(3, {"waste_usd": 999.0, "spend_usd": float("nan"), "gpu_hours": 10.0})
+    return pd.DataFrame(rows)
+
+
+def trend(weeks: int, growth_week: float) -> pd.DataFrame:
+    return pd.DataFrame({"gpu_hours": [10_000 * (1 + growth_week) ** w for w in range(weeks)]})
+
+
+def test_the_top_ten_runs_growth_and_hardware_by_hand() -> None:
+    w = what_if(runs(), trend(12, 0.02), 16_800.0, OWNED)
+    assert w is not None
+    # the ten priced runs with most waste: $1,200 ... $300, at $4/GPU-hour: 7,500 / 4 GPU-hours
+    assert w.runs == 10 and w.gpu_hours == pytest.approx(sum(100 * (12 - i) for i in range(10)) / 4)
+    assert w.gpus == pytest.approx(1875 / 168) and w.used_gpus == pytest.approx(100.0)
+    # 2% a week, exactly exponential: (1.02)^(30.44 / 7) - 1 a month
+    monthly = 1.02 ** (30.44 / 7) - 1
+    assert w.growth_pct_month == pytest.approx(100 * monthly) and w.trend_weeks == 12
+    assert w.months == pytest.approx(math.log(1 + (1875 / 168) / 100) / math.log(1 + monthly))
+    # the owned model with most GPUs: H100 at $30,000 each
+    assert (w.owned_model, w.purchase_usd) == ("H100", pytest.approx(1875 / 168 * 30_000))
+    assert w.sentence() == (
+        f"fixing the top 10 runs' waste returns ≈ 11.2 GPUs a week (1,875 GPU-h of waste "
+        f"÷ 168 h; "
+        f"100.0 in use on average); at the last 12 weeks' growth (+{100 * monthly:.1f}%/month) "
+        f"that defers the next purchase by ≈ {w.months:.1f} months (11.2 H100 would cost "
+        f"${1875 / 168 * 30_000:,.0f} at your owned price)"
+    )
+
+
+def test_only_what_the_inputs_support_is_said() -> None:
+    # seven weeks of trend: no growth; no owned GPUs: no price; a shrinking fleet: no deferral
+    short = what_if(runs(), trend(7, 0.02), 16_800.0)
+    assert short is not None and short.growth_pct_month is None and short.months is None
+    assert short.purchase_usd is None and short.trend_weeks == 7
+    assert "defers" not in short.sentence() and "owned price" not in short.sentence()
+    shrinking = what_if(runs(), trend(12, -0.02), 16_800.0, OWNED)
+    assert shrinking is not None and shrinking.months is None
+    assert "owned price" in shrinking.sentence()
+    no_waste = runs().assign(waste_usd=0.0)
+    assert what_if(no_waste, trend(12, 0.02), 16_800.0, OWNED) is None
+    assert what_if(runs(), trend(12, 0.02), 0.0, OWNED) is None
