@@ -35,18 +35,18 @@ samples/s), MFU and the cost per unit of work."""
 
 
 def _history(store: Any, now: datetime) -> Any:
-    """The usable runs of the last 26 weeks (up to ``now``), with their job keys, finished."""
+    """The finished runs of the last 26 weeks (up to ``now``), with their job keys."""
     from reports.data.gputime import usable_runs
     from reports.data.scans import SampleScans
     from reports.kpi.jobkeys import job_keys
     from reports.kpi.savings import HISTORY_WEEKS
 
     runs, _ = usable_runs(SampleScans(store), since=now - timedelta(weeks=HISTORY_WEEKS), until=now)
-    runs = runs[runs["status"] != "running"]
+    runs = runs[runs["status"] == "finished"]  # a failed or crashed run measures nothing
     return runs.assign(job_key=job_keys(runs["name"], runs["links"]).to_numpy())
 
 
-def _dates(text: str, *, end: bool) -> datetime:
+def _dates(text: str) -> datetime:
     from reports.errors import UsageError
     from reports.weeks import WeekError, parse_week, week_bounds
 
@@ -65,8 +65,15 @@ def _dates(text: str, *, end: bool) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _marks_of(store: Any, key: str) -> list[Any]:
+    from reports.data.marks import read_marks
+
+    return [m for m in read_marks(store) if m.job_key == key]
+
+
 def select(spec: str, history: Any, store: Any) -> tuple[str, Any]:
-    """The runs a side names: a run id (any age), else a job key, else ``KEY@FROM..TO``.
+    """The runs a side names: a run id (any age), else ``KEY@before``/``KEY@after`` (the runs
+    around the key's last mark), ``KEY@FROM..TO``, else a job key (which may hold an ``@``).
 
     Raises:
         UsageError: Nothing matches, with what would have.
@@ -77,12 +84,13 @@ def select(spec: str, history: Any, store: Any) -> tuple[str, Any]:
     record = store.get_run(spec)
     if record is not None:
         return f"run {spec}", runs_frame([record])
-    key, at, span = spec.partition("@")
+    key, at, span = spec.rpartition("@")
+    ranged = bool(at) and (span in ("before", "after") or ".." in span)
+    if not ranged:
+        key = spec
     runs = history[history["job_key"] == key]
-    if at and span in ("before", "after"):
-        from reports.data.marks import read_marks
-
-        marks = [m for m in read_marks(store) if m.job_key == key]
+    if ranged and span in ("before", "after"):
+        marks = _marks_of(store, key)
         if not marks:
             raise UsageError(f'{spec!r}: {key!r} has no mark (gpu-kpi mark {key} "what changed")')
         last = marks[-1].at
@@ -92,19 +100,23 @@ def select(spec: str, history: Any, store: Any) -> tuple[str, Any]:
             runs = runs[started >= last]
         else:
             runs = runs[(started < last) & (started >= prev if prev is not None else True)]
-    elif at:
-        start_text, dots, end_text = span.partition("..")
-        if not dots or not start_text or not end_text:
+    elif ranged:
+        start_text, _, end_text = span.partition("..")
+        if not start_text or not end_text:
             raise UsageError(f"{spec!r}: a range is KEY@FROM..TO, e.g. {key}@2026-W40..2026-W44")
-        lo, hi = _dates(start_text, end=False), _dates(end_text, end=True)
+        lo, hi = _dates(start_text), _dates(end_text)
+        if hi <= lo:
+            raise UsageError(f"{spec!r}: the range ends before it starts")
         started = runs["started_at"]
         runs = runs[(started >= lo) & (started < hi)]
     if not len(runs):
         raise UsageError(
-            f"{spec!r}: no run with that id and no finished run of that job key in the last 26 "
-            "weeks (gpu-kpi report lists the recurring jobs; gpu-kpi runs the runs)"
+            f"{spec!r}: no run with that id and no finished run of that job key"
+            + (" in that range" if ranged else "")
+            + " in the last 26 weeks (gpu-kpi report lists the recurring jobs; gpu-kpi runs the "
+            "runs)"
         )
-    return (f"{key} ({len(runs)} runs)" if not at else f"{spec} ({len(runs)} runs)"), runs
+    return (f"{key} ({len(runs)} runs)" if not ranged else f"{spec} ({len(runs)} runs)"), runs
 
 
 # -- compare -------------------------------------------------------------------------------------
@@ -130,12 +142,19 @@ def _signed(v: float) -> str:
 
 
 def _change(r: Row) -> str:
-    return "—" if r.change_pct is None else f"{_signed(r.change_pct)}%"
+    if r.change_pct is not None:
+        return f"{_signed(r.change_pct)}%"
+    return "—" if r.a == r.b else "new"  # from 0: no change in %
 
 
-def _noise(r: Row, a: Side, b: Side) -> str:
+def _noise(r: Row) -> str:
     if r.beyond_noise is None:
-        return f"noise unknown ({a.runs} and {b.runs} runs; {_min_runs()} a side for a band)"
+        if r.change_pct is None:
+            return "no change in % (the first side's figure is 0)"
+        return (
+            f"noise unknown ({r.runs_a} and {r.runs_b} runs with it; {_min_runs()} a side for "
+            "a band)"
+        )
     assert r.low_pct is not None and r.high_pct is not None
     band = f"95%: {_signed(r.low_pct)}…{_signed(r.high_pct)}%"
     return ("beyond noise" if r.beyond_noise else "within noise") + f" ({band})"
@@ -166,8 +185,7 @@ def compare_text(a: Side, b: Side, rows: Sequence[Row], *, markdown: bool) -> st
 
     head = ["metric", a.label, b.label, "change", "noise"]
     body = [
-        [r.label, _fmt(r.a, r.metric), _fmt(r.b, r.metric), _change(r), _noise(r, a, b)]
-        for r in rows
+        [r.label, _fmt(r.a, r.metric), _fmt(r.b, r.metric), _change(r), _noise(r)] for r in rows
     ]
     body.append(["verdict", mode(a.verdicts) or "—", mode(b.verdicts) or "—", "", ""])
     if markdown:
@@ -209,16 +227,24 @@ def _unit_of_run(side: Side) -> tuple[str, str, float]:
     return common_unit(side, side)
 
 
-def read_baseline(path: Path) -> tuple[str, dict[str, Baseline]]:
-    """A baseline file (:data:`BASELINE_SCHEMA`): its unit and its metrics.
+MAX_BASELINE_RUNS = 1_000_000
+
+
+def read_baseline(path: Path) -> tuple[str, str, dict[str, Baseline]]:
+    """A baseline file (:data:`BASELINE_SCHEMA`): its job key, unit and metrics.
 
     Raises:
-        UsageError: It cannot be read, or is not one.
+        UsageError: It cannot be read, or is not one (a mean that is no positive number, a
+            standard deviation that is no number from 0, a count of runs that is no whole
+            number from 1).
     """
     import math
 
     from reports.errors import UsageError
     from reports.kpi.comparison import Baseline
+
+    def number(v: object) -> bool:
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -226,147 +252,217 @@ def read_baseline(path: Path) -> tuple[str, dict[str, Baseline]]:
         raise UsageError(f"--baseline {path}: {getattr(e, 'strerror', None) or e}") from None
     if not isinstance(doc, dict) or doc.get("schema") != BASELINE_SCHEMA:
         raise UsageError(f"--baseline {path}: not a gpu-kpi baseline ({BASELINE_SCHEMA})")
+    metrics = doc.get("metrics")
+    if not isinstance(metrics, dict):
+        raise UsageError(f"--baseline {path}: its metrics are not an object")
     out = {}
-    for key, m in (doc.get("metrics") or {}).items():
+    for key, m in metrics.items():
         ok = (
             key in GATE_METRICS
             and isinstance(m, dict)
-            and isinstance(m.get("mean"), int | float)
-            and math.isfinite(m["mean"])
+            and number(m.get("mean"))
+            and m["mean"] > 0
             and isinstance(m.get("runs"), int)
-            and m["runs"] >= 1
-            and (m.get("sd") is None or isinstance(m.get("sd"), int | float))
+            and not isinstance(m.get("runs"), bool)
+            and 1 <= m["runs"] <= MAX_BASELINE_RUNS
+            and (m.get("sd") is None or (number(m.get("sd")) and m["sd"] >= 0))
         )
         if not ok:
-            raise UsageError(f"--baseline {path}: metric {key!r} is not mean, sd, runs")
-        out[key] = Baseline(mean=float(m["mean"]), sd=m.get("sd"), runs=m["runs"])
+            raise UsageError(
+                f"--baseline {path}: metric {str(key)[:40]!r} is not a mean (> 0), an sd (>= 0 "
+                "or null) and runs (1 or more)"
+            )
+        sd = None if m.get("sd") is None else float(m["sd"])
+        out[str(key)] = Baseline(mean=float(m["mean"]), sd=sd, runs=int(m["runs"]))
     if not out:
         raise UsageError(f"--baseline {path}: no metric")
-    return str(doc.get("unit") or ""), out
+    return str(doc.get("job_key") or ""), str(doc.get("unit") or ""), out
+
+
+_MD = str.maketrans(
+    {
+        "\\": "\\\\",
+        "|": "\\|",
+        "<": "&lt;",
+        ">": "&gt;",
+        "&": "&amp;",
+        "[": "\\[",
+        "]": "\\]",
+        "*": "\\*",
+        "_": "\\_",
+        "`": "\\`",
+        "#": "\\#",
+        "\n": " ",
+        "\r": " ",
+    }
+)
+
+
+def md(text: str) -> str:
+    """``text`` as literal Markdown (a job key or file name a user chose): no table cell, link,
+    image, emphasis or HTML of its own."""
+    return text.translate(_MD)
 
 
 def gate_markdown(
-    title: str, lines: Sequence[GateLine], base_label: str, threshold: float, unit: str
+    title: str,
+    *,
+    run_id: str,
+    lines: Sequence[GateLine],
+    base_label: str,
+    threshold: float,
+    unit: str,
 ) -> str:
     failed = [g for g in lines if g.fails]
     status = "fails" if failed else "passes"
-    out = [f"### gpu-kpi gate: {title} {status}", ""]
-    out += [f"- {g.sentence(threshold)}" for g in lines if g.fails or g.regression_pct > 0]
-    if len(out) == 2:
+    out = [f"### gpu-kpi gate: {md(title)} {status}", "", f"Run {md(run_id)}.", ""]
+    out += [
+        f"- {md(g.sentence(threshold, unit))}" for g in lines if g.fails or g.regression_pct > 0
+    ]
+    if len(out) == 4:
         out.append(f"- no regression beyond the {threshold:g}% gate")
     out += [
         "",
-        f"| metric | baseline ({base_label}) | this run | change | noise | gate |",
+        f"| metric | baseline ({md(base_label)}) | this run | change | noise | gate |",
         "|---|---|---|---|---|---|",
     ]
     for g in lines:
         label = f"$ per {unit}" if g.metric == "usd_per_unit" else g.label
         noise = "unknown" if g.noise_pct is None else f"±{g.noise_pct:.1f}%"
         out.append(
-            f"| {label} | {_fmt(g.baseline.mean, g.metric)} | {_fmt(g.value, g.metric)} | "
+            f"| {md(label)} | {_fmt(g.baseline.mean, g.metric)} | {_fmt(g.value, g.metric)} | "
             f"{'−' if g.change_pct < 0 else '+'}{abs(g.change_pct):.1f}% | {noise} | "
             f"{'fails' if g.fails else 'passes'} |"
         )
     return "\n".join(out).replace("\x00", "")
 
 
+def _branch_of(links: object) -> str | None:
+    from tracker.scheduler import GIT_BRANCH_LINK
+
+    return links.get(GIT_BRANCH_LINK) if isinstance(links, Mapping) else None
+
+
+def _candidate(args: argparse.Namespace, history: Any, store: Any) -> tuple[str, Any, str]:
+    """The run to gate: (its key, its one-row frame, its label)."""
+    from reports.errors import UsageError
+    from reports.kpi import runs_frame
+    from reports.kpi.jobkeys import job_key
+    from tracker.scheduler import git_branch_of
+
+    if args.run is not None:
+        record = store.get_run(args.run)
+        if record is None:
+            raise UsageError(f"--run {args.run}: no such run")
+        if record.status != "finished":
+            raise UsageError(f"--run {args.run}: the run is {record.status}, not finished")
+        return job_key(record.name, record.links), runs_frame([record]), f"run {args.run}"
+    key = " ".join(args.job_key.split())
+    of_key = history[history["job_key"] == key]
+    if not len(of_key):
+        raise UsageError(f"--job-key {key!r}: no finished run in the last 26 weeks")
+    here = git_branch_of(os.environ)  # in CI: this job's own run, not a neighbour's
+    mine = of_key[of_key["links"].map(_branch_of) == here] if here else of_key
+    run = (mine if len(mine) else of_key).tail(1)
+    return key, run, f"run {run['id'].iloc[0]}"
+
+
 def cmd_gate(args: argparse.Namespace) -> int:
     from reports.errors import UsageError
-    from reports.kpi.comparison import baselines_of, gate, run_values, side_of
-    from tracker.scheduler import GIT_BRANCH_LINK
+    from reports.kpi.comparison import as_plain, baselines_of, gate, run_values, side_of
 
     if (args.run is None) == (args.job_key is None):
         raise UsageError("gate needs the run to check: --run ID or --job-key KEY (its newest run)")
     if not 0 <= args.threshold < 1000:
         raise UsageError(f"--threshold {args.threshold}: a percentage from 0")
+    if not 1 <= args.last <= MAX_BASELINE_RUNS:
+        raise UsageError(f"--last {args.last}: a number of runs from 1")
+    if args.baseline is not None and args.write_baseline:
+        raise UsageError("--write-baseline writes the runs' baseline: not with --baseline FILE")
     settings = _settings(args)
     now = datetime.now(UTC)
+    since_mark = ""
     with _open_store(settings.store, create=False) as store:
         history = _history(store, now)
-        if args.run is not None:
-            label, run = select(args.run, history, store)
-            if len(run) != 1:
-                raise UsageError(f"--run {args.run}: no such run")
-            key = (
-                str(history.loc[history["id"] == args.run, "job_key"].iloc[0])
-                if (history["id"] == args.run).any()
-                else ""
-            )
-        else:
-            key = " ".join(args.job_key.split())
-            of_key = history[history["job_key"] == key]
-            if not len(of_key):
-                raise UsageError(f"--job-key {key!r}: no finished run in the last 26 weeks")
-            run = of_key.tail(1)
-            label = f"run {run['id'].iloc[0]}"
+        key, run, label = _candidate(args, history, store)
+        start = run["started_at"].iloc[0]
+        if args.baseline is None:
+            if not key:
+                raise UsageError("the run has no job key: give --baseline FILE")
+            before = history[
+                (history["job_key"] == key)
+                & (history["id"] != run["id"].iloc[0])
+                & (history["started_at"] < start)
+            ]
+            # a marked change of the job is a new baseline: the runs since its last mark
+            marks = [m for m in _marks_of(store, key) if m.at <= start]
+            if marks:
+                before = before[before["started_at"] >= marks[-1].at]
+                since_mark = f", since the mark of {marks[-1].at:%Y-%m-%d}"
     candidate = side_of(label, run, prices=settings.prices, owned=settings.owned)
     unit = _unit_of_run(candidate)
-    if args.baseline is not None and args.baseline != "runs":
-        base_unit, baselines = read_baseline(Path(args.baseline))
-        base_label = f"{Path(args.baseline).name}"
+    if args.baseline is not None:
+        base_key, base_unit, baselines = read_baseline(Path(args.baseline))
+        if key and base_key and base_key != key:
+            raise UsageError(f"--baseline {args.baseline}: a baseline of {base_key!r}, not {key!r}")
+        base_label = Path(args.baseline).name
         if "usd_per_unit" in baselines and base_unit != unit[0]:
             baselines.pop("usd_per_unit")  # another unit: not comparable
     else:
-        if not key:
-            raise UsageError("the run has no job key: give --baseline FILE")
-        before = history[
-            (history["job_key"] == key)
-            & (history["id"] != run["id"].iloc[0])
-            & (history["started_at"] < run["started_at"].iloc[0])
-        ]
-        branch = before["links"].map(
-            lambda lk: lk.get(GIT_BRANCH_LINK) if isinstance(lk, Mapping) else None
-        )
         if args.branch:
-            before = before[branch == args.branch]
+            before = before[before["links"].map(_branch_of) == args.branch.removeprefix("origin/")]
         before = before.tail(args.last)
         if not len(before):
             raise UsageError(
                 f"no baseline: no earlier finished run of {key!r}"
                 + (f" on branch {args.branch!r}" if args.branch else "")
+                + since_mark
                 + " in the last 26 weeks (--branch '' takes any branch; --baseline FILE a file)"
             )
         base = side_of(key, before, prices=settings.prices, owned=settings.owned)
         baselines = baselines_of(base, unit, GATE_METRICS)
-        base_label = f"{base.runs} run{'s' if base.runs != 1 else ''}" + (
-            f" on {args.branch}" if args.branch else ""
+        base_label = (
+            f"{base.runs} run{'s' if base.runs != 1 else ''}"
+            + (f" on {args.branch}" if args.branch else "")
+            + since_mark
         )
         if args.write_baseline:
             _write_baseline(Path(args.write_baseline), key, unit[0], baselines)
     lines = gate(run_values(candidate, unit, GATE_METRICS), baselines, threshold_pct=args.threshold)
     if not lines:
         raise UsageError("nothing to gate: the run and its baseline share no metric")
-    title = f"{key or label}"
-    md = gate_markdown(title, lines, base_label, args.threshold, unit[0])
+    run_id = str(run["id"].iloc[0])
+    text = gate_markdown(
+        key or label,
+        run_id=run_id,
+        lines=lines,
+        base_label=base_label,
+        threshold=args.threshold,
+        unit=unit[0],
+    )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         try:
             with open(summary, "a", encoding="utf-8") as f:
-                f.write(md + "\n\n")
+                f.write(text + "\n\n")
         except OSError as e:
-            print(
-                printable(f"gpu-kpi: GITHUB_STEP_SUMMARY not written: {e}"),
-                file=__import__("sys").stderr,
-            )
-    if args.format == "json":
-        from reports.kpi.comparison import as_plain
+            import sys
 
-        print(
-            json.dumps(
-                {
-                    "schema": "gpu-kpi.gate/1",
-                    "job_key": key,
-                    "run": run["id"].iloc[0],
-                    "threshold_pct": args.threshold,
-                    "unit": unit[0],
-                    "passes": not any(g.fails for g in lines),
-                    "lines": as_plain(lines),
-                },
-                indent=2,
-            )
-        )
+            print(printable(f"gpu-kpi: GITHUB_STEP_SUMMARY not written: {e}"), file=sys.stderr)
+    if args.format == "json":
+        doc = {
+            "schema": "gpu-kpi.gate/1",
+            "job_key": key,
+            "run": run_id,
+            "baseline": base_label,
+            "threshold_pct": args.threshold,
+            "unit": unit[0],
+            "passes": not any(g.fails for g in lines),
+            "lines": as_plain(lines),
+        }
+        print(json.dumps(doc, indent=2))
     else:
-        _print(md)
+        _print(text)
     return 1 if any(g.fails for g in lines) else 0
 
 
@@ -377,6 +473,15 @@ def _print(text: str) -> None:
 
 
 def _write_baseline(path: Path, key: str, unit: str, baselines: Mapping[str, Baseline]) -> None:
+    """The baseline as a file, whole or not at all.
+
+    Raises:
+        UsageError: It cannot be written.
+    """
+    from reports.errors import UsageError
+
+    if not baselines:
+        raise UsageError(f"--write-baseline {path}: the baseline's runs have no metric to keep")
     doc = {
         "schema": BASELINE_SCHEMA,
         "job_key": key,
@@ -384,9 +489,13 @@ def _write_baseline(path: Path, key: str, unit: str, baselines: Mapping[str, Bas
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "metrics": {k: {"mean": b.mean, "sd": b.sd, "runs": b.runs} for k, b in baselines.items()},
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"--write-baseline {path}: {e.strerror or e}") from None
 
 
 def add_compare_commands(add: Callable[..., argparse.ArgumentParser]) -> None:

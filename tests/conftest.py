@@ -92,7 +92,7 @@ def _isolated_user_dirs(
             monkeypatch.delenv(key)
     for key in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BUILDKITE_BRANCH"):
         monkeypatch.delenv(key, raising=False)  # a run recorded in CI names its branch
-    for key in ("CIRCLE_BRANCH", "BITBUCKET_BRANCH", "GIT_BRANCH"):
+    for key in ("CIRCLE_BRANCH", "BITBUCKET_BRANCH", "GIT_BRANCH", "CI_MERGE_REQUEST_IID"):
         monkeypatch.delenv(key, raising=False)
 
 

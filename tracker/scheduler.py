@@ -106,15 +106,26 @@ _BRANCH_VARS = (
 
 def git_branch_of(environ: Mapping[str, str]) -> str:
     """The branch a CI job runs on, from the variables CI systems set (``GPU_KPI_GIT_BRANCH``
-    first; Jenkins' ``origin/`` dropped); "" outside CI. No ``git`` is run.
+    first; Jenkins' ``origin/`` dropped); a pull request's as ``pull_request:BRANCH`` (GitHub)
+    or ``merge_request:BRANCH`` (GitLab), so that a fork's ``main`` is not ``main``; "" outside
+    CI. No ``git`` is run.
 
     Args:
         environ: The process's environment.
     """
     for var in _BRANCH_VARS:
         value = " ".join(environ.get(var, "").split())
-        if value:
-            return value.removeprefix("origin/")[:JOB_KEY_MAX]
+        if not value:
+            continue
+        value = value.removeprefix("origin/")
+        if var == "GITHUB_HEAD_REF" and environ.get("GITHUB_EVENT_NAME", "pull_request").startswith(
+            "pull_request"
+        ):
+            value = f"pull_request:{value}"  # a fork's main is not main
+        elif var == "CI_COMMIT_REF_NAME" and environ.get("CI_MERGE_REQUEST_IID"):
+            source = environ.get("CI_MERGE_REQUEST_SOURCE_BRANCH_NAME", "").strip() or value
+            value = f"merge_request:{source}"
+        return value[:JOB_KEY_MAX]
     return ""
 
 

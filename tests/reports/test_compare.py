@@ -128,7 +128,7 @@ def test_two_single_runs_say_their_noise_is_unknown(
     p = gpu_kpi("compare", before[0], after[0], "--store", url)
     assert p.returncode == 0, p.stderr
     tokens = next(line for line in p.stdout.splitlines() if line.startswith("tokens/s"))
-    assert "noise unknown (1 and 1 runs; 3 a side for a band)" in tokens
+    assert "noise unknown (1 and 1 runs with it; 3 a side for a band)" in tokens
     bad = gpu_kpi("compare", "no-such-run", after[0], "--store", url)
     assert bad.returncode == 2 and "'no-such-run': no run with that id" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
@@ -207,3 +207,125 @@ def test_the_gate_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
     rc, _, err = gate(url, summary, "--baseline", str(tmp_path / "foreign.json"))
     assert rc == 2 and "not a gpu-kpi baseline" in err
     assert not summary.exists()
+
+
+def test_the_baseline_is_the_runs_since_the_last_mark_and_finished(
+    store: tuple[str, Clock, list[str], list[str], float], tmp_path: Path
+) -> None:
+    """With the loader fix marked, the default --last 10 takes the 5 runs since it, not the 3
+    input-bound ones before: the slower run fails. A failed run is neither candidate nor
+    baseline."""
+    url, clock, _, _, split = store
+    from datetime import UTC, datetime
+
+    from reports.data.marks import add_mark
+    from tracker.store import RunStore
+
+    with RunStore(url) as s:
+        add_mark(
+            s,
+            "llm-bench",
+            "loader: 8 workers",
+            at=datetime.fromtimestamp(split, UTC),
+            now=datetime.now(UTC),
+        )
+    bench_run(url, clock, 20, wait_s=0.0, compute_s=0.76, branch="pr-7")
+    with (
+        pytest.raises(RuntimeError),
+        track(
+            name="llm-bench-1099",
+            job_key="llm-bench",
+            backend="simulated:healthy@H100",
+            store=url,
+            clock=clock,
+            threaded=False,
+            log_to_python=False,
+            print_summary=False,
+        ) as run,
+    ):
+        clock.t += 60
+        run.step(samples=8, tokens=TOKENS)
+        raise RuntimeError("out of memory")
+    rc, out, err = gate(url, tmp_path / "s.md")
+    assert rc == 1, out + err
+    assert "| baseline (5 runs on main, since the mark of " in out
+    assert "Run " in out and "llm-bench-1099" not in out
+
+
+def test_bad_gate_input_is_one_line_and_exit_2(
+    store: tuple[str, Clock, list[str], list[str], float], tmp_path: Path
+) -> None:
+    url, clock, _, _, _ = store
+    bench_run(url, clock, 20, wait_s=0.0, compute_s=0.76, branch="pr-7")
+    summary = tmp_path / "s.md"
+    files = {
+        "list": {"schema": BASELINE_SCHEMA, "metrics": [1, 2]},
+        "nan": f'{{"schema": "{BASELINE_SCHEMA}", "metrics": {{"tokens_per_s": '
+        '{"mean": 5800, "sd": NaN, "runs": 5}}}',
+        "negative": {
+            "schema": BASELINE_SCHEMA,
+            "metrics": {"tokens_per_s": {"mean": 5800, "sd": -40, "runs": 5}},
+        },
+        "bool": {
+            "schema": BASELINE_SCHEMA,
+            "metrics": {"tokens_per_s": {"mean": 5800, "sd": 1, "runs": True}},
+        },
+        "other": {
+            "schema": BASELINE_SCHEMA,
+            "job_key": "someone-else",
+            "metrics": {"tokens_per_s": {"mean": 5800, "sd": 1, "runs": 5}},
+        },
+    }
+    for name, doc in files.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        rc, _out, err = gate(url, summary, "--baseline", str(path))
+        assert rc == 2 and "--baseline" in err and "Traceback" not in err, (name, err)
+        assert len(err.strip().splitlines()) == 1, (name, err)
+    for args, said in [
+        (("--last", "-7"), "--last -7: a number of runs from 1"),
+        (("--last", "0"), "--last 0"),
+        (("--write-baseline", str(tmp_path / "no" / "such" / "dir.json")), "--write-baseline"),
+    ]:
+        rc, _out, err = gate(url, summary, *args)
+        assert rc == 2 and said in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert not list((tmp_path / "no").glob("*")) if (tmp_path / "no").exists() else True
+    assert not summary.exists()
+
+
+def test_a_key_with_markdown_and_an_at_sign_is_literal(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    clock = Clock()
+    clock.t = time.time() - 86400
+    key = "a|b <img src=x onerror=alert(1)> [l](http://e.x) user@host"
+    for n, c in enumerate([0.7, 0.7035, 0.6965, 0.76]):
+        with track(
+            name=f"x-{n}",
+            job_key=key,
+            backend="simulated:healthy@H100",
+            store=url,
+            clock=clock,
+            threaded=False,
+            warmup_steps=0,
+            log_to_python=False,
+            print_summary=False,
+            links={"git_branch": "main"},
+        ) as run:
+            for _ in range(50):
+                clock.t += c
+                run.step(samples=8, tokens=TOKENS)
+        clock.t += 3600
+    summary = tmp_path / "s.md"
+    p = gpu_kpi("gate", "--job-key", key, "--store", url, env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert p.returncode == 1, p.stderr
+    head = p.stdout.splitlines()[0]
+    assert "<img" not in p.stdout and "[l](" not in p.stdout  # no HTML, no link
+    assert head == (
+        "### gpu-kpi gate: a\\|b &lt;img src=x onerror=alert(1)&gt; \\[l\\](http://e.x) "
+        "user@host fails"
+    )
+    assert all(line.count(" | ") <= 5 for line in p.stdout.splitlines() if line.startswith("|"))
+    # the key, @ and all, is a side of compare
+    both = gpu_kpi("compare", key, key, "--store", url, "--format", "json")
+    assert both.returncode == 0, both.stderr
+    assert json.loads(both.stdout)["a"]["runs"] == json.loads(both.stdout)["b"]["runs"]

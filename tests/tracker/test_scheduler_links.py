@@ -105,10 +105,15 @@ def test_the_branch_a_ci_job_runs_on_is_recorded(monkeypatch: pytest.MonkeyPatch
 
     assert git_branch_of({}) == ""
     assert git_branch_of({"GITHUB_REF_NAME": "main"}) == "main"
-    # a pull request: its own branch, not the merge ref's name
-    assert git_branch_of({"GITHUB_REF_NAME": "7/merge", "GITHUB_HEAD_REF": "fix-loader"}) == (
-        "fix-loader"
-    )
+    # a pull request: its own branch, not the merge ref's name, and never main (a fork's main)
+    pr = {
+        "GITHUB_REF_NAME": "7/merge",
+        "GITHUB_HEAD_REF": "main",
+        "GITHUB_EVENT_NAME": "pull_request",
+    }
+    assert git_branch_of(pr) == "pull_request:main"
+    mr = {"CI_COMMIT_REF_NAME": "main", "CI_MERGE_REQUEST_IID": "4"}
+    assert git_branch_of(mr) == "merge_request:main"
     assert git_branch_of({"GIT_BRANCH": "origin/main"}) == "main"  # Jenkins
     assert git_branch_of({"CI_COMMIT_REF_NAME": "dev", "GPU_KPI_GIT_BRANCH": " mine "}) == "mine"
     monkeypatch.setenv("CI_COMMIT_REF_NAME", "release")
