@@ -31,9 +31,9 @@ AFTER_H = [6, 7, 5, 6, 6, 6]  # after: $12, $14, $10, $12, $12, $12
 SAMPLES = 100_000  # each run's samples: 100 × 1k
 
 
-def nightly(store_url: str, after: list[float] = AFTER_H) -> None:
-    """resnet-nightly-NNNN: a run a day at 01:00 from Tuesday 27 October, 6 before the mark
-    (input-bound) and ``after`` from Monday 2 November (healthy); a one-off run beside."""
+def nightly(store_url: str, after: list[float] = AFTER_H, key: str = "resnet-nightly") -> None:
+    """KEY-NNNN: a run a day at 01:00 from Tuesday 27 October, 6 before the mark (input-bound)
+    and ``after`` from Monday 2 November (healthy); a one-off run beside."""
     with RunStore(store_url) as s:
         days = [(W44 + timedelta(days=1 + i), h, "input-bound") for i, h in enumerate(BEFORE_H)]
         days += [(W45 + timedelta(days=i), h, "healthy") for i, h in enumerate(after)]
@@ -43,7 +43,7 @@ def nightly(store_url: str, after: list[float] = AFTER_H) -> None:
                     f"r{n}",
                     day + timedelta(hours=1),
                     hours,
-                    name=f"resnet-nightly-{1100 + n}",
+                    name=f"{key}-{1100 + n}",
                     team="vision",
                     samples=SAMPLES,
                     verdict=verdict,
@@ -171,22 +171,8 @@ def test_the_ledger_in_every_output_escaped_and_neutralized(tmp_path: Path) -> N
     the JSON and /metrics; the figures the same everywhere."""
     url = f"sqlite:///{tmp_path}/runs.db"
     key = "=HYPERLINK(1)<img src=x onerror=alert(1)>"
+    nightly(url, key=key)
     with RunStore(url) as s:
-        for n, (day, hours) in enumerate(
-            [(W44 + timedelta(days=1 + i), h) for i, h in enumerate(BEFORE_H)]
-            + [(W45 + timedelta(days=i), h) for i, h in enumerate(AFTER_H)]
-        ):
-            s.upsert_run(
-                run_record(
-                    f"r{n}",
-                    day + timedelta(hours=1),
-                    hours,
-                    name=f"{key}-{1100 + n}",
-                    team="vision",
-                    samples=SAMPLES,
-                    price=PRICE,
-                )
-            )
         add_mark(s, key, "<b>loader</b>: 8 workers", at=W45, now=NOW)
     out = tmp_path / "out"
     build(url, Request(week="2026-W45", tz=UTC, formats=("html", "json", "csv")), out, now=NOW)
