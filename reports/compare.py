@@ -148,32 +148,28 @@ def _change(r: Row) -> str:
 
 
 def _noise(r: Row) -> str:
+    from reports.kpi.comparison import MIN_RUNS
+
     if r.beyond_noise is None:
         if r.change_pct is None:
             return "no change in % (the first side's figure is 0)"
         return (
-            f"noise unknown ({r.runs_a} and {r.runs_b} runs with it; {_min_runs()} a side for "
-            "a band)"
+            f"noise unknown ({r.runs_a} and {r.runs_b} runs with it; {MIN_RUNS} a side for a band)"
         )
     assert r.low_pct is not None and r.high_pct is not None
     band = f"95%: {_signed(r.low_pct)}…{_signed(r.high_pct)}%"
     return ("beyond noise" if r.beyond_noise else "within noise") + f" ({band})"
 
 
-def _min_runs() -> int:
-    from reports.kpi.comparison import MIN_RUNS
-
-    return MIN_RUNS
-
-
 def compare_document(a: Side, b: Side, rows: Sequence[Row], unit: str) -> dict[str, Any]:
     """The comparison as JSON."""
-    from reports.kpi.comparison import as_plain, mode
+    from reports.kpi.comparison import as_plain
+    from reports.kpi.savings import mode_of
 
     return {
         "schema": "gpu-kpi.compare/1",
-        "a": {"label": a.label, "runs": list(a.run_ids), "verdict": mode(a.verdicts)},
-        "b": {"label": b.label, "runs": list(b.run_ids), "verdict": mode(b.verdicts)},
+        "a": {"label": a.label, "runs": list(a.run_ids), "verdict": mode_of(a.verdicts)},
+        "b": {"label": b.label, "runs": list(b.run_ids), "verdict": mode_of(b.verdicts)},
         "unit": unit,
         "metrics": as_plain(list(rows)),
     }
@@ -181,13 +177,13 @@ def compare_document(a: Side, b: Side, rows: Sequence[Row], unit: str) -> dict[s
 
 def compare_text(a: Side, b: Side, rows: Sequence[Row], *, markdown: bool) -> str:
     """The comparison as a table (Markdown, or plain text)."""
-    from reports.kpi.comparison import mode
+    from reports.kpi.savings import mode_of
 
     head = ["metric", a.label, b.label, "change", "noise"]
     body = [
         [r.label, _fmt(r.a, r.metric), _fmt(r.b, r.metric), _change(r), _noise(r)] for r in rows
     ]
-    body.append(["verdict", mode(a.verdicts) or "—", mode(b.verdicts) or "—", "", ""])
+    body.append(["verdict", mode_of(a.verdicts) or "—", mode_of(b.verdicts) or "—", "", ""])
     if markdown:
         cells = [[c.replace("|", "\\|") for c in row] for row in [head, *body]]
         lines = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(head)]

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.pricing import run_prices
-from reports.kpi.savings import BUSY_UNIT, UNITS
+from reports.kpi.savings import BUSY_UNIT, UNITS, covers, numbers
 from tracker.owned import OwnedGpu
 from tracker.prices import PriceTable
 
@@ -111,8 +111,7 @@ def side_of(
     """
 
     def column(name: str) -> np.ndarray:
-        v = pd.to_numeric(runs[name], errors="coerce").astype(float).to_numpy()
-        return np.where(np.isfinite(v), v, np.nan)
+        return numbers(runs[name])
 
     price, _ = run_prices(runs, PriceTable(prices), owned) if len(runs) else (pd.Series(), None)
     hours = column("gpu_hours")
@@ -142,27 +141,21 @@ def side_of(
 
 
 def common_unit(a: Side, b: Side) -> tuple[str, str, float]:
-    """The unit of work both sides counted on every priced run: (name, the value key, the
-    scale); ``("", "", 1)`` where none."""
-    for column, scale, name in UNITS:
-        if all(
-            s.runs and bool((s.values[column][~np.isnan(s.cost)] > 0).all()) for s in (a, b)
-        ) and all((~np.isnan(s.cost)).any() for s in (a, b)):
+    """The first unit of work (tokens, samples, busy GPU-hours) that each side takes by the
+    report's rule (:func:`reports.kpi.savings.covers`: the runs that count it hold 90% of the
+    side's priced cost): (name, the value key, the scale); ``("", "", 1)`` where none.
+
+    Args:
+        a: One side.
+        b: The other.
+    """
+    codes = np.repeat([0, 1], [a.runs, b.runs])
+    cost = np.concatenate([a.cost, b.cost])
+    for column, scale, name in [*((c, s, n) for c, s, n in UNITS), ("busy", 1.0, BUSY_UNIT)]:
+        work = np.concatenate([a.values[column], b.values[column]])
+        if covers(codes, 2, cost, work).all():
             return name, column, scale
-    if all(
-        s.runs
-        and (~np.isnan(s.cost)).any()
-        and bool((s.values["busy"][~np.isnan(s.cost)] > 0).all())
-        for s in (a, b)
-    ):
-        return BUSY_UNIT, "busy", 1.0
     return "", "", 1.0
-
-
-def mode(values: Sequence[str]) -> str:
-    """The most common non-empty value; "" where none."""
-    v = [x for x in values if x]
-    return max(set(v), key=lambda x: (v.count(x), x)) if v else ""
 
 
 def _stat(

@@ -190,11 +190,11 @@ def job_runs(
             "started_at": started[keep.to_numpy()].reset_index(drop=True),
             "gpu_hours": hours.to_numpy(),
             "cost_usd": np.where(np.isfinite(cost) & (cost >= 0), cost, np.nan),
-            "utilization_pct": _numbers(r["util_pct"]),
-            "samples": _numbers(r["samples"]),
-            "tokens": _numbers(r["tokens"]),
-            "samples_per_s": _numbers(r["samples_per_s"]),
-            "tokens_per_s": _numbers(r["tokens_per_s"]),
+            "utilization_pct": numbers(r["util_pct"]),
+            "samples": numbers(r["samples"]),
+            "tokens": numbers(r["tokens"]),
+            "samples_per_s": numbers(r["samples_per_s"]),
+            "tokens_per_s": numbers(r["tokens_per_s"]),
             "verdict": r["verdict"].fillna("").astype(object).to_numpy(),
         }
     )
@@ -204,8 +204,12 @@ def job_runs(
     return out[list(JOB_RUN_COLUMNS)]
 
 
-def _numbers(column: pd.Series) -> np.ndarray:
-    """A column as floats, what is no finite number NaN."""
+def numbers(column: pd.Series) -> np.ndarray:
+    """A column as floats, what is no finite number NaN.
+
+    Args:
+        column: Any values (text, None, numbers).
+    """
     v = pd.to_numeric(column, errors="coerce").astype(float).to_numpy()
     return np.where(np.isfinite(v), v, np.nan)
 
@@ -218,9 +222,6 @@ def _units(jr: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     codes, _ = pd.factorize(jr["job_key"])
     keys = int(codes.max()) + 1 if len(codes) else 0
     cost = jr["cost_usd"].to_numpy()
-    priced = ~np.isnan(cost) & (cost > 0)
-    weight = np.where(priced, cost, 0.0)
-    total = np.bincount(codes, weights=weight, minlength=keys)
     busy = jr["gpu_hours"].to_numpy() * jr["utilization_pct"].to_numpy() / 100.0
     options = [(name, jr[column].to_numpy() / scale) for column, scale, name in UNITS] + [
         (BUSY_UNIT, busy)
@@ -228,8 +229,7 @@ def _units(jr: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     unit = np.full(keys, "", dtype=object)
     chosen = np.zeros(keys, dtype=bool)
     for name, work in options:
-        covered = np.bincount(codes, weights=np.where(work > 0, weight, 0.0), minlength=keys)
-        take = (total > 0) & (covered >= UNIT_COVER * total) & ~chosen
+        take = covers(codes, keys, cost, work) & ~chosen
         unit[take] = name
         chosen |= take
     row_unit = unit[codes]
@@ -238,6 +238,22 @@ def _units(jr: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         at = (row_unit == name) & (w > 0)
         work[at] = w[at]
     return row_unit, work
+
+
+def covers(codes: np.ndarray, keys: int, cost: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Per group, whether the runs with ``work`` hold :data:`UNIT_COVER` or more of its priced
+    cost (and it has some): the rule by which a job, or a comparison's sides, take a unit.
+
+    Args:
+        codes: Each run's group, 0 to ``keys`` - 1.
+        keys: How many groups.
+        cost: Each run's cost (NaN: unpriced).
+        work: Each run's work in the unit (NaN or 0: none).
+    """
+    weight = np.where(~np.isnan(cost) & (cost > 0), cost, 0.0)
+    total = np.bincount(codes, weights=weight, minlength=keys)
+    covered = np.bincount(codes, weights=np.where(work > 0, weight, 0.0), minlength=keys)
+    return (total > 0) & (covered >= UNIT_COVER * total)
 
 
 def week_starts(started: pd.Series, tz: tzinfo) -> pd.Series:
@@ -372,8 +388,12 @@ def recurring_jobs(
     return out[list(RECURRING_COLUMNS)].astype({"runs": int, "weeks": int, "runs_this_week": int})
 
 
-def _mode(values: Iterable[Any]) -> str:
-    """The most common non-empty text (the latest among equals); ``""`` where none."""
+def mode_of(values: Iterable[Any]) -> str:
+    """The most common non-empty text (the latest among equals); ``""`` where none.
+
+    Args:
+        values: Verdicts, teams… in order.
+    """
     v = [x for x in values if isinstance(x, str) and x]
     if not v:
         return ""
@@ -594,7 +614,7 @@ def _change(
     weeks = max((end - at) / timedelta(weeks=1), 1.0)
     return Change(
         job_key=job.key,
-        team=_mode(job.teams[after]) or _mode(job.teams),
+        team=mode_of(job.teams[after]) or mode_of(job.teams),
         at=at,
         week=week_label(*week_of(at, tz)),
         how=how,
@@ -607,8 +627,8 @@ def _change(
         change_pct=100.0 * (ra / rb - 1.0),
         low_pct=low,
         high_pct=high,
-        verdict_before=_mode(job.verdicts[before]),
-        verdict_after=_mode(job.verdicts[after]),
+        verdict_before=mode_of(job.verdicts[before]),
+        verdict_after=mode_of(job.verdicts[after]),
         weeks_since=weeks,
         usd_to_date=to_date,
         usd_per_week=to_date / weeks,

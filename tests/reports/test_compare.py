@@ -329,3 +329,27 @@ def test_a_key_with_markdown_and_an_at_sign_is_literal(tmp_path: Path) -> None:
     both = gpu_kpi("compare", key, key, "--store", url, "--format", "json")
     assert both.returncode == 0, both.stderr
     assert json.loads(both.stdout)["a"]["runs"] == json.loads(both.stdout)["b"]["runs"]
+
+
+def test_compare_takes_its_unit_by_the_reports_rule() -> None:
+    """The unit the runs holding 90% of a side's priced cost counted, as the ledger takes it:
+    a run that crashed before counting tokens (5% of the cost) leaves the sides priced per 1M
+    tokens, on the runs that counted them; at 20% of the cost they fall back to GPU-hours."""
+    from datetime import UTC, datetime
+
+    from fakes import run_record
+
+    from reports.kpi import runs_frame
+    from reports.kpi.comparison import Side, common_unit, side_of
+
+    t = datetime(2026, 11, 2, tzinfo=UTC)
+
+    def side(lost_hours: float) -> Side:
+        counted = run_record("counted", t, 19.0, tokens=10**9, price=1.0)
+        crashed = run_record("crashed", t, lost_hours, tokens=None, price=1.0)
+        return side_of("s", runs_frame([counted, crashed]), prices={})
+
+    a = side(1.0)  # 1 of 20 GPU-hours without tokens: 5%
+    assert common_unit(a, a)[0] == "1M tokens"
+    b = side(4.75)  # 4.75 of 23.75: 20%
+    assert common_unit(a, b)[0] == "busy GPU-hour"
