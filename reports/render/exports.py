@@ -35,9 +35,14 @@ ever imported; else ``totals``
 allocated-idle and allocated with no samples), ``capacity`` (:data:`CAPACITY_FIELDS`, per
 scheduler and cluster whose nodes' GPUs were imported) and ``skipped``: the week's jobs and pods against
 the samples that say what their GPUs did, :mod:`reports.kpi.allocations`).
-Unknown values are ``null``, as is a figure past a float's range (a sum of absurd but finite
-stored figures); bytes are written as text (UTF-8, a bad byte replaced) and a value of a type
-no field should have as its ``str``: writing the JSON never fails on a value.
+Unknown values are ``null``: among them the dollars (``spend_usd``, ``waste_usd``,
+``idle_usd``, the headline's ``unmeasured_usd``; :data:`USD_FIELDS`) no price covers: of a run
+whose GPU model has no price, of a ``by_*`` group whose runs all lack one (a group with a
+priced run has the priced runs' sum), and of a ``headline``, ``previous`` or ``trend`` week
+none of whose GPU-time is priced (its ``change_pct`` of them too); unpriced is unknown, never
+$0. So is a figure past a float's range (a sum of absurd but finite stored figures); bytes are
+written as text (UTF-8, a bad byte replaced) and a value of a type no field should have as its
+``str``: writing the JSON never fails on a value.
 
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
@@ -52,7 +57,8 @@ team, :data:`TEAM_ALLOCATION_FIELDS`), ``capacity`` (key ``SOURCE/CLUSTER``,
 :data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week,
 (budget) team or job. Lines end in CRLF (RFC 4180). A text cell
 that a spreadsheet would run as a formula is prefixed with ``'`` (:mod:`reports.render.csvsafe`);
-numbers are written as numbers.
+numbers are written as numbers, and an unknown value (the unpriced dollars above) as an
+empty cell.
 """
 
 from __future__ import annotations
@@ -69,9 +75,10 @@ from typing import IO, Any
 
 import pandas as pd
 
-from reports.kpi import HEADLINE_FIELDS, WeekKpis, savings
+from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis, savings
 from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
+from reports.kpi.weekly import none_priced, unpriced_groups
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
 from reports.weeks import label_of
@@ -118,6 +125,12 @@ BUDGET_FIELDS = (
     "level",
     "complete",
 )
+USD_FIELDS = ("spend_usd", "waste_usd", "idle_usd", "unmeasured_usd")
+"""The dollars no price may stand for: null in the JSON (an empty CSV cell, a Parquet null)
+for a run whose GPU model has no price (``priced`` false), a breakdown group whose runs are
+all unpriced, and a headline (or trend week) none of whose GPU-time is priced. Unpriced is
+unknown, never $0; a group or week with some priced runs has the sum of those (as the HTML).
+Each where the row has it (``unmeasured_usd``: the headline's)."""
 RIGHTSIZING_FIELDS = (
     "run_id",
     "name",
@@ -333,11 +346,14 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "basis_label": k.basis_label,
         "thresholds": _thresholds(k.thresholds),
         "definitions": DEFINITIONS,
-        "headline": _plain(k.headline.__dict__),
-        "previous": _plain(k.previous.__dict__) if k.previous else None,
-        "change_pct": _plain(k.change_pct),
-        **{f"by_{g}": _records(k.by[g], (g, *GROUP_FIELDS)) for g in GROUPS},
-        "runs": _records(k.runs.head(MAX_JSON_RUNS), RUN_FIELDS),
+        "headline": _headline(k.headline),
+        "previous": _headline(k.previous) if k.previous else None,
+        "change_pct": _change_pct(k),
+        **{
+            f"by_{g}": _records(known_dollars(k.by[g], k.runs, g), (g, *GROUP_FIELDS))
+            for g in GROUPS
+        },
+        "runs": _records(priced_runs(k.runs.head(MAX_JSON_RUNS)), RUN_FIELDS),
         "runs_count": len(k.runs),
         "runs_left_out": max(len(k.runs) - MAX_JSON_RUNS, 0),
         "underutilized": [str(r) for r in k.underutilized["run_id"].head(MAX_JSON_RUNS)],
@@ -352,7 +368,9 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             _plain({**dataclasses.asdict(r), "sentence": r.sentence()}) for r in k.rent_vs_own
         ],
         "trend": [
-            {"week": label_of(row["week"]), **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
+            _unknown_usd(
+                {"week": label_of(row["week"]), **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
+            )
             for row in k.trend.to_dict("records")
         ],
         "excluded": [
@@ -403,6 +421,79 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         ],
         "allocations": _allocations(k, tz),
     }
+
+
+def _headline(h: Headline) -> dict[str, Any]:
+    """A headline's figures (:data:`HEADLINE_FIELDS`), its dollars null when none of its
+    GPU-time is priced (:attr:`reports.kpi.Headline.none_priced`)."""
+    return _unknown_usd(_plain(h.__dict__))
+
+
+def _unknown_usd(head: dict[str, Any]) -> dict[str, Any]:
+    """A headline's plain figures with :data:`USD_FIELDS` null when it had GPU-time and none
+    of it priced (:func:`reports.kpi.weekly.none_priced`): unpriced is unknown, not $0."""
+    hours, unpriced = head.get("gpu_hours"), head.get("unpriced_gpu_hours")
+    if (
+        isinstance(hours, int | float)
+        and isinstance(unpriced, int | float)
+        and none_priced(float(hours), float(unpriced))
+    ):
+        return {**head, **dict.fromkeys((f for f in USD_FIELDS if f in head), None)}
+    return head
+
+
+def _change_pct(k: WeekKpis) -> dict[str, Any]:
+    """Week-over-week change, in %; of the dollars null when this week's are unknown (a
+    change from unknown, or to it, is no change: the HTML shows none)."""
+    change = _plain(k.change_pct)
+    if k.headline.none_priced or (k.previous is not None and k.previous.none_priced):
+        change.update({f: None for f in USD_FIELDS if f in change})
+    return change
+
+
+def priced_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with the dollars (:data:`USD_FIELDS`) of each unpriced run (``priced`` false)
+    missing: unknown, not $0. A frame without ``priced`` is taken as priced (as the HTML
+    takes it); a frame with every run priced is returned as it is.
+
+    Args:
+        runs: Runs of the week (:attr:`reports.kpi.WeekKpis.runs`), or a block of them.
+    """
+    if "priced" not in runs.columns or not len(runs):
+        return runs
+    unpriced = runs["priced"].eq(False).fillna(False).astype(bool)  # missing: priced (as HTML)
+    if not unpriced.any():
+        return runs
+    return runs.assign(
+        **{
+            f: pd.to_numeric(runs[f], errors="coerce").astype(float).mask(unpriced)
+            for f in USD_FIELDS
+            if f in runs.columns
+        }
+    )
+
+
+def known_dollars(frame: pd.DataFrame, runs: pd.DataFrame, key: str) -> pd.DataFrame:
+    """A breakdown by ``key`` with the dollars (:data:`USD_FIELDS`) of each group whose runs
+    are all unpriced missing (:func:`reports.kpi.weekly.unpriced_groups`, as the HTML): a
+    group with a priced run keeps the sum of the priced ones.
+
+    Args:
+        frame: The breakdown (:attr:`reports.kpi.WeekKpis.by`), a row per group.
+        runs: The week's runs, with ``priced`` and ``key``.
+        key: The breakdown's key column.
+    """
+    unknown = unpriced_groups(runs, key)
+    if not unknown or key not in frame.columns:
+        return frame
+    gone = frame[key].astype(object).map(str).isin(unknown)
+    return frame.assign(
+        **{
+            f: pd.to_numeric(frame[f], errors="coerce").astype(float).mask(gone)
+            for f in USD_FIELDS
+            if f in frame.columns
+        }
+    )
 
 
 def _rows_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
@@ -613,7 +704,7 @@ def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 20
     prefix = ",".join(_field(h) for h in head) + ","
     metrics = ["," + _field(safe_cell(f)) + "," for f in _CSV_RUN_FIELDS]
     for lo in range(0, len(runs), block):
-        part = runs.iloc[lo : lo + block]
+        part = priced_runs(runs.iloc[lo : lo + block])  # unpriced dollars: empty cells
         n = len(part)
         columns = [_cells(part[f]) if f in part.columns else [""] * n for f in _CSV_RUN_FIELDS]
         keys = [prefix + k for k in _cells(part["run_id"])]

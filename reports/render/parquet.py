@@ -6,12 +6,13 @@ Parquet and not long-form CSV.
 (``2026-W48``), ``basis`` (``util`` | ``sm_active``), ``run_id`` and the run fields of the CSV
 (:data:`reports.render.exports.RUN_FIELDS` but ``links``), text as ``string``, ``gpu_count``
 as ``int64`` and every figure as ``double``; an unknown value, or a figure that is not finite,
-is null (as the CSV leaves it empty). Text is written as it is, not neutralized: Parquet is
-typed data, never run as a spreadsheet formula. The file's key-value metadata holds
-``gpu_kpi.schema`` (:data:`SCHEMA`), ``gpu_kpi.week``, ``gpu_kpi.basis`` and
-``gpu_kpi.headline`` (the week's headline, as in the JSON). Written a row group of
-:data:`ROW_GROUP` runs at a time, compressed with zstd: a week of a million runs is never held
-as one table.
+is null (as the CSV leaves it empty): so are the dollars (``spend_usd``, ``waste_usd``,
+``idle_usd``) of a run whose GPU model has no price, which are unknown, not $0. Text is
+written as it is, not neutralized: Parquet is typed data, never run as a spreadsheet formula.
+The file's key-value metadata holds ``gpu_kpi.schema`` (:data:`SCHEMA`), ``gpu_kpi.week``,
+``gpu_kpi.basis`` and ``gpu_kpi.headline`` (the week's headline, as in the JSON). Written a row
+group of :data:`ROW_GROUP` runs at a time, compressed with zstd: a week of a million runs is
+never held as one table.
 
 Needs pyarrow (``pip install 'gpu-kpi[parquet]'``); asked for without it, the report stops
 before computing anything (:func:`reports.request.parse_formats`).
@@ -26,7 +27,7 @@ from typing import IO, Any
 import pandas as pd
 
 from reports.kpi.checks import as_text
-from reports.render.exports import RUN_FIELDS, RunsExport, to_json
+from reports.render.exports import RUN_FIELDS, RunsExport, priced_runs, to_json
 
 SCHEMA = "gpu-kpi.week-runs/1"
 ROW_GROUP = 100_000
@@ -69,7 +70,7 @@ class ParquetExport(RunsExport):
         with pq.ParquetWriter(f, schema, compression="zstd") as w:
             n = len(self.runs)
             for lo in range(0, max(n, 1), ROW_GROUP):
-                part = self.runs.iloc[lo : lo + ROW_GROUP]
+                part = priced_runs(self.runs.iloc[lo : lo + ROW_GROUP])  # unpriced: null $
                 columns = [self._column(pa, name, part) for name in _FIELDS]
                 w.write_table(pa.Table.from_arrays(columns, schema=schema))
                 if not n:
