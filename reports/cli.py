@@ -101,30 +101,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_prices(args: argparse.Namespace) -> int:
-    from tracker.prices import PriceTable
+    from reports.price_list import format_price_lines, price_lines
 
-    table = PriceTable(_settings(args).prices)
-    rows = [table.get(args.gpu)] if args.gpu else table.rows()
-    if args.format == "json":
-        print(
-            json.dumps(
-                [
-                    {
-                        "gpu": p.gpu,
-                        "usd_per_gpu_hour": p.usd_per_gpu_hour,
-                        "as_of": p.as_of,
-                        "source": p.source,
-                    }
-                    for p in rows
-                ],
-                indent=2,
-            )
-        )
-        return 0
-    width = max(len(p.gpu) for p in rows)
-    print(f"{'gpu'.ljust(width)}  usd/gpu-h  as_of    source")
-    for p in rows:
-        print(f"{p.gpu.ljust(width)}  {p.usd_per_gpu_hour:9.2f}  {p.as_of:<7}  {p.source}")
+    settings = _settings(args)
+    lines = price_lines(settings.prices, settings.owned, args.gpu)
+    print(format_price_lines(lines, args.format))
     return 0
 
 
@@ -434,7 +415,13 @@ def build_parser() -> argparse.ArgumentParser:
         "utilization or GPM SM activity (default: [report] basis, else util)",
     )
 
-    prices = add("prices", cmd_prices, "show the GPU price table (USD per GPU-hour)", store=False)
+    prices = add(
+        "prices",
+        cmd_prices,
+        "show the rate each GPU model is charged (USD per GPU-hour) and its source: owned "
+        "(amortized), [prices], else the table",
+        store=False,
+    )
     prices.add_argument("--gpu", metavar="MODEL", help="one model, e.g. H100")
     prices.add_argument("--format", choices=("table", "json"), default="table")
 
