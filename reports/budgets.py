@@ -233,3 +233,56 @@ def current_lines(
         for k in keys
         if k[0] in dict(b.amounts())
     ]
+
+
+def period_lines(
+    store: Any,
+    req: Any,
+    budgets: Sequence[Budget],
+    period: str,
+    start: datetime,
+    *,
+    now: datetime,
+) -> list[BudgetLine]:
+    """Each budget's line of one chosen period: the ISO week or the calendar month (``period``,
+    one of :data:`reports.kpi.budgets.PERIODS`) that begins at ``start`` in ``req.tz``, its
+    spend to the period's end, or to ``now`` for a period under way, priced by :func:`spend` as
+    the report prices it; only the budgets with an amount for that period. Runs whose process
+    died are marked first, as the report marks them.
+
+    Args:
+        store: An open :class:`tracker.store.RunStore`.
+        req: The prices, owned GPUs, basis and time zone (a :class:`reports.request.Request`).
+        budgets: The teams' budgets.
+        period: ``week`` or ``month``.
+        start: The period's start (Monday 00:00, or the 1st 00:00, in ``req.tz``).
+        now: The current time (timezone-aware).
+
+    Returns:
+        The lines, by team.
+    """
+    if period not in PERIODS:
+        raise ValueError(f"period {period!r}: expected one of {PERIODS}")
+    tz = req.tz
+    wanted = sorted((b for b in budgets if period in dict(b.amounts())), key=lambda b: b.team)
+    if not wanted:
+        return []
+    store.mark_crashed(now=now)
+    week = period == "week"
+    end = shift_week(start, tz, 1) if week else shift_month(start, tz, 1)
+    until = min(end, now)
+    spent = spend(store, req, start, until, now=now)
+    label = label_of(start) if week else month_label(start, tz)
+    return [
+        _line(
+            b,
+            period,
+            label,
+            (start, end),
+            until=until,
+            usd=spent.by_team.get(b.team, 0.0),
+            runs=spent.top_runs(b.team),
+            tz=tz,
+        )
+        for b in wanted
+    ]

@@ -329,7 +329,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(
         f"  {prog} report --config {cfg} --week {label} --out {shlex.quote(_shown_path(reports))}"
     )
-    print(f"  {prog} budgets --config {cfg}")
+    print(f"  {prog} budgets --config {cfg} --week {label}")
     return 0
 
 

@@ -353,27 +353,67 @@ def add_chargeback_command(add: Callable[..., argparse.ArgumentParser]) -> None:
     cb.add_argument("--out", metavar="FILE", help="write here (default: standard output)")
 
 
+def _month_start(text: str, tz: Any, now: datetime) -> datetime:
+    """The 1st 00:00 in ``tz`` of ``--month YYYY-MM``; a malformed month is a
+    :class:`UsageError`, one that has not started a :class:`ReportError`."""
+    import re
+
+    from reports.errors import ReportError, UsageError
+    from reports.weeks import FIRST_YEAR, LAST_YEAR, month_start_of
+
+    m = re.fullmatch(r"([0-9]{4})-([0-9]{2})", text.strip())
+    if not m or not 1 <= int(m.group(2)) <= 12:
+        raise UsageError(f"--month {text!r}: expected YYYY-MM, e.g. 2026-11")
+    year, month = int(m.group(1)), int(m.group(2))
+    if not FIRST_YEAR <= year <= LAST_YEAR:
+        raise UsageError(f"--month {text!r} is out of range: years {FIRST_YEAR}–{LAST_YEAR}")
+    start = month_start_of(datetime(year, month, 1, 12, tzinfo=tz), tz)
+    if start > now:
+        raise ReportError(f"month {text.strip()} has not started yet")
+    return start
+
+
 def cmd_budgets(args: argparse.Namespace) -> int:
     """``gpu-kpi budgets``: each team's spend so far this week and month against its budget,
-    as the service checks it for alerts."""
-    from reports.budgets import current_lines
+    as the service checks it for alerts; with ``--week`` or ``--month``, the lines of that
+    period instead, its spend to the period's end (to now for one under way), as the weekly
+    report counts it."""
     from reports.errors import UsageError
     from reports.render.fmt import budget_row
-    from reports.request import Request
+    from reports.request import Request, resolve_week
     from reports.weeks import zone
 
+    if args.week is not None and args.month is not None:
+        raise UsageError("--week is one ISO week, --month one calendar month: not both")
     section = _report_section(args)
     if not section["budgets"]:
         raise UsageError(
             "no budgets: add [[budgets]] (team, usd_per_week or usd_per_month) to the config file"
         )
+    now = datetime.now(UTC)
+    tz = zone(section.get("timezone", "UTC"))
+    chosen: tuple[str, datetime] | None = None
+    if args.week is not None:
+        chosen = ("week", resolve_week(args.week, tz, now))
+    elif args.month is not None:
+        chosen = ("month", _month_start(args.month, tz, now))
+    if chosen is not None and not any(chosen[0] in dict(b.amounts()) for b in section["budgets"]):
+        flag, other = ("week", "month") if chosen[0] == "week" else ("month", "week")
+        raise UsageError(
+            f"--{flag}: no [[budgets]] entry has usd_per_{flag} (--{other} shows usd_per_{other})"
+        )
     settings = _settings(args)
     basis = section.get("basis", "util")
-    req = Request.from_settings(
-        settings, week=None, tz=zone(section.get("timezone", "UTC")), basis=basis
-    )
+    req = Request.from_settings(settings, week=None, tz=tz, basis=basis)
     with _open_store(settings.store, create=False) as store:
-        lines = current_lines(store, req, section["budgets"], now=datetime.now(UTC))
+        if chosen is None:
+            from reports.budgets import current_lines
+
+            lines = current_lines(store, req, section["budgets"], now=now)
+        else:
+            from reports.budgets import period_lines
+
+            lines = period_lines(store, req, section["budgets"], *chosen, now=now)
     if args.format == "json":
         json.dump([b.as_dict() for b in lines], sys.stdout, indent=2, ensure_ascii=False)
         print()
@@ -405,7 +445,18 @@ def add_budgets_command(add: Callable[..., argparse.ArgumentParser]) -> None:
         "budgets",
         cmd_budgets,
         "each team's spend so far this week and month against its "
-        "[[budgets]], with the forecast for the period",
+        "[[budgets]], with the forecast for the period; or of one week or month",
+    )
+    b.add_argument(
+        "--week",
+        metavar="YYYY-Www",
+        help="the weekly budgets' lines of this ISO week, or 'current' (the week so far), "
+        "as the week's report counts them; in the [report] timezone",
+    )
+    b.add_argument(
+        "--month",
+        metavar="YYYY-MM",
+        help="the monthly budgets' lines of this calendar month (so far, for this month)",
     )
     b.add_argument("--format", choices=("table", "json"), default="table")
     b.add_argument(
