@@ -3,7 +3,8 @@ the lines the weekly report shows, and the ones the service checks for alerts
 (:mod:`reports.service.budget_alerts`). The arithmetic is :mod:`reports.kpi.budgets`'.
 
 A period's spend is priced exactly as the weekly report prices it (:func:`reports.kpi.run_weeks`:
-the price table, overrides, owned GPUs): GPU-hours in the period from the store's hourly
+the price table, overrides, owned GPUs), and counts the scheduler's GPU-time no run holds as the
+report's ledger does (:func:`reports.kpi.ledger.job_rows`): GPU-hours in the period from the store's hourly
 rollups where its bounds fall on whole hours, from the minute samples for the rest (the start of
 a month in Asia/Kolkata, the current hour), and pro rata by duration for runs with only a
 summary. The runs the report leaves out (unreadable, absurd figures) are left out here too.
@@ -57,22 +58,41 @@ class Spend:
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
     """What [since, until) cost, from ``store`` (an open :class:`tracker.store.RunStore`) with
     ``req``'s prices, owned GPUs and basis (a :class:`reports.request.Request`)."""
+    from reports.data.allocations import span_allocations
     from reports.data.gputime import span_gpu_time
+    from reports.kpi.ledger import job_rows, runs_held_of_jobs
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable
 
     runs, gt, _ = span_gpu_time(store, since, until, tz=req.tz, basis=req.basis, now=now)
-    if runs.empty:
-        return Spend({}, [])
     t = req.thresholds or thresholds_for(req.basis)
+    table = PriceTable(req.prices)
     per = kpis.run_weeks(
         gt,
         runs,
-        prices=PriceTable(req.prices),
+        prices=table,
         target_util_pct=t.target_util_pct,
         owned=req.owned,
         carbon=req.carbon,
     )
+    # the scheduler's GPU-time no run holds, as the report's week counts it (the ledger)
+    scheduler = span_allocations(store, req, runs, since, until)
+    if scheduler is not None and scheduler.jobs:
+        held: dict[tuple[str, str, str], float] = {}
+        for of_week in runs_held_of_jobs(runs, gt).values():  # the span's, whatever its weeks
+            for key, hours in of_week.items():
+                held[key] = held.get(key, 0.0) + hours
+        jobs = job_rows(
+            scheduler.jobs,
+            pd.Timestamp(since),
+            target_util_pct=t.target_util_pct,
+            owned=req.owned,
+            prices=table,
+            runs_held=held,
+        )
+        per = pd.concat([per, jobs.astype({"run_id": object})], ignore_index=True)
+    if per.empty:
+        return Spend({}, [])
     priced = per[per["priced"].astype(bool) & (per["spend_usd"] > 0)]
     by_run = (
         priced.groupby(["run_id", "name", "team"], as_index=False)["spend_usd"]

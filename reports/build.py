@@ -25,7 +25,7 @@ from reports.budgets import week_lines
 from reports.data.gputime import week_gpu_time
 from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
-from reports.kpi import Headline, WeekKpis
+from reports.kpi import AllocationWeek, Headline, WeekKpis
 from reports.render.exports import CsvExport, to_dict, to_json
 from reports.request import FORMATS, Request, parse_formats, resolve_week
 from reports.weeks import label_of, shift_week, week_bounds, week_of
@@ -64,11 +64,33 @@ def week_kpis(
     trend_weeks: int = TREND_WEEKS,
     stored: Mapping[pd.Timestamp, Headline] | None = None,
     team_headlines: Collection[pd.Timestamp] = (),
+    scheduler: Mapping[pd.Timestamp, AllocationWeek] | None = None,
+    now: datetime | None = None,
 ) -> WeekKpis:
     """The KPIs of the week starting ``start`` from these runs and their GPU-time rows, with
     ``req``'s time zone, basis, thresholds, prices, owned GPUs and carbon figures; ``stored``:
-    kept headlines of earlier weeks whose rows were not read."""
+    kept headlines of earlier weeks whose rows were not read; ``scheduler``: the scheduler's
+    weeks (:func:`scheduler_weeks`), whose GPU-time no run holds joins the runs' (the
+    ledger: :mod:`reports.kpi.ledger`); ``now``: where a week under way ends."""
+    from reports.kpi.ledger import job_rows, runs_held_of_jobs
+    from tracker.cost import thresholds_for
     from tracker.prices import PriceTable
+
+    table = PriceTable(req.prices)
+    t = thresholds_for(req.basis, req.thresholds)
+    weeks = dict(scheduler or {})
+    held = runs_held_of_jobs(runs, gt) if weeks else {}
+    jobs = [
+        job_rows(
+            w.jobs,
+            wk,
+            target_util_pct=t.target_util_pct,
+            owned=req.owned,
+            prices=table,
+            runs_held=held.get(wk),
+        )
+        for wk, w in weeks.items()
+    ]
 
     return kpis.kpis_of_gpu_time(
         runs,
@@ -77,12 +99,15 @@ def week_kpis(
         tz=req.tz,
         basis=req.basis,
         thresholds=req.thresholds,
-        prices=PriceTable(req.prices),
+        prices=table,
         owned=req.owned,
         carbon=req.carbon,
         trend_weeks=trend_weeks,
         stored=stored,
         team_headlines=team_headlines,
+        jobs=pd.concat(jobs, ignore_index=True) if jobs else None,
+        capacity={wk: w.capacity for wk, w in weeks.items()},
+        now=now,
     )
 
 
@@ -98,14 +123,28 @@ class Computed:
     now: datetime
     kept: Mapping[str, Mapping[pd.Timestamp, Headline]] = dataclasses.field(default_factory=dict)
     """Per team (``""``: the fleet), the kept headlines of the trend's weeks not read."""
+    scheduler: Mapping[pd.Timestamp, AllocationWeek] = dataclasses.field(default_factory=dict)
+    """The scheduler's weeks read (:func:`scheduler_weeks`), by week start (UTC)."""
 
     def team(self, req: Request, team: str) -> WeekKpis | None:
-        """The week's KPIs of ``team``'s runs alone (None when it had no GPU time), with what
-        the whole report left out."""
+        """The week's KPIs of ``team``'s runs and jobs alone (None when it had no GPU time),
+        with what the whole report left out."""
         runs = self.runs[self.runs["team"] == team]
         gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
+        jobs = {
+            wk: dataclasses.replace(w, jobs=tuple(j for j in w.jobs if j.team == team), capacity=())
+            for wk, w in self.scheduler.items()
+        }
         tk = dataclasses.replace(
-            week_kpis(req, runs, gt, self.kpis.week, stored=self.kept.get(team)),
+            week_kpis(
+                req,
+                runs,
+                gt,
+                self.kpis.week,
+                stored=self.kept.get(team),
+                scheduler=jobs,
+                now=self.now,
+            ),
             skipped=self.kpis.skipped,
             budgets=tuple(b for b in self.kpis.budgets if b.team == team),
             allocations=_team_allocations(self.kpis.allocations, team),
@@ -179,11 +218,21 @@ def _compute(
         for w in weeks[read:]
         if label_of(w) in marks and label_of(w) not in kept_before
     ]
-    k = week_kpis(req, runs, gt, start, stored=teams.get(""), team_headlines=fresh)
+    scheduler = scheduler_weeks(store, req, runs, weeks[read:], now=now)
+    k = week_kpis(
+        req,
+        runs,
+        gt,
+        start,
+        stored=teams.get(""),
+        team_headlines=fresh,
+        scheduler=scheduler,
+        now=now,
+    )
     _keep_weeks(store, req, marks, k, fresh, now=now)
     if req.budgets:
         k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
-    k = dataclasses.replace(k, allocations=allocations_of_week(store, req, runs, start, now=now))
+    k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
     recurring, changes = recurring_of_weeks(store, req, start, now=now)
     k = dataclasses.replace(k, recurring=recurring, changes=changes)
     if skipped and warn:
@@ -195,40 +244,51 @@ def _compute(
         if k.hint and warn:
             log.warning("gpu-kpi: report %s: %s", label_of(k.week), k.hint)
     return Computed(
-        kpis=dataclasses.replace(k, skipped=skipped), runs=runs, gpu_time=gt, now=now, kept=teams
+        kpis=dataclasses.replace(k, skipped=skipped),
+        runs=runs,
+        gpu_time=gt,
+        now=now,
+        kept=teams,
+        scheduler=scheduler,
     )
+
+
+def scheduler_weeks(
+    store: RunStore, req: Request, runs: pd.DataFrame, starts: Sequence[datetime], *, now: datetime
+) -> dict[pd.Timestamp, AllocationWeek]:
+    """The scheduler's side of each week (:func:`allocations_of_week`) that has one, by its
+    start (UTC): nothing (one catalogue look-up) when no job was ever imported."""
+    from reports.data.allocations import has_allocations
+    from tracker.store import StoreError
+
+    try:
+        if not starts or not has_allocations(store):
+            return {}
+    except StoreError:
+        return {}
+    out = {}
+    for w in starts:
+        week = allocations_of_week(store, req, runs, w, now=now)
+        if week is not None and (week.jobs or week.capacity):
+            out[pd.Timestamp(w).tz_convert("UTC")] = week
+    return out
+
+
+def week_of_scheduler(
+    scheduler: Mapping[pd.Timestamp, AllocationWeek], start: datetime
+) -> AllocationWeek | None:
+    """The scheduler's week starting ``start`` of :func:`scheduler_weeks`' (None: none)."""
+    return scheduler.get(pd.Timestamp(start).tz_convert("UTC"))
 
 
 def allocations_of_week(
     store: RunStore, req: Request, runs: pd.DataFrame, start: datetime, *, now: datetime
 ) -> kpis.AllocationWeek | None:
-    """The week's Slurm jobs and Kubernetes pods against the runs' samples
-    (:func:`reports.data.allocations.week_allocations`), to the end of the week or now; None
-    when none was ever imported, or (with a warning) when they cannot be read: the rest of the
-    report does not depend on them."""
-    from reports.data.allocations import has_allocations, week_allocations
-    from tracker.cost import thresholds_for
-    from tracker.store import StoreError
+    """The week's Slurm jobs and Kubernetes pods against the runs' samples, to the end of the
+    week or now (:func:`reports.data.allocations.span_allocations`)."""
+    from reports.data.allocations import span_allocations
 
-    end = min(shift_week(start, req.tz, 1), now)
-    if end <= start:
-        return None
-    try:
-        if not has_allocations(store):
-            return None
-        return week_allocations(
-            store,
-            runs[["id", "host", "links", "gpu_model", "started_at"]].to_dict("records"),
-            start,
-            end,
-            basis=req.basis,
-            thresholds=thresholds_for(req.basis, req.thresholds),
-            prices=req.prices,
-            owned=req.owned,
-        )
-    except (StoreError, ValueError) as e:
-        log.warning("gpu-kpi: report %s: scheduler allocations left out: %s", label_of(start), e)
-        return None
+    return span_allocations(store, req, runs, start, min(shift_week(start, req.tz, 1), now))
 
 
 def recurring_of_weeks(
@@ -292,6 +352,7 @@ def _kept_weeks(
     when the store has no counters (older than version 4) or cannot be read here (the report's
     own read says why)."""
     from reports.data import week_cache
+    from reports.data.allocations import allocations_mark
     from tracker.cost import thresholds_for
     from tracker.store import StoreError
 
@@ -302,6 +363,9 @@ def _kept_weeks(
         # (runs the report's read marks crashed raise counters after this: those weeks are
         # computed again next time, never kept stale)
         marks = week_cache.week_marks(store, spans, reach=reach)
+        scheduler = allocations_mark(store)  # a kept week counts the jobs of its time
+        if scheduler:
+            marks = {label: f"{m};{scheduler}" for label, m in marks.items()}
         return marks, week_cache.kept_headlines(store, _cache_key(req), marks)
     except StoreError:
         return {}, {}  # the report's own read says what is wrong
@@ -400,9 +464,18 @@ def compute_live(
     runs, gt, skipped = week_gpu_time(
         store_url, current, tz=req.tz, weeks=2, basis=req.basis, thresholds=req.thresholds, now=now
     )
+    from tracker.store import RunStore, default_store_url
+
+    starts = [shift_week(current, req.tz, -1), current]
+    with RunStore(store_url or default_store_url()) as store:
+        scheduler = scheduler_weeks(store, req, runs, starts, now=now)
     latest, so_far = (
-        dataclasses.replace(week_kpis(req, runs, gt, start, trend_weeks=2), skipped=skipped)
-        for start in (shift_week(current, req.tz, -1), current)
+        dataclasses.replace(
+            week_kpis(req, runs, gt, start, trend_weeks=2, scheduler=scheduler, now=now),
+            skipped=skipped,
+            allocations=week_of_scheduler(scheduler, start),
+        )
+        for start in starts
     )
     return latest, so_far
 

@@ -317,6 +317,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     if causes:
         print(f"  where the waste went: {causes}")
+    h = week["headline"]
+    beside = [
+        f"{what} ${h[key]:,.2f}"
+        for what, key in (("not measured", "unmeasured_usd"), ("nobody held", "unallocated_usd"))
+        if (h.get(key) or 0.0) >= 0.005
+    ]
+    if beside:  # paid, and in no cause of waste (the week's ledger)
+        print(f"  paid beside the waste: {' · '.join(beside)}")
     for c in week["savings"]:
         print(printable(f"  what a fix saved: {c['sentence']}"))
     print(

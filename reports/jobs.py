@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from reports.errors import ReportError
 from reports.kpi.allocations import GpuRow, JobLine
+from reports.kpi.ledger import UNMEASURED_ADVICE, UNMEASURED_VERDICT
 from tracker.diagnosis import ADVICE
 
 if TYPE_CHECKING:
@@ -28,10 +29,7 @@ if TYPE_CHECKING:
     from reports.request import Request
     from tracker.store import RunStore
 
-NO_TELEMETRY = (
-    "Nothing measured these GPUs: track the job (the gpu-kpi callback, three lines), or run "
-    "nvidia-smi or dcgm-exporter on its nodes and import their samples."
-)
+NO_TELEMETRY = UNMEASURED_ADVICE
 UNDER = (
     "The GPUs were busy under the target utilization: track the job with the gpu-kpi callback "
     "to name the bottleneck (input-bound, small batch, low efficiency) and what fixes it."
@@ -53,6 +51,20 @@ class JobNote:
     target_pct: float
     shared_with: int
     """Other jobs on its hosts in its time (matched by node: their samples were shared)."""
+
+    @property
+    def unmeasured_usd(self) -> float | None:
+        """Its allocated GPU-time no sample covers, USD (the ledger's "not measured"); None:
+        unpriced."""
+        return self.line.no_samples_usd
+
+    @property
+    def at_stake_usd(self) -> float | None:
+        """What it paid that no figure shows useful: recoverable waste plus not measured, USD
+        (the epilog mail's measure); None: unpriced."""
+        if self.line.price_per_gpu_hour is None:
+            return None
+        return (self.waste_usd or 0.0) + (self.unmeasured_usd or 0.0)
 
 
 def find_job(store: RunStore, job_id: str, cluster: str | None) -> list[Allocation]:
@@ -180,7 +192,7 @@ def _verdict(
 ) -> tuple[str, str]:
     """A tracked run's own verdict where the job ran one, else from the samples."""
     if line.sampled_gpu_hours <= 0:
-        return "no telemetry", NO_TELEMETRY
+        return UNMEASURED_VERDICT, NO_TELEMETRY
     if line.matched == "id":
         mine = [r for r in runs if r.id in line.runs and r.verdict]
         largest = max(mine, key=lambda r: r.gpu_hours or 0.0, default=None)
@@ -213,6 +225,10 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
     def usd(value: float | None) -> str:
         return "n/a (no price for its GPU type)" if value is None else fmt_usd(value)
 
+    waste = usd(note.waste_usd)
+    if note.waste_usd is None and j.price_per_gpu_hour is not None:
+        waste = "n/a (not measured)"  # priced, nothing sampled: unknown, not unpriced
+
     cluster = f" on {one_line(j.cluster, 60)}" if j.cluster else ""
     lines = [
         f"Job ID: {one_line(j.shown_id, 40)}{cluster}",
@@ -240,7 +256,8 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
         f"GPU efficiency: {util} {note.basis_label} over {fmt_hours(j.sampled_gpu_hours)} sampled ({how})",
         f"Allocated, idle: {fmt_hours(j.idle_gpu_hours)}, {usd(j.idle_usd)}",
         f"Allocated, no samples: {fmt_hours(j.no_samples_gpu_hours)}, {usd(j.no_samples_usd)}",
-        f"Recoverable waste (target {note.target_pct:.0f}%): {usd(note.waste_usd)}",
+        f"Recoverable waste (target {note.target_pct:.0f}%): {waste}",
+        f"Paid, not shown useful (waste + no samples): {usd(note.at_stake_usd)}",
     ]
     if note.gpus:
         lines += ["", f"{'GPU':<40} {'util':>7} {'mem peak':>9} {'idle':>8}"]
@@ -295,6 +312,8 @@ def note_dict(note: JobNote) -> Mapping[str, Any]:
         "util_pct": note.util_pct,
         "basis": note.basis_label,
         "waste_usd": note.waste_usd,
+        "unmeasured_usd": note.unmeasured_usd,
+        "at_stake_usd": note.at_stake_usd,
         "verdict": note.verdict,
         "advice": note.advice,
         "shared_with": note.shared_with,

@@ -268,7 +268,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
     import dataclasses
 
-    from reports.build import allocations_of_week, week_kpis
+    from reports.build import scheduler_weeks, week_kpis, week_of_scheduler
     from reports.data.gputime import week_gpu_time
     from reports.errors import UsageError
     from reports.kpi.chargeback import ALLOCATION_COLUMNS, COLUMNS, chargeback_rows
@@ -305,11 +305,10 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     rows = []
     weeks_kpis = []
     with RunStore(settings.store) as store:
+        scheduler = scheduler_weeks(store, req, runs, weeks, now=now)
         for start in weeks:
-            k = week_kpis(req, runs, gt, start, trend_weeks=1)
-            k = dataclasses.replace(
-                k, allocations=allocations_of_week(store, req, runs, start, now=now)
-            )
+            k = week_kpis(req, runs, gt, start, trend_weeks=1, scheduler=scheduler, now=now)
+            k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
             weeks_kpis.append(k)
             rows += chargeback_rows(k, label_of(start))
     text = io.StringIO(newline="")

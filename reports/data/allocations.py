@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from tracker.cost import Thresholds
     from tracker.owned import OwnedGpu
     from tracker.store import RunStore
+
+log = logging.getLogger("gpu_kpi")
 
 JOB_LINKS = {SLURM_LINK: "slurm", KUBERNETES_LINK: "kubernetes"}
 """The links by which a run names the allocation it ran in, and the allocations' source."""
@@ -432,6 +435,29 @@ def allocations_keyed(
     return store.transaction(read, write=False)
 
 
+def allocations_mark(store: RunStore) -> str:
+    """What the scheduler tables hold, as a short text that any import changes (each table's
+    row count and latest import): a kept week's headline counts its jobs, so it is kept only
+    under the same mark (:mod:`reports.data.week_cache`). Empty when none was ever imported.
+    """
+    if not has_allocations(store):
+        return ""
+
+    def work(conn: Connection) -> str:
+        inspect = sa.inspect(conn)
+        t = allocations_table.c
+        row = conn.execute(sa.select(sa.func.count(), sa.func.max(t.seen_at))).one()
+        parts = [f"{row[0]}@{row[1]}"]
+        for table in (capacity_table, usage_table):
+            if inspect.has_table(table.name):
+                parts.append(
+                    str(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar())
+                )
+        return "jobs:" + "/".join(parts)
+
+    return store.transaction(work, write=False)
+
+
 def has_allocations(store: RunStore) -> bool:
     """Whether Slurm jobs or Kubernetes pods were ever imported into the store (it has the
     table)."""
@@ -459,6 +485,50 @@ def _allocation(values: dict[str, Any]) -> Allocation | None:
 STRETCH_COST = 5
 """A minute row read by stretch (:meth:`reports.data.scans.SampleScans.scan_sample_stretches`)
 against one read by a scan of the window, in time (``bench/allocations.py``)."""
+
+
+def span_allocations(
+    store: RunStore, req: Any, runs: Any, since: datetime, until: datetime
+) -> AllocationWeek | None:
+    """The Slurm jobs and Kubernetes pods of ``[since, until)`` against the runs' samples
+    (:func:`week_allocations`); None when none was ever imported, or (with a warning) when they
+    cannot be read: what reads them (the report's week, a budget's period) does not depend on
+    them.
+
+    Args:
+        store: The open run store.
+        req: The report's settings (:class:`reports.request.Request`: basis, thresholds,
+            prices, owned GPUs).
+        runs: The span's runs, a frame (``id``, ``host``, ``links``, ``gpu_model``,
+            ``started_at``).
+        since: The span's start (timezone-aware).
+        until: Its end, excluded.
+    """
+    from tracker.cost import thresholds_for
+
+    if until <= since:
+        return None
+    try:
+        if not has_allocations(store):
+            return None
+        return week_allocations(
+            store,
+            runs[["id", "host", "links", "gpu_model", "started_at"]].to_dict("records"),
+            since,
+            until,
+            basis=req.basis,
+            thresholds=thresholds_for(req.basis, req.thresholds),
+            prices=req.prices,
+            owned=req.owned,
+        )
+    except (StoreError, ValueError) as e:
+        log.warning(
+            "gpu-kpi: %s to %s: scheduler allocations left out: %s",
+            f"{since:%Y-%m-%d %H:%M}",
+            f"{until:%Y-%m-%d %H:%M}",
+            e,
+        )
+        return None
 
 
 def week_allocations(

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from reports import kpi as kpis
+from reports.data.allocations import has_allocations
 from reports.data.columns import run_columns
 from reports.data.rollups import RollupTotals
 from reports.data.samples import SampleTotals
@@ -330,7 +331,7 @@ def _read(
         )
         marked = False
     scans = SampleScans(store)
-    if not scans.has_runs():
+    if not scans.has_runs() and not has_allocations(store):  # a site's first day: jobs alone
         raise ReportError(f"the run store {store.url} has no runs: nothing to report")
     runs, excluded = usable_runs(scans, **window)
     if _rollups_answer(store.version, t, basis, [*week_starts, until]):

@@ -25,8 +25,9 @@ the part of the minute between its start and end); the rest of those seconds are
 samples**: GPU-time nobody measured. Of the sampled seconds, those of minutes the idle rule
 (:func:`reports.kpi.gputime.idle_of_series`, over each sampled GPU's own minutes, windows
 reaching past the job; the samples read as the report reads them, a utilization out of range
-unknown, so never idle) calls idle are **allocated, idle**. Dollars are GPU-hours × the price of the job's
-GPU type (sacct's ``gres/gpu:TYPE``), else of the GPU model its matched runs saw; a job with
+unknown, so never idle) calls idle are **allocated, idle**. Dollars are GPU-hours × the price of the
+GPU model its matched runs' samples saw, else of its GPU type (sacct's ``gres/gpu:TYPE``): the
+samples name the card (``A100-SXM4-80GB``) where a gres type may not (``a100``); a job with
 neither is counted in hours and named unpriced. A Slurm job no sample covers, with its steps'
 ``TRESUsageInAve`` GPU average, is counted at that average (``sacct``).
 
@@ -49,7 +50,7 @@ import pandas as pd
 from reports.kpi.gputime import idle_of_series
 from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
-from tracker.prices import reported_price
+from tracker.prices import canonical_gpu, reported_price
 from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, WORKLOAD_LINK, slurm_job_of
 
 _HOUR = 3600
@@ -163,6 +164,8 @@ class CapacityLine:
     unallocated_owned_usd: float | None
     """The unallocated GPU-hours of owned models at their amortized rate (an owned GPU costs
     the same allocated or not); None: no owned model among the nodes."""
+    unallocated_owned_gpu_hours: float = 0.0
+    """Of ``unallocated_gpu_hours``, those of owned models' nodes (``[owned]`` counts them)."""
 
     @property
     def allocation_pct(self) -> float | None:
@@ -661,9 +664,9 @@ class AllocationJoin:
         lines = []
         for j, a in enumerate(self.allocations):
             runs_j = tuple(sorted(m.runs[j]))
-            model = a.gpu_model or next(
-                (self.model_of_run[r] for r in runs_j if r in self.model_of_run), None
-            )
+            # the model its samples saw wins over a gres type's name (``a100`` is no size)
+            seen = next((self.model_of_run[r] for r in runs_j if self.model_of_run.get(r)), None)
+            model = (canonical_gpu(seen) or seen) if seen else a.gpu_model
             price = reported_price(model, None, None, overrides, owned)[0] if model else None
             got = min(float(m.sampled[j]), float(held[j]))
             measured, util, idle = float(m.known[j]), float(m.used[j]), float(m.idle[j])
@@ -1016,7 +1019,7 @@ def capacity_lines(
     for source, cluster in sorted({(k[0], k[1]) for k in cap}):
         keys = [k for k in cap if k[:2] == (source, cluster)]
         totals = [0.0] * 7
-        unallocated = owned_usd = 0.0
+        unallocated = owned_usd = owned_hours = 0.0
         any_owned = False
         for k in keys:
             row = per.get(k, [0.0] * 7)
@@ -1030,6 +1033,7 @@ def capacity_lines(
             if price is not None:
                 any_owned = True
                 owned_usd += free * price.usd_per_gpu_hour
+                owned_hours += free
         lines.append(
             CapacityLine(
                 source=source,
@@ -1046,6 +1050,7 @@ def capacity_lines(
                 sm_active_pct=weighted_util_pct(totals[6], totals[5]),
                 unallocated_gpu_hours=unallocated,
                 unallocated_owned_usd=owned_usd if any_owned else None,
+                unallocated_owned_gpu_hours=owned_hours,
             )
         )
     return tuple(lines)

@@ -1,6 +1,8 @@
 """Chargeback for finance: one row per (week, team, project, GPU model) with the GPU-hours,
 spend, recoverable waste and idle dollars of the runs there, as the weekly report counts them
-(spend and waste of priced GPU-time only; GPU-hours without a price in a column of their own).
+(spend and waste of priced GPU-time only; GPU-hours without a price in a column of their own),
+and the scheduler's GPU-time no run holds (the week's ledger, :mod:`reports.kpi.ledger`: a
+job's unsampled time) in ``gpu_hours`` and ``spend_usd`` of its team's row, not in ``runs``.
 
 Where Slurm jobs or Kubernetes pods are imported, what the scheduler allocated to each team is
 charged too, split by what the samples said: ``allocated_usd`` = ``productive_usd`` (sampled,
@@ -87,11 +89,13 @@ def _run_rows(k: WeekKpis, week: str) -> list[dict[str, Any]]:
         waste=r["waste_usd"].where(priced, 0.0).fillna(0.0),
         idle=r["idle_usd"].where(priced, 0.0).fillna(0.0),
         unpriced=r["gpu_hours"].where(~priced, 0.0),
+        # a scheduler job's row (the ledger's GPU-time no run holds) is charged, not a run
+        run=r["run_id"].where(r["kind"] != "job") if "kind" in r else r["run_id"],
     )
     g = (
         frame.groupby(_KEYS, sort=True)
         .agg(
-            runs=("run_id", "nunique"),
+            runs=("run", "nunique"),
             gpu_hours=("gpu_hours", "sum"),
             spend_usd=("spend", "sum"),
             waste_usd=("waste", "sum"),

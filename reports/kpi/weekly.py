@@ -11,12 +11,13 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
-from reports.kpi.allocations import AllocationWeek
+from reports.kpi.allocations import AllocationWeek, CapacityLine
 from reports.kpi.budgets import BudgetLine
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
 from reports.kpi.gputime import gpu_time
+from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, unallocated
 from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import rightsizing
 from reports.kpi.savings import Change
@@ -52,6 +53,19 @@ class Headline:
     """energy × PUE × the grid's g CO2e/kWh (``[carbon]``), kg."""
     energy_gpu_hours: float = 0.0
     """GPU-hours of the runs with an energy figure: what ``energy_kwh`` covers."""
+    unmeasured_gpu_hours: float = 0.0
+    """Of ``gpu_hours``, those no sample measured (:mod:`reports.kpi.ledger`): scheduler jobs'
+    unsampled time and runs' GPU-weeks without a utilization value."""
+    unmeasured_usd: float = 0.0
+    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
+    unallocated_gpu_hours: float | None = None
+    """Capacity nobody held (:func:`reports.kpi.ledger.unallocated`); None: no capacity known."""
+    unallocated_usd: float | None = None
+    """Its dollars, not in ``spend_usd`` (no one held it); None: unknown or no price."""
+    unallocated_unpriced_gpu_hours: float = 0.0
+    """Of ``unallocated_gpu_hours``, those of nodes without a price (not owned)."""
+    jobs: int = 0
+    """Scheduler jobs with GPU-time no run holds (their rows are in ``gpu_hours``)."""
 
     @property
     def none_priced(self) -> bool:
@@ -146,6 +160,18 @@ def run_weeks(
     )
     g["idle"] = g["idle_hours"] * g["price"]
     g["unpriced"] = g["price"].isna().astype(int)
+    # the ledger's buckets in GPU-hours (reports.kpi.ledger): the waste rule on hours, and a
+    # GPU-week with no utilization value at all as not measured
+    g["waste_hours"] = gpu_waste_usd(
+        g["gpu_hours"],
+        held=g["gpu_hours"],
+        known=g["known_hours"],
+        util_time=100.0 * g["used_hours"],
+        idle=g["idle_hours"],
+        idle_util_time=100.0 * g["idle_used_hours"],
+        target_util_pct=target_util_pct,
+    )
+    g["unmeasured_hours"] = g["gpu_hours"].where(g["known_hours"] <= 0, 0.0)
     per = g.groupby(["run_id", "week"], as_index=False).agg(
         gpu_hours=("gpu_hours", "sum"),
         known_hours=("known_hours", "sum"),
@@ -154,8 +180,12 @@ def run_weeks(
         waste_usd=("waste", "sum"),
         idle_usd=("idle", "sum"),
         unpriced=("unpriced", "sum"),
+        unmeasured_hours=("unmeasured_hours", "sum"),
+        waste_hours=("waste_hours", "sum"),
+        idle_hours=("idle_hours", "sum"),
     )
     per["priced"] = per.pop("unpriced") == 0
+    per["kind"] = RUN_KIND
     per["utilization_pct"] = weighted_util_pct(100.0 * per["used_hours"], per["known_hours"])
     cols = [
         "name",
@@ -198,12 +228,16 @@ def run_weeks(
         .astype(object)
     )
     per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"], per["host"].fillna(""))
+    per["price_per_gpu_hour"] = per["run_id"].map(price_of).astype(float)
+    per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
     return per
 
 
-def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
+def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None) -> Headline:
     # arrays, not frames: a report works out a headline per week of its trend and per team
     def col(name: str) -> np.ndarray:
+        if name not in per:
+            return np.zeros(len(per))
         return per[name].to_numpy(dtype=float, na_value=np.nan)
 
     def total(values: np.ndarray, where: np.ndarray | None = None) -> float:
@@ -214,7 +248,8 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
     spend = col("spend_usd")
     with np.errstate(invalid="ignore"):
         under = (util < t.underutilized_pct) & (hours >= t.underutilized_min_gpu_hours)
-    ids = per["run_id"]
+    is_job = per["kind"].to_numpy() == JOB_KIND if "kind" in per else np.zeros(len(per), bool)
+    ids = per["run_id"].where(~is_job)  # a job's row is no run
     energy = col("energy_kwh")
     metered = ~np.isnan(energy)
     all_hours = total(hours)
@@ -226,6 +261,7 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
         n = total(values, rows)
         return scale * total(spend, rows) / n if n > 0 else None
 
+    unmeasured = col("unmeasured_hours")
     return Headline(
         gpu_hours=all_hours,
         known_gpu_hours=total(known),
@@ -244,6 +280,12 @@ def _headline(per: pd.DataFrame, t: Thresholds) -> Headline:
         energy_kwh=total(energy, metered) if metered.any() else None,
         co2e_kg=total(col("co2e_kg"), metered) if metered.any() else None,
         energy_gpu_hours=total(hours, metered),
+        unmeasured_gpu_hours=total(unmeasured),
+        unmeasured_usd=total(col("unmeasured_usd"), priced),
+        unallocated_gpu_hours=None if free is None else free.gpu_hours,
+        unallocated_usd=None if free is None else free.usd,
+        unallocated_unpriced_gpu_hours=0.0 if free is None else free.unpriced_gpu_hours,
+        jobs=int(np.count_nonzero(is_job)),
     )
 
 
@@ -253,12 +295,21 @@ def _change(now: float | None, before: float | None) -> float | None:
     return 100.0 * (now - before) / before
 
 
-_SUMMED = ["gpu_hours", "known_hours", "used_hours", "spend_usd", "waste_usd", "idle_usd"]
+_SUMMED = [
+    "gpu_hours",
+    "known_hours",
+    "used_hours",
+    "spend_usd",
+    "waste_usd",
+    "idle_usd",
+    "unmeasured_usd",
+]
 _BREAKDOWN = [
     "gpu_hours",
     "spend_usd",
     "waste_usd",
     "idle_usd",
+    "unmeasured_usd",
     "co2e_kg",
     "runs",
     "utilization_pct",
@@ -319,7 +370,7 @@ def _breakdown(per: pd.DataFrame, key: str, run_codes: np.ndarray | None = None)
     # the keys factorized once, in the order groupby sorts them; the runs counted by integer
     codes, names = breakdown_groups(per[key])
     if run_codes is None:
-        run_codes = pd.factorize(per["run_id"].to_numpy(dtype=object))[0]
+        run_codes = _run_codes(per)
     g = per[[*_SUMMED, "co2e_kg"]].groupby(codes)  # one pass for every sum (named aggs: 2x slower)
     out = g.sum()
     out["co2e_kg"] = g["co2e_kg"].sum(min_count=1)  # NaN for a group that measured none
@@ -327,6 +378,14 @@ def _breakdown(per: pd.DataFrame, key: str, run_codes: np.ndarray | None = None)
     out.index = pd.Index(names[out.index.to_numpy()], name=key)
     out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
     return out[_BREAKDOWN].sort_values(["waste_usd", "spend_usd"], ascending=False).reset_index()
+
+
+def _run_codes(per: pd.DataFrame) -> np.ndarray:
+    """``per``'s run ids factorized, NaN for a job's row (a job is no run)."""
+    codes = pd.factorize(per["run_id"].to_numpy(dtype=object))[0].astype(float)
+    if "kind" in per:
+        codes[per["kind"].to_numpy() == JOB_KIND] = np.nan
+    return codes
 
 
 HEADLINE_FIELDS: Sequence[str] = tuple(Headline.__dataclass_fields__)
@@ -377,27 +436,51 @@ def kpis_of_gpu_time(
     carbon: Carbon | None = None,
     stored: Mapping[pd.Timestamp, Headline] | None = None,
     team_headlines: Collection[pd.Timestamp] = (),
+    jobs: pd.DataFrame | None = None,
+    capacity: Mapping[pd.Timestamp, Sequence[CapacityLine]] | None = None,
+    now: datetime | None = None,
 ) -> WeekKpis:
     """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`). ``prices``: the
     rental table (with the config's ``[prices]``); ``owned`` models are priced at their
     amortized rate and compared with it. ``stored``: the headlines of earlier weeks whose rows
     were not read (kept by an earlier report: :mod:`reports.data.week_cache`), by week start;
-    ``team_headlines``: the weeks (starts) to work out each team's headline of too."""
+    ``team_headlines``: the weeks (starts) to work out each team's headline of too. ``jobs``:
+    the scheduler's GPU-time no run holds (:func:`reports.kpi.ledger.job_rows`, any weeks),
+    summed with the runs' rows; ``capacity``: per week start, the scheduler's node capacity
+    not of owned models (its unallocated hours are capacity nobody held, with ``[owned]``'s);
+    ``now``: where a week under way ends for its capacity."""
     t = thresholds or thresholds_for(basis)
     prices = prices or PriceTable()
     carbon = carbon or Carbon()
     per = run_weeks(
         gt, runs, prices=prices, target_util_pct=t.target_util_pct, owned=owned, carbon=carbon
     )
+    if jobs is not None and len(jobs):
+        per = pd.concat([per, jobs.astype({"run_id": object})], ignore_index=True)
     w = pd.Timestamp(week).tz_convert("UTC")
     weeks = [shift_week(w, tz, -k) for k in range(max(trend_weeks, 2) - 1, -1, -1)]
     of_week = dict(tuple(per[per["week"].isin(weeks)].groupby("week", sort=False)))
     nothing = per.iloc[:0]
     this = of_week.get(w, nothing)
     prev = of_week.get(weeks[-2], nothing)
-    empty = _headline(nothing, t)  # the headline of a week without runs, worked out once
     stored = {pd.Timestamp(k).tz_convert("UTC"): v for k, v in (stored or {}).items()}
-    worked = {wk: _headline(of_week[wk], t) if wk in of_week else empty for wk in weeks}
+
+    def free(wk: pd.Timestamp, rows: pd.DataFrame) -> Unallocated | None:
+        end = shift_week(wk, tz, 1)
+        if now is not None:
+            end = max(min(end, pd.Timestamp(now)), wk)
+        return unallocated(
+            rows,
+            hours_in_week=(end - wk).total_seconds() / 3600.0,
+            owned=owned,
+            capacity=(capacity or {}).get(wk, ()),
+            prices=prices,
+        )
+
+    worked = {
+        wk: _headline(of_week.get(wk, nothing), t, free(wk, of_week.get(wk, nothing)))
+        for wk in weeks
+    }
     headlines = {
         wk: stored[wk] if wk in stored and wk not in of_week else worked[wk] for wk in weeks
     }
@@ -418,12 +501,13 @@ def kpis_of_gpu_time(
         (ordered["utilization_pct"] < t.underutilized_pct)
         & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)
     ]
-    run_codes = pd.factorize(this["run_id"].to_numpy(dtype=object))[0]
+    run_codes = _run_codes(this)
     by = {
         k: _breakdown(this, k, run_codes)
         for k in ("team", "project", "user", "gpu_model", "source")
     }
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
+    measured = this[this["kind"] == RUN_KIND] if "kind" in this else this
     return WeekKpis(
         week=w,
         basis=basis,
@@ -437,16 +521,23 @@ def kpis_of_gpu_time(
         underutilized=under.reset_index(drop=True),
         trend=trend,
         rightsizing=rightsizing(
-            this, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
+            measured, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
         ),
         rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
         if owned
         else (),
-        what_if=what_if(ordered, trend, head.gpu_hours, owned, hours_in_week=hours_in_week),
+        what_if=what_if(
+            ordered,
+            trend,
+            head.gpu_hours,
+            owned,
+            hours_in_week=hours_in_week,
+            free_gpu_hours=head.unallocated_gpu_hours,
+        ),
         carbon=carbon,
         week_headlines={wk: worked[wk] for wk in weeks if wk not in stored or wk in of_week},
         team_headlines={
-            (str(team), pd.Timestamp(wk)): _headline(rows, t)
+            (str(team), pd.Timestamp(wk)): _headline(rows, t, None)
             for (team, wk), rows in per[per["week"].isin(list(team_headlines))].groupby(
                 ["team", "week"]
             )
@@ -457,13 +548,18 @@ def kpis_of_gpu_time(
 
 
 def runs_to_fix(k: WeekKpis) -> pd.DataFrame:
-    """The week's runs worth an engineer's look, by recoverable waste (largest first): every
-    run with waste or a verdict other than healthy, whatever its utilization. An input-bound
-    run at 60% or a low-MFU run is as much to fix as one under the underutilized threshold."""
+    """The week's runs and jobs worth an engineer's look, by recoverable waste plus dollars not
+    measured (largest first): every run with either or a verdict other than healthy, whatever
+    its utilization. An input-bound run at 60%, a low-MFU run or a job nothing measured is as
+    much to fix as one under the underutilized threshold."""
     r = k.runs
     if not len(r):
         return r
     waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0)
+    if "unmeasured_usd" in r:  # GPU-time paid and not measured: a line of its own to fix
+        waste = waste + pd.to_numeric(r["unmeasured_usd"], errors="coerce").fillna(0.0)
     verdict = r["verdict"].astype(object)
     flagged = verdict.notna() & ~verdict.isin(["healthy", ""])
-    return r[(waste >= 0.005) | flagged].reset_index(drop=True)
+    fix = r[(waste >= 0.005) | flagged]
+    order = np.argsort(-waste[fix.index].to_numpy(), kind="stable")  # waste first, as before
+    return fix.iloc[order].reset_index(drop=True)

@@ -7,7 +7,10 @@ GPUs, and, where the trend and owned prices say it, how long that defers the nex
   any (:data:`MIN_WEEKS` of them at least), as a monthly rate (30.44 days); shown only when
   positive.
 - **Deferral**: with demand growing at that rate from the week's average GPUs in use, the
-  returned GPUs absorb ln(1 + returned ÷ in use) ÷ ln(1 + growth) months of it.
+  returned GPUs absorb ln(1 + returned ÷ in use) ÷ ln(1 + growth) months of it. None while a
+  GPU or more of known capacity sat unallocated on average (capacity nobody held, the ledger's:
+  :mod:`reports.kpi.ledger`): there is no purchase to defer, and the sentence says how many
+  are free.
 - **Its worth in hardware**: the returned GPUs at the purchase price of the owned model with
   the most GPUs (``[owned.<MODEL>]``); shown only where one is configured.
 """
@@ -24,6 +27,8 @@ import pandas as pd
 from tracker.owned import OwnedGpu
 
 TOP_RUNS = 10
+FREE_GPUS = 1.0
+"""GPUs free on average from which no purchase is deferred."""
 MIN_WEEKS = 8
 HOURS_IN_WEEK = 168.0
 DAYS_IN_MONTH = 30.44
@@ -49,6 +54,8 @@ class WhatIf:
     owned_model: str | None
     purchase_usd: float | None
     """The returned GPUs at the owned model's purchase price."""
+    free_gpus: float | None = None
+    """Capacity nobody held ÷ the week's hours: GPUs free on average; None: capacity unknown."""
 
     def sentence(self) -> str:
         """The what-if in one line, every assumption in it."""
@@ -57,7 +64,12 @@ class WhatIf:
             f"({self.gpu_hours:,.0f} GPU-h of waste ÷ {self.hours:g} h; {self.used_gpus:,.1f} in use "
             "on average)"
         )
-        if self.months is not None and self.growth_pct_month is not None:
+        if self.free_gpus is not None and self.free_gpus >= FREE_GPUS:
+            s += (
+                f"; no purchase to defer: ≈ {self.free_gpus:,.1f} GPUs of the capacity sat "
+                "unallocated on average"
+            )
+        elif self.months is not None and self.growth_pct_month is not None:
             s += (
                 f"; at the last {self.trend_weeks} weeks' growth (+{self.growth_pct_month:.1f}%"
                 f"/month) that defers the next purchase by ≈ {self.months:.1f} months"
@@ -77,6 +89,7 @@ def what_if(
     owned: Mapping[str, OwnedGpu] | None = None,
     *,
     hours_in_week: float = HOURS_IN_WEEK,
+    free_gpu_hours: float | None = None,
 ) -> WhatIf | None:
     """The what-if of a week; None when no priced run has recoverable waste.
 
@@ -86,6 +99,7 @@ def what_if(
         gpu_hours: The week's GPU-hours.
         owned: The owned models.
         hours_in_week: The week's hours (167 or 169 across a clock change).
+        free_gpu_hours: Capacity nobody held (the ledger's); None: capacity unknown.
     """
     if not len(runs) or gpu_hours <= 0:
         return None
@@ -101,7 +115,8 @@ def what_if(
     used = gpu_hours / hours_in_week
     growth, weeks = _growth(trend)
     months = None
-    if growth is not None:
+    free = None if free_gpu_hours is None else free_gpu_hours / hours_in_week
+    if growth is not None and (free is None or free < FREE_GPUS):
         months = math.log1p(gpus / used) / math.log1p(growth / 100.0)
     model, usd = None, None
     if owned:
@@ -118,6 +133,7 @@ def what_if(
         months=months,
         owned_model=model,
         purchase_usd=usd,
+        free_gpus=free,
     )
 
 

@@ -227,13 +227,24 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
                 "gpu_hours": fmt_hours(r["gpu_hours"]),
                 "utilization": fmt_pct(r["utilization_pct"]),
                 "spend": fmt_usd(r["spend_usd"]) if r.get("priced", True) else "n/a",
-                "waste": fmt_usd(r["waste_usd"]) if r.get("priced", True) else "n/a",
+                "waste": _waste_cell(r),
                 "verdict": text_or_dash(r["verdict"]),
                 "advice": text_or_dash(r["advice"], ""),
                 "links": links_of(r["links"]),
             }
         )
     return rows
+
+
+def _waste_cell(r: Mapping[str, Any]) -> str:
+    """A run's recoverable waste, and its dollars no sample measured beside it."""
+    if not r.get("priced", True):
+        return "n/a"
+    text = fmt_usd(r["waste_usd"])
+    unmeasured = as_number(r.get("unmeasured_usd"))
+    if unmeasured is not None and unmeasured >= 0.005:
+        text += f" + {fmt_usd(unmeasured)} not measured"
+    return text
 
 
 def _rightsizing_rows(k: WeekKpis) -> list[dict[str, str]]:
@@ -325,15 +336,83 @@ def _lede(k: WeekKpis) -> str:
             f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs at {util}. Cost and waste: n/a — "
             f"{unpriced(k)}: {PRICE_HINT}."
         )
+    across = f"{h.runs:,} runs"
+    jobs = f"{h.jobs:,} scheduler job{'s' if h.jobs != 1 else ''}"
+    if h.jobs:
+        across = f"{across} and {jobs}" if h.runs else jobs
     text = (
-        f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs cost {fmt_usd(h.spend_usd)} at "
+        f"{fmt_hours(h.gpu_hours)} across {across} cost {fmt_usd(h.spend_usd)} at "
         f"{util}. {fmt_usd(h.waste_usd)} of it was recoverable waste"
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
+    unmeasured = _unmeasured(k)
+    if unmeasured:
+        text += f"; {unmeasured}"
     if h.unpriced_gpu_hours > 0:
         text += f". Not counted: {unpriced(k)} ({PRICE_HINT})"
+    free = _unallocated(k)
+    if free:
+        text += f". {free[0].upper()}{free[1:]}"
     return text + "."
+
+
+def _unmeasured(k: WeekKpis) -> str:
+    """``$85.72 paid for GPU-time no sample measured (23.2 GPU-h; the most: interactive-debug,
+    ana · nlp, $77.00)``; empty when there is none."""
+    h = k.headline
+    if h.unmeasured_gpu_hours < 0.005:
+        return ""
+    what = fmt_hours(h.unmeasured_gpu_hours)
+    if h.unmeasured_usd >= 0.005:
+        text = f"{fmt_usd(h.unmeasured_usd)} paid for GPU-time no sample measured ({what}"
+    else:
+        text = f"{what} of GPU-time no sample measured (unpriced"
+    rows = k.runs
+    if len(rows) and "unmeasured_usd" in rows:
+        usd = pd.to_numeric(rows["unmeasured_usd"], errors="coerce")
+        if usd.notna().any() and float(usd.max()) >= 0.005:
+            r = rows.loc[usd.idxmax()]
+            owner = " · ".join(text_or_dash(r[c]) for c in ("user", "team") if not missing(r[c]))
+            owner = f", {owner}" if owner else ""
+            text += f"; the most: {text_or_dash(r['name'])}{owner}, {fmt_usd(usd.max())}"
+    return text + ")"
+
+
+def _unallocated(k: WeekKpis) -> str:
+    """``capacity nobody held: 573.0 GPU-h, $281.75 of owned GPUs (not in the spend)``; empty
+    when no capacity is known or all of it was held."""
+    h = k.headline
+    if h.unallocated_gpu_hours is None or h.unallocated_gpu_hours < 0.005:
+        return ""
+    text = f"capacity nobody held: {fmt_hours(h.unallocated_gpu_hours)}"
+    owned = h.unallocated_gpu_hours - h.unallocated_unpriced_gpu_hours
+    if h.unallocated_usd is not None and h.unallocated_usd >= 0.005:
+        text += f", {fmt_usd(h.unallocated_usd)} for the {fmt_hours(owned)} of owned GPUs"
+        if h.unallocated_unpriced_gpu_hours >= 0.005:
+            text += f" and {fmt_hours(h.unallocated_unpriced_gpu_hours)} of nodes without a price"
+        text += " (not in the spend)"
+    return text
+
+
+def beside_waste(k: WeekKpis) -> str:
+    """What was paid and is in no cause of waste: GPU-time no sample measured and capacity
+    nobody held, in dollars (GPU-hours where unpriced); empty when neither."""
+    h = k.headline
+    parts = []
+    if h.unmeasured_gpu_hours >= 0.005:
+        usd = h.unmeasured_usd >= 0.005
+        parts.append(
+            "not measured "
+            + (fmt_usd(h.unmeasured_usd) if usd else fmt_hours(h.unmeasured_gpu_hours))
+        )
+    if h.unallocated_gpu_hours is not None and h.unallocated_gpu_hours >= 0.005:
+        usd = h.unallocated_usd is not None and h.unallocated_usd >= 0.005
+        parts.append(
+            "capacity nobody held "
+            + (fmt_usd(h.unallocated_usd) if usd else fmt_hours(h.unallocated_gpu_hours))
+        )
+    return " and ".join(parts)
 
 
 def _skipped(k: WeekKpis) -> dict[str, Any]:
@@ -436,6 +515,7 @@ def report_context(
         "causes": causes,
         **_savings(k),
         "top_causes": " · ".join(f"{c['label']} {c['usd']}" for c in causes[:3]),
+        "beside_waste": beside_waste(k),
         "allocations": _allocations(k),
     }
 

@@ -1,7 +1,7 @@
 """``gpu-kpi job JOBID``: one Slurm job's efficiency note (:mod:`reports.jobs`) printed, and with
-``--mail`` sent to its user once, through the delivery log, when its recoverable waste is at
-least ``--min-waste-usd``: what a Slurm epilog calls as each job ends
-(``contrib/slurm/epilog.sh``).
+``--mail`` sent to its user once, through the delivery log, when its recoverable waste plus
+its GPU-time not measured (dollars no figure shows useful) is at least ``--min-waste-usd``:
+what a Slurm epilog calls as each job ends (``contrib/slurm/epilog.sh``).
 
 A job not imported yet, or running when last imported, is asked of this machine's ``sacct``
 first (``-j JOBID``) and imported: an epilog runs as the job ends, before any scheduled import.
@@ -57,7 +57,8 @@ def add_job_command(add: AddCommand) -> None:
         "--mail",
         action="store_true",
         help="mail the note (once per job and address, through the delivery log; [smtp] "
-        "settings) when its recoverable waste is at least --min-waste-usd",
+        "settings) when its recoverable waste plus its GPU-time not measured is at least "
+        "--min-waste-usd",
     )
     job.add_argument(
         "--to",
@@ -152,9 +153,16 @@ def _mail(
 
     assert isinstance(note, JobNote)
     j = note.line
-    if note.waste_usd is None or note.waste_usd < minimum:
-        waste = "unknown" if note.waste_usd is None else fmt_usd(note.waste_usd)
-        print(f"not mailed: recoverable waste {waste}, under --min-waste-usd {fmt_usd(minimum)}")
+    stake = note.at_stake_usd  # recoverable waste and GPU-time not measured alike
+    if stake is None or stake < minimum:
+        if stake is None:
+            what = "recoverable waste unknown (no price for its GPU type)"
+        else:
+            what = (
+                f"recoverable waste {fmt_usd(note.waste_usd or 0.0)} + not measured "
+                f"{fmt_usd(note.unmeasured_usd or 0.0)} = {fmt_usd(stake)}"
+            )
+        print(f"not mailed: {what}, under --min-waste-usd {fmt_usd(minimum)}")
         return 0
     address = args.to.replace("{user}", j.user)
     try:
@@ -198,9 +206,13 @@ def job_email(note: Any, text: str, *, sender: str, to: str, now: datetime) -> E
     from tracker.text import one_line
 
     j = note.line
-    subject = (
-        f"GPU efficiency of job {one_line(j.shown_id, 40)} ({one_line(j.name, 60)}): "
-        f"{fmt_usd(note.waste_usd)} recoverable"
+    what = []
+    if note.waste_usd is not None:
+        what.append(f"{fmt_usd(note.waste_usd)} recoverable")
+    if (note.unmeasured_usd or 0.0) >= 0.005:
+        what.append(f"{fmt_usd(note.unmeasured_usd)} not measured")
+    subject = f"GPU efficiency of job {one_line(j.shown_id, 40)} ({one_line(j.name, 60)}): " + (
+        ", ".join(what) or f"{fmt_usd(note.waste_usd)} recoverable"
     )
     body = (
         '<!DOCTYPE html><html><body><pre style="font: 13px ui-monospace, Menlo, Consolas, '

@@ -163,6 +163,23 @@ METRICS: tuple[PromMetric, ...] = (
     _gauge("gpu_kpi_week_waste_usd", "week", "waste_usd", f"{_WASTE}; last complete week", _WEEK),
     _gauge("gpu_kpi_week_idle_usd", "week", "idle_usd", f"{_IDLE}; last complete week", _WEEK),
     _gauge(
+        "gpu_kpi_week_unmeasured_usd",
+        "week",
+        "unmeasured_usd",
+        "paid GPU-time no sample measured (USD), in gpu_kpi_week_spend_usd, beside the waste: "
+        "scheduler jobs' unsampled time and runs without a utilization value; last complete week",
+        _WEEK,
+    ),
+    _gauge(
+        "gpu_kpi_week_unallocated_usd",
+        "week",
+        "unallocated_usd",
+        "capacity nobody held (USD): owned GPUs ([owned.<MODEL>] gpus) no run or job held, at "
+        "their amortized rate, not in gpu_kpi_week_spend_usd; absent when no capacity is known; "
+        "last complete week",
+        _WEEK,
+    ),
+    _gauge(
         "gpu_kpi_week_runs", "week", "runs", "runs with GPU-time in the last complete week", _WEEK
     ),
     _gauge(

@@ -82,6 +82,17 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert (llama["matched"], llama["allocated_gpu_hours"]) == ("id", pytest.approx(25.6))
     assert llama["no_samples_gpu_hours"] == pytest.approx(1.6)
     assert (debug["matched"], debug["no_samples_usd"]) == ("", pytest.approx(20 * 3.85))
+    # the week's ledger: the jobs' GPU-time no sample measured is paid, so it is in the
+    # headline's spend (beside the waste, not in it), named at the top of the page and in the
+    # demo's own lines; its 12-minute head starts and interactive-debug: $85.72
+    head = json.loads(html.with_suffix(".json").read_text())["headline"]
+    unmeasured = sum(j["no_samples_usd"] for j in alloc["jobs"])
+    assert head["unmeasured_usd"] == pytest.approx(unmeasured)
+    assert round(unmeasured, 2) == 85.72 and head["jobs"] == 6
+    assert round(head["spend_usd"] - unmeasured, 2) == 1512.26  # the runs' own, as before
+    assert "$85.72 paid for GPU-time no sample measured" in html.read_text()
+    assert "the most: interactive-debug, ana · nlp, $77.00" in html.read_text()
+    assert "  paid beside the waste: not measured $85.72 · nobody held $" in p.stdout
     (nodes,) = alloc["capacity"]
     assert (nodes["nodes"], nodes["gpus"], nodes["capacity_gpu_hours"]) == (6, 20, 20 * 168)
     # useful: the simulated GPUs report SM activity; the nodes' figure is their jobs' SM

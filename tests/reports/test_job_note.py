@@ -76,7 +76,7 @@ def test_a_job_nobody_measured(imported: dict[str, str]) -> None:
     p = gpu_kpi("job", "102", env=imported)
     assert p.returncode == 0, p.stderr
     assert (
-        "Verdict: no telemetry" in p.stdout
+        "Verdict: not measured" in p.stdout
         and "Allocated, no samples: 2.0 GPU-h, $7.70" in p.stdout
     )
     assert "&lt;" not in p.stdout and "<script>" in p.stdout  # text as it is, on one line
@@ -104,6 +104,27 @@ def test_the_note_is_mailed_once(
     )
     assert low.returncode == 0 and "not mailed: recoverable waste" in low.stdout
     assert len(smtp_server.messages) == 1
+
+
+def test_a_job_nobody_measured_is_mailed_for_what_it_paid(
+    imported: dict[str, str], tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    """No sample, so no recoverable waste: its unsampled GPU-time is still paid (2 H100 for an
+    hour, $7.70), counts toward --min-waste-usd and is named "not measured", never "no price"."""
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(CONFIG.format(store=imported["GPU_KPI_STORE"], port=smtp_server.port))
+    p = gpu_kpi("job", "102", "--config", str(config), env=imported)
+    assert "Recoverable waste (target 85%): n/a (not measured)" in p.stdout
+    assert "Paid, not shown useful (waste + no samples): $7.70" in p.stdout
+    assert "no price" not in p.stdout
+    args = ("job", "102", "--config", str(config), "--mail", "--to", "{user}@example.org")
+    high = gpu_kpi(*args, "--min-waste-usd", "8", "--no-sacct", env=imported)
+    assert high.returncode == 0, high.stderr
+    assert "not mailed: recoverable waste $0.00 + not measured $7.70 = $7.70" in high.stdout
+    sent = gpu_kpi(*args, "--min-waste-usd", "5", "--no-sacct", env=imported)
+    assert sent.returncode == 0 and "mailed the note of job 102" in sent.stdout, sent.stderr
+    (got,) = smtp_server.messages
+    assert got.message["Subject"].endswith("$7.70 not measured")
 
 
 @pytest.mark.parametrize(

@@ -245,7 +245,9 @@ def test_the_chargeback_charges_what_each_team_held(store_url: str, tmp_path: Pa
     split = ("allocated_usd", "productive_usd", "allocated_idle_usd", "allocated_no_data_usd")
     assert [float(nlp[c]) for c in split] == pytest.approx([23.10, 7.70, 0.0, 15.40])
     assert [float(vision[c]) for c in split] == pytest.approx([19.25, 7.70, 11.55, 0.0])
-    assert (nlp["runs"], nlp["gpu_hours"]) == ("0", "0")  # no run of NLP names no project
+    # no run of NLP names no project: the row's GPU-hours and spend are its job's unsampled
+    # time (the week's ledger: 4 GPU-h x $3.85 no sample measured), charged, not a run
+    assert (nlp["runs"], nlp["gpu_hours"], nlp["spend_usd"]) == ("0", "4.0", "15.4")
     assert sum(float(r["allocated_usd"]) for r in rows) == pytest.approx(42.35)
     assert sum(float(r["allocated_gpu_hours"]) for r in rows) == pytest.approx(11.0)
 

@@ -90,7 +90,8 @@ def test_each_jobs_hours_and_dollars_by_hand() -> None:
         # alone on n3 for 60 min, then beside D: 2 of the host's 4 sampled GPUs either way,
         # half of each sampled second, of which half idle (g0 and g1)
         "103": ("node", 3.0, 3.0, 1.5, 0.0, 2.0),
-        "104": ("node", 1.0, 1.0, 0.5, 0.0, 3.85),
+        # D's gres type says H100; the samples of its GPUs say A100-80GB: they win ($2.00)
+        "104": ("node", 1.0, 1.0, 0.5, 0.0, 2.0),
         "105": ("", 1.0, 0.0, 0.0, 1.0, 3.85),
         "106": ("", 2.0, 0.0, 0.0, 2.0, None),
     }

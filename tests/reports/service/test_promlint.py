@@ -318,9 +318,12 @@ def exposition() -> str:
         low_pct=-48.0, high_pct=-31.0, verdict_before="input-bound", verdict_after="healthy",
         weeks_since=4.0, usd_to_date=192.0, usd_per_week=48.0,
     )  # fmt: skip
+    latest = week(W48_RUNS, W48_SAMPLES)
+    # owned capacity nobody held, as [owned.<MODEL>] gpus gives it: its series shows
+    held = dataclasses.replace(latest.headline, unallocated_gpu_hours=100.0, unallocated_usd=49.0)
     exporter = KpiExporter()
     exporter.update(
-        dataclasses.replace(week(W48_RUNS, W48_SAMPLES), changes=(fix,)),
+        dataclasses.replace(latest, changes=(fix,), headline=held),
         week_to_date=week(W48_RUNS + W49_RUNS, W48_SAMPLES, at=W49),
         history=history,
     )

@@ -1,0 +1,342 @@
+"""The week's ledger: every GPU-second someone pays for, in exactly one bucket, with its owner,
+model and price.
+
+The runs' GPU-time (:func:`reports.kpi.weekly.run_weeks`, one row per run and week) splits by
+the waste rule of :func:`tracker.cost.gpu_waste_usd`, per GPU:
+
+- **not measured**: a GPU-week of a run with no utilization value at all (no sample says what
+  it did: a summary-only run, a tracker without NVML). A GPU with some minutes measured has
+  the rest of its time judged by them (the waste rule's own extrapolation), never here;
+- **held idle**: its minutes in idle stretches (the idle rule);
+- **busy below target**: the recoverable share of the rest;
+- **useful**: what is left.
+
+The scheduler's jobs (:class:`reports.kpi.allocations.JobLine`) add the GPU-time no run holds:
+a job's allocated seconds that no sample covers are **not measured** (a row of its own, owned
+by the job's user and team, priced at the job's price), and a job known only by ``sacct``'s
+step average (no minute sample) is judged whole at that average (idle, below target,
+useful). What a job's matched runs sampled is already theirs. So :func:`job_rows` returns rows
+shaped like ``run_weeks``' (``kind`` ``job``), and a week's headline, breakdowns, runs to fix,
+team pages and budgets sum runs and jobs alike, each GPU-second once.
+
+**Capacity nobody held** (:func:`unallocated`) is the paid capacity (``[owned.<MODEL>]``
+GPUs, else the nodes a scheduler import listed) less the GPU-hours held on it; it has no owner
+and is named beside the spend, not in it.
+
+One price per GPU-second: a run's is :func:`reports.kpi.pricing.run_prices`', a job's its
+line's (the model its samples saw, else its gres type; :func:`tracker.prices.reported_price`);
+a GPU-second of a model without a price has unknown dollars (NaN, ``priced`` False), never $0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from reports.kpi.allocations import CapacityLine, JobLine
+from tracker.cost import gpu_waste_usd, weighted_util_pct
+from tracker.owned import OwnedGpu
+from tracker.prices import PriceTable, owned_row
+
+BUCKETS: dict[str, str] = {
+    "unallocated": "capacity nobody held",
+    "unmeasured": "allocated, not measured",
+    "idle": "held idle",
+    "below_target": "busy below target",
+    "useful": "useful",
+}
+"""The ledger's buckets, each key and its name, in the order a GPU-second falls through them."""
+
+UNMEASURED_VERDICT = "not measured"
+"""The verdict of a job's row: GPU-time that no sample measured."""
+
+UNMEASURED_ADVICE = (
+    "No sample says what these GPUs did: track the job (the gpu-kpi callback, three lines), or "
+    "run nvidia-smi or dcgm-exporter on its nodes and import their samples."
+)
+
+JOB_KIND = "job"
+RUN_KIND = "run"
+
+
+def job_key(j: JobLine) -> str:
+    """A job's row id in the week's rows: ``slurm:CLUSTER/JOBID`` (``kubernetes:…`` for a
+    pod), apart from every run id."""
+    cluster = f"{j.cluster}/" if j.cluster else ""
+    return f"{j.source}:{cluster}{j.shown_id}"
+
+
+def job_rows(
+    jobs: Iterable[JobLine],
+    week: pd.Timestamp,
+    *,
+    target_util_pct: float,
+    owned: Mapping[str, OwnedGpu] | None = None,
+    prices: PriceTable | None = None,
+    runs_held: Mapping[tuple[str, str, str], float] | None = None,
+) -> pd.DataFrame:
+    """The week's GPU-time of the scheduler's jobs that no run holds, as rows shaped like
+    :func:`reports.kpi.weekly.run_weeks`' (one per job with any): its unsampled allocated
+    GPU-hours (unknown utilization: not measured), or, for a job judged by ``sacct``'s step
+    average, its whole allocation at that average.
+
+    Args:
+        jobs: The week's job lines (:class:`reports.kpi.allocations.AllocationWeek` ``jobs``).
+        week: The week's start (UTC).
+        target_util_pct: The waste rule's target.
+        owned: The config's ``[owned.<MODEL>]`` (rows an owned model prices are marked
+            ``owned_gpu``, as the runs' are).
+        prices: The config's ``[prices]`` over the table (an owned variant rule's input).
+        runs_held: (source, cluster, job id) → the week's GPU-hours that runs naming the job
+            hold with no minute sample (:func:`runs_held_of_jobs`): theirs already, never the
+            job's too.
+
+    Returns:
+        The rows, ``kind`` ``job``, ``unmeasured_hours`` and ``waste_hours`` set; empty (with
+        the columns) when no job has GPU-time outside the runs.
+    """
+    rows = []
+    for j in jobs:
+        theirs = _held(runs_held or {}, j)
+        if j.matched == "sacct":
+            hours = max(0.0, j.allocated_gpu_hours - theirs)
+            known, util = min(j.known_gpu_hours, hours), j.util_pct
+        else:
+            hours, known, util = max(0.0, j.no_samples_gpu_hours - theirs), 0.0, None
+        if hours <= 1e-12:
+            continue
+        used = (util or 0.0) * known / 100.0
+        idle = j.idle_gpu_hours if j.matched == "sacct" else 0.0
+        waste_h = float(
+            gpu_waste_usd(
+                hours,
+                held=hours,
+                known=known,
+                util_time=100.0 * used,
+                idle=idle,
+                idle_util_time=(util or 0.0) * idle,
+                target_util_pct=target_util_pct,
+            )
+        )
+        price = j.price_per_gpu_hour
+        usd = math.nan if price is None else price
+        owned_gpu = None
+        if owned and j.gpu_model and price is not None:
+            row = owned_row(j.gpu_model, owned, prices.overrides if prices else None)
+            owned_gpu = row.gpu if row is not None else None
+        rows.append(
+            {
+                "run_id": job_key(j),
+                "week": week,
+                "gpu_hours": hours,
+                "known_hours": known,
+                "used_hours": used,
+                "spend_usd": hours * usd,
+                "waste_usd": waste_h * usd,
+                "idle_usd": idle * usd,
+                "priced": price is not None,
+                "utilization_pct": weighted_util_pct(100.0 * used, known),
+                "unmeasured_hours": hours - known,
+                "unmeasured_usd": (hours - known) * usd,
+                "waste_hours": waste_h,
+                "idle_hours": idle,
+                "kind": JOB_KIND,
+                "name": j.name or j.shown_id,
+                "project": "",
+                "team": j.team,
+                "user": j.user,
+                "host": "",
+                "gpu_model": j.gpu_model,
+                "gpu_count": j.gpus,
+                "verdict": UNMEASURED_VERDICT if known <= 0 else _sacct_verdict(j, util),
+                "advice": UNMEASURED_ADVICE if known <= 0 else "",
+                "links": {j.source: job_key(j).split(":", 1)[1]},
+                "status": j.state.lower(),
+                "started_at": j.start,
+                "ended_at": j.end,
+                "source": j.source,
+                "owned_gpu": owned_gpu,
+                "price_per_gpu_hour": math.nan if price is None else price,
+            }
+        )
+    return pd.DataFrame(rows, columns=JOB_ROW_COLUMNS)
+
+
+def _held(runs_held: Mapping[tuple[str, str, str], float], j: JobLine) -> float:
+    """The GPU-hours runs naming job ``j`` hold unsampled (a link without a cluster names the
+    id alone)."""
+    if j.source == "kubernetes":
+        return runs_held.get((j.source, "", j.shown_id), 0.0)
+    return runs_held.get((j.source, j.cluster, j.job_id), 0.0) + (
+        runs_held.get((j.source, "", j.job_id), 0.0) if j.cluster else 0.0
+    )
+
+
+def runs_held_of_jobs(
+    runs: pd.DataFrame, gt: pd.DataFrame
+) -> dict[pd.Timestamp, dict[tuple[str, str, str], float]]:
+    """Per week, the GPU-hours that runs naming a scheduler job hold with no minute sample
+    (their summary rows, ``gpu`` ``*``): the job's unsampled time is theirs, counted once.
+
+    Args:
+        runs: The runs (``id``, ``links``).
+        gt: Their GPU-time rows (:data:`reports.kpi.frames.GT_COLUMNS`).
+
+    Returns:
+        Week start → (source, cluster, job id) → GPU-hours; a Kubernetes pod is
+        (``kubernetes``, ``""``, ``NAMESPACE/POD``).
+    """
+    from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, slurm_job_of
+
+    summary = gt[gt["gpu"] == "*"] if len(gt) else gt
+    if not len(summary):
+        return {}
+    job_of: dict[str, tuple[str, str, str]] = {}
+    wanted = set(summary["run_id"])
+    for rid, links in zip(runs["id"], runs["links"], strict=True):
+        if rid not in wanted or not isinstance(links, Mapping):
+            continue
+        link, pod = links.get(SLURM_LINK), links.get(KUBERNETES_LINK)
+        if isinstance(link, str) and (job := slurm_job_of(link)) is not None:
+            job_of[rid] = ("slurm", *job)
+        elif isinstance(pod, str):
+            job_of[rid] = ("kubernetes", "", pod)
+    out: dict[pd.Timestamp, dict[tuple[str, str, str], float]] = {}
+    for rid, week, hours in zip(
+        summary["run_id"], summary["week"], summary["gpu_hours"], strict=True
+    ):
+        if rid in job_of:
+            mine = out.setdefault(pd.Timestamp(week), {})
+            mine[job_of[rid]] = mine.get(job_of[rid], 0.0) + float(hours)
+    return out
+
+
+def _sacct_verdict(j: JobLine, util: float | None) -> str:
+    """A job judged by its steps' average: idle when the idle rule says so, else unnamed."""
+    if j.idle_gpu_hours >= 0.5 * j.allocated_gpu_hours:
+        return "idle"
+    return "below-target" if util is not None else ""
+
+
+JOB_ROW_COLUMNS = (
+    "run_id",
+    "week",
+    "gpu_hours",
+    "known_hours",
+    "used_hours",
+    "spend_usd",
+    "waste_usd",
+    "idle_usd",
+    "priced",
+    "utilization_pct",
+    "unmeasured_hours",
+    "unmeasured_usd",
+    "waste_hours",
+    "idle_hours",
+    "kind",
+    "name",
+    "project",
+    "team",
+    "user",
+    "host",
+    "gpu_model",
+    "gpu_count",
+    "verdict",
+    "advice",
+    "links",
+    "status",
+    "started_at",
+    "ended_at",
+    "source",
+    "owned_gpu",
+    "price_per_gpu_hour",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unallocated:
+    """Capacity nobody held in a week: paid GPU-hours with no run and no job on them."""
+
+    gpu_hours: float
+    usd: float | None
+    """At the capacity's price (an owned model's amortized rate, else the table's); None when
+    none of it has a price."""
+    gpus: int
+    """Owned GPUs counted (``[owned.<MODEL>] gpus``)."""
+    unpriced_gpu_hours: float = 0.0
+
+
+def unallocated(
+    per: pd.DataFrame,
+    *,
+    hours_in_week: float,
+    owned: Mapping[str, OwnedGpu] | None,
+    capacity: Sequence[CapacityLine] = (),
+    prices: PriceTable | None = None,
+) -> Unallocated | None:
+    """The week's capacity nobody held: each owned model's GPUs (``[owned.<MODEL>] gpus``) ×
+    the week's hours less the GPU-hours its rows (runs and jobs) held, at its amortized rate;
+    and the scheduler's nodes of models not owned, their unallocated GPU-hours (dollars
+    unknown: what a reserved node costs is the site's contract). An owned model's nodes are
+    counted from ``[owned]`` alone, never again from the node listing: one GPU, one bucket.
+    None when no capacity is known (no ``[owned]`` with ``gpus`` and no node import).
+
+    Args:
+        per: The week's rows (runs' and jobs'), with ``owned_gpu`` and ``gpu_hours``.
+        hours_in_week: The week's hours (167, 168 or 169; to now for a week under way).
+        owned: The config's ``[owned.<MODEL>]``.
+        capacity: The scheduler's capacity lines of the week.
+        prices: The price table with the config's ``[prices]`` (which variants are owned).
+    """
+    from tracker.prices import owned_table
+
+    counted = {n: o for n, o in (owned or {}).items() if o.gpus}
+    if not counted and not capacity:
+        return None
+    hours = usd = unpriced = 0.0
+    gpus = 0
+    table = owned_table(counted)
+    for name, o in counted.items():
+        row = table.lookup(name)
+        if row is None or not o.gpus:
+            continue
+        mine = per["owned_gpu"] == row.gpu if "owned_gpu" in per else np.zeros(len(per), bool)
+        held = float(per.loc[mine, "gpu_hours"].sum())
+        free = max(0.0, o.gpus * hours_in_week - held)
+        hours += free
+        usd += free * row.usd_per_gpu_hour
+        gpus += o.gpus
+    for c in capacity:
+        free = max(0.0, c.unallocated_gpu_hours - c.unallocated_owned_gpu_hours)
+        hours += free
+        unpriced += free
+    return Unallocated(
+        gpu_hours=hours,
+        usd=usd if counted else None,
+        gpus=gpus,
+        unpriced_gpu_hours=unpriced,
+    )
+
+
+def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
+    """Each row's GPU-hours per bucket (``unmeasured``, ``idle``, ``below_target``,
+    ``useful``): they add up to its ``gpu_hours`` (the rows of :func:`run_weeks` and
+    :func:`job_rows`)."""
+    hours = per["gpu_hours"].to_numpy(dtype=float)
+    unmeasured = per["unmeasured_hours"].to_numpy(dtype=float)
+    idle = per["idle_hours"].to_numpy(dtype=float)
+    waste = per["waste_hours"].to_numpy(dtype=float)
+    below = np.maximum(waste - idle, 0.0)
+    return pd.DataFrame(
+        {
+            "unmeasured": unmeasured,
+            "idle": idle,
+            "below_target": below,
+            "useful": np.maximum(hours - unmeasured - idle - below, 0.0),
+        },
+        index=per.index,
+    )

@@ -1,0 +1,218 @@
+"""The week's ledger (reports.kpi.ledger): every paid GPU-second in one bucket, with its owner
+and price; the scheduler's GPU-time no run holds summed with the runs' on every figure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pytest
+from fakes import examples
+from fakes import run_record as run
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reports import kpi as kpis
+from reports.kpi.allocations import JobLine
+from reports.kpi.ledger import bucket_hours, job_rows, unallocated
+from reports.render.html import beside_waste, report_context
+from tracker.owned import OwnedGpu, amortize
+
+W48 = datetime(2026, 11, 23, tzinfo=UTC)
+TARGET = 85.0
+
+
+def job(
+    job_id: str,
+    *,
+    hours: float,
+    sampled: float = 0.0,
+    price: float | None = 3.85,
+    team: str = "nlp",
+    user: str = "ana",
+    matched: str = "",
+    util: float | None = None,
+    idle: float = 0.0,
+    model: str | None = "H100",
+) -> JobLine:
+    """A job of 4 GPUs that held ``hours`` GPU-hours, ``sampled`` of them covered by runs."""
+    return JobLine(
+        source="slurm",
+        cluster="c1",
+        job_id=job_id,
+        shown_id=job_id,
+        name=f"job-{job_id}",
+        user=user,
+        account=team,
+        team=team,
+        partition="gpu",
+        state="COMPLETED",
+        start=W48 + timedelta(hours=1),
+        end=W48 + timedelta(hours=6),
+        gpus=4,
+        gpu_model=model,
+        matched=matched,
+        runs=(),
+        allocated_gpu_hours=hours,
+        sampled_gpu_hours=sampled,
+        idle_gpu_hours=idle,
+        no_samples_gpu_hours=hours - sampled,
+        known_gpu_hours=sampled if util is not None else 0.0,
+        util_pct=util,
+        price_per_gpu_hour=price,
+    )
+
+
+def rows_of(*jobs: JobLine) -> pd.DataFrame:
+    return job_rows(jobs, pd.Timestamp(W48), target_util_pct=TARGET)
+
+
+def test_a_job_nothing_measured_is_paid_and_not_measured() -> None:
+    r = rows_of(job("7006", hours=20.0)).iloc[0]
+    assert r["run_id"] == "slurm:c1/7006"
+    assert r["gpu_hours"] == 20.0 and r["unmeasured_hours"] == 20.0
+    assert r["spend_usd"] == pytest.approx(20 * 3.85)  # $77.00
+    assert r["unmeasured_usd"] == pytest.approx(77.0)
+    assert r["waste_usd"] == 0.0  # unknown is never waste, nor useful
+    assert r["verdict"] == "not measured"
+    assert (r["team"], r["user"]) == ("nlp", "ana")
+
+
+def test_only_the_part_of_a_job_its_runs_did_not_sample_is_its_own() -> None:
+    # 25.6 GPU-h held, 24.0 in its run's samples (the run's already): 1.6 GPU-h not measured
+    r = rows_of(job("7001", hours=25.6, sampled=24.0, matched="id")).iloc[0]
+    assert r["gpu_hours"] == pytest.approx(1.6)
+    assert r["spend_usd"] == pytest.approx(1.6 * 3.85)  # $6.16
+
+
+def test_a_job_judged_by_sacct_is_judged_whole_at_its_average() -> None:
+    # 10 GPU-h, no minute sample, steps' average 40%: waste 10 x 2.00 x (1 - 40/85)
+    j = job("9", hours=10.0, sampled=10.0, matched="sacct", util=40.0, price=2.0)
+    r = rows_of(j).iloc[0]
+    assert r["gpu_hours"] == 10.0 and r["unmeasured_hours"] == 0.0
+    assert r["utilization_pct"] == pytest.approx(40.0)
+    assert r["waste_usd"] == pytest.approx(10 * 2.0 * (1 - 40 / 85))
+    b = bucket_hours(pd.DataFrame([r]))
+    assert b.iloc[0].to_dict() == pytest.approx(
+        {"unmeasured": 0.0, "idle": 0.0, "below_target": 10 * (1 - 40 / 85), "useful": 10 * 40 / 85}
+    )
+
+
+def test_an_unpriced_job_has_unknown_dollars_never_zero() -> None:
+    r = rows_of(job("5", hours=3.0, price=None, model=None)).iloc[0]
+    assert not r["priced"]
+    assert pd.isna(r["spend_usd"]) and pd.isna(r["unmeasured_usd"])
+
+
+def week_with(jobs: list[JobLine], **kw: object) -> kpis.WeekKpis:
+    runs = [run("r1", W48 + timedelta(days=1), 10, util=90.0, team="nlp", user="ben")]
+    runs.append(run("r2", W48 + timedelta(days=2), 2, gpus=2, util=20.0, team="vision"))
+    frame = kpis.runs_frame(runs)
+    gt = kpis.gpu_time(frame, kpis.samples_frame([]), tz=UTC, now=W48 + timedelta(days=8))
+    owned = kw.get("owned")
+    rows = job_rows(jobs, pd.Timestamp(W48), target_util_pct=TARGET, owned=owned)  # type: ignore[arg-type]
+    return kpis.kpis_of_gpu_time(frame, gt, W48, tz=UTC, jobs=rows, **kw)  # type: ignore[arg-type]
+
+
+def test_the_headline_counts_every_paid_gpu_second_once() -> None:
+    k = week_with([job("7006", hours=20.0), job("7001", hours=25.6, sampled=24.0, matched="id")])
+    h = k.headline
+    runs_usd = 10 * 3.85 + 4 * 3.85  # r1: 10 GPU-h; r2: 2 GPUs x 2 h, both H100 at 3.85
+    jobs_usd = (20.0 + 1.6) * 3.85
+    assert h.spend_usd == pytest.approx(runs_usd + jobs_usd)
+    assert h.gpu_hours == pytest.approx(14 + 21.6)
+    assert h.unmeasured_gpu_hours == pytest.approx(21.6)
+    assert h.unmeasured_usd == pytest.approx(jobs_usd)
+    assert h.runs == 2 and h.jobs == 2  # a job's row is no run
+    # waste is the runs' alone: r2's 4 GPU-h at 20%
+    assert h.waste_usd == pytest.approx(4 * 3.85 * (1 - 20 / 85))
+    teams = k.by["team"].set_index("team")
+    assert teams.loc["nlp", "spend_usd"] == pytest.approx(10 * 3.85 + jobs_usd)
+    assert teams.loc["nlp", "runs"] == 1  # ben's run; ana's jobs are not runs
+    assert teams["spend_usd"].sum() == pytest.approx(h.spend_usd)
+    # the job nothing measured is a line to fix, first by its dollars
+    fix = kpis.runs_to_fix(k)
+    assert fix.iloc[0]["run_id"] == "slurm:c1/7006"
+    ctx = report_context(k, {}, title="t", report_url=None, generated_at=None)
+    assert "$83.16 paid for GPU-time no sample measured" in ctx["lede"]  # 21.6 x 3.85
+    assert "the most: job-7006, ana · nlp, $77.00" in ctx["lede"]
+    assert beside_waste(k) == "not measured $83.16"
+
+
+def test_a_week_without_jobs_keeps_its_figures() -> None:
+    k, before = week_with([]), week_with([job("x", hours=0.0)])
+    assert k.headline == before.headline
+    assert k.headline.unmeasured_gpu_hours == 0.0 and k.headline.jobs == 0
+    assert beside_waste(k) == ""
+
+
+OWNED = OwnedGpu(
+    model="H100", purchase_usd=25_000, life_years=4, power_w=700, usd_per_kwh=0.1, gpus=8
+)
+
+
+def test_owned_capacity_nobody_held_is_counted_once() -> None:
+    rate = amortize(OWNED).usd_per_gpu_hour
+    k = week_with([job("7006", hours=20.0, price=rate)], owned={"H100": OWNED})
+    held = 14 + 20.0  # runs and the job, all on the owned H100s
+    h = k.headline
+    assert h.unallocated_gpu_hours == pytest.approx(8 * 168 - held)
+    assert h.unallocated_usd == pytest.approx((8 * 168 - held) * rate)
+    assert h.spend_usd == pytest.approx(held * rate)  # not in the spend: nobody held it
+    # a purchase is never deferred while GPUs sit free
+    assert k.what_if is not None and k.what_if.months is None
+    assert k.what_if.free_gpus == pytest.approx((8 * 168 - held) / 168)
+    assert "no purchase to defer" in k.what_if.sentence()
+
+
+def test_no_capacity_known_is_none_not_zero() -> None:
+    assert (
+        unallocated(pd.DataFrame(columns=["owned_gpu", "gpu_hours"]), hours_in_week=168.0, owned={})
+        is None
+    )
+    assert week_with([]).headline.unallocated_gpu_hours is None
+
+
+JOB = st.tuples(
+    st.floats(0.0, 50.0),  # allocated GPU-hours
+    st.floats(0.0, 1.0),  # share sampled by runs
+    st.sampled_from(["a", "b", "c"]),  # team
+    st.sampled_from([None, 1.0, 3.85]),  # price
+    st.booleans(),  # judged by sacct
+    st.floats(0.0, 100.0),  # its average
+)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(jobs=st.lists(JOB, max_size=12))
+def test_buckets_add_up_and_every_surface_sums_the_same(
+    jobs: list[tuple[float, float, str, float | None, bool, float]],
+) -> None:
+    """Random jobs beside two runs: each row's buckets add up to its GPU-hours; the headline's
+    spend is the runs' and the priced jobs' own dollars, recomputed here by hand; the teams'
+    spend adds up to it; not measured is the unsampled hours of jobs not judged by sacct."""
+    lines = []
+    for i, (hours, share, team, price, sacct, util) in enumerate(jobs):
+        sampled = hours if sacct else hours * share
+        lines.append(
+            job(
+                str(i),
+                hours=hours,
+                sampled=sampled,
+                team=team,
+                price=price,
+                model="H100" if price else None,
+                matched="sacct" if sacct else "id",
+                util=util if sacct else None,
+            )
+        )
+    k = week_with(lines)
+    own = [(h if sacct else h * (1 - share), p, sacct) for h, share, _, p, sacct, _ in jobs]
+    by_hand = 14 * 3.85 + sum(h * p for h, p, _ in own if p is not None and h > 0)
+    assert k.headline.spend_usd == pytest.approx(by_hand, rel=1e-9, abs=1e-9)
+    assert k.by["team"]["spend_usd"].sum() == pytest.approx(by_hand, rel=1e-9, abs=1e-9)
+    unmeasured = sum(h for h, _, sacct in own if not sacct and h > 0)
+    assert k.headline.unmeasured_gpu_hours == pytest.approx(unmeasured, abs=1e-9)
+    rows = k.runs
+    b = bucket_hours(rows)
+    assert (b.sum(axis=1) - rows["gpu_hours"]).abs().max() == pytest.approx(0.0, abs=1e-9)

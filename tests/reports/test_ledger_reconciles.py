@@ -1,0 +1,235 @@
+"""The week's ledger reconciles, through the real store on SQLite and PostgreSQL: on generated
+fleets (tracked runs, runs with no utilization value, Slurm jobs with and without samples, gres
+types that name another model than the samples, owned and rented GPUs, unpriced models), every
+paid GPU-second is counted once at one price, and each surface (the headline, the teams, the
+JSON, chargeback, budgets, the job notes) says the same dollars as a recomputation by hand."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from fakes import examples, minutes, run_record
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from reports.build import compute
+from reports.data.allocations import Allocation, write_allocations
+from reports.kpi.chargeback import chargeback_rows
+from reports.kpi.ledger import bucket_hours
+from reports.render.exports import to_dict
+from reports.request import Request
+from reports.weeks import label_of
+from tracker.owned import OwnedGpu, amortize
+from tracker.store import RunStore
+
+FIRST = datetime(2025, 1, 6, tzinfo=UTC)  # a Monday: 2025-W02
+OWNED = OwnedGpu(
+    model="H100", purchase_usd=20_000, life_years=4, power_w=600, usd_per_kwh=0.1, gpus=16
+)
+TABLE = {"H100": 3.85, "A100-80GB": 2.00, "Mystery-GPU": None}
+
+RUN = st.fixed_dictionaries(
+    {
+        "gpus": st.integers(1, 2),
+        "minutes": st.integers(30, 150),
+        "util": st.sampled_from([0.0, 30.0, 90.0]),
+        "model": st.sampled_from(list(TABLE)),
+        "job": st.sampled_from(["none", "id", "id-late"]),  # its Slurm job, started early
+        "gres": st.sampled_from(["H100", None]),  # the job's gres type, whatever ran
+        "team": st.sampled_from(["nlp", "vision"]),
+        "sampled": st.booleans(),  # False: a summary with no utilization value
+    }
+)
+JOB = st.fixed_dictionaries(
+    {
+        "gpus": st.integers(1, 4),
+        "minutes": st.integers(10, 240),
+        "gres": st.sampled_from(["H100", "A100-80GB", None]),
+        "team": st.sampled_from(["nlp", "vision", "search"]),
+    }
+)
+_weeks = itertools.count()
+
+
+def _price(model: str | None, owned: bool) -> float | None:
+    """The price by hand: an owned H100 at its amortized rate, else the table's."""
+    if model is None:
+        return None
+    if owned and model == "H100":
+        return amortize(OWNED).usd_per_gpu_hour
+    return TABLE[model]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("owned", [False, True])
+def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) -> None:
+    with RunStore(store_url):
+        pass  # the tables, once
+
+    @settings(
+        max_examples=examples(12),
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+    @given(runs=st.lists(RUN, max_size=4), jobs=st.lists(JOB, max_size=3))
+    def check(runs: list[dict], jobs: list[dict]) -> None:
+        assume(runs or jobs)  # an empty store has nothing to report (its own test's)
+        n = next(_weeks)
+        week = FIRST + timedelta(weeks=2 * n)  # each example a week of its own, apart
+        start = week + timedelta(days=1, hours=9)
+        now = week + timedelta(days=9)
+        records, rows, allocations = [], [], []
+        spend = unmeasured = 0.0
+        team_usd: dict[str, float] = {}
+        job_usd: dict[str, float | None] = {}
+
+        def pay(team: str, usd: float) -> None:
+            team_usd[team] = team_usd.get(team, 0.0) + usd
+
+        for i, r in enumerate(runs):
+            rid, host, hours = f"w{n}r{i}", f"w{n}n{i}", r["minutes"] / 60
+            price = _price(r["model"], owned)
+            job_id = f"{n}0{i}"
+            links = {"slurm": f"c/{job_id}"} if r["job"] != "none" else {}
+            util = r["util"] if r["sampled"] else None
+            records.append(
+                run_record(
+                    rid,
+                    start,
+                    hours,
+                    gpus=r["gpus"],
+                    util=util,
+                    model=r["model"],
+                    price=TABLE[r["model"]],
+                    host=host,
+                    links=links,
+                    team=r["team"],
+                    user="ana",
+                    gpu_source="nvml" if r["sampled"] else "none",
+                )
+            )
+            if r["sampled"]:
+                for g in range(r["gpus"]):
+                    rows += minutes(rid, start, r["minutes"], r["util"], f"{rid}g{g}")
+            if price is not None:
+                spend += r["gpus"] * hours * price
+                pay(r["team"], r["gpus"] * hours * price)
+                if not r["sampled"]:
+                    unmeasured += r["gpus"] * hours * price
+            if r["job"] == "none":
+                continue
+            early = 20 if r["job"] == "id-late" else 0  # the run started 20 min into its job
+            allocations.append(
+                Allocation(
+                    source="slurm",
+                    cluster="c",
+                    job_id=job_id,
+                    shown_id=job_id,
+                    name=f"job{job_id}",
+                    user="ana",
+                    account=r["team"],
+                    team=r["team"],
+                    partition="gpu",
+                    state="COMPLETED",
+                    start_at=start - timedelta(minutes=early),
+                    end_at=start + timedelta(minutes=r["minutes"]),
+                    seen_at=now,
+                    gpus=r["gpus"],
+                    gpu_model=r["gres"],
+                    hosts=(host,),
+                )
+            )
+            # its price: the model its samples saw, else its gres type's
+            job_price = _price(r["model"] if r["sampled"] else r["gres"], owned)
+            # the job's line: all it held that no minute sample covers
+            line = r["gpus"] * (early + (0 if r["sampled"] else r["minutes"])) / 60
+            job_usd[job_id] = None if job_price is None else line * job_price
+            # of which the ledger's own (a row of the job): its minutes before the run; the
+            # run's time is the run's, sampled or not, never counted twice
+            own = r["gpus"] * early / 60
+            if job_price is not None:
+                spend += own * job_price
+                unmeasured += own * job_price
+                pay(r["team"], own * job_price)
+        for i, j in enumerate(jobs):
+            job_id = f"{n}9{i}"
+            price = _price(j["gres"], owned)
+            hours = j["gpus"] * j["minutes"] / 60
+            allocations.append(
+                Allocation(
+                    source="slurm",
+                    cluster="c",
+                    job_id=job_id,
+                    shown_id=job_id,
+                    name=f"untracked{i}",
+                    user="ben",
+                    account=j["team"],
+                    team=j["team"],
+                    partition="gpu",
+                    state="COMPLETED",
+                    start_at=start,
+                    end_at=start + timedelta(minutes=j["minutes"]),
+                    seen_at=now,
+                    gpus=j["gpus"],
+                    gpu_model=j["gres"],
+                    hosts=(f"w{n}x{i}",),
+                )
+            )
+            job_usd[job_id] = None if price is None else hours * price
+            if price is not None:
+                spend += hours * price
+                unmeasured += hours * price
+                pay(j["team"], hours * price)
+        with RunStore(store_url) as store:
+            for rec in records:
+                store.upsert_run(rec)
+            if rows:
+                store.upsert_samples(rows)
+            if allocations:
+                write_allocations(store, allocations)
+        req = Request(
+            week=label_of(week), tz=UTC, owned={"H100": OWNED} if owned else {}, formats=("json",)
+        )
+        c = compute(store_url, req, now=now)
+        k = c.kpis
+        h = k.headline
+        cents = pytest.approx
+        assert h.spend_usd == cents(spend, abs=1e-6)
+        assert h.unmeasured_usd == cents(unmeasured, abs=1e-6)
+        by_team = dict(zip(k.by["team"]["team"], k.by["team"]["spend_usd"], strict=True))
+        assert {t: v for t, v in by_team.items() if v > 1e-9} == cents(
+            {t: v for t, v in team_usd.items() if v > 1e-9}, abs=1e-6
+        )
+        # the JSON, the chargeback and the budgets' period say the same
+        d = to_dict(k, UTC)
+        assert (d["headline"]["spend_usd"] or 0.0) == cents(spend, abs=1e-6)
+        charged = chargeback_rows(k, label_of(week))
+        assert math.fsum(r["spend_usd"] for r in charged) == cents(spend, abs=0.005 * len(charged))
+        from reports.budgets import spend as period_spend
+
+        with RunStore(store_url) as store:
+            period = period_spend(store, req, week, week + timedelta(days=7), now=now)
+        assert {t: v for t, v in period.by_team.items() if v > 1e-9} == cents(
+            {t: v for t, v in team_usd.items() if v > 1e-9}, abs=1e-6
+        )
+        # each job's dollars not measured, as its line has them
+        lines = {j.job_id: j for j in (k.allocations.jobs if k.allocations else ())}
+        for job_id, usd in job_usd.items():
+            got = lines[job_id].no_samples_usd
+            assert (got is None) == (usd is None), job_id
+            if usd is not None:
+                assert got == cents(usd, abs=1e-6), job_id
+        # every row's buckets add up to its GPU-hours; owned capacity is counted once
+        if len(k.runs):
+            b = bucket_hours(k.runs)
+            assert (b.sum(axis=1) - k.runs["gpu_hours"]).abs().max() < 1e-9
+        if owned:
+            on_h100 = k.runs.loc[k.runs["owned_gpu"] == "H100", "gpu_hours"].sum()
+            assert h.unallocated_gpu_hours == cents(16 * 168 - on_h100, abs=1e-6)
+        else:
+            assert h.unallocated_gpu_hours is None
+
+    check()
