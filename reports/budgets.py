@@ -60,7 +60,7 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
     ``req``'s prices, owned GPUs and basis (a :class:`reports.request.Request`)."""
     from reports.data.allocations import span_allocations
     from reports.data.gputime import span_gpu_time
-    from reports.kpi.ledger import job_rows, runs_held_of_jobs
+    from reports.kpi.ledger import job_rows, unsampled_run_hours
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable
 
@@ -78,10 +78,10 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
     # the scheduler's GPU-time no run holds, as the report's week counts it (the ledger)
     scheduler = span_allocations(store, req, runs, since, until)
     if scheduler is not None and scheduler.jobs:
-        held: dict[tuple[str, str, str], float] = {}
-        for of_week in runs_held_of_jobs(runs, gt).values():  # the span's, whatever its weeks
-            for key, hours in of_week.items():
-                held[key] = held.get(key, 0.0) + hours
+        held: dict[str, float] = {}
+        for of_week in unsampled_run_hours(gt).values():  # the span's, whatever its weeks
+            for run, hours in of_week.items():
+                held[run] = held.get(run, 0.0) + hours
         jobs = job_rows(
             scheduler.jobs,
             pd.Timestamp(since),

@@ -66,20 +66,25 @@ def week_kpis(
     team_headlines: Collection[pd.Timestamp] = (),
     scheduler: Mapping[pd.Timestamp, AllocationWeek] | None = None,
     now: datetime | None = None,
+    fleet: bool = True,
+    unsampled: Mapping[pd.Timestamp, Mapping[str, float]] | None = None,
 ) -> WeekKpis:
     """The KPIs of the week starting ``start`` from these runs and their GPU-time rows, with
     ``req``'s time zone, basis, thresholds, prices, owned GPUs and carbon figures; ``stored``:
     kept headlines of earlier weeks whose rows were not read; ``scheduler``: the scheduler's
     weeks (:func:`scheduler_weeks`), whose GPU-time no run holds joins the runs' (the
-    ledger: :mod:`reports.kpi.ledger`); ``now``: where a week under way ends."""
-    from reports.kpi.ledger import job_rows, runs_held_of_jobs
+    ledger: :mod:`reports.kpi.ledger`); ``now``: where a week under way ends; ``fleet``: False
+    for a team's part (no capacity nobody held: that is the fleet's); ``unsampled``: the
+    fleet's runs' GPU-hours with no minute sample per week
+    (:func:`reports.kpi.ledger.unsampled_run_hours`; None: of ``gt``), for a part of it."""
+    from reports.kpi.ledger import job_rows, unsampled_run_hours
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable
 
     table = PriceTable(req.prices)
     t = thresholds_for(req.basis, req.thresholds)
     weeks = dict(scheduler or {})
-    held = runs_held_of_jobs(runs, gt) if weeks else {}
+    held = unsampled if unsampled is not None else unsampled_run_hours(gt) if weeks else {}
     jobs = [
         job_rows(
             w.jobs,
@@ -108,6 +113,7 @@ def week_kpis(
         jobs=pd.concat(jobs, ignore_index=True) if jobs else None,
         capacity={wk: w.capacity for wk, w in weeks.items()},
         now=now,
+        fleet=fleet,
     )
 
 
@@ -129,6 +135,8 @@ class Computed:
     def team(self, req: Request, team: str) -> WeekKpis | None:
         """The week's KPIs of ``team``'s runs and jobs alone (None when it had no GPU time),
         with what the whole report left out."""
+        from reports.kpi.ledger import unsampled_run_hours
+
         runs = self.runs[self.runs["team"] == team]
         gt = self.gpu_time[self.gpu_time["run_id"].isin(runs["id"])]
         jobs = {
@@ -144,6 +152,8 @@ class Computed:
                 stored=self.kept.get(team),
                 scheduler=jobs,
                 now=self.now,
+                fleet=False,
+                unsampled=unsampled_run_hours(self.gpu_time) if jobs else {},
             ),
             skipped=self.kpis.skipped,
             budgets=tuple(b for b in self.kpis.budgets if b.team == team),

@@ -143,6 +143,9 @@ class Settings:
     """Owned GPU models by model (``[owned.<MODEL>]``), priced at their amortized cost."""
     carbon: Carbon = field(default_factory=Carbon)
     """Grid carbon intensity and PUE for CO2e (``[carbon]``)."""
+    gres_models: Mapping[str, str] = field(default_factory=dict)
+    """Slurm gres types → the price table's model (``[slurm] gres_models``), for sites whose
+    type names say no size (``a100``): what ``gpu-kpi import slurm`` records."""
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` (None values ignored); threshold names (``target_util_pct``…)
@@ -227,6 +230,7 @@ FILE_SECTIONS = frozenset(
         "budgets",
         "owned",
         "carbon",
+        "slurm",
     }
     - {""}
 )
@@ -344,6 +348,34 @@ def read_carbon(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors)
     return Carbon(**found, hosts=tuple(pairs))
 
 
+def read_gres_models(data: Mapping[str, Any], errors: Errors) -> dict[str, str]:
+    """``[slurm] gres_models = { a100 = "A100-80GB" }``: each gres type and the GPU model it
+    stands for, a model the price table knows (from the file only: no variables)."""
+    from tracker.prices import canonical_gpu
+
+    table = data.get("slurm", {})
+    if not isinstance(table, Mapping):
+        errors.items.append("slurm: expected a table ([slurm] gres_models = { a100 = ... })")
+        return {}
+    for k in table:
+        if k != "gres_models":
+            errors.unknown(f"slurm.{k}", k, {"gres_models"})
+    models = table.get("gres_models", {})
+    if not isinstance(models, Mapping):
+        errors.items.append('slurm.gres_models: expected a table of gres type = "GPU model"')
+        return {}
+    out: dict[str, str] = {}
+    for kind, model in models.items():
+        where = f"slurm.gres_models.{kind}"
+        if not isinstance(model, str) or canonical_gpu(model) is None:
+            errors.items.append(
+                f"{where}: {model!r} is no GPU model the price table knows (A100-80GB, H100…)"
+            )
+            continue
+        out[str(kind)] = model
+    return out
+
+
 def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors) -> Settings:
     """The tracker's settings in a parsed TOML document, each overridden by its variable."""
     found = read_sections(data, TRACKER_SECTIONS, env, errors)
@@ -358,6 +390,7 @@ def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors
         prices=read_prices(data, env, errors),
         owned=read_owned(data, errors),
         carbon=read_carbon(data, env, errors),
+        gres_models=read_gres_models(data, errors),
     )
 
 

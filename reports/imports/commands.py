@@ -287,7 +287,12 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
         if args.files.count("-") > 1:
             raise UsageError("- (standard input) given twice")
         done = read_files(
-            args.files, tz=zone(args.tz or "UTC"), cluster=cluster, teams=teams, now=now
+            args.files,
+            tz=zone(args.tz or "UTC"),
+            cluster=cluster,
+            teams=teams,
+            now=now,
+            gres_models=settings.gres_models,
         )
     else:
         if args.tz:
@@ -299,12 +304,20 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
             raise UsageError(f"--since {shown[0]} is not before --until {shown[1]}")
         if until - since > timedelta(days=366):
             raise UsageError("--since to --until is over a year: import a range at a time")
-        done = run_sacct(since, min(until, now), cluster=cluster, teams=teams, now=now)
+        done = run_sacct(
+            since,
+            min(until, now),
+            cluster=cluster,
+            teams=teams,
+            now=now,
+            gres_models=settings.gres_models,
+        )
         named = Counter(a.cluster for a in done.jobs if a.cluster)
         done.capacity, done.notes = sinfo_capacity(
             since,
             min(until, now),
             cluster=cluster or (named.most_common(1)[0][0] if named else ""),
+            gres_models=settings.gres_models,
         )
     from reports.data.allocations import write_allocations
     from tracker.store import RunStore

@@ -83,13 +83,26 @@ def parse_account_teams(given: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def gpu_model_of(job: SlurmJob) -> str | None:
-    """The price table's model of the job's GPU type (``h100`` → ``H100``), the type holding
-    most of its GPUs; None where sacct names no type or the table knows none."""
+def model_of_type(kind: str, gres_models: Mapping[str, str] | None = None) -> str | None:
+    """The price table's model of a gres type: the site's own name for it where ``[slurm]
+    gres_models`` has one (``a100`` → ``A100-80GB``: a type name often says no size), else
+    the table's reading of the name (``h100`` → ``H100``); None where neither knows it.
+
+    Args:
+        kind: The gres type (``gres/gpu:TYPE``, sinfo's ``gpu:TYPE:N``).
+        gres_models: ``[slurm] gres_models``: type → model (a key of the price table).
+    """
+    mapped = (gres_models or {}).get(kind) or (gres_models or {}).get(kind.lower())
+    return canonical_gpu(mapped or kind)
+
+
+def gpu_model_of(job: SlurmJob, gres_models: Mapping[str, str] | None = None) -> str | None:
+    """The price table's model of the job's GPU type (:func:`model_of_type`), the type holding
+    most of its GPUs; None where sacct names no type or nothing knows it."""
     if not job.gpu_types:
         return None
     name = max(job.gpu_types, key=lambda t: t[1])[0]
-    return canonical_gpu(name)
+    return model_of_type(name, gres_models)
 
 
 def allocations_of(
@@ -100,6 +113,7 @@ def allocations_of(
     cluster: str,
     teams: Mapping[str, str],
     out: SlurmImported,
+    gres_models: Mapping[str, str] | None = None,
 ) -> None:
     """The jobs of one read as allocations into ``out`` (its counts raised too).
 
@@ -110,6 +124,7 @@ def allocations_of(
         cluster: The cluster of jobs whose output names none.
         teams: Account → team (an account not in it is its own team).
         out: Where the allocations and counts go.
+        gres_models: ``[slurm] gres_models`` (:func:`model_of_type`).
     """
     from reports.data.allocations import Allocation
 
@@ -142,16 +157,23 @@ def allocations_of(
                 end_at=job.end,
                 seen_at=max(seen_at, job.start),
                 gpus=job.gpus,
-                gpu_model=gpu_model_of(job),
+                gpu_model=gpu_model_of(job, gres_models),
                 hosts=hosts,
             )
         )
 
 
 def read_files(
-    paths: Sequence[str], *, tz: tzinfo, cluster: str, teams: Mapping[str, str], now: datetime
+    paths: Sequence[str],
+    *,
+    tz: tzinfo,
+    cluster: str,
+    teams: Mapping[str, str],
+    now: datetime,
+    gres_models: Mapping[str, str] | None = None,
 ) -> SlurmImported:
-    """sacct's output saved in files (``-``: standard input).
+    """sacct's output saved in files (``-``: standard input); ``gres_models``: ``[slurm]
+    gres_models`` (:func:`model_of_type`).
 
     Raises:
         ImportFailed: A file that cannot be read, or is not sacct's output.
@@ -176,7 +198,15 @@ def read_files(
         except ImportFailed as e:
             raise ImportFailed(f"{name}: {e}") from None
         out.usage += read_step_usage(text).values()  # saved without -X, with TRESUsageInAve
-        allocations_of(read, where=name, seen_at=seen, cluster=cluster, teams=teams, out=out)
+        allocations_of(
+            read,
+            where=name,
+            seen_at=seen,
+            cluster=cluster,
+            teams=teams,
+            out=out,
+            gres_models=gres_models,
+        )
     return _last_rows(out)
 
 
@@ -189,9 +219,10 @@ def run_sacct(
     now: datetime,
     sacct: str = "sacct",
     window: timedelta = WINDOW,
+    gres_models: Mapping[str, str] | None = None,
 ) -> SlurmImported:
     """Ask this machine's ``sacct`` for the jobs that held an allocation in ``[since, until)``,
-    a window at a time.
+    a window at a time; ``gres_models``: ``[slurm] gres_models`` (:func:`model_of_type`).
 
     Raises:
         ImportFailed: sacct is not installed, fails or times out (its message, one line).
@@ -211,7 +242,13 @@ def run_sacct(
         if text.strip():
             read = read_sacct(text, tz=UTC)
             allocations_of(
-                read, where=f"sacct {first}", seen_at=now, cluster=cluster, teams=teams, out=out
+                read,
+                where=f"sacct {first}",
+                seen_at=now,
+                cluster=cluster,
+                teams=teams,
+                out=out,
+                gres_models=gres_models,
             )
         start = end
     return _last_rows(out)
@@ -224,8 +261,10 @@ def sacct_job(
     now: datetime,
     teams: Mapping[str, str] | None = None,
     sacct: str = "sacct",
+    gres_models: Mapping[str, str] | None = None,
 ) -> SlurmImported:
-    """One job from this machine's ``sacct -j JOBID`` (a job ending now: ``gpu-kpi job``).
+    """One job from this machine's ``sacct -j JOBID`` (a job ending now: ``gpu-kpi job``);
+    ``gres_models``: ``[slurm] gres_models`` (:func:`model_of_type`).
 
     Raises:
         ImportFailed: sacct is not installed, fails or times out.
@@ -235,7 +274,13 @@ def sacct_job(
     if text.strip():
         read = read_sacct(text, tz=UTC)
         allocations_of(
-            read, where="sacct", seen_at=now, cluster=cluster, teams=teams or {}, out=out
+            read,
+            where="sacct",
+            seen_at=now,
+            cluster=cluster,
+            teams=teams or {},
+            out=out,
+            gres_models=gres_models,
         )
     return _last_rows(out)
 
@@ -299,6 +344,7 @@ def sinfo_capacity(
     cluster: str,
     sinfo: str = "sinfo",
     scontrol: str = "scontrol",
+    gres_models: Mapping[str, str] | None = None,
 ) -> tuple[list[Capacity], list[str]]:
     """The nodes' GPUs as this machine's ``sinfo`` shows them now, over ``[since, until]``
     (Slurm keeps no history of its nodes: the import's range is taken to have had them), and
@@ -337,7 +383,7 @@ def sinfo_capacity(
             start_at=since,
             end_at=until,
             gpus=gpus,
-            gpu_model=canonical_gpu(kind) if kind else None,
+            gpu_model=model_of_type(kind, gres_models) if kind else None,
         )
         for node, (gpus, kind) in sorted(nodes.items())
     ]

@@ -84,6 +84,9 @@ class JobLine:
     ``TRESUsageInAve`` average) or ``""``."""
     runs: tuple[str, ...]
     """The runs whose samples were matched (by id or node)."""
+    named_by: tuple[str, ...] = ()
+    """The runs that name it (their ``slurm``/``kubernetes`` link, as :func:`runs_of_jobs`
+    matches them), sampled or not: a summary-only run's time is the run's, not the job's too."""
     allocated_gpu_hours: float
     sampled_gpu_hours: float
     idle_gpu_hours: float
@@ -661,6 +664,9 @@ class AllocationJoin:
         and the rest from ``samples``. Arguments as :func:`allocation_week`'s."""
         held = self.gpus * (self.ends - self.starts)
         m = self._match(samples, value=value, thresholds=thresholds)
+        named: list[list[str]] = [[] for _ in self.allocations]
+        for run, j in self.job_of_run.items():
+            named[j].append(run)
         lines = []
         for j, a in enumerate(self.allocations):
             runs_j = tuple(sorted(m.runs[j]))
@@ -702,6 +708,7 @@ class AllocationJoin:
                     gpu_model=model,
                     matched=matched,
                     runs=runs_j,
+                    named_by=tuple(sorted(named[j])),
                     allocated_gpu_hours=float(held[j]) / 3600.0,
                     sampled_gpu_hours=got / 3600.0,
                     idle_gpu_hours=min(idle, got) / 3600.0,

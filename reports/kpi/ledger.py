@@ -77,7 +77,7 @@ def job_rows(
     target_util_pct: float,
     owned: Mapping[str, OwnedGpu] | None = None,
     prices: PriceTable | None = None,
-    runs_held: Mapping[tuple[str, str, str], float] | None = None,
+    runs_held: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
     """The week's GPU-time of the scheduler's jobs that no run holds, as rows shaped like
     :func:`reports.kpi.weekly.run_weeks`' (one per job with any): its unsampled allocated
@@ -91,9 +91,10 @@ def job_rows(
         owned: The config's ``[owned.<MODEL>]`` (rows an owned model prices are marked
             ``owned_gpu``, as the runs' are).
         prices: The config's ``[prices]`` over the table (an owned variant rule's input).
-        runs_held: (source, cluster, job id) → the week's GPU-hours that runs naming the job
-            hold with no minute sample (:func:`runs_held_of_jobs`): theirs already, never the
-            job's too.
+        runs_held: Run id → its GPU-hours of the week with no minute sample
+            (:func:`unsampled_run_hours`): of a job's unsampled time, what the runs naming it
+            (:attr:`JobLine.named_by`, the join's own matching) hold is theirs already, never
+            the job's too.
 
     Returns:
         The rows, ``kind`` ``job``, ``unmeasured_hours`` and ``waste_hours`` set; empty (with
@@ -101,16 +102,16 @@ def job_rows(
     """
     rows = []
     for j in jobs:
-        theirs = _held(runs_held or {}, j)
-        if j.matched == "sacct":
+        theirs = math.fsum((runs_held or {}).get(r, 0.0) for r in j.named_by)
+        if j.matched == "sacct":  # judged whole at its steps' average: the rest, pro rata
             hours = max(0.0, j.allocated_gpu_hours - theirs)
-            known, util = min(j.known_gpu_hours, hours), j.util_pct
+            share = hours / j.allocated_gpu_hours if j.allocated_gpu_hours > 0 else 0.0
+            known, idle, util = j.known_gpu_hours * share, j.idle_gpu_hours * share, j.util_pct
         else:
-            hours, known, util = max(0.0, j.no_samples_gpu_hours - theirs), 0.0, None
+            hours, known, idle, util = max(0.0, j.no_samples_gpu_hours - theirs), 0.0, 0.0, None
         if hours <= 1e-12:
             continue
         used = (util or 0.0) * known / 100.0
-        idle = j.idle_gpu_hours if j.matched == "sacct" else 0.0
         waste_h = float(
             gpu_waste_usd(
                 hours,
@@ -166,52 +167,23 @@ def job_rows(
     return pd.DataFrame(rows, columns=JOB_ROW_COLUMNS)
 
 
-def _held(runs_held: Mapping[tuple[str, str, str], float], j: JobLine) -> float:
-    """The GPU-hours runs naming job ``j`` hold unsampled (a link without a cluster names the
-    id alone)."""
-    if j.source == "kubernetes":
-        return runs_held.get((j.source, "", j.shown_id), 0.0)
-    return runs_held.get((j.source, j.cluster, j.job_id), 0.0) + (
-        runs_held.get((j.source, "", j.job_id), 0.0) if j.cluster else 0.0
-    )
-
-
-def runs_held_of_jobs(
-    runs: pd.DataFrame, gt: pd.DataFrame
-) -> dict[pd.Timestamp, dict[tuple[str, str, str], float]]:
-    """Per week, the GPU-hours that runs naming a scheduler job hold with no minute sample
-    (their summary rows, ``gpu`` ``*``): the job's unsampled time is theirs, counted once.
+def unsampled_run_hours(gt: pd.DataFrame) -> dict[pd.Timestamp, dict[str, float]]:
+    """Per week, each run's GPU-hours with no minute sample (its summary rows, ``gpu``
+    ``*``): where a run naming a scheduler job holds the job's unsampled time.
 
     Args:
-        runs: The runs (``id``, ``links``).
-        gt: Their GPU-time rows (:data:`reports.kpi.frames.GT_COLUMNS`).
+        gt: GPU-time rows (:data:`reports.kpi.frames.GT_COLUMNS`).
 
     Returns:
-        Week start → (source, cluster, job id) → GPU-hours; a Kubernetes pod is
-        (``kubernetes``, ``""``, ``NAMESPACE/POD``).
+        Week start → run id → GPU-hours.
     """
-    from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, slurm_job_of
-
     summary = gt[gt["gpu"] == "*"] if len(gt) else gt
-    if not len(summary):
-        return {}
-    job_of: dict[str, tuple[str, str, str]] = {}
-    wanted = set(summary["run_id"])
-    for rid, links in zip(runs["id"], runs["links"], strict=True):
-        if rid not in wanted or not isinstance(links, Mapping):
-            continue
-        link, pod = links.get(SLURM_LINK), links.get(KUBERNETES_LINK)
-        if isinstance(link, str) and (job := slurm_job_of(link)) is not None:
-            job_of[rid] = ("slurm", *job)
-        elif isinstance(pod, str):
-            job_of[rid] = ("kubernetes", "", pod)
-    out: dict[pd.Timestamp, dict[tuple[str, str, str], float]] = {}
+    out: dict[pd.Timestamp, dict[str, float]] = {}
     for rid, week, hours in zip(
         summary["run_id"], summary["week"], summary["gpu_hours"], strict=True
     ):
-        if rid in job_of:
-            mine = out.setdefault(pd.Timestamp(week), {})
-            mine[job_of[rid]] = mine.get(job_of[rid], 0.0) + float(hours)
+        mine = out.setdefault(pd.Timestamp(week), {})
+        mine[str(rid)] = mine.get(str(rid), 0.0) + float(hours)
     return out
 
 

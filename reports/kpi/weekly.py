@@ -144,10 +144,11 @@ def run_weeks(
     rata by GPU-hours), and the run's attributes."""
     meta = runs.set_index("id")
     price_of_run, owned_gpu = run_prices(runs, prices, owned)
-    price = price_of_run.to_numpy()
-    price_of = pd.Series(price, index=runs["id"].to_numpy())
+    # floats, NaN unpriced (an empty frame's column would otherwise be of strings)
+    price = pd.to_numeric(price_of_run, errors="coerce").to_numpy(dtype=float)
+    price_of = pd.Series(price, index=runs["id"].to_numpy(), dtype=float)
     g = gt.copy()
-    g["price"] = g["run_id"].map(price_of)
+    g["price"] = g["run_id"].map(price_of).astype(float)
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
     g["waste"] = gpu_waste_usd(
         g["cost"],
@@ -246,9 +247,10 @@ def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None)
     priced = per["priced"].astype(bool).to_numpy()
     hours, known, util = col("gpu_hours"), col("known_hours"), col("utilization_pct")
     spend = col("spend_usd")
+    is_job = per["kind"].to_numpy() == JOB_KIND if "kind" in per else np.zeros(len(per), bool)
     with np.errstate(invalid="ignore"):
         under = (util < t.underutilized_pct) & (hours >= t.underutilized_min_gpu_hours)
-    is_job = per["kind"].to_numpy() == JOB_KIND if "kind" in per else np.zeros(len(per), bool)
+    under &= ~is_job  # an underutilized run is a run; a job's time is in the runs to fix
     ids = per["run_id"].where(~is_job)  # a job's row is no run
     energy = col("energy_kwh")
     metered = ~np.isnan(energy)
@@ -439,6 +441,7 @@ def kpis_of_gpu_time(
     jobs: pd.DataFrame | None = None,
     capacity: Mapping[pd.Timestamp, Sequence[CapacityLine]] | None = None,
     now: datetime | None = None,
+    fleet: bool = True,
 ) -> WeekKpis:
     """:func:`week_kpis` from the runs' GPU-time rows (:data:`GT_COLUMNS`). ``prices``: the
     rental table (with the config's ``[prices]``); ``owned`` models are priced at their
@@ -448,7 +451,8 @@ def kpis_of_gpu_time(
     the scheduler's GPU-time no run holds (:func:`reports.kpi.ledger.job_rows`, any weeks),
     summed with the runs' rows; ``capacity``: per week start, the scheduler's node capacity
     not of owned models (its unallocated hours are capacity nobody held, with ``[owned]``'s);
-    ``now``: where a week under way ends for its capacity."""
+    ``now``: where a week under way ends for its capacity; ``fleet``: False for a part of the
+    fleet (a team's runs): capacity nobody held is the fleet's, no team's (None there)."""
     t = thresholds or thresholds_for(basis)
     prices = prices or PriceTable()
     carbon = carbon or Carbon()
@@ -466,6 +470,8 @@ def kpis_of_gpu_time(
     stored = {pd.Timestamp(k).tz_convert("UTC"): v for k, v in (stored or {}).items()}
 
     def free(wk: pd.Timestamp, rows: pd.DataFrame) -> Unallocated | None:
+        if not fleet:
+            return None
         end = shift_week(wk, tz, 1)
         if now is not None:
             end = max(min(end, pd.Timestamp(now)), wk)
@@ -500,6 +506,7 @@ def kpis_of_gpu_time(
     under = ordered[
         (ordered["utilization_pct"] < t.underutilized_pct)
         & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)
+        & (ordered["kind"] == RUN_KIND if "kind" in ordered else True)
     ]
     run_codes = _run_codes(this)
     by = {

@@ -41,6 +41,7 @@ from reports.render.fmt import (
 from reports.weeks import label_of as week_label
 from reports.weeks import week_dates
 from tracker.cost import weighted_util_pct
+from tracker.text import one_line
 
 TEMPLATES_PACKAGE = "reports.templates"
 """Where an installed wheel carries the templates (mapped from the repo's ``templates/``)."""
@@ -331,15 +332,15 @@ def _lede(k: WeekKpis) -> str:
         if h.utilization_pct is None
         else f"{fmt_pct(h.utilization_pct)} {k.basis_label}"
     )
-    if h.none_priced:
-        return (
-            f"{fmt_hours(h.gpu_hours)} across {h.runs:,} runs at {util}. Cost and waste: n/a — "
-            f"{unpriced(k)}: {PRICE_HINT}."
-        )
     across = f"{h.runs:,} runs"
     jobs = f"{h.jobs:,} scheduler job{'s' if h.jobs != 1 else ''}"
     if h.jobs:
         across = f"{across} and {jobs}" if h.runs else jobs
+    if h.none_priced:
+        return (
+            f"{fmt_hours(h.gpu_hours)} across {across} at {util}. Cost and waste: n/a — "
+            f"{unpriced(k)}: {PRICE_HINT}."
+        )
     text = (
         f"{fmt_hours(h.gpu_hours)} across {across} cost {fmt_usd(h.spend_usd)} at "
         f"{util}. {fmt_usd(h.waste_usd)} of it was recoverable waste"
@@ -355,6 +356,10 @@ def _lede(k: WeekKpis) -> str:
     if free:
         text += f". {free[0].upper()}{free[1:]}"
     return text + "."
+
+
+LEDE_NAME_CHARS = 60
+"""A name in the lede is cut to this many characters (one line)."""
 
 
 def _unmeasured(k: WeekKpis) -> str:
@@ -373,9 +378,14 @@ def _unmeasured(k: WeekKpis) -> str:
         usd = pd.to_numeric(rows["unmeasured_usd"], errors="coerce")
         if usd.notna().any() and float(usd.max()) >= 0.005:
             r = rows.loc[usd.idxmax()]
-            owner = " · ".join(text_or_dash(r[c]) for c in ("user", "team") if not missing(r[c]))
+            owner = " · ".join(
+                one_line(text_or_dash(r[c]), LEDE_NAME_CHARS)
+                for c in ("user", "team")
+                if not missing(r[c])
+            )
             owner = f", {owner}" if owner else ""
-            text += f"; the most: {text_or_dash(r['name'])}{owner}, {fmt_usd(usd.max())}"
+            name = one_line(text_or_dash(r["name"]), LEDE_NAME_CHARS)
+            text += f"; the most: {name}{owner}, {fmt_usd(usd.max())}"
     return text + ")"
 
 

@@ -17,7 +17,7 @@ import html
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from typing import Any
@@ -107,7 +107,13 @@ def cmd_job(args: argparse.Namespace) -> int:
         found = find_job(store, job_id, args.cluster)
         running = len(found) == 1 and found[0].end_at is None  # as far as its import knew
         if (not found or running) and not pod and not args.no_sacct and shutil.which("sacct"):
-            _import_from_sacct(store, job_id, cluster=args.cluster or "", now=now)
+            _import_from_sacct(
+                store,
+                job_id,
+                cluster=args.cluster or "",
+                now=now,
+                gres_models=service.settings.tracker.gres_models,
+            )
             found = find_job(store, job_id, args.cluster)
         if not found:
             raise ReportError(
@@ -132,12 +138,15 @@ def cmd_job(args: argparse.Namespace) -> int:
     return _mail(service, args, note, minimum, now=now, text=note_text(note, tz))
 
 
-def _import_from_sacct(store: Any, job_id: str, *, cluster: str, now: datetime) -> None:
-    """The job from this machine's sacct into the store (an epilog's job, not imported yet)."""
+def _import_from_sacct(
+    store: Any, job_id: str, *, cluster: str, now: datetime, gres_models: Mapping[str, str]
+) -> None:
+    """The job from this machine's sacct into the store (an epilog's job, not imported yet),
+    its gres type read through ``[slurm] gres_models``."""
     from reports.data.allocations import write_allocations
     from reports.imports.slurm_jobs import sacct_job
 
-    done = sacct_job(job_id, cluster=cluster, now=now)
+    done = sacct_job(job_id, cluster=cluster, now=now, gres_models=gres_models)
     write_allocations(store, done.jobs)
 
 

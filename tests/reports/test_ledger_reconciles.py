@@ -203,6 +203,13 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         assert {t: v for t, v in by_team.items() if v > 1e-9} == cents(
             {t: v for t, v in team_usd.items() if v > 1e-9}, abs=1e-6
         )
+        # each team's page: its runs and jobs alone, no capacity of the fleet's
+        for team, usd in team_usd.items():
+            mine = c.team(req, team)
+            assert mine is not None, team
+            assert mine.headline.spend_usd == cents(usd, abs=1e-6), team
+            assert mine.headline.unallocated_gpu_hours is None
+            assert set(mine.runs["team"]) == {team}
         # the JSON, the chargeback and the budgets' period say the same
         d = to_dict(k, UTC)
         assert (d["headline"]["spend_usd"] or 0.0) == cents(spend, abs=1e-6)
@@ -233,3 +240,61 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
             assert h.unallocated_gpu_hours is None
 
     check()
+
+
+def _alloc(
+    job_id: str, cluster: str, start: datetime, hours: float, gpus: int, team: str
+) -> Allocation:
+    return Allocation(
+        source="slurm",
+        cluster=cluster,
+        job_id=job_id,
+        shown_id=job_id,
+        name=f"job{job_id}",
+        user="ana",
+        account=team,
+        team=team,
+        partition="gpu",
+        state="COMPLETED",
+        start_at=start,
+        end_at=start + timedelta(hours=hours),
+        seen_at=start + timedelta(days=7),
+        gpus=gpus,
+        gpu_model="H100",
+        hosts=("n1",),
+    )
+
+
+@pytest.mark.parametrize(("link", "cluster"), [("101", ""), ("c1/101", "c1"), ("101", "c1")])
+def test_a_summary_runs_time_is_its_own_never_its_jobs_too(
+    store_url: str, link: str, cluster: str
+) -> None:
+    """A run with a summary only (no minute sample, no utilization) that names its job: the
+    job's 2 GPUs x 4 h less the run's 2 x 3 h are the job's own, matched as the join matches
+    (a link with no cluster names the id alone, a job imported without one too)."""
+    start = FIRST + timedelta(days=1)
+    run = run_record("r", start, 3.0, gpus=2, util=None, links={"slurm": link}, team="nlp")
+    with RunStore(store_url) as store:
+        store.upsert_run(run)
+        write_allocations(store, [_alloc("101", cluster, start, 4.0, 2, "nlp")])
+    now = FIRST + timedelta(days=9)
+    k = compute(store_url, Request(week=label_of(FIRST), tz=UTC), now=now).kpis
+    assert k.headline.gpu_hours == pytest.approx(8.0)  # 6 the run's, 2 the job's
+    assert k.headline.spend_usd == pytest.approx(8 * 3.85)
+    assert k.headline.unmeasured_usd == pytest.approx(8 * 3.85)  # nothing measured any of it
+
+
+def test_a_team_with_only_scheduler_jobs_has_its_page(store_url: str) -> None:
+    start = FIRST + timedelta(days=1)
+    run = run_record("v", start, 1.0, gpus=1, util=90.0, team="vision")
+    with RunStore(store_url) as store:
+        store.upsert_run(run)
+        write_allocations(store, [_alloc("7", "c1", start, 2.0, 4, "nlp")])
+    req = Request(week=label_of(FIRST), tz=UTC)
+    c = compute(store_url, req, now=FIRST + timedelta(days=9))
+    nlp = c.team(req, "nlp")
+    assert nlp is not None
+    assert (nlp.headline.runs, nlp.headline.jobs) == (0, 1)
+    assert nlp.headline.spend_usd == pytest.approx(8 * 3.85)  # 4 GPUs x 2 h, nothing sampled
+    vision = c.team(req, "vision")
+    assert vision is not None and vision.headline.spend_usd == pytest.approx(3.85)

@@ -3,6 +3,7 @@ and price; the scheduler's GPU-time no run holds summed with the runs' on every 
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -98,6 +99,30 @@ def test_a_job_judged_by_sacct_is_judged_whole_at_its_average() -> None:
     )
 
 
+def test_a_job_by_sacct_less_its_runs_time_keeps_its_shares() -> None:
+    """2 GPUs x 5 h at 2% (idle by its steps' average), of which a summary-only run naming it
+    holds 2 x 4 h: its own 2 GPU-h are idle, and no more than them."""
+    j = dataclasses.replace(
+        job("9", hours=10.0, sampled=10.0, matched="sacct", util=2.0, idle=10.0),
+        named_by=("run-a",),
+    )
+    r = job_rows([j], pd.Timestamp(W48), target_util_pct=TARGET, runs_held={"run-a": 8.0})
+    (row,) = r.to_dict("records")
+    assert row["gpu_hours"] == pytest.approx(2.0)
+    assert row["idle_hours"] == pytest.approx(2.0) and row["idle_usd"] == pytest.approx(2 * 3.85)
+    assert row["waste_usd"] == pytest.approx(2 * 3.85)  # idle is a part of waste
+    b = bucket_hours(r)
+    assert b.sum(axis=1).iloc[0] == pytest.approx(2.0)
+
+
+def test_a_job_is_no_underutilized_run() -> None:
+    j = job("9", hours=10.0, sampled=10.0, matched="sacct", util=20.0)
+    k = week_with([j])
+    assert "slurm:c1/9" not in set(k.underutilized["run_id"])
+    assert k.headline.underutilized_runs == 1  # r2: 4 GPU-h at 20%
+    assert k.headline.underutilized_gpu_hours_pct == pytest.approx(100 * 4 / (14 + 10))
+
+
 def test_an_unpriced_job_has_unknown_dollars_never_zero() -> None:
     r = rows_of(job("5", hours=3.0, price=None, model=None)).iloc[0]
     assert not r["priced"]
@@ -163,6 +188,11 @@ def test_owned_capacity_nobody_held_is_counted_once() -> None:
     assert k.what_if is not None and k.what_if.months is None
     assert k.what_if.free_gpus == pytest.approx((8 * 168 - held) / 168)
     assert "no purchase to defer" in k.what_if.sentence()
+
+
+def test_a_teams_part_holds_no_capacity_of_the_fleets() -> None:
+    k = week_with([job("7006", hours=20.0)], owned={"H100": OWNED}, fleet=False)
+    assert k.headline.unallocated_gpu_hours is None and k.headline.unallocated_usd is None
 
 
 def test_no_capacity_known_is_none_not_zero() -> None:

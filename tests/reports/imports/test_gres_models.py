@@ -1,0 +1,66 @@
+"""``[slurm] gres_models``: a site's gres type names read as the GPU models they stand for
+(``a100`` says no size; the table would read it as the 40 GB card), so a job no sample covers is
+priced as the card it held."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clirun import gpu_kpi
+
+SACCT = "\n".join(
+    [
+        "Cluster|JobID|JobIDRaw|JobName|User|Account|Partition|State|Start|End|AllocTRES|NodeList",
+        "c1|501|501|train|ana|nlp|gpu|COMPLETED|2026-11-24T10:00:00|2026-11-24T12:00:00|"
+        "cpu=8,gres/gpu:a100=2,gres/gpu=2,node=1|gpu01",
+    ]
+)
+
+
+def _import(tmp_path: Path, config: str) -> tuple[int, str, str]:
+    (tmp_path / "gpu-kpi.toml").write_text(config)
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    p = gpu_kpi("import", "slurm", str(saved), "--config", str(tmp_path / "gpu-kpi.toml"))
+    return p.returncode, p.stdout, p.stderr
+
+
+def _job(tmp_path: Path) -> dict:
+    p = gpu_kpi("job", "501", "--json", "--no-sacct", "--config", str(tmp_path / "gpu-kpi.toml"))
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "model", "price"),
+    [
+        ("", "A100-40GB", 1.99),  # the table's reading of "a100"
+        ('[slurm]\ngres_models = { a100 = "A100-80GB" }\n', "A100-80GB", 2.00),
+    ],
+)
+def test_a_gres_type_is_the_model_the_site_says(
+    tmp_path: Path, mapping: str, model: str, price: float
+) -> None:
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    rc, _, err = _import(tmp_path, f'store = "{store}"\n{mapping}')
+    assert rc == 0, err
+    d = _job(tmp_path)
+    # 2 GPUs for 2 h, nothing sampled: 4 GPU-h at the model's price, all not measured
+    assert (d["gpu_model"], d["price_per_gpu_hour"]) == (model, price)
+    assert d["no_samples_usd"] == pytest.approx(4 * price)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('[slurm]\ngres_models = { a100 = "Mystery-9" }\n', "slurm.gres_models.a100: 'Mystery-9'"),
+        ('[slurm]\ngres_model = { a100 = "A100-80GB" }\n', "slurm.gres_model: unknown setting"),
+        ("[slurm]\ngres_models = 3\n", "slurm.gres_models: expected a table"),
+    ],
+)
+def test_a_bad_mapping_is_one_line(tmp_path: Path, config: str, message: str) -> None:
+    rc, out, err = _import(tmp_path, f'store = "sqlite:///{tmp_path / "runs.db"}"\n{config}')
+    assert rc == 2 and out == ""
+    assert message in err and len(err.strip().splitlines()) == 1, err
