@@ -98,6 +98,7 @@ GROUP_FIELDS = (
 )
 RUN_FIELDS = (
     "run_id",
+    "kind",
     "name",
     "team",
     "project",
@@ -109,6 +110,7 @@ RUN_FIELDS = (
     "spend_usd",
     "waste_usd",
     "idle_usd",
+    "unmeasured_usd",
     "energy_kwh",
     "co2e_kg",
     "verdict",

@@ -397,11 +397,18 @@ def _unallocated(k: WeekKpis) -> str:
         return ""
     text = f"capacity nobody held: {fmt_hours(h.unallocated_gpu_hours)}"
     owned = h.unallocated_gpu_hours - h.unallocated_unpriced_gpu_hours
+    listed = h.unallocated_unpriced_gpu_hours >= 0.005
     if h.unallocated_usd is not None and h.unallocated_usd >= 0.005:
-        text += f", {fmt_usd(h.unallocated_usd)} for the {fmt_hours(owned)} of owned GPUs"
-        if h.unallocated_unpriced_gpu_hours >= 0.005:
-            text += f" and {fmt_hours(h.unallocated_unpriced_gpu_hours)} of nodes without a price"
+        if listed:
+            text += (
+                f", {fmt_usd(h.unallocated_usd)} for the {fmt_hours(owned)} of owned GPUs and "
+                f"{fmt_hours(h.unallocated_unpriced_gpu_hours)} of nodes without a price"
+            )
+        else:
+            text += f" of owned GPUs, {fmt_usd(h.unallocated_usd)}"
         text += " (not in the spend)"
+    elif listed:
+        text += " of listed nodes (no price)"
     return text
 
 

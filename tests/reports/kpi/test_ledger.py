@@ -188,6 +188,9 @@ def test_owned_capacity_nobody_held_is_counted_once() -> None:
     assert k.what_if is not None and k.what_if.months is None
     assert k.what_if.free_gpus == pytest.approx((8 * 168 - held) / 168)
     assert "no purchase to defer" in k.what_if.sentence()
+    lede = report_context(k, {}, title="t", report_url=None, generated_at=None)["lede"]
+    free = (8 * 168 - held) * rate
+    assert f"Capacity nobody held: 1,310.0 GPU-h of owned GPUs, ${free:,.2f} (not in" in lede
 
 
 def test_a_teams_part_holds_no_capacity_of_the_fleets() -> None:
