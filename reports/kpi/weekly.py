@@ -150,28 +150,25 @@ def run_weeks(
     g = gt.copy()
     g["price"] = g["run_id"].map(price_of).astype(float)
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
-    g["waste"] = gpu_waste_usd(
-        g["cost"],
-        held=g["gpu_hours"],
-        known=g["known_hours"],
-        util_time=100.0 * g["used_hours"],
-        idle=g["idle_hours"],
-        idle_util_time=100.0 * g["idle_used_hours"],
-        target_util_pct=target_util_pct,
-    )
+
+    def waste(amount: pd.Series) -> pd.Series:
+        """The per-GPU waste rule on ``amount`` (dollars, or GPU-hours for the ledger)."""
+        return gpu_waste_usd(
+            amount,
+            held=g["gpu_hours"],
+            known=g["known_hours"],
+            util_time=100.0 * g["used_hours"],
+            idle=g["idle_hours"],
+            idle_util_time=100.0 * g["idle_used_hours"],
+            target_util_pct=target_util_pct,
+        )
+
+    g["waste"] = waste(g["cost"])
     g["idle"] = g["idle_hours"] * g["price"]
     g["unpriced"] = g["price"].isna().astype(int)
     # the ledger's buckets in GPU-hours (reports.kpi.ledger): the waste rule on hours, and a
     # GPU-week with no utilization value at all as not measured
-    g["waste_hours"] = gpu_waste_usd(
-        g["gpu_hours"],
-        held=g["gpu_hours"],
-        known=g["known_hours"],
-        util_time=100.0 * g["used_hours"],
-        idle=g["idle_hours"],
-        idle_util_time=100.0 * g["idle_used_hours"],
-        target_util_pct=target_util_pct,
-    )
+    g["waste_hours"] = waste(g["gpu_hours"])
     g["unmeasured_hours"] = g["gpu_hours"].where(g["known_hours"] <= 0, 0.0)
     per = g.groupby(["run_id", "week"], as_index=False).agg(
         gpu_hours=("gpu_hours", "sum"),

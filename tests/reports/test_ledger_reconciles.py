@@ -123,23 +123,15 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
                 continue
             early = 20 if r["job"] == "id-late" else 0  # the run started 20 min into its job
             allocations.append(
-                Allocation(
-                    source="slurm",
-                    cluster="c",
-                    job_id=job_id,
-                    shown_id=job_id,
-                    name=f"job{job_id}",
-                    user="ana",
-                    account=r["team"],
-                    team=r["team"],
-                    partition="gpu",
-                    state="COMPLETED",
-                    start_at=start - timedelta(minutes=early),
-                    end_at=start + timedelta(minutes=r["minutes"]),
-                    seen_at=now,
-                    gpus=r["gpus"],
-                    gpu_model=r["gres"],
-                    hosts=(host,),
+                _alloc(
+                    job_id,
+                    "c",
+                    start - timedelta(minutes=early),
+                    r["minutes"] / 60 + early / 60,
+                    r["gpus"],
+                    r["team"],
+                    model=r["gres"],
+                    host=host,
                 )
             )
             # its price: the model its samples saw, else its gres type's
@@ -159,23 +151,16 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
             price = _price(j["gres"], owned)
             hours = j["gpus"] * j["minutes"] / 60
             allocations.append(
-                Allocation(
-                    source="slurm",
-                    cluster="c",
-                    job_id=job_id,
-                    shown_id=job_id,
-                    name=f"untracked{i}",
+                _alloc(
+                    job_id,
+                    "c",
+                    start,
+                    j["minutes"] / 60,
+                    j["gpus"],
+                    j["team"],
+                    model=j["gres"],
+                    host=f"w{n}x{i}",
                     user="ben",
-                    account=j["team"],
-                    team=j["team"],
-                    partition="gpu",
-                    state="COMPLETED",
-                    start_at=start,
-                    end_at=start + timedelta(minutes=j["minutes"]),
-                    seen_at=now,
-                    gpus=j["gpus"],
-                    gpu_model=j["gres"],
-                    hosts=(f"w{n}x{i}",),
                 )
             )
             job_usd[job_id] = None if price is None else hours * price
@@ -243,25 +228,35 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
 
 
 def _alloc(
-    job_id: str, cluster: str, start: datetime, hours: float, gpus: int, team: str
+    job_id: str,
+    cluster: str,
+    start: datetime,
+    hours: float,
+    gpus: int,
+    team: str,
+    *,
+    model: str | None = "H100",
+    host: str = "n1",
+    user: str = "ana",
 ) -> Allocation:
+    """A finished Slurm job of ``gpus`` GPUs on ``host`` for ``hours`` from ``start``."""
     return Allocation(
         source="slurm",
         cluster=cluster,
         job_id=job_id,
         shown_id=job_id,
         name=f"job{job_id}",
-        user="ana",
+        user=user,
         account=team,
         team=team,
         partition="gpu",
         state="COMPLETED",
         start_at=start,
         end_at=start + timedelta(hours=hours),
-        seen_at=start + timedelta(days=7),
+        seen_at=start + timedelta(days=8),
         gpus=gpus,
-        gpu_model="H100",
-        hosts=("n1",),
+        gpu_model=model,
+        hosts=(host,),
     )
 
 
