@@ -46,11 +46,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
-def _shown_url(url: str) -> str:
-    """``url`` with any password masked, for printing."""
+def _shown_url(url: str | None) -> str:
+    """``url`` with any password masked, for printing; None: the default store's URL (what
+    a command without ``--store`` or ``GPU_KPI_STORE`` wrote to)."""
+    from tracker.store import default_store_url
     from tracker.store.engine import mask_text
 
-    return mask_text(url, None)
+    return mask_text(url or default_store_url(), None)
 
 
 # -- output -------------------------------------------------------------------------------------

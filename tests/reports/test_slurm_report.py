@@ -397,3 +397,24 @@ def test_the_weeks_slurm_gauges(store_url: str, tmp_path: Path) -> None:
             "gpu_kpi_week_scheduler_unsampled_usd": 4 * 3.85,
         }
     )
+
+
+def test_a_sites_first_day_jobs_alone_into_the_default_store(tmp_path: Path) -> None:
+    """As a new user types it, no --store and no config: sacct's output imported into the
+    default store, then the week's report of those jobs alone (no telemetry yet): 4 jobs, 11
+    GPU-h of H100 at $3.85, every second of it paid and not measured."""
+    from clirun import gpu_kpi_process
+
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    imp = gpu_kpi_process("import", "slurm", str(saved), cwd=tmp_path)
+    assert imp.returncode == 0, imp.stderr
+    assert "imported 4 Slurm job(s) holding 11.0 GPU-h" in imp.stdout
+    assert "into sqlite:///" in imp.stdout and "runs.db" in imp.stdout
+    rep = gpu_kpi_process("report", "--week", "2026-W48", "--format", "json", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    head = json.loads((tmp_path / "reports-out" / "2026-W48.json").read_text())["headline"]
+    assert (head["runs"], head["jobs"]) == (0, 4)
+    assert head["gpu_hours"] == pytest.approx(11.0)
+    assert head["spend_usd"] == pytest.approx(11 * 3.85)
+    assert head["unmeasured_usd"] == pytest.approx(11 * 3.85)
