@@ -1,4 +1,4 @@
-"""The weekly report's Slurm section (:func:`reports.data.allocations.week_allocations`): what
+"""The weekly report's Slurm section (:func:`reports.gputime.week_allocations`): what
 matching a week of jobs to a week of minute samples by node and time costs, against the same
 report without it.
 
@@ -34,8 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from reports.build import compute  # noqa: E402
-from reports.data.allocations import Allocation, week_allocations, write_allocations  # noqa: E402
+from reports.data.allocations import Allocation, write_allocations  # noqa: E402
 from reports.data.scans import SampleScans  # noqa: E402
+from reports.gputime import week_allocations  # noqa: E402
 from reports.kpi.allocations import AllocationJoin, AllocationWeek, allocation_week  # noqa: E402
 from reports.kpi.frames import SampleFrameBuilder, sample_columns  # noqa: E402
 from reports.request import Request  # noqa: E402

@@ -6,7 +6,7 @@ A new SQLite store gets ``--runs`` finished runs spread over 26 weeks, named as 
 are (``job-<k>-<run number>``, ``--keys`` jobs), each with its GPU-hours, utilization and samples
 (seeded); one job in five has a mark. It times, best of ``--repeat``:
 
-1. the baseline: :func:`reports.data.gputime.usable_runs` of the last week (what the report
+1. the baseline: :func:`reports.gputime.usable_runs` of the last week (what the report
    reads of the runs for its own week);
 2. :func:`reports.build.recurring_of_weeks`: the 26 weeks' runs read, keyed, priced, the
    recurring jobs and the changes worked out;
@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from reports.build import recurring_of_weeks  # noqa: E402
-from reports.data.gputime import usable_runs  # noqa: E402
 from reports.data.marks import add_mark  # noqa: E402
 from reports.data.scans import SampleScans  # noqa: E402
+from reports.gputime import usable_runs  # noqa: E402
 from reports.kpi import savings  # noqa: E402
 from reports.request import Request  # noqa: E402
 from tracker.store import RunStore  # noqa: E402

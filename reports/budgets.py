@@ -58,8 +58,7 @@ class Spend:
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
     """What [since, until) cost, from ``store`` (an open :class:`tracker.store.RunStore`) with
     ``req``'s prices, owned GPUs and basis (a :class:`reports.request.Request`)."""
-    from reports.data.allocations import span_allocations
-    from reports.data.gputime import span_gpu_time
+    from reports.gputime import span_allocations, span_gpu_time
     from reports.kpi.ledger import job_rows, unsampled_run_hours
     from tracker.cost import thresholds_for
     from tracker.prices import PriceTable

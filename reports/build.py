@@ -22,9 +22,9 @@ import pandas as pd
 from reports import kpi as kpis
 from reports.archive import Content, check_out_dir, is_archived, write_archive
 from reports.budgets import week_lines
-from reports.data.gputime import week_gpu_time
 from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
+from reports.gputime import week_gpu_time
 from reports.kpi import AllocationWeek, Headline, WeekKpis
 from reports.render.exports import CsvExport, to_dict, to_json
 from reports.request import FORMATS, Request, parse_formats, resolve_week
@@ -295,8 +295,8 @@ def allocations_of_week(
     store: RunStore, req: Request, runs: pd.DataFrame, start: datetime, *, now: datetime
 ) -> kpis.AllocationWeek | None:
     """The week's Slurm jobs and Kubernetes pods against the runs' samples, to the end of the
-    week or now (:func:`reports.data.allocations.span_allocations`)."""
-    from reports.data.allocations import span_allocations
+    week or now (:func:`reports.gputime.span_allocations`)."""
+    from reports.gputime import span_allocations
 
     return span_allocations(store, req, runs, start, min(shift_week(start, req.tz, 1), now))
 
@@ -315,9 +315,9 @@ def recurring_of_weeks(
         start: The report's week start.
         now: The current time.
     """
-    from reports.data.gputime import usable_runs
     from reports.data.marks import read_marks
     from reports.data.scans import SampleScans
+    from reports.gputime import usable_runs
     from reports.kpi import savings
     from tracker.store import StoreError
 
@@ -362,7 +362,7 @@ def _kept_weeks(
     when the store has no counters (older than version 4) or cannot be read here (the report's
     own read says why)."""
     from reports.data import week_cache
-    from reports.data.allocations import allocations_mark
+    from reports.data.allocations import allocations_marks
     from tracker.cost import thresholds_for
     from tracker.store import StoreError
 
@@ -373,9 +373,12 @@ def _kept_weeks(
         # (runs the report's read marks crashed raise counters after this: those weeks are
         # computed again next time, never kept stale)
         marks = week_cache.week_marks(store, spans, reach=reach)
-        scheduler = allocations_mark(store)  # a kept week counts the jobs of its time
-        if scheduler:
-            marks = {label: f"{m};{scheduler}" for label, m in marks.items()}
+        # a kept week counts the jobs of its time: their imports are part of its mark
+        scheduler = allocations_marks(store, [s for s in spans if s[0] in marks])
+        marks = {
+            label: f"{m};{scheduler[label]}" if label in scheduler else m
+            for label, m in marks.items()
+        }
         return marks, week_cache.kept_headlines(store, _cache_key(req), marks)
     except StoreError:
         return {}, {}  # the report's own read says what is wrong

@@ -36,8 +36,8 @@ samples/s), MFU and the cost per unit of work."""
 
 def _history(store: Any, now: datetime) -> Any:
     """The finished runs of the last 26 weeks (up to ``now``), with their job keys."""
-    from reports.data.gputime import usable_runs
     from reports.data.scans import SampleScans
+    from reports.gputime import usable_runs
     from reports.kpi.jobkeys import job_keys
     from reports.kpi.savings import HISTORY_WEEKS
 

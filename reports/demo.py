@@ -267,7 +267,7 @@ def demo_jobs(now: datetime, monday: datetime) -> tuple[list[Any], list[Any]]:
         now: The demo sessions' ``now`` (their starts count back from it).
         monday: The demo week's Monday (UTC).
     """
-    from reports.data.allocations import Allocation, Capacity
+    from reports.rows import Allocation, Capacity
     from tracker.gpu.simulated import SimulatedBackend
 
     def job(

@@ -4,7 +4,7 @@ JOBID``.
 The job is an imported allocation (:mod:`reports.data.allocations`); its figures are the weekly
 report's rules over its own time: its GPU-seconds matched to minute samples by job id or by
 node and time, every other job on its hosts sharing the node's samples
-(:func:`reports.data.allocations.week_allocations` over ``[start, end)``). Per sampled GPU: its
+(:func:`reports.gputime.week_allocations` over ``[start, end)``). Per sampled GPU: its
 utilization (time-weighted), peak memory and idle minutes. The note's waste is the report's
 recoverable waste over the sampled GPU-time (:func:`tracker.cost.gpu_waste_usd` per GPU: its
 idle time in full, the rest by the target rule; scaled to the job's share of a shared node's
@@ -25,8 +25,8 @@ from reports.kpi.ledger import UNMEASURED_ADVICE, UNMEASURED_VERDICT
 from tracker.diagnosis import ADVICE
 
 if TYPE_CHECKING:
-    from reports.data.allocations import Allocation
     from reports.request import Request
+    from reports.rows import Allocation
     from tracker.store import RunStore
 
 NO_TELEMETRY = UNMEASURED_ADVICE
@@ -91,8 +91,9 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
     Raises:
         ReportError: The job held no GPU (nothing to say).
     """
-    from reports.data.allocations import allocations_in, week_allocations
+    from reports.data.allocations import allocations_in
     from reports.data.scans import SampleScans
+    from reports.gputime import week_allocations
     from reports.kpi.allocations import gpu_rows, short_host
     from reports.kpi.frames import BASES, SampleFrameBuilder
     from tracker.cost import gpu_waste_usd, thresholds_for, weighted_util_pct

@@ -269,8 +269,8 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     import dataclasses
 
     from reports.build import scheduler_weeks, week_kpis, week_of_scheduler
-    from reports.data.gputime import week_gpu_time
     from reports.errors import UsageError
+    from reports.gputime import week_gpu_time
     from reports.kpi.chargeback import ALLOCATION_COLUMNS, COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
     from reports.request import Request, resolve_week

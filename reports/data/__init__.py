@@ -9,8 +9,11 @@ database, through SQLAlchemy Core (the second owner of SQLAlchemy, besides
   (:class:`~reports.data.samples.SampleTotals`);
 - :mod:`.rollups`: the hourly rollups summed per run, GPU and bucket
   (:class:`~reports.data.rollups.RollupTotals`);
-- :mod:`.gputime`: GPU-time read for weeks (report, ``/metrics``, chargeback) and for any span
-  (budgets), as the frames :mod:`reports.kpi` sums;
+- :mod:`.allocations`: the scheduler's tables (jobs, node capacity, sacct's step averages);
 - :mod:`.deliveries`: the delivery log's SQL;
 - :mod:`.kpi_tables`: the weekly figures as SQL tables for BI tools.
+
+SQL only: nothing here imports :mod:`reports.kpi` (``tests/test_layers.py``). The row types both
+use are :mod:`reports.rows`'; what joins a read to the maths (a week's GPU-time, the scheduler's
+side of a span) is :mod:`reports.gputime`, above both.
 """

@@ -11,12 +11,12 @@ later import of the same job (a running job that has since ended) replaces its r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,15 +24,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from reports.data.deliveries import has_table
+from reports.rows import Allocation, Capacity
 from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK
 from tracker.store.engine import StoreError
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
 from tracker.text import one_line
 
 if TYPE_CHECKING:
-    from reports.kpi.allocations import AllocationWeek
-    from tracker.cost import Thresholds
-    from tracker.owned import OwnedGpu
     from tracker.store import RunStore
 
 log = logging.getLogger("gpu_kpi")
@@ -93,50 +91,6 @@ usage_table = sa.Table(
 GPU accounting): the report uses it only for a job no minute sample covers."""
 MERGE_GAP = timedelta(minutes=3)
 """Spans of a node this close, with the same GPUs, are one."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Capacity:
-    """A node's GPUs over a span (a row of ``gpu_kpi_capacity``): what the scheduler could
-    hand out, from ``sinfo`` or ``kube_node_status_capacity``."""
-
-    source: str
-    cluster: str
-    node: str
-    start_at: datetime
-    end_at: datetime
-    gpus: int
-    gpu_model: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Allocation:
-    """One scheduler allocation of GPUs (a row of ``gpu_kpi_allocations``)."""
-
-    source: str
-    cluster: str
-    job_id: str
-    """The allocation's own id: ``SLURM_JOB_ID`` inside it, ``JobIDRaw`` in sacct."""
-    shown_id: str
-    name: str
-    user: str
-    account: str
-    team: str
-    partition: str
-    state: str
-    start_at: datetime
-    end_at: datetime | None
-    """None: it was running when last imported (it counts up to ``seen_at``)."""
-    seen_at: datetime
-    gpus: int
-    gpu_model: str | None
-    hosts: tuple[str, ...]
-
-    @property
-    def until(self) -> datetime:
-        """Its end, or for a job running when imported the time of that import: what is known
-        of it (import it again to know more)."""
-        return self.end_at if self.end_at is not None else max(self.seen_at, self.start_at)
 
 
 def ensure_table(store: RunStore) -> None:
@@ -435,27 +389,53 @@ def allocations_keyed(
     return store.transaction(read, write=False)
 
 
-def allocations_mark(store: RunStore) -> str:
-    """What the scheduler tables hold, as a short text that any import changes (each table's
-    row count and latest import): a kept week's headline counts its jobs, so it is kept only
-    under the same mark (:mod:`reports.data.week_cache`). Empty when none was ever imported.
+def allocations_marks(
+    store: RunStore, spans: Sequence[tuple[str, datetime, datetime]]
+) -> dict[str, str]:
+    """Per span, what the scheduler tables hold of it, as a short text that an import touching
+    it changes (its jobs' count and latest import, their step averages', its nodes' spans'): a
+    kept week's headline counts the jobs of its time, so it is kept only under the same mark
+    (:mod:`reports.data.week_cache`), and an import of this week's jobs leaves older weeks
+    kept. Nothing when none was ever imported.
+
+    Args:
+        store: The open run store.
+        spans: (label, start, end) of each span, timezone-aware.
+
+    Returns:
+        Label → mark.
     """
-    if not has_allocations(store):
-        return ""
+    if not spans or not has_allocations(store):
+        return {}
 
-    def work(conn: Connection) -> str:
+    def work(conn: Connection) -> dict[str, str]:
         inspect = sa.inspect(conn)
-        t = allocations_table.c
-        row = conn.execute(sa.select(sa.func.count(), sa.func.max(t.seen_at))).one()
-        parts = [f"{row[0]}@{row[1]}"]
-        for table in (capacity_table, usage_table):
-            if inspect.has_table(table.name):
-                parts.append(
-                    str(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar())
+        a, c, u = allocations_table.c, capacity_table.c, usage_table.c
+        has_capacity = inspect.has_table(capacity_table.name)
+        has_usage = inspect.has_table(usage_table.name)
+        out = {}
+        for label, start, end in spans:
+            held = sa.and_(a.start_at < end, sa.or_(a.end_at.is_(None), a.end_at > start))
+            jobs = conn.execute(sa.select(sa.func.count(), sa.func.max(a.seen_at)).where(held))
+            n, seen = jobs.one()
+            parts = [f"{n}@{seen}"]
+            if has_usage:
+                same = sa.and_(u.source == a.source, u.cluster == a.cluster, u.job_id == a.job_id)
+                steps = sa.select(sa.func.count()).select_from(
+                    usage_table.join(allocations_table, same)
                 )
-        return "jobs:" + "/".join(parts)
+                parts.append(str(conn.execute(steps.where(held)).scalar()))
+            if has_capacity:
+                nodes = sa.select(sa.func.count(), sa.func.max(c.end_at)).where(
+                    c.start_at < end, c.end_at > start
+                )
+                k, last = conn.execute(nodes).one()
+                parts.append(f"{k}@{last}")
+            out[label] = "jobs:" + "/".join(parts)
+        return out
 
-    return store.transaction(work, write=False)
+    with read_errors("the scheduler's allocations"):
+        return store.transaction(work, write=False)
 
 
 def has_allocations(store: RunStore) -> bool:
@@ -482,163 +462,11 @@ def _allocation(values: dict[str, Any]) -> Allocation | None:
     return a
 
 
-STRETCH_COST = 5
-"""A minute row read by stretch (:meth:`reports.data.scans.SampleScans.scan_sample_stretches`)
-against one read by a scan of the window, in time (``bench/allocations.py``)."""
-
-
-def span_allocations(
-    store: RunStore, req: Any, runs: Any, since: datetime, until: datetime
-) -> AllocationWeek | None:
-    """The Slurm jobs and Kubernetes pods of ``[since, until)`` against the runs' samples
-    (:func:`week_allocations`); None when none was ever imported, or (with a warning) when they
-    cannot be read: what reads them (the report's week, a budget's period) does not depend on
-    them.
-
-    Args:
-        store: The open run store.
-        req: The report's settings (:class:`reports.request.Request`: basis, thresholds,
-            prices, owned GPUs).
-        runs: The span's runs, a frame (``id``, ``host``, ``links``, ``gpu_model``,
-            ``started_at``).
-        since: The span's start (timezone-aware).
-        until: Its end, excluded.
-    """
-    from tracker.cost import thresholds_for
-
-    if until <= since:
-        return None
+@contextlib.contextmanager
+def read_errors(what: str) -> Iterator[None]:
+    """Reads of these tables whose SQL fails raise :class:`StoreError` (``WHAT cannot be read:
+    …``, one line): above the data layer nothing catches SQLAlchemy's errors."""
     try:
-        if not has_allocations(store):
-            return None
-        return week_allocations(
-            store,
-            runs[["id", "host", "links", "gpu_model", "started_at"]].to_dict("records"),
-            since,
-            until,
-            basis=req.basis,
-            thresholds=thresholds_for(req.basis, req.thresholds),
-            prices=req.prices,
-            owned=req.owned,
-        )
-    except (StoreError, ValueError) as e:
-        log.warning(
-            "gpu-kpi: %s to %s: scheduler allocations left out: %s",
-            f"{since:%Y-%m-%d %H:%M}",
-            f"{until:%Y-%m-%d %H:%M}",
-            e,
-        )
-        return None
-
-
-def week_allocations(
-    store: RunStore,
-    runs: Iterable[Mapping[str, Any]],
-    since: datetime,
-    until: datetime,
-    *,
-    basis: str,
-    thresholds: Thresholds,
-    prices: Mapping[str, float],
-    owned: Mapping[str, OwnedGpu],
-) -> AllocationWeek:
-    """The scheduler's side of a span (:func:`reports.kpi.allocations.allocation_week`): the
-    jobs that held GPUs in it, matched to the minute samples of ``runs`` (the store must have
-    the table: :func:`has_allocations`).
-
-    Args:
-        store: The run store.
-        runs: The runs of the span, each with ``id``, ``host``, ``links``, ``gpu_model`` and
-            ``started_at``.
-        since: The span's start (timezone-aware).
-        until: Its end, excluded (timezone-aware; the week's, or now for a week under way).
-        basis: ``util`` or ``sm_active``: the idle rule's column.
-        thresholds: The idle rule.
-        prices: The config's ``[prices]``.
-        owned: The config's ``[owned.<MODEL>]``.
-    """
-    from reports.data.scans import SampleScans
-    from reports.kpi.allocations import AllocationJoin, capacity_lines, short_host
-    from reports.kpi.frames import SAMPLE_COLUMNS, SampleFrameBuilder, sample_columns
-    from tracker.store.rollups import ROLLUP_RULES
-
-    try:  # the reads; what is done with them is the kpi's
-        jobs, bad = allocations_in(store, since, until)
-        spans, bad_spans = capacity_in(store, since, until)
-        steps = usage_of(store, jobs)
-        hosts = {short_host(h) for j in jobs for h in j.hosts}
-        wanted = []
-        sources = {j.source for j in jobs}
-        named = [k for k, source in JOB_LINKS.items() if source in sources]
-        for r in runs:
-            links = r["links"] if isinstance(r["links"], Mapping) else {}
-            host = r["host"] if isinstance(r["host"], str) else ""
-            if any(links.get(k) is not None for k in named) or short_host(host) in hosts:
-                wanted.append({**r, "links": links, "host": host})
-        join = AllocationJoin(jobs, wanted, since=since, until=until)
-        window = timedelta(minutes=thresholds.idle_window_min)
-        # both utilization columns: the basis's for the idle rule, SM activity for "useful"
-        columns: tuple[str, ...] = SAMPLE_COLUMNS
-        value = sample_columns(basis)[-1]
-        scans = SampleScans(store)
-        rollups = store.version >= 3 and ROLLUP_RULES[basis] == (
-            thresholds.idle_pct,
-            thresholds.idle_window_min,
-        )
-        hours = stretches = None
-        if jobs and wanted and rollups:
-            # the hours the rollups answer from them, the minutes of the others
-            hourly = scans.rollup_hours(
-                value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
-            )
-            stretches = join.use_rollups(hourly)
-            hours = len(hourly)
-            # no SM activity anywhere (nvidia-smi logs): the minutes are read without it
-            if not any(h.sm_known_s or not h.sound for h in hourly):
-                columns = sample_columns(basis)
-        frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
-        if stretches is not None and hours is not None:
-            # a stretch is read through the primary key, ~5x a scanned row's cost: where most
-            # hours need their minutes (short jobs starting and ending in most hours of every
-            # node), the window is scanned instead and the whole hours' minutes left unused
-            needed = sum((last - first).total_seconds() for _, _, first, last in stretches)
-            if needed / 3600 * STRETCH_COST < hours:
-                scans.scan_sample_stretches(
-                    frames,
-                    columns=columns,
-                    stretches=stretches,
-                    margin=thresholds.idle_window_min - 1,
-                    since=since - window,
-                    until=until + window,
-                )
-            else:
-                scans.scan_samples(
-                    frames, columns=columns, since=since - window, until=until + window
-                )
-        elif jobs and wanted:
-            scans.scan_samples(frames, columns=columns, since=since - window, until=until + window)
+        yield
     except sa.exc.SQLAlchemyError as e:
-        raise StoreError(
-            f"the scheduler's allocations cannot be read: {one_line(str(e), 300)}"
-        ) from None
-    week = join.week(
-        frames.frame(),
-        value=value,
-        thresholds=thresholds,
-        overrides=prices,
-        owned=owned,
-        usage=steps,
-    )
-    if spans:
-        held_on = {(a.source, a.cluster, a.job_id): a.hosts for a in jobs}
-        lines = capacity_lines(
-            spans, week.jobs, held_on, since=since, until=until, overrides=prices, owned=owned
-        )
-        week = dataclasses.replace(week, capacity=lines)
-    if bad_spans:
-        left = f"{bad_spans} capacity row{'s' if bad_spans != 1 else ''}: not a node's span"
-        week = dataclasses.replace(week, skipped=(*week.skipped, left))
-    if bad:
-        left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"
-        week = dataclasses.replace(week, skipped=(*week.skipped, left))
-    return week
+        raise StoreError(f"{what} cannot be read: {one_line(str(e), 300)}") from None

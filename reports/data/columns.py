@@ -14,7 +14,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from reports.data.scans import RUN_COLUMNS, TIME_COLUMNS
-from reports.kpi.frames import TIME_DTYPE
+from reports.rows import TIME_DTYPE
 from tracker.record import RunRecord
 from tracker.store.schema import runs_table
 

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, runs_table
 
 if TYPE_CHECKING:
-    from reports.kpi.weekly import Headline
+    from reports.rows import Headline
     from tracker.carbon import Carbon
     from tracker.cost import Thresholds
     from tracker.owned import OwnedGpu
@@ -245,7 +245,7 @@ def keep_headlines(
 def _headline_of(text: object) -> Headline | None:
     """A kept headline read back, or None when the row is not what :func:`keep_headlines`
     writes (the field names and number types of :class:`Headline`)."""
-    from reports.kpi.weekly import Headline
+    from reports.rows import Headline
 
     try:
         values = json.loads(text) if isinstance(text, str) else None

@@ -54,7 +54,7 @@ from reports.imports.slurm_jobs import MAX_GPUS
 from tracker.prices import canonical_gpu
 
 if TYPE_CHECKING:
-    from reports.data.allocations import Allocation, Capacity
+    from reports.rows import Allocation, Capacity
     from tracker.store import RunStore
 
 SOURCE = "kubernetes"
@@ -169,7 +169,7 @@ def read_kubernetes(
         ImportFailed: Prometheus unreachable, refusing a query or answering something else
             (nothing is read).
     """
-    from reports.data.allocations import Allocation
+    from reports.rows import Allocation
 
     url, token = server(url)
     start, end = since.timestamp(), until.timestamp()
@@ -289,7 +289,7 @@ def node_spans(
         nodes: (cluster, node) → its runs, ``[first minute, last minute, GPUs]``.
         products: Node → its ``nvidia.com/gpu.product`` label.
     """
-    from reports.data.allocations import Capacity
+    from reports.rows import Capacity
 
     out = []
     for (cluster, node), runs in sorted(nodes.items()):

@@ -38,7 +38,7 @@ from tracker.prices import canonical_gpu
 from tracker.text import one_line
 
 if TYPE_CHECKING:
-    from reports.data.allocations import Allocation, Capacity
+    from reports.rows import Allocation, Capacity
 
 WINDOW = timedelta(days=7)
 """Days of accounting asked of sacct at a time."""
@@ -126,7 +126,7 @@ def allocations_of(
         out: Where the allocations and counts go.
         gres_models: ``[slurm] gres_models`` (:func:`model_of_type`).
     """
-    from reports.data.allocations import Allocation
+    from reports.rows import Allocation
 
     out.steps += read.steps
     out.not_started += read.not_started
@@ -357,7 +357,7 @@ def sinfo_capacity(
         sinfo: The command.
         scontrol: The command asked for the cluster's name where ``cluster`` is "".
     """
-    from reports.data.allocations import Capacity
+    from reports.rows import Capacity
 
     try:
         p = subprocess.run(

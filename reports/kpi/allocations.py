@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.gputime import idle_of_series
+from reports.rows import Allocation, Capacity
 from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import canonical_gpu, reported_price
@@ -272,7 +273,7 @@ def short_host(name: str) -> str:
 
 
 def runs_of_jobs(
-    allocations: Sequence[Any], runs: Iterable[Mapping[str, Any]]
+    allocations: Sequence[Allocation], runs: Iterable[Mapping[str, Any]]
 ) -> tuple[dict[str, int], dict[str, tuple[str, str]], dict[str, str]]:
     """Which runs recorded which job, and the hosts and GPU models of the others.
 
@@ -336,7 +337,7 @@ def runs_of_jobs(
     return job_of_run, host_of_run, model_of_run
 
 
-def _pod_of(allocations: Sequence[Any], cand: Sequence[int], started: Any) -> int | None:
+def _pod_of(allocations: Sequence[Allocation], cand: Sequence[int], started: Any) -> int | None:
     """Of the pods of one name, the one a run is: the only one, else the one running when
     the run started (None: none, or no start to tell them apart)."""
     if len(cand) == 1:
@@ -459,7 +460,7 @@ class AllocationJoin:
     hours jobs start and end in.
 
     Args:
-        allocations: The jobs (:class:`reports.data.allocations.Allocation`) that held GPUs in
+        allocations: The jobs (:class:`reports.rows.Allocation`) that held GPUs in
             the span.
         runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
             ``gpu_model``, ``started_at`` where known.
@@ -469,7 +470,7 @@ class AllocationJoin:
 
     def __init__(
         self,
-        allocations: Sequence[Any],
+        allocations: Sequence[Allocation],
         runs: Iterable[Mapping[str, Any]],
         *,
         since: datetime,
@@ -924,7 +925,7 @@ def _utc(epoch_s: float) -> datetime:
 
 
 def allocation_week(
-    allocations: Sequence[Any],
+    allocations: Sequence[Allocation],
     runs: Iterable[Mapping[str, Any]],
     samples: pd.DataFrame,
     *,
@@ -940,7 +941,7 @@ def allocation_week(
     (:class:`AllocationJoin` with every minute read).
 
     Args:
-        allocations: The jobs (:class:`reports.data.allocations.Allocation`) that held GPUs in
+        allocations: The jobs (:class:`reports.rows.Allocation`) that held GPUs in
             the span.
         runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
             ``gpu_model``.
@@ -970,7 +971,7 @@ def allocation_week(
 
 
 def capacity_lines(
-    capacity: Sequence[Any],
+    capacity: Sequence[Capacity],
     jobs: Sequence[JobLine],
     hosts: Mapping[tuple[str, str, str], tuple[str, ...]],
     *,
@@ -983,7 +984,7 @@ def capacity_lines(
     the span.
 
     Args:
-        capacity: The nodes' spans (:class:`reports.data.allocations.Capacity`).
+        capacity: The nodes' spans (:class:`reports.rows.Capacity`).
         jobs: The span's job lines (:func:`allocation_week`).
         hosts: (source, cluster, job id) → the job's hosts.
         since: The span's start (timezone-aware).

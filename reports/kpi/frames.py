@@ -14,6 +14,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from reports.kpi.checks import PCT_RANGE
+from reports.rows import TIME_DTYPE
 from tracker.record import MinuteSample, RunRecord
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
@@ -32,11 +33,6 @@ GT_COLUMNS = [
 (as a fraction, so used/known is the utilization), hours in idle stretches and Σ util × hours
 over them (so the utilization of the rest is known: waste counts idle hours in full). Summary-only runs
 have one row per week with ``gpu = "*"`` standing for all their GPUs."""
-
-
-TIME_DTYPE = "datetime64[us, UTC]"
-"""The dtype of a runs frame's times, whatever they hold (pandas makes a column of only None
-seconds)."""
 
 
 # -- frames from records ----------------------------------------------------------------------

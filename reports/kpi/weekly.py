@@ -22,6 +22,7 @@ from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import rightsizing
 from reports.kpi.savings import Change
 from reports.kpi.whatif import WhatIf, what_if
+from reports.rows import Headline
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
@@ -30,54 +31,6 @@ from tracker.prices import PriceTable
 
 
 # -- one week's KPIs --------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class Headline:
-    gpu_hours: float
-    known_gpu_hours: float
-    """GPU-hours with a utilization value on the basis; the rest is "unknown", never idle."""
-    utilization_pct: float | None
-    """Σ util × hours ÷ Σ hours over known GPU-time: weighted by GPU-hours."""
-    spend_usd: float
-    waste_usd: float
-    idle_usd: float
-    runs: int
-    underutilized_runs: int
-    underutilized_gpu_hours_pct: float | None
-    usd_per_1k_samples: float | None
-    usd_per_1m_tokens: float | None
-    unpriced_gpu_hours: float
-    """GPU-hours of models without a price: not in spend or waste."""
-    energy_kwh: float | None = None
-    """GPU energy of the runs that measured it (NVML's counter), kWh; None when none did."""
-    co2e_kg: float | None = None
-    """energy × PUE × the grid's g CO2e/kWh (``[carbon]``), kg."""
-    energy_gpu_hours: float = 0.0
-    """GPU-hours of the runs with an energy figure: what ``energy_kwh`` covers."""
-    unmeasured_gpu_hours: float = 0.0
-    """Of ``gpu_hours``, those no sample measured (:mod:`reports.kpi.ledger`): scheduler jobs'
-    unsampled time and runs' GPU-weeks without a utilization value."""
-    unmeasured_usd: float = 0.0
-    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
-    unallocated_gpu_hours: float | None = None
-    """Capacity nobody held (:func:`reports.kpi.ledger.unallocated`); None: no capacity known."""
-    unallocated_usd: float | None = None
-    """Its dollars, not in ``spend_usd`` (no one held it); None: unknown or no price."""
-    unallocated_unpriced_gpu_hours: float = 0.0
-    """Of ``unallocated_gpu_hours``, those of nodes without a price (not owned)."""
-    jobs: int = 0
-    """Scheduler jobs with GPU-time no run holds (their rows are in ``gpu_hours``)."""
-
-    @property
-    def none_priced(self) -> bool:
-        """Whether the week had GPU-time and none of it a price: its spend is unknown, not $0."""
-        return none_priced(self.gpu_hours, self.unpriced_gpu_hours)
-
-
-def none_priced(gpu_hours: float, unpriced_gpu_hours: float) -> bool:
-    """Whether GPU-time was had and none of it priced (within rounding): spend unknown, not $0."""
-    return unpriced_gpu_hours > 0 and unpriced_gpu_hours >= gpu_hours - 1e-9
-
-
 @dataclass(frozen=True, kw_only=True)
 class WeekKpis:
     week: pd.Timestamp

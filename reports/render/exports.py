@@ -78,9 +78,10 @@ import pandas as pd
 from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis, savings
 from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
-from reports.kpi.weekly import none_priced, unpriced_groups
+from reports.kpi.weekly import unpriced_groups
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
+from reports.rows import none_priced
 from reports.weeks import label_of
 from tracker.cost import Thresholds
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from reports.kpi import WeekKpis, runs_to_fix, savings
 from reports.kpi.causes import week_causes
-from reports.kpi.weekly import none_priced, unpriced_groups
+from reports.kpi.weekly import unpriced_groups
 from reports.render.fmt import (
     as_number,
     budget_row,
@@ -38,6 +38,7 @@ from reports.render.fmt import (
     safe_http_url,
     text_or_dash,
 )
+from reports.rows import none_priced
 from reports.weeks import label_of as week_label
 from reports.weeks import week_dates
 from tracker.cost import weighted_util_pct

@@ -19,7 +19,7 @@ from fakes import examples, run_record
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reports.data.gputime import load
+from reports.gputime import load
 from reports.imports.nvsmi import read_nvsmi
 from reports.imports.nvsmi_fast import parse
 from reports.imports.play import GAP_INTERVALS

@@ -10,6 +10,7 @@ import itertools
 import math
 from datetime import UTC, datetime, timedelta
 
+import pandas as pd
 import pytest
 from fakes import examples, minutes, run_record
 from hypothesis import HealthCheck, assume, given, settings
@@ -293,3 +294,25 @@ def test_a_team_with_only_scheduler_jobs_has_its_page(store_url: str) -> None:
     assert nlp.headline.spend_usd == pytest.approx(8 * 3.85)  # 4 GPUs x 2 h, nothing sampled
     vision = c.team(req, "vision")
     assert vision is not None and vision.headline.spend_usd == pytest.approx(3.85)
+
+
+def test_a_kept_week_is_computed_again_when_its_jobs_are_imported(store_url: str) -> None:
+    """The trend's earlier weeks are kept (reports.data.week_cache); a job imported into one of
+    them later is in its figures at the next report, priced: 2 GPUs x 3 h at $3.85."""
+    w2 = FIRST + timedelta(weeks=1)
+    with RunStore(store_url) as store:
+        for i, week in enumerate((FIRST, w2)):
+            store.upsert_run(run_record(f"k{i}", week + timedelta(days=1), 2.0, util=90.0))
+    req = Request(week=label_of(w2), tz=UTC)
+    now = w2 + timedelta(days=8)
+
+    def first_week_spend() -> float:
+        k = compute(store_url, req, now=now).kpis
+        trend = k.trend.set_index("week")["spend_usd"]
+        return float(trend[pd.Timestamp(FIRST)])
+
+    assert first_week_spend() == pytest.approx(2 * 3.85)  # computed, then kept
+    assert first_week_spend() == pytest.approx(2 * 3.85)  # kept
+    with RunStore(store_url) as store:
+        write_allocations(store, [_alloc("55", "c1", FIRST + timedelta(days=2), 3.0, 2, "nlp")])
+    assert first_week_spend() == pytest.approx(2 * 3.85 + 6 * 3.85)

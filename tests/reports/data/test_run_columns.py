@@ -15,8 +15,8 @@ from fakes import run_record
 
 from reports import kpi as kpis
 from reports.data.columns import run_columns
-from reports.data.gputime import usable_runs
 from reports.data.scans import SampleScans
+from reports.gputime import usable_runs
 from tracker.store import RunStore
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)

@@ -13,14 +13,14 @@ import pytest
 import sqlalchemy as sa
 from allocation_oracle import job, oracle
 
-from reports.data import allocations
+from reports import gputime
 from reports.data.allocations import (
     TABLE,
     Allocation,
     ensure_table,
-    week_allocations,
     write_allocations,
 )
+from reports.gputime import week_allocations
 from reports.kpi.allocations import AllocationJoin, JobLine, allocation_week
 from reports.kpi.frames import SAMPLE_COLUMNS, SampleFrameBuilder
 from tracker.cost import Thresholds
@@ -200,7 +200,7 @@ def test_rollup_hours_give_the_oracles_figures(
             for span, (since, until) in SPANS.items():
                 # the other hours' minutes read by stretch, or by a scan of the window
                 how = "stretch" if (seed + len(span)) % 2 else "scan"
-                monkeypatch.setattr(allocations, "STRETCH_COST", 0 if how == "stretch" else 10**9)
+                monkeypatch.setattr(gputime, "STRETCH_COST", 0 if how == "stretch" else 10**9)
                 got = week_allocations(
                     store, runs, since, until, basis="util", thresholds=t, prices={}, owned={}
                 )

@@ -12,16 +12,24 @@ budgets, as one bucket: its whole hours from the rollups, the rest from the minu
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, tzinfo
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from reports import kpi as kpis
-from reports.data.allocations import has_allocations
+from reports.data.allocations import (
+    JOB_LINKS,
+    allocations_in,
+    capacity_in,
+    has_allocations,
+    read_errors,
+    usage_of,
+)
 from reports.data.columns import run_columns
 from reports.data.rollups import RollupTotals
 from reports.data.samples import SampleTotals
@@ -31,6 +39,10 @@ from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
 from tracker.store import RunStore, StoreError, default_store_url
 from tracker.store.runs import STALE_AFTER_S
+
+if TYPE_CHECKING:
+    from reports.kpi.allocations import AllocationWeek
+    from tracker.owned import OwnedGpu
 
 log = logging.getLogger("gpu_kpi")
 
@@ -470,3 +482,164 @@ def span_totals(scans: SampleScans, value: str, since: datetime, until: datetime
 
 def _at(hour: int) -> datetime:
     return pd.Timestamp(hour * _HOUR_NS, tz="UTC").to_pydatetime()
+
+
+# -- the scheduler's side of a span ----------------------------------------------------------
+STRETCH_COST = 5
+"""A minute row read by stretch (:meth:`reports.data.scans.SampleScans.scan_sample_stretches`)
+against one read by a scan of the window, in time (``bench/allocations.py``)."""
+
+
+def span_allocations(
+    store: RunStore, req: Any, runs: Any, since: datetime, until: datetime
+) -> AllocationWeek | None:
+    """The Slurm jobs and Kubernetes pods of ``[since, until)`` against the runs' samples
+    (:func:`week_allocations`); None when none was ever imported, or (with a warning) when they
+    cannot be read: what reads them (the report's week, a budget's period) does not depend on
+    them.
+
+    Args:
+        store: The open run store.
+        req: The report's settings (:class:`reports.request.Request`: basis, thresholds,
+            prices, owned GPUs).
+        runs: The span's runs, a frame (``id``, ``host``, ``links``, ``gpu_model``,
+            ``started_at``).
+        since: The span's start (timezone-aware).
+        until: Its end, excluded.
+    """
+    from tracker.cost import thresholds_for
+
+    if until <= since:
+        return None
+    try:
+        if not has_allocations(store):
+            return None
+        return week_allocations(
+            store,
+            runs[["id", "host", "links", "gpu_model", "started_at"]].to_dict("records"),
+            since,
+            until,
+            basis=req.basis,
+            thresholds=thresholds_for(req.basis, req.thresholds),
+            prices=req.prices,
+            owned=req.owned,
+        )
+    except (StoreError, ValueError) as e:
+        log.warning(
+            "gpu-kpi: %s to %s: scheduler allocations left out: %s",
+            f"{since:%Y-%m-%d %H:%M}",
+            f"{until:%Y-%m-%d %H:%M}",
+            e,
+        )
+        return None
+
+
+def week_allocations(
+    store: RunStore,
+    runs: Iterable[Mapping[str, Any]],
+    since: datetime,
+    until: datetime,
+    *,
+    basis: str,
+    thresholds: Thresholds,
+    prices: Mapping[str, float],
+    owned: Mapping[str, OwnedGpu],
+) -> AllocationWeek:
+    """The scheduler's side of a span (:func:`reports.kpi.allocations.allocation_week`): the
+    jobs that held GPUs in it, matched to the minute samples of ``runs`` (the store must have
+    the table: :func:`has_allocations`).
+
+    Args:
+        store: The run store.
+        runs: The runs of the span, each with ``id``, ``host``, ``links``, ``gpu_model`` and
+            ``started_at``.
+        since: The span's start (timezone-aware).
+        until: Its end, excluded (timezone-aware; the week's, or now for a week under way).
+        basis: ``util`` or ``sm_active``: the idle rule's column.
+        thresholds: The idle rule.
+        prices: The config's ``[prices]``.
+        owned: The config's ``[owned.<MODEL>]``.
+    """
+    from reports.data.scans import SampleScans
+    from reports.kpi.allocations import AllocationJoin, capacity_lines, short_host
+    from reports.kpi.frames import SAMPLE_COLUMNS, SampleFrameBuilder, sample_columns
+    from tracker.store.rollups import ROLLUP_RULES
+
+    with read_errors(
+        "the scheduler's allocations"
+    ):  # the reads; what is done with them is the kpi's
+        jobs, bad = allocations_in(store, since, until)
+        spans, bad_spans = capacity_in(store, since, until)
+        steps = usage_of(store, jobs)
+        hosts = {short_host(h) for j in jobs for h in j.hosts}
+        wanted = []
+        sources = {j.source for j in jobs}
+        named = [k for k, source in JOB_LINKS.items() if source in sources]
+        for r in runs:
+            links = r["links"] if isinstance(r["links"], Mapping) else {}
+            host = r["host"] if isinstance(r["host"], str) else ""
+            if any(links.get(k) is not None for k in named) or short_host(host) in hosts:
+                wanted.append({**r, "links": links, "host": host})
+        join = AllocationJoin(jobs, wanted, since=since, until=until)
+        window = timedelta(minutes=thresholds.idle_window_min)
+        # both utilization columns: the basis's for the idle rule, SM activity for "useful"
+        columns: tuple[str, ...] = SAMPLE_COLUMNS
+        value = sample_columns(basis)[-1]
+        scans = SampleScans(store)
+        rollups = store.version >= 3 and ROLLUP_RULES[basis] == (
+            thresholds.idle_pct,
+            thresholds.idle_window_min,
+        )
+        hours = stretches = None
+        if jobs and wanted and rollups:
+            # the hours the rollups answer from them, the minutes of the others
+            hourly = scans.rollup_hours(
+                value=value, since_hour=join.h0, until_hour=join.h0 + join.span_h - 1
+            )
+            stretches = join.use_rollups(hourly)
+            hours = len(hourly)
+            # no SM activity anywhere (nvidia-smi logs): the minutes are read without it
+            if not any(h.sm_known_s or not h.sound for h in hourly):
+                columns = sample_columns(basis)
+        frames = SampleFrameBuilder(columns, runs=[r["id"] for r in wanted])
+        if stretches is not None and hours is not None:
+            # a stretch is read through the primary key, ~5x a scanned row's cost: where most
+            # hours need their minutes (short jobs starting and ending in most hours of every
+            # node), the window is scanned instead and the whole hours' minutes left unused
+            needed = sum((last - first).total_seconds() for _, _, first, last in stretches)
+            if needed / 3600 * STRETCH_COST < hours:
+                scans.scan_sample_stretches(
+                    frames,
+                    columns=columns,
+                    stretches=stretches,
+                    margin=thresholds.idle_window_min - 1,
+                    since=since - window,
+                    until=until + window,
+                )
+            else:
+                scans.scan_samples(
+                    frames, columns=columns, since=since - window, until=until + window
+                )
+        elif jobs and wanted:
+            scans.scan_samples(frames, columns=columns, since=since - window, until=until + window)
+    week = join.week(
+        frames.frame(),
+        value=value,
+        thresholds=thresholds,
+        overrides=prices,
+        owned=owned,
+        usage=steps,
+    )
+    if spans:
+        held_on = {(a.source, a.cluster, a.job_id): a.hosts for a in jobs}
+        lines = capacity_lines(
+            spans, week.jobs, held_on, since=since, until=until, overrides=prices, owned=owned
+        )
+        week = dataclasses.replace(week, capacity=lines)
+    if bad_spans:
+        left = f"{bad_spans} capacity row{'s' if bad_spans != 1 else ''}: not a node's span"
+        week = dataclasses.replace(week, skipped=(*week.skipped, left))
+    if bad:
+        left = f"{bad} allocation row{'s' if bad != 1 else ''}: not a job (hosts, GPUs or times)"
+        week = dataclasses.replace(week, skipped=(*week.skipped, left))
+    return week

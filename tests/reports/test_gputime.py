@@ -15,8 +15,8 @@ from fakes import run_record
 
 from reports import kpi as kpis
 from reports.build import compute, compute_live
-from reports.data.gputime import load, span_gpu_time
 from reports.data.scans import SampleScans
+from reports.gputime import load, span_gpu_time
 from reports.request import Request
 from tracker.cost import Thresholds
 from tracker.record import MinuteSample

@@ -1,0 +1,105 @@
+"""The row types that the data layer (:mod:`reports.data`: SQL) reads and writes and the KPI
+maths (:mod:`reports.kpi`) computes with: below both, so that neither imports the other. Plain
+frozen dataclasses and constants: no pandas, no SQL, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+TIME_DTYPE = "datetime64[us, UTC]"
+"""The dtype of a runs frame's times, whatever they hold (pandas makes a column of only None
+seconds)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    """A node's GPUs over a span (a row of ``gpu_kpi_capacity``): what the scheduler could
+    hand out, from ``sinfo`` or ``kube_node_status_capacity``."""
+
+    source: str
+    cluster: str
+    node: str
+    start_at: datetime
+    end_at: datetime
+    gpus: int
+    gpu_model: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allocation:
+    """One scheduler allocation of GPUs (a row of ``gpu_kpi_allocations``)."""
+
+    source: str
+    cluster: str
+    job_id: str
+    """The allocation's own id: ``SLURM_JOB_ID`` inside it, ``JobIDRaw`` in sacct."""
+    shown_id: str
+    name: str
+    user: str
+    account: str
+    team: str
+    partition: str
+    state: str
+    start_at: datetime
+    end_at: datetime | None
+    """None: it was running when last imported (it counts up to ``seen_at``)."""
+    seen_at: datetime
+    gpus: int
+    gpu_model: str | None
+    hosts: tuple[str, ...]
+
+    @property
+    def until(self) -> datetime:
+        """Its end, or for a job running when imported the time of that import: what is known
+        of it (import it again to know more)."""
+        return self.end_at if self.end_at is not None else max(self.seen_at, self.start_at)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Headline:
+    gpu_hours: float
+    known_gpu_hours: float
+    """GPU-hours with a utilization value on the basis; the rest is "unknown", never idle."""
+    utilization_pct: float | None
+    """Σ util × hours ÷ Σ hours over known GPU-time: weighted by GPU-hours."""
+    spend_usd: float
+    waste_usd: float
+    idle_usd: float
+    runs: int
+    underutilized_runs: int
+    underutilized_gpu_hours_pct: float | None
+    usd_per_1k_samples: float | None
+    usd_per_1m_tokens: float | None
+    unpriced_gpu_hours: float
+    """GPU-hours of models without a price: not in spend or waste."""
+    energy_kwh: float | None = None
+    """GPU energy of the runs that measured it (NVML's counter), kWh; None when none did."""
+    co2e_kg: float | None = None
+    """energy × PUE × the grid's g CO2e/kWh (``[carbon]``), kg."""
+    energy_gpu_hours: float = 0.0
+    """GPU-hours of the runs with an energy figure: what ``energy_kwh`` covers."""
+    unmeasured_gpu_hours: float = 0.0
+    """Of ``gpu_hours``, those no sample measured (:mod:`reports.kpi.ledger`): scheduler jobs'
+    unsampled time and runs' GPU-weeks without a utilization value."""
+    unmeasured_usd: float = 0.0
+    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
+    unallocated_gpu_hours: float | None = None
+    """Capacity nobody held (:func:`reports.kpi.ledger.unallocated`); None: no capacity known."""
+    unallocated_usd: float | None = None
+    """Its dollars, not in ``spend_usd`` (no one held it); None: unknown or no price."""
+    unallocated_unpriced_gpu_hours: float = 0.0
+    """Of ``unallocated_gpu_hours``, those of nodes without a price (not owned)."""
+    jobs: int = 0
+    """Scheduler jobs with GPU-time no run holds (their rows are in ``gpu_hours``)."""
+
+    @property
+    def none_priced(self) -> bool:
+        """Whether the week had GPU-time and none of it a price: its spend is unknown, not $0."""
+        return none_priced(self.gpu_hours, self.unpriced_gpu_hours)
+
+
+def none_priced(gpu_hours: float, unpriced_gpu_hours: float) -> bool:
+    """Whether GPU-time was had and none of it priced (within rounding): spend unknown, not $0."""
+    return unpriced_gpu_hours > 0 and unpriced_gpu_hours >= gpu_hours - 1e-9
