@@ -303,12 +303,34 @@ def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
     idle = per["idle_hours"].to_numpy(dtype=float)
     waste = per["waste_hours"].to_numpy(dtype=float)
     below = np.maximum(waste - idle, 0.0)
+    useful = np.maximum(hours - unmeasured - idle - below, 0.0)
     return pd.DataFrame(
-        {
-            "unmeasured": unmeasured,
-            "idle": idle,
-            "below_target": below,
-            "useful": np.maximum(hours - unmeasured - idle - below, 0.0),
-        },
+        dict(zip(list(BUCKETS)[1:], (unmeasured, idle, below, useful), strict=True)),
         index=per.index,
     )
+
+
+def ledger_totals(
+    per: pd.DataFrame, unallocated_gpu_hours: float | None, unallocated_usd: float | None
+) -> dict[str, dict[str, float | None]]:
+    """The week's ledger in one table: per bucket (:data:`BUCKETS`, in order), its GPU-hours
+    and dollars (the priced rows'; None where none is priced). The held buckets' dollars add up
+    to the headline's spend and their hours to its GPU-hours; capacity nobody held (None when
+    unknown) is beside them.
+
+    Args:
+        per: The week's rows (runs' and jobs'), with ``price_per_gpu_hour``.
+        unallocated_gpu_hours: The headline's capacity nobody held, GPU-hours.
+        unallocated_usd: Its dollars.
+    """
+    out: dict[str, dict[str, float | None]] = {}
+    if unallocated_gpu_hours is not None:
+        out["unallocated"] = {"gpu_hours": unallocated_gpu_hours, "usd": unallocated_usd}
+    b = bucket_hours(per)
+    price = per["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)
+    priced = ~np.isnan(price)
+    for key in b.columns:
+        hours = b[key].to_numpy(dtype=float)
+        usd = float((hours[priced] * price[priced]).sum()) if priced.any() else None
+        out[str(key)] = {"gpu_hours": float(hours.sum()), "usd": usd}
+    return out

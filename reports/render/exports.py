@@ -24,7 +24,9 @@ spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), 
 ``waste_by_cause`` (:data:`CAUSE_FIELDS`, ``top`` runs and ``fix``), ``recurring_jobs``
 (:data:`RECURRING_FIELDS`), ``savings`` (:data:`SAVING_FIELDS`: each change to a recurring job,
 before and after, in dollars) and ``savings_by_team`` (``team``, ``usd_per_week``,
-``usd_to_date``, ``changes``), ``capacity_what_if`` (null for a week under way or with no
+``usd_to_date``, ``changes``), ``ledger`` (bucket → ``gpu_hours``, ``usd``: capacity nobody
+held where known, not measured, held idle, busy below target, useful;
+:func:`reports.kpi.ledger.ledger_totals`), ``capacity_what_if`` (null for a week under way or with no
 recoverable waste: ``runs``, ``gpu_hours``, ``gpus``, ``hours``, ``used_gpus``, ``growth_pct_month``,
 ``trend_weeks``, ``months``, ``owned_model``, ``purchase_usd``, ``sentence``:
 :mod:`reports.kpi.whatif`), ``allocations`` (null when no Slurm job or Kubernetes pod was
@@ -48,7 +50,7 @@ CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``waste_cause`` (key the cause),
 ``recurring_job`` (key the job key), ``saving`` (key ``JOBKEY@AT``), ``saving_team`` (key the
-team), ``capacity_what_if`` (key empty), ``excluded`` (metrics ``name`` and
+team), ``ledger`` (key the bucket), ``capacity_what_if`` (key empty), ``excluded`` (metrics ``name`` and
 ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
 0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the
@@ -78,6 +80,7 @@ import pandas as pd
 from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis, savings
 from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
+from reports.kpi.ledger import ledger_totals
 from reports.kpi.weekly import unpriced_groups
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
@@ -415,6 +418,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             )
             for c in k.changes
         ],
+        "ledger": _ledger(k),
         "capacity_what_if": None
         if k.what_if is None or k.so_far
         else _plain({**dataclasses.asdict(k.what_if), "sentence": k.what_if.sentence()}),
@@ -654,6 +658,8 @@ class CsvExport(RunsExport):
                 f"{row['job_key']}@{row['at']}",
                 {f: v for f, v in row.items() if f not in ("job_key", "at")},
             )
+        for bucket, row in d["ledger"].items():
+            rows("ledger", bucket, row)
         if d["capacity_what_if"] is not None:
             rows("capacity_what_if", "", d["capacity_what_if"])
         for row in d["savings_by_team"]:
@@ -670,6 +676,15 @@ class CsvExport(RunsExport):
             for row in d["allocations"]["jobs"]:
                 key = f"{row['cluster']}/{row['job_id']}" if row["cluster"] else row["job_id"]
                 rows("job", key, {f: row[f] for f in JOB_FIELDS if f not in ("cluster", "job_id")})
+
+
+def _ledger(k: WeekKpis) -> dict[str, dict[str, float | None]]:
+    """The week's ledger by bucket (:func:`reports.kpi.ledger.ledger_totals`); nothing for a
+    week without rows."""
+    h = k.headline
+    if not len(k.runs):
+        return {}
+    return ledger_totals(k.runs, h.unallocated_gpu_hours, h.unallocated_usd)
 
 
 _CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))

@@ -199,6 +199,10 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         # the JSON, the chargeback and the budgets' period say the same
         d = to_dict(k, UTC)
         assert (d["headline"]["spend_usd"] or 0.0) == cents(spend, abs=1e-6)
+        held = {b: v for b, v in d["ledger"].items() if b != "unallocated"}
+        assert math.fsum(v["usd"] or 0.0 for v in held.values()) == cents(spend, abs=1e-6)
+        assert math.fsum(v["gpu_hours"] for v in held.values()) == cents(h.gpu_hours, abs=1e-6)
+        assert held.get("unmeasured", {}).get("usd") in (None, cents(unmeasured, abs=1e-6))
         charged = chargeback_rows(k, label_of(week))
         assert math.fsum(r["spend_usd"] for r in charged) == cents(spend, abs=0.005 * len(charged))
         from reports.budgets import spend as period_spend
