@@ -684,7 +684,7 @@ def _ledger(k: WeekKpis) -> dict[str, dict[str, float | None]]:
     h = k.headline
     if not len(k.runs):
         return {}
-    return ledger_totals(k.runs, h.unallocated_gpu_hours, h.unallocated_usd)
+    return _plain(ledger_totals(k.runs, h.unallocated_gpu_hours, h.unallocated_usd))
 
 
 _CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))

@@ -195,7 +195,15 @@ def disable_hooks(monkeypatch: pytest.MonkeyPatch, *hooks: str) -> None:
 
 @pytest.fixture
 def wandb_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """W&B in offline mode writing under tmp; the run is finished after the test."""
+    """W&B in offline mode writing under tmp; the run is finished after the test. wandb's
+    process-wide settings keep the WANDB_* variables of the first ``wandb.init`` in the
+    process (another module's, on the same pytest-xdist worker: then online, and asking for an
+    API key): they are dropped first."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        if wandb.run is not None:
+            wandb.finish()
+        wandb.teardown()
     wandb_dir = tmp_path / "wandb-dir"
     wandb_dir.mkdir()
     monkeypatch.setenv("WANDB_SILENT", "true")
