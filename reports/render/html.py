@@ -391,8 +391,9 @@ def _unmeasured(k: WeekKpis) -> str:
 
 
 def _unallocated(k: WeekKpis) -> str:
-    """``capacity nobody held: 573.0 GPU-h, $281.75 of owned GPUs (not in the spend)``; empty
-    when no capacity is known or all of it was held."""
+    """``capacity nobody held: 573.0 GPU-h of owned GPUs, $281.75 (not in the spend)`` (and
+    the listed nodes' GPU-hours, which have no price); empty when no capacity is known or all
+    of it was held."""
     h = k.headline
     if h.unallocated_gpu_hours is None or h.unallocated_gpu_hours < 0.005:
         return ""
