@@ -237,8 +237,6 @@ class Unallocated:
     usd: float | None
     """At the capacity's price (an owned model's amortized rate, else the table's); None when
     none of it has a price."""
-    gpus: int
-    """Owned GPUs counted (``[owned.<MODEL>] gpus``)."""
     unpriced_gpu_hours: float = 0.0
 
 
@@ -248,7 +246,6 @@ def unallocated(
     hours_in_week: float,
     owned: Mapping[str, OwnedGpu] | None,
     capacity: Sequence[CapacityLine] = (),
-    prices: PriceTable | None = None,
 ) -> Unallocated | None:
     """The week's capacity nobody held: each owned model's GPUs (``[owned.<MODEL>] gpus``) ×
     the week's hours less the GPU-hours its rows (runs and jobs) held, at its amortized rate;
@@ -262,7 +259,6 @@ def unallocated(
         hours_in_week: The week's hours (167, 168 or 169; to now for a week under way).
         owned: The config's ``[owned.<MODEL>]``.
         capacity: The scheduler's capacity lines of the week.
-        prices: The price table with the config's ``[prices]`` (which variants are owned).
     """
     from tracker.prices import owned_table
 
@@ -270,18 +266,16 @@ def unallocated(
     if not counted and not capacity:
         return None
     hours = usd = unpriced = 0.0
-    gpus = 0
     table = owned_table(counted)
     for name, o in counted.items():
         row = table.lookup(name)
-        if row is None or not o.gpus:
+        if row is None or not o.gpus:  # (o.gpus: for mypy; counted has only those with some)
             continue
         mine = per["owned_gpu"] == row.gpu if "owned_gpu" in per else np.zeros(len(per), bool)
         held = float(per.loc[mine, "gpu_hours"].sum())
         free = max(0.0, o.gpus * hours_in_week - held)
         hours += free
         usd += free * row.usd_per_gpu_hour
-        gpus += o.gpus
     for c in capacity:
         free = max(0.0, c.unallocated_gpu_hours - c.unallocated_owned_gpu_hours)
         hours += free
@@ -289,7 +283,6 @@ def unallocated(
     return Unallocated(
         gpu_hours=hours,
         usd=usd if counted else None,
-        gpus=gpus,
         unpriced_gpu_hours=unpriced,
     )
 

@@ -430,13 +430,16 @@ def kpis_of_gpu_time(
             hours_in_week=(end - wk).total_seconds() / 3600.0,
             owned=owned,
             capacity=(capacity or {}).get(wk, ()),
-            prices=prices,
         )
 
-    worked = {
-        wk: _headline(of_week.get(wk, nothing), t, free(wk, of_week.get(wk, nothing)))
-        for wk in weeks
-    }
+    empty = _headline(nothing, t)  # a week without rows or known capacity, worked out once
+
+    def worked_out(wk: pd.Timestamp) -> Headline:
+        rows = of_week.get(wk, nothing)
+        spare = free(wk, rows)
+        return empty if not len(rows) and spare is None else _headline(rows, t, spare)
+
+    worked = {wk: worked_out(wk) for wk in weeks}
     headlines = {
         wk: stored[wk] if wk in stored and wk not in of_week else worked[wk] for wk in weeks
     }
@@ -456,7 +459,7 @@ def kpis_of_gpu_time(
     under = ordered[
         (ordered["utilization_pct"] < t.underutilized_pct)
         & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)
-        & (ordered["kind"] == RUN_KIND if "kind" in ordered else True)
+        & (ordered["kind"] == RUN_KIND)
     ]
     run_codes = _run_codes(this)
     by = {
@@ -464,7 +467,7 @@ def kpis_of_gpu_time(
         for k in ("team", "project", "user", "gpu_model", "source")
     }
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
-    measured = this[this["kind"] == RUN_KIND] if "kind" in this else this
+    measured = this[this["kind"] == RUN_KIND]
     return WeekKpis(
         week=w,
         basis=basis,
