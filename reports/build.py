@@ -21,13 +21,13 @@ import pandas as pd
 
 from reports import kpi as kpis
 from reports.archive import Content, check_out_dir, is_archived, write_archive
-from reports.budgets import week_lines
 from reports.data.kpi_tables import publish_week
 from reports.errors import ReportError
 from reports.gputime import week_gpu_time
 from reports.kpi import AllocationWeek, Headline, WeekKpis
 from reports.render.exports import CsvExport, to_dict, to_json
 from reports.request import FORMATS, Request, parse_formats, resolve_week
+from reports.sections import Week, read_parts, team_parts
 from reports.weeks import label_of, shift_week, week_bounds, week_of
 
 if TYPE_CHECKING:
@@ -83,7 +83,8 @@ def week_kpis(
 
     table = PriceTable(req.prices)
     t = thresholds_for(req.basis, req.thresholds)
-    weeks = dict(scheduler or {})
+    # the weeks whose scheduler held or listed GPUs (one without jobs shows only its section)
+    weeks = {wk: w for wk, w in (scheduler or {}).items() if w.jobs or w.capacity}
     held = unsampled if unsampled is not None else unsampled_run_hours(gt) if weeks else {}
     jobs = [
         job_rows(
@@ -156,7 +157,7 @@ class Computed:
                 unsampled=unsampled_run_hours(self.gpu_time) if jobs else {},
             ),
             skipped=self.kpis.skipped,
-            budgets=tuple(b for b in self.kpis.budgets if b.team == team),
+            parts=team_parts(self.kpis.parts, team),
             allocations=_team_allocations(self.kpis.allocations, team),
             recurring=self.kpis.recurring[self.kpis.recurring["team"] == team].reset_index(
                 drop=True
@@ -240,8 +241,9 @@ def _compute(
         now=now,
     )
     _keep_weeks(store, req, marks, k, fresh, now=now)
-    if req.budgets:
-        k = dataclasses.replace(k, budgets=week_lines(store_url, req, k, now=now))
+    k = dataclasses.replace(
+        k, parts=read_parts(Week(store_url=store_url, req=req, kpis=k, now=now))
+    )
     k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
     recurring, changes = recurring_of_weeks(store, req, start, now=now)
     k = dataclasses.replace(k, recurring=recurring, changes=changes)
@@ -266,8 +268,9 @@ def _compute(
 def scheduler_weeks(
     store: RunStore, req: Request, runs: pd.DataFrame, starts: Sequence[datetime], *, now: datetime
 ) -> dict[pd.Timestamp, AllocationWeek]:
-    """The scheduler's side of each week (:func:`allocations_of_week`) that has one, by its
-    start (UTC): nothing (one catalogue look-up) when no job was ever imported."""
+    """The scheduler's side of each week (:func:`allocations_of_week`), by its start (UTC), a
+    week without jobs too (its section says none held GPUs): nothing (one catalogue look-up)
+    when no job was ever imported."""
     from reports.data.allocations import has_allocations
     from tracker.store import StoreError
 
@@ -279,7 +282,7 @@ def scheduler_weeks(
     out = {}
     for w in starts:
         week = allocations_of_week(store, req, runs, w, now=now)
-        if week is not None and (week.jobs or week.capacity):
+        if week is not None:
             out[pd.Timestamp(w).tz_convert("UTC")] = week
     return out
 
@@ -519,7 +522,7 @@ def render(
         if "json" in req.formats:
             out["json"] = to_json(d).encode()
         if "csv" in req.formats:
-            out["csv"] = CsvExport(d, k.runs)  # every run: written as it is made
+            out["csv"] = CsvExport(d, k.runs, k.parts)  # every run: written as it is made
         if "parquet" in req.formats:
             from reports.render.parquet import ParquetExport
 

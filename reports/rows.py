@@ -1,12 +1,15 @@
 """The row types that the data layer (:mod:`reports.data`: SQL) reads and writes and the KPI
 maths (:mod:`reports.kpi`) computes with: below both, so that neither imports the other. Plain
-frozen dataclasses and constants: no pandas, no SQL, no I/O.
+frozen dataclasses and constants: no pandas, no SQL, no I/O. And the one interface every format
+shows a report section through (:class:`Part`, built by :mod:`reports.sections`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
+from typing import Any, ClassVar, Protocol
 
 TIME_DTYPE = "datetime64[us, UTC]"
 """The dtype of a runs frame's times, whatever they hold (pandas makes a column of only None
@@ -103,3 +106,39 @@ class Headline:
 def none_priced(gpu_hours: float, unpriced_gpu_hours: float) -> bool:
     """Whether GPU-time was had and none of it priced (within rounding): spend unknown, not $0."""
     return unpriced_gpu_hours > 0 and unpriced_gpu_hours >= gpu_hours - 1e-9
+
+
+class Part(Protocol):
+    """A section's part of one week (:mod:`reports.sections`), as every format shows it.
+
+    The formats (:mod:`reports.render`) know this interface and no section: the page includes
+    ``_<name>.html.j2`` with :meth:`view`, the email ``_<name>.email.html.j2`` and
+    ``_<name>.email.txt.j2`` with ``view(brief=True)``, the JSON document has
+    :meth:`document` under ``name``, the CSV :meth:`csv_rows` of it, the chat card
+    :meth:`card_lines`; a team's report holds :meth:`of_team`.
+    """
+
+    name: ClassVar[str]
+    """Its key in :attr:`reports.kpi.WeekKpis.parts` and the JSON document, and its
+    templates' stem."""
+
+    def of_team(self, team: str) -> Part:
+        """The part of ``team``'s report: its own rows only."""
+        ...
+
+    def view(self, *, brief: bool = False) -> Mapping[str, Any] | None:
+        """What its templates show, as display strings (:mod:`reports.render.fmt`); None: it
+        is left out. ``brief``: for an email or a chat card (user strings on one line, cut)."""
+        ...
+
+    def document(self, tz: tzinfo) -> Any:
+        """Its value in the week's JSON document (plain, JSON-safe)."""
+        ...
+
+    def csv_rows(self, doc: Any) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+        """The CSV's ``(section, key, {metric: value})`` rows of its :meth:`document`."""
+        ...
+
+    def card_lines(self) -> list[str]:
+        """Its lines on the chat card (none: it is not on the card)."""
+        ...

@@ -95,7 +95,14 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("reports.kpi", "reports.data"),  # side by side: neither imports the other (a test below)
     ("reports.render",),
     ("reports.request",),
-    ("reports.gputime", "reports.build", "reports.budgets", "reports.archive", "reports.jobs"),
+    (
+        "reports.gputime",
+        "reports.build",
+        "reports.budgets",
+        "reports.archive",
+        "reports.jobs",
+        "reports.sections",
+    ),
     ("reports.service", "reports.demo", "reports.imports"),
     ("reports", "reports.cli"),
 )

@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.allocations import AllocationWeek, CapacityLine
-from reports.kpi.budgets import BudgetLine
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
@@ -22,7 +21,7 @@ from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import rightsizing
 from reports.kpi.savings import Change
 from reports.kpi.whatif import WhatIf, what_if
-from reports.rows import Headline
+from reports.rows import Headline, Part
 from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
@@ -67,8 +66,9 @@ class WeekKpis:
     skipped: Skipped = field(default_factory=Skipped)
     """Runs and sample rows left out of these figures, with the reason (set by the report
     builder, which reads the store)."""
-    budgets: tuple[BudgetLine, ...] = ()
-    """The teams' spend against their budgets (``[[budgets]]``; set by the report builder)."""
+    parts: Mapping[str, Part] = field(default_factory=dict)
+    """The report's sections that are units of their own, by name in the order shown
+    (:mod:`reports.sections`; set by the report builder)."""
     allocations: AllocationWeek | None = None
     """The scheduler's jobs of the week against their samples (``gpu-kpi import slurm``; set
     by the report builder); None when no job was ever imported."""

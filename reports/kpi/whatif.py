@@ -4,8 +4,9 @@ GPUs, and, where the trend and owned prices say it, how long that defers the nex
 - **GPUs returned**: the top :data:`TOP_RUNS` runs by recoverable waste; each run's waste in
   GPU-hours (its waste ÷ its price per GPU-hour), summed, ÷ the week's hours (168).
 - **Growth**: a straight line through the log of the GPU-hours of the trend's weeks that have
-  any (:data:`MIN_WEEKS` of them at least), as a monthly rate (30.44 days); shown only when
-  positive.
+  any (:data:`MIN_WEEKS` of them at least), as a monthly rate (30.44 days); shown only from
+  :data:`MIN_GROWTH_PCT` a month (a flat trend's rounding noise is no growth: it would defer a
+  purchase by centuries).
 - **Deferral**: with demand growing at that rate from the week's average GPUs in use, the
   returned GPUs absorb ln(1 + returned ÷ in use) ÷ ln(1 + growth) months of it. None while a
   GPU or more of known capacity sat unallocated on average (capacity nobody held, the ledger's:
@@ -30,6 +31,8 @@ TOP_RUNS = 10
 FREE_GPUS = 1.0
 """GPUs free on average from which no purchase is deferred."""
 MIN_WEEKS = 8
+MIN_GROWTH_PCT = 0.1
+"""Monthly growth (%) below which the trend is flat: the smallest the sentence can show."""
 HOURS_IN_WEEK = 168.0
 DAYS_IN_MONTH = 30.44
 
@@ -139,7 +142,8 @@ def what_if(
 
 def _growth(trend: pd.DataFrame) -> tuple[float | None, int]:
     """The monthly growth (%) of the trend's GPU-hours, by a line through their log; None
-    unless :data:`MIN_WEEKS` weeks have GPU-hours and the line rises."""
+    unless :data:`MIN_WEEKS` weeks have GPU-hours and the line rises by :data:`MIN_GROWTH_PCT`
+    a month or more."""
     if "gpu_hours" not in trend:
         return None, 0
     h = pd.to_numeric(trend["gpu_hours"], errors="coerce").to_numpy(dtype=float)
@@ -149,4 +153,4 @@ def _growth(trend: pd.DataFrame) -> tuple[float | None, int]:
         return None, int(ok.sum())
     slope = float(np.polyfit(x[ok], np.log(h[ok]), 1)[0])  # per week
     growth = 100.0 * math.expm1(slope * DAYS_IN_MONTH / 7.0)
-    return (growth if growth > 0 else None), int(ok.sum())
+    return (growth if growth >= MIN_GROWTH_PCT else None), int(ok.sum())

@@ -94,17 +94,9 @@ def chat_card(
             lines.append(
                 f"… and {len(ctx['runs']) - CARD_RUNS + ctx['more_runs']} more in the report"
             )
-    flagged = [b for b in ctx["budgets"] if b["tone"] != "good"]
-    if flagged:  # a budget reached or on course to be
-        lines += [
-            "",
-            "Budgets:",
-            *(
-                f"{b['team']}, {b['period']}: {b['spend']} of {b['budget']}"
-                f" ({b['used']}), {b['status']}"
-                for b in flagged
-            ),
-        ]
+    for part in k.parts.values():
+        if more := part.card_lines():
+            lines += ["", *more]
     return Card(
         title=subject_line(k, week, scope),
         text="\n".join(lines),

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 from reports.kpi import WeekKpis
 from reports.render.charts import CHART_NAMES
 from reports.render.fmt import fmt_pct, fmt_usd, safe_http_url
-from reports.render.html import CHART_ALT, dates_of, environment, report_context
+from reports.render.html import CHART_ALT, dates_of, environment, report_context, sections
 from reports.weeks import label_of
 from tracker.text import one_line
 
@@ -165,7 +165,8 @@ def _email_context(
         "report_link": report_link(report_url, week, team) or "",
         "runs": runs,
         "more_runs": ctx["runs_to_fix"] - len(runs),
-        "budgets": [{**b, "team": one_line(b["team"], MAX_NAME_CHARS)} for b in ctx["budgets"]],
+        "sections": sections(k, "email.html", brief=True),
+        "text_sections": sections(k, "email.txt", brief=True),
         "teams": teams,
         "more_teams": len(k.by.get("team", ())) - len(teams),
     }

@@ -50,17 +50,16 @@ CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
 ``project``, ``user``, ``gpu_model``, ``run``, ``trend``, ``waste_cause`` (key the cause),
 ``recurring_job`` (key the job key), ``saving`` (key ``JOBKEY@AT``), ``saving_team`` (key the
-team), ``ledger`` (key the bucket), ``capacity_what_if`` (key empty), ``excluded`` (metrics ``name`` and
-``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
-``<label>:<field>`` of :data:`BUDGET_FIELDS`, e.g. ``2026-12:forecast_usd``; ``complete`` 1 or
-0), ``allocations`` (key empty, :data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the
-team, :data:`TEAM_ALLOCATION_FIELDS`), ``capacity`` (key ``SOURCE/CLUSTER``,
-:data:`CAPACITY_FIELDS`) or ``job`` (the JSON's jobs, key ``CLUSTER/JOBID``,
-:data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week,
-(budget) team or job. Lines end in CRLF (RFC 4180). A text cell
-that a spreadsheet would run as a formula is prefixed with ``'`` (:mod:`reports.render.csvsafe`);
-numbers are written as numbers, and an unknown value (the unpriced dollars above) as an
-empty cell.
+team), ``ledger`` (key the bucket), ``capacity_what_if`` (key empty), ``excluded`` (metrics
+``name`` and ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
+``<label>:<field>`` of :data:`reports.sections.budgets.BUDGET_FIELDS`, e.g.
+``2026-12:forecast_usd``; ``complete`` 1 or 0), ``allocations`` (key empty,
+:data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the team, :data:`TEAM_ALLOCATION_FIELDS`),
+``capacity`` (key ``SOURCE/CLUSTER``, :data:`CAPACITY_FIELDS`) or ``job`` (the JSON's jobs, key
+``CLUSTER/JOBID``, :data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week, (budget)
+team or job. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula
+is prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numbers, and an
+unknown value (the unpriced dollars above) as an empty cell.
 """
 
 from __future__ import annotations
@@ -84,7 +83,7 @@ from reports.kpi.ledger import ledger_totals
 from reports.kpi.weekly import unpriced_groups
 from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
-from reports.rows import none_priced
+from reports.rows import Part, none_priced
 from reports.weeks import label_of
 from tracker.cost import Thresholds
 
@@ -122,15 +121,6 @@ RUN_FIELDS = (
     "status",
     "links",
 )
-BUDGET_FIELDS = (
-    "spend_usd",
-    "budget_usd",
-    "used_pct",
-    "forecast_usd",
-    "forecast_pct",
-    "level",
-    "complete",
-)
 USD_FIELDS = ("spend_usd", "waste_usd", "idle_usd", "unmeasured_usd")
 """The dollars no price may stand for: null in the JSON (an empty CSV cell, a Parquet null)
 for a run whose GPU model has no price (``priced`` false), a breakdown group whose runs are
@@ -150,7 +140,7 @@ RIGHTSIZING_FIELDS = (
 )
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """JSON-safe: NaN/NA/±inf → None, numpy scalars → Python, timestamps → ISO strings, bytes
     → text (UTF-8, a bad byte replaced)."""
     if value is None or value is pd.NA:
@@ -160,9 +150,9 @@ def _plain(value: Any) -> Any:
     if isinstance(value, pd.Timestamp):
         return value.isoformat()
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if hasattr(value, "item"):  # numpy scalar
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -316,7 +306,7 @@ def to_json(d: Mapping[str, Any]) -> str:
 
 def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     cols = [f for f in fields if f in frame.columns]
-    return [{k: _plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
+    return [{k: plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
 
 
 def _thresholds(t: Thresholds) -> dict[str, Any]:
@@ -371,11 +361,11 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             "hosts": [{"pattern": p, "g_per_kwh": g} for p, g in k.carbon.hosts],
         },
         "rent_vs_own": [
-            _plain({**dataclasses.asdict(r), "sentence": r.sentence()}) for r in k.rent_vs_own
+            plain({**dataclasses.asdict(r), "sentence": r.sentence()}) for r in k.rent_vs_own
         ],
         "trend": [
             _unknown_usd(
-                {"week": label_of(row["week"]), **{f: _plain(row[f]) for f in HEADLINE_FIELDS}}
+                {"week": label_of(row["week"]), **{f: plain(row[f]) for f in HEADLINE_FIELDS}}
             )
             for row in k.trend.to_dict("records")
         ],
@@ -389,9 +379,9 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         ],
         "bad_sample_rows": skipped.sample_rows,
         "skipped": skipped.summary(),
-        "budgets": [_plain(b.as_dict()) for b in k.budgets],
+        **{name: p.document(tz) for name, p in k.parts.items()},
         "waste_by_cause": [
-            _plain(
+            plain(
                 {
                     **{f: getattr(c, f) for f in CAUSE_FIELDS},
                     "top": [{"name": name, "waste_usd": usd} for name, usd in c.top],
@@ -402,14 +392,14 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         ],
         "recurring_jobs": [
             {
-                **{f: _plain(row[f]) for f in RECURRING_FIELDS},
+                **{f: plain(row[f]) for f in RECURRING_FIELDS},
                 "first_week": None if row["first_week"] is None else label_of(row["first_week"]),
                 "last_week": None if row["last_week"] is None else label_of(row["last_week"]),
             }
             for row in _rows_of(k.recurring)
         ],
         "savings": [
-            _plain(
+            plain(
                 {
                     **{f: getattr(c, f) for f in SAVING_FIELDS},
                     "at": c.at.astimezone(tz).isoformat(),
@@ -421,9 +411,9 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "ledger": _ledger(k),
         "capacity_what_if": None
         if k.what_if is None or k.so_far
-        else _plain({**dataclasses.asdict(k.what_if), "sentence": k.what_if.sentence()}),
+        else plain({**dataclasses.asdict(k.what_if), "sentence": k.what_if.sentence()}),
         "savings_by_team": [
-            _plain({"team": t, "usd_per_week": w, "usd_to_date": d, "changes": n})
+            plain({"team": t, "usd_per_week": w, "usd_to_date": d, "changes": n})
             for t, w, d, n in savings.ledger_by_team(k.changes)
         ],
         "allocations": _allocations(k, tz),
@@ -433,7 +423,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
 def _headline(h: Headline) -> dict[str, Any]:
     """A headline's figures (:data:`HEADLINE_FIELDS`), its dollars null when none of its
     GPU-time is priced (:attr:`reports.kpi.Headline.none_priced`)."""
-    return _unknown_usd(_plain(h.__dict__))
+    return _unknown_usd(plain(h.__dict__))
 
 
 def _unknown_usd(head: dict[str, Any]) -> dict[str, Any]:
@@ -452,7 +442,7 @@ def _unknown_usd(head: dict[str, Any]) -> dict[str, Any]:
 def _change_pct(k: WeekKpis) -> dict[str, Any]:
     """Week-over-week change, in %; of the dollars null when this week's are unknown (a
     change from unknown, or to it, is no change: the HTML shows none)."""
-    change = _plain(k.change_pct)
+    change = plain(k.change_pct)
     if k.headline.none_priced or (k.previous is not None and k.previous.none_priced):
         change.update({f: None for f in USD_FIELDS if f in change})
     return change
@@ -518,7 +508,7 @@ def _job(j: Any, tz: tzinfo) -> dict[str, Any]:
     row["start"] = j.start.astimezone(tz).isoformat()
     row["end"] = None if j.end is None else j.end.astimezone(tz).isoformat()
     row["runs"] = list(j.runs)
-    return _plain(row)
+    return plain(row)
 
 
 def _allocations(k: WeekKpis, tz: tzinfo) -> dict[str, Any] | None:
@@ -534,34 +524,34 @@ def _allocations(k: WeekKpis, tz: tzinfo) -> dict[str, Any] | None:
         else:
             totals[f] = a.total(f)
     return {
-        "totals": _plain(totals),
+        "totals": plain(totals),
         "jobs_count": len(a.jobs),
         "jobs": [_job(j, tz) for j in a.jobs[:MAX_JSON_RUNS]],
-        "by_team": [
-            _plain({f: getattr(t, f) for f in TEAM_ALLOCATION_FIELDS}) for t in a.by_team()
-        ],
-        "capacity": [_plain({f: getattr(c, f) for f in CAPACITY_FIELDS}) for c in a.capacity],
+        "by_team": [plain({f: getattr(t, f) for f in TEAM_ALLOCATION_FIELDS}) for t in a.by_team()],
+        "capacity": [plain({f: getattr(c, f) for f in CAPACITY_FIELDS}) for c in a.capacity],
         "skipped": list(a.skipped),
     }
 
 
 def _last_resort(value: object) -> Any:
-    """What ``json`` cannot write, as :func:`_plain` makes it or else as text: a value of a
+    """What ``json`` cannot write, as :func:`plain` makes it or else as text: a value of a
     type no figure should have must not stop the report."""
-    plain = _plain(value)
-    if plain is not value and isinstance(plain, str | int | float | list | dict | None):
-        return plain
+    shown = plain(value)
+    if shown is not value and isinstance(shown, str | int | float | list | dict | None):
+        return shown
     return as_text(value)
 
 
-def to_csv(d: Mapping[str, Any], runs: pd.DataFrame) -> str:
+def to_csv(
+    d: Mapping[str, Any], runs: pd.DataFrame, parts: Mapping[str, Part] | None = None
+) -> str:
     """The week's CSV file as text (:class:`CsvExport` writes it to a file without holding it).
 
     Args:
         d: The week's document (:func:`to_dict`).
         runs: The week's runs (:attr:`reports.kpi.WeekKpis.runs`): every one is listed.
     """
-    return bytes(CsvExport(d, runs)).decode()
+    return bytes(CsvExport(d, runs, parts)).decode()
 
 
 class RunsExport:
@@ -571,10 +561,14 @@ class RunsExport:
     Args:
         d: The week's document (:func:`to_dict`).
         runs: The week's runs (:attr:`reports.kpi.WeekKpis.runs`).
+        parts: The week's sections (:attr:`reports.kpi.WeekKpis.parts`), whose rows the CSV
+            writes from their values in ``d``.
     """
 
-    def __init__(self, d: Mapping[str, Any], runs: pd.DataFrame) -> None:
-        self.d, self.runs = d, runs
+    def __init__(
+        self, d: Mapping[str, Any], runs: pd.DataFrame, parts: Mapping[str, Part] | None = None
+    ) -> None:
+        self.d, self.runs, self.parts = d, runs, parts or {}
 
     def __bytes__(self) -> bytes:
         out = io.BytesIO()
@@ -614,7 +608,7 @@ class CsvExport(RunsExport):
         w = csv_writer(out)  # formula cells neutralized; a cell with a line break is quoted
         w.writerow(["week", "basis", "section", "key", "metric", "value"])
 
-        def rows(section: str, key: str, values: dict[str, Any]) -> None:
+        def rows(section: str, key: str, values: Mapping[str, Any]) -> None:
             for metric, value in values.items():
                 if not isinstance(value, dict | list):
                     w.writerow(
@@ -639,15 +633,9 @@ class CsvExport(RunsExport):
             rows("excluded", row["run_id"], {"name": row["name"], "reason": row["reason"]})
         for row in d["bad_samples"]:
             rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
-        for row in d["budgets"]:
-            rows(
-                "budget",
-                row["team"],
-                {
-                    f"{row['label']}:{f}": int(row[f]) if f == "complete" else row[f]
-                    for f in BUDGET_FIELDS
-                },
-            )
+        for name, part in self.parts.items():
+            for section, key, values in part.csv_rows(d[name]):
+                rows(section, key, values)
         for row in d["waste_by_cause"]:
             rows("waste_cause", row["cause"], {f: row[f] for f in CAUSE_FIELDS[2:]})
         for row in d["recurring_jobs"]:
@@ -684,7 +672,7 @@ def _ledger(k: WeekKpis) -> dict[str, dict[str, float | None]]:
     h = k.headline
     if not len(k.runs):
         return {}
-    return _plain(ledger_totals(k.runs, h.unallocated_gpu_hours, h.unallocated_usd))
+    return plain(ledger_totals(k.runs, h.unallocated_gpu_hours, h.unallocated_usd))
 
 
 _CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))
@@ -692,7 +680,7 @@ _CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))
 
 
 def _cells(column: pd.Series) -> list[str]:
-    """A column of runs as CSV cells, each as :func:`_plain` and :func:`safe_cell` make its
+    """A column of runs as CSV cells, each as :func:`plain` and :func:`safe_cell` make its
     value and :func:`csv.writer` (``excel``) writes it (:func:`_field`): a missing or
     non-finite number empty, text neutralized and quoted where it must be, bytes decoded."""
     if pd.api.types.is_float_dtype(column):
@@ -709,7 +697,7 @@ def _cells(column: pd.Series) -> list[str]:
         return [cells[c] for c in codes.tolist()]
     # (an object or a list is no CSV value: the JSON has it; a run field never holds one)
     return [
-        "" if isinstance(c := safe_cell(_plain(v)), dict | list) else _field(c)
+        "" if isinstance(c := safe_cell(plain(v)), dict | list) else _field(c)
         for v in column.astype(object).tolist()
     ]
 

@@ -23,7 +23,6 @@ from reports.kpi.causes import week_causes
 from reports.kpi.weekly import unpriced_groups
 from reports.render.fmt import (
     as_number,
-    budget_row,
     fmt_change,
     fmt_change_pp,
     fmt_gib,
@@ -530,13 +529,24 @@ def report_context(
         },
         "unpriced": fmt_hours(h.unpriced_gpu_hours) if h.unpriced_gpu_hours > 0 else "",
         "skipped": _skipped(k),
-        "budgets": [budget_row(b) for b in k.budgets],
+        "sections": sections(k, "html"),
         "causes": causes,
         **_savings(k),
         "top_causes": " · ".join(f"{c['label']} {c['usd']}" for c in causes[:3]),
         "beside_waste": beside_waste(k),
         "allocations": _allocations(k),
     }
+
+
+def sections(k: WeekKpis, fmt: str, *, brief: bool = False) -> list[dict[str, Any]]:
+    """The week's sections that are units (:attr:`WeekKpis.parts`, in their order) that show
+    something, each with its partial of format ``fmt`` (``html``, ``email.html``,
+    ``email.txt``) and its view."""
+    return [
+        {"name": name, "template": f"_{name}.{fmt}.j2", "view": view}
+        for name, part in k.parts.items()
+        if (view := part.view(brief=brief)) is not None
+    ]
 
 
 def _savings(k: WeekKpis) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def test_the_weeks_lines_by_hand(store_url: str) -> None:
     fill(store_url)
     req = Request(week="2026-W49", tz=UTC, budgets=(VISION, NLP))
     k = compute(store_url, req, now=AFTER).kpis
-    got = {(b.team, b.label): b for b in k.budgets}
+    got = {(b.team, b.label): b for b in k.parts["budgets"].lines}
     assert list(got) == [
         ("nlp", "2026-W49"),
         ("nlp", "2026-11"),
@@ -78,7 +78,7 @@ def test_a_team_report_has_its_own_lines_only(tmp_path: Path) -> None:
     c = compute(url, req, now=AFTER)
     team = c.team(req, "vision")
     assert team is not None
-    assert [(b.team, b.label) for b in team.budgets] == [
+    assert [(b.team, b.label) for b in team.parts["budgets"].lines] == [
         ("vision", "2026-11"),
         ("vision", "2026-12"),
     ]
@@ -94,7 +94,7 @@ def test_a_zone_whose_month_starts_off_the_hour(tmp_path: Path) -> None:
         s.upsert_samples(minutes("k", start, 120))
     kolkata = ZoneInfo("Asia/Kolkata")
     req = Request(week="2026-W49", tz=kolkata, budgets=(Budget(team="nlp", usd_per_month=100),))
-    lines = {b.label: b for b in compute(url, req, now=AFTER).kpis.budgets}
+    lines = {b.label: b for b in compute(url, req, now=AFTER).kpis.parts["budgets"].lines}
     assert lines["2026-11"].spend_usd == pytest.approx(0.5 * 3.85)
     assert lines["2026-12"].spend_usd == pytest.approx(1.5 * 3.85)
     assert lines["2026-12"].start == datetime(2026, 12, 1, tzinfo=kolkata)
@@ -298,7 +298,7 @@ def test_a_run_with_samples_is_measured_by_them_only(tmp_path: Path) -> None:
         s.upsert_samples(minutes("gap", start, 60))
     req = Request(week="2026-W49", tz=UTC, budgets=(NLP,))
     k = compute(url, req, now=AFTER).kpis
-    assert {b.label: b.spend_usd for b in k.budgets} == {
+    assert {b.label: b.spend_usd for b in k.parts["budgets"].lines} == {
         "2026-W49": 0.0,
         "2026-11": pytest.approx(3.85),
         "2026-12": 0.0,
@@ -341,7 +341,11 @@ def test_the_current_week_counts_to_now(tmp_path: Path) -> None:
     with RunStore(url) as s:
         s.upsert_run(run_record("r", datetime(2026, 11, 30, 2, tzinfo=UTC), 4, team="nlp"))
     now = datetime(2026, 11, 30, 12, tzinfo=UTC)
-    lines = compute(url, Request(week="2026-W49", tz=UTC, budgets=(NLP,)), now=now).kpis.budgets
+    lines = (
+        compute(url, Request(week="2026-W49", tz=UTC, budgets=(NLP,)), now=now)
+        .kpis.parts["budgets"]
+        .lines
+    )
     assert [(b.label, b.until, b.complete, b.spend_usd) for b in lines] == [
         ("2026-W49", now, False, pytest.approx(15.4)),
         ("2026-11", now, False, pytest.approx(15.4)),

@@ -323,6 +323,34 @@ def test_a_store_without_imports_has_no_section(store_url: str, tmp_path: Path) 
     assert 'id="allocations"' not in (out / "2026-W48.html").read_text()
 
 
+def test_a_week_without_jobs_says_none_held_gpus(store_url: str, tmp_path: Path) -> None:
+    # jobs were imported (2026-W48), but not in the week reported (W47, its runs alone): the
+    # section is there and says so, its totals zero; no figure of the week has a job in it
+    _fill(store_url)
+    earlier = TEN - timedelta(days=7)
+    with RunStore(store_url) as store:
+        store.upsert_run(
+            run_record("next", earlier, 1.0, gpus=2, util=50.0).replace(gpu_source="nvml")
+        )
+        store.upsert_samples(
+            minutes("next", earlier, 60, 50.0, "e0") + minutes("next", earlier, 60, 50.0, "e1")
+        )
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(SACCT)
+    env = {"GPU_KPI_STORE": store_url}
+    assert gpu_kpi("import", "slurm", str(saved), env=env).returncode == 0
+    out = tmp_path / "out"
+    rep = gpu_kpi(
+        "report", "--week", "2026-W47", "--format", "json,html", "--out", str(out), env=env
+    )
+    assert rep.returncode == 0, rep.stderr
+    week = json.loads((out / "2026-W47.json").read_text())
+    assert week["allocations"]["jobs"] == [] and week["allocations"]["totals"]["jobs"] == 0
+    assert week["headline"]["jobs"] == 0 and week["headline"]["gpu_hours"] == pytest.approx(2.0)
+    html = (out / "2026-W47.html").read_text()
+    assert 'id="allocations"' in html and "No job or pod held GPUs this week." in html
+
+
 def test_bad_imports_are_one_line_and_write_nothing(store_url: str, tmp_path: Path) -> None:
     env = {"GPU_KPI_STORE": store_url}
     _fill(store_url)

@@ -69,3 +69,18 @@ def test_only_what_the_inputs_support_is_said() -> None:
     no_waste = runs().assign(waste_usd=0.0)
     assert what_if(no_waste, trend(12, 0.02), 16_800.0, OWNED) is None
     assert what_if(runs(), trend(12, 0.02), 0.0, OWNED) is None
+
+
+def test_a_flat_trend_defers_nothing() -> None:
+    # twelve weeks of the same GPU-hours, but for the last bit of a float: a line through
+    # their log rises by ~1e-13 %/month, which would "defer the next purchase" by ~1e14 months
+    flat = pd.DataFrame(
+        {"gpu_hours": [10_752.000000000002 if w % 2 else 10_752.0 for w in range(12)]}
+    )
+    w = what_if(runs(), flat, 16_800.0, OWNED)
+    assert w is not None and w.growth_pct_month is None and w.months is None
+    assert "defers" not in w.sentence()
+    # 0.1%/month is the least growth the sentence shows (+0.1%/month): a deferral from it
+    slow = what_if(runs(), trend(12, 1.0011 ** (7 / 30.44) - 1), 16_800.0, OWNED)
+    assert slow is not None and slow.growth_pct_month == pytest.approx(0.11)
+    assert slow.months is not None and "(+0.1%/month)" in slow.sentence()

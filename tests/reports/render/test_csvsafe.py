@@ -145,8 +145,8 @@ def test_the_run_lines_are_what_the_csv_module_writes(
     expected = io.StringIO(newline="")
     oracle = csv.writer(expected, dialect="excel")
     for i in range(len(runs)):
-        key = safe_cell(exports._plain(runs["run_id"].iloc[i]))
+        key = safe_cell(exports.plain(runs["run_id"].iloc[i]))
         for f in exports._CSV_RUN_FIELDS:
-            cell = safe_cell(exports._plain(runs[f].iloc[i])) if f in runs else None
+            cell = safe_cell(exports.plain(runs[f].iloc[i])) if f in runs else None
             oracle.writerow([*head, key, safe_cell(f), "" if cell is None else cell])
     assert out.getvalue() == expected.getvalue()

@@ -1,0 +1,23 @@
+"""What every section reads its part from (:mod:`reports.sections`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from reports.kpi import WeekKpis
+    from reports.request import Request
+
+
+@dataclass(frozen=True, kw_only=True)
+class Week:
+    """What a section reads its part from: the week's KPIs (the ledger's figures) and where
+    they came from."""
+
+    store_url: str | None
+    """The run store's URL (None: the default store), for a section that reads more of it."""
+    req: Request
+    kpis: WeekKpis
+    now: datetime
