@@ -734,10 +734,9 @@ def _allocations(k: WeekKpis) -> dict[str, Any] | None:
                 "useful": f"{fmt_pct(c.sm_active_pct, 0)} of {fmt_hours(c.sm_known_gpu_hours)}"
                 if c.sm_active_pct is not None
                 else "",
+                # hours only: the dollars of capacity nobody held are the ledger's (the lede's),
+                # which count owned GPUs from [owned] and leave out what runs held outside jobs
                 "unallocated": fmt_hours(c.unallocated_gpu_hours),
-                "unallocated_usd": ""
-                if c.unallocated_owned_usd is None
-                else fmt_usd(c.unallocated_owned_usd),
             }
             for c in a.capacity
         ],

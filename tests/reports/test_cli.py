@@ -93,6 +93,11 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert "$85.72 paid for GPU-time no sample measured" in html.read_text()
     assert "the most: interactive-debug, ana · nlp, $77.00" in html.read_text()
     assert "  paid beside the waste: not measured $85.72 · nobody held $" in p.stdout
+    # capacity nobody held has one dollar figure on the page: the ledger's, at the top; the
+    # Slurm section gives the nodes' hours no job held, never a second owned-GPU price of them
+    page = html.read_text()
+    free = f"${head['unallocated_usd']:,.2f} for the"
+    assert page.count(free) == 1 and page.count("of owned GPUs") == 1
     (nodes,) = alloc["capacity"]
     assert (nodes["nodes"], nodes["gpus"], nodes["capacity_gpu_hours"]) == (6, 20, 20 * 168)
     # useful: the simulated GPUs report SM activity; the nodes' figure is their jobs' SM
