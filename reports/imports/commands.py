@@ -320,10 +320,12 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
             gres_models=settings.gres_models,
         )
     from reports.data.allocations import write_allocations
+    from reports.imports.slurm_jobs import owned_type_notes
     from tracker.store import RunStore
 
     with RunStore(settings.store) as store:
         write_allocations(store, done.jobs, done.capacity, done.usage)
+    done.notes += owned_type_notes(done.types, settings.owned, settings.gres_models)
     return done
 
 

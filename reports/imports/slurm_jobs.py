@@ -13,10 +13,11 @@ written, an input that is not sacct's). A row that cannot be read is left out an
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
@@ -34,7 +35,7 @@ from reports.imports.slurm import (
     read_sacct,
     read_step_usage,
 )
-from tracker.prices import canonical_gpu
+from tracker.prices import canonical_gpu, gpu_keys
 from tracker.text import one_line
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ class SlurmImported:
     usage: list[StepUsage] = field(default_factory=list)
     """Jobs' step averages of ``gres/gpuutil`` where the site gathers them."""
     notes: list[str] = field(default_factory=list)
+    types: dict[str, str | None] = field(default_factory=dict)
+    """Each gres type of the jobs read (the one holding most of a job's GPUs), and the model
+    it was read as (:func:`model_of_type`)."""
 
 
 def parse_account_teams(given: Sequence[str]) -> dict[str, str]:
@@ -94,6 +98,43 @@ def model_of_type(kind: str, gres_models: Mapping[str, str] | None = None) -> st
     """
     mapped = (gres_models or {}).get(kind) or (gres_models or {}).get(kind.lower())
     return canonical_gpu(mapped or kind)
+
+
+def owned_type_notes(
+    types: Mapping[str, str | None],
+    owned: Collection[str],
+    gres_models: Mapping[str, str] | None = None,
+) -> list[str]:
+    """A line for each gres type read as a model the site does not own where it owns one of
+    the same family (``a100`` → A100-40GB beside ``[owned.A100-80GB]``) and ``[slurm]
+    gres_models`` does not name it: the same GPUs would count twice, as rented under their jobs
+    and as owned capacity nobody held. A job's own samples still say its model.
+
+    Args:
+        types: gres type → the model it was read as (:attr:`SlurmImported.types`).
+        owned: The config's owned models (``[owned.<MODEL>]``).
+        gres_models: ``[slurm] gres_models``.
+    """
+    mine = {canonical_gpu(m) or m for m in owned}
+    named = {k.lower() for k in gres_models or {}}
+    notes = []
+    for kind, model in sorted(types.items()):
+        if model is None or model in mine or kind.lower() in named:
+            continue
+        same = sorted(m for m in mine if _family(m) == _family(model))
+        if same:
+            notes.append(
+                f"gres type {kind!r} read as {model}, but [owned] has {same[0]}: if they are "
+                f"the same GPUs, add [slurm] gres_models = {{ {json.dumps(kind)} = "
+                f'"{same[0]}" }} to the config, or their jobs are priced as rented {model} '
+                "while the owned GPUs count as capacity nobody held"
+            )
+    return notes
+
+
+def _family(model: str) -> str:
+    """A model's family: its base model without a memory size (A100-40GB, A100-80GB: A100)."""
+    return re.sub(r"-\d+GB$", "", gpu_keys(model)[-1])
 
 
 def gpu_model_of(job: SlurmJob, gres_models: Mapping[str, str] | None = None) -> str | None:
@@ -161,6 +202,9 @@ def allocations_of(
                 hosts=hosts,
             )
         )
+        if job.gpu_types:
+            kind = max(job.gpu_types, key=lambda t: t[1])[0]
+            out.types[kind] = out.jobs[-1].gpu_model
 
 
 def read_files(

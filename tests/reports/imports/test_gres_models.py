@@ -64,3 +64,32 @@ def test_a_bad_mapping_is_one_line(tmp_path: Path, config: str, message: str) ->
     rc, out, err = _import(tmp_path, f'store = "sqlite:///{tmp_path / "runs.db"}"\n{config}')
     assert rc == 2 and out == ""
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("config", "noted"),
+    [
+        ("[owned.A100-80GB]\npurchase_usd = 15000\n{OWN}gpus = 4\n", True),
+        (
+            '[owned.A100-80GB]\npurchase_usd = 15000\n{OWN}[slurm]\ngres_models = { a100 = "A100-80GB" }\n',
+            False,
+        ),
+        ("[owned.A100-40GB]\npurchase_usd = 9000\n{OWN}", False),  # owned as read
+        ("[owned.H100]\npurchase_usd = 25000\n{OWN}", False),  # another family
+    ],
+)
+def test_a_gres_type_read_as_a_card_the_site_does_not_own_is_named(
+    tmp_path: Path, config: str, noted: bool
+) -> None:
+    # "a100" reads as the 40 GB card; a site that owns A100-80GB would pay for its jobs at the
+    # rented 40 GB price and count its owned GPUs as nobody's: the import says how to fix it
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    own = "life_years = 5\npower_w = 400\nusd_per_kwh = 0.1\n"
+    rc, out, err = _import(tmp_path, f'store = "{store}"\n' + config.replace("{OWN}", own))
+    assert rc == 0, err
+    line = (
+        "gres type 'a100' read as A100-40GB, but [owned] has A100-80GB: if they are the same "
+        'GPUs, add [slurm] gres_models = { "a100" = "A100-80GB" } to the config'
+    )
+    assert (line in out) is noted, out
+    assert "imported 1 Slurm job(s)" in out
