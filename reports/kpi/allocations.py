@@ -285,7 +285,8 @@ def runs_of_jobs(
     Returns:
         Run id → the index of its job in ``allocations`` (its ``slurm`` link names it: by
         cluster and id, or by the id alone where one side names no cluster and the id is one
-        job's; its ``kubernetes`` link names a pod: ``NAMESPACE/POD``, the one running when
+        job's: of two clusters' jobs of the id, the one on the run's host, else the one
+        running when it started, else none and the run is its node's sample); its ``kubernetes`` link names a pod: ``NAMESPACE/POD``, the one running when
         the run started where the name was reused); run id → (its workload, its host) for the
         runs that name no job (the workload: its ``kubernetes_workload`` link, else ""; the
         host: :func:`short_host`); run id → its GPU model. A run whose link names a job not
@@ -316,13 +317,17 @@ def runs_of_jobs(
                 continue
             cluster, jid = job
             found = by_key.get((cluster, jid))
-            if found is None:
-                cand = [i for i in ids_alone[jid] if not cluster or not allocations[i].cluster]
-                found = cand[0] if len(cand) == 1 else None
+            cand = [] if found is not None else _jobs_named(allocations, ids_alone[jid], cluster, r)
+            if found is None and len(cand) == 1:
+                found = cand[0]
             if found is not None:
                 job_of_run[r["id"]] = found
-            continue
-        if isinstance(pod, str):
+                continue
+            if not cand:
+                continue  # a job not imported: no node's sample
+            # the id is a job of two clusters, and its host and start tell neither: the run
+            # is a sample of its node, as a run that names no job (never of neither job)
+        if isinstance(pod, str) and not isinstance(link, str):
             found = _pod_of(allocations, pods.get(pod, []), r.get("started_at"))
             if found is not None:
                 job_of_run[r["id"]] = found
@@ -335,6 +340,25 @@ def runs_of_jobs(
                 short_host(host),
             )
     return job_of_run, host_of_run, model_of_run
+
+
+def _jobs_named(
+    allocations: Sequence[Allocation], ids: Sequence[int], cluster: str, run: Mapping[str, Any]
+) -> list[int]:
+    """The jobs a run's ``slurm`` link of an id without its cluster (or a job without one) can
+    be: those of the id; where two clusters have it, those on the run's host, then those
+    running when it started."""
+    cand = [i for i in ids if not cluster or not allocations[i].cluster]
+    host = run.get("host")
+    if len(cand) > 1 and isinstance(host, str) and host.strip():
+        mine = short_host(host)
+        cand = [i for i in cand if mine in {short_host(h) for h in allocations[i].hosts}] or cand
+    started = run.get("started_at")
+    if len(cand) > 1 and isinstance(started, datetime):
+        cand = [
+            i for i in cand if allocations[i].start_at <= started < allocations[i].until
+        ] or cand
+    return cand
 
 
 def _pod_of(allocations: Sequence[Allocation], cand: Sequence[int], started: Any) -> int | None:

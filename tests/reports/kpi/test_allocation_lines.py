@@ -124,6 +124,47 @@ def test_a_job_id_alone_matches_where_one_side_names_no_cluster() -> None:
     ) == ("id", 0.5, 0.5, 0.5)
 
 
+@pytest.mark.parametrize(
+    ("hosts", "starts", "matched"),
+    [
+        (("n1", "n2"), (0, 0), "b"),  # the run's host tells them apart
+        (("n2", "n2"), (-3, 0), "b"),  # one host: the job running when the run started
+        (("n2", "n2"), (0, 0), ""),  # neither: the run is its node's sample
+    ],
+)
+def test_a_job_id_two_clusters_have_is_the_one_the_run_was_in(
+    hosts: tuple[str, str], starts: tuple[int, int], matched: str
+) -> None:
+    # job 7 of cluster a and of cluster b (ids are per cluster); a run on n2 whose link names
+    # "7" alone. Before, it matched neither: its GPU-time was the run's and, unmeasured, each
+    # job's as well
+    a, b = (
+        job("7", 1, TEN + timedelta(hours=h), TEN + timedelta(hours=h + 2), (host,), cluster=c)
+        for c, host, h in zip("ab", hosts, starts, strict=True)
+    )
+    runs = [
+        {
+            "id": "r",
+            "host": "n2.cluster.local",
+            "links": {"slurm": "7"},
+            "gpu_model": "H100",
+            "started_at": TEN,
+        }
+    ]
+    week = week_of([a, b], runs, minutes("r", "g", TEN, 60, 90.0))
+    by = {line.cluster: line for line in week.jobs}
+    if matched:
+        other = "a" if matched == "b" else "b"
+        assert (by[matched].matched, by[matched].runs) == ("id", ("r",))
+        assert by[matched].sampled_gpu_hours == pytest.approx(1.0)
+        assert by[other].sampled_gpu_hours == 0.0 and by[other].runs == ()
+    else:
+        # by node: its samples shared between the two jobs on n2 in that hour, never counted
+        # for both
+        assert {line.matched for line in week.jobs} == {"node"}
+        assert sum(line.sampled_gpu_hours for line in week.jobs) == pytest.approx(1.0)
+
+
 def test_bad_sample_rows_are_read_as_the_report_reads_them() -> None:
     jobs = [job("8", 1, TEN, TEN + timedelta(minutes=3), ("n1",))]
     runs = [{"id": "s", "host": "n1", "links": {}, "gpu_model": None}]
