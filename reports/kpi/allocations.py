@@ -38,7 +38,7 @@ useful (SM activity, where the samples have it) per scheduler and cluster.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -286,7 +286,8 @@ def runs_of_jobs(
         Run id → the index of its job in ``allocations`` (its ``slurm`` link names it: by
         cluster and id, or by the id alone where one side names no cluster and the id is one
         job's: of two clusters' jobs of the id, the one on the run's host, else the one
-        running when it started, else none and the run is its node's sample); its ``kubernetes`` link names a pod: ``NAMESPACE/POD``, the one running when
+        running when it started, else none and the run is its node's sample); its
+        ``kubernetes`` link names a pod: ``NAMESPACE/POD``, the one running when
         the run started where the name was reused); run id → (its workload, its host) for the
         runs that name no job (the workload: its ``kubernetes_workload`` link, else ""; the
         host: :func:`short_host`); run id → its GPU model. A run whose link names a job not
@@ -340,6 +341,20 @@ def runs_of_jobs(
                 short_host(host),
             )
     return job_of_run, host_of_run, model_of_run
+
+
+def _model_seen(
+    runs: Sequence[str], model_of_run: Mapping[str, str], gres_model: str | None
+) -> str | None:
+    """A job's GPU model: the one its runs' samples saw (the price table's name), over its gres
+    type's; where its runs saw several, the gres type's if it is one of them, else the one most
+    of them saw (ties: by name), never merely the first run's."""
+    seen = Counter(canonical_gpu(m) or m for r in runs if (m := model_of_run.get(r)))
+    if not seen:
+        return gres_model
+    if len(seen) > 1 and gres_model in seen:
+        return gres_model
+    return min(seen, key=lambda m: (-seen[m], m))
 
 
 def _jobs_named(
@@ -696,8 +711,7 @@ class AllocationJoin:
         for j, a in enumerate(self.allocations):
             runs_j = tuple(sorted(m.runs[j]))
             # the model its samples saw wins over a gres type's name (``a100`` is no size)
-            seen = next((self.model_of_run[r] for r in runs_j if self.model_of_run.get(r)), None)
-            model = (canonical_gpu(seen) or seen) if seen else a.gpu_model
+            model = _model_seen(runs_j, self.model_of_run, a.gpu_model)
             price = reported_price(model, None, None, overrides, owned)[0] if model else None
             got = min(float(m.sampled[j]), float(held[j]))
             measured, util, idle = float(m.known[j]), float(m.used[j]), float(m.idle[j])

@@ -165,6 +165,31 @@ def test_a_job_id_two_clusters_have_is_the_one_the_run_was_in(
         assert sum(line.sampled_gpu_hours for line in week.jobs) == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize(
+    ("gres", "models", "priced"),
+    [
+        # its runs saw two models: the gres type's where it is one of them ...
+        ("A100-40GB", ("NVIDIA A100-SXM4-80GB", "A100-PCIE-40GB", "A100-PCIE-40GB"), "A100-40GB"),
+        # ... else the one most of them saw, whatever their ids' order
+        ("H100", ("NVIDIA A100-SXM4-80GB", "A100-PCIE-40GB", "A100-PCIE-40GB"), "A100-40GB"),
+        ("H100", ("A100-PCIE-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB"), "A100-80GB"),
+        ("H100", ("NVIDIA A100-SXM4-80GB",), "A100-80GB"),  # one model: the samples' alone
+    ],
+)
+def test_a_jobs_model_is_what_its_runs_saw(gres: str, models: tuple[str, ...], priced: str) -> None:
+    from tracker.prices import PriceTable
+
+    (j,) = [job("9", 3, TEN, TEN + timedelta(hours=1), ("n1",), model=gres)]
+    runs = [
+        {"id": f"r{i}", "host": "n1", "links": {"slurm": "c/9"}, "gpu_model": m}
+        for i, m in enumerate(models)
+    ]
+    rows = [row for i in range(len(models)) for row in minutes(f"r{i}", "g", TEN, 60, 90.0)]
+    (line,) = week_of([j], runs, rows).jobs
+    assert line.gpu_model == priced
+    assert line.price_per_gpu_hour == PriceTable().lookup(priced).usd_per_gpu_hour  # type: ignore[union-attr]
+
+
 def test_bad_sample_rows_are_read_as_the_report_reads_them() -> None:
     jobs = [job("8", 1, TEN, TEN + timedelta(minutes=3), ("n1",))]
     runs = [{"id": "s", "host": "n1", "links": {}, "gpu_model": None}]
