@@ -158,7 +158,9 @@ class Computed:
             ),
             skipped=self.kpis.skipped,
             parts=team_parts(self.kpis.parts, team),
-            allocations=_team_allocations(self.kpis.allocations, team),
+            allocations=None
+            if self.kpis.allocations is None
+            else self.kpis.allocations.of_team(team),
             recurring=self.kpis.recurring[self.kpis.recurring["team"] == team].reset_index(
                 drop=True
             )
@@ -241,10 +243,10 @@ def _compute(
         now=now,
     )
     _keep_weeks(store, req, marks, k, fresh, now=now)
+    k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
     k = dataclasses.replace(
         k, parts=read_parts(Week(store_url=store_url, req=req, kpis=k, now=now))
     )
-    k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
     recurring, changes = recurring_of_weeks(store, req, start, now=now)
     k = dataclasses.replace(k, recurring=recurring, changes=changes)
     if skipped and warn:
@@ -347,13 +349,6 @@ def recurring_of_weeks(
             exc_info=True,
         )
     return pd.DataFrame(columns=list(savings.RECURRING_COLUMNS)), ()
-
-
-def _team_allocations(week: kpis.AllocationWeek | None, team: str) -> kpis.AllocationWeek | None:
-    """The jobs of ``team`` (by their account's team) of the week's."""
-    if week is None:
-        return None
-    return dataclasses.replace(week, jobs=tuple(j for j in week.jobs if j.team == team))
 
 
 def _kept_weeks(

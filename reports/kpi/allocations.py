@@ -37,6 +37,7 @@ useful (SM activity, where the samples have it) per scheduler and cluster.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -212,6 +213,10 @@ class AllocationWeek:
     skipped: tuple[str, ...] = ()
     """Allocation rows left out (a job the table cannot hold: hosts, GPUs or times), said with
     their count; the bad sample rows are the report's (``bad_samples``)."""
+
+    def of_team(self, team: str) -> AllocationWeek:
+        """The jobs of ``team`` (by their account's team); the nodes stay the fleet's."""
+        return dataclasses.replace(self, jobs=tuple(j for j in self.jobs if j.team == team))
 
     def total(self, name: str) -> float:
         """The sum of a ``*_gpu_hours`` field over the jobs."""

@@ -2,49 +2,50 @@
 
 Field names are stable and documented here; the schema id changes when they do.
 
-JSON (``<week>.json``): ``generator`` (``gpu-kpi``: the archive index reads only files with
-it, or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`` (``2026-W48``),
-``week_start``/``week_end`` (ISO 8601, the report time zone), ``time_zone``, ``basis``
-(``util`` | ``sm_active``) and ``basis_label``, ``thresholds``, ``headline`` and ``previous``
+JSON (``<week>.json``): ``generator`` (``gpu-kpi``: the archive index reads only files with it,
+or older ones with the ``schema``), ``schema`` (``gpu-kpi.week/1``), ``week`` (``2026-W48``),
+``week_start``/``week_end`` (ISO 8601, the report time zone), ``time_zone``, ``basis`` (``util``
+| ``sm_active``) and ``basis_label``, ``thresholds``, ``headline`` and ``previous``
 (:data:`HEADLINE_FIELDS`), ``change_pct`` (week-over-week, %), ``by_team``, ``by_project``,
 ``by_user``, ``by_gpu_model``, ``by_source`` (where the runs came from: ``tracker``,
-``nvidia-smi``…) (:data:`GROUP_FIELDS` plus the group's name), ``runs``
-(:data:`RUN_FIELDS`; the :data:`MAX_JSON_RUNS` with the most recoverable waste, ``runs_count``
-of them in the week, ``runs_left_out`` only in the CSV), ``underutilized`` (run ids, as many at
-most), ``rightsizing`` (the as many largest savings; ``rightsizing_count`` in all) and ``trend`` (one headline
-per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``, ``name``,
-``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as unknown,
-per run and reason: ``run_id``, ``name``, ``rows``, ``reason``) and ``bad_sample_rows``, and
-``skipped`` (the one-line summary of both, ``""`` when none), ``budgets`` (each team's
-spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` | ``month``), ``label``
-(``2026-W49`` | ``2026-12``), ``start``/``end``/``until`` (the spend is counted to ``until``),
-``complete``, ``spend_usd``, ``budget_usd``, ``used_pct``, ``forecast_usd`` and
-``forecast_pct`` (the period's end at the rate so far; null before a day has passed),
-``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``, ``spend_usd``)),
-``waste_by_cause`` (:data:`CAUSE_FIELDS`, ``top`` runs and ``fix``), ``recurring_jobs``
-(:data:`RECURRING_FIELDS`), ``savings`` (:data:`SAVING_FIELDS`: each change to a recurring job,
-before and after, in dollars) and ``savings_by_team`` (``team``, ``usd_per_week``,
-``usd_to_date``, ``changes``), ``ledger`` (bucket → ``gpu_hours``, ``usd``: capacity nobody
-held where known, not measured, held idle, busy below target, useful;
-:func:`reports.kpi.ledger.ledger_totals`), ``capacity_what_if`` (null for a week under way or with no
-recoverable waste: ``runs``, ``gpu_hours``, ``gpus``, ``hours``, ``used_gpus``, ``growth_pct_month``,
-``trend_weeks``, ``months``, ``owned_model``, ``purchase_usd``, ``sentence``:
-:mod:`reports.kpi.whatif`), ``allocations`` (null when no Slurm job or Kubernetes pod was
-ever imported; else ``totals``
-(:data:`ALLOCATION_TOTALS`), ``jobs_count``, ``jobs`` (:data:`JOB_FIELDS`, the
+``nvidia-smi``…) (:data:`GROUP_FIELDS` plus the group's name), ``runs`` (:data:`RUN_FIELDS`; the
+:data:`MAX_JSON_RUNS` with the most recoverable waste, ``runs_count`` of them in the week,
+``runs_left_out`` only in the CSV), ``underutilized`` (run ids, as many at most),
+``rightsizing`` (the as many largest savings; ``rightsizing_count`` in all) and ``trend`` (one
+headline per week, oldest first), ``excluded`` (runs left out of every figure: ``run_id``,
+``name``, ``reason``) and ``excluded_count``, ``bad_samples`` (sample rows left out or read as
+unknown, per run and reason: ``run_id``, ``name``, ``rows``, ``reason``) and
+``bad_sample_rows``, and ``skipped`` (the one-line summary of both, ``""`` when none),
+``budgets`` (each team's spend against its ``[[budgets]]``: ``team``, ``period`` (``week`` |
+``month``), ``label`` (``2026-W49`` | ``2026-12``), ``start``/``end``/``until`` (the spend is
+counted to ``until``), ``complete``, ``spend_usd``, ``budget_usd``, ``used_pct``,
+``forecast_usd`` and ``forecast_pct`` (the period's end at the rate so far; null before a day
+has passed), ``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``,
+``spend_usd``)), ``waste_by_cause`` (:data:`CAUSE_FIELDS`, ``top`` runs and ``fix``),
+``recurring_jobs`` (:data:`RECURRING_FIELDS`), ``savings`` (:data:`SAVING_FIELDS`: each change
+to a recurring job, before and after, in dollars) and ``savings_by_team`` (``team``,
+``usd_per_week``, ``usd_to_date``, ``changes``), ``ledger`` (bucket → ``gpu_hours``, ``usd``:
+capacity nobody held where known, not measured, held idle, busy below target, useful;
+:func:`reports.kpi.ledger.ledger_totals`), ``capacity_what_if`` (null for a week under way or
+with no recoverable waste: ``runs``, ``gpu_hours``, ``gpus``, ``hours``, ``used_gpus``,
+``growth_pct_month``, ``trend_weeks``, ``months``, ``owned_model``, ``purchase_usd``,
+``sentence``: :mod:`reports.kpi.whatif`), ``allocations`` (null when no Slurm job or Kubernetes
+pod was ever imported; else ``totals`` (:data:`reports.sections.scheduler.ALLOCATION_TOTALS`),
+``jobs_count``, ``jobs`` (:data:`reports.sections.scheduler.JOB_FIELDS`, the
 :data:`MAX_JSON_RUNS` with the most idle and unsampled dollars), ``by_team``
-(:data:`TEAM_ALLOCATION_FIELDS`: each team's allocated spend split into productive,
-allocated-idle and allocated with no samples), ``capacity`` (:data:`CAPACITY_FIELDS`, per
-scheduler and cluster whose nodes' GPUs were imported) and ``skipped``: the week's jobs and pods against
-the samples that say what their GPUs did, :mod:`reports.kpi.allocations`).
-Unknown values are ``null``: among them the dollars (``spend_usd``, ``waste_usd``,
-``idle_usd``, the headline's ``unmeasured_usd``; :data:`USD_FIELDS`) no price covers: of a run
-whose GPU model has no price, of a ``by_*`` group whose runs all lack one (a group with a
-priced run has the priced runs' sum), and of a ``headline``, ``previous`` or ``trend`` week
-none of whose GPU-time is priced (its ``change_pct`` of them too); unpriced is unknown, never
-$0. So is a figure past a float's range (a sum of absurd but finite stored figures); bytes are
-written as text (UTF-8, a bad byte replaced) and a value of a type no field should have as its
-``str``: writing the JSON never fails on a value.
+(:data:`reports.sections.scheduler.TEAM_ALLOCATION_FIELDS`: each team's allocated spend split
+into productive, allocated-idle and allocated with no samples), ``capacity``
+(:data:`reports.sections.scheduler.CAPACITY_FIELDS`, per scheduler and cluster whose nodes' GPUs
+were imported) and ``skipped``: the week's jobs and pods against the samples that say what their
+GPUs did, :mod:`reports.kpi.allocations`). Unknown values are ``null``: among them the dollars
+(``spend_usd``, ``waste_usd``, ``idle_usd``, the headline's ``unmeasured_usd``;
+:data:`USD_FIELDS`) no price covers: of a run whose GPU model has no price, of a ``by_*`` group
+whose runs all lack one (a group with a priced run has the priced runs' sum), and of a
+``headline``, ``previous`` or ``trend`` week none of whose GPU-time is priced (its
+``change_pct`` of them too); unpriced is unknown, never $0. So is a figure past a float's range
+(a sum of absurd but finite stored figures); bytes are written as text (UTF-8, a bad byte
+replaced) and a value of a type no field should have as its ``str``: writing the JSON never
+fails on a value.
 
 CSV (``<week>.csv``): the same figures in long form, one value per line:
 ``week,basis,section,key,metric,value`` where ``section`` is ``headline``, ``team``,
@@ -54,13 +55,14 @@ team), ``ledger`` (key the bucket), ``capacity_what_if`` (key empty), ``excluded
 ``name`` and ``reason``), ``bad_samples`` (``name``, ``rows``, ``reason``), ``budget`` (metrics
 ``<label>:<field>`` of :data:`reports.sections.budgets.BUDGET_FIELDS`, e.g.
 ``2026-12:forecast_usd``; ``complete`` 1 or 0), ``allocations`` (key empty,
-:data:`ALLOCATION_TOTALS`), ``allocation_team`` (key the team, :data:`TEAM_ALLOCATION_FIELDS`),
-``capacity`` (key ``SOURCE/CLUSTER``, :data:`CAPACITY_FIELDS`) or ``job`` (the JSON's jobs, key
-``CLUSTER/JOBID``, :data:`JOB_FIELDS` but ``runs``); ``key`` the group, run id, week, (budget)
-team or job. Lines end in CRLF (RFC 4180). A text cell that a spreadsheet would run as a formula
-is prefixed with ``'`` (:mod:`reports.render.csvsafe`); numbers are written as numbers, and an
-unknown value (the unpriced dollars above) as an empty cell.
-"""
+:data:`reports.sections.scheduler.ALLOCATION_TOTALS`), ``allocation_team`` (key the team,
+:data:`reports.sections.scheduler.TEAM_ALLOCATION_FIELDS`), ``capacity`` (key
+``SOURCE/CLUSTER``, :data:`reports.sections.scheduler.CAPACITY_FIELDS`) or ``job`` (the JSON's
+jobs, key ``CLUSTER/JOBID``, :data:`reports.sections.scheduler.JOB_FIELDS` but ``runs``);
+``key`` the group, run id, week, (budget) team or job. Lines end in CRLF (RFC 4180). A text cell
+that a spreadsheet would run as a formula is prefixed with ``'``
+(:mod:`reports.render.csvsafe`); numbers are written as numbers, and an unknown value (the
+unpriced dollars above) as an empty cell."""
 
 from __future__ import annotations
 
@@ -173,52 +175,9 @@ DEFINITIONS = {
 
 
 MAX_JSON_RUNS = 1_000
-JOB_FIELDS = (
-    "source",
-    "cluster",
-    "job_id",
-    "shown_id",
-    "name",
-    "user",
-    "account",
-    "team",
-    "partition",
-    "state",
-    "start",
-    "end",
-    "gpus",
-    "gpu_model",
-    "matched",
-    "runs",
-    "allocated_gpu_hours",
-    "sampled_gpu_hours",
-    "idle_gpu_hours",
-    "no_samples_gpu_hours",
-    "util_pct",
-    "sm_known_gpu_hours",
-    "sm_active_pct",
-    "price_per_gpu_hour",
-    "allocated_usd",
-    "idle_usd",
-    "no_samples_usd",
-)
-"""A Slurm job's or Kubernetes pod's week (:class:`reports.kpi.allocations.JobLine`):
-``source`` ``slurm`` or ``kubernetes``; ``matched`` ``id``, ``node``, ``workload`` or empty;
-``runs`` the run ids whose samples it took; ``util_pct`` on the report's basis,
-``sm_active_pct`` SM activity (null where no sample has it); dollars null where unpriced."""
-ALLOCATION_TOTALS = (
-    "jobs",
-    "allocated_gpu_hours",
-    "sampled_gpu_hours",
-    "idle_gpu_hours",
-    "no_samples_gpu_hours",
-    "allocated_usd",
-    "idle_usd",
-    "no_samples_usd",
-    "unpriced_gpu_hours",
-)
-"""The week's jobs together: GPU-hours allocated, with samples, of those idle, with no samples;
-the dollars of the priced jobs; the GPU-hours of jobs no price covers."""
+"""Runs the week's document (and so the JSON file) lists, the most recoverable waste first (a
+week of a million runs made a 685 MB file); ``runs_count`` says how many the week had,
+``runs_left_out`` how many only the CSV lists."""
 CAUSE_FIELDS = ("cause", "label", "waste_usd", "inferred_usd", "cents", "runs")
 """The week's waste by cause (:class:`reports.kpi.causes.CauseLine`): the cause's key and name,
 its dollars, of them inferred from an import's utilization pattern, in whole cents (they add up
@@ -253,45 +212,6 @@ SAVING_FIELDS = (
 """A change to a recurring job (:class:`reports.kpi.savings.Change`): before and after, the
 95% interval (null with too few runs), the saving per week and to date (negative: it costs
 more); with ``at`` (ISO 8601) and ``sentence``."""
-CAPACITY_FIELDS = (
-    "source",
-    "cluster",
-    "nodes",
-    "gpus",
-    "capacity_gpu_hours",
-    "allocated_gpu_hours",
-    "allocation_pct",
-    "sampled_gpu_hours",
-    "busy_gpu_hours",
-    "util_pct",
-    "sm_known_gpu_hours",
-    "sm_active_pct",
-    "unallocated_gpu_hours",
-    "unallocated_owned_usd",
-)
-"""A scheduler's nodes in the week (:class:`reports.kpi.allocations.CapacityLine`): capacity →
-allocated → sampled → busy, the utilization of the allocated time measured, useful: the SM
-activity of the allocated time with an SM value (null: none), and the unallocated GPU-hours (in
-dollars for owned models)."""
-TEAM_ALLOCATION_FIELDS = (
-    "team",
-    "jobs",
-    "allocated_gpu_hours",
-    "productive_gpu_hours",
-    "idle_gpu_hours",
-    "no_samples_gpu_hours",
-    "allocated_usd",
-    "productive_usd",
-    "idle_usd",
-    "no_samples_usd",
-    "unpriced_gpu_hours",
-)
-"""A team's allocated GPU-time (:class:`reports.kpi.allocations.TeamAllocation`): productive
-(sampled, not idle), allocated-idle and allocated with no samples, whose dollars add up to the
-allocated dollars (of priced jobs)."""
-"""Runs the week's document (and so the JSON file) lists, the most recoverable waste first (a
-week of a million runs made a 685 MB file); ``runs_count`` says how many the week had,
-``runs_left_out`` how many only the CSV lists."""
 
 
 def to_json(d: Mapping[str, Any]) -> str:
@@ -379,7 +299,6 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         ],
         "bad_sample_rows": skipped.sample_rows,
         "skipped": skipped.summary(),
-        **{name: p.document(tz) for name, p in k.parts.items()},
         "waste_by_cause": [
             plain(
                 {
@@ -416,7 +335,8 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             plain({"team": t, "usd_per_week": w, "usd_to_date": d, "changes": n})
             for t, w, d, n in savings.ledger_by_team(k.changes)
         ],
-        "allocations": _allocations(k, tz),
+        # the sections' (reports.sections), last, in their order
+        **{name: part.document(tz) for name, part in k.parts.items()},
     }
 
 
@@ -501,36 +421,6 @@ def _rows_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
         {c: (None if not isinstance(v, str) and pd.isna(v) else v) for c, v in row.items()}
         for row in frame.astype(object).to_dict("records")
     ]
-
-
-def _job(j: Any, tz: tzinfo) -> dict[str, Any]:
-    row = {f: getattr(j, f) for f in JOB_FIELDS}
-    row["start"] = j.start.astimezone(tz).isoformat()
-    row["end"] = None if j.end is None else j.end.astimezone(tz).isoformat()
-    row["runs"] = list(j.runs)
-    return plain(row)
-
-
-def _allocations(k: WeekKpis, tz: tzinfo) -> dict[str, Any] | None:
-    a = k.allocations
-    if a is None:
-        return None
-    totals: dict[str, Any] = {"jobs": len(a.jobs)}
-    for f in ALLOCATION_TOTALS[1:]:
-        if f.endswith("_usd"):
-            totals[f] = a.total_usd(f)
-        elif f == "unpriced_gpu_hours":
-            totals[f] = a.unpriced_gpu_hours
-        else:
-            totals[f] = a.total(f)
-    return {
-        "totals": plain(totals),
-        "jobs_count": len(a.jobs),
-        "jobs": [_job(j, tz) for j in a.jobs[:MAX_JSON_RUNS]],
-        "by_team": [plain({f: getattr(t, f) for f in TEAM_ALLOCATION_FIELDS}) for t in a.by_team()],
-        "capacity": [plain({f: getattr(c, f) for f in CAPACITY_FIELDS}) for c in a.capacity],
-        "skipped": list(a.skipped),
-    }
 
 
 def _last_resort(value: object) -> Any:
@@ -633,9 +523,6 @@ class CsvExport(RunsExport):
             rows("excluded", row["run_id"], {"name": row["name"], "reason": row["reason"]})
         for row in d["bad_samples"]:
             rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
-        for name, part in self.parts.items():
-            for section, key, values in part.csv_rows(d[name]):
-                rows(section, key, values)
         for row in d["waste_by_cause"]:
             rows("waste_cause", row["cause"], {f: row[f] for f in CAUSE_FIELDS[2:]})
         for row in d["recurring_jobs"]:
@@ -652,18 +539,9 @@ class CsvExport(RunsExport):
             rows("capacity_what_if", "", d["capacity_what_if"])
         for row in d["savings_by_team"]:
             rows("saving_team", row["team"], {f: v for f, v in row.items() if f != "team"})
-        if d["allocations"] is not None:
-            rows("allocations", "", d["allocations"]["totals"])
-            for row in d["allocations"]["capacity"]:
-                key = f"{row['source']}/{row['cluster']}" if row["cluster"] else row["source"]
-                rows("capacity", key, {f: row[f] for f in CAPACITY_FIELDS[2:]})
-            for row in d["allocations"]["by_team"]:
-                rows(
-                    "allocation_team", row["team"], {f: row[f] for f in TEAM_ALLOCATION_FIELDS[1:]}
-                )
-            for row in d["allocations"]["jobs"]:
-                key = f"{row['cluster']}/{row['job_id']}" if row["cluster"] else row["job_id"]
-                rows("job", key, {f: row[f] for f in JOB_FIELDS if f not in ("cluster", "job_id")})
+        for name, part in self.parts.items():  # the sections' (reports.sections), last
+            for section, key, values in part.csv_rows(d[name]):
+                rows(section, key, values)
 
 
 def _ledger(k: WeekKpis) -> dict[str, dict[str, float | None]]:

@@ -534,18 +534,17 @@ def report_context(
         **_savings(k),
         "top_causes": " · ".join(f"{c['label']} {c['usd']}" for c in causes[:3]),
         "beside_waste": beside_waste(k),
-        "allocations": _allocations(k),
     }
 
 
 def sections(k: WeekKpis, fmt: str, *, brief: bool = False) -> list[dict[str, Any]]:
-    """The week's sections that are units (:attr:`WeekKpis.parts`, in their order) that show
-    something, each with its partial of format ``fmt`` (``html``, ``email.html``,
-    ``email.txt``) and its view."""
+    """Every section of the week that is a unit (:attr:`WeekKpis.parts`, in their order),
+    with its partial of format ``fmt`` (``html``, ``email.html``, ``email.txt``) and its view
+    (None: it shows nothing; the templates keep its place, so a page reads the same whichever
+    sections show)."""
     return [
-        {"name": name, "template": f"_{name}.{fmt}.j2", "view": view}
+        {"name": name, "template": f"_{name}.{fmt}.j2", "view": part.view(brief=brief)}
         for name, part in k.parts.items()
-        if (view := part.view(brief=brief)) is not None
     ]
 
 
@@ -646,117 +645,6 @@ def _causes(k: WeekKpis) -> list[dict[str, Any]]:
         }
         for c in lines
     ]
-
-
-MATCHED = {
-    "id": "by job id",
-    "node": "by node and time",
-    "workload": "by workload and node",
-    "sacct": "sacct's step average",
-}
-"""How a job's samples were found (:attr:`reports.kpi.allocations.JobLine.matched`), in words."""
-
-
-def schedulers(a: Any) -> tuple[str, str, str]:
-    """Who allocated and what to, in words, by the sources of the week's jobs: ("Slurm",
-    "job", "jobs"), ("Kubernetes", "pod", "pods"), both, or either where the week has none."""
-    sources = {j.source for j in a.jobs}
-    if sources == {"kubernetes"}:
-        return "Kubernetes", "pod", "pods"
-    if "kubernetes" in sources:
-        return "Slurm and Kubernetes", "job or pod", "jobs and pods"
-    if not sources:
-        return "Slurm or Kubernetes", "job or pod", "jobs or pods"
-    return "Slurm", "job", "jobs"
-
-
-def _allocations(k: WeekKpis) -> dict[str, Any] | None:
-    """The scheduler section: the week's jobs and pods together, and those with the most idle
-    and unsampled dollars; None when none was ever imported."""
-    a = k.allocations
-    if a is None:
-        return None
-
-    def usd(value: float | None, hours: float) -> str:
-        return "n/a" if value is None and hours > 0 else fmt_usd(value or 0.0)
-
-    rows = []
-    for j in a.jobs[:MAX_RUN_ROWS]:
-        rows.append(
-            {
-                "job": f"{j.cluster}/{j.shown_id}" if j.cluster else j.shown_id,
-                "name": j.name,
-                "who": " · ".join(x for x in (j.user, j.team) if x),
-                "gpus": f"{j.gpus} × {j.gpu_model}" if j.gpu_model else str(j.gpus),
-                "allocated": fmt_hours(j.allocated_gpu_hours),
-                "idle": fmt_hours(j.idle_gpu_hours),
-                "no_samples": fmt_hours(j.no_samples_gpu_hours),
-                "unused": usd(
-                    None if j.price_per_gpu_hour is None else j.unused_usd,
-                    j.idle_gpu_hours + j.no_samples_gpu_hours,
-                ),
-                "matched": MATCHED.get(j.matched, "no samples"),
-            }
-        )
-    unpriced = a.unpriced_gpu_hours
-    who, one, many = schedulers(a)
-    return {
-        "who": who,
-        "one": one,
-        "many": many,
-        "jobs": len(a.jobs),
-        "allocated": fmt_hours(a.total("allocated_gpu_hours")),
-        "allocated_usd": fmt_usd(a.total_usd("allocated_usd")),
-        "sampled": fmt_hours(a.total("sampled_gpu_hours")),
-        "idle": fmt_hours(a.total("idle_gpu_hours")),
-        "idle_usd": fmt_usd(a.total_usd("idle_usd")),
-        "no_samples": fmt_hours(a.total("no_samples_gpu_hours")),
-        "no_samples_usd": fmt_usd(a.total_usd("no_samples_usd")),
-        "unpriced": fmt_hours(unpriced) if unpriced > 0 else "",
-        "rows": rows,
-        "capacity": [
-            {
-                "who": {"slurm": "Slurm", "kubernetes": "Kubernetes"}.get(c.source, c.source)
-                + (f" ({c.cluster})" if c.cluster else ""),
-                "nodes": f"{c.gpus:,} GPUs on {c.nodes:,} node{'s' if c.nodes != 1 else ''}",
-                "capacity": fmt_hours(c.capacity_gpu_hours),
-                "allocated": fmt_hours(c.allocated_gpu_hours),
-                "allocation_pct": fmt_pct(c.allocation_pct, 0),
-                "busy": fmt_hours(c.busy_gpu_hours),
-                "busy_pct": fmt_pct(
-                    100.0 * c.busy_gpu_hours / c.allocated_gpu_hours
-                    if c.allocated_gpu_hours > 0
-                    else None,
-                    0,
-                ),
-                "unsampled": fmt_hours(max(0.0, c.allocated_gpu_hours - c.sampled_gpu_hours)),
-                "util": fmt_pct(c.util_pct, 0),
-                "useful": f"{fmt_pct(c.sm_active_pct, 0)} of {fmt_hours(c.sm_known_gpu_hours)}"
-                if c.sm_active_pct is not None
-                else "",
-                # hours only: the dollars of capacity nobody held are the ledger's (the lede's),
-                # which count owned GPUs from [owned] and leave out what runs held outside jobs
-                "unallocated": fmt_hours(c.unallocated_gpu_hours),
-            }
-            for c in a.capacity
-        ],
-        "teams": [
-            {
-                "team": t.team or "(none)",
-                "jobs": t.jobs,
-                "allocated": f"{fmt_hours(t.allocated_gpu_hours)} · {fmt_usd(t.allocated_usd)}",
-                "productive": fmt_usd(t.productive_usd),
-                "idle": fmt_usd(t.idle_usd),
-                "no_samples": fmt_usd(t.no_samples_usd),
-                "productive_pct": fmt_pct(
-                    100.0 * t.productive_usd / t.allocated_usd if t.allocated_usd > 0 else None, 0
-                ),
-            }
-            for t in a.by_team()[:MAX_RUN_ROWS]
-        ],
-        "more": max(len(a.jobs) - MAX_RUN_ROWS, 0),
-        "skipped": list(a.skipped),
-    }
 
 
 # -- templates ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reports.sections import budgets
+from reports.sections import budgets, scheduler
 from reports.sections.week import Week
 
 if TYPE_CHECKING:
@@ -36,7 +36,10 @@ class Section:
     read: Callable[[Week], Part]
 
 
-SECTIONS: tuple[Section, ...] = (Section(budgets.Budgets.name, budgets.read),)
+SECTIONS: tuple[Section, ...] = (
+    Section(budgets.Budgets.name, budgets.read),
+    Section(scheduler.Scheduler.name, scheduler.read),
+)
 """Every section that is a unit, in the order the page and the email show them."""
 
 

@@ -118,3 +118,51 @@ def test_a_week_without_budgets_shows_no_section(computed: Computed) -> None:
     assert none is None  # no GPU time: no team report at all
     bare = computed.kpis.parts["budgets"].of_team("nobody")
     assert bare.view() is None and bare.document(UTC) == [] and bare.card_lines() == []
+
+
+def test_a_teams_report_holds_its_own_jobs_alone(tmp_path: Path) -> None:
+    from reports.data.allocations import write_allocations
+    from reports.rows import Allocation
+
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = W48 + timedelta(days=1, hours=10)
+
+    def job(job_id: str, team: str) -> Allocation:
+        return Allocation(
+            source="slurm",
+            cluster="c1",
+            job_id=job_id,
+            shown_id=job_id,
+            name=f"train-{team}",
+            user="ana",
+            account=team,
+            team=team,
+            partition="gpu",
+            state="COMPLETED",
+            start_at=start,
+            end_at=start + timedelta(hours=2),
+            seen_at=start + timedelta(hours=2),
+            gpus=2,
+            gpu_model="H100",
+            hosts=(f"node-{team}",),
+        )
+
+    with RunStore(url) as s:
+        s.upsert_run(run_record("a", W48 + timedelta(days=2), 2, gpus=2, team="nlp"))
+        write_allocations(s, [job("11", "nlp"), job("12", "vision")], [])
+    req = Request(week="2026-W48", tz=UTC, formats=FORMATS)
+    c = compute(url, req, now=NOW)
+    fleet = json.loads(outputs(c.kpis)["json"])["allocations"]
+    assert sorted(j["job_id"] for j in fleet["jobs"]) == ["11", "12"]
+    nlp = c.team(req, "nlp")
+    assert nlp is not None
+    out = outputs(nlp)
+    mine = json.loads(out["json"])["allocations"]
+    # its job alone, by its figures: 2 GPUs x 2 h nobody sampled, at H100's $3.85
+    (only,) = mine["jobs"]
+    assert (only["job_id"], only["no_samples_usd"]) == ("11", pytest.approx(4 * 3.85))
+    assert mine["totals"]["allocated_gpu_hours"] == pytest.approx(4.0)
+    assert [t["team"] for t in mine["by_team"]] == ["nlp"]
+    for text in out.values():
+        assert "train-vision" not in text
+    assert "train-nlp" in out["html"]
