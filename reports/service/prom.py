@@ -413,6 +413,11 @@ def kpi_samples(
 
     week = (label_of(latest.week), latest.basis)
     teams = latest.by.get("team")
+    # what fixes saved is read from the runs of 26 weeks: the full report of the week has it
+    # (``history``), the two-week read the refresh makes for the rest does not
+    changes = (
+        history.changes if history is not None and history.week == latest.week else latest.changes
+    )
     for m in METRICS:
         if m.scope == "week":
             add(m, week, getattr(latest.headline, m.field))
@@ -423,10 +428,10 @@ def kpi_samples(
             for c in week_causes(latest):
                 add(m, (*week, c.cause), getattr(c, m.field))
         elif m.scope == "saving_team":
-            for team, per_week, to_date, _ in ledger_by_team(latest.changes):
+            for team, per_week, to_date, _ in ledger_by_team(changes):
                 add(m, (*week, team), per_week if m.field == "usd_per_week" else to_date)
         elif m.scope == "saving_fix":
-            for ch in latest.changes[:MAX_FIX_SERIES]:
+            for ch in changes[:MAX_FIX_SERIES]:
                 since = ch.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")  # one series a change
                 add(m, (*week, ch.team, ch.job_key, since, ch.how), getattr(ch, m.field))
         elif m.scope == "week_to_date" and week_to_date is not None:

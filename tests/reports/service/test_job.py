@@ -444,3 +444,31 @@ def test_an_unreadable_password_file_archives_and_sends_nothing(
     assert (tmp_path / "archive" / "2026-W48.html").exists()
     (tmp_path / "missing").write_text(USERS["alice"] + "\n")  # fixed: the week is still owed
     assert [o.status for o in Service(s).run(now=W49 + MONDAY_8).outcomes] == ["sent"]
+
+
+def test_the_metrics_refresh_serves_what_fixes_saved(tmp_path: Path) -> None:
+    # the demo's fix of resnet-sweep, marked two weeks before its week: /metrics, as serve
+    # refreshes it, shows what it saved per team and per change, as the week's JSON has it
+    # (before, the refresh took the savings from the two-week read, which has none: no series)
+    from reports.build import compute
+    from reports.demo import run_demo
+    from reports.render.exports import to_dict
+    from reports.request import Request
+    from reports.service.prom import KpiExporter
+    from reports.service.serve import MetricsRefresher
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    now = datetime(2026, 12, 2, 9, tzinfo=UTC)
+    run_demo(url, now=now)
+    s = ServiceSettings(tracker=Settings(store=url), out_dir=str(tmp_path / "archive"))
+    exporter = KpiExporter()
+    MetricsRefresher(s, exporter)(now=now)
+    got = exporter.samples()
+    doc = to_dict(compute(url, Request(week="2026-W48", tz=UTC), now=now).kpis, UTC)
+    assert doc["savings_by_team"], "the demo's week has a fix"
+    assert dict(got["gpu_kpi_savings_usd_per_week"]) == {
+        ("2026-W48", "util", t["team"]): pytest.approx(t["usd_per_week"])
+        for t in doc["savings_by_team"]
+    }
+    fixes = {labels[3]: v for labels, v in got["gpu_kpi_fix_savings_to_date_usd"]}
+    assert fixes == {c["job_key"]: pytest.approx(c["usd_to_date"]) for c in doc["savings"]}

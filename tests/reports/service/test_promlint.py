@@ -307,10 +307,6 @@ def exposition() -> str:
         allocated_gpu_hours=4.0, sampled_gpu_hours=3.0, busy_gpu_hours=2.0, known_gpu_hours=3.0,
         util_pct=40.0, unallocated_gpu_hours=1340.0, unallocated_owned_usd=None,
     )  # fmt: skip
-    history = dataclasses.replace(
-        week(W48_RUNS, W48_SAMPLES),
-        allocations=AllocationWeek(jobs=(job,), capacity=(nodes,)),
-    )
     fix = Change(
         job_key="resnet-nightly", team="vision", at=datetime(2026, 11, 2, tzinfo=UTC),
         week="2026-W45", how="mark", note="loader", unit="1k samples", runs_before=6,
@@ -318,12 +314,17 @@ def exposition() -> str:
         low_pct=-48.0, high_pct=-31.0, verdict_before="input-bound", verdict_after="healthy",
         weeks_since=4.0, usd_to_date=192.0, usd_per_week=48.0,
     )  # fmt: skip
+    history = dataclasses.replace(
+        week(W48_RUNS, W48_SAMPLES),
+        allocations=AllocationWeek(jobs=(job,), capacity=(nodes,)),
+        changes=(fix,),  # the full report's: the refresh's two-week read has none
+    )
     latest = week(W48_RUNS, W48_SAMPLES)
     # owned capacity nobody held, as [owned.<MODEL>] gpus gives it: its series shows
     held = dataclasses.replace(latest.headline, unallocated_gpu_hours=100.0, unallocated_usd=49.0)
     exporter = KpiExporter()
     exporter.update(
-        dataclasses.replace(latest, changes=(fix,), headline=held),
+        dataclasses.replace(latest, headline=held),
         week_to_date=week(W48_RUNS + W49_RUNS, W48_SAMPLES, at=W49),
         history=history,
     )
