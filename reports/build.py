@@ -161,12 +161,6 @@ class Computed:
             allocations=None
             if self.kpis.allocations is None
             else self.kpis.allocations.of_team(team),
-            recurring=self.kpis.recurring[self.kpis.recurring["team"] == team].reset_index(
-                drop=True
-            )
-            if len(self.kpis.recurring)
-            else self.kpis.recurring,
-            changes=tuple(c for c in self.kpis.changes if c.team == team),
         )
         return tk if tk.headline.gpu_hours > 0 else None
 
@@ -245,10 +239,8 @@ def _compute(
     _keep_weeks(store, req, marks, k, fresh, now=now)
     k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
     k = dataclasses.replace(
-        k, parts=read_parts(Week(store_url=store_url, req=req, kpis=k, now=now))
+        k, parts=read_parts(Week(store_url=store_url, store=store, req=req, kpis=k, now=now))
     )
-    recurring, changes = recurring_of_weeks(store, req, start, now=now)
-    k = dataclasses.replace(k, recurring=recurring, changes=changes)
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     if shift_week(start, req.tz, 1) > now:
@@ -304,51 +296,6 @@ def allocations_of_week(
     from reports.gputime import span_allocations
 
     return span_allocations(store, req, runs, start, min(shift_week(start, req.tz, 1), now))
-
-
-def recurring_of_weeks(
-    store: RunStore, req: Request, start: datetime, *, now: datetime
-) -> tuple[pd.DataFrame, tuple[kpis.Change, ...]]:
-    """The recurring jobs of the :data:`reports.kpi.savings.HISTORY_WEEKS` weeks up to the
-    report's (or now), and their changes (a mark's, else a change point's): runs' own
-    figures, no sample read. Nothing (with a warning) when the runs or marks cannot be read:
-    the rest of the report does not depend on them.
-
-    Args:
-        store: The open run store.
-        req: The report's request (time zone, prices, owned GPUs).
-        start: The report's week start.
-        now: The current time.
-    """
-    from reports.data.marks import read_marks
-    from reports.data.scans import SampleScans
-    from reports.gputime import usable_runs
-    from reports.kpi import savings
-    from tracker.store import StoreError
-
-    end = min(shift_week(start, req.tz, 1), now)
-    since = shift_week(start, req.tz, -(savings.HISTORY_WEEKS - 1))
-    try:
-        runs, _ = usable_runs(SampleScans(store), since=since, until=end)
-        marks = read_marks(store, until=end)
-        jr = savings.job_runs(runs, since=since, until=end, prices=req.prices, owned=req.owned)
-        recurring = savings.recurring_jobs(
-            jr,
-            weeks_of=savings.week_starts(jr["started_at"], req.tz),
-            this_week=pd.Timestamp(start),
-        )
-        return recurring, savings.changes(jr, marks, end=end, tz=req.tz)
-    except StoreError as e:
-        log.warning("gpu-kpi: report %s: recurring jobs left out: %s", label_of(start), e)
-    except Exception as e:  # a fault of ours in a part the rest of the report does not need
-        log.warning(
-            "gpu-kpi: report %s: recurring jobs left out (%s: %s)",
-            label_of(start),
-            type(e).__name__,
-            e,
-            exc_info=True,
-        )
-    return pd.DataFrame(columns=list(savings.RECURRING_COLUMNS)), ()
 
 
 def _kept_weeks(

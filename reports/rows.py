@@ -112,15 +112,18 @@ class Part(Protocol):
     """A section's part of one week (:mod:`reports.sections`), as every format shows it.
 
     The formats (:mod:`reports.render`) know this interface and no section: the page includes
-    ``_<name>.html.j2`` with :meth:`view`, the email ``_<name>.email.html.j2`` and
-    ``_<name>.email.txt.j2`` with ``view(brief=True)``, the JSON document has
-    :meth:`document` under ``name``, the CSV :meth:`csv_rows` of it, the chat card
+    ``_<name>.html.j2`` with :meth:`view` at its :attr:`place`, the email (a ``top`` section)
+    ``_<name>.email.html.j2`` and ``_<name>.email.txt.j2`` with ``view(brief=True)``; the page's
+    and the email's summary show its :meth:`summary` lines; the JSON document has its
+    :meth:`document`'s keys, the CSV its :meth:`csv_rows`, the chat card its
     :meth:`card_lines`; a team's report holds :meth:`of_team`.
     """
 
     name: ClassVar[str]
-    """Its key in :attr:`reports.kpi.WeekKpis.parts` and the JSON document, and its
-    templates' stem."""
+    """Its key in :attr:`reports.kpi.WeekKpis.parts` and its templates' stem."""
+    place: ClassVar[str]
+    """Where the page shows it: ``top`` (after the summary, and in the email) or ``detail``
+    (after where the waste went)."""
 
     def of_team(self, team: str) -> Part:
         """The part of ``team``'s report: its own rows only."""
@@ -131,12 +134,17 @@ class Part(Protocol):
         is left out. ``brief``: for an email or a chat card (user strings on one line, cut)."""
         ...
 
-    def document(self, tz: tzinfo) -> Any:
-        """Its value in the week's JSON document (plain, JSON-safe)."""
+    def summary(self) -> list[tuple[str, str, str]]:
+        """Its lines in the summary at the top, ``(id, label, text)`` (none: it has none)."""
         ...
 
-    def csv_rows(self, doc: Any) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
-        """The CSV's ``(section, key, {metric: value})`` rows of its :meth:`document`."""
+    def document(self, tz: tzinfo) -> Mapping[str, Any]:
+        """Its keys in the week's JSON document, and their values (plain, JSON-safe)."""
+        ...
+
+    def csv_rows(self, doc: Mapping[str, Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+        """The CSV's ``(section, key, {metric: value})`` rows of its keys in ``doc`` (the
+        week's document)."""
         ...
 
     def card_lines(self) -> list[str]:

@@ -44,6 +44,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/gputime.py",
         "reports/data/columns.py",
         "reports/imports/nvsmi_fast.py",
+        "reports/sections/savings.py",
     ),
     "numpy": (
         "reports/kpi/",

@@ -19,7 +19,6 @@ from reports.kpi.gputime import gpu_time
 from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, unallocated
 from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import rightsizing
-from reports.kpi.savings import Change
 from reports.kpi.whatif import WhatIf, what_if
 from reports.rows import Headline, Part
 from reports.weeks import shift_week
@@ -50,12 +49,6 @@ class WeekKpis:
     trend: pd.DataFrame
     """One row per week (up to 12, oldest first) of headline figures."""
     rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
-    recurring: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """The job keys with two runs or more in the history read, most spend first
-    (:func:`reports.kpi.savings.recurring_jobs`; set by the report builder)."""
-    changes: tuple[Change, ...] = ()
-    """Each recurring job's cost per unit of work before and after a change, most saved first
-    (:func:`reports.kpi.savings.changes`; set by the report builder)."""
     what_if: WhatIf | None = None
     """What fixing the most wasteful runs would return in GPUs, and defer
     (:mod:`reports.kpi.whatif`); None without recoverable waste."""

@@ -78,7 +78,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis, savings
+from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis
 from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
 from reports.kpi.ledger import ledger_totals
@@ -182,36 +182,6 @@ CAUSE_FIELDS = ("cause", "label", "waste_usd", "inferred_usd", "cents", "runs")
 """The week's waste by cause (:class:`reports.kpi.causes.CauseLine`): the cause's key and name,
 its dollars, of them inferred from an import's utilization pattern, in whole cents (they add up
 to the week's), the runs with waste in it."""
-RECURRING_FIELDS = tuple(
-    f for f in savings.RECURRING_COLUMNS if f not in ("first_week", "last_week")
-)
-"""A recurring job (:func:`reports.kpi.savings.recurring_jobs`): its key, team (the most
-common), runs, weeks with runs and runs this week, GPU-hours, spend, utilization, unit of work
-and cost per unit, median throughput, the first and last week's cost per unit, latest verdict;
-with ``first_week``/``last_week`` as ``2026-W45``."""
-SAVING_FIELDS = (
-    "job_key",
-    "team",
-    "week",
-    "how",
-    "note",
-    "unit",
-    "runs_before",
-    "runs_after",
-    "usd_per_unit_before",
-    "usd_per_unit_after",
-    "change_pct",
-    "low_pct",
-    "high_pct",
-    "verdict_before",
-    "verdict_after",
-    "weeks_since",
-    "usd_per_week",
-    "usd_to_date",
-)
-"""A change to a recurring job (:class:`reports.kpi.savings.Change`): before and after, the
-95% interval (null with too few runs), the saving per week and to date (negative: it costs
-more); with ``at`` (ISO 8601) and ``sentence``."""
 
 
 def to_json(d: Mapping[str, Any]) -> str:
@@ -309,34 +279,12 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
             )
             for c in week_causes(k)
         ],
-        "recurring_jobs": [
-            {
-                **{f: plain(row[f]) for f in RECURRING_FIELDS},
-                "first_week": None if row["first_week"] is None else label_of(row["first_week"]),
-                "last_week": None if row["last_week"] is None else label_of(row["last_week"]),
-            }
-            for row in _rows_of(k.recurring)
-        ],
-        "savings": [
-            plain(
-                {
-                    **{f: getattr(c, f) for f in SAVING_FIELDS},
-                    "at": c.at.astimezone(tz).isoformat(),
-                    "sentence": savings.sentence(c),
-                }
-            )
-            for c in k.changes
-        ],
         "ledger": _ledger(k),
         "capacity_what_if": None
         if k.what_if is None or k.so_far
         else plain({**dataclasses.asdict(k.what_if), "sentence": k.what_if.sentence()}),
-        "savings_by_team": [
-            plain({"team": t, "usd_per_week": w, "usd_to_date": d, "changes": n})
-            for t, w, d, n in savings.ledger_by_team(k.changes)
-        ],
         # the sections' (reports.sections), last, in their order
-        **{name: part.document(tz) for name, part in k.parts.items()},
+        **{key: v for part in k.parts.values() for key, v in part.document(tz).items()},
     }
 
 
@@ -413,7 +361,7 @@ def known_dollars(frame: pd.DataFrame, runs: pd.DataFrame, key: str) -> pd.DataF
     )
 
 
-def _rows_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def rows_of(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """A frame's rows as dicts, a missing value (NaN, NaT) as None."""
     if not len(frame):
         return []
@@ -525,22 +473,12 @@ class CsvExport(RunsExport):
             rows("bad_samples", row["run_id"], {f: row[f] for f in ("name", "rows", "reason")})
         for row in d["waste_by_cause"]:
             rows("waste_cause", row["cause"], {f: row[f] for f in CAUSE_FIELDS[2:]})
-        for row in d["recurring_jobs"]:
-            rows("recurring_job", row["job_key"], {f: v for f, v in row.items() if f != "job_key"})
-        for row in d["savings"]:
-            rows(
-                "saving",
-                f"{row['job_key']}@{row['at']}",
-                {f: v for f, v in row.items() if f not in ("job_key", "at")},
-            )
         for bucket, row in d["ledger"].items():
             rows("ledger", bucket, row)
         if d["capacity_what_if"] is not None:
             rows("capacity_what_if", "", d["capacity_what_if"])
-        for row in d["savings_by_team"]:
-            rows("saving_team", row["team"], {f: v for f, v in row.items() if f != "team"})
-        for name, part in self.parts.items():  # the sections' (reports.sections), last
-            for section, key, values in part.csv_rows(d[name]):
+        for part in self.parts.values():  # the sections' (reports.sections), last
+            for section, key, values in part.csv_rows(d):
                 rows(section, key, values)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.kpi import WeekKpis, runs_to_fix, savings
+from reports.kpi import WeekKpis, runs_to_fix
 from reports.kpi.causes import week_causes
 from reports.kpi.weekly import unpriced_groups
 from reports.render.fmt import (
@@ -531,7 +531,11 @@ def report_context(
         "skipped": _skipped(k),
         "sections": sections(k, "html"),
         "causes": causes,
-        **_savings(k),
+        "summary_lines": [
+            {"id": i, "label": label, "text": text}
+            for part in k.parts.values()
+            for i, label, text in part.summary()
+        ],
         "top_causes": " · ".join(f"{c['label']} {c['usd']}" for c in causes[:3]),
         "beside_waste": beside_waste(k),
     }
@@ -543,88 +547,14 @@ def sections(k: WeekKpis, fmt: str, *, brief: bool = False) -> list[dict[str, An
     (None: it shows nothing; the templates keep its place, so a page reads the same whichever
     sections show)."""
     return [
-        {"name": name, "template": f"_{name}.{fmt}.j2", "view": part.view(brief=brief)}
+        {
+            "name": name,
+            "place": part.place,
+            "template": f"_{name}.{fmt}.j2",
+            "view": part.view(brief=brief),
+        }
         for name, part in k.parts.items()
     ]
-
-
-def _savings(k: WeekKpis) -> dict[str, Any]:
-    """The recurring jobs and what their changes saved (:mod:`reports.kpi.savings`)."""
-    changes = [
-        {
-            "sentence": savings.sentence(c),
-            "team": text_or_dash(c.team),
-            "job_key": c.job_key,
-            "since": c.week,
-            "how": f"mark: {c.note}" if c.how == "mark" else "change point",
-            "unit": c.unit,
-            "before": fmt_unit_usd(c.usd_per_unit_before),
-            "after": fmt_unit_usd(c.usd_per_unit_after),
-            "change": fmt_change(c.change_pct),
-            "interval": "too few runs"
-            if c.too_few
-            else f"95%: {fmt_change(c.low_pct)} to {fmt_change(c.high_pct)}",
-            "per_week": fmt_usd(c.usd_per_week),
-            "to_date": fmt_usd(c.usd_to_date),
-        }
-        for c in k.changes
-    ]
-    teams = [
-        {
-            "team": f"{text_or_dash(team)}: total",
-            "fixes": f"{n} change{'s' if n != 1 else ''}",
-            "per_week": fmt_usd(week),
-            "to_date": fmt_usd(to_date),
-        }
-        for team, week, to_date, n in savings.ledger_by_team(k.changes)
-    ]
-    line = ""
-    if k.changes:  # net, as the team totals, the JSON and /metrics have it
-        week = sum(c.usd_per_week for c in k.changes)
-        to_date = sum(c.usd_to_date for c in k.changes)
-        n = len(k.changes)
-        line = (
-            f"{fmt_usd(week)} a week, {fmt_usd(to_date)} to date, net of {n} "
-            f"change{'s' if n != 1 else ''} to recurring jobs"
-        )
-    recurring = [
-        {
-            "job_key": j["job_key"],
-            "team": text_or_dash(j["team"]),
-            "runs": f"{j['runs']:,}",
-            "weeks": f"{j['weeks']} week{'s' if j['weeks'] != 1 else ''}, "
-            f"{j['runs_this_week']} this week",
-            "gpu_hours": fmt_hours(j["gpu_hours"]),
-            "spend": fmt_usd(j["spend_usd"]),
-            "util": fmt_pct(j["utilization_pct"], 0),
-            "throughput": "—"
-            if missing(j["throughput"])
-            else f"{j['throughput']:,.0f} {j['throughput_unit']}",
-            "unit_cost": _unit_cost_span(j),
-            "verdict": text_or_dash(j["verdict"]),
-        }
-        for j in k.recurring.to_dict("records")
-    ]
-    return {
-        "changes": changes,
-        "savings_by_team": teams,
-        "savings_line": line,
-        "recurring": recurring,
-        "min_runs": savings.MIN_RUNS,
-        "history_weeks": savings.HISTORY_WEEKS,
-    }
-
-
-def _unit_cost_span(j: Mapping[str, Any]) -> str:
-    """``$0.20 → $0.12 per 1k samples`` (first week → last), or the one figure there is."""
-    if not j["unit"]:
-        return "—"
-    first, last = j["first_usd_per_unit"], j["last_usd_per_unit"]
-    if missing(first):
-        return f"{fmt_unit_usd(j['usd_per_unit'])} per {j['unit']}"
-    if missing(last):
-        return f"{fmt_unit_usd(first)} per {j['unit']}"
-    return f"{fmt_unit_usd(first)} → {fmt_unit_usd(last)} per {j['unit']}"
 
 
 def _causes(k: WeekKpis) -> list[dict[str, Any]]:

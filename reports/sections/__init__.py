@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reports.sections import budgets, scheduler
+from reports.sections import budgets, savings, scheduler
 from reports.sections.week import Week
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section(budgets.Budgets.name, budgets.read),
     Section(scheduler.Scheduler.name, scheduler.read),
+    Section(savings.Savings.name, savings.read),
 )
 """Every section that is a unit, in the order the page and the email show them."""
 

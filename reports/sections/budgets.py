@@ -37,6 +37,7 @@ class Budgets:
 
     lines: tuple[BudgetLine, ...] = ()
     name: ClassVar[str] = "budgets"
+    place: ClassVar[str] = "top"
 
     def of_team(self, team: str) -> Budgets:
         return Budgets(tuple(b for b in self.lines if b.team == team))
@@ -49,11 +50,14 @@ class Budgets:
             rows = [{**r, "team": one_line(r["team"], MAX_NAME_CHARS)} for r in rows]
         return {"rows": rows}
 
-    def document(self, tz: tzinfo) -> list[dict[str, Any]]:
-        return [plain(b.as_dict()) for b in self.lines]
+    def summary(self) -> list[tuple[str, str, str]]:
+        return []
 
-    def csv_rows(self, doc: Any) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
-        for row in doc:
+    def document(self, tz: tzinfo) -> dict[str, Any]:
+        return {"budgets": [plain(b.as_dict()) for b in self.lines]}
+
+    def csv_rows(self, doc: Mapping[str, Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+        for row in doc["budgets"]:
             yield (
                 "budget",
                 row["team"],

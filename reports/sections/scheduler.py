@@ -131,6 +131,7 @@ class Scheduler:
 
     week: AllocationWeek | None = None
     name: ClassVar[str] = "allocations"
+    place: ClassVar[str] = "top"
 
     def of_team(self, team: str) -> Scheduler:
         """The team's jobs (by their account's team); the nodes stay the fleet's."""
@@ -226,7 +227,13 @@ class Scheduler:
             "skipped": list(a.skipped),
         }
 
-    def document(self, tz: tzinfo) -> dict[str, Any] | None:
+    def summary(self) -> list[tuple[str, str, str]]:
+        return []
+
+    def document(self, tz: tzinfo) -> dict[str, Any]:
+        return {"allocations": self._document(tz)}
+
+    def _document(self, tz: tzinfo) -> dict[str, Any] | None:
         a = self.week
         if a is None:
             return None
@@ -249,7 +256,8 @@ class Scheduler:
             "skipped": list(a.skipped),
         }
 
-    def csv_rows(self, doc: Any) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+    def csv_rows(self, doc: Mapping[str, Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+        doc = doc["allocations"]
         if doc is None:
             return
         yield "allocations", "", doc["totals"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from reports.kpi import WeekKpis
     from reports.request import Request
+    from tracker.store import RunStore
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,7 +18,9 @@ class Week:
     they came from."""
 
     store_url: str | None
-    """The run store's URL (None: the default store), for a section that reads more of it."""
+    """The run store's URL (None: the default store)."""
+    store: RunStore
+    """The run store, open, for a section that reads more of it."""
     req: Request
     kpis: WeekKpis
     now: datetime

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from reports.kpi import WeekKpis
 from reports.kpi.causes import week_causes
 from reports.kpi.savings import ledger_by_team
+from reports.sections.savings import Savings
 from reports.weeks import label_of
 from tracker.config import ConfigError
 from tracker.units import RATIO_PER_PCT, S_PER_HOUR
@@ -415,9 +416,9 @@ def kpi_samples(
     teams = latest.by.get("team")
     # what fixes saved is read from the runs of 26 weeks: the full report of the week has it
     # (``history``), the two-week read the refresh makes for the rest does not
-    changes = (
-        history.changes if history is not None and history.week == latest.week else latest.changes
-    )
+    full = history if history is not None and history.week == latest.week else latest
+    saved = full.parts.get(Savings.name)
+    changes = saved.changes if isinstance(saved, Savings) else ()
     for m in METRICS:
         if m.scope == "week":
             add(m, week, getattr(latest.headline, m.field))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import email
 import email.policy
+import importlib
 import io
 import json
 import re
@@ -61,8 +62,13 @@ def outputs(k: object) -> dict[str, str]:
 def test_every_section_has_its_partials_and_one_name() -> None:
     names = [s.name for s in SECTIONS]
     assert len(names) == len(set(names)) and names
-    for name in names:
-        for fmt in ("html", "email.html", "email.txt"):
+    for section in SECTIONS:
+        name = section.name
+        part = section.read.__annotations__["return"]
+        place = getattr(importlib.import_module(section.read.__module__), part).place
+        assert place in ("top", "detail"), f"{name}: no place on the page"
+        # the email shows the top sections
+        for fmt in ("html", "email.html", "email.txt") if place == "top" else ("html",):
             partial = ROOT / "templates" / f"_{name}.{fmt}.j2"
             assert partial.is_file(), f"{name}: no {partial.name}"
             assert "view." in partial.read_text(), f"{partial.name} shows nothing of its view"
@@ -117,7 +123,8 @@ def test_a_week_without_budgets_shows_no_section(computed: Computed) -> None:
     none = computed.team(Request(week="2026-W48", tz=UTC), "nobody")
     assert none is None  # no GPU time: no team report at all
     bare = computed.kpis.parts["budgets"].of_team("nobody")
-    assert bare.view() is None and bare.document(UTC) == [] and bare.card_lines() == []
+    assert bare.view() is None and bare.document(UTC) == {"budgets": []}
+    assert bare.card_lines() == [] and bare.summary() == []
 
 
 def test_a_teams_report_holds_its_own_jobs_alone(tmp_path: Path) -> None:

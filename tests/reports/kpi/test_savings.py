@@ -62,7 +62,7 @@ def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
     with RunStore(store_url) as s:
         add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
     k = compute(store_url, request(), now=NOW).kpis
-    (c,) = k.changes
+    (c,) = k.parts["savings"].changes
     assert (c.job_key, c.team, c.how, c.note, c.unit) == (
         "resnet-nightly",
         "vision",
@@ -95,11 +95,11 @@ def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
         f"$ per 1k samples −40% (95% interval −{abs(low):.0f}…−{abs(high):.0f}%); "
         "$48.00/week saved, $48.00 to date"
     )
-    assert savings.ledger_by_team(k.changes) == [
+    assert savings.ledger_by_team(k.parts["savings"].changes) == [
         ("vision", pytest.approx(48.0), pytest.approx(48.0), 1)
     ]
     # the recurring job: 12 runs over two weeks, $192 for 1,200k samples; the one-off is none
-    (job,) = k.recurring.to_dict("records")
+    (job,) = k.parts["savings"].recurring.to_dict("records")
     assert (job["job_key"], job["runs"], job["weeks"], job["runs_this_week"]) == (
         "resnet-nightly",
         12,
@@ -116,7 +116,7 @@ def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
 def test_a_change_is_found_in_the_runs_without_a_mark(store_url: str) -> None:
     nightly(store_url)
     k = compute(store_url, request(), now=NOW).kpis
-    (c,) = k.changes
+    (c,) = k.parts["savings"].changes
     # the split that best separates the runs' cost per unit: the first run after the fix
     assert (c.how, c.note, c.at) == ("change point", "", W45 + timedelta(hours=1))
     assert c.change_pct == pytest.approx(-40.0) and c.high_pct is not None and c.high_pct < 0
@@ -127,14 +127,14 @@ def test_a_change_is_found_in_the_runs_without_a_mark(store_url: str) -> None:
 
 def test_runs_of_one_cost_show_no_change_point(store_url: str) -> None:
     nightly(store_url, after=[10, 11, 9, 10, 12, 8])  # the same costs again
-    assert compute(store_url, request(), now=NOW).kpis.changes == ()
+    assert compute(store_url, request(), now=NOW).kpis.parts["savings"].changes == ()
 
 
 def test_too_few_runs_after_say_so_instead_of_an_interval(store_url: str) -> None:
     nightly(store_url, after=[6, 6])
     with RunStore(store_url) as s:
         add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
-    (c,) = compute(store_url, request(), now=NOW).kpis.changes
+    (c,) = compute(store_url, request(), now=NOW).kpis.parts["savings"].changes
     assert c.too_few and c.low_pct is None and c.high_pct is None
     assert c.usd_to_date == pytest.approx(0.2 * 200 - 24)  # 200k samples for $24 instead of $40
     assert "too few runs for an interval (6 before, 2 after)" in savings.sentence(c)
@@ -228,7 +228,9 @@ def test_two_marks_add_up_and_a_later_one_keeps_the_earlier_ones_saving(store_ur
     with RunStore(store_url) as s:
         add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
         add_mark(s, "resnet-nightly", "bigger batch", at=thursday, now=NOW)
-    by_note = {c.note: c for c in compute(store_url, request(), now=NOW).kpis.changes}
+    by_note = {
+        c.note: c for c in compute(store_url, request(), now=NOW).kpis.parts["savings"].changes
+    }
     first, second = by_note["loader: 8 workers"], by_note["bigger batch"]
     assert (first.runs_before, first.runs_after, second.runs_before, second.runs_after) == (
         6,
@@ -247,7 +249,7 @@ def test_a_mark_that_measures_nothing_leaves_the_search_on(store_url: str) -> No
     nightly(store_url)
     with RunStore(store_url) as s:  # before every run: no run before it
         add_mark(s, "resnet-nightly", "old fix", at=W44 - timedelta(days=30), now=NOW)
-    (c,) = compute(store_url, request(), now=NOW).kpis.changes
+    (c,) = compute(store_url, request(), now=NOW).kpis.parts["savings"].changes
     assert (c.how, c.note, c.change_pct) == ("change point", "", pytest.approx(-40.0))
 
 
@@ -269,6 +271,6 @@ def test_a_run_that_counted_nothing_is_left_out_of_the_rate_not_the_unit(
             )
         )
         add_mark(s, "resnet-nightly", "loader: 8 workers", at=W45, now=NOW)
-    (c,) = compute(store_url, request(), now=NOW).kpis.changes
+    (c,) = compute(store_url, request(), now=NOW).kpis.parts["savings"].changes
     assert (c.unit, c.runs_after) == ("1k samples", 6)
     assert c.usd_to_date == pytest.approx(48.0) and c.low_pct is not None

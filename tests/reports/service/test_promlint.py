@@ -294,6 +294,7 @@ def exposition() -> str:
     from reports.kpi import AllocationWeek, JobLine
     from reports.kpi.allocations import CapacityLine
     from reports.kpi.savings import Change
+    from reports.sections.savings import Savings
 
     job = JobLine(
         source="slurm", cluster="c", job_id="7", shown_id="7", name="j", user="u", account="a",
@@ -317,7 +318,8 @@ def exposition() -> str:
     history = dataclasses.replace(
         week(W48_RUNS, W48_SAMPLES),
         allocations=AllocationWeek(jobs=(job,), capacity=(nodes,)),
-        changes=(fix,),  # the full report's: the refresh's two-week read has none
+        # the full report's: the refresh's two-week read has none
+        parts={Savings.name: Savings(changes=(fix,))},
     )
     latest = week(W48_RUNS, W48_SAMPLES)
     # owned capacity nobody held, as [owned.<MODEL>] gpus gives it: its series shows
