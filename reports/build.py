@@ -156,7 +156,7 @@ class Computed:
                 fleet=False,
                 unsampled=unsampled_run_hours(self.gpu_time) if jobs else {},
             ),
-            skipped=self.kpis.skipped,
+            skipped=self.kpis.skipped.of_runs(set(runs["id"])),
             parts=team_parts(self.kpis.parts, team),
             allocations=None
             if self.kpis.allocations is None

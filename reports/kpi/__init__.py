@@ -51,6 +51,7 @@ from reports.kpi.weekly import (
     kpis_of_gpu_time,
     run_weeks,
     runs_to_fix,
+    user_week,
     week_kpis,
 )
 
@@ -88,5 +89,6 @@ __all__ = [
     "surely_usable",
     "totals_gpu_time",
     "usable_runs",
+    "user_week",
     "week_kpis",
 ]

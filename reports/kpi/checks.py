@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,6 +127,12 @@ class Skipped:
 
     def __bool__(self) -> bool:
         return bool(self.runs or self.samples)
+
+    def of_runs(self, ids: Collection[str]) -> Skipped:
+        """What was left out of the runs ``ids`` alone (a team's report). A run excluded whole
+        is left out of it: its row could not be read, so no team is known to be its owner (the
+        fleet's report names it)."""
+        return Skipped(samples=tuple(b for b in self.samples if b.run_id in ids))
 
     @property
     def sample_rows(self) -> int:

@@ -5,7 +5,7 @@ runs ordered by waste, the 12-week trend. Money comes from :mod:`tracker.cost`.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 
 import numpy as np
@@ -497,6 +497,33 @@ def kpis_of_gpu_time(
         }
         if len(team_headlines)
         else {},
+    )
+
+
+def user_week(k: WeekKpis, user: str) -> WeekKpis:
+    """The week as one engineer's own outputs show it (their runs mail, their chat card): their
+    underutilized runs alone, in ``runs`` and ``underutilized``, and their right-sizing; no
+    other owner's row anywhere (no breakdowns, sections, jobs, teams' headlines, skipped runs:
+    the fleet's report has those). The headline and trend stay the fleet's totals: figures,
+    not anybody's runs."""
+    under = k.underutilized
+    mine = under[under["user"] == user].reset_index(drop=True) if len(under) else under
+    ids = set(mine["run_id"]) if len(mine) else set()
+    runs = k.runs[k.runs["run_id"].isin(ids)].reset_index(drop=True) if len(k.runs) else k.runs
+    sized = k.rightsizing
+    if len(sized) and "run_id" in sized:
+        sized = sized[sized["run_id"].isin(ids)].reset_index(drop=True)
+    return replace(
+        k,
+        runs=runs,
+        underutilized=mine,
+        rightsizing=sized,
+        by={},
+        parts={},
+        allocations=None,
+        skipped=Skipped(),
+        team_headlines={},
+        what_if=None,
     )
 
 

@@ -4,11 +4,10 @@ week-over-week change, the few runs to fix first and the report's link, in plain
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from reports.kpi import WeekKpis
+from reports.kpi import WeekKpis, user_week
 from reports.render.email import _email_context, report_link, subject_line
 from reports.render.fmt import fmt_usd
 from reports.weeks import label_of
@@ -59,10 +58,11 @@ def chat_card(
     week = label_of(k.week)
     link = report_link(report_url, week, team)
     if user is not None:
-        mine = k.underutilized[k.underutilized["user"] == user].reset_index(drop=True)
+        k = user_week(k, user)  # their rows alone: nobody else's run can reach the card
+        mine = k.underutilized
         if mine.empty:
             return None
-        ctx = _email_context(dataclasses.replace(k, underutilized=mine), tz, report_url)
+        ctx = _email_context(k, tz, report_url)
         waste = fmt_usd(sum(float(x) for x in mine["waste_usd"]))
         n = len(mine)
         under, target = ctx["thresholds"]["underutilized"], ctx["thresholds"]["target"]

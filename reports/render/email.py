@@ -21,7 +21,6 @@ a header value with a line break, so no run or team name can add a header.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 import secrets
@@ -33,7 +32,7 @@ from email.utils import format_datetime, make_msgid, parseaddr
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from reports.kpi import WeekKpis
+from reports.kpi import WeekKpis, user_week
 from reports.render.charts import CHART_NAMES
 from reports.render.fmt import fmt_pct, fmt_usd, safe_http_url
 from reports.render.html import CHART_ALT, dates_of, environment, report_context, sections
@@ -314,10 +313,11 @@ def build_runs_email(
 ) -> EmailMessage | None:
     """One engineer's underutilized runs of the week (those with ``user``), with each run's
     verdict, advice and links; None when there are none. No charts: a short, personal list."""
-    mine = k.underutilized[k.underutilized["user"] == user].reset_index(drop=True)
+    k = user_week(k, user)  # their rows alone: nobody else's run can reach the message
+    mine = k.underutilized
     if mine.empty:
         return None
-    ctx = _email_context(dataclasses.replace(k, underutilized=mine), tz, report_url)
+    ctx = _email_context(k, tz, report_url)
     waste = sum(float(x) for x in mine["waste_usd"])
     ctx = {
         **ctx,
