@@ -80,12 +80,24 @@ def cmd_job(args: argparse.Namespace) -> int:
     from reports.weeks import zone
 
     job_id = args.job_id.strip()
+    cluster, slash, bare = job_id.rpartition("/")
+    named = bool(slash and cluster and _JOB_ID.match(bare))  # CLUSTER/JOBID, as reports show it
     pod = _POD.match(job_id) is not None
-    if not (_JOB_ID.match(job_id) or pod):
+    if not (_JOB_ID.match(job_id) or named or pod):
         raise UsageError(
-            f"JOBID {args.job_id!r}: a Slurm job id (1234, 1234_7, 1234+0) or a Kubernetes "
-            "pod, NAMESPACE/POD"
+            f"JOBID {args.job_id!r}: a Slurm job id (1234, 1234_7, 1234+0, or CLUSTER/1234 as "
+            "the report shows it) or a Kubernetes pod, NAMESPACE/POD"
         )
+    if named:
+        if args.cluster is not None and args.cluster != cluster:
+            raise UsageError(
+                f"JOBID {job_id!r} names cluster {cluster!r}; --cluster says {args.cluster!r}"
+            )
+        with_pod = job_id if pod else None  # demo/7006 may also be a pod of namespace demo
+        job_id, pod = bare, False
+        args.cluster = cluster
+    else:
+        with_pod = None
     if not args.mail and (args.to or args.min_waste_usd is not None):
         raise UsageError("--to and --min-waste-usd are for --mail")
     if args.mail and not args.to:
@@ -105,6 +117,8 @@ def cmd_job(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     with RunStore(service.settings.tracker.store) as store:
         found = find_job(store, job_id, args.cluster)
+        if not found and with_pod is not None and find_job(store, with_pod, None):
+            job_id, pod, found = with_pod, True, find_job(store, with_pod, None)
         running = len(found) == 1 and found[0].end_at is None  # as far as its import knew
         if (not found or running) and not pod and not args.no_sacct and shutil.which("sacct"):
             _import_from_sacct(

@@ -58,6 +58,15 @@ def test_a_tracked_jobs_note_by_hand(imported: dict[str, str]) -> None:
     assert "Verdict: below-target" in text and "Advice: Utilization is under target" in text
 
 
+def test_a_job_as_the_report_names_it(imported: dict[str, str]) -> None:
+    # the report's Job column and a run's slurm link say CLUSTER/JOBID: the same note
+    by_id = gpu_kpi("job", "101", "--json", env=imported)
+    named = gpu_kpi("job", "gpukpi/101", "--json", env=imported)
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout) == json.loads(by_id.stdout)
+    assert json.loads(named.stdout)["cluster"] == "gpukpi"
+
+
 def test_an_idle_jobs_note_as_json(imported: dict[str, str]) -> None:
     p = gpu_kpi("job", "103", "--json", env=imported)
     assert p.returncode == 0, p.stderr
@@ -134,6 +143,8 @@ def test_a_job_nobody_measured_is_mailed_for_what_it_paid(
         (("job", "999", "--no-sacct"), "job 999 is not in the store"),
         (("job", "101", "--to", "a@b.c"), "--to and --min-waste-usd are for --mail"),
         (("job", "101", "--mail"), "--mail needs --to"),
+        (("job", "gpukpi/101", "--cluster", "other"), "names cluster 'gpukpi'; --cluster says"),
+        (("job", "other/101", "--no-sacct"), "job 101 is not in the store"),
     ],
 )
 def test_bad_job_requests_are_one_line(
