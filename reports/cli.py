@@ -9,10 +9,11 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
 from reports.errors import UsageError, writable_dir
+from tracker.text import one_line
 
 if TYPE_CHECKING:
     pass
@@ -343,10 +344,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error said in one line (``gpu-kpi report: error: argument
+    --basis: invalid choice: 'foo' …``, exit status 2): the usage block is ``--help``'s."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tracker import __version__
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="gpu-kpi",
         description="Are we wasting our GPUs? GPU "
         "utilization, cost and waste per run and per week.",

@@ -503,3 +503,21 @@ def test_runs_lists_what_it_can_and_names_what_it_cannot(
         assert (
             err.startswith("gpu-kpi: 1 run(s) could not be read: r4 (") and "Traceback" not in err
         )
+
+
+@pytest.mark.parametrize(
+    ("args", "prog", "text"),
+    [
+        (("report", "--basis", "foo"), "gpu-kpi report", "argument --basis: invalid choice: 'foo'"),
+        ((), "gpu-kpi", "the following arguments are required: COMMAND"),
+        (("runs", "--bogus"), "gpu-kpi", "unrecognized arguments: --bogus"),
+        (("import", "slurm", "--since"), "gpu-kpi import", "argument --since: expected one"),
+    ],
+)
+def test_argparse_usage_errors_are_one_line(args: tuple[str, ...], prog: str, text: str) -> None:
+    # through the real process: argparse printed its usage block before the error
+    p = gpu_kpi(*args)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), p.stderr
+    assert text in lines[0] and lines[0].endswith(f"(see {prog} --help)")
