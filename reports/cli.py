@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
 from reports.errors import UsageError, writable_dir
+from tracker.extras import install_hint
 from tracker.text import one_line
 
 if TYPE_CHECKING:
@@ -504,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(
             f"gpu-kpi: error: {args.command!r} needs the {extra} extra ({e.name} is not "
-            f"installed): pip install 'gpu-kpi[{extra}]'",
+            f"installed): {install_hint(extra)}",
             file=sys.stderr,
         )
         return 2

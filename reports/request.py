@@ -16,6 +16,7 @@ from reports.errors import ReportError
 from reports.weeks import parse_week, week_bounds
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, thresholds_for
+from tracker.extras import install_hint
 from tracker.owned import OwnedGpu
 
 if TYPE_CHECKING:
@@ -111,9 +112,7 @@ def parse_formats(text: str) -> tuple[str, ...]:
             f"list of {', '.join(known)}"
         )
     if "parquet" in wanted and importlib.util.find_spec("pyarrow") is None:
-        raise ReportError(
-            "--format parquet needs pyarrow: pip install 'gpu-kpi[parquet]' (or pyarrow)"
-        )
+        raise ReportError(f"--format parquet needs pyarrow: {install_hint('parquet')}")
     return wanted
 
 

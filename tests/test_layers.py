@@ -69,6 +69,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.parsers",
         "tracker.text",
         "tracker.scheduler",
+        "tracker.extras",
     ),
     (
         "tracker.cost",

@@ -10,11 +10,13 @@ For the older ``pytorch_lightning`` package use :mod:`tracker.pytorch_lightning`
 
 from __future__ import annotations
 
+from tracker.extras import install_hint
+
 try:
     from lightning.pytorch import Callback
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "the Lightning callback needs the lightning package: pip install 'gpu-kpi[lightning]'"
+        f"the Lightning callback needs the lightning package: {install_hint('lightning')}"
     ) from e
 
 from tracker.integrations.lightning_hooks import LightningHooks

@@ -22,11 +22,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tracker.extras import install_hint
+
 try:
     from transformers import TrainerCallback
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "the Trainer callback needs the transformers package: pip install 'gpu-kpi[transformers]'"
+        f"the Trainer callback needs the transformers package: {install_hint('transformers')}"
     ) from e
 
 from tracker.integrations import distributed

@@ -53,6 +53,7 @@ from reports.imports.play import (
 )
 from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
+from tracker.extras import install_hint
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.record import MinuteSample, RunRecord
 
@@ -377,7 +378,7 @@ def read_tensorboard(
     except ImportError:
         raise ImportFailed(
             "reading TensorBoard event files needs the tensorboard package: "
-            "pip install 'gpu-kpi[tensorboard]'"
+            f"{install_hint('tensorboard')}"
         ) from None
     names: dict[Path, str] = {}
     for given in paths:

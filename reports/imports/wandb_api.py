@@ -19,6 +19,7 @@ from typing import Any
 
 from reports.errors import ImportFailed
 from reports.imports.wandb_log import WandbLog, number
+from tracker.extras import install_hint
 
 SYSTEM_SAMPLES = 1_000_000
 RUNNING = "still running: import it when it has ended"
@@ -127,7 +128,7 @@ def api_runs(
         raise
     except ImportError:
         raise ImportFailed(
-            "the W&B API needs the wandb package: pip install 'gpu-kpi[wandb]'"
+            f"the W&B API needs the wandb package: {install_hint('wandb')}"
         ) from None
     except Exception as e:  # wandb's CommError, AuthenticationError, HTTP errors…
         raise ImportFailed(f"{path}: the W&B API failed ({type(e).__name__}: {e})") from None

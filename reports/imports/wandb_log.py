@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
+from tracker.extras import install_hint
 
 _FILE_HEADER = struct.Struct("<4sHB")  # ident, magic, version
 _CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
@@ -159,7 +160,7 @@ def read_log(path: Path) -> WandbLog:
         from wandb.proto import wandb_internal_pb2 as pb
     except ImportError:
         raise ImportFailed(
-            "reading W&B run logs needs W&B's record format: pip install 'gpu-kpi[wandb]'"
+            f"reading W&B run logs needs W&B's record format: {install_hint('wandb')}"
         ) from None
     run = WandbLog(path)
     try:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from reports.kpi import WeekKpis
 from reports.weeks import label_of
+from tracker.extras import install_hint
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -335,7 +336,7 @@ def charts(k: WeekKpis) -> dict[str, bytes]:
     try:
         import matplotlib
     except ImportError as e:  # pragma: no cover - the [reports] extra is missing
-        raise ImportError("charts need matplotlib: pip install 'gpu-kpi[reports]'") from e
+        raise ImportError(f"charts need matplotlib: {install_hint('reports')}") from e
 
     out: dict[str, bytes] = {}
     with matplotlib.rc_context(_RC):

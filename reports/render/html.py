@@ -41,6 +41,7 @@ from reports.rows import none_priced
 from reports.weeks import label_of as week_label
 from reports.weeks import week_dates
 from tracker.cost import weighted_util_pct
+from tracker.extras import install_hint
 from tracker.text import one_line
 
 TEMPLATES_PACKAGE = "reports.templates"
@@ -607,7 +608,7 @@ def environment(*, autoescape: bool = True) -> Any:
     try:
         import jinja2
     except ImportError as e:  # pragma: no cover - the [reports] extra is missing
-        raise ImportError("the HTML report needs Jinja2: pip install 'gpu-kpi[reports]'") from e
+        raise ImportError(f"the HTML report needs Jinja2: {install_hint('reports')}") from e
 
     loader = jinja2.ChoiceLoader(
         [jinja2.FunctionLoader(_load_resource), jinja2.FileSystemLoader(source_templates_dir())]

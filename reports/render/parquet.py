@@ -14,7 +14,7 @@ The file's key-value metadata holds ``gpu_kpi.schema`` (:data:`SCHEMA`), ``gpu_k
 group of :data:`ROW_GROUP` runs at a time, compressed with zstd: a week of a million runs is
 never held as one table.
 
-Needs pyarrow (``pip install 'gpu-kpi[parquet]'``); asked for without it, the report stops
+Needs pyarrow (:func:`tracker.extras.install_hint` says how); asked for without it, the report stops
 before computing anything (:func:`reports.request.parse_formats`).
 """
 

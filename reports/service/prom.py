@@ -31,6 +31,7 @@ from reports.kpi.savings import ledger_by_team
 from reports.sections.savings import Savings
 from reports.weeks import label_of
 from tracker.config import ConfigError
+from tracker.extras import install_hint
 from tracker.units import RATIO_PER_PCT, S_PER_HOUR
 
 if TYPE_CHECKING:
@@ -469,7 +470,7 @@ class KpiExporter:
             from prometheus_client import CollectorRegistry
         except ImportError as e:  # pragma: no cover - the [reports] extra is missing
             raise ImportError(
-                "the metrics endpoint needs prometheus-client: pip install 'gpu-kpi[reports]'"
+                f"the metrics endpoint needs prometheus-client: {install_hint('reports')}"
             ) from e
         self._lock = threading.Lock()
         self._kpis: Samples = MappingProxyType({})

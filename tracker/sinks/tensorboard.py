@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tracker.extras import install_hint
 from tracker.record import RunRecord
 from tracker.sinks.summary import start_values, summary_markdown
 
@@ -37,7 +38,7 @@ class TensorBoardSink:
             except ImportError as e:
                 raise ImportError(
                     "TensorBoard logging needs the tensorboard package: "
-                    "pip install 'gpu-kpi[tensorboard]'"
+                    f"{install_hint('tensorboard')}"
                 ) from e
             self._writer = SummaryWriter(log_dir=str(self.logdir))
         return self._writer

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
+from tracker.extras import install_hint
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import changes, rollup_sql
 from tracker.store.engine import (
@@ -467,7 +468,7 @@ class RunStore:
                 )
             except ModuleNotFoundError as e:
                 raise StoreError(
-                    f"run store {self.url} needs psycopg: pip install 'gpu-kpi[postgres]' ({e})"
+                    f"run store {self.url} needs psycopg: {install_hint('postgres')} ({e})"
                 ) from e
         database = url.database or ""
         if database and database != ":memory:" and not database.startswith("file:"):
