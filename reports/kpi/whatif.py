@@ -62,14 +62,15 @@ class WhatIf:
 
     def sentence(self) -> str:
         """The what-if in one line, every assumption in it."""
+        top = "the top run's" if self.runs == 1 else f"the top {self.runs} runs'"
         s = (
-            f"fixing the top {self.runs} runs' waste returns ≈ {self.gpus:,.1f} GPUs a week "
+            f"fixing {top} waste returns {_gpus(self.gpus)} a week "
             f"({self.gpu_hours:,.0f} GPU-h of waste ÷ {self.hours:g} h; {self.used_gpus:,.1f} in use "
             "on average)"
         )
         if self.free_gpus is not None and self.free_gpus >= FREE_GPUS:
             s += (
-                f"; no purchase to defer: ≈ {self.free_gpus:,.1f} GPUs of the capacity sat "
+                f"; no purchase to defer: {_gpus(self.free_gpus)} of the capacity sat "
                 "unallocated on average"
             )
         elif self.months is not None and self.growth_pct_month is not None:
@@ -83,6 +84,13 @@ class WhatIf:
                 f"${self.purchase_usd:,.0f} at your owned price)"
             )
         return s
+
+
+def _gpus(n: float) -> str:
+    """``≈ 11.2 GPUs``, ``≈ 1.0 GPU``; ``under 0.1 GPU`` where it rounds to nothing."""
+    if n < 0.05:
+        return "under 0.1 GPU"
+    return f"≈ {n:,.1f} GPU{'' if round(n, 1) == 1.0 else 's'}"
 
 
 def what_if(

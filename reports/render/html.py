@@ -333,7 +333,7 @@ def _lede(k: WeekKpis) -> str:
         if h.utilization_pct is None
         else f"{fmt_pct(h.utilization_pct)} {k.basis_label}"
     )
-    across = f"{h.runs:,} runs"
+    across = f"{h.runs:,} run{'s' if h.runs != 1 else ''}"
     jobs = f"{h.jobs:,} scheduler job{'s' if h.jobs != 1 else ''}"
     if h.jobs:
         across = f"{across} and {jobs}" if h.runs else jobs

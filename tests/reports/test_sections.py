@@ -173,3 +173,13 @@ def test_a_teams_report_holds_its_own_jobs_alone(tmp_path: Path) -> None:
     for text in out.values():
         assert "train-vision" not in text
     assert "train-nlp" in out["html"]
+
+
+def test_one_run_is_one_run_in_the_lede(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("solo", W48 + timedelta(days=1), 2, gpus=2, team="nlp"))
+    out = outputs(compute(url, Request(week="2026-W48", tz=UTC, formats=FORMATS), now=NOW).kpis)
+    # 2 GPUs x 2 h of H100 at $3.85
+    assert "4.0 GPU-h across 1 run cost $15.40 at" in " ".join(out["text"].split())
+    assert "across 1 runs" not in out["html"]

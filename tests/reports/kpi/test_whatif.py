@@ -84,3 +84,16 @@ def test_a_flat_trend_defers_nothing() -> None:
     slow = what_if(runs(), trend(12, 1.0011 ** (7 / 30.44) - 1), 16_800.0, OWNED)
     assert slow is not None and slow.growth_pct_month == pytest.approx(0.11)
     assert slow.months is not None and "(+0.1%/month)" in slow.sentence()
+
+
+def test_a_small_what_if_says_so_in_words() -> None:
+    # one run, $1 of waste at $4/GPU-h: 0.25 GPU-h ÷ 168 h, nothing worth "≈ 0.0 GPUs"
+    one = pd.DataFrame([{"waste_usd": 1.0, "spend_usd": 40.0, "gpu_hours": 10.0}])
+    w = what_if(one, trend(3, 0.0), 10.0)
+    assert w is not None and w.sentence().startswith(
+        "fixing the top run's waste returns under 0.1 GPU a week (0 GPU-h of waste ÷ 168 h;"
+    )
+    # exactly one GPU's week of waste: "≈ 1.0 GPU", singular
+    whole = pd.DataFrame([{"waste_usd": 168.0 * 4, "spend_usd": 4 * 336.0, "gpu_hours": 336.0}])
+    w = what_if(whole, trend(3, 0.0), 336.0)
+    assert w is not None and "returns ≈ 1.0 GPU a week" in w.sentence()
