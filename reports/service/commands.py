@@ -76,6 +76,23 @@ def cmd_send(args: argparse.Namespace) -> int:
     return 0
 
 
+def config_warnings(settings: Any) -> list[str]:
+    """What a valid config probably did not mean: nobody to send to; mail to send through the
+    built-in SMTP default (no ``[smtp]`` table)."""
+    from reports.service.mailer import SmtpSettings
+
+    out = []
+    if not settings.recipients:
+        out.append("no [[recipients]]: the weekly job archives the report and sends it to nobody")
+    elif any(r.to is not None for r in settings.recipients) and settings.smtp == SmtpSettings():
+        smtp = settings.smtp
+        out.append(
+            f"no [smtp] table: mail goes through the built-in default, {smtp.host}:"
+            f"{smtp.effective_port} ({smtp.security}), from {smtp.sender}"
+        )
+    return out
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import logging
 
@@ -90,6 +107,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return 2
         from reports.service.scheduler import next_fire_time
 
+        for w in config_warnings(settings):
+            print(f"gpu-kpi: config warning: {w}", file=sys.stderr)
         nxt = next_fire_time(settings.schedule, settings.tz, datetime.now(UTC))
         print(
             f"config OK: {len(settings.recipients)} recipient(s), schedule "

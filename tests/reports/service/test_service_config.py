@@ -175,6 +175,26 @@ def test_check_config_on_the_command_line(tmp_path: Path) -> None:
     assert SECRET not in p.stdout + p.stderr
 
 
+@pytest.mark.parametrize(
+    ("config", "warning"),
+    [
+        ("", "no [[recipients]]: the weekly job archives the report and sends it to nobody"),
+        (
+            '[[recipients]]\nto = "cto@example.com"\n',
+            "no [smtp] table: mail goes through the built-in default, localhost:587 (starttls)",
+        ),
+    ],
+)
+def test_check_config_warns_of_what_a_valid_config_probably_did_not_mean(
+    tmp_path: Path, config: str, warning: str
+) -> None:
+    # valid: exit 0 and "config OK", with a warning line each on stderr
+    p = gpu_kpi("serve", "--check-config", "--config", str(write(tmp_path, config)))
+    assert p.returncode == 0 and p.stdout.startswith("config OK: "), p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith(f"gpu-kpi: config warning: {warning}"), line
+
+
 def test_serve_refuses_a_bad_config_in_one_line(tmp_path: Path) -> None:
     bad = write(tmp_path, '[report]\ntimezone = "Atlantis/Deep"\n')
     p = gpu_kpi("serve", "--once", "--config", str(bad))
