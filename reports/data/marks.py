@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -87,6 +87,29 @@ def add_mark(store: RunStore, job_key: str, note: str, *, at: datetime, now: dat
 
     store.transaction(work, write=True)
     return mark
+
+
+def delete_marks(store: RunStore, job_key: str, *, at: datetime | None = None) -> int:
+    """Forget the marks of ``job_key`` (the one at ``at`` alone where given); how many.
+
+    Args:
+        store: The open run store.
+        job_key: The key, as :func:`read_marks` gives it.
+        at: The mark's time (timezone-aware; to the minute, as ``--list`` shows it); None: all
+            of the key's.
+    """
+    if not has_table(store, TABLE):
+        return 0
+    c = marks_table.c
+    stmt = sa.delete(marks_table).where(c.job_key == job_key)
+    if at is not None:
+        start = utc(at).replace(second=0, microsecond=0)
+        stmt = stmt.where(c.at >= start, c.at < start + timedelta(minutes=1))
+
+    def work(conn: Connection) -> int:
+        return int(conn.execute(stmt).rowcount or 0)
+
+    return int(store.transaction(work, write=True))
 
 
 def read_marks(store: RunStore, *, until: datetime | None = None) -> list[Mark]:

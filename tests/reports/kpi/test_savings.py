@@ -166,6 +166,34 @@ def test_the_mark_command_keeps_a_mark_and_refuses_bad_ones(tmp_path: Path) -> N
         assert len(read_marks(s)) == 1
 
 
+def test_a_mark_of_a_key_no_run_has_warns_and_a_mark_can_be_deleted(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    now = datetime.now(UTC)
+    with RunStore(url) as s:  # runs of the last weeks: keys "resnet-nightly", "bert-sweep-17"
+        s.upsert_run(run_record("a", now - timedelta(days=3), 1, name="resnet-nightly-0412"))
+        s.upsert_run(run_record("b", now - timedelta(days=2), 1, name="bert-sweep-17"))
+    typo = gpu_kpi("mark", "resnet-nightley", "loader", "--store", url)
+    assert typo.returncode == 0 and "marked 'resnet-nightley'" in typo.stdout, typo.stderr
+    (line,) = typo.stderr.strip().splitlines()
+    assert line.startswith("gpu-kpi: warning: no run of the last 26 weeks has the job key")
+    assert line.endswith("the keys: bert-sweep-17, resnet-nightly")
+    good = gpu_kpi("mark", "resnet-nightly", "loader", "--store", url)
+    assert good.returncode == 0 and good.stderr == ""
+    # the typo undone; the key's other marks kept
+    gone = gpu_kpi("mark", "--delete", "resnet-nightley", "--store", url)
+    assert gone.returncode == 0 and "deleted 1 mark(s) of 'resnet-nightley'" in gone.stdout
+    again = gpu_kpi("mark", "--delete", "resnet-nightley", "--store", url)
+    assert again.returncode == 2 and "no mark of 'resnet-nightley' to delete" in again.stderr
+    with RunStore(url) as s:
+        assert [m.job_key for m in read_marks(s)] == ["resnet-nightly"]
+    # one of a key's marks: by the minute --list shows
+    gpu_kpi("mark", "resnet-nightly", "second", "--at", "2026-11-02", "--store", url)
+    one = gpu_kpi("mark", "--delete", "resnet-nightly", "--at", "2026-11-02", "--store", url)
+    assert "deleted 1 mark(s)" in one.stdout, one.stderr
+    with RunStore(url) as s:
+        assert [m.note for m in read_marks(s)] == ["loader"]
+
+
 def test_the_ledger_in_every_output_escaped_and_neutralized(tmp_path: Path) -> None:
     """A key a training script named: escaped in the HTML, neutralized in the CSV, as given in
     the JSON and /metrics; the figures the same everywhere."""
