@@ -12,7 +12,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
@@ -37,18 +37,18 @@ RUN_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _cell(r: RunRecord, field: str) -> str:
+def _cell(r: RunRecord, field: str, tz: tzinfo = UTC) -> str:
     try:
-        return _formatted(r, field)
+        return _formatted(r, field, tz)
     except (TypeError, ValueError, AttributeError, OverflowError):
         return str(getattr(r, field, "?"))  # a value as stored, e.g. text in a number column
 
 
-def _formatted(r: RunRecord, field: str) -> str:
+def _formatted(r: RunRecord, field: str, tz: tzinfo = UTC) -> str:
     if field == "gpus":
         return f"{r.gpu_count}x{r.gpu_model}" if r.gpu_count else "-"
     if field == "started_at":
-        return r.started_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+        return r.started_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
     value = getattr(r, field)
     if value is None:
         return "n/a"
@@ -61,11 +61,13 @@ def _formatted(r: RunRecord, field: str) -> str:
     return str(value)
 
 
-def format_runs(runs: Sequence[RunRecord]) -> str:
-    """A fixed-width table, one run a line."""
-    table = [[h for h, _ in RUN_COLUMNS]] + [
-        [printable(_cell(r, f)) for _, f in RUN_COLUMNS] for r in runs
-    ]
+def format_runs(runs: Sequence[RunRecord], tz: tzinfo = UTC) -> str:
+    """A fixed-width table, one run a line, its start in ``tz`` (named in the header, where
+    it is not UTC: ``started (Europe/Berlin)``)."""
+    head = [h for h, _ in RUN_COLUMNS]
+    if tz is not UTC:
+        head[0] = f"started ({tz})"
+    table = [head] + [[printable(_cell(r, f, tz)) for _, f in RUN_COLUMNS] for r in runs]
     widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     right = {"gpu_h", "util_%", "cost_$", "waste_$"}
     lines = []
@@ -157,6 +159,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
     if args.week and (args.since or args.until):
         raise UsageError("--week is one week; --since/--until a range: not both")
+    tz = zone(args.tz)  # an unknown zone is an error whether a range needs it or not
     since = until = None
     if args.week:
         since, until = week_bounds(*parse_week(args.week), zone(args.tz))
@@ -210,7 +213,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 }
             )
     else:
-        print(format_runs(runs) if runs else "no runs" + (f" in {args.week}" if args.week else ""))
+        print(
+            format_runs(runs, tz) if runs else "no runs" + (f" in {args.week}" if args.week else "")
+        )
     return 0
 
 
@@ -239,7 +244,9 @@ def add_runs_command(add: Callable[..., argparse.ArgumentParser]) -> None:
         help="only runs started before WHEN (a week or a day: before its end)",
     )
     runs.add_argument(
-        "--tz", default="UTC", help="time zone of --week/--since/--until (default UTC)"
+        "--tz",
+        default="UTC",
+        help="time zone of --week/--since/--until and of the start times shown (default UTC)",
     )
     runs.add_argument("--project")
     runs.add_argument("--team")

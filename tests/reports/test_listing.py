@@ -90,6 +90,23 @@ def test_limit_must_be_a_positive_number(capsys: pytest.CaptureFixture[str], url
     assert "--limit: expected a whole number >= 1, got '0'" in capsys.readouterr().err
 
 
+def test_runs_shows_its_times_in_tz_and_refuses_a_zone_that_is_none(
+    capsys: pytest.CaptureFixture[str], url: str
+) -> None:
+    assert main(["runs", "--store", url, "--week", "2026-W48", "--tz", "Asia/Tokyo"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # the header names the zone; w48 started 09:00 UTC, 18:00 in Tokyo (UTC+9)
+    assert lines[0].startswith("started (Asia/Tokyo)")
+    (w48,) = [line for line in lines if " w48 " in line]
+    assert w48.startswith("2026-11-24 18:00")
+    assert main(["runs", "--store", url]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[0] == "started" and out[1].startswith("2026-11-24 09:00")
+    # "Europe" is a folder of zones, not one: refused, whether a range needs it or not
+    assert main(["runs", "--store", url, "--tz", "Europe"]) == 2
+    assert "unknown time zone 'Europe'" in capsys.readouterr().err
+
+
 def test_a_run_on_an_owned_gpu_costs_the_same_in_runs_and_in_the_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
