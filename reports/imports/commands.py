@@ -298,7 +298,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
         if args.tz:
             raise UsageError("--tz is for saved sacct output (run here, sacct writes UTC)")
         since = _moment(args.since, "--since") if args.since else now - timedelta(days=8)
-        until = _moment(args.until, "--until") if args.until else now
+        until = _moment(args.until, "--until", end=True) if args.until else now
         if not since < until:
             shown = (args.since or since.isoformat(), args.until or until.isoformat())
             raise UsageError(f"--since {shown[0]} is not before --until {shown[1]}")
@@ -417,25 +417,29 @@ def _tags(given: list[str]) -> dict[str, str]:
     return tags
 
 
-def _moment(text: str | None, flag: str) -> datetime:
-    """A week (its Monday 00:00 UTC), a date or a date and time (UTC unless it says)."""
+def _moment(text: str | None, flag: str, *, end: bool = False) -> datetime:
+    """A week (its Monday 00:00 UTC), a date (its 00:00) or a date and time (UTC unless it
+    says); ``end`` (``--until``): a week or a date is up to its end, included, as everywhere
+    (``--until 2026-W47`` takes in W47, as ``runs`` and ``chargeback`` do)."""
     from reports.weeks import parse_week, week_bounds
 
     if not text:
         raise UsageError(f"this import needs {flag} (2026-W47, 2026-11-16 or 2026-11-16T08:00)")
     if "W" in text.upper() and "T" not in text.upper():
-        return week_bounds(*parse_week(text.upper()))[0]
+        return week_bounds(*parse_week(text.upper()))[1 if end else 0]
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(f"{flag} {text!r}: use 2026-W47, 2026-11-16 or 2026-11-16T08:00") from None
     if not 1970 <= moment.year <= 9998:
         raise UsageError(f"{flag} {text!r}: years 1970-9998")
+    if end and len(text.strip()) == len("2026-11-16"):  # a day: to its end
+        moment += timedelta(days=1)
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _range(args: argparse.Namespace) -> tuple[datetime, datetime]:
-    since, until = _moment(args.since, "--since"), _moment(args.until, "--until")
+    since, until = _moment(args.since, "--since"), _moment(args.until, "--until", end=True)
     if not since < until:
         raise UsageError(f"--since {args.since} is not before --until {args.until}")
     if until - since > timedelta(days=366):
