@@ -210,8 +210,8 @@ def _import_slurm(args: argparse.Namespace, settings: Any) -> int:
         else ""
     )
     print(
-        f"imported {len(done.jobs)} Slurm job(s) holding {hours:,.1f} GPU-h{left}{nodes} "
-        f"into {_shown_url(settings.store)}"
+        f"imported {len(done.jobs)} Slurm job(s) holding {hours:,.1f} GPU-h{nodes} into "
+        f"{_shown_url(settings.store)}{left}"
     )
     return 0
 
@@ -230,8 +230,8 @@ def _import_kubernetes(args: argparse.Namespace, settings: Any) -> int:
             "kube-state-metrics (kube_pod_container_resource_requests, resource=nvidia_com_gpu)?"
         )
     print(
-        f"imported {len(done.jobs)} Kubernetes pod(s) holding {hours:,.1f} GPU-h"
-        f"{'; ' + ', '.join(parts) if parts else ''} into {_shown_url(settings.store)}"
+        f"imported {len(done.jobs)} Kubernetes pod(s) holding {hours:,.1f} GPU-h into "
+        f"{_shown_url(settings.store)}{'; ' + ', '.join(parts) if parts else ''}"
     )
     return 0
 
