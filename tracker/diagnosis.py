@@ -25,7 +25,7 @@ VERDICTS = (
 ADVICE: dict[str, str] = {
     "idle": "The GPUs sat allocated but idle: release them (stop the job, shrink the "
     "reservation) instead of holding them.",
-    "imbalanced": "Some of the run's GPUs worked while others sat idle all run: the job uses "
+    "imbalanced": "Some of the run's GPUs worked while others sat idle most of the run: the job uses "
     "fewer GPUs than it holds. Request only the GPUs it uses, or check the launcher (one process "
     "per GPU: torchrun --nproc-per-node, CUDA_VISIBLE_DEVICES, a DistributedSampler).",
     "input-bound": "The loop waits for data: use 4-8 DataLoader workers per GPU, pin_memory=True, "
@@ -76,9 +76,12 @@ class Evidence:
     rank_spread_pct: float | None = None
     """Spread of step time across ranks, (slowest - fastest) / mean, percent."""
     idle_gpus: int = 0
-    """GPUs whose utilization over the whole run was under the idle threshold."""
+    """GPUs idle most of the run: utilization over the whole run under the idle threshold, or
+    half their time or more in idle stretches (:data:`tracker.figures.IDLE_SHARE`)."""
     cost_usd: float | None = None
     """What the run's GPU time cost (None: unpriced)."""
+    idle_usd: float | None = None
+    """What its GPU time in idle stretches cost (None: unpriced)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,15 +103,15 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
 
     gpu_s = e.duration_s * max(e.gpu_count, 1)
     if e.util_pct is not None and e.gpu_count > 1 and 0 < e.idle_gpus < e.gpu_count:
-        held = (
-            f": ${e.cost_usd * e.idle_gpus / e.gpu_count:,.2f} of GPU time held for nothing"
-            if e.cost_usd is not None
-            else ""
-        )
+        usd = e.idle_usd if e.idle_usd is not None else None
+        if usd is None and e.cost_usd is not None:
+            usd = e.cost_usd * e.idle_gpus / e.gpu_count
+        held = f": ${usd:,.2f} of GPU time held idle" if usd is not None else ""
         return verdict(
             "imbalanced",
             "critical",
-            f"{e.idle_gpus} of {e.gpu_count} GPUs idle all run (under {t.idle_pct:g}%){held}",
+            f"{e.idle_gpus} of {e.gpu_count} GPUs idle most of the run (under {t.idle_pct:g}%)"
+            f"{held}",
         )
     if e.util_pct is not None and (
         (gpu_s > 0 and e.idle_gpu_s >= 0.5 * gpu_s)

@@ -128,6 +128,11 @@ def gpu_use(
     return GpuUse(known_s=1.0, util_s=tw.last, held_s=held_s)
 
 
+IDLE_SHARE = 0.5
+"""The share of a GPU's own time in idle stretches from which it counts as idle (``idle_gpus``):
+a run holding it is ``imbalanced`` when the others worked."""
+
+
 def run_figures(
     *,
     duration_s: float,
@@ -166,9 +171,16 @@ def run_figures(
         )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
-    # GPUs idle the whole run: their utilization over all their known time under the threshold
+    # GPUs idle most of the run: their utilization over all their known time under the
+    # threshold, or half or more of their own time in idle stretches (one GPU at work and one
+    # idle for 70 of 120 minutes is a launcher's fault, not a small batch)
     means = [weighted_util_pct(u.util_s, u.known_s) for u in map(gpu_use, stats)]
-    idle_gpus = len([m for m in means if m is not None and m < thresholds.idle_pct])
+    idle_gpus = sum(
+        (m is not None and m < thresholds.idle_pct) or (held > 0 and i[0] >= IDLE_SHARE * held)
+        for m, i, held in zip(
+            means, idle_each, (s.seconds or duration_s for s in stats), strict=False
+        )
+    )
     return {
         "gpu_count": float(gpu_count),
         "gpu_hours": gpu_count * hours,
@@ -217,6 +229,7 @@ def evidence(
         rank_spread_pct=rank_spread_pct,
         idle_gpus=int(fig.get("idle_gpus") or 0),
         cost_usd=fig["cost_usd"],
+        idle_usd=fig.get("idle_usd"),
     )
 
 

@@ -292,7 +292,7 @@ def test_the_reasons_say_what_is_unknown_and_what_is_held() -> None:
     d = diagnose(
         Evidence(util_pct=45.5, duration_s=2 * HOUR, gpu_count=2, idle_gpus=1, cost_usd=15.40)
     )
-    assert d.reason == "1 of 2 GPUs idle all run (under 5%): $7.70 of GPU time held for nothing"
+    assert d.reason == "1 of 2 GPUs idle most of the run (under 5%): $7.70 of GPU time held idle"
     assert "Request only the GPUs it uses" in d.advice
     assert diagnose(Evidence(util_pct=83.0, duration_s=HOUR)).reason == (
         "utilization 83% (target 85%); memory use and SM activity not measured"

@@ -522,6 +522,25 @@ def test_one_gpu_at_work_and_one_idle_all_run_is_imbalanced(tmp_path: Path) -> N
     assert run.advice is not None and "Request only the GPUs it uses" in run.advice
 
 
+def test_a_gpu_idle_most_of_the_run_is_imbalanced_not_a_small_batch(tmp_path: Path) -> None:
+    """Two GPUs for two hours at $2: GPU 0 at 83% all along, GPU 1 idle (0%) for its first 70
+    minutes, then at 83%. Not "small-batch: raise the batch size": most of the waste is GPU 1's
+    idle time, and the verdict names it with its dollars."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    start = datetime(2026, 11, 24, 10, 0)
+    rows = [HEADER]
+    for m in range(121):
+        t = start + timedelta(minutes=m)
+        rows += [line(t, 0, "83"), line(t, 1, "0" if m < 70 else "83")]
+    log = write(tmp_path, "late-rank.csv", "\n".join(rows) + "\n")
+    assert main(["import", "nvidia-smi", str(log), "--store", url, "--price", "2"]) == 0
+    with RunStore(url) as store:
+        (run,) = store.list_runs()
+    assert run.verdict == "imbalanced", run.verdict
+    assert run.idle_usd == pytest.approx(2 * 70 / 60, abs=0.05)  # GPU 1's 70 idle minutes
+    assert run.advice is not None and "Request only the GPUs it uses" in run.advice
+
+
 @pytest.mark.usefixtures("blank_charts")
 def test_unpriced_gpu_time_is_never_shown_as_free(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
