@@ -42,6 +42,12 @@ ADVICE: dict[str, str] = {
     "unknown": "No GPU data was collected (NVML missing or no GPU): nothing to judge. "
     "Install nvidia-ml-py and check the driver.",
 }
+CPU_ADVICE = (
+    "The trainer ran the model on the CPU. If it should train on a GPU, ask for one "
+    '(Lightning: accelerator="gpu"; the Trainer: drop use_cpu) and check that '
+    "torch.cuda.is_available() is True in the job."
+)
+"""What a run that chose the CPU and measured no GPU is told (not to install NVML)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +88,8 @@ class Evidence:
     """What the run's GPU time cost (None: unpriced)."""
     idle_usd: float | None = None
     """What its GPU time in idle stretches cost (None: unpriced)."""
+    device: str | None = None
+    """``cpu`` when the trainer chose the CPU (:attr:`tracker.record.RunSpec.device`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +109,13 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
     def verdict(name: str, severity: str, reason: str) -> Diagnosis:
         return Diagnosis(verdict=name, severity=severity, reason=reason, advice=ADVICE[name])
 
+    if e.device == "cpu" and e.util_pct is None:  # not a missing NVML: no GPU was asked for
+        return Diagnosis(
+            verdict="unknown",
+            severity="unknown",
+            reason="trained on the CPU: no GPU to judge",
+            advice=CPU_ADVICE,
+        )
     gpu_s = e.duration_s * max(e.gpu_count, 1)
     if e.util_pct is not None and e.gpu_count > 1 and 0 < e.idle_gpus < e.gpu_count:
         usd = e.idle_usd if e.idle_usd is not None else None

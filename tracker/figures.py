@@ -213,6 +213,7 @@ def evidence(
     duration_s: float,
     run_mfu: float | None,
     rank_spread_pct: float | None,
+    device: str | None = None,
 ) -> Evidence:
     """What the diagnosis judges, from :func:`run_figures` (of one process or every rank)."""
     mem_peak, mem_total = fig["mem_peak_gib"], fig["mem_total_gib"]
@@ -230,6 +231,7 @@ def evidence(
         idle_gpus=int(fig.get("idle_gpus") or 0),
         cost_usd=fig["cost_usd"],
         idle_usd=fig.get("idle_usd"),
+        device=device,
     )
 
 
@@ -240,6 +242,7 @@ def record_fields(
     peak_tflops: float | None,
     rank_spread_pct: float | None,
     thresholds: Thresholds,
+    device: str | None = None,
 ) -> dict[str, Any]:
     """The run record's figures, MFU and verdict from :func:`run_figures` (of one process, or
     every rank's combined): the :class:`tracker.record.RunRecord` fields they fill."""
@@ -247,7 +250,13 @@ def record_fields(
     flops_per_s = fig["flops_per_s"]
     run_mfu = mfu(flops_per_s, peak_tflops, n) if flops_per_s else None
     verdict = diagnose(
-        evidence(fig, duration_s=duration_s, run_mfu=run_mfu, rank_spread_pct=rank_spread_pct),
+        evidence(
+            fig,
+            duration_s=duration_s,
+            run_mfu=run_mfu,
+            rank_spread_pct=rank_spread_pct,
+            device=device,
+        ),
         thresholds,
     )
 

@@ -125,6 +125,10 @@ class RunSpec:
     """USD; None: the price table's for the GPU model."""
     per_gpu: bool = False
     """Log ``gpu/<i>/…`` too."""
+    device: str | None = None
+    """Where the trainer put the model: ``cpu`` when it chose the CPU (Lightning's
+    ``accelerator="cpu"``, the Trainer's ``use_cpu``), so the verdict says so instead of asking
+    for NVML; None: a GPU, or not known (a plain loop)."""
 
 
 _NUMBER_TYPES = ("int", "float", "int | None", "float | None")

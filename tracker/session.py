@@ -673,6 +673,7 @@ class Session:
             peak_tflops=self.peak_tflops,
             rank_spread_pct=spread,
             thresholds=self.settings.thresholds,
+            device=self.spec.device,
         )
 
     # -- background callbacks ---------------------------------------------------------------

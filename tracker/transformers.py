@@ -224,6 +224,8 @@ class GpuKpiCallback(TrainerCallback):
             kwargs["name"] = str(name)
         kwargs.setdefault("framework", "transformers")
         kwargs.setdefault("dtype", _dtype(args))
+        if _device_type(args) == "cpu":  # told so at the end, never asked for NVML
+            kwargs.setdefault("device", "cpu")
         kwargs["links"] = {**links, **kwargs.get("links", {})}
         kwargs["sinks"] = [*sinks, *kwargs.get("sinks", ())]
         kwargs["log_every_s"] = float("inf")  # logging follows the Trainer's logging_steps
@@ -328,3 +330,12 @@ class GpuKpiCallback(TrainerCallback):
     def record(self) -> RunRecord | None:
         """The run's final record (global rank 0: every rank's GPUs), after training."""
         return self.session.record if self.session is not None else None
+
+
+def _device_type(args: Any) -> str | None:
+    """The type of the device the Trainer trains on (``cpu``, ``cuda``…; ``args.device``);
+    None: not known."""
+    try:
+        return str(args.device.type)
+    except Exception:  # an arguments object of another transformers: nothing said
+        return None

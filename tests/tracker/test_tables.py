@@ -254,6 +254,7 @@ HOUR = 3600.0
         (Evidence(util_pct=60.0, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
         (Evidence(util_pct=None, duration_s=HOUR, data_wait_pct=25.0), "input-bound", "critical"),
         (Evidence(util_pct=None, duration_s=HOUR), "unknown", "unknown"),
+        (Evidence(util_pct=None, duration_s=HOUR, device="cpu"), "unknown", "unknown"),
         (
             Evidence(
                 util_pct=60.0, duration_s=HOUR, gpu_count=8, rank_spread_pct=35.0, mem_used_pct=80.0
@@ -300,3 +301,13 @@ def test_the_reasons_say_what_is_unknown_and_what_is_held() -> None:
     assert diagnose(Evidence(util_pct=0.0, duration_s=600.0)).reason == (
         "utilization 0%, held idle for 10 min (shorter than the 30-min idle window)"
     )
+
+
+def test_a_run_that_chose_the_cpu_is_told_so() -> None:
+    from tracker.diagnosis import diagnose
+
+    cpu = diagnose(Evidence(util_pct=None, duration_s=HOUR, device="cpu"))
+    assert cpu.reason == "trained on the CPU: no GPU to judge"
+    assert 'accelerator="gpu"' in cpu.advice and "nvidia-ml-py" not in cpu.advice
+    # without the device known, no GPU data is a missing NVML
+    assert "nvidia-ml-py" in diagnose(Evidence(util_pct=None, duration_s=HOUR)).advice

@@ -254,6 +254,8 @@ class LightningHooks:
             kwargs["name"] = name
         kwargs.setdefault("framework", "lightning")
         kwargs.setdefault("dtype", str(trainer.precision))
+        if _device_type(trainer) == "cpu":  # told so at the end, never asked for NVML
+            kwargs.setdefault("device", "cpu")
         kwargs["links"] = {**links, **kwargs.get("links", {})}
         kwargs["sinks"] = [*sinks, *kwargs.get("sinks", ())]
         if not self._log_every_s:  # the configured cadence for very slow steps
@@ -440,3 +442,12 @@ def _gatherer(trainer: Any, pl_module: Any) -> Any:
         return [list(map(float, row)) for row in out.reshape(-1, len(vector)).cpu().tolist()]
 
     return gather
+
+
+def _device_type(trainer: Any) -> str | None:
+    """The type of the device the trainer put the model on (``cpu``, ``cuda``…); None: not
+    known (a Lightning without ``strategy.root_device``)."""
+    try:
+        return str(trainer.strategy.root_device.type)
+    except Exception:  # internals of another Lightning: nothing said
+        return None

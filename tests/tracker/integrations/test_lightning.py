@@ -718,6 +718,9 @@ def test_no_nvml_is_recorded_as_no_gpu_data_not_idle(tmp_path: Path) -> None:
         None,
     )
     assert r.verdict == "unknown" and r.steps == 10 and r.samples == 10 * BATCH
+    # the trainer chose the CPU (accelerator="cpu"): it is told so, not to install NVML
+    assert r.advice is not None and r.advice.startswith("The trainer ran the model on the CPU")
+    assert "nvidia-ml-py" not in r.advice
     assert r.mfu is None  # no GPU, no peak
     scalars = readers.read_tensorboard(tb.log_dir)
     assert "gpu/util_pct" not in scalars and steps_of(scalars["perf/step_time_ms"]) == [4, 9]

@@ -692,6 +692,8 @@ def test_nvml_missing_records_the_run_without_gpu_data(
     assert (s.id, s.status, s.gpu_source, s.gpu_count) == (r.id, "finished", "none", 0)
     assert s.util_pct is None and s.cost_usd is None and s.mfu is None  # never "idle" or $0
     assert s.verdict == "unknown"
+    # the Trainer was told use_cpu=True: the run is told it chose the CPU, not to install NVML
+    assert s.advice is not None and s.advice.startswith("The trainer ran the model on the CPU")
     assert (s.samples, s.tokens) == (10 * BATCH, 10 * BATCH * SEQ_LEN)
     assert s.samples_per_s is not None and s.samples_per_s > 0
     assert any("no GPU metrics" in w for w in gpu_kpi_warnings(caplog))
