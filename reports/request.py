@@ -112,7 +112,7 @@ def parse_formats(text: str) -> tuple[str, ...]:
             f"list of {', '.join(known)}"
         )
     if "parquet" in wanted and importlib.util.find_spec("pyarrow") is None:
-        raise ReportError(f"--format parquet needs pyarrow: {install_hint('parquet')}")
+        raise ReportError(f"--format parquet needs pyarrow: {install_hint('parquet', 'pyarrow')}")
     return wanted
 
 

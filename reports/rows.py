@@ -122,8 +122,9 @@ class Part(Protocol):
     name: ClassVar[str]
     """Its key in :attr:`reports.kpi.WeekKpis.parts` and its templates' stem."""
     place: ClassVar[str]
-    """Where the page shows it: ``top`` (after the summary, and in the email) or ``detail``
-    (after where the waste went)."""
+    """Where the page shows it: ``lead`` (right under the headline; the email has its own
+    lead), ``top`` (after the manager's sections, and in the email) or ``detail`` (after where
+    the waste went)."""
 
     def of_team(self, team: str) -> Part:
         """The part of ``team``'s report: its own rows only."""

@@ -28,6 +28,8 @@ def test_a_hint_is_a_pip_command_of_packages() -> None:
     hint = install_hint("postgres")
     assert hint == "pip install 'psycopg[binary]>=3.1'"
     assert install_hint("no-such-extra") == "pip install '.[no-such-extra]' in the gpu-kpi checkout"
+    # the one package a caller found missing, of the extra
+    assert install_hint("parquet", "pyarrow") == "pip install 'pyarrow>=14'"
 
 
 def test_no_message_names_a_package_no_index_has() -> None:

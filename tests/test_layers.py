@@ -45,6 +45,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/data/columns.py",
         "reports/imports/nvsmi_fast.py",
         "reports/sections/savings.py",
+        "reports/sections/first.py",
     ),
     "numpy": (
         "reports/kpi/",

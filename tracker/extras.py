@@ -44,26 +44,32 @@ def extra_requirements(extra: str) -> list[str] | None:
     return out
 
 
-def install_hint(extra: str) -> str:
+def install_hint(extra: str, *only: str) -> str:
     """``pip install 'pyarrow>=14'``: the packages of gpu-kpi's ``extra`` not installed yet
-    (all of them where each is); in a checkout that was never installed, ``pip install
-    '.[extra]'`` there."""
+    (all of them where each is), or those of them named ``only`` (the one a caller found
+    missing); in a checkout that was never installed, ``pip install '.[extra]'`` there."""
     reqs = extra_requirements(extra)
     if not reqs:
         return f"pip install '.[{extra}]' in the gpu-kpi checkout"
+    if only:
+        named = [r for r in reqs if _name(r).lower() in {o.lower() for o in only}]
+        return "pip install " + " ".join(shlex.quote(r) for r in named or reqs)
     missing = [r for r in reqs if not _installed(r)]
     return "pip install " + " ".join(shlex.quote(r) for r in missing or reqs)
+
+
+def _name(spec: str) -> str:
+    """The distribution a requirement names (``pyarrow`` of ``pyarrow>=14``)."""
+    m = re.match(r"[A-Za-z0-9_.-]+", spec)
+    return m[0] if m else spec
 
 
 def _installed(spec: str) -> bool:
     """Whether the distribution a requirement names is installed (any version)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    name = re.match(r"[A-Za-z0-9_.-]+", spec)
-    if name is None:
-        return False
     try:
-        version(name[0])
+        version(_name(spec))
     except PackageNotFoundError:
         return False
     return True

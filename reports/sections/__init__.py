@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reports.sections import budgets, savings, scheduler
+from reports.sections import budgets, first, savings, scheduler
 from reports.sections.week import Week
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class Section:
 
 
 SECTIONS: tuple[Section, ...] = (
+    Section(first.FixFirst.name, first.read),
     Section(budgets.Budgets.name, budgets.read),
     Section(scheduler.Scheduler.name, scheduler.read),
     Section(savings.Savings.name, savings.read),

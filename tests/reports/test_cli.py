@@ -5,6 +5,7 @@ what the CLI imports)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import datetime, timedelta
@@ -96,6 +97,18 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     # capacity nobody held has one dollar figure on the page: the ledger's, at the top; the
     # Slurm section gives the nodes' hours no job held, never a second owned-GPU price of them
     page = html.read_text()
+    # the first screen says who: right under the headline, the largest dollars to act on,
+    # interactive-debug's $77.00 first; then by team and the runs to fix, before the trends
+    ids = re.findall(r'<section id="([^"]+)"', page)
+    assert ids[:5] == ["headline", "fix-first", "breakdowns", "runs", "trends"]
+    first = json.loads(html.with_suffix(".json").read_text())["fix_first"]
+    assert (first[0]["run_id"], first[0]["usd"], first[0]["cause"]) == (
+        "slurm:demo/7006",
+        pytest.approx(77.0),
+        "not measured",
+    )
+    assert [i["usd"] for i in first] == sorted((i["usd"] for i in first), reverse=True)
+    assert '<strong>$77.00</strong> <span class="name">interactive-debug</span>' in page
     free = f"${head['unallocated_usd']:,.2f} for the"
     assert page.count(free) == 1 and page.count("of owned GPUs") == 1
     (nodes,) = alloc["capacity"]

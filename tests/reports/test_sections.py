@@ -66,7 +66,7 @@ def test_every_section_has_its_partials_and_one_name() -> None:
         name = section.name
         part = section.read.__annotations__["return"]
         place = getattr(importlib.import_module(section.read.__module__), part).place
-        assert place in ("top", "detail"), f"{name}: no place on the page"
+        assert place in ("lead", "top", "detail"), f"{name}: no place on the page"
         # the email shows the top sections
         for fmt in ("html", "email.html", "email.txt") if place == "top" else ("html",):
             partial = ROOT / "templates" / f"_{name}.{fmt}.j2"

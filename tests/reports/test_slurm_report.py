@@ -204,7 +204,7 @@ def test_jobs_in_the_weekly_report_by_hand(store_url: str, tmp_path: Path) -> No
     assert float(got[("allocation_team", "NLP", "no_samples_usd")]) == pytest.approx(15.40)
     # the HTML: the section, its figures, the job's name as text
     html = (out / "2026-W48.html").read_text()
-    section = html[html.index('id="allocations"') : html.index('id="trends"')]
+    section = html[html.index('id="allocations"') : html.index('id="causes"')]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in section and "<script>alert" not in section
     assert "$42.35" in section and "$11.55" in section and "$15.40" in section
     assert "by job id" in section and "by node and time" in section

@@ -1,0 +1,139 @@
+"""The "fix first" section, right under the headline: the week's largest dollars an owner can
+act on, per run or scheduler job (recoverable waste plus GPU-time paid and not measured), with
+who owns it, its cause and the fix in a few words; the JSON's ``fix_first`` and the CSV's
+section ``fix_first``. A team's page has its own largest items."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import tzinfo
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pandas as pd
+
+from reports.kpi import runs_to_fix
+from reports.kpi.causes import CAUSES, cause_of
+from reports.kpi.ledger import JOB_KIND, UNMEASURED_VERDICT
+from reports.render.exports import plain
+from reports.render.fmt import fmt_usd, text_or_dash
+
+if TYPE_CHECKING:
+    from reports.sections.week import Week
+
+ITEMS = 5
+"""Items the section names."""
+MIN_USD = 0.005
+"""Dollars under which an item is not named (nothing to act on)."""
+SHORT_FIX: dict[str, str] = {
+    "idle": "release the GPUs while they are not used",
+    "imbalanced": "request only the GPUs the job uses",
+    "input-bound": "more DataLoader workers, pin_memory",
+    "communication-bound": "overlap communication with compute",
+    "small-batch": "raise the batch size",
+    "low-efficiency": "bf16 and fused kernels",
+    "oversized": "run it on the cheaper GPU right-sizing names",
+    "below-target": "profile a few steps",
+    UNMEASURED_VERDICT: "track all of its time, or release the GPUs",
+}
+"""Each cause's fix in a few words (the full advice is in the runs to fix)."""
+
+
+@dataclass(frozen=True)
+class FixFirst:
+    """The week's runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable waste
+    plus not measured), of which the section names the first :data:`ITEMS`."""
+
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)
+    oversized: frozenset[str] = frozenset()
+    """Run ids a cheaper GPU fits (the right-sizing's)."""
+    name: ClassVar[str] = "fix_first"
+    place: ClassVar[str] = "lead"
+
+    def of_team(self, team: str) -> FixFirst:
+        rows = self.rows
+        if len(rows) and "team" in rows:
+            rows = rows[rows["team"] == team].reset_index(drop=True)
+        return FixFirst(rows, self.oversized)
+
+    def items(self) -> list[dict[str, Any]]:
+        """The first :data:`ITEMS` with dollars to act on, as plain values."""
+        out = []
+        for r in self.rows.head(4 * ITEMS).to_dict("records"):
+            waste = _usd(r.get("waste_usd"))
+            unmeasured = _usd(r.get("unmeasured_usd"))
+            usd = waste + unmeasured
+            if usd < MIN_USD:
+                continue
+            job = r.get("kind") == JOB_KIND
+            verdict = r.get("verdict")
+            cause = (
+                UNMEASURED_VERDICT
+                if job or unmeasured > waste
+                else cause_of(verdict, oversized=str(r.get("run_id")) in self.oversized)
+            )
+            out.append(
+                {
+                    "run_id": str(r.get("run_id")),
+                    "kind": "job" if job else "run",
+                    "name": r.get("name"),
+                    "user": r.get("user"),
+                    "team": r.get("team"),
+                    "usd": usd,
+                    "waste_usd": waste,
+                    "unmeasured_usd": unmeasured,
+                    "cause": cause,
+                }
+            )
+            if len(out) == ITEMS:
+                break
+        return out
+
+    def view(self, *, brief: bool = False) -> Mapping[str, Any] | None:
+        items = self.items()
+        if not items:
+            return None
+        return {
+            "items": [
+                {
+                    "usd": fmt_usd(i["usd"]),
+                    "name": text_or_dash(i["name"], i["run_id"]),
+                    "job": i["run_id"].partition(":")[2] if i["kind"] == "job" else "",
+                    "who": " · ".join(text_or_dash(x) for x in (i["user"], i["team"]) if x) or "—",
+                    "cause": CAUSES.get(i["cause"], i["cause"]),
+                    "fix": SHORT_FIX.get(i["cause"], ""),
+                }
+                for i in items
+            ]
+        }
+
+    def summary(self) -> list[tuple[str, str, str]]:
+        return []
+
+    def document(self, tz: tzinfo) -> dict[str, Any]:
+        return {"fix_first": [plain(i) for i in self.items()]}
+
+    def csv_rows(self, doc: Mapping[str, Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
+        for i in doc["fix_first"]:
+            yield (
+                "fix_first",
+                i["run_id"],
+                {f: i[f] for f in ("kind", "name", "usd", "waste_usd", "unmeasured_usd", "cause")},
+            )
+
+    def card_lines(self) -> list[str]:
+        return []
+
+
+def _usd(value: object) -> float:
+    """Known dollars; an unpriced (NaN, None) amount is not a figure to rank by."""
+    v = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) else 0.0
+
+
+def read(week: Week) -> FixFirst:
+    """The week's runs and jobs to fix, as the runs to fix orders them."""
+    k = week.kpis
+    fits = k.rightsizing
+    oversized = frozenset(fits["run_id"].astype(str)) if "run_id" in fits else frozenset()
+    return FixFirst(runs_to_fix(k), oversized)
