@@ -643,4 +643,11 @@ def render_html(
         k, charts, title=title, report_url=report_url, generated_at=generated_at
     )
     context["fleet_url"] = safe_http_url(fleet_url) or ""
+    # the archive's neighbours, side by side in its folder (a team's page has its own folder)
+    before = week_label(k.week - pd.Timedelta(days=7))  # a week start, give or take an hour
+    context["nav"] = (
+        {"previous": {"week": before, "href": f"{before}.html"}, "index": "index.html"}
+        if fleet_url is None
+        else None
+    )
     return str(environment().get_template("report.html.j2").render(**context))

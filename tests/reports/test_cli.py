@@ -99,6 +99,10 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     page = html.read_text()
     # the first screen says who: right under the headline, the largest dollars to act on,
     # interactive-debug's $77.00 first; then by team and the runs to fix, before the trends
+    # the page links the week before and the index, both in the archive beside it
+    prev = re.search(r'<a href="(\d{4}-W\d\d\.html)" rel="prev">', page)
+    assert prev is not None and (html.parent / prev[1]).is_file()
+    assert '<a href="index.html">all weeks</a>' in page and (html.parent / "index.html").is_file()
     ids = re.findall(r'<section id="([^"]+)"', page)
     assert ids[:5] == ["headline", "fix-first", "breakdowns", "runs", "trends"]
     first = json.loads(html.with_suffix(".json").read_text())["fix_first"]
