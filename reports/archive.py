@@ -40,6 +40,8 @@ from tracker.text import one_line
 log = logging.getLogger("gpu_kpi")
 
 _ARCHIVE_NAME = re.compile(r"^(\d{4}-W\d{2})\.json$")
+_SO_FAR_NAME = re.compile(r"^(\d{4}-W\d{2})-so-far\.json$")
+"""A week under way's own files (``gpu-kpi report --week current``): ours, never a week."""
 
 
 def week_file(label: str, suffix: str) -> str:
@@ -151,7 +153,17 @@ def read_archive(
     if staged is not None:
         files.update({p.name: p for p in staged.glob("*-W*.json")})
         pages.update(p.name for p in staged.glob("*-W*.html"))
+    # a week under way's files are ours: the newest (of a week not archived whole) is the
+    # index's week under way, the others are just left alone
+    under_way = sorted(m.group(1) for name in files if (m := _SO_FAR_NAME.match(name)))
+    for label in under_way:
+        del files[f"{label}-so-far.json"]
     weeks, left_out = [], []
+    archived = {m.group(1) for name in files if (m := _ARCHIVE_NAME.match(name))}
+    if under_way and under_way[-1] not in archived and f"{under_way[-1]}-so-far.html" in pages:
+        weeks.append(
+            {"label": under_way[-1], "so_far": True, "href": f"{under_way[-1]}-so-far.html"}
+        )
     for name in sorted(files):
         try:
             text = files[name].read_text(encoding="utf-8")

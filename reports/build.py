@@ -521,10 +521,11 @@ def build(
     c = compute(store_url, req, now=now or datetime.now(UTC))
     label = label_of(c.kpis.week)
     if c.kpis.so_far is not None:
-        # a week under way is never archived as the week: its own files, out of the index
-        # and of the BI tables, so a later report (or --all) writes the complete week
+        # a week under way is never archived as the week: its own files, out of the index's
+        # weeks (it links them as the week under way) and of the BI tables, so a later report
+        # (or --all) writes the complete week
         files = render(c.kpis, req)
-        label, index = f"{label}-so-far", False
+        label, index = f"{label}-so-far", "html" in req.formats  # the index links it
     else:
         week, files = _archived(c.kpis, req)
         publish_week(store_url, week, now=c.now)

@@ -225,6 +225,8 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
         "generator": GENERATOR,
         "schema": SCHEMA,
         "week": label_of(k.week),
+        # a week under way: the time its figures run to (a partial week); None: complete
+        "partial_to": None if k.so_far is None else k.so_far.isoformat(),
         "week_start": start.isoformat(),
         "week_end": end.isoformat(),
         "time_zone": str(tz),
@@ -460,6 +462,8 @@ class CsvExport(RunsExport):
                         ]
                     )
 
+        if d.get("partial_to") is not None:  # a week under way says so on its first line
+            rows("week", "", {"partial_to": d["partial_to"]})
         rows("headline", "", d["headline"])
         for g in GROUPS:
             for row in d[f"by_{g}"]:

@@ -96,7 +96,11 @@ def index_context(
     left_out: Sequence[LeftOut] = (),
 ) -> dict[str, Any]:
     rows = []
+    under_way = None
     for w in weeks:
+        if w.get("so_far"):  # the week under way: a link, no row (its figures are partial)
+            under_way = {"label": str(w["label"]), "href": _index_href(w, str(w["label"]))}
+            continue
         missing = [f for f in INDEX_FIELDS if f not in w]
         if missing:
             raise ValueError(f"week {w.get('label')!r} lacks {', '.join(missing)}")
@@ -164,6 +168,7 @@ def index_context(
         "last": rows[-1][0] if rows else "",
         "basis": " / ".join(bases),
         "left_out": [{"name": f.name, "reason": f.reason} for f in left_out],
+        "under_way": under_way,
         "generated_at": (
             generated_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if generated_at else ""
         ),

@@ -13,7 +13,7 @@ import pytest
 from clirun import gpu_kpi
 from fakes import run_record
 
-from reports.build import build, compute
+from reports.build import build, compute, render
 from reports.data.scans import SampleScans
 from reports.errors import ReportError
 from reports.request import Request, resolve_week
@@ -223,7 +223,7 @@ def test_the_week_so_far_and_where_the_runs_are(
     """A new user trains on Tuesday of 2026-W49 and runs ``gpu-kpi report``: last week is empty,
     and the report says where the runs are. ``--week current`` reports the week so far: 2 h on
     an H100 at $3.85 = $7.70, marked "so far, to Tue 14:02", written as 2026-W49-so-far.* and
-    not archived as the week (no 2026-W49.json, no index)."""
+    not archived as the week (no 2026-W49.json; the index links it as the week under way)."""
     from reports.cli import main
 
     url = f"sqlite:///{tmp_path}/runs.db"
@@ -245,14 +245,28 @@ def test_the_week_so_far_and_where_the_runs_are(
         "2026-W49-so-far.eml",
         "2026-W49-so-far.html",
         "2026-W49-so-far.json",
+        "index.html",
     ]
     data = json.loads((out / "2026-W49-so-far.json").read_text())
     assert data["headline"]["spend_usd"] == pytest.approx(2 * 3.85)
+    # partial, and said so in the JSON and the CSV's first line
+    assert data["partial_to"] == "2026-12-01T14:02:00+00:00"
+    so_far = compute(url, Request(week="current", tz=UTC), now=now).kpis
+    assert so_far.so_far is not None
+    csv_text = bytes(render(so_far, Request(week="current", tz=UTC, formats=("csv",)))["csv"])
+    assert csv_text.decode().splitlines()[1] == (
+        "2026-W49,util,week,,partial_to,2026-12-01T14:02:00+00:00"
+    )
+    # the index lists no week yet, and links the week under way as such, never as a file of
+    # someone else's
+    index = (out / "index.html").read_text()
+    assert 'week under way: <a href="2026-W49-so-far.html">2026-W49 so far</a>' in index
+    assert "not gpu-kpi week reports" not in index and "No reports archived yet" in index
     page = (out / "2026-W49-so-far.html").read_text()
     assert "2026-W49 so far" in page and "so far, to Tue 14:02" in page
     eml = (out / "2026-W49-so-far.eml").read_text()
     assert "Subject: GPU efficiency 2026-W49 so far: $8 spend, 80.0% utilization" in eml
-    assert not (out / "2026-W49.json").exists() and not (out / "index.html").exists()
+    assert not (out / "2026-W49.json").exists()
 
     # the CLI, on the clock's today: the empty last week says where the runs are (stderr), exit 0
     today = datetime.now(UTC)

@@ -218,7 +218,8 @@ def test_only_http_links_become_hrefs(small: tuple) -> None:
     page = readers.parse_html(doc)
     # run a (90%) is not underutilized, so only run b's links are listed
     hrefs = [a["href"] for a in page.all("a")]
-    assert hrefs == ["https://wandb.ai/acme/vision/runs/b2"]
+    # the archive's own neighbours (relative), then the one http(s) link of a run
+    assert hrefs == ["2026-W47.html", "index.html", "https://wandb.ai/acme/vision/runs/b2"]
     text = page.plain()
     assert "W&B run" in text
     assert "TensorBoard: javascript:alert(1)" in text  # shown, not linked
