@@ -244,7 +244,9 @@ def _compute(
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())
     if shift_week(start, req.tz, 1) > now:
-        k = dataclasses.replace(k, so_far=now.astimezone(req.tz))
+        end = shift_week(start, req.tz, 1)
+        share = (now - start).total_seconds() / (end - start).total_seconds()
+        k = dataclasses.replace(kpis.so_far_week(k, share), so_far=now.astimezone(req.tz))
     elif k.headline.gpu_hours <= 0:
         k = dataclasses.replace(k, hint=_where_runs_are(store_url, req.tz, now))
         if k.hint and warn:

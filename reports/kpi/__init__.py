@@ -51,6 +51,7 @@ from reports.kpi.weekly import (
     kpis_of_gpu_time,
     run_weeks,
     runs_to_fix,
+    so_far_week,
     user_week,
     week_kpis,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "sample_columns",
     "sampled_gpu_time",
     "samples_frame",
+    "so_far_week",
     "summary_gpu_time",
     "surely_usable",
     "totals_gpu_time",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -498,6 +499,34 @@ def kpis_of_gpu_time(
         if len(team_headlines)
         else {},
     )
+
+
+RATE_FIELDS = frozenset(
+    {"utilization_pct", "underutilized_gpu_hours_pct", "usd_per_1k_samples", "usd_per_1m_tokens"}
+)
+"""Headline figures that are rates or shares: a part of a week compares them as they are."""
+
+
+def so_far_week(k: WeekKpis, share: float) -> WeekKpis:
+    """A week under way, ``share`` of it elapsed (0-1), compared with the week before at the
+    same point: its totals pro rata (``share`` of them: the week before's rows are not read
+    again by hour), its rates and shares as they were. Comparing a Tuesday with a whole week
+    said "spend ▼ 80%" of every week under way."""
+    prev = k.previous
+    if prev is None:
+        return k
+    share = min(max(share, 0.0), 1.0)
+    pro_rata: dict[str, Any] = {}
+    for f, v in prev.__dict__.items():
+        if f in RATE_FIELDS or v is None or isinstance(v, bool):
+            continue
+        if isinstance(v, int):
+            pro_rata[f] = round(v * share)  # a count of runs: whole ones
+        elif isinstance(v, float):
+            pro_rata[f] = v * share
+    scaled = replace(prev, **pro_rata)
+    change = {f: _change(getattr(k.headline, f), getattr(scaled, f)) for f in HEADLINE_FIELDS}
+    return replace(k, previous=scaled, change_pct=change)
 
 
 def user_week(k: WeekKpis, user: str) -> WeekKpis:

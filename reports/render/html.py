@@ -480,6 +480,8 @@ def report_context(
         ),
         "report_url": safe_http_url(report_url) or "",
         "cards": _cards(k),
+        # a week under way is compared with the week before at the same point (pro rata)
+        "previous_label": "last week to this point" if k.so_far else "last week",
         "unit_costs": [
             f"{fmt_unit_usd(v)} {unit}"
             for v, unit in (

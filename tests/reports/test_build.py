@@ -313,3 +313,24 @@ def test_the_json_lists_the_runs_with_most_waste_and_the_csv_every_run(
     assert d["headline"]["runs"] == 3
     rows = list(csv.DictReader(io.StringIO((out / "2026-W48.csv").read_text())))
     assert len({r["key"] for r in rows if r["section"] == "run"}) == 3
+
+
+def test_a_week_under_way_is_compared_with_the_week_before_at_the_same_point(
+    tmp_path: Path,
+) -> None:
+    # W48: 14 h on an H100 at 50%, $53.90; W49 so far (Tuesday 14:02): 2 h at 80%, $7.70. The
+    # whole of W48 against a day and a half of W49 said "spend ▼ 86%"; at the same point W48
+    # had spent 53.90 x (38 h 2 min / 168 h)
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as store:
+        store.upsert_run(run_record("last", datetime(2026, 11, 24, 9, tzinfo=UTC), 14, util=50.0))
+        store.upsert_run(run_record("now", datetime(2026, 12, 1, 9, tzinfo=UTC), 2, util=80.0))
+    now = datetime(2026, 12, 1, 14, 2, tzinfo=UTC)
+    k = compute(url, Request(week="current", tz=UTC), now=now).kpis
+    share = (38 + 2 / 60) / 168
+    assert k.previous is not None
+    assert k.previous.spend_usd == pytest.approx(14 * 3.85 * share)
+    assert k.change_pct["spend_usd"] == pytest.approx(100 * (7.70 / (53.90 * share) - 1))
+    assert k.previous.utilization_pct == pytest.approx(50.0)  # a rate: as it was
+    page = bytes(render(k, Request(week="current", tz=UTC, formats=("html",)), images={})["html"])
+    assert b"last week to this point: $" in page
