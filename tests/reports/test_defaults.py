@@ -93,11 +93,7 @@ def test_a_new_users_commands_with_the_defaults(
     assert f"imported 1 run(s), 4.0 GPU-h, 240 minute rows into sqlite:///{store}" in out
     # the run it wrote, as `runs` lists it
     listed = _ok(user("runs")).splitlines()
-    assert (
-        listed[0].startswith("started")
-        and len(listed) == 2
-        and "2x H100" in listed[1].replace("2xH100", "2x H100")
-    )
+    assert listed[0].startswith("started") and len(listed) == 2 and "2xH100" in listed[1]
     # the week's report into ./reports-out, the default
     _ok(user("report", "--week", "2026-W48"))
     page = home / "reports-out" / "2026-W48.html"
