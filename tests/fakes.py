@@ -143,3 +143,38 @@ def minutes(
         )
         for m in range(n)
     ]
+
+
+def slurm_job(
+    job_id: str,
+    gpus: int,
+    start: datetime,
+    end: datetime | None,
+    hosts: tuple[str, ...],
+    model: str | None = "H100",
+    **kw: object,
+) -> Any:
+    """A Slurm job as ``gpu-kpi import slurm`` writes it (:class:`reports.rows.Allocation`;
+    ``kw`` overrides any field: a pod's ``source``, a job's ``team``, ``name``...)."""
+    from reports.rows import Allocation
+
+    values: dict[str, object] = dict(
+        source="slurm",
+        cluster="c",
+        job_id=job_id,
+        shown_id=job_id,
+        name=f"job-{job_id}",
+        user="ana",
+        account="nlp",
+        team="nlp",
+        partition="gpu",
+        state="COMPLETED" if end else "RUNNING",
+        start_at=start,
+        end_at=end,
+        seen_at=end or start,
+        gpus=gpus,
+        gpu_model=model,
+        hosts=hosts,
+    )
+    values.update(kw)
+    return Allocation(**values)  # type: ignore[arg-type]

@@ -10,14 +10,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fakes import minutes, run_record
+from fakes import minutes, run_record, slurm_job
 
 from reports.build import Computed, compute, render
 from reports.kpi.budgets import Budget
 from reports.render.chat import chat_card
 from reports.render.email import build_runs_email
 from reports.request import Request
-from reports.rows import Allocation
 from tracker.store import RunStore
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
@@ -65,23 +64,17 @@ def computed(tmp_path_factory: pytest.TempPathFactory) -> Computed:
         write_allocations(
             s,
             [
-                Allocation(
-                    source="slurm",
+                slurm_job(
+                    "99",
+                    4,
+                    tue + timedelta(hours=4),
+                    tue + timedelta(hours=6),
+                    ("node-ben",),
                     cluster="c1",
-                    job_id="99",
-                    shown_id="99",
                     name="ben-job",
                     user="ben-secret",
                     account="zz-vision",
                     team="zz-vision",
-                    partition="gpu",
-                    state="COMPLETED",
-                    start_at=tue + timedelta(hours=4),
-                    end_at=tue + timedelta(hours=6),
-                    seen_at=tue + timedelta(hours=6),
-                    gpus=4,
-                    gpu_model="H100",
-                    hosts=("node-ben",),
                 )
             ],
         )

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fakes import run_record
+from fakes import run_record, slurm_job
 
 from reports.build import Computed, compute, render
 from reports.kpi.budgets import Budget
@@ -71,7 +71,8 @@ def test_every_section_has_its_partials_and_one_name() -> None:
         for fmt in ("html", "email.html", "email.txt") if place == "top" else ("html",):
             partial = ROOT / "templates" / f"_{name}.{fmt}.j2"
             assert partial.is_file(), f"{name}: no {partial.name}"
-            assert "view." in partial.read_text(), f"{partial.name} shows nothing of its view"
+            text = partial.read_text()
+            assert "view." in text or 'view["' in text, f"{partial.name} shows nothing of its view"
 
 
 def test_the_parts_are_the_registry_in_its_order(computed: Computed) -> None:
@@ -84,7 +85,8 @@ def test_the_budgets_section_through_every_format_by_hand(computed: Computed) ->
     page = out["html"]
     assert 'id="budgets"' in page and "<b>vision</b>" not in page
     assert "&lt;b&gt;vision&lt;/b&gt;" in page
-    row = re.search(r'<tr><td class="name">nlp</td>.*?</tr>', page)
+    budgets = page[page.index('id="budgets"') :]
+    row = re.search(r'<tr><td class="name">nlp</td>.*?</tr>', budgets)
     assert row is not None
     assert "$15.40" in row[0] and "$10.00" in row[0] and "154%" in row[0]
     assert 'class="bad">over budget' in row[0]
@@ -135,24 +137,11 @@ def test_a_teams_report_holds_its_own_jobs_alone(tmp_path: Path) -> None:
     start = W48 + timedelta(days=1, hours=10)
 
     def job(job_id: str, team: str) -> Allocation:
-        return Allocation(
-            source="slurm",
-            cluster="c1",
-            job_id=job_id,
-            shown_id=job_id,
-            name=f"train-{team}",
-            user="ana",
-            account=team,
-            team=team,
-            partition="gpu",
-            state="COMPLETED",
-            start_at=start,
-            end_at=start + timedelta(hours=2),
-            seen_at=start + timedelta(hours=2),
-            gpus=2,
-            gpu_model="H100",
-            hosts=(f"node-{team}",),
-        )
+        end = start + timedelta(hours=2)
+        return slurm_job(
+            job_id, 2, start, end, (f"node-{team}",), cluster="c1", name=f"train-{team}",
+            account=team, team=team,
+        )  # fmt: skip
 
     with RunStore(url) as s:
         s.upsert_run(run_record("a", W48 + timedelta(days=2), 2, gpus=2, team="nlp"))

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from fakes import slurm_job
+
 from reports.data.allocations import Allocation
 from reports.kpi.allocations import runs_of_jobs, short_host, workload_of
 from tracker.cost import Thresholds, idle_flags
@@ -148,24 +150,5 @@ def job(
     model: str | None = "H100",
     **kw: object,
 ) -> Allocation:
-    """A Slurm job (``kw`` overrides any field: a pod's ``source``, ``shown_id``...)."""
-    values: dict[str, object] = dict(
-        source="slurm",
-        cluster="c",
-        job_id=job_id,
-        shown_id=job_id,
-        name=f"job-{job_id}",
-        user="ana",
-        account="nlp",
-        team="nlp",
-        partition="gpu",
-        state="COMPLETED" if end else "RUNNING",
-        start_at=start,
-        end_at=end,
-        seen_at=end or start,
-        gpus=gpus,
-        gpu_model=model,
-        hosts=hosts,
-    )
-    values.update(kw)
-    return Allocation(**values)  # type: ignore[arg-type]
+    """A Slurm job (:func:`fakes.slurm_job`)."""
+    return slurm_job(job_id, gpus, start, end, hosts, model, **kw)  # type: ignore[no-any-return]
