@@ -162,6 +162,12 @@ class Computed:
             if self.kpis.allocations is None
             else self.kpis.allocations.of_team(team),
         )
+        so_far = self.kpis.so_far
+        if so_far is not None:  # a week under way: the team's too, compared at the same point
+            start = self.kpis.week.to_pydatetime()
+            end = shift_week(start, req.tz, 1)
+            share = (so_far - start).total_seconds() / (end - start).total_seconds()
+            tk = dataclasses.replace(kpis.so_far_week(tk, share), so_far=so_far)
         return tk if tk.headline.gpu_hours > 0 else None
 
 

@@ -334,3 +334,10 @@ def test_a_week_under_way_is_compared_with_the_week_before_at_the_same_point(
     assert k.previous.utilization_pct == pytest.approx(50.0)  # a rate: as it was
     page = bytes(render(k, Request(week="current", tz=UTC, formats=("html",)), images={})["html"])
     assert b"last week to this point: $" in page
+    # a team's page of the week under way: so far too, compared the same way
+    team = compute(url, Request(week="current", tz=UTC), now=now).team(
+        Request(week="current", tz=UTC), ""
+    )
+    assert team is not None and team.so_far is not None
+    assert team.previous is not None
+    assert team.previous.spend_usd == pytest.approx(14 * 3.85 * share)
