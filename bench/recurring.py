@@ -1,4 +1,4 @@
-"""What the report's recurring jobs and savings ledger (:func:`reports.build.recurring_of_weeks`)
+"""What the report's recurring jobs and savings ledger (:func:`reports.sections.savings.recurring_of_weeks`)
 cost: reading 26 weeks of runs and grouping them by job key, against reading the reported
 week's runs alone (the report reads those anyway).
 
@@ -8,7 +8,7 @@ are (``job-<k>-<run number>``, ``--keys`` jobs), each with its GPU-hours, utiliz
 
 1. the baseline: :func:`reports.gputime.usable_runs` of the last week (what the report
    reads of the runs for its own week);
-2. :func:`reports.build.recurring_of_weeks`: the 26 weeks' runs read, keyed, priced, the
+2. :func:`reports.sections.savings.recurring_of_weeks`: the 26 weeks' runs read, keyed, priced, the
    recurring jobs and the changes worked out;
 3. the parts of 2 in memory: job keys and prices (``job_runs``), the table
    (``recurring_jobs``), the changes (``changes``),
@@ -33,12 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from reports.build import recurring_of_weeks  # noqa: E402
 from reports.data.marks import add_mark  # noqa: E402
 from reports.data.scans import SampleScans  # noqa: E402
 from reports.gputime import usable_runs  # noqa: E402
 from reports.kpi import savings  # noqa: E402
 from reports.request import Request  # noqa: E402
+from reports.sections.savings import recurring_of_weeks  # noqa: E402
 from tracker.store import RunStore  # noqa: E402
 
 WEEK = datetime(2026, 11, 23, tzinfo=UTC)  # 2026-W48, the reported week
