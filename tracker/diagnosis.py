@@ -118,7 +118,7 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
         )
     gpu_s = e.duration_s * max(e.gpu_count, 1)
     if e.util_pct is not None and e.gpu_count > 1 and 0 < e.idle_gpus < e.gpu_count:
-        usd = e.idle_usd if e.idle_usd is not None else None
+        usd = e.idle_usd
         if usd is None and e.cost_usd is not None:
             usd = e.cost_usd * e.idle_gpus / e.gpu_count
         held = f": ${usd:,.2f} of GPU time held idle" if usd is not None else ""

@@ -16,7 +16,7 @@ from reports.kpi import runs_to_fix
 from reports.kpi.causes import CAUSES, cause_of
 from reports.kpi.ledger import JOB_KIND, UNMEASURED_VERDICT
 from reports.render.exports import plain
-from reports.render.fmt import fmt_usd, text_or_dash
+from reports.render.fmt import as_number, fmt_usd, text_or_dash
 
 if TYPE_CHECKING:
     from reports.sections.week import Week
@@ -127,8 +127,7 @@ class FixFirst:
 
 def _usd(value: object) -> float:
     """Known dollars; an unpriced (NaN, None) amount is not a figure to rank by."""
-    v = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
-    return float(v) if pd.notna(v) else 0.0
+    return as_number(value) or 0.0
 
 
 def read(week: Week) -> FixFirst:

@@ -12,7 +12,6 @@ from typing import Any
 
 from fakes import slurm_job
 
-from reports.data.allocations import Allocation
 from reports.kpi.allocations import runs_of_jobs, short_host, workload_of
 from tracker.cost import Thresholds, idle_flags
 
@@ -141,14 +140,5 @@ def oracle(
     return out
 
 
-def job(
-    job_id: str,
-    gpus: int,
-    start: datetime,
-    end: datetime | None,
-    hosts: tuple[str, ...],
-    model: str | None = "H100",
-    **kw: object,
-) -> Allocation:
-    """A Slurm job (:func:`fakes.slurm_job`)."""
-    return slurm_job(job_id, gpus, start, end, hosts, model, **kw)  # type: ignore[no-any-return]
+job = slurm_job
+"""A Slurm job (:func:`fakes.slurm_job`)."""
