@@ -54,8 +54,10 @@ $(DOCS_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-# the user docs (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor fails the build
+# the user docs (mkdocs.yml, docs/) into site/; --strict: a broken link or anchor fails the build.
+# First docs/reading.md's picture, fresh: the demo's week page in headless Chromium (needs chromium)
 docs: $(DOCS_STAMP)
+	$(BIN)/python docs_tools/week_screenshot.py --out docs/img/week-page.png
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # on a machine with an NVIDIA GPU: tests/gpu, sampler cost, utilization vs nvidia-smi, MFU (< 5 min)

@@ -104,7 +104,10 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert prev is not None and (html.parent / prev[1]).is_file()
     assert '<a href="index.html">all weeks</a>' in page and (html.parent / "index.html").is_file()
     ids = re.findall(r'<section id="([^"]+)"', page)
-    assert ids[:5] == ["headline", "fix-first", "breakdowns", "runs", "trends"]
+    assert ids[:6] == ["headline", "fix-first", "week-more", "breakdowns", "runs", "trends"]
+    # the glance's cards and the causes, then who: the savings, capacity, unit cost, energy and
+    # owning lines come after the largest dollars, so those stay on a laptop's first screen
+    assert page.index('id="top-causes"') < page.index('id="fix-first"') < page.index('id="what-if"')
     first = json.loads(html.with_suffix(".json").read_text())["fix_first"]
     assert (first[0]["run_id"], first[0]["usd"], first[0]["cause"]) == (
         "slurm:demo/7006",
