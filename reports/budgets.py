@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from reports import kpi as kpis
+from reports.gputime import mark_crashed
 from reports.kpi import WeekKpis
 from reports.kpi.budgets import PERIODS, TOP_RUNS, Budget, BudgetLine
 from reports.weeks import (
@@ -222,7 +223,7 @@ def current_lines(
     down at its end, is still alerted). Runs whose process died are marked first, as the report
     marks them."""
     tz = req.tz
-    store.mark_crashed(now=now)
+    mark_crashed(store, now=now)
     w0, m0 = week_start_of(now, tz), month_start_of(now, tz)
     spans = {("week", 0): (w0, shift_week(w0, tz, 1)), ("month", 0): (m0, shift_month(m0, tz, 1))}
     if previous:
@@ -286,7 +287,7 @@ def period_lines(
     wanted = sorted((b for b in budgets if period in dict(b.amounts())), key=lambda b: b.team)
     if not wanted:
         return []
-    store.mark_crashed(now=now)
+    mark_crashed(store, now=now)
     week = period == "week"
     end = shift_week(start, tz, 1) if week else shift_month(start, tz, 1)
     until = min(end, now)

@@ -48,21 +48,12 @@ def _history(store: Any, now: datetime) -> Any:
 
 def _dates(text: str) -> datetime:
     from reports.errors import UsageError
-    from reports.weeks import WeekError, parse_week, week_bounds
+    from reports.weeks import WeekError, parse_moment
 
-    if "-W" in text.upper():
-        try:
-            bounds = week_bounds(*parse_week(text.upper()), UTC)
-        except WeekError as e:
-            raise UsageError(str(e)) from None
-        return bounds[0]
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"expected a date (YYYY-MM-DD) or a week (YYYY-Www) in a range, got {text!r}"
-        ) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_moment(text, UTC)
+    except WeekError as e:
+        raise UsageError(f"a range's end: {e}") from None
 
 
 def _marks_of(store: Any, key: str) -> list[Any]:

@@ -315,6 +315,22 @@ def load(
     return _read(store, start, tz=tz, weeks=weeks, basis=basis, t=t, now=now)
 
 
+def mark_crashed(store: RunStore, *, now: datetime) -> bool:
+    """Mark the runs that stopped beating crashed, as every reading command does first; on a
+    store this process may only read (a read replica, a role that may only SELECT, a file
+    opened read-only) a warning instead. Whether they were marked."""
+    try:
+        store.mark_crashed(now=now)
+    except StoreError as e:
+        log.warning(
+            "gpu-kpi: the store is read as it is (%s): runs that stopped beating are not "
+            "marked crashed in it",
+            e,
+        )
+        return False
+    return True
+
+
 def _read(
     store: RunStore,
     start: datetime,
@@ -332,16 +348,7 @@ def _read(
     until = pd.Timestamp(shift_week(start, tz, 1))
     week_starts = weeks_between(since, until, tz)
     window = {"since": since.to_pydatetime(), "until": until.to_pydatetime()}
-    try:
-        store.mark_crashed(now=now)
-        marked = True
-    except StoreError as e:  # a read replica, a role that may only SELECT
-        log.warning(
-            "gpu-kpi: the report reads the store as it is (%s): runs that stopped "
-            "beating are reported as crashed, not marked so in the store",
-            e,
-        )
-        marked = False
+    marked = mark_crashed(store, now=now)
     scans = SampleScans(store)
     if not scans.has_runs() and not has_allocations(store):  # a site's first day: jobs alone
         raise ReportError(f"the run store {store.url} has no runs: nothing to report")

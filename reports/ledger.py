@@ -18,15 +18,14 @@ from reports.cli_support import _open_store, _settings, printable
 def _at(value: str | None, tz: str, now: datetime) -> datetime:
     """``--at``: a date (its 00:00) or a date and time, in ``tz``; None: now."""
     from reports.errors import UsageError
-    from reports.weeks import zone
+    from reports.weeks import WeekError, parse_moment, zone
 
     if value is None:
         return now
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise UsageError(f"--at: expected YYYY-MM-DD or YYYY-MM-DDTHH:MM, got {value!r}") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone(tz))
+        return parse_moment(value, zone(tz), weeks=False)
+    except WeekError as e:
+        raise UsageError(f"--at: {e}") from None
 
 
 MAX_KEYS_SHOWN = 20

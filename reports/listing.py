@@ -12,7 +12,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
@@ -131,30 +131,18 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
     """``--since``/``--until``: an ISO week (its Monday 00:00, or the next Monday's for
     ``--until``), a date or a date and time, in ``tz``."""
     from reports.errors import UsageError
-    from reports.weeks import WeekError, parse_week, week_bounds, zone
+    from reports.weeks import WeekError, parse_moment, zone
 
-    zone_ = zone(tz)
-    if "-W" in value.upper():
-        try:
-            bounds = week_bounds(*parse_week(value.upper()), zone_)
-        except WeekError as e:
-            raise UsageError(f"--{'until' if end else 'since'}: {e}") from None
-        return bounds[1] if end else bounds[0]
     try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise UsageError(
-            f"--{'until' if end else 'since'}: expected YYYY-Www, YYYY-MM-DD or "
-            f"YYYY-MM-DDTHH:MM, got {value!r}"
-        ) from None
-    if end and len(value) == 10:  # a day: through its end, as a week is
-        moment += timedelta(days=1)
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone_)
+        return parse_moment(value, zone(tz), end=end)
+    except WeekError as e:
+        raise UsageError(f"--{'until' if end else 'since'}: {e}") from None
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from reports.data.scans import SampleScans
     from reports.errors import UsageError
+    from reports.gputime import mark_crashed
     from reports.weeks import parse_week, week_bounds, zone
 
     if args.week and (args.since or args.until):
@@ -173,7 +161,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
     settings = _settings(args)
     with _open_store(settings.store, create=False) as store:
-        store.mark_crashed(now=datetime.now(UTC))
+        mark_crashed(store, now=datetime.now(UTC))  # a read-only store: a warning
         # row by row: a row that cannot be read is named, not a traceback for every run
         runs, unreadable = SampleScans(store).read_runs(since=since, until=until)
     runs = [

@@ -48,6 +48,39 @@ def parse_week(text: str) -> tuple[int, int]:
     return year, week
 
 
+def parse_moment(text: str, tz: tzinfo, *, end: bool = False, weeks: bool = True) -> datetime:
+    """A moment a user gives (``--since``, ``--until``, ``--at``, a range's ends): an ISO week
+    (its Monday 00:00), a date (its 00:00) or a date and time, in ``tz`` unless it names its
+    own offset. ``end``: a week or a date is up to its end, included (``--until 2026-W47`` takes
+    in W47). ``weeks``: whether a week is accepted.
+
+    Raises:
+        WeekError: Not such a moment, or outside the years :data:`FIRST_YEAR` to
+            :data:`LAST_YEAR` (in UTC as well: ``0001-01-01T00:00+05:00`` is out of range, not
+            an overflow).
+    """
+    text = text.strip()
+    forms = (
+        "YYYY-Www, YYYY-MM-DD or YYYY-MM-DDTHH:MM" if weeks else "YYYY-MM-DD or YYYY-MM-DDTHH:MM"
+    )
+    if weeks and _WEEK_RE.fullmatch(text.upper()):
+        return week_bounds(*parse_week(text.upper()), tz)[1 if end else 0]
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise WeekError(f"expected {forms}, got {text!r}") from None
+    moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=tz)
+    try:
+        in_range = FIRST_YEAR <= moment.astimezone(UTC).year <= LAST_YEAR
+    except OverflowError:  # beyond datetime's range once in UTC
+        in_range = False
+    if not in_range:
+        raise WeekError(f"{text!r} is out of range: years {FIRST_YEAR}–{LAST_YEAR}")
+    if end and len(text) == len("2026-11-16"):  # a day: through its end, as a week is
+        moment += timedelta(days=1)
+    return moment
+
+
 def week_bounds(year: int, week: int, tz: tzinfo = UTC) -> tuple[datetime, datetime]:
     """[Monday 00:00, next Monday 00:00) of the ISO week in ``tz``, as aware datetimes."""
     monday = date.fromisocalendar(year, week, 1)

@@ -421,21 +421,14 @@ def _moment(text: str | None, flag: str, *, end: bool = False) -> datetime:
     """A week (its Monday 00:00 UTC), a date (its 00:00) or a date and time (UTC unless it
     says); ``end`` (``--until``): a week or a date is up to its end, included, as everywhere
     (``--until 2026-W47`` takes in W47, as ``runs`` and ``chargeback`` do)."""
-    from reports.weeks import parse_week, week_bounds
+    from reports.weeks import WeekError, parse_moment
 
     if not text:
         raise UsageError(f"this import needs {flag} (2026-W47, 2026-11-16 or 2026-11-16T08:00)")
-    if "W" in text.upper() and "T" not in text.upper():
-        return week_bounds(*parse_week(text.upper()))[1 if end else 0]
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{flag} {text!r}: use 2026-W47, 2026-11-16 or 2026-11-16T08:00") from None
-    if not 1970 <= moment.year <= 9998:
-        raise UsageError(f"{flag} {text!r}: years 1970-9998")
-    if end and len(text.strip()) == len("2026-11-16"):  # a day: to its end
-        moment += timedelta(days=1)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_moment(text, UTC, end=end)
+    except WeekError as e:
+        raise UsageError(f"{flag}: {e}") from None
 
 
 def _range(args: argparse.Namespace) -> tuple[datetime, datetime]:

@@ -46,7 +46,7 @@ def test_a_read_only_store_gives_the_same_report_with_two_warnings(
         build(read_only(store_url), req, tmp_path / "ro", now=NOW)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2
-    assert warnings[0].startswith("gpu-kpi: the report reads the store as it is (run store ")
+    assert warnings[0].startswith("gpu-kpi: the store is read as it is (run store ")
     assert warnings[1].startswith("gpu-kpi: the 2026-W48 figures are not in the store's")
     with RunStore(store_url) as s:
         assert s.get_run("c").status == "running"  # type: ignore[union-attr]  # not written

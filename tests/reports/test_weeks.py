@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 from datetime import UTC, datetime
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from reports.weeks import (
     WeekError,
+    parse_moment,
     shift_week,
     week_dates,
     week_spans,
@@ -59,3 +61,40 @@ def test_the_dates_of_a_week_name_the_month_and_year_once_unless_they_change() -
     assert week_dates("2026-W53") == "28 Dec 2026 – 3 Jan 2027"
     with pytest.raises(WeekError):
         week_dates("2027-W53")  # 2027 has 52 ISO weeks
+
+
+def test_a_moment_is_a_week_a_day_or_a_time_and_an_until_takes_in_the_day() -> None:
+    assert parse_moment("2026-W48", BERLIN) == datetime(2026, 11, 23, tzinfo=BERLIN)
+    assert parse_moment("2026-W48", BERLIN, end=True) == datetime(2026, 11, 30, tzinfo=BERLIN)
+    assert parse_moment("2026-11-23", UTC, end=True) == utc("2026-11-24T00:00:00")
+    assert parse_moment("2026-11-23T09:30", UTC, end=True) == utc("2026-11-23T09:30:00")
+    assert parse_moment("2026-11-23T09:30+01:00", UTC) == utc("2026-11-23T08:30:00")
+
+
+@pytest.mark.parametrize(
+    "text",
+    # the attacks' own: each an OverflowError traceback in mark --at and runs --since before
+    ["0001-01-01T00:00+05:00", "9999-12-31T23:59-05:00", "9999-12-31", "1969-12-31"],
+)
+def test_a_moment_outside_the_years_is_a_week_error_not_an_overflow(text: str) -> None:
+    with pytest.raises(WeekError, match="out of range: years 1970–9998"):
+        parse_moment(text, UTC, end=True)
+
+
+def test_the_commands_say_an_absurd_moment_in_one_line(tmp_path: Path) -> None:
+    from clirun import gpu_kpi
+    from fakes import run_record
+
+    from tracker.store import RunStore
+
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(store) as s:
+        s.upsert_run(run_record("a", utc("2026-11-24T10:00:00"), 1))
+    for args in (
+        ("mark", "resnet", "loader", "--at", "0001-01-01T00:00+05:00"),
+        ("runs", "--since", "9999-12-31T23:59-05:00"),
+        ("compare", "resnet@0001-01-01T00:00+05:00..2026-11-30", "a"),
+    ):
+        p = gpu_kpi(*args, "--store", store)
+        assert p.returncode == 2, (args, p.stderr)
+        assert p.stderr.count("\n") == 1 and "out of range: years 1970–9998" in p.stderr, p.stderr
