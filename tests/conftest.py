@@ -198,3 +198,45 @@ def blank_charts(monkeypatch: pytest.MonkeyPatch) -> None:
     from reports.render import charts
 
     monkeypatch.setattr(charts, "charts", lambda k: dict.fromkeys(charts.CHART_NAMES, _blank_png()))
+
+
+# -- the docs' examples, counted ------------------------------------------------------------------
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The count of the docs' examples (``tests/docs/``) at the end of a run that ran them: run,
+    checked as synopses, and not run with each reason, so a growing list of marks is seen.
+    Here, not in ``tests/docs/``: under pytest-xdist only this file's hooks run in the process
+    that prints the summary."""
+    if not any(
+        "tests/docs/test_examples.py" in r.nodeid
+        for reports in terminalreporter.stats.values()
+        for r in reports
+        if hasattr(r, "nodeid")
+    ):
+        return
+    import importlib.util
+    import sys
+    from collections import Counter
+
+    name = "gpu_kpi_docs_examples"  # tests/docs/examples.py, not on this process's path
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "docs/examples.py")
+    assert spec is not None and spec.loader is not None
+    examples = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(examples)
+    root = Path(__file__).resolve().parents[1]
+    found = [
+        c
+        for p in examples.pages(root)
+        for c in examples.commands(p.relative_to(root).as_posix(), p.read_text())
+    ]
+    kinds = Counter(c.kind for c in found)
+    terminalreporter.write_sep("-", "docs examples")
+    terminalreporter.write_line(
+        f"{kinds['run']} run as written, {kinds['synopsis']} synopsis lines checked against "
+        f"the parser, {kinds['skip']} not run:"
+    )
+    for (reason, program), n in sorted(
+        Counter((c.reason, c.program) for c in found if c.kind == "skip").items()
+    ):
+        terminalreporter.write_line(f"  {n} × {program}: {reason}")
