@@ -3,17 +3,20 @@
 unit of work, each difference marked as beyond the noise or not.
 
 The noise is the runs' own spread: with :data:`MIN_RUNS` runs or more a side, Welch's t
-interval of the difference of the sides' means (95%), and a difference whose interval leaves
-out zero is beyond the noise; with fewer there is no band, and the comparison says so. (A
+interval (95%, the unrounded Satterthwaite degrees of freedom: :mod:`reports.kpi.intervals`),
+and a difference whose interval leaves out zero is beyond the noise; with fewer there is no
+band, and the comparison says so. A rate or a ratio (throughput, step time, MFU, cost per unit:
+:attr:`Metric.log_scale`) is compared on the log scale, its interval that of the change in the
+sides' geometric means of the per-run values; a share of time (data wait, utilization, SM
+activity), which may be 0, by the difference of the means, in % of the first side's mean. (A
 percentile bootstrap was tried first: on 3 to 5 runs a side it called identical sides different
-11-20% of the time instead of 5%; the t interval holds its level there.) A run's step-time
-variance is not used: it says how well one run's mean is known, not how much two runs of the
-same code differ, which is what machine, data order and neighbours move; only repeated runs
-show that.
+11-20% of the time instead of 5%.) A run's step-time variance is not used: it says how well one
+run's mean is known, not how much two runs of the same code differ, which is what machine, data
+order and neighbours move; only repeated runs show that.
 
 The gate compares one run with a baseline's mean: a regression fails it when it is larger than
 the threshold and than the noise band, the 95% prediction interval of one more baseline run
-(Student's t × the baseline's standard deviation × √(1 + 1/n)).
+(Student's t at n − 1 degrees of freedom × the baseline's standard deviation × √(1 + 1/n)).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reports.kpi.intervals import change_interval_pct, prediction_half_width, welch
 from reports.kpi.pricing import run_prices
 from reports.kpi.savings import BUSY_UNIT, UNITS, covers, numbers
 from tracker.owned import OwnedGpu
@@ -40,17 +44,21 @@ class Metric:
     key: str
     label: str
     higher_is_better: bool
+    log_scale: bool = False
+    """Whether its runs are compared on the log scale: a rate or a ratio, > 0 where known (its
+    interval is that of the change in the sides' geometric means; a value ≤ 0 counts as
+    unknown); else a share of time, which may be 0 (the difference of the means)."""
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("tokens_per_s", "tokens/s", True),
-    Metric("samples_per_s", "samples/s", True),
-    Metric("step_time_ms", "step time (ms)", False),
+    Metric("tokens_per_s", "tokens/s", True, log_scale=True),
+    Metric("samples_per_s", "samples/s", True, log_scale=True),
+    Metric("step_time_ms", "step time (ms)", False, log_scale=True),
     Metric("data_wait_pct", "data wait (%)", False),
     Metric("util_pct", "utilization (%)", True),
     Metric("sm_active_pct", "SM activity (%)", True),
-    Metric("mfu", "MFU", True),
-    Metric("usd_per_unit", "$ per unit", False),
+    Metric("mfu", "MFU", True, log_scale=True),
+    Metric("usd_per_unit", "$ per unit", False, log_scale=True),
 )
 BY_KEY = {m.key: m for m in METRICS}
 
@@ -86,7 +94,10 @@ class Row:
     """(b ÷ a − 1) × 100; None where a is 0."""
     low_pct: float | None
     high_pct: float | None
-    """The 95% interval of the change (Welch's t); None without a noise band."""
+    """The 95% interval of the change, in % (Welch's t; None without a noise band): on the log
+    scale (:attr:`Metric.log_scale`), of the change in the sides' geometric means of the
+    per-run values, 100 × (e^(d ± h) − 1); else of the difference of the means ÷ a × 100,
+    around ``change_pct``."""
     beyond_noise: bool | None
     """None: a side has fewer than :data:`MIN_RUNS` runs with the metric (noise unknown)."""
     better: bool | None
@@ -159,26 +170,29 @@ def common_unit(a: Side, b: Side) -> tuple[str, str, float]:
 
 
 def _stat(
-    side: Side, key: str, unit: tuple[str, str, float]
+    side: Side, metric: Metric, unit: tuple[str, str, float]
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(numerators, denominators) per run of a side's statistic (a mean: values and ones; the
-    cost per unit: costs and work), over the runs that have it; None where none has."""
-    if key == "usd_per_unit":
+    cost per unit: costs and work), over the runs that have it (a log-scale metric's value
+    > 0); None where none has."""
+    if metric.key == "usd_per_unit":
         if not unit[0]:
             return None
         work = side.values[unit[1]] / unit[2]
         ok = ~np.isnan(side.cost) & (work > 0)
         return (side.cost[ok], work[ok]) if ok.any() else None
-    v = side.values[key]
+    v = side.values[metric.key]
     ok = ~np.isnan(v)
+    if metric.log_scale:
+        ok &= v > 0
     return (v[ok], np.ones(int(ok.sum()))) if ok.any() else None
 
 
 def compare(a: Side, b: Side) -> tuple[list[Row], str]:
     """Each metric both sides have: their figures (means over runs; the cost per unit a ratio
-    of sums), the change, and whether it is beyond the noise: Welch's t interval of the
-    difference of the runs' means (per-run costs per unit for the cost), in % of the first
-    side's, with :data:`MIN_RUNS` runs or more a side that have the metric.
+    of sums), the change, and whether it is beyond the noise: Welch's t interval over the runs
+    (per-run costs per unit for the cost; :func:`noise_band`), with :data:`MIN_RUNS` runs or
+    more a side that have the metric.
 
     Args:
         a: The first side (the reference).
@@ -190,7 +204,7 @@ def compare(a: Side, b: Side) -> tuple[list[Row], str]:
     unit = common_unit(a, b)
     rows = []
     for m in METRICS:
-        sa, sb = _stat(a, m.key, unit), _stat(b, m.key, unit)
+        sa, sb = _stat(a, m, unit), _stat(b, m, unit)
         if sa is None or sb is None:
             continue
         va, vb = float(sa[0].sum() / sa[1].sum()), float(sb[0].sum() / sb[1].sum())
@@ -199,10 +213,9 @@ def compare(a: Side, b: Side) -> tuple[list[Row], str]:
         beyond = None
         ra, rb = sa[0] / sa[1], sb[0] / sb[1]  # per run
         if len(ra) >= MIN_RUNS and len(rb) >= MIN_RUNS and change is not None:
-            half = _welch_half_width(ra, rb)
-            scale = 100.0 / float(ra.mean()) if ra.mean() else None
-            if half is not None and scale is not None:
-                low, high = change - half * scale, change + half * scale
+            band = noise_band(ra, rb, log_scale=m.log_scale)
+            if band is not None:
+                low, high = band
                 beyond = low > 0 or high < 0
         better = None
         if vb != va:
@@ -226,34 +239,26 @@ def compare(a: Side, b: Side) -> tuple[list[Row], str]:
     return rows, unit[0]
 
 
-def _welch_half_width(a: np.ndarray, b: np.ndarray) -> float | None:
-    """The half-width of Welch's 95% t interval of mean(b) − mean(a) (the degrees of freedom
-    rounded down); None where it is not finite."""
-    qa, qb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)
-    se2 = qa + qb
-    if not math.isfinite(se2):
+def noise_band(a: np.ndarray, b: np.ndarray, *, log_scale: bool) -> tuple[float, float] | None:
+    """The 95% interval of the change from the runs ``a`` to the runs ``b``, in %: Welch's t on
+    the runs' logs, 100 × (e^(d ± h) − 1) (:func:`reports.kpi.intervals.change_interval_pct`),
+    or on their values, (d ± h) ÷ mean(a) × 100; None where it is not finite.
+
+    Args:
+        a: Side a's value per run.
+        b: Side b's.
+        log_scale: Whether the values are a rate or a ratio (each > 0).
+    """
+    if log_scale:
+        return change_interval_pct(a, b)
+    w = welch(a, b)
+    mean = float(np.mean(a))
+    if w is None or not mean:
         return None
-    if se2 == 0:
-        return 0.0
-    df = se2**2 / (qa**2 / (len(a) - 1) + qb**2 / (len(b) - 1))
-    return t975(max(1, math.floor(df))) * math.sqrt(se2)
+    return 100.0 * w.low / mean, 100.0 * w.high / mean
 
 
 # -- the gate ------------------------------------------------------------------------------------
-
-_T975: tuple[float, ...] = (
-    *(12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228),
-    *(2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086),
-    *(2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042),
-)
-"""Student's t at 97.5% for 1 to 30 degrees of freedom."""
-
-
-def t975(df: int) -> float:
-    """Student's t, two-sided 95% (the 97.5th percentile), for ``df`` degrees of freedom."""
-    if df < 1:
-        raise ValueError("no degrees of freedom")
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / min(df, 10**6)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -269,7 +274,7 @@ class Baseline:
         with fewer than 2 runs."""
         if self.runs < 2 or self.sd is None or not self.mean:
             return None
-        return 100.0 * t975(self.runs - 1) * self.sd * math.sqrt(1 + 1 / self.runs) / abs(self.mean)
+        return 100.0 * prediction_half_width(self.sd, self.runs) / abs(self.mean)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Recurring jobs over the weeks, and what each change to one was worth: its cost per unit of
 work before and after (a date marked with ``gpu-kpi mark``, else the change point its runs
-show), a bootstrap interval over the runs, and the dollars saved per week and to date.
+show), an interval over the runs, and the dollars saved per week and to date.
 
 A recurring job is the runs of one job key (:func:`reports.kpi.jobkeys.job_key`) that started
 in the history read (:data:`HISTORY_WEEKS` up to the report's week). Each run's figures are its
@@ -12,14 +12,19 @@ of sums (Σ cost ÷ Σ work), so a long run weighs as much as its work.
 Before and after: the runs that started before a change and those from it on (up to the next
 change of the same job). The saving is what the work done since would have cost at the old
 rate less what it cost: to date, and per week over the weeks since the change (at least one).
-A rise is a negative saving. The interval is a percentile bootstrap over runs (each side
-resampled with replacement, :data:`BOOTSTRAP` times, a fixed seed): with fewer than
-:data:`MIN_RUNS` runs on a side there is none, and the report says so.
+A rise is a negative saving. The interval is Welch's t on the runs' log cost per unit (95%,
+the unrounded Satterthwaite degrees of freedom: :func:`reports.kpi.intervals.change_interval_pct`,
+the one ``gpu-kpi compare`` gives its cost per unit): it covers the change in the sides'
+geometric means of the per-run cost per unit, the typical run's, where the change it stands
+beside is that of the ratios of sums, the dollars'. With fewer than :data:`MIN_RUNS` runs on a
+side there is none, and the report says so.
 
 Without a mark the runs of a job that counts its work (tokens or samples) are searched for one
 change: the split (at least :data:`MIN_RUNS` runs each side) that best separates the runs' log
-cost per unit, kept when the change is at least :data:`MIN_CHANGE_PCT` and its interval leaves
-out zero (a busy GPU-hour is too noisy a measure for a search: an idle notebook's swings by
+cost per unit, kept when the change is at least :data:`MIN_CHANGE_PCT` and the t statistic of
+the two sides' log cost per unit at least :data:`MIN_T` (which puts its interval clear of zero:
+t(0.975) is at most 4.30 at 3 runs a side); its time is the start of the first run after the
+split (a busy GPU-hour is too noisy a measure for a search: an idle notebook's swings by
 tenfold; such a job's changes need a mark). It is tested on the runs it was found
 in, so a mark is the stronger evidence; both say how they were found.
 """
@@ -35,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reports.kpi.intervals import change_interval_pct
 from reports.kpi.jobkeys import job_keys
 from reports.kpi.pricing import run_prices
 from tracker.owned import OwnedGpu
@@ -48,12 +54,9 @@ MIN_RUNS = 3
 MIN_CHANGE_PCT = 10.0
 """The smallest change in cost per unit a change point is kept for."""
 MIN_T = 5.0
-"""The smallest t statistic between the two sides' log cost per unit a change point is tested
-for: the search tries every split, so noise alone often gives a t of 2 or 3 at the best one."""
-BOOTSTRAP = 2000
-"""Resamples of the interval."""
-SEED = 28
-"""The bootstrap's seed: the same runs give the same interval, report after report."""
+"""The smallest t statistic between the two sides' log cost per unit (Welch's: the difference
+of their means ÷ its standard error) a change point is kept for: the search tries every split,
+so noise alone often gives a t of 2 or 3 at the best one."""
 MAX_JOBS = 50
 """Recurring jobs shown (most spend first)."""
 
@@ -128,7 +131,10 @@ class Change:
     """(after ÷ before − 1) × 100: negative is cheaper."""
     low_pct: float | None
     high_pct: float | None
-    """The 95% bootstrap interval of ``change_pct``; None with too few runs."""
+    """The 95% interval of the change in the geometric mean of the runs' cost per unit, in %
+    (Welch's t on their logs: :func:`reports.kpi.intervals.change_interval_pct`); None with
+    too few runs. It is the typical run's change; ``change_pct`` is the ratio of sums', which a
+    long run moves more: the two agree where the runs are alike."""
     verdict_before: str
     verdict_after: str
     weeks_since: float
@@ -404,43 +410,6 @@ def mode_of(values: Iterable[Any]) -> str:
     return next(x for x in reversed(v) if counts[x] == best)
 
 
-def bootstrap_change(
-    cost_before: np.ndarray,
-    work_before: np.ndarray,
-    cost_after: np.ndarray,
-    work_after: np.ndarray,
-    *,
-    resamples: int = BOOTSTRAP,
-    seed: int = SEED,
-) -> tuple[float, float]:
-    """The 95% percentile-bootstrap interval of the change in cost per unit, in percent: each
-    side's runs resampled with replacement (``before`` first, then ``after``, each a
-    ``resamples × runs`` draw of :meth:`numpy.random.Generator.integers` from
-    ``default_rng(seed)``), the ratio of sums after ÷ before − 1 of each resample, its 2.5th and
-    97.5th percentiles (numpy's linear interpolation).
-
-    Args:
-        cost_before: Each run's cost before the change.
-        work_before: Each run's work before (in the job's unit).
-        cost_after: Each run's cost after.
-        work_after: Each run's work after.
-        resamples: How many resamples.
-        seed: The generator's seed.
-    """
-    rng = np.random.default_rng(seed)
-    ib = rng.integers(0, len(cost_before), size=(resamples, len(cost_before)))
-    ia = rng.integers(0, len(cost_after), size=(resamples, len(cost_after)))
-    before = cost_before[ib].sum(axis=1) / work_before[ib].sum(axis=1)
-    after = cost_after[ia].sum(axis=1) / work_after[ia].sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        change = 100.0 * (after / before - 1.0)
-    change = change[np.isfinite(change)]
-    if not len(change):
-        return float("nan"), float("nan")
-    low, high = np.percentile(change, [2.5, 97.5])
-    return float(low), float(high)
-
-
 @dataclass(frozen=True)
 class _Job:
     """One job's usable runs (priced, with work), by start."""
@@ -487,7 +456,6 @@ def changes(
     *,
     end: datetime,
     tz: tzinfo,
-    seed: int = SEED,
 ) -> tuple[Change, ...]:
     """Each recurring job's changes: one per mark with runs on both sides, else the change
     point its runs show (if any), most saved first.
@@ -497,7 +465,6 @@ def changes(
         marks: The marks (:class:`reports.data.marks.Mark`: ``job_key``, ``at``, ``note``).
         end: The end of the report's span (the week's end, or now): what "to date" runs to.
         tz: The report's time zone (for the week of a change).
-        seed: The bootstrap's seed.
     """
     by_key: dict[str, list[Any]] = {}
     for m in marks:
@@ -541,7 +508,6 @@ def changes(
             how="change point",
             note="",
             tz=tz,
-            seed=seed,
         )
         if c is not None and not c.too_few and abs(c.change_pct) >= MIN_CHANGE_PCT:
             assert c.low_pct is not None and c.high_pct is not None
@@ -553,8 +519,8 @@ def changes(
 def _change_point(cost: np.ndarray, work: np.ndarray) -> int | None:
     """The split (index of the first run after) that best separates the runs' log cost per
     unit (least squares of two means), with :data:`MIN_RUNS` runs or more on each side; None
-    where there is none, or where its change is under :data:`MIN_CHANGE_PCT` or the t statistic
-    of the two sides' log costs under :data:`MIN_T` (no bootstrap is spent on those)."""
+    where there is none, or where its change (of the ratios of sums) is under
+    :data:`MIN_CHANGE_PCT` or the t statistic of the two sides' log costs under :data:`MIN_T`."""
     n = len(cost)
     if n < 2 * MIN_RUNS:
         return None
@@ -588,7 +554,6 @@ def _change(
     how: str,
     note: str,
     tz: tzinfo,
-    seed: int = SEED,
 ) -> Change | None:
     """The change from the runs ``before`` to those ``after``; its saving on the work of the
     runs ``since`` (from the change to the end, later changes' runs too): (rate before − rate
@@ -603,11 +568,9 @@ def _change(
     low: float | None = None
     high: float | None = None
     if before.sum() >= MIN_RUNS and after.sum() >= MIN_RUNS:
-        low, high = bootstrap_change(
-            cost[before], work[before], cost[after], work[after], seed=seed
-        )
-        if not (math.isfinite(low) and math.isfinite(high)):
-            low = high = None
+        band = change_interval_pct(cost[before] / work[before], cost[after] / work[after])
+        if band is not None and math.isfinite(band[0]) and math.isfinite(band[1]):
+            low, high = band
     to_date = (rb - ra) * float(work[since].sum())
     if abs(to_date) < 0.005:  # float noise of equal rates: nothing saved, nothing lost
         to_date = 0.0

@@ -1,7 +1,8 @@
 """Recurring jobs before and after a change (:mod:`reports.kpi.savings`), worked out by hand:
 a nightly job of 6 runs before a mark and 6 after, in a real store, through the report's own
-read; the bootstrap interval against a reference computed here with numpy; a change found in the
-runs without a mark; too few runs; `gpu-kpi mark` through the real CLI."""
+read; the interval (Welch's t on the runs' log cost per unit) against a reference computed here
+with numpy; a change found in the runs without a mark; too few runs; `gpu-kpi mark` through the
+real CLI."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from fakes import run_record
 from reports.build import build, compute
 from reports.data.marks import add_mark, read_marks
 from reports.kpi import savings
+from reports.kpi.intervals import t_quantile
 from reports.request import Request
 from reports.service.prom import kpi_samples
 from tracker.store import RunStore
@@ -80,19 +82,21 @@ def test_six_runs_before_a_mark_and_six_after_by_hand(store_url: str) -> None:
     assert c.usd_to_date == pytest.approx(48.0) and c.weeks_since == pytest.approx(1.0)
     assert c.usd_per_week == pytest.approx(48.0)
     assert (c.verdict_before, c.verdict_after) == ("input-bound", "healthy")
-    # the interval: a reference bootstrap written here, same seed and draws
-    rng = np.random.default_rng(savings.SEED)
-    cb, ca = PRICE * np.array(BEFORE_H, float), PRICE * np.array(AFTER_H, float)
-    wb = wa = np.full(6, SAMPLES / 1000.0)
-    ib = rng.integers(0, 6, size=(savings.BOOTSTRAP, 6))
-    ia = rng.integers(0, 6, size=(savings.BOOTSTRAP, 6))
-    ref = 100 * ((ca[ia].sum(1) / wa[ia].sum(1)) / (cb[ib].sum(1) / wb[ib].sum(1)) - 1)
-    low, high = np.percentile(ref, [2.5, 97.5])
+    # the interval: Welch's t on the runs' log $ per 1k samples, worked out here
+    lb = np.log(PRICE * np.array(BEFORE_H, float) / (SAMPLES / 1000))
+    la = np.log(PRICE * np.array(AFTER_H, float) / (SAMPLES / 1000))
+    qb, qa = lb.var(ddof=1) / 6, la.var(ddof=1) / 6
+    df = (qb + qa) ** 2 / (qb**2 / 5 + qa**2 / 5)
+    assert df == pytest.approx(9.236, abs=1e-3)  # unrounded: between 5 and 10
+    d, h = la.mean() - lb.mean(), t_quantile(0.975, df) * np.sqrt(qb + qa)
+    low, high = 100 * np.expm1(d - h), 100 * np.expm1(d + h)
     assert (c.low_pct, c.high_pct) == (pytest.approx(low), pytest.approx(high))
-    assert -50 < low < -40 < high < -30  # the runs vary: a real interval, around −40%
+    assert (round(low, 1), round(high, 1)) == (-48.9, -29.0)
+    # it covers the geometric means' change, −39.8%, beside the ratio of sums' −40%
+    assert low < 100 * np.expm1(d) < high and 100 * np.expm1(d) == pytest.approx(-39.77, abs=0.01)
     assert savings.sentence(c) == (
         "resnet-nightly: input-bound → healthy since 2026-W45 (mark: loader: 8 workers); "
-        f"$ per 1k samples −40% (95% interval −{abs(low):.0f}…−{abs(high):.0f}%); "
+        "$ per 1k samples −40% (95% interval −49…−29%); "
         "$48.00/week saved, $48.00 to date"
     )
     assert savings.ledger_by_team(k.parts["savings"].changes) == [
