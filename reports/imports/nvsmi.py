@@ -9,7 +9,10 @@ reading covers the time since the same GPU's previous reading. After a gap longe
 stays a gap, never GPU-time. ``[N/A]`` cells are missing values.
 
 The timestamps carry no zone: ``tz`` says which (default UTC). In the hour a change to winter
-time repeats, a timestamp that would go back is read as the second pass.
+time repeats, a timestamp that would go back is read as the second pass. A log whose script
+wrote epoch times (``date +%s``) is read in UTC, whatever ``tz`` says. A reading whose time is
+no time (a 20-digit epoch, a year past 9998) is left out and counted in the import's notes. A
+run whose readings cover no time (one reading, or readings a gap apart) is skipped and named.
 
 A run's id is ``nvsmi-`` and a hash of its GPUs' UUIDs and its first timestamp, so importing a
 log again replaces its run and samples with the same ones. Every file is read and computed
@@ -22,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,9 +33,13 @@ from zoneinfo import ZoneInfo
 
 from reports.errors import ImportFailed
 from reports.imports.play import (
-    GAP_INTERVALS,
+    NO_GPU_TIME,
     Imported,
     Labels,
+    NoGpuTime,
+    check_max_gap,
+    gap_s,
+    no_time_note,
     played_run,
     progress,
     run_record,
@@ -51,13 +59,15 @@ SOURCE = "nvidia-smi"
 
 def _utc_times(path: Path, readings: Readings, tz: tzinfo) -> dict[int, float]:
     """Line number → epoch seconds of every reading's local timestamp, decided in file order:
-    the hour repeated when the clocks go back is read forwards. Raises :class:`ImportFailed` for
-    a time the clocks skipped (a wrong ``tz``, most likely) or outside the years 1970-9998."""
+    the hour repeated when the clocks go back is read forwards; an epoch time (aware) is itself.
+    Raises :class:`ImportFailed` for a time the clocks skipped (a wrong ``tz``, most likely).
+    The years (1970-9998) are :func:`tracker.gpu.replay.read_log`'s to check."""
     out: dict[int, float] = {}
     last = float("-inf")
     for line, ts in sorted((line, ts) for series in readings.values() for ts, line, _ in series):
-        if not 1970 <= ts.year <= 9998:
-            raise ImportFailed(f"{path}:{line}: {ts} is outside the years 1970-9998")
+        if ts.tzinfo is not None:
+            out[line] = ts.timestamp()
+            continue
         t = ts.replace(tzinfo=tz).timestamp()
         if datetime.fromtimestamp(t, tz).replace(tzinfo=None) != ts:
             raise ImportFailed(
@@ -130,7 +140,7 @@ def _fast_run(
             rows=rows,
             idle_pct=t.idle_pct,
             idle_window_min=t.idle_window_min,
-            gap_s=max_gap_s if max_gap_s is not None else GAP_INTERVALS * median_step(s),
+            gap_s=gap_s(max_gap_s, median_step(s)),
         )
         for s in group
     ]
@@ -148,6 +158,19 @@ def _fast_run(
     return record, rows
 
 
+@dataclass
+class FileRuns:
+    """What one log gave: its runs (each one's record, minute rows and their rollups, where
+    computed), the runs with no GPU-time (skipped, named) and where its readings with no time
+    were (``file:line``, left out, counted)."""
+
+    runs: list[tuple[RunRecord, list[MinuteSample], dict[str, list[Rollup]]]] = field(
+        default_factory=list
+    )
+    no_gpu_time: list[str] = field(default_factory=list)
+    no_time: list[str] = field(default_factory=list)
+
+
 def _runs(
     path: Path,
     *,
@@ -158,44 +181,55 @@ def _runs(
     max_gap_s: float | None,
     fast: bool,
     columns: Sequence[str] | None = None,
-) -> list[tuple[RunRecord, list[MinuteSample]]]:
+) -> FileRuns:
     """The runs of one log: vectorized where it is the common UTC log, else the exact path.
     ``columns``: the ``--query-gpu`` list of a log without a header."""
+    out = FileRuns()
     if fast and columns is None and tz in (UTC, ZoneInfo("UTC")):
         from reports.imports.nvsmi_fast import parse
 
         if (parsed := parse(path)) is not None:
             if not parsed:  # as the exact path says it
                 raise ImportFailed(f"{path}: nvidia-smi log has a header but no rows")
-            return [
-                _fast_run(
-                    path,
-                    f"{path.stem}-{group[0].info.uuid}" if per_gpu else path.stem,
-                    group,
-                    labels=labels,
-                    settings=settings,
-                    max_gap_s=max_gap_s,
-                )
-                for group in ([[s] for s in parsed] if per_gpu else [parsed])
-            ]
+            for group in [[s] for s in parsed] if per_gpu else [parsed]:
+                name = f"{path.stem}-{group[0].info.uuid}" if per_gpu else path.stem
+                try:
+                    record, rows = _fast_run(
+                        path, name, group, labels=labels, settings=settings, max_gap_s=max_gap_s
+                    )
+                except NoGpuTime:
+                    out.no_gpu_time.append(name)
+                    continue
+                out.runs.append((record, rows, {}))
+            return out
+    no_time: list[int] = []
     try:
-        gpus, series = read_log(path, columns)
+        gpus, series = read_log(path, columns, no_time=no_time)
     except BackendError as e:
         raise ImportFailed(str(e)) from None
+    out.no_time = [f"{path}:{line}" for line in no_time]
+    if not gpus:  # every reading's time was no time
+        out.no_gpu_time.append(path.stem)
+        return out
     utc = _utc_times(path, series, tz)
-    return [
-        _run(
-            path,
-            f"{path.stem}-{group[0].uuid}" if per_gpu else path.stem,
-            group,
-            series,
-            utc=utc,
-            labels=labels,
-            settings=settings,
-            max_gap_s=max_gap_s,
-        )
-        for group in ([[g] for g in gpus] if per_gpu else [gpus])
-    ]
+    for infos in [[g] for g in gpus] if per_gpu else [gpus]:
+        name = f"{path.stem}-{infos[0].uuid}" if per_gpu else path.stem
+        try:
+            record, rows = _run(
+                path,
+                name,
+                infos,
+                series,
+                utc=utc,
+                labels=labels,
+                settings=settings,
+                max_gap_s=max_gap_s,
+            )
+        except NoGpuTime:
+            out.no_gpu_time.append(name)
+            continue
+        out.runs.append((record, rows, {}))
+    return out
 
 
 PARALLEL_BYTES = 32 << 20
@@ -204,17 +238,15 @@ MAX_WORKERS = 8
 """Each process holds its file about 5 times over while it reads: no more than this many."""
 
 
-FileRuns = list[tuple[RunRecord, list[MinuteSample], "dict[str, list[Rollup]]"]]
-"""A file's runs: each one's record, minute rows and their rollups (where computed)."""
-
-
 def _file_runs(job: tuple[Path, dict[str, Any]]) -> FileRuns:
     """:func:`_runs` of a file, with the rollups the store would compute from its minute rows,
     computed here: in a process of its own when files are read side by side."""
     from tracker.store.rollups import sample_rollups
 
     path, kwargs = job
-    return [(record, rows, sample_rollups(rows) or {}) for record, rows in _runs(path, **kwargs)]
+    read = _runs(path, **kwargs)
+    read.runs = [(record, rows, sample_rollups(rows) or {}) for record, rows, _ in read.runs]
+    return read
 
 
 def _keep_freed_memory() -> None:
@@ -280,11 +312,16 @@ def read_nvsmi(
     ``workers``: processes reading files side by side (None: one per CPU when the files hold
     over :data:`PARALLEL_BYTES`, as ``gpu-kpi import`` asks; the default 1: this process
     alone, for callers that may hold threads). ``columns``: the ``--query-gpu`` list of logs
-    written without a header (``--format=csv,noheader``)."""
+    written without a header (``--format=csv,noheader``). Runs whose readings cover no time
+    are in ``skipped`` (:data:`reports.imports.play.NO_GPU_TIME`), readings whose time is no
+    time counted in ``notes``."""
     labels = labels or Labels()
     settings = settings or Settings()
+    check_max_gap(max_gap_s)
     records: dict[str, tuple[Path, RunRecord]] = {}
     samples: list[MinuteSample] = []
+    no_gpu_time: list[str] = []
+    no_time: list[str] = []
     files = list(dict.fromkeys(Path(p).resolve() for p in paths))  # a file given twice: once
     kwargs = {
         "tz": tz,
@@ -296,8 +333,10 @@ def read_nvsmi(
         "columns": columns,
     }
     rollups: dict[str, list[Rollup]] = {}
-    for path, runs in _each_file(files, kwargs, workers=workers):
-        for record, rows, computed in runs:
+    for path, read in _each_file(files, kwargs, workers=workers):
+        no_gpu_time += read.no_gpu_time
+        no_time += read.no_time
+        for record, rows, computed in read.runs:
             if record.id in records:
                 raise ImportFailed(
                     f"{path}: the same GPUs and first reading as "
@@ -315,7 +354,13 @@ def read_nvsmi(
         if single
         else []
     )
-    return Imported([r for _, r in records.values()], samples, rollups=rollups, notes=notes)
+    return Imported(
+        [r for _, r in records.values()],
+        samples,
+        skipped={NO_GPU_TIME: no_gpu_time} if no_gpu_time else {},
+        rollups=rollups,
+        notes=notes + no_time_note(no_time),
+    )
 
 
 def import_nvsmi(

@@ -5,12 +5,19 @@ count once.
 
 A reading covers the time since the same GPU's previous reading. After a gap longer than
 ``max_gap_s`` (default: 3 × that GPU's median interval) the next reading covers nothing: a gap
-stays a gap, never GPU-time.
+stays a gap, never GPU-time. No reading covers more than :data:`GAP_CEILING_S` (a day), however
+few readings there are: two readings 30 days apart are a gap, not 720 GPU-hours, and a reading
+makes at most 1,441 minute rows, so an import's work follows its readings, never the span their
+times claim.
+
+A run with no covered time is skipped and named (:data:`NO_GPU_TIME`); a reading whose time is
+no time (a 20-digit epoch, a year past 9998) is left out and counted (:func:`no_time_note`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import statistics
 import sys
@@ -36,6 +43,12 @@ if TYPE_CHECKING:
 
 GAP_INTERVALS = 3.0
 """A gap is longer than this many times the GPU's median interval between readings."""
+GAP_CEILING_S = 86_400.0
+"""The longest time one reading may cover, whatever the intervals or ``--max-gap`` say: a day
+(a log read hourly by cron still counts; a median taken from two readings 30 days apart does
+not make 30 days of GPU-time)."""
+OUR_POINT_MAX_S = 3600.0
+"""The longest window one of our callback's points may cover (it logs far more often)."""
 
 Series = Sequence[tuple[float, str, str, GpuReading]]
 """One GPU's readings in the order read: (epoch seconds, where it was read — ``file:line`` —,
@@ -95,6 +108,109 @@ class Imported:
 
 
 T = TypeVar("T")
+
+
+NO_GPU_TIME = (
+    "no GPU-time: no two readings of a GPU within the max gap (--max-gap; default 3 x the "
+    "median interval, at most a day)"
+)
+"""Why a run whose readings cover no time (one reading, or readings a gap apart) is skipped."""
+
+
+class NoGpuTime(ImportFailed):
+    """A run whose readings cover no time (:data:`NO_GPU_TIME`): skipped and named by the
+    importers, not an error that stops the import."""
+
+
+def gap_s(max_gap_s: float | None, median_step_s: float) -> float:
+    """The gap of one GPU's series, seconds: ``max_gap_s`` where given, else
+    :data:`GAP_INTERVALS` × its median interval; never over :data:`GAP_CEILING_S`."""
+    if max_gap_s is None:
+        max_gap_s = GAP_INTERVALS * median_step_s
+    return min(max_gap_s, GAP_CEILING_S)
+
+
+def check_max_gap(max_gap_s: float | None) -> None:
+    """Raises :class:`ImportFailed` for a ``--max-gap`` a reading may not cover (over
+    :data:`GAP_CEILING_S`, or not over 0)."""
+    if max_gap_s is not None and not 0 < max_gap_s <= GAP_CEILING_S:
+        raise ImportFailed(
+            f"--max-gap {max_gap_s:g}: seconds, more than 0 and at most "
+            f"{GAP_CEILING_S:,.0f} (a day): no reading covers more"
+        )
+
+
+NAMED = 20
+"""How many of the readings left out a note names (the rest it counts)."""
+
+
+def no_time_note(wheres: Sequence[str]) -> list[str]:
+    """The import's note of the readings left out because their time is no time (a 20-digit
+    epoch, a date past 9998: no ``datetime`` holds it), one line: how many, and where (the
+    first :data:`NAMED`); none when there were none."""
+    if not wheres:
+        return []
+    shown = ", ".join(wheres[:NAMED])
+    more = f" and {len(wheres) - NAMED:,} more" if len(wheres) > NAMED else ""
+    return [
+        f"skipped {len(wheres):,} reading(s) whose time is no time (outside the years "
+        f"1970-9998): {shown}{more}"
+    ]
+
+
+MAX_ID_CHARS = 200
+"""The longest run id a run of ours (its TensorBoard note, its W&B config) keeps as written."""
+
+
+def our_run_id(text: str, *, prefix: str) -> str:
+    """The id of a run of ours as its note gives it; one over :data:`MAX_ID_CHARS` (the
+    tracker's own ids are 32 hex digits) becomes ``prefix`` and a hash of it: the id is in every
+    minute row, and a 5,000-character one made a 20 KB logdir a 321 MB store."""
+    if len(text) <= MAX_ID_CHARS:
+        return text
+    return prefix + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+GPUS_PER_HOST = 64
+"""The most GPUs a run of ours may claim per host that wrote its files, where nothing it logged
+shows the count (the largest servers hold 16)."""
+MAX_GPUS = 4096
+"""The most GPUs of any run (``--gpus`` takes 1 to this)."""
+FORGED = (
+    "its run note's GPU count disagrees with its own cost/usd_per_hour: a damaged or forged note"
+)
+UNBACKED = (
+    f"its run note claims more GPUs than its files show (over {GPUS_PER_HOST} per host that "
+    f"wrote them with no logged cost/usd_per_hour showing them, or over {MAX_GPUS:,}): a "
+    "damaged or forged note"
+)
+
+
+def our_gpu_count(
+    claimed: float | None, *, price: float | None, rates: Sequence[float], hosts: int
+) -> int | str:
+    """The GPU count a run of ours claims (its note's ``gpu_count``), or why the run is not
+    imported: the count must agree with its logged price per hour (``cost/usd_per_hour`` = GPUs
+    × the note's ``price``: :data:`FORGED`), or where it logged none, be at most
+    :data:`GPUS_PER_HOST` per host that wrote it (:data:`UNBACKED`). A count nothing shows is
+    refused rather than cut down: any figure put in its place would be made up.
+
+    Args:
+        claimed: The note's GPU count (None: not given, 1).
+        price: The note's USD per GPU-hour (None: unpriced).
+        rates: Its logged ``cost/usd_per_hour`` values, USD per hour.
+        hosts: How many hosts wrote the run's files (at least 1 is assumed).
+
+    Returns:
+        The count, 1 to :data:`MAX_GPUS`; or the reason to skip the run.
+    """
+    count = max(1, int(min(claimed or 1.0, MAX_GPUS + 1.0)))
+    if count > MAX_GPUS:
+        return UNBACKED
+    if price and rates:
+        implied = sorted(rates)[len(rates) // 2] / price
+        return FORGED if abs(implied - count) > 0.5 else count
+    return UNBACKED if count > GPUS_PER_HOST * max(1, hosts) else count
 
 
 def files_under(root: Path, match: Callable[[str], bool]) -> list[Path]:
@@ -211,14 +327,10 @@ def play_gpu(
     rows: list[MinuteSample],
 ) -> tuple[Sampler, float, float]:
     """Play one GPU's whole series (:class:`Player`); the gap is ``max_gap_s``, by default
-    :data:`GAP_INTERVALS` × the series' median interval."""
+    :data:`GAP_INTERVALS` × the series' median interval, at most :data:`GAP_CEILING_S`."""
     times = [t for t, _, _, _ in series]
     steps = [b - a for a, b in pairwise(times)]
-    gap = (
-        max_gap_s
-        if max_gap_s is not None
-        else (GAP_INTERVALS * statistics.median(steps) if steps else 0.0)
-    )
+    gap = gap_s(max_gap_s, statistics.median(steps) if steps else 0.0)
     player = Player(info, run_id=run_id, settings=settings, gap_s=gap, rows=rows)
     for item in series:
         player.add(*item)
@@ -275,7 +387,8 @@ def run_record(
 ) -> RunRecord:
     """The finished run of ``gpus`` from what their samplers played (:meth:`Player.finish`,
     in the order of ``gpus``; or anything with the sampler's ``run[uuid]`` and
-    ``idle_of_run()``, as :class:`reports.imports.nvsmi_minutes.Played`)."""
+    ``idle_of_run()``, as :class:`reports.imports.nvsmi_minutes.Played`). Raises
+    :class:`NoGpuTime` when their readings cover no time."""
     models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
     if len(models) > 1 and labels.gpu_model is None:
         raise ImportFailed(
@@ -297,9 +410,7 @@ def run_record(
     )
     covered_s = sum(s.seconds for s in stats) / len(gpus)
     if not covered_s:
-        raise ImportFailed(
-            f"{where}: no GPU of {name} has two readings in a row: no time to import"
-        )
+        raise NoGpuTime(f"{where}: {name}: {NO_GPU_TIME}")
     fig = figures.run_figures(
         duration_s=covered_s,
         gpu_count=len(gpus),

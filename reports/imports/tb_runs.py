@@ -15,7 +15,12 @@ below each LOGDIR is read, every event of it (not TensorBoard's sample of 10,000
 
 The id of such a run is ``tb-`` and a hash of its event files' names (which hold the writer's
 start time, host and process id), so importing a logdir again, or the same run moved, replaces
-it with the same run.
+it with the same run. What a note of ours claims is bounded (:func:`reports.imports.play.
+our_gpu_count`, :func:`reports.imports.play.our_run_id`): a GPU count its files do not show
+skips the run, named; an id over 200 characters is hashed.
+
+A run with no covered time (its events a gap apart) is skipped and named; an event whose wall
+time is no time (a year past 9998) is left out and counted in the import's notes.
 
 Event files are TFRecord files: per record a uint64 length, its masked CRC-32C, the data, and
 the data's masked CRC-32C. Every length is checked; the data's CRC is checked for the records an
@@ -39,14 +44,21 @@ from typing import Any
 
 from reports.errors import ImportFailed
 from reports.imports.play import (
+    NO_GPU_TIME,
+    OUR_POINT_MAX_S,
     OUR_POINTS,
     OUR_SUMMARY,
     Imported,
     Labels,
+    NoGpuTime,
     Series,
+    check_max_gap,
     files_under,
     fixable,
+    no_time_note,
+    our_gpu_count,
     our_reading,
+    our_run_id,
     played_run,
     progress,
     write_imported,
@@ -107,6 +119,8 @@ class _Run:
     """Tag → (wall time, step, value) of the tags an import uses."""
     note: dict[str, str] = field(default_factory=dict)
     summary: dict[str, str] = field(default_factory=dict)
+    no_time: list[str] = field(default_factory=list)
+    """Where its events whose wall time is no time were (left out)."""
 
 
 def _text(value: Any) -> str | None:
@@ -146,9 +160,10 @@ def _read(run: _Run, path: Path) -> None:
             )
             raise EventsDamaged(f"damaged at byte {pos} ({why})") from None
         wall = event.wall_time
-        if not 0 <= wall < LAST_EPOCH_S:
-            raise EventsDamaged(f"an event at {wall:.0f} s since 1970 (byte {pos}): no time")
         if not event.summary.value:  # the file's version, a graph, a log line: no point
+            continue
+        if not 0 <= wall < LAST_EPOCH_S:  # a bad event, not a bad file: left out, counted
+            run.no_time.append(f"{path} (byte {pos}: an event at {wall:g} s since 1970)")
             continue
         run.times.add(int(wall))
         run.max_step = max(run.max_step, event.step)
@@ -184,20 +199,37 @@ def _pairs(text: str) -> dict[str, str]:
 
 
 SPLITS = frozenset(
-    {"train", "training", "validation", "val", "valid", "eval", "evaluation", "test"}
+    {
+        "train",
+        "training",
+        "validation",
+        "validate",
+        "val",
+        "valid",
+        "eval",
+        "evaluation",
+        "test",
+    }
 )
-"""Folders one fit writes side by side (Keras: ``train/`` and ``validation/``): one run."""
+"""Folders one fit writes side by side (Keras 3's ``TensorBoard`` callback, ``keras/src/
+callbacks/tensorboard.py``: ``train/`` and ``validation/`` under its ``log_dir``, through
+``tf.summary.create_file_writer``): one run."""
 GENERIC = frozenset({"lightning_logs", "runs", "logs", "tb_logs", "tensorboard"})
 """Folder names every project's logger uses: a run's name keeps the logdir's own name before
 them (``nerf/lightning_logs/version_0``, not ``lightning_logs/version_0`` for every project)."""
 
 
 def writer(file: Path) -> tuple[str, str]:
-    """(host, pid) of the process that wrote an event file, from its name
-    (``events.out.tfevents.<time>.<host>.<pid>.<n>``; a host may hold dots); empty when the
-    name does not say."""
+    """(host, pid) of the process that wrote an event file, from its name: ``events.out.
+    tfevents.<time>.<host>.<pid>.<n>`` as TensorBoard's own writer (and torch's) names it, with
+    ``.v2`` after it from ``tf.summary.create_file_writer`` (Keras), or another suffix a writer
+    was given; a host may hold dots. Empty when the name does not say."""
     parts = file.name[len(EVENTS) :].split(".")
-    return (".".join(parts[1:-2]), parts[-2]) if len(parts) >= 4 else ("", "")
+    while parts and not parts[-1].isdigit():  # the suffix: ".v2", ".profile-empty", …
+        parts.pop()
+    if len(parts) >= 4 and parts[0].isdigit() and parts[-2].isdigit():
+        return ".".join(parts[1:-2]), parts[-2]
+    return "", ""
 
 
 def _has_note(file: Path) -> bool:
@@ -277,23 +309,19 @@ def _points(
 
 RATE = "cost/usd_per_hour"
 """What our callback logs at every point: the price of the run's GPUs per hour."""
-OUR_POINT_MAX_S = 3600.0
-"""The longest window one of our points may cover (our callback logs far more often)."""
-FORGED = (
-    "its run note's GPU count disagrees with its own cost/usd_per_hour: a damaged or forged note"
-)
 
 
-def _note_disagrees(run: _Run, count: int) -> str | None:
-    """Why a run of ours is not imported when its note's GPU count is not the one its logged
-    price per hour implies (``cost/usd_per_hour`` = GPUs × the note's price): a note that claims
-    4,096 GPUs over points of one GPU's price became $13,010 that was never spent."""
-    price = _float(run.note.get("price_per_gpu_hour"))
-    rates = sorted(x for _, _, x in run.scalars.get(RATE, []))
-    if not price or not rates:
-        return None  # an older note, an unpriced GPU: the coverage bound still holds
-    implied = rates[len(rates) // 2] / price
-    return FORGED if abs(implied - count) > 0.5 else None
+def _note_count(run: _Run, files: list[Path]) -> int | str:
+    """The GPU count of a run of ours, or why it is skipped: the note's, where its logged price
+    per hour shows it (a note that claimed 4,096 GPUs over points of one GPU's price became
+    $13,010 that was never spent), or where it logged none, at most 64 per host that wrote its
+    files (``gpu_count: 1e308`` in an unpriced note made a 4,096-GPU run)."""
+    return our_gpu_count(
+        _float(run.note.get("gpu_count")),
+        price=_float(run.note.get("price_per_gpu_hour")),
+        rates=[x for _, _, x in run.scalars.get(RATE, [])],
+        hosts=len({host for host, _ in map(writer, files) if host}),
+    )
 
 
 def _run_of(
@@ -306,20 +334,25 @@ def _run_of(
     max_gap_s: float | None,
     gpus: int,
     tags: Mapping[str, str],
+    no_time: list[str],
 ) -> tuple[RunRecord, list[MinuteSample]] | str:
+    """The run of one directory's event files, or why it is skipped; where its events whose
+    time is no time were goes to ``no_time``."""
     run = _Run(path, [f.name for f in files], frozenset([*OUR_POINTS, RATE, *tags.values()]))
     for f in files:
         try:
             _read(run, f)
         except (EventsDamaged, OSError) as e:
             raise ImportFailed(f"{f}: {e}") from None
+    no_time += run.no_time
     run_id = run.note.get("run_id")
     ours = bool(run_id) and "gpu/util_pct" in run.scalars
     if ours:
-        count = max(1, min(int(_float(run.note.get("gpu_count")) or 1), 4096))
+        count = _note_count(run, files)
+        if isinstance(count, str):
+            return count
         model: str | None = run.note.get("gpu_model") or labels.gpu_model
-        if (why := _note_disagrees(run, count)) is not None:
-            return why
+        run_id = our_run_id(str(run_id), prefix="tb-")
         # a point is the window since the one before it; a longer silence is a gap (two
         # points a year apart are not a year of GPU-time, whatever a note says)
         max_gap_s = OUR_POINT_MAX_S if max_gap_s is None else max_gap_s
@@ -344,20 +377,23 @@ def _run_of(
                 extra[figure] = statistics.fmean(values)
         extra["steps"] = run.max_step
     host = writer(Path(run.files[0]))[0]
-    return played_run(
-        str(path),
-        infos,
-        series,
-        run_id=str(run_id),
-        name=root_names.get(path, path.name),
-        labels=labels,
-        settings=settings,
-        max_gap_s=max_gap_s,
-        source=SOURCE,
-        host=host,
-        links={"tensorboard": str(path)},
-        **extra,
-    )
+    try:
+        return played_run(
+            str(path),
+            infos,
+            series,
+            run_id=str(run_id),
+            name=root_names.get(path, path.name),
+            labels=labels,
+            settings=settings,
+            max_gap_s=max_gap_s,
+            source=SOURCE,
+            host=host,
+            links={"tensorboard": str(path)},
+            **extra,
+        )
+    except NoGpuTime:  # its events a gap apart
+        return NO_GPU_TIME
 
 
 def read_tensorboard(
@@ -372,6 +408,7 @@ def read_tensorboard(
     """The runs and minute samples of the TensorBoard runs below ``paths`` (nothing written)."""
     labels = labels or Labels()
     settings = settings or Settings()
+    check_max_gap(max_gap_s)
     runs = find_runs(paths)
     try:
         import tensorboard.compat.proto.event_pb2  # noqa: F401  (the event format)
@@ -392,6 +429,7 @@ def read_tensorboard(
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
+    no_time: list[str] = []
     # a process our callback logged (its run note) is that run: another folder it wrote (the
     # HF Trainer's own, beside ours) holds the same GPU-time
     noted = {f for _, files in runs for f in files if _has_note(f)}
@@ -409,6 +447,7 @@ def read_tensorboard(
             max_gap_s=max_gap_s,
             gpus=gpus,
             tags=tags or {},
+            no_time=no_time,
         )
         if isinstance(got, str) or got[0].id in records:
             skipped.setdefault(got if isinstance(got, str) else TWICE, []).append(
@@ -417,7 +456,7 @@ def read_tensorboard(
             continue
         records[got[0].id] = got[0]
         samples.extend(got[1])
-    return Imported(list(records.values()), samples, skipped)
+    return Imported(list(records.values()), samples, skipped, notes=no_time_note(no_time))
 
 
 def import_tensorboard(

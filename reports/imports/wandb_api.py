@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.wandb_log import WandbLog, number
+from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog, number
 from tracker.extras import install_hint
 
 SYSTEM_SAMPLES = 1_000_000
@@ -82,7 +82,9 @@ def api_log(run: Any) -> WandbLog:
     log.gpus = _gpus(meta)
     for row in run.history(stream="system", pandas=False, samples=SYSTEM_SAMPLES):
         t = number(row.get("_timestamp"))
-        if t is not None:
+        if t is not None and not 0 <= t < LAST_EPOCH_S:  # a bad sample: left out, counted
+            log.no_time.append(f"{log.url or log.path} (a system sample at {t:g} s since 1970)")
+        elif t is not None:
             log.stats.append((t, {k.removeprefix("system."): v for k, v in row.items()}))
     log.stats.sort(key=lambda s: s[0])
     if isinstance(log.config.get("gpu_kpi/run_id"), str) and not any(

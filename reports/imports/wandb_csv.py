@@ -89,7 +89,9 @@ def read_exports(paths: Sequence[Path], *, started: datetime | None) -> list[Wan
 
     Raises:
         reports.errors.ImportFailed: A file that is no system chart's export, an x-axis that
-            is no time, relative times without ``started`` (or of several runs), a bad row.
+            is no time, relative times without ``started`` (or of several runs), a bad row. A
+            row whose time is no time (a 20-digit Wall Time, a year past 9998) is left out and
+            named in its runs' ``no_time``.
     """
     runs: dict[str, WandbLog] = {}
     points: dict[str, dict[float, dict[str, Any]]] = {}
@@ -152,6 +154,7 @@ def _read_export(
         )
     elif started is not None:
         raise ImportFailed(f"{path}: --started is for exports by relative time, not {WALL}")
+    no_time: list[str] = []
     for line, row in rows:
         if not row or not row[0].strip():
             continue
@@ -159,8 +162,9 @@ def _read_export(
         if x is None:
             raise ImportFailed(f"{path}:{line}: {axis} {row[0][:40]!r} is no number")
         t = base + x if axis in RELATIVE else x / 1000.0 if x > _MS else x
-        if not 0 <= t < LAST_EPOCH_S:
-            raise ImportFailed(f"{path}:{line}: {axis} {row[0][:40]!r} is no time")
+        if not 0 <= t < LAST_EPOCH_S:  # a 20-digit time, a year past 9998: a bad row
+            no_time.append(f"{path}:{line}")
+            continue
         for i, (run, key) in columns.items():
             if i < len(row) and (v := _number(row[i])) is not None:
                 points.setdefault(run, {}).setdefault(t, {})[key] = v
@@ -169,3 +173,4 @@ def _read_export(
             runs[run] = WandbLog(
                 path, run_id=run, name=run, start=base if axis in RELATIVE else None
             )
+        runs[run].no_time += no_time

@@ -147,6 +147,8 @@ class WandbLog:
     """The run's runtime from its exit record, seconds (start + runtime: when it ended)."""
     url: str = ""
     """The run's page when it came through W&B's API (then ``path`` is entity/project/id)."""
+    no_time: list[str] = field(default_factory=list)
+    """Where its samples whose time is no time were (left out): the import counts them."""
 
 
 def _seconds(ts: Any) -> float | None:
@@ -249,9 +251,9 @@ def _take(run: WandbLog, rec: Any) -> None:
             run.gpus[i] = (gpu.name, gpu.uuid, gpu.memory_total / 2**30 or None)
     elif kind == "stats":
         t = _seconds(rec.stats.timestamp)
-        if t is not None and not 0 <= t < LAST_EPOCH_S:
-            raise LogDamaged(f"a system-metrics record at {t:.0f} s since 1970: no time")
-        if t is not None:
+        if t is not None and not 0 <= t < LAST_EPOCH_S:  # a bad sample, not a bad file
+            run.no_time.append(f"{run.path} (a system-metrics record at {t:.0f} s since 1970)")
+        elif t is not None:
             run.stats.append((t, {i.key: _json(i.value_json) for i in rec.stats.item}))
     elif kind == "history":
         run.history.append(

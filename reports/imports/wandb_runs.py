@@ -13,14 +13,15 @@ from W&B's system metrics or, where W&B recorded none, from our own ``gpu/*`` po
 summary's throughput and MFU. Other runs get the id ``wandb-`` + a hash of entity, project,
 W&B run id and start, so importing a directory again replaces its runs with the same ones.
 
-A run with no GPU metrics at all (a CPU run) is skipped, counted and named; a damaged file is an
-:class:`reports.errors.ImportFailed` naming it, and nothing is imported.
+A run with no GPU metrics at all (a CPU run), or whose readings cover no time (one sample, or
+samples further apart than the max gap), is skipped, counted and named; a damaged file is an
+:class:`reports.errors.ImportFailed` naming it, and nothing is imported. A sample whose time is
+no time (a 20-digit epoch, a year past 9998) is left out and counted in the import's notes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -29,14 +30,21 @@ from typing import Any
 
 from reports.errors import ImportFailed
 from reports.imports.play import (
+    NO_GPU_TIME,
+    OUR_POINT_MAX_S,
     OUR_POINTS,
     OUR_SUMMARY,
     Imported,
     Labels,
+    NoGpuTime,
     Series,
+    check_max_gap,
     files_under,
     fixable,
+    no_time_note,
+    our_gpu_count,
     our_reading,
+    our_run_id,
     played_run,
     progress,
     write_imported,
@@ -101,6 +109,8 @@ def _system_readings(log: WandbLog) -> dict[int, list[tuple[float, dict[str, Any
     return {i: _in_order(points) for i, points in out.items()}
 
 
+RATE = "cost/usd_per_hour"
+"""What our callback logs at every point: the price of the run's GPUs per hour."""
 EDGE_S = 600.0
 """How far before its first GPU sample a run's start (or after its last one its exit) may be
 and still count as the run's time: further apart, the clocks disagree and only the samples
@@ -158,10 +168,18 @@ def _run_of(
     ours = log.config.get("gpu_kpi/run_id")
     readings = _system_readings(log)
     if not readings and isinstance(ours, str):
-        count = int(number(log.config.get("gpu_kpi/gpu_count")) or 1)
-        readings = _our_readings(log, max(1, min(count, 4096)))
-        # each point is the mean of all the time since the one before: no gaps between them
-        max_gap_s = math.inf if max_gap_s is None else max_gap_s
+        count = our_gpu_count(
+            number(log.config.get("gpu_kpi/gpu_count")),
+            price=number(log.config.get("gpu_kpi/price_per_gpu_hour")),
+            rates=[r for row in log.history if (r := number(row.get(RATE))) is not None],
+            hosts=1,  # a W&B run is one host's record
+        )
+        if isinstance(count, str):
+            return count
+        readings = _our_readings(log, count)
+        # each point is the mean of the time since the one before, but two points a month
+        # apart are not a month of GPU-time, whatever the config says
+        max_gap_s = OUR_POINT_MAX_S if max_gap_s is None else max_gap_s
     else:
         readings = {i: _whole_run(log, r) for i, r in readings.items()}
     readings = {i: r for i, r in readings.items() if len(r) > 1}
@@ -194,7 +212,7 @@ def _run_of(
             for t, fields in readings[i]
         ]
     if isinstance(ours, str) and ours:
-        run_id = ours
+        run_id = our_run_id(ours, prefix="wandb-")
     else:
         key = f"{log.entity}/{log.project}/{log.run_id}/{log.start}"
         run_id = "wandb-" + hashlib.sha256(key.encode()).hexdigest()[:24]
@@ -206,24 +224,27 @@ def _run_of(
             if (v := number(log.summary.get(f"gpu_kpi/{f}"))) is not None and v >= 0
         }
     status = "crashed" if log.exit_code is None else "finished" if log.exit_code == 0 else "failed"
-    return played_run(
-        log.url or str(log.path),
-        gpus,
-        series,
-        run_id=run_id,
-        name=log.name or log.run_id or log.path.parent.name,
-        labels=labels,
-        settings=settings,
-        max_gap_s=max_gap_s,
-        source=SOURCE,
-        status=status,
-        project=log.project,
-        user=log.user,
-        host=log.host,
-        tags=tuple(log.tags),
-        links={"wandb": log.url or str(log.path.parent)},
-        **extra,
-    )
+    try:
+        return played_run(
+            log.url or str(log.path),
+            gpus,
+            series,
+            run_id=run_id,
+            name=log.name or log.run_id or log.path.parent.name,
+            labels=labels,
+            settings=settings,
+            max_gap_s=max_gap_s,
+            source=SOURCE,
+            status=status,
+            project=log.project,
+            user=log.user,
+            host=log.host,
+            tags=tuple(log.tags),
+            links={"wandb": log.url or str(log.path.parent)},
+            **extra,
+        )
+    except NoGpuTime:  # one sample, or samples a gap apart
+        return NO_GPU_TIME
 
 
 def read_wandb(
@@ -287,13 +308,16 @@ def _read(
 ) -> Imported:
     labels = labels or Labels()
     settings = settings or Settings()
+    check_max_gap(max_gap_s)
     records: dict[str, RunRecord] = {}
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
+    no_time: dict[str, None] = {}  # a chart export's row is each of its runs': once
     for name, log in logs:
         if isinstance(log, str):  # why the run could not be read
             skipped.setdefault(log, []).append(name)
             continue
+        no_time.update(dict.fromkeys(log.no_time))
         path = log.path
         got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s)
         if isinstance(got, str) or got[0].id in records:
@@ -303,7 +327,7 @@ def _read(
         record, rows = got
         records[record.id] = record
         samples.extend(rows)
-    return Imported(list(records.values()), samples, skipped)
+    return Imported(list(records.values()), samples, skipped, notes=no_time_note(list(no_time)))
 
 
 def import_wandb(

@@ -2,8 +2,11 @@
 
 The log is what ``nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,
 memory.total,power.draw --format=csv[,nounits] -l 1`` writes. ``[N/A]`` (or any ``[…]``) cells
-are missing values. The log's timeline starts when the backend opens and repeats when it ends,
-so a long training run keeps getting representative readings.
+are missing values. A script that writes the time itself (``echo "$(date +%s),$(nvidia-smi
+--query-gpu=… --format=csv,noheader,nounits)"``) gives epoch seconds (or milliseconds,
+microseconds, nanoseconds: the log's first such time's digits say which) in the timestamp
+column. The log's timeline starts when the backend opens and repeats when it ends, so a long
+training run keeps getting representative readings.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import pairwise
 from pathlib import Path
 
@@ -46,6 +49,16 @@ _TIME_FORMATS = (
 )
 _MAX_LINE = 65_536
 """Longest line read: a longer one (a binary file, /dev/zero) is an error, not a memory hog."""
+FIRST_YEAR, LAST_YEAR = 1970, 9998
+"""A reading's time is in these years (a later one is near what ``datetime`` holds)."""
+_LAST_EPOCH_S = 253_370_764_800.0
+"""9999-01-01 UTC, in epoch seconds: :data:`LAST_YEAR` ends there."""
+_EPOCH = re.compile(r"^(\d+)(\.\d*)?$")
+_EPOCH_UNITS = ((11, 1.0), (14, 1e3), (17, 1e6), (19, 1e9))
+"""An epoch time's unit by its whole digits: up to 11 seconds (to the year 5138), up to 14
+milliseconds, 17 microseconds, 19 nanoseconds (each from 1973 on: ``date +%s%3N``,
+``+%s%6N``, ``+%s%N``) → that many units a second. 20 digits or more is no time."""
+_LONG_YEAR = re.compile(r"^\d{5,}[-/]\d")
 
 Readings = dict[str, list[tuple[datetime, int, GpuReading]]]
 """GPU UUID → its readings in file order: (the log's naive timestamp, line number, reading)."""
@@ -58,13 +71,41 @@ class _Row:
     reading: GpuReading
 
 
-def _parse_time(text: str) -> datetime:
+class NoTime(ValueError):
+    """A timestamp that is no time a GPU was read: an epoch of 20 or more digits, a date
+    outside the years :data:`FIRST_YEAR`-:data:`LAST_YEAR` (``10000/01/01``: no ``datetime``
+    holds it). A reading at such a time is a bad row, not a bad file."""
+
+
+def _years(ts: datetime, text: str) -> datetime:
+    if not FIRST_YEAR <= ts.year <= LAST_YEAR:
+        raise NoTime(f"{text[:40]!r} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
+    return ts
+
+
+def _parse_time(text: str, per_s: float | None = None) -> tuple[datetime, float | None]:
+    """A timestamp cell as a datetime, and the epoch unit for the log's next cells: a date as
+    nvidia-smi writes it (naive: in the log's zone), or an epoch time (aware, UTC) in units of
+    ``1 / per_s`` seconds, the unit the log's first epoch time set (None: this one's digits
+    set it, :data:`_EPOCH_UNITS`). Raises :class:`NoTime` for a time that is none,
+    ValueError for text that is no timestamp."""
+    text = text.strip()
+    if m := _EPOCH.match(text):
+        if per_s is None:
+            per_s = next((u for most, u in _EPOCH_UNITS if len(m[1]) <= most), None)
+        seconds = float(text) / per_s if per_s is not None else math.inf
+        if not 0 <= seconds < _LAST_EPOCH_S:
+            raise NoTime(f"epoch time {text[:40]!r} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
+        return datetime.fromtimestamp(seconds, UTC), per_s
     for fmt in _TIME_FORMATS:
         try:
-            return datetime.strptime(text.strip(), fmt)
+            ts = datetime.strptime(text, fmt)
         except ValueError:
             continue
-    raise ValueError(f"bad timestamp {text.strip()!r}")
+        return _years(ts, text), per_s
+    if _LONG_YEAR.match(text):
+        raise NoTime(f"{text[:40]!r} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
+    raise ValueError(f"bad timestamp {text!r}")
 
 
 def _parse_value(column: str, text: str) -> float | None:
@@ -137,10 +178,14 @@ def header_names(cells: Sequence[str]) -> list[str]:
 
 
 def read_log(
-    path: str | Path, columns: Sequence[str] | None = None
+    path: str | Path,
+    columns: Sequence[str] | None = None,
+    *,
+    no_time: list[int] | None = None,
 ) -> tuple[list[GpuInfo], Readings]:
-    """An nvidia-smi CSV log's GPUs (by index) and each one's readings at the log's own naive
-    timestamps, in file order. A repeated header line (a log appended to) is skipped. Raises
+    """An nvidia-smi CSV log's GPUs (by index) and each one's readings at the log's own
+    timestamps (naive dates in the log's zone, or aware UTC times where the log holds epoch
+    times), in file order. A repeated header line (a log appended to) is skipped. Raises
     :class:`BackendError` naming the file and line of the first bad row.
 
     Args:
@@ -148,10 +193,13 @@ def read_log(
         columns: The ``--query-gpu`` list of a ``--format=csv,noheader`` log, as given to
             nvidia-smi; None: the log's first line is its header. With it, a first line that is
             not a reading (a header a script wrote) is skipped.
+        no_time: Where given, the line numbers of readings whose time is no time
+            (:class:`NoTime`) are added to it and those readings left out; None: such a
+            reading is a :class:`BackendError` like any bad row.
     """
     p = Path(path)
     if columns is None and _is_dmon(p):
-        return _read_dmon(p)
+        return _read_dmon(p, no_time)
     rows = _rows(p)
     if columns is None:
         first = next(rows, None)
@@ -173,6 +221,8 @@ def read_log(
     infos: dict[str, GpuInfo] = {}
     readings: Readings = {}
     last_ts: datetime | None = None
+    per_s: float | None = None  # the log's epoch unit, set by its first epoch time
+    epoch: bool | None = None  # whether the log's times are epoch times (its first one's kind)
     for lineno, cells in rows:
         if not cells or all(not c.strip() for c in cells) or cells == raw_header:
             continue
@@ -181,11 +231,23 @@ def read_log(
         if len(cells) != len(header):
             raise BackendError(f"{p}:{lineno}: expected {len(header)} cells, got {len(cells)}")
         try:
-            ts = _parse_time(cells[col["timestamp"]])
+            ts, per_s = _parse_time(cells[col["timestamp"]], per_s)
+        except NoTime as e:
+            if no_time is None:
+                raise BackendError(f"{p}:{lineno}: {e}") from None
+            no_time.append(lineno)
+            continue
         except ValueError as e:
             if columns is not None and lineno == 1:
                 continue  # a header of the script's own above noheader rows
             raise BackendError(f"{p}:{lineno}: {e}") from None
+        if epoch is None:
+            epoch = ts.tzinfo is not None
+        elif epoch != (ts.tzinfo is not None):
+            raise BackendError(
+                f"{p}:{lineno}: a date among epoch times (or the other way round): one log, "
+                "one kind of timestamp"
+            )
         try:
             values = {COLUMNS[h][0]: _parse_value(h, cells[col[h]]) for h in COLUMNS if h in col}
             index = _index(cells[col["index"]]) if "index" in col else len(infos)
@@ -205,7 +267,7 @@ def read_log(
             )
             readings[uuid] = []
         readings[uuid].append((ts, lineno, GpuReading(uuid=uuid, **values)))
-    if not infos:
+    if not infos and not no_time:  # rows whose time is no time: the caller counts them
         raise BackendError(f"{p}: nvidia-smi log has a header but no rows")
     return sorted(infos.values(), key=lambda g: g.index), readings
 
@@ -234,11 +296,12 @@ def _is_dmon(p: Path) -> bool:
     return bool(head) and head[0].startswith("#") and "gpu" in [h.lstrip("#") for h in head[:3]]
 
 
-def _read_dmon(p: Path) -> tuple[list[GpuInfo], Readings]:
+def _read_dmon(p: Path, no_time: list[int] | None) -> tuple[list[GpuInfo], Readings]:
     """``nvidia-smi dmon -o DT [-s pucm]`` output: whitespace columns under a ``#`` header
     (repeated every screenful), ``-`` for a value the GPU does not report. The ``sm`` column is
     the utilization NVML reports (``utilization.gpu``); ``fb`` the memory used, MiB. Without
-    ``-o DT`` the rows have no time: an error saying so."""
+    ``-o DT`` the rows have no time: an error saying so. A date outside the years
+    :data:`FIRST_YEAR`-:data:`LAST_YEAR` is :func:`read_log`'s ``no_time``."""
     infos: dict[str, GpuInfo] = {}
     readings: Readings = {}
     names: list[str] = []
@@ -262,8 +325,17 @@ def _read_dmon(p: Path) -> tuple[list[GpuInfo], Readings]:
                         f"{p}:{lineno}: expected {len(names)} columns, got {len(cells)}"
                     )
                 row = dict(zip(names, cells, strict=True))
+                when = f"{row['date']} {row['time']}"
                 try:
-                    ts = datetime.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S")
+                    ts = _years(datetime.strptime(when, "%Y%m%d %H:%M:%S"), when)
+                except NoTime as e:
+                    if no_time is None:
+                        raise BackendError(f"{p}:{lineno}: {e}") from None
+                    no_time.append(lineno)
+                    continue
+                except ValueError as e:
+                    raise BackendError(f"{p}:{lineno}: {e}") from None
+                try:
                     index = _index(row["gpu"])
                     values = {
                         field: None if row[col] == "-" else _dmon_value(col, row[col]) * scale
@@ -283,7 +355,7 @@ def _read_dmon(p: Path) -> tuple[list[GpuInfo], Readings]:
         raise BackendError(f"{p}: not UTF-8 text") from None
     except OSError as e:
         raise BackendError(f"cannot read {p}: {e.strerror or e}") from None
-    if not infos:
+    if not infos and not no_time:
         raise BackendError(f"{p}: nvidia-smi dmon output with a header but no rows")
     return sorted(infos.values(), key=lambda g: g.index), readings
 

@@ -4,6 +4,7 @@ recomputed from the file with pandas: a reading covers the time since the GPU's 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -162,3 +163,93 @@ def test_an_impossible_dmon_reading_is_refused_at_its_line(
     err = capsys.readouterr().err
     assert err.startswith(f"gpu-kpi: error: {log}:5: ") and "bad dmon pwr value '1e300'" in err
     assert "(from 0 to 100000)" in err and err.count("\n") == 1
+
+
+EPOCH_LOG = REAL / "date-s-noheader-nounits.csv"
+EPOCH_QUERY = "timestamp,memory.used,utilization.gpu,temperature.gpu"
+
+
+def by_pandas_epoch(path: Path, per_s: float = 1.0) -> tuple[float, float, float]:
+    """(first reading's epoch seconds, GPU-hours, time-weighted utilization %) of a one-GPU
+    log of epoch times in units of 1 / ``per_s`` s, recomputed independently: a reading covers
+    the time since the one before (5-6 s here, never a gap)."""
+    frame = pd.read_csv(path, names=EPOCH_QUERY.split(","), skipinitialspace=True)
+    t = frame["timestamp"] / per_s
+    dt = t.diff().iloc[1:]
+    used = float((dt * frame["utilization.gpu"].iloc[1:]).sum())
+    return float(t.iloc[0]), float(dt.sum()) / 3600, used / float(dt.sum())
+
+
+def import_epochs(path: Path, url: str) -> int:
+    return main(
+        [
+            "import",
+            "nvidia-smi",
+            str(path),
+            "--query-gpu",
+            EPOCH_QUERY,
+            "--gpu-model",
+            "H100",
+            "--tz",
+            "Europe/Berlin",  # a zone for dates: epoch times are UTC whatever it says
+            "--store",
+            url,
+        ]
+    )
+
+
+def test_epoch_seconds_from_a_script_that_writes_date_plus_s(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``echo "$(date +%s),$(nvidia-smi --query-gpu=… --format=csv,noheader,nounits)"``: the
+    time column is epoch seconds, which was a "bad timestamp". Read as UTC, the run's GPU-hours
+    and utilization are the file's by pandas."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    assert import_epochs(EPOCH_LOG, url) == 0, capsys.readouterr().err
+    run = imported(url)
+    first, hours, util = by_pandas_epoch(EPOCH_LOG)
+    assert run.started_at == datetime.fromtimestamp(first, UTC)  # type: ignore[attr-defined]
+    assert run.gpu_hours == pytest.approx(hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(util, rel=1e-9)  # type: ignore[attr-defined]
+    assert hours == pytest.approx(15 * 60 / 3600, abs=0.01)  # 179 intervals of 5-6 s
+
+
+def test_epoch_milliseconds_are_told_by_their_digits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``date +%s%3N`` writes 13 digits: milliseconds, the same run as the seconds'."""
+    rows = EPOCH_LOG.read_text().splitlines()
+    log = tmp_path / "ms.csv"
+    log.write_text("".join(f"{r.split(',', 1)[0]}250,{r.split(',', 1)[1]}\n" for r in rows))
+    url = f"sqlite:///{tmp_path}/runs.db"
+    assert import_epochs(log, url) == 0, capsys.readouterr().err
+    run = imported(url)
+    first, hours, util = by_pandas_epoch(log, per_s=1000.0)
+    assert first == by_pandas_epoch(EPOCH_LOG)[0] + 0.25
+    assert run.started_at == datetime.fromtimestamp(first, UTC)  # type: ignore[attr-defined]
+    assert run.gpu_hours == pytest.approx(hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(util, rel=1e-9)  # type: ignore[attr-defined]
+
+
+def test_an_epoch_of_20_digits_is_a_bad_row_left_out_and_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 20-digit epoch (no time: a datetime cannot hold it) and ``253402300800`` in a log of
+    seconds (the year 10000) among the readings: each left out, counted and named by its line,
+    never a traceback nor a stopped import; the run is the clean file's."""
+    rows = EPOCH_LOG.read_text().splitlines()
+    rows[10:10] = ["99999999999999999999,30512, 97, 71"]
+    rows[50:50] = ["253402300800,30512, 97, 71"]
+    log = tmp_path / "absurd.csv"
+    log.write_text("\n".join(rows) + "\n")
+    url = f"sqlite:///{tmp_path}/runs.db"
+    assert import_epochs(log, url) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert (
+        "skipped 2 reading(s) whose time is no time (outside the years 1970-9998): "
+        f"{log.resolve()}:11, {log.resolve()}:51\n"
+    ) in out
+    run = imported(url)
+    _, hours, util = by_pandas_epoch(EPOCH_LOG)
+    assert run.gpu_hours == pytest.approx(hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert run.util_pct == pytest.approx(util, rel=1e-9)  # type: ignore[attr-defined]

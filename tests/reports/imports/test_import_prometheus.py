@@ -240,7 +240,10 @@ def test_a_refused_query_names_the_url(prometheus: str) -> None:
         (["--since", "2026-W48"], "this import needs --until"),
         (["--since", "2026-W49", "--until", "2026-W48"], "is not before --until"),
         (["--since", "2026-W01", "--until", "2027-W10"], "over a year"),
-        (["--since", "yesterday", "--until", "2026-W48"], "use 2026-W47, 2026-11-16"),
+        (
+            ["--since", "yesterday", "--until", "2026-W48"],
+            "--since: expected YYYY-Www, YYYY-MM-DD or YYYY-MM-DDTHH:MM, got 'yesterday'",
+        ),
         (["--since", "2026-W48", "--until", "2026-W49", "--map", "cost=pod"], "KEY=LABEL"),
         (["--since", "2026-W48", "--until", "2026-W49", "--tz", "UTC"], "not for Prometheus"),
     ],

@@ -3,6 +3,9 @@ tracker's TensorBoard sink, imported into a real store, the numbers checked by h
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -13,7 +16,7 @@ import pytest
 import readers
 
 from reports.cli import main
-from reports.imports.play import TRACKED, Labels
+from reports.imports.play import NO_GPU_TIME, TRACKED, UNBACKED, Labels
 from reports.imports.tb_runs import NO_MODEL, import_tensorboard, read_tensorboard
 from tracker.session import track
 from tracker.sinks.tensorboard import TensorBoardSink
@@ -23,12 +26,14 @@ MONDAY_10 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 A100_PRICE = 2.00  # the price table's A100-80GB, USD per GPU-hour
 
 
-def summary_writer(logdir: Path) -> Any:
-    """torch's ``SummaryWriter`` on ``logdir``; torch is imported here, not at the top, so that
-    collecting the fast suite imports no framework (``tests/test_fast_suite.py``)."""
+def summary_writer(logdir: Path, suffix: str = "") -> Any:
+    """torch's ``SummaryWriter`` on ``logdir`` (TensorBoard's own event file writer): files
+    named ``events.out.tfevents.<time>.<host>.<pid>.<n>`` and ``suffix``; torch is imported
+    here, not at the top, so that collecting the fast suite imports no framework
+    (``tests/test_fast_suite.py``)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    return SummaryWriter(log_dir=str(logdir))
+    return SummaryWriter(log_dir=str(logdir), filename_suffix=suffix)
 
 
 def write_run(
@@ -38,10 +43,11 @@ def write_run(
     every: int = 10,
     util: float | None = None,
     start: datetime = MONDAY_10,
+    suffix: str = "",
 ) -> Path:
     """A run logged from ``start`` every ``every`` s for ``seconds``: a loss, a throughput of
     100 + step, and (``util``) a GPU utilization tag of the user's own."""
-    w = summary_writer(logdir)
+    w = summary_writer(logdir, suffix)
     for step in range(seconds // every + 1):
         wall = (start + timedelta(seconds=every * step)).timestamp()
         w.add_scalar("train/loss", 1.0 / (step + 1), step, walltime=wall)
@@ -278,16 +284,42 @@ def test_two_points_at_one_wall_time_do_not_stop_the_import(tmp_path: Path) -> N
     assert r.util_pct == pytest.approx((590 * 50 + 10 * 70) / 600)
 
 
-def test_one_fit_in_train_and_validation_folders_is_one_run(tmp_path: Path) -> None:
-    """Keras writes ``train/`` and ``validation/`` for one fit, from one process: one run of
-    an hour on one A100 ($2.00), not two runs holding the same hour ($4.00)."""
+@pytest.mark.parametrize("suffix", ["", ".v2"], ids=["torch-names", "keras-names"])
+def test_one_fit_in_train_and_validation_folders_is_one_run(tmp_path: Path, suffix: str) -> None:
+    """Keras 3's ``TensorBoard`` callback (``keras/src/callbacks/tensorboard.py``) writes
+    ``train/`` and ``validation/`` under its ``log_dir`` for one fit, from one process, through
+    ``tf.summary.create_file_writer``: ``events.out.tfevents.<time>.<host>.<pid>.<n>.v2``,
+    ``<n>`` a counter of the process's writers. The ``.v2`` made the pid unread (``<n>`` was
+    taken for it), so the two folders were two runs holding the same hour ($4.00). One run of
+    an hour on one A100 now ($2.00)."""
     logs = tmp_path / "keras" / "fit-1"
-    write_run(logs / "train", seconds=3600)
-    write_run(logs / "validation", seconds=3600, every=60)
+    write_run(logs / "train", seconds=3600, suffix=suffix)
+    write_run(logs / "validation", seconds=3600, every=60, suffix=suffix)
+    names = [f.name for f in sorted(logs.glob("*/events.out.tfevents.*"))]
+    pattern = rf"events\.out\.tfevents\.\d+\.[^/]+\.{os.getpid()}\.\d+{re.escape(suffix)}"
+    assert len(names) == 2 and all(re.fullmatch(pattern, n) for n in names), names
+    assert len({n.split(".")[-2 if suffix else -1] for n in names}) == 2  # two writers' <n>
     done = read_tensorboard([tmp_path / "keras"], labels=Labels(gpu_model="A100-80GB"))
     (r,) = done.records
     assert r.name == "fit-1" and r.gpu_hours == pytest.approx(1.0)
     assert r.cost_usd == pytest.approx(A100_PRICE)
+
+
+def test_split_folders_of_two_processes_stay_two_runs(tmp_path: Path) -> None:
+    """``train/`` and ``validation/`` beside each other but written by two processes (another
+    pid in the file name) are two fits' folders: two runs, an hour each."""
+    logs = tmp_path / "fit-2"
+    write_run(logs / "train", seconds=3600, suffix=".v2")
+    write_run(logs / "validation", seconds=3600, suffix=".v2")
+    (f,) = (logs / "validation").glob("events.out.tfevents.*")
+    parts = f.name.split(".")
+    parts[-3] = str(int(parts[-3]) + 1)  # <pid>: another process
+    f.rename(f.with_name(".".join(parts)))
+    done = read_tensorboard([logs], labels=Labels(gpu_model="A100-80GB"))
+    assert sorted((r.name, round(r.gpu_hours, 6)) for r in done.records) == [
+        ("train", 1.0),
+        ("validation", 1.0),
+    ]
 
 
 def test_a_folder_of_the_process_we_logged_is_not_a_second_run(tmp_path: Path) -> None:
@@ -350,15 +382,24 @@ def test_a_logdir_1200_folders_deep_is_walked(tmp_path: Path) -> None:
             folder.rmdir()
 
 
-def forged(logdir: Path, *, gpus: int, rate: float, points: list[datetime]) -> None:
-    """A run note of ours claiming ``gpus`` H100s at $3.85, then utilization and the logged
-    price per hour (``cost/usd_per_hour``) at ``points``."""
+def forged(
+    logdir: Path,
+    *,
+    gpus: int | str,
+    rate: float | None,
+    points: list[datetime],
+    run_id: str = "forged-1",
+) -> None:
+    """A run note of ours claiming ``gpus`` H100s, at $3.85 where it logs a ``rate`` (the
+    price per hour, ``cost/usd_per_hour``, at every point; None: an unpriced note, no rate),
+    then utilization at ``points``."""
     w = summary_writer(logdir)
-    note = f"- run_id: forged-1\n- gpu_count: {gpus}\n- gpu_model: H100\n- price_per_gpu_hour: 3.85"
-    w.add_text("gpu-kpi/run", note, 0)
+    note = f"- run_id: {run_id}\n- gpu_count: {gpus}\n- gpu_model: H100"
+    w.add_text("gpu-kpi/run", note + ("\n- price_per_gpu_hour: 3.85" if rate else ""), 0)
     for k, at in enumerate(points):
         w.add_scalar("gpu/util_pct", 50.0, k, walltime=at.timestamp())
-        w.add_scalar("cost/usd_per_hour", rate, k, walltime=at.timestamp())
+        if rate is not None:
+            w.add_scalar("cost/usd_per_hour", rate, k, walltime=at.timestamp())
     w.close()
 
 
@@ -384,3 +425,63 @@ def test_our_points_far_apart_are_a_gap_not_gpu_time(tmp_path: Path) -> None:
     (r,) = read_tensorboard([tmp_path / "logs"]).records
     assert r.gpu_hours == pytest.approx(1.0)
     assert r.cost_usd == pytest.approx(3.85)
+
+
+HOUR = [MONDAY_10 + timedelta(minutes=m) for m in range(61)]
+
+
+def test_an_unpriced_note_claiming_1e308_gpus_is_skipped_and_named(tmp_path: Path) -> None:
+    """A note with no price (so no logged rate to check it by) and ``gpu_count: 1e308`` made a
+    4,096-GPU run: 4,096 GPU-h of an hour. Nothing in the logdir shows more than one host's
+    GPUs (its files name one host): over 64 the run is skipped and named, not cut down to a
+    made-up count. Eight GPUs on one host, the note's word is taken."""
+    forged(tmp_path / "logs" / "huge", gpus="1e308", rate=None, points=HOUR)
+    forged(tmp_path / "logs" / "eight", gpus=8, rate=None, points=HOUR, run_id="eight-1")
+    done = read_tensorboard([tmp_path / "logs"])
+    assert done.skipped == {UNBACKED: ["huge"]}
+    (r,) = done.records
+    assert (r.id, r.gpu_count, r.gpu_hours) == ("eight-1", 8, pytest.approx(8.0))
+    assert r.cost_usd == pytest.approx(8 * 3.85)  # the table's H100
+
+
+def test_a_5000_character_run_id_is_hashed_not_written_into_every_row(tmp_path: Path) -> None:
+    """A note's 5,000-character run id went into every minute row (a 20 KB logdir made a
+    321 MB store). An id over 200 characters is no id the tracker makes: the run's id is a
+    hash of it, in the record and every row."""
+    long_id = "x" * 5000
+    forged(tmp_path / "logs" / "run", gpus=1, rate=3.85, points=HOUR, run_id=long_id)
+    done = read_tensorboard([tmp_path / "logs"])
+    (r,) = done.records
+    assert r.id == "tb-" + hashlib.sha256(long_id.encode()).hexdigest()[:24]
+    assert r.gpu_hours == pytest.approx(1.0)
+    assert len(done.samples) == 60
+    assert {(s.run_id, s.gpu) for s in done.samples} == {(r.id, f"{r.id}-gpu0")}
+
+
+def test_two_summaries_30_days_apart_are_no_gpu_time(tmp_path: Path) -> None:
+    """A run of two events 30 days apart was 720 GPU-h (their one interval, the median, made
+    the gap 90 days). No interval over a day is GPU-time: skipped and named."""
+    w = summary_writer(tmp_path / "logs" / "far")
+    for step, at in enumerate([MONDAY_10, MONDAY_10 + timedelta(days=30)]):
+        w.add_scalar("train/loss", 1.0, step, walltime=at.timestamp())
+    w.close()
+    done = read_tensorboard([tmp_path / "logs"], labels=Labels(gpu_model="A100-80GB"))
+    assert (done.records, done.skipped) == ([], {NO_GPU_TIME: ["far"]})
+
+
+def test_an_event_at_a_20_digit_wall_time_is_left_out_and_counted(tmp_path: Path) -> None:
+    """An event at 1e19 s since 1970 stopped the whole import ("no time", exit 2). It is a bad
+    event, not a damaged file: left out, counted and named; the run is its hour."""
+    write_run(tmp_path / "logs" / "r", seconds=3600)
+    w = summary_writer(tmp_path / "logs" / "r")
+    w.add_scalar("train/loss", 0.1, 999, walltime=1e19)
+    w.close()
+    done = read_tensorboard([tmp_path / "logs"], labels=Labels(gpu_model="A100-80GB"))
+    (r,) = done.records
+    assert r.gpu_hours == pytest.approx(1.0)
+    (note,) = done.notes
+    assert note.startswith(
+        "skipped 1 reading(s) whose time is no time (outside the years 1970-9998): "
+        f"{(tmp_path / 'logs' / 'r').resolve()}/events.out.tfevents."
+    )
+    assert note.endswith(": an event at 1e+19 s since 1970)")

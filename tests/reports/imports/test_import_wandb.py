@@ -10,6 +10,7 @@ wandb-core writes them on a GPU host.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import shutil
 import time
 from datetime import UTC, datetime, timedelta
@@ -311,9 +312,8 @@ def year_30000(path: Path) -> None:
         (bad_crc, "checksum mismatch"),
         (bad_length, "damaged at byte 32768 (a chunk of 65535 bytes where its block has 32761)"),
         (not_wandb, "not a W&B transaction log"),
-        (year_30000, "1000000000000 s since 1970: no time"),
     ],
-    ids=["crc", "length", "foreign", "no-time"],
+    ids=["crc", "length", "foreign"],
 )
 def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
     tmp_path: Path,
@@ -334,6 +334,26 @@ def test_a_damaged_log_is_one_line_naming_it_and_imports_nothing(
     assert err.count("\n") == 1
     with RunStore(url) as store:
         assert store.list_runs() == []  # not even the good run
+
+
+def test_a_sample_in_the_year_30000_is_left_out_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A system-metrics record at 10**12 s since 1970 (the year 33658), its checksum whole,
+    stopped the import of every run given. It is a bad sample, not a damaged file: left out,
+    counted and named; the run goes in, two H100s for an hour."""
+    bad = real_run(tmp_path / "bad", monkeypatch, name="bad")
+    add_gpu_records(bad)
+    year_30000(bad)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    code = main(["import", "wandb", str(tmp_path / "bad"), "--store", url])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert (
+        "skipped 1 reading(s) whose time is no time (outside the years 1970-9998): "
+        f"{bad} (a system-metrics record at 1000000000000 s since 1970)\n"
+    ) in out
+    assert "imported 1 run(s), 2.0 GPU-h, 120 minute rows" in out
 
 
 def test_a_killed_runs_torn_tail_is_left_out_and_the_run_imported(
@@ -506,6 +526,93 @@ def test_one_odd_run_of_a_project_is_skipped_and_named() -> None:
     assert [r.name for r in done.records] == ["fine"]
     (name,) = done.skipped[UNREADABLE]
     assert name.startswith("odd-config (ValueError: ")
+
+
+def api_read(*runs: ApiRun) -> Any:
+    from reports.imports.wandb_runs import read_wandb_api
+
+    week = (MONDAY_10, MONDAY_10 + timedelta(days=7))
+    return read_wandb_api("acme/vision", since=week[0], until=week[1], api=Api(list(runs)))
+
+
+class FarSamples(ApiRun):
+    """W&B's system samples of one GPU at ``times`` (70%)."""
+
+    def __init__(self, times: list[datetime]) -> None:
+        super().__init__("far1", "far", gpus=1)
+        self.times = times
+
+    def history(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return [{"_timestamp": t.timestamp(), "system.gpu.0.gpu": 70} for t in self.times]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "apart", [timedelta(days=30), timedelta(days=50 * 365)], ids=["30-days", "50-years"]
+)
+def test_w_and_b_samples_months_apart_are_gaps_however_few(apart: timedelta) -> None:
+    """Two samples 30 days apart were 720 GPU-h (their one interval, the median, made the gap
+    90 days); 50 years apart the import split them into minutes without end. No sample covers
+    more than a day: the run has no GPU-time, skipped and named. Sampled every 15 s for an hour
+    before such a sample, the run is that hour."""
+    from reports.imports.play import NO_GPU_TIME
+
+    done = api_read(FarSamples([MONDAY_10, MONDAY_10 + apart]))
+    assert (done.records, done.skipped) == ([], {NO_GPU_TIME: ["far"]})
+    hour = [MONDAY_10 + timedelta(seconds=15 * k) for k in range(241)]
+    (r,) = api_read(FarSamples([*hour, hour[-1] + apart])).records
+    assert r.gpu_hours == pytest.approx(1.0)
+    assert r.util_pct == pytest.approx(70.0)
+
+
+def test_a_sample_at_a_20_digit_time_is_left_out_and_counted_not_a_traceback() -> None:
+    """A system sample at ``_timestamp`` 1e19 (the API gives what the server holds) raised
+    OverflowError out of the import. It is left out and counted; the run is its hour."""
+
+    class Absurd(ApiRun):
+        def history(self, **kwargs: Any) -> list[dict[str, Any]]:
+            return [*super().history(**kwargs), {"_timestamp": 1e19, "system.gpu.0.gpu": 50}]
+
+    done = api_read(Absurd("abs1", "absurd"))
+    (r,) = done.records
+    assert r.gpu_hours == pytest.approx(2.0)  # two H100s for an hour
+    assert done.notes == [
+        "skipped 1 reading(s) whose time is no time (outside the years 1970-9998): "
+        "https://wandb.ai/acme/vision/runs/abs1 (a system sample at 1e+19 s since 1970)"
+    ]
+
+
+class OursOnly(ApiRun):
+    """A run our callback logged where W&B kept no GPU metrics: its config (``gpu_kpi/…``) and
+    our ``gpu/util_pct`` points at ``times`` (60%)."""
+
+    def __init__(self, config: dict[str, Any], times: list[datetime]) -> None:
+        super().__init__("ours1", "ours", config={k: {"value": v} for k, v in config.items()})
+        self.times = times
+
+    def history(self, **kwargs: Any) -> list[dict[str, Any]]:
+        return [{"_timestamp": t.timestamp(), "system.cpu": 5.0} for t in self.times]
+
+    def scan_history(self) -> list[dict[str, Any]]:
+        return [{"_timestamp": t.timestamp(), "gpu/util_pct": 60.0} for t in self.times]
+
+
+def test_our_config_is_bounded_like_a_tensorboard_note() -> None:
+    """The W&B side of a forged note: ``gpu_kpi/gpu_count`` 1e308 with no price made a
+    4,096-GPU run; a 5,000-character ``gpu_kpi/run_id`` went into every minute row; our points
+    30 days apart covered the 30 days. Now: the count is refused (skipped, named), the id
+    hashed, and a point covers at most the hour before it."""
+    from reports.imports.play import UNBACKED
+
+    hour = [MONDAY_10 + timedelta(minutes=m) for m in range(61)]
+    claim = {"gpu_kpi/run_id": "x" * 5000, "gpu_kpi/gpu_model": "H100"}
+    done = api_read(OursOnly({**claim, "gpu_kpi/gpu_count": 1e308}, hour))
+    assert (done.records, done.skipped) == ([], {UNBACKED: ["ours"]})
+    done = api_read(OursOnly({**claim, "gpu_kpi/gpu_count": 2}, [*hour, hour[-1] + timedelta(30)]))
+    (r,) = done.records
+    assert r.id == "wandb-" + hashlib.sha256(("x" * 5000).encode()).hexdigest()[:24]
+    assert (r.gpu_count, r.gpu_hours) == (2, pytest.approx(2.0))  # the hour, not 30 days
+    assert {s.run_id for s in done.samples} == {r.id} and len(done.samples) == 2 * 60
 
 
 @pytest.mark.parametrize(

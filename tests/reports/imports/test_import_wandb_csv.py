@@ -4,13 +4,14 @@ recomputed here from the file with pandas, as W&B's own readings cover the time 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from clirun import gpu_kpi
 
+from reports.imports.play import Labels
 from tracker.store import RunStore
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "real" / "wandb-charts"
@@ -106,6 +107,57 @@ def test_a_wall_time_export_of_two_runs(tmp_path: Path) -> None:
     first = pd.read_csv(WALL).dropna(subset=["bert-base-lr3e-5 - system/gpu.0.gpu"])
     assert runs["bert-base-lr3e-5"].started_at.timestamp() == first["Wall Time"].iloc[0] / 1000
     assert runs["bert-base-lr1e-4"].gpu_hours == pytest.approx((2400 - 600) / 3600, rel=1e-3)
+
+
+def wall_export(path: Path, points: list[tuple[datetime, float]]) -> Path:
+    """A one-run chart export by Wall Time (milliseconds) as the UI writes it, GPU 0's
+    utilization at ``points``."""
+    rows = ['"Wall Time","bert - system/gpu.0.gpu"']
+    rows += [f'"{round(t.timestamp() * 1000)}","{u:g}"' for t, u in points]
+    return write(path, "\n".join(rows) + "\n")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "apart", [timedelta(days=30), timedelta(days=50 * 365)], ids=["30-days", "50-years"]
+)
+def test_chart_points_months_apart_are_gaps_however_few(tmp_path: Path, apart: timedelta) -> None:
+    """Two buckets 30 days apart were 720 GPU-h (their one interval, the median, made the gap
+    90 days), two 50 years apart an import that never ended. No bucket covers more than a day:
+    the run has no GPU-time, skipped and named. After an hour of 15 s buckets at 40%, such a
+    bucket adds nothing: 1 GPU-h."""
+    from reports.imports.play import NO_GPU_TIME
+    from reports.imports.wandb_runs import read_wandb
+
+    labels = Labels(gpu_model="H100")
+    two = wall_export(tmp_path / "two.csv", [(STARTED, 40.0), (STARTED + apart, 40.0)])
+    done = read_wandb([two], labels=labels)
+    assert (done.records, done.skipped) == ([], {NO_GPU_TIME: ["bert"]})
+    hour = [(STARTED + timedelta(seconds=15 * k), 40.0) for k in range(241)]
+    far = wall_export(tmp_path / "far.csv", [*hour, (hour[-1][0] + apart, 40.0)])
+    (run,) = read_wandb([far], labels=labels).records
+    assert (run.gpu_hours, run.util_pct) == (pytest.approx(1.0), pytest.approx(40.0))
+    assert run.cost_usd == pytest.approx(H100)
+
+
+def test_a_20_digit_wall_time_is_a_bad_row_left_out_and_counted(tmp_path: Path) -> None:
+    """A Wall Time of 20 digits (no time: it stopped the import as "is no time") among the
+    rows is left out, counted and named by line; both runs go in as from the clean export."""
+    rows = WALL.read_text().splitlines()
+    rows[5:5] = ['"99999999999999999999","50","50","50","","",""']
+    chart = write(tmp_path / "chart.csv", "\n".join(rows) + "\n")
+    url = store(tmp_path)
+    p = gpu_kpi("import", "wandb", str(chart), "--gpu-model", "H100", "--store", url)
+    assert p.returncode == 0, p.stderr
+    assert (
+        f"skipped 1 reading(s) whose time is no time (outside the years 1970-9998): {chart}:6\n"
+    ) in p.stdout
+    with RunStore(url) as s:
+        runs = {r.name: r for r in s.list_runs()}
+    for name, run in runs.items():
+        seconds, _, _ = covered(pd.read_csv(WALL), f"{name} - system/gpu.0.gpu", from_zero=False)
+        assert run.gpu_hours == pytest.approx(seconds / 3600, rel=1e-6), name
+    assert len(runs) == 2
 
 
 def test_without_the_model_the_run_is_skipped_and_the_flag_named(tmp_path: Path) -> None:
