@@ -2,8 +2,8 @@
 a year of accounting at ``--jobs-per-day`` jobs, in both forms, against a baseline in the
 same run (splitting the same lines on ``|`` and nothing else).
 
-Writes ``--days`` days of ``sacct -a -X -P --format=Cluster,JobID,JobIDRaw,JobName,User,Account,
-Partition,State,Start,End,AllocTRES,NodeList`` lines shaped as a real Slurm 22.05 writes them
+Writes ``--days`` days of ``sacct -a -X -P --format=FORMAT`` lines (this import's own, JobName
+last) shaped as a real Slurm 22.05 writes them
 (``tests/data/slurm/sacct-X.txt``: typed and untyped GPU TRES, a job in ten an array task, one in
 twenty cancelled before it started) and the same jobs as ``sacct --json`` (22.05's
 ``openapi/dbv0.0.38``), then reads each once and prints jobs/s, the seconds a year takes, and
@@ -65,10 +65,23 @@ def jobs(n: int, days: int, seed: int = 7) -> tuple[str, str]:
             e = s if never else end.strftime("%Y-%m-%dT%H:%M:%S")
             node = "None assigned" if never else f"gpu{rng.randrange(1, 65):03d}"
             account = rng.choice(("nlp", "vision", "speech", "search"))
-            lines.append(
-                f"gpukpi|{job_id}|{job}|train-{job % 97}|u{job % 53}|{account}|gpu|{state}|{s}|{e}|"
-                f"{tres}|{node}"
-            )
+            elapsed = 0 if never else int((end - start).total_seconds())
+            row = {
+                "Cluster": "gpukpi",
+                "JobID": job_id,
+                "JobIDRaw": str(job),
+                "JobName": f"train-{job % 97}",
+                "User": f"u{job % 53}",
+                "Account": account,
+                "Partition": "gpu",
+                "State": state,
+                "Start": s,
+                "End": e,
+                "ElapsedRaw": str(elapsed),
+                "AllocTRES": tres,
+                "NodeList": node,
+            }
+            lines.append("|".join(row[k] for k in FORMAT.split(",")))
             allocated = (
                 []
                 if never

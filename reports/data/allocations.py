@@ -7,6 +7,17 @@ The table is the reports' own, made on first import as the delivery log's is: th
 never writes it, and stores made before it have none (a report then has no allocation
 section). A job is keyed by source, cluster and its allocation's own id (``JobIDRaw``); a
 later import of the same job (a running job that has since ended) replaces its row.
+
+A Slurm job read from output without a ``Cluster`` field (and no ``--cluster``) has cluster
+"" (not known), and its id alone says nothing across clusters: job 100 of two clusters.
+Writing with ``settle`` (``gpu-kpi import slurm``) keeps one row per job and never lets one
+cluster's job overwrite another's (:func:`settle_clusters`): the same job (:func:`same_job`:
+its id, user, and start or end) imported without a cluster and with one is one row, under its
+cluster; a job without a cluster where the store has another of the same id without one is
+refused, named, for the import to give ``--cluster``.
+
+Text is stored as :func:`tracker.text.storable` makes it (a NUL, which PostgreSQL refuses,
+becomes U+FFFD), as run names are.
 """
 
 from __future__ import annotations
@@ -17,6 +28,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +40,7 @@ from reports.rows import Allocation, Capacity
 from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK
 from tracker.store.engine import StoreError
 from tracker.store.schema import SCHEMA_LOCK_KEY, UTCDateTime, upsert, utc
-from tracker.text import one_line
+from tracker.text import one_line, storable
 
 if TYPE_CHECKING:
     from tracker.store import RunStore
@@ -105,12 +117,118 @@ def ensure_table(store: RunStore) -> None:
     store.transaction(work, write=True)
 
 
+def same_job(a: Allocation, b: Allocation) -> bool:
+    """Whether two reads of a Slurm job are the same allocation: the same id and user, and
+    the same start or the same end (an ended job read with its elapsed time starts at end −
+    elapsed where a read without it says its first start)."""
+    if (a.job_id, a.user) != (b.job_id, b.user):
+        return False
+    return a.start_at == b.start_at or (a.end_at is not None and a.end_at == b.end_at)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Slurm jobs to write as :func:`settle_clusters` found them."""
+
+    jobs: list[Allocation]
+    """The jobs to write, those without a cluster that are a stored job under its cluster."""
+    gone: list[tuple[str, str]]
+    """(cluster, job id) of stored rows without a cluster that a job written names."""
+    refused: list[tuple[Allocation, str]]
+    """Jobs not written, and why."""
+    moved: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Job id → the cluster a job read without one took."""
+
+
+def settle_clusters(new: Sequence[Allocation], stored: Sequence[Allocation]) -> Settled:
+    """The rule of a job's cluster, where output may lack it (:func:`same_job` says which reads
+    are one job):
+
+    - a job with a cluster replaces a stored row of the same job without one;
+    - a job without one that is a job of one cluster (stored, or in ``new``) takes that
+      cluster; of several, it is refused (``--cluster`` says which);
+    - a job without one where the store has another job of its id without one is refused:
+      without a cluster the two cannot both be kept, and neither overwrites the other.
+
+    Args:
+        new: Slurm jobs to write, one per (cluster, job id).
+        stored: The store's Slurm rows of the same job ids.
+    """
+    named: dict[str, list[Allocation]] = {}
+    for a in (*stored, *new):
+        if a.cluster:
+            named.setdefault(a.job_id, []).append(a)
+    unnamed = {a.job_id: a for a in stored if not a.cluster}
+    jobs: dict[tuple[str, str], Allocation] = {}
+    refused: list[tuple[Allocation, str]] = []
+    gone: set[tuple[str, str]] = set()
+    moved: dict[str, str] = {}
+    for a in new:
+        if a.cluster:
+            old = unnamed.get(a.job_id)
+            if old is not None and same_job(old, a):
+                gone.add(("", a.job_id))
+            _keep(jobs, a)
+            continue
+        clusters = sorted({b.cluster for b in named.get(a.job_id, []) if same_job(a, b)})
+        if len(clusters) > 1:
+            why = f"the same job is in clusters {', '.join(clusters)}: give --cluster NAME"
+            refused.append((a, why))
+            continue
+        if clusters:
+            _keep(jobs, dataclasses.replace(a, cluster=clusters[0]))
+            moved[a.job_id] = clusters[0]
+            continue
+        old = unnamed.get(a.job_id)
+        if old is not None and not same_job(old, a):
+            refused.append(
+                (
+                    a,
+                    f"the store has another job {a.job_id} without a cluster (user "
+                    f"{old.user!r}, started {old.start_at.isoformat()}): import each "
+                    "cluster's output with --cluster NAME",
+                )
+            )
+            continue
+        _keep(jobs, a)
+    return Settled(list(jobs.values()), sorted(gone), refused, moved)
+
+
+def _keep(jobs: dict[tuple[str, str], Allocation], a: Allocation) -> None:
+    """``a`` into ``jobs``, or the one of the two reads of its job that knows more (ended, then
+    seen later)."""
+    key = (a.cluster, a.job_id)
+    old = jobs.get(key)
+    if old is None or (a.end_at is not None, a.seen_at) >= (old.end_at is not None, old.seen_at):
+        jobs[key] = a
+
+
+def _storable(a: Allocation) -> Allocation:
+    """``a`` with its text as the store keeps it."""
+    return dataclasses.replace(
+        a,
+        cluster=storable(a.cluster),
+        job_id=storable(a.job_id),
+        shown_id=storable(a.shown_id),
+        name=storable(a.name),
+        user=storable(a.user),
+        account=storable(a.account),
+        team=storable(a.team),
+        partition=storable(a.partition),
+        state=storable(a.state),
+        gpu_model=None if a.gpu_model is None else storable(a.gpu_model),
+        hosts=tuple(storable(h) for h in a.hosts),
+    )
+
+
 def write_allocations(
     store: RunStore,
     allocations: Sequence[Allocation],
     capacity: Sequence[Capacity] = (),
     usage: Sequence[Any] = (),
-) -> None:
+    *,
+    settle: bool = False,
+) -> Settled:
     """Insert the allocations, replacing earlier rows of the same jobs, and the nodes'
     capacity (:func:`merge_spans` with what the store has), in one transaction.
 
@@ -121,8 +239,38 @@ def write_allocations(
         usage: Slurm jobs' step averages (replacing a job's earlier one): each with
             ``cluster``, ``job_id``, ``util_pct``, ``mem_gib``, ``steps`` and ``seconds``
             (:class:`reports.imports.slurm.StepUsage`).
+        settle: Settle the Slurm jobs' clusters with the store's rows in the same transaction
+            (:func:`settle_clusters`): ``gpu-kpi import slurm``.
+
+    Returns:
+        What was written (without ``settle``: the allocations as given, none refused).
     """
     ensure_table(store)
+    given = [_storable(a) for a in allocations]
+
+    def work(conn: Connection) -> Settled:
+        done = Settled(given, [], [])
+        slurm = [a for a in given if a.source == "slurm"]
+        if settle and slurm:
+            found = settle_clusters(slurm, _stored_slurm(conn, slurm))
+            others = [a for a in given if a.source != "slurm"]
+            done = dataclasses.replace(found, jobs=[*found.jobs, *others])
+        _write(conn, done, capacity, usage)
+        return done
+
+    if given or capacity or usage:
+        return store.transaction(work, write=True)
+    return Settled([], [], [])
+
+
+def _write(
+    conn: Connection, done: Settled, capacity: Sequence[Capacity], usage: Sequence[Any]
+) -> None:
+    t, u = allocations_table.c, usage_table.c
+    for i in range(0, len(done.gone), 500):
+        keys = [("slurm", *k) for k in done.gone[i : i + 500]]
+        for table, c in ((allocations_table, t), (usage_table, u)):
+            conn.execute(table.delete().where(sa.tuple_(c.source, c.cluster, c.job_id).in_(keys)))
     rows = [
         {
             **{k: getattr(a, k) for k in _COLUMNS if k != "hosts"},
@@ -131,32 +279,57 @@ def write_allocations(
             "seen_at": utc(a.seen_at),
             "hosts": json.dumps(list(a.hosts)),
         }
-        for a in allocations
+        for a in done.jobs
     ]
+    stmt = upsert(conn.dialect.name, allocations_table, ("source", "cluster", "job_id"))
+    for i in range(0, len(rows), 5_000):
+        conn.execute(stmt, rows[i : i + 5_000])
+    _write_capacity(conn, capacity)
+    # a job's steps follow it to the cluster it was settled under; a refused job's go with it
+    refused = {(storable(a.cluster), storable(a.job_id)) for a, _ in done.refused}
+    used = {}
+    for x in usage:
+        key = (storable(x.cluster), storable(x.job_id))
+        if key in refused:
+            continue
+        cluster = key[0] or done.moved.get(key[1], "")
+        used[(cluster, key[1])] = {
+            "source": "slurm",
+            "cluster": cluster,
+            "job_id": key[1],
+            "util_pct": x.util_pct,
+            "mem_gib": x.mem_gib,
+            "steps": x.steps,
+            "seconds": x.seconds,
+        }
+    stmt = upsert(conn.dialect.name, usage_table, ("source", "cluster", "job_id"))
+    rows = list(used.values())
+    for i in range(0, len(rows), 5_000):
+        conn.execute(stmt, rows[i : i + 5_000])
 
-    def work(conn: Connection) -> None:
-        stmt = upsert(conn.dialect.name, allocations_table, ("source", "cluster", "job_id"))
-        for i in range(0, len(rows), 5_000):
-            conn.execute(stmt, rows[i : i + 5_000])
-        _write_capacity(conn, capacity)
-        used = [
-            {
-                "source": "slurm",
-                "cluster": u.cluster,
-                "job_id": u.job_id,
-                "util_pct": u.util_pct,
-                "mem_gib": u.mem_gib,
-                "steps": u.steps,
-                "seconds": u.seconds,
-            }
-            for u in usage
-        ]
-        stmt = upsert(conn.dialect.name, usage_table, ("source", "cluster", "job_id"))
-        for i in range(0, len(used), 5_000):
-            conn.execute(stmt, used[i : i + 5_000])
 
-    if rows or capacity or usage:
-        store.transaction(work, write=True)
+def _stored_slurm(conn: Connection, jobs: Sequence[Allocation]) -> list[Allocation]:
+    """The store's Slurm rows that :func:`settle_clusters` weighs against ``jobs``: the rows
+    without a cluster of their ids, and for those without a cluster, their ids' rows in every
+    cluster (a cluster at a time, along the table's key)."""
+    t = allocations_table.c
+    slurm = t.source == "slurm"
+    ids = sorted({a.job_id for a in jobs})
+    clusters = []
+    if conn.execute(sa.select(t.job_id).where(slurm, t.cluster == "").limit(1)).first():
+        clusters.append(("", ids))
+    bare = sorted({a.job_id for a in jobs if not a.cluster})
+    if bare:
+        names = conn.execute(sa.select(t.cluster).where(slurm, t.cluster != "").distinct())
+        clusters += [(c, bare) for (c,) in names]
+    out = []
+    for cluster, wanted in clusters:
+        for i in range(0, len(wanted), 1_000):
+            stmt = sa.select(allocations_table).where(
+                slurm, t.cluster == cluster, t.job_id.in_(wanted[i : i + 1_000])
+            )
+            out += rows_to_allocations(conn.execute(stmt))
+    return out
 
 
 _COLUMNS = tuple(c.name for c in allocations_table.c)

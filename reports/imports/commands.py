@@ -143,7 +143,8 @@ def add_import_commands(add: AddCommand, run: Callable[[argparse.Namespace], int
         type=float,
         metavar="S",
         help="seconds between two readings "
-        "that count as a gap, not GPU-time (default: 3 x the GPU's median interval)",
+        "that count as a gap, not GPU-time (default: 3 x the GPU's median interval; at most "
+        "86400, a day)",
     )
 
 
@@ -269,6 +270,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
         read_files,
         run_sacct,
         sinfo_capacity,
+        sinfo_nodes,
     )
     from reports.weeks import zone
 
@@ -304,6 +306,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
             raise UsageError(f"--since {shown[0]} is not before --until {shown[1]}")
         if until - since > timedelta(days=366):
             raise UsageError("--since to --until is over a year: import a range at a time")
+        seen_nodes = sinfo_nodes()  # first: a job over its nodes' GPUs is no real one
         done = run_sacct(
             since,
             min(until, now),
@@ -311,6 +314,7 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
             teams=teams,
             now=now,
             gres_models=settings.gres_models,
+            node_gpus={node: gpus for node, (gpus, _) in seen_nodes.nodes.items()},
         )
         named = Counter(a.cluster for a in done.jobs if a.cluster)
         done.capacity, done.notes = sinfo_capacity(
@@ -318,13 +322,17 @@ def run_slurm_import(args: argparse.Namespace, settings: Any, *, now: datetime) 
             min(until, now),
             cluster=cluster or (named.most_common(1)[0][0] if named else ""),
             gres_models=settings.gres_models,
+            shown=seen_nodes,
         )
     from reports.data.allocations import write_allocations
+    from reports.imports.slurm import Unreadable
     from reports.imports.slurm_jobs import owned_type_notes
     from tracker.store import RunStore
 
     with RunStore(settings.store) as store:
-        write_allocations(store, done.jobs, done.capacity, done.usage)
+        settled = write_allocations(store, done.jobs, done.capacity, done.usage, settle=True)
+    done.jobs = settled.jobs
+    done.unreadable += [Unreadable(f"job {a.shown_id}", why) for a, why in settled.refused]
     done.notes += owned_type_notes(done.types, settings.owned, settings.gres_models)
     return done
 

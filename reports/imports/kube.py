@@ -24,6 +24,10 @@ namespace, through ``--account-team NAMESPACE=TEAM``), and its GPU model where t
 samples saw). A pod still running at the end of the range counts up to its last point;
 importing the next range extends the same row (its start kept), so weekly imports join.
 
+A pod asking for more GPUs than its node has (the most ``kube_node_status_capacity`` reported
+of it in the range, else :data:`reports.imports.slurm_jobs.MAX_GPUS_PER_NODE`) is no real
+holding: it is skipped and named (:func:`reports.imports.slurm_jobs.over_capacity`).
+
 Behind a scrape that does not honour kube-state-metrics' labels, the objects' arrive as
 ``exported_namespace``/``exported_pod``/``exported_container``: these are read. A ``cluster``
 label (Thanos, Mimir) names the cluster; else ``--cluster``.
@@ -50,7 +54,7 @@ from reports.imports.prom import (
     server,
 )
 from reports.imports.slurm import Unreadable
-from reports.imports.slurm_jobs import MAX_GPUS
+from reports.imports.slurm_jobs import MAX_GPUS, over_capacity
 from tracker.prices import canonical_gpu
 
 if TYPE_CHECKING:
@@ -224,10 +228,19 @@ def read_kubernetes(
                 ids = (metric.get("namespace", ""), metric.get("pod", ""), metric.get("uid", ""))
                 labels.setdefault(ids, {})[key] = metric.get(key, "")
     out.capacity = node_spans(nodes, products)
+    # a node's most GPUs in the range; one that reported none (its device plugin restarting)
+    # is not known
+    has = {key: int(max(run[2] for run in runs)) for key, runs in nodes.items() if runs}
+    has = {key: gpus for key, gpus in has.items() if gpus > 0}
     seen_at = min(now, until)
     for p in sorted(pods.values(), key=lambda p: (p.first, p.namespace, p.pod)):
         if p.last <= p.first:
             out.short += 1
+            continue
+        known = {p.node: has[(p.cluster, p.node)]} if (p.cluster, p.node) in has else {}
+        too_many = over_capacity(int(p.gpus), (p.node,), known)
+        if too_many is not None:
+            out.unreadable.append(Unreadable(f"pod {p.namespace}/{p.pod}", too_many))
             continue
         running = p.last >= last_minute
         workload = owners.workload(p.namespace, p.pod)

@@ -7,6 +7,16 @@ time (a year of a busy cluster does not fit in memory at once: ``bench/sacct_rea
 ``SLURM_TIME_FORMAT=%s`` (times as seconds since 1970: no zone to guess) and ``TZ=UTC`` (the
 range's bounds read as UTC). A job running across windows is in each; its last row wins.
 
+sacct writes a job's name as its user gave it, so a name can hold ``|`` and line breaks: any
+user could cut their job's row, or write a row of their own into the output. Each run of
+sacct is given a ``--delimiter`` of 16 random hex digits between two ``|``, which no name
+submitted before it can hold, and ``JobName`` last, where what a name holds can only lengthen
+the name. (``--json`` would escape the name too, but needs Slurm's ``openapi`` plugins and
+holds a window's jobs in memory at several times the size: ``bench/sacct_read.py``.)
+
+A job's GPUs are bounded by its nodes': over their GPUs as sinfo shows them (running sacct),
+else over :data:`MAX_GPUS_PER_NODE` a node, a job is skipped and named (:func:`over_capacity`).
+
 All or nothing: every job read is written in one transaction, or none (a store that cannot be
 written, an input that is not sacct's). A row that cannot be read is left out and named.
 """
@@ -16,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +37,7 @@ from typing import TYPE_CHECKING
 from reports.errors import ImportFailed, UsageError
 from reports.imports.slurm import (
     FORMAT,
+    MAX_INPUT_BYTES,
     USAGE_FORMAT,
     SacctRead,
     SlurmJob,
@@ -33,6 +45,7 @@ from reports.imports.slurm import (
     Unreadable,
     expand_nodes,
     read_sacct,
+    read_sacct_stream,
     read_step_usage,
 )
 from tracker.prices import canonical_gpu, gpu_keys
@@ -44,9 +57,32 @@ if TYPE_CHECKING:
 WINDOW = timedelta(days=7)
 """Days of accounting asked of sacct at a time."""
 SACCT_TIMEOUT_S = 600.0
-MAX_INPUT_BYTES = 4 << 30
 MAX_GPUS = 1_000_000
 """The most GPUs one job can hold (the store's check too: more is no real job)."""
+MAX_GPUS_PER_NODE = 64
+"""The most GPUs a node whose GPUs are not known can hold (8 on most GPU servers today)."""
+
+
+def over_capacity(gpus: int, hosts: Sequence[str], node_gpus: Mapping[str, int]) -> str | None:
+    """Why a holding of ``gpus`` GPUs on ``hosts`` is no real one (more than its nodes have:
+    a Slurm job's ``AllocTRES``, a pod's request, written by anyone who can write them), or
+    None.
+
+    Args:
+        gpus: The GPUs held.
+        hosts: Its nodes (none: one node not named).
+        node_gpus: Each node's GPUs where known (sinfo, ``kube_node_status_capacity``); a
+            node not in it is bounded by :data:`MAX_GPUS_PER_NODE`.
+    """
+    known = [node_gpus[h] for h in hosts if h in node_gpus]
+    unknown = len(hosts) - len(known) if hosts else 1
+    bound = sum(known) + unknown * MAX_GPUS_PER_NODE
+    if gpus <= bound:
+        return None
+    has = [f"{sum(known):,} GPUs known"] if known else []
+    has += [f"{MAX_GPUS_PER_NODE} a node whose GPUs are not known"] if unknown else []
+    nodes = f"{len(hosts)} node(s)" if hosts else "a node"
+    return f"{gpus:,} GPUs on {nodes} that hold at most {bound:,} ({', '.join(has)})"
 
 
 @dataclass
@@ -68,6 +104,9 @@ class SlurmImported:
     types: dict[str, str | None] = field(default_factory=dict)
     """Each gres type of the jobs read (the one holding most of a job's GPUs), and the model
     it was read as (:func:`model_of_type`)."""
+    unnamed: dict[str, Allocation] = field(default_factory=dict, repr=False)
+    """The jobs read without a cluster, by id: another job of the same id read without one is
+    refused (two clusters' outputs would make one job)."""
 
 
 def parse_account_teams(given: Sequence[str]) -> dict[str, str]:
@@ -155,6 +194,7 @@ def allocations_of(
     teams: Mapping[str, str],
     out: SlurmImported,
     gres_models: Mapping[str, str] | None = None,
+    node_gpus: Mapping[str, int] | None = None,
 ) -> None:
     """The jobs of one read as allocations into ``out`` (its counts raised too).
 
@@ -166,7 +206,9 @@ def allocations_of(
         teams: Account → team (an account not in it is its own team).
         out: Where the allocations and counts go.
         gres_models: ``[slurm] gres_models`` (:func:`model_of_type`).
+        node_gpus: Each node's GPUs where known (:func:`over_capacity`).
     """
+    from reports.data.allocations import same_job
     from reports.rows import Allocation
 
     out.steps += read.steps
@@ -177,31 +219,45 @@ def allocations_of(
             hosts = expand_nodes(job.nodes)
             if not 0 <= job.gpus <= MAX_GPUS:
                 raise ValueError(f"{job.gpus} GPUs: not from 0 to {MAX_GPUS:,}")
+            too_many = over_capacity(job.gpus, hosts, node_gpus or {})
+            if too_many is not None:
+                raise ValueError(too_many)
             if job.end is not None and job.end < job.start:
                 raise ValueError(f"ends ({job.end.isoformat()}) before it starts")
         except ValueError as e:
             out.unreadable.append(Unreadable(f"{where} job {job.job_id}", str(e)))
             continue
-        out.jobs.append(
-            Allocation(
-                source="slurm",
-                cluster=job.cluster or cluster,
-                job_id=job.raw_id,
-                shown_id=job.job_id,
-                name=job.name,
-                user=job.user,
-                account=job.account,
-                team=teams.get(job.account, job.account),
-                partition=job.partition,
-                state=job.state,
-                start_at=job.start,
-                end_at=job.end,
-                seen_at=max(seen_at, job.start),
-                gpus=job.gpus,
-                gpu_model=gpu_model_of(job, gres_models),
-                hosts=hosts,
-            )
+        allocation = Allocation(
+            source="slurm",
+            cluster=job.cluster or cluster,
+            job_id=job.raw_id,
+            shown_id=job.job_id,
+            name=job.name,
+            user=job.user,
+            account=job.account,
+            team=teams.get(job.account, job.account),
+            partition=job.partition,
+            state=job.state,
+            start_at=job.start,
+            end_at=job.end,
+            seen_at=max(seen_at, job.start),
+            gpus=job.gpus,
+            gpu_model=gpu_model_of(job, gres_models),
+            hosts=hosts,
         )
+        if not allocation.cluster:
+            before = out.unnamed.setdefault(allocation.job_id, allocation)
+            if not same_job(before, allocation):
+                out.unreadable.append(
+                    Unreadable(
+                        f"{where} job {job.job_id}",
+                        f"another job {job.raw_id} than the one read before (user "
+                        f"{before.user!r}, started {before.start_at.isoformat()}), and no "
+                        "cluster named: import each cluster's output with --cluster NAME",
+                    )
+                )
+                continue
+        out.jobs.append(allocation)
         if job.gpu_types:
             kind = max(job.gpu_types, key=lambda t: t[1])[0]
             out.types[kind] = out.jobs[-1].gpu_model
@@ -216,8 +272,13 @@ def read_files(
     now: datetime,
     gres_models: Mapping[str, str] | None = None,
 ) -> SlurmImported:
-    """sacct's output saved in files (``-``: standard input); ``gres_models``: ``[slurm]
+    """sacct's output saved in files (``-``: standard input), each read a line at a time
+    (:func:`reports.imports.slurm.read_sacct_stream`); ``gres_models``: ``[slurm]
     gres_models`` (:func:`model_of_type`).
+
+    A running job in saved output counts up to the output's own time: its latest time
+    (:attr:`reports.imports.slurm.SacctRead.latest`), no later than the file's last change
+    or ``now``; a file saved in 2024 and imported today is not running today.
 
     Raises:
         ImportFailed: A file that cannot be read, or is not sacct's output.
@@ -226,22 +287,23 @@ def read_files(
 
     out = SlurmImported()
     for name in paths:
-        if name == "-":
-            text, seen = sys.stdin.read(), now
-        else:
-            path = Path(name)
-            try:
-                if path.stat().st_size > MAX_INPUT_BYTES:
-                    raise ImportFailed(f"{name}: over 4 GiB: give sacct's output a month at a time")
-                text = path.read_text(encoding="utf-8", errors="replace")
-                seen = min(now, datetime.fromtimestamp(path.stat().st_mtime, UTC))
-            except OSError as e:
-                raise ImportFailed(f"{name}: {e.strerror or e}") from None
         try:
-            read = read_sacct(text, tz=tz)
+            if name == "-":
+                read = read_sacct_stream(sys.stdin.buffer, tz=tz)
+                written = now
+            else:
+                path = Path(name)
+                if path.stat().st_size > MAX_INPUT_BYTES:
+                    raise ImportFailed("over 4 GiB: give sacct's output a month at a time")
+                with path.open("rb") as f:
+                    read = read_sacct_stream(f, tz=tz)
+                    written = datetime.fromtimestamp(os.fstat(f.fileno()).st_mtime, UTC)
+        except OSError as e:
+            raise ImportFailed(f"{name}: {e.strerror or e}") from None
         except ImportFailed as e:
             raise ImportFailed(f"{name}: {e}") from None
-        out.usage += read_step_usage(text).values()  # saved without -X, with TRESUsageInAve
+        seen = min(now, written, read.latest or now)
+        out.usage += read.usage.values()  # saved without -X, with TRESUsageInAve
         allocations_of(
             read,
             where=name,
@@ -264,9 +326,11 @@ def run_sacct(
     sacct: str = "sacct",
     window: timedelta = WINDOW,
     gres_models: Mapping[str, str] | None = None,
+    node_gpus: Mapping[str, int] | None = None,
 ) -> SlurmImported:
     """Ask this machine's ``sacct`` for the jobs that held an allocation in ``[since, until)``,
-    a window at a time; ``gres_models``: ``[slurm] gres_models`` (:func:`model_of_type`).
+    a window at a time; ``gres_models``: ``[slurm] gres_models`` (:func:`model_of_type`);
+    ``node_gpus``: each node's GPUs where known (:func:`over_capacity`).
 
     Raises:
         ImportFailed: sacct is not installed, fails or times out (its message, one line).
@@ -277,14 +341,15 @@ def run_sacct(
         end = min(start + window, until)
         first = start.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
         last = end.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-        text = _sacct(sacct, ["-S", first, "-E", last], f"{first} to {last}")
+        delimiter = unguessable()
+        text = _sacct(sacct, ["-S", first, "-E", last], f"{first} to {last}", delimiter=delimiter)
         steps = _sacct(
             sacct, ["-S", first, "-E", last], f"steps {first} to {last}", form=USAGE_FORMAT
         )
         out.usage += read_step_usage(steps).values()
         out.sacct_runs += 1
         if text.strip():
-            read = read_sacct(text, tz=UTC)
+            read = read_sacct(text, tz=UTC, delimiter=delimiter)
             allocations_of(
                 read,
                 where=f"sacct {first}",
@@ -293,6 +358,7 @@ def run_sacct(
                 teams=teams,
                 out=out,
                 gres_models=gres_models,
+                node_gpus=node_gpus,
             )
         start = end
     return _last_rows(out)
@@ -313,10 +379,11 @@ def sacct_job(
     Raises:
         ImportFailed: sacct is not installed, fails or times out.
     """
-    text = _sacct(sacct, ["-j", job_id], f"job {job_id}")
+    delimiter = unguessable()
+    text = _sacct(sacct, ["-j", job_id], f"job {job_id}", delimiter=delimiter)
     out = SlurmImported(sacct_runs=1)
     if text.strip():
-        read = read_sacct(text, tz=UTC)
+        read = read_sacct(text, tz=UTC, delimiter=delimiter)
         allocations_of(
             read,
             where="sacct",
@@ -381,6 +448,43 @@ def cluster_name(scontrol: str = "scontrol") -> str:
     return m[1] if m and p.returncode == 0 and "/" not in m[1] else ""
 
 
+@dataclass(frozen=True)
+class SinfoNodes:
+    """What ``sinfo`` showed of the nodes (:func:`sinfo_nodes`)."""
+
+    nodes: dict[str, tuple[int, str | None]]
+    """Each available node's GPUs and their type."""
+    down: list[str]
+    """Nodes with GPUs down, drained or failed."""
+    failed: str = ""
+    """Why sinfo showed nothing ("" where it answered)."""
+
+
+def sinfo_nodes(sinfo: str = "sinfo") -> SinfoNodes:
+    """The nodes' GPUs as this machine's ``sinfo`` shows them now (:func:`parse_sinfo`); a
+    sinfo that fails says why in ``failed``.
+
+    Args:
+        sinfo: The command.
+    """
+    try:
+        p = subprocess.run(
+            [sinfo, "-N", "-h", "-o", SINFO_FORMAT],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=120,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return SinfoNodes({}, [], f"{sinfo}: {one_line(str(e), 200)}")
+    if p.returncode != 0:
+        said = one_line(p.stderr or p.stdout, 200)
+        return SinfoNodes({}, [], f"sinfo failed (exit {p.returncode}): {said}")
+    nodes, down = parse_sinfo(p.stdout)
+    return SinfoNodes(nodes, down)
+
+
 def sinfo_capacity(
     since: datetime,
     until: datetime,
@@ -389,6 +493,7 @@ def sinfo_capacity(
     sinfo: str = "sinfo",
     scontrol: str = "scontrol",
     gres_models: Mapping[str, str] | None = None,
+    shown: SinfoNodes | None = None,
 ) -> tuple[list[Capacity], list[str]]:
     """The nodes' GPUs as this machine's ``sinfo`` shows them now, over ``[since, until]``
     (Slurm keeps no history of its nodes: the import's range is taken to have had them), and
@@ -400,24 +505,13 @@ def sinfo_capacity(
         cluster: The cluster's name (the jobs'); "" to ask ``scontrol show config``.
         sinfo: The command.
         scontrol: The command asked for the cluster's name where ``cluster`` is "".
+        shown: What sinfo showed already (:func:`sinfo_nodes`); None: run it.
     """
     from reports.rows import Capacity
 
-    try:
-        p = subprocess.run(
-            [sinfo, "-N", "-h", "-o", SINFO_FORMAT],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=120,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return [], [f"capacity not imported: {sinfo}: {one_line(str(e), 200)}"]
-    if p.returncode != 0:
-        said = one_line(p.stderr or p.stdout, 200)
-        return [], [f"capacity not imported: sinfo failed (exit {p.returncode}): {said}"]
-    nodes, down = parse_sinfo(p.stdout)
+    got = shown if shown is not None else sinfo_nodes(sinfo)
+    if got.failed:
+        return [], [f"capacity not imported: {got.failed}"]
     cluster = cluster or cluster_name(scontrol)
     spans = [
         Capacity(
@@ -429,8 +523,9 @@ def sinfo_capacity(
             gpus=gpus,
             gpu_model=model_of_type(kind, gres_models) if kind else None,
         )
-        for node, (gpus, kind) in sorted(nodes.items())
+        for node, (gpus, kind) in sorted(got.nodes.items())
     ]
+    down = got.down
     notes = (
         [f"{len(down)} node(s) with GPUs down or drained now, not counted: {', '.join(down[:10])}"]
         if down
@@ -439,12 +534,21 @@ def sinfo_capacity(
     return spans, notes
 
 
-def _sacct(sacct: str, what: Sequence[str], said: str, *, form: str = FORMAT) -> str:
+def unguessable() -> str:
+    """A delimiter for one run of sacct that no job name submitted before it holds:
+    ``|`` and 16 random hex digits and ``|``."""
+    return f"|{secrets.token_hex(8)}|"
+
+
+def _sacct(
+    sacct: str, what: Sequence[str], said: str, *, form: str = FORMAT, delimiter: str = "|"
+) -> str:
     """``sacct -a -X -P --format=FORMAT WHAT…``'s output, its times as seconds since 1970
     (with ``form`` :data:`USAGE_FORMAT`: the steps too, no ``-X``)."""
     env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
     whole = ["-X"] if form == FORMAT else []  # -X: the jobs alone, without their steps
-    args = [sacct, "-a", *whole, "-P", f"--format={form}", *what]
+    between = [f"--delimiter={delimiter}"] if delimiter != "|" else []
+    args = [sacct, "-a", *whole, "-P", *between, f"--format={form}", *what]
     try:
         p = subprocess.run(
             args,

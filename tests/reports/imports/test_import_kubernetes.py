@@ -165,6 +165,8 @@ def cluster() -> list[Sample]:
       honorLabels: 1 GPU on gpu-node-1 10–11; DCGM: its GPU 2 at 50%.
     - E ml/queued: asks for a GPU, Pending on no node. GPU 3 of gpu-node-1: no pod, 0%.
     - F ml/odd: a request of 0.5 GPU (no device plugin's: bad data, skipped and named).
+    - G ml/greedy: a request of 1,000,000 GPUs on gpu-node-2, which has 2 (anyone who can
+      write a pod spec or the series: skipped and named, not $3.85M an hour).
     - Capacity (kube_node_status_capacity): gpu-node-1 4 GPUs, gpu-node-2 2 GPUs.
     """
     ten_to_noon, ten_to_eleven = (TEN, NOON), (TEN, ELEVEN)
@@ -208,6 +210,9 @@ def cluster() -> list[Sample]:
         ),
         *pod(KSM, "ml", "queued", "uid-e", node="", gpus=1, running=(NOON, NOON)),
         *pod(KSM, "ml", "odd", "uid-f", node="gpu-node-2", gpus=0.5, running=ten_to_eleven),
+        *pod(
+            KSM, "ml", "greedy", "uid-g", node="gpu-node-2", gpus=1_000_000, running=ten_to_eleven
+        ),
         *dcgm("gpu-node-1", 0, util=80, start=TEN, end=NOON, pod="train-llm-0-x1", namespace="nlp"),
         *dcgm("gpu-node-1", 1, util=0, start=TEN, end=NOON, pod="train-llm-0-x1", namespace="nlp"),
         *dcgm(
@@ -322,6 +327,9 @@ def test_pods_in_the_weekly_report_by_hand(
     # A 2 × 2 h, B, C, D 1 × 1 h: E never ran, the CPU requests are no GPUs
     assert "imported 4 Kubernetes pod(s) holding 7.0 GPU-h" in out
     assert "skipped pod ml/odd: a GPU request of '0.5': not a count of GPUs" in out
+    assert (
+        "skipped pod ml/greedy: 1,000,000 GPUs on 1 node(s) that hold at most 2 (2 GPUs known)"
+    ) in out
     assert (
         main(["report", "--week", "2026-W48", "--format", "json,html", "--out", str(tmp_path)]) == 0
     )
@@ -452,6 +460,21 @@ def test_ranges_imported_apart_are_one_pod(
     with RunStore(store_url) as store:
         nodes, bad = capacity_in(store, TEN, NOON)
     assert (len(nodes), bad) == (2, 1)
+
+
+def test_a_pod_over_its_nodes_gpus_is_no_holding() -> None:
+    """The bound a pod's request is held to: its node's GPUs where Prometheus reported them,
+    else 64 a node."""
+    from reports.imports.slurm_jobs import over_capacity
+
+    assert over_capacity(2, ("gpu-node-2",), {"gpu-node-2": 2}) is None
+    assert over_capacity(3, ("gpu-node-2",), {"gpu-node-2": 2}) == (
+        "3 GPUs on 1 node(s) that hold at most 2 (2 GPUs known)"
+    )
+    assert over_capacity(64, ("gpu-node-9",), {}) is None
+    assert over_capacity(65, ("gpu-node-9",), {}) == (
+        "65 GPUs on 1 node(s) that hold at most 64 (64 a node whose GPUs are not known)"
+    )
 
 
 def test_the_query_and_label_names() -> None:

@@ -105,7 +105,7 @@ def test_real_jobs_read_from_real_sacct() -> None:
     _run("scancel", later)  # cancelled before it started: no allocation
     ids = [two, array, later]
     _wait_until_done(ids, {two, f"{array}_0", f"{array}_1", later})
-    text = _run("sacct", "-a", "-X", "-P", f"--format={FORMAT},ElapsedRaw", "-j", ",".join(ids))
+    text = _run("sacct", "-a", "-X", "-P", f"--format={FORMAT}", "-j", ",".join(ids))
     got = read_sacct(text, tz=UTC)
     assert got.unreadable == [] and got.not_started == 1 and got.steps == 0
     jobs = {j.job_id: j for j in got.jobs}
@@ -138,6 +138,56 @@ def test_real_jobs_read_from_real_sacct() -> None:
     js = read_sacct(_run("sacct", "-a", "-X", "--json", "-j", ",".join(ids)), tz=UTC)
     assert js.not_started == 1
     assert sorted(js.jobs, key=lambda j: j.raw_id) == sorted(got.jobs, key=lambda j: j.raw_id)
+
+
+@pytest.mark.usefixtures("cluster")
+def test_jobs_named_with_bars_and_line_breaks_are_billed(tmp_path: Path) -> None:
+    """Issue 41 on the real Slurm: any user names their job, and sacct writes the name as
+    given. A job named ``…a|b|c`` (2 GPUs), and one whose name holds a line break and then a
+    whole row of this import's own format (a forged job of 8 GPUs for a week, billed to
+    ``victim``), imported by ``gpu-kpi import slurm`` running sacct itself: each job in the
+    store with its name and the GPU-seconds sacct's own ElapsedRaw and AllocTRES say; no job
+    of the row in the name."""
+    from clirun import gpu_kpi
+
+    from reports.data.allocations import allocations_named
+
+    tag = f"gk{os.getpid()}"
+    forged = (
+        "gpukpi|999999|999999|victim|vision|gpu|COMPLETED|1700000000|1700604800|604800|"
+        "billing=8,gres/gpu=8|vm|forged"
+    )
+    names = {f"{tag}-a|b|c": "--gres=gpu:h100:2", f"{tag}-evil\n{forged}": "--gres=gpu:h100:1"}
+    since = datetime.now(UTC) - timedelta(minutes=1)
+    ids = {
+        name: _sbatch("-A", "nlp", gres, "-J", name, "--wrap", "sleep 2")
+        for name, gres in names.items()
+    }
+    _wait_until_done(list(ids.values()), set(ids.values()))
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    t = "%Y-%m-%dT%H:%M:%S"
+    p = gpu_kpi(
+        "import", "slurm", "--since", f"{since:{t}}", "--until", f"{until:{t}}", "--store", store
+    )
+    assert p.returncode == 0 and "skipped" not in p.stdout, p.stdout + p.stderr
+    # sacct's own columns, without the name: each job's GPUs × seconds
+    text = _run(
+        "sacct", "-a", "-X", "-P", "-n", "--format=JobIDRaw,ElapsedRaw,AllocTRES", "-j",
+        ",".join(ids.values()),
+    )  # fmt: skip
+    held = {}
+    for line in text.splitlines():
+        raw, elapsed, tres = line.split("|")
+        m = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+        held[raw] = int(m.group(1)) * int(elapsed) if m else 0
+    assert held[ids[f"{tag}-a|b|c"]] >= 2 * 2  # 2 GPUs for at least the 2 s sleep
+    with RunStore(store) as s:
+        for name, job in ids.items():
+            (a,) = allocations_named(s, job, None)
+            assert (a.name, a.user != "victim", a.cluster) == (name, True, "gpukpi")
+            assert a.gpus * (a.until - a.start_at).total_seconds() == held[job], name
+        assert allocations_named(s, "999999", None) == []
 
 
 def _next_minute(unless_left: float = 61.0) -> None:

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from reports.errors import ImportFailed
-from reports.imports.slurm import expand_nodes, gpus_of_gres, gpus_of_tres, read_sacct
+from reports.imports.slurm import FORMAT, expand_nodes, gpus_of_gres, gpus_of_tres, read_sacct
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "slurm"
 
@@ -134,14 +134,18 @@ def test_a_bad_line_is_named_and_the_others_read() -> None:
     lines = (DATA / "sacct-X.txt").read_text().splitlines()
     lines[1] = lines[1].replace("2026-12-02T10:34:28", "yesterday")  # job 1
     lines[2] = lines[2].replace("gres/gpu=1,", "gres/gpu=one,")  # job 3
-    lines[3] = lines[3] + "|extra"  # job 4
+    # job 4: a field too many is JobName's (a name may hold |), so the fields after it, read
+    # from the right, are one off: its End is its Elapsed
+    lines[3] = lines[3] + "|extra"
+    lines[4] = lines[4].rsplit("|", 1)[0]  # job 6: a field too few, no line after it to join
     got = read_sacct("\n".join(lines), tz=UTC)
     assert [(u.where, u.reason) for u in got.unreadable] == [
         ("line 2", "Start is not a time: 'yesterday'"),
         ("line 3", "gres/gpu is not a count: 'one'"),
-        ("line 4", "15 fields where the header has 14"),
+        ("line 4", "End is not a time: '00:00:00'"),
+        ("line 5", "13 fields where the header has 14"),
     ]
-    assert len(got.jobs) == 12
+    assert len(got.jobs) == 11
 
 
 @pytest.mark.parametrize(
@@ -246,3 +250,400 @@ def test_sinfo_nodes_gpus_once_each_and_unavailable_ones_named() -> None:
     nodes, down = parse_sinfo(text)
     assert nodes == {"gpu01": (8, "h100"), "gpu02": (6, "a100"), "gpu03": (4, None)}
     assert down == ["gpu04", "gpu05"]
+
+
+# -- issue 41: what a job's name, a delimiter, a node list or a count can do to the import -------
+def _gpu_seconds_of_file(name: str) -> int:
+    """Σ gres/gpu × ElapsedRaw of the file's jobs, from its own columns (no name in them)."""
+    total = 0
+    for row in file_rows(name):
+        m = re.search(r"(?:^|,)gres/gpu=(\d+)", row["AllocTRES"])
+        total += int(m.group(1)) * int(row["ElapsedRaw"]) if m else 0
+    return total
+
+
+def _renamed(job: str, name: str, text: str | None = None) -> str:
+    """sacct-X.txt with job ``job``'s JobName set to ``name``, as sacct -P writes it (raw)."""
+    lines = (text or (DATA / "sacct-X.txt").read_text()).split("\n")
+    for i, line in enumerate(lines):
+        cells = line.split("|")
+        if cells[0] == job:
+            lines[i] = "|".join([*cells[:2], name, *cells[3:]])
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", ["a|b|c", "a\nb", "x|\n|y\n\nz", "a|b\n"])
+def test_a_name_with_bars_or_line_breaks_keeps_its_job(name: str) -> None:
+    """Any user names their job: a | or a line break in JobName neither hides the job nor
+    moves its fields. Job 1 (nlp-train, 2 GPUs × 20 s) renamed: every job read, 181
+    GPU-seconds as the file's own columns say."""
+    got = read_sacct(_renamed("1", name), tz=UTC)
+    assert got.unreadable == []
+    jobs = {j.job_id: j for j in got.jobs}
+    assert len(jobs) == 15 and jobs["1"].gpus == 2 and jobs["1"].user == "root"
+    assert jobs["1"].name == name.replace("\n\n", "\n")  # a blank line is passed over
+    seconds = sum(j.gpus * (j.end - j.start).total_seconds() for j in got.jobs if j.end)
+    assert seconds == _gpu_seconds_of_file("sacct-X.txt") == 181
+
+
+def test_a_name_with_a_line_break_in_p_output_and_with_jobname_last() -> None:
+    """``-p`` (a | after the last field) and this import's own --format (JobName last): the
+    name ``a|b`` + line break + ``c|`` is one job's; GPU-seconds as the rows say (2 × 3600 +
+    4 × 60)."""
+    header = FORMAT.replace(",", "|")
+    rows = [
+        ("c|7|7|ann|nlp|gpu|COMPLETED|1700000000|1700003600|3600|gres/gpu=2|n1|", "a|b\nc|"),
+        ("c|8|8|bob|nlp|gpu|COMPLETED|1700000000|1700000060|60|gres/gpu=4|n2|", "plain"),
+    ]
+    for end in ("", "|"):  # -P, -p
+        text = "\n".join([header + end, *(fields + name + end for fields, name in rows)])
+        got = read_sacct(text, tz=UTC)
+        assert got.unreadable == []
+        assert [(j.raw_id, j.name, j.user) for j in got.jobs] == [
+            ("7", "a|b\nc|", "ann"),
+            ("8", "plain", "bob"),
+        ]
+        seconds = sum(j.gpus * (j.end - j.start).total_seconds() for j in got.jobs if j.end)
+        assert seconds == 2 * 3600 + 4 * 60
+
+
+def test_a_name_cannot_write_a_row_where_gpu_kpi_runs_sacct() -> None:
+    """Running sacct, the import gives it a delimiter no name holds: a name holding a line
+    break and a whole row of this import's format (| between) stays the name."""
+    from reports.imports.slurm_jobs import unguessable
+
+    d = unguessable()
+    assert re.fullmatch(r"\|[0-9a-f]{16}\|", d) and d != unguessable()
+    forged = (
+        "gpukpi|999|999|victim|vision|gpu|COMPLETED|1700000000|1700360000|360000|gres/gpu=8|n1|x"
+    )
+    text = "\n".join(
+        [
+            FORMAT.replace(",", d),
+            d.join(["gpukpi", "9", "9", "eve", "nlp", "gpu", "COMPLETED", "1700000000"])
+            + d
+            + d.join(["1700000600", "600", "gres/gpu=1", "n1", f"evil\n{forged}"]),
+        ]
+    )
+    for given in (d, None):  # saved with such a delimiter, it is found in the header
+        got = read_sacct(text, tz=UTC, delimiter=given)
+        assert [(j.raw_id, j.user, j.gpus, j.name) for j in got.jobs] == [
+            ("9", "eve", 1, f"evil\n{forged}")
+        ]
+
+
+def test_a_custom_delimiter_is_found_in_the_header() -> None:
+    """GCM writes sacct -P --delimiter='|#': the delimiter is what stands between the header's
+    field names, and the file reads as the | file does; sacct's own table (spaces), and a
+    delimiter its values hold (``,``: ``cpu=1,gres/gpu=2``), are refused, naming what was
+    found."""
+    plain = (DATA / "sacct-X.txt").read_text()
+    for d in ("|#", ";", "\t", "::", "|5f3a9c0d2e4b6a18|"):
+        got = read_sacct(plain.replace("|", d), tz=UTC)
+        assert got == read_sacct(plain, tz=UTC), d
+    with pytest.raises(ImportFailed, match=re.escape("fields separated by ' ', sacct's own")):
+        read_sacct("JobID JobIDRaw Start End AllocTRES\n1 1 x y z\n", tz=UTC)
+    with pytest.raises(ImportFailed, match=re.escape("separated by ',', which sacct's own")):
+        read_sacct(plain.replace("|", ","), tz=UTC)
+
+
+def test_a_saved_files_running_job_ends_at_the_files_own_time(tmp_path: Path) -> None:
+    """A file saved on 2024-03-01 and imported years later: its running job (4 GPUs from
+    08:00) runs to the file's latest time, the other job's End 12:30: 4 × 4.5 h = 18 GPU-h,
+    and 1 × 3.5 h = 3.5 GPU-h beside it: 21.5 GPU-h, not 4 GPUs up to today."""
+    from clirun import gpu_kpi
+
+    saved = tmp_path / "sacct-2024.txt"
+    saved.write_text(
+        "JobID|JobIDRaw|JobName|User|Account|Partition|State|Start|End|AllocTRES|NodeList\n"
+        "500|500|train|ann|nlp|gpu|RUNNING|2024-03-01T08:00:00|Unknown|gres/gpu=4|gpu01\n"
+        "501|501|eval|bob|nlp|gpu|COMPLETED|2024-03-01T09:00:00|2024-03-01T12:30:00|"
+        "gres/gpu=1|gpu02\n"
+    )
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    p = gpu_kpi("import", "slurm", str(saved), "--store", store)
+    assert p.returncode == 0, p.stderr
+    assert "imported 2 Slurm job(s) holding 21.5 GPU-h" in p.stdout
+
+
+def test_json_counts_a_jobs_elapsed_time_and_its_running_jobs_to_its_own_time(
+    tmp_path: Path,
+) -> None:
+    """sacct --json (22.05's shape): a requeued job, end − start 2 h 11 min but elapsed 2 h on
+    2 GPUs: 4.0 GPU-h (not 4.37); a running job of 4 GPUs from 11:00, elapsed 1.5 h when
+    sacct wrote it: to 12:30, 6.0 GPU-h: 10.0 GPU-h."""
+    import json
+
+    from clirun import gpu_kpi
+
+    def at(hh: int, mm: int) -> int:
+        return int(datetime(2024, 3, 1, hh, mm, tzinfo=UTC).timestamp())
+
+    def job(raw: int, gpus: int, time: dict[str, int], state: str) -> dict[str, object]:
+        return {
+            "job_id": raw,
+            "name": f"j{raw}",
+            "user": "ann",
+            "account": "nlp",
+            "partition": "gpu",
+            "state": {"current": state},
+            "time": {"submission": at(9, 0), **time},
+            "tres": {"allocated": [{"type": "gres", "name": "gpu", "count": gpus}]},
+            "nodes": "gpu01",
+            "cluster": "c24",
+        }
+
+    jobs = [
+        job(1, 2, {"start": at(10, 0), "end": at(12, 11), "elapsed": 7200}, "COMPLETED"),
+        job(2, 4, {"start": at(11, 0), "end": 0, "elapsed": 5400}, "RUNNING"),
+    ]
+    saved = tmp_path / "sacct.json"
+    saved.write_text(json.dumps({"jobs": jobs}, indent=2))
+    p = gpu_kpi("import", "slurm", str(saved), "--store", f"sqlite:///{tmp_path / 'r.db'}")
+    assert p.returncode == 0, p.stderr
+    assert "imported 2 Slurm job(s) holding 10.0 GPU-h" in p.stdout
+    got = read_sacct(saved.read_text(), tz=UTC)
+    assert got.latest == datetime(2024, 3, 1, 12, 30, tzinfo=UTC)
+    first = got.jobs[0]
+    assert (first.start, first.end) == (
+        datetime(2024, 3, 1, 10, 11, tzinfo=UTC),  # end − elapsed: its last run
+        datetime(2024, 3, 1, 12, 11, tzinfo=UTC),
+    )
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("a[1-100]b[1-100]c[1-100]d[1-100]", "node list of more than 65,536 hosts"),
+        ("a[1]" * 5_000, "node list: a host name of over 255 characters"),
+    ],
+)
+def test_node_list_bombs_are_refused_before_they_expand(text: str, reason: str) -> None:
+    """130 bytes naming 10⁸ hosts, and 5,000 brackets in one name: counted and measured
+    first, refused in well under a second, in a few KiB (the old reader made 10⁸ names, or
+    recursed 5,000 deep)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            expand_nodes(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_a_node_list_bomb_skips_its_row_and_names_it(tmp_path: Path) -> None:
+    from reports.imports.slurm_jobs import read_files
+
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(
+        "JobID|Start|End|AllocTRES|NodeList\n"
+        "1|2026-12-02T10:00:00|2026-12-02T11:00:00|gres/gpu=1|a[1-100]b[1-100]c[1-100]d[1-100]\n"
+        f"2|2026-12-02T10:00:00|2026-12-02T11:00:00|gres/gpu=1|{'a[1]' * 5_000}\n"
+        "3|2026-12-02T10:00:00|2026-12-02T11:00:00|gres/gpu=1|n[1-2]\n"
+    )
+    done = read_files([str(saved)], tz=UTC, cluster="", teams={}, now=datetime.now(UTC))
+    assert [(a.job_id, a.hosts) for a in done.jobs] == [("3", ("n1", "n2"))]
+    assert [(u.where, u.reason) for u in done.unreadable] == [
+        (f"{saved} job 1", "node list of more than 65,536 hosts"),
+        (f"{saved} job 2", "node list: a host name of over 255 characters"),
+    ]
+
+
+@pytest.mark.slow  # ~12 s under tracemalloc
+def test_saved_output_is_read_a_line_at_a_time(tmp_path: Path) -> None:
+    """200,000 rows left out (steps, as sacct without -X writes them) around 3 jobs: the
+    read's peak memory is a small part of the file (the old one read it whole, then split it:
+    twice its size)."""
+    import tracemalloc
+
+    from reports.imports.slurm_jobs import read_files
+
+    t0, t1 = "2026-12-02T10:00:00", "2026-12-02T11:00:00"
+    saved = tmp_path / "sacct-steps.txt"
+    with saved.open("w") as f:
+        f.write("JobID|JobIDRaw|JobName|Start|End|AllocTRES|NodeList\n")
+        for job in range(3):
+            f.write(f"{job}|{job}|train-{job}|{t0}|{t1}|gres/gpu=2|n{job}\n")
+            for step in range(66_667):
+                f.write(f"{job}.{step}|{job}.{step}|python|{t0}|{t1}|cpu=1,gres/gpu=2|n{job}\n")
+    size = saved.stat().st_size
+    tracemalloc.start()
+    try:
+        done = read_files([str(saved)], tz=UTC, cluster="", teams={}, now=datetime.now(UTC))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (len(done.jobs), done.steps, done.unreadable) == (3, 200_001, [])
+    assert size > 12_000_000 and peak < size / 4, (peak, size)
+
+
+def test_a_holding_over_its_nodes_gpus_is_refused(tmp_path: Path) -> None:
+    """1,000,000 GPUs on one node is $3.85M an hour of H100: over what a node can hold (64
+    where its GPUs are not known), skipped and named; with sinfo's count of the nodes (running
+    sacct), over theirs: 5 on a node of 4, 73 on a node of 8 and one not known (8 + 64)."""
+    from reports.imports.slurm import SacctRead, SlurmJob
+    from reports.imports.slurm_jobs import SlurmImported, allocations_of, read_files
+
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(
+        "JobID|Start|End|AllocTRES|NodeList\n"
+        "1|2026-12-02T10:00:00|2026-12-02T11:00:00|gres/gpu:h100=1000000|gpu01\n"
+        "2|2026-12-02T10:00:00|2026-12-02T11:00:00|gres/gpu:h100=64|gpu01\n"
+    )
+    done = read_files([str(saved)], tz=UTC, cluster="", teams={}, now=datetime.now(UTC))
+    assert [a.job_id for a in done.jobs] == ["2"]
+    assert [u.reason for u in done.unreadable] == [
+        "1,000,000 GPUs on 1 node(s) that hold at most 64 (64 a node whose GPUs are not known)"
+    ]
+
+    def job(raw: str, gpus: int, nodes: str) -> SlurmJob:
+        t = datetime(2026, 12, 2, 10, tzinfo=UTC)
+        return SlurmJob(raw, raw, "x", "u", "a", "p", "COMPLETED", t, t, gpus, nodes=nodes)
+
+    read = SacctRead(
+        jobs=[job("1", 5, "vm"), job("2", 4, "vm"), job("3", 73, "g[1-2]"), job("4", 72, "g[1-2]")]
+    )
+    out = SlurmImported()
+    seen = datetime(2026, 12, 2, 11, tzinfo=UTC)
+    kw = {"where": "sacct", "seen_at": seen, "cluster": "c", "teams": {}, "out": out}
+    allocations_of(read, node_gpus={"vm": 4, "g1": 8}, **kw)  # type: ignore[arg-type]
+    assert [a.job_id for a in out.jobs] == ["2", "4"]
+    assert [(u.where, u.reason) for u in out.unreadable] == [
+        ("sacct job 1", "5 GPUs on 1 node(s) that hold at most 4 (4 GPUs known)"),
+        (
+            "sacct job 3",
+            "73 GPUs on 2 node(s) that hold at most 72 (8 GPUs known, 64 a node whose GPUs "
+            "are not known)",
+        ),
+    ]
+
+
+def test_a_nul_in_a_job_name_is_stored_as_run_names_are(store_url: str, tmp_path: Path) -> None:
+    """PostgreSQL's text refuses NUL: the name keeps the job, with U+FFFD for it (as
+    :func:`tracker.text.storable` does for run names), and the other job goes in too."""
+    from clirun import gpu_kpi
+
+    from reports.data.allocations import allocations_in
+    from tracker.store import RunStore
+
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(_renamed("1", "nlp\x00train"))
+    p = gpu_kpi("import", "slurm", str(saved), "--store", store_url)
+    assert p.returncode == 0, p.stderr
+    assert "imported 15 Slurm job(s)" in p.stdout
+    with RunStore(store_url) as store:
+        jobs, bad = allocations_in(
+            store, datetime(2026, 12, 2, tzinfo=UTC), datetime(2026, 12, 3, tzinfo=UTC)
+        )
+    assert bad == 0 and len(jobs) == 15
+    assert next(a for a in jobs if a.job_id == "1").name == "nlp\ufffdtrain"
+
+
+def _jobs_in(store_url: str) -> list[tuple[str, str, str, float]]:
+    """(cluster, job id, user, GPU-seconds) of every job stored, in order."""
+    from reports.data.allocations import allocations_in
+    from tracker.store import RunStore
+
+    with RunStore(store_url) as store:
+        jobs, bad = allocations_in(
+            store, datetime(2020, 1, 1, tzinfo=UTC), datetime(2030, 1, 1, tzinfo=UTC)
+        )
+    assert bad == 0
+    return sorted(
+        (a.cluster, a.job_id, a.user, a.gpus * (a.until - a.start_at).total_seconds()) for a in jobs
+    )
+
+
+def test_the_same_job_without_and_with_its_cluster_is_one_job(
+    store_url: str, tmp_path: Path
+) -> None:
+    """sacct-X.txt has no Cluster field; the same jobs with Cluster gpukpi (as running sacct
+    brings them) are the same 15 jobs, not 30: under gpukpi, 181 GPU-seconds once; and the
+    file without the field imported again after them adds nothing."""
+    from clirun import gpu_kpi
+
+    bare = tmp_path / "bare.txt"
+    bare.write_text((DATA / "sacct-X.txt").read_text())
+    named = tmp_path / "named.txt"
+    named.write_text(
+        "\n".join(
+            ("Cluster|" if i == 0 else "gpukpi|") + line
+            for i, line in enumerate((DATA / "sacct-X.txt").read_text().splitlines())
+        )
+    )
+    for file, clusters in ((bare, {""}), (named, {"gpukpi"}), (bare, {"gpukpi"})):
+        p = gpu_kpi("import", "slurm", str(file), "--store", store_url)
+        assert p.returncode == 0 and "skipped" not in p.stdout, p.stdout + p.stderr
+        jobs = _jobs_in(store_url)
+        assert len(jobs) == 15 and sum(s for *_, s in jobs) == 181
+        assert {c for c, *_ in jobs} == clusters, file
+    if store_url.startswith("sqlite"):  # both in one import: the same 15
+        one = f"sqlite:///{tmp_path / 'one.db'}"
+        p = gpu_kpi("import", "slurm", str(bare), str(named), "--store", one)
+        assert p.returncode == 0 and "imported 15 Slurm job(s)" in p.stdout, p.stdout
+        jobs = _jobs_in(one)
+        assert {c for c, *_ in jobs} == {"gpukpi"} and len(jobs) == 15
+
+
+def test_two_clusters_outputs_without_cluster_never_overwrite_each_other(
+    store_url: str, tmp_path: Path
+) -> None:
+    """Job 100 of cluster A (ann, 2 GPUs, 10:00–11:00) and job 100 of cluster B (bob, 4 GPUs,
+    12:00–13:00), both saved without Cluster: B's is refused and named, A's kept (2 GPU-h);
+    with --cluster b it goes in beside it (4 GPU-h); in one import, the second file's is
+    refused the same way."""
+    from clirun import gpu_kpi
+
+    header = "JobID|JobIDRaw|JobName|User|Account|Partition|State|Start|End|AllocTRES|NodeList"
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text(
+        f"{header}\n100|100|x|ann|nlp|gpu|COMPLETED|2026-12-02T10:00:00|2026-12-02T11:00:00|"
+        "gres/gpu=2|n1\n"
+    )
+    b.write_text(
+        f"{header}\n100|100|y|bob|cv|gpu|COMPLETED|2026-12-02T12:00:00|2026-12-02T13:00:00|"
+        "gres/gpu=4|m1\n"
+    )
+    assert gpu_kpi("import", "slurm", str(a), "--store", store_url).returncode == 0
+    p = gpu_kpi("import", "slurm", str(b), "--store", store_url)
+    assert p.returncode == 0 and "imported 0 Slurm job(s) holding 0.0 GPU-h" in p.stdout
+    assert (
+        "skipped job 100: the store has another job 100 without a cluster (user 'ann', started "
+        "2026-12-02T10:00:00+00:00): import each cluster's output with --cluster NAME"
+    ) in p.stdout
+    assert _jobs_in(store_url) == [("", "100", "ann", 2 * 3600.0)]
+    p = gpu_kpi("import", "slurm", str(b), "--cluster", "b", "--store", store_url)
+    assert "imported 1 Slurm job(s) holding 4.0 GPU-h" in p.stdout
+    assert _jobs_in(store_url) == [("", "100", "ann", 7200.0), ("b", "100", "bob", 14400.0)]
+    if store_url.startswith("sqlite"):  # both in one import
+        fresh = f"sqlite:///{tmp_path / 'fresh.db'}"
+        p = gpu_kpi("import", "slurm", str(a), str(b), "--store", fresh)
+        assert "imported 1 Slurm job(s) holding 2.0 GPU-h" in p.stdout
+        assert f"skipped {b} job 100: another job 100 than the one read before" in p.stdout
+        assert _jobs_in(fresh) == [("", "100", "ann", 7200.0)]
+
+
+def test_a_job_without_a_cluster_that_two_clusters_have_is_refused() -> None:
+    from fakes import slurm_job
+
+    from reports.data.allocations import settle_clusters
+
+    t = datetime(2026, 12, 2, 10, tzinfo=UTC)
+    end = t + timedelta(hours=1)
+    c1, c2 = (slurm_job("100", 2, t, end, ("n1",), cluster=c) for c in ("c1", "c2"))
+    bare = slurm_job("100", 2, t, end, ("n1",), cluster="")
+    got = settle_clusters([bare], [c1, c2])
+    assert got.jobs == [] and got.refused == [
+        (bare, "the same job is in clusters c1, c2: give --cluster NAME")
+    ]
+    # of one cluster: it takes that cluster; a named one replaces a stored one without it
+    one = settle_clusters([bare], [c1])
+    assert one.jobs == [c1] and one.moved == {"100": "c1"}
+    assert settle_clusters([c1], [bare]).gone == [("", "100")]
+    # another start and another end: another job, not c1's
+    later = slurm_job("100", 2, end, end + timedelta(hours=1), ("n1",), cluster="")
+    assert settle_clusters([later], [c1]).jobs == [later]
