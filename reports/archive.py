@@ -215,28 +215,6 @@ def _write_new(path: Path, data: Content) -> None:
         os.fsync(f.fileno())
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` whole or not at all (a temporary file beside it, renamed
-    over it), readable as ``open`` would make it (0666 less the umask).
-
-    Args:
-        path: The file; its folder must exist.
-        data: The content.
-
-    Raises:
-        OSError: The folder cannot be written; ``path`` is left as it was.
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp's 0600 would hide the archive from a web server
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def check_out_dir(out_dir: Path) -> None:
     """Check, before anything is computed, that the report can be written to ``out_dir``: a
     folder this process may write in, or one it can make in the nearest folder above it that

@@ -176,7 +176,7 @@ def compare_text(a: Side, b: Side, rows: Sequence[Row], *, markdown: bool) -> st
     ]
     body.append(["verdict", mode_of(a.verdicts) or "—", mode_of(b.verdicts) or "—", "", ""])
     if markdown:
-        cells = [[c.replace("|", "\\|") for c in row] for row in [head, *body]]
+        cells = [[md(c) for c in row] for row in [head, *body]]  # a side's label is the user's
         lines = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in cells[1:]]
         return "\n".join(lines)
@@ -233,10 +233,14 @@ def read_baseline(path: Path) -> tuple[str, str, dict[str, Baseline]]:
     def number(v: object) -> bool:
         return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"--baseline {path}: {getattr(e, 'strerror', None) or e}") from None
+    from reports.userfiles import read_file
+
+    try:  # a FIFO or a device is refused before it is read: nothing waits on a writer
+        doc = json.loads(read_file(path, flag="--baseline").decode("utf-8"))
+    except ValueError as e:
+        raise UsageError(f"--baseline {path}: {e}") from None
+    except RecursionError:  # '[' * 100000: nested deeper than the parser goes
+        raise UsageError(f"--baseline {path}: not a gpu-kpi baseline (nested too deep)") from None
     if not isinstance(doc, dict) or doc.get("schema") != BASELINE_SCHEMA:
         raise UsageError(f"--baseline {path}: not a gpu-kpi baseline ({BASELINE_SCHEMA})")
     metrics = doc.get("metrics")
@@ -357,6 +361,7 @@ def _candidate(args: argparse.Namespace, history: Any, store: Any) -> tuple[str,
 def cmd_gate(args: argparse.Namespace) -> int:
     from reports.errors import UsageError
     from reports.kpi.comparison import as_plain, baselines_of, gate, run_values, side_of
+    from reports.userfiles import check_file
 
     if (args.run is None) == (args.job_key is None):
         raise UsageError("gate needs the run to check: --run ID or --job-key KEY (its newest run)")
@@ -366,6 +371,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise UsageError(f"--last {args.last}: a number of runs from 1")
     if args.baseline is not None and args.write_baseline:
         raise UsageError("--write-baseline writes the runs' baseline: not with --baseline FILE")
+    if args.write_baseline:  # a folder, a link to nothing: said before any work
+        check_file(Path(args.write_baseline), flag="--write-baseline")
+    kept = None
+    if args.baseline is not None:
+        kept = read_baseline(Path(args.baseline))
     settings = _settings(args)
     now = datetime.now(UTC)
     since_mark = ""
@@ -388,8 +398,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
                 since_mark = f", since the mark of {marks[-1].at:%Y-%m-%d}"
     candidate = side_of(label, run, prices=settings.prices, owned=settings.owned)
     unit = _unit_of_run(candidate)
-    if args.baseline is not None:
-        base_key, base_unit, baselines = read_baseline(Path(args.baseline))
+    if kept is not None:
+        base_key, base_unit, baselines = kept
         if key and base_key and base_key != key:
             raise UsageError(f"--baseline {args.baseline}: a baseline of {base_key!r}, not {key!r}")
         base_label = Path(args.baseline).name
@@ -429,13 +439,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        try:
-            with open(summary, "a", encoding="utf-8") as f:
-                f.write(text + "\n\n")
-        except OSError as e:
-            import sys
-
-            print(printable(f"gpu-kpi: GITHUB_STEP_SUMMARY not written: {e}"), file=sys.stderr)
+        _append_summary(Path(summary), text + "\n\n")
     if args.format == "json":
         doc = {
             "schema": "gpu-kpi.gate/1",
@@ -453,6 +457,26 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return 1 if any(g.fails for g in lines) else 0
 
 
+def _append_summary(path: Path, text: str) -> None:
+    """The gate's Markdown added to the step summary; a warning when it cannot be (a FIFO
+    nobody reads is skipped, not waited on): the gate's verdict stands either way."""
+    import errno
+    import sys
+
+    from reports.userfiles import append_file
+
+    try:
+        append_file(path, text.encode("utf-8"))
+    except OSError as e:
+        reason = f"{e.strerror or e}"
+        if e.errno == errno.ENXIO:
+            reason = "a FIFO nobody reads (skipped)"
+        print(
+            printable(f"gpu-kpi: GITHUB_STEP_SUMMARY not written: {path}: {reason}"),
+            file=sys.stderr,
+        )
+
+
 def _print(text: str) -> None:
     """Lines of text, each with a run's or key's control characters shown as ``\\xNN``."""
     for line in text.splitlines():
@@ -460,12 +484,13 @@ def _print(text: str) -> None:
 
 
 def _write_baseline(path: Path, key: str, unit: str, baselines: Mapping[str, Baseline]) -> None:
-    """The baseline as a file, whole or not at all.
+    """The baseline as a file, whole or not at all (:func:`reports.userfiles.write_file`).
 
     Raises:
         UsageError: It cannot be written.
     """
     from reports.errors import UsageError
+    from reports.userfiles import write_file
 
     if not baselines:
         raise UsageError(f"--write-baseline {path}: the baseline's runs have no metric to keep")
@@ -476,13 +501,7 @@ def _write_baseline(path: Path, key: str, unit: str, baselines: Mapping[str, Bas
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "metrics": {k: {"mean": b.mean, "sd": b.sd, "runs": b.runs} for k, b in baselines.items()},
     }
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise UsageError(f"--write-baseline {path}: {e.strerror or e}") from None
+    write_file(path, (json.dumps(doc, indent=2) + "\n").encode(), flag="--write-baseline")
 
 
 def add_compare_commands(add: Callable[..., argparse.ArgumentParser]) -> None:

@@ -262,6 +262,7 @@ MAX_WEEKS = 520
 def cmd_chargeback(args: argparse.Namespace) -> int:
     """``gpu-kpi chargeback``: the wide CSV for finance, week by week over a range."""
     import dataclasses
+    from pathlib import Path
 
     from reports.build import scheduler_weeks, week_kpis, week_of_scheduler
     from reports.errors import UsageError
@@ -269,9 +270,12 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     from reports.kpi.chargeback import ALLOCATION_COLUMNS, COLUMNS, chargeback_rows
     from reports.render.csvsafe import safe_cell
     from reports.request import Request, resolve_week
+    from reports.userfiles import check_file, write_file
     from reports.weeks import label_of, parse_week, shift_week, week_bounds, zone
     from tracker.store import RunStore
 
+    if args.out:  # a folder, a link to nothing: said before any work
+        check_file(Path(args.out), flag="--out")
     section = _report_section(args)  # the report's own time zone and basis, as in report
     args.tz = args.tz or section.get("timezone", "UTC")
     args.basis = args.basis or section.get("basis", "util")
@@ -312,12 +316,8 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     writer.writeheader()
     for row in rows:  # a team named "=cmd|..." stays text in a spreadsheet
         writer.writerow({k: safe_cell(v) if isinstance(v, str) else v for k, v in row.items()})
-    if args.out:  # whole or not at all
-        from pathlib import Path
-
-        from reports.archive import write_atomically
-
-        write_atomically(Path(args.out), text.getvalue().encode())
+    if args.out:  # a file whole or not at all; a FIFO or a device in place
+        write_file(Path(args.out), text.getvalue().encode(), flag="--out")
     else:
         sys.stdout.write(text.getvalue())
     if args.out:

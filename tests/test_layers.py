@@ -94,7 +94,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.wandb",
         "tracker.tensorboard",
     ),
-    ("reports.errors", "reports.weeks", "reports.rows"),
+    ("reports.errors", "reports.weeks", "reports.rows", "reports.userfiles"),
     ("reports.kpi", "reports.data"),  # side by side: neither imports the other (a test below)
     ("reports.render",),
     ("reports.request",),

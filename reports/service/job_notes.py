@@ -7,6 +7,13 @@ A job not imported yet, or running when last imported, is asked of this machine'
 first (``-j JOBID``) and imported: an epilog runs as the job ends, before any scheduled import.
 The delivery log's kind is ``job:<cluster>/<job id>`` and its week the week the job started, so
 a second epilog, a rerun or a requeue's second end sends nothing twice.
+
+``--to '{user}@example.org'`` puts the job's user where ``{user}`` is, and only a user that is a
+plain local part (:data:`LOCAL_PART`): the user comes from the scheduler's record, and a user
+``victim@evil.example, root`` would otherwise mail outside the domain. The address made must
+then be one address, at the template's domain. A refused user is an error (exit 2, one line
+naming the job and the user): the epilog logs that line and exits 0 whatever gpu-kpi says, so
+the job is never failed for it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import html
 import json
 import re
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.message import EmailMessage
@@ -28,6 +36,13 @@ _JOB_ID = re.compile(r"^\d+([_+]\d+)?$")
 _POD = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 """A pod as ``gpu-kpi import kubernetes`` names it, ``NAMESPACE/POD``."""
 MIN_WASTE_USD = 5.0
+_ATEXT = "A-Za-z0-9#$&'*+/=?^_`{|}~-"
+LOCAL_PART = re.compile(f"[{_ATEXT}]+(?:\\.[{_ATEXT}]+)*")
+"""What ``{user}`` may be: RFC 5321's dot-atom local part (letters, digits, these signs, and dots
+not at either end or doubled), up to :data:`MAX_LOCAL_PART` characters, less ``%`` and ``!``:
+routes through the domain's own mail server (Postfix's percent hack takes ``a%evil.example@corp``
+to ``a@evil.example``; ``evil.example!a`` is a UUCP path); useradd's default rule allows neither."""
+MAX_LOCAL_PART = 64
 
 AddCommand = Callable[..., argparse.ArgumentParser]
 
@@ -102,6 +117,8 @@ def cmd_job(args: argparse.Namespace) -> int:
         raise UsageError("--to and --min-waste-usd are for --mail")
     if args.mail and not args.to:
         raise UsageError("--mail needs --to ADDR ({user}@example.org: the job's user)")
+    if args.mail:
+        to_domain(args.to)
     minimum = MIN_WASTE_USD if args.min_waste_usd is None else args.min_waste_usd
     if not 0 <= minimum < 1e9:
         raise UsageError(f"--min-waste-usd {minimum:g}: from 0")
@@ -149,6 +166,7 @@ def cmd_job(args: argparse.Namespace) -> int:
         print(note_text(note, tz), end="")
     if not args.mail:
         return 0
+    sys.stdout.flush()  # the note before what became of it: the epilog logs the last line
     return _mail(service, args, note, minimum, now=now, text=note_text(note, tz))
 
 
@@ -161,7 +179,7 @@ def _import_from_sacct(
     from reports.imports.slurm_jobs import sacct_job
 
     done = sacct_job(job_id, cluster=cluster, now=now, gres_models=gres_models)
-    write_allocations(store, done.jobs)
+    write_allocations(store, done.jobs, settle=True)
 
 
 def _mail(
@@ -187,7 +205,10 @@ def _mail(
             )
         print(f"not mailed: {what}, under --min-waste-usd {fmt_usd(minimum)}")
         return 0
-    address = args.to.replace("{user}", j.user)
+    try:
+        address = address_of(args.to, j.user)
+    except ValueError as e:
+        raise ReportError(f"the note of job {j.shown_id} not mailed: {e}") from None
     try:
         parse_address(address)
     except ValueError as e:
@@ -220,6 +241,72 @@ def _mail(
         )
     print(f"mailed the note of job {j.shown_id} to {address}")
     return 0
+
+
+def _addr_specs(text: str) -> list[tuple[str, str]]:
+    """The (local part, domain) of each address of the header value ``text``; ValueError where
+    the parser had to guess."""
+    from email import policy
+
+    try:
+        header = policy.default.header_factory("To", text)
+        addresses = header.addresses
+    except Exception as e:  # the parser's IndexError, HeaderParseError… on what it did not expect
+        raise ValueError(f"not an address list: {text!r}") from e
+    if header.defects:
+        raise ValueError(f"not an address list: {text!r}")
+    return [(a.username, a.domain) for a in addresses]
+
+
+def to_domain(template: str) -> str | None:
+    """The domain of the ``--to`` template's ``{user}`` address (None without ``{user}``).
+
+    Raises:
+        UsageError: ``{user}@…`` does not make one address.
+    """
+    if "{user}" not in template:
+        return None
+    try:
+        specs = _addr_specs(template.replace("{user}", "user"))
+    except ValueError:
+        specs = []
+    if len(specs) != 1 or not specs[0][1]:
+        raise UsageError(
+            f"--to {template!r}: {{user}} must make one address, as in {{user}}@example.org"
+        )
+    return specs[0][1]
+
+
+def address_of(template: str, user: str) -> str:
+    """The ``--to`` template with the job's ``user`` for ``{user}``.
+
+    Args:
+        template: ``--to``: an address, with ``{user}`` where the job's user goes.
+        user: The job's user, as the scheduler recorded it.
+
+    Returns:
+        The address.
+
+    Raises:
+        ValueError: ``user`` is not a plain local part (:data:`LOCAL_PART`, at most
+            :data:`MAX_LOCAL_PART` characters), or the address made is not one address at the
+            template's domain; the message names the user or the address.
+    """
+    from tracker.text import one_line
+
+    domain = to_domain(template)
+    if domain is None:
+        return template
+    if len(user) > MAX_LOCAL_PART or not LOCAL_PART.fullmatch(user):
+        raise ValueError(
+            f"its user {one_line(repr(user), 100)} is not a plain mail local part ({{user}} in "
+            "--to)"
+        )
+    address = template.replace("{user}", user)
+    specs = _addr_specs(address)
+    if len(specs) != 1 or specs[0][1].lower() != domain.lower():
+        raise ValueError(f"{one_line(repr(address), 140)} is not one address at {domain}")
+    return address
 
 
 def job_email(note: Any, text: str, *, sender: str, to: str, now: datetime) -> EmailMessage:

@@ -42,7 +42,8 @@ def send_now(
         team: The team of a ``team`` report.
         user: The user of a ``runs`` report.
         now: The current time (timezone-aware); None for the clock's.
-        dry_run: Write the message to ``<dry_run>/<week>.eml`` instead of sending it.
+        dry_run: Write the message to ``<dry_run>/<week>.eml`` instead of sending it (through
+            :func:`reports.userfiles.write_file`: a symlink there is followed, a FIFO written).
         timeout_s: Give up after this many seconds, retries and their waits included.
         retry: False for one attempt only.
 
@@ -53,9 +54,10 @@ def send_now(
         NothingToSend: The report would be empty (a team without GPU time, a user without
             underutilized runs).
         ConfigError: The SMTP settings cannot make a mailer.
+        reports.errors.UsageError: A dry run's file cannot be written.
         reports.service.mailer.MailError: The message was not delivered.
     """
-    from reports.archive import write_atomically
+    from reports.userfiles import write_file
 
     now = now or datetime.now(UTC)
     parse_week(label)
@@ -72,7 +74,7 @@ def send_now(
         dry_run.mkdir(parents=True, exist_ok=True)
         suffix = {"team": f"-team-{team}", "runs": f"-runs-{user}"}.get(kind, "")
         path = dry_run / f"{label}{_file_safe(suffix)}.eml"
-        write_atomically(path, msg.as_bytes())
+        write_file(path, msg.as_bytes(), flag="--out")
         return path
     mailer, errors = service._open_mailer(total_s=timeout_s, retry=retry)
     if mailer is None:

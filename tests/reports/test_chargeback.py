@@ -98,3 +98,45 @@ def test_a_range_that_ends_before_it_starts(capsys: pytest.CaptureFixture[str], 
     assert capsys.readouterr().err == (
         "gpu-kpi: error: --since 2026-W48 is after --until 2026-W46\n"
     )
+
+
+def test_out_writes_into_a_fifo_a_symlink_and_dev_null_and_replaces_none(
+    capsys: pytest.CaptureFixture[str],
+    url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--out`` names a FIFO with a reader, a symlink, ``/dev/null`` (as root, a rename over
+    it would make it a regular file): each gets the CSV where it is, none is renamed over."""
+    import os
+    import stat
+
+    from fifos import FifoReader
+
+    args = ["chargeback", "--store", url, "--since", "2026-W48", "--until", "2026-W48", "--out"]
+    header = b"week,team,project,gpu_model,runs,gpu_hours,spend_usd,waste_usd,idle_usd,"
+    kept = tmp_path / "2026-W48.csv"
+    kept.write_bytes(b"old\n")
+    latest = tmp_path / "latest.csv"
+    latest.symlink_to(kept.name)
+    assert main([*args, str(latest)]) == 0
+    assert latest.is_symlink() and kept.read_bytes().startswith(header)
+    fifo = tmp_path / "rows.fifo"
+    os.mkfifo(fifo)
+    reader = FifoReader(fifo)
+
+    def refuse(src: object, dst: object) -> None:
+        raise AssertionError(f"renamed {src} over {dst}")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    assert main([*args, str(fifo)]) == 0
+    got = reader.result()
+    assert got is not None and got.startswith(header) and got == kept.read_bytes()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert main([*args, "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    capsys.readouterr()
+    assert main([*args, str(tmp_path)]) == 2
+    assert (
+        capsys.readouterr().err == f"gpu-kpi: error: --out {tmp_path}: is a folder (name a file)\n"
+    )

@@ -206,6 +206,22 @@ def test_the_gate_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
     (tmp_path / "foreign.json").write_text('{"schema": "something else"}')
     rc, _, err = gate(url, summary, "--baseline", str(tmp_path / "foreign.json"))
     assert rc == 2 and "not a gpu-kpi baseline" in err
+    # the attacks' own: JSON nested 100,000 deep (a RecursionError traceback), a mean of 1e400
+    # (infinite once read), fields of the wrong type: each one line
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+
+    def baseline(mean: str, sd: str, runs: str) -> str:
+        metric = f'"samples_per_s": {{"mean": {mean}, "sd": {sd}, "runs": {runs}}}'
+        head = f'"schema": "{BASELINE_SCHEMA}", "job_key": "llm-bench", "unit": "1k samples"'
+        return f'{{{head}, "metrics": {{{metric}}}}}'
+
+    (tmp_path / "huge.json").write_text(baseline("1e400", "1", "3"))
+    (tmp_path / "types.json").write_text(baseline('"x"', "[1]", '"3"'))
+    for name in ("deep.json", "huge.json", "types.json"):
+        rc, _, err = gate(url, summary, "--baseline", str(tmp_path / name))
+        assert rc == 2 and len(err.strip().splitlines()) == 1, (name, err)
+        assert "Traceback" not in err and f"--baseline {tmp_path / name}: " in err, err
     assert not summary.exists()
 
 
@@ -329,6 +345,14 @@ def test_a_key_with_markdown_and_an_at_sign_is_literal(tmp_path: Path) -> None:
     both = gpu_kpi("compare", key, key, "--store", url, "--format", "json")
     assert both.returncode == 0, both.stderr
     assert json.loads(both.stdout)["a"]["runs"] == json.loads(both.stdout)["b"]["runs"]
+    # and its Markdown table escapes the key as the gate does (it escaped only "|": the image,
+    # the link and the HTML went through)
+    table = gpu_kpi("compare", key, key, "--store", url, "--format", "markdown")
+    assert table.returncode == 0, table.stderr
+    assert "<img" not in table.stdout and "[l](" not in table.stdout
+    assert table.stdout.splitlines()[0].startswith(
+        "| metric | a\\|b &lt;img src=x onerror=alert(1)&gt; \\[l\\](http://e.x) user@host (4 runs) |"
+    )
 
 
 def test_compare_takes_its_unit_by_the_reports_rule() -> None:
@@ -353,3 +377,38 @@ def test_compare_takes_its_unit_by_the_reports_rule() -> None:
     assert common_unit(a, a)[0] == "1M tokens"
     b = side(4.75)  # 4.75 of 23.75: 20%
     assert common_unit(a, b)[0] == "busy GPU-hour"
+
+
+@pytest.mark.timeout(120)
+def test_the_gate_never_waits_on_a_fifo_and_writes_through_links(
+    store: tuple[str, Clock, list[str], list[str], float], tmp_path: Path
+) -> None:
+    """A FIFO as ``--baseline`` (nobody writes it) is refused in one line; one as
+    ``$GITHUB_STEP_SUMMARY`` that nobody reads is skipped with a warning, and one with a reader
+    gets the Markdown; ``--write-baseline`` through a symlink writes its target."""
+    import os
+    import stat
+
+    from fifos import FifoReader
+
+    url, clock, _, _, _ = store
+    bench_run(url, clock, 20, wait_s=0.0, compute_s=0.76, branch="pr-7")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    rc, out, err = gate(url, tmp_path / "s.md", "--baseline", str(fifo))
+    assert (rc, out) == (2, "")
+    assert err == f"gpu-kpi: error: --baseline {fifo}: a FIFO, not a regular file\n"
+    kept = tmp_path / "base-2026-11.json"
+    kept.write_text("{}")
+    link = tmp_path / "base.json"
+    link.symlink_to(kept.name)
+    rc, out, err = gate(url, fifo, "--last", "5", "--write-baseline", str(link))
+    assert rc == 1 and out.startswith("### gpu-kpi gate: llm-bench fails"), err
+    assert err == (
+        f"gpu-kpi: GITHUB_STEP_SUMMARY not written: {fifo}: a FIFO nobody reads (skipped)\n"
+    )
+    assert link.is_symlink() and json.loads(kept.read_text())["schema"] == BASELINE_SCHEMA
+    reader = FifoReader(fifo)
+    rc, out, _ = gate(url, fifo, "--baseline", str(link))
+    assert rc == 1 and reader.result() == (out.strip() + "\n\n").encode()
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -136,6 +136,83 @@ def test_a_job_nobody_measured_is_mailed_for_what_it_paid(
     assert got.message["Subject"].endswith("$7.70 not measured")
 
 
+def test_a_user_that_is_no_plain_local_part_is_not_mailed(
+    store_url: str, tmp_path: Path, smtp_server: SmtpServer
+) -> None:
+    """A job whose user (as the scheduler's record has it) is ``victim@evil.example, root``:
+    ``{user}@corp.example`` would mail evil.example. Nothing is sent or logged as sent, one line
+    names the job and the user, and the epilog still exits 0 with that line in its log."""
+    from datetime import timedelta
+
+    from fakes import slurm_job
+    from test_slurm_report import TEN
+
+    from reports.data.allocations import write_allocations
+    from tracker.store import RunStore
+
+    users = {
+        "201": "victim@evil.example, root",
+        "202": "victim%evil.example",  # Postfix's percent hack: victim@evil.example
+        "203": "evil.example!victim",  # a UUCP bang path
+        "204": "a..b",
+        "205": "x" * 65,
+        "206": '"victim@evil.example"',
+        "207": "ana\r\nBcc: victim@evil.example",
+    }
+    jobs = [
+        slurm_job(job, 2, TEN, TEN + timedelta(hours=1), ("n9",), cluster="gpukpi", user=user)
+        for job, user in users.items()
+    ]
+    with RunStore(store_url) as store:
+        write_allocations(store, jobs)
+    env = {"GPU_KPI_STORE": store_url}
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(CONFIG.format(store=store_url, port=smtp_server.port))
+    for job, user in users.items():
+        args = ("job", job, "--config", str(config), "--mail", "--to", "{user}@corp.example")
+        p = gpu_kpi(*args, "--no-sacct", env=env)
+        assert p.returncode == 2, (user, p.stdout)
+        assert p.stderr == (
+            f"gpu-kpi: error: the note of job {job} not mailed: its user {user!r} is not a "
+            "plain mail local part ({user} in --to)\n"
+        )
+        assert "Allocated, no samples: 2.0 GPU-h, $7.70" in p.stdout  # the note, printed
+    assert smtp_server.messages == []
+    log = tmp_path / "epilog.log"
+    env = {
+        "PATH": os.environ["PATH"],
+        "GPU_KPI": f"{sys.executable} -m reports.cli",
+        "GPU_KPI_CONFIG": str(config),
+        "GPU_KPI_STORE": store_url,
+        "GPU_KPI_MAIL_DOMAIN": "corp.example",
+        "GPU_KPI_EPILOG_LOG": str(log),
+        "SLURM_JOB_ID": "201",
+        "SLURM_CLUSTER_NAME": "gpukpi",
+    }
+    p = subprocess.run(
+        ["sh", str(EPILOG)], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert p.returncode == 0, p.stderr
+    assert log.read_text().endswith(
+        "job 201: gpu-kpi: error: the note of job 201 not mailed: its user "
+        "'victim@evil.example, root' is not a plain mail local part ({user} in --to)\n"
+    )
+    assert smtp_server.messages == []
+    # an address without {user} is the user's choice, mailed as written
+    p = gpu_kpi("job", "201", "--config", str(config), "--mail", "--to", "x@corp.example", env=env)
+    assert p.returncode == 0 and [m.rcpt_tos for m in smtp_server.messages] == [["x@corp.example"]]
+
+
+def test_a_plain_local_part_is_taken_as_it_is() -> None:
+    from reports.service.job_notes import address_of
+
+    odd = "o'brien.j_x-1+gpu{7}"  # every sign a dot-atom allows but % and !: still one user
+    assert address_of("{user}@corp.example", odd) == f"{odd}@corp.example"
+    assert address_of("GPU <{user}@Corp.Example>", "ana") == "GPU <ana@Corp.Example>"
+    assert address_of("{user}@corp.example", "x" * 64) == "x" * 64 + "@corp.example"
+    assert address_of("lead@corp.example", "victim@evil.example, root") == "lead@corp.example"
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -143,6 +220,7 @@ def test_a_job_nobody_measured_is_mailed_for_what_it_paid(
         (("job", "999", "--no-sacct"), "job 999 is not in the store"),
         (("job", "101", "--to", "a@b.c"), "--to and --min-waste-usd are for --mail"),
         (("job", "101", "--mail"), "--mail needs --to"),
+        (("job", "101", "--mail", "--to", "{user}, x@y.z"), "{user} must make one address"),
         (("job", "gpukpi/101", "--cluster", "other"), "names cluster 'gpukpi'; --cluster says"),
         (("job", "other/101", "--no-sacct"), "job 101 is not in the store"),
     ],

@@ -126,6 +126,37 @@ def test_send_dry_run_writes_the_message(tmp_path: Path, store: str) -> None:
     assert msg["To"] == "boss@example.com" and msg.get_content_type() == "multipart/alternative"
 
 
+def test_send_dry_run_writes_through_a_symlink_and_into_a_fifo(tmp_path: Path, store: str) -> None:
+    """The ``.eml`` a dry run writes may already be a symlink (its target gets the message, the
+    link stays) or a FIFO with a reader (it gets the message; it is not replaced by a file)."""
+    import stat
+
+    from fifos import FifoReader
+
+    cfg = config(tmp_path, store, unused_port())
+    week = latest_label()
+    out = tmp_path / "dry"
+    out.mkdir()
+    kept = tmp_path / "kept.eml"
+    kept.write_bytes(b"old")
+    (out / f"{week}.eml").symlink_to(kept)
+    args = ("send", "--week", week, "--to", "boss@example.com", "--dry-run", "--out", str(out))
+    p = gpu_kpi(*args, "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    assert (out / f"{week}.eml").is_symlink()
+    msg = message_from_bytes(kept.read_bytes(), policy=policy.default)
+    assert msg["To"] == "boss@example.com"
+    (out / f"{week}.eml").unlink()
+    os.mkfifo(out / f"{week}.eml")
+    reader = FifoReader(out / f"{week}.eml")
+    p = gpu_kpi(*args, "--config", str(cfg))
+    assert p.returncode == 0, p.stderr
+    got = reader.result()
+    assert got is not None
+    assert message_from_bytes(got, policy=policy.default)["To"] == "boss@example.com"
+    assert stat.S_ISFIFO(os.lstat(out / f"{week}.eml").st_mode)
+
+
 def test_send_a_teams_or_an_engineers_report(tmp_path: Path, store: str) -> None:
     cfg = config(tmp_path, store, unused_port())
     week = latest_label()
