@@ -282,6 +282,8 @@ def _runs_of(
     for t, v in values:
         if not first <= t <= last:
             continue
+        if not isinstance(v, str):  # Prometheus writes a value as a string; a list is no count
+            continue
         c = counts[v] if v in counts else counts.setdefault(v, _count(v))
         if c is None:
             continue

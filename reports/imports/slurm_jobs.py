@@ -185,6 +185,11 @@ def gpu_model_of(job: SlurmJob, gres_models: Mapping[str, str] | None = None) ->
     return model_of_type(name, gres_models)
 
 
+CLOCK_SLACK = timedelta(days=1)
+"""How far past the output's own time (its last time, the file's last change, now) a job's time
+may be and still be read: a clock or a time zone off by hours. Later is a bad row."""
+
+
 def allocations_of(
     read: SacctRead,
     *,
@@ -224,6 +229,12 @@ def allocations_of(
                 raise ValueError(too_many)
             if job.end is not None and job.end < job.start:
                 raise ValueError(f"ends ({job.end.isoformat()}) before it starts")
+            last = job.end or job.start
+            if last > seen_at + CLOCK_SLACK:  # End=9999-12-31: 139,781,550 GPU-h of one job
+                raise ValueError(
+                    f"{'ends' if job.end else 'starts'} {last.isoformat()}, after the output's "
+                    f"own time ({seen_at.isoformat(timespec='minutes')})"
+                )
         except ValueError as e:
             out.unreadable.append(Unreadable(f"{where} job {job.job_id}", str(e)))
             continue

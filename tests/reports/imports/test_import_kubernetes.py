@@ -528,3 +528,14 @@ def test_a_range_with_no_gpu_pod_says_where_to_look(
     assert code == 0
     assert "does this Prometheus scrape kube-state-metrics" in out
     assert "imported 0 Kubernetes pod(s) holding 0.0 GPU-h" in out
+
+
+def test_a_capacity_value_of_another_shape_is_no_count() -> None:
+    """A capacity point whose value is a list (an answer not from Prometheus) was a TypeError
+    traceback ("unhashable type"); now it counts for nothing, and the node's other points
+    still make its run: 4 GPUs from minute 60 to 180."""
+    from reports.imports.kube import _runs_of
+
+    runs: list[list[float]] = []
+    _runs_of(runs, [(60.0, "4"), (120.0, ["4"]), (180.0, "4"), (240.0, {"x": 1})], 0.0, 300.0)
+    assert runs == [[60.0, 180.0, 4.0]]

@@ -366,6 +366,31 @@ def test_a_saved_files_running_job_ends_at_the_files_own_time(tmp_path: Path) ->
     assert "imported 2 Slurm job(s) holding 21.5 GPU-h" in p.stdout
 
 
+def test_a_job_ending_after_its_outputs_own_time_is_a_bad_row(tmp_path: Path) -> None:
+    """End 9999-12-31 (the attack's own) was 139,781,550 GPU-h of one job; a start in 2090 of a
+    running one, the same: each is after the file's own time (its last change, here set to
+    2026-11-30), skipped and named; the other job's 2 GPU-h are imported."""
+    import os
+
+    from clirun import gpu_kpi
+
+    saved = tmp_path / "sacct.txt"
+    saved.write_text(
+        "JobID|JobIDRaw|JobName|User|Account|Partition|State|Start|End|AllocTRES|NodeList\n"
+        "1|1|x|u|a|gpu|COMPLETED|2026-11-24T10:00:00|9999-12-31T23:59:59|gres/gpu=2|n1\n"
+        "2|2|y|u|a|gpu|COMPLETED|2026-11-24T10:00:00|2026-11-24T11:00:00|gres/gpu=2|n1\n"
+        "3|3|z|u|a|gpu|RUNNING|2090-01-01T00:00:00|Unknown|gres/gpu=2|n1\n"
+    )
+    written = datetime(2026, 11, 30, tzinfo=UTC).timestamp()
+    os.utime(saved, (written, written))
+    p = gpu_kpi("import", "slurm", str(saved), "--store", f"sqlite:///{tmp_path / 'runs.db'}")
+    assert p.returncode == 0, p.stderr
+    assert "imported 1 Slurm job(s) holding 2.0 GPU-h" in p.stdout
+    said = p.stdout + p.stderr
+    assert "job 1: ends 9999-12-31T23:59:59+00:00, after the output's own time" in said
+    assert "job 3: starts 2090-01-01T00:00:00+00:00, after the output's own time" in said
+
+
 def test_json_counts_a_jobs_elapsed_time_and_its_running_jobs_to_its_own_time(
     tmp_path: Path,
 ) -> None:
