@@ -92,6 +92,26 @@ def _wait_until_done(ids: list[str], want: set[str], limit_s: float = 180.0) -> 
         time.sleep(0.5)
 
 
+def _wait_in_window(
+    ids: list[str], since: datetime, until: datetime, limit_s: float = 60.0
+) -> None:
+    """Poll sacct until a window query (``-S since -E until``, as ``gpu-kpi import slurm``
+    asks) shows the jobs ``ids``: slurmdbd answers ``-j`` with a job some seconds before a
+    window query finds it (seen here: 3 of 5 jobs missing from the window right after ``-j``
+    said COMPLETED). A bound, not a measurement."""
+    t = "%Y-%m-%dT%H:%M:%S"
+    deadline = time.monotonic() + limit_s
+    while True:
+        out = _run(
+            "sacct", "-a", "-X", "-n", "-P", "--format=JobIDRaw",
+            "-S", f"{since:{t}}", "-E", f"{until:{t}}",
+        )  # fmt: skip
+        if set(ids) <= set(out.split()):
+            return
+        assert time.monotonic() < deadline, f"jobs {ids} not in the window: {out!r}"
+        time.sleep(0.5)
+
+
 @pytest.mark.usefixtures("cluster")
 def test_real_jobs_read_from_real_sacct() -> None:
     tag = f"gk{os.getpid()}"
@@ -165,6 +185,7 @@ def test_jobs_named_with_bars_and_line_breaks_are_billed(tmp_path: Path) -> None
     }
     _wait_until_done(list(ids.values()), set(ids.values()))
     until = datetime.now(UTC) + timedelta(minutes=1)
+    _wait_in_window(list(ids.values()), since, until)
     store = f"sqlite:///{tmp_path / 'runs.db'}"
     t = "%Y-%m-%dT%H:%M:%S"
     p = gpu_kpi(
@@ -300,6 +321,7 @@ def test_real_jobs_in_the_weekly_report(tmp_path: Path) -> None:
     for log in (busy_log, idle_log):
         cli("import", "nvidia-smi", str(log), "--host", host)
     until = datetime.now(UTC) + timedelta(minutes=1)
+    _wait_in_window([tracked, dark, busy, idle], since, until)
     t = "%Y-%m-%dT%H:%M:%S"
     before = datetime.now(UTC)
     said = cli(
