@@ -17,14 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from tracker.diagnosis import ADVICE
-
-if TYPE_CHECKING:
-    from reports.kpi.weekly import WeekKpis
 
 CAUSES: dict[str, str] = {
     "idle": "held idle",
@@ -37,6 +34,12 @@ CAUSES: dict[str, str] = {
     "below-target": "below target, unexplained",
 }
 """Each cause's key (a verdict of :data:`tracker.diagnosis.VERDICTS`) and its name."""
+
+_CODES = {c: i for i, c in enumerate(CAUSES)}
+"""Each cause's position in :data:`CAUSES`: its code in the arrays."""
+_IDLE = _CODES["idle"]
+_NAMED = {c: i for c, i in _CODES.items() if c not in ("oversized", "below-target")}
+"""The verdicts that name their cause (:func:`cause_of`), by code."""
 
 TOP_RUNS = 5
 """The runs named behind each cause, most waste first."""
@@ -80,11 +83,19 @@ def cause_of(verdict: object, *, oversized: bool = False) -> str:
     return "oversized" if oversized else "below-target"
 
 
-def week_causes(k: WeekKpis) -> tuple[CauseLine, ...]:
-    """The week's waste by cause (:func:`waste_by_cause`), its right-sizing's runs oversized."""
-    fits = k.rightsizing
-    oversized = set(fits["run_id"].astype(str)) if "run_id" in fits else set()
-    return waste_by_cause(k.runs, oversized=oversized)
+def week_causes(runs: pd.DataFrame, rightsizing: pd.DataFrame) -> tuple[CauseLine, ...]:
+    """The week's waste by cause (:func:`waste_by_cause`), the runs its right-sizing names
+    oversized; the report's is :attr:`reports.kpi.weekly.WeekKpis.causes`.
+
+    Args:
+        runs: The week's runs (:attr:`reports.kpi.weekly.WeekKpis.runs`).
+        rightsizing: Its right-sizing (:func:`reports.kpi.rightsizing.rightsizing`).
+
+    Returns:
+        One :class:`CauseLine` per cause with waste, most dollars first.
+    """
+    oversized = set(rightsizing["run_id"].astype(str)) if "run_id" in rightsizing else set()
+    return waste_by_cause(runs, oversized=oversized)
 
 
 def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tuple[CauseLine, ...]:
@@ -99,56 +110,147 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     Returns:
         One :class:`CauseLine` per cause with waste.
     """
-    # per cause: each run's dollars in it (an idle run's two parts are one), by run id
-    by_run: dict[str, dict[str, list[float]]] = {c: {} for c in CAUSES}
-    names: dict[str, str] = {}
-    inferred_runs: set[str] = set()
-    for r in runs.to_dict("records"):
-        waste = _usd(r.get("waste_usd"))
-        if not r.get("priced", True) or waste <= 0:
-            continue
-        idle = min(_usd(r.get("idle_usd")), waste)
-        run_id = str(r.get("run_id"))
-        name = r.get("name")
-        names[run_id] = name if isinstance(name, str) and name.strip() else run_id
-        if isinstance(r.get("source"), str) and r["source"] != "tracker":
-            inferred_runs.add(run_id)
-        rest = cause_of(r.get("verdict"), oversized=run_id in oversized)
-        for cause, usd in (("idle", idle), (rest, waste - idle)):
-            if usd > 0:
-                by_run[cause].setdefault(run_id, []).append(usd)
-    parts = {
-        c: [(names[i], math.fsum(v), c != "idle" and i in inferred_runs) for i, v in p.items()]
-        for c, p in by_run.items()
-    }
-    totals = {c: math.fsum(usd for _, usd, _ in p) for c, p in parts.items() if p}
+    # column by column (a week may hold a million runs): the runs with waste, each one's idle
+    # part and the rest, the rest's cause
+    waste = _usd(runs, "waste_usd")
+    kept = waste > 0
+    if "priced" in runs:
+        kept &= runs["priced"].to_numpy().astype(bool)  # each value's truth, NaN's too
+    at = np.flatnonzero(kept)
+    if not len(at):
+        return ()
+    waste = waste[at]
+    idle = np.minimum(_usd(runs, "idle_usd")[at], waste)
+    ids = _ids(runs, at)
+    names, is_name = _text(runs, "name", at)
+    stripped = pd.Series(names[is_name], dtype=object).str.strip()
+    is_name[is_name] = stripped.str.len().to_numpy() > 0
+    names = np.where(is_name, names, ids)
+    sources, is_source = _text(runs, "source", at)
+    verdicts, is_verdict = _text(runs, "verdict", at)
+    rest = _rest_causes(verdicts, is_verdict, pd.Series(ids, dtype=object).isin(oversized))
+
+    # one part per run and cause with dollars (an idle run's two parts are one): by run in the
+    # order found, a run's last name and any inferred row of it standing for all of its rows
+    run, _ = pd.factorize(ids)
+    n_runs = int(run.max()) + 1
+    last = ~pd.Series(run).duplicated(keep="last").to_numpy()
+    name_of_run = np.empty(n_runs, dtype=object)
+    name_of_run[run[last]] = names[last]
+    inferred_row = is_source & (sources != "tracker")
+    inferred_run = np.bincount(run, weights=inferred_row, minlength=n_runs) > 0
+    part_cause = np.concatenate([np.full(len(at), _IDLE), rest])
+    part_run = np.concatenate([run, run])
+    part_usd = np.concatenate([idle, waste - idle])
+    has = part_usd > 0
+    keys, where = np.unique(part_cause[has] * n_runs + part_run[has], return_inverse=True)
+    usd = _sums(where, part_usd[has], len(keys))
+    cause, run_of = keys // n_runs, keys % n_runs  # by cause, in :data:`CAUSES` order
+    inferred = (cause != _IDLE) & inferred_run[run_of]
+    top = _top(cause, usd, name_of_run[run_of])
+
+    bounds = np.searchsorted(cause, np.arange(len(CAUSES) + 1))
+    totals: dict[str, float] = {}
+    inferred_usd: dict[str, float] = {}
+    for i, c in enumerate(CAUSES):
+        lo, hi = bounds[i], bounds[i + 1]
+        if hi > lo:
+            totals[c] = math.fsum(usd[lo:hi].tolist())
+            inferred_usd[c] = math.fsum(usd[lo:hi][inferred[lo:hi]].tolist())
     cents = _cents(totals)
-    out = []
-    for cause, total in totals.items():
-        p = sorted(parts[cause], key=lambda x: (-x[1], x[0]))
-        out.append(
-            CauseLine(
-                cause=cause,
-                label=CAUSES[cause],
-                waste_usd=total,
-                inferred_usd=math.fsum(usd for _, usd, inferred in p if inferred),
-                cents=cents[cause],
-                runs=len(p),
-                top=tuple((name, usd) for name, usd, _ in p[:TOP_RUNS]),
-                fix=OVERSIZED_FIX if cause == "oversized" else ADVICE.get(cause, ""),
-            )
+    out = [
+        CauseLine(
+            cause=c,
+            label=CAUSES[c],
+            waste_usd=total,
+            inferred_usd=inferred_usd[c],
+            cents=cents[c],
+            runs=int(bounds[_CODES[c] + 1] - bounds[_CODES[c]]),
+            top=top.get(_CODES[c], ()),
+            fix=OVERSIZED_FIX if c == "oversized" else ADVICE.get(c, ""),
         )
+        for c, total in totals.items()
+    ]
     out.sort(key=lambda c: (-c.waste_usd, c.cause))
     return tuple(out)
 
 
-def _usd(value: object) -> float:
-    """A dollar figure of a row: 0 for missing, NaN or negative."""
-    try:
-        x = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0.0
-    return x if math.isfinite(x) and x > 0 else 0.0
+def _rest_causes(verdicts: np.ndarray, is_text: np.ndarray, oversized: pd.Series) -> np.ndarray:
+    """:func:`cause_of` each run, as codes: its verdict's where text names a cause, else
+    oversized or below target."""
+    named = np.full(len(verdicts), -1)
+    named[is_text] = pd.Series(verdicts[is_text], dtype=object).map(_NAMED).fillna(-1).to_numpy()
+    unnamed = np.where(oversized.to_numpy(), _CODES["oversized"], _CODES["below-target"])
+    return np.where(named >= 0, named, unnamed)
+
+
+def _sums(where: np.ndarray, usd: np.ndarray, n: int) -> np.ndarray:
+    """The dollars summed by ``where`` (``n`` sums) as :func:`math.fsum` sums them: two parts
+    (a run's idle part and its rest) in one rounding, as ``bincount`` adds them; more (rows of
+    one run id) by fsum."""
+    sums = np.bincount(where, weights=usd, minlength=n)
+    count = np.bincount(where, minlength=n)
+    many = np.flatnonzero(count > 2)
+    if len(many):
+        order = np.argsort(where, kind="stable")
+        for k, lo in zip(many, np.searchsorted(where[order], many), strict=True):
+            sums[k] = math.fsum(usd[order[lo : lo + count[k]]].tolist())
+    return sums
+
+
+def _top(
+    cause: np.ndarray, usd: np.ndarray, names: np.ndarray
+) -> dict[int, tuple[tuple[str, float], ...]]:
+    """Per cause (its code; ``cause`` sorted), its :data:`TOP_RUNS` runs with the most
+    dollars, by name where the dollars tie: (name, USD)."""
+    # the runs at or over their cause's TOP_RUNS-th dollars (ties at it too), then those by
+    # name: a million runs' names are never sorted
+    by_usd = np.lexsort((-usd, cause))
+    sorted_cause, sorted_usd = cause[by_usd], usd[by_usd]
+    start = np.searchsorted(sorted_cause, sorted_cause, side="left")
+    end = np.searchsorted(sorted_cause, sorted_cause, side="right")
+    nth = sorted_usd[np.minimum(start + TOP_RUNS, end) - 1]
+    picked = by_usd[sorted_usd >= nth]
+    top = pd.DataFrame(
+        {
+            "cause": cause[picked],
+            "usd": usd[picked],
+            "name": pd.Series(names[picked], dtype=object),  # str's order, as sorted() has it
+        }
+    )
+    top = top.sort_values(["cause", "usd", "name"], ascending=[True, False, True])
+    return {
+        int(code): tuple(zip(g["name"].tolist(), g["usd"].tolist(), strict=True))
+        for code, g in top.groupby("cause").head(TOP_RUNS).groupby("cause")
+    }
+
+
+def _usd(runs: pd.DataFrame, column: str) -> np.ndarray:
+    """A dollar column's values: 0 for missing, NaN, text or negative."""
+    if column not in runs:
+        return np.zeros(len(runs))
+    x = pd.to_numeric(runs[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(x) & (x > 0), x, 0.0)
+
+
+def _text(runs: pd.DataFrame, column: str, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A column's values at rows ``at`` (None without the column), and which of them are text."""
+    if column not in runs:
+        return np.full(len(at), None, dtype=object), np.zeros(len(at), dtype=bool)
+    values = runs[column].to_numpy(dtype=object)[at]
+    if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
+        return values, pd.notna(values)
+    # of mixed types (not from the store): each value looked at
+    return values, np.fromiter((isinstance(v, str) for v in values), dtype=bool, count=len(at))
+
+
+def _ids(runs: pd.DataFrame, at: np.ndarray) -> np.ndarray:
+    """The run ids at rows ``at``, as text (``str`` of a value of another type)."""
+    values, is_text = _text(runs, "run_id", at)
+    if is_text.all():
+        return values
+    return np.array([str(v) for v in values.tolist()], dtype=object)
 
 
 def _cents(totals: dict[str, float]) -> dict[str, int]:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.allocations import AllocationWeek, CapacityLine
+from reports.kpi.causes import CauseLine, week_causes
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES
@@ -50,6 +51,9 @@ class WeekKpis:
     trend: pd.DataFrame
     """One row per week (up to 12, oldest first) of headline figures."""
     rightsizing: pd.DataFrame = field(default_factory=pd.DataFrame)
+    causes: tuple[CauseLine, ...] = ()
+    """The week's waste by cause, most dollars first (:func:`reports.kpi.causes.week_causes`
+    of ``runs`` and ``rightsizing``): worked out once, for every output of the week."""
     what_if: WhatIf | None = None
     """What fixing the most wasteful runs would return in GPUs, and defer
     (:mod:`reports.kpi.whatif`); None without recoverable waste."""
@@ -462,6 +466,9 @@ def kpis_of_gpu_time(
     }
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
     measured = this[this["kind"] == RUN_KIND]
+    sized = rightsizing(
+        measured, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
+    )
     return WeekKpis(
         week=w,
         basis=basis,
@@ -474,9 +481,8 @@ def kpis_of_gpu_time(
         runs=ordered,
         underutilized=under.reset_index(drop=True),
         trend=trend,
-        rightsizing=rightsizing(
-            measured, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
-        ),
+        rightsizing=sized,
+        causes=week_causes(ordered, sized),
         rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
         if owned
         else (),
@@ -531,10 +537,10 @@ def so_far_week(k: WeekKpis, share: float) -> WeekKpis:
 
 def user_week(k: WeekKpis, user: str) -> WeekKpis:
     """The week as one engineer's own outputs show it (their runs mail, their chat card): their
-    underutilized runs alone, in ``runs`` and ``underutilized``, and their right-sizing; no
-    other owner's row anywhere (no breakdowns, sections, jobs, teams' headlines, skipped runs:
-    the fleet's report has those). The headline and trend stay the fleet's totals: figures,
-    not anybody's runs."""
+    underutilized runs alone, in ``runs`` and ``underutilized``, their right-sizing and their
+    waste by cause; no other owner's row anywhere (no breakdowns, sections, jobs, teams'
+    headlines, skipped runs: the fleet's report has those). The headline and trend stay the
+    fleet's totals: figures, not anybody's runs."""
     under = k.underutilized
     mine = under[under["user"] == user].reset_index(drop=True) if len(under) else under
     ids = set(mine["run_id"]) if len(mine) else set()
@@ -547,6 +553,7 @@ def user_week(k: WeekKpis, user: str) -> WeekKpis:
         runs=runs,
         underutilized=mine,
         rightsizing=sized,
+        causes=week_causes(runs, sized),
         by={},
         parts={},
         allocations=None,

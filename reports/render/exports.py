@@ -79,7 +79,6 @@ from typing import IO, Any
 import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis
-from reports.kpi.causes import week_causes
 from reports.kpi.checks import as_text
 from reports.kpi.ledger import ledger_totals
 from reports.kpi.weekly import unpriced_groups
@@ -279,7 +278,7 @@ def to_dict(k: WeekKpis, tz: tzinfo) -> dict[str, Any]:
                     "fix": c.fix,
                 }
             )
-            for c in week_causes(k)
+            for c in k.causes
         ],
         "ledger": _ledger(k),
         "capacity_what_if": None

@@ -19,7 +19,6 @@ from typing import Any
 import pandas as pd
 
 from reports.kpi import WeekKpis, runs_to_fix
-from reports.kpi.causes import week_causes
 from reports.kpi.weekly import unpriced_groups
 from reports.render.fmt import (
     as_number,
@@ -561,8 +560,8 @@ def sections(k: WeekKpis, fmt: str, *, brief: bool = False) -> list[dict[str, An
 
 
 def _causes(k: WeekKpis) -> list[dict[str, Any]]:
-    """The week's waste by cause (:func:`reports.kpi.causes.waste_by_cause`), for its bars."""
-    lines = week_causes(k)
+    """The week's waste by cause (:attr:`reports.kpi.weekly.WeekKpis.causes`), for its bars."""
+    lines = k.causes
     total = sum(c.cents for c in lines)
     most = max((c.cents for c in lines), default=0)
     return [

@@ -26,7 +26,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from reports.kpi import WeekKpis
-from reports.kpi.causes import week_causes
 from reports.kpi.savings import ledger_by_team
 from reports.sections.savings import Savings
 from reports.weeks import label_of
@@ -427,7 +426,7 @@ def kpi_samples(
             for team, value in zip(teams["team"], teams[m.field], strict=True):
                 add(m, (*week, str(team)), value)
         elif m.scope == "cause":
-            for c in week_causes(latest):
+            for c in latest.causes:
                 add(m, (*week, c.cause), getattr(c, m.field))
         elif m.scope == "saving_team":
             for team, per_week, to_date, _ in ledger_by_team(changes):

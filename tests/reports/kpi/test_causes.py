@@ -114,3 +114,53 @@ def test_runs_of_one_name_stay_apart() -> None:
     (line,) = waste_by_cause(frame)
     assert (line.runs, line.inferred_usd) == (3, pytest.approx(3.0))
     assert line.top == (("train", 5.0), ("train", 3.0), ("n", 1.0))
+
+
+def test_runs_tied_in_dollars_are_named_in_name_order() -> None:
+    """Six runs of $2.00 behind one of $3.00: the top five are the $3.00 one, then four of the
+    ties by name (a-d; e, f and the blank-named r8, shown as its id, left out); a run without
+    a waste figure (NaN) has none, and a missing idle figure is no idle part."""
+
+    def row(i: int, name: str, waste: float, idle: float = 0.0) -> dict[str, object]:
+        return {
+            "run_id": f"r{i}",
+            "name": name,
+            "source": "tracker",
+            "verdict": "input-bound",
+            "waste_usd": waste,
+            "idle_usd": idle,
+            "priced": True,
+        }
+
+    rows = [row(0, "top", 3.0, float("nan"))]
+    rows += [row(i, name, 2.0) for i, name in enumerate("fedcba", start=1)]
+    rows += [row(7, "no-waste", float("nan"), 1.0), row(8, "   ", 2.0)]
+    (line,) = waste_by_cause(pd.DataFrame(rows))
+    assert line.cause == "input-bound"
+    assert line.top == (("top", 3.0), ("a", 2.0), ("b", 2.0), ("c", 2.0), ("d", 2.0))
+    # 3.00 + 7 x 2.00
+    assert (line.runs, line.waste_usd, line.cents) == (8, 17.0, 1700)
+
+
+def test_rows_of_one_run_id_are_one_run_summed_exactly() -> None:
+    """Three rows of run d (all idle: $0.10 of rest, $0.20 idle, $0.30 of rest) are one run of
+    $0.60, as fsum adds them (0.1 + 0.2 + 0.3 in floats, one after the other, is
+    0.6000000000000001), named by its last row; an import's row makes no idle dollars
+    inferred."""
+    frame = pd.DataFrame(
+        [
+            {"run_id": "d", "name": "old", "source": "tracker", "waste_usd": 0.1, "idle_usd": 0.0},
+            {
+                "run_id": "d",
+                "name": "old",
+                "source": "nvidia-smi",
+                "waste_usd": 0.2,
+                "idle_usd": 0.2,
+            },
+            {"run_id": "d", "name": "new", "source": "tracker", "waste_usd": 0.3, "idle_usd": 0.0},
+        ]
+    ).assign(verdict="idle", priced=True)
+    assert 0.1 + 0.2 + 0.3 == 0.6000000000000001
+    (line,) = waste_by_cause(frame)
+    assert (line.cause, line.runs, line.top) == ("idle", 1, (("new", 0.6),))
+    assert (line.waste_usd, line.inferred_usd, line.cents) == (0.6, 0.0, 60)
