@@ -94,8 +94,8 @@ def blocks(page: str, text: str) -> list[Block]:
         while i < len(lines) and not lines[i].startswith(fence[:3]):
             body.append((i + 1, lines[i]))
             i += 1
-        out.append(Block(page=page, line=body[0][0] - 1 if body else i, lang=lang, body=body))
-        out[-1].directives = directives
+        start = body[0][0] - 1 if body else i
+        out.append(Block(page=page, line=start, lang=lang, body=body, directives=directives))
         i += 1
     return out
 

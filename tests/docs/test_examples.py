@@ -7,9 +7,11 @@ in a sandbox of the page's own: a home folder with the default store holding the
 variable, and the files the examples name (``job-17.csv``, ``./wandb``, ``./lightning_logs``)
 in the working folder. ``sacct`` is the real one of ``tests/slurm-up.sh``'s cluster.
 
-What a user's machine has and the sandbox cannot is swapped, each swap listed in
-:data:`SWAPS` with its reason: the Prometheus host of the examples is the test's real
-Prometheus, ``/etc/gpu-kpi/config.toml`` the sandbox's default config.
+What a user's machine has and the sandbox cannot is swapped: the Prometheus host of the
+examples is the test's real Prometheus (holding :func:`_cluster_samples`),
+``/etc/gpu-kpi/config.toml`` the sandbox's default config (no test writes ``/etc``), and
+``make demo`` runs as ``make -o .venv/.installed demo`` in a folder linking the repository's
+Makefile and virtualenv (the venv taken as installed: never pip in a test).
 A command must exit 0 (or the status its ``exit`` mark gives) with no traceback; a transcript's
 shown output must be what the command prints. A synopsis is checked against the parser: its
 subcommand and every flag must exist.
@@ -350,14 +352,6 @@ def _cluster_samples() -> list[tuple[str, dict[str, str], float, float]]:
             ]
         t += timedelta(seconds=15)
     return out
-
-
-SWAPS: tuple[tuple[str, str], ...] = (
-    (PROMETHEUS, "the test's Prometheus (tests/prom_server.py), holding _cluster_samples()"),
-    (ETC_CONFIG, "the sandbox's default config: no test writes /etc"),
-    ("make demo", "make -o .venv/.installed demo: the venv taken as installed, never pip"),
-)
-"""What a user's machine has and the sandbox swaps in: (as written, what runs and why)."""
 
 
 def _needs(page_commands: list[Command], what: str) -> bool:
