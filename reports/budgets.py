@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import pandas as pd
 
 from reports import kpi as kpis
-from reports.gputime import mark_crashed
+from reports.data.scans import mark_crashed
 from reports.kpi import WeekKpis
 from reports.kpi.budgets import PERIODS, TOP_RUNS, Budget, BudgetLine
 from reports.weeks import (

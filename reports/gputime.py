@@ -33,7 +33,7 @@ from reports.data.allocations import (
 from reports.data.columns import run_columns
 from reports.data.rollups import RollupTotals
 from reports.data.samples import SampleTotals
-from reports.data.scans import SampleScans, records_of
+from reports.data.scans import SampleScans, mark_crashed, records_of
 from reports.errors import ReportError
 from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
@@ -313,22 +313,6 @@ def load(
         with RunStore(store_url or default_store_url()) as opened:
             return _read(opened, start, tz=tz, weeks=weeks, basis=basis, t=t, now=now)
     return _read(store, start, tz=tz, weeks=weeks, basis=basis, t=t, now=now)
-
-
-def mark_crashed(store: RunStore, *, now: datetime) -> bool:
-    """Mark the runs that stopped beating crashed, as every reading command does first; on a
-    store this process may only read (a read replica, a role that may only SELECT, a file
-    opened read-only) a warning instead. Whether they were marked."""
-    try:
-        store.mark_crashed(now=now)
-    except StoreError as e:
-        log.warning(
-            "gpu-kpi: the store is read as it is (%s): runs that stopped beating are not "
-            "marked crashed in it",
-            e,
-        )
-        return False
-    return True
 
 
 def _read(

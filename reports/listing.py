@@ -140,9 +140,8 @@ def _when(value: str, tz: str, *, end: bool) -> datetime:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from reports.data.scans import SampleScans
+    from reports.data.scans import SampleScans, mark_crashed
     from reports.errors import UsageError
-    from reports.gputime import mark_crashed
     from reports.weeks import parse_week, week_bounds, zone
 
     if args.week and (args.since or args.until):

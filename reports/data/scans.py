@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -36,10 +37,12 @@ from reports.data.samples import (
     text_of,
 )
 from tracker.record import RunRecord
-from tracker.store import RunStore
+from tracker.store import RunStore, StoreError
 from tracker.store.changes import as_time
 from tracker.store.sample_sql import TIME_SHAPE, SampleSQL, checked_value
 from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
+
+log = logging.getLogger("gpu_kpi")
 
 T = TypeVar("T")
 
@@ -134,6 +137,23 @@ def records_of(rows: Iterable[Sequence[Any]]) -> tuple[list[RunRecord], list[Unr
                 )
             )
     return runs, unreadable
+
+
+def mark_crashed(store: RunStore, *, now: datetime) -> bool:
+    """Mark the runs that stopped beating crashed, as every reading command does first (no
+    pandas: ``gpu-kpi runs`` reads a store without the reports extra); on a
+    store this process may only read (a read replica, a role that may only SELECT, a file
+    opened read-only) a warning instead. Whether they were marked."""
+    try:
+        store.mark_crashed(now=now)
+    except StoreError as e:
+        log.warning(
+            "gpu-kpi: the store is read as it is (%s): runs that stopped beating are not "
+            "marked crashed in it",
+            e,
+        )
+        return False
+    return True
 
 
 class SampleScans:

@@ -350,6 +350,34 @@ def test_a_core_only_install_names_the_extra(tmp_path: Path, store_url: str) -> 
     assert "gpu-kpi[" not in p.stderr
 
 
+def test_runs_lists_a_store_without_the_reports_extra(tmp_path: Path) -> None:
+    """``gpu-kpi runs`` needs no pandas or numpy (the wheel's core-only smoke runs it): marking
+    stale runs crashed, once moved into reports.gputime, pulled both in and made it a "needs
+    the reports extra" error."""
+    from fakes import run_record
+
+    from tracker.store import RunStore
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    with RunStore(url) as s:
+        s.upsert_run(run_record("a", datetime(2026, 11, 24, 10, tzinfo=UTC), 1))
+    code = (
+        "import sys; sys.modules['pandas'] = sys.modules['numpy'] = None; "
+        "from reports.cli import main; "
+        f"sys.exit(main(['runs', '--store', {url!r}, '--tz', 'UTC']))"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[1].startswith("2026-11-24 10:00")
+
+
 def test_a_bad_week_via_the_entry_point(tmp_path: Path, store_url: str) -> None:
     one_line_error(
         gpu_kpi(
