@@ -328,20 +328,28 @@ def test_runs_into_a_closed_pipe(tmp_path: Path) -> None:
     assert err == ""
 
 
-def test_a_core_only_install_names_the_extra(tmp_path: Path, store_url: str) -> None:
-    # pandas missing as in `pip install gpu-kpi` without [reports]
+def core_only(
+    *args: str, missing: tuple[str, ...] = ("pandas",)
+) -> subprocess.CompletedProcess[str]:
+    """``gpu-kpi ARGS`` in a fresh process where ``missing`` cannot be imported, as in
+    ``pip install gpu-kpi`` without ``[reports]``."""
     code = (
-        "import sys; sys.modules['pandas'] = None; from reports.cli import main; "
-        f"sys.exit(main(['report', '--store', {store_url!r}, '--week', '2026-W48', "
-        f"'--out', {str(tmp_path / 'o')!r}]))"
+        f"import sys; sys.modules.update(dict.fromkeys({list(missing)!r})); "
+        f"from reports.cli import main; sys.exit(main({list(args)!r}))"
     )
-    p = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         check=False,
+    )
+
+
+def test_a_core_only_install_names_the_extra(tmp_path: Path, store_url: str) -> None:
+    p = core_only(
+        "report", "--store", store_url, "--week", "2026-W48", "--out", str(tmp_path / "o")
     )
     # the packages themselves: gpu-kpi is on no index, "gpu-kpi[reports]" installs nothing
     one_line_error(
@@ -361,19 +369,7 @@ def test_runs_lists_a_store_without_the_reports_extra(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     with RunStore(url) as s:
         s.upsert_run(run_record("a", datetime(2026, 11, 24, 10, tzinfo=UTC), 1))
-    code = (
-        "import sys; sys.modules['pandas'] = sys.modules['numpy'] = None; "
-        "from reports.cli import main; "
-        f"sys.exit(main(['runs', '--store', {url!r}, '--tz', 'UTC']))"
-    )
-    p = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+    p = core_only("runs", "--store", url, "--tz", "UTC", missing=("pandas", "numpy"))
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[1].startswith("2026-11-24 10:00")
 
