@@ -187,12 +187,6 @@ def read_archive(
 
 
 # -- writing, all or none ---------------------------------------------------------------------
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 class Streamed(Protocol):
     """A file's content written as it is made (a week's CSV of a million runs), not held."""
 

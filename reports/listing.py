@@ -352,7 +352,8 @@ def _month_start(text: str, tz: Any, now: datetime) -> datetime:
     import re
 
     from reports.errors import ReportError, UsageError
-    from reports.weeks import FIRST_YEAR, LAST_YEAR, month_start_of
+    from reports.weeks import month_start_of
+    from tracker.units import FIRST_YEAR, LAST_YEAR
 
     m = re.fullmatch(r"([0-9]{4})-([0-9]{2})", text.strip())
     if not m or not 1 <= int(m.group(2)) <= 12:

@@ -6,16 +6,14 @@ import re
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from tracker.units import FIRST_YEAR, LAST_YEAR
+
 
 class WeekError(ValueError):
     """A bad week or time zone given by the user."""
 
 
 _WEEK_RE = re.compile(r"([0-9]{4})-W([0-9]{2})")
-
-FIRST_YEAR, LAST_YEAR = 1970, 9998
-"""Weeks a report can be about: from the Unix epoch, and one year short of ``datetime``'s end so
-that the next week and the 12-week history stay representable."""
 
 
 def zone(name: str) -> tzinfo:
@@ -49,15 +47,22 @@ def parse_week(text: str) -> tuple[int, int]:
 
 
 def parse_moment(text: str, tz: tzinfo, *, end: bool = False, weeks: bool = True) -> datetime:
-    """A moment a user gives (``--since``, ``--until``, ``--at``, a range's ends): an ISO week
-    (its Monday 00:00), a date (its 00:00) or a date and time, in ``tz`` unless it names its
-    own offset. ``end``: a week or a date is up to its end, included (``--until 2026-W47`` takes
-    in W47). ``weeks``: whether a week is accepted.
+    """A moment a user gives (``--since``, ``--until``, ``--at``, a range's ends).
+
+    Args:
+        text: An ISO week (its Monday 00:00), a date (its 00:00) or a date and time.
+        tz: The zone of a ``text`` that names no offset of its own.
+        end: ``--until``: a week or a date is up to its end, included (``--until 2026-W47``
+            takes in W47).
+        weeks: Whether a week is accepted.
+
+    Returns:
+        The moment, timezone-aware.
 
     Raises:
-        WeekError: Not such a moment, or outside the years :data:`FIRST_YEAR` to
-            :data:`LAST_YEAR` (in UTC as well: ``0001-01-01T00:00+05:00`` is out of range, not
-            an overflow).
+        WeekError: Not such a moment, or outside the years :data:`tracker.units.FIRST_YEAR`
+            to :data:`~tracker.units.LAST_YEAR` (in UTC as well: ``0001-01-01T00:00+05:00``
+            is out of range, not an overflow).
     """
     text = text.strip()
     forms = (

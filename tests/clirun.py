@@ -100,3 +100,16 @@ def python_c(code: str) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=True,
     )
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """This process's environment as a user's shell with ``home`` for a home folder has it: no
+    ``GPU_KPI_*``, ``XDG_*`` or ``WANDB_*`` variable and no ``PGPASSWORD`` (so the default
+    store, config and data folders are ``home``'s), ``HOME`` set."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPU_KPI_", "XDG_", "WANDB_")) and k not in ("HOME", "PGPASSWORD")
+    }
+    env["HOME"] = str(home)
+    return env

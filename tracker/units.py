@@ -1,4 +1,4 @@
-"""Unit conversions, in one place. Names carry their units."""
+"""Unit conversions, and the times a reading can have, in one place. Names carry their units."""
 
 from __future__ import annotations
 
@@ -7,6 +7,13 @@ J_PER_KWH = 3.6e6
 S_PER_HOUR = 3600.0
 RATIO_PER_PCT = 0.01
 """A percentage (0–100) times this is a ratio (0–1)."""
+FIRST_YEAR, LAST_YEAR = 1970, 9998
+"""The years a reading, a run or a report's week can be in: from the Unix epoch, and one year
+short of ``datetime``'s end, so that a week after, a 12-week history and a zone's offset stay
+representable."""
+LAST_EPOCH_S = 253_370_764_800.0
+"""9999-01-01 UTC in seconds since 1970, where :data:`LAST_YEAR` ends: a time at or after it is
+no time a GPU was read (a 20-digit epoch, a year past 9998)."""
 
 
 def bytes_to_gib(n: float) -> float:

@@ -140,10 +140,19 @@ def records_of(rows: Iterable[Sequence[Any]]) -> tuple[list[RunRecord], list[Unr
 
 
 def mark_crashed(store: RunStore, *, now: datetime) -> bool:
-    """Mark the runs that stopped beating crashed, as every reading command does first (no
-    pandas: ``gpu-kpi runs`` reads a store without the reports extra); on a
+    """Mark the runs that stopped beating crashed, as every reading command does first; on a
     store this process may only read (a read replica, a role that may only SELECT, a file
-    opened read-only) a warning instead. Whether they were marked."""
+    opened read-only) a warning instead. No pandas: ``gpu-kpi runs`` reads a store without
+    the reports extra.
+
+    Args:
+        store: The open run store.
+        now: The time of the read (timezone-aware): a ``running`` run without a heartbeat for
+            :data:`tracker.store.runs.STALE_AFTER_S` seconds before it is crashed.
+
+    Returns:
+        Whether the runs were marked (False: the store could only be read).
+    """
     try:
         store.mark_crashed(now=now)
     except StoreError as e:

@@ -58,13 +58,13 @@ from reports.imports.play import (
     write_imported,
 )
 from reports.imports.play import progress as shown  # the parameter is named progress
-from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.prices import price_for
 from tracker.record import MinuteSample, RunRecord
 from tracker.scheduler import KUBERNETES_LINK, WORKLOAD_LINK
 from tracker.text import one_line
+from tracker.units import LAST_EPOCH_S
 
 SOURCE = "prometheus"
 UNALLOCATED = "(unallocated)"

@@ -63,11 +63,11 @@ from reports.imports.play import (
     progress,
     write_imported,
 )
-from reports.imports.wandb_log import LAST_EPOCH_S
 from tracker.config import Settings
 from tracker.extras import install_hint
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.record import MinuteSample, RunRecord
+from tracker.units import LAST_EPOCH_S
 
 SOURCE = "tensorboard"
 EVENTS = "events.out.tfevents."

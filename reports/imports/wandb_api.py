@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog, number
+from reports.imports.wandb_log import WandbLog, number
 from tracker.extras import install_hint
+from tracker.units import LAST_EPOCH_S
 
 SYSTEM_SAMPLES = 1_000_000
 RUNNING = "still running: import it when it has ended"

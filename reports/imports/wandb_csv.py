@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from reports.errors import ImportFailed
-from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog
+from reports.imports.wandb_log import WandbLog
+from tracker.units import LAST_EPOCH_S
 
 RELATIVE = ("Relative Time (Process)", "Relative Time (Wall)")
 WALL = "Wall Time"

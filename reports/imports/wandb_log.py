@@ -28,13 +28,12 @@ from typing import Any
 
 from reports.errors import ImportFailed
 from tracker.extras import install_hint
+from tracker.units import LAST_EPOCH_S
 
 _FILE_HEADER = struct.Struct("<4sHB")  # ident, magic, version
 _CHUNK_HEADER = struct.Struct("<IHB")  # crc32, length, type
 _BLOCK = 32 * 1024
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-LAST_EPOCH_S = 253_370_764_800.0
-"""9999-01-01 UTC: a time at or after it is no time a run had."""
 
 
 class LogDamaged(ValueError):

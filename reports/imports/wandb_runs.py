@@ -49,10 +49,11 @@ from reports.imports.play import (
     progress,
     write_imported,
 )
-from reports.imports.wandb_log import LAST_EPOCH_S, WandbLog, number, read_log
+from reports.imports.wandb_log import WandbLog, number, read_log
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.record import MinuteSample, RunRecord
+from tracker.units import LAST_EPOCH_S
 
 SOURCE = "wandb"
 NO_GPU = "no GPU metrics (a CPU run?)"

@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from clirun import home_env
 from examples import Command, commands, pages, without_comment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -433,12 +434,8 @@ def test_the_examples_of_each_page_run_as_written(
 def _sandbox(home: Path, swaps: dict[str, str]) -> Callable[[Command], str]:
     """A runner of a page's commands in ``home`` (also the working folder): it returns what
     is wrong with a command's run, "" when nothing is."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GPU_KPI_", "XDG_", "WANDB_")) and k not in ("HOME", "PGPASSWORD")
-    }
-    env.update(HOME=str(home), TZ="UTC", PATH=f"{_gpu_kpi_bin()}{os.pathsep}{env['PATH']}")
+    env = home_env(home)
+    env.update(TZ="UTC", PATH=f"{_gpu_kpi_bin()}{os.pathsep}{env['PATH']}")
     files = {
         "job-17.csv": lambda: _nvidia_smi_log(home / "job-17.csv"),
         "./lightning_logs": lambda: _lightning_logs(home / "lightning_logs"),

@@ -17,8 +17,8 @@ import pytest
 from clirun import gpu_kpi
 from fakes import run_record
 
-from reports import archive
 from reports import build as report_build
+from reports import userfiles
 from reports.build import build, compute
 from reports.errors import ReportError
 from reports.request import Request
@@ -179,7 +179,7 @@ def test_the_week_moves_in_at_once(store: str, w47_files: Path, tmp_path: Path) 
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [f"2026-W4{w}.{s}" for w in (7, 8) for s in ("csv", "eml", "html", "json")] + ["index.html"]
     )
-    mode = 0o666 & ~archive._umask()
+    mode = 0o666 & ~userfiles._umask()  # as open() makes a file
     assert {p.stat().st_mode & 0o777 for p in written} == {mode}  # not mkstemp's 0600
     index = (out / "index.html").read_text()
     assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index

@@ -6,7 +6,6 @@ command's output and the default store, never a store it passed."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from clirun import home_env
 
 ROOT = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3"
@@ -52,12 +52,7 @@ def user(
 ) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``gpu-kpi ARGS`` as a user with a home folder of their own types it."""
     home = tmp_path_factory.mktemp("home")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GPU_KPI_", "XDG_")) and k not in ("HOME", "PGPASSWORD")
-    }
-    env.update(HOME=str(home), PYTHONPATH=str(ROOT))
+    env = home_env(home) | {"PYTHONPATH": str(ROOT)}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

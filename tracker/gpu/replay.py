@@ -23,7 +23,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from tracker.gpu.base import BackendError, GpuInfo, GpuReading
-from tracker.units import mib_to_gib
+from tracker.units import FIRST_YEAR, LAST_EPOCH_S, LAST_YEAR, mib_to_gib
 
 # nvidia-smi header → (GpuReading field, the unit its values may carry, lowest, highest); a later
 # column of the same field (power.draw.instant after power.draw) wins. The highest is past any
@@ -49,10 +49,6 @@ _TIME_FORMATS = (
 )
 _MAX_LINE = 65_536
 """Longest line read: a longer one (a binary file, /dev/zero) is an error, not a memory hog."""
-FIRST_YEAR, LAST_YEAR = 1970, 9998
-"""A reading's time is in these years (a later one is near what ``datetime`` holds)."""
-_LAST_EPOCH_S = 253_370_764_800.0
-"""9999-01-01 UTC, in epoch seconds: :data:`LAST_YEAR` ends there."""
 _EPOCH = re.compile(r"^(\d+)(\.\d*)?$")
 _EPOCH_UNITS = ((11, 1.0), (14, 1e3), (17, 1e6), (19, 1e9))
 """An epoch time's unit by its whole digits: up to 11 seconds (to the year 5138), up to 14
@@ -73,14 +69,22 @@ class _Row:
 
 class NoTime(ValueError):
     """A timestamp that is no time a GPU was read: an epoch of 20 or more digits, a date
-    outside the years :data:`FIRST_YEAR`-:data:`LAST_YEAR` (``10000/01/01``: no ``datetime``
-    holds it). A reading at such a time is a bad row, not a bad file."""
+    outside the years :data:`tracker.units.FIRST_YEAR`-:data:`~tracker.units.LAST_YEAR`
+    (``10000/01/01``: no ``datetime`` holds it). A reading at such a time is a bad row, not a bad file."""
 
 
 def _years(ts: datetime, text: str) -> datetime:
     if not FIRST_YEAR <= ts.year <= LAST_YEAR:
         raise NoTime(f"{text[:40]!r} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
     return ts
+
+
+def _left_out(e: NoTime, no_time: list[int] | None, where: str, lineno: int) -> None:
+    """A reading whose time is no time: its line number added to ``no_time``, or, where the
+    caller takes none (``no_time`` None), an error of the file at ``where``."""
+    if no_time is None:
+        raise BackendError(f"{where}: {e}") from None
+    no_time.append(lineno)
 
 
 def _parse_time(text: str, per_s: float | None = None) -> tuple[datetime, float | None]:
@@ -94,7 +98,7 @@ def _parse_time(text: str, per_s: float | None = None) -> tuple[datetime, float 
         if per_s is None:
             per_s = next((u for most, u in _EPOCH_UNITS if len(m[1]) <= most), None)
         seconds = float(text) / per_s if per_s is not None else math.inf
-        if not 0 <= seconds < _LAST_EPOCH_S:
+        if not 0 <= seconds < LAST_EPOCH_S:
             raise NoTime(f"epoch time {text[:40]!r} is outside the years {FIRST_YEAR}-{LAST_YEAR}")
         return datetime.fromtimestamp(seconds, UTC), per_s
     for fmt in _TIME_FORMATS:
@@ -233,9 +237,7 @@ def read_log(
         try:
             ts, per_s = _parse_time(cells[col["timestamp"]], per_s)
         except NoTime as e:
-            if no_time is None:
-                raise BackendError(f"{p}:{lineno}: {e}") from None
-            no_time.append(lineno)
+            _left_out(e, no_time, f"{p}:{lineno}", lineno)
             continue
         except ValueError as e:
             if columns is not None and lineno == 1:
@@ -301,7 +303,8 @@ def _read_dmon(p: Path, no_time: list[int] | None) -> tuple[list[GpuInfo], Readi
     (repeated every screenful), ``-`` for a value the GPU does not report. The ``sm`` column is
     the utilization NVML reports (``utilization.gpu``); ``fb`` the memory used, MiB. Without
     ``-o DT`` the rows have no time: an error saying so. A date outside the years
-    :data:`FIRST_YEAR`-:data:`LAST_YEAR` is :func:`read_log`'s ``no_time``."""
+    :data:`tracker.units.FIRST_YEAR`-:data:`~tracker.units.LAST_YEAR` is :func:`read_log`'s
+    ``no_time``."""
     infos: dict[str, GpuInfo] = {}
     readings: Readings = {}
     names: list[str] = []
@@ -329,9 +332,7 @@ def _read_dmon(p: Path, no_time: list[int] | None) -> tuple[list[GpuInfo], Readi
                 try:
                     ts = _years(datetime.strptime(when, "%Y%m%d %H:%M:%S"), when)
                 except NoTime as e:
-                    if no_time is None:
-                        raise BackendError(f"{p}:{lineno}: {e}") from None
-                    no_time.append(lineno)
+                    _left_out(e, no_time, f"{p}:{lineno}", lineno)
                     continue
                 except ValueError as e:
                     raise BackendError(f"{p}:{lineno}: {e}") from None
