@@ -245,7 +245,18 @@ def _compute(
     _keep_weeks(store, req, marks, k, fresh, now=now)
     k = dataclasses.replace(k, allocations=week_of_scheduler(scheduler, start))
     k = dataclasses.replace(
-        k, parts=read_parts(Week(store_url=store_url, store=store, req=req, kpis=k, now=now))
+        k,
+        parts=read_parts(
+            Week(
+                store_url=store_url,
+                store=store,
+                req=req,
+                kpis=k,
+                now=now,
+                runs=runs,
+                runs_since=weeks[read],
+            )
+        ),
     )
     if skipped and warn:
         log.warning("gpu-kpi: report %s: %s", label_of(k.week), skipped.log_line())

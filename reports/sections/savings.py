@@ -217,11 +217,21 @@ def _unit_cost_span(j: Mapping[str, Any]) -> str:
 def read(week: Week) -> Savings:
     """The recurring jobs and their changes up to the end of the week (or now)."""
     start = week.kpis.week.to_pydatetime().astimezone(week.req.tz)
-    return Savings(*recurring_of_weeks(week.store, week.req, start, now=week.now))
+    return Savings(
+        *recurring_of_weeks(
+            week.store, week.req, start, now=week.now, runs=week.runs, runs_since=week.runs_since
+        )
+    )
 
 
 def recurring_of_weeks(
-    store: RunStore, req: Request, start: datetime, *, now: datetime
+    store: RunStore,
+    req: Request,
+    start: datetime,
+    *,
+    now: datetime,
+    runs: pd.DataFrame | None = None,
+    runs_since: datetime | None = None,
 ) -> tuple[pd.DataFrame, tuple[Change, ...]]:
     """The recurring jobs of the :data:`reports.kpi.savings.HISTORY_WEEKS` weeks up to the
     report's (or now), and their changes (a mark's, else a change point's): runs' own
@@ -233,6 +243,10 @@ def recurring_of_weeks(
         req: The report's request (time zone, prices, owned GPUs).
         start: The report's week start.
         now: The current time.
+        runs: The usable runs the report already read, every run overlapping
+            ``[runs_since, the week's end)``: only the runs before ``runs_since`` are read
+            (a million runs in the week are read once, not twice). None: all are read.
+        runs_since: The start of the span ``runs`` covers.
     """
     from reports.data.marks import read_marks
     from reports.data.scans import SampleScans
@@ -242,7 +256,14 @@ def recurring_of_weeks(
     end = min(shift_week(start, req.tz, 1), now)
     since = shift_week(start, req.tz, -(savings.HISTORY_WEEKS - 1))
     try:
-        runs, _ = usable_runs(SampleScans(store), since=since, until=end)
+        if runs is None or runs_since is None:
+            runs, _ = usable_runs(SampleScans(store), since=since, until=end)
+        elif since < runs_since:
+            # the runs started before the span read; one that reaches into it is in both
+            earlier, _ = usable_runs(SampleScans(store), since=since, until=runs_since)
+            both = [p for p in (earlier, runs) if len(p)]
+            if both:
+                runs = pd.concat(both, ignore_index=True).drop_duplicates("id", keep="last")
         marks = read_marks(store, until=end)
         jr = savings.job_runs(runs, since=since, until=end, prices=req.prices, owned=req.owned)
         recurring = savings.recurring_jobs(

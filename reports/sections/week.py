@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from reports.kpi import WeekKpis
     from reports.request import Request
     from tracker.store import RunStore
@@ -24,3 +26,9 @@ class Week:
     req: Request
     kpis: WeekKpis
     now: datetime
+    runs: pd.DataFrame | None = None
+    """The usable runs the week's figures were read from: every run overlapping
+    ``[runs_since, the week's end)`` (:func:`reports.gputime.week_gpu_time`), for a section
+    that needs the runs of a longer span to read only the rest (None: read them all)."""
+    runs_since: datetime | None = None
+    """The start of the span ``runs`` covers."""

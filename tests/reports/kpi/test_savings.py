@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from clirun import gpu_kpi
 from fakes import run_record
@@ -306,3 +307,29 @@ def test_a_run_that_counted_nothing_is_left_out_of_the_rate_not_the_unit(
     (c,) = compute(store_url, request(), now=NOW).kpis.parts["savings"].changes
     assert (c.unit, c.runs_after) == ("1k samples", 6)
     assert c.usd_to_date == pytest.approx(48.0) and c.low_pct is not None
+
+
+def test_the_weeks_runs_read_once_give_the_recurring_jobs_of_26_weeks(store_url: str) -> None:
+    """The report hands the savings section the runs it read (the trend's 12 weeks, or the one
+    week when the earlier ones are kept): the section reads only the runs before them, and a
+    run reaching across the edge counts once: the same table as reading all 26 weeks."""
+    from reports.sections.savings import recurring_of_weeks
+
+    first = W45 - timedelta(weeks=savings.HISTORY_WEEKS - 1)
+    edge = W45 - timedelta(weeks=11)  # the trend's first week
+    with RunStore(store_url) as s:
+        for w in range(savings.HISTORY_WEEKS):  # a run each Tuesday, 2 GPU-hours
+            at = first + timedelta(weeks=w, days=1)
+            s.upsert_run(run_record(f"w{w}", at, 2, name=f"nightly-{1000 + w}", team="vision"))
+        # Sunday evening before the edge to Tuesday: started before the trend, ends in it
+        s.upsert_run(
+            run_record("across", edge - timedelta(hours=4), 50, name="nightly-1999", team="vision")
+        )
+    with RunStore(store_url) as s:
+        whole, _ = recurring_of_weeks(s, request(), W45, now=NOW)
+    (job,) = whole.to_dict("records")
+    assert (job["job_key"], job["runs"], job["weeks"]) == ("nightly", 27, 26)
+    assert job["gpu_hours"] == pytest.approx(26 * 2 + 50)
+    for _ in range(2):  # 12 weeks read, then the earlier 11 kept and the week alone read
+        k = compute(store_url, request(), now=NOW).kpis
+        pd.testing.assert_frame_equal(k.parts["savings"].recurring, whole)
