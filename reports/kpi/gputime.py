@@ -10,7 +10,6 @@ stretches around minutes under the idle threshold are read minute by minute
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Sequence
 from datetime import datetime, tzinfo
 
@@ -138,52 +137,78 @@ def summary_gpu_time(
     by duration from their summaries; in ISO weeks, or in ``spans`` ([start, end), ascending,
     not overlapping: the ``week`` column holds each span's start) when given."""
     column = BASES[basis][0]
-    ended = []
-    summary_only = runs[~is_in(runs["id"], sampled)]
+    r = runs[~is_in(runs["id"], sampled)]
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
-    for r in summary_only.itertuples(index=False):
-        end = (
-            r.ended_at
-            if not pd.isna(r.ended_at)
-            else (r.heartbeat_at if not pd.isna(r.heartbeat_at) else end_now)
-        )
-        if end > r.started_at and r.gpu_hours:
-            ended.append((r, end))
-    if not ended:
+    started = _ns(r["started_at"])
+    ended = _ns(r["ended_at"])
+    ended = np.where(ended == _NAT, _ns(r["heartbeat_at"]), ended)
+    ended = np.where(ended == _NAT, _ts(end_now).value, ended)
+    hours = _floats(r["gpu_hours"])
+    # a summary of GPU-hours over some time (usable runs' figures: finite, or unknown, NaN)
+    ok = (started != _NAT) & (ended > started) & np.isfinite(hours) & (hours != 0)
+    if not ok.any():
         return pd.DataFrame(columns=GT_COLUMNS)
+    ids = r["id"].to_numpy(dtype=object)[ok]
+    started, ended, hours = started[ok], ended[ok], hours[ok]
+    value = _floats(r[column])[ok]
+    idle_usd, price = _floats(r["idle_usd"])[ok], _floats(r["price_per_gpu_hour"])[ok]
+    # never more idle hours than GPU-hours, whatever the summary says
+    with np.errstate(divide="ignore", invalid="ignore"):
+        idle_total = np.where(
+            np.isfinite(idle_usd) & (idle_usd != 0) & np.isfinite(price) & (price != 0),
+            np.minimum(idle_usd / price, hours),
+            0.0,
+        )
     # the weeks of all the runs at once: thousands of runs, a few dozen weeks
     weeks = (
-        week_spans(min(r.started_at for r, _ in ended), max(end for _, end in ended), tz)
+        week_spans(pd.Timestamp(started.min(), tz="UTC"), pd.Timestamp(ended.max(), tz="UTC"), tz)
         if spans is None
-        else [(_ts(a), _ts(b)) for a, b in spans]
+        else spans
     )
-    week_starts = [w0 for w0, _ in weeks]
-    rows = []
-    for r, end in ended:
-        start = r.started_at
-        total_s = (end - start).total_seconds()
-        value = getattr(r, column)
-        # never more idle hours than GPU-hours, whatever the summary says
-        idle_total = (
-            min(r.idle_usd / r.price_per_gpu_hour, r.gpu_hours)
-            if r.idle_usd and r.price_per_gpu_hour
-            else 0.0
-        )
-        overlapped = slice(
-            max(bisect.bisect_right(week_starts, start) - 1, 0),
-            bisect.bisect_left(week_starts, end),
-        )
-        for w0, w1 in weeks[overlapped]:
-            if w1 <= start or w0 >= end:  # a gap between spans
-                continue
-            share = (min(end, w1) - max(start, w0)).total_seconds() / total_s
-            h = r.gpu_hours * share
-            known = 0.0 if value is None or pd.isna(value) else h
-            # a summary does not say how busy its idle minutes were: under idle_pct, taken as 0
-            rows.append(
-                (r.id, "*", w0, h, known, known * (value or 0.0) / 100.0, idle_total * share, 0.0)
-            )
-    return pd.DataFrame(rows, columns=GT_COLUMNS)
+    w0 = np.array([_ts(a).value for a, _ in weeks], dtype=np.int64)
+    w1 = np.array([_ts(b).value for _, b in weeks], dtype=np.int64)
+    # each run's row per week it overlaps: weeks lo..hi-1
+    lo = np.maximum(np.searchsorted(w0, started, side="right") - 1, 0)
+    hi = np.searchsorted(w0, ended, side="left")
+    count = np.maximum(hi - lo, 0)
+    run = np.repeat(np.arange(len(ids)), count)
+    week = lo[run] + (np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count))
+    a, b = w0[week], w1[week]
+    s0, s1 = started[run], ended[run]
+    inside = (b > s0) & (a < s1)  # not a gap between spans
+    run, a, b, s0, s1 = run[inside], a[inside], b[inside], s0[inside], s1[inside]
+    share = ((np.minimum(s1, b) - np.maximum(s0, a)) / 1e9) / ((s1 - s0) / 1e9)
+    h = hours[run] * share
+    v = value[run]
+    known = np.where(np.isnan(v), 0.0, h)
+    # a summary does not say how busy its idle minutes were: under idle_pct, taken as 0
+    return pd.DataFrame(
+        {
+            "run_id": ids[run],
+            "gpu": "*",
+            "week": pd.to_datetime(a, utc=True),
+            "gpu_hours": h,
+            "known_hours": known,
+            "used_hours": known * np.nan_to_num(v) / 100.0,
+            "idle_hours": idle_total[run] * share,
+            "idle_used_hours": 0.0,
+        },
+        columns=GT_COLUMNS,
+    )
+
+
+_NAT = np.iinfo(np.int64).min
+"""NaT as :func:`_ns` gives it."""
+
+
+def _ns(column: pd.Series) -> np.ndarray:
+    """Times as int64 ns since the epoch, UTC (NaT: :data:`_NAT`)."""
+    return pd.DatetimeIndex(pd.to_datetime(column, utc=True)).as_unit("ns").asi8
+
+
+def _floats(column: pd.Series) -> np.ndarray:
+    """A number column as floats (None: NaN)."""
+    return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
 
 
 def combine_gpu_time(
