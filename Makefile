@@ -33,6 +33,8 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	# the speed guard: a 100,800-run week's steps against DuckDB, held to bench/baseline.json
+	$(BIN)/python bench/smoke.py
 
 # the inner loop: no PostgreSQL, Chromium, Prometheus, Slurm, DDP, real trainers or end-to-end service runs;
 # the whole suite is `make test`

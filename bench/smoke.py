@@ -1,0 +1,335 @@
+"""The speed guard CI runs: a 100,800-run week reported, each step's CPU time against DuckDB
+computing the week's figures from the same rows in the same process, held to the ratios kept
+in ``bench/baseline.json``.
+
+A step that gets slower fails the guard when its CPU time passes twice its kept ratio × the
+reference's CPU time here (and by more than :data:`SLACK_S`, so that a step of a few
+milliseconds does not fail on noise): the machine's own speed cancels out, a step's own
+regression does not. Numbers at full scale (a million runs, imports) are
+``bench/report_scale.py`` and ``bench/import_scale.py``; this is their fast sentinel.
+
+The week: 10 GPUs, each cut into one-minute single-GPU runs (``bench/scale_data.py``'s
+``split1``: 100,800 runs, as many minute samples) plus 11 earlier weeks of run summaries, in
+a SQLite store built here (untimed). The report is made as ``gpu-kpi report`` makes it
+(:func:`reports.build.build`, every format, the earlier weeks worked out from rows each time),
+``--repeat`` times: each step's fastest. Steps are functions of the report's path, timed where
+they are called (:data:`STEPS`); a step's time includes the steps it calls.
+
+    .venv/bin/python bench/smoke.py [--repeat 2] [--dir DIR]
+        [--write-baseline] [--slow MODULE:FUNCTION=FACTOR]
+
+``--write-baseline`` records this run's ratios as the new baseline (after a change that is
+meant to make a step slower or faster: say why in the commit). ``--slow`` plants a slowdown
+(the step's function spins for ``FACTOR - 1`` times its own CPU time after each call): the
+guard must fail on it. Exit status 1 when a step passes its limit or the figures disagree
+with DuckDB's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import scale_data as data  # noqa: E402
+
+BASELINE = ROOT / "bench" / "baseline.json"
+GPUS, CASE = 10, "split1"
+NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)  # 2026-W48 complete
+LIMIT = 2.0
+"""A step fails at this many times its kept ratio."""
+SLACK_S = 0.15
+"""...and only when over its kept time (ratio × this run's reference) by this much CPU."""
+AGREE = 1e-6
+HEADLINE = ("gpu_hours", "utilization_pct", "spend_usd", "idle_usd")
+
+STEPS: tuple[tuple[str, str], ...] = (
+    ("report", "reports.build:build"),
+    ("read runs", "reports.gputime:usable_runs"),
+    ("rollup sums", "reports.gputime:_from_rollups"),
+    ("gpu-time", "reports.kpi.gputime:combine_gpu_time"),
+    ("week kpis", "reports.kpi.weekly:kpis_of_gpu_time"),
+    ("run weeks", "reports.kpi.weekly:run_weeks"),
+    ("waste by cause", "reports.kpi.causes:waste_by_cause"),
+    ("section fix-first", "reports.sections.first:read"),
+    ("section budgets", "reports.sections.budgets:read"),
+    ("section scheduler", "reports.sections.scheduler:read"),
+    ("section savings", "reports.sections.savings:read"),
+    ("document", "reports.render.exports:to_dict"),
+    ("json", "reports.render.exports:to_json"),
+    ("csv", "reports.render.exports:CsvExport.write_to"),
+    ("charts", "reports.render.charts:charts"),
+    ("html", "reports.render.html:render_html"),
+    ("email", "reports.render.email:build_email"),
+)
+"""(step, ``module:function``) timed in the report; ``Class.method`` for a method."""
+
+
+# -- timing the steps where they are called --------------------------------------------------
+def _resolve(target: str) -> tuple[Any, str, Any]:
+    """``module:function`` (or ``module:Class.method``): the object holding it, its name
+    there, and the function."""
+    import importlib
+
+    module, _, path = target.partition(":")
+    owner: Any = importlib.import_module(module)
+    *outer, name = path.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    return owner, name, getattr(owner, name)
+
+
+@contextmanager
+def timed_steps(
+    steps: tuple[tuple[str, str], ...], slow: dict[str, float]
+) -> Iterator[dict[str, float]]:
+    """Every step's function wrapped, wherever a module bound it by name (``from m import
+    f``) or the registry of sections holds it: the CPU seconds of its calls summed per step,
+    in the dict yielded. ``slow``: target → factor, a planted slowdown."""
+    import dataclasses
+
+    from reports import sections
+
+    spent: dict[str, float] = defaultdict(float)
+    undo: list[Callable[[], None]] = []
+
+    def wrap(step: str, target: str, f: Callable[..., Any]) -> Callable[..., Any]:
+        factor = slow.get(target, 1.0)
+
+        @functools.wraps(f)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.process_time()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                used = time.process_time() - t0
+                if factor > 1:  # the planted slowdown: spin on the CPU
+                    end = time.process_time() + (factor - 1) * used
+                    while time.process_time() < end:
+                        pass
+                spent[step] += time.process_time() - t0
+
+        return timed
+
+    def swap(owner: Any, name: str, new: Any) -> None:
+        old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, new)
+        undo.append(lambda: setattr(owner, name, old))
+
+    try:
+        for step, target in steps:
+            owner, name, f = _resolve(target)
+            new = wrap(step, target, f)
+            swap(owner, name, new)
+            if isinstance(owner, type):
+                continue
+            for module in list(sys.modules.values()):  # bound by name elsewhere
+                if module is not owner and getattr(module, "__dict__", {}).get(name) is f:
+                    swap(module, name, new)
+            if any(s.read is f for s in sections.SECTIONS):
+                swap(
+                    sections,
+                    "SECTIONS",
+                    tuple(
+                        dataclasses.replace(s, read=new) if s.read is f else s
+                        for s in sections.SECTIONS
+                    ),
+                )
+        yield spent
+    finally:
+        for u in reversed(undo):
+            u()
+
+
+# -- the week --------------------------------------------------------------------------------
+DataFiles = tuple[Path, Path]
+"""The week's samples and runs in Parquet (what DuckDB reads)."""
+
+
+def make_week(d: Path) -> tuple[str, DataFiles]:
+    """The store (SQLite, rollups built) and the Parquet DuckDB reads."""
+    from bench.report_scale import prepare
+
+    samples, runs = d / "samples.parquet", d / "runs.parquet"
+    data.write_parquet(GPUS, CASE, samples, runs)
+    db = d / "store.db"
+    data.load_sqlite(db, GPUS, CASE, samples)
+    url = f"sqlite:///{db}"
+    prepare(url)
+    return url, (samples, runs)
+
+
+def report_once(url: str, out: Path) -> dict[str, Any]:
+    """``gpu-kpi report`` of the week, every format, no week kept: its JSON headline."""
+    from bench.report_scale import forget_kept_weeks
+    from reports.build import build
+    from reports.request import Request
+
+    forget_kept_weeks(url)
+    shutil.rmtree(out, ignore_errors=True)
+    req = Request(week="2026-W48", tz=UTC, formats=("html", "email", "json", "csv"))
+    written = build(url, req, out, now=NOW)
+    (doc,) = [p for p in written if p.name == "2026-W48.json"]
+    return json.loads(doc.read_text())["headline"]
+
+
+def reference_cpu(files: DataFiles, repeat: int) -> tuple[float, dict[str, Any]]:
+    """DuckDB's figures of the week (``bench/scale_data.py``'s reference) in this process:
+    its fastest CPU seconds of ``repeat`` and the figures."""
+    best, ref = float("inf"), {}
+    for _ in range(repeat):
+        t0 = time.process_time()
+        ref = data.reference(*files)
+        best = min(best, time.process_time() - t0)
+    return best, ref
+
+
+def measure(url: str, files: DataFiles, d: Path, repeat: int, slow: dict[str, float]) -> dict:
+    """Each step's fastest CPU seconds over ``repeat`` reports, DuckDB's, and how far the
+    headlines differ."""
+    ref_s, ref = reference_cpu(files, max(3, repeat))
+    best: dict[str, float] = {}
+    head: dict[str, Any] = {}
+    for _ in range(repeat):
+        with timed_steps(STEPS, slow) as spent:
+            head = report_once(url, d / "out")
+        for step, s in spent.items():
+            best[step] = min(best.get(step, s), s)
+    diff = max(_rel(head[k], ref[k]) for k in HEADLINE)
+    return {"reference_cpu_s": ref_s, "steps": best, "max_rel_diff": diff}
+
+
+def _rel(a: float | None, b: float | None) -> float:
+    if a is None or b is None:
+        return 0.0 if a is None and b is None else float("inf")
+    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
+
+
+# -- the verdict -----------------------------------------------------------------------------
+def verdict(m: dict, baseline: dict) -> tuple[list[str], bool]:
+    """The table's lines and whether every step is within its limit (a step the baseline
+    lacks is shown, not judged)."""
+    ref = m["reference_cpu_s"]
+    kept = baseline.get("ratios", {})
+    lines = [
+        f"DuckDB reference: {ref:.3f} s CPU (baseline {baseline.get('reference_cpu_s', 0):.3f} s)",
+        f"{'step':<20} {'cpu_s':>8} {'ratio':>8} {'kept':>8} {'limit_s':>8}  verdict",
+    ]
+    ok = True
+    for step, _ in STEPS:
+        s = m["steps"].get(step)
+        if s is None:
+            lines.append(f"{step:<20} {'-':>8} {'-':>8} {'-':>8} {'-':>8}  not called")
+            ok = False
+            continue
+        r = kept.get(step)
+        if r is None:
+            lines.append(f"{step:<20} {s:8.3f} {s / ref:8.2f} {'-':>8} {'-':>8}  new")
+            continue
+        limit = max(LIMIT * r * ref, r * ref + SLACK_S)
+        good = s <= limit
+        ok &= good
+        lines.append(
+            f"{step:<20} {s:8.3f} {s / ref:8.2f} {r:8.2f} {limit:8.3f}  "
+            + ("ok" if good else f"FAIL: {s / (r * ref):.1f}x its kept time")
+        )
+    agree = m["max_rel_diff"] <= AGREE
+    ok &= agree
+    lines.append(
+        f"headline vs DuckDB: max relative difference {m['max_rel_diff']:.1e} "
+        + ("ok" if agree else f"FAIL (> {AGREE:g})")
+    )
+    return lines, ok
+
+
+# -- the docs' table ----------------------------------------------------------------------------
+DOCS = ROOT / "docs" / "benchmarks.md"
+BEGIN, END = "<!-- bench/smoke.py: from bench/baseline.json -->", "<!-- end bench/smoke.py -->"
+
+
+def docs_table(baseline: dict) -> str:
+    """The kept baseline as docs/benchmarks.md shows it (between :data:`BEGIN` and
+    :data:`END`; ``--write-baseline`` writes it there, a test holds it equal)."""
+    ref = baseline["reference_cpu_s"]
+    lines = [
+        f"| step | CPU | × DuckDB ({ref:.3f} s) |",
+        "|---|---|---|",
+    ]
+    for step, target in STEPS:
+        r = baseline["ratios"][step]
+        lines.append(f"| {step} (`{target.split(':')[1]}`) | {r * ref:.3f} s | {r:.2f} |")
+    return "\n".join(lines)
+
+
+def write_docs(baseline: dict) -> None:
+    """Put :func:`docs_table` in docs/benchmarks.md between its markers."""
+    text = DOCS.read_text()
+    head, sep, rest = text.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise SystemExit(f"{DOCS}: the markers {BEGIN} … {END} are missing")
+    DOCS.write_text(f"{head}{BEGIN}\n{docs_table(baseline)}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=2, help="reports made: each step's fastest")
+    ap.add_argument("--dir", help="work folder (default: a temporary one, removed after)")
+    ap.add_argument("--write-baseline", action="store_true", help="record this run's ratios")
+    ap.add_argument(
+        "--slow",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION=FACTOR",
+        help="plant a slowdown of one step's function (the guard must fail)",
+    )
+    args = ap.parse_args(argv)
+    slow = {}
+    for s in args.slow:
+        target, _, factor = s.rpartition("=")
+        if target not in {t for _, t in STEPS}:
+            ap.error(f"--slow {s}: not a step's function ({', '.join(t for _, t in STEPS)})")
+        slow[target] = float(factor)
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(args.dir or tmp)
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        url, files = make_week(d)
+        print(
+            f"{data.week_run_count(GPUS, CASE):,} runs in the week; store built in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
+        m = measure(url, files, d, args.repeat, slow)
+    if args.write_baseline:
+        ratios = {k: round(v / m["reference_cpu_s"], 3) for k, v in m["steps"].items()}
+        BASELINE.write_text(
+            json.dumps(
+                {"reference_cpu_s": round(m["reference_cpu_s"], 4), "ratios": ratios}, indent=2
+            )
+            + "\n"
+        )
+        write_docs(json.loads(BASELINE.read_text()))
+        print(f"wrote {BASELINE.relative_to(ROOT)} and its table in {DOCS.relative_to(ROOT)}")
+    baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {}
+    lines, ok = verdict(m, baseline)
+    print("\n".join(lines))
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
