@@ -349,9 +349,7 @@ def _read(
         ids = runs["id"].to_numpy(dtype=object)
         ever = frozenset(ids[seen].tolist()) | frozenset(scans.sampled_runs(ids[~seen].tolist()))
         totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
-        bad = kpis.bad_samples(
-            totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value
-        )
+        bad = kpis.bad_samples(totals, runs, value=value)
         totals = totals[totals["minutes"] > 0]
         skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
         return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
@@ -369,7 +367,7 @@ def _read(
         runs = _as_crashed(runs, now)
     ever = frozenset(scans.sampled_runs(runs["id"]))
     totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
-    bad = kpis.bad_samples(totals, dict(zip(runs["id"], runs["name"], strict=True)), value=value)
+    bad = kpis.bad_samples(totals, runs, value=value)
     totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
     samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
     # idle windows reach across the window's edges: read the idle_window_min - 1 minutes

@@ -94,7 +94,9 @@ def week_causes(runs: pd.DataFrame, rightsizing: pd.DataFrame) -> tuple[CauseLin
     Returns:
         One :class:`CauseLine` per cause with waste, most dollars first.
     """
-    oversized = set(rightsizing["run_id"].astype(str)) if "run_id" in rightsizing else set()
+    oversized = (
+        set(rightsizing["run_id"].astype(str).tolist()) if "run_id" in rightsizing else set()
+    )
     return waste_by_cause(runs, oversized=oversized)
 
 

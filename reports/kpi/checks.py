@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -306,8 +306,8 @@ def _float_or_inf(value: int | float) -> float:
         return math.inf
 
 
-def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *, value: str) -> list[BadSamples]:
-    """Per run of ``names`` (id → name), the sample rows the store's totals
+def bad_samples(totals: pd.DataFrame, runs: pd.DataFrame, *, value: str) -> list[BadSamples]:
+    """Per run of ``runs`` (``id``, ``name``), the sample rows the store's totals
     (:data:`reports.kpi.TOTALS_COLUMNS`) say were left out or read with ``value`` unknown."""
     if totals.empty:
         return []
@@ -315,6 +315,8 @@ def bad_samples(totals: pd.DataFrame, names: Mapping[str, str], *, value: str) -
     # the rows with something to say: a week of a million runs has a few
     totals = totals[(totals[counts] > 0).any(axis=1)]
     per = totals.astype({"run_id": object}).groupby("run_id")[counts].sum()
+    hurt = runs[runs["id"].isin(per.index.tolist()).to_numpy()]  # few looked for: cheap
+    names = dict(zip(hurt["id"].tolist(), hurt["name"].tolist(), strict=True))
     out = []
     for run_id, row in per.iterrows():
         if run_id not in names:

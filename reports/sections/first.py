@@ -134,5 +134,5 @@ def read(week: Week) -> FixFirst:
     """The week's runs and jobs to fix, as the runs to fix orders them."""
     k = week.kpis
     fits = k.rightsizing
-    oversized = frozenset(fits["run_id"].astype(str)) if "run_id" in fits else frozenset()
+    oversized = frozenset(fits["run_id"].astype(str).tolist()) if "run_id" in fits else frozenset()
     return FixFirst(runs_to_fix(k), oversized)

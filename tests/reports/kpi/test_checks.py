@@ -115,7 +115,11 @@ def test_bad_samples_per_run_of_the_report() -> None:
     totals = pd.DataFrame(
         {"run_id": ["s", "s", "t", "ghost"], "dropped": [1, 2, 0, 9], "bad_values": [0, 4, 0, 9]}
     )
-    got = kpis.bad_samples(totals, {"s": "sampled", "t": "clean"}, value="sm_active_pct")
+    got = kpis.bad_samples(
+        totals,
+        pd.DataFrame({"id": ["s", "t"], "name": ["sampled", "clean"]}),
+        value="sm_active_pct",
+    )
     assert got == [
         BadSamples(run_id="s", name="sampled", rows=3, reason="unusable covered_s: left out"),
         BadSamples(
@@ -128,7 +132,9 @@ def test_bad_samples_name_rows_whose_minute_is_no_time() -> None:
     totals = pd.DataFrame(
         {"run_id": ["s", "s"], "dropped": [0, 1], "bad_values": [0, 0], "bad_minutes": [2, 0]}
     )
-    got = kpis.bad_samples(totals, {"s": "sampled"}, value="util_pct")
+    got = kpis.bad_samples(
+        totals, pd.DataFrame({"id": ["s"], "name": ["sampled"]}), value="util_pct"
+    )
     assert got == [
         BadSamples(run_id="s", name="sampled", rows=1, reason="unusable covered_s: left out"),
         BadSamples(run_id="s", name="sampled", rows=2, reason="unreadable minute: left out"),
