@@ -192,28 +192,61 @@ def usable_runs(
         reason: those that could not be read, then those whose figures cannot be used
         (:func:`reports.kpi.usable_runs`).
     """
-    rows = scans.run_rows(since=since, until=until, ids=ids)
-    # columns for the runs that are surely as the store writes them and usable; one record
-    # each, through the checks that name what is wrong, for the others
-    frame, ok = run_columns(rows, nan=scans.store.engine.dialect.name != "sqlite")
-    ok &= kpis.surely_usable(frame)
-    slow = np.flatnonzero(~ok)
-    records, unreadable = records_of([rows[i] for i in slow])
+    nan = scans.store.engine.dialect.name != "sqlite"
+
+    def columns(rows: list[tuple[Any, ...]]) -> _Part:
+        # columns for the runs that are surely as the store writes them and usable; one
+        # record each, through the checks that name what is wrong, for the others
+        frame, ok = run_columns(rows, nan=nan)
+        ok &= kpis.surely_usable(frame)
+        return _Part(frame[ok], np.flatnonzero(ok), [rows[i] for i in np.flatnonzero(~ok)], ok)
+
+    if ids is None:
+        parts = scans.run_row_parts(columns, since=since, until=until)
+    else:
+        parts = [columns(scans.run_rows(ids=ids))]
+    # each part's first position in the whole read
+    offsets = np.cumsum([0, *(len(p.ok) for p in parts[:-1])])
+    slow_rows = [row for p in parts for row in p.slow]
+    frames = [p.frame for p in parts if len(p.frame)] or [p.frame for p in parts[:1]]
+    runs = (
+        pd.concat(frames, ignore_index=True)
+        if len(frames) > 1
+        else frames[0]
+        if frames
+        else run_columns([], nan=nan)[0]
+    )
+    records, unreadable = records_of(slow_rows)
     good, excluded = kpis.usable_runs(records)
     unread = [kpis.ExcludedRun(run_id=u.run_id, name=u.name, reason=u.reason) for u in unreadable]
-    runs = frame[ok]
     if good:
         # in the order read (by start and id): a good record's id is text, and ids are unique
-        at = {rows[i][0]: i for i in slow if type(rows[i][0]) is str}
+        slow_at = np.concatenate(
+            [o + np.flatnonzero(~p.ok) for p, o in zip(parts, offsets, strict=True)]
+        )
+        fast_at = np.concatenate([o + p.at for p, o in zip(parts, offsets, strict=True)])
+        at = {
+            row[0]: int(i) for row, i in zip(slow_rows, slow_at, strict=True) if type(row[0]) is str
+        }
         runs = pd.concat(
-            [
-                runs.set_axis(np.flatnonzero(ok)),
-                kpis.runs_frame(good).set_axis([at[r.id] for r in good]),
-            ]
+            [runs.set_axis(fast_at), kpis.runs_frame(good).set_axis([at[r.id] for r in good])]
         ).sort_index(kind="stable")
     # a column's type as a frame of these runs alone has it (a left-out row's text made the
     # whole column object)
     return runs.reset_index(drop=True).infer_objects(), unread + excluded
+
+
+class _Part(NamedTuple):
+    """One part of a read of runs (:meth:`reports.data.scans.SampleScans.run_row_parts`)."""
+
+    frame: pd.DataFrame
+    """Its runs read as columns, surely usable."""
+    at: np.ndarray
+    """Their positions in the part."""
+    slow: list[tuple[Any, ...]]
+    """The other rows, to be read one by one."""
+    ok: np.ndarray
+    """For each row of the part, whether it is in ``frame``."""
 
 
 def _and_runs_of(

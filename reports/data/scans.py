@@ -502,13 +502,29 @@ class SampleScans:
             ]
         return self._run_rows(None, since=since, until=until)
 
+    def run_row_parts(
+        self,
+        convert: Callable[[list[tuple[Any, ...]]], T],
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        chunk_rows: int = 100_000,
+    ) -> list[T]:
+        """:meth:`run_rows`, ``chunk_rows`` rows at a time, each part through ``convert``
+        as it is fetched (a part's columns, say): a million runs are never a million tuples
+        at once. The parts in order; a read that starts again (text that is not UTF-8, on
+        SQLite) converts every part again."""
+        return self._run_rows(None, since=since, until=until, convert=convert, size=chunk_rows)
+
     def _run_rows(
         self,
         where: sa.ColumnElement[bool] | None,
         *,
         since: datetime | None = None,
         until: datetime | None = None,
-    ) -> list[tuple[Any, ...]]:
+        convert: Callable[[list[tuple[Any, ...]]], Any] | None = None,
+        size: int = 0,
+    ) -> list[Any]:
         c = runs_table.c
         times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
         # the times as the driver returns them (SQLite: text), converted by the reader
@@ -537,13 +553,18 @@ class SampleScans:
                 or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
             )
 
-        def fetch(conn: Connection) -> list[tuple[Any, ...]]:
+        def fetch(conn: Connection) -> list[Any]:
             # the driver's cursor under SQLAlchemy's result: plain tuples (no result type of
             # these columns converts anything: the times are read as text), a Row each costs
             # as much again at a million runs
             result = conn.execute(stmt)
             try:
-                return list(result.cursor.fetchall())
+                if convert is None:
+                    return list(result.cursor.fetchall())
+                parts = []
+                while part := result.cursor.fetchmany(size):
+                    parts.append(convert(list(part)))
+                return parts
             finally:
                 result.close()
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 import sqlalchemy as sa
 from fakes import run_record
 
@@ -144,3 +145,18 @@ def test_what_is_surely_usable_column_by_column() -> None:
     assert [kpis.checks.run_problem(r) for r in [run_record("x", W48, 1.0, util=100.5)]] == [
         "util_pct out of 0–100"
     ]
+
+
+@pytest.mark.parametrize("part", [1, 2, 3, 7])
+def test_a_read_in_parts_is_the_read_whole(store_url: str, part: int, monkeypatch) -> None:
+    """The runs come from the store ``part`` rows at a time (a million runs are never a
+    million tuples at once): the same frame, in the same order, and the same runs left out,
+    the rows of the record path among them wherever a part ends."""
+    fill(store_url)
+    with RunStore(store_url) as store:
+        whole = usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
+        monkeypatch.setitem(SampleScans.run_row_parts.__kwdefaults__, "chunk_rows", part)
+        parts = usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
+    pd.testing.assert_frame_equal(parts[0], whole[0])
+    assert parts[1] == whole[1]
+    assert len(whole[0]) >= len(GOOD) and whole[0]["started_at"].is_monotonic_increasing
