@@ -31,7 +31,6 @@ from reports.data.allocations import (
     usage_of,
 )
 from reports.data.columns import run_columns
-from reports.data.rollups import RollupTotals
 from reports.data.samples import SampleTotals
 from reports.data.scans import SampleScans, mark_crashed, records_of
 from reports.errors import ReportError
@@ -441,10 +440,9 @@ def _from_rollups(
     """The store's totals per (run, GPU, week) (:data:`reports.kpi.TOTALS_COLUMNS`, with ``damaged``
     rollup rows) and the idle GPU-time rows, summed from the hourly rollups."""
     hours = [pd.Timestamp(w).value // 3_600_000_000_000 for w in [*week_starts, until]]
-    rows = scans.rollup_totals(
+    frame = scans.rollup_totals_frame(
         value=value, hour_edges=hours[1:-1], since_hour=hours[0], until_hour=hours[-1]
     )
-    frame = pd.DataFrame(rows, columns=list(RollupTotals._fields))
     totals = frame.assign(first_low=pd.NaT, last_low=pd.NaT)[[*kpis.TOTALS_COLUMNS, "damaged"]]
     timed = frame[frame["bucket"] >= 0]
     idle = pd.DataFrame(

@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy.engine import Connection
 
 from tracker.store.rollups import MISSHAPED_HOUR
 from tracker.store.sample_sql import in_range
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class RollupTotals(NamedTuple):
@@ -65,6 +68,62 @@ def rollup_totals(
     Returns:
         One :class:`RollupTotals` per run, GPU and bucket, in no order.
     """
+    sound, damaged = _totals_sql(conn, value, hour_edges)
+    params = (since_hour, until_hour)
+    hurt = _rows(conn, damaged, params)
+    if not hurt:
+        return [RollupTotals(*r) for r in _rows(conn, sound, params)]
+    out = {(r[0], r[1], r[2]): RollupTotals(*r) for r in _rows(conn, sound, params)}
+    for run_id, gpu, b, dropped, bad_values, bad_minutes, n in hurt:
+        key = (run_id, gpu, b)
+        kept = out.get(key) or RollupTotals(run_id, gpu, b, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0)
+        out[key] = kept._replace(
+            dropped=kept.dropped + dropped,
+            bad_values=kept.bad_values + bad_values,
+            bad_minutes=kept.bad_minutes + bad_minutes,
+            damaged=n,
+        )
+    return list(out.values())
+
+
+def rollup_totals_frame(
+    conn: Connection,
+    *,
+    value: str,
+    hour_edges: Sequence[int],
+    since_hour: int,
+    until_hour: int,
+    chunk_rows: int = 200_000,
+) -> pd.DataFrame:
+    """:func:`rollup_totals` as a frame of :class:`RollupTotals`' fields, fetched
+    ``chunk_rows`` rows at a time: a million runs' totals are never a million tuples (and as
+    many named ones) at once. Where rollup rows are damaged (few or none), the rows of
+    :func:`rollup_totals`."""
+    import pandas as pd
+
+    columns = list(RollupTotals._fields)
+    sound, damaged = _totals_sql(conn, value, hour_edges)
+    params = (since_hour, until_hour)
+    if _rows(conn, damaged, params):
+        totals = rollup_totals(
+            conn, value=value, hour_edges=hour_edges, since_hour=since_hour, until_hour=until_hour
+        )
+        return pd.DataFrame(totals, columns=columns)
+    result = conn.exec_driver_sql(sound, params)
+    try:
+        parts = []
+        while chunk := result.cursor.fetchmany(chunk_rows):
+            parts.append(pd.DataFrame.from_records(chunk, columns=columns, nrows=len(chunk)))
+    finally:
+        result.close()
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def _totals_sql(conn: Connection, value: str, hour_edges: Sequence[int]) -> tuple[str, str]:
+    """The queries of :func:`rollup_totals`: the sound rows summed, and the damaged ones
+    counted (parameters: the first hour and the hour the span ends before)."""
     known, used, idle, idle_used, bad = BASIS_COLUMNS[value]
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
     bucket = "0"
@@ -104,21 +163,7 @@ def rollup_totals(
     damaged = f"SELECT run_id, gpu, {bucket} AS bucket, {counts}, COUNT(*) " + rows.format(
         f"NOT COALESCE({ok}, FALSE)"
     )
-    params = (since_hour, until_hour)
-    hurt = _rows(conn, damaged, params)
-    if not hurt:
-        return [RollupTotals(*r) for r in _rows(conn, sound, params)]
-    out = {(r[0], r[1], r[2]): RollupTotals(*r) for r in _rows(conn, sound, params)}
-    for run_id, gpu, b, dropped, bad_values, bad_minutes, n in hurt:
-        key = (run_id, gpu, b)
-        kept = out.get(key) or RollupTotals(run_id, gpu, b, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0)
-        out[key] = kept._replace(
-            dropped=kept.dropped + dropped,
-            bad_values=kept.bad_values + bad_values,
-            bad_minutes=kept.bad_minutes + bad_minutes,
-            damaged=n,
-        )
-    return list(out.values())
+    return sound, damaged
 
 
 def _rows(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:

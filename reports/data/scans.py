@@ -21,12 +21,18 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from reports.data.rollups import RollupHour, RollupTotals, rollup_hours, rollup_totals
+from reports.data.rollups import (
+    RollupHour,
+    RollupTotals,
+    rollup_hours,
+    rollup_totals,
+    rollup_totals_frame,
+)
 from reports.data.samples import (
     MISSHAPED_BUCKET,
     SampleTotals,
@@ -41,6 +47,9 @@ from tracker.store import RunStore, StoreError
 from tracker.store.changes import as_time
 from tracker.store.sample_sql import TIME_SHAPE, SampleSQL, checked_value
 from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("gpu_kpi")
 
@@ -321,6 +330,20 @@ class SampleScans:
             )
 
         return self._read_text(read)
+
+    def rollup_totals_frame(
+        self, *, value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int
+    ) -> pd.DataFrame:
+        """:func:`reports.data.rollups.rollup_totals_frame` (a version 2 store)."""
+        return self._read_text(
+            lambda conn: rollup_totals_frame(
+                conn,
+                value=value,
+                hour_edges=hour_edges,
+                since_hour=since_hour,
+                until_hour=until_hour,
+            )
+        )
 
     def rollup_hours(self, *, value: str, since_hour: int, until_hour: int) -> list[RollupHour]:
         """:func:`reports.data.rollups.rollup_hours` (a version 2 store)."""

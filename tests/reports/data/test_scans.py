@@ -180,3 +180,49 @@ def test_rollup_totals_read_a_gpu_name_that_is_not_utf8(store: RunStore) -> None
             write=True,
         )
         assert sums() == {"GPU-a": (3, 180.0), "\ufffdA": (1, 60.0)}
+
+
+@pytest.mark.parametrize("part", [1, 2, 1000])
+def test_rollup_totals_as_a_frame_in_parts_are_the_rows(
+    store: RunStore, part: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's frame of the rollup sums, fetched ``part`` rows at a time, holds the rows
+    :meth:`SampleScans.rollup_totals` gives; and where a rollup row is damaged, the same
+    rows with it counted."""
+    import pandas as pd
+
+    from reports.data import rollups
+
+    monkeypatch.setitem(rollups.rollup_totals_frame.__kwdefaults__, "chunk_rows", part)
+    store.upsert_samples(
+        [sample(r, m, gpu=g) for r in ("r1", "r2") for g in ("GPU-a", "GPU-b") for m in range(150)]
+    )
+    hour = int(T0.timestamp()) // 3600
+    scans = SampleScans(store)
+    span = {
+        "value": "util_pct",
+        "hour_edges": [hour + 1],
+        "since_hour": hour,
+        "until_hour": hour + 3,
+    }
+
+    def same() -> pd.DataFrame:
+        frame = scans.rollup_totals_frame(**span)
+        rows = pd.DataFrame(scans.rollup_totals(**span), columns=list(frame.columns))
+        key = ["run_id", "gpu", "bucket"]
+        got, want = (f.sort_values(key, ignore_index=True) for f in (frame, rows))
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
+        return got
+
+    got = same()
+    assert len(got) == 8  # 2 runs x 2 GPUs x 2 buckets
+    assert got["minutes"].sum() == 4 * 150 and got["damaged"].sum() == 0
+    store.transaction(
+        lambda conn: conn.exec_driver_sql(
+            "UPDATE rollups SET covered_s = 1e9 WHERE run_id = 'r2' AND gpu = 'GPU-b' "
+            f"AND hour = {hour + 1}"
+        ),
+        write=True,
+    )
+    got = same()
+    assert got["damaged"].sum() == 1 and got["minutes"].sum() == 4 * 150 - 60
