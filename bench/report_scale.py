@@ -20,14 +20,15 @@ its whole week), it
 5. compares the report's JSON ``headline`` (``gpu_hours``, ``utilization_pct``, ``spend_usd``,
    ``idle_usd``) with DuckDB's figures: the largest relative difference.
 
-It prints one table and a verdict per target: ours <= 1.0x DuckDB's time and < 1 GiB; the worst
+It prints one table and a verdict per target (``--docs``: also into docs/benchmarks.md, so the
+docs show the bench's own output): ours <= 1.0x DuckDB's time and < 1 GiB; the worst
 case <= 1.2x the benign one; on each store measured at several sizes, time growing no faster than
 GPUs x hours and memory flat.
 
     .venv/bin/python bench/report_scale.py [--gpus 250,1000,4000] [--worst] [--dir DIR]
         [--store-url sqlite] [--store-url postgresql://USER:PASSWORD@HOST:PORT/DB]
         [--formats json,csv,html] [--split 100,10] [--history summaries|rollups]
-        [--keep-store] [--repeat N]
+        [--keep-store] [--repeat N] [--docs]
 
 ``--history rollups`` gives the 11 earlier weeks' runs hourly rollups, written straight into the
 store (:func:`bench.scale_data.set_history_rollups`; 11 x GPUs x 168 rows): the first report
@@ -368,6 +369,24 @@ def table(rows: list[Row]) -> str:
     )
 
 
+def markdown(rows: list[Row], lines: list[str]) -> str:
+    """The run as docs/benchmarks.md shows it (``--docs``): the command, when and where, the
+    table and the verdicts, as printed."""
+    import os
+    from datetime import UTC, datetime
+
+    command = " ".join(["bench/report_scale.py", *sys.argv[1:]])
+    head = [
+        f"`{command}`, {datetime.now(UTC):%Y-%m-%d}, {os.cpu_count()} cores "
+        "(written by the bench; seconds are wall time, GiB peak resident memory):",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    body = ["| " + " | ".join(cells(r)) + " |" for r in rows]
+    return "\n".join([*head, *body, "", "```text", *lines, "```"])
+
+
 def verdicts(rows: list[Row]) -> list[str]:
     def mark(ok: bool) -> str:
         return "PASS" if ok else "FAIL"
@@ -511,6 +530,11 @@ def main() -> None:
         "straight into the store (the first report works the 12-week trend out from them)",
     )
     ap.add_argument(
+        "--docs",
+        action="store_true",
+        help="write the table and verdicts into docs/benchmarks.md (its block of this bench)",
+    )
+    ap.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -586,8 +610,14 @@ def main() -> None:
     print()
     print(table(rows))
     print()
-    for line in verdicts(rows):
+    lines = verdicts(rows)
+    for line in lines:
         print(line)
+    if args.docs:
+        from bench.docs_block import write_block
+
+        write_block("bench/report_scale.py", markdown(rows, lines))
+        print("wrote its block in docs/benchmarks.md")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import scale_data as data  # noqa: E402
+from bench.docs_block import write_block  # noqa: E402
 
 BASELINE = ROOT / "bench" / "baseline.json"
 GPUS, CASE = 10, "split1"
@@ -256,13 +257,9 @@ def verdict(m: dict, baseline: dict) -> tuple[list[str], bool]:
 
 
 # -- the docs' table ----------------------------------------------------------------------------
-DOCS = ROOT / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- bench/smoke.py: from bench/baseline.json -->", "<!-- end bench/smoke.py -->"
-
-
 def docs_table(baseline: dict) -> str:
-    """The kept baseline as docs/benchmarks.md shows it (between :data:`BEGIN` and
-    :data:`END`; ``--write-baseline`` writes it there, a test holds it equal)."""
+    """The kept baseline as docs/benchmarks.md shows it (its block ``bench/smoke.py``;
+    ``--write-baseline`` writes it there, a test holds it equal)."""
     ref = baseline["reference_cpu_s"]
     lines = [
         f"| step | CPU | × DuckDB ({ref:.3f} s) |",
@@ -272,16 +269,6 @@ def docs_table(baseline: dict) -> str:
         r = baseline["ratios"][step]
         lines.append(f"| {step} (`{target.split(':')[1]}`) | {r * ref:.3f} s | {r:.2f} |")
     return "\n".join(lines)
-
-
-def write_docs(baseline: dict) -> None:
-    """Put :func:`docs_table` in docs/benchmarks.md between its markers."""
-    text = DOCS.read_text()
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        raise SystemExit(f"{DOCS}: the markers {BEGIN} … {END} are missing")
-    DOCS.write_text(f"{head}{BEGIN}\n{docs_table(baseline)}\n{END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -322,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             + "\n"
         )
-        write_docs(json.loads(BASELINE.read_text()))
-        print(f"wrote {BASELINE.relative_to(ROOT)} and its table in {DOCS.relative_to(ROOT)}")
+        write_block("bench/smoke.py", docs_table(json.loads(BASELINE.read_text())))
+        print(f"wrote {BASELINE.relative_to(ROOT)} and its table in docs/benchmarks.md")
     baseline = json.loads(BASELINE.read_text()) if BASELINE.exists() else {}
     lines, ok = verdict(m, baseline)
     print("\n".join(lines))
