@@ -75,3 +75,18 @@ def test_the_docs_show_the_kept_baseline() -> None:
 
     kept = json.loads(smoke.BASELINE.read_text())
     assert read_block("bench/smoke.py") == smoke.docs_table(kept)
+
+
+def test_the_docs_table_of_the_report_at_scale_is_the_bench_s_own_output() -> None:
+    """docs/benchmarks.md's table of the report at scale is what ``bench/report_scale.py
+    --docs`` wrote: its command, its columns, a row per case and its verdicts."""
+    from bench import report_scale
+    from bench.docs_block import read_block
+
+    block = read_block("bench/report_scale.py").splitlines()
+    assert block[0].startswith("`bench/report_scale.py ") and "--docs" in block[0]
+    assert block[2] == "| " + " | ".join(report_scale.COLUMNS) + " |"
+    rows = [line for line in block[4:] if line.startswith("| ")]
+    assert rows and all(line.count("|") == len(report_scale.COLUMNS) + 1 for line in rows)
+    verdicts = block[block.index("```text") + 1 : block.index("```")]
+    assert verdicts and all(v.split()[0] in ("PASS", "FAIL", "n/a") for v in verdicts)
