@@ -25,7 +25,8 @@ Prometheus over it (Debian's ``prometheus``, as the tests do) and times
 samples/s (what Prometheus averaged into the minutes) and minute rows/s, peak memory.
 
     .venv/bin/python bench/import_scale.py [--gpus 8] [--hours 1] [--interval 1] [--dir DIR]
-        [--nounits] [--files 1] [--no-exact] [--prometheus --prom-gpus 100 --prom-hours 24]
+        [--nounits] [--files 1] [--no-exact] [--reuse] [--prometheus --prom-gpus 100
+        --prom-hours 24]
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -72,11 +74,20 @@ def write_log(
     return steps * gpus
 
 
-_CHILD = """
+_CPU = """
+import resource
+def cpu():
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (0, -1)))
+"""
+"""CPU seconds of a child (its threads) and the processes it waited for (its readers)."""
+
+_CHILD = (
+    _CPU
+    + """
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from reports.imports.nvsmi import import_nvsmi, read_nvsmi
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), cpu()
 import os
 files = sys.argv[2].split(os.pathsep)
 if sys.argv[3] in ("read", "exact"):
@@ -86,16 +97,21 @@ else:
 s = time.perf_counter() - t0
 covered = sum(r.covered_s or 0.0 for r in done.samples)
 util_s = sum((r.util_pct or 0.0) * (r.covered_s or 0.0) for r in done.samples)
-print(json.dumps({"s": s, "minutes": len(done.samples), "covered_s": covered, "util_s": util_s}))
+print(json.dumps({"s": s, "cpu": cpu() - c0, "minutes": len(done.samples), "covered_s": covered,
+                  "util_s": util_s}))
 """
+)
 
-_DUCKDB_CHILD = """
+_DUCKDB_CHILD = (
+    _CPU
+    + """
 import json, os, sys, time
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), cpu()
 import duckdb
 files = sys.argv[1].split(os.pathsep)
 con = duckdb.connect()
 con.execute("SET threads = 2")
+con.execute("SET enable_progress_bar = false")  # it writes to stdout past 2 s
 names = ["timestamp", "idx", "uuid", "name", "util", "mem", "total", "power"]
 columns = ", ".join(f"'{n}': 'VARCHAR'" for n in names)
 source = f"read_csv(?, header = true, delim = ',', quote = '', columns = {{{columns}}})"
@@ -115,13 +131,15 @@ m AS (
     FROM l JOIN g USING (uuid) WHERE dt > 0 AND dt <= 3 * g.step GROUP BY ALL)
 SELECT COUNT(*), SUM(covered_s), SUM(util_s) FROM m'''
 rows = con.execute(sql, [files]).fetchone()
-print(json.dumps({"s": time.perf_counter() - t0, "minutes": rows[0], "covered_s": rows[1],
-                  "util_s": rows[2]}))
+print(json.dumps({"s": time.perf_counter() - t0, "cpu": cpu() - c0, "minutes": rows[0],
+                  "covered_s": rows[1], "util_s": rows[2]}))
 """
+)
 
 
 def measured(args: list[str], child: str = _CHILD) -> tuple[float, int, float]:
-    """(seconds inside, minute rows, peak GiB) of one child; its sums go in :data:`SUMS`."""
+    """(seconds inside, minute rows, peak GiB) of one child; its sums go in :data:`SUMS`, its
+    CPU seconds inside (its readers' too) in :data:`CPU`."""
     ours = child is _CHILD
     argv = [sys.executable, "-c", child, *([str(ROOT)] if ours else []), *args]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as p:
@@ -131,11 +149,19 @@ def measured(args: list[str], child: str = _CHILD) -> tuple[float, int, float]:
         sys.exit(f"the import failed: {out}")
     r = json.loads(out)
     SUMS[args[1] if ours else "duckdb"] = (r["covered_s"], r["util_s"])
+    CPU[args[1] if ours else "duckdb"] = r["cpu"]
     return r["s"], r["minutes"], usage.ru_maxrss / 2**20
+
+
+def spread(xs: list[float]) -> str:
+    return f"{min(xs):.2f}/{statistics.median(xs):.2f}/{max(xs):.2f}"
 
 
 SUMS: dict[str, tuple[float, float]] = {}
 """What each child measured: (Σ covered seconds, Σ utilization × seconds) of its minutes."""
+CPU: dict[str, float] = {}
+"""Each child's CPU seconds inside: on a machine other work shares, a steadier figure than
+the wall clock's (which the rates and the goal are judged by)."""
 
 
 _PROM_CHILD = """
@@ -223,6 +249,19 @@ def main() -> None:
         "together (one per node; files are read side by side, a process per CPU)",
     )
     ap.add_argument("--no-exact", action="store_true", help="skip the exact path (slow)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the logs an earlier run wrote in --dir (the same sizes write the same logs)",
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=1, help="runs of the read, the import and DuckDB's"
+    )
+    ap.add_argument(
+        "--docs",
+        action="store_true",
+        help="write what it prints into docs/benchmarks.md (its block of this bench)",
+    )
     ap.add_argument("--prometheus", action="store_true", help="also time the Prometheus import")
     ap.add_argument("--prom-gpus", type=int, default=100)
     ap.add_argument("--prom-hours", type=float, default=24.0)
@@ -230,19 +269,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.dir or tmp)
         d.mkdir(parents=True, exist_ok=True)
-        logs = [d / f"nvsmi-{args.gpus}g-{args.hours:g}h-{n}.csv" for n in range(args.files)]
+        shape = (
+            f"{args.gpus}g-{args.hours:g}h-{args.interval:g}s{'-nounits' if args.nounits else ''}"
+        )
+        logs = [d / f"nvsmi-{shape}-{n}.csv" for n in range(args.files)]
         t = time.perf_counter()
-        rows = sum(
-            write_log(
-                log,
+        rows = 0
+        for n, path in enumerate(logs):
+            if args.reuse and args.dir and path.exists():
+                rows += sum(1 for _ in path.open("rb")) - 1
+                continue
+            rows += write_log(
+                path,
                 args.gpus,
                 args.hours,
                 args.interval,
                 units=not args.nounits,
                 first_gpu=n * args.gpus,
             )
-            for n, log in enumerate(logs)
-        )
         size = sum(log.stat().st_size for log in logs)
         print(
             f"log: {rows:,} rows in {len(logs)} file(s), {size / 2**20:.1f} MiB "
@@ -250,42 +294,65 @@ def main() -> None:
         )
         log = os.pathsep.join(map(str, logs))
         db = d / "import.db"
-        rates = {}
-        runs = [("read", []), ("import", [f"sqlite:///{db}"])]
-        for what, extra in ([] if args.no_exact else [("exact", [])]) + runs:
-            db.unlink(missing_ok=True)
-            s, minutes, gib = measured([log, what, *extra])
-            rates[what] = rows / s
-            print(
-                f"{what:6s}: {s:6.2f} s, {rates[what]:>10,.0f} rows/s, {minutes:,} minute rows, "
-                f"peak {gib:.2f} GiB; a 1,000-GPU week at 1 s: "
-                f"{WEEK_ROWS / rates[what] / 3600:.1f} h"
-            )
+        said: list[str] = []
+
+        def say(line: str) -> None:
+            print(line)
+            said.append(line)
+
         try:
             import duckdb  # noqa: F401
         except ImportError:
-            print("duckdb: not installed (pip install -e '.[bench]'): no reference")
+            reference = False
+            say("duckdb: not installed (pip install -e '.[bench]'): no reference")
         else:
+            reference = True
+        rates: dict[str, list[float]] = {}
+        ratios: dict[str, list[float]] = {}
+        for i in range(args.repeat):
+            exact: list[tuple[str, list[str]]] = [] if args.no_exact or i else [("exact", [])]
+            for what, extra in [*exact, ("read", []), ("import", [f"sqlite:///{db}"])]:
+                db.unlink(missing_ok=True)
+                s, minutes, gib = measured([log, what, *extra])
+                rates.setdefault(what, []).append(rows / s)
+                say(
+                    f"{what:6s}: {s:6.2f} s, {rows / s:>10,.0f} rows/s, {minutes:,} minute "
+                    f"rows, peak {gib:.2f} GiB, {CPU[what]:.2f} CPU s; a 1,000-GPU week at 1 s: "
+                    f"{WEEK_ROWS / (rows / s) / 3600:.1f} h"
+                )
+            if not reference:
+                continue
             s, minutes, gib = measured([log], child=_DUCKDB_CHILD)
-            rates["duckdb"] = rows / s
+            rates.setdefault("duckdb", []).append(rows / s)
             pairs = zip(SUMS["read"], SUMS["duckdb"], strict=True)
             worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in pairs)
-            print(
-                f"duckdb: {s:6.2f} s, {rates['duckdb']:>10,.0f} rows/s, {minutes:,} minute rows, "
-                f"peak {gib:.2f} GiB (read_csv and the minute SQL: a reading covers the time "
-                f"since its GPU's last, up to 3 median intervals); covered seconds and "
-                f"utilization x seconds agree with the read to {worst:.1e}"
+            say(
+                f"duckdb: {s:6.2f} s, {rows / s:>10,.0f} rows/s, {minutes:,} minute rows, "
+                f"peak {gib:.2f} GiB, {CPU['duckdb']:.2f} CPU s (read_csv and the minute SQL: a "
+                f"reading covers the time since its GPU's last, up to 3 median intervals); "
+                f"covered seconds and utilization x seconds agree with the read to {worst:.1e}"
             )
-            print(
-                f"the import's rate is {rates['import'] / rates['duckdb']:.2f}x DuckDB's "
-                f"(the read alone {rates['read'] / rates['duckdb']:.2f}x)"
+            for what in ("import", "read"):
+                ratios.setdefault(what, []).append(rates[what][-1] / rates["duckdb"][-1])
+                ratios.setdefault(f"{what} CPU", []).append(CPU["duckdb"] / CPU[what])
+            say(
+                f"the import's rate is {ratios['import'][-1]:.2f}x DuckDB's (the read alone "
+                f"{ratios['read'][-1]:.2f}x); in CPU seconds {ratios['import CPU'][-1]:.2f}x "
+                f"({ratios['read CPU'][-1]:.2f}x)  [{i + 1}/{args.repeat}]"
+            )
+        if ratios and args.repeat > 1:
+            say(
+                f"over {args.repeat} runs (min/median/max), the import's rate against DuckDB's: "
+                f"{spread(ratios['import'])}x (CPU seconds {spread(ratios['import CPU'])}x); "
+                f"the read's: {spread(ratios['read'])}x ({spread(ratios['read CPU'])}x)"
             )
         if "exact" in rates:
-            print(
-                f"the vectorized read is {rates['read'] / rates['exact']:.1f}x the exact "
+            say(
+                f"the vectorized read is {rates['read'][0] / rates['exact'][0]:.1f}x the exact "
                 "(sampler) path's rate on the same log"
             )
-        rate, judged = rates["import"], "the whole import, its start-up included"
+        imported = statistics.median(rates["import"])
+        rate, judged = imported, "the whole import, its start-up included"
         if len(logs) >= 4 and len(logs) % 2 == 0:
             # half the files, then all: what each further row costs, the start-up (imports,
             # processes, the store's schema) taken out, as in a 1,000-GPU week's 10 minutes
@@ -294,21 +361,36 @@ def main() -> None:
             s_half, _, _ = measured(
                 [os.pathsep.join(map(str, logs[: len(logs) // 2])), "import", f"sqlite:///{db}"]
             )
-            s_all = rows / rates["import"]
+            s_all = rows / imported
             rate = (rows - half) / (s_all - s_half)
             judged = (
                 f"each further row ({half:,} rows took {s_half:.2f} s, {rows:,} took "
                 f"{s_all:.2f} s; start-up {s_half - half / rate:.2f} s)"
             )
-            print(
+            say(
                 f"import, start-up taken out: {rate:,.0f} rows/s; a 1,000-GPU week at 1 s: "
                 f"{WEEK_ROWS / rate / 60:.1f} min"
             )
         verdict = "PASS" if rate >= GOAL_ROWS_PER_S else "FAIL"
-        print(
+        say(
             f"{verdict}  import >= {GOAL_ROWS_PER_S:,} rows/s: {rate:,.0f} rows/s "
             f"({rate / GOAL_ROWS_PER_S:.3f}x the goal), {judged}"
         )
+        if args.docs:
+            sys.path.insert(0, str(ROOT))
+            from bench.docs_block import write_block
+
+            command = " ".join(["bench/import_scale.py", *sys.argv[1:]])
+            write_block(
+                "bench/import_scale.py",
+                f"`{command}`, {datetime.now(UTC):%Y-%m-%d}, {os.cpu_count()} cores, "
+                f"{rows:,} rows in {len(logs)} file(s), {size / 2**20:.0f} MiB (written by the "
+                "bench; seconds are wall time, CPU seconds those of the process and its "
+                "readers, peak the largest process's resident memory):\n\n```text\n"
+                + "\n".join(said)
+                + "\n```",
+            )
+            print("wrote its block in docs/benchmarks.md")
         if args.prometheus:
             (d / "prom").mkdir(exist_ok=True)
             prometheus(d / "prom", args.prom_gpus, args.prom_hours)

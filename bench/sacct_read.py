@@ -1,29 +1,37 @@
 """How fast sacct's output is read into allocations (:func:`reports.imports.slurm.read_sacct`):
-a year of accounting at ``--jobs-per-day`` jobs, in both forms, against a baseline in the
-same run (splitting the same lines on ``|`` and nothing else).
+a year of accounting at ``--jobs-per-day`` jobs, in both forms, against two baselines in the
+same run: pandas' C parser reading the same text (``pandas.read_csv(sep="|")``, a table of
+columns and no record) and splitting the same lines on ``|`` and nothing else.
 
 Writes ``--days`` days of ``sacct -a -X -P --format=FORMAT`` lines (this import's own, JobName
 last) shaped as a real Slurm 22.05 writes them
 (``tests/data/slurm/sacct-X.txt``: typed and untyped GPU TRES, a job in ten an array task, one in
 twenty cancelled before it started) and the same jobs as ``sacct --json`` (22.05's
-``openapi/dbv0.0.38``), then reads each once and prints jobs/s, the seconds a year takes, and
-the ratio to the bare split, and this process's peak memory; then the whole import of the
-parsable form (``gpu-kpi import slurm``'s work: read, node lists expanded, the allocations
-written to a new SQLite store in one transaction, as ``reports.imports.slurm_jobs`` does).
-The default is 30 days, and the year extrapolated: the whole year at once holds 525 MiB of
-text, 1.7 GiB of JSON and 3.5 M records twice over (22 GiB peak here); an import reads
-sacct a window at a time.
+``openapi/dbv0.0.38``), then reads the parsable form ``--repeat`` times, each beside pandas and
+the split, and prints jobs/s, the ratio to pandas' rate and to the split's (min/median/max over
+the repeats), the seconds a year takes; the JSON form once. Then the parsable form saved to a
+file and read as ``gpu-kpi import slurm FILE`` reads it (:func:`read_sacct_stream`, a block at a
+time) in a fresh process, with that process's peak memory; and the whole import of the parsable
+form (``gpu-kpi import slurm``'s work: read, node lists expanded, the allocations written to a
+new SQLite store in one transaction, as ``reports.imports.slurm_jobs`` does). The default is 30
+days, and the year extrapolated: the whole year at once holds 525 MiB of text, 1.7 GiB of JSON
+and 3.5 M records twice over (22 GiB peak here); an import reads sacct a window at a time.
 
-    .venv/bin/python bench/sacct_read.py [--jobs-per-day 10000] [--days 30]
+    .venv/bin/python bench/sacct_read.py [--jobs-per-day 10000] [--days 30] [--repeat 3] [--docs]
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
+import os
 import random
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -122,28 +130,101 @@ def timed(f: Callable[[], T]) -> tuple[float, T]:
     return time.perf_counter() - t0, out
 
 
+_STREAM_CHILD = """
+import io, json, sys, time
+sys.path.insert(0, sys.argv[1])
+from datetime import UTC
+from reports.imports.slurm import read_sacct_stream
+with open(sys.argv[2], "rb") as f:
+    read_sacct_stream(io.BytesIO(f.read(10_000)), tz=UTC)  # its imports not timed
+t0 = time.perf_counter()
+with open(sys.argv[2], "rb") as f:
+    got = read_sacct_stream(f, tz=UTC)
+s = time.perf_counter() - t0
+# this image's own peak: ru_maxrss would keep the bench's, forked before the exec
+with open("/proc/self/status") as f:
+    kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+print(json.dumps({"s": s, "jobs": len(got.jobs), "peak_kib": kib}))
+"""
+
+
+def streamed(path: str) -> tuple[float, int, float]:
+    """(seconds, jobs, peak GiB) of reading the saved output in a process of its own (Linux:
+    the peak is its ``VmHWM``)."""
+    argv = [sys.executable, "-c", _STREAM_CHILD, str(ROOT), path]
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"the read failed: {done.stdout}")
+    r = json.loads(done.stdout)
+    return r["s"], r["jobs"], r["peak_kib"] / 2**20
+
+
+def spread(xs: list[float]) -> str:
+    return f"{min(xs):.2f}/{statistics.median(xs):.2f}/{max(xs):.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs-per-day", type=int, default=10_000)
     ap.add_argument("--days", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=3, help="reads of the parsable form")
+    ap.add_argument(
+        "--docs",
+        action="store_true",
+        help="write what it prints into docs/benchmarks.md (its block of this bench)",
+    )
     args = ap.parse_args()
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        print(line)
+        said.append(line)
+
     n = args.jobs_per_day * args.days
     t_make, (text, js) = timed(lambda: jobs(args.jobs_per_day, args.days))
-    print(
+    say(
         f"{n:,} jobs ({args.jobs_per_day:,} a day x {args.days} days): parsable "
         f"{len(text) / 2**20:.0f} MiB, JSON {len(js) / 2**20:.0f} MiB (made in {t_make:.0f} s)"
     )
-    t_split, _ = timed(lambda: [line.split("|") for line in text.splitlines()])
-    for form, data in (("parsable", text), ("json", js)):
-        t, got = timed(functools.partial(read_sacct, data, tz=UTC))
-        print(
-            f"{form:>8}: {t:6.1f} s, {n / t:,.0f} jobs/s, {len(got.jobs):,} allocations, "
-            f"{got.not_started:,} never started; {t / t_split:.1f}x splitting the lines "
-            f"({t_split:.1f} s); a year at {args.jobs_per_day:,} a day: "
-            f"{t * 365 / args.days:.0f} s"
-        )
-    import tempfile
+    import pandas as pd
 
+    pd.read_csv(io.StringIO(text[:10_000]), sep="|")  # pandas' imports not timed
+    read_sacct(text[:10_000], tz=UTC)  # nor ours
+    to_pandas, to_split = [], []
+    for i in range(args.repeat):
+        t_pandas, _ = timed(lambda: pd.read_csv(io.StringIO(text), sep="|"))
+        t_split, _ = timed(lambda: [line.split("|") for line in text.splitlines()])
+        t, got = timed(functools.partial(read_sacct, text, tz=UTC))
+        to_pandas.append(t_pandas / t)
+        to_split.append(t_split / t)
+        say(
+            f"parsable: {t:6.2f} s, {n / t:,.0f} jobs/s, {len(got.jobs):,} allocations, "
+            f"{got.not_started:,} never started; pandas.read_csv {t_pandas:.2f} s "
+            f"({to_pandas[-1]:.3f}x its rate), the split {t_split:.2f} s "
+            f"({to_split[-1]:.3f}x); a year at {args.jobs_per_day:,} a day: "
+            f"{t * 365 / args.days:.0f} s  [{i + 1}/{args.repeat}]"
+        )
+        del got
+    say(
+        f"parsable: the read's rate is {spread(to_pandas)}x pandas.read_csv's and "
+        f"{spread(to_split)}x the bare split's (min/median/max of {args.repeat})"
+    )
+    t, got = timed(functools.partial(read_sacct, js, tz=UTC))
+    say(
+        f"    json: {t:6.1f} s, {n / t:,.0f} jobs/s, {len(got.jobs):,} allocations, "
+        f"{got.not_started:,} never started; a year at {args.jobs_per_day:,} a day: "
+        f"{t * 365 / args.days:.0f} s"
+    )
+    del got, js
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = os.path.join(tmp, "sacct.txt")
+        with open(saved, "w") as f:
+            f.write(text)
+        t, count, gib = streamed(saved)
+        say(
+            f"  stream: {t:6.2f} s, {n / t:,.0f} jobs/s ({count:,} allocations) from a file, "
+            f"as `gpu-kpi import slurm FILE` reads it, in a process of its own: peak {gib:.2f} GiB"
+        )
     from reports.data.allocations import write_allocations
     from reports.imports.slurm_jobs import SlurmImported, allocations_of
     from tracker.store import RunStore
@@ -158,14 +239,26 @@ def main() -> None:
             return out
 
         t, done = timed(whole)
-        print(
+        say(
             f"  import: {t:6.1f} s, {n / t:,.0f} jobs/s ({len(done.jobs):,} written); a year at "
             f"{args.jobs_per_day:,} a day: {t * 365 / args.days:.0f} s"
         )
     import resource
 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    print(f"peak memory of this process (both texts and both reads held): {peak:.2f} GiB")
+    say(f"peak memory of this process (both texts held, a read at a time): {peak:.2f} GiB")
+    if args.docs:
+        from datetime import datetime
+
+        from bench.docs_block import write_block
+
+        command = " ".join(["bench/sacct_read.py", *sys.argv[1:]])
+        write_block(
+            "bench/sacct_read.py",
+            f"`{command}`, {datetime.now(UTC):%Y-%m-%d}, {os.cpu_count()} cores (written by the "
+            "bench; seconds are wall time):\n\n```text\n" + "\n".join(said) + "\n```",
+        )
+        print("wrote its block in docs/benchmarks.md")
 
 
 if __name__ == "__main__":

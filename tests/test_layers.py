@@ -35,7 +35,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "smtplib": ("reports/service/mailer.py",),
     "jinja2": ("reports/render/html.py",),
     "matplotlib": ("reports/render/charts.py",),
-    "pyarrow": ("reports/render/parquet.py",),
+    "pyarrow": ("reports/render/parquet.py", "reports/imports/arrow_csv.py"),
     "pandas": (
         "reports/kpi/",
         "reports/render/",
@@ -43,16 +43,21 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/budgets.py",
         "reports/gputime.py",
         "reports/data/columns.py",
+        "reports/data/rollups.py",
+        "reports/data/scans.py",
         "reports/imports/nvsmi_fast.py",
         "reports/sections/savings.py",
         "reports/sections/first.py",
+        "reports/sections/week.py",
     ),
     "numpy": (
         "reports/kpi/",
         "reports/data/columns.py",
         "reports/gputime.py",
+        "reports/imports/arrow_csv.py",
         "reports/imports/nvsmi_fast.py",
         "reports/imports/nvsmi_minutes.py",
+        "reports/imports/slurm.py",
     ),
 }
 
@@ -123,9 +128,11 @@ def modules() -> dict[str, Path]:
     return {module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
 
 
-def imported(path: Path) -> set[str]:
+@cache
+def imported(path: Path) -> frozenset[str]:
     """Every module ``path`` imports, at the top or inside a function (a lazy import is still a
-    dependency); ``from pkg import sub`` counts as ``pkg.sub`` when ``sub`` is a module."""
+    dependency); ``from pkg import sub`` counts as ``pkg.sub`` when ``sub`` is a module. Read
+    once per run: each rule below walks every module's imports."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -135,11 +142,15 @@ def imported(path: Path) -> set[str]:
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
                 names.add(sub if sub in modules() else node.module)
-    return names
+    return frozenset(names)
 
 
-def graph() -> dict[str, set[str]]:
-    return {m: {n for n in imported(p) if n in modules() and n != m} for m, p in modules().items()}
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    return {
+        m: frozenset(n for n in imported(p) if n in modules() and n != m)
+        for m, p in modules().items()
+    }
 
 
 def floor_of(module: str) -> int:

@@ -249,11 +249,15 @@ def _file_runs(job: tuple[Path, dict[str, Any]]) -> FileRuns:
     return read
 
 
-def _keep_freed_memory() -> None:
-    """In a reading process (short-lived, ours): glibc's malloc keeps the memory of a file's
-    arrays when they are freed, for the next file's, rather than handing it back and having
-    each page faulted in again (a fifth of a file's reading time on this machine); no-op
-    elsewhere (another C library)."""
+def _reading_process() -> None:
+    """A reading process's set-up (short-lived, ours, one of several side by side): Arrow
+    parses a block in this process's thread alone (:data:`reports.imports.nvsmi_fast.THREADS`),
+    and glibc's malloc keeps the memory of a file's arrays when they are freed, for the next
+    file's, rather than handing it back and having each page faulted in again (a fifth of a
+    file's reading time on this machine; no-op with another C library)."""
+    from reports.imports import nvsmi_fast
+
+    nvsmi_fast.THREADS = False
     try:
         import ctypes
 
@@ -283,11 +287,19 @@ def _each_file(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    import reports.imports.nvsmi_minutes  # noqa: F401
+    import tracker.store.rollups  # noqa: F401
+    from reports.imports import arrow_csv
+
+    # what each reading process needs, imported once here before the fork rather than again
+    # in each (SQLAlchemy under the rollups, pyarrow: ~0.5 s a process on 2 vCPUs); the store
+    # that writes the runs after needs the first anyway
+    arrow_csv.available()
     # fork: no re-import of the caller's __main__ (a script without a guard, stdin); the CLI,
     # which asks for workers, holds no thread that a fork could catch holding a lock
     with ProcessPoolExecutor(
         max_workers=workers,
-        initializer=_keep_freed_memory,
+        initializer=_reading_process,
         mp_context=multiprocessing.get_context("fork"),
     ) as pool:
         done = pool.map(_file_runs, [(path, kwargs) for path in files])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-import statistics
 from datetime import UTC, datetime
 
 import numpy as np
@@ -24,8 +23,16 @@ from tracker.units import j_to_kwh
 
 def median_step(s: Series) -> float:
     """The median interval between the GPU's readings (0 for one reading), as
-    :func:`statistics.median` gives it."""
-    return statistics.median(np.diff(s.t).tolist()) if len(s.t) > 1 else 0.0
+    :func:`statistics.median` gives it (the middle one, or the two middle ones' sum over 2),
+    found by a partial sort."""
+    if len(s.t) < 2:
+        return 0.0
+    steps = np.diff(s.t)
+    half = len(steps) // 2
+    if len(steps) % 2:
+        return float(np.partition(steps, half)[half])
+    low, high = np.partition(steps, [half - 1, half])[[half - 1, half]].tolist()
+    return (low + high) / 2
 
 
 class Played:

@@ -37,8 +37,13 @@ ran: ``Start`` ``Unknown``/``None``, no ``AllocTRES``) and the one row sacct wri
 array's tasks still waiting (``1234_[3-9]``). A row that cannot be read (a time that is no
 time, a count that is no number) is skipped with its line and reason; it never stops the
 others. Input that is not sacct's output at all is an :class:`~reports.errors.ImportFailed`.
-The parsable form is read a line at a time (:func:`read_sacct_stream`): memory holds the jobs
-kept, not the output.
+The parsable form is read a block of :data:`BLOCK_BYTES` at a time (:func:`read_sacct_stream`):
+memory holds the jobs kept, not the output. With pyarrow (the ``parquet`` extra) the lines of a
+block that are plain rows (the header's fields, no ``\r`` inside, a name that does not go on
+to the next line) are read together by Arrow's C reader (:mod:`reports.imports.arrow_csv`)
+and each column's distinct texts read once, by the same rules; every other line, and every
+line without pyarrow, is read one at a time as above, in the order of the lines.
+``tests/reports/imports/test_sacct_blocks.py`` holds the two ways equal on random outputs.
 """
 
 from __future__ import annotations
@@ -46,13 +51,19 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import operator
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+import numpy as np
 
 from reports.errors import ImportFailed
+
+if TYPE_CHECKING:
+    from reports.imports.arrow_csv import Coded
 
 REQUIRED = ("JobID", "Start", "End")
 """The ``--format`` fields a parsable file must have (and ``AllocTRES`` or ``AllocGRES``)."""
@@ -211,7 +222,7 @@ def read_step_usage(text: str) -> dict[tuple[str, str], StepUsage]:
         text: ``sacct -a -P --format=Cluster,JobID,JobIDRaw,ElapsedRaw,TRESUsageInAve``'s
             output (or any parsable output with those fields).
     """
-    lines = _numbered(_text_lines(text))
+    lines = _TextSource(text).lines()
     first = next(((n, line) for n, line in lines if line is None or line.strip()), None)
     if first is None or first[1] is None or "TRESUsageInAve" not in first[1]:
         return {}
@@ -278,12 +289,12 @@ def read_sacct(text: str, *, tz: tzinfo, delimiter: str | None = None) -> SacctR
     stripped = text.lstrip("\ufeff \t\r\n")
     if stripped.startswith("{"):
         return _read_json(stripped, tz)
-    return _read_parsable(_numbered(_text_lines(stripped)), tz, delimiter)
+    return _read_sources(_TextSource(stripped), tz, delimiter)
 
 
 def read_sacct_stream(stream: IO[bytes], *, tz: tzinfo) -> SacctRead:
-    """:func:`read_sacct` of a file or a pipe, the parsable form a line at a time: memory holds
-    the jobs kept, not the output (the JSON form is read whole, up to
+    """:func:`read_sacct` of a file or a pipe, the parsable form a block at a time: memory
+    holds the jobs kept, not the output (the JSON form is read whole, up to
     :data:`MAX_INPUT_BYTES`). Bytes that are no UTF-8 are replaced.
 
     Args:
@@ -312,7 +323,7 @@ def read_sacct_stream(stream: IO[bytes], *, tz: tzinfo) -> SacctRead:
         if len(data) > MAX_INPUT_BYTES:
             raise ImportFailed("JSON over 4 GiB: give sacct's output a month at a time")
         return _read_json(data.decode("utf-8", "replace"), tz)
-    return _read_parsable(_numbered(_stream_lines(whole), start=blank_lines + 1), tz, None)
+    return _read_sources(_StreamSource(whole, start=blank_lines + 1), tz, None)
 
 
 class _Prefixed:
@@ -347,25 +358,6 @@ def _stream_lines(stream: IO[bytes] | _Prefixed) -> Iterator[str | None]:
             yield None
             continue
         yield raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
-
-
-def _text_lines(text: str) -> Iterator[str | None]:
-    """:func:`_stream_lines` of a text already read."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        if end < 0:
-            end = len(text)
-        line = text[start:end]
-        start = end + 1
-        if len(line) > MAX_LINE_BYTES:
-            yield None
-        else:
-            yield line.removesuffix("\r")
-
-
-def _numbered(lines: Iterable[str | None], start: int = 1) -> Iterator[tuple[int, str | None]]:
-    return enumerate(lines, start=start)
 
 
 # -- the parsable form ----------------------------------------------------------------------------
@@ -481,28 +473,10 @@ class _Table:
     ) -> Iterator[tuple[int, list[str] | str]]:
         """(line number, cells) of each row, or (line number, why) of one that cannot be read;
         blank lines are passed over."""
-        at, row = 0, None
+        rows = _Rows(self)
         for n, line in lines:
-            if line is None:
-                if row is not None:
-                    yield self._done(at, row)
-                at, row = 0, None
-                yield n, f"a line of over {MAX_LINE_BYTES:,} bytes"
-                continue
-            if not line.strip():
-                continue
-            if row is not None and self._goes_on(row, line):
-                if len(row) + len(line) > MAX_LINE_BYTES:
-                    yield at, f"a row of over {MAX_LINE_BYTES:,} bytes"
-                    at, row = 0, None
-                else:
-                    row += "\n" + line
-                continue
-            if row is not None:
-                yield self._done(at, row)
-            at, row = n, line
-        if row is not None:
-            yield self._done(at, row)
+            yield from rows.push(n, line)
+        yield from rows.flush()
 
     def _done(self, n: int, text: str) -> tuple[int, list[str] | str]:
         cells = self.cells(text)
@@ -511,37 +485,620 @@ class _Table:
         return n, cells
 
 
-def _read_parsable(
-    lines: Iterator[tuple[int, str | None]], tz: tzinfo, delimiter: str | None
-) -> SacctRead:
+class _Rows:
+    """:meth:`_Table.rows` fed a line at a time: a row is given once the line after it shows
+    that it ends (a name that goes on after a line break is joined to it)."""
+
+    def __init__(self, table: _Table) -> None:
+        self.table = table
+        self.at, self.row = 0, None  # type: tuple[int, str | None]
+
+    def push(self, n: int, line: str | None) -> list[tuple[int, list[str] | str]]:
+        """The rows line ``n`` ends (the row before it; itself, if over the limit)."""
+        out = []
+        if line is None:
+            out += self.flush()
+            out.append((n, f"a line of over {MAX_LINE_BYTES:,} bytes"))
+            return out
+        if not line.strip():
+            return out
+        if self.row is not None and self.table._goes_on(self.row, line):
+            if len(self.row) + len(line) > MAX_LINE_BYTES:
+                out.append((self.at, f"a row of over {MAX_LINE_BYTES:,} bytes"))
+                self.at, self.row = 0, None
+            else:
+                self.row += "\n" + line
+            return out
+        out += self.flush()
+        self.at, self.row = n, line
+        return out
+
+    def flush(self) -> list[tuple[int, list[str] | str]]:
+        """The row being read, ended: the next line starts a row of its own (or there is none)."""
+        if self.row is None:
+            return []
+        done = self.table._done(self.at, self.row)
+        self.at, self.row = 0, None
+        return [done]
+
+
+def _header(lines: Iterator[tuple[int, str | None]], delimiter: str | None) -> _Table:
+    """The table of the first line that is not blank; raises :class:`ImportFailed` where it is
+    not sacct's parsable output, or lacks a field this import needs."""
     first = next(((n, line) for n, line in lines if line is None or line.strip()), None)
     if first is None or first[1] is None:
         raise ImportFailed(_NOT_SACCT)
     table = _Table(first[1].lstrip("\ufeff \t"), delimiter)
-    header = table.names
-    missing = [f for f in REQUIRED if f not in header]
-    if "AllocTRES" not in header and "AllocGRES" not in header:
+    missing = [f for f in REQUIRED if f not in table.names]
+    if "AllocTRES" not in table.names and "AllocGRES" not in table.names:
         missing.append("AllocTRES")
     if missing:
         raise ImportFailed(
             f"sacct output without {', '.join(missing)}: run sacct with --format={FORMAT}"
         )
+    return table
+
+
+def _read_rows(table: _Table, lines: Iterator[tuple[int, str | None]], tz: tzinfo) -> SacctRead:
+    """The rows of ``lines`` (those after the header) read one by one."""
     out = SacctRead()
-    usage = _UsageSums() if "TRESUsageInAve" in header else None
+    usage = _UsageSums() if "TRESUsageInAve" in table.names else None
     times = _Times(out, tz)
     for n, got in table.rows(lines):
-        if isinstance(got, str):
-            out.unreadable.append(Unreadable(f"line {n}", got))
-            continue
-        row = dict(zip(header, got, strict=True))
-        try:
-            _add(out, row, times)
-        except ValueError as e:
-            out.unreadable.append(Unreadable(f"line {n}", str(e)))
-        if usage is not None:
-            usage.add(row)
+        _take(out, table.names, n, got, times, usage=usage)
     out.usage = usage.result() if usage is not None else {}
     return out
+
+
+def _take(
+    out: SacctRead,
+    header: list[str],
+    n: int,
+    got: list[str] | str,
+    times: _Times,
+    *,
+    usage: _UsageSums | None = None,
+) -> None:
+    """Row ``n``'s cells (or why it cannot be read) into ``out``."""
+    if isinstance(got, str):
+        out.unreadable.append(Unreadable(f"line {n}", got))
+        return
+    row = dict(zip(header, got, strict=True))
+    try:
+        _add(out, row, times)
+    except ValueError as e:
+        out.unreadable.append(Unreadable(f"line {n}", str(e)))
+    if usage is not None:
+        usage.add(row)
+
+
+# -- the parsable form, a block at a time (Arrow) -------------------------------------------------
+BLOCK_BYTES = 1 << 18
+"""Parsable output read at a time (whole lines), where pyarrow is installed: Arrow's C reader
+takes the lines that are plain rows, :class:`_Rows` the others."""
+_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "User",
+    "Account",
+    "Partition",
+    "State",
+    "Start",
+    "End",
+    "Submit",
+    "ElapsedRaw",
+    "AllocTRES",
+    "AllocGRES",
+    "NodeList",
+    "Cluster",
+)
+"""The fields :func:`_add` reads."""
+_STAND_INS = b"\x1f\x1e\x1d\x1c\x01\x02\x03\x04"
+"""Bytes that may stand for a delimiter of several bytes (Arrow's is one): the first that a
+block does not hold."""
+_ISO = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$"
+_WHOLE = r"^\d{1,18}$"
+_END = object()
+"""The end of the output, after its last piece."""
+
+
+class _TextSource:
+    """:func:`read_sacct`'s text: its lines, numbered, as :func:`_stream_lines` gives a
+    stream's (split at ``\\n`` alone; None for one over :data:`MAX_LINE_BYTES` characters),
+    or from where those stopped, the rest in pieces of whole lines as UTF-8 (lone surrogates
+    kept: such lines go the slow way and come back as they were)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.at, self.n = text, 0, 0
+
+    def lines(self) -> Iterator[tuple[int, str | None]]:
+        while self.at < len(self.text):
+            end = self.text.find("\n", self.at)
+            end = len(self.text) if end < 0 else end
+            line = self.text[self.at : end]
+            self.at, self.n = end + 1, self.n + 1
+            yield self.n, None if len(line) > MAX_LINE_BYTES else line.removesuffix("\r")
+
+    def pieces(self) -> Iterator[bytes | None]:
+        while self.at < len(self.text):
+            end = self.text.find("\n", self.at + BLOCK_BYTES)
+            end = len(self.text) if end < 0 else end + 1
+            piece = self.text[self.at : end]
+            self.at = end
+            yield piece.encode("utf-8", "surrogatepass")
+
+    @staticmethod
+    def decode(raw: bytes) -> list[str | None]:
+        lines = raw.decode("utf-8", "surrogatepass").split("\n")
+        if raw.endswith(b"\n"):
+            lines.pop()
+        return [None if len(x) > MAX_LINE_BYTES else x.removesuffix("\r") for x in lines]
+
+
+class _StreamSource:
+    """:func:`read_sacct_stream`'s stream: its first lines as :func:`_stream_lines` gives them,
+    then the rest in pieces of whole lines, or None for a line over :data:`MAX_LINE_BYTES`
+    (passed over without being kept)."""
+
+    def __init__(self, stream: IO[bytes] | _Prefixed, start: int) -> None:
+        self.stream, self.n = stream, start - 1
+        self._lines = _stream_lines(stream)
+
+    def lines(self) -> Iterator[tuple[int, str | None]]:
+        for line in self._lines:
+            self.n += 1
+            yield self.n, line
+
+    def pieces(self) -> Iterator[bytes | None]:
+        rest = b""
+        while chunk := self.stream.read(BLOCK_BYTES):
+            data = rest + chunk
+            cut = data.rfind(b"\n") + 1
+            if cut:
+                yield data[:cut]
+            rest = data[cut:]
+            if len(rest) > MAX_LINE_BYTES:
+                yield None
+                rest = self._past_line()
+        if rest:
+            yield rest
+
+    def _past_line(self) -> bytes:
+        """What follows the end of the line being read (its bytes not kept)."""
+        while chunk := self.stream.read(BLOCK_BYTES):
+            end = chunk.find(b"\n")
+            if end >= 0:
+                return chunk[end + 1 :]
+        return b""
+
+    @staticmethod
+    def decode(raw: bytes) -> list[str | None]:
+        lines = raw.split(b"\n")
+        if raw.endswith(b"\n"):
+            lines.pop()
+        return [
+            None if len(x) > MAX_LINE_BYTES else x.decode("utf-8", "replace").removesuffix("\r")
+            for x in lines
+        ]
+
+
+def _read_sources(
+    source: _TextSource | _StreamSource, tz: tzinfo, delimiter: str | None
+) -> SacctRead:
+    """The parsable form: its plain rows a block at a time by Arrow's C reader where pyarrow
+    is installed (:func:`_read_blocks`), else every row the slow way."""
+    from reports.imports import arrow_csv
+
+    lines = source.lines()
+    table = _header(lines, delimiter)
+    names = table.names
+    if (
+        not arrow_csv.available()
+        or "TRESUsageInAve" in names
+        or len(set(names)) != len(names)
+        or not table.d.strip()  # a blank line of tabs is passed over, not a row
+    ):
+        return _read_rows(table, lines, tz)  # the rest a line at a time, as ever
+    return _read_blocks(table, source, tz)
+
+
+def _read_blocks(table: _Table, source: _TextSource | _StreamSource, tz: tzinfo) -> SacctRead:
+    """The rows after the header, a piece at a time: the lines that are plain rows (as many
+    fields as the header, ending where the next line shows the row ends) read together by
+    Arrow, the others by :class:`_Rows`, in the order of the lines."""
+    out = SacctRead()
+    times = _Times(out, tz)
+    rows = _Rows(table)
+    n = source.n
+    pieces = source.pieces()
+    piece: bytes | object | None = next(pieces, _END)
+    while piece is not _END:
+        following = next(pieces, _END)
+        if piece is None:
+            n += 1
+            for at, got in rows.push(n, None):
+                _take(out, table.names, at, got, times)
+        else:
+            assert isinstance(piece, bytes)
+            n = _read_piece(out, table, source, piece, following, n=n, rows=rows, times=times)
+        piece = following
+    for at, got in rows.flush():
+        _take(out, table.names, at, got, times)
+    return out
+
+
+def _read_piece(
+    out: SacctRead,
+    table: _Table,
+    source: _TextSource | _StreamSource,
+    piece: bytes,
+    following: bytes | object | None,
+    *,
+    n: int,
+    rows: _Rows,
+    times: _Times,
+) -> int:
+    """The lines of ``piece`` (line ``n + 1`` on) into ``out``; ``following``: the next piece
+    (None: a line over the limit; :data:`_END`: none). Returns the last line's number."""
+    from reports.imports.arrow_csv import read_block
+
+    d = table.d.encode("utf-8", "surrogatepass")
+    data, stand_in, replaced = piece, d, False
+    if len(d) > 1:
+        stand_in = next((bytes([b]) for b in _STAND_INS if bytes([b]) not in piece), b"")
+        if stand_in:
+            data, replaced = piece.replace(d, stand_in), True
+    if not data.endswith(b"\n"):
+        data += b"\n"
+    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+    fast = _plain_lines(table, data, ends, stand_in, _next_fields(following, d), grown=len(d) - 1)
+    starts = np.concatenate(([0], ends + 1))
+    keep = {str(i): name for i, name in enumerate(table.names) if name in _FIELDS}
+    batches = None
+    if fast.any():
+        plain = [data[starts[a] : starts[b]] for a, b in _runs(fast) if fast[a]]
+        width = table.width + table.trailing
+        batches = read_block(
+            plain[0] if len(plain) == 1 else b"".join(plain),
+            [str(i) for i in range(width)],
+            delimiter=stand_in.decode("ascii"),
+            keep=list(keep),
+        )
+        if batches is None or sum(k for k, _ in batches) != int(fast.sum()):
+            fast[:], batches = False, None
+    got = _Plain.of(batches, keep, tz=times.tz) if batches else None
+    done = 0  # fast rows taken
+    for a, b in _runs(fast):
+        if not fast[a]:
+            raw = data[starts[a] : starts[b]]
+            if replaced:  # the output's own bytes again
+                raw = raw.replace(stand_in, d)
+            for i, line in enumerate(source.decode(raw)):
+                for at, cells in rows.push(n + a + i + 1, line):
+                    _take(out, table.names, at, cells, times)
+            continue
+        for at, cells in rows.flush():
+            _take(out, table.names, at, cells, times)
+        assert got is not None
+        got.into(out, times, done, done + b - a, first_line=n + a + 1)
+        done += b - a
+    return n + len(ends)
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``[a, b)`` of each run of equal values of ``mask``, in order."""
+    cuts = np.flatnonzero(mask[1:] != mask[:-1]) + 1
+    edges = [0, *cuts.tolist(), len(mask)]
+    return list(itertools.pairwise(edges)) if len(mask) else []
+
+
+def _next_fields(following: bytes | object | None, d: bytes) -> int | None:
+    """The delimiters in the first line of the next piece (None: no line follows that a name
+    could go on into: the end, or a line over the limit, which ends the row before it)."""
+    if not isinstance(following, bytes):
+        return None
+    end = following.find(b"\n")
+    line = following if end < 0 else following[:end]
+    return -1 if len(line) > MAX_LINE_BYTES else line.count(d)
+
+
+def _plain_lines(
+    table: _Table, data: bytes, ends: np.ndarray, d: bytes, after: int | None, *, grown: int
+) -> np.ndarray:
+    """Which lines of ``data`` (whole lines, each ending at its ``ends``; ``d`` one byte, or
+    none: every line is the slow way's) are plain rows: no ``\\r`` but one before the line
+    break, at most :data:`MAX_LINE_BYTES`, the header's fields (``-p``: and the delimiter after
+    the last), and (where ``JobName`` is last) not followed by a line too short to be a row,
+    which would go on the row's name. ``after``: the delimiters of the line after the last one;
+    ``grown``: the bytes each delimiter lost where one byte stands for it."""
+    buf = np.frombuffer(data, np.uint8)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    if not d or not len(ends):
+        return np.zeros(len(ends), dtype=bool)
+    delims = np.diff(np.searchsorted(np.flatnonzero(buf == d[0]), ends), prepend=0)
+    long = ends - starts + grown * delims > MAX_LINE_BYTES  # as long as the output's line
+    ok = ~long
+    cr = np.zeros(len(ends), dtype=bool)
+    if b"\r" in data:
+        at = np.flatnonzero(buf == 13)
+        cr[np.searchsorted(ends, at[buf[at + 1] == 10])] = True  # one before the line break
+        ok[np.searchsorted(ends, at[buf[at + 1] != 10])] = False
+    if table.trailing:
+        last = ends - 1 - cr
+        ok &= (delims == table.width) & (last >= starts) & (buf[np.maximum(last, 0)] == d[0])
+    else:
+        ok &= delims == table.width - 1
+    if table.name_at is not None and table.after == 0:
+        # the next line's delimiters: a row goes on into a line of fewer fields than a row
+        later = np.append(delims[1:], 10**9 if after is None else after)
+        longer = np.append(long[1:], after == -1)
+        ok &= (later >= table.width - (0 if table.trailing else 1)) & ~longer
+    return ok
+
+
+def _objects(values: Iterable[Any], n: int) -> np.ndarray:
+    """``values`` (not sequences) as a numpy array of objects, to be taken by codes."""
+    out = np.empty(n, dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def _times_of(col: Coded, tz: tzinfo) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct text's time as :func:`_time` reads it (an object array: datetime or
+    None), and whether it is one (False: :func:`_time` says why); the plain ones
+    (``2026-12-02T10:34:28``, seconds since 1970) made from their digits a column at a time."""
+    values = col.values
+    out = np.full(len(values), None, dtype=object)
+    ok = np.ones(len(values), dtype=bool)
+    done = np.zeros(len(values), dtype=bool)
+    for pattern, fields in ((_ISO, _iso_fields), (_WHOLE, _epoch_fields)):
+        if done.all():
+            break
+        at = np.flatnonzero(col.matches(pattern) & ~done)
+        if not len(at):
+            continue
+        zone = tz if fields is _iso_fields else UTC
+        parts = [x.tolist() for x in fields(col, at)]
+        try:  # datetime() checks them as fromisoformat() and fromtimestamp() do
+            got = list(map(datetime, *parts, itertools.repeat(0), itertools.repeat(zone)))
+        except ValueError:
+            continue  # one of them is no time: each is read alone below
+        out[at] = _objects(got, len(got))
+        done[at] = True
+    for i in np.flatnonzero(~done).tolist():
+        try:
+            out[i] = _time(values[i], tz, "")
+        except ValueError:
+            ok[i] = False
+    return ok, out
+
+
+def _iso_fields(col: Coded, at: np.ndarray) -> list[np.ndarray]:
+    """Year, month, day, hour, minute and second of the distinct texts ``at``, each
+    ``YYYY-MM-DDTHH:MM:SS``."""
+    d = col.chars(at, 19).astype(np.int64) - ord("0")
+    return [
+        d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3],
+        *(d[:, i] * 10 + d[:, i + 1] for i in (5, 8, 11, 14, 17)),
+    ]
+
+
+def _epoch_fields(col: Coded, at: np.ndarray) -> list[np.ndarray]:
+    """Year, month, day, hour, minute and second (UTC) of the distinct texts ``at``, each
+    seconds since 1970 in at most 18 digits (H. Hinnant's ``civil_from_days``)."""
+    seconds = col.whole(at)
+    days, rest = np.divmod(seconds, 86400)
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = np.where(mp < 10, mp + 3, mp - 9)
+    year = yoe + era * 400 + (month <= 2)
+    return [year, month, day, rest // 3600, rest // 60 % 60, rest % 60]
+
+
+class _Plain:
+    """Rows Arrow read, as :func:`_add` reads them, a column at a time (each distinct text
+    read once): what each row is, the jobs, and each row's times the output holds. A row
+    that is none of a job, a step or a job that never started, plainly, is :func:`_add`'s to
+    read (a bad time or count, an empty JobID)."""
+
+    ODD, JOB, STEP, NEVER = 0, 1, 2, 3
+
+    def __init__(self) -> None:
+        self.kind = np.zeros(0, dtype=np.int8)
+        self.jobs: list[SlurmJob] = []
+        self.before = np.zeros(1, dtype=np.int64)
+        """Jobs before each row (and after the last)."""
+        self.seen: list[np.ndarray] = [np.zeros(0, dtype=object)] * 4
+        """Each row's times of the output, in :func:`_add`'s order: start, end, submit, and
+        the running job's start + elapsed (object arrays: datetime or None)."""
+        self._batches: list[tuple[int, dict[str, Coded]]] = []
+
+    @classmethod
+    def of(
+        cls, batches: list[tuple[int, dict[str, Any]]], names: Mapping[str, str], *, tz: tzinfo
+    ) -> _Plain:
+        """The rows of Arrow's ``batches``, their columns renamed by ``names``."""
+        plain = cls()
+        kinds, seen, at = [], [], 0
+        for rows, columns in batches:
+            named = {names[k]: v for k, v in columns.items()}
+            plain._batches.append((at, named))
+            kind, jobs, times = _plain_batch(named, rows, tz)
+            kinds.append(kind)
+            plain.jobs += jobs
+            seen.append(times)
+            at += rows
+        plain.kind = np.concatenate(kinds)
+        plain.seen = [np.concatenate(column) for column in zip(*seen, strict=True)]
+        is_job = (plain.kind == cls.JOB).astype(np.int64)
+        plain.before = np.concatenate(([0], np.cumsum(is_job)))
+        return plain
+
+    def row(self, i: int) -> dict[str, str]:
+        """Row ``i``'s cells by field."""
+        at, columns = next((a, c) for a, c in reversed(self._batches) if a <= i)
+        return {name: col.values[col.codes[i - at]] for name, col in columns.items()}
+
+    def into(self, out: SacctRead, times: _Times, lo: int, hi: int, *, first_line: int) -> None:
+        """Rows ``lo`` to ``hi`` (lines ``first_line`` on) into ``out``, in order."""
+        a = lo
+        for o in [*(np.flatnonzero(self.kind[lo:hi] == self.ODD) + lo).tolist(), hi]:
+            if o > a:
+                kind = self.kind[a:o]
+                out.steps += int(np.count_nonzero(kind == self.STEP))
+                out.not_started += int(np.count_nonzero(kind == self.NEVER))
+                out.jobs += self.jobs[self.before[a] : self.before[o]]
+                rows = zip(*(column[a:o].tolist() for column in self.seen), strict=True)
+                out.saw(max(filter(None, itertools.chain.from_iterable(rows)), default=None))
+            if o < hi:
+                try:
+                    _add(out, self.row(o), times)
+                except ValueError as e:
+                    out.unreadable.append(Unreadable(f"line {first_line + o - lo}", str(e)))
+            a = o + 1
+
+
+def _plain_batch(
+    columns: Mapping[str, Coded], rows: int, tz: tzinfo
+) -> tuple[np.ndarray, list[SlurmJob], list[np.ndarray]]:
+    """What each row of one batch is (:class:`_Plain`'s kinds), its jobs and each row's
+    times, as :func:`_add` reads them."""
+    none = np.full(1, None, dtype=object)
+    zero = np.zeros(rows, dtype=np.int64)
+
+    def cells(name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        col = columns.get(name)
+        return None if col is None else (col.codes, _objects(col.values, len(col.values)))
+
+    # JobID: a job's own id (digits) plainly; the others as _add reads them
+    ids = columns["JobID"]
+    plain_id = ids.matches(r"^\d+$")
+    job_id = _objects(ids.values, len(ids.values))
+    kind_of = np.where(plain_id, _Plain.JOB, _Plain.ODD).astype(np.int8)
+    pending = np.zeros(len(job_id), dtype=bool)
+    array_job = np.full(len(job_id), None, dtype=object)
+    array_task = np.full(len(job_id), None, dtype=object)
+    for i in np.flatnonzero(~plain_id).tolist():
+        given = job_id[i] = ids.values[i].strip()
+        if not given:
+            continue  # "no JobID"
+        if _STEP.match(given):
+            kind_of[i] = _Plain.STEP
+            continue
+        kind_of[i] = _Plain.JOB
+        pending[i] = bool(_ARRAY_PENDING.match(given))
+        if array := _ARRAY_TASK.match(given):
+            array_job[i], array_task[i] = array.group("job"), int(array.group("task"))
+    kind = kind_of[ids.codes]
+    # times: Start and End must be times (a step's need not), Submit's are noted where they are
+    start_ok, start_of = _times_of(columns["Start"], tz)
+    end_ok, end_of = _times_of(columns["End"], tz)
+    start = start_of[columns["Start"].codes]
+    end = end_of[columns["End"].codes]
+    submit = np.full(rows, None, dtype=object)
+    if "Submit" in columns:
+        submit = _times_of(columns["Submit"], tz)[1][columns["Submit"].codes]
+    # GPUs: AllocTRES, else AllocGRES
+    tres = columns.get("AllocTRES") or columns.get("AllocGRES")
+    gres_of: list[dict[str, int]] = [{}] if tres is None else []
+    gres_ok = np.ones(1 if tres is None else len(tres.values), dtype=bool)
+    for i, listed in enumerate([] if tres is None else tres.values):
+        try:
+            read = gpus_of_tres if "AllocTRES" in columns else gpus_of_gres
+            gres_of.append(read(listed))
+        except ValueError:
+            gres_of.append({})
+            gres_ok[i] = False
+    tres_codes = zero if tres is None else tres.codes
+    blank = np.ones(len(gres_of), dtype=bool)
+    if "AllocTRES" in columns:
+        blank = np.array([not t.strip() for t in columns["AllocTRES"].values], dtype=bool)
+    no_gpus = np.array([not g for g in gres_of], dtype=bool)[tres_codes]
+    nodes_col = columns.get("NodeList")
+    nodes_of = _objects(map(_nodes, nodes_col.values), len(nodes_col.values)) if nodes_col else none
+    nodes_codes = nodes_col.codes if nodes_col else zero
+    no_nodes = (nodes_of == "")[nodes_codes] if nodes_col else np.ones(rows, dtype=bool)
+    # what each row is, in _add's order of checks
+    job = kind == _Plain.JOB
+    bad = job & ~(start_ok[columns["Start"].codes] & end_ok[columns["End"].codes])
+    bad |= job & ~gres_ok[tres_codes]
+    kind[bad] = _Plain.ODD
+    job &= ~bad
+    never = job & (pending[ids.codes] | (start == None))  # noqa: E711
+    maybe = job & ~never & no_gpus
+    never |= maybe & no_nodes
+    for i in np.flatnonzero(maybe & ~no_nodes & blank[tres_codes]).tolist():
+        never[i] = end[i] == start[i]
+    kind[never] = _Plain.NEVER
+    job &= ~never
+    # the jobs
+    at = np.flatnonzero(job)
+    starts, ends = start[at], end[at]
+    elapsed = np.full(len(at), None, dtype=object)
+    if "ElapsedRaw" in columns:
+        col = columns["ElapsedRaw"]
+        whole = np.flatnonzero(col.matches(_WHOLE))
+        counts = np.full(len(col.values), None, dtype=object)
+        counts[whole] = _objects(col.whole(whole).tolist(), len(whole))
+        for i in np.flatnonzero(counts == None).tolist():  # noqa: E711
+            counts[i] = _digits(col.values[i])
+        elapsed = counts[col.codes[at]]
+    span = np.full(rows, None, dtype=object)
+    timed = np.flatnonzero(elapsed != None)  # noqa: E711
+    running = ends[timed] == None  # noqa: E711
+    for j in timed[running].tolist():  # _run_span's: a time of the output
+        span[at[j]] = starts[j] + timedelta(seconds=elapsed[j])
+    ended = timed[~running]
+    if len(ended):  # _run_span's: a requeued job's last run, where elapsed < end - start
+        spans = map(timedelta.total_seconds, map(operator.sub, ends[ended], starts[ended]))
+        shorter = np.fromiter(map(operator.lt, elapsed[ended], spans), bool, len(ended))
+        for j in ended[shorter].tolist():
+            starts[j] = ends[j] - timedelta(seconds=elapsed[j])
+
+    def cells_of(name: str, strip: Callable[[str], str] | None = None) -> list[Any]:
+        got = cells(name)
+        if got is None:
+            return [""] * len(at)
+        codes, values = got
+        if strip is not None:
+            values = _objects(map(strip, values), len(values))
+        return values[codes[at]].tolist()
+
+    raw_id = cells_of("JobIDRaw", str.strip)
+    job_ids = job_id[ids.codes[at]].tolist()
+    raw_id = [r or j for r, j in zip(raw_id, job_ids, strict=True)]
+    gpus_of = _objects(map(_total, gres_of), len(gres_of))
+    types_of = np.empty(len(gres_of), dtype=object)
+    for i, g in enumerate(gres_of):
+        types_of[i] = tuple((k, v) for k, v in g.items() if k)
+    jobs = list(
+        map(
+            SlurmJob,
+            job_ids,
+            raw_id,
+            cells_of("JobName"),
+            cells_of("User"),
+            cells_of("Account"),
+            cells_of("Partition"),
+            cells_of("State", lambda s: s.split(" ", 1)[0]),
+            starts.tolist(),
+            ends.tolist(),
+            gpus_of[tres_codes[at]].tolist(),
+            types_of[tres_codes[at]].tolist(),
+            nodes_of[nodes_codes[at]].tolist() if nodes_col else [""] * len(at),
+            array_job[ids.codes[at]].tolist(),
+            array_task[ids.codes[at]].tolist(),
+            cells_of("Cluster", str.strip),
+        )
+    )
+    # a step's times are noted as far as they are times; a bad row's are _add's
+    return kind, jobs, [start, end, submit, span]
 
 
 class _Times:
