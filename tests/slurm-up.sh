@@ -14,9 +14,12 @@ S=$R/state
 CLUSTER=gpukpi
 DBPASS=gpu-kpi-test-only  # the test MariaDB's, on 127.0.0.1 only
 
+# up already: the node answers and accounting reaches its database (a MariaDB that died
+# leaves slurmctld up and every sacct failing)
 if command -v sinfo >/dev/null 2>&1 && [ -s "$S/run/slurmd.pid" ] && kill -0 "$(cat "$S/run/slurmd.pid")" 2>/dev/null \
     && grep -q '^EpilogSlurmctld=' /etc/slurm/slurm.conf 2>/dev/null \
-    && timeout 5 sinfo -h -N -o '%T' 2>/dev/null | grep -Eq '^(idle|mixed|allocated)'; then
+    && timeout 5 sinfo -h -N -o '%T' 2>/dev/null | grep -Eq '^(idle|mixed|allocated)' \
+    && timeout 5 sacct -a -X -n -S now-1minutes -o JobID >/dev/null 2>&1; then
     exit 0
 fi
 PACKAGES="slurm-wlm slurmdbd mariadb-server munge"
