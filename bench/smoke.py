@@ -46,6 +46,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench import scale_data as data  # noqa: E402
 from bench.docs_block import write_block  # noqa: E402
+from bench.report_scale import (  # noqa: E402
+    AGREE,
+    HEADLINE,
+    forget_kept_weeks,
+    prepare,
+    rel_diff,
+)
 
 BASELINE = ROOT / "bench" / "baseline.json"
 GPUS, CASE = 10, "split1"
@@ -54,8 +61,6 @@ LIMIT = 2.0
 """A step fails at this many times its kept ratio."""
 SLACK_S = 0.15
 """...and only when over its kept time (ratio × this run's reference) by this much CPU."""
-AGREE = 1e-6
-HEADLINE = ("gpu_hours", "utilization_pct", "spend_usd", "idle_usd")
 
 STEPS: tuple[tuple[str, str], ...] = (
     ("report", "reports.build:build"),
@@ -162,8 +167,6 @@ DataFiles = tuple[Path, Path]
 
 def make_week(d: Path) -> tuple[str, DataFiles]:
     """The store (SQLite, rollups built) and the Parquet DuckDB reads."""
-    from bench.report_scale import prepare
-
     samples, runs = d / "samples.parquet", d / "runs.parquet"
     data.write_parquet(GPUS, CASE, samples, runs)
     db = d / "store.db"
@@ -175,7 +178,6 @@ def make_week(d: Path) -> tuple[str, DataFiles]:
 
 def report_once(url: str, out: Path) -> dict[str, Any]:
     """``gpu-kpi report`` of the week, every format, no week kept: its JSON headline."""
-    from bench.report_scale import forget_kept_weeks
     from reports.build import build
     from reports.request import Request
 
@@ -209,14 +211,8 @@ def measure(url: str, files: DataFiles, d: Path, repeat: int, slow: dict[str, fl
             head = report_once(url, d / "out")
         for step, s in spent.items():
             best[step] = min(best.get(step, s), s)
-    diff = max(_rel(head[k], ref[k]) for k in HEADLINE)
+    diff = max(rel_diff(head[k], ref[k]) for k in HEADLINE)
     return {"reference_cpu_s": ref_s, "steps": best, "max_rel_diff": diff}
-
-
-def _rel(a: float | None, b: float | None) -> float:
-    if a is None or b is None:
-        return 0.0 if a is None and b is None else float("inf")
-    return 0.0 if a == b else abs(a - b) / max(abs(a), abs(b))
 
 
 # -- the verdict -----------------------------------------------------------------------------
