@@ -5,12 +5,14 @@ every write took before appends were added to the stored rollups), in one proces
 
 For each case (``busy``: 50% utilization; ``idle``: 1%, every minute idle once the first
 window has passed; ``mixed``: 45 minutes of each in turn, so a stretch turns idle, reading
-the rows further back, twice every 90 minutes) it writes ``--minutes`` minutes of one run of
+the rows further back, twice every 90 minutes; ``spread``: ``mixed`` with each GPU's values
+its own, so that no two series are alike, where the other cases give every GPU the same
+value, as NVML's whole percents often do) it writes ``--minutes`` minutes of one run of
 ``--gpus`` GPUs into a new store, twice: with the rollups added to (ours) and with every
 written series' hours recomputed from the minutes (baseline). It prints the CPU (this
 process's ``time.process_time``: on PostgreSQL the server's own work is not in it; the wall
-time is printed beside) and checks that the kept rollups equal a rebuild from the minutes,
-float for float.
+time is printed beside), ours as the least, the median and the most of ``--repeat`` stores,
+and checks that the kept rollups equal a rebuild from the minutes, float for float.
 
     .venv/bin/python bench/store_writes.py [--gpus 8] [--minutes 240] [--repeat 3]
         [--store-url sqlite] [--store-url postgresql://USER:PASSWORD@HOST:PORT/DB]
@@ -45,18 +47,22 @@ from tracker.store.rollups import COLUMNS  # noqa: E402
 T0 = datetime(2026, 11, 23, 9, 45, tzinfo=UTC)
 DATABASE = "gpu_kpi_bench_writes"
 
-CASES: dict[str, Callable[[int], float]] = {
-    "busy": lambda minute: 50.0,
-    "idle": lambda minute: 1.0,
-    "mixed": lambda minute: 1.0 if (minute // 45) % 2 else 50.0,
+CASES: dict[str, Callable[[int, int], float]] = {
+    "busy": lambda minute, gpu: 50.0,
+    "idle": lambda minute, gpu: 1.0,
+    "mixed": lambda minute, gpu: 1.0 if (minute // 45) % 2 else 50.0,
+    "spread": lambda minute, gpu: (
+        1.0 + gpu / 10 if (minute // 45) % 2 else 45.0 + gpu + (minute % 4) / 4
+    ),
 }
+"""Utilization (%) by minute and GPU; SM activity is half of it."""
 
 
 def new_store(kind: str) -> AbstractContextManager[str]:
     return data.scratch_store(kind, DATABASE)
 
 
-def write(url: str, util: Callable[[int], float], gpus: int, minutes: int) -> dict[str, float]:
+def write(url: str, util: Callable[[int, int], float], gpus: int, minutes: int) -> dict[str, float]:
     """Write the run minute by minute; CPU and wall seconds of the samples and the heartbeats,
     and whether the kept rollups equal a rebuild."""
     cpu_samples = cpu_runs = wall_samples = 0.0
@@ -78,8 +84,8 @@ def write(url: str, util: Callable[[int], float], gpus: int, minutes: int) -> di
                     minute=moment,
                     gpu=f"GPU-{g}",
                     covered_s=60.0,
-                    util_pct=util(m),
-                    sm_active_pct=util(m) / 2,
+                    util_pct=util(m, g),
+                    sm_active_pct=util(m, g) / 2,
                     energy_kwh=0.0117,
                     mem_used_gib=40.5,
                 )
@@ -127,7 +133,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=8, help="GPUs of the run (default 8)")
     ap.add_argument("--minutes", type=int, default=240, help="minutes written (default 240)")
-    ap.add_argument("--repeat", type=int, default=3, help="stores written per figure (median)")
+    ap.add_argument("--repeat", type=int, default=3, help="stores written per figure")
     ap.add_argument(
         "--store-url",
         action="append",
@@ -136,11 +142,12 @@ def main() -> None:
     args = ap.parse_args()
     stores = args.store_url or ["sqlite"]
     print(
-        f"{args.gpus} GPUs x {args.minutes} minutes, median of {args.repeat}; "
-        "CPU per GPU-minute of upsert_samples (wall beside), heartbeat upsert_run per call"
+        f"{args.gpus} GPUs x {args.minutes} minutes, {args.repeat} stores each; CPU per "
+        "GPU-minute of upsert_samples (ours: least/median/most; the rest medians; wall "
+        "beside), heartbeat upsert_run per call"
     )
     print(
-        f"{'store':<10} {'case':<6} {'ours':>9} {'wall':>9} {'recompute':>10} {'ratio':>6} "
+        f"{'store':<10} {'case':<6} {'ours':>17} {'wall':>9} {'recompute':>10} {'ratio':>6} "
         f"{'heartbeat':>10} {'= rebuild':>9}"
     )
     for kind in stores:
@@ -158,9 +165,11 @@ def main() -> None:
                 return statistics.median(f[key] for f in figures)
 
             us, before = median(ours, "samples_us"), median(base, "samples_us")
+            spread = [f["samples_us"] for f in ours]
+            figures = f"{min(spread):.0f}/{us:.0f}/{max(spread):.0f}µs"
             same = all(f["same"] for f in ours + base)
             print(
-                f"{label:<10} {case:<6} {us:>7.0f}µs {median(ours, 'samples_wall_us'):>7.0f}µs "
+                f"{label:<10} {case:<6} {figures:>17} {median(ours, 'samples_wall_us'):>7.0f}µs "
                 f"{before:>8.0f}µs {us / before:>5.2f}x "
                 f"{median(ours, 'heartbeat_us'):>8.0f}µs {'yes' if same else 'NO':>9}"
             )

@@ -11,7 +11,8 @@ What a training process needs (and ``gpu-kpi sync``, ``store rebuild-rollups``):
 - :mod:`.runs`: :class:`RunStore`, runs and minute samples in and out;
 - :mod:`.schema`: the tables and the record ↔ row conversions; :mod:`.sample_sql`, the
   samples table's driver-level SQL (usable rows, placeholders, minutes as the driver has them);
-- :mod:`.engine`: URLs, SQLite settings, :class:`StoreError`;
+- :mod:`.engine`: URLs, SQLite settings, :class:`StoreError`, the live writer's statements
+  through the driver's own cursor;
 - :mod:`.writer`: the tracker's background writer, which spools what the store does not take;
 - :mod:`.spool` (+ :mod:`.spool_files`): the local spool (JSON lines), flushed by the next
   write or ``gpu-kpi sync``;

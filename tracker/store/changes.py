@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from tracker.store.engine import fetch, send, send_many
 from tracker.store.schema import (
     changes_table,
     meta_table,
@@ -81,12 +82,24 @@ class Touched:
         """Raise the counters in ``conn``'s transaction (none when nothing was touched)."""
         if not self.keys:
             return
-        stmt = sa.text(
-            "INSERT INTO changes (day, shard, version) VALUES (:day, :shard, 1) "
-            "ON CONFLICT (day, shard) DO UPDATE SET version = changes.version + 1"
-        )
+        sqlite = conn.dialect.name == "sqlite"
+        mark = "?" if sqlite else "%s"
+        conflict = "ON CONFLICT (day, shard) DO UPDATE SET version = changes.version + 1"
+        sql = f"INSERT INTO changes (day, shard, version) VALUES ({mark}, {mark}, 1) {conflict}"
         # in one order, so that two writers never wait on each other's rows crosswise
-        conn.execute(stmt, [{"day": d, "shard": s} for d, s in sorted(self.keys)])
+        keys = sorted(self.keys)
+        if len(keys) == 1:  # a live writer's minute: one statement, not a batch of one
+            send(conn, sql, keys[0])
+        elif sqlite:
+            send_many(conn, sql, keys)
+        else:  # a long run's every day, each minute: one statement, the keys in that order
+            days, shards = zip(*keys, strict=True)
+            pairs = "unnest(%s::integer[], %s::integer[]) WITH ORDINALITY AS k(day, shard, n)"
+            sql = (
+                f"INSERT INTO changes (day, shard, version) SELECT day, shard, 1 FROM {pairs} "
+                f"ORDER BY n {conflict}"
+            )
+            send(conn, sql, (list(days), list(shards)))
 
 
 def as_time(value: Any) -> datetime | None:
@@ -113,7 +126,7 @@ def stored_spans(conn: Connection, ids: Sequence[str], chunk: int = 500) -> list
         part = tuple(ids[i : i + chunk])
         # as the driver gives them (SQLite: text, which may be damaged): read by as_time
         sql = f"SELECT {', '.join(names)} FROM runs WHERE id IN ({', '.join([mark] * len(part))})"
-        out += [dict(zip(names, r, strict=True)) for r in conn.exec_driver_sql(sql, part)]
+        out += [dict(zip(names, r, strict=True)) for r in fetch(conn, sql, part)]
     return out
 
 

@@ -10,7 +10,10 @@ is not a usable sample is left out or read as unknown exactly as the minute read
 from __future__ import annotations
 
 import functools
+import itertools
+import json
 import math
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -19,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from tracker.store.engine import fetch, send, send_many
 from tracker.store.rollups import (
     COLUMNS,
     CONTEXT_ROWS,
@@ -38,6 +42,7 @@ from tracker.store.schema import (
     ROLLUPS_OLD_INDEX,
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
+    UPSERT_OPTION,
     changes_table,
     meta_table,
     rollups_table,
@@ -83,8 +88,11 @@ def _write(conn: Connection, rollups: Sequence[Rollup]) -> None:
     processes refreshing one GPU's hours at once on PostgreSQL: the last one wins, and it
     computed from every row it could see)."""
     if rollups:
-        stmt = upsert(conn.dialect.name, rollups_table, ("run_id", "gpu", "hour"))
-        execute_many(conn, stmt, [r.as_row() for r in rollups], rollups_table)
+        execute_many(conn, _rollup_upsert(conn), [r.as_row() for r in rollups], rollups_table)
+
+
+def _rollup_upsert(conn: Connection) -> sa.Executable:
+    return upsert(conn.dialect.name, rollups_table, ("run_id", "gpu", "hour"))
 
 
 def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None:
@@ -113,11 +121,9 @@ def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None
 def _binder(column: sa.Column[Any], dialect: Any) -> Callable[[Any], Any] | None:
     """How SQLAlchemy binds a value of ``column`` (None: as it is), made cheap for many rows:
     a float is its own float, and a time is converted once however many rows share it."""
-    process = column.type.dialect_impl(dialect).bind_processor(dialect)
-    if process is None:
-        return None
-    if isinstance(column.type, sa.Float):
-        return lambda v: v if v is None or type(v) is float else process(v)
+    process = _processor(column, dialect)
+    if process is None or isinstance(column.type, sa.Float):
+        return process
     # equal times are one instant (one UTC text or value), but for the fold of a repeated
     # hour, which equality and hash ignore within a zone
     memo: dict[tuple[Any, int], Any] = {}
@@ -133,26 +139,185 @@ def _binder(column: sa.Column[Any], dialect: Any) -> Callable[[Any], Any] | None
     return bind
 
 
+@functools.lru_cache(maxsize=256)
+def _processor(column: sa.Column[Any], dialect: Any) -> Callable[[Any], Any] | None:
+    """The column type's bind processor in ``dialect`` (None: values as they are), looked up
+    once; a float column's passes a float (or None) as it is."""
+    process = column.type.dialect_impl(dialect).bind_processor(dialect)
+    if process is None or not isinstance(column.type, sa.Float):
+        return process
+    return lambda v: v if v is None or type(v) is float else process(v)
+
+
 def execute_many(
     conn: Connection, stmt: sa.Executable, rows: Sequence[Mapping[str, Any]], table: sa.Table
 ) -> None:
-    """``conn.execute(stmt, rows)`` of many rows, through the driver's own ``executemany``:
-    the statement compiled once and each value bound by its column type's processor, as
-    SQLAlchemy binds it, column by column, without SQLAlchemy's per-row parameter work (11 µs
-    a minute row)."""
-    if not rows:
+    """``conn.execute(stmt, rows)`` of many rows (:func:`execute_all` of one batch)."""
+    execute_all(conn, [(stmt, rows, table)])
+
+
+Batch = tuple[sa.Executable, Sequence[Mapping[str, Any]], sa.Table]
+"""A statement, its rows and the table it writes (the columns' types bind the values)."""
+
+
+def execute_all(conn: Connection, batches: Sequence[Batch]) -> None:
+    """``conn.execute(stmt, rows)`` of each batch, in order: each value bound by its column
+    type's processor, as SQLAlchemy binds it, column by column, without SQLAlchemy's per-row
+    parameter work (11 µs a minute row), and sent through the driver's own cursor
+    (:func:`tracker.store.engine.fetch`).
+
+    On PostgreSQL an :func:`tracker.store.schema.upsert` of rows that JSON holds as they are is
+    one statement with one parameter (:func:`_json_upsert`), where the driver's ``executemany``
+    sends one statement a row (a live minute's 8 samples: 260 µs of client CPU, as one
+    statement 120); and when every batch is such an upsert, they are one statement together,
+    each but the last a ``WITH`` of it (a live write's samples and their rollups: a statement
+    costs the client 50-100 µs however small). Other rows (an int or a ``"50"`` in a float
+    column, which the database converts; a NaN) and SQLite, whose ``executemany`` is the
+    library's own loop in C, go through the driver's ``executemany``, the statement compiled
+    once."""
+    batches = [batch for batch in batches if batch[1]]
+    parts = [_json_parts(conn, *batch) for batch in batches]
+    if len(batches) > 1 and all(part is not None and len(part) == 1 for part in parts):
+        statements = [part[0] for part in parts if part is not None]
+        *first, (last, _) = statements
+        ctes = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(first))
+        send(conn, f"WITH {ctes} {last}", [text for _, text in statements])
         return
+    for batch, part in zip(batches, parts, strict=True):
+        if part is None:
+            _execute_rows(conn, *batch)
+        for sql, text in part or ():
+            send(conn, sql, (text,))
+
+
+def _execute_rows(
+    conn: Connection, stmt: sa.Executable, rows: Sequence[Mapping[str, Any]], table: sa.Table
+) -> None:
+    """The rows through the driver's ``executemany``, bound as SQLAlchemy binds them."""
     sql, positions = _compiled(stmt, conn.dialect)
     names = list(positions or rows[0].keys())
-    columns = []
-    for name in names:
-        values = [row[name] for row in rows]
-        bind = _binder(table.c[name], conn.dialect)
-        columns.append(values if bind is None else list(map(bind, values)))
-    params: list[Any] = list(zip(*columns, strict=True))
+    params: list[Any] = list(zip(*_bound(conn, table, names, rows), strict=True))
     if positions is None:  # PostgreSQL's %(name)s
         params = [dict(zip(names, values, strict=True)) for values in params]
-    conn.exec_driver_sql(sql, params)
+    send_many(conn, sql, params)
+
+
+def _bound(
+    conn: Connection, table: sa.Table, names: Sequence[str], rows: Sequence[Mapping[str, Any]]
+) -> list[Sequence[Any]]:
+    """The values of the columns ``names`` of ``rows``, column by column, each bound by its
+    column type's processor."""
+    values = map(operator.itemgetter(*names), rows)
+    if len(names) == 1:  # itemgetter of one name: the value, not a tuple
+        columns: list[Sequence[Any]] = [list(values)]
+    else:
+        columns = list(zip(*values, strict=True))
+    for i, column in _processed(table, tuple(names), conn.dialect):
+        bind = _binder(column, conn.dialect)
+        columns[i] = list(map(bind, columns[i]))  # type: ignore[arg-type]
+    return columns
+
+
+@functools.lru_cache(maxsize=64)
+def _processed(
+    table: sa.Table, names: tuple[str, ...], dialect: Any
+) -> tuple[tuple[int, sa.Column[Any]], ...]:
+    """The columns of ``names`` whose type binds a value by a processor, with their place."""
+    columns = [(i, table.c[name]) for i, name in enumerate(names)]
+    return tuple((i, c) for i, c in columns if _binder(c, dialect) is not None)
+
+
+_JSON_ROWS = 10_000
+"""Rows per statement of an upsert from JSON (a rollup row is ~250 bytes of it)."""
+
+
+def _json_parts(
+    conn: Connection, stmt: sa.Executable, rows: Sequence[Mapping[str, Any]], table: sa.Table
+) -> list[tuple[str, str]] | None:
+    """On PostgreSQL, the :func:`tracker.store.schema.upsert` ``stmt`` of ``rows`` as
+    statements of :func:`_json_upsert`, each with its one parameter, a JSON text of up to
+    :data:`_JSON_ROWS` rows (each an array of the bound values of every column in order). None
+    for another statement or database, or when a value is not of its column's own Python type
+    (an int in a float column, a bool in an int one) or is a float JSON has no number for
+    (NaN, ±inf).
+
+    Exact: a float is written as the shortest text that reads back as the same float, and the
+    server reads it so; a time in ISO 8601 with its offset. A key that comes twice is written
+    once, at its first place, with its last values (one statement may not update a row twice):
+    what row after row leaves.
+
+    Not arrays (``unnest(%b::float8[], …)``): psycopg dumps an array element by element in
+    Python, so that 8 rollups as 19 arrays cost the client 190 µs, as JSON 110."""
+    conflict: tuple[tuple[str, ...], bool] | None
+    conflict = stmt.get_execution_options().get(UPSERT_OPTION)
+    if conn.dialect.name != "postgresql" or conflict is None:
+        return None
+    keys, update = conflict
+    names, types, key = _json_plan(table, keys)
+    columns = _bound(conn, table, names, rows)
+    for kinds, values in zip(types, columns, strict=True):
+        if not kinds.issuperset(map(type, values)):
+            return None
+    values_of: list[tuple[Any, ...]] = list(zip(*columns, strict=True))
+    if update:
+        latest = {key(row): row for row in values_of}  # a key's first place, its last values
+        if len(latest) < len(values_of):
+            values_of = list(latest.values())
+    sql = _json_upsert(table, keys, update, conn.dialect)
+    try:
+        return [
+            (sql, _JSON.encode(values_of[i : i + _JSON_ROWS]))
+            for i in range(0, len(values_of), _JSON_ROWS)
+        ]
+    except ValueError:  # NaN, ±inf
+        return None
+
+
+_JSON = json.JSONEncoder(
+    allow_nan=False,
+    ensure_ascii=False,
+    separators=(",", ":"),
+    default=datetime.isoformat,  # the only other type let through: an aware time
+)
+
+
+@functools.lru_cache(maxsize=16)
+def _json_plan(
+    table: sa.Table, keys: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[frozenset[type], ...], Callable[[Sequence[Any]], Any]]:
+    """For :func:`_json_parts`: the names of ``table``'s columns in order; per column, the
+    Python types it sends as they are: the column type's own (exactly: no bool for an int, no
+    int for a float), and None; and a row's key (the values of ``keys``)."""
+    types = []
+    for column in table.c:
+        type_ = column.type
+        if isinstance(type_, sa.TypeDecorator):  # UTCDateTime: bound as an aware datetime
+            type_ = type_.impl_instance
+        types.append(frozenset((type_.python_type, type(None))))
+    names = tuple(c.name for c in table.c)
+    key = operator.itemgetter(*(names.index(k) for k in keys))
+    return names, tuple(types), key
+
+
+@functools.lru_cache(maxsize=16)
+def _json_upsert(table: sa.Table, keys: tuple[str, ...], update: bool, dialect: Any) -> str:
+    """PostgreSQL's upsert of ``table`` from one parameter, a JSON array of rows, each row an
+    array of the values of every column in order (:func:`_json_parts`)."""
+    quote = dialect.identifier_preparer.quote
+    names = ", ".join(quote(c.name) for c in table.c)
+    values = ", ".join(
+        f"(r ->> {i})::{c.type.compile(dialect=dialect)}" for i, c in enumerate(table.c)
+    )
+    target = ", ".join(quote(k) for k in keys)
+    action = "DO NOTHING"
+    if update:
+        others = [quote(c.name) for c in table.c if c.name not in keys]
+        action = "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in others)
+    return (
+        f"INSERT INTO {quote(table.name)} ({names}) "
+        f"SELECT {values} FROM json_array_elements(%s::json) AS r "
+        f"ON CONFLICT ({target}) {action}"
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -214,33 +379,52 @@ def _appendable(
         gpus = by_run[run_id]
         if not q.sqlite:
             lock = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
-            conn.exec_driver_sql(lock, (_RUN_LOCK, run_id))
+            fetch(conn, lock, (_RUN_LOCK, run_id))
         start, end = min(gpus.values()), max(gpus.values())
+        since = _minute_at(epoch_minute(start) - WINDOW_MIN)
         # only the GPUs written: a node of a many-node run writes its own
         names = list(gpus)
-        later = (
-            f"SELECT gpu, MAX(minute) FROM samples WHERE run_id = {q.mark} AND "
-            f"minute >= {q.mark} AND gpu IN ({', '.join([q.mark] * len(names))}) GROUP BY gpu"
-        )
         context: dict[str, list[ContextRow]] = {gpu: [] for gpu in gpus}
-        found = conn.exec_driver_sql(later, (run_id, q.time_value(start), *names))
-        for gpu, last in found:
-            if gpu not in context:
+        # in one statement: each GPU's last minute from the first written on (kind 0), then
+        # the rows between, GPU by GPU (1: a GPU found recomputed has its window read for
+        # nothing)
+        later = (
+            f"SELECT 0, gpu, NULL, NULL, NULL, NULL, MAX(minute) FROM samples WHERE "
+            f"run_id = {q.mark} AND minute >= {q.mark} AND gpu IN ({_marks(q, names)}) "
+            "GROUP BY gpu"
+        )
+        columns, where, params = _between_sql(q, run_id, names, since=since, until=end)
+        sql = f"{later} UNION ALL SELECT 1, {columns}, NULL {where} ORDER BY 1, 2, 3"
+        found = fetch(conn, sql, (run_id, q.time_value(start), *names, *params))
+        for kind, rows in itertools.groupby(found, key=_KIND):
+            if kind == 0:
+                for row in rows:
+                    gpu, last = row[1], row[6]
+                    bound = q.time_value(gpus[gpu])
+                    # a stored row at or after the first one written (or a SQLite minute that
+                    # is no text, which no time compares with): recomputed, not added to
+                    if type(last) is not type(bound) or last >= bound:
+                        context.pop(gpu, None)
                 continue
-            bound = q.time_value(gpus[gpu])
-            # a stored row at or after the first one written (or a SQLite minute that is no
-            # text, which no time compares with): recomputed, not added to
-            if type(last) is not type(bound) or last >= bound:
-                del context[gpu]
-        if not context:
-            continue
-        since = _minute_at(epoch_minute(start) - WINDOW_MIN)
-        for gpu, minute, covered, util, sm in _between(
-            conn, q, run_id, list(context), since=since, until=end
-        ):
-            context[gpu].append((_epoch_minute(q, minute), covered, util, sm))
+            for gpu, group in itertools.groupby(rows, key=_GPU):
+                if (series := context.get(gpu)) is None:
+                    continue
+                if q.sqlite:
+                    series += [(_epoch_minute(q, r[2]), *r[3:6]) for r in group]
+                else:  # epoch minutes already
+                    series += map(_CONTEXT, group)
         out.update(((run_id, gpu), rows) for gpu, rows in context.items())
     return out
+
+
+_KIND = operator.itemgetter(0)
+_GPU = operator.itemgetter(1)
+_CONTEXT = operator.itemgetter(slice(2, 6))
+"""A context row (:data:`tracker.store.rollups.ContextRow`) of a row :func:`_appendable` reads."""
+
+
+def _marks(q: SampleSQL, values: Sequence[Any]) -> str:
+    return ", ".join([q.mark] * len(values))
 
 
 def _minute_at(epoch_minute: int) -> datetime:
@@ -266,6 +450,26 @@ def _text_minute(raw: str) -> int | None:
     return None if moment is None else epoch_minute(moment)
 
 
+def _between_sql(
+    q: SampleSQL, run_id: str, gpus: Sequence[str], *, since: datetime, until: datetime
+) -> tuple[str, str, tuple[Any, ...]]:
+    """What :func:`_between` reads: its columns, its ``FROM … WHERE …`` and the parameters."""
+    columns = ", ".join(
+        (
+            "gpu",
+            "minute" if q.sqlite else "FLOOR(EXTRACT(EPOCH FROM minute) / 60)::bigint",
+            checked_value("covered_s", COVERED_S_RANGE),
+            checked_value("util_pct", (0.0, 100.0)),
+            checked_value("sm_active_pct", (0.0, 100.0)),
+        )
+    )
+    where = (
+        f"FROM samples WHERE run_id = {q.mark} AND minute >= {q.mark} AND minute < {q.mark} "
+        f"AND gpu IN ({_marks(q, gpus)})"
+    )
+    return columns, where, (run_id, q.time_value(since), q.time_value(until), *gpus)
+
+
 def _between(
     conn: Connection,
     q: SampleSQL,
@@ -279,31 +483,20 @@ def _between(
     GPU, the minute (SQLite: as the driver returns it; PostgreSQL: epoch minutes),
     ``covered_s``, ``util_pct`` and ``sm_active_pct`` where they are usable numbers, else NULL
     (as :func:`tracker.store.rollups.rollups_of` checks them)."""
-    where = (
-        f"run_id = {q.mark} AND minute >= {q.mark} AND minute < {q.mark} "
-        f"AND gpu IN ({', '.join([q.mark] * len(gpus))})"
-    )
-    params = (run_id, q.time_value(since), q.time_value(until), *gpus)
-    names = ", ".join(
-        (
-            "gpu",
-            "minute" if q.sqlite else "FLOOR(EXTRACT(EPOCH FROM minute) / 60)::bigint",
-            checked_value("covered_s", COVERED_S_RANGE),
-            checked_value("util_pct", (0.0, 100.0)),
-            checked_value("sm_active_pct", (0.0, 100.0)),
-        )
-    )
-    sql = f"SELECT {names} FROM samples WHERE {where} ORDER BY minute"
-    return list(conn.exec_driver_sql(sql, params).all())
+    columns, where, params = _between_sql(q, run_id, gpus, since=since, until=until)
+    sql = f"SELECT {columns} {where} ORDER BY minute"
+    return fetch(conn, sql, params)
 
 
 def _append(
     conn: Connection,
     context: Mapping[tuple[str, str], list[ContextRow]],
     rows: Iterable[Mapping[str, Any]],
-) -> None:
-    """Add ``rows``, appended to the series in ``context`` (:func:`_appendable`), to the stored
-    rollups of their hours (:func:`tracker.store.rollups.appended`)."""
+) -> list[Rollup]:
+    """The stored rollups of the hours of ``rows``, appended to the series in ``context``
+    (:func:`_appendable`), with the rows added (:func:`tracker.store.rollups.appended`): to be
+    written. Reads rollups and rows before the appended ones only: the same before or after
+    the rows are written."""
     q, nan = _selection(conn), _nan(conn)
     new: dict[tuple[str, str], list[MinuteRow]] = {key: [] for key in context}
     for r in rows:
@@ -318,7 +511,7 @@ def _append(
     names = ", ".join(COLUMNS)
     for run_id, hour in since.items():
         sql = f"SELECT {names} FROM rollups WHERE run_id = {q.mark} AND hour >= {q.mark}"
-        for values in conn.exec_driver_sql(sql, (run_id, hour)):
+        for values in fetch(conn, sql, (run_id, hour)):
             kept = Rollup(**dict(zip(COLUMNS, values, strict=True)))
             if (key := (run_id, kept.gpu)) in stored:
                 stored[key][kept.hour] = kept
@@ -338,7 +531,7 @@ def _append(
         out += appended(
             run_id, gpu, context[(run_id, gpu)], series, stored[(run_id, gpu)], deeper=deeper
         )
-    _write(conn, out)
+    return out
 
 
 def write_samples(
@@ -359,13 +552,15 @@ def write_samples(
     written). ``keep_rollups`` False: a version 1 store, which has none."""
     live = {k: m for k, m in first.items() if k[0] not in dropped}
     context = _appendable(conn, live) if params and keep_rollups else {}
-    execute_many(conn, stmt, params, table)
+    added = _append(conn, context, (p for p in params if (p["run_id"], p["gpu"]) in context))
+    # the rows and the rollups added to in one statement where they can be (execute_all)
+    rollup_rows = [r.as_row() for r in added]
+    execute_all(conn, [(stmt, params, table), (_rollup_upsert(conn), rollup_rows, rollups_table)])
     if not params or not keep_rollups:
         return
     given = set(rollups) & dropped
     _write(conn, [r for run_id in given for r in rollups[run_id]])
     write_fresh(conn, (p for p in params if p["run_id"] in dropped - given))
-    _append(conn, context, (p for p in params if (p["run_id"], p["gpu"]) in context))
     refresh(conn, {k: m for k, m in live.items() if k not in context})
 
 

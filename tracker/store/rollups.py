@@ -17,10 +17,13 @@ rule (seconds-weighted, as live and in the report).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from itertools import compress
+from typing import Any, cast
 
 from tracker.cost import SM_ACTIVE_THRESHOLDS, Thresholds, idle_flags
 from tracker.record import MinuteSample
@@ -71,10 +74,11 @@ class Rollup:
     """Rows whose minute is not shaped like a time (only in the :data:`MISSHAPED_HOUR` row)."""
 
     def as_row(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in COLUMNS}
+        return dict(zip(COLUMNS, _values(self), strict=True))
 
 
 COLUMNS = tuple(f.name for f in dataclasses.fields(Rollup))
+_values = operator.attrgetter(*COLUMNS)
 
 
 def _number(raw: Any, low: float, high: float) -> float | None:
@@ -250,29 +254,39 @@ def appended(
     def at(hour: int) -> Rollup:
         if hour not in out:
             old = stored.get(hour)
-            out[hour] = (
-                dataclasses.replace(old) if old else Rollup(run_id=run_id, gpu=gpu, hour=hour)
-            )
+            out[hour] = Rollup(**vars(old)) if old else Rollup(run_id=run_id, gpu=gpu, hour=hour)
         return out[hour]
 
-    new_flags: list[list[bool]] = []
+    # the rows each window looks at, listed once for both bases (their windows are alike)
+    spans: dict[tuple[str, int], _Span] = {}
+
+    def span(kind: str, window: int) -> _Span:
+        if (kind, window) not in spans:
+            if kind == "new":  # the last window - 1 rows and the new ones
+                part = _Span([row for row in rows if row[0] >= first - (window - 1)], fresh)
+            elif kind == "before":  # the window rows before the new ones
+                part = _Span([row for row in rows if row[0] >= first - window], [])
+            else:
+                part = _Span(_usable_context(deeper()), [])
+            spans[(kind, window)] = part
+        return spans[(kind, window)]
+
+    new_flags: list[tuple[bool, ...]] = []
     flips: list[list[int]] = []  # per basis, the context rows turned idle
     # (minute, seconds, utilization, SM activity): the bases' values are columns 2 and 3,
     # in the order of ROLLUP_RULES (util, sm_active), as flips[0] and flips[1] below
     for column, (pct, window) in enumerate(ROLLUP_RULES.values(), start=2):
-        tail = [row for row in rows if row[0] >= first - (window - 1)]
-        part = _flags([*tail, *fresh], column, pct, window)
-        new_flags.append(part[len(tail) :])
-        turned = [i for i in range(len(tail)) if part[i]]
-        if turned:
-            shallow = [row for row in rows if row[0] >= first - window]
-            old = _flags(shallow, column, pct, window)[len(shallow) - len(tail) :]
+        tail = span("new", window)
+        part = tail.flags(column, pct, window)
+        new_flags.append(part[tail.context :])
+        turned = list(compress(range(tail.context), part))
+        for kind in ("before", "deeper"):
+            if not turned:
+                break
+            back = span(kind, window)
+            old = back.flags(column, pct, window)[back.context - tail.context :]
             turned = [i for i in turned if not old[i]]
-        if turned:
-            deep = _usable_context(deeper())
-            old = _flags(deep, column, pct, window)[len(deep) - len(tail) :]
-            turned = [i for i in turned if not old[i]]
-        offset = len(rows) - len(tail)
+        offset = len(rows) - tail.context
         flips.append([offset + i for i in turned])
     for i in sorted({*flips[0], *flips[1]}):
         m, s, u, sm = rows[i]
@@ -309,7 +323,8 @@ def _usable_context(
     rows: Iterable[ContextRow],
 ) -> list[tuple[int, float, float | None, float | None]]:
     """The rows :func:`rollups_of` counts: a minute that is a time, seconds in [0, 60]."""
-    return [(m, c, u, sm) for m, c, u, sm in rows if m is not None and c is not None]
+    usable = [row for row in rows if row[0] is not None and row[1] is not None]
+    return cast("list[tuple[int, float, float | None, float | None]]", usable)
 
 
 def _usable(rows: Iterable[MinuteRow]) -> list[_Usable]:
@@ -332,13 +347,39 @@ def _usable(rows: Iterable[MinuteRow]) -> list[_Usable]:
     return out
 
 
-def _flags(rows: Sequence[tuple[Any, ...]], column: int, pct: float, window: int) -> list[bool]:
-    """The idle rule over ``rows`` ((epoch minute, seconds, utilization, SM activity, …)) by
-    the value in ``column``."""
-    return idle_flags(
-        [row[column] for row in rows],
-        [row[1] for row in rows],
-        threshold_pct=pct,
-        window=window,
-        minutes=[row[0] for row in rows],
-    )
+class _Span:
+    """Checked rows in minute order (:func:`_usable_context` ones, then any :func:`_usable`
+    ones: ``context`` and ``fresh``), their minutes and seconds listed once for the idle rule
+    by each basis."""
+
+    def __init__(self, context: Sequence[tuple[Any, ...]], fresh: Sequence[tuple[Any, ...]]):
+        self.rows = [*context, *fresh]
+        self.context = len(context)
+        self.minutes = tuple(map(_COLUMN[0], self.rows))
+        self.seconds = tuple(map(_COLUMN[1], self.rows))
+
+    def flags(self, column: int, pct: float, window: int) -> tuple[bool, ...]:
+        """The idle rule over the rows by the value in ``column`` (2: utilization, 3: SM
+        activity)."""
+        values = tuple(map(_COLUMN[column], self.rows))
+        return _span_flags(values, self.seconds, self.minutes, pct, window)
+
+
+_COLUMN = [operator.itemgetter(i) for i in range(4)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _span_flags(
+    values: tuple[float | None, ...],
+    seconds: tuple[float, ...],
+    minutes: tuple[int, ...],
+    pct: float,
+    window: int,
+) -> tuple[bool, ...]:
+    """:func:`tracker.cost.idle_flags` of one span, kept for the next minute: the window
+    before a live write's new rows is the span the write of the minute before looked at, so
+    that an idle series costs the rule once a minute, not twice, and the series of GPUs that
+    read alike (idle at 0%) once for all of them. The rule is a function of these values
+    alone: a result is used again only for equal ones."""
+    flags = idle_flags(values, seconds, threshold_pct=pct, window=window, minutes=minutes)
+    return tuple(flags)

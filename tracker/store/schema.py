@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -196,6 +197,12 @@ def insert(dialect_name: str, table: sa.Table) -> postgresql.Insert | sqlite.Ins
     return postgresql.insert(table) if dialect_name == "postgresql" else sqlite.insert(table)
 
 
+UPSERT_OPTION = "gpu_kpi_upsert"
+"""Execution option of an :func:`upsert` statement: ``(keys, update)``, its arguments, so that
+a bulk write can send the same upsert of many rows as one statement
+(:func:`tracker.store.rollup_sql.execute_all`)."""
+
+
 @functools.cache
 def upsert(
     dialect_name: str, table: sa.Table, keys: tuple[str, ...], *, update: bool = True
@@ -205,9 +212,11 @@ def upsert(
     stmt = insert(dialect_name, table)
     index = [table.c[k] for k in keys]
     if not update:
-        return stmt.on_conflict_do_nothing(index_elements=index)
-    others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys}
-    return stmt.on_conflict_do_update(index_elements=index, set_=others)
+        done = stmt.on_conflict_do_nothing(index_elements=index)
+    else:
+        others = {c.name: stmt.excluded[c.name] for c in table.c if c.name not in keys}
+        done = stmt.on_conflict_do_update(index_elements=index, set_=others)
+    return done.execution_options(**{UPSERT_OPTION: (keys, update)})
 
 
 def utc(value: datetime) -> datetime:
@@ -241,11 +250,12 @@ def row_to_run(row: sa.RowMapping) -> RunRecord:
 
 _SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(MinuteSample))
 _RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
+_sample_values = operator.attrgetter(*_SAMPLE_FIELDS)
 
 
 def sample_to_row(sample: MinuteSample) -> dict[str, Any]:
     # the fields as they are (all plain values): asdict's deep copy cost 70 µs a row
-    row = {name: getattr(sample, name) for name in _SAMPLE_FIELDS}
+    row = dict(zip(_SAMPLE_FIELDS, _sample_values(sample), strict=True))
     row["minute"] = utc(sample.minute)
     row["run_id"], row["gpu"] = storable(sample.run_id), storable(sample.gpu)
     return row
