@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-import functools
+import gc
 import os
 import re
 import time
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from fakes import StoreTemplates
     from sqlalchemy.engine import URL, Engine
 
 
@@ -25,42 +26,47 @@ if os.environ.get("GPU_KPI_TEST_FAST") == "1":  # make test-fast; see fakes.exam
     settings.load_profile("fast")
 
 
-# -- collection: a module of framework tests is not even imported when -m rules them out ---------
+# -- collection: a module whose tests -m rules out is not even imported ---------------------------
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave out, unimported, a test module whose every test is marked ``trainer`` (by its
-    module-level ``pytestmark``) when ``-m`` rules ``trainer`` out.
+    """Leave out, unimported, a test module whose every test carries a marker that ``-m`` rules
+    out (by its module-level ``pytestmark``): with ``make test-fast``'s ``-m``, the modules
+    marked ``trainer``, ``service``, ``slow``, ``prometheus`` or ``slurm`` as a whole.
 
-    Such modules import torch, Lightning or transformers at the top (their test classes subclass
-    the frameworks'). Collection imports a module before ``-m`` deselects its tests, so without
-    this the fast suite (``make test-fast``) would pay for those imports and run none of them.
+    Collection imports a module (and rewrites its asserts) before ``-m`` deselects its tests:
+    a ``trainer`` module imports torch, Lightning or transformers at the top (its test classes
+    subclass the frameworks'), a ``service`` module hundreds of lines of servers' tests. Without
+    this the fast suite would pay for those imports and run none of their tests.
     ``tests/test_fast_suite.py`` checks that collecting the fast suite imports no framework.
     """
     name = collection_path.name
     if not (name.startswith("test_") and name.endswith(".py")):
         return None
-    if not rules_out(config.getoption("markexpr") or "", "trainer"):
-        return None
-    return True if marks_whole_module(collection_path, "trainer") else None
+    markers = ruled_out(config.getoption("markexpr") or "")
+    if markers and whole_module_marks(collection_path) & markers:
+        return True
+    return None
 
 
-def rules_out(expr: str, marker: str) -> bool:
-    """Whether the ``-m`` expression ``expr`` is false for every test marked ``marker``: here,
-    when it is a plain conjunction (``a and not b and ...``, no ``or``, no parentheses) with
-    ``not <marker>`` among its terms. Anything else is left to pytest."""
+def ruled_out(expr: str) -> set[str]:
+    """The markers the ``-m`` expression ``expr`` is false for, whatever a test's other marks:
+    the ``not <marker>`` terms of a plain conjunction (``a and not b and ...``, no ``or``, no
+    parentheses). Anything else is left to pytest: none."""
     if not expr or "(" in expr or re.search(r"\bor\b", expr):
-        return False
+        return set()
     terms = [" ".join(term.split()) for term in re.split(r"\band\b", expr)]
-    return f"not {marker}" in terms
+    return {t.removeprefix("not ") for t in terms if re.fullmatch(r"not \w+", t)}
 
 
-def marks_whole_module(path: Path, marker: str) -> bool:
-    """Whether the module at ``path`` marks all its tests ``marker`` with a top-level
-    ``pytestmark`` (a mark or a list of marks), read from its source without importing it."""
+def whole_module_marks(path: Path) -> set[str]:
+    """The markers the module at ``path`` gives all its tests with a top-level ``pytestmark``
+    (a mark or a list of marks, ``pytest.mark.NAME``), read from its source without importing
+    it."""
     source = path.read_text(encoding="utf-8")
-    if f"pytest.mark.{marker}" not in source:
-        return False
+    if "pytestmark" not in source:
+        return set()
+    found: set[str] = set()
     for node in ast.parse(source).body:
         if not isinstance(node, ast.Assign):
             continue
@@ -69,14 +75,32 @@ def marks_whole_module(path: Path, marker: str) -> bool:
         for sub in ast.walk(node.value):
             if (
                 isinstance(sub, ast.Attribute)
-                and sub.attr == marker
                 and isinstance(sub.value, ast.Attribute)
                 and sub.value.attr == "mark"
                 and isinstance(sub.value.value, ast.Name)
                 and sub.value.value.id == "pytest"
             ):
-                return True
-    return False
+                found.add(sub.attr)
+    return found
+
+
+# -- the garbage collector: what the modules before left alive is not scanned again ------------
+
+_frozen_for: list[Path] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """At a test module's first test, collect the garbage the module before left, then freeze
+    what is still alive (the imported libraries, the collected tests, session fixtures): the
+    cyclic collector's full passes then scan only what the tests since made. Those passes over
+    pandas', SQLAlchemy's and matplotlib's objects cost seconds of CPU in the fast suite; an
+    object a test makes is collected as ever."""
+    if _frozen_for and _frozen_for[-1] == item.path:
+        return
+    _frozen_for[:] = [item.path]
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
@@ -84,16 +108,9 @@ def _isolated_user_dirs(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No test reads the developer's config or writes to their data dir (store, spool)."""
-    home = tmp_path_factory.mktemp("xdg")
-    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
-    for key in list(os.environ):
-        if (key.startswith("GPU_KPI_") and key != "GPU_KPI_TEST_PG") or key.startswith("SLURM_"):
-            monkeypatch.delenv(key)
-    for key in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BUILDKITE_BRANCH"):
-        monkeypatch.delenv(key, raising=False)  # a run recorded in CI names its branch
-    for key in ("CIRCLE_BRANCH", "BITBUCKET_BRANCH", "GIT_BRANCH", "CI_MERGE_REQUEST_IID"):
-        monkeypatch.delenv(key, raising=False)
+    from fakes import isolate_user_dirs
+
+    isolate_user_dirs(monkeypatch, tmp_path_factory.mktemp("xdg"))
 
 
 # -- run store: one fresh store per test, on SQLite and on PostgreSQL ----------------------------
@@ -176,18 +193,15 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.5)
 
 
+@pytest.fixture(scope="module")
+def store_templates(tmp_path_factory: pytest.TempPathFactory) -> StoreTemplates:
+    """Stores filled once for the module and copied for each test (:class:`StoreTemplates`)."""
+    from fakes import StoreTemplates
+
+    return StoreTemplates(tmp_path_factory)
+
+
 # -- charts ------------------------------------------------------------------------------------
-@functools.cache
-def _blank_png() -> bytes:
-    import io
-
-    from PIL import Image
-
-    from reports.render.charts import HEIGHT_PX, WIDTH_PX
-
-    buf = io.BytesIO()
-    Image.new("P", (WIDTH_PX, HEIGHT_PX), 0).save(buf, format="PNG")
-    return buf.getvalue()
 
 
 @pytest.fixture
@@ -195,9 +209,9 @@ def blank_charts(monkeypatch: pytest.MonkeyPatch) -> None:
     """The report's charts as blank PNGs of their size, for tests of what the pages say and
     where they are written: drawing the five matplotlib charts costs more CPU than the rest of
     a report. The charts themselves are drawn and checked in ``tests/reports/render/``."""
-    from reports.render import charts
+    from fakes import draw_blank_charts
 
-    monkeypatch.setattr(charts, "charts", lambda k: dict.fromkeys(charts.CHART_NAMES, _blank_png()))
+    draw_blank_charts(monkeypatch)
 
 
 # -- the docs' examples, counted ------------------------------------------------------------------

@@ -1,14 +1,18 @@
 """Test doubles shared by the tests: an injected clock (and letting time pass on it), a sink
-that keeps what it gets, run records and minute rows."""
+that keeps what it gets, run records and minute rows, blank charts."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
+
+import pytest
 
 from tracker.record import MinuteSample, RunRecord
 
@@ -16,6 +20,23 @@ T = TypeVar("T")
 
 FAST = os.environ.get("GPU_KPI_TEST_FAST") == "1"
 """Set by ``make test-fast``: property tests try a tenth of their examples (``make test`` all)."""
+
+
+def isolate_user_dirs(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """While ``monkeypatch`` holds, the user's config and data dirs are under ``home`` and no
+    ``GPU_KPI_*``, ``SLURM_*`` or CI branch variable is set: nothing reads the developer's
+    config or writes to their data dir (store, spool). Every test has it (``conftest.py``); a
+    fixture that fills a store once for a module takes it too, with a
+    ``pytest.MonkeyPatch.context()``: it runs before the first test's own."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    for key in list(os.environ):
+        if (key.startswith("GPU_KPI_") and key != "GPU_KPI_TEST_PG") or key.startswith("SLURM_"):
+            monkeypatch.delenv(key)
+    for key in ("GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BUILDKITE_BRANCH"):
+        monkeypatch.delenv(key, raising=False)  # a run recorded in CI names its branch
+    for key in ("CIRCLE_BRANCH", "BITBUCKET_BRANCH", "GIT_BRANCH", "CI_MERGE_REQUEST_IID"):
+        monkeypatch.delenv(key, raising=False)
 
 
 def examples(n: int) -> int:
@@ -178,3 +199,63 @@ def slurm_job(
     )
     values.update(kw)
     return Allocation(**values)  # type: ignore[arg-type]
+
+
+@functools.cache
+def _blank_png() -> bytes:
+    import io
+
+    from PIL import Image
+
+    from reports.render.charts import HEIGHT_PX, WIDTH_PX
+
+    buf = io.BytesIO()
+    Image.new("P", (WIDTH_PX, HEIGHT_PX), 0).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def draw_blank_charts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the report's charts blank PNGs of their size while ``monkeypatch`` holds (the
+    ``blank_charts`` fixture; a module's fixture passes a ``pytest.MonkeyPatch.context()``)."""
+    from reports.render import charts
+
+    monkeypatch.setattr(charts, "charts", lambda k: dict.fromkeys(charts.CHART_NAMES, _blank_png()))
+
+
+def copy_store(template_url: str, url: str) -> None:
+    """Make the SQLite store at ``url`` a copy of the one at ``template_url`` (its folder too):
+    a store a module fills once, handed to each test as a file of its own to change."""
+    import sqlite3
+    from contextlib import closing
+
+    prefix = "sqlite:///"
+    assert template_url.startswith(prefix) and url.startswith(prefix), (template_url, url)
+    target = Path(url.removeprefix(prefix))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        closing(sqlite3.connect(template_url.removeprefix(prefix))) as source,
+        closing(sqlite3.connect(target)) as copy,
+    ):
+        source.backup(copy)
+
+
+class StoreTemplates:
+    """Stores a test module fills the same way again and again, filled once: ``made(url, key,
+    fill)`` leaves the store at ``url`` as ``fill(url)`` would. On SQLite the first call for a
+    ``key`` fills a store of the module's and each call after copies it; on PostgreSQL
+    ``fill`` runs every time. Each test gets a store of its own to change (the
+    ``store_templates`` fixture of ``conftest.py``, one per module)."""
+
+    def __init__(self, folders: pytest.TempPathFactory) -> None:
+        self._folders = folders
+        self._made: dict[str, str] = {}
+
+    def made(self, url: str, key: str, fill: Callable[[str], object]) -> None:
+        if not url.startswith("sqlite:///"):
+            fill(url)
+            return
+        if key not in self._made:
+            template = f"sqlite:///{self._folders.mktemp('template') / 'runs.db'}"
+            fill(template)
+            self._made[key] = template
+        copy_store(self._made[key], url)

@@ -2,8 +2,9 @@
 
 Collection imports every test module before ``-m`` deselects its tests, so a module that imports
 torch, Lightning or transformers at the top costs the fast suite seconds of CPU for tests it
-never runs. ``tests/conftest.py`` leaves out, unimported, the modules whose every test is marked
-``trainer``; any other test imports a framework inside the test or fixture that needs it.
+never runs. ``tests/conftest.py`` leaves out, unimported, the modules whose every test carries a
+marker ``-m`` rules out (``trainer`` among them); any other test imports a framework inside the
+test or fixture that needs it.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def test_collecting_the_fast_suite_imports_no_framework() -> None:
 
 def test_the_check_finds_a_planted_framework_import(tmp_path: Path) -> None:
     """A test of the test: in a planted tree, a trainer module's top-level import is left out
-    of the fast suite's collection, a plain module's is not, and ``-m trainer`` loads both."""
-    for name in ("planted_framework", "planted_library"):
+    of the fast suite's collection, and so is a service module's; a plain module's is not, and
+    ``-m trainer`` loads all three."""
+    planted = ("planted_framework", "planted_library", "planted_server")
+    for name in planted:
         (tmp_path / f"{name}.py").write_text("")
     (tmp_path / "test_trainer_module.py").write_text(
         "import pytest\nimport planted_framework\n\n"
@@ -84,11 +87,14 @@ def test_the_check_finds_a_planted_framework_import(tmp_path: Path) -> None:
     (tmp_path / "test_plain_module.py").write_text(
         "import planted_library\n\n\ndef test_b() -> None:\n    pass\n"
     )
-    planted = ("planted_framework", "planted_library")
+    (tmp_path / "test_service_module.py").write_text(
+        "import pytest\nimport planted_server\n\n"
+        "pytestmark = pytest.mark.service\n\n\ndef test_c() -> None:\n    pass\n"
+    )
     # the repository's conftest as a plugin: its collection hook, in a tree of its own
     path = [tmp_path, ROOT, ROOT / "tests"]
     args = ["-p", "conftest", "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)]
     rc, loaded = collect(fast_expression(), planted, args, tmp_path, path)
     assert (rc, loaded) == (0, ["planted_library"])
     rc, loaded = collect("trainer", planted, args, tmp_path, path)
-    assert (rc, loaded) == (0, ["planted_framework", "planted_library"])
+    assert (rc, loaded) == (0, list(planted))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 from reports.build import backfill, build
 from reports.cli import main
@@ -22,12 +22,18 @@ NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)  # in W49: the last complete week is
 REQ = Request(week=None, tz=UTC, formats=("html", "json"))
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    u = f"sqlite:///{tmp_path / 'runs.db'}"
+def fill(u: str) -> None:
+    """W45: 4 GPU-h; W47: 6 GPU-h."""
     with RunStore(u) as store:
         store.upsert_run(run_record("a", W45 + timedelta(days=1), 4))  # W45: 4 GPU-h
         store.upsert_run(run_record("b", W45 + timedelta(days=15), 2, gpus=3))  # W47: 6 GPU-h
+
+
+@pytest.fixture
+def url(tmp_path: Path, store_templates: StoreTemplates) -> str:
+    """A store of :func:`fill`, the test's own (a copy of the module's)."""
+    u = f"sqlite:///{tmp_path / 'runs.db'}"
+    store_templates.made(u, "fill", fill)
     return u
 
 

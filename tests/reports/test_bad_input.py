@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from clirun import ROOT, gpu_kpi
-from fakes import examples, run_record
+from fakes import copy_store, examples, run_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli import one_line_error
@@ -48,11 +48,20 @@ def _no_user_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("GPU_KPI_STORE", raising=False)
 
 
-@pytest.fixture
-def store_url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
+@pytest.fixture(scope="module")
+def one_run_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A store of one run, made once for the module."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('one-run') / 'runs.db'}"
     with RunStore(url) as s:
         s.upsert_run(run_record("r1", MONDAY, 2.0))
+    return url
+
+
+@pytest.fixture
+def store_url(one_run_store: str, tmp_path: Path) -> str:
+    """A copy of the one-run store, the test's own."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    copy_store(one_run_store, url)
     return url
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from clirun import gpu_kpi
-from fakes import minutes, run_record
+from fakes import StoreTemplates, minutes, run_record
 
 from reports.budgets import period_lines
 from reports.kpi.budgets import Budget
@@ -49,10 +49,11 @@ def fill(url: str) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> list[str]:
-    """The filled store and the config: ``--store URL --config FILE``."""
+def store(tmp_path: Path, store_templates: StoreTemplates) -> list[str]:
+    """The filled store (a copy of the module's) and the config: ``--store URL --config
+    FILE``."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
+    store_templates.made(url, "fill", fill)
     cfg = tmp_path / "gpu-kpi.toml"
     cfg.write_text(CONFIG)
     return ["--store", url, "--config", str(cfg)]

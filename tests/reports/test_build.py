@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from clirun import gpu_kpi
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 from reports.build import build, compute, render
 from reports.data.scans import SampleScans
@@ -29,9 +29,8 @@ def record(id: str, start: datetime, hours: float, util: float | None, **kw: Any
     return run_record(id, start, hours, util=util, **kw)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/runs.db"
+def fill(url: str) -> None:
+    """W47's run, and W48's: busy, slow (no utilization, a name that is markup), sampled."""
     with RunStore(url) as s:
         s.upsert_run(record("last-week", W47 + timedelta(days=1), 2, 50.0, team="nlp"))
         s.upsert_run(record("busy", W48 + timedelta(days=1), 3, 90.0, team="nlp"))
@@ -59,6 +58,13 @@ def store(tmp_path: Path) -> str:
                 for i in range(60)
             ]
         )
+
+
+@pytest.fixture
+def store(tmp_path: Path, store_templates: StoreTemplates) -> str:
+    """A store of :func:`fill`, the test's own (a copy of the module's)."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    store_templates.made(url, "fill", fill)
     return url
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from clirun import gpu_kpi
-from fakes import run_record
+from fakes import draw_blank_charts, run_record
 
 from reports import build as report_build
 from reports import userfiles
@@ -58,10 +58,13 @@ def store(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def w47_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """W47's report of the same runs, archived once for the module (each test copies it)."""
+    """W47's report of the same runs, archived once for the module (each test copies it); its
+    charts blank, as no test here reads them."""
     folder = tmp_path_factory.mktemp("w47")
     url = fill(f"sqlite:///{folder}/runs.db")
-    build(url, Request(week="2026-W47", tz=UTC, formats=EVERY), folder / "out", now=NOW)
+    with pytest.MonkeyPatch.context() as mp:
+        draw_blank_charts(mp)
+        build(url, Request(week="2026-W47", tz=UTC, formats=EVERY), folder / "out", now=NOW)
     return folder / "out"
 
 

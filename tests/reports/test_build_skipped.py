@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 from reports.build import build, compute
 from reports.request import Request
@@ -114,13 +114,17 @@ the same way: drawing them for every case only made the suite slower)."""
     ],
 )
 def test_a_bad_run_is_left_out_counted_and_named_everywhere(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, statement: str, reason: str
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    store_templates: StoreTemplates,
+    statement: str,
+    reason: str,
 ) -> None:
     """Good runs only: a 2 h at 90% and b 2 GPU-h at 40%, at $3.85.
     GPU-hours 4; spend 4 × 3.85 = $15.40; utilization (2 × 90 + 2 × 40) / 4 = 65%;
     waste: a is over the 85% target, b 7.70 × (1 − 40/85) = $4.08."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
+    store_templates.made(url, "fill", fill)
     sql(url, statement)
     out = tmp_path / "out"
     pages = reason in PAGES_TOO
@@ -155,9 +159,11 @@ def test_a_bad_run_is_left_out_counted_and_named_everywhere(
     assert summary in line and f"<b>bad-run</b> (bad): {reason}" in line and "\n" not in line
 
 
-def test_inf_on_either_database(store_url: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_inf_on_either_database(
+    store_url: str, caplog: pytest.LogCaptureFixture, store_templates: StoreTemplates
+) -> None:
     """Bound as floats, ``inf`` and ``-inf`` are stored by SQLite and PostgreSQL alike."""
-    fill(store_url)
+    store_templates.made(store_url, "fill", fill)
     with RunStore(store_url) as s:
         s.upsert_run(run_record("bad2", W48 + timedelta(days=4), 1, util=10.0, name="bad-two"))
     sql(store_url, "UPDATE runs SET price_per_gpu_hour = :v WHERE id = 'bad'", v=float("inf"))
@@ -209,7 +215,10 @@ def corrupt(url: str, minute: int, column: str, value: object) -> None:
 
 
 def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
-    store_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store_url: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    store_templates: StoreTemplates,
 ) -> None:
     """Minute 5's utilization is text (SQLite) or NaN (PostgreSQL), minute 51's is inf: both
     count with utilization unknown. Minute 50's covered_s is text or inf: left out.
@@ -218,7 +227,7 @@ def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
     the idle stretch, so minutes 0–4 have no 30-minute window; minutes 6–39 (34) do:
     $3.85 × 34/60. Waste counts those 34 minutes in full; the other 25 minutes (2 unknown)
     by the busy utilization (11.58 − 34 × 2%) / (57 − 34) = 10.90 / 23 = 47.39%."""
-    sampled_run(store_url)
+    store_templates.made(store_url, "sampled_run", sampled_run)
     sqlite = store_url.startswith("sqlite")
     corrupt(store_url, 5, "util_pct", "abc" if sqlite else float("nan"))
     corrupt(store_url, 51, "util_pct", float("inf"))
@@ -252,11 +261,13 @@ def test_bad_sample_rows_are_left_out_or_unknown_and_the_run_stays(
     assert "sampled (s): 1 sample row, unusable covered_s: left out" in line
 
 
-def test_a_run_whose_samples_are_all_unusable_counts_from_its_summary(tmp_path: Path) -> None:
+def test_a_run_whose_samples_are_all_unusable_counts_from_its_summary(
+    tmp_path: Path, store_templates: StoreTemplates
+) -> None:
     """Every covered_s of run s is text: its 60 rows are left out, and the run is reported
     from its summary (1 GPU-h at 50%), like a run without samples."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    sampled_run(url)
+    store_templates.made(url, "sampled_run", sampled_run)
     sql(url, "UPDATE samples SET covered_s = 'x'")
     rebuilt(url)
     c = compute(url, Request(week="2026-W48", tz=UTC), now=NOW)
@@ -267,9 +278,11 @@ def test_a_run_whose_samples_are_all_unusable_counts_from_its_summary(tmp_path: 
     ]
 
 
-def test_a_clean_store_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_clean_store_says_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, store_templates: StoreTemplates
+) -> None:
     url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
+    store_templates.made(url, "fill", fill)
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
         d = report(url, out)
@@ -280,11 +293,13 @@ def test_a_clean_store_says_nothing(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert warnings(caplog) == []
 
 
-def test_a_run_with_an_unreadable_start_is_named_in_every_report(tmp_path: Path) -> None:
+def test_a_run_with_an_unreadable_start_is_named_in_every_report(
+    tmp_path: Path, store_templates: StoreTemplates
+) -> None:
     """``started_at = 'garbage'`` sorts after every week in SQL text order: the run was in no
     report and named in none. Now every week's report names it."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
+    store_templates.made(url, "fill", fill)
     sql(url, "UPDATE runs SET started_at = 'garbage' WHERE id = 'bad'")
     for week in ("2026-W40", "2026-W48"):
         c = compute(url, Request(week=week, tz=UTC), now=NOW)
@@ -307,13 +322,18 @@ def test_a_run_with_an_unreadable_start_is_named_in_every_report(tmp_path: Path)
     ],
 )
 def test_text_stored_as_bytes_is_decoded_and_the_run_counts(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, column: str, stored: str, text: str
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    store_templates: StoreTemplates,
+    column: str,
+    stored: str,
+    text: str,
 ) -> None:
     """A text column holding bytes made the JSON export raise (``bytes is not JSON
     serializable``); TEXT that is not UTF-8 failed the whole read. The run keeps its
     GPU-hours: 2 + 2 + 3 = 7 GPU-h at $3.85, nothing excluded, the text decoded everywhere."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
+    store_templates.made(url, "fill", fill)
     sql(url, f"UPDATE runs SET {column} = {stored} WHERE id = 'bad'")
     out = tmp_path / "out"
     with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
@@ -332,14 +352,14 @@ def test_text_stored_as_bytes_is_decoded_and_the_run_counts(
 
 
 def test_sample_rows_whose_minute_is_no_time_are_left_out_and_named(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, store_templates: StoreTemplates
 ) -> None:
     """Minute 0's stored minute is ``'2026-11-24 !!'`` (sorts first: the samples' earliest),
     minute 59's ``'2026-11-24 zz'`` (sorts last): the span query raised ValueError. Both rows
     are left out and named. GPU-hours: 58 minutes; known 58, used 39 × 2% + 19 × 60% = 12.18
     minute-fractions; idle minutes 1–39 (39, a 30-minute window) = $3.85 × 39/60."""
     url = f"sqlite:///{tmp_path}/runs.db"
-    sampled_run(url)
+    store_templates.made(url, "sampled_run", sampled_run)
     corrupt(url, 0, "minute", "2026-11-24 !!")
     corrupt(url, 59, "minute", "2026-11-24 zz")
     out = tmp_path / "out"
@@ -357,13 +377,15 @@ def test_sample_rows_whose_minute_is_no_time_are_left_out_and_named(
     assert "sampled (s): 2 sample rows, unreadable minute: left out" in line
 
 
-def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
+def test_the_json_export_never_raises_on_a_value_type(
+    tmp_path: Path, store_templates: StoreTemplates
+) -> None:
     """A value of a type no field should have (bytes, a set, an object) is written as text,
     and a figure past float's range as null: writing the JSON never fails on a value."""
     from reports.render.exports import to_dict, to_json
 
     url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
+    store_templates.made(url, "fill", fill)
     k = compute(url, Request(week="2026-W48", tz=UTC), now=NOW).kpis
     n = len(k.runs)
     odd = k.runs.assign(
@@ -379,11 +401,13 @@ def test_the_json_export_never_raises_on_a_value_type(tmp_path: Path) -> None:
     assert {r["gpu_hours"] for r in d["runs"]} == {None}
 
 
-def test_a_damaged_rollup_row_is_left_out_and_named(store_url: str) -> None:
+def test_a_damaged_rollup_row_is_left_out_and_named(
+    store_url: str, store_templates: StoreTemplates
+) -> None:
     """Run s's first hour of rollups (minutes 0-59 of 24 Nov 00:00) gets covered_s = inf in the
     database: the hour is left out of the figures (its run counts from nothing else in W48: 0
     GPU-hours) and named with the way to repair it; a rebuild brings the hour back."""
-    sampled_run(store_url)
+    store_templates.made(store_url, "sampled_run", sampled_run)
     sql(store_url, "UPDATE rollups SET covered_s = :v WHERE run_id = 's'", v=float("inf"))
     c = compute(store_url, Request(week="2026-W48", tz=UTC), now=NOW)
     assert [(b.rows, b.reason) for b in c.kpis.skipped.samples] == [

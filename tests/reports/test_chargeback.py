@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 from reports.cli import main
 from tracker.store import RunStore
@@ -20,16 +20,23 @@ sys.path.insert(0, str(Path(__file__).parent / "service"))  # the service tests'
 from test_job import W46, W47, W48, add_week
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/runs.db"
+def three_weeks(url: str) -> None:
+    """The service tests' weeks W46 to W48, and in W48 a team named to run a formula and an
+    unpriced GPU."""
     for monday in (W46, W47, W48):
         add_week(url, monday)
-    with RunStore(url) as s:  # W48: a team named to run a formula, and an unpriced GPU
+    with RunStore(url) as s:
         s.upsert_run(run_record("x", W48 + timedelta(days=2), 1, team="=HYPERLINK(1)", project="p"))
         s.upsert_run(
             run_record("u", W48 + timedelta(days=3), 2, team="vision", model="TPUv9", price=None)
         )
+
+
+@pytest.fixture
+def url(tmp_path: Path, store_templates: StoreTemplates) -> str:
+    """A store of :func:`three_weeks`, the test's own (a copy of the module's)."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    store_templates.made(url, "three weeks", three_weeks)
     return url
 
 

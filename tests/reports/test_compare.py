@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from clirun import gpu_kpi
-from fakes import Clock
+from fakes import Clock, copy_store, isolate_user_dirs
 
 from reports.compare import BASELINE_SCHEMA
 from tracker.session import track
@@ -58,21 +58,39 @@ BEFORE = [0.70, 0.707, 0.693]  # compute seconds of the input-bound runs (0.3 s 
 AFTER = [0.70, 0.7035, 0.6965, 0.70, 0.7035]  # the fixed loader's runs, on main
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> tuple[str, Clock, list[str], list[str], float]:
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
+@pytest.fixture(scope="module")
+def recorded(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[str, float, list[str], list[str], float]:
+    """The benchmark's runs before and after the loader fix, recorded once for the module: the
+    store's URL, the clock's time after them, their ids and the time of the fix."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('recorded') / 'runs.db'}"
     clock = Clock()
     clock.t = time.time() - 7 * 86400  # a week ago: inside the 26 weeks compare reads
-    before = [
-        bench_run(url, clock, i, wait_s=0.3, compute_s=c, branch="main")
-        for i, c in enumerate(BEFORE)
-    ]
-    split = clock.t
-    after = [
-        bench_run(url, clock, 10 + i, wait_s=0.0, compute_s=c, branch="main")
-        for i, c in enumerate(AFTER)
-    ]
-    return url, clock, before, after, split
+    with pytest.MonkeyPatch.context() as mp:
+        isolate_user_dirs(mp, tmp_path_factory.mktemp("xdg"))
+        before = [
+            bench_run(url, clock, i, wait_s=0.3, compute_s=c, branch="main")
+            for i, c in enumerate(BEFORE)
+        ]
+        split = clock.t
+        after = [
+            bench_run(url, clock, 10 + i, wait_s=0.0, compute_s=c, branch="main")
+            for i, c in enumerate(AFTER)
+        ]
+    return url, clock.t, before, after, split
+
+
+@pytest.fixture
+def store(
+    recorded: tuple[str, float, list[str], list[str], float], tmp_path: Path
+) -> tuple[str, Clock, list[str], list[str], float]:
+    """A copy of the recorded runs' store for the test to add to, and a clock where they
+    stopped."""
+    template, t, before, after, split = recorded
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    copy_store(template, url)
+    return url, Clock(t), list(before), list(after), split
 
 
 def iso(t: float) -> str:

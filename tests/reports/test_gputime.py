@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pandas as pd
 import pytest
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 from reports import kpi as kpis
 from reports.build import compute, compute_live
@@ -77,6 +77,17 @@ def fill(store: RunStore, seed: int) -> None:
     )
 
 
+def filled(templates: StoreTemplates, store_url: str, seed: int) -> None:
+    """The store at ``store_url`` as :func:`fill` leaves it (on SQLite a copy of the module's
+    store of that seed)."""
+
+    def fill_seed(url: str) -> None:
+        with RunStore(url) as store:
+            fill(store, seed)
+
+    templates.made(store_url, f"seed {seed}", fill_seed)
+
+
 def every_minute(store_url: str, start: datetime, basis: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs and all their minute samples in the report's 12 weeks, read row by row."""
     since, until = start - timedelta(days=77), start + timedelta(days=7)
@@ -94,13 +105,16 @@ def ordered(gt: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.parametrize(("basis", "parts"), [("util", 1), ("util", 3), ("sm_active", 1)])
 def test_gpu_time_from_sums_is_the_gpu_time_of_every_minute(
-    store_url: str, basis: str, parts: int, monkeypatch: pytest.MonkeyPatch
+    store_url: str,
+    store_templates: StoreTemplates,
+    basis: str,
+    parts: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("reports.data.scans._ROWS_PER_READER", 1000 if parts > 1 else 10**9)
     monkeypatch.setattr("reports.data.scans._MAX_SAMPLE_READERS", parts)
     monkeypatch.setattr("reports.data.scans.os.cpu_count", lambda: 4)
-    with RunStore(store_url) as store:
-        fill(store, seed=parts)
+    filled(store_templates, store_url, parts)
     runs, samples = every_minute(store_url, W44, basis)
     expected = kpis.gpu_time(runs, samples, tz=BERLIN, basis=basis, now=NOW)
     assert expected["idle_hours"].sum() > 1.0 and expected["week"].nunique() == 2
@@ -192,14 +206,16 @@ def test_an_empty_fleet_week(tmp_path: object) -> None:
     assert c.kpis.headline.gpu_hours == 0.0 and c.gpu_time.empty
 
 
-def test_a_migrated_store_reports_what_its_minutes_say(store_url: str) -> None:
+def test_a_migrated_store_reports_what_its_minutes_say(
+    store_url: str, store_templates: StoreTemplates
+) -> None:
     """The random store above (gaps, partial minutes, unknown minutes, idle stretches across
     Berlin's DST week edge) as version 1 left it: its week computed from every minute, then
     the report (which migrates it) from the rollups it built: the same week, to 1e-9."""
     import sqlalchemy as sa
 
+    filled(store_templates, store_url, 7)
     with RunStore(store_url) as store:
-        fill(store, seed=7)
 
         def downgrade(conn: sa.Connection) -> None:
             conn.exec_driver_sql("DROP TABLE rollups")
@@ -225,11 +241,12 @@ def test_a_migrated_store_reports_what_its_minutes_say(store_url: str) -> None:
     )
 
 
-def test_the_live_figures_are_the_reports_of_both_weeks(store_url: str) -> None:
+def test_the_live_figures_are_the_reports_of_both_weeks(
+    store_url: str, store_templates: StoreTemplates
+) -> None:
     """/metrics reads the last complete week and the week so far in one go (two weeks of
     rollups, no trend): headline and team figures equal the report of each week."""
-    with RunStore(store_url) as store:
-        fill(store, seed=3)
+    filled(store_templates, store_url, 3)
     now = W44 + timedelta(days=3, hours=5)
     req = Request(week=None, tz=BERLIN)
     live = compute_live(store_url, req, now=now)

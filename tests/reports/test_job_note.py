@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from clirun import gpu_kpi
+from fakes import StoreTemplates
 from smtp_servers import *  # noqa: F403  (the fixtures)
 from smtp_servers import SmtpServer
 from test_slurm_report import SACCT, _fill
@@ -29,16 +30,23 @@ to = "lead@example.com"
 """
 
 
-@pytest.fixture
-def imported(store_url: str, tmp_path: Path) -> dict[str, str]:
+def import_jobs(store_url: str, folder: Path) -> None:
+    """The runs and minutes of ``test_slurm_report``, and its sacct output imported."""
     _fill(store_url)
-    saved = tmp_path / "sacct.txt"
+    saved = folder / "sacct.txt"
     saved.write_text(SACCT)
     env = {"GPU_KPI_STORE": store_url}
     assert (
         gpu_kpi("import", "slurm", str(saved), "--account-team", "nlp=NLP", env=env).returncode == 0
     )
-    return env
+
+
+@pytest.fixture
+def imported(store_url: str, tmp_path: Path, store_templates: StoreTemplates) -> dict[str, str]:
+    """The environment naming a store of :func:`import_jobs`, the test's own (on SQLite a copy
+    of the module's)."""
+    store_templates.made(store_url, "imported", lambda url: import_jobs(url, tmp_path))
+    return {"GPU_KPI_STORE": store_url}
 
 
 def test_a_tracked_jobs_note_by_hand(imported: dict[str, str]) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 from reports.cli import main
 from tracker.store import RunStore
@@ -17,9 +17,8 @@ from tracker.store import RunStore
 MON_W47 = datetime(2026, 11, 16, tzinfo=UTC)
 
 
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/runs.db"
+def fill(url: str) -> None:
+    """Runs of alice and bob in W46 to W48, one across the W47/W48 edge, one failed."""
     with RunStore(url) as s:
         s.upsert_run(run_record("early", datetime(2026, 11, 10, 9, tzinfo=UTC), 2, user="alice"))
         s.upsert_run(run_record("w47", datetime(2026, 11, 17, 9, tzinfo=UTC), 2, user="bob"))
@@ -31,6 +30,13 @@ def url(tmp_path: Path) -> str:
                 status="failed",
             )
         )
+
+
+@pytest.fixture
+def url(tmp_path: Path, store_templates: StoreTemplates) -> str:
+    """A store of :func:`fill`, the test's own (a copy of the module's)."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    store_templates.made(url, "fill", fill)
     return url
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clirun import gpu_kpi, gpu_kpi_process
+from clirun import gpu_kpi
 
 from tracker.config import load_settings
 from tracker.prices import DEFAULT_PRICES, reported_price
@@ -63,12 +63,12 @@ def test_owned_model_at_its_amortized_rate_as_a_user_runs_it(tmp_path: Path) -> 
     assert got["H100"]["usd_per_gpu_hour"] == 3.85 and got["H100"]["priced_by"] == "table"
     assert "Nebius 3.85" in got["H100"]["source"] and got["H100"]["as_of"] == "2026-09"
 
-    # the command itself, in a fresh process, as the table a user reads
-    p = gpu_kpi_process("prices", "--config", cfg)
+    # the command itself, as the table a user reads
+    p = gpu_kpi("prices", "--config", cfg)
     assert p.returncode == 0, p.stderr
     assert table_line(p.stdout, "A100-80GB").split()[1:4] == ["0.49", "user", "owned"]
     assert table_line(p.stdout, "H100").split()[1:3] == ["3.85", "2026-09"]
-    one = gpu_kpi_process("prices", "--config", cfg, "--gpu", "NVIDIA A100-SXM4-80GB")
+    one = gpu_kpi("prices", "--config", cfg, "--gpu", "NVIDIA A100-SXM4-80GB")
     assert one.returncode == 0, one.stderr
     assert len(one.stdout.splitlines()) == 2
     assert table_line(one.stdout, "A100-80GB").split()[1] == "0.49"

@@ -17,6 +17,8 @@ from fakes import minutes, run_record
 
 from tracker.store import RunStore
 
+pytestmark = pytest.mark.usefixtures("blank_charts")  # the pages' text, not their charts
+
 TUE = datetime(2026, 11, 24, tzinfo=UTC)  # in 2026-W48
 TEN = TUE + timedelta(hours=10)
 HEADER = "Cluster|JobID|JobIDRaw|JobName|User|Account|Partition|State|Start|End|AllocTRES|NodeList"
@@ -432,15 +434,13 @@ def test_a_sites_first_day_jobs_alone_into_the_default_store(tmp_path: Path) -> 
     """As a new user types it, no --store and no config: sacct's output imported into the
     default store, then the week's report of those jobs alone (no telemetry yet): 4 jobs, 11
     GPU-h of H100 at $3.85, every second of it paid and not measured."""
-    from clirun import gpu_kpi_process
-
     saved = tmp_path / "sacct.txt"
     saved.write_text(SACCT)
-    imp = gpu_kpi_process("import", "slurm", str(saved), cwd=tmp_path)
+    imp = gpu_kpi("import", "slurm", str(saved), cwd=tmp_path)
     assert imp.returncode == 0, imp.stderr
     assert "imported 4 Slurm job(s) holding 11.0 GPU-h" in imp.stdout
     assert "into sqlite:///" in imp.stdout and "runs.db" in imp.stdout
-    rep = gpu_kpi_process("report", "--week", "2026-W48", "--format", "json", cwd=tmp_path)
+    rep = gpu_kpi("report", "--week", "2026-W48", "--format", "json", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
     head = json.loads((tmp_path / "reports-out" / "2026-W48.json").read_text())["headline"]
     assert (head["runs"], head["jobs"]) == (0, 4)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from clirun import gpu_kpi
 from fakes import T0, Clock
 
 from tracker import track
@@ -129,14 +130,7 @@ def test_unreachable_store_spools_and_sync_to_another_store_leaves_it(
     assert spool_a.pending() == 7
 
     url = f"sqlite:///{tmp_path}/runs.db"
-    p = subprocess.run(
-        [sys.executable, "-m", "reports.cli", "sync", "--store", url],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    p = gpu_kpi("sync", "--store", url)
     assert p.returncode == 1, p.stderr
     # one line per store: A could not be reached and keeps its 7 ops; its password never shows
     (line,) = p.stdout.splitlines()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from fakes import run_record
+from fakes import StoreTemplates, run_record
 
 import reports.build as build_module
 from reports.build import compute
@@ -85,8 +85,10 @@ def expected_hours(extra: dict[int, float] | None = None) -> dict[str, float]:
     return hours
 
 
-def test_a_kept_week_is_read_again_only_when_written(store_url: str, reads: list[int]) -> None:
-    fill(store_url)
+def test_a_kept_week_is_read_again_only_when_written(
+    store_url: str, reads: list[int], store_templates: StoreTemplates
+) -> None:
+    store_templates.made(store_url, "fill", fill)
     first = trend(store_url)
     assert {w: t["gpu_hours"] for w, t in first.items()} == pytest.approx(expected_hours())
     assert first["2026-W46"]["utilization_pct"] == pytest.approx((10 * 50 + 60 / 60 * 40) / 11)
@@ -118,8 +120,10 @@ def test_a_kept_week_is_read_again_only_when_written(store_url: str, reads: list
     assert trend(store_url) == repriced and reads[-1] == 1  # the first settings' still hold
 
 
-def test_team_trends_and_a_running_run(store_url: str, reads: list[int]) -> None:
-    fill(store_url)
+def test_team_trends_and_a_running_run(
+    store_url: str, reads: list[int], store_templates: StoreTemplates
+) -> None:
+    store_templates.made(store_url, "fill", fill)
     req = Request(week="2026-W48", tz=UTC)
     cold = compute(store_url, req, now=NOW).team(req, "nlp")
     warm = compute(store_url, req, now=NOW).team(req, "nlp")
@@ -151,11 +155,13 @@ def test_team_trends_and_a_running_run(store_url: str, reads: list[int]) -> None
     assert reads[-2:] == [5, 5]
 
 
-def test_a_runs_first_samples_change_its_earlier_weeks(store_url: str, reads: list[int]) -> None:
+def test_a_runs_first_samples_change_its_earlier_weeks(
+    store_url: str, reads: list[int], store_templates: StoreTemplates
+) -> None:
     """``long`` ran from W45 to W48 (2 GPUs, 4 x 168 h = 1,344 GPU-h in its summary, so 336 a
     week pro rata). Its first samples, one hour in W48, make it a sampled run: measured by its
     samples alone from then on, 0 GPU-h in W45 to W47, 1 in W48."""
-    fill(store_url)
+    store_templates.made(store_url, "fill", fill)
     with RunStore(store_url) as s:
         s.upsert_run(run_record("long", week(45), 4 * 168, gpus=2, team="nlp"))
     before = trend(store_url)
@@ -174,9 +180,12 @@ def test_a_runs_first_samples_change_its_earlier_weeks(store_url: str, reads: li
 
 
 def test_what_is_kept_is_checked_and_a_rebuild_reads_all(
-    store_url: str, reads: list[int], caplog: pytest.LogCaptureFixture
+    store_url: str,
+    reads: list[int],
+    caplog: pytest.LogCaptureFixture,
+    store_templates: StoreTemplates,
 ) -> None:
-    fill(store_url)
+    store_templates.made(store_url, "fill", fill)
     first = trend(store_url)
     with RunStore(store_url) as s, s.engine.begin() as conn:
         conn.execute(

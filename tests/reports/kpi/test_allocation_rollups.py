@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pandas as pd
 import pytest
 import sqlalchemy as sa
 from allocation_oracle import job, oracle
@@ -128,20 +129,25 @@ def sm_of(minute: datetime, util: float | None) -> float | None:
     return None if util is None or minute.minute % 7 == 0 else 0.4 * util
 
 
+def minute_frame(rows: list[Row]) -> pd.DataFrame:
+    """Every minute row as the store's reads give them, one frame for all the spans."""
+    frames = SampleFrameBuilder(SAMPLE_COLUMNS)
+    frames([(r, m.strftime("%Y-%m-%d %H:%M:%S"), g, c, u, sm_of(m, u)) for r, g, m, c, u in rows])
+    return frames.frame()
+
+
 def every_minute(
     jobs: list[Allocation],
     runs: list[dict[str, Any]],
-    rows: list[Row],
+    minutes: pd.DataFrame,
     since: datetime,
     until: datetime,
 ) -> tuple[JobLine, ...]:
     """The jobs' lines from every minute row (no rollups)."""
-    frames = SampleFrameBuilder(SAMPLE_COLUMNS)
-    frames([(r, m.strftime("%Y-%m-%d %H:%M:%S"), g, c, u, sm_of(m, u)) for r, g, m, c, u in rows])
     week = allocation_week(
         jobs,
         runs,
-        frames.frame(),
+        minutes.copy(),
         value="util_pct",
         since=since,
         until=until,
@@ -197,6 +203,7 @@ def test_rollup_hours_give_the_oracles_figures(
                         sa.text("UPDATE rollups SET util_s = :v WHERE hour = :h"),
                         {"v": -5.0, "h": int((MON + 3 * HOUR).timestamp()) // 3600},
                     )
+            minutes = minute_frame(rows)
             for span, (since, until) in SPANS.items():
                 # the other hours' minutes read by stretch, or by a scan of the window
                 how = "stretch" if (seed + len(span)) % 2 else "scan"
@@ -206,7 +213,7 @@ def test_rollup_hours_give_the_oracles_figures(
                 )
                 want = oracle(jobs, runs, rows, since=since, until=until, thresholds=t)
                 # SM activity ("useful"), which the oracle leaves out: as from every minute
-                plain = {j.job_id: j for j in every_minute(jobs, runs, rows, since, until)}
+                plain = {j.job_id: j for j in every_minute(jobs, runs, minutes, since, until)}
                 # every job that held GPUs in the span (the store leaves out one that ended
                 # at its start)
                 assert {j.job_id for j in got.jobs} == {k for k, v in want.items() if v[2] > 0}

@@ -199,6 +199,7 @@ def test_a_mark_of_a_key_no_run_has_warns_and_a_mark_can_be_deleted(tmp_path: Pa
         assert [m.note for m in read_marks(s)] == ["loader"]
 
 
+@pytest.mark.usefixtures("blank_charts")  # the pages' text, not their charts
 def test_the_ledger_in_every_output_escaped_and_neutralized(tmp_path: Path) -> None:
     """A key a training script named: escaped in the HTML, neutralized in the CSV, as given in
     the JSON and /metrics; the figures the same everywhere."""

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from clirun import gpu_kpi
-from fakes import minutes, run_record
+from fakes import StoreTemplates, minutes, run_record
 
 from reports.render import parquet
 from reports.render.exports import RUN_FIELDS
@@ -29,9 +29,8 @@ W48 = datetime(2026, 11, 23, tzinfo=UTC)
 PRICE = 3.85  # H100's price in the table (run_record's model)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path}/runs.db"
+def fill(url: str) -> None:
+    """W48's runs: busy, slow (no utilization, a formula and markup in its text), sampled."""
     with RunStore(url) as s:
         s.upsert_run(run_record("busy", W48 + timedelta(days=1), 3, util=90.0, team="nlp"))
         s.upsert_run(
@@ -51,6 +50,13 @@ def store(tmp_path: Path) -> str:
             minutes("sampled", sampled.started_at, 30, util=20.0, gpu="GPU-a")
             + minutes("sampled", half, 30, util=40.0, gpu="GPU-a")
         )
+
+
+@pytest.fixture
+def store(tmp_path: Path, store_templates: StoreTemplates) -> str:
+    """A store of :func:`fill`, the test's own (a copy of the module's)."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    store_templates.made(url, "fill", fill)
     return url
 
 
