@@ -8,6 +8,13 @@ milliseconds does not fail on noise): the machine's own speed cancels out, a ste
 regression does not. Numbers at full scale (a million runs, imports) are
 ``bench/report_scale.py`` and ``bench/import_scale.py``; this is their fast sentinel.
 
+Then the nvidia-smi import (:data:`IMPORT_STEPS`): two logs of 64 GPUs read every second for
+6 hours (2,764,800 rows, 280 MiB; written untimed) imported into a new SQLite store in this
+process, as ``gpu-kpi import nvidia-smi`` does (one reading process), each step's CPU seconds
+against DuckDB's ``read_csv`` of the same logs and the same minute arithmetic in SQL
+(``bench/import_scale.py``'s reference), held to the ratios kept beside the report's; their
+minute rows' covered seconds and utilization × seconds must agree.
+
 The week: 10 GPUs, each cut into one-minute single-GPU runs (``bench/scale_data.py``'s
 ``split1``: 100,800 runs, as many minute samples) plus 11 earlier weeks of run summaries, in
 a SQLite store built here (untimed). The report is made as ``gpu-kpi report`` makes it
@@ -82,6 +89,17 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("email", "reports.render.email:build_email"),
 )
 """(step, ``module:function``) timed in the report; ``Class.method`` for a method."""
+
+IMPORT_STEPS: tuple[tuple[str, str], ...] = (
+    ("nvidia-smi import", "reports.imports.nvsmi:import_nvsmi"),
+    ("nvidia-smi read", "reports.imports.nvsmi:read_nvsmi"),
+    ("nvidia-smi parse", "reports.imports.nvsmi_fast:parse"),
+    ("nvidia-smi write", "reports.imports.play:write_imported"),
+)
+"""(step, ``module:function``) timed in the nvidia-smi import, each against DuckDB's
+``read_csv`` and minute SQL of the same logs (``bench/import_scale.py``'s reference)."""
+NVSMI_GPUS, NVSMI_HOURS, NVSMI_FILES = 64, 6, 2
+"""The import's logs: 2 of 64 GPUs read every second for 6 hours, 2,764,800 rows."""
 
 
 # -- timing the steps where they are called --------------------------------------------------
@@ -215,19 +233,65 @@ def measure(url: str, files: DataFiles, d: Path, repeat: int, slow: dict[str, fl
     return {"reference_cpu_s": ref_s, "steps": best, "max_rel_diff": diff}
 
 
+def make_logs(d: Path) -> list[Path]:
+    """The import's nvidia-smi logs (:data:`NVSMI_FILES`, untimed): the second the first's
+    readings of other GPUs (their uuids renamed), written in a fraction of the time."""
+    from bench.import_scale import write_log_quick
+
+    first = d / "nvsmi-0.csv"
+    write_log_quick(first, NVSMI_GPUS, NVSMI_HOURS)
+    logs = [first]
+    for n in range(1, NVSMI_FILES):
+        logs.append(d / f"nvsmi-{n}.csv")
+        logs[-1].write_bytes(first.read_bytes().replace(b"-bench,", f"-bench{n},".encode()))
+    return logs
+
+
+def nvsmi_sums(samples: Any) -> tuple[int, float, float]:
+    """Minute rows, Σ covered seconds and Σ utilization × seconds of an import's samples."""
+    covered = sum(r.covered_s or 0.0 for r in samples)
+    util_s = sum((r.util_pct or 0.0) * (r.covered_s or 0.0) for r in samples)
+    return len(samples), covered, util_s
+
+
+def measure_import(logs: list[Path], d: Path, slow: dict[str, float]) -> dict:
+    """The nvidia-smi import of ``logs`` into a new SQLite store in this process (one reading
+    process: CPU seconds are this process's), each step's CPU seconds; DuckDB's ``read_csv``
+    and minute SQL of the same logs, its CPU seconds; and how far their minute sums
+    differ."""
+    import duckdb
+
+    from bench.import_scale import minutes_sql
+    from reports.imports import nvsmi
+
+    paths = [str(p) for p in logs]
+    t0 = time.process_time()
+    con = duckdb.connect()
+    con.execute("SET threads = 2")
+    row = con.execute(minutes_sql(), [paths]).fetchone()
+    con.close()
+    ref_s = time.process_time() - t0
+    assert row is not None
+    ref = (int(row[0]), float(row[1]), float(row[2]))
+    db = d / "import.db"
+    db.unlink(missing_ok=True)
+    with timed_steps(IMPORT_STEPS, slow) as spent:
+        done = nvsmi.import_nvsmi(f"sqlite:///{db}", paths, workers=1)
+    ours = nvsmi_sums(done.samples)
+    diff = max(rel_diff(a, b) for a, b in zip(ours, ref, strict=True))
+    return {"reference_cpu_s": ref_s, "steps": dict(spent), "max_rel_diff": diff, "rows": ours}
+
+
 # -- the verdict -----------------------------------------------------------------------------
-def verdict(m: dict, baseline: dict) -> tuple[list[str], bool]:
-    """The table's lines and whether every step is within its limit (a step the baseline
-    lacks is shown, not judged)."""
-    ref = m["reference_cpu_s"]
-    kept = baseline.get("ratios", {})
-    lines = [
-        f"DuckDB reference: {ref:.3f} s CPU (baseline {baseline.get('reference_cpu_s', 0):.3f} s)",
-        f"{'step':<20} {'cpu_s':>8} {'ratio':>8} {'kept':>8} {'limit_s':>8}  verdict",
-    ]
-    ok = True
-    for step, _ in STEPS:
-        s = m["steps"].get(step)
+def judged(
+    steps: tuple[tuple[str, str], ...], spent: dict[str, float], ref: float, kept: dict
+) -> tuple[list[str], bool]:
+    """A line per step of ``steps`` (its CPU seconds in ``spent``, against ``ref``, the
+    reference's CPU seconds here, and its kept ratio in ``kept``) and whether each is within
+    its limit (a step the baseline lacks is shown, not judged)."""
+    lines, ok = [], True
+    for step, _ in steps:
+        s = spent.get(step)
         if s is None:
             lines.append(f"{step:<20} {'-':>8} {'-':>8} {'-':>8} {'-':>8}  not called")
             ok = False
@@ -243,10 +307,38 @@ def verdict(m: dict, baseline: dict) -> tuple[list[str], bool]:
             f"{step:<20} {s:8.3f} {s / ref:8.2f} {r:8.2f} {limit:8.3f}  "
             + ("ok" if good else f"FAIL: {s / (r * ref):.1f}x its kept time")
         )
+    return lines, ok
+
+
+def verdict(m: dict, baseline: dict) -> tuple[list[str], bool]:
+    """The table's lines and whether every step is within its limit: the report's steps
+    against DuckDB's week, then the nvidia-smi import's (``m["import"]``) against DuckDB's
+    read of the same logs."""
+    ref = m["reference_cpu_s"]
+    lines = [
+        f"DuckDB reference: {ref:.3f} s CPU (baseline {baseline.get('reference_cpu_s', 0):.3f} s)",
+        f"{'step':<20} {'cpu_s':>8} {'ratio':>8} {'kept':>8} {'limit_s':>8}  verdict",
+    ]
+    got, ok = judged(STEPS, m["steps"], ref, baseline.get("ratios", {}))
+    lines += got
     agree = m["max_rel_diff"] <= AGREE
     ok &= agree
     lines.append(
         f"headline vs DuckDB: max relative difference {m['max_rel_diff']:.1e} "
+        + ("ok" if agree else f"FAIL (> {AGREE:g})")
+    )
+    imp = m.get("import") or {"reference_cpu_s": 0.0, "steps": {}, "max_rel_diff": 0.0}
+    ref = imp["reference_cpu_s"]
+    lines.append(
+        f"DuckDB read_csv + minute SQL: {ref:.3f} s CPU (baseline "
+        f"{baseline.get('import_reference_cpu_s', 0):.3f} s)"
+    )
+    got, good = judged(IMPORT_STEPS, imp["steps"], ref, baseline.get("import_ratios", {}))
+    lines += got
+    agree = imp["max_rel_diff"] <= AGREE
+    ok &= good and agree
+    lines.append(
+        f"minute sums vs DuckDB: max relative difference {imp['max_rel_diff']:.1e} "
         + ("ok" if agree else f"FAIL (> {AGREE:g})")
     )
     return lines, ok
@@ -256,14 +348,22 @@ def verdict(m: dict, baseline: dict) -> tuple[list[str], bool]:
 def docs_table(baseline: dict) -> str:
     """The kept baseline as docs/benchmarks.md shows it (its block ``bench/smoke.py``;
     ``--write-baseline`` writes it there, a test holds it equal)."""
-    ref = baseline["reference_cpu_s"]
-    lines = [
-        f"| step | CPU | × DuckDB ({ref:.3f} s) |",
-        "|---|---|---|",
-    ]
-    for step, target in STEPS:
-        r = baseline["ratios"][step]
-        lines.append(f"| {step} (`{target.split(':')[1]}`) | {r * ref:.3f} s | {r:.2f} |")
+    lines = []
+    for steps, ratios, ref, against in (
+        (STEPS, "ratios", baseline["reference_cpu_s"], "DuckDB"),
+        (
+            IMPORT_STEPS,
+            "import_ratios",
+            baseline["import_reference_cpu_s"],
+            "DuckDB read_csv + minute SQL",
+        ),
+    ):
+        if lines:
+            lines.append("")
+        lines += [f"| step | CPU | × {against} ({ref:.3f} s) |", "|---|---|---|"]
+        for step, target in steps:
+            r = baseline[ratios][step]
+            lines.append(f"| {step} (`{target.split(':')[1]}`) | {r * ref:.3f} s | {r:.2f} |")
     return "\n".join(lines)
 
 
@@ -283,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     slow = {}
     for s in args.slow:
         target, _, factor = s.rpartition("=")
-        if target not in {t for _, t in STEPS}:
-            ap.error(f"--slow {s}: not a step's function ({', '.join(t for _, t in STEPS)})")
+        targets = [t for _, t in (*STEPS, *IMPORT_STEPS)]
+        if target not in targets:
+            ap.error(f"--slow {s}: not a step's function ({', '.join(targets)})")
         slow[target] = float(factor)
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(args.dir or tmp)
@@ -297,11 +398,28 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         m = measure(url, files, d, args.repeat, slow)
+        t0 = time.perf_counter()
+        logs = make_logs(d)
+        print(
+            f"{m['steps'].get('report', 0):.1f} s CPU the report; nvidia-smi logs of "
+            f"{NVSMI_FILES * NVSMI_GPUS * NVSMI_HOURS * 3600:,} rows written in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
+        m["import"] = measure_import(logs, d, slow)
     if args.write_baseline:
         ratios = {k: round(v / m["reference_cpu_s"], 3) for k, v in m["steps"].items()}
+        imp = m["import"]
+        import_ratios = {k: round(v / imp["reference_cpu_s"], 3) for k, v in imp["steps"].items()}
         BASELINE.write_text(
             json.dumps(
-                {"reference_cpu_s": round(m["reference_cpu_s"], 4), "ratios": ratios}, indent=2
+                {
+                    "reference_cpu_s": round(m["reference_cpu_s"], 4),
+                    "ratios": ratios,
+                    "import_reference_cpu_s": round(imp["reference_cpu_s"], 4),
+                    "import_ratios": import_ratios,
+                },
+                indent=2,
             )
             + "\n"
         )

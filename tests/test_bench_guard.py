@@ -14,20 +14,33 @@ sys.path.insert(0, str(ROOT))
 
 from bench import smoke  # noqa: E402
 
-KEPT = {"reference_cpu_s": 0.2, "ratios": {step: 10.0 for step, _ in smoke.STEPS}}
+KEPT = {
+    "reference_cpu_s": 0.2,
+    "ratios": {step: 10.0 for step, _ in smoke.STEPS},
+    "import_reference_cpu_s": 2.0,
+    "import_ratios": {step: 1.5 for step, _ in smoke.IMPORT_STEPS},
+}
 
 
 def run(**steps: float) -> dict:
-    """A measurement with the reference at 0.1 s CPU here (a machine twice as fast as the
-    baseline's): every step at its kept ratio (1.0 s) but those given."""
-    times = {step: 1.0 for step, _ in smoke.STEPS}
-    times.update({k.replace("_", " "): v for k, v in steps.items()})
-    return {"reference_cpu_s": 0.1, "steps": times, "max_rel_diff": 0.0}
+    """A measurement with the references at half the baseline's CPU here (a machine twice as
+    fast): the report's 0.1 s, every report step at its kept ratio (1.0 s), the import's
+    reference 1.0 s and every import step at its kept ratio (1.5 s), but those given."""
+    given = {k.replace("_", " "): v for k, v in steps.items()}
+    times = {step: given.get(step, 1.0) for step, _ in smoke.STEPS}
+    imported = {step: given.get(step, 1.5) for step, _ in smoke.IMPORT_STEPS}
+    return {
+        "reference_cpu_s": 0.1,
+        "steps": times,
+        "max_rel_diff": 0.0,
+        "import": {"reference_cpu_s": 1.0, "steps": imported, "max_rel_diff": 0.0},
+    }
 
 
 def test_a_step_at_its_kept_ratio_passes_and_at_three_times_fails() -> None:
     lines, ok = smoke.verdict(run(), KEPT)
-    assert ok and sum(line.endswith(" ok") for line in lines) == len(smoke.STEPS) + 1
+    judged = len(smoke.STEPS) + len(smoke.IMPORT_STEPS) + 2  # and the two agreements
+    assert ok and sum(line.endswith(" ok") for line in lines) == judged
     lines, ok = smoke.verdict(run(waste_by_cause=3.0), KEPT)
     (bad,) = [line for line in lines if "FAIL" in line]
     assert not ok
@@ -47,14 +60,36 @@ def test_figures_that_disagree_with_duckdb_fail_and_a_step_not_called_fails() ->
     m = run()
     m["max_rel_diff"] = 1e-3
     lines, ok = smoke.verdict(m, KEPT)
-    assert not ok and lines[-1].endswith("FAIL (> 1e-06)")
+    (headline,) = [line for line in lines if line.startswith("headline vs DuckDB")]
+    assert not ok and headline.endswith("FAIL (> 1e-06)")
     del m["steps"]["csv"]
     m["max_rel_diff"] = 0.0
     lines, ok = smoke.verdict(m, KEPT)
     assert not ok and any(line.startswith("csv") and "not called" in line for line in lines)
 
 
-@pytest.mark.parametrize("target", [t for _, t in smoke.STEPS])
+def test_an_import_step_is_judged_against_the_import_s_own_reference() -> None:
+    """The import's reference here is 1.0 s, its steps kept at 1.5x it: the read at 2.9 s is
+    1.93x its kept 1.5 s (passes), at 3.1 s 2.07x (fails); the report's reference (0.1 s)
+    does not enter into it (at 3.1 s that would be 31x)."""
+    assert smoke.verdict(run(**{"nvidia-smi read": 2.9}), KEPT)[1]
+    lines, ok = smoke.verdict(run(**{"nvidia-smi read": 3.1}), KEPT)
+    (bad,) = [line for line in lines if "FAIL" in line]
+    assert not ok and bad.startswith("nvidia-smi read") and bad.endswith("FAIL: 2.1x its kept time")
+
+
+def test_import_sums_that_disagree_with_duckdb_or_no_import_fail() -> None:
+    m = run()
+    m["import"]["max_rel_diff"] = 1e-3
+    lines, ok = smoke.verdict(m, KEPT)
+    assert not ok and lines[-1].startswith("minute sums vs DuckDB") and "FAIL" in lines[-1]
+    del m["import"]
+    lines, ok = smoke.verdict(m, KEPT)
+    missing = [line.split()[:2] for line in lines if line.endswith("not called")]
+    assert not ok and len(missing) == len(smoke.IMPORT_STEPS)
+
+
+@pytest.mark.parametrize("target", [t for _, t in (*smoke.STEPS, *smoke.IMPORT_STEPS)])
 def test_every_step_is_a_function_of_the_report(target: str) -> None:
     _, _, f = smoke._resolve(target)
     assert callable(f)
@@ -65,7 +100,8 @@ def test_the_kept_baseline_has_every_step() -> None:
 
     kept = json.loads(smoke.BASELINE.read_text())
     assert set(kept["ratios"]) == {step for step, _ in smoke.STEPS}
-    assert kept["reference_cpu_s"] > 0
+    assert set(kept["import_ratios"]) == {step for step, _ in smoke.IMPORT_STEPS}
+    assert kept["reference_cpu_s"] > 0 and kept["import_reference_cpu_s"] > 0
 
 
 def test_the_docs_show_the_kept_baseline() -> None:

@@ -1,7 +1,8 @@
 """Jobs as Slurm's accounting records them (``sacct``): who held how many GPUs, where and when.
 
 The first part of issue 27's import (``gpu-kpi import slurm``): this module reads what
-``sacct`` writes, in either of its machine forms, into :class:`SlurmJob` records; joining them
+``sacct`` writes, in either of its machine forms, into jobs held a column per field
+(:class:`SlurmJobs`: no object per job; one by index is a :class:`SlurmJob`); joining them
 with minute samples comes after. The forms:
 
 - ``sacct -a -X -P --format=Cluster,JobID,JobIDRaw,User,Account,Partition,State,Start,End,
@@ -36,7 +37,8 @@ out of sacct's output itself), jobs that never started (pending, or cancelled be
 ran: ``Start`` ``Unknown``/``None``, no ``AllocTRES``) and the one row sacct writes for an
 array's tasks still waiting (``1234_[3-9]``). A row that cannot be read (a time that is no
 time, a count that is no number) is skipped with its line and reason; it never stops the
-others. Input that is not sacct's output at all is an :class:`~reports.errors.ImportFailed`.
+others (a running job's start plus an ``ElapsedRaw`` past year 9999 too). Input that is not
+sacct's output at all is an :class:`~reports.errors.ImportFailed`.
 The parsable form is read a block of :data:`BLOCK_BYTES` at a time (:func:`read_sacct_stream`):
 memory holds the jobs kept, not the output. With pyarrow (the ``parquet`` extra) the lines of a
 block that are plain rows (the header's fields, no ``\r`` inside, a name that does not go on
@@ -48,15 +50,16 @@ line without pyarrow, is read one at a time as above, in the order of the lines.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -76,7 +79,7 @@ break in a name can only lengthen the name."""
 MAX_LINE_BYTES = 1 << 20
 """The longest line of parsable output read; a longer one is skipped and named."""
 MAX_INPUT_BYTES = 4 << 30
-"""The largest JSON output read (it is read whole; the parsable form is read a line at a
+"""The largest JSON output read (it is read whole; the parsable form is read a block at a
 time)."""
 
 _NO_TIME = frozenset({"", "Unknown", "None", "N/A"})
@@ -119,6 +122,67 @@ class SlurmJob:
     """The cluster's name (``Cluster``; in JSON ``cluster``); "" where the output has none."""
 
 
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(SlurmJob))
+""":class:`SlurmJob`'s fields, in its order: :class:`SlurmJobs`' columns."""
+
+
+class SlurmJobs(Sequence[SlurmJob]):
+    """The allocations of a read as a column per :class:`SlurmJob` field (:attr:`columns`,
+    lists in the jobs' order): the block reader fills them a batch at a time, with no object
+    per job; a job by index (or iterating) is a :class:`SlurmJob` made when asked for."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, jobs: Iterable[SlurmJob] = ()) -> None:
+        self.columns: dict[str, list[Any]] = {name: [] for name in _JOB_FIELDS}
+        """Field → each job's value (``start``/``end``: datetimes as :class:`SlurmJob`'s)."""
+        for job in jobs:
+            self.append(job)
+
+    def append(self, job: SlurmJob) -> None:
+        """One job at the end."""
+        for name, column in self.columns.items():
+            column.append(getattr(job, name))
+
+    def extend(self, other: SlurmJobs, lo: int = 0, hi: int | None = None) -> None:
+        """``other``'s jobs ``lo`` to ``hi`` (default all) at the end."""
+        for name, column in self.columns.items():
+            column.extend(other.columns[name][lo:hi])
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Each job's values as a tuple in :data:`_JOB_FIELDS`' order (no object made)."""
+        return zip(*self.columns.values(), strict=True)
+
+    def __len__(self) -> int:
+        return len(self.columns["job_id"])
+
+    @overload
+    def __getitem__(self, i: int) -> SlurmJob: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[SlurmJob]: ...
+
+    def __getitem__(self, i: int | slice) -> SlurmJob | list[SlurmJob]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return SlurmJob(*(column[i] for column in self.columns.values()))
+
+    def __iter__(self) -> Iterator[SlurmJob]:
+        return itertools.starmap(SlurmJob, self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SlurmJobs):
+            return self.columns == other.columns
+        if isinstance(other, list):
+            return list(self) == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"SlurmJobs({list(self)!r})"
+
+
 @dataclass(frozen=True)
 class Unreadable:
     """A row of sacct's output that could not be read."""
@@ -147,7 +211,8 @@ class StepUsage:
 class SacctRead:
     """What a read of sacct's output found."""
 
-    jobs: list[SlurmJob] = field(default_factory=list)
+    jobs: SlurmJobs = field(default_factory=SlurmJobs)
+    """The allocations, a column per field (a list given is made one)."""
     steps: int = 0
     """Rows of job steps, left out (``-X`` leaves them out of the output)."""
     not_started: int = 0
@@ -161,6 +226,10 @@ class SacctRead:
     (JSON: ``start``, ``end``, ``submission``), or a running job's start plus its elapsed time
     where that is later; None where it holds no time. A saved output's running jobs run to
     it."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.jobs, SlurmJobs):
+            self.jobs = SlurmJobs(self.jobs)
 
     def saw(self, t: datetime | None) -> None:
         """Note a time the output holds."""
@@ -911,7 +980,7 @@ class _Plain:
 
     def __init__(self) -> None:
         self.kind = np.zeros(0, dtype=np.int8)
-        self.jobs: list[SlurmJob] = []
+        self.jobs = SlurmJobs()
         self.before = np.zeros(1, dtype=np.int64)
         """Jobs before each row (and after the last)."""
         self.seen: list[np.ndarray] = [np.zeros(0, dtype=object)] * 4
@@ -931,7 +1000,7 @@ class _Plain:
             plain._batches.append((at, named))
             kind, jobs, times = _plain_batch(named, rows, tz)
             kinds.append(kind)
-            plain.jobs += jobs
+            plain.jobs.extend(jobs)
             seen.append(times)
             at += rows
         plain.kind = np.concatenate(kinds)
@@ -953,7 +1022,7 @@ class _Plain:
                 kind = self.kind[a:o]
                 out.steps += int(np.count_nonzero(kind == self.STEP))
                 out.not_started += int(np.count_nonzero(kind == self.NEVER))
-                out.jobs += self.jobs[self.before[a] : self.before[o]]
+                out.jobs.extend(self.jobs, int(self.before[a]), int(self.before[o]))
                 rows = zip(*(column[a:o].tolist() for column in self.seen), strict=True)
                 out.saw(max(filter(None, itertools.chain.from_iterable(rows)), default=None))
             if o < hi:
@@ -966,7 +1035,7 @@ class _Plain:
 
 def _plain_batch(
     columns: Mapping[str, Coded], rows: int, tz: tzinfo
-) -> tuple[np.ndarray, list[SlurmJob], list[np.ndarray]]:
+) -> tuple[np.ndarray, SlurmJobs, list[np.ndarray]]:
     """What each row of one batch is (:class:`_Plain`'s kinds), its jobs and each row's
     times, as :func:`_add` reads them."""
     none = np.full(1, None, dtype=object)
@@ -1052,8 +1121,19 @@ def _plain_batch(
     span = np.full(rows, None, dtype=object)
     timed = np.flatnonzero(elapsed != None)  # noqa: E711
     running = ends[timed] == None  # noqa: E711
+    past = []
     for j in timed[running].tolist():  # _run_span's: a time of the output
-        span[at[j]] = starts[j] + timedelta(seconds=elapsed[j])
+        try:
+            span[at[j]] = starts[j] + timedelta(seconds=elapsed[j])
+        except OverflowError:
+            past.append(j)  # no time: _add names the row
+    if past:
+        kind[at[past]] = _Plain.ODD
+        keep = np.ones(len(at), dtype=bool)
+        keep[past] = False
+        at, starts, ends, elapsed = at[keep], starts[keep], ends[keep], elapsed[keep]
+        timed = np.flatnonzero(elapsed != None)  # noqa: E711
+        running = ends[timed] == None  # noqa: E711
     ended = timed[~running]
     if len(ended):  # _run_span's: a requeued job's last run, where elapsed < end - start
         spans = map(timedelta.total_seconds, map(operator.sub, ends[ended], starts[ended]))
@@ -1077,25 +1157,23 @@ def _plain_batch(
     types_of = np.empty(len(gres_of), dtype=object)
     for i, g in enumerate(gres_of):
         types_of[i] = tuple((k, v) for k, v in g.items() if k)
-    jobs = list(
-        map(
-            SlurmJob,
-            job_ids,
-            raw_id,
-            cells_of("JobName"),
-            cells_of("User"),
-            cells_of("Account"),
-            cells_of("Partition"),
-            cells_of("State", lambda s: s.split(" ", 1)[0]),
-            starts.tolist(),
-            ends.tolist(),
-            gpus_of[tres_codes[at]].tolist(),
-            types_of[tres_codes[at]].tolist(),
-            nodes_of[nodes_codes[at]].tolist() if nodes_col else [""] * len(at),
-            array_job[ids.codes[at]].tolist(),
-            array_task[ids.codes[at]].tolist(),
-            cells_of("Cluster", str.strip),
-        )
+    jobs = SlurmJobs()
+    jobs.columns.update(
+        job_id=job_ids,
+        raw_id=raw_id,
+        name=cells_of("JobName"),
+        user=cells_of("User"),
+        account=cells_of("Account"),
+        partition=cells_of("Partition"),
+        state=cells_of("State", lambda s: s.split(" ", 1)[0]),
+        start=starts.tolist(),
+        end=ends.tolist(),
+        gpus=gpus_of[tres_codes[at]].tolist(),
+        gpu_types=types_of[tres_codes[at]].tolist(),
+        nodes=nodes_of[nodes_codes[at]].tolist() if nodes_col else [""] * len(at),
+        array_job_id=array_job[ids.codes[at]].tolist(),
+        array_task_id=array_task[ids.codes[at]].tolist(),
+        cluster=cells_of("Cluster", str.strip),
     )
     # a step's times are noted as far as they are times; a bad row's are _add's
     return kind, jobs, [start, end, submit, span]
@@ -1203,19 +1281,35 @@ def _time(text: str, tz: tzinfo, what: str) -> datetime | None:
 
 
 def _run_span(
-    out: SacctRead, start: datetime, end: datetime | None, elapsed_s: int | None
+    out: SacctRead,
+    start: datetime,
+    end: datetime | None,
+    elapsed_s: int | None,
+    what: str = "ElapsedRaw",
 ) -> datetime:
     """The start of the allocation's own run: for an ended job whose elapsed time is shorter
     than end − start (requeued: its last run), end − elapsed; a running job's start plus its
-    elapsed time is a time of the output."""
+    elapsed time is a time of the output.
+
+    Raises:
+        ValueError: A running job's start plus its elapsed time (``what``) is past any time.
+    """
     if elapsed_s is None or elapsed_s < 0:
         return start
     if end is None:
-        out.saw(start + timedelta(seconds=elapsed_s))
+        out.saw(_after(start, elapsed_s, what))
         return start
     if elapsed_s < (end - start).total_seconds():
         return end - timedelta(seconds=elapsed_s)
     return start
+
+
+def _after(start: datetime, elapsed_s: int, what: str) -> datetime:
+    """``start`` plus ``elapsed_s`` seconds; ValueError where that is past year 9999."""
+    try:
+        return start + timedelta(seconds=elapsed_s)
+    except OverflowError:
+        raise ValueError(f"{what} is not a time span from the start: {elapsed_s}") from None
 
 
 def _add(out: SacctRead, row: Mapping[str, str], times: _Times) -> None:
@@ -1476,7 +1570,7 @@ def _add_json(out: SacctRead, job: Mapping[str, Any]) -> None:
             account=str(job.get("account") or ""),
             partition=str(job.get("partition") or ""),
             state=str(current or ""),
-            start=_run_span(out, start, end, _number(time.get("elapsed"))),
+            start=_run_span(out, start, end, _number(time.get("elapsed")), "time.elapsed"),
             end=end,
             gpus=_total(gres),
             gpu_types=tuple((k, v) for k, v in gres.items() if k),

@@ -179,10 +179,20 @@ def _family(model: str) -> str:
 def gpu_model_of(job: SlurmJob, gres_models: Mapping[str, str] | None = None) -> str | None:
     """The price table's model of the job's GPU type (:func:`model_of_type`), the type holding
     most of its GPUs; None where sacct names no type or nothing knows it."""
-    if not job.gpu_types:
+    return _model_of_types(job.gpu_types, gres_models)
+
+
+def _main_type(gpu_types: tuple[tuple[str, int], ...]) -> str:
+    """The gres type holding most of a job's GPUs (the first of those that hold as many)."""
+    return max(gpu_types, key=lambda t: t[1])[0]
+
+
+def _model_of_types(
+    gpu_types: tuple[tuple[str, int], ...], gres_models: Mapping[str, str] | None
+) -> str | None:
+    if not gpu_types:
         return None
-    name = max(job.gpu_types, key=lambda t: t[1])[0]
-    return model_of_type(name, gres_models)
+    return model_of_type(_main_type(gpu_types), gres_models)
 
 
 CLOCK_SLACK = timedelta(days=1)
@@ -219,41 +229,65 @@ def allocations_of(
     out.steps += read.steps
     out.not_started += read.not_started
     out.unreadable += [Unreadable(f"{where} {u.where}", u.reason) for u in read.unreadable]
-    for job in read.jobs:
+    hosts_of: dict[str, tuple[str, ...] | str] = {}  # a node list expanded once (or why not)
+    bounds: dict[tuple[int, str], str | None] = {}  # over_capacity of (GPUs, node list)
+    models: dict[tuple[tuple[str, int], ...], tuple[str, str | None]] = {}  # type, model
+    latest = seen_at + CLOCK_SLACK
+    c = read.jobs.columns  # a job at a time from its columns: no SlurmJob made
+    names = ("job_id", "raw_id", "name", "user", "account", "partition", "state", "start", "end")
+    for (job_id, raw_id, name, user, account, partition, state, start, end), more in zip(
+        zip(*(c[k] for k in names), strict=True),
+        zip(c["gpus"], c["gpu_types"], c["nodes"], c["cluster"], strict=True),
+        strict=True,
+    ):
+        gpus, gpu_types, nodes, job_cluster = more
         try:
-            hosts = expand_nodes(job.nodes)
-            if not 0 <= job.gpus <= MAX_GPUS:
-                raise ValueError(f"{job.gpus} GPUs: not from 0 to {MAX_GPUS:,}")
-            too_many = over_capacity(job.gpus, hosts, node_gpus or {})
+            hosts = hosts_of.get(nodes)
+            if hosts is None:
+                try:
+                    hosts = hosts_of[nodes] = expand_nodes(nodes)
+                except ValueError as e:
+                    hosts = hosts_of[nodes] = str(e)
+            if isinstance(hosts, str):
+                raise ValueError(hosts)
+            if not 0 <= gpus <= MAX_GPUS:
+                raise ValueError(f"{gpus} GPUs: not from 0 to {MAX_GPUS:,}")
+            too_many = bounds.get((gpus, nodes), "")
+            if too_many == "":
+                too_many = bounds[gpus, nodes] = over_capacity(gpus, hosts, node_gpus or {})
             if too_many is not None:
                 raise ValueError(too_many)
-            if job.end is not None and job.end < job.start:
-                raise ValueError(f"ends ({job.end.isoformat()}) before it starts")
-            last = job.end or job.start
-            if last > seen_at + CLOCK_SLACK:  # End=9999-12-31: 139,781,550 GPU-h of one job
+            if end is not None and end < start:
+                raise ValueError(f"ends ({end.isoformat()}) before it starts")
+            last = end or start
+            if last > latest:  # End=9999-12-31: 139,781,550 GPU-h of one job
                 raise ValueError(
-                    f"{'ends' if job.end else 'starts'} {last.isoformat()}, after the output's "
+                    f"{'ends' if end else 'starts'} {last.isoformat()}, after the output's "
                     f"own time ({seen_at.isoformat(timespec='minutes')})"
                 )
         except ValueError as e:
-            out.unreadable.append(Unreadable(f"{where} job {job.job_id}", str(e)))
+            out.unreadable.append(Unreadable(f"{where} job {job_id}", str(e)))
             continue
+        if gpu_types not in models:
+            main = _main_type(gpu_types) if gpu_types else ""
+            models[gpu_types] = (main, _model_of_types(gpu_types, gres_models))
+        kind, model = models[gpu_types]
         allocation = Allocation(
             source="slurm",
-            cluster=job.cluster or cluster,
-            job_id=job.raw_id,
-            shown_id=job.job_id,
-            name=job.name,
-            user=job.user,
-            account=job.account,
-            team=teams.get(job.account, job.account),
-            partition=job.partition,
-            state=job.state,
-            start_at=job.start,
-            end_at=job.end,
-            seen_at=max(seen_at, job.start),
-            gpus=job.gpus,
-            gpu_model=gpu_model_of(job, gres_models),
+            cluster=job_cluster or cluster,
+            job_id=raw_id,
+            shown_id=job_id,
+            name=name,
+            user=user,
+            account=account,
+            team=teams.get(account, account),
+            partition=partition,
+            state=state,
+            start_at=start,
+            end_at=end,
+            seen_at=max(seen_at, start),
+            gpus=gpus,
+            gpu_model=model,
             hosts=hosts,
         )
         if not allocation.cluster:
@@ -261,17 +295,16 @@ def allocations_of(
             if not same_job(before, allocation):
                 out.unreadable.append(
                     Unreadable(
-                        f"{where} job {job.job_id}",
-                        f"another job {job.raw_id} than the one read before (user "
+                        f"{where} job {job_id}",
+                        f"another job {raw_id} than the one read before (user "
                         f"{before.user!r}, started {before.start_at.isoformat()}), and no "
                         "cluster named: import each cluster's output with --cluster NAME",
                     )
                 )
                 continue
         out.jobs.append(allocation)
-        if job.gpu_types:
-            kind = max(job.gpu_types, key=lambda t: t[1])[0]
-            out.types[kind] = out.jobs[-1].gpu_model
+        if gpu_types:
+            out.types[kind] = model
 
 
 def read_files(
@@ -283,7 +316,7 @@ def read_files(
     now: datetime,
     gres_models: Mapping[str, str] | None = None,
 ) -> SlurmImported:
-    """sacct's output saved in files (``-``: standard input), each read a line at a time
+    """sacct's output saved in files (``-``: standard input), each read a block at a time
     (:func:`reports.imports.slurm.read_sacct_stream`); ``gres_models``: ``[slurm]
     gres_models`` (:func:`model_of_type`).
 

@@ -63,7 +63,7 @@ def cell(rng: random.Random, name: str, d: str, job: int) -> str:
             + ["0000-01-01T00:00:00", " 2026-12-02T10:34:28", "2026-12-02T24:00:00"]
         )
     if name == "ElapsedRaw":
-        if r < 0.01:  # a running job's start + this is no time: both readers raise
+        if r < 0.01:  # a running job's start + this is no time: both readers name the row
             return "99999999999999999"
         return rng.choice(["20", "3600", "0", "", " 7", "x", "1800"])
     if name in ("AllocTRES", "AllocGRES"):
