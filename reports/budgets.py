@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 import pandas as pd
 
@@ -36,24 +36,45 @@ from reports.weeks import (
 log = logging.getLogger("gpu_kpi")
 
 
-class RunSpend(NamedTuple):
-    """What one run cost in a span."""
-
-    run_id: str
-    name: str
-    team: str
-    usd: float
-
-
 @dataclasses.dataclass(frozen=True)
 class Spend:
-    """What a span cost: USD per team, and per run, largest first."""
+    """What a span cost: USD per team, and each team's :data:`TOP_RUNS` largest runs."""
 
     by_team: dict[str, float]
-    runs: list[RunSpend]
+    tops: dict[str, tuple[tuple[str, float], ...]]
+    """Team → its largest runs (name, USD), largest first (then by run id)."""
 
     def top_runs(self, team: str) -> tuple[tuple[str, float], ...]:
-        return tuple((r.name, r.usd) for r in self.runs if r.team == team)[:TOP_RUNS]
+        return self.tops.get(team, ())
+
+
+def top_runs(
+    runs: pd.DataFrame, teams: Collection[str] | None = None
+) -> dict[str, tuple[tuple[str, float], ...]]:
+    """Each team's :data:`TOP_RUNS` runs with the most ``spend_usd``, ties by ``run_id``: the
+    team as ``str()`` writes it (a missing one ``nan``), only the ``teams`` asked for (None:
+    every one); a pair made only for a run that is shown.
+
+    Args:
+        runs: Runs with ``run_id``, ``name``, ``team`` and ``spend_usd`` (USD, each above 0).
+        teams: The teams wanted.
+    """
+    if not len(runs):
+        return {}
+    codes, uniques = pd.factorize(runs["team"])  # a missing one: -1, each as it is
+    team = pd.Series([str(u) for u in uniques] + [""], dtype=object).take(codes)
+    team.index = runs.index
+    missing = codes == -1
+    team[missing] = [str(v) for v in runs["team"][missing].tolist()]  # None, NaN: as str() has it
+    if teams is not None:
+        wanted = team.isin(list(teams)).to_numpy()
+        runs, team = runs[wanted], team[wanted]
+    ranked = runs.assign(_team=team).sort_values(["spend_usd", "run_id"], ascending=[False, True])
+    shown = ranked.groupby("_team", sort=False).head(TOP_RUNS)
+    tops: dict[str, list[tuple[str, float]]] = {}
+    for t, n, v in zip(shown["_team"], shown["name"], shown["spend_usd"], strict=True):
+        tops.setdefault(t, []).append((str(n), float(v)))
+    return {t: tuple(pairs) for t, pairs in tops.items()}
 
 
 def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: datetime) -> Spend:
@@ -92,19 +113,12 @@ def spend(store: Any, req: Any, since: datetime, until: datetime, *, now: dateti
         )
         per = pd.concat([per, jobs.astype({"run_id": object})], ignore_index=True)
     if per.empty:
-        return Spend({}, [])
+        return Spend({}, {})
     priced = per[per["priced"].astype(bool) & (per["spend_usd"] > 0)]
-    by_run = (
-        priced.groupby(["run_id", "name", "team"], as_index=False)["spend_usd"]
-        .sum()
-        .sort_values(["spend_usd", "run_id"], ascending=[False, True])
-    )
+    by_run = priced.groupby(["run_id", "name", "team"], as_index=False)["spend_usd"].sum()
     return Spend(
         {str(k): float(v) for k, v in by_run.groupby("team")["spend_usd"].sum().items()},
-        [
-            RunSpend(str(i), str(n), str(tm), float(v))
-            for i, n, tm, v in by_run.itertuples(index=False)
-        ],
+        top_runs(by_run),
     )
 
 
@@ -164,19 +178,10 @@ def _week_lines(
         months.insert(0, (shift_month(m0, tz, -1), m0, m0))
     teams = k.by.get("team", pd.DataFrame(columns=["team", "spend_usd"]))
     week_usd = {str(t): float(v) for t, v in zip(teams["team"], teams["spend_usd"], strict=True)}
-    ranked = (
-        k.runs[pd.to_numeric(k.runs["spend_usd"], errors="coerce") > 0].sort_values(
-            ["spend_usd", "run_id"], ascending=[False, True]
-        )
-        if len(k.runs)
-        else k.runs
-    )
+    paid = pd.to_numeric(k.runs["spend_usd"], errors="coerce") > 0 if len(k.runs) else None
     week_runs = Spend(
         week_usd,
-        [
-            RunSpend(str(r.run_id), str(r.name), str(r.team), float(r.spend_usd))
-            for r in ranked.itertuples()
-        ],
+        top_runs(k.runs[paid] if paid is not None else k.runs, {b.team for b in req.budgets}),
     )
     spent: list[Spend] = []
     if any(b.usd_per_month is not None for b in req.budgets):

@@ -99,23 +99,40 @@ def rightsizing(
     if not len(at):
         return empty
     picked = per.iloc[at]
-    chosen = [priced[j] for j in best[at]]
-    price = np.array([p.usd_per_gpu_hour for p, _, _ in chosen], dtype=float)
+    pick = best[at]
+    price = np.array([p.usd_per_gpu_hour for p, _, _ in priced], dtype=float)[pick]
+    suggested = np.array([p.gpu for p, _, _ in priced], dtype=object)[pick]
     mem_at, util_at = mem[at], util[at]
-    assumptions = [
-        f"{m:.1f} GiB × {headroom:g} fits {best_mem:g} GiB; "
-        f"{u:.1f}% of {pk:g} = {nd:.0f} TFLOP/s (16-bit) "
-        f"fits {target_util_pct:.0f}% of its {best_peak:g} = "
-        f"{target_util_pct / 100.0 * best_peak:.0f}: the same hours"
-        for m, u, pk, nd, (_, best_mem, best_peak) in zip(
-            mem_at.tolist(),
-            util_at.tolist(),
-            peak[at].tolist(),
-            need[at].tolist(),
-            chosen,
-            strict=True,
-        )
-    ]
+    # the text is one per (memory, utilization, peak, suggestion): made once for each (a week
+    # of a million runs has a few hundred texts), keyed by the figures' bits (-0.0 is no 0.0)
+    combos = pd.DataFrame(
+        {
+            "mem": mem_at.view(np.int64),
+            "util": util_at.view(np.int64),
+            "peak": peak[at].view(np.int64),
+            "best": pick,
+        }
+    )
+    codes = combos.groupby(list(combos.columns), sort=False).ngroup().to_numpy()
+    _, firsts = np.unique(codes, return_index=True)
+    texts = np.array(
+        [
+            f"{m:.1f} GiB × {headroom:g} fits {best_mem:g} GiB; "
+            f"{u:.1f}% of {pk:g} = {nd:.0f} TFLOP/s (16-bit) "
+            f"fits {target_util_pct:.0f}% of its {best_peak:g} = "
+            f"{target_util_pct / 100.0 * best_peak:.0f}: the same hours"
+            for m, u, pk, nd, (_, best_mem, best_peak) in zip(
+                mem_at[firsts].tolist(),
+                util_at[firsts].tolist(),
+                peak[at][firsts].tolist(),
+                need[at][firsts].tolist(),
+                [priced[j] for j in pick[firsts].tolist()],
+                strict=True,
+            )
+        ],
+        dtype=object,
+    )
+    assumptions = texts[codes]
     rows = {
         "run_id": picked["run_id"].to_numpy(dtype=object),
         "name": picked["name"].to_numpy(dtype=object),
@@ -123,9 +140,9 @@ def rightsizing(
         "gpu_model": picked["gpu_model"].to_numpy(dtype=object),
         "utilization_pct": util_at,
         "mem_peak_gib": mem_at,
-        "suggested_gpu": [p.gpu for p, _, _ in chosen],
+        "suggested_gpu": suggested.tolist(),
         "saving_usd": hours[at] * (current[at] - price),
-        "assumption": assumptions,
+        "assumption": assumptions.tolist(),
     }
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(
         "saving_usd", ascending=False, ignore_index=True

@@ -274,11 +274,11 @@ def week_starts(started: pd.Series, tz: tzinfo) -> pd.Series:
     if not len(started):
         return pd.Series([], index=started.index, dtype="datetime64[ns, UTC]")
     local = pd.to_datetime(started, utc=True).dt.tz_convert(tz)
-    days = local.dt.date
+    days = local.dt.tz_localize(None).dt.floor("D")  # the local day, as a column
     # a million runs start on a few hundred days: each day's week once, at its local noon
     firsts = {
         d: week_start_of(datetime(d.year, d.month, d.day, 12, tzinfo=tz), tz)
-        for d in pd.unique(days)
+        for d in days.dropna().unique()
     }
     return pd.to_datetime(days.map(firsts), utc=True)
 

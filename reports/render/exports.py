@@ -513,7 +513,7 @@ def _cells(column: pd.Series) -> list[str]:
         codes, uniques = pd.factorize(column)  # a missing value: -1, the last cell
         cells = [_text_cell(v) if isinstance(v, str) else "" for v in uniques.tolist()]
         cells.append("")
-        return [cells[c] for c in codes.tolist()]
+        return list(map(cells.__getitem__, codes.tolist()))
     # (an object or a list is no CSV value: the JSON has it; a run field never holds one)
     return [
         "" if isinstance(c := safe_cell(plain(v)), dict | list) else _field(c)
@@ -521,27 +521,40 @@ def _cells(column: pd.Series) -> list[str]:
     ]
 
 
+def _values(column: pd.Series) -> list[Any]:
+    """A column of runs as what ``%s`` makes each cell of (:func:`_cells`' text): a number
+    as itself (``%s`` of a float is its ``repr``, of an int or a bool its ``str``), a missing
+    or non-finite one as ``""``, anything else as its cell."""
+    if pd.api.types.is_float_dtype(column):
+        numbers = column.astype(float)
+        values: list[Any] = numbers.tolist()
+        for i in (~numbers.abs().lt(math.inf)).to_numpy().nonzero()[0].tolist():  # NaN, ±inf
+            values[i] = ""
+        return values
+    if pd.api.types.is_integer_dtype(column) or pd.api.types.is_bool_dtype(column):
+        return column.tolist()
+    return _cells(column)
+
+
 def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 20_000) -> None:
     """The ``run`` section: a line per run and metric (:data:`_CSV_RUN_FIELDS`), made from
     the columns ``block`` runs at a time, each cell as :func:`csv.writer` (``excel``) writes
-    it (:func:`_field`), a block's lines written at once: a million runs are sixteen million
-    lines, and the csv module's per-line work was most of their cost."""
+    it (:func:`_field`), a block's lines written at once: a run's lines are one ``%`` of a
+    template holding every constant (the week, the section, the metrics, the line ends) with
+    its cells, so that no line is made by Python code of its own (sixteen million lines)."""
     prefix = ",".join(_field(h) for h in head) + ","
     metrics = ["," + _field(safe_cell(f)) + "," for f in _CSV_RUN_FIELDS]
+    key = prefix.replace("%", "%%") + "%s"  # the constants' own % doubled: text, not a field
+    template = "".join(key + m.replace("%", "%%") + "%s\r\n" for m in metrics)
     for lo in range(0, len(runs), block):
         part = priced_runs(runs.iloc[lo : lo + block])  # unpriced dollars: empty cells
         n = len(part)
-        columns = [_cells(part[f]) if f in part.columns else [""] * n for f in _CSV_RUN_FIELDS]
-        keys = [prefix + k for k in _cells(part["run_id"])]
-        out.write(
-            "".join(
-                [
-                    f"{key}{metric}{cell}\r\n"
-                    for key, cells in zip(keys, zip(*columns, strict=True), strict=True)
-                    for metric, cell in zip(metrics, cells, strict=True)
-                ]
-            )
-        )
+        keys = _cells(part["run_id"])
+        cells: list[list[Any]] = []
+        for f in _CSV_RUN_FIELDS:
+            cells.append(keys)
+            cells.append(_values(part[f]) if f in part.columns else [""] * n)
+        out.write("".join(map(template.__mod__, zip(*cells, strict=True))))
 
 
 def _text_cell(v: str) -> str:

@@ -85,8 +85,13 @@ class ParquetExport(RunsExport):
             return pa.nulls(n, type=_type(pa, name))
         col = part[name]
         if name in _TEXT:
-            if isinstance(col.dtype, pd.StringDtype):  # text or missing (NaN): null
+            held = isinstance(col.dtype, pd.StringDtype)
+            if held or (
+                col.dtype == object and pd.api.types.infer_dtype(col) in ("string", "empty")
+            ):  # text or missing (None, NaN, pd.NA): null
                 try:
+                    if held:  # Arrow's own text as it is (pandas' Arrow storage: no copy)
+                        return pa.array(col.array, type=pa.string())
                     return pa.array(col.to_numpy(dtype=object), pa.string(), from_pandas=True)
                 except (UnicodeError, pa.ArrowException):
                     pass  # a lone surrogate: each value as _text makes it
@@ -94,6 +99,11 @@ class ParquetExport(RunsExport):
         numbers = pd.to_numeric(col, errors="coerce").astype(float)
         numbers = numbers.where(numbers.abs() != math.inf)  # missing or not finite: null
         if name in _INTEGER:
+            figures = pa.array(numbers.to_numpy(), pa.float64(), from_pandas=True)
+            try:
+                return figures.cast(pa.int64())  # whole numbers in range: as int() makes them
+            except pa.ArrowException:
+                pass  # a fraction (int() drops it) or past int64: value by value
             return pa.array(
                 [None if math.isnan(v) else int(v) for v in numbers.tolist()], pa.int64()
             )
