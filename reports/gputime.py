@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,7 +31,7 @@ from reports.data.allocations import (
     read_errors,
     usage_of,
 )
-from reports.data.columns import run_columns
+from reports.data.columns import arrow_run_columns, run_columns
 from reports.data.samples import SampleTotals
 from reports.data.scans import SampleScans, mark_crashed, records_of
 from reports.errors import ReportError
@@ -200,7 +201,10 @@ def usable_runs(
         ok &= kpis.surely_usable(frame)
         return _Part(frame[ok], np.flatnonzero(ok), [rows[i] for i in np.flatnonzero(~ok)], ok)
 
-    if ids is None:
+    arrow = _arrow_part(scans, since=since, until=until) if ids is None else None
+    if arrow is not None:
+        parts = [arrow]
+    elif ids is None:
         parts = scans.run_row_parts(columns, since=since, until=until)
     else:
         parts = [columns(scans.run_rows(ids=ids))]
@@ -235,6 +239,29 @@ def usable_runs(
     return runs.reset_index(drop=True).infer_objects(), unread + excluded
 
 
+def _arrow_part(
+    scans: SampleScans, *, since: datetime | None, until: datetime | None
+) -> _Part | None:
+    """The runs of a span read into Arrow (:meth:`reports.data.scans.SampleScans.run_table`)
+    as one part of :func:`usable_runs`' read, the rows not surely usable read again as the
+    driver's tuples; None where that read does not apply (the tuples are read)."""
+    table = scans.run_table(since=since, until=until)
+    if table is None:
+        return None
+    read = arrow_run_columns(table)
+    del table
+    if read is None:
+        return None
+    frame, ok, rowids = read
+    ok &= kpis.surely_usable(frame)
+    slow = rowids[~ok].tolist()
+    rows = scans.run_rows_at(slow) if slow else {}
+    if len(rows) < len(slow):  # deleted since: the read starts again, as tuples
+        return None
+    kept = frame if ok.all() else frame[ok]
+    return _Part(kept, np.flatnonzero(ok), [rows[r] for r in slow], ok)
+
+
 class _Part(NamedTuple):
     """One part of a read of runs (:meth:`reports.data.scans.SampleScans.run_row_parts`)."""
 
@@ -257,8 +284,9 @@ def _and_runs_of(
     """``runs`` and the runs of ``totals`` (samples in the span) whose record does not overlap
     the span (minutes after its end: a late sampler, a clock): a week counts a run's minutes
     whatever span the report reads around it."""
-    known = {*runs["id"].astype(object), *(e.run_id for e in excluded)}
-    missing = sorted(set(totals["run_id"].astype(object)) - known)
+    # the few ids of no run read, found by one hash of both columns (no set of a million ids)
+    unread = totals["run_id"][~kpis.is_in(totals["run_id"], runs["id"])]
+    missing = sorted(set(unread.astype(object)) - {e.run_id for e in excluded})
     if not missing:
         return runs, excluded
     more, more_excluded = usable_runs(scans, ids=missing)
@@ -368,9 +396,17 @@ def _read(
     scans = SampleScans(store)
     if not scans.has_runs() and not has_allocations(store):  # a site's first day: jobs alone
         raise ReportError(f"the run store {store.url} has no runs: nothing to report")
-    runs, excluded = usable_runs(scans, **window)
     if _rollups_answer(store.version, t, basis, [*week_starts, until]):
-        totals, idle = _from_rollups(scans, value, week_starts, until)
+        if _own_connections(store):
+            # the runs and the rollups' sums read at once, each on a connection of its own
+            # (the databases work with the GIL released)
+            with ThreadPoolExecutor(1) as pool:
+                sums = pool.submit(_from_rollups, scans, value, week_starts, until)
+                runs, excluded = usable_runs(scans, **window)
+                totals, idle = sums.result()
+        else:
+            runs, excluded = usable_runs(scans, **window)
+            totals, idle = _from_rollups(scans, value, week_starts, until)
         runs, excluded = _and_runs_of(scans, runs, excluded, totals)
         if not marked:
             runs = _as_crashed(runs, now)
@@ -385,6 +421,7 @@ def _read(
         totals = totals[totals["minutes"] > 0]
         skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
         return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
+    runs, excluded = usable_runs(scans, **window)
     totals = totals_frame(
         scans.sample_totals(
             value=value,
@@ -418,6 +455,15 @@ def _read(
     return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
 
 
+def _own_connections(store: RunStore) -> bool:
+    """Whether each thread's connection reads the same database: not a SQLite database in
+    memory (one per connection)."""
+    database = store.engine.url.database or ""
+    if store.engine.dialect.name != "sqlite":
+        return True
+    return database not in ("", ":memory:") and "mode=memory" not in database
+
+
 def _rollups_answer(
     version: int, t: Thresholds, basis: str, week_starts: Sequence[pd.Timestamp]
 ) -> bool:
@@ -444,7 +490,9 @@ def _from_rollups(
         value=value, hour_edges=hours[1:-1], since_hour=hours[0], until_hour=hours[-1]
     )
     totals = frame.assign(first_low=pd.NaT, last_low=pd.NaT)[[*kpis.TOTALS_COLUMNS, "damaged"]]
-    timed = frame[frame["bucket"] >= 0]
+    # the rows with idle time (a GPU-week without any counts 0 idle hours without a row)
+    idle_s, idle_value_s = frame["idle_s"].to_numpy(), frame["idle_value_s"].to_numpy()
+    timed = frame[(frame["bucket"].to_numpy() >= 0) & ((idle_s != 0) | (idle_value_s != 0))]
     idle = pd.DataFrame(
         {
             "run_id": timed["run_id"].astype(object),

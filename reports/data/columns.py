@@ -22,6 +22,9 @@ _TIME_TEXT = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?"
 """A time as the store writes it on SQLite (naive UTC); any other text is read by
 :func:`reports.data.scans.records_of`."""
 
+_TIME_WIDTH = 26
+"""Its width with the six digits of microseconds (``2026-11-25 10:00:00.000000``)."""
+
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """The same, as pandas parses it exactly (the store always writes the six digits)."""
 
@@ -53,11 +56,60 @@ def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFra
         df = pd.DataFrame.from_records(rows, columns=list(RUN_COLUMNS), nrows=n)
     else:
         df = pd.DataFrame({c: pd.Series([], dtype=object) for c in RUN_COLUMNS})
+    return _checked(df, rows if nan else None)
+
+
+def arrow_run_columns(table: Any) -> tuple[pd.DataFrame, np.ndarray, np.ndarray] | None:
+    """An Arrow table of :meth:`reports.data.scans.SampleScans.run_table` as
+    :func:`run_columns` makes the same rows (the same frame, the same mask), ordered as
+    :meth:`~reports.data.scans.SampleScans.run_rows` orders them, with no Python object per
+    row on the way (but ``tags`` and ``links``).
+
+    Args:
+        table: The table (``rowid`` and :data:`RUN_COLUMNS`); it is used up.
+
+    Returns:
+        The frame, the mask of rows read as the store writes them, and each row's ``rowid``;
+        None when the table's order cannot be SQLite's (a start that is not a time as the
+        store writes it: text order is time order only for those) or it holds no row.
+    """
+    n = table.num_rows
+    if not n:
+        return None
+    started = table.column("started_at").to_pandas()
+    shaped = started.str.len().to_numpy(dtype=float, na_value=np.nan) == _TIME_WIDTH
+    if (
+        not shaped.all()
+        or pd.to_datetime(started, format=_TIME_FORMAT, errors="coerce").isna().any()
+    ):
+        return None
+    del started
+    # by start and id as SQLite orders them: text by its bytes, as Arrow does
+    table = table.sort_by([("started_at", "ascending"), ("id", "ascending")])
+    rowids = table.column("rowid").to_numpy()
+    empty = [f.name for f in table.schema if table.column(f.name).null_count == n]
+    df = table.drop_columns(["rowid"]).to_pandas(split_blocks=True, self_destruct=True)
+    del table
+    for col in empty:  # no value at all: as the driver's tuples make it, None in Python objects
+        df[col] = pd.Series([None] * n, dtype=object)
+    frame, ok = _checked(df, None)
+    return frame, ok, rowids
+
+
+def _checked(
+    df: pd.DataFrame, rows: Sequence[Sequence[Any]] | None
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """:func:`run_columns` of ``df``, the runs' columns as read; ``rows``: the driver's
+    tuples where the database holds NaN (PostgreSQL), None where it does not."""
+    n = len(df)
+    nan = rows is not None
     ok = np.ones(n, dtype=bool)
     for col in TIME_COLUMNS:
         raw = df[col]
         missing = raw.isna().to_numpy()
-        if pd.api.types.is_datetime64_any_dtype(raw):
+        if missing.all():  # no time at all (no heartbeat, say): nothing to check
+            df[col] = pd.Series(pd.NaT, index=df.index, dtype=TIME_DTYPE)
+        elif pd.api.types.is_datetime64_any_dtype(raw):
             df[col] = pd.to_datetime(raw, utc=True).astype(TIME_DTYPE)
         elif isinstance(raw.dtype, pd.StringDtype):
             # text or missing (SQLite): the store's exact form parses, anything else is NaT
@@ -107,6 +159,6 @@ def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFra
             if pd.api.types.is_float_dtype(df[col]):
                 j = RUN_COLUMNS.index(col)
                 for i in np.flatnonzero(df[col].isna().to_numpy()):
-                    if rows[int(i)][j] is not None:
+                    if rows is not None and rows[int(i)][j] is not None:
                         ok[i] = False
     return df[list(RunRecord.__dataclass_fields__)], ok

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,6 +62,15 @@ _MAX_SAMPLE_READERS = 4
 _IN_CHUNK = 500
 
 _ROWS_PER_READER = 500_000
+
+_ROWID: sa.ColumnClause[int] = sa.literal_column("runs.rowid")
+
+_ADBC_BATCH_ROWS = "adbc.sqlite.query.batch_rows"
+_ADBC_ROWS = 1 << 30
+"""Rows in the one batch of :meth:`SampleScans.run_table` (a read this long is not taken)."""
+
+_ARROW_TEXT = ("string", "large_string")
+_ARROW_NUMBERS = ("int64", "double")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -539,6 +549,81 @@ class SampleScans:
         SQLite) converts every part again."""
         return self._run_rows(None, since=since, until=until, convert=convert, size=chunk_rows)
 
+    def run_table(self, *, since: datetime | None = None, until: datetime | None = None) -> Any:
+        """The rows of ``runs`` for ``[since, until)`` (as :meth:`run_rows` selects them) as
+        an Arrow table read by ADBC's SQLite driver (the ``adbc`` extra), no Python object per
+        row: ``rowid`` (for :meth:`run_rows_at`), then :data:`RUN_COLUMNS`, in no order.
+        Every column holds values of one type as the driver reads them (text, times as the
+        text they are stored as; or numbers), or none at all.
+
+        Returns:
+            The table, or None where this read does not apply and :meth:`run_row_parts`
+            reads: a store that is not a SQLite file, the driver not installed, a column of
+            values of two types (text in a number column, a blob), text that is not UTF-8,
+            any error of the driver (that read says what is wrong).
+        """
+        stmt = self._runs_select(None, since=since, until=until, rowid=True)
+
+        def runs(cursor: Any) -> Any:
+            # the times bound as the store writes them (SQLite: naive UTC text)
+            literal = {"literal_binds": True}
+            cursor.execute(str(stmt.compile(dialect=self._engine.dialect, compile_kwargs=literal)))
+            return cursor.fetch_arrow_table()
+
+        table = self._adbc_read(runs)
+        if table is None:
+            return None
+        for col in runs_table.c:
+            kinds = _ARROW_NUMBERS if isinstance(col.type, sa.Integer | sa.Float) else _ARROW_TEXT
+            column = table.column(col.name)
+            if column.null_count < len(column) and str(column.type) not in kinds:
+                return None
+        return table
+
+    def _adbc_read(self, read: Callable[[Any], Any]) -> Any:
+        """``read(cursor)`` on a cursor of ADBC's SQLite driver (the ``adbc`` extra) over
+        this store's file, read-only, and its Arrow table checked (text that is not UTF-8:
+        the driver does not check it); None (the driver's tuples read) when ``read`` says
+        so, the store is not a SQLite file, the driver is not installed, the table holds no
+        row or is too long for one batch, or on any error of the driver."""
+        database = self._engine.url.database or ""
+        if (
+            self._engine.dialect.name != "sqlite"
+            or database in ("", ":memory:")
+            or database.startswith("file:")
+            or "mode=memory" in database
+        ):
+            return None
+        try:
+            import adbc_driver_sqlite.dbapi as adbc
+        except ImportError:
+            return None
+        uri = f"file:{urllib.parse.quote(os.path.abspath(database))}?mode=ro"
+        try:
+            with adbc.connect(uri) as conn, conn.cursor() as cursor:
+                # one batch: the driver takes each column's type from its first batch and
+                # fails a later one that differs (NULLs first: a number column read as int)
+                cursor.adbc_statement.set_options(**{_ADBC_BATCH_ROWS: str(_ADBC_ROWS)})
+                table = read(cursor)
+            if table is not None:
+                table.validate(full=True)
+        except Exception as e:  # the driver's errors: the tuples' read names what is wrong
+            log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
+            return None
+        if table is None or not 0 < table.num_rows < _ADBC_ROWS:
+            return None
+        return table
+
+    def run_rows_at(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
+        """The rows of ``runs`` with these SQLite row ids (:meth:`run_table`'s), as
+        :meth:`run_rows` gives them, by row id; a row gone since is not there."""
+        out: dict[int, tuple[Any, ...]] = {}
+        for i in range(0, len(rowids), _IN_CHUNK):
+            where = _ROWID.in_(list(rowids[i : i + _IN_CHUNK]))
+            for row in self._run_rows(where, rowid=True):
+                out[int(row[0])] = tuple(row[1:])
+        return out
+
     def _run_rows(
         self,
         where: sa.ColumnElement[bool] | None,
@@ -547,16 +632,49 @@ class SampleScans:
         until: datetime | None = None,
         convert: Callable[[list[tuple[Any, ...]]], Any] | None = None,
         size: int = 0,
+        rowid: bool = False,
     ) -> list[Any]:
+        c = runs_table.c
+        stmt = self._runs_select(where, since=since, until=until, rowid=rowid).order_by(
+            c.started_at, c.id
+        )
+
+        def fetch(conn: Connection) -> list[Any]:
+            # the driver's cursor under SQLAlchemy's result: plain tuples (no result type of
+            # these columns converts anything: the times are read as text), a Row each costs
+            # as much again at a million runs
+            result = conn.execute(stmt)
+            try:
+                if convert is None:
+                    return list(result.cursor.fetchall())
+                parts = []
+                while part := result.cursor.fetchmany(size):
+                    parts.append(convert(list(part)))
+                return parts
+            finally:
+                result.close()
+
+        return self._read_text(fetch)
+
+    def _runs_select(
+        self,
+        where: sa.ColumnElement[bool] | None,
+        *,
+        since: datetime | None,
+        until: datetime | None,
+        rowid: bool,
+    ) -> sa.Select[Any]:
+        """The SELECT of :meth:`run_rows` (no order), with SQLite's ``rowid`` first where
+        asked."""
         c = runs_table.c
         times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
         # the times as the driver returns them (SQLite: text), converted by the reader
-        stmt = sa.select(
-            *[
-                sa.type_coerce(col, sa.String).label(col.name) if col in times else col
-                for col in runs_table.c
-            ]
-        ).order_by(c.started_at, c.id)
+        columns: list[Any] = [_ROWID.label("rowid")] if rowid else []
+        columns += [
+            sa.type_coerce(col, sa.String).label(col.name) if col in times else col
+            for col in runs_table.c
+        ]
+        stmt = sa.select(*columns)
         sqlite = self._engine.dialect.name == "sqlite"
 
         def or_misshaped(
@@ -575,23 +693,7 @@ class SampleScans:
             stmt = stmt.where(
                 or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
             )
-
-        def fetch(conn: Connection) -> list[Any]:
-            # the driver's cursor under SQLAlchemy's result: plain tuples (no result type of
-            # these columns converts anything: the times are read as text), a Row each costs
-            # as much again at a million runs
-            result = conn.execute(stmt)
-            try:
-                if convert is None:
-                    return list(result.cursor.fetchall())
-                parts = []
-                while part := result.cursor.fetchmany(size):
-                    parts.append(convert(list(part)))
-                return parts
-            finally:
-                result.close()
-
-        return self._read_text(fetch)
+        return stmt
 
     def _minute_span(
         self,

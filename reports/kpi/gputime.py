@@ -223,7 +223,7 @@ def combine_gpu_time(
     """GT rows for every run: ``sampled`` (GT rows from minute samples, of runs in ``runs``)
     and the summaries of the runs without samples (in ``sampled`` or ``sampled_ids``, the runs
     sampled at any time: those count by their samples alone)."""
-    measured = {*sampled["run_id"].unique(), *sampled_ids}
+    measured = [*sampled["run_id"].unique(), *sampled_ids]  # looked up, never a set made
     parts = [
         p
         for p in (
@@ -294,11 +294,18 @@ def totals_gpu_time(
         }
     )
     keys = ["run_id", "gpu", "week"]
+    figures = ["idle_hours", "idle_used_hours"]
     idle_hours = idle.assign(
         week=pd.to_datetime(idle["week"], utc=True).dt.as_unit("ns"),
         run_id=idle["run_id"].astype(object),
         gpu=idle["gpu"].astype(object),
-    )[[*keys, "idle_hours", "idle_used_hours"]]
-    gt = gt.merge(idle_hours, on=keys, how="left", validate="one_to_one")
-    gt[["idle_hours", "idle_used_hours"]] = gt[["idle_hours", "idle_used_hours"]].fillna(0.0)
-    return gt[GT_COLUMNS]
+    )[[*keys, *figures]]
+    gt[figures] = 0.0
+    # only the rows of runs with idle time are joined (a million rows' three keys: seconds)
+    rows = np.flatnonzero(is_in(gt["run_id"], idle_hours["run_id"]))
+    if len(rows):
+        part = gt.iloc[rows][keys].merge(idle_hours, on=keys, how="left", validate="one_to_one")
+        at = [gt.columns.get_loc(f) for f in figures]
+        gt.iloc[rows, at] = part[figures].fillna(0.0).to_numpy()
+    # the ids in Python objects, as a join with the idle rows' leaves them
+    return gt.astype({"run_id": object, "gpu": object})[GT_COLUMNS]

@@ -93,13 +93,15 @@ def run_weeks(
     """Per (run, week): GPU-hours, utilization, spend, waste (per GPU: its idle hours in full,
     the rest × max(0, 1 − util of the rest ÷ target)), idle $, energy and CO2e (the run's, pro
     rata by GPU-hours), and the run's attributes."""
-    meta = runs.set_index("id")
     price_of_run, owned_gpu = run_prices(runs, prices, owned)
     # floats, NaN unpriced (an empty frame's column would otherwise be of strings)
     price = pd.to_numeric(price_of_run, errors="coerce").to_numpy(dtype=float)
-    price_of = pd.Series(price, index=runs["id"].to_numpy(), dtype=float)
+    # each row's run by its place in ``runs`` (-1: none): the text ids are looked up once,
+    # the run's figures then taken by integer (a million runs: each look-up costs a second)
+    at = pd.Index(runs["id"]).get_indexer(gt["run_id"])
     g = gt.copy()
-    g["price"] = g["run_id"].map(price_of).astype(float)
+    g["price"] = _taken(price, at, np.nan)
+    g["_at"] = at
     g["cost"] = spend_usd(g["gpu_hours"], g["price"])
 
     def waste(amount: pd.Series) -> pd.Series:
@@ -132,7 +134,9 @@ def run_weeks(
         unmeasured_hours=("unmeasured_hours", "sum"),
         waste_hours=("waste_hours", "sum"),
         idle_hours=("idle_hours", "sum"),
+        _at=("_at", "first"),
     )
+    per_at = per.pop("_at").to_numpy()
     per["priced"] = per.pop("unpriced") == 0
     per["kind"] = RUN_KIND
     per["utilization_pct"] = weighted_util_pct(100.0 * per["used_hours"], per["known_hours"])
@@ -158,28 +162,39 @@ def run_weeks(
         "ended_at",
         "source",
     ]
-    m = meta[cols].rename(
-        columns={
-            "gpu_hours": "run_gpu_hours",
-            "samples": "run_samples",
-            "tokens": "run_tokens",
-            "energy_kwh": "run_energy_kwh",
-        }
-    )
-    per = per.astype({"run_id": object}).join(m, on="run_id")  # empty: run_id was float
+    names = {
+        "gpu_hours": "run_gpu_hours",
+        "samples": "run_samples",
+        "tokens": "run_tokens",
+        "energy_kwh": "run_energy_kwh",
+    }
+    per = per.astype({"run_id": object})  # empty: run_id was float
+    if len(per) and (per_at >= 0).all():
+        m = runs[cols].iloc[per_at].rename(columns=names).set_axis(per.index)
+        per = pd.concat([per, m], axis=1)
+    else:  # a row of no run in ``runs``: its attributes missing, as a join leaves them
+        per = per.join(runs.set_index("id")[cols].rename(columns=names), on="run_id")
     share = per["gpu_hours"] / per["run_gpu_hours"].where(per["run_gpu_hours"] > 0)
     per["samples"] = per["run_samples"].astype(float) * share
     per["tokens"] = per["run_tokens"].astype(float) * share
     per["energy_kwh"] = per["run_energy_kwh"].astype(float) * share
-    per["owned_gpu"] = (
-        per["run_id"]
-        .map(pd.Series(owned_gpu.to_numpy(), index=runs["id"].to_numpy()))
-        .astype(object)
-    )
+    per["owned_gpu"] = pd.Series(_taken(owned_gpu.to_numpy(), per_at, np.nan), index=per.index)
+    per["owned_gpu"] = per["owned_gpu"].astype(object)
     per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"], per["host"].fillna(""))
-    per["price_per_gpu_hour"] = per["run_id"].map(price_of).astype(float)
+    per["price_per_gpu_hour"] = _taken(price, per_at, np.nan)
     per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
     return per
+
+
+def _taken(values: np.ndarray, at: np.ndarray, missing: Any) -> np.ndarray:
+    """``values[at]``, ``missing`` where ``at`` is -1 (as :meth:`pandas.Series.map` leaves a
+    key it does not find)."""
+    if len(at) and (at >= 0).all():
+        return values[at]
+    out = np.full(len(at), missing, dtype=float if values.dtype.kind == "f" else object)
+    found = at >= 0
+    out[found] = values[at[found]]
+    return out
 
 
 def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None) -> Headline:
@@ -281,7 +296,10 @@ def breakdown_groups(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     Returns:
         Each run's group (a position in the names) and the names; a name may have no run.
     """
-    codes, uniques = pd.factorize(column.to_numpy(dtype=object))  # missing: -1
+    if isinstance(column.dtype, pd.StringDtype):  # text in Arrow: its own hash, no objects
+        codes, uniques = pd.factorize(column)  # missing: -1
+    else:
+        codes, uniques = pd.factorize(column.to_numpy(dtype=object))
     named = [NONE if isinstance(u, str) and u == "" else u for u in uniques]
     names = np.empty(len(named) + 1, dtype=object)
     names[:-1], names[-1] = named, NONE
@@ -324,10 +342,21 @@ def _breakdown(per: pd.DataFrame, key: str, run_codes: np.ndarray | None = None)
     g = per[[*_SUMMED, "co2e_kg"]].groupby(codes)  # one pass for every sum (named aggs: 2x slower)
     out = g.sum()
     out["co2e_kg"] = g["co2e_kg"].sum(min_count=1)  # NaN for a group that measured none
-    out["runs"] = pd.Series(run_codes).groupby(codes).nunique()
+    out["runs"] = _distinct_runs(run_codes, codes, len(names))[out.index.to_numpy()]
     out.index = pd.Index(names[out.index.to_numpy()], name=key)
     out["utilization_pct"] = weighted_util_pct(100.0 * out["used_hours"], out["known_hours"])
     return out[_BREAKDOWN].sort_values(["waste_usd", "spend_usd"], ascending=False).reset_index()
+
+
+def _distinct_runs(run_codes: np.ndarray, codes: np.ndarray, groups: int) -> np.ndarray:
+    """How many distinct runs (``run_codes``, NaN: no run) each group of ``codes`` holds."""
+    known = ~np.isnan(run_codes)
+    runs = run_codes[known].astype(np.int64)
+    width = int(runs.max(initial=-1)) + 1
+    pairs = np.sort(codes[known].astype(np.int64) * width + runs)
+    first = np.ones(len(pairs), dtype=bool)
+    first[1:] = pairs[1:] != pairs[:-1]  # sorted: np.unique's hash costs a second a call
+    return np.bincount(pairs[first] // max(width, 1), minlength=groups)
 
 
 def _run_codes(per: pd.DataFrame) -> np.ndarray:

@@ -1,0 +1,185 @@
+"""The runs of a SQLite store read into Arrow by ADBC's driver (no Python tuple per run) are
+exactly the runs read as the driver's tuples: the same frame in the same order, the same runs
+left out with the same reasons. A store whose columns hold values of two types, text that is
+not UTF-8 or a start that is no time is read as tuples, as is a store without the driver."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import sqlalchemy as sa
+from fakes import run_record
+
+import reports.gputime as gputime
+from reports import kpi as kpis
+from reports.data.columns import arrow_run_columns
+from reports.data.scans import SampleScans
+from tracker.store import RunStore
+
+pytest.importorskip("adbc_driver_sqlite")
+
+W48 = datetime(2026, 11, 23, tzinfo=UTC)
+SINCE, UNTIL = W48, W48 + timedelta(days=7)
+
+GOOD: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "tagged": {"tags": ("nightly", "=formula"), "links": {"wandb": "https://wandb.ai/x/y"}},
+    "unknowns": {"util": None, "price": None, "model": None},
+    "counted": {"samples": 1_000_000, "tokens": 10**15, "mfu": 0.41, "verdict": "healthy"},
+    "running": {"status": "running", "ended_at": None, "heartbeat_at": W48 + timedelta(days=2)},
+    "b-same-start": {},  # starts with "plain": the id decides the order
+}
+
+ONE_TYPE = {
+    "neg-hours": "UPDATE runs SET gpu_hours = -3 WHERE id = :id",
+    "util-250": "UPDATE runs SET util_pct = 250 WHERE id = :id",
+    "bad-tags": "UPDATE runs SET tags = '{' WHERE id = :id",
+    "int-tags": "UPDATE runs SET tags = '[1]' WHERE id = :id",
+    "list-links": "UPDATE runs SET links = '[\"a\"]' WHERE id = :id",
+    "int-gpu-hours": "UPDATE runs SET gpu_hours = 2 WHERE id = :id",  # REAL affinity: 2.0
+}
+"""Changed rows whose columns keep one type each: read into Arrow, the bad ones named."""
+
+TWO_TYPES = {
+    "text-util": "UPDATE runs SET util_pct = 'abc' WHERE id = :id",
+    "real-gpus": "UPDATE runs SET gpu_count = 2.5 WHERE id = :id",  # numbers: floats, taken
+    "bytes-name": "UPDATE runs SET name = X'6e616d65' WHERE id = :id",
+    "not-utf8": "UPDATE runs SET team = CAST(X'ff41' AS TEXT) WHERE id = :id",
+    "bad-start": "UPDATE runs SET started_at = '2026-11-26 garbage' WHERE id = :id",
+}
+"""Changed rows the Arrow read does not take (text and numbers in a column, bytes, text that
+is not UTF-8, a start whose text order is not its time order): the whole read is the tuples'.
+Whole and fractional numbers in a column are floats both ways (as pandas makes the tuples):
+that one is taken."""
+
+
+def fill(path: Path, changes: dict[str, str]) -> str:
+    url = f"sqlite:///{path}"
+    with RunStore(url) as store:
+        shapes = {**GOOD, **{rid: {} for rid in changes}}
+        for i, (rid, shape) in enumerate(shapes.items()):
+            kw = dict(shape)
+            args = {k: kw.pop(k) for k in ("util", "price", "model") if k in kw}
+            hour = 0 if rid == "b-same-start" else i
+            record = run_record(rid, W48 + timedelta(hours=hour), 2, gpus=1 + i % 3, **args)
+            store.upsert_run(record.replace(**kw))
+        with store.engine.begin() as conn:
+            for rid, statement in changes.items():
+                conn.execute(sa.text(statement), {"id": rid})
+    return url
+
+
+def as_tuples(scans: SampleScans, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """:func:`reports.gputime.usable_runs` reading the driver's tuples."""
+    with monkeypatch.context() as m:
+        m.setattr(SampleScans, "run_table", lambda self, **kw: None)
+        return gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+
+
+def test_the_arrow_read_is_the_tuples_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = fill(tmp_path / "runs.db", ONE_TYPE)
+    with RunStore(url) as store:
+        scans = SampleScans(store)
+        table = scans.run_table(since=SINCE, until=UNTIL)
+        frame, excluded = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+        expected, expected_excluded = as_tuples(scans, monkeypatch)
+    assert table is not None and table.num_rows == len(GOOD) + len(ONE_TYPE)
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert excluded == expected_excluded
+    # the bad values named (neg-hours, util-250, the tags and links), the rest kept
+    assert sorted(e.run_id for e in excluded) == sorted(set(ONE_TYPE) - {"int-gpu-hours"})
+    assert sorted(frame["id"]) == sorted([*GOOD, "int-gpu-hours"])
+    # by start, then id: plain and b-same-start start together
+    assert frame["id"].tolist()[:2] == ["b-same-start", "plain"]
+    tagged = frame.loc[frame["id"] == "tagged"].iloc[0]
+    assert tagged["tags"] == ("nightly", "=formula")
+    assert tagged["links"] == {"wandb": "https://wandb.ai/x/y"}
+    assert frame.loc[frame["id"] == "int-gpu-hours", "gpu_hours"].tolist() == [2.0]
+    assert frame.loc[frame["id"] == "counted", "tokens"].tolist() == [10**15]
+
+
+def test_the_rows_not_surely_usable_are_read_again_as_tuples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad row found in the Arrow read is read by its row id through the tuples' path,
+    which names the problem; the other rows are never made tuples."""
+    url = fill(tmp_path / "runs.db", ONE_TYPE)
+    asked: list[list[int]] = []
+    real = SampleScans.run_rows_at
+
+    def spy(self: SampleScans, rowids: list[int]) -> Any:
+        asked.append(list(rowids))
+        return real(self, rowids)
+
+    monkeypatch.setattr(SampleScans, "run_rows_at", spy)
+    with RunStore(url) as store:
+        gputime.usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
+    assert len(asked) == 1 and len(asked[0]) == len(ONE_TYPE) - 1  # int-gpu-hours is good
+
+
+@pytest.mark.parametrize("change", sorted(TWO_TYPES))
+def test_a_store_the_arrow_read_does_not_take_is_read_as_tuples(
+    tmp_path: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = fill(tmp_path / "runs.db", {change: TWO_TYPES[change]})
+    with RunStore(url) as store:
+        scans = SampleScans(store)
+        table = scans.run_table(since=SINCE, until=UNTIL)
+        frame, excluded = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+        expected, expected_excluded = as_tuples(scans, monkeypatch)
+    if change == "bad-start":  # read, but its order is not SQLite's: not taken
+        assert table is not None and arrow_run_columns(table) is None
+    elif change == "real-gpus":
+        assert table is not None and str(table.schema.field("gpu_count").type) == "double"
+    else:
+        assert table is None
+    pd.testing.assert_frame_equal(frame, expected, check_exact=True)
+    assert excluded == expected_excluded
+    assert len(frame) + len(excluded) == len(GOOD) + 1
+
+
+def test_without_the_driver_the_runs_are_read_as_tuples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = fill(tmp_path / "runs.db", {})
+    with RunStore(url) as store:
+        scans = SampleScans(store)
+        with_driver = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+        monkeypatch.setitem(sys.modules, "adbc_driver_sqlite.dbapi", None)  # import fails
+        assert scans.run_table(since=SINCE, until=UNTIL) is None
+        without = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+    pd.testing.assert_frame_equal(with_driver[0], without[0], check_exact=True)
+    assert sorted(without[0]["id"]) == sorted(GOOD)
+
+
+def test_an_empty_span_and_a_store_in_memory_are_read_as_tuples(tmp_path: Path) -> None:
+    url = fill(tmp_path / "runs.db", {})
+    with RunStore(url) as store:
+        later = SINCE - timedelta(days=70)  # before every run
+        assert SampleScans(store).run_table(since=later, until=later + timedelta(days=7)) is None
+        frame, excluded = gputime.usable_runs(
+            SampleScans(store), since=later, until=later + timedelta(days=7)
+        )
+    assert len(frame) == 0 and excluded == []
+    with RunStore("sqlite://") as store:
+        store.upsert_run(run_record("in-memory", W48, 2))
+        assert SampleScans(store).run_table(since=SINCE, until=UNTIL) is None
+        frame, _ = gputime.usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
+    assert frame["id"].tolist() == ["in-memory"]
+
+
+def test_the_runs_with_kpis_are_those_of_the_records(tmp_path: Path) -> None:
+    """Through the weekly figures: the runs read into Arrow price and sum as the records do."""
+    url = fill(tmp_path / "runs.db", ONE_TYPE)
+    with RunStore(url) as store:
+        frame, _ = gputime.usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
+        records, _ = SampleScans(store).read_runs(since=SINCE, until=UNTIL)
+    good, _ = kpis.usable_runs(records)
+    expected = kpis.runs_frame(good)
+    assert frame["gpu_hours"].sum() == expected["gpu_hours"].sum()
+    assert sorted(frame["id"]) == sorted(expected["id"])
