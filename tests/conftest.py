@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import gc
+import itertools
 import os
 import re
 import time
@@ -13,17 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from fakes import StoreTemplates
     from sqlalchemy.engine import URL, Engine
 
 
-if os.environ.get("GPU_KPI_TEST_FAST") == "1":  # make test-fast; see fakes.examples
-    from hypothesis import settings
-
-    settings.register_profile("fast", max_examples=10)
-    settings.load_profile("fast")
+# no deadline per example: a busy machine (CI's two cores, two workers) is no reason to fail a
+# property test, and no test asserts on the wall clock
+settings.register_profile("gpu-kpi", deadline=None)
+settings.register_profile("fast", parent=settings.get_profile("gpu-kpi"), max_examples=10)
+# make test-fast: a tenth of the examples (see fakes.examples)
+settings.load_profile("fast" if os.environ.get("GPU_KPI_TEST_FAST") == "1" else "gpu-kpi")
 
 
 # -- collection: a module whose tests -m rules out is not even imported ---------------------------
@@ -103,6 +106,37 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     gc.freeze()
 
 
+# -- temporary folders: numbered without listing the base folder -------------------------------
+
+_numbers: dict[str, itertools.count[int]] = {}
+
+
+def fresh_dir(factory: pytest.TempPathFactory, prefix: str) -> Path:
+    """A new, empty folder ``PREFIX<n>`` under the session's base temporary folder, as
+    ``factory.mktemp(prefix)`` makes it, without its cost: ``mktemp`` lists the whole base folder
+    to find the next number, so each test's two folders (its ``tmp_path`` and its user dirs)
+    cost time in proportion to the tests before it, seconds of CPU over the fast suite's ~1,600
+    tests. Here the number is counted in this process (a folder already there, made by
+    ``mktemp`` itself, is stepped over)."""
+    base = factory.getbasetemp()
+    count = _numbers.setdefault(prefix, itertools.count())
+    while True:
+        path = base / f"{prefix}{next(count)}"
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        return path
+
+
+@pytest.fixture
+def tmp_path(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pytest's ``tmp_path`` (a new, empty folder per test, named after the test and kept
+    after the run), made by :func:`fresh_dir`."""
+    name = re.sub(r"[\W]", "_", request.node.name)[:30]
+    return fresh_dir(tmp_path_factory, name)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_user_dirs(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
@@ -110,7 +144,7 @@ def _isolated_user_dirs(
     """No test reads the developer's config or writes to their data dir (store, spool)."""
     from fakes import isolate_user_dirs
 
-    isolate_user_dirs(monkeypatch, tmp_path_factory.mktemp("xdg"))
+    isolate_user_dirs(monkeypatch, fresh_dir(tmp_path_factory, "xdg"))
 
 
 # -- run store: one fresh store per test, on SQLite and on PostgreSQL ----------------------------

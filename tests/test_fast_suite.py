@@ -98,3 +98,22 @@ def test_the_check_finds_a_planted_framework_import(tmp_path: Path) -> None:
     assert (rc, loaded) == (0, ["planted_library"])
     rc, loaded = collect("trainer", planted, args, tmp_path, path)
     assert (rc, loaded) == (0, list(planted))
+
+
+def test_fresh_folders_are_numbered_in_order_past_pytests_own(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """``conftest.fresh_dir`` (each test's ``tmp_path`` and user dirs) numbers a prefix's
+    folders as ``mktemp`` does, without listing the base folder: 0, then ``mktemp``'s own 1
+    (it lists the folder and finds 0), then 2, stepping over 1; each new and empty, and this
+    test's ``tmp_path`` is one of them, named after the test."""
+    from conftest import fresh_dir
+
+    first = fresh_dir(tmp_path_factory, "planted")
+    (first / "kept").write_text("")
+    theirs = tmp_path_factory.mktemp("planted")
+    after = fresh_dir(tmp_path_factory, "planted")
+    assert [first.name, theirs.name, after.name] == ["planted0", "planted1", "planted2"]
+    assert list(after.iterdir()) == [] and (first / "kept").exists()
+    assert tmp_path.parent == tmp_path_factory.getbasetemp()
+    assert tmp_path.name == "test_fresh_folders_are_numbere0" and list(tmp_path.iterdir()) == []

@@ -12,10 +12,10 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from fakes import minutes, run_record
+from fakes import isolate_user_dirs, minutes, run_record
 
 from reports.budgets import current_lines
-from reports.build import compute, render
+from reports.build import Computed, compute, render
 from reports.cli import main
 from reports.data.scans import SampleScans
 from reports.kpi.budgets import Budget
@@ -71,11 +71,22 @@ def test_the_weeks_lines_by_hand(store_url: str) -> None:
     assert got[("vision", "2026-11")].spend_usd == 0.0
 
 
-def test_a_team_report_has_its_own_lines_only(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
-    req = Request(week="2026-W49", tz=UTC, budgets=(NLP, VISION))
-    c = compute(url, req, now=AFTER)
+@pytest.fixture(scope="module")
+def w49(tmp_path_factory: pytest.TempPathFactory) -> tuple[Request, Computed]:
+    """W49 of :func:`fill` with nlp's and vision's budgets, in every format, computed once for
+    the tests that only read it."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('w49')}/runs.db"
+    req = Request(
+        week="2026-W49", tz=UTC, formats=("json", "csv", "html", "email"), budgets=(NLP, VISION)
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        isolate_user_dirs(mp, tmp_path_factory.mktemp("xdg"))
+        fill(url)
+        return req, compute(url, req, now=AFTER)
+
+
+def test_a_team_report_has_its_own_lines_only(w49: tuple[Request, Computed]) -> None:
+    req, c = w49
     team = c.team(req, "vision")
     assert team is not None
     assert [(b.team, b.label) for b in team.parts["budgets"].lines] == [
@@ -134,13 +145,8 @@ def test_whole_hours_come_from_the_rollups(
     assert line.label == "2026-12" and line.until == now and line.forecast_usd is None
 
 
-def test_in_every_output(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/runs.db"
-    fill(url)
-    req = Request(
-        week="2026-W49", tz=UTC, formats=("json", "csv", "html", "email"), budgets=(NLP, VISION)
-    )
-    c = compute(url, req, now=AFTER)
+def test_in_every_output(w49: tuple[Request, Computed]) -> None:
+    req, c = w49
     files = render(c.kpis, req, images={})
     doc = json.loads(files["json"])
     dec = next(b for b in doc["budgets"] if (b["team"], b["label"]) == ("nlp", "2026-12"))

@@ -214,7 +214,7 @@ def test_a_migrated_store_reports_what_its_minutes_say(
     the report (which migrates it) from the rollups it built: the same week, to 1e-9."""
     import sqlalchemy as sa
 
-    filled(store_templates, store_url, 7)
+    filled(store_templates, store_url, 3)  # the store of the live figures below: filled once
     with RunStore(store_url) as store:
 
         def downgrade(conn: sa.Connection) -> None:

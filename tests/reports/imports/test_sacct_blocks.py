@@ -13,7 +13,7 @@ from datetime import UTC, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from fakes import examples
+from fakes import examples, traced_peak
 
 from reports.imports import arrow_csv, slurm
 from reports.imports.slurm import SacctRead, read_sacct, read_sacct_stream
@@ -186,32 +186,31 @@ def test_a_lone_surrogate_in_a_name_comes_back_as_it_was() -> None:
     assert [j.name for j in got.jobs] == ["bad\udcff", "good"]
 
 
+def _steps_output(steps: int) -> bytes:
+    """sacct's output of one job among ``steps`` steps."""
+    t0, t1 = "2026-12-02T10:00:00", "2026-12-02T11:00:00"
+    lines = ["JobID|JobIDRaw|JobName|Start|End|AllocTRES|NodeList"]
+    lines += [f"7|7|x|{t0}|{t1}|gres/gpu=2|n"]
+    lines += [f"7.{s}|7.{s}|py|{t0}|{t1}|cpu=1|n" for s in range(steps)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _read_steps(data: bytes) -> tuple[int, int]:
+    got = read_sacct_stream(io.BytesIO(data), tz=UTC)
+    return len(got.jobs), got.steps
+
+
 def test_memory_holds_the_jobs_not_the_output() -> None:
     """Steps around one job, 20,000 then 80,000 of them (1.3 and 5.3 MB): the read's peak is
     the blocks' (a few :data:`reports.imports.slurm.BLOCK_BYTES`), the same for four times
     the output (see also test_slurm_sacct's test_saved_output_is_read_a_line_at_a_time)."""
-    import tracemalloc
-
-    t0, t1 = "2026-12-02T10:00:00", "2026-12-02T11:00:00"
-
-    def peak(steps: int) -> tuple[int, int]:
-        lines = ["JobID|JobIDRaw|JobName|Start|End|AllocTRES|NodeList"]
-        lines += [f"7|7|x|{t0}|{t1}|gres/gpu=2|n"]
-        lines += [f"7.{s}|7.{s}|py|{t0}|{t1}|cpu=1|n" for s in range(steps)]
-        data = ("\n".join(lines) + "\n").encode()
-        read_sacct_stream(io.BytesIO(data[:300]), tz=UTC)  # imports done before measuring
-        tracemalloc.start()
-        try:
-            got = read_sacct_stream(io.BytesIO(data), tz=UTC)
-            most = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
-        assert (len(got.jobs), got.steps) == (1, steps)
-        return most, len(data)
-
-    small, _ = peak(20_000)
-    large, size = peak(80_000)
-    assert large < small * 1.25 and large < size / 2, (small, large, size)
+    warm = (_steps_output(3),)  # imports done before measuring
+    small, got = traced_peak(_read_steps, _steps_output(20_000), warm=warm)
+    assert got == (1, 20_000)
+    data = _steps_output(80_000)
+    large, got = traced_peak(_read_steps, data, warm=warm)
+    assert got == (1, 80_000)
+    assert large < small * 1.25 and large < len(data) / 2, (small, large, len(data))
 
 
 def test_a_block_holding_every_stand_in_byte_is_read_a_line_at_a_time(

@@ -11,6 +11,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+from fakes import traced_peak
 
 from reports.errors import ImportFailed
 from reports.imports.slurm import FORMAT, expand_nodes, gpus_of_gres, gpus_of_tres, read_sacct
@@ -448,16 +449,18 @@ def test_node_list_bombs_are_refused_before_they_expand(text: str, reason: str) 
     """130 bytes naming 10⁸ hosts, and 5,000 brackets in one name: counted and measured
     first, refused in well under a second, in a few KiB (the old reader made 10⁸ names, or
     recursed 5,000 deep)."""
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
-        with pytest.raises(ValueError, match=re.escape(reason)):
-            expand_nodes(text)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak, refused = traced_peak(_refusal, text, warm=("n[1-2]",))
+    assert refused == reason
     assert peak < 1 << 20, peak
+
+
+def _refusal(text: str) -> str | None:
+    """Why :func:`expand_nodes` refuses ``text`` (None: it does not)."""
+    try:
+        expand_nodes(text)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def test_a_node_list_bomb_skips_its_row_and_names_it(tmp_path: Path) -> None:
@@ -483,10 +486,6 @@ def test_saved_output_is_read_a_line_at_a_time(tmp_path: Path) -> None:
     """200,000 rows left out (steps, as sacct without -X writes them) around 3 jobs: the
     read's peak memory is a small part of the file (the old one read it whole, then split it:
     twice its size)."""
-    import tracemalloc
-
-    from reports.imports.slurm_jobs import read_files
-
     t0, t1 = "2026-12-02T10:00:00", "2026-12-02T11:00:00"
     saved = tmp_path / "sacct-steps.txt"
     with saved.open("w") as f:
@@ -496,14 +495,20 @@ def test_saved_output_is_read_a_line_at_a_time(tmp_path: Path) -> None:
             for step in range(66_667):
                 f.write(f"{job}.{step}|{job}.{step}|python|{t0}|{t1}|cpu=1,gres/gpu=2|n{job}\n")
     size = saved.stat().st_size
-    tracemalloc.start()
-    try:
-        done = read_files([str(saved)], tz=UTC, cluster="", teams={}, now=datetime.now(UTC))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert (len(done.jobs), done.steps, done.unreadable) == (3, 200_001, [])
+    small = tmp_path / "sacct-small.txt"  # read first: imports done before measuring
+    small.write_text(f"JobID|Start|End|AllocTRES|NodeList\n1|{t0}|{t1}|gres/gpu=1|n1\n")
+    peak, done = traced_peak(_saved_read, saved, warm=(small,))
+    assert done == (3, 200_001, 0)
     assert size > 12_000_000 and peak < size / 4, (peak, size)
+
+
+def _saved_read(saved: Path) -> tuple[int, int, int]:
+    """A saved output read as ``gpu-kpi import slurm FILE`` reads it: (jobs, steps, rows not
+    read)."""
+    from reports.imports.slurm_jobs import read_files
+
+    done = read_files([str(saved)], tz=UTC, cluster="", teams={}, now=datetime.now(UTC))
+    return len(done.jobs), done.steps, len(done.unreadable)
 
 
 def test_a_holding_over_its_nodes_gpus_is_refused(tmp_path: Path) -> None:
