@@ -33,7 +33,7 @@ from reports.data.allocations import (
 )
 from reports.data.columns import arrow_run_columns, run_columns
 from reports.data.samples import SampleTotals
-from reports.data.scans import SampleScans, mark_crashed, records_of
+from reports.data.scans import SampleScans, database_per_connection, mark_crashed, records_of
 from reports.errors import ReportError
 from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
@@ -397,7 +397,7 @@ def _read(
     if not scans.has_runs() and not has_allocations(store):  # a site's first day: jobs alone
         raise ReportError(f"the run store {store.url} has no runs: nothing to report")
     if _rollups_answer(store.version, t, basis, [*week_starts, until]):
-        if _own_connections(store):
+        if not database_per_connection(store.engine):
             # the runs and the rollups' sums read at once, each on a connection of its own
             # (the databases work with the GIL released)
             with ThreadPoolExecutor(1) as pool:
@@ -453,15 +453,6 @@ def _read(
     idle = kpis.sampled_gpu_time(samples.frame(), tz=tz, basis=basis, thresholds=t)
     skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
     return SampledTime(runs, kpis.totals_gpu_time(totals, week_starts, idle), skipped, ever)
-
-
-def _own_connections(store: RunStore) -> bool:
-    """Whether each thread's connection reads the same database: not a SQLite database in
-    memory (one per connection)."""
-    database = store.engine.url.database or ""
-    if store.engine.dialect.name != "sqlite":
-        return True
-    return database not in ("", ":memory:") and "mode=memory" not in database
 
 
 def _rollups_answer(

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from reports.data.rollups import (
     RollupHour,
@@ -156,6 +156,22 @@ def records_of(rows: Iterable[Sequence[Any]]) -> tuple[list[RunRecord], list[Unr
                 )
             )
     return runs, unreadable
+
+
+def database_per_connection(engine: Engine) -> bool:
+    """Whether each connection of ``engine`` opens a database of its own: SQLite in memory
+    (no file, ``:memory:``, a ``mode=memory`` URI). A second connection, a reading thread's or
+    a second driver's, would see none of the store's rows there.
+
+    Args:
+        engine: The store's engine.
+
+    Returns:
+        True for such a SQLite database; False for a file or another database."""
+    database = engine.url.database or ""
+    return engine.dialect.name == "sqlite" and (
+        database in ("", ":memory:") or "mode=memory" in database
+    )
 
 
 def mark_crashed(store: RunStore, *, now: datetime) -> bool:
@@ -556,6 +572,10 @@ class SampleScans:
         Every column holds values of one type as the driver reads them (text, times as the
         text they are stored as; or numbers), or none at all.
 
+        Args:
+            since: The span's start (aware), or None: from the first run.
+            until: The span's end (aware, not in it), or None: to the last.
+
         Returns:
             The table, or None where this read does not apply and :meth:`run_row_parts`
             reads: a store that is not a SQLite file, the driver not installed, a column of
@@ -563,14 +583,11 @@ class SampleScans:
             any error of the driver (that read says what is wrong).
         """
         stmt = self._runs_select(None, since=since, until=until, rowid=True)
-
-        def runs(cursor: Any) -> Any:
-            # the times bound as the store writes them (SQLite: naive UTC text)
-            literal = {"literal_binds": True}
-            cursor.execute(str(stmt.compile(dialect=self._engine.dialect, compile_kwargs=literal)))
-            return cursor.fetch_arrow_table()
-
-        table = self._adbc_read(runs)
+        # the times bound as the store writes them (SQLite: naive UTC text), no other value
+        literal = {"literal_binds": True}
+        table = self._adbc_read(
+            str(stmt.compile(dialect=self._engine.dialect, compile_kwargs=literal))
+        )
         if table is None:
             return None
         for col in runs_table.c:
@@ -580,18 +597,17 @@ class SampleScans:
                 return None
         return table
 
-    def _adbc_read(self, read: Callable[[Any], Any]) -> Any:
-        """``read(cursor)`` on a cursor of ADBC's SQLite driver (the ``adbc`` extra) over
-        this store's file, read-only, and its Arrow table checked (text that is not UTF-8:
-        the driver does not check it); None (the driver's tuples read) when ``read`` says
-        so, the store is not a SQLite file, the driver is not installed, the table holds no
-        row or is too long for one batch, or on any error of the driver."""
+    def _adbc_read(self, sql: str) -> Any:
+        """The rows of ``sql`` read by ADBC's SQLite driver (the ``adbc`` extra) from this
+        store's file, read-only, as an Arrow table checked whole (text that is not UTF-8: the
+        driver does not check it); None (the driver's tuples read) where the store is not a
+        SQLite file (or one given as a ``file:`` URI), the driver is not installed, the table
+        holds no row or is too long for one batch, or on any error of the driver."""
         database = self._engine.url.database or ""
         if (
             self._engine.dialect.name != "sqlite"
-            or database in ("", ":memory:")
+            or database_per_connection(self._engine)
             or database.startswith("file:")
-            or "mode=memory" in database
         ):
             return None
         try:
@@ -604,19 +620,25 @@ class SampleScans:
                 # one batch: the driver takes each column's type from its first batch and
                 # fails a later one that differs (NULLs first: a number column read as int)
                 cursor.adbc_statement.set_options(**{_ADBC_BATCH_ROWS: str(_ADBC_ROWS)})
-                table = read(cursor)
-            if table is not None:
-                table.validate(full=True)
+                cursor.execute(sql)
+                table = cursor.fetch_arrow_table()
+            table.validate(full=True)
         except Exception as e:  # the driver's errors: the tuples' read names what is wrong
             log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
             return None
-        if table is None or not 0 < table.num_rows < _ADBC_ROWS:
+        if not 0 < table.num_rows < _ADBC_ROWS:
             return None
         return table
 
     def run_rows_at(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """The rows of ``runs`` with these SQLite row ids (:meth:`run_table`'s), as
-        :meth:`run_rows` gives them, by row id; a row gone since is not there."""
+        :meth:`run_rows` gives them.
+
+        Args:
+            rowids: SQLite row ids of ``runs``.
+
+        Returns:
+            Each row by its row id, without it; a row gone since is not there."""
         out: dict[int, tuple[Any, ...]] = {}
         for i in range(0, len(rowids), _IN_CHUNK):
             where = _ROWID.in_(list(rowids[i : i + _IN_CHUNK]))
@@ -735,12 +757,7 @@ class SampleScans:
     def _sample_rowid_parts(self) -> list[tuple[int | None, int | None]]:
         """Row-id ranges ``(first, end)`` for :meth:`_read_sample_parts`."""
         whole: list[tuple[int | None, int | None]] = [(None, None)]
-        database = self._engine.url.database or ""
-        if (
-            self._engine.dialect.name != "sqlite"
-            or database in ("", ":memory:")
-            or "mode=memory" in database
-        ):  # each connection would see a database of its own
+        if self._engine.dialect.name != "sqlite" or database_per_connection(self._engine):
             return whole
         sql = "SELECT (SELECT min(rowid) FROM samples), (SELECT max(rowid) FROM samples)"
         first, last = self._transaction(lambda conn: conn.exec_driver_sql(sql).one(), write=False)

@@ -40,7 +40,6 @@ from reports.imports.slurm import (
     MAX_INPUT_BYTES,
     USAGE_FORMAT,
     SacctRead,
-    SlurmJob,
     StepUsage,
     Unreadable,
     expand_nodes,
@@ -176,23 +175,9 @@ def _family(model: str) -> str:
     return re.sub(r"-\d+GB$", "", gpu_keys(model)[-1])
 
 
-def gpu_model_of(job: SlurmJob, gres_models: Mapping[str, str] | None = None) -> str | None:
-    """The price table's model of the job's GPU type (:func:`model_of_type`), the type holding
-    most of its GPUs; None where sacct names no type or nothing knows it."""
-    return _model_of_types(job.gpu_types, gres_models)
-
-
 def _main_type(gpu_types: tuple[tuple[str, int], ...]) -> str:
     """The gres type holding most of a job's GPUs (the first of those that hold as many)."""
     return max(gpu_types, key=lambda t: t[1])[0]
-
-
-def _model_of_types(
-    gpu_types: tuple[tuple[str, int], ...], gres_models: Mapping[str, str] | None
-) -> str | None:
-    if not gpu_types:
-        return None
-    return model_of_type(_main_type(gpu_types), gres_models)
 
 
 CLOCK_SLACK = timedelta(days=1)
@@ -269,8 +254,9 @@ def allocations_of(
             out.unreadable.append(Unreadable(f"{where} job {job_id}", str(e)))
             continue
         if gpu_types not in models:
+            # the price table's model of the type holding most of its GPUs; none named: None
             main = _main_type(gpu_types) if gpu_types else ""
-            models[gpu_types] = (main, _model_of_types(gpu_types, gres_models))
+            models[gpu_types] = (main, model_of_type(main, gres_models) if gpu_types else None)
         kind, model = models[gpu_types]
         allocation = Allocation(
             source="slurm",

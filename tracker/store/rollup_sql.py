@@ -224,7 +224,7 @@ def _processed(
 ) -> tuple[tuple[int, sa.Column[Any]], ...]:
     """The columns of ``names`` whose type binds a value by a processor, with their place."""
     columns = [(i, table.c[name]) for i, name in enumerate(names)]
-    return tuple((i, c) for i, c in columns if _binder(c, dialect) is not None)
+    return tuple((i, c) for i, c in columns if _processor(c, dialect) is not None)
 
 
 _JSON_ROWS = 10_000

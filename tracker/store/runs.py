@@ -29,7 +29,6 @@ from tracker.store.engine import (
     sqlite_on_begin,
     sqlite_on_connect,
     url_password,
-    wrapped,
 )
 from tracker.store.rollups import Rollup
 from tracker.store.schema import (
@@ -487,7 +486,11 @@ class RunStore:
         """Run ``work`` in one transaction; retry when SQLite reports the database locked."""
         for attempt in range(LOCKED_RETRIES):
             try:
-                return self._attempt(work, write=write)
+                with self._engine.connect() as conn:
+                    if write:
+                        conn.execution_options(**{WRITE_OPTION: True})
+                    with conn.begin():
+                        return work(conn)
             except sa_exc.OperationalError as e:
                 if is_locked(e) and attempt + 1 < LOCKED_RETRIES:
                     time.sleep(0.1 * 2**attempt)
@@ -504,19 +507,6 @@ class RunStore:
                 # image is malformed"), or a PostgreSQL value it cannot take
                 raise self._error(e) from e
         raise AssertionError("unreachable")
-
-    def _attempt(self, work: Callable[[Connection], T], *, write: bool) -> T:
-        """``work`` in one transaction; the driver's own errors (of statements sent through its
-        cursor: :func:`tracker.store.engine.fetch`) raised as SQLAlchemy's."""
-        dialect = self._engine.dialect
-        try:
-            with self._engine.connect() as conn:
-                if write:
-                    conn.execution_options(**{WRITE_OPTION: True})
-                with conn.begin():
-                    return work(conn)
-        except dialect.loaded_dbapi.Error as e:
-            raise wrapped(e, dialect) from e
 
     def _error(self, exc: BaseException, *, refused: bool = False) -> StoreError:
         orig = getattr(exc, "orig", None)

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore, StoreError, rollup_sql
-from tracker.store.engine import fetch
+from tracker.store.engine import fetch, send, send_many
 from tracker.store.rollups import COLUMNS
 from tracker.store.schema import samples_table, upsert
 
@@ -218,3 +218,25 @@ def test_the_kept_cursor_follows_the_pool_to_a_new_connection(store_url: str) ->
         assert store.transaction(lambda c: fetch(c, "SELECT 2"), write=False) == [(2,)]
         with store.engine.connect() as conn:
             assert conn.connection.dbapi_connection is not before
+
+
+def test_the_drivers_errors_come_out_as_sqlalchemys(store_url: str) -> None:
+    """A statement sent through the driver's cursor fails as one SQLAlchemy sent would, for
+    every caller, not only RunStore's transactions: the driver's error its ``.orig``."""
+    with RunStore(store_url):  # the store made (its folder, its tables)
+        pass
+    engine = sa.create_engine(store_url)
+    mark = "?" if engine.dialect.name == "sqlite" else "%s"
+    calls: list[Callable[[sa.Connection], object]] = [
+        lambda conn: fetch(conn, "SELECT * FROM no_such_table"),
+        lambda conn: send(conn, f"INSERT INTO no_such_table VALUES ({mark})", (1,)),
+        lambda conn: send_many(conn, f"INSERT INTO no_such_table VALUES ({mark})", [(1,), (2,)]),
+    ]
+    try:
+        for call in calls:
+            with engine.connect() as conn, pytest.raises(sa.exc.DBAPIError) as caught:
+                call(conn)
+            assert isinstance(caught.value.orig, engine.dialect.loaded_dbapi.Error)
+            assert "no_such_table" in str(caught.value.orig)
+    finally:
+        engine.dispose()
