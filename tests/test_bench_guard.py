@@ -126,3 +126,31 @@ def test_the_docs_table_of_the_report_at_scale_is_the_bench_s_own_output() -> No
     assert rows and all(line.count("|") == len(report_scale.COLUMNS) + 1 for line in rows)
     verdicts = block[block.index("```text") + 1 : block.index("```")]
     assert verdicts and all(v.split()[0] in ("PASS", "FAIL", "n/a") for v in verdicts)
+
+
+def test_steps_the_report_runs_side_by_side_are_timed_in_turn() -> None:
+    """The runs and the rollups' sums run on two threads in a report; timed, they run in turn
+    on the caller's thread (a process's CPU clock would give each the other's work), a failure
+    raised where the pool's would be, and the pool is back after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from reports import gputime
+
+    callers: list[str] = []
+
+    def where() -> str:
+        import threading
+
+        callers.append(threading.current_thread().name)
+        return "done"
+
+    with smoke.timed_steps(smoke.STEPS, {}):
+        assert gputime.ThreadPoolExecutor is smoke.InTurn
+        with gputime.ThreadPoolExecutor(1) as pool:
+            assert pool.submit(where).result() == "done"
+            failed = pool.submit(lambda: 1 / 0)
+            assert list(pool.map(lambda x: x * 2, [1, 2])) == [2, 4]
+        with pytest.raises(ZeroDivisionError):
+            failed.result()
+    assert callers == ["MainThread"]
+    assert gputime.ThreadPoolExecutor is ThreadPoolExecutor
