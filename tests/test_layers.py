@@ -35,7 +35,14 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "smtplib": ("reports/service/mailer.py",),
     "jinja2": ("reports/render/html.py",),
     "matplotlib": ("reports/render/charts.py",),
-    "pyarrow": ("reports/render/parquet.py", "reports/imports/arrow_csv.py"),
+    "pyarrow": (
+        "reports/render/parquet.py",
+        "reports/imports/arrow_csv.py",
+        "reports/data/adbc_read.py",
+        "reports/data/columns.py",
+    ),
+    "adbc_driver_sqlite": ("reports/data/adbc_read.py",),
+    "adbc_driver_manager": ("reports/data/adbc_read.py",),
     "pandas": (
         "reports/kpi/",
         "reports/render/",

@@ -22,11 +22,16 @@ _TIME_TEXT = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{6})?"
 """A time as the store writes it on SQLite (naive UTC); any other text is read by
 :func:`reports.data.scans.records_of`."""
 
-_TIME_WIDTH = 26
-"""Its width with the six digits of microseconds (``2026-11-25 10:00:00.000000``)."""
+_STORE_TIME = r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}$"
+"""Its form with the six digits of microseconds (``2026-11-25 10:00:00.000000``), as the store
+always writes it: text order is time order for these."""
 
 _TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """The same, as pandas parses it exactly (the store always writes the six digits)."""
+
+_NO_TAGS = np.empty((), dtype=object)
+_NO_TAGS[()] = ()
+"""``()`` as a value numpy sets in many rows at once (not as a sequence of none)."""
 
 _FLOAT_COLUMNS = tuple(col.name for col in runs_table.c if isinstance(col.type, sa.Float))
 
@@ -73,27 +78,63 @@ def arrow_run_columns(table: Any) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]
         None when the table's order cannot be SQLite's (a start that is not a time as the
         store writes it: text order is time order only for those) or it holds no row.
     """
+    import pyarrow as pa
+
     n = table.num_rows
     if not n:
         return None
-    started = table.column("started_at").to_pandas()
-    shaped = started.str.len().to_numpy(dtype=float, na_value=np.nan) == _TIME_WIDTH
-    if (
-        not shaped.all()
-        or pd.to_datetime(started, format=_TIME_FORMAT, errors="coerce").isna().any()
-    ):
+    for col in TIME_COLUMNS:  # the store's times parsed in Arrow (the others read as before)
+        times = _store_times(table.column(col))
+        if times is not None:
+            table = table.set_column(table.schema.get_field_index(col), col, times)
+    started = table.column("started_at")
+    if started.null_count or not pa.types.is_timestamp(started.type):
         return None
-    del started
-    # by start and id as SQLite orders them: text by its bytes, as Arrow does
-    table = table.sort_by([("started_at", "ascending"), ("id", "ascending")])
+    order = _start_order(started, table.column("id"))
+    if order is not None:  # by start and id as SQLite orders them (text by its bytes)
+        table = table.take(order)
     rowids = table.column("rowid").to_numpy()
     empty = [f.name for f in table.schema if table.column(f.name).null_count == n]
     df = table.drop_columns(["rowid"]).to_pandas(split_blocks=True, self_destruct=True)
     del table
     for col in empty:  # no value at all: as the driver's tuples make it, None in Python objects
-        df[col] = pd.Series([None] * n, dtype=object)
+        df[col] = pd.Series(np.full(n, None, dtype=object), dtype=object)
     frame, ok = _checked(df, None)
     return frame, ok, rowids
+
+
+def _store_times(column: Any) -> Any:
+    """A column of text times as the store writes them on SQLite (each ``_TIME_FORMAT`` with
+    its six digits, or missing) as Arrow's UTC timestamps, parsed in Arrow; None where any
+    text is not (the frame's read parses or names those)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pa.types.is_string(column.type) or column.null_count == len(column):
+        return None
+    shaped = pc.match_substring_regex(column, _STORE_TIME)
+    if not pc.all(pc.or_kleene(shaped, pc.is_null(column))).as_py():
+        return None
+    try:  # a day or hour that is none (the 30th of February): the frame's read names it
+        naive = pc.cast(column, pa.timestamp("us"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return pc.cast(naive, pa.timestamp("us", tz="UTC"))  # naive UTC, as the store writes it
+
+
+def _start_order(started: Any, ids: Any) -> Any:
+    """The order of the rows by start, then id (as :meth:`run_rows` reads them), or None
+    where they are in it already (a store's rows, written as runs start, mostly are)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    step = np.diff(pc.cast(started, pa.int64()).to_numpy())
+    if (step >= 0).all():
+        ties = np.flatnonzero(step == 0)
+        if not len(ties) or pc.all(pc.less(ids.take(ties), ids.take(ties + 1))).as_py():
+            return None
+    keys = pa.table({"started_at": started, "id": ids})
+    return pc.sort_indices(keys, sort_keys=[("started_at", "ascending"), ("id", "ascending")])
 
 
 def _checked(
@@ -135,11 +176,15 @@ def _checked(
         if col == "started_at":
             ok &= ~missing  # a record without a start: read by records_of
     for col, empty, kind in (("tags", "[]", list), ("links", "{}", dict)):
-        values = df[col].to_numpy(dtype=object)
-        bare = (pd.Series(values, dtype=object) == empty).to_numpy()
-        out: list[Any] = [(() if kind is list else {}) if b else None for b in bare]
-        for i in np.flatnonzero(~bare):
-            v = values[i]
+        # compared where the text is (Arrow's strings: no Python object per row)
+        bare = (df[col] == empty).to_numpy(dtype=bool, na_value=False)
+        out = np.full(len(bare), None, dtype=object)
+        if kind is list:
+            out[bare] = _NO_TAGS  # one empty tuple for all
+        else:
+            out[np.flatnonzero(bare)] = [{} for _ in range(int(bare.sum()))]  # a dict each
+        others = np.flatnonzero(~bare)
+        for i, v in zip(others, df[col].take(others).to_numpy(dtype=object), strict=True):
             try:
                 value = json.loads(v) if type(v) is str else None
             except Exception:  # not JSON, nested past the parser's depth (RecursionError)

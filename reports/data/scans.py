@@ -12,21 +12,23 @@ rather than failing the whole read."""
 from __future__ import annotations
 
 import bisect
+import importlib.util
 import itertools
 import json
 import logging
 import os
 import sqlite3
-import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from reports.data.adbc_read import read_table
 from reports.data.rollups import (
     RollupHour,
     RollupTotals,
@@ -65,9 +67,9 @@ _ROWS_PER_READER = 500_000
 
 _ROWID: sa.ColumnClause[int] = sa.literal_column("runs.rowid")
 
-_ADBC_BATCH_ROWS = "adbc.sqlite.query.batch_rows"
-_ADBC_ROWS = 1 << 30
-"""Rows in the one batch of :meth:`SampleScans.run_table` (a read this long is not taken)."""
+ARROW_FROM_RUNS = 20_000
+"""Runs in a SQLite store (row ids spanned) from which :meth:`SampleScans.run_table` reads
+into Arrow: the driver's process costs ~0.3 s of CPU, what 20,000 runs' tuples cost."""
 
 _ARROW_TEXT = ("string", "large_string")
 _ARROW_NUMBERS = ("int64", "double")
@@ -599,36 +601,33 @@ class SampleScans:
 
     def _adbc_read(self, sql: str) -> Any:
         """The rows of ``sql`` read by ADBC's SQLite driver (the ``adbc`` extra) from this
-        store's file, read-only, as an Arrow table checked whole (text that is not UTF-8: the
-        driver does not check it); None (the driver's tuples read) where the store is not a
-        SQLite file (or one given as a ``file:`` URI), the driver is not installed, the table
-        holds no row or is too long for one batch, or on any error of the driver."""
+        store's file, read-only, in a process of its own (:mod:`reports.data.adbc_read`: the
+        driver's copy of SQLite and Python's in one process break each other's locks), as an
+        Arrow table checked whole (text that is not UTF-8: the driver does not check it).
+
+        Returns:
+            The table; None (the driver's tuples read) where the store is not a SQLite file
+            (or one given as a ``file:`` URI) or holds fewer than :data:`ARROW_FROM_RUNS`
+            runs (the process costs more than it saves), the driver is not installed, the
+            table holds no row or is too long for one batch, or on any error of the driver.
+        """
         database = self._engine.url.database or ""
         if (
             self._engine.dialect.name != "sqlite"
             or database_per_connection(self._engine)
             or database.startswith("file:")
+            or importlib.util.find_spec("adbc_driver_sqlite") is None
+            or self._run_rowid_span() < ARROW_FROM_RUNS
         ):
             return None
-        try:
-            import adbc_driver_sqlite.dbapi as adbc
-        except ImportError:
-            return None
-        uri = f"file:{urllib.parse.quote(os.path.abspath(database))}?mode=ro"
-        try:
-            with adbc.connect(uri) as conn, conn.cursor() as cursor:
-                # one batch: the driver takes each column's type from its first batch and
-                # fails a later one that differs (NULLs first: a number column read as int)
-                cursor.adbc_statement.set_options(**{_ADBC_BATCH_ROWS: str(_ADBC_ROWS)})
-                cursor.execute(sql)
-                table = cursor.fetch_arrow_table()
-            table.validate(full=True)
-        except Exception as e:  # the driver's errors: the tuples' read names what is wrong
-            log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
-            return None
-        if not 0 < table.num_rows < _ADBC_ROWS:
-            return None
-        return table
+        return read_table(Path(database), sql)
+
+    def _run_rowid_span(self) -> int:
+        """How many row ids the runs table spans (its runs, with those deleted): a bound of
+        any span's runs, from the table's index alone."""
+        sql = "SELECT (SELECT max(rowid) FROM runs) - (SELECT min(rowid) FROM runs) + 1"
+        span = self._transaction(lambda conn: conn.exec_driver_sql(sql).scalar(), write=False)
+        return int(span or 0)
 
     def run_rows_at(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """The rows of ``runs`` with these SQLite row ids (:meth:`run_table`'s), as

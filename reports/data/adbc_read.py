@@ -1,0 +1,100 @@
+"""A SQLite file's rows read into Arrow by ADBC's SQLite driver (the ``adbc`` extra), in a
+process of its own: :func:`read_table` runs this file as a script (:func:`main`), which writes
+the rows as an Arrow IPC stream.
+
+ADBC's driver carries its own copy of SQLite. Two copies of SQLite in one process break each
+other's locks: POSIX locks belong to the process, so each copy believes it is alone. Closing
+the driver's connection deletes the WAL and its shared memory under a connection of Python's
+``sqlite3`` still open on them; opening one truncates the shared memory the other has mapped,
+which dies of a bus error (seen in CI). So the driver's copy runs in a child process, never in
+the process that holds the store open. As a script this file imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("gpu_kpi")
+
+BATCH_ROWS_OPTION = "adbc.sqlite.query.batch_rows"
+BATCH_ROWS = 1 << 30
+"""One batch: the driver takes each column's type from its first batch and fails a later one
+that differs (NULLs first: a number column read as int). A read this long is not taken."""
+
+
+def read_table(database: Path, sql: str) -> Any:
+    """The rows of ``sql`` from the SQLite file ``database``, opened read-only by ADBC's driver
+    in a child process, as an Arrow table checked whole (text that is not UTF-8: the driver
+    does not check it).
+
+    Args:
+        database: The SQLite file.
+        sql: One query.
+
+    Returns:
+        The table; None where the child cannot run or the driver fails (a column of values of
+        two types, say: the caller reads the rows another way, which names what is wrong), or
+        the table holds no row or is too long for one batch.
+    """
+    import pyarrow as pa
+
+    uri = f"file:{urllib.parse.quote(str(database.resolve()))}?mode=ro"
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, uri], input=sql.encode(), capture_output=True, check=False
+        )
+    except OSError as e:  # no interpreter to start
+        log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
+        return None
+    if done.returncode:
+        why = done.stderr.decode(errors="replace").strip()
+        log.debug("gpu-kpi: read as rows, not by ADBC: %s", why)
+        return None
+    try:  # the stream's buffers are the table's (no copy)
+        table = pa.ipc.open_stream(pa.py_buffer(done.stdout)).read_all()
+        table.validate(full=True)
+    except (pa.ArrowException, ValueError) as e:
+        log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
+        return None
+    if not 0 < table.num_rows < BATCH_ROWS:
+        return None
+    return table
+
+
+def main(argv: list[str]) -> int:
+    """The child: ``python adbc_read.py URI`` with the SQL on standard input; the rows on
+    standard output as an Arrow IPC stream. Exit status 0, or 1 with the driver's error on
+    standard error."""
+    # the driver's own API, not its DB-API module (which imports pandas: 1 s more a read)
+    import adbc_driver_manager
+    import adbc_driver_sqlite
+    import pyarrow as pa
+
+    (uri,) = argv
+    sql = sys.stdin.read()
+    try:
+        with (
+            adbc_driver_sqlite.connect(uri) as db,
+            adbc_driver_manager.AdbcConnection(db) as conn,
+            adbc_driver_manager.AdbcStatement(conn) as stmt,
+        ):
+            stmt.set_options(**{BATCH_ROWS_OPTION: str(BATCH_ROWS)})
+            stmt.set_sql_query(sql)
+            stream, _ = stmt.execute_query()
+            reader = pa.RecordBatchReader._import_from_c(stream.address)
+            with pa.ipc.new_stream(sys.stdout.buffer, reader.schema) as out:
+                for batch in reader:
+                    out.write_batch(batch)
+    except Exception as e:  # the driver's errors: the caller's own read names what is wrong
+        print(f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
