@@ -297,7 +297,7 @@ def _by_arrow(f: io.BufferedReader) -> _Readings | None:
             rows = read_block(
                 memoryview(block)[skip:], names, numbers=units, missing=missing, threads=THREADS
             )
-            if rows is None or sum(n for n, _ in rows) != block.count(b"\n", skip):
+            if rows is None or sum(n for n, _ in rows) != _lines(block, skip):
                 return None
         else:
             rows = []
@@ -316,6 +316,12 @@ def _by_arrow(f: io.BufferedReader) -> _Readings | None:
             read.fields[name] = np.concatenate(parts)
             del parts
     return read
+
+
+def _lines(block: bytearray, skip: int) -> int:
+    """The line breaks in ``block`` from byte ``skip`` on (numpy counts them in a third of the
+    time ``bytearray.count`` takes)."""
+    return int(np.count_nonzero(np.frombuffer(block, dtype=np.uint8, offset=skip) == 0x0A))
 
 
 def _batch(read: _Readings, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -339,8 +345,29 @@ def _batch(read: _Readings, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.
             values = [int(x) for x in index.values]
         except ValueError:
             return None
-    names = columns.get("name")
     known = {u: i for i, u in enumerate(read.uuids)}
+    if not all(u in known for u in ids):  # a GPU first seen here (else no sort to find it)
+        _first_seen(read, columns, known=known, ids=ids, parts=parts, indexes=values)
+    gpu = np.array([known[u] for u in ids], dtype=np.int32)[uuids.codes]
+    return seconds[stamps.codes], gpu
+
+
+def _first_seen(
+    read: _Readings,
+    columns: Mapping[str, Any],
+    *,
+    known: dict[str, int],
+    ids: list[str],
+    parts: np.ndarray,
+    indexes: list[int],
+) -> None:
+    """Each GPU first seen in a batch added to ``read`` (and ``known``) in order of its first
+    row, with its index, name and first timestamp: ``ids``, ``parts`` and ``indexes`` are the
+    batch's distinct GPUs, timestamps' fields and indexes, in code order."""
+    from reports.imports.arrow_csv import Coded
+
+    stamps, uuids = columns["timestamp"], columns["uuid"]
+    index, names = columns.get("index"), columns.get("name")
     _, firsts = np.unique(uuids.codes, return_index=True)
     for row in np.sort(firsts).tolist():
         uuid = ids[uuids.codes[row]]
@@ -350,11 +377,9 @@ def _batch(read: _Readings, columns: Mapping[str, Any]) -> tuple[np.ndarray, np.
         read.uuids.append(uuid)
         read.first.append(_when(parts[:, stamps.codes[row]].tolist()))
         if read.index is not None and isinstance(index, Coded):
-            read.index.append(values[index.codes[row]])
+            read.index.append(indexes[index.codes[row]])
         if read.name is not None and isinstance(names, Coded):
             read.name.append(names.values[names.codes[row]].strip())
-    gpu = np.array([known[u] for u in ids], dtype=np.int32)[uuids.codes]
-    return seconds[stamps.codes], gpu
 
 
 # -- read by pandas, whole ------------------------------------------------------------------
@@ -519,12 +544,21 @@ def _by_pandas(f: io.BufferedReader) -> _Readings | None:
     )
 
 
+def _narrow(codes: np.ndarray, n: int) -> np.ndarray:
+    """Codes ``0 ... n - 1`` in the narrowest unsigned type that holds them: numpy's stable
+    sort of 8 or 16 bits is a radix sort, O(n) (a quarter of the time on a 64-GPU log)."""
+    for small in (np.uint8, np.uint16):
+        if n <= np.iinfo(small).max + 1:
+            return codes.astype(small)
+    return codes
+
+
 def _series(read: _Readings) -> list[Series] | None:
     """Each GPU's readings of ``read``, in the exact path's order (by index, then first
     appearance); None where a GPU's readings do not go forwards."""
     # the rows by GPU, each GPU's in file order: each column sorted once, in place of the
     # file's order (one column more in memory at a time), each GPU's readings a part of it
-    by_gpu = np.argsort(read.gpu, kind="stable")
+    by_gpu = np.argsort(_narrow(read.gpu, len(read.uuids)), kind="stable")
     counts = np.bincount(read.gpu, minlength=len(read.uuids))
     edges = np.concatenate(([0], np.cumsum(counts))).tolist()
     t, read.t = read.t[by_gpu], np.zeros(0)

@@ -9,6 +9,7 @@ reading that opened it. Its minute rows, run aggregates and idle time equal the 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from datetime import UTC, datetime
 
@@ -47,18 +48,30 @@ class Played:
         return [self._idle]
 
 
+def _kept(mask: np.ndarray) -> slice | np.ndarray:
+    """What indexes the ``True`` of ``mask``: a slice (a view, no copy) where they are all of
+    it or all but the first (a GPU's first reading covers nothing), else the mask itself. The
+    values picked, and so every sum of them, are the same either way."""
+    if mask[1:].all():
+        return slice(0 if mask[0] else 1, None)
+    return mask
+
+
 def time_weighted(stats: GpuStats, field: str, v: np.ndarray, dt: np.ndarray) -> None:
     """Set ``stats``' time-weighted ``field`` from values ``v`` (NaN: unknown), each held for
     ``dt`` seconds: its total, seconds, min, max, and last known value."""
     tw = stats.tw[field]
     known = ~np.isnan(v)
-    if known.any():
-        tw.last = float(v[known][-1])
+    if not known.any():
+        return
+    tw.last = float(v[len(v) - 1 - int(np.argmax(known[::-1]))])  # the last known
     use = known & (dt > 0)
     if use.any():
-        tw.total = float(np.sum(v[use] * dt[use]))
-        tw.seconds = float(np.sum(dt[use]))
-        tw.min, tw.max = float(v[use].min()), float(v[use].max())
+        picked = _kept(use)
+        held, secs = v[picked], dt[picked]
+        tw.total = float(np.sum(held * secs))
+        tw.seconds = float(np.sum(secs))
+        tw.min, tw.max = float(held.min()), float(held.max())
 
 
 def play(
@@ -85,7 +98,7 @@ def play(
     stats.seconds = float(dt.sum())
     util = s.fields.get("util_pct")
     if util is not None:
-        use = ~np.isnan(util) & (dt > 0)
+        use = _kept(~np.isnan(util) & (dt > 0))
         bins = np.minimum((util[use] // 10).astype(np.int64), HIST_BINS - 1)
         stats.hist_s = np.bincount(bins, weights=dt[use], minlength=HIST_BINS).tolist()
     mem = s.fields.get("mem_used_gib")
@@ -96,7 +109,7 @@ def play(
         stats.mem_total_gib = float(mem_total[~np.isnan(mem_total)][-1])
     power = s.fields.get("power_w")
     if power is not None:
-        use = ~np.isnan(power) & (dt > 0)
+        use = _kept(~np.isnan(power) & (dt > 0))
         stats._power_j = float(np.sum(power[use] * dt[use]))
     minutes, utils, covered = _minutes(s, dt, run_id=run_id, rows=rows)
     idle = idle_totals(minutes, utils, covered, window=idle_window_min, threshold_pct=idle_pct)
@@ -188,49 +201,55 @@ def _minutes(
     """The minute rows (appended to ``rows``): each covering reading split at whole minutes,
     summed per minute; and each row's epoch minute, utilization and covered seconds."""
     t = s.t
-    covering = np.flatnonzero(dt > 0)
+    covering = _kept(dt > 0)
     start_minute = int(t[0] // 60)
-    if len(covering) == 0:
+    b = t[covering]
+    if len(b) == 0:
         return [], [], []
-    a, b = t[covering] - dt[covering], t[covering]
+    a = b - dt[covering]
     m0 = np.floor_divide(a, 60).astype(np.int64)
     m1 = (-np.floor_divide(-b, 60)).astype(np.int64) - 1
     k = m1 - m0 + 1
-    reading = np.repeat(covering, k)
-    offset = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
-    minute = np.repeat(m0, k) + offset
-    lo = np.maximum(np.repeat(a, k), minute * 60.0)
-    hi = np.minimum(np.repeat(b, k), (minute + 1) * 60.0)
+    if (k == 1).all():  # no reading crosses a minute: each is its own part, in place
+        picked: slice | np.ndarray = covering
+        minute = m0
+    else:
+        picked = np.repeat(np.arange(len(t))[covering], k)
+        offset = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+        minute = np.repeat(m0, k) + offset
+        a, b = np.repeat(a, k), np.repeat(b, k)
+    lo = np.maximum(a, minute * 60.0)
+    hi = np.minimum(b, (minute + 1) * 60.0)
     d = hi - lo
-    cuts = np.flatnonzero(np.diff(minute)) + 1
+    cuts = np.flatnonzero(minute[1:] != minute[:-1]) + 1
     starts = np.concatenate(([0], cuts))
     minutes = minute[starts]
     seconds = np.add.reduceat(d, starts)
 
-    def mean(field: str) -> tuple[np.ndarray, np.ndarray]:
+    def mean(field: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The minutes' time-weighted means of ``field``, their seconds known and Σ value ×
+        seconds."""
         v = s.fields.get(field)
         if v is None:
-            return np.full(len(starts), np.nan), np.zeros(len(starts))
-        pv = v[reading]
+            return np.full(len(starts), np.nan), np.zeros(len(starts)), np.zeros(len(starts))
+        pv = v[picked]
         known = ~np.isnan(pv)
-        total = np.add.reduceat(np.where(known, pv * d, 0.0), starts)
-        secs = np.add.reduceat(np.where(known, d, 0.0), starts)
+        if known.all():  # the same sums as where NaN gives 0
+            total, secs = np.add.reduceat(pv * d, starts), seconds
+        else:
+            total = np.add.reduceat(np.where(known, pv * d, 0.0), starts)
+            secs = np.add.reduceat(np.where(known, d, 0.0), starts)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(secs > 0, total / np.where(secs > 0, secs, 1.0), np.nan), secs
+            means = np.where(secs > 0, total / np.where(secs > 0, secs, 1.0), np.nan)
+        return means, secs, total
 
-    util, _ = mean("util_pct")
-    sm, _ = mean("sm_active_pct")
-    power, power_s = mean("power_w")
-    pw = s.fields.get("power_w")
-    energy_j = (
-        np.add.reduceat(np.where(np.isnan(pw[reading]), 0.0, pw[reading] * d), starts)
-        if pw is not None
-        else np.zeros(len(starts))
-    )
+    util, _, _ = mean("util_pct")
+    sm, _, _ = mean("sm_active_pct")
+    power, power_s, energy_j = mean("power_w")  # Σ power × seconds: joules
     energy_j[power_s <= 0] = np.nan
     mem = s.fields.get("mem_used_gib")
     peak = (
-        np.fmax.reduceat(mem[reading], starts) if mem is not None else np.full(len(starts), np.nan)
+        np.fmax.reduceat(mem[picked], starts) if mem is not None else np.full(len(starts), np.nan)
     )
     first = {f: float(v[0]) for f, v in s.fields.items()}  # the start reading: its minute's
     columns = [minutes, seconds, util, sm, peak, power, energy_j]
@@ -257,23 +276,54 @@ def _minutes(
                 strict=True,
             )
         ]
+    return _rows(columns, run_id=run_id, gpu=s.info.uuid, rows=rows)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _minute_start(minute: int) -> datetime:
+    """The UTC start of an epoch minute: one datetime for each minute, whatever GPU's row."""
+    return datetime.fromtimestamp(minute * 60, UTC)
+
+
+def _optional(values: np.ndarray) -> list[float | None]:
+    """The values as Python floats, None for NaN."""
+    out: list[float | None] = values.tolist()
+    for i in np.flatnonzero(np.isnan(values)).tolist():
+        out[i] = None
+    return out
+
+
+def _rows(
+    columns: list[np.ndarray], *, run_id: str, gpu: str, rows: list[MinuteSample]
+) -> tuple[list[int], list[float | None], list[float]]:
+    """The minute rows of one GPU's columns (epoch minute, covered seconds, utilization, SM
+    activity, peak memory, power, joules), appended to ``rows``; and each row's epoch minute,
+    utilization and covered seconds."""
     at: list[int] = columns[0].tolist()
-    covered = [round(x, 3) for x in columns[1].tolist()]  # Python's round, as the sampler's
-    utils, sms, peaks, powers, energies = (
-        [None if math.isnan(x) else x for x in c.tolist()] for c in columns[2:]
+    seconds = columns[1]
+    covered: list[float] = seconds.tolist()
+    # Python's round, as the sampler's; a whole number of seconds (most rows) is itself
+    for i in np.flatnonzero(seconds != np.floor(seconds)).tolist():
+        covered[i] = round(covered[i], 3)
+    peak = columns[4]
+    with np.errstate(invalid="ignore"):
+        floored = np.where(peak > 0.0, peak, 0.0)  # max(0.0, peak), as the sampler's
+    floored[np.isnan(peak)] = np.nan
+    utils, sms, peaks, powers, joules = (
+        _optional(c) for c in (columns[2], columns[3], floored, columns[5], columns[6])
     )
-    gpu = s.info.uuid
+    energies = [None if e is None else j_to_kwh(e) for e in joules]
     rows.extend(
         MinuteSample(
             run_id=run_id,
-            minute=datetime.fromtimestamp(m * 60, UTC),
+            minute=_minute_start(m),
             gpu=gpu,
             covered_s=c,
             util_pct=u,
             sm_active_pct=a,
-            mem_used_gib=None if p is None else max(0.0, p),
+            mem_used_gib=p,
             power_w=w,
-            energy_kwh=None if e is None else j_to_kwh(e),
+            energy_kwh=e,
         )
         for m, c, u, a, p, w, e in zip(
             at, covered, utils, sms, peaks, powers, energies, strict=True
