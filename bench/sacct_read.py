@@ -9,7 +9,10 @@ last) shaped as a real Slurm 22.05 writes them
 twenty cancelled before it started) and the same jobs as ``sacct --json`` (22.05's
 ``openapi/dbv0.0.38``), then reads the parsable form ``--repeat`` times, each beside pandas and
 the split, and prints jobs/s, the ratio to pandas' rate and to the split's (min/median/max over
-the repeats), the seconds a year takes; the JSON form once. Then the parsable form saved to a
+the repeats), the seconds a year takes, and the CPU seconds of making the read's columns Python
+values after it (:attr:`~reports.imports.slurm.SlurmJobs.columns`, what the import's
+``allocations_of`` takes: the block reader holds them as numbers and codes until asked); the
+JSON form once. Then the parsable form saved to a
 file and read as ``gpu-kpi import slurm FILE`` reads it (:func:`read_sacct_stream`, a block at a
 time) in a fresh process, with that process's peak memory; and the whole import of the parsable
 form (``gpu-kpi import slurm``'s work: read, node lists expanded, the allocations written to a
@@ -26,6 +29,7 @@ import argparse
 import functools
 import io
 import json
+import operator
 import os
 import random
 import statistics
@@ -196,7 +200,7 @@ def main() -> None:
 
     pd.read_csv(io.StringIO(text[:10_000]), sep="|")  # pandas' imports not timed
     read_sacct(text[:10_000], tz=UTC)  # nor ours
-    to_pandas, to_split, cpu_pandas = [], [], []
+    to_pandas, to_split, cpu_pandas, cpu_made = [], [], [], []
     for i in range(args.repeat):
         # the order turned each time: what runs first does not always meet the same machine
         t_pandas = t_split = t = 0.0
@@ -209,22 +213,27 @@ def main() -> None:
             else:
                 t, got = timed(functools.partial(read_sacct, text, tz=UTC))
                 c_read = CPU[-1]
+                timed(functools.partial(operator.attrgetter("jobs.columns"), got))
+                c_made = CPU[-1]
         to_pandas.append(t_pandas / t)
         to_split.append(t_split / t)
         cpu_pandas.append(c_pandas / c_read)
+        cpu_made.append(c_pandas / (c_read + c_made))
         say(
             f"parsable: {t:6.2f} s ({c_read:.2f} CPU s), {n / t:,.0f} jobs/s, "
             f"{len(got.jobs):,} allocations, {got.not_started:,} never started; "
             f"pandas.read_csv {t_pandas:.2f} s ({c_pandas:.2f} CPU s; {to_pandas[-1]:.3f}x its "
             f"rate, {cpu_pandas[-1]:.3f}x in CPU), the split {t_split:.2f} s "
-            f"({to_split[-1]:.3f}x); a year at {args.jobs_per_day:,} a day: "
-            f"{t * 365 / args.days:.0f} s  [{i + 1}/{args.repeat}]"
+            f"({to_split[-1]:.3f}x); the columns made Python values {c_made:.2f} CPU s "
+            f"({cpu_made[-1]:.3f}x pandas in CPU with them); a year at {args.jobs_per_day:,} a "
+            f"day: {t * 365 / args.days:.0f} s  [{i + 1}/{args.repeat}]"
         )
         del got
     say(
         f"parsable: the read's rate is {spread(to_pandas)}x pandas.read_csv's "
-        f"({spread(cpu_pandas)}x in CPU seconds) and {spread(to_split)}x the bare split's "
-        f"(min/median/max of {args.repeat})"
+        f"({spread(cpu_pandas)}x in CPU seconds; {spread(cpu_made)}x with its columns made "
+        f"Python values) and {spread(to_split)}x the bare split's (min/median/max of "
+        f"{args.repeat})"
     )
     t, got = timed(functools.partial(read_sacct, js, tz=UTC))
     say(

@@ -43,8 +43,11 @@ The parsable form is read a block of :data:`BLOCK_BYTES` at a time (:func:`read_
 memory holds the jobs kept, not the output. With pyarrow (the ``parquet`` extra) the lines of a
 block that are plain rows (the header's fields, no ``\r`` inside, a name that does not go on
 to the next line) are read together by Arrow's C reader (:mod:`reports.imports.arrow_csv`)
-and each column's distinct texts read once, by the same rules; every other line, and every
-line without pyarrow, is read one at a time as above, in the order of the lines.
+and each column's distinct texts read once, by the same rules (times from their digits, as
+wall-clock seconds and the zone they are in); every other line, and every line without
+pyarrow, is read one at a time as above, in the order of the lines. Those jobs are held as
+numbers and codes into each batch's distinct texts, made Python values (datetimes, strings)
+when :attr:`SlurmJobs.columns` is first asked for.
 ``tests/reports/imports/test_sacct_blocks.py`` holds the two ways equal on random outputs.
 """
 
@@ -54,7 +57,6 @@ import dataclasses
 import itertools
 import json
 import math
-import operator
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,16 +130,29 @@ _JOB_FIELDS = tuple(f.name for f in dataclasses.fields(SlurmJob))
 
 class SlurmJobs(Sequence[SlurmJob]):
     """The allocations of a read as a column per :class:`SlurmJob` field (:attr:`columns`,
-    lists in the jobs' order): the block reader fills them a batch at a time, with no object
-    per job; a job by index (or iterating) is a :class:`SlurmJob` made when asked for."""
+    lists in the jobs' order), with no object per job; a job by index (or iterating) is a
+    :class:`SlurmJob` made when asked for. The block reader adds each batch's jobs as numbers
+    and codes into the batch's distinct texts, made these lists' Python values (datetimes,
+    strings) on the first ask for :attr:`columns`."""
 
-    __slots__ = ("columns",)
+    __slots__ = ("_later", "_lists")
 
     def __init__(self, jobs: Iterable[SlurmJob] = ()) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in _JOB_FIELDS}
-        """Field → each job's value (``start``/``end``: datetimes as :class:`SlurmJob`'s)."""
+        self._lists: dict[str, list[Any]] = {name: [] for name in _JOB_FIELDS}
+        self._later: list[tuple[_Block, int, int]] = []
         for job in jobs:
             self.append(job)
+
+    @property
+    def columns(self) -> dict[str, list[Any]]:
+        """Field → each job's value (``start``/``end``: datetimes as :class:`SlurmJob`'s)."""
+        later, self._later = self._later[::-1], []
+        while later:  # each block let go once made: its texts and the lists are not all held
+            block, lo, hi = later.pop()
+            for name, values in block.lists(lo, hi).items():
+                self._lists[name].extend(values)
+            del block
+        return self._lists
 
     def append(self, job: SlurmJob) -> None:
         """One job at the end."""
@@ -149,12 +164,16 @@ class SlurmJobs(Sequence[SlurmJob]):
         for name, column in self.columns.items():
             column.extend(other.columns[name][lo:hi])
 
+    def later(self, block: _Block, lo: int, hi: int) -> None:
+        """``block``'s jobs ``lo`` to ``hi`` at the end, made Python values when asked for."""
+        self._later.append((block, lo, hi))
+
     def rows(self) -> Iterator[tuple[Any, ...]]:
         """Each job's values as a tuple in :data:`_JOB_FIELDS`' order (no object made)."""
         return zip(*self.columns.values(), strict=True)
 
     def __len__(self) -> int:
-        return len(self.columns["job_id"])
+        return len(self._lists["job_id"]) + sum(hi - lo for _, lo, hi in self._later)
 
     @overload
     def __getitem__(self, i: int) -> SlurmJob: ...
@@ -642,7 +661,7 @@ def _take(
 
 
 # -- the parsable form, a block at a time (Arrow) -------------------------------------------------
-BLOCK_BYTES = 1 << 18
+BLOCK_BYTES = 4 << 20
 """Parsable output read at a time (whole lines), where pyarrow is installed: Arrow's C reader
 takes the lines that are plain rows, :class:`_Rows` the others."""
 _FIELDS = (
@@ -826,7 +845,8 @@ def _read_piece(
     keep = {str(i): name for i, name in enumerate(table.names) if name in _FIELDS}
     batches = None
     if fast.any():
-        plain = [data[starts[a] : starts[b]] for a, b in _runs(fast) if fast[a]]
+        view = memoryview(data)  # the plain lines not copied where they are one run
+        plain = [view[starts[a] : starts[b]] for a, b in _runs(fast) if fast[a]]
         width = table.width + table.trailing
         batches = read_block(
             plain[0] if len(plain) == 1 else b"".join(plain),
@@ -913,50 +933,115 @@ def _objects(values: Iterable[Any], n: int) -> np.ndarray:
     return out
 
 
-def _times_of(col: Coded, tz: tzinfo) -> tuple[np.ndarray, np.ndarray]:
-    """Each distinct text's time as :func:`_time` reads it (an object array: datetime or
-    None), and whether it is one (False: :func:`_time` says why); the plain ones
-    (``2026-12-02T10:34:28``, seconds since 1970) made from their digits a column at a time."""
-    values = col.values
-    out = np.full(len(values), None, dtype=object)
-    ok = np.ones(len(values), dtype=bool)
-    done = np.zeros(len(values), dtype=bool)
-    for pattern, fields in ((_ISO, _iso_fields), (_WHOLE, _epoch_fields)):
-        if done.all():
+_LOCAL, _UTC, _OFFSET, _NONE, _BAD = 0, 1, 2, -1, -2
+"""What a time cell is, as the block reader holds it: written without a zone (in the zone
+given), seconds since 1970 (UTC), a time with its own offset (kept as a datetime), no time
+(``Unknown``…), or no time :func:`_time` can read."""
+_LAST_S = 253_402_300_799
+"""9999-12-31T23:59:59 as seconds since 1970: the last second a datetime holds."""
+_NO_TIME_RE = r"^(|Unknown|None|N/A)$"
+_EPOCH = datetime(1970, 1, 1)
+_DAYS_IN = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+_DIGIT_AT = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+"""Where ``YYYY-MM-DDTHH:MM:SS`` has its digits, and where its marks (:data:`_MARKS`)."""
+_MARK_AT = [4, 7, 10, 13, 16]
+_MARKS = np.frombuffer(b"--T::", dtype=np.uint8)
+
+
+@dataclass
+class _Clock:
+    """Each distinct text of a time column as :func:`_time` reads it, held as numbers: its
+    wall-clock seconds since 1970 (the fields as written, read as if UTC: a time and the zone
+    it is in, :attr:`zone`, make the datetime) and what it is (:data:`_LOCAL`…)."""
+
+    wall: np.ndarray
+    """int64 seconds, by code."""
+    zone: np.ndarray
+    """int8 :data:`_LOCAL`, :data:`_UTC`, :data:`_OFFSET`, :data:`_NONE` or :data:`_BAD`."""
+    offset: dict[int, datetime]
+    """The :data:`_OFFSET` ones' datetimes, by code."""
+
+
+def _clock_of(col: Coded, tz: tzinfo) -> _Clock:
+    """The times of a column's distinct texts: the plain ones (``2026-12-02T10:34:28``, seconds
+    since 1970, ``Unknown``) read from their digits at once, each other one by :func:`_time`."""
+    same = col.fixed(19)  # every text 19 bytes long: as ISO's, checked below
+    iso = _iso_shaped(same) if same is not None else col.matches(_ISO)
+    wall = np.zeros(len(iso), dtype=np.int64)
+    zone = np.full(len(iso), _BAD, dtype=np.int8)
+    at = np.flatnonzero(iso)
+    if len(at):
+        seconds, valid = _iso_seconds(col.chars(at, 19) if same is None else same[at])
+        wall[at[valid]], zone[at[valid]] = seconds[valid], _LOCAL
+    for pattern in (_NO_TIME_RE, _WHOLE):  # each asked only while some text is still unread
+        if not (rest := ~iso & (zone == _BAD)).any():
             break
-        at = np.flatnonzero(col.matches(pattern) & ~done)
-        if not len(at):
+        found = col.matches(pattern) & rest
+        if pattern == _NO_TIME_RE:
+            zone[found] = _NONE
             continue
-        zone = tz if fields is _iso_fields else UTC
-        parts = [x.tolist() for x in fields(col, at)]
-        try:  # datetime() checks them as fromisoformat() and fromtimestamp() do
-            got = list(map(datetime, *parts, itertools.repeat(0), itertools.repeat(zone)))
-        except ValueError:
-            continue  # one of them is no time: each is read alone below
-        out[at] = _objects(got, len(got))
-        done[at] = True
-    for i in np.flatnonzero(~done).tolist():
+        at = np.flatnonzero(found)
+        seconds = col.whole(at)
+        valid = seconds <= _LAST_S  # fromtimestamp() reads up to the last second of 9999
+        wall[at[valid]], zone[at[valid]] = seconds[valid], _UTC
+    clock = _Clock(wall, zone, {})
+    for i in np.flatnonzero(zone == _BAD).tolist():  # the others as _time reads them
         try:
-            out[i] = _time(values[i], tz, "")
+            t = _time(col.values[i], tz, "")
         except ValueError:
-            ok[i] = False
-    return ok, out
+            continue
+        _clock_set(clock, i, t, tz)
+    return clock
 
 
-def _iso_fields(col: Coded, at: np.ndarray) -> list[np.ndarray]:
-    """Year, month, day, hour, minute and second of the distinct texts ``at``, each
-    ``YYYY-MM-DDTHH:MM:SS``."""
-    d = col.chars(at, 19).astype(np.int64) - ord("0")
-    return [
-        d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3],
-        *(d[:, i] * 10 + d[:, i + 1] for i in (5, 8, 11, 14, 17)),
-    ]
+def _iso_shaped(d: np.ndarray) -> np.ndarray:
+    """Whether each text of ``d`` (``(n, 19)`` uint8) is ``YYYY-MM-DDTHH:MM:SS`` in ASCII
+    digits."""
+    digits = (d[:, _DIGIT_AT] - np.uint8(48)) < 10
+    return digits.all(axis=1) & (d[:, _MARK_AT] == _MARKS).all(axis=1)
 
 
-def _epoch_fields(col: Coded, at: np.ndarray) -> list[np.ndarray]:
-    """Year, month, day, hour, minute and second (UTC) of the distinct texts ``at``, each
-    seconds since 1970 in at most 18 digits (H. Hinnant's ``civil_from_days``)."""
-    seconds = col.whole(at)
+def _clock_set(clock: _Clock, i: int, t: datetime | None, tz: tzinfo) -> None:
+    """Text ``i``'s time ``t`` (a datetime in the zone given or UTC, to the second, held as its
+    wall clock; any other kept as it is)."""
+    if t is None:
+        clock.zone[i] = _NONE
+    elif t.microsecond or (t.tzinfo is not tz and t.tzinfo is not UTC):
+        clock.zone[i], clock.offset[i] = _OFFSET, t
+    else:
+        clock.zone[i] = _LOCAL if t.tzinfo is tz else _UTC
+        clock.wall[i] = (t.replace(tzinfo=None) - _EPOCH) // timedelta(seconds=1)
+
+
+def _iso_seconds(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The wall-clock seconds since 1970 of ``YYYY-MM-DDTHH:MM:SS`` texts (``(n, 19)`` uint8),
+    and whether each is a time (what datetime() takes: year 1 on, the month's days, 23:59:59;
+    H. Hinnant's ``days_from_civil``)."""
+
+    def number(at: int, width: int) -> np.ndarray:
+        out = d[:, at].astype(np.int32) - 48
+        for i in range(at + 1, at + width):
+            out = out * 10 + (d[:, i] - 48)  # (uint8: a digit's wraps past 9, checked before)
+        return out
+
+    year, month, day = number(0, 4), number(5, 2), number(8, 2)
+    hour, minute, second = number(11, 2), number(14, 2), number(17, 2)
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    days_in = _DAYS_IN[np.clip(month, 0, 12)] + (leap & (month == 2))
+    valid = (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in)
+    valid &= (hour < 24) & (minute < 60) & (second < 60)
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    days = (era * 146097 + doe - 719468).astype(np.int64)
+    return days * 86400 + (hour * 3600 + minute * 60 + second), valid
+
+
+def _civil(seconds: np.ndarray) -> list[list[int]]:
+    """Year, month, day, hour, minute and second of each of ``seconds`` since 1970 (H.
+    Hinnant's ``civil_from_days``), as lists for datetime()."""
     days, rest = np.divmod(seconds, 86400)
     z = days + 719468
     era = z // 146097
@@ -967,25 +1052,106 @@ def _epoch_fields(col: Coded, at: np.ndarray) -> list[np.ndarray]:
     day = doy - (153 * mp + 2) // 5 + 1
     month = np.where(mp < 10, mp + 3, mp - 9)
     year = yoe + era * 400 + (month <= 2)
-    return [year, month, day, rest // 3600, rest // 60 % 60, rest % 60]
+    return [x.tolist() for x in (year, month, day, rest // 3600, rest // 60 % 60, rest % 60)]
+
+
+def _datetimes(wall: np.ndarray, zone: np.ndarray, tz: tzinfo) -> list[datetime | None]:
+    """Each time as :func:`_time` makes it (None where there is none): the wall clock ``wall``
+    in ``tz`` (:data:`_LOCAL`) or UTC (:data:`_UTC`)."""
+    for kind, zone_tz in ((_LOCAL, tz), (_UTC, UTC)):
+        if (zone == kind).all():  # all in one zone: made straight into the list
+            return list(
+                map(datetime, *_civil(wall), itertools.repeat(0), itertools.repeat(zone_tz))
+            )
+    out = np.full(len(wall), None, dtype=object)
+    for kind, zone_tz in ((_LOCAL, tz), (_UTC, UTC)):
+        at = np.flatnonzero(zone == kind)
+        if len(at):
+            made = map(datetime, *_civil(wall[at]), itertools.repeat(0), itertools.repeat(zone_tz))
+            out[at] = _objects(made, len(at))
+    made_all: list[datetime | None] = out.tolist()
+    return made_all
+
+
+class _Seen:
+    """One time of each row that the output holds (:attr:`SacctRead.latest`), as numbers:
+    its wall clock and what it is (:data:`_LOCAL`…; the :data:`_OFFSET` ones' datetimes by
+    row)."""
+
+    def __init__(self, wall: np.ndarray, zone: np.ndarray, offset: dict[int, datetime]) -> None:
+        self.wall, self.zone, self.offset = wall, zone, offset
+
+    @classmethod
+    def of(cls, clock: _Clock, codes: np.ndarray) -> _Seen:
+        """The times of the rows whose texts are ``codes``."""
+        zone = clock.zone[codes]
+        offset = {}
+        if clock.offset:
+            rows = np.flatnonzero(zone == _OFFSET).tolist()
+            offset = dict(zip(rows, (clock.offset[c] for c in codes[rows].tolist()), strict=True))
+        return cls(clock.wall[codes], zone, offset)
+
+    @classmethod
+    def none(cls, rows: int) -> _Seen:
+        """No time in any of ``rows`` rows."""
+        return cls(np.zeros(rows, dtype=np.int64), np.full(rows, _NONE, dtype=np.int8), {})
+
+    @classmethod
+    def joined(cls, parts: Sequence[_Seen]) -> _Seen:
+        """The rows of ``parts``, in order."""
+        offset, at = {}, 0
+        for part in parts:
+            offset.update({at + i: t for i, t in part.offset.items()})
+            at += len(part.zone)
+        wall = np.concatenate([p.wall for p in parts])
+        return cls(wall, np.concatenate([p.zone for p in parts]), offset)
+
+    def at(self, i: int, tz: tzinfo) -> datetime | None:
+        """Row ``i``'s time."""
+        zone = int(self.zone[i])
+        if zone == _OFFSET:
+            return self.offset[i]
+        if zone in (_LOCAL, _UTC):
+            return _datetimes(self.wall[i : i + 1], self.zone[i : i + 1], tz)[0]
+        return None
+
+
+def _latest(seen: Sequence[_Seen], lo: int, hi: int, tz: tzinfo) -> datetime | None:
+    """The latest time of rows ``lo`` to ``hi``, as max() of their datetimes finds it: where all
+    are in one zone, the latest wall clock; else max() of the datetimes made, row by row (an
+    order of wall clocks in one zone and instants between zones)."""
+    zones = np.concatenate([s.zone[lo:hi] for s in seen])
+    walls = np.concatenate([s.wall[lo:hi] for s in seen])
+    kinds = set(np.unique(zones[zones >= 0]).tolist())
+    if not kinds:
+        return None
+    if kinds in ({_LOCAL}, {_UTC}):
+        (kind,) = kinds
+        wall = walls[zones == kind].max(keepdims=True)
+        return _datetimes(wall, np.array([kind], dtype=np.int8), tz)[0]
+    made = (s.at(i, tz) for i in range(lo, hi) for s in seen)
+    return max(filter(None, made), default=None)
 
 
 class _Plain:
     """Rows Arrow read, as :func:`_add` reads them, a column at a time (each distinct text
-    read once): what each row is, the jobs, and each row's times the output holds. A row
-    that is none of a job, a step or a job that never started, plainly, is :func:`_add`'s to
-    read (a bad time or count, an empty JobID)."""
+    read once): what each row is, the jobs (:class:`_Block`: numbers and codes), and each
+    row's times the output holds. A row that is none of a job, a step or a job that never
+    started, plainly, is :func:`_add`'s to read (a bad time or count, an empty JobID, a time
+    with its own offset)."""
 
     ODD, JOB, STEP, NEVER = 0, 1, 2, 3
 
-    def __init__(self) -> None:
+    def __init__(self, tz: tzinfo) -> None:
+        self.tz = tz
         self.kind = np.zeros(0, dtype=np.int8)
-        self.jobs = SlurmJobs()
+        self.blocks: list[tuple[int, _Block]] = []
+        """Each batch's jobs, with the jobs before them."""
         self.before = np.zeros(1, dtype=np.int64)
         """Jobs before each row (and after the last)."""
-        self.seen: list[np.ndarray] = [np.zeros(0, dtype=object)] * 4
+        self.seen: list[_Seen] = []
         """Each row's times of the output, in :func:`_add`'s order: start, end, submit, and
-        the running job's start + elapsed (object arrays: datetime or None)."""
+        the running job's start + elapsed."""
         self._batches: list[tuple[int, dict[str, Coded]]] = []
 
     @classmethod
@@ -993,18 +1159,19 @@ class _Plain:
         cls, batches: list[tuple[int, dict[str, Any]]], names: Mapping[str, str], *, tz: tzinfo
     ) -> _Plain:
         """The rows of Arrow's ``batches``, their columns renamed by ``names``."""
-        plain = cls()
-        kinds, seen, at = [], [], 0
+        plain = cls(tz)
+        kinds, seen, at, jobs = [], [], 0, 0
         for rows, columns in batches:
             named = {names[k]: v for k, v in columns.items()}
             plain._batches.append((at, named))
-            kind, jobs, times = _plain_batch(named, rows, tz)
+            kind, block, times = _plain_batch(named, rows, tz)
             kinds.append(kind)
-            plain.jobs.extend(jobs)
+            plain.blocks.append((jobs, block))
             seen.append(times)
             at += rows
+            jobs += len(block)
         plain.kind = np.concatenate(kinds)
-        plain.seen = [np.concatenate(column) for column in zip(*seen, strict=True)]
+        plain.seen = [_Seen.joined(column) for column in zip(*seen, strict=True)]
         is_job = (plain.kind == cls.JOB).astype(np.int64)
         plain.before = np.concatenate(([0], np.cumsum(is_job)))
         return plain
@@ -1022,9 +1189,8 @@ class _Plain:
                 kind = self.kind[a:o]
                 out.steps += int(np.count_nonzero(kind == self.STEP))
                 out.not_started += int(np.count_nonzero(kind == self.NEVER))
-                out.jobs.extend(self.jobs, int(self.before[a]), int(self.before[o]))
-                rows = zip(*(column[a:o].tolist() for column in self.seen), strict=True)
-                out.saw(max(filter(None, itertools.chain.from_iterable(rows)), default=None))
+                self._jobs_into(out.jobs, int(self.before[a]), int(self.before[o]))
+                out.saw(_latest(self.seen, a, o, self.tz))
             if o < hi:
                 try:
                     _add(out, self.row(o), times)
@@ -1032,29 +1198,125 @@ class _Plain:
                     out.unreadable.append(Unreadable(f"line {first_line + o - lo}", str(e)))
             a = o + 1
 
+    def _jobs_into(self, jobs: SlurmJobs, lo: int, hi: int) -> None:
+        """Jobs ``lo`` to ``hi`` (of all batches) at the end of ``jobs``."""
+        for before, block in self.blocks:
+            a, b = max(lo - before, 0), min(hi - before, len(block))
+            if a < b:
+                jobs.later(block, a, b)
+
+
+class _Block:
+    """The jobs of one batch Arrow read (:func:`_plain_batch`), held as codes into each
+    column's distinct texts and as numbers (times as wall clocks); made :class:`SlurmJobs`'
+    lists of Python values only when asked for (:meth:`lists`), each distinct text once."""
+
+    def __init__(
+        self,
+        columns: Mapping[str, Coded],
+        at: np.ndarray,
+        *,
+        ids: dict[int, str],
+        start: np.ndarray,
+        end: np.ndarray,
+        zone: np.ndarray,
+        gpus: tuple[np.ndarray, np.ndarray, np.ndarray],
+        nodes: np.ndarray | None,
+        tz: tzinfo,
+    ) -> None:
+        self.columns, self.at = columns, at
+        self.ids, self.start, self.end, self.zone, self.tz = ids, start, end, zone, tz
+        self.gpus, self.gpu_types, self.tres_codes = gpus
+        self.nodes = nodes
+        self._values: dict[str, np.ndarray] = {}
+        self._made: dict[str, list[Any]] | None = None
+        if len(at) * 4 < len(columns["JobID"].codes):
+            # few jobs among many rows (steps): made now, the batch's texts not kept for them
+            self._made, self.columns, self._values = self.lists(0, len(at)), {}, {}
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def lists(self, lo: int, hi: int) -> dict[str, list[Any]]:
+        """Jobs ``lo`` to ``hi``'s values, by :class:`SlurmJob` field."""
+        if self._made is not None:
+            return {name: values[lo:hi] for name, values in self._made.items()}
+        n = hi - lo
+        job_id = self._text("JobID", lo, hi)
+        raw_id = self._text("JobIDRaw", lo, hi, str.strip)
+        ended = np.where(self.end[lo:hi] == _NO_END, _NONE, self.zone[lo:hi])
+        array = self._array()
+        id_codes = self.columns["JobID"].codes[self.at[lo:hi]]
+        return {
+            "job_id": job_id,
+            "raw_id": [r or j for r, j in zip(raw_id, job_id, strict=True)],
+            "name": self._text("JobName", lo, hi),
+            "user": self._text("User", lo, hi),
+            "account": self._text("Account", lo, hi),
+            "partition": self._text("Partition", lo, hi),
+            "state": self._text("State", lo, hi, lambda s: s.split(" ", 1)[0]),
+            "start": _datetimes(self.start[lo:hi], self.zone[lo:hi], self.tz),
+            "end": _datetimes(self.end[lo:hi], ended, self.tz),
+            "gpus": self.gpus[self.tres_codes[lo:hi]].tolist(),
+            "gpu_types": self.gpu_types[self.tres_codes[lo:hi]].tolist(),
+            "nodes": [""] * n if self.nodes is None else self._by("NodeList", self.nodes, lo, hi),
+            "array_job_id": array[0][id_codes].tolist(),
+            "array_task_id": array[1][id_codes].tolist(),
+            "cluster": self._text("Cluster", lo, hi, str.strip),
+        }
+
+    def _text(
+        self, name: str, lo: int, hi: int, how: Callable[[str], str] | None = None
+    ) -> list[Any]:
+        """Column ``name``'s cells of jobs ``lo`` to ``hi``, each distinct text read by
+        ``how``; "" each where the output has no such field."""
+        col = self.columns.get(name)
+        if col is None:
+            return [""] * (hi - lo)
+        values = self._values.get(name)
+        if values is None:
+            read = col.values if how is None else map(how, col.values)
+            values = _objects(read, len(col.values))
+            for i, given in self.ids.items() if name == "JobID" else ():
+                values[i] = given
+            self._values[name] = values
+        return self._by(name, values, lo, hi)
+
+    def _by(self, name: str, values: np.ndarray, lo: int, hi: int) -> list[Any]:
+        return values[self.columns[name].codes[self.at[lo:hi]]].tolist()
+
+    def _array(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each distinct JobID's array job and task (None, None where it is no array task)."""
+        if "array" not in self._values:
+            self._text("JobID", 0, 0)
+            ids = self._values["JobID"]
+            jobs = np.full(len(ids), None, dtype=object)
+            tasks = np.full(len(ids), None, dtype=object)
+            for i, given in enumerate(ids.tolist()):
+                if "_" in given and (array := _ARRAY_TASK.match(given)):
+                    jobs[i], tasks[i] = array.group("job"), int(array.group("task"))
+            self._values["array"], self._values["task"] = jobs, tasks
+        return self._values["array"], self._values["task"]
+
+
+_NO_END = np.iinfo(np.int64).min
+"""A running job's end, in :class:`_Block`'s wall clocks."""
+
 
 def _plain_batch(
     columns: Mapping[str, Coded], rows: int, tz: tzinfo
-) -> tuple[np.ndarray, SlurmJobs, list[np.ndarray]]:
+) -> tuple[np.ndarray, _Block, list[_Seen]]:
     """What each row of one batch is (:class:`_Plain`'s kinds), its jobs and each row's
     times, as :func:`_add` reads them."""
-    none = np.full(1, None, dtype=object)
     zero = np.zeros(rows, dtype=np.int64)
-
-    def cells(name: str) -> tuple[np.ndarray, np.ndarray] | None:
-        col = columns.get(name)
-        return None if col is None else (col.codes, _objects(col.values, len(col.values)))
-
-    # JobID: a job's own id (digits) plainly; the others as _add reads them
-    ids = columns["JobID"]
-    plain_id = ids.matches(r"^\d+$")
-    job_id = _objects(ids.values, len(ids.values))
+    # JobID: a job's own id or an array task's (digits) plainly; the others as _add reads them
+    col = columns["JobID"]
+    plain_id = col.matches(r"^\d+(_\d+)?$")
+    ids: dict[int, str] = {}  # the other ids, stripped
     kind_of = np.where(plain_id, _Plain.JOB, _Plain.ODD).astype(np.int8)
-    pending = np.zeros(len(job_id), dtype=bool)
-    array_job = np.full(len(job_id), None, dtype=object)
-    array_task = np.full(len(job_id), None, dtype=object)
+    pending = np.zeros(len(plain_id), dtype=bool)
     for i in np.flatnonzero(~plain_id).tolist():
-        given = job_id[i] = ids.values[i].strip()
+        given = col.values[i].strip()
         if not given:
             continue  # "no JobID"
         if _STEP.match(given):
@@ -1062,17 +1324,17 @@ def _plain_batch(
             continue
         kind_of[i] = _Plain.JOB
         pending[i] = bool(_ARRAY_PENDING.match(given))
-        if array := _ARRAY_TASK.match(given):
-            array_job[i], array_task[i] = array.group("job"), int(array.group("task"))
-    kind = kind_of[ids.codes]
+        ids[i] = given
+    id_codes = col.codes
+    kind = kind_of[id_codes]
     # times: Start and End must be times (a step's need not), Submit's are noted where they are
-    start_ok, start_of = _times_of(columns["Start"], tz)
-    end_ok, end_of = _times_of(columns["End"], tz)
-    start = start_of[columns["Start"].codes]
-    end = end_of[columns["End"].codes]
-    submit = np.full(rows, None, dtype=object)
+    start_clock, end_clock = _clock_of(columns["Start"], tz), _clock_of(columns["End"], tz)
+    start = _Seen.of(start_clock, columns["Start"].codes)
+    end = _Seen.of(end_clock, columns["End"].codes)
+    submit = _Seen.none(rows)
     if "Submit" in columns:
-        submit = _times_of(columns["Submit"], tz)[1][columns["Submit"].codes]
+        submit = _Seen.of(_clock_of(columns["Submit"], tz), columns["Submit"].codes)
+        submit.zone[submit.zone == _BAD] = _NONE  # a Submit that is no time is not noted
     # GPUs: AllocTRES, else AllocGRES
     tres = columns.get("AllocTRES") or columns.get("AllocGRES")
     gres_of: list[dict[str, int]] = [{}] if tres is None else []
@@ -1090,93 +1352,87 @@ def _plain_batch(
         blank = np.array([not t.strip() for t in columns["AllocTRES"].values], dtype=bool)
     no_gpus = np.array([not g for g in gres_of], dtype=bool)[tres_codes]
     nodes_col = columns.get("NodeList")
-    nodes_of = _objects(map(_nodes, nodes_col.values), len(nodes_col.values)) if nodes_col else none
-    nodes_codes = nodes_col.codes if nodes_col else zero
-    no_nodes = (nodes_of == "")[nodes_codes] if nodes_col else np.ones(rows, dtype=bool)
+    nodes_of = None
+    no_nodes = np.ones(rows, dtype=bool)
+    if nodes_col is not None:
+        nodes_of = _objects(map(_nodes, nodes_col.values), len(nodes_col.values))
+        no_nodes = (nodes_of == "")[nodes_col.codes]
     # what each row is, in _add's order of checks
     job = kind == _Plain.JOB
-    bad = job & ~(start_ok[columns["Start"].codes] & end_ok[columns["End"].codes])
-    bad |= job & ~gres_ok[tres_codes]
+    bad = job & ((start.zone == _BAD) | (end.zone == _BAD) | ~gres_ok[tres_codes])
+    # a time with its own offset, or a start and an end in two zones: _add's to compare
+    timed = (start.zone >= 0) & (end.zone >= 0)
+    bad |= job & ((start.zone == _OFFSET) | (end.zone == _OFFSET))
+    bad |= job & timed & (start.zone != end.zone)
     kind[bad] = _Plain.ODD
     job &= ~bad
-    never = job & (pending[ids.codes] | (start == None))  # noqa: E711
+    never = job & (pending[id_codes] | (start.zone == _NONE))
     maybe = job & ~never & no_gpus
     never |= maybe & no_nodes
-    for i in np.flatnonzero(maybe & ~no_nodes & blank[tres_codes]).tolist():
-        never[i] = end[i] == start[i]
+    same = maybe & ~no_nodes & blank[tres_codes]  # a start that is its end: never started
+    never[same] = (end.zone[same] == start.zone[same]) & (end.wall[same] == start.wall[same])
     kind[never] = _Plain.NEVER
     job &= ~never
-    # the jobs
+    # the jobs: _run_span's
     at = np.flatnonzero(job)
-    starts, ends = start[at], end[at]
-    elapsed = np.full(len(at), None, dtype=object)
+    starts, ends = start.wall[at], end.wall[at]
+    running = end.zone[at] == _NONE
+    elapsed = np.full(len(at), -1, dtype=np.int64)
     if "ElapsedRaw" in columns:
-        col = columns["ElapsedRaw"]
-        whole = np.flatnonzero(col.matches(_WHOLE))
-        counts = np.full(len(col.values), None, dtype=object)
-        counts[whole] = _objects(col.whole(whole).tolist(), len(whole))
-        for i in np.flatnonzero(counts == None).tolist():  # noqa: E711
-            counts[i] = _digits(col.values[i])
-        elapsed = counts[col.codes[at]]
-    span = np.full(rows, None, dtype=object)
-    timed = np.flatnonzero(elapsed != None)  # noqa: E711
-    running = ends[timed] == None  # noqa: E711
-    past = []
-    for j in timed[running].tolist():  # _run_span's: a time of the output
-        try:
-            span[at[j]] = starts[j] + timedelta(seconds=elapsed[j])
-        except OverflowError:
-            past.append(j)  # no time: _add names the row
-    if past:
+        elapsed = _elapsed_of(columns["ElapsedRaw"])[columns["ElapsedRaw"].codes[at]]
+    span = _Seen.none(rows)
+    ran = running & (elapsed >= 0)
+    span.wall[at[ran]] = starts[ran] + elapsed[ran]  # both under 10**18: no overflow
+    span.zone[at[ran]] = start.zone[at[ran]]
+    past = ran & (span.wall[at] > _LAST_S)
+    if past.any():  # no time: _add names the row
         kind[at[past]] = _Plain.ODD
-        keep = np.ones(len(at), dtype=bool)
-        keep[past] = False
-        at, starts, ends, elapsed = at[keep], starts[keep], ends[keep], elapsed[keep]
-        timed = np.flatnonzero(elapsed != None)  # noqa: E711
-        running = ends[timed] == None  # noqa: E711
-    ended = timed[~running]
-    if len(ended):  # _run_span's: a requeued job's last run, where elapsed < end - start
-        spans = map(timedelta.total_seconds, map(operator.sub, ends[ended], starts[ended]))
-        shorter = np.fromiter(map(operator.lt, elapsed[ended], spans), bool, len(ended))
-        for j in ended[shorter].tolist():
-            starts[j] = ends[j] - timedelta(seconds=elapsed[j])
-
-    def cells_of(name: str, strip: Callable[[str], str] | None = None) -> list[Any]:
-        got = cells(name)
-        if got is None:
-            return [""] * len(at)
-        codes, values = got
-        if strip is not None:
-            values = _objects(map(strip, values), len(values))
-        return values[codes[at]].tolist()
-
-    raw_id = cells_of("JobIDRaw", str.strip)
-    job_ids = job_id[ids.codes[at]].tolist()
-    raw_id = [r or j for r, j in zip(raw_id, job_ids, strict=True)]
-    gpus_of = _objects(map(_total, gres_of), len(gres_of))
-    types_of = np.empty(len(gres_of), dtype=object)
-    for i, g in enumerate(gres_of):
-        types_of[i] = tuple((k, v) for k, v in g.items() if k)
-    jobs = SlurmJobs()
-    jobs.columns.update(
-        job_id=job_ids,
-        raw_id=raw_id,
-        name=cells_of("JobName"),
-        user=cells_of("User"),
-        account=cells_of("Account"),
-        partition=cells_of("Partition"),
-        state=cells_of("State", lambda s: s.split(" ", 1)[0]),
-        start=starts.tolist(),
-        end=ends.tolist(),
-        gpus=gpus_of[tres_codes[at]].tolist(),
-        gpu_types=types_of[tres_codes[at]].tolist(),
-        nodes=nodes_of[nodes_codes[at]].tolist() if nodes_col else [""] * len(at),
-        array_job_id=array_job[ids.codes[at]].tolist(),
-        array_task_id=array_task[ids.codes[at]].tolist(),
-        cluster=cells_of("Cluster", str.strip),
+        span.zone[at[past]] = _NONE
+        at, starts, ends, running, elapsed = (
+            x[~past] for x in (at, starts, ends, running, elapsed)
+        )
+    # a requeued job's last run, where elapsed < end - start
+    shorter = ~running & (elapsed >= 0) & (elapsed < ends - starts)
+    starts[shorter] = ends[shorter] - elapsed[shorter]
+    ends[running] = _NO_END
+    gpus = _objects(map(_total, gres_of), len(gres_of))
+    types = np.empty(len(gres_of), dtype=object)
+    for i, g in enumerate(gres_of):  # one at a time: numpy would read a tuple as a row
+        types[i] = tuple((k, v) for k, v in g.items() if k)
+    kept = {name: c for name, c in columns.items() if name in _KEPT}
+    block = _Block(
+        kept,
+        at,
+        ids=ids,
+        start=starts,
+        end=ends,
+        zone=start.zone[at],
+        gpus=(gpus, types, tres_codes[at]),
+        nodes=nodes_of,
+        tz=tz,
     )
     # a step's times are noted as far as they are times; a bad row's are _add's
-    return kind, jobs, [start, end, submit, span]
+    end.zone[end.zone == _BAD] = _NONE
+    start.zone[start.zone == _BAD] = _NONE
+    return kind, block, [start, end, submit, span]
+
+
+_KEPT = frozenset(
+    {"JobID", "JobIDRaw", "JobName", "User", "Account", "Partition", "State", "NodeList", "Cluster"}
+)
+"""The text fields a job's values are made from (:class:`_Block`)."""
+
+
+def _elapsed_of(col: Coded) -> np.ndarray:
+    """Each distinct ``ElapsedRaw`` text as :func:`_digits` reads it (-1: None), by code."""
+    whole = col.matches(_WHOLE)
+    out = np.full(len(whole), -1, dtype=np.int64)
+    at = np.flatnonzero(whole)
+    out[at] = col.whole(at)
+    for i in np.flatnonzero(~whole).tolist():
+        got = _digits(col.values[i])
+        out[i] = -1 if got is None else got
+    return out
 
 
 class _Times:

@@ -483,9 +483,10 @@ def test_a_node_list_bomb_skips_its_row_and_names_it(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # ~12 s under tracemalloc
 def test_saved_output_is_read_a_line_at_a_time(tmp_path: Path) -> None:
-    """200,000 rows left out (steps, as sacct without -X writes them) around 3 jobs: the
-    read's peak memory is a small part of the file (the old one read it whole, then split it:
-    twice its size)."""
+    """200,000 rows left out (steps, as sacct without -X writes them) around 3 jobs, read in
+    blocks of 256 KiB: the read's peak memory is a small part of the file (the old one read it
+    whole, then split it: twice its size; a block costs a few times its size, so the default
+    blocks of 4 MiB would take more than this file of 16 MB)."""
     t0, t1 = "2026-12-02T10:00:00", "2026-12-02T11:00:00"
     saved = tmp_path / "sacct-steps.txt"
     with saved.open("w") as f:
@@ -503,9 +504,12 @@ def test_saved_output_is_read_a_line_at_a_time(tmp_path: Path) -> None:
 
 
 def _saved_read(saved: Path) -> tuple[int, int, int]:
-    """A saved output read as ``gpu-kpi import slurm FILE`` reads it: (jobs, steps, rows not
-    read)."""
+    """A saved output read as ``gpu-kpi import slurm FILE`` reads it, in blocks of 256 KiB (in
+    a process of its own): (jobs, steps, rows not read)."""
+    from reports.imports import slurm
     from reports.imports.slurm_jobs import read_files
+
+    slurm.BLOCK_BYTES = 256 << 10
 
     done = read_files([str(saved)], tz=UTC, cluster="", teams={}, now=datetime.now(UTC))
     return len(done.jobs), done.steps, len(done.unreadable)
