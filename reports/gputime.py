@@ -280,19 +280,22 @@ def _and_runs_of(
     runs: pd.DataFrame,
     excluded: list[kpis.ExcludedRun],
     totals: pd.DataFrame,
-) -> tuple[pd.DataFrame, list[kpis.ExcludedRun]]:
+) -> tuple[pd.DataFrame, list[kpis.ExcludedRun], np.ndarray]:
     """``runs`` and the runs of ``totals`` (samples in the span) whose record does not overlap
     the span (minutes after its end: a late sampler, a clock): a week counts a run's minutes
-    whatever span the report reads around it."""
+    whatever span the report reads around it. Also, for each row of ``totals``, whether its
+    run is among the runs returned (the one look-up of a million ids, not two)."""
     # the few ids of no run read, found by one hash of both columns (no set of a million ids)
-    unread = totals["run_id"][~kpis.is_in(totals["run_id"], runs["id"])]
+    known = kpis.is_in(totals["run_id"], runs["id"])
+    unread = totals["run_id"][~known]
     missing = sorted(set(unread.astype(object)) - {e.run_id for e in excluded})
     if not missing:
-        return runs, excluded
+        return runs, excluded, known
     more, more_excluded = usable_runs(scans, ids=missing)
     if len(more):
         runs = pd.concat([runs, more], ignore_index=True).infer_objects()
-    return runs, [*excluded, *more_excluded]
+        known = known | kpis.is_in(totals["run_id"], more["id"])
+    return runs, [*excluded, *more_excluded], known
 
 
 def totals_frame(totals: Iterable[SampleTotals]) -> pd.DataFrame:
@@ -407,7 +410,7 @@ def _read(
         else:
             runs, excluded = usable_runs(scans, **window)
             totals, idle = _from_rollups(scans, value, week_starts, until)
-        runs, excluded = _and_runs_of(scans, runs, excluded, totals)
+        runs, excluded, known = _and_runs_of(scans, runs, excluded, totals)
         if not marked:
             runs = _as_crashed(runs, now)
         # a run with a usable minute in the window's rollups has one: the store is asked
@@ -416,7 +419,7 @@ def _read(
         seen = kpis.is_in(runs["id"], sampled)
         ids = runs["id"].to_numpy(dtype=object)
         ever = frozenset(ids[seen].tolist()) | frozenset(scans.sampled_runs(ids[~seen].tolist()))
-        totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
+        totals = totals[known]
         bad = kpis.bad_samples(totals, runs, value=value)
         totals = totals[totals["minutes"] > 0]
         skipped = kpis.Skipped(runs=tuple(excluded), samples=tuple(bad))
@@ -431,11 +434,11 @@ def _read(
             **window,
         )
     )
-    runs, excluded = _and_runs_of(scans, runs, excluded, totals)
+    runs, excluded, known = _and_runs_of(scans, runs, excluded, totals)
     if not marked:
         runs = _as_crashed(runs, now)
     ever = frozenset(scans.sampled_runs(runs["id"]))
-    totals = totals[kpis.is_in(totals["run_id"], runs["id"])]
+    totals = totals[known]
     bad = kpis.bad_samples(totals, runs, value=value)
     totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows
     samples = kpis.SampleFrameBuilder(kpis.sample_columns(basis))
