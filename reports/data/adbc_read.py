@@ -43,6 +43,8 @@ def read_table(database: Path, sql: str) -> Any:
     """
     import pyarrow as pa
 
+    if not sys.executable:  # an embedded interpreter: no Python to start
+        return None
     uri = f"file:{urllib.parse.quote(str(database.resolve()))}?mode=ro"
     try:
         done = subprocess.run(
