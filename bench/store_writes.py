@@ -122,7 +122,7 @@ def _rollups(store: RunStore) -> list[tuple[object, ...]]:
 def recomputing() -> Iterator[None]:
     """Every write recomputes the hours it touches: no series is taken as appended to."""
     real = rollup_sql._appendable
-    rollup_sql._appendable = lambda conn, first: {}
+    rollup_sql._appendable = lambda conn, first, locked=(): ({}, {})
     try:
         yield
     finally:

@@ -14,7 +14,7 @@ import itertools
 import json
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from tracker.store.changes import Touched
 from tracker.store.engine import fetch, send, send_many
 from tracker.store.rollups import (
     COLUMNS,
@@ -40,6 +41,7 @@ from tracker.store.rollups import (
 from tracker.store.sample_sql import COVERED_S_RANGE, SampleSQL, checked_value
 from tracker.store.schema import (
     ROLLUPS_OLD_INDEX,
+    RUN_LOCK_CLASS,
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
     UPSERT_OPTION,
@@ -52,7 +54,6 @@ from tracker.store.schema import (
 _ROW = "minute, covered_s, util_pct, sm_active_pct, energy_kwh, mem_used_gib"
 _VALUES = ("covered_s", "util_pct", "sm_active_pct", "energy_kwh", "mem_used_gib")
 _CHUNK = 50_000
-_RUN_LOCK = 0x67_6B_72  # "gkr": the class of PostgreSQL's per-run advisory locks (int4)
 
 
 def _selection(conn: Connection) -> SampleSQL:
@@ -160,7 +161,9 @@ Batch = tuple[sa.Executable, Sequence[Mapping[str, Any]], sa.Table]
 """A statement, its rows and the table it writes (the columns' types bind the values)."""
 
 
-def execute_all(conn: Connection, batches: Sequence[Batch]) -> None:
+def execute_all(
+    conn: Connection, batches: Sequence[Batch], *, also: tuple[str, Sequence[Any]] | None = None
+) -> bool:
     """``conn.execute(stmt, rows)`` of each batch, in order: each value bound by its column
     type's processor, as SQLAlchemy binds it, column by column, without SQLAlchemy's per-row
     parameter work (11 µs a minute row), and sent through the driver's own cursor
@@ -174,20 +177,30 @@ def execute_all(conn: Connection, batches: Sequence[Batch]) -> None:
     costs the client 50-100 µs however small). Other rows (an int or a ``"50"`` in a float
     column, which the database converts; a NaN) and SQLite, whose ``executemany`` is the
     library's own loop in C, go through the driver's ``executemany``, the statement compiled
-    once."""
+    once.
+
+    ``also``: a PostgreSQL statement that returns no rows and its parameters (the change
+    counters, :meth:`tracker.store.changes.Touched.statement`), sent in the same statement,
+    a ``WITH`` of it after the batches', where they are one; returns whether it was (else the
+    caller sends it)."""
     batches = [batch for batch in batches if batch[1]]
     parts = [_json_parts(conn, *batch) for batch in batches]
-    if len(batches) > 1 and all(part is not None and len(part) == 1 for part in parts):
-        statements = [part[0] for part in parts if part is not None]
-        *first, (last, _) = statements
-        ctes = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(first))
-        send(conn, f"WITH {ctes} {last}", [text for _, text in statements])
-        return
+    if batches and all(part is not None and len(part) == 1 for part in parts):
+        statements = [(part[0][0], (part[0][1],)) for part in parts if part is not None]
+        if also is not None:
+            statements.insert(len(statements) - 1, (also[0], tuple(also[1])))
+        if len(statements) > 1:
+            *first, (last, last_params) = statements
+            ctes = ", ".join(f"w{i} AS ({sql})" for i, (sql, _) in enumerate(first))
+            params = [value for _, values in first for value in values]
+            send(conn, f"WITH {ctes} {last}", [*params, *last_params])
+            return also is not None
     for batch, part in zip(batches, parts, strict=True):
         if part is None:
             _execute_rows(conn, *batch)
         for sql, text in part or ():
             send(conn, sql, (text,))
+    return False
 
 
 def _execute_rows(
@@ -339,12 +352,16 @@ def _as_read(row: Mapping[str, Any], nan: float | None) -> MinuteRow:
     """A store row's minute and values as the database reads them back: taken as they are
     bound (:func:`_stored`), and a NaN as NULL on SQLite (``nan`` None), itself on
     PostgreSQL."""
-    values = [row[k] for k in _VALUES]
-    if any(type(v) is not float or math.isnan(v) for v in values if v is not None):
-        values = [
-            nan if isinstance(v, float) and math.isnan(v) else v for v in map(_stored, values)
-        ]
-    return (row["minute"], *values)
+    values = _VALUES_OF(row)
+    # floats and None, no NaN (filter(None, …) leaves out None and zeros, which are no NaN)
+    if _PLAIN.issuperset(map(type, values)) and not any(map(math.isnan, filter(None, values))):
+        return (row["minute"], *values)
+    checked = [nan if isinstance(v, float) and math.isnan(v) else v for v in map(_stored, values)]
+    return (row["minute"], *checked)
+
+
+_VALUES_OF = operator.itemgetter(*_VALUES)
+_PLAIN = frozenset((float, type(None)))
 
 
 def _nan(conn: Connection) -> float | None:
@@ -362,41 +379,37 @@ def write_fresh(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> None:
     _write(conn, series_rollups(series))
 
 
+Context = dict[tuple[str, str], list[ContextRow]]
+"""(run id, GPU) → the rows before those appended to the series (:func:`_appendable`)."""
+Stored = dict[tuple[str, str], dict[int, Rollup]]
+"""(run id, GPU) → hour → the series' stored rollup."""
+
+
 def _appendable(
-    conn: Connection, first: Mapping[tuple[str, str], datetime]
-) -> dict[tuple[str, str], list[ContextRow]]:
+    conn: Connection,
+    first: Mapping[tuple[str, str], datetime],
+    locked: Collection[str] = (),
+) -> tuple[Context, Stored]:
     """Before rows are written from ``first[(run_id, gpu)]`` on: the series they are appended
     to (no stored row at or after that minute), each with its context, the rows of the
-    :data:`WINDOW_MIN` minutes before. On PostgreSQL each run's rollups are locked until the
-    transaction ends (an advisory lock per run, taken in run order), so that two writers of
-    one run do not add to the same hours from what each saw alone."""
+    :data:`WINDOW_MIN` minutes before, and its stored rollups from the context's hour on. On
+    PostgreSQL each run's rollups are locked until the transaction ends (an advisory lock per
+    run, taken in run order; not again for the runs ``locked`` already in this transaction),
+    so that two writers of one run do not add to the same hours from what each saw alone."""
     q = _selection(conn)
     by_run: dict[str, dict[str, datetime]] = {}
     for (run_id, gpu), minute in first.items():
         by_run.setdefault(run_id, {})[gpu] = minute
-    out: dict[tuple[str, str], list[ContextRow]] = {}
+    out: Context = {}
+    stored: Stored = {}
     for run_id in sorted(by_run):
         gpus = by_run[run_id]
-        if not q.sqlite:
+        if not q.sqlite and run_id not in locked:
             lock = "SELECT pg_advisory_xact_lock(%s, hashtext(%s))"
-            fetch(conn, lock, (_RUN_LOCK, run_id))
-        start, end = min(gpus.values()), max(gpus.values())
-        since = _minute_at(epoch_minute(start) - WINDOW_MIN)
-        # only the GPUs written: a node of a many-node run writes its own
-        names = list(gpus)
+            fetch(conn, lock, (RUN_LOCK_CLASS, run_id))
         context: dict[str, list[ContextRow]] = {gpu: [] for gpu in gpus}
-        # in one statement: each GPU's last minute from the first written on (kind 0), then
-        # the rows between, GPU by GPU (1: a GPU found recomputed has its window read for
-        # nothing)
-        later = (
-            f"SELECT 0, gpu, NULL, NULL, NULL, NULL, MAX(minute) FROM samples WHERE "
-            f"run_id = {q.mark} AND minute >= {q.mark} AND gpu IN ({_marks(q, names)}) "
-            "GROUP BY gpu"
-        )
-        columns, where, params = _between_sql(q, run_id, names, since=since, until=end)
-        sql = f"{later} UNION ALL SELECT 1, {columns}, NULL {where} ORDER BY 1, 2, 3"
-        found = fetch(conn, sql, (run_id, q.time_value(start), *names, *params))
-        for kind, rows in itertools.groupby(found, key=_KIND):
+        kept: dict[str, dict[int, Rollup]] = {gpu: {} for gpu in gpus}
+        for kind, rows in itertools.groupby(_read_series(conn, q, run_id, gpus), key=_KIND):
             if kind == 0:
                 for row in rows:
                     gpu, last = row[1], row[6]
@@ -409,22 +422,102 @@ def _appendable(
             for gpu, group in itertools.groupby(rows, key=_GPU):
                 if (series := context.get(gpu)) is None:
                     continue
-                if q.sqlite:
-                    series += [(_epoch_minute(q, r[2]), *r[3:6]) for r in group]
+                if kind == 2:
+                    kept[gpu] = {r[2]: _stored_rollup(run_id, r) for r in group}
+                elif q.sqlite:  # text, parsed once (a live run's last rows: every minute)
+                    series += [(_text_minute(r[2]), *r[3:6]) for r in group]
                 else:  # epoch minutes already
                     series += map(_CONTEXT, group)
         out.update(((run_id, gpu), rows) for gpu, rows in context.items())
+        stored.update(((run_id, gpu), kept[gpu]) for gpu in context)
+    return out, stored
+
+
+def _read_series(
+    conn: Connection, q: SampleSQL, run_id: str, gpus: Mapping[str, datetime]
+) -> list[tuple[Any, ...]]:
+    """What :func:`_appendable` reads of a run's ``gpus`` (GPU → the first minute written), in
+    one statement, ordered by kind, GPU and minute or hour: each GPU's last stored minute from
+    the first written on (kind 0: column 6), the rows of the :data:`WINDOW_MIN` minutes before
+    (1: :func:`_between_sql`'s columns from column 1; a GPU found recomputed has them read for
+    nothing), and the rollups of the hours from theirs on (2: :data:`_STORED`'s columns from
+    column 1). Only the GPUs written: a node of a many-node run writes its own.
+
+    SQLite reads the rollups apart: a statement costs it no round trip, and padding every row
+    to a rollup's columns in its sorter costs more than a second statement."""
+    start, end = min(gpus.values()), max(gpus.values())
+    since = epoch_minute(start) - WINDOW_MIN
+    names = list(gpus)
+    last, rest, stored = _series_sql(q.sqlite, len(names))
+    columns, where, params = _between_sql(q, run_id, names, since=_minute_at(since), until=end)
+    rows = f"{last} UNION ALL SELECT 1, {columns}{rest} {where}"
+    read = (run_id, q.time_value(start), *names, *params)
+    stored_params = (run_id, since // HOUR_MIN, *names)
+    if q.sqlite:
+        found = fetch(conn, f"{rows} ORDER BY 1, 2, 3", read)
+        return found + fetch(conn, f"{stored} ORDER BY 2, 3", stored_params)
+    return fetch(conn, f"{rows} UNION ALL {stored} ORDER BY 1, 2, 3", (*read, *stored_params))
+
+
+_STORED = (
+    "gpu",
+    "hour",
+    "covered_s",
+    "util_known_s",
+    "util_s",
+    None,  # the column of a GPU's last minute
+    *(
+        c
+        for c in COLUMNS
+        if c not in ("run_id", "gpu", "hour", "covered_s", "util_known_s", "util_s")
+    ),
+)
+"""The rollups' columns as :func:`_read_series` reads them (kind 2) from its column 1: the
+types of a context row's (an integer, three floats, a time) first."""
+_STORED_AT = operator.itemgetter(*(1 + _STORED.index(name) for name in COLUMNS[1:]))
+"""A kind 2 row's values of the rollups' columns after ``run_id``, in their order."""
+
+
+def _stored_rollup(run_id: str, row: Sequence[Any]) -> Rollup:
+    """The rollup of a kind 2 row of :func:`_read_series` (its values as read: the columns'
+    types), made without the dataclass's ``__init__`` of 19 arguments."""
+    out = Rollup.__new__(Rollup)
+    out.__dict__.update(zip(COLUMNS, (run_id, *_STORED_AT(row)), strict=True))
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _series_sql(sqlite: bool, gpus: int) -> tuple[str, str, str]:
+    """:func:`_read_series`'s statement but the rows' (:func:`_between_sql`): its kind 0 part,
+    the columns padding a context row to a rollup's, and its kind 2 part."""
+    mark = "?" if sqlite else "%s"
+    marks = ", ".join([mark] * gpus)
+    # typed in the first part: a NULL of every part would be text in PostgreSQL's UNION
+    rollup = [c for c in _STORED[6:] if c is not None]
+    integer = {c for c in rollup if isinstance(rollups_table.c[c].type, sa.Integer)}
+    padding = "".join(
+        f", CAST(NULL AS {'INTEGER' if c in integer else 'DOUBLE PRECISION'})" for c in rollup
+    )
+    if sqlite:  # the rollups read apart (_read_series): no padding
+        padding = ""
+    last = (
+        f"SELECT 0, gpu, NULL, NULL, NULL, NULL, MAX(minute){padding} FROM samples WHERE "
+        f"run_id = {mark} AND minute >= {mark} AND gpu IN ({marks}) GROUP BY gpu"
+    )
+    # the last minute's column, and the rollups' after it
+    rest = ", NULL" * (1 if sqlite else 1 + len(rollup))
+    columns = ", ".join(c or "NULL" for c in _STORED)
+    stored = (
+        f"SELECT 2, {columns} FROM rollups WHERE run_id = {mark} AND hour >= {mark} "
+        f"AND gpu IN ({marks})"
+    )
+    return last, rest, stored
 
 
 _KIND = operator.itemgetter(0)
 _GPU = operator.itemgetter(1)
 _CONTEXT = operator.itemgetter(slice(2, 6))
 """A context row (:data:`tracker.store.rollups.ContextRow`) of a row :func:`_appendable` reads."""
-
-
-def _marks(q: SampleSQL, values: Sequence[Any]) -> str:
-    return ", ".join([q.mark] * len(values))
 
 
 def _minute_at(epoch_minute: int) -> datetime:
@@ -443,10 +536,10 @@ def _epoch_minute(q: SampleSQL, raw: Any) -> int | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _text_minute(raw: str) -> int | None:
-    """A SQLite minute's epoch minute, parsed once: a live run's last rows are its context
-    for every minute it writes."""
-    moment = SampleSQL(True).minute(raw)
+def _text_minute(raw: Any) -> int | None:
+    """A SQLite minute's epoch minute (None when it is no time text), parsed once: a live
+    run's last rows are its context for every minute it writes."""
+    moment = SampleSQL(True).minute(raw) if type(raw) is str else None
     return None if moment is None else epoch_minute(moment)
 
 
@@ -454,20 +547,28 @@ def _between_sql(
     q: SampleSQL, run_id: str, gpus: Sequence[str], *, since: datetime, until: datetime
 ) -> tuple[str, str, tuple[Any, ...]]:
     """What :func:`_between` reads: its columns, its ``FROM … WHERE …`` and the parameters."""
+    columns, where = _between_text(q.sqlite, len(gpus))
+    return columns, where, (run_id, q.time_value(since), q.time_value(until), *gpus)
+
+
+@functools.lru_cache(maxsize=64)
+def _between_text(sqlite: bool, gpus: int) -> tuple[str, str]:
+    """:func:`_between_sql`'s SQL, made once a database and number of GPUs."""
+    mark = "?" if sqlite else "%s"
     columns = ", ".join(
         (
             "gpu",
-            "minute" if q.sqlite else "FLOOR(EXTRACT(EPOCH FROM minute) / 60)::bigint",
+            "minute" if sqlite else "FLOOR(EXTRACT(EPOCH FROM minute) / 60)::bigint",
             checked_value("covered_s", COVERED_S_RANGE),
             checked_value("util_pct", (0.0, 100.0)),
             checked_value("sm_active_pct", (0.0, 100.0)),
         )
     )
     where = (
-        f"FROM samples WHERE run_id = {q.mark} AND minute >= {q.mark} AND minute < {q.mark} "
-        f"AND gpu IN ({_marks(q, gpus)})"
+        f"FROM samples WHERE run_id = {mark} AND minute >= {mark} AND minute < {mark} "
+        f"AND gpu IN ({', '.join([mark] * gpus)})"
     )
-    return columns, where, (run_id, q.time_value(since), q.time_value(until), *gpus)
+    return columns, where
 
 
 def _between(
@@ -490,31 +591,21 @@ def _between(
 
 def _append(
     conn: Connection,
-    context: Mapping[tuple[str, str], list[ContextRow]],
+    context: Context,
+    stored: Stored,
     rows: Iterable[Mapping[str, Any]],
 ) -> list[Rollup]:
-    """The stored rollups of the hours of ``rows``, appended to the series in ``context``
-    (:func:`_appendable`), with the rows added (:func:`tracker.store.rollups.appended`): to be
-    written. Reads rollups and rows before the appended ones only: the same before or after
-    the rows are written."""
+    """The ``stored`` rollups of the hours of ``rows``, appended to the series in ``context``
+    (both :func:`_appendable`'s), with the rows added
+    (:func:`tracker.store.rollups.appended`): to be written. Reads rows before the appended
+    ones only (where a stretch turns idle): the same before or after the rows are written."""
     q, nan = _selection(conn), _nan(conn)
     new: dict[tuple[str, str], list[MinuteRow]] = {key: [] for key in context}
     for r in rows:
         if (key := (r["run_id"], r["gpu"])) in new:
             new[key].append(_as_read(r, nan))
-    since: dict[str, int] = {}
-    for (run_id, _), series in new.items():
+    for series in new.values():
         series.sort(key=lambda row: row[0])
-        hour = (epoch_minute(series[0][0]) - WINDOW_MIN) // HOUR_MIN
-        since[run_id] = min(hour, since.get(run_id, hour))
-    stored: dict[tuple[str, str], dict[int, Rollup]] = {key: {} for key in context}
-    names = ", ".join(COLUMNS)
-    for run_id, hour in since.items():
-        sql = f"SELECT {names} FROM rollups WHERE run_id = {q.mark} AND hour >= {q.mark}"
-        for values in fetch(conn, sql, (run_id, hour)):
-            kept = Rollup(**dict(zip(COLUMNS, values, strict=True)))
-            if (key := (run_id, kept.gpu)) in stored:
-                stored[key][kept.hour] = kept
     out: list[Rollup] = []
     for (run_id, gpu), series in new.items():
         until = series[0][0]  # the first row written: a stored row of its minute is before it
@@ -544,24 +635,40 @@ def write_samples(
     dropped: set[str],
     rollups: Mapping[str, Sequence[Rollup]],
     keep_rollups: bool = True,
+    locked: Collection[str] = (),
+    touched: Touched | None = None,
 ) -> None:
     """Store rows (``stmt``: their upsert) and the rollups they change: those of runs in
     ``dropped`` (their old rows deleted in this transaction) are ``rollups[run_id]`` where
     given (:func:`tracker.store.rollups.sample_rollups` of these rows) or computed from the
     rows; the others' are refreshed from the database (``first``: each series' first minute
-    written). ``keep_rollups`` False: a version 1 store, which has none."""
+    written). ``keep_rollups`` False: a version 1 store, which has none. ``locked``: the runs
+    whose advisory lock this transaction holds already (PostgreSQL). ``touched``: the change
+    counters to raise, sent with the rows where they are one statement (and then cleared)."""
     live = {k: m for k, m in first.items() if k[0] not in dropped}
-    context = _appendable(conn, live) if params and keep_rollups else {}
-    added = _append(conn, context, (p for p in params if (p["run_id"], p["gpu"]) in context))
-    # the rows and the rollups added to in one statement where they can be (execute_all)
-    rollup_rows = [r.as_row() for r in added]
-    execute_all(conn, [(stmt, params, table), (_rollup_upsert(conn), rollup_rows, rollups_table)])
+    context, stored = _appendable(conn, live, locked) if params and keep_rollups else ({}, {})
+    appending = (p for p in params if (p["run_id"], p["gpu"]) in context)
+    added = _append(conn, context, stored, appending)
+    # the rows, the rollups added to and the counters in one statement where they can be
+    rollup_rows = [vars(r) for r in added]  # each field a column (as_row, not copied)
+    also = None
+    if touched is not None and conn.dialect.name == "postgresql":
+        also = touched.statement()
+    batches: list[Batch] = [
+        (stmt, params, table),
+        (_rollup_upsert(conn), rollup_rows, rollups_table),
+    ]
+    if execute_all(conn, batches, also=also) and touched is not None:
+        touched.sent()
     if not params or not keep_rollups:
         return
-    given = set(rollups) & dropped
-    _write(conn, [r for run_id in given for r in rollups[run_id]])
-    write_fresh(conn, (p for p in params if p["run_id"] in dropped - given))
-    refresh(conn, {k: m for k, m in live.items() if k not in context})
+    if dropped:
+        given = set(rollups) & dropped
+        _write(conn, [r for run_id in given for r in rollups[run_id]])
+        fresh = dropped - given
+        write_fresh(conn, (p for p in params if p["run_id"] in fresh))
+    if len(context) < len(live):  # a live minute's series are all appended to
+        refresh(conn, {k: m for k, m in live.items() if k not in context})
 
 
 def _series(conn: Connection) -> Iterator[tuple[str, str, list[MinuteRow]]]:

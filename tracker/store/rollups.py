@@ -254,7 +254,7 @@ def appended(
     def at(hour: int) -> Rollup:
         if hour not in out:
             old = stored.get(hour)
-            out[hour] = Rollup(**vars(old)) if old else Rollup(run_id=run_id, gpu=gpu, hour=hour)
+            out[hour] = _copy(old) if old else Rollup(run_id=run_id, gpu=gpu, hour=hour)
         return out[hour]
 
     # the rows each window looks at, listed once for both bases (their windows are alike)
@@ -311,6 +311,14 @@ def appended(
     return [out[h] for h in sorted(out)]
 
 
+def _copy(rollup: Rollup) -> Rollup:
+    """A copy of ``rollup`` (its fields are numbers and text: nothing to copy deeper), without
+    the dataclass's ``__init__`` of 19 arguments."""
+    out = Rollup.__new__(Rollup)
+    out.__dict__.update(rollup.__dict__)
+    return out
+
+
 ContextRow = tuple[int | None, float | None, float | None, float | None]
 """``(epoch minute, covered_s, util_pct, sm_active_pct)`` of a stored row, checked as
 :func:`rollups_of` checks them (:func:`_number`): None for a minute that is no time, a value
@@ -355,7 +363,12 @@ class _Span:
     def __init__(self, context: Sequence[tuple[Any, ...]], fresh: Sequence[tuple[Any, ...]]):
         self.rows = [*context, *fresh]
         self.context = len(context)
-        self.minutes = tuple(map(_COLUMN[0], self.rows))
+        minutes = tuple(map(_COLUMN[0], self.rows))
+        # minute after minute: the rule's rows follow one another, whatever the minutes, and
+        # so the span of a steady series is the one the minute before looked at (two rows of
+        # one minute, SQLite text that differs, are no such span)
+        consecutive = not minutes or minutes == tuple(range(minutes[0], minutes[0] + len(minutes)))
+        self.minutes = None if consecutive else minutes
         self.seconds = tuple(map(_COLUMN[1], self.rows))
 
     def flags(self, column: int, pct: float, window: int) -> tuple[bool, ...]:
@@ -372,14 +385,15 @@ _COLUMN = [operator.itemgetter(i) for i in range(4)]
 def _span_flags(
     values: tuple[float | None, ...],
     seconds: tuple[float, ...],
-    minutes: tuple[int, ...],
+    minutes: tuple[int, ...] | None,
     pct: float,
     window: int,
 ) -> tuple[bool, ...]:
     """:func:`tracker.cost.idle_flags` of one span, kept for the next minute: the window
     before a live write's new rows is the span the write of the minute before looked at, so
     that an idle series costs the rule once a minute, not twice, and the series of GPUs that
-    read alike (idle at 0%) once for all of them. The rule is a function of these values
+    read alike (idle at 0%) once for all of them; a steady series' span (minute after minute,
+    ``minutes`` None) reads alike minute after minute. The rule is a function of these values
     alone: a result is used again only for equal ones."""
     flags = idle_flags(values, seconds, threshold_pct=pct, window=window, minutes=minutes)
     return tuple(flags)

@@ -26,6 +26,7 @@ from tracker.store.engine import (
     mask_text,
     mask_url,
     parse_url,
+    ping_if_idle,
     sqlite_on_begin,
     sqlite_on_connect,
     url_password,
@@ -233,11 +234,16 @@ class RunStore:
 
         def work(conn: Connection) -> None:
             touched = changes.Touched()
+            # PostgreSQL: the locks of the runs whose rollups are added to, taken with the
+            # spans' read (a statement less; rollup_sql.write_samples takes them otherwise)
+            lock: list[str] = []
+            if conn.dialect.name == "postgresql" and self.version >= 4:
+                lock = sorted(minutes.keys() - set(ids))
             if self.version >= 4:  # before anything is deleted or replaced
                 # a run's first samples change its every week (measured by its samples from
                 # then on, not pro rata by its summary): its whole span, not only the minutes'
                 spans = [*ids, *(r["id"] for r in runs), *minutes]
-                for old in changes.stored_spans(conn, list(dict.fromkeys(spans))):
+                for old in changes.stored_spans(conn, list(dict.fromkeys(spans)), lock=lock):
                     touched.run(old)
                 for run_id, days in changes.sample_days(conn, ids).items():
                     touched.days(run_id, days)
@@ -264,6 +270,8 @@ class RunStore:
                 dropped=set(ids),
                 rollups=rollups or {},
                 keep_rollups=self.version >= 2,
+                locked=lock,
+                touched=touched,
             )
             touched.raise_(conn)
 
@@ -460,12 +468,13 @@ class RunStore:
         url = self._url
         if url.get_backend_name() == "postgresql":
             try:
-                return sa.create_engine(
+                engine = sa.create_engine(
                     url,
-                    pool_pre_ping=True,
                     # libpq takes whole seconds and treats anything under 2 as 2.
                     connect_args={"connect_timeout": max(1, round(connect_timeout_s))},
                 )
+                ping_if_idle(engine)
+                return engine
             except ModuleNotFoundError as e:
                 raise StoreError(
                     f"run store {self.url} needs psycopg: {install_hint('postgres')} ({e})"

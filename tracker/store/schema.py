@@ -32,6 +32,9 @@ they refuse a version 4 store (upgrade the trackers with the reports)."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
+RUN_LOCK_CLASS = 0x67_6B_72  # "gkr": the class of PostgreSQL's per-run advisory locks (int4)
+"""The first key of a run's advisory lock (the second: ``hashtext(run id)``), taken while its
+rollups are added to (:func:`tracker.store.rollup_sql.write_samples`)."""
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
