@@ -1,8 +1,9 @@
 """Delimited text read by Arrow's C CSV reader (``pyarrow.csv``), for the vectorized nvidia-smi
 and sacct reads: the one module of the imports that imports pyarrow. A block of whole lines
 becomes batches of columns: a text column as each row's code into its distinct texts (each
-distinct text made a Python string once, and only when asked for), a number column as float64
-with NaN for a missing cell.
+distinct text made a Python string once, and only when asked for; a column of mostly distinct
+texts read plainly, each row its own code), a number column as float64 with NaN for a missing
+cell.
 
 The reader is told every column and reads nothing it is not told: one delimiter of one byte,
 no quoting, no escapes, no blank line passed over. Whatever it cannot read that way (a row of
@@ -33,17 +34,39 @@ def available() -> bool:
 
 
 class Coded:
-    """A column of text: each row's code (:attr:`codes`, int32) into its distinct texts."""
+    """A column of text: each row's code (:attr:`codes`, int32) into its distinct texts. A
+    column read plainly (:func:`read_block`'s ``plain``) is its own texts: row ``i``'s code is
+    ``i``, whether or not its text is another row's too."""
 
     def __init__(self, array: Any) -> None:
-        self._array = array  # a pyarrow DictionaryArray
-        self.codes: np.ndarray = _plain(array.indices, np.int32)
+        import pyarrow as pa
+
+        if pa.types.is_dictionary(array.type):
+            self._texts = array.dictionary
+            self.codes: np.ndarray = _plain(array.indices, np.int32)
+        else:  # a plain string array
+            self._texts = array
+            self.codes = np.arange(len(array), dtype=np.int32)
 
     @cached_property
     def values(self) -> list[str]:
         """The distinct texts, as Python strings, in code order."""
-        values: list[str] = self._array.dictionary.to_pylist()
+        values: list[str] = self._texts.to_pylist()
         return values
+
+    def text(self, code: int) -> str:
+        """The text of one code, without making every text a Python string."""
+        if "values" in self.__dict__:
+            return self.values[code]
+        text: str = self._texts[code].as_py()
+        return text
+
+    def texts(self, at: np.ndarray) -> list[str]:
+        """The texts of the codes ``at``, as Python strings, without making every text one."""
+        if "values" in self.__dict__:
+            return [self.values[i] for i in at.tolist()]
+        texts: list[str] = self._take(at).to_pylist()
+        return texts
 
     def fixed(self, width: int) -> np.ndarray | None:
         """Every distinct text's bytes, one a row (``(len(values), width)`` uint8), where each
@@ -51,13 +74,13 @@ class Coded:
         offsets = self._offsets()
         if len(offsets) < 2 or not (np.diff(offsets) == width).all():
             return None
-        data = np.frombuffer(self._array.dictionary.buffers()[2], dtype=np.uint8)
+        data = np.frombuffer(self._texts.buffers()[2], dtype=np.uint8)
         return data[offsets[0] : offsets[-1]].reshape(-1, width)  # no copy
 
     def chars(self, at: np.ndarray, width: int) -> np.ndarray:
         """The bytes of the distinct texts ``at`` (codes), each ``width`` bytes long, one a
         row: ``(len(at), width)`` uint8."""
-        data = np.frombuffer(self._array.dictionary.buffers()[2], dtype=np.uint8)
+        data = np.frombuffer(self._texts.buffers()[2], dtype=np.uint8)
         return data[self._offsets()[at][:, None] + np.arange(width)]
 
     def whole(self, at: np.ndarray) -> np.ndarray:
@@ -66,13 +89,18 @@ class Coded:
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        return _plain(pc.cast(self._take(at), pa.int64()), np.int64)
+
+    def _take(self, at: np.ndarray) -> Any:
+        """The texts of the codes ``at``, as an Arrow array."""
+        import pyarrow as pa
+
         at = np.ascontiguousarray(at, dtype=np.int64)
         index = pa.Array.from_buffers(pa.int64(), len(at), [None, pa.py_buffer(at)])
-        picked = self._array.dictionary.take(index)  # (pa.array() of numpy imports pandas)
-        return _plain(pc.cast(picked, pa.int64()), np.int64)
+        return self._texts.take(index)  # (pa.array() of numpy imports pandas)
 
     def _offsets(self) -> np.ndarray:
-        d = self._array.dictionary
+        d = self._texts
         return np.frombuffer(d.buffers()[1], dtype=np.int32)[d.offset : d.offset + len(d) + 1]
 
     def matches(self, pattern: str) -> np.ndarray:
@@ -80,7 +108,7 @@ class Coded:
         digits only), as bools in code order."""
         import pyarrow.compute as pc
 
-        found = pc.match_substring_regex(self._array.dictionary, pattern)
+        found = pc.match_substring_regex(self._texts, pattern)
         bits = np.frombuffer(found.buffers()[1], dtype=np.uint8)
         n, at = len(found), found.offset
         return np.unpackbits(bits, bitorder="little")[at : at + n].astype(bool)
@@ -98,6 +126,7 @@ def read_block(
     numbers: Mapping[str, str] | None = None,
     missing: Collection[str] = (),
     keep: Collection[str] | None = None,
+    plain: Collection[str] = (),
     threads: bool = True,
 ) -> list[tuple[int, Batch]] | None:
     """The rows of ``data`` in batches of columns, in order, each with its number of rows.
@@ -111,8 +140,12 @@ def read_block(
             blank, the number and that text (``" %"``: `` 49 %``). The other columns are text.
         missing: Cells that hold no number (``" [N/A]"``): NaN in a number column.
         keep: The columns to return (default all).
+        plain: Text columns whose cells are mostly each their own (ids, times): read as
+            plain strings, each row its own code, not into a dictionary (Arrow's hashing of
+            every cell to find the distinct ones costs more than it saves there).
         threads: Whether Arrow parses with a thread per CPU (not where processes side by
-            side already share the CPUs).
+            side already share the CPUs). Without, the block is parsed as one batch: each
+            column's checks and conversions here then run once, not once a MiB.
 
     Returns:
         ``(rows, columns)`` per batch; None where a row has another number of cells (a blank
@@ -125,13 +158,15 @@ def read_block(
 
     numbers = numbers or {}
     keep = list(names if keep is None else keep)
-    text = pa.dictionary(pa.int32(), pa.string())
-    types = {n: text for n in keep if n not in numbers}
+    coded = pa.dictionary(pa.int32(), pa.string())
+    types = {n: pa.string() if n in plain else coded for n in keep if n not in numbers}
     types.update({n: pa.float64() if not unit else pa.string() for n, unit in numbers.items()})
     try:
         table = pcsv.read_csv(
             pa.py_buffer(data),
-            read_options=pcsv.ReadOptions(column_names=list(names), use_threads=threads),
+            read_options=pcsv.ReadOptions(
+                column_names=list(names), use_threads=threads, block_size=_block_size(data, threads)
+            ),
             parse_options=pcsv.ParseOptions(
                 delimiter=delimiter, quote_char=False, ignore_empty_lines=False
             ),
@@ -168,6 +203,14 @@ def read_block(
             columns[name] = _floats(array)
         out.append((batch.num_rows, columns))
     return out
+
+
+def _block_size(data: bytes | bytearray | memoryview, threads: bool) -> int:
+    """The bytes Arrow parses a batch at a time: its default (1 MiB) where threads parse batches
+    side by side, else the whole block in one."""
+    if threads:
+        return 1 << 20
+    return max(memoryview(data).nbytes + 1, 1 << 20)
 
 
 def _plain(array: Any, dtype: type[np.generic]) -> np.ndarray:

@@ -43,9 +43,10 @@ The parsable form is read a block of :data:`BLOCK_BYTES` at a time (:func:`read_
 memory holds the jobs kept, not the output. With pyarrow (the ``parquet`` extra) the lines of a
 block that are plain rows (the header's fields, no ``\r`` inside, a name that does not go on
 to the next line) are read together by Arrow's C reader (:mod:`reports.imports.arrow_csv`)
-and each column's distinct texts read once, by the same rules (times from their digits, as
-wall-clock seconds and the zone they are in); every other line, and every line without
-pyarrow, is read one at a time as above, in the order of the lines. Those jobs are held as
+and each column's distinct texts read once (the ids and times, mostly each their own, a cell
+at a time), by the same rules (times from their digits, as wall-clock seconds and the zone
+they are in), a 4 MiB block as one batch; every other line, and every line without pyarrow,
+is read one at a time as above, in the order of the lines. Those jobs are held as
 numbers and codes into each batch's distinct texts, made Python values (datetimes, strings)
 when :attr:`SlurmJobs.columns` is first asked for.
 ``tests/reports/imports/test_sacct_blocks.py`` holds the two ways equal on random outputs.
@@ -682,6 +683,9 @@ _FIELDS = (
     "Cluster",
 )
 """The fields :func:`_add` reads."""
+_PLAIN = frozenset({"JobID", "JobIDRaw", "Start", "End", "Submit", "ElapsedRaw"})
+"""The fields whose cells are mostly each their own: read by Arrow as plain strings, not
+into a dictionary of distinct texts (its hashing of every cell costs more than it saves)."""
 _STAND_INS = b"\x1f\x1e\x1d\x1c\x01\x02\x03\x04"
 """Bytes that may stand for a delimiter of several bytes (Arrow's is one): the first that a
 block does not hold."""
@@ -853,6 +857,8 @@ def _read_piece(
             [str(i) for i in range(width)],
             delimiter=stand_in.decode("ascii"),
             keep=list(keep),
+            plain=[k for k, name in keep.items() if name in _PLAIN],
+            threads=False,  # one batch a piece: a batch's work below costs more than threads save
         )
         if batches is None or sum(k for k, _ in batches) != int(fast.sum()):
             fast[:], batches = False, None
@@ -985,9 +991,10 @@ def _clock_of(col: Coded, tz: tzinfo) -> _Clock:
         valid = seconds <= _LAST_S  # fromtimestamp() reads up to the last second of 9999
         wall[at[valid]], zone[at[valid]] = seconds[valid], _UTC
     clock = _Clock(wall, zone, {})
-    for i in np.flatnonzero(zone == _BAD).tolist():  # the others as _time reads them
+    odd = np.flatnonzero(zone == _BAD)
+    for i, text in zip(odd.tolist(), col.texts(odd), strict=True):  # as _time reads them
         try:
-            t = _time(col.values[i], tz, "")
+            t = _time(text, tz, "")
         except ValueError:
             continue
         _clock_set(clock, i, t, tz)
@@ -1179,7 +1186,7 @@ class _Plain:
     def row(self, i: int) -> dict[str, str]:
         """Row ``i``'s cells by field."""
         at, columns = next((a, c) for a, c in reversed(self._batches) if a <= i)
-        return {name: col.values[col.codes[i - at]] for name, col in columns.items()}
+        return {name: col.text(int(col.codes[i - at])) for name, col in columns.items()}
 
     def into(self, out: SacctRead, times: _Times, lo: int, hi: int, *, first_line: int) -> None:
         """Rows ``lo`` to ``hi`` (lines ``first_line`` on) into ``out``, in order."""
@@ -1315,8 +1322,9 @@ def _plain_batch(
     ids: dict[int, str] = {}  # the other ids, stripped
     kind_of = np.where(plain_id, _Plain.JOB, _Plain.ODD).astype(np.int8)
     pending = np.zeros(len(plain_id), dtype=bool)
-    for i in np.flatnonzero(~plain_id).tolist():
-        given = col.values[i].strip()
+    odd = np.flatnonzero(~plain_id)
+    for i, text in zip(odd.tolist(), col.texts(odd), strict=True):
+        given = text.strip()
         if not given:
             continue  # "no JobID"
         if _STEP.match(given):
@@ -1429,8 +1437,9 @@ def _elapsed_of(col: Coded) -> np.ndarray:
     out = np.full(len(whole), -1, dtype=np.int64)
     at = np.flatnonzero(whole)
     out[at] = col.whole(at)
-    for i in np.flatnonzero(~whole).tolist():
-        got = _digits(col.values[i])
+    odd = np.flatnonzero(~whole)
+    for i, text in zip(odd.tolist(), col.texts(odd), strict=True):
+        got = _digits(text)
         out[i] = -1 if got is None else got
     return out
 
