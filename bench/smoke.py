@@ -159,8 +159,8 @@ def timed_steps(
     steps: tuple[tuple[str, str], ...], slow: dict[str, float]
 ) -> Iterator[dict[str, float]]:
     """Every step's function wrapped, wherever a module bound it by name (``from m import
-    f``) or the registry of sections holds it: the CPU seconds of its calls (:func:`cpu`) summed per step,
-    in the dict yielded. ``slow``: target → factor, a planted slowdown."""
+    f``) or the registry of sections holds it: the CPU seconds of its calls (:func:`cpu`)
+    summed per step, in the dict yielded. ``slow``: target → factor, a planted slowdown."""
     import dataclasses
     import importlib
 

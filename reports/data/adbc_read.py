@@ -13,8 +13,11 @@ the process that holds the store open. As a script this file imports nothing of 
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
+import tempfile
+import threading
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -26,42 +29,70 @@ BATCH_ROWS = 1 << 30
 """One batch: the driver takes each column's type from its first batch and fails a later one
 that differs (NULLs first: a number column read as int). A read this long is not taken."""
 
+TIMEOUT_S = 600.0
+"""A read that takes longer is killed (a driver that hangs): the rows are read another way. A
+million runs take ~10 s."""
+
 
 def read_table(database: Path, sql: str) -> Any:
     """The rows of ``sql`` from the SQLite file ``database``, opened read-only by ADBC's driver
     in a child process, as an Arrow table checked whole (text that is not UTF-8: the driver
-    does not check it).
+    does not check it). The stream is read as it comes (held once, not twice).
 
     Args:
         database: The SQLite file.
         sql: One query.
 
     Returns:
-        The table; None where the child cannot run or the driver fails (a column of values of
-        two types, say: the caller reads the rows another way, which names what is wrong), or
-        the table holds no row or is too long for one batch.
+        The table; None where the child cannot run or takes over :data:`TIMEOUT_S`, or the
+        driver fails (a column of values of two types, say: the caller reads the rows another
+        way, which names what is wrong), or the table holds no row or is too long for one
+        batch.
     """
-    import pyarrow as pa
-
     if not sys.executable:  # an embedded interpreter: no Python to start
         return None
-    uri = f"file:{urllib.parse.quote(str(database.resolve()))}?mode=ro"
+    uri = f"file:{urllib.parse.quote(os.fsencode(database.resolve()))}?mode=ro"
+    # -P: the child's path does not start with this folder (no module here shadows another)
+    cmd = [sys.executable, "-P", __file__, uri]
     try:
-        done = subprocess.run(
-            [sys.executable, __file__, uri], input=sql.encode(), capture_output=True, check=False
-        )
-    except OSError as e:  # no interpreter to start
+        with (
+            tempfile.TemporaryFile() as err,
+            subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err
+            ) as child,
+        ):
+            timer = threading.Timer(TIMEOUT_S, child.kill)
+            timer.start()
+            try:
+                return _table(child, sql, err)
+            finally:
+                timer.cancel()
+    except OSError as e:  # no interpreter to start, or it went away
         log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
         return None
-    if done.returncode:
-        why = done.stderr.decode(errors="replace").strip()
-        log.debug("gpu-kpi: read as rows, not by ADBC: %s", why)
-        return None
-    try:  # the stream's buffers are the table's (no copy)
-        table = pa.ipc.open_stream(pa.py_buffer(done.stdout)).read_all()
+
+
+def _table(child: subprocess.Popen[bytes], sql: str, err: Any) -> Any:
+    """The table :func:`read_table`'s ``child`` writes, or None (its error logged)."""
+    import pyarrow as pa
+
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(sql.encode())  # a query: far under a pipe's buffer
+    child.stdin.close()
+    why = ""
+    try:
+        table = pa.ipc.open_stream(child.stdout).read_all()
         table.validate(full=True)
     except (pa.ArrowException, ValueError) as e:
-        log.debug("gpu-kpi: read as rows, not by ADBC: %s", e)
+        table, why = None, str(e)
+        child.kill()  # it may be blocked writing what is no longer read
+    status = child.wait()
+    if status:  # the driver's error (or the timer's kill) says more than a cut stream
+        err.seek(0)
+        said = err.read().decode(errors="replace").strip()
+        table, why = None, said or why or f"exit status {status}"
+    if table is None:
+        log.debug("gpu-kpi: read as rows, not by ADBC: %s", why)
         return None
     if not 0 < table.num_rows < BATCH_ROWS:
         return None
@@ -78,7 +109,7 @@ def main(argv: list[str]) -> int:
     import pyarrow as pa
 
     (uri,) = argv
-    sql = sys.stdin.read()
+    sql = sys.stdin.buffer.read().decode()  # UTF-8, as the parent writes it
     try:
         with (
             adbc_driver_sqlite.connect(uri) as db,

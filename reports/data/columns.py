@@ -110,7 +110,8 @@ def _store_times(column: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if not pa.types.is_string(column.type) or column.null_count == len(column):
+    text = pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+    if not text or column.null_count == len(column):
         return None
     shaped = pc.match_substring_regex(column, _STORE_TIME)
     if not pc.all(pc.or_kleene(shaped, pc.is_null(column))).as_py():

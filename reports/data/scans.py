@@ -586,16 +586,17 @@ class SampleScans:
             (text in a number column, a blob), text that is not UTF-8, any error of the
             driver (that read says what is wrong).
         """
-        if self._engine.dialect.name != "sqlite" or self._started_in(since, until) < (
-            ARROW_FROM_RUNS
-        ):
+        database = self._adbc_database()
+        if database is None:
+            return None
+        started = self._started_in(since, until)
+        if started < ARROW_FROM_RUNS:  # the driver's process costs more than it saves
             return None
         stmt = self._runs_select(None, since=since, until=until, rowid=True)
         # the times bound as the store writes them (SQLite: naive UTC text), no other value
         literal = {"literal_binds": True}
-        table = self._adbc_read(
-            str(stmt.compile(dialect=self._engine.dialect, compile_kwargs=literal))
-        )
+        sql = str(stmt.compile(dialect=self._engine.dialect, compile_kwargs=literal))
+        table = read_table(database, sql)
         if table is None:
             return None
         for col in runs_table.c:
@@ -605,17 +606,11 @@ class SampleScans:
                 return None
         return table
 
-    def _adbc_read(self, sql: str) -> Any:
-        """The rows of ``sql`` read by ADBC's SQLite driver (the ``adbc`` extra) from this
-        store's file, read-only, in a process of its own (:mod:`reports.data.adbc_read`: the
-        driver's copy of SQLite and Python's in one process break each other's locks), as an
-        Arrow table checked whole (text that is not UTF-8: the driver does not check it).
-
-        Returns:
-            The table; None (the driver's tuples read) where the store is not a SQLite file
-            (or one given as a ``file:`` URI), the driver is not installed, the table holds no
-            row or is too long for one batch, or on any error of the driver.
-        """
+    def _adbc_database(self) -> Path | None:
+        """This store's SQLite file where ADBC's driver (the ``adbc`` extra) can read it (in
+        a process of its own, :mod:`reports.data.adbc_read`: the driver's copy of SQLite and
+        Python's in one process break each other's locks); None where the store is not a
+        SQLite file (or one given as a ``file:`` URI) or the driver is not installed."""
         database = self._engine.url.database or ""
         if (
             self._engine.dialect.name != "sqlite"
@@ -624,7 +619,7 @@ class SampleScans:
             or importlib.util.find_spec("adbc_driver_sqlite") is None
         ):
             return None
-        return read_table(Path(database), sql)
+        return Path(database)
 
     def _started_in(self, since: datetime | None, until: datetime | None) -> int:
         """How many runs started in ``[since, until)``: most of a span's runs, counted on the

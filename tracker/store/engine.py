@@ -75,7 +75,8 @@ def ping_if_idle(engine: sa.Engine) -> None:
             dialect.do_ping(dbapi_conn)
         except dialect.loaded_dbapi.Error as e:
             if dialect.is_disconnect(e, dbapi_conn, None):
-                raise sa_exc.DisconnectionError(str(e)) from e
+                # as pool_pre_ping: every connection made before now is replaced
+                raise sa_exc.InvalidatePoolError(str(e)) from e
             raise
         record.info[_USED] = time.monotonic()
 

@@ -245,3 +245,27 @@ def test_the_driver_s_sqlite_never_runs_in_the_reading_process(tmp_path: Path) -
         assert conn.exec_driver_sql("SELECT count(*) FROM runs").scalar() == before == len(GOOD)
     assert sorted(frame["id"]) == sorted(GOOD)
     assert "libadbc_driver_sqlite" not in Path("/proc/self/maps").read_text()
+
+
+def test_a_child_that_fails_or_writes_no_table_leaves_the_rows_to_the_tuples(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's process failing (its error on standard error), killed (the time limit) or
+    writing what is no Arrow stream: no table, and the read as tuples gives the runs."""
+    from reports.data import adbc_read
+
+    url = fill(tmp_path / "runs.db", {})
+    db = tmp_path / "runs.db"
+    fake = tmp_path / "child.py"
+    for body in (
+        "import sys; sys.stderr.write('boom'); sys.exit(1)",
+        "import time; time.sleep(60)",
+        "import sys; sys.stdout.write('not arrow' * 100000)",
+    ):
+        fake.write_text(body)
+        monkeypatch.setattr(adbc_read, "__file__", str(fake))
+        monkeypatch.setattr(adbc_read, "TIMEOUT_S", 2.0)
+        assert adbc_read.read_table(db, "SELECT 1") is None
+    with RunStore(url) as store:
+        frame, _ = gputime.usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
+    assert sorted(frame["id"]) == sorted(GOOD)
