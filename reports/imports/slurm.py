@@ -160,11 +160,6 @@ class SlurmJobs(Sequence[SlurmJob]):
         for name, column in self.columns.items():
             column.append(getattr(job, name))
 
-    def extend(self, other: SlurmJobs, lo: int = 0, hi: int | None = None) -> None:
-        """``other``'s jobs ``lo`` to ``hi`` (default all) at the end."""
-        for name, column in self.columns.items():
-            column.extend(other.columns[name][lo:hi])
-
     def later(self, block: _Block, lo: int, hi: int) -> None:
         """``block``'s jobs ``lo`` to ``hi`` at the end, made Python values when asked for."""
         self._later.append((block, lo, hi))
@@ -945,7 +940,7 @@ given), seconds since 1970 (UTC), a time with its own offset (kept as a datetime
 (``Unknown``…), or no time :func:`_time` can read."""
 _LAST_S = 253_402_300_799
 """9999-12-31T23:59:59 as seconds since 1970: the last second a datetime holds."""
-_NO_TIME_RE = r"^(|Unknown|None|N/A)$"
+_NO_TIME_RE = "^(" + "|".join(map(re.escape, sorted(_NO_TIME))) + ")$"
 _EPOCH = datetime(1970, 1, 1)
 _DAYS_IN = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 _DIGIT_AT = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]

@@ -35,6 +35,7 @@ from tracker.store.rollups import (
     Rollup,
     appended,
     epoch_minute,
+    rollup_of,
     rollups_of,
     series_rollups,
 )
@@ -425,7 +426,7 @@ def _appendable(
                 if kind == 2:
                     kept[gpu] = {r[2]: _stored_rollup(run_id, r) for r in group}
                 elif q.sqlite:  # text, parsed once (a live run's last rows: every minute)
-                    series += [(_text_minute(r[2]), *r[3:6]) for r in group]
+                    series += [(_epoch_minute(q, r[2]), *r[3:6]) for r in group]
                 else:  # epoch minutes already
                     series += map(_CONTEXT, group)
         out.update(((run_id, gpu), rows) for gpu, rows in context.items())
@@ -480,10 +481,8 @@ _STORED_AT = operator.itemgetter(*(1 + _STORED.index(name) for name in COLUMNS[1
 
 def _stored_rollup(run_id: str, row: Sequence[Any]) -> Rollup:
     """The rollup of a kind 2 row of :func:`_read_series` (its values as read: the columns'
-    types), made without the dataclass's ``__init__`` of 19 arguments."""
-    out = Rollup.__new__(Rollup)
-    out.__dict__.update(zip(COLUMNS, (run_id, *_STORED_AT(row)), strict=True))
-    return out
+    types)."""
+    return rollup_of(zip(COLUMNS, (run_id, *_STORED_AT(row)), strict=True))
 
 
 @functools.lru_cache(maxsize=64)
@@ -527,7 +526,7 @@ def _minute_at(epoch_minute: int) -> datetime:
 def _epoch_minute(q: SampleSQL, raw: Any) -> int | None:
     """A minute as the driver returns it (:meth:`SampleSQL.minute`) as epoch minutes; None
     when it is no time."""
-    if type(raw) is int:  # PostgreSQL's, computed by the query
+    if type(raw) is int and not q.sqlite:  # PostgreSQL's, computed by the query
         return raw
     if type(raw) is str:
         return _text_minute(raw)
@@ -536,10 +535,10 @@ def _epoch_minute(q: SampleSQL, raw: Any) -> int | None:
 
 
 @functools.lru_cache(maxsize=4096)
-def _text_minute(raw: Any) -> int | None:
+def _text_minute(raw: str) -> int | None:
     """A SQLite minute's epoch minute (None when it is no time text), parsed once: a live
     run's last rows are its context for every minute it writes."""
-    moment = SampleSQL(True).minute(raw) if type(raw) is str else None
+    moment = SampleSQL(True).minute(raw)
     return None if moment is None else epoch_minute(moment)
 
 

@@ -311,12 +311,17 @@ def appended(
     return [out[h] for h in sorted(out)]
 
 
-def _copy(rollup: Rollup) -> Rollup:
-    """A copy of ``rollup`` (its fields are numbers and text: nothing to copy deeper), without
-    the dataclass's ``__init__`` of 19 arguments."""
+def rollup_of(fields: Iterable[tuple[str, Any]]) -> Rollup:
+    """A rollup of ``(field, value)`` pairs (every field), made without the dataclass's
+    ``__init__`` of 19 arguments: a live minute makes one per GPU and hour it touches."""
     out = Rollup.__new__(Rollup)
-    out.__dict__.update(rollup.__dict__)
+    out.__dict__.update(fields)
     return out
+
+
+def _copy(rollup: Rollup) -> Rollup:
+    """A copy of ``rollup`` (its fields are numbers and text: nothing to copy deeper)."""
+    return rollup_of(vars(rollup).items())
 
 
 ContextRow = tuple[int | None, float | None, float | None, float | None]

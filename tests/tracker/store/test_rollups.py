@@ -8,6 +8,7 @@ import dataclasses
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -414,3 +415,48 @@ def test_the_reports_sums_read_an_index_that_covers_them(store_url: str) -> None
         assert "ix_rollups_sums" in _indexes(store)
         assert "ix_rollups_hour" not in _indexes(store)
         assert store.transaction(sums, write=False) == before
+
+
+def test_a_sqlite_minute_stored_as_a_number_leaves_live_rollups_equal_a_rebuild(
+    tmp_path: Path,
+) -> None:
+    """A damaged SQLite row whose minute is an integer (no time text; SQLite orders every
+    number before every text, so no window of minutes holds it): the minutes written live
+    after it keep rollups equal to a rebuild's."""
+    with RunStore(f"sqlite:///{tmp_path / 'store.db'}") as store:
+        first = [
+            MinuteSample(
+                run_id="r",
+                minute=T0 + timedelta(minutes=i),
+                gpu="GPU-0",
+                covered_s=60.0,
+                util_pct=0.0 if i > 3 else 50.0,
+            )
+            for i in range(40)
+        ]
+        store.upsert_samples(first)
+        with store.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE samples SET minute = 29394245 WHERE minute = :m"),
+                {
+                    "m": (T0 + timedelta(minutes=30))
+                    .replace(tzinfo=None)
+                    .isoformat(" ", "microseconds")
+                },
+            )
+        store.rebuild_rollups()  # the damage as a rebuild sees it
+        for i in range(40, 45):
+            store.upsert_samples(
+                [
+                    MinuteSample(
+                        run_id="r",
+                        minute=T0 + timedelta(minutes=i),
+                        gpu="GPU-0",
+                        covered_s=60.0,
+                        util_pct=0.0,
+                    )
+                ]
+            )
+        kept = exact_rollups(store)
+        store.rebuild_rollups()
+        assert exact_rollups(store) == kept
