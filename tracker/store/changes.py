@@ -84,17 +84,16 @@ class Touched:
         when :meth:`statement`'s was sent)."""
         if not self.keys:
             return
-        sqlite = conn.dialect.name == "sqlite"
-        mark = "?" if sqlite else "%s"
-        sql = f"INSERT INTO changes (day, shard, version) VALUES ({mark}, {mark}, 1) {_CONFLICT}"
         # in one order, so that two writers never wait on each other's rows crosswise
         keys = sorted(self.keys)
+        if conn.dialect.name != "sqlite":
+            send(conn, *self._pg_statement(keys))
+            return
+        sql = f"INSERT INTO changes (day, shard, version) VALUES (?, ?, 1) {_CONFLICT}"
         if len(keys) == 1:  # a live writer's minute: one statement, not a batch of one
             send(conn, sql, keys[0])
-        elif sqlite:
+        else:
             send_many(conn, sql, keys)
-        else:  # a long run's every day, each minute: one statement, the keys in that order
-            send(conn, *self._pg_statement(keys))
 
     def statement(self) -> tuple[str, tuple[Any, ...]] | None:
         """PostgreSQL's statement that raises the counters and its parameters, for a caller
@@ -111,18 +110,18 @@ class Touched:
     @staticmethod
     def _pg_statement(keys: Sequence[tuple[int, int]]) -> tuple[str, tuple[Any, ...]]:
         """PostgreSQL's statement of the ``keys`` (sorted): one, in that order."""
-        params: tuple[Any, ...]
         if len(keys) == 1:  # two numbers, not two arrays of one (psycopg dumps a list in Python)
-            rows, params = "(SELECT %s::integer, %s::integer, 1) AS k(day, shard, n)", keys[0]
-        else:
-            days, shards = zip(*keys, strict=True)
-            rows = "unnest(%s::integer[], %s::integer[]) WITH ORDINALITY AS k(day, shard, n)"
-            params = (list(days), list(shards))
+            return (
+                f"INSERT INTO changes (day, shard, version) VALUES (%s, %s, 1) {_CONFLICT}",
+                keys[0],
+            )
+        days, shards = zip(*keys, strict=True)
+        rows = "unnest(%s::integer[], %s::integer[]) WITH ORDINALITY AS k(day, shard, n)"
         sql = (
             f"INSERT INTO changes (day, shard, version) SELECT day, shard, 1 FROM {rows} "
             f"ORDER BY n {_CONFLICT}"
         )
-        return sql, params
+        return sql, (list(days), list(shards))
 
 
 _CONFLICT = "ON CONFLICT (day, shard) DO UPDATE SET version = changes.version + 1"
