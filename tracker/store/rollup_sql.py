@@ -182,8 +182,8 @@ def execute_all(
 
     ``also``: a PostgreSQL statement that returns no rows and its parameters (the change
     counters, :meth:`tracker.store.changes.Touched.statement`), sent in the same statement,
-    a ``WITH`` of it after the batches', where they are one; returns whether it was (else the
-    caller sends it)."""
+    a ``WITH`` of it before the last batch's statement, where they are one; returns whether it
+    was (else the caller sends it)."""
     batches = [batch for batch in batches if batch[1]]
     parts = [_json_parts(conn, *batch) for batch in batches]
     if batches and all(part is not None and len(part) == 1 for part in parts):
