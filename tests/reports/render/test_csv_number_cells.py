@@ -1,0 +1,43 @@
+"""The CSV's numbers made in Arrow (:func:`reports.render.exports._number_cells`) against
+Python's ``repr`` of each, over every magnitude a week's figures take and the edges where
+``repr`` and Arrow write a number differently (whole numbers, exponents, 1e-4 and 1e16)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from reports.render import exports
+
+
+def _expected(values: np.ndarray) -> list[str]:
+    return [repr(v) if math.isfinite(v) else "" for v in values.tolist()]
+
+
+def test_a_number_cell_is_what_repr_writes_across_magnitudes() -> None:
+    rng = np.random.default_rng(7)
+    mantissa = rng.random(200_000)
+    scale = 10.0 ** rng.integers(-12, 24, size=200_000)
+    sign = rng.choice([-1.0, 1.0], size=200_000)
+    values = np.concatenate(
+        [
+            mantissa * scale * sign,  # shortest digits of random doubles, every exponent
+            np.round(mantissa * 1e6, 2),  # cents
+            np.round(mantissa * 1e3, 6),  # hours
+            rng.integers(-(10**17), 10**17, size=50_000).astype(float),  # whole numbers
+            rng.integers(0, 10**6, size=50_000).astype(float),
+            [0.0, -0.0, 1e-4, 9.999999999999999e-05, 1e16, 9999999999999998.0, 1e15, 1e-05],
+            [123456789012345.0, 1.5e12, 5e-324, 1.7976931348623157e308, 0.1, 1 / 3, 2.5e-7],
+            [math.nan, math.inf, -math.inf],
+        ]
+    )
+    got = exports._number_cells(values).to_pylist()
+    want = _expected(values)
+    wrong = [(v, g, w) for v, g, w in zip(values.tolist(), got, want, strict=True) if g != w]
+    assert not wrong, wrong[:10]
+
+
+def test_whole_numbers_keep_their_point_and_non_finite_ones_are_empty() -> None:
+    got = exports._number_cells(np.array([3600.0, -0.0, 1e15, math.nan, -math.inf])).to_pylist()
+    assert got == ["3600.0", "-0.0", "1000000000000000.0", "", ""]
