@@ -567,6 +567,8 @@ def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 50
             pieces += [prefix, keys, m, cells, end]
         # each run's lines, one after another, as one text (the separator last, empty)
         text = pc.binary_join_element_wise(*pieces, none)
+        if isinstance(text, pa.ChunkedArray):
+            text = text.combine_chunks()
         offsets = text.buffers()[1]
         first, last = np.frombuffer(offsets, dtype=np.int64)[[text.offset, text.offset + n]]
         data = memoryview(text.buffers()[2])[first:last]
@@ -595,7 +597,8 @@ def _cell_array(column: pd.Series) -> Any:
     if isinstance(column.dtype, pd.StringDtype) or (
         column.dtype == object and pd.api.types.infer_dtype(column) in ("string", "empty")
     ):
-        return _text_cells(pa.array(column, type=pa.string(), from_pandas=True))
+        text = pa.array(column, type=pa.string(), from_pandas=True)
+        return _text_cells(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
     return pa.array([v if type(v) is str else str(v) for v in _values(column)], type=pa.string())
 
 

@@ -4,9 +4,12 @@ Python's ``repr`` of each, over every magnitude a week's figures take and the ed
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from reports.render import exports
 
@@ -41,3 +44,21 @@ def test_a_number_cell_is_what_repr_writes_across_magnitudes() -> None:
 def test_whole_numbers_keep_their_point_and_non_finite_ones_are_empty() -> None:
     got = exports._number_cells(np.array([3600.0, -0.0, 1e15, math.nan, -math.inf])).to_pylist()
     assert got == ["3600.0", "-0.0", "1000000000000000.0", "", ""]
+
+
+def test_a_run_column_held_in_chunks_is_written_as_one_held_whole() -> None:
+    # a team's runs, cut from the week's and joined: pandas keeps their text in Arrow chunks
+    whole = pd.DataFrame(
+        {
+            "run_id": pd.Series(["a", "=b", 'c"d'], dtype="str"),
+            "name": pd.Series(["x,y", None, "z"], dtype="str"),
+            "gpu_hours": [1.0, 2.5, math.nan],
+        }
+    )
+    chunked = pd.concat([whole.iloc[:1], whole.iloc[1:]], ignore_index=True)
+    assert pa.array(chunked["name"]).num_chunks == 2  # what this test is about
+    got, want = io.StringIO(), io.StringIO()
+    exports._run_rows(got, ["2026-W48", "util", "run"], chunked)
+    exports._run_rows(want, ["2026-W48", "util", "run"], whole)
+    assert got.getvalue() == want.getvalue()
+    assert '2026-W48,util,run,"c""d",name,z\r\n' in got.getvalue()
