@@ -152,7 +152,7 @@ class Change:
 
 
 def job_runs(
-    runs: pd.DataFrame,
+    runs: pd.DataFrame | Sequence[pd.DataFrame],
     *,
     since: datetime,
     until: datetime,
@@ -164,7 +164,9 @@ def job_runs(
     key and start.
 
     Args:
-        runs: Usable runs (:func:`reports.kpi.runs_frame`).
+        runs: Usable runs (:func:`reports.kpi.runs_frame`), or parts of them (no run in two):
+            each part's rows are taken on their own (a million runs are not copied to join
+            a few earlier ones).
         since: The history's start (timezone-aware).
         until: Its end, excluded (timezone-aware).
         prices: The report's price overrides (``[prices]``).
@@ -173,8 +175,30 @@ def job_runs(
     Returns:
         A frame of :data:`JOB_RUN_COLUMNS`.
     """
-    if not len(runs):
+    parts = [runs] if isinstance(runs, pd.DataFrame) else list(runs)
+    made = [_job_rows(p, since=since, until=until, prices=prices, owned=owned) for p in parts]
+    rows = [r for r in made if r is not None]
+    if not rows:
         return pd.DataFrame(columns=list(JOB_RUN_COLUMNS))
+    some = [r for r in rows if len(r)] or rows[:1]
+    out = some[0] if len(some) == 1 else pd.concat(some, ignore_index=True)
+    out = out.sort_values(["job_key", "started_at", "run_id"], ignore_index=True)
+    out["unit"], out["work"] = _units(out)
+    return out[list(JOB_RUN_COLUMNS)]
+
+
+def _job_rows(
+    runs: pd.DataFrame,
+    *,
+    since: datetime,
+    until: datetime,
+    prices: Mapping[str, float],
+    owned: Mapping[str, OwnedGpu] | None,
+) -> pd.DataFrame | None:
+    """:func:`job_runs`' rows of ``runs`` with a job key, in no order and without units; None
+    where no run of ``runs`` finished in the span."""
+    if not len(runs):
+        return None
     started = pd.to_datetime(runs["started_at"], utc=True)
     keep = (
         (runs["status"] != "running")
@@ -183,7 +207,7 @@ def job_runs(
     )
     r = runs[keep.to_numpy()]
     if not len(r):
-        return pd.DataFrame(columns=list(JOB_RUN_COLUMNS))
+        return None
     price, _ = run_prices(r, PriceTable(prices), owned)
     hours = pd.to_numeric(r["gpu_hours"], errors="coerce").astype(float)
     cost = (hours * price).to_numpy()
@@ -204,10 +228,7 @@ def job_runs(
             "verdict": r["verdict"].fillna("").astype(object).to_numpy(),
         }
     )
-    out = out[out["job_key"] != ""]
-    out = out.sort_values(["job_key", "started_at", "run_id"], ignore_index=True)
-    out["unit"], out["work"] = _units(out)
-    return out[list(JOB_RUN_COLUMNS)]
+    return out[out["job_key"] != ""]
 
 
 def numbers(column: pd.Series) -> np.ndarray:

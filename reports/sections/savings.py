@@ -251,21 +251,25 @@ def recurring_of_weeks(
     from reports.data.marks import read_marks
     from reports.data.scans import SampleScans
     from reports.gputime import usable_runs
+    from reports.kpi.frames import is_in
     from tracker.store import StoreError
 
     end = min(shift_week(start, req.tz, 1), now)
     since = shift_week(start, req.tz, -(savings.HISTORY_WEEKS - 1))
     try:
+        parts: list[pd.DataFrame] = []
         if runs is None or runs_since is None:
-            runs, _ = usable_runs(SampleScans(store), since=since, until=end)
-        elif since < runs_since:
-            # the runs started before the span read; one that reaches into it is in both
-            earlier, _ = usable_runs(SampleScans(store), since=since, until=runs_since)
-            both = [p for p in (earlier, runs) if len(p)]
-            if both:
-                runs = pd.concat(both, ignore_index=True).drop_duplicates("id", keep="last")
+            parts.append(usable_runs(SampleScans(store), since=since, until=end)[0])
+        else:
+            if since < runs_since:
+                # the runs started before the span read; one that reaches into it is in both
+                # (taken from ``runs``): each part's job rows on their own, no run copied
+                earlier, _ = usable_runs(SampleScans(store), since=since, until=runs_since)
+                if len(earlier):
+                    parts.append(earlier[~is_in(earlier["id"], runs["id"])])
+            parts.append(runs)
         marks = read_marks(store, until=end)
-        jr = savings.job_runs(runs, since=since, until=end, prices=req.prices, owned=req.owned)
+        jr = savings.job_runs(parts, since=since, until=end, prices=req.prices, owned=req.owned)
         recurring = savings.recurring_jobs(
             jr,
             weeks_of=savings.week_starts(jr["started_at"], req.tz),
