@@ -1,0 +1,42 @@
+"""Run keys looked up and ordered by :mod:`reports.kpi.frames` as pandas would (a text index's
+``get_indexer``, ``factorize(sort=True)``), whatever holds the text (Arrow or objects)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reports.kpi.frames import positions_in, sorted_codes
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_a_key_s_position_is_the_index_s_and_a_missing_one_is_minus_one(dtype: object) -> None:
+    among = pd.Series(["r3", "r1", "é", "r10"], dtype=dtype)
+    values = pd.Series(["r10", "x", "r3", None, "é", "r3"], dtype=dtype)
+    got = positions_in(values, among)
+    assert got.tolist() == [3, -1, 0, -1, 2, 0]
+    assert got.tolist() == pd.Index(among).get_indexer(values).tolist()
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_keys_are_coded_in_the_order_python_sorts_them(dtype: object) -> None:
+    # code points, not bytes of a locale: "B" < "a" < "é" < "😀"; a missing key -1
+    values = pd.Series(["é", "a", None, "B", "😀", "a", "a10", "a2"], dtype=dtype)
+    codes, keys = sorted_codes(values)
+    assert keys.tolist() == ["B", "a", "a10", "a2", "é", "😀"]
+    assert codes.tolist() == [4, 1, -1, 0, 5, 1, 2, 3]
+    want_codes, want_keys = pd.factorize(values, sort=True)
+    assert codes.tolist() == want_codes.tolist() and keys.tolist() == list(want_keys)
+
+
+def test_keys_that_are_not_all_text_are_sorted_by_pandas() -> None:
+    codes, keys = sorted_codes(pd.Series([3, 1, 2, 1], dtype=object))
+    assert keys.tolist() == [1, 2, 3] and codes.tolist() == [2, 0, 1, 0]
+
+
+def test_no_keys_give_no_codes() -> None:
+    codes, keys = sorted_codes(pd.Series([], dtype=object))
+    assert len(codes) == 0 and len(keys) == 0
+    assert positions_in(pd.Series([], dtype=object), pd.Series(["a"])).tolist() == []
+    assert isinstance(positions_in(pd.Series(["a"]), pd.Series([], dtype=object)), np.ndarray)
