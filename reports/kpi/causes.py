@@ -14,13 +14,16 @@ The causes add up to the week's waste, and their cents to its cents (largest rem
 
 from __future__ import annotations
 
+import functools
 import math
+import sys
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from reports.kpi.frames import is_in
 from tracker.diagnosis import ADVICE
 
 CAUSES: dict[str, str] = {
@@ -125,12 +128,16 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     idle = np.minimum(_usd(runs, "idle_usd")[at], waste)
     ids = _ids(runs, at)
     names, is_name = _text(runs, "name", at)
-    stripped = pd.Series(names[is_name], dtype=object).str.strip()
-    is_name[is_name] = stripped.str.len().to_numpy() > 0
+    is_name[is_name] = ~_blank(names[is_name])
     names = np.where(is_name, names, ids)
     sources, is_source = _text(runs, "source", at)
     verdicts, is_verdict = _text(runs, "verdict", at)
-    rest = _rest_causes(verdicts, is_verdict, pd.Series(ids, dtype=object).isin(oversized))
+    fits_smaller = (
+        is_in(pd.Series(ids, dtype=object), list(oversized))
+        if len(oversized)
+        else np.zeros(len(ids), dtype=bool)
+    )
+    rest = _rest_causes(verdicts, is_verdict, fits_smaller)
 
     # one part per run and cause with dollars (an idle run's two parts are one): by run in the
     # order found, a run's last name and any inferred row of it standing for all of its rows
@@ -177,12 +184,31 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     return tuple(out)
 
 
-def _rest_causes(verdicts: np.ndarray, is_text: np.ndarray, oversized: pd.Series) -> np.ndarray:
+@functools.cache
+def _space_class() -> str:
+    """Every character Python's ``str.isspace`` (and so ``str.strip``) takes for a space, as a
+    regular expression's class (RE2's ``\\s`` knows the ASCII ones alone); worked out once."""
+    spaces = (c for c in range(sys.maxunicode + 1) if chr(c).isspace())
+    return "[" + "".join(f"\\x{{{c:x}}}" for c in spaces) + "]"
+
+
+def _blank(texts: np.ndarray) -> np.ndarray:
+    """Whether each text is empty or only spaces (``not t.strip()``), in Arrow."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(texts):
+        return np.zeros(0, dtype=bool)
+    blank = pc.match_substring_regex(pa.array(texts, type=pa.string()), f"^{_space_class()}*$")
+    return blank.to_numpy(zero_copy_only=False)
+
+
+def _rest_causes(verdicts: np.ndarray, is_text: np.ndarray, oversized: np.ndarray) -> np.ndarray:
     """:func:`cause_of` each run, as codes: its verdict's where text names a cause, else
     oversized or below target."""
     named = np.full(len(verdicts), -1)
     named[is_text] = pd.Series(verdicts[is_text], dtype=object).map(_NAMED).fillna(-1).to_numpy()
-    unnamed = np.where(oversized.to_numpy(), _CODES["oversized"], _CODES["below-target"])
+    unnamed = np.where(oversized, _CODES["oversized"], _CODES["below-target"])
     return np.where(named >= 0, named, unnamed)
 
 

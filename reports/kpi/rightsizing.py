@@ -63,10 +63,11 @@ def rightsizing(
     mem = per["mem_peak_gib"].astype(float).to_numpy()
     hours = per["gpu_hours"].astype(float).to_numpy()
     spend = per["spend_usd"].astype(float).to_numpy()
-    peaks = {
-        m: half_peak_tflops(m) for m in per["gpu_model"].dropna().unique() if isinstance(m, str)
-    }
-    peak = per["gpu_model"].map(peaks).astype(float).to_numpy()  # NaN: no name, no peak
+    model, models = pd.factorize(per["gpu_model"])
+    peaks = [half_peak_tflops(m) if isinstance(m, str) else None for m in models]
+    model_peak = np.array([np.nan if p is None else p for p in peaks], dtype=float)
+    # NaN: no name, no peak
+    peak = np.where(model >= 0, model_peak[model] if len(models) else np.nan, np.nan)
     idle = per["idle_usd"].astype(float).to_numpy() if "idle_usd" in per else np.zeros(len(per))
     half_spend = 0.5 * np.where(np.isnan(spend), 0.0, spend)
     with np.errstate(invalid="ignore", divide="ignore"):
