@@ -164,3 +164,23 @@ def test_rows_of_one_run_id_are_one_run_summed_exactly() -> None:
     (line,) = waste_by_cause(frame)
     assert (line.cause, line.runs, line.top) == ("idle", 1, (("new", 0.6),))
     assert (line.waste_usd, line.inferred_usd, line.cents) == (0.6, 0.0, 60)
+
+
+def test_a_name_of_any_of_pythons_spaces_is_no_name() -> None:
+    """A name that ``str.strip`` empties (ideographic, no-break and information-separator
+    spaces among them) is shown as the run's id; a zero-width space is no space to Python:
+    that name stays."""
+    names = ["\u3000", "\xa0 \x1c", "\u2029\n", "\u200b", "a"]
+    frame = pd.DataFrame(
+        {
+            "run_id": [f"r{i}" for i in range(len(names))],
+            "name": names,
+            "source": "tracker",
+            "verdict": "input-bound",
+            "waste_usd": [5.0, 4.0, 3.0, 2.0, 1.0],
+            "idle_usd": 0.0,
+            "priced": True,
+        }
+    )
+    (line,) = waste_by_cause(frame)
+    assert [name for name, _ in line.top] == ["r0", "r1", "r2", "\u200b", "a"]
