@@ -103,7 +103,7 @@ def week_gpu_time(
         store=store,
     )
     gt = kpis.combine_gpu_time(
-        read.runs, read.sampled, tz=tz, basis=basis, now=now, sampled_ids=read.sampled_ids
+        read.runs, read.sampled, tz=tz, basis=basis, now=now, measured=read.measured
     )
     return GpuTime(runs=read.runs, gpu_time=gt, skipped=read.skipped)
 
@@ -312,9 +312,9 @@ class SampledTime(NamedTuple):
     """GT rows of the runs with minute samples in the weeks read."""
     skipped: kpis.Skipped
     """Runs and sample rows left out, and why."""
-    sampled_ids: frozenset[str]
-    """The runs with usable minute samples at any time: measured by them, never by their
-    summary, even in weeks where they have none."""
+    measured: np.ndarray
+    """For each of ``runs``, whether it has usable minute samples at any time: measured by
+    them, never by its summary, even in weeks where it has none."""
 
 
 def _as_crashed(runs: pd.DataFrame, now: datetime) -> pd.DataFrame:
@@ -417,8 +417,10 @@ def _read(
         # about the others only (a week of 100,000 runs: none)
         sampled = totals.loc[(totals["minutes"] > 0) & (totals["bucket"] >= 0), "run_id"]
         seen = kpis.is_in(runs["id"], sampled)
-        ids = runs["id"].to_numpy(dtype=object)
-        ever = frozenset(ids[seen].tolist()) | frozenset(scans.sampled_runs(ids[~seen].tolist()))
+        ever = seen.copy()
+        if not seen.all():
+            others = runs["id"][~seen]
+            ever[~seen] = kpis.is_in(others, list(scans.sampled_runs(others.tolist())))
         totals = totals[known]
         bad = kpis.bad_samples(totals, runs, value=value)
         totals = totals[totals["minutes"] > 0]
@@ -437,7 +439,7 @@ def _read(
     runs, excluded, known = _and_runs_of(scans, runs, excluded, totals)
     if not marked:
         runs = _as_crashed(runs, now)
-    ever = frozenset(scans.sampled_runs(runs["id"]))
+    ever = kpis.is_in(runs["id"], list(scans.sampled_runs(runs["id"].tolist())))
     totals = totals[known]
     bad = kpis.bad_samples(totals, runs, value=value)
     totals = totals[totals["minutes"] > 0]  # buckets of only unusable rows

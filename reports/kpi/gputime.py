@@ -127,17 +127,21 @@ def sampled_gpu_time(
 def summary_gpu_time(
     runs: pd.DataFrame,
     *,
-    sampled: Iterable[str],
+    sampled: Iterable[str] | np.ndarray,
     tz: tzinfo,
     basis: str = "util",
     now: datetime | None = None,
     spans: Sequence[tuple[datetime, datetime]] | None = None,
 ) -> pd.DataFrame:
-    """GT rows of the runs not in ``sampled`` (the ids of runs with minute samples), pro rata
-    by duration from their summaries; in ISO weeks, or in ``spans`` ([start, end), ascending,
-    not overlapping: the ``week`` column holds each span's start) when given."""
+    """GT rows of the runs not in ``sampled`` (the ids of runs with minute samples, or for
+    each run whether it has them), pro rata by duration from their summaries; in ISO weeks,
+    or in ``spans`` ([start, end), ascending, not overlapping: the ``week`` column holds each
+    span's start) when given."""
     column = BASES[basis][0]
-    r = runs[~is_in(runs["id"], sampled)]
+    if isinstance(sampled, np.ndarray) and sampled.dtype == bool:
+        r = runs[~sampled]
+    else:
+        r = runs[~is_in(runs["id"], sampled)]
     end_now = pd.Timestamp(now) if now is not None else pd.Timestamp.now(tz="UTC")
     started = _ns(r["started_at"])
     ended = _ns(r["ended_at"])
@@ -218,17 +222,20 @@ def combine_gpu_time(
     tz: tzinfo,
     basis: str = "util",
     now: datetime | None = None,
-    sampled_ids: Iterable[str] = (),
+    measured: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """GT rows for every run: ``sampled`` (GT rows from minute samples, of runs in ``runs``)
-    and the summaries of the runs without samples (in ``sampled`` or ``sampled_ids``, the runs
-    sampled at any time: those count by their samples alone)."""
-    measured = [*sampled["run_id"].unique(), *sampled_ids]  # looked up, never a set made
+    and the summaries of the runs without samples (in ``sampled``, or ``measured``: for each
+    run of ``runs``, whether it was sampled at any time; those count by their samples
+    alone)."""
+    by_samples = is_in(runs["id"], sampled["run_id"])  # looked up, never a set made
+    if measured is not None:
+        by_samples = by_samples | measured
     parts = [
         p
         for p in (
             sampled,
-            summary_gpu_time(runs, sampled=measured, tz=tz, basis=basis, now=now),
+            summary_gpu_time(runs, sampled=by_samples, tz=tz, basis=basis, now=now),
         )
         if len(p)
     ]

@@ -201,7 +201,7 @@ def test_an_empty_fleet_week(tmp_path: object) -> None:
     with RunStore(url) as store:
         store.upsert_run(run_record("old", datetime(2025, 1, 6, tzinfo=UTC), 1))
     read = load(url, W44, tz=BERLIN, now=NOW)
-    assert read.runs.empty and read.sampled.empty and not read.skipped and not read.sampled_ids
+    assert read.runs.empty and read.sampled.empty and not read.skipped and not read.measured.any()
     c = compute(url, Request(week="2026-W44", tz=BERLIN), now=NOW)
     assert c.kpis.headline.gpu_hours == 0.0 and c.gpu_time.empty
 
