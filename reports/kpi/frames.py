@@ -156,6 +156,9 @@ def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
     listed = (
         values if isinstance(values, pd.Series | pd.Index | np.ndarray | list) else list(values)
     )
+    found = _text_in(column, listed)
+    if found is not None:
+        return found
     if getattr(column.dtype, "storage", None) != "pyarrow":
         return column.isin(listed).to_numpy()
     wanted = pd.Series(listed, dtype=None if isinstance(listed, pd.Series | pd.Index) else object)
@@ -164,6 +167,32 @@ def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
     found = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)  # the last slot: missing (-1)
     found[codes[n:]] = True
     return found[codes[:n]]
+
+
+def _text_in(column: pd.Series, listed: object) -> np.ndarray | None:
+    """:func:`is_in` by Arrow's ``is_in`` (one hash table of the values looked for, probed
+    in C) where both sides are text (missing values allowed); None where either is not."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    sides = []
+    for side in (column, listed):
+        kind = getattr(side, "dtype", None)  # a list has none: Arrow says what it holds
+        if kind is not None and kind != np.dtype(object) and not isinstance(kind, pd.StringDtype):
+            return None
+        try:
+            arrow = pa.array(side, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            return None
+        if isinstance(arrow, pa.ChunkedArray):
+            arrow = arrow.combine_chunks()
+        if pa.types.is_large_string(arrow.type) or pa.types.is_null(arrow.type):
+            arrow = arrow.cast(pa.string())  # (null: nothing but missing values)
+        if not pa.types.is_string(arrow.type):
+            return None
+        sides.append(arrow)
+    found = pc.is_in(sides[0], value_set=sides[1], skip_nulls=False)
+    return found.to_numpy(zero_copy_only=False)
 
 
 def positions_in(values: pd.Series, among: pd.Series) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports.kpi.frames import positions_in, sorted_codes
+from reports.kpi.frames import is_in, positions_in, sorted_codes
 
 
 @pytest.mark.parametrize("dtype", ["str", object])
@@ -40,3 +40,23 @@ def test_no_keys_give_no_codes() -> None:
     assert len(codes) == 0 and len(keys) == 0
     assert positions_in(pd.Series([], dtype=object), pd.Series(["a"])).tolist() == []
     assert isinstance(positions_in(pd.Series(["a"]), pd.Series([], dtype=object)), np.ndarray)
+
+
+@pytest.mark.parametrize(
+    ("column", "values"),
+    [
+        (pd.Series(["a", None, "b", "c"], dtype=object), ["a", None]),
+        (pd.Series(["a", None, "b"], dtype="str"), ["b"]),
+        (pd.Series(["a", np.nan, "b"], dtype="str"), pd.Series([np.nan], dtype=object)),
+        (pd.Series(["a", "b"], dtype="str"), set()),
+        (pd.Series([1, 2, 3]), [2]),
+        (pd.Series(["1", 2, "x"], dtype=object), ["1", 2]),
+        (pd.Series([None, None], dtype=object), ["a"]),
+        (pd.Series(["a", b"a"], dtype=object), ["a"]),
+        (pd.Series(["a", None], dtype=object), np.array(["a"], dtype=object)),
+        (pd.Series(["é", "a"], dtype="str"), frozenset(["é"])),
+    ],
+)
+def test_is_in_answers_as_pandas_isin(column: pd.Series, values: object) -> None:
+    # text on both sides by Arrow's hash table; numbers, bytes or mixed values by pandas
+    assert is_in(column, values).tolist() == column.isin(list(values)).tolist()
