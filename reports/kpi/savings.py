@@ -325,7 +325,9 @@ def recurring_jobs(
     Returns:
         A frame of :data:`RECURRING_COLUMNS`.
     """
-    counts = jr.groupby("job_key", sort=False)["run_id"].transform("nunique")
+    # run ids as integers, counted per key: a million text ids are hashed once, not twice
+    run_code = pd.Series(pd.factorize(jr["run_id"])[0], index=jr.index)
+    counts = run_code.groupby(jr["job_key"], sort=False).transform("nunique")
     many = (counts >= 2).to_numpy()
     if not many.any():
         return pd.DataFrame(columns=list(RECURRING_COLUMNS))
@@ -344,7 +346,7 @@ def recurring_jobs(
     f = pd.DataFrame(
         {
             "job_key": j["job_key"].to_numpy(),
-            "run_id": j["run_id"].to_numpy(),
+            "run": run_code.to_numpy()[many],
             "week": week,
             "this": week == this,
             "hours": np.nan_to_num(hours),
@@ -362,7 +364,7 @@ def recurring_jobs(
     g = f.groupby("job_key", sort=False)
     out = pd.DataFrame(
         {
-            "runs": g["run_id"].nunique(),
+            "runs": g["run"].nunique(),
             "weeks": g["week"].nunique(),
             "runs_this_week": g["this"].sum().astype(int),
             "gpu_hours": g["hours"].sum(),
