@@ -184,3 +184,14 @@ def test_a_name_of_any_of_pythons_spaces_is_no_name() -> None:
     )
     (line,) = waste_by_cause(frame)
     assert [name for name, _ in line.top] == ["r0", "r1", "r2", "\u200b", "a"]
+
+
+def test_the_spaces_a_name_may_be_made_of_are_pythons() -> None:
+    import re
+    import sys
+
+    from reports.kpi.causes import _SPACES
+
+    spaces = {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
+    listed = {chr(c) for c in range(sys.maxunicode + 1) if re.fullmatch(f"[{_SPACES}]", chr(c))}
+    assert listed == spaces
