@@ -40,6 +40,8 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/imports/arrow_csv.py",
         "reports/data/adbc_read.py",
         "reports/data/columns.py",
+        "reports/kpi/arrow_text.py",
+        "reports/render/csv_arrow.py",
     ),
     "adbc_driver_sqlite": ("reports/data/adbc_read.py",),
     "adbc_driver_manager": ("reports/data/adbc_read.py",),
@@ -65,6 +67,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/imports/nvsmi_fast.py",
         "reports/imports/nvsmi_minutes.py",
         "reports/imports/slurm.py",
+        "reports/render/csv_arrow.py",
     ),
 }
 

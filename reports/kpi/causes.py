@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from reports.kpi import arrow_text
 from reports.kpi.frames import is_in
 from tracker.diagnosis import ADVICE
 
@@ -182,21 +183,13 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     return tuple(out)
 
 
-_SPACES = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-"""Every character Python's ``str.isspace`` (and so ``str.strip``) takes for a space, as the
-inside of a regular expression's class (RE2's ``\\s`` knows the ASCII ones alone); a test
-holds it to Python's own."""
-
-
 def _blank(texts: np.ndarray) -> np.ndarray:
-    """Whether each text is empty or only spaces (``not t.strip()``), in Arrow."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not len(texts):
-        return np.zeros(0, dtype=bool)
-    blank = pc.match_substring_regex(pa.array(texts, type=pa.string()), f"^[{_SPACES}]*$")
-    return blank.to_numpy(zero_copy_only=False)
+    """Whether each text is empty or only spaces (``not t.strip()``): in Arrow where pyarrow
+    is installed, one strip each where not."""
+    found = arrow_text.blank(texts)
+    if found is not None:
+        return found
+    return (pd.Series(texts, dtype=object).str.strip().str.len() == 0).to_numpy(dtype=bool)
 
 
 def _rest_causes(verdicts: np.ndarray, is_text: np.ndarray, oversized: np.ndarray) -> np.ndarray:

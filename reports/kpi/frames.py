@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
+from reports.kpi import arrow_text
 from reports.kpi.checks import PCT_RANGE
 from reports.rows import TIME_DTYPE
 from tracker.record import MinuteSample, RunRecord
@@ -156,7 +157,7 @@ def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
     listed = (
         values if isinstance(values, pd.Series | pd.Index | np.ndarray | list) else list(values)
     )
-    found = _text_in(column, listed)
+    found = arrow_text.text_in(column, listed)
     if found is not None:
         return found
     if getattr(column.dtype, "storage", None) != "pyarrow":
@@ -167,32 +168,6 @@ def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
     found = np.zeros(int(codes.max(initial=-1)) + 2, dtype=bool)  # the last slot: missing (-1)
     found[codes[n:]] = True
     return found[codes[:n]]
-
-
-def _text_in(column: pd.Series, listed: object) -> np.ndarray | None:
-    """:func:`is_in` by Arrow's ``is_in`` (one hash table of the values looked for, probed
-    in C) where both sides are text (missing values allowed); None where either is not."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    sides = []
-    for side in (column, listed):
-        kind = getattr(side, "dtype", None)  # a list has none: Arrow says what it holds
-        if kind is not None and kind != np.dtype(object) and not isinstance(kind, pd.StringDtype):
-            return None
-        try:
-            arrow = pa.array(side, from_pandas=True)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-            return None
-        if isinstance(arrow, pa.ChunkedArray):
-            arrow = arrow.combine_chunks()
-        if pa.types.is_large_string(arrow.type) or pa.types.is_null(arrow.type):
-            arrow = arrow.cast(pa.string())  # (null: nothing but missing values)
-        if not pa.types.is_string(arrow.type):
-            return None
-        sides.append(arrow)
-    found = pc.is_in(sides[0], value_set=sides[1], skip_nulls=False)
-    return found.to_numpy(zero_copy_only=False)
 
 
 def positions_in(values: pd.Series, among: pd.Series) -> np.ndarray:
@@ -219,19 +194,14 @@ def sorted_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     Args:
         values: Text keys (run ids, say).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     codes, uniques = pd.factorize(values)
     distinct = np.asarray(uniques, dtype=object)
     if not len(distinct):
         return codes, distinct
-    try:
-        text = pa.array(distinct, type=pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):  # not text alone: sorted as pandas sorts
+    order = arrow_text.text_order(distinct)
+    if order is None:  # not text alone, or no pyarrow: sorted as pandas sorts them
         codes, uniques = pd.factorize(values, sort=True)
         return codes, np.asarray(uniques, dtype=object)
-    order = pc.sort_indices(text).to_numpy()
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     return np.where(codes >= 0, rank[codes], -1), distinct[order]

@@ -24,6 +24,11 @@ FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 the line feed, which some importers skip like a carriage return."""
 
 
+QUOTED = r'[,"\r\n]'
+"""What makes :func:`csv.writer` (``excel``: ``QUOTE_MINIMAL``, ``\r\n``) quote a cell: the
+delimiter, the quote, a character of the line end (a regular expression's class)."""
+
+
 def safe_cell(value: object) -> object:
     """``value`` as a CSV cell that no spreadsheet runs: a ``str`` beginning with a character
     of :data:`FORMULA_START` gets a leading ``'``; anything else (numbers, None, an already

@@ -82,7 +82,7 @@ from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis
 from reports.kpi.checks import as_text
 from reports.kpi.ledger import ledger_totals
 from reports.kpi.weekly import unpriced_groups
-from reports.render.csvsafe import FORMULA_START, safe_cell, safe_row
+from reports.render.csvsafe import FORMULA_START, QUOTED, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
 from reports.rows import Part, none_priced
 from reports.weeks import label_of
@@ -538,124 +538,38 @@ def _values(column: pd.Series) -> list[Any]:
 
 def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 50_000) -> None:
     """The ``run`` section: a line per run and metric (:data:`_CSV_RUN_FIELDS`), ``block``
-    runs at a time, each cell as :func:`csv.writer` (``excel``) writes it (:func:`_field`),
-    made in Arrow from the columns (:func:`_cell_array`): a block's lines are one element-wise
-    join of the constants (the week, the section, the metrics, the line ends) and the columns'
-    cells, each run's lines one text, and the block's text is written at once (sixteen million
-    lines for a million runs: no Python code of its own per line or cell)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    runs at a time, each cell as :func:`csv.writer` (``excel``) writes it (:func:`_field`):
+    a block's lines made in Arrow (:func:`reports.render.csv_arrow.run_lines`) where pyarrow
+    is installed, else a run's lines one ``%`` of a template holding every constant (the week,
+    the section, the metrics, the line ends) with its cells: no line is made by Python code of
+    its own (sixteen million lines for a million runs)."""
+    from reports.render import csv_arrow
 
-    def large(value: Any) -> Any:  # 64-bit offsets: a block's text may pass 2 GiB
-        return (
-            pa.scalar(value, pa.large_string())
-            if type(value) is str
-            else value.cast(pa.large_string())
-        )
-
-    prefix = large(",".join(_field(h) for h in head) + ",")
-    metrics = [large("," + _field(safe_cell(f)) + ",") for f in _CSV_RUN_FIELDS]
-    end, none = large("\r\n"), large("")
+    prefix = ",".join(_field(h) for h in head) + ","
+    metrics = ["," + _field(safe_cell(f)) + "," for f in _CSV_RUN_FIELDS]
+    if csv_arrow.available():
+        fields = list(zip(_CSV_RUN_FIELDS, metrics, strict=True))
+        for lo in range(0, len(runs), block):
+            part = priced_runs(runs.iloc[lo : lo + block])  # unpriced dollars: empty cells
+            text = csv_arrow.run_lines(part, prefix, fields, _values)
+            buffer = getattr(out, "buffer", None)
+            if buffer is not None:  # a text file: its bytes, the text written before first
+                out.flush()
+                buffer.write(text)
+            else:
+                out.write(bytes(text).decode())
+        return
+    key = prefix.replace("%", "%%") + "%s"  # the constants' own % doubled: text, not a field
+    template = "".join(key + m.replace("%", "%%") + "%s\r\n" for m in metrics)
     for lo in range(0, len(runs), block):
         part = priced_runs(runs.iloc[lo : lo + block])
         n = len(part)
-        keys = large(_cell_array(part["run_id"]))
-        pieces: list[Any] = []
-        for f, m in zip(_CSV_RUN_FIELDS, metrics, strict=True):
-            cells = large(_cell_array(part[f])) if f in part.columns else none
-            pieces += [prefix, keys, m, cells, end]
-        # each run's lines, one after another, as one text (the separator last, empty)
-        text = pc.binary_join_element_wise(*pieces, none)
-        if isinstance(text, pa.ChunkedArray):
-            text = text.combine_chunks()
-        offsets = text.buffers()[1]
-        first, last = np.frombuffer(offsets, dtype=np.int64)[[text.offset, text.offset + n]]
-        data = memoryview(text.buffers()[2])[first:last]
-        buffer = getattr(out, "buffer", None)
-        if buffer is not None:  # a text file: its bytes, the text written before them first
-            out.flush()
-            buffer.write(data)
-        else:
-            out.write(bytes(data).decode())
-
-
-def _cell_array(column: pd.Series) -> Any:
-    """:func:`_values` of a column as an Arrow array of cell texts, as ``%s`` makes each
-    value: text through :func:`_text_cells`, numbers through :func:`_number_cells`, other
-    values (objects, mixed columns) through :func:`_values` itself."""
-    import pyarrow as pa
-
-    if pd.api.types.is_float_dtype(column):
-        return _number_cells(column.to_numpy(dtype=float))
-    if pd.api.types.is_bool_dtype(column):
-        return pa.array(["True", "False"]).take(
-            pa.array((~column.to_numpy(dtype=bool)).astype("int8"))
-        )
-    if pd.api.types.is_integer_dtype(column):
-        return pa.array(column.to_numpy(dtype="int64")).cast(pa.string())
-    if isinstance(column.dtype, pd.StringDtype) or (
-        column.dtype == object and pd.api.types.infer_dtype(column) in ("string", "empty")
-    ):
-        text = pa.array(column, type=pa.string(), from_pandas=True)
-        return _text_cells(text.combine_chunks() if isinstance(text, pa.ChunkedArray) else text)
-    return pa.array([v if type(v) is str else str(v) for v in _values(column)], type=pa.string())
-
-
-def _text_cells(text: Any) -> Any:
-    """Text cells (:func:`_text_cell` of each; a missing one empty) in Arrow: neutralized,
-    then quoted where a comma, a quote or a line break would otherwise end the cell; each
-    distinct text once where few are (a million runs have a few teams, models and verdicts)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if len(text) > 64:
-        coded = pc.dictionary_encode(text)
-        if len(coded.dictionary) * 4 < len(text):
-            cells = _text_cells(coded.dictionary)
-            return pc.fill_null(cells.take(coded.indices), pa.scalar("", pa.string()))
-    formula = pc.starts_with(text, FORMULA_START[0])
-    for start in FORMULA_START[1:]:
-        formula = pc.or_(formula, pc.starts_with(text, start))
-    if pc.any(formula).as_py():
-        text = pc.if_else(formula, pc.binary_join_element_wise("'", text, ""), text)
-    quoted = pc.match_substring_regex(text, _QUOTED.pattern)
-    if pc.any(quoted).as_py():
-        doubled = pc.replace_substring(text, '"', '""')
-        text = pc.if_else(quoted, pc.binary_join_element_wise('"', doubled, '"', ""), text)
-    return pc.fill_null(text, pa.scalar("", pa.string()))
-
-
-_ARROW_POSITIONAL = (1e-4, 1e10)
-"""Where Arrow and ``repr`` both write a float's shortest digits without an exponent: Arrow
-from 1e10 on, ``repr`` below 1e-4 (and from 1e16) write one."""
-
-
-def _number_cells(values: Any) -> Any:
-    """Floats as cells, each as Python's ``repr`` writes it (``%s`` of a float), a non-finite
-    one empty: Arrow's shortest round-trip digits (the same as ``repr``'s) where both write
-    them without an exponent (:data:`_ARROW_POSITIONAL`), with ``.0`` added to a whole
-    number; ``repr`` itself for the others (few figures of a week)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    finite = np.isfinite(values)
-    magnitude = np.abs(np.where(finite, values, 0.0))
-    low, high = _ARROW_POSITIONAL
-    slow = (magnitude >= high) | ((magnitude < low) & (magnitude > 0))
-    text = pa.array(values).cast(pa.string())
-    whole = finite & ~slow & (values == np.trunc(np.where(finite, values, 0.0)))
-    if whole.any():
-        text = pc.if_else(pa.array(whole), pc.binary_join_element_wise(text, ".0", ""), text)
-    if not finite.all():
-        text = pc.if_else(pa.array(finite), text, pa.scalar("", pa.string()))
-    at = np.flatnonzero(slow)
-    if len(at):
-        cells = text.to_numpy(zero_copy_only=False).astype(object)
-        cells[at] = [repr(v) for v in values[at].tolist()]
-        text = pa.array(cells, type=pa.string())
-    return text
+        keys = _cells(part["run_id"])
+        cells: list[list[Any]] = []
+        for f in _CSV_RUN_FIELDS:
+            cells.append(keys)
+            cells.append(_values(part[f]) if f in part.columns else [""] * n)
+        out.write("".join(map(template.__mod__, zip(*cells, strict=True))))
 
 
 def _text_cell(v: str) -> str:
@@ -664,8 +578,7 @@ def _text_cell(v: str) -> str:
     return '"' + text.replace('"', '""') + '"' if _QUOTED.search(text) else text
 
 
-_QUOTED = re.compile(r'[,"\r\n]')
-"""What makes :func:`csv.writer` (``excel``: ``QUOTE_MINIMAL``, ``\r\n``) quote a cell."""
+_QUOTED = re.compile(QUOTED)
 
 
 def _field(value: Any) -> str:

@@ -1,12 +1,17 @@
 """Run keys looked up and ordered by :mod:`reports.kpi.frames` as pandas would (a text index's
-``get_indexer``, ``factorize(sort=True)``), whatever holds the text (Arrow or objects)."""
+``get_indexer``, ``factorize(sort=True)``, ``isin``), whatever holds the text (Arrow or
+objects), with pyarrow's kernels (:mod:`reports.kpi.arrow_text`) and without them."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from unittest import mock
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from reports.kpi import arrow_text
 from reports.kpi.frames import is_in, positions_in, sorted_codes
 
 
@@ -19,8 +24,15 @@ def test_a_key_s_position_is_the_index_s_and_a_missing_one_is_minus_one(dtype: o
     assert got.tolist() == pd.Index(among).get_indexer(values).tolist()
 
 
+@pytest.fixture(params=[True, False], ids=["arrow", "pandas"])
+def arrow(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """With pyarrow's kernels, and as without pyarrow installed."""
+    with mock.patch.object(arrow_text, "available", return_value=request.param):
+        yield request.param
+
+
 @pytest.mark.parametrize("dtype", ["str", object])
-def test_keys_are_coded_in_the_order_python_sorts_them(dtype: object) -> None:
+def test_keys_are_coded_in_the_order_python_sorts_them(dtype: object, arrow: bool) -> None:
     # code points, not bytes of a locale: "B" < "a" < "é" < "😀"; a missing key -1
     values = pd.Series(["é", "a", None, "B", "😀", "a", "a10", "a2"], dtype=dtype)
     codes, keys = sorted_codes(values)
@@ -57,6 +69,6 @@ def test_no_keys_give_no_codes() -> None:
         (pd.Series(["é", "a"], dtype="str"), frozenset(["é"])),
     ],
 )
-def test_is_in_answers_as_pandas_isin(column: pd.Series, values: object) -> None:
+def test_is_in_answers_as_pandas_isin(column: pd.Series, values: object, arrow: bool) -> None:
     # text on both sides by Arrow's hash table; numbers, bytes or mixed values by pandas
     assert is_in(column, values).tolist() == column.isin(list(values)).tolist()

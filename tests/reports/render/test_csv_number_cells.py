@@ -1,4 +1,4 @@
-"""The CSV's numbers made in Arrow (:func:`reports.render.exports._number_cells`) against
+"""The CSV's numbers made in Arrow (:func:`reports.render.csv_arrow.number_cells`) against
 Python's ``repr`` of each, over every magnitude a week's figures take and the edges where
 ``repr`` and Arrow write a number differently (whole numbers, exponents, 1e-4 and 1e16)."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from reports.render import exports
+from reports.render import csv_arrow, exports
 
 
 def _expected(values: np.ndarray) -> list[str]:
@@ -35,14 +35,14 @@ def test_a_number_cell_is_what_repr_writes_across_magnitudes() -> None:
             [math.nan, math.inf, -math.inf],
         ]
     )
-    got = exports._number_cells(values).to_pylist()
+    got = csv_arrow.number_cells(values).to_pylist()
     want = _expected(values)
     wrong = [(v, g, w) for v, g, w in zip(values.tolist(), got, want, strict=True) if g != w]
     assert not wrong, wrong[:10]
 
 
 def test_whole_numbers_keep_their_point_and_non_finite_ones_are_empty() -> None:
-    got = exports._number_cells(np.array([3600.0, -0.0, 1e15, math.nan, -math.inf])).to_pylist()
+    got = csv_arrow.number_cells(np.array([3600.0, -0.0, 1e15, math.nan, -math.inf])).to_pylist()
     assert got == ["3600.0", "-0.0", "1000000000000000.0", "", ""]
 
 

@@ -1,5 +1,6 @@
-"""The CSV's ``run`` section, made a run at a time from a template and its columns
-(:func:`reports.render.exports._run_rows`), against the standard library's CSV writer fed one
+"""The CSV's ``run`` section, made from its columns (:func:`reports.render.exports._run_rows`:
+in Arrow, :mod:`reports.render.csv_arrow`, or without pyarrow a run at a time from a
+template), against the standard library's CSV writer fed one
 cell at a time through :mod:`reports.render.csvsafe`: the same bytes, whatever the figures
 (NaN, infinities, -0.0, 1e16, 1e-05) and the text (formula starts, quotes, commas, line breaks,
 ``%`` and ``%s`` in a cell or in the week's own label)."""
@@ -8,13 +9,15 @@ from __future__ import annotations
 
 import io
 import math
+from unittest import mock
 
 import pandas as pd
+import pytest
 from fakes import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reports.render import exports
+from reports.render import csv_arrow, exports
 from reports.render.csvsafe import safe_row, writer
 
 FLOATS = st.one_of(
@@ -81,23 +84,27 @@ def _oracle(head: list[str], runs: pd.DataFrame) -> str:
     text_dtype=st.sampled_from(["str", object]),
     basis=st.sampled_from(["util", "u%sx", "=x%"]),
     block=st.integers(1, 5),
+    arrow=st.booleans(),
 )
 def test_the_run_lines_are_the_csv_writers_cell_by_cell(
-    rows: list[tuple], text_dtype: object, basis: str, block: int
+    rows: list[tuple], text_dtype: object, basis: str, block: int, arrow: bool
 ) -> None:
     runs = _runs(rows, text_dtype)
     head = ["2026-W48", basis, "run"]
     got = io.StringIO()
-    exports._run_rows(got, safe_row(head), runs, block=block)  # as CsvExport gives it
+    with mock.patch.object(csv_arrow, "available", return_value=arrow):  # both ways
+        exports._run_rows(got, safe_row(head), runs, block=block)  # as CsvExport gives it
     assert got.getvalue() == _oracle(head, runs)
 
 
-def test_a_runs_lines_carry_its_numbers_as_python_writes_them() -> None:
+@pytest.mark.parametrize("arrow", [True, False])
+def test_a_runs_lines_carry_its_numbers_as_python_writes_them(arrow: bool) -> None:
     runs = _runs(
         [("=r", "a,b", "nlp", 8, True, [1e16, -0.0, math.nan, 2.5, math.inf, 1e-05, 0.1])], "str"
     )
     got = io.StringIO()
-    exports._run_rows(got, ["2026-W48", "util", "run"], runs)
+    with mock.patch.object(csv_arrow, "available", return_value=arrow):
+        exports._run_rows(got, ["2026-W48", "util", "run"], runs)
     lines = got.getvalue().split("\r\n")
     assert lines[1] == '2026-W48,util,run,\'=r,name,"a,b"'
     cells = {line.split(",")[4]: line.split(",", 5)[5] for line in lines if line}

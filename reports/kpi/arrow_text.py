@@ -1,0 +1,90 @@
+"""Text columns through Arrow's compute kernels, where pyarrow is installed (the ``parquet``
+or ``adbc`` extra): whether each value is among others, the order of distinct texts, blank
+texts. A million run ids are hashed or sorted in C, not one Python object at a time. Each
+function answers None where pyarrow is not installed or the values are not all text: the
+caller then does it pandas' way, with the same answer. The one module of :mod:`reports.kpi`
+that imports pyarrow."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+SPACES = "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+"""Every character Python's ``str.isspace`` (and so ``str.strip``) takes for a space, as the
+inside of a regular expression's class (RE2's ``\\s`` knows the ASCII ones alone); a test
+holds it to Python's own."""
+
+
+@cache
+def available() -> bool:
+    """Whether pyarrow is installed; asked once."""
+    try:
+        import pyarrow.compute  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _text(values: Any) -> Any:
+    """``values`` (a Series, an Index, an array or a list) as one Arrow string array (missing
+    values null), or None where they are not all text or missing."""
+    import pyarrow as pa
+
+    kind = getattr(values, "dtype", None)  # a list has none: Arrow says what it holds
+    if kind is not None and kind != np.dtype(object) and not isinstance(kind, pd.StringDtype):
+        return None
+    try:
+        arrow = pa.array(values, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+        return None
+    if isinstance(arrow, pa.ChunkedArray):
+        arrow = arrow.combine_chunks()
+    if pa.types.is_large_string(arrow.type) or pa.types.is_null(arrow.type):
+        arrow = arrow.cast(pa.string())  # (null: nothing but missing values)
+    return arrow if pa.types.is_string(arrow.type) else None
+
+
+def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
+    """For each of ``column``, whether it is among ``listed`` (a missing value where a missing
+    value is), as :meth:`pandas.Series.isin` answers: one hash table of ``listed``, probed in
+    C. None where either side is not text."""
+    if not available():
+        return None
+    import pyarrow.compute as pc
+
+    values, wanted = _text(column), _text(listed)
+    if values is None or wanted is None:
+        return None
+    found = pc.is_in(values, value_set=wanted, skip_nulls=False)
+    return found.to_numpy(zero_copy_only=False)
+
+
+def text_order(distinct: np.ndarray) -> np.ndarray | None:
+    """The order of distinct texts sorted as Python sorts them (by code point: Arrow
+    compares UTF-8 bytes, which order as code points do); None where they are not all text."""
+    if not available():
+        return None
+    import pyarrow.compute as pc
+
+    text = _text(distinct)
+    if text is None or text.null_count:
+        return None
+    return pc.sort_indices(text).to_numpy()
+
+
+def blank(texts: np.ndarray) -> np.ndarray | None:
+    """Whether each text (all of them ``str``) is empty or only spaces (``not t.strip()``),
+    by one regular expression of :data:`SPACES`; None without pyarrow."""
+    if not available():
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not len(texts):
+        return np.zeros(0, dtype=bool)
+    found = pc.match_substring_regex(pa.array(texts, type=pa.string()), f"^[{SPACES}]*$")
+    return found.to_numpy(zero_copy_only=False)
