@@ -245,11 +245,8 @@ def _arrow_part(
     """The runs of a span read into Arrow (:meth:`reports.data.scans.SampleScans.run_table`)
     as one part of :func:`usable_runs`' read, the rows not surely usable read again as the
     driver's tuples; None where that read does not apply (the tuples are read)."""
-    table = scans.run_table(since=since, until=until)
-    if table is None:
-        return None
-    read = arrow_run_columns(table)
-    del table
+    # the table as the call's own value: its columns are freed as they are converted
+    read = arrow_run_columns(scans.run_table(since=since, until=until))
     if read is None:
         return None
     frame, ok, rowids = read

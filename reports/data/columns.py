@@ -71,35 +71,47 @@ def arrow_run_columns(table: Any) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]
     row on the way (but ``tags`` and ``links``).
 
     Args:
-        table: The table (``rowid`` and :data:`RUN_COLUMNS`); it is used up.
+        table: The table (``rowid`` and :data:`RUN_COLUMNS`), or None (no table, None). It is
+            used up a column at a time: pass it as the call's own value (``f(read())``), not
+            a name the caller keeps, so that each column read is freed once converted.
 
     Returns:
         The frame, the mask of rows read as the store writes them, and each row's ``rowid``;
         None when the table's order cannot be SQLite's (a start that is not a time as the
         store writes it: text order is time order only for those) or it holds no row.
     """
+    if table is None or not table.num_rows:
+        return None
     import pyarrow as pa
 
     n = table.num_rows
-    if not n:
-        return None
+    names = [name for name in table.column_names if name != "rowid"]
+    columns = dict(zip(table.column_names, table.columns, strict=True))
+    del table
     for col in TIME_COLUMNS:  # the store's times parsed in Arrow (the others read as before)
-        times = _store_times(table.column(col))
+        times = _store_times(columns[col])
         if times is not None:
-            table = table.set_column(table.schema.get_field_index(col), col, times)
-    started = table.column("started_at")
+            columns[col] = times
+    started = columns["started_at"]
     if started.null_count or not pa.types.is_timestamp(started.type):
         return None
-    order = _start_order(started, table.column("id"))
+    order = _start_order(started, columns["id"])
+    del started
+    # no value at all: as the driver's tuples make it, None in Python objects (never taken)
+    empty = [name for name in names if columns[name].null_count == n]
+    for name in empty:
+        del columns[name]
     if order is not None:  # by start and id as SQLite orders them (text by its bytes)
-        table = table.take(order)
-    rowids = table.column("rowid").to_numpy()
-    empty = [f.name for f in table.schema if table.column(f.name).null_count == n]
-    df = table.drop_columns(["rowid"]).to_pandas(split_blocks=True, self_destruct=True)
-    del table
-    for col in empty:  # no value at all: as the driver's tuples make it, None in Python objects
+        for name in list(columns):  # a column at a time: the one it replaces is freed
+            columns[name] = columns[name].take(order)
+    rowids = columns.pop("rowid").to_numpy()
+    kept = pa.table(columns)
+    columns.clear()
+    df = kept.to_pandas(split_blocks=True, self_destruct=True)
+    del kept
+    for col in empty:
         df[col] = pd.Series(np.full(n, None, dtype=object), dtype=object)
-    frame, ok = _checked(df, None)
+    frame, ok = _checked(df[names], None)
     return frame, ok, rowids
 
 
