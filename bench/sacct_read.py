@@ -9,10 +9,12 @@ last) shaped as a real Slurm 22.05 writes them
 twenty cancelled before it started) and the same jobs as ``sacct --json`` (22.05's
 ``openapi/dbv0.0.38``), then reads the parsable form ``--repeat`` times, each beside pandas and
 the split, and prints jobs/s, the ratio to pandas' rate and to the split's (min/median/max over
-the repeats), the seconds a year takes, and the CPU seconds of making the read's columns Python
-values after it (:attr:`~reports.imports.slurm.SlurmJobs.columns`, what the import's
-``allocations_of`` takes: the block reader holds them as numbers and codes until asked); the
-JSON form once. Then the parsable form saved to a
+the repeats), the seconds a year takes, and two CPU figures after it: the import's
+``allocations_of`` (:mod:`reports.imports.slurm_jobs`: every job an allocation, the output's own
+time after them all), which takes the block reader's jobs as it holds them (numbers and codes
+into each batch's distinct texts, :class:`~reports.imports.slurm.JobCodes`), and making the
+read's columns Python values (:attr:`~reports.imports.slurm.SlurmJobs.columns`: the lists a
+caller without the codes asks for); the JSON form once. Then the parsable form saved to a
 file and read as ``gpu-kpi import slurm FILE`` reads it (:func:`read_sacct_stream`, a block at a
 time) in a fresh process, with that process's peak memory; and the whole import of the parsable
 form (``gpu-kpi import slurm``'s work: read, node lists expanded, the allocations written to a
@@ -200,7 +202,10 @@ def main() -> None:
 
     pd.read_csv(io.StringIO(text[:10_000]), sep="|")  # pandas' imports not timed
     read_sacct(text[:10_000], tz=UTC)  # nor ours
-    to_pandas, to_split, cpu_pandas, cpu_made = [], [], [], []
+    from reports.imports.slurm_jobs import SlurmImported, allocations_of
+
+    after_all = START + timedelta(days=args.days + 1)  # the output's time: every job read
+    to_pandas, to_split, cpu_pandas, cpu_made, cpu_kept = [], [], [], [], []
     for i in range(args.repeat):
         # the order turned each time: what runs first does not always meet the same machine
         t_pandas = t_split = t = 0.0
@@ -213,25 +218,42 @@ def main() -> None:
             else:
                 t, got = timed(functools.partial(read_sacct, text, tz=UTC))
                 c_read = CPU[-1]
+                kept = SlurmImported()
+                timed(
+                    functools.partial(
+                        allocations_of,
+                        got,
+                        where="-",
+                        seen_at=after_all,
+                        cluster="",
+                        teams={},
+                        out=kept,
+                    )
+                )
+                c_kept = CPU[-1]
                 timed(functools.partial(operator.attrgetter("jobs.columns"), got))
                 c_made = CPU[-1]
         to_pandas.append(t_pandas / t)
         to_split.append(t_split / t)
         cpu_pandas.append(c_pandas / c_read)
         cpu_made.append(c_pandas / (c_read + c_made))
+        cpu_kept.append(c_pandas / (c_read + c_kept))
         say(
             f"parsable: {t:6.2f} s ({c_read:.2f} CPU s), {n / t:,.0f} jobs/s, "
             f"{len(got.jobs):,} allocations, {got.not_started:,} never started; "
             f"pandas.read_csv {t_pandas:.2f} s ({c_pandas:.2f} CPU s; {to_pandas[-1]:.3f}x its "
             f"rate, {cpu_pandas[-1]:.3f}x in CPU), the split {t_split:.2f} s "
-            f"({to_split[-1]:.3f}x); the columns made Python values {c_made:.2f} CPU s "
-            f"({cpu_made[-1]:.3f}x pandas in CPU with them); a year at {args.jobs_per_day:,} a "
+            f"({to_split[-1]:.3f}x); allocations_of {c_kept:.2f} CPU s "
+            f"({len(kept.jobs):,} allocations; {cpu_kept[-1]:.3f}x pandas in CPU with it), the "
+            f"columns made Python values {c_made:.2f} CPU s ({cpu_made[-1]:.3f}x pandas in CPU "
+            f"with them); a year at {args.jobs_per_day:,} a "
             f"day: {t * 365 / args.days:.0f} s  [{i + 1}/{args.repeat}]"
         )
-        del got
+        del got, kept
     say(
         f"parsable: the read's rate is {spread(to_pandas)}x pandas.read_csv's "
-        f"({spread(cpu_pandas)}x in CPU seconds; {spread(cpu_made)}x with its columns made "
+        f"({spread(cpu_pandas)}x in CPU seconds; {spread(cpu_kept)}x with allocations_of, "
+        f"{spread(cpu_made)}x with its columns made "
         f"Python values) and {spread(to_split)}x the bare split's (min/median/max of "
         f"{args.repeat})"
     )
@@ -252,7 +274,6 @@ def main() -> None:
             f"as `gpu-kpi import slurm FILE` reads it, in a process of its own: peak {gib:.2f} GiB"
         )
     from reports.data.allocations import write_allocations
-    from reports.imports.slurm_jobs import SlurmImported, allocations_of
     from tracker.store import RunStore
 
     with tempfile.TemporaryDirectory() as tmp, RunStore(f"sqlite:///{tmp}/runs.db") as store:

@@ -67,6 +67,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/imports/nvsmi_fast.py",
         "reports/imports/nvsmi_minutes.py",
         "reports/imports/slurm.py",
+        "reports/imports/slurm_jobs.py",
         "reports/render/csv_arrow.py",
     ),
 }

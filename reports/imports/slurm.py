@@ -48,13 +48,17 @@ at a time), by the same rules (times from their digits, as wall-clock seconds an
 they are in), a 4 MiB block as one batch; every other line, and every line without pyarrow,
 is read one at a time as above, in the order of the lines. Those jobs are held as
 numbers and codes into each batch's distinct texts, made Python values (datetimes, strings)
-when :attr:`SlurmJobs.columns` is first asked for.
+when :attr:`SlurmJobs.columns` is first asked for; the import's allocations take them as they
+are (:meth:`SlurmJobs.parts`, :class:`JobCodes`). A block whose lines all look like plain rows
+(no ``\r``, no line over the limit) is given to Arrow whole first, each line's fields not
+counted here: Arrow refuses a row of another number of fields, and then each line is looked at.
 ``tests/reports/imports/test_sacct_blocks.py`` holds the two ways equal on random outputs.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -69,7 +73,7 @@ import numpy as np
 from reports.errors import ImportFailed
 
 if TYPE_CHECKING:
-    from reports.imports.arrow_csv import Coded
+    from reports.imports.arrow_csv import Batch, Coded
 
 REQUIRED = ("JobID", "Start", "End")
 """The ``--format`` fields a parsable file must have (and ``AllocTRES`` or ``AllocGRES``)."""
@@ -164,6 +168,16 @@ class SlurmJobs(Sequence[SlurmJob]):
         """``block``'s jobs ``lo`` to ``hi`` at the end, made Python values when asked for."""
         self._later.append((block, lo, hi))
 
+    def parts(self) -> Iterator[dict[str, list[Any]] | JobCodes]:
+        """The jobs in order, a run at a time: lists by field (as :attr:`columns`' values), or
+        a batch's jobs as the block reader holds them (:class:`JobCodes`), not made Python
+        values."""
+        if self._lists["job_id"]:
+            yield self._lists
+        for block, lo, hi in self._later:
+            coded = block.coded(lo, hi)
+            yield coded if coded is not None else block.lists(lo, hi)
+
     def rows(self) -> Iterator[tuple[Any, ...]]:
         """Each job's values as a tuple in :data:`_JOB_FIELDS`' order (no object made)."""
         return zip(*self.columns.values(), strict=True)
@@ -196,6 +210,50 @@ class SlurmJobs(Sequence[SlurmJob]):
 
     def __repr__(self) -> str:
         return f"SlurmJobs({list(self)!r})"
+
+
+class JobCodes:
+    """Jobs of one batch the block reader read (:meth:`SlurmJobs.parts`), as the batch holds
+    them: each field's distinct values and each job's code into them, the times as numbers.
+    What :func:`reports.imports.slurm_jobs.allocations_of` takes without a Python value per
+    job and field."""
+
+    __slots__ = ("_block", "_hi", "_lo", "end", "start", "texts", "tz", "zone")
+
+    def __init__(self, block: _Block, lo: int, hi: int) -> None:
+        self._block, self._lo, self._hi = block, lo, hi
+        self.texts: dict[str, tuple[np.ndarray, np.ndarray]] = block.coded_texts(lo, hi)
+        """Field of :class:`SlurmJob` (``job_id``, ``raw_id``, ``name``, ``user``, ``account``,
+        ``partition``, ``state``, ``nodes``, ``cluster``, ``gpus``, ``gpu_types``) → its
+        distinct values (an array of objects, as :class:`SlurmJob` holds them) and each job's
+        code (an array of ints) into them."""
+        self.start: np.ndarray = block.start[lo:hi]
+        """Each job's start: wall-clock seconds since 1970 (int64), in :attr:`zone`."""
+        self.end: np.ndarray = block.end[lo:hi]
+        """Each job's end, as :attr:`start`; :data:`NO_END` while it runs."""
+        self.zone: np.ndarray = block.zone[lo:hi]
+        """Each job's zone: :data:`LOCAL` (:attr:`tz`) or :data:`UTC` (int8); start and end
+        in the same."""
+        self.tz: tzinfo = block.tz
+
+    def __len__(self) -> int:
+        return self._hi - self._lo
+
+    def values(self, name: str) -> np.ndarray:
+        """Each job's value of field ``name`` (an array of objects)."""
+        distinct, codes = self.texts[name]
+        return distinct[codes]
+
+    def times(self, at: np.ndarray, *, end: bool = False) -> list[datetime | None]:
+        """The starts (or ends: None while running) of jobs ``at``, as :class:`SlurmJob`'s."""
+        wall, zone = (self.end if end else self.start)[at], self.zone[at]
+        if end:
+            zone = np.where(wall == NO_END, np.int8(_NONE), zone)
+        return _datetimes(wall, zone, self.tz)
+
+    def lists(self) -> dict[str, list[Any]]:
+        """The jobs' values by field, as :attr:`SlurmJobs.columns` makes them."""
+        return self._block.lists(self._lo, self._hi)
 
 
 @dataclass(frozen=True)
@@ -800,6 +858,7 @@ def _read_blocks(table: _Table, source: _TextSource | _StreamSource, tz: tzinfo)
     n = source.n
     pieces = source.pieces()
     piece: bytes | object | None = next(pieces, _END)
+    hopeful = True  # the last piece's lines all plain rows: this one's read as if so first
     while piece is not _END:
         following = next(pieces, _END)
         if piece is None:
@@ -808,7 +867,9 @@ def _read_blocks(table: _Table, source: _TextSource | _StreamSource, tz: tzinfo)
                 _take(out, table.names, at, got, times)
         else:
             assert isinstance(piece, bytes)
-            n = _read_piece(out, table, source, piece, following, n=n, rows=rows, times=times)
+            n, hopeful = _read_piece(
+                out, table, source, piece, following, n=n, rows=rows, times=times, hopeful=hopeful
+            )
         piece = following
     for at, got in rows.flush():
         _take(out, table.names, at, got, times)
@@ -825,9 +886,13 @@ def _read_piece(
     n: int,
     rows: _Rows,
     times: _Times,
-) -> int:
+    hopeful: bool = True,
+) -> tuple[int, bool]:
     """The lines of ``piece`` (line ``n + 1`` on) into ``out``; ``following``: the next piece
-    (None: a line over the limit; :data:`_END`: none). Returns the last line's number."""
+    (None: a line over the limit; :data:`_END`: none). ``hopeful``: every line is first taken
+    for a plain row where :func:`_all_plain` allows, all read by Arrow at once (its reader
+    refuses a row of another number of fields: then each line is looked at). Returns the last
+    line's number, and whether every line was a plain row."""
     from reports.imports.arrow_csv import read_block
 
     d = table.d.encode("utf-8", "surrogatepass")
@@ -838,25 +903,38 @@ def _read_piece(
             data, replaced = piece.replace(d, stand_in), True
     if not data.endswith(b"\n"):
         data += b"\n"
-    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-    fast = _plain_lines(table, data, ends, stand_in, _next_fields(following, d), grown=len(d) - 1)
-    starts = np.concatenate(([0], ends + 1))
+    after = _next_fields(following, d)
     keep = {str(i): name for i, name in enumerate(table.names) if name in _FIELDS}
-    batches = None
-    if fast.any():
-        view = memoryview(data)  # the plain lines not copied where they are one run
-        plain = [view[starts[a] : starts[b]] for a, b in _runs(fast) if fast[a]]
-        width = table.width + table.trailing
-        batches = read_block(
-            plain[0] if len(plain) == 1 else b"".join(plain),
+    width = table.width + table.trailing
+
+    def arrow(lines: bytes | memoryview) -> list[tuple[int, Batch]] | None:
+        return read_block(
+            lines,
             [str(i) for i in range(width)],
             delimiter=stand_in.decode("ascii"),
             keep=list(keep),
             plain=[k for k, name in keep.items() if name in _PLAIN],
             threads=False,  # one batch a piece: a batch's work below costs more than threads save
         )
-        if batches is None or sum(k for k, _ in batches) != int(fast.sum()):
-            fast[:], batches = False, None
+
+    batches = None
+    if hopeful and _all_plain(table, data, stand_in, after, grown=len(d) - 1):
+        batches = arrow(data)  # each line a row of the header's fields, or none read
+        if batches is not None and not _no_blank_id(batches, keep):
+            batches = None  # a blank line, perhaps (passed over): each line looked at
+        if batches is not None:
+            fast = np.ones(sum(k for k, _ in batches), dtype=bool)
+            starts = np.zeros(1, dtype=np.int64)
+    if batches is None:
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        fast = _plain_lines(table, data, ends, stand_in, after, grown=len(d) - 1)
+        starts = np.concatenate(([0], ends + 1))
+        if fast.any():
+            view = memoryview(data)  # the plain lines not copied where they are one run
+            plain = [view[starts[a] : starts[b]] for a, b in _runs(fast) if fast[a]]
+            batches = arrow(plain[0] if len(plain) == 1 else b"".join(plain))
+            if batches is None or sum(k for k, _ in batches) != int(fast.sum()):
+                fast[:], batches = False, None
     got = _Plain.of(batches, keep, tz=times.tz) if batches else None
     done = 0  # fast rows taken
     for a, b in _runs(fast):
@@ -873,7 +951,7 @@ def _read_piece(
         assert got is not None
         got.into(out, times, done, done + b - a, first_line=n + a + 1)
         done += b - a
-    return n + len(ends)
+    return n + len(fast), bool(fast.all())
 
 
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
@@ -891,6 +969,45 @@ def _next_fields(following: bytes | object | None, d: bytes) -> int | None:
     end = following.find(b"\n")
     line = following if end < 0 else following[:end]
     return -1 if len(line) > MAX_LINE_BYTES else line.count(d)
+
+
+def _no_blank_id(batches: list[tuple[int, Batch]], keep: Mapping[str, str]) -> bool:
+    """Whether no row Arrow read has a blank ``JobID``: a blank line (Arrow's row of blank
+    fields, where the line reader passes it over) has one, and so has a row without an id,
+    rare enough to be looked at a line at a time."""
+    (key,) = [k for k, name in keep.items() if name == "JobID"]
+    for _, columns in batches:
+        col = columns[key]
+        assert not isinstance(col, np.ndarray)
+        raw = _raw(col)
+        blank = (np.diff(raw[0]) == 0) if raw is not None else col.matches("^$")
+        if blank.any():
+            return False
+    return True
+
+
+_WINDOW = 1 << 18
+"""Bytes of :func:`_all_plain`'s windows: a line of ``2 * _WINDOW - 1`` bytes or more holds
+one whole."""
+
+
+def _all_plain(table: _Table, data: bytes, d: bytes, after: int | None, *, grown: int) -> bool:
+    """Whether every line of ``data`` (whole lines) may be a plain row as :func:`_plain_lines`
+    reads them, where its fields are the header's: ``d`` one byte, no ``\\r``, no ``-p``, no
+    line over :data:`MAX_LINE_BYTES` (each window of :data:`_WINDOW` bytes holds a line
+    break), and the next line (``after`` delimiters) no rest of the last one's name. Arrow's
+    reader, which refuses a row of another number of fields but reads a blank line as a row of
+    blank fields (:func:`_no_blank_id`), says whether they are."""
+    if not d or table.trailing or 2 * _WINDOW + grown * table.width > MAX_LINE_BYTES:
+        return False
+    if b"\r" in data:
+        return False
+    for at in range(0, len(data) - _WINDOW + 1, _WINDOW):
+        if data.find(b"\n", at, at + _WINDOW) < 0:
+            return False  # perhaps a line over the limit: each line looked at
+    if table.name_at is not None and table.after == 0 and after is not None:
+        return after >= table.width - 1  # (-1: a line over the limit, which is no row's rest)
+    return True
 
 
 def _plain_lines(
@@ -938,6 +1055,8 @@ _LOCAL, _UTC, _OFFSET, _NONE, _BAD = 0, 1, 2, -1, -2
 """What a time cell is, as the block reader holds it: written without a zone (in the zone
 given), seconds since 1970 (UTC), a time with its own offset (kept as a datetime), no time
 (``Unknown``…), or no time :func:`_time` can read."""
+LOCAL, UTC_ZONE = _LOCAL, _UTC
+"""A job's zone in :attr:`JobCodes.zone`: the zone given to the read, or UTC."""
 _LAST_S = 253_402_300_799
 """9999-12-31T23:59:59 as seconds since 1970: the last second a datetime holds."""
 _NO_TIME_RE = "^(" + "|".join(map(re.escape, sorted(_NO_TIME))) + ")$"
@@ -968,10 +1087,16 @@ def _clock_of(col: Coded, tz: tzinfo) -> _Clock:
     since 1970, ``Unknown``) read from their digits at once, each other one by :func:`_time`."""
     same = col.fixed(19)  # every text 19 bytes long: as ISO's, checked below
     iso = _iso_shaped(same) if same is not None else col.matches(_ISO)
-    wall = np.zeros(len(iso), dtype=np.int64)
-    zone = np.full(len(iso), _BAD, dtype=np.int8)
     at = np.flatnonzero(iso)
-    if len(at):
+    if same is not None and len(at) == len(iso):  # every text ISO's (the most usual)
+        wall, valid = _iso_seconds(same)
+        zone = np.where(valid, np.int8(_LOCAL), np.int8(_BAD))
+        if not valid.all():
+            wall[~valid] = 0
+    else:
+        wall = np.zeros(len(iso), dtype=np.int64)
+        zone = np.full(len(iso), _BAD, dtype=np.int8)
+    if len(at) and (same is None or len(at) < len(iso)):
         seconds, valid = _iso_seconds(col.chars(at, 19) if same is None else same[at])
         wall[at[valid]], zone[at[valid]] = seconds[valid], _LOCAL
     for pattern in (_NO_TIME_RE, _WHOLE):  # each asked only while some text is still unread
@@ -1016,29 +1141,35 @@ def _clock_set(clock: _Clock, i: int, t: datetime | None, tz: tzinfo) -> None:
 
 
 def _iso_seconds(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The wall-clock seconds since 1970 of ``YYYY-MM-DDTHH:MM:SS`` texts (``(n, 19)`` uint8),
-    and whether each is a time (what datetime() takes: year 1 on, the month's days, 23:59:59;
-    H. Hinnant's ``days_from_civil``)."""
-
-    def number(at: int, width: int) -> np.ndarray:
-        out = d[:, at].astype(np.int32) - 48
-        for i in range(at + 1, at + width):
-            out = out * 10 + (d[:, i] - 48)  # (uint8: a digit's wraps past 9, checked before)
-        return out
-
-    year, month, day = number(0, 4), number(5, 2), number(8, 2)
-    hour, minute, second = number(11, 2), number(14, 2), number(17, 2)
-    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-    days_in = _DAYS_IN[np.clip(month, 0, 12)] + (leap & (month == 2))
-    valid = (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in)
+    """The wall-clock seconds since 1970 of ``YYYY-MM-DDTHH:MM:SS`` texts (``(n, 19)`` uint8 of
+    ASCII digits where :data:`_DIGIT_AT` says), and whether each is a time (what datetime()
+    takes: year 1 on, the month's days, 23:59:59): each month's first day and days looked up
+    (:func:`_months`)."""
+    g = d[:, _DIGIT_AT].T.astype(np.int32) - 48  # a row per digit: each number from rows
+    year = ((g[0] * 10 + g[1]) * 10 + g[2]) * 10 + g[3]
+    month, day = g[4] * 10 + g[5], g[6] * 10 + g[7]
+    hour, minute, second = g[8] * 10 + g[9], g[10] * 10 + g[11], g[12] * 10 + g[13]
+    first, days_in = _months()
+    at = year * 12 + np.clip(month, 1, 12) - 1
+    valid = (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in[at])
     valid &= (hour < 24) & (minute < 60) & (second < 60)
+    days = first[at] + (day - 1)
+    return days * 86400 + (hour * 3600 + minute * 60 + second), valid
+
+
+@functools.cache
+def _months() -> tuple[np.ndarray, np.ndarray]:
+    """Each month of years 0 to 9999 (``year * 12 + month - 1``): the days from 1970-01-01 to
+    its first day (int64; H. Hinnant's ``days_from_civil``) and its days."""
+    year = np.repeat(np.arange(10_000, dtype=np.int64), 12)
+    month = np.tile(np.arange(1, 13, dtype=np.int64), 10_000)
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
     y = year - (month <= 2)
     era = y // 400
     yoe = y - era * 400
-    doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    doy = (153 * ((month + 9) % 12) + 2) // 5
     doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    days = (era * 146097 + doe - 719468).astype(np.int64)
-    return days * 86400 + (hour * 3600 + minute * 60 + second), valid
+    return era * 146097 + doe - 719468, _DAYS_IN[month] + (leap & (month == 2))
 
 
 def _civil(seconds: np.ndarray) -> list[list[int]]:
@@ -1122,15 +1253,19 @@ def _latest(seen: Sequence[_Seen], lo: int, hi: int, tz: tzinfo) -> datetime | N
     """The latest time of rows ``lo`` to ``hi``, as max() of their datetimes finds it: where all
     are in one zone, the latest wall clock; else max() of the datetimes made, row by row (an
     order of wall clocks in one zone and instants between zones)."""
-    zones = np.concatenate([s.zone[lo:hi] for s in seen])
-    walls = np.concatenate([s.wall[lo:hi] for s in seen])
-    kinds = set(np.unique(zones[zones >= 0]).tolist())
+    kinds: dict[int, int] = {}  # kind -> its latest wall clock
+    for s in seen:
+        zone, wall = s.zone[lo:hi], s.wall[lo:hi]
+        for kind in (_LOCAL, _UTC, _OFFSET):
+            where = zone == kind
+            if where.any():
+                top = int(wall.max(where=where, initial=np.iinfo(np.int64).min))
+                kinds[kind] = max(kinds.get(kind, top), top)
     if not kinds:
         return None
-    if kinds in ({_LOCAL}, {_UTC}):
-        (kind,) = kinds
-        wall = walls[zones == kind].max(keepdims=True)
-        return _datetimes(wall, np.array([kind], dtype=np.int8), tz)[0]
+    if len(kinds) == 1 and _OFFSET not in kinds:
+        ((kind, top),) = kinds.items()
+        return _datetimes(np.array([top]), np.array([kind], dtype=np.int8), tz)[0]
     made = (s.at(i, tz) for i in range(lo, hi) for s in seen)
     return max(filter(None, made), default=None)
 
@@ -1239,6 +1374,46 @@ class _Block:
     def __len__(self) -> int:
         return len(self.start)
 
+    def coded(self, lo: int, hi: int) -> JobCodes | None:
+        """Jobs ``lo`` to ``hi`` as codes (:class:`JobCodes`); None where their values were
+        made already (few jobs among many rows)."""
+        return None if self._made is not None else JobCodes(self, lo, hi)
+
+    def coded_texts(self, lo: int, hi: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """:attr:`JobCodes.texts` of jobs ``lo`` to ``hi``."""
+        n = hi - lo
+        none = (_objects([""], 1), np.zeros(n, dtype=np.intp))
+
+        def text(name: str, how: Callable[[str], str] | None = None) -> tuple[Any, Any]:
+            col = self.columns.get(name)
+            if col is None:
+                return none
+            self._text(name, 0, 0, how)
+            return self._values[name], col.codes[self.at[lo:hi]]
+
+        job_id, raw_id = text("JobID"), text("JobIDRaw", str.strip)
+        # JobIDRaw, else JobID: a job's own (each job its own code)
+        raw_given, job_given = raw_id[0][raw_id[1]], job_id[0][job_id[1]]
+        blank = np.array([not r for r in raw_id[0].tolist()], dtype=bool)[raw_id[1]]
+        raw_given[blank] = job_given[blank]
+        tres = self.tres_codes[lo:hi]
+        nodes = none
+        if self.nodes is not None:
+            nodes = (self.nodes, self.columns["NodeList"].codes[self.at[lo:hi]])
+        return {
+            "job_id": job_id,
+            "raw_id": (raw_given, np.arange(n)),
+            "name": text("JobName"),
+            "user": text("User"),
+            "account": text("Account"),
+            "partition": text("Partition"),
+            "state": text("State", lambda s: s.split(" ", 1)[0]),
+            "nodes": nodes,
+            "cluster": text("Cluster", str.strip),
+            "gpus": (self.gpus, tres),
+            "gpu_types": (self.gpu_types, tres),
+        }
+
     def lists(self, lo: int, hi: int) -> dict[str, list[Any]]:
         """Jobs ``lo`` to ``hi``'s values, by :class:`SlurmJob` field."""
         if self._made is not None:
@@ -1301,8 +1476,8 @@ class _Block:
         return self._values["array"], self._values["task"]
 
 
-_NO_END = np.iinfo(np.int64).min
-"""A running job's end, in :class:`_Block`'s wall clocks."""
+NO_END = _NO_END = np.iinfo(np.int64).min
+"""A running job's end, in :class:`_Block`'s wall clocks (:attr:`JobCodes.end`)."""
 
 
 def _plain_batch(
@@ -1313,7 +1488,9 @@ def _plain_batch(
     zero = np.zeros(rows, dtype=np.int64)
     # JobID: a job's own id or an array task's (digits) plainly; the others as _add reads them
     col = columns["JobID"]
-    plain_id = col.matches(r"^\d+(_\d+)?$")
+    plain_id = _shaped(col, under=True)
+    if plain_id is None:
+        plain_id = col.matches(r"^\d+(_\d+)?$")
     ids: dict[int, str] = {}  # the other ids, stripped
     kind_of = np.where(plain_id, _Plain.JOB, _Plain.ODD).astype(np.int8)
     pending = np.zeros(len(plain_id), dtype=bool)
@@ -1428,15 +1605,64 @@ _KEPT = frozenset(
 
 def _elapsed_of(col: Coded) -> np.ndarray:
     """Each distinct ``ElapsedRaw`` text as :func:`_digits` reads it (-1: None), by code."""
-    whole = col.matches(_WHOLE)
+    whole = _shaped(col, under=False)
+    if whole is None:
+        whole = col.matches(_WHOLE)
     out = np.full(len(whole), -1, dtype=np.int64)
     at = np.flatnonzero(whole)
-    out[at] = col.whole(at)
+    if len(at):
+        out[at] = col.whole(at)
     odd = np.flatnonzero(~whole)
     for i, text in zip(odd.tolist(), col.texts(odd), strict=True):
         got = _digits(text)
         out[i] = -1 if got is None else got
     return out
+
+
+def _raw(col: Coded) -> tuple[np.ndarray, np.ndarray] | None:
+    """A column's distinct texts as bytes: their offsets (one more than the texts) into the
+    UTF-8 bytes; None where :class:`~reports.imports.arrow_csv.Coded` holds them another way
+    than as an Arrow string array (then asked by pattern)."""
+    texts, offsets = getattr(col, "_texts", None), getattr(col, "_offsets", None)
+    if texts is None or offsets is None:
+        return None
+    try:
+        data = texts.buffers()[2]
+        at = offsets()
+    except (AttributeError, IndexError, TypeError):
+        return None
+    if len(at) < 1:
+        return None
+    return at, np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+
+
+def _shaped(col: Coded, *, under: bool) -> np.ndarray | None:
+    """Whether each distinct text of ``col`` is ASCII digits (``_WHOLE``: 1 to 18 of them) or,
+    ``under``, digits with at most one ``_`` between them (``^\\d+(_\\d+)?$``), by code,
+    read from its bytes at once; None where they cannot be read so (:func:`_raw`)."""
+    raw = _raw(col)
+    if raw is None:
+        return None
+    offsets, data = raw
+    lo, hi = offsets[:-1], offsets[1:]
+    ok = hi > lo
+    if not under:
+        ok &= hi - lo <= 18
+    first = int(offsets[0])
+    at = np.flatnonzero((data[first : offsets[-1]] - np.uint8(48)) > 9) + first  # no digit
+    if not len(at):
+        return ok
+    owner = np.searchsorted(offsets, at, side="right") - 1
+    if not under:
+        ok[owner] = False
+        return ok
+    mark = data[at] == 95  # "_"
+    ok[owner[~mark]] = False
+    at, owner = at[mark], owner[mark]
+    twice = np.flatnonzero(owner[1:] == owner[:-1])
+    ok[owner[twice]] = False
+    ok[owner[(at == lo[owner]) | (at == hi[owner] - 1)]] = False  # first or last
+    return ok
 
 
 class _Times:

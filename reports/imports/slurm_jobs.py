@@ -23,22 +23,29 @@ written, an input that is not sacct's). A row that cannot be read is left out an
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import secrets
 import subprocess
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from reports.errors import ImportFailed, UsageError
 from reports.imports.slurm import (
     FORMAT,
+    LOCAL,
     MAX_INPUT_BYTES,
+    NO_END,
     USAGE_FORMAT,
+    UTC_ZONE,
+    JobCodes,
     SacctRead,
     StepUsage,
     Unreadable,
@@ -196,7 +203,10 @@ def allocations_of(
     gres_models: Mapping[str, str] | None = None,
     node_gpus: Mapping[str, int] | None = None,
 ) -> None:
-    """The jobs of one read as allocations into ``out`` (its counts raised too).
+    """The jobs of one read as allocations into ``out`` (its counts raised too). The block
+    reader's jobs are taken as it holds them (:class:`reports.imports.slurm.JobCodes`): each
+    check asked once per distinct value (a node list, a TRES list) or of all jobs at once as
+    numbers (the times), and a Python value made only for what an allocation holds.
 
     Args:
         read: What :func:`reports.imports.slurm.read_sacct` found.
@@ -208,17 +218,79 @@ def allocations_of(
         gres_models: ``[slurm] gres_models`` (:func:`model_of_type`).
         node_gpus: Each node's GPUs where known (:func:`over_capacity`).
     """
-    from reports.data.allocations import same_job
-    from reports.rows import Allocation
-
     out.steps += read.steps
     out.not_started += read.not_started
     out.unreadable += [Unreadable(f"{where} {u.where}", u.reason) for u in read.unreadable]
-    hosts_of: dict[str, tuple[str, ...] | str] = {}  # a node list expanded once (or why not)
-    bounds: dict[tuple[int, str], str | None] = {}  # over_capacity of (GPUs, node list)
-    models: dict[tuple[tuple[str, int], ...], tuple[str, str | None]] = {}  # type, model
-    latest = seen_at + CLOCK_SLACK
-    c = read.jobs.columns  # a job at a time from its columns: no SlurmJob made
+    ask = _Asked(where, seen_at, cluster, teams, gres_models, node_gpus or {})
+    for part in read.jobs.parts():
+        if not isinstance(part, JobCodes):
+            _lists_into(part, ask, out)
+        elif not _coded_into(part, ask, out):
+            _lists_into(part.lists(), ask, out)
+
+
+@dataclass
+class _Asked:
+    """:func:`allocations_of`'s arguments, and what it found of each distinct value: a node
+    list's hosts (or why none), a gres list's type and model."""
+
+    where: str
+    seen_at: datetime
+    cluster: str
+    teams: Mapping[str, str]
+    gres_models: Mapping[str, str] | None
+    node_gpus: Mapping[str, int]
+    hosts_of: dict[str, tuple[str, ...] | str] = field(default_factory=dict)
+    """A node list expanded once (or why not)."""
+    bounds: dict[tuple[int, str], str | None] = field(default_factory=dict)
+    """:func:`over_capacity` of (GPUs, node list)."""
+    models: dict[tuple[tuple[str, int], ...], tuple[str, str | None]] = field(default_factory=dict)
+    """The main type and its model of a job's types."""
+
+    @functools.cached_property
+    def seen(self) -> str:
+        """:attr:`seen_at` as a reason names it."""
+        return self.seen_at.isoformat(timespec="minutes")
+
+    @property
+    def latest(self) -> datetime:
+        """The latest time a job may hold (:data:`CLOCK_SLACK` past the output's own)."""
+        return self.seen_at + CLOCK_SLACK
+
+    def hosts(self, nodes: str) -> tuple[str, ...] | str:
+        """The hosts of a node list, or why it names none."""
+        hosts = self.hosts_of.get(nodes)
+        if hosts is None:
+            try:
+                hosts = self.hosts_of[nodes] = expand_nodes(nodes)
+            except ValueError as e:
+                hosts = self.hosts_of[nodes] = str(e)
+        return hosts
+
+    def model(self, gpu_types: tuple[tuple[str, int], ...]) -> tuple[str, str | None]:
+        """The type holding most of a job's GPUs, and the price table's model of it; none
+        named: ("", None)."""
+        if gpu_types not in self.models:
+            main = _main_type(gpu_types) if gpu_types else ""
+            model = model_of_type(main, self.gres_models) if gpu_types else None
+            self.models[gpu_types] = (main, model)
+        return self.models[gpu_types]
+
+    def too_many(self, gpus: int, nodes: str, hosts: tuple[str, ...]) -> str | None:
+        """:func:`over_capacity` of a job's GPUs on its nodes, asked once a pair."""
+        got = self.bounds.get((gpus, nodes), "")
+        if got == "":
+            got = self.bounds[gpus, nodes] = over_capacity(gpus, hosts, self.node_gpus)
+        return got
+
+
+def _lists_into(c: Mapping[str, Sequence[Any]], ask: _Asked, out: SlurmImported) -> None:
+    """Jobs held as lists by field (:attr:`reports.imports.slurm.SlurmJobs.columns`' values)
+    into ``out``, a job at a time."""
+    from reports.data.allocations import same_job
+    from reports.rows import Allocation
+
+    where, seen_at, latest, seen = ask.where, ask.seen_at, ask.latest, ask.seen
     names = ("job_id", "raw_id", "name", "user", "account", "partition", "state", "start", "end")
     for (job_id, raw_id, name, user, account, partition, state, start, end), more in zip(
         zip(*(c[k] for k in names), strict=True),
@@ -227,46 +299,32 @@ def allocations_of(
     ):
         gpus, gpu_types, nodes, job_cluster = more
         try:
-            hosts = hosts_of.get(nodes)
-            if hosts is None:
-                try:
-                    hosts = hosts_of[nodes] = expand_nodes(nodes)
-                except ValueError as e:
-                    hosts = hosts_of[nodes] = str(e)
+            hosts = ask.hosts(nodes)
             if isinstance(hosts, str):
                 raise ValueError(hosts)
             if not 0 <= gpus <= MAX_GPUS:
                 raise ValueError(f"{gpus} GPUs: not from 0 to {MAX_GPUS:,}")
-            too_many = bounds.get((gpus, nodes), "")
-            if too_many == "":
-                too_many = bounds[gpus, nodes] = over_capacity(gpus, hosts, node_gpus or {})
+            too_many = ask.too_many(gpus, nodes, hosts)
             if too_many is not None:
                 raise ValueError(too_many)
             if end is not None and end < start:
                 raise ValueError(f"ends ({end.isoformat()}) before it starts")
             last = end or start
             if last > latest:  # End=9999-12-31: 139,781,550 GPU-h of one job
-                raise ValueError(
-                    f"{'ends' if end else 'starts'} {last.isoformat()}, after the output's "
-                    f"own time ({seen_at.isoformat(timespec='minutes')})"
-                )
+                raise ValueError(_after_output(last, end is not None, seen))
         except ValueError as e:
             out.unreadable.append(Unreadable(f"{where} job {job_id}", str(e)))
             continue
-        if gpu_types not in models:
-            # the price table's model of the type holding most of its GPUs; none named: None
-            main = _main_type(gpu_types) if gpu_types else ""
-            models[gpu_types] = (main, model_of_type(main, gres_models) if gpu_types else None)
-        kind, model = models[gpu_types]
+        kind, model = ask.model(gpu_types)
         allocation = Allocation(
             source="slurm",
-            cluster=job_cluster or cluster,
+            cluster=job_cluster or ask.cluster,
             job_id=raw_id,
             shown_id=job_id,
             name=name,
             user=user,
             account=account,
-            team=teams.get(account, account),
+            team=ask.teams.get(account, account),
             partition=partition,
             state=state,
             start_at=start,
@@ -291,6 +349,198 @@ def allocations_of(
         out.jobs.append(allocation)
         if gpu_types:
             out.types[kind] = model
+
+
+def _after_output(last: datetime, ended: bool, seen: str) -> str:
+    """Why a job whose start or end (``last``) is past the output's own time (``seen``: its
+    :attr:`_Asked.seen`) is left out."""
+    return (
+        f"{'ends' if ended else 'starts'} {last.isoformat()}, after the output's own time ({seen})"
+    )
+
+
+_ALLOCATION_FIELDS = (
+    "source",
+    "cluster",
+    "job_id",
+    "shown_id",
+    "name",
+    "user",
+    "account",
+    "team",
+    "partition",
+    "state",
+    "start_at",
+    "end_at",
+    "seen_at",
+    "gpus",
+    "gpu_model",
+    "hosts",
+)
+_DAY_S = 86_400
+"""Seconds of a day: no zone is a day or more from UTC (a time's wall clock is within it)."""
+
+
+def _coded_into(jobs: JobCodes, ask: _Asked, out: SlurmImported) -> bool:
+    """A batch's jobs (:class:`JobCodes`) into ``out``, as :func:`_lists_into` reads them:
+    each node list, gres list and (GPUs, node list) asked once, the times compared as
+    numbers (as datetimes near the output's own time, in a zone of their own); False (and
+    nothing taken) where a job's cluster is not known, whose id is checked against the jobs
+    read before, a job at a time."""
+    from reports.rows import Allocation
+
+    texts = jobs.texts
+    clusters = [c or ask.cluster for c in texts["cluster"][0].tolist()]
+    cluster_codes = texts["cluster"][1]
+    if not all(clusters[c] for c in np.unique(cluster_codes).tolist()):
+        return False
+    node_values, node_codes = texts["nodes"]
+    gpu_values, gres_codes = texts["gpus"]
+    # each distinct node list's hosts, and each distinct gres list's GPUs, once
+    hosts = [ask.hosts(x) for x in node_values.tolist()]
+    gpus = gpu_values.tolist()
+    why: dict[int, str] = {}  # job -> why it is left out (the first check it fails)
+    hosts_bad = np.array([isinstance(h, str) for h in hosts], dtype=bool)[node_codes]
+    for i in np.flatnonzero(hosts_bad).tolist():
+        why[i] = str(hosts[node_codes[i]])
+    gpus_bad = np.array([not 0 <= g <= MAX_GPUS for g in gpus], dtype=bool)[gres_codes]
+    for i in np.flatnonzero(gpus_bad & ~hosts_bad).tolist():
+        why[i] = f"{gpus[gres_codes[i]]} GPUs: not from 0 to {MAX_GPUS:,}"
+    ok = ~(hosts_bad | gpus_bad)
+    # over the nodes' GPUs: asked once per (gres list, node list) pair
+    pairs = gres_codes[ok].astype(np.int64) * len(hosts) + node_codes[ok]
+    found, first = np.unique(pairs, return_index=True)
+    over = np.zeros(len(found), dtype=bool)
+    said: list[str | None] = []
+    for k, j in enumerate(np.flatnonzero(ok)[first].tolist()):
+        g, node = gpus[gres_codes[j]], node_codes[j]
+        said.append(ask.too_many(g, node_values[node], hosts[node]))
+        over[k] = said[-1] is not None
+    if over.any():
+        rank = np.searchsorted(found, pairs)
+        at = np.flatnonzero(ok)
+        for i, k in zip(at[over[rank]].tolist(), rank[over[rank]].tolist(), strict=True):
+            why[i] = str(said[k])
+        ok[at[over[rank]]] = False
+    # the times: an end before the start (one zone: their wall clocks), and a time past the
+    # output's own
+    ended = jobs.end != NO_END
+    backwards = ok & ended & (jobs.end < jobs.start)
+    at = np.flatnonzero(backwards)
+    for i, end in zip(at.tolist(), jobs.times(at, end=True), strict=True):
+        assert end is not None
+        why[i] = f"ends ({end.isoformat()}) before it starts"
+    ok &= ~backwards
+
+    def last(at: np.ndarray) -> list[datetime]:
+        """The ends of jobs ``at`` that ended, the starts of the others."""
+        made = np.empty(len(at), dtype=object)
+        done = ended[at]
+        made[done] = _objects(jobs.times(at[done], end=True))
+        made[~done] = _objects(jobs.times(at[~done]))
+        return list(made)
+
+    at = np.flatnonzero(ok)
+    last_wall = np.where(ended, jobs.end, jobs.start)[at]
+    late = at[_past(last_wall, jobs.zone[at], jobs.tz, ask.latest, lambda k: last(at[k]))]
+    for i, t in zip(late.tolist(), last(late), strict=True):
+        why[i] = _after_output(t, bool(ended[i]), ask.seen)
+    ok[late] = False
+    if why:
+        shown = jobs.values("job_id")
+        out.unreadable += [Unreadable(f"{ask.where} job {shown[i]}", why[i]) for i in sorted(why)]
+    # the allocations: each field's values of the jobs kept
+    keep = np.flatnonzero(ok)
+    if not len(keep):
+        return True
+    starts = jobs.times(keep)
+    ends = jobs.times(keep, end=True)
+    account_values, account_codes = texts["account"]
+    teams = _objects([ask.teams.get(a, a) for a in account_values.tolist()])
+    kinds_models = [ask.model(t) for t in texts["gpu_types"][0].tolist()]
+    models = _objects([m for _, m in kinds_models])
+    host_values = _objects(hosts)
+    later = _past(
+        jobs.start[keep], jobs.zone[keep], jobs.tz, ask.seen_at, lambda k: [starts[i] for i in k]
+    )  # seen at its start where that is later
+    first_seen = [t if a else ask.seen_at for t, a in zip(starts, later.tolist(), strict=True)]
+    kept = gres_codes[keep]
+    columns = (
+        ["slurm"] * len(keep),
+        _objects(clusters)[cluster_codes[keep]].tolist(),
+        texts["raw_id"][0][texts["raw_id"][1][keep]].tolist(),
+        *(
+            texts[name][0][texts[name][1][keep]].tolist()
+            for name in ("job_id", "name", "user", "account")
+        ),
+        teams[account_codes[keep]].tolist(),
+        *(texts[name][0][texts[name][1][keep]].tolist() for name in ("partition", "state")),
+        starts,
+        ends,
+        first_seen,
+        gpu_values[kept].tolist(),
+        models[kept].tolist(),
+        host_values[node_codes[keep]].tolist(),
+    )
+    new, append, names = Allocation.__new__, out.jobs.append, _ALLOCATION_FIELDS
+    for row in zip(*columns, strict=True):
+        allocation = new(Allocation)  # its fields set without __init__'s 16 arguments
+        allocation.__dict__.update(zip(names, row, strict=False))  # (as many as the names)
+        append(allocation)
+    # each type read (the one holding most of a job's GPUs), in the order of the jobs
+    typed = np.array([bool(t) for t in texts["gpu_types"][0].tolist()], dtype=bool)
+    codes, at = np.unique(kept, return_index=True)
+    for code in codes[np.argsort(at)].tolist():
+        if typed[code]:
+            kind, model = kinds_models[code]
+            out.types[kind] = model
+    return True
+
+
+def _objects(values: Sequence[Any]) -> np.ndarray:
+    """``values`` as a numpy array of objects (a tuple one value), to be taken by codes."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _past(
+    wall: np.ndarray,
+    zone: np.ndarray,
+    tz: tzinfo,
+    bound: datetime,
+    made: Callable[[np.ndarray], list[datetime]],
+) -> np.ndarray:
+    """Which times (``wall`` clock seconds in ``zone``: :data:`LOCAL`, ``tz``, or UTC) are
+    after ``bound``, as datetimes compare: one of ``bound``'s own zone by its wall clock, of
+    another by its instant. Where that is a number's comparison (UTC's, or ``bound``'s zone),
+    as numbers; a time of another zone within a day of ``bound`` as the datetime ``made`` of
+    its index makes."""
+    past = np.zeros(len(wall), dtype=bool)
+    instant_s = (bound - _EPOCH) // timedelta(microseconds=1) // 1_000_000
+    own_s = (bound.replace(tzinfo=None) - _NAIVE_EPOCH) // timedelta(microseconds=1) // 1_000_000
+    for kind, zone_tz in ((UTC_ZONE, UTC), (LOCAL, tz)):
+        these = zone == kind
+        if not these.any():
+            continue
+        # a whole second (the times read) after a bound of microseconds: after its second
+        if zone_tz is bound.tzinfo:
+            past |= these & (wall > own_s)
+        elif zone_tz is UTC:
+            past |= these & (wall > instant_s)
+        else:  # an offset of under a day from UTC: further than that, as numbers
+            past |= these & (wall > instant_s + _DAY_S)
+            near = np.flatnonzero(
+                these & (wall >= instant_s - _DAY_S) & (wall <= instant_s + _DAY_S)
+            )
+            if len(near):
+                past[near] = [t > bound for t in made(near)]
+    return past
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)
 
 
 def read_files(

@@ -159,6 +159,65 @@ def test_blocks_read_what_lines_read(monkeypatch: pytest.MonkeyPatch, seed: int)
         assert fast == slow
 
 
+@pytest.mark.parametrize("seed", range(examples(200)))
+def test_blocks_of_plain_rows_read_whole_read_what_lines_read(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Outputs whose blocks are mostly all plain rows (each then given to Arrow whole, its
+    lines not looked at first): a blank line (Arrow's row of blank fields), a row of another
+    number of fields, a name going on past a line break or a ``\\r`` now and then, anywhere
+    in a block, are read as the line reader reads them."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(slurm, "MAX_LINE_BYTES", 400)
+    monkeypatch.setattr(slurm, "BLOCK_BYTES", rng.choice([64, 200, 333, 1024, 1 << 18]))
+    monkeypatch.setattr(slurm, "_WINDOW", rng.choice([16, 64, 1 << 18]))
+    d = rng.choice(["|", "|", "|#", "|5f3a9c0d2e4b6a18|"])
+    names = slurm.FORMAT.split(",")
+    lines = [d.join(names)]
+    for job in range(1000, 1000 + rng.randrange(1, 60)):
+        cells = [cell(rng, name, d, job) if rng.random() < 0.1 else "" for name in names]
+        cells = [
+            c or plain
+            for c, plain in zip(
+                cells,
+                [
+                    "gpukpi",
+                    str(job),
+                    str(job),
+                    "ann",
+                    "nlp",
+                    "gpu",
+                    "COMPLETED",
+                    "2026-12-02T10:00:00",
+                    "2026-12-02T11:00:00",
+                    "3600",
+                    "cpu=1,gres/gpu=2",
+                    "gpu01",
+                    f"train-{job}",
+                ],
+                strict=True,
+            )
+        ]
+        r = rng.random()
+        if r < 0.04:
+            lines.append("")
+        elif r < 0.06:
+            cells.append("extra")
+        elif r < 0.08:
+            cells[-1] += "\nrest"
+        elif r < 0.09:
+            cells[-1] += "\r"
+        lines.append(d.join(cells))
+    text = "\n".join(lines) + rng.choice(["\n", "", "\n\n"])
+    tz = rng.choice([UTC, ZoneInfo("Europe/Berlin")])
+    fast, slow = both(monkeypatch, lambda: read_sacct(text, tz=tz))
+    assert isinstance(slow, SacctRead) and isinstance(fast, SacctRead), (fast, slow)
+    same(fast, slow, f"seed {seed}")
+    fast, slow = both(monkeypatch, lambda: read_sacct_stream(io.BytesIO(text.encode()), tz=tz))
+    assert isinstance(slow, SacctRead) and isinstance(fast, SacctRead), (fast, slow)
+    same(fast, slow, f"seed {seed} (stream)")
+
+
 def test_a_name_that_goes_on_past_a_block_edge_is_one_name(monkeypatch: pytest.MonkeyPatch) -> None:
     """JobName last: the row's line ends a block, the rest of its name starts the next; the
     name is whole (``a`` + line break + ``b``) and the next job is read as its own."""
