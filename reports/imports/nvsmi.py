@@ -38,6 +38,7 @@ from reports.imports.play import (
     Labels,
     NoGpuTime,
     check_max_gap,
+    collector_paused,
     gap_s,
     no_time_note,
     played_run,
@@ -126,13 +127,15 @@ def _fast_run(
     labels: Labels,
     settings: Settings,
     max_gap_s: float | None,
-) -> tuple[RunRecord, list[MinuteSample]]:
-    """:func:`_run` of the common UTC log, vectorized (:mod:`reports.imports.nvsmi_fast`)."""
+) -> tuple[RunRecord, list[MinuteSample], dict[str, list[Rollup]]]:
+    """:func:`_run` of the common UTC log, vectorized (:mod:`reports.imports.nvsmi_fast`), and
+    the rollups of its minute rows where they were computed beside them (else none)."""
     from reports.imports.nvsmi_minutes import median_step, play
 
     rows: list[MinuteSample] = []
     run_id = _run_id([s.info.uuid for s in group], min(s.first for s in group))
     t = settings.thresholds
+    rollups: list[list[Rollup] | None] = []
     played = [
         play(
             s,
@@ -141,6 +144,7 @@ def _fast_run(
             idle_pct=t.idle_pct,
             idle_window_min=t.idle_window_min,
             gap_s=gap_s(max_gap_s, median_step(s)),
+            rollups=rollups,
         )
         for s in group
     ]
@@ -155,7 +159,10 @@ def _fast_run(
         source=SOURCE,
         links={"nvidia-smi log": str(path)},
     )
-    return record, rows
+    if any(r is None for r in rollups):
+        return record, rows, {}
+    computed = [r for gpu in rollups if gpu is not None for r in gpu]
+    return record, rows, {run_id: computed} if computed else {}
 
 
 @dataclass
@@ -194,13 +201,13 @@ def _runs(
             for group in [[s] for s in parsed] if per_gpu else [parsed]:
                 name = f"{path.stem}-{group[0].info.uuid}" if per_gpu else path.stem
                 try:
-                    record, rows = _fast_run(
+                    record, rows, computed = _fast_run(
                         path, name, group, labels=labels, settings=settings, max_gap_s=max_gap_s
                     )
                 except NoGpuTime:
                     out.no_gpu_time.append(name)
                     continue
-                out.runs.append((record, rows, {}))
+                out.runs.append((record, rows, computed))
             return out
     no_time: list[int] = []
     try:
@@ -245,7 +252,10 @@ def _file_runs(job: tuple[Path, dict[str, Any]]) -> FileRuns:
 
     path, kwargs = job
     read = _runs(path, **kwargs)
-    read.runs = [(record, rows, sample_rollups(rows) or {}) for record, rows, _ in read.runs]
+    read.runs = [  # those of the vectorized path are computed already (from its arrays)
+        (record, rows, computed or sample_rollups(rows) or {})
+        for record, rows, computed in read.runs
+    ]
     return read
 
 
@@ -345,18 +355,19 @@ def read_nvsmi(
         "columns": columns,
     }
     rollups: dict[str, list[Rollup]] = {}
-    for path, read in _each_file(files, kwargs, workers=workers):
-        no_gpu_time += read.no_gpu_time
-        no_time += read.no_time
-        for record, rows, computed in read.runs:
-            if record.id in records:
-                raise ImportFailed(
-                    f"{path}: the same GPUs and first reading as "
-                    f"{records[record.id][0]}: the same log twice?"
-                )
-            records[record.id] = (path, record)
-            samples.extend(rows)
-            rollups.update(computed)
+    with collector_paused():
+        for path, read in _each_file(files, kwargs, workers=workers):
+            no_gpu_time += read.no_gpu_time
+            no_time += read.no_time
+            for record, rows, computed in read.runs:
+                if record.id in records:
+                    raise ImportFailed(
+                        f"{path}: the same GPUs and first reading as "
+                        f"{records[record.id][0]}: the same log twice?"
+                    )
+                records[record.id] = (path, record)
+                samples.extend(rows)
+                rollups.update(computed)
     single = {s.run_id for s in samples if s.gpu.startswith("GPU-log-")}
     notes = (
         [
@@ -382,4 +393,7 @@ def import_nvsmi(
     imported before from the same log (same id) is replaced whole. Another run with minutes of
     the same GPUs in the same time is an :class:`ImportFailed` (a GPU's time counts once),
     unless it is an earlier nvidia-smi import and ``replace``: then it is dropped."""
-    return write_imported(store_url, read_nvsmi(paths, **kwargs), source=SOURCE, replace=replace)
+    with collector_paused():
+        return write_imported(
+            store_url, read_nvsmi(paths, **kwargs), source=SOURCE, replace=replace
+        )

@@ -9,9 +9,12 @@ reading that opened it. Its minute rows, run aggregates and idle time equal the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 from datetime import UTC, datetime
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +22,7 @@ from reports.imports.nvsmi_fast import Series
 from tracker.cost import idle_flags
 from tracker.record import MinuteSample
 from tracker.sampler import HIST_BINS, GpuStats
+from tracker.store.rollups import HOUR_MIN, ROLLUP_RULES, Rollup, rollup_of
 from tracker.units import j_to_kwh
 
 
@@ -82,9 +86,12 @@ def play(
     idle_pct: float,
     idle_window_min: int,
     rows: list[MinuteSample],
+    rollups: list[list[Rollup] | None] | None = None,
 ) -> tuple[Played, float, float]:
     """One GPU's readings as the sampler plays them: its run aggregates and idle time, its
-    minute rows (appended to ``rows``), its first and last time."""
+    minute rows (appended to ``rows``), its first and last time. ``rollups``: where given,
+    the rollups of its minute rows are appended to it as the store computes them
+    (:func:`hour_rollups`; None where they are not computed here)."""
     t = s.t
     n = len(t)
     dt = np.zeros(n)
@@ -111,8 +118,10 @@ def play(
     if power is not None:
         use = _kept(~np.isnan(power) & (dt > 0))
         stats._power_j = float(np.sum(power[use] * dt[use]))
-    minutes, utils, covered = _minutes(s, dt, run_id=run_id, rows=rows)
+    minutes, utils, covered, values = _minutes(s, dt, run_id=run_id, rows=rows)
     idle = idle_totals(minutes, utils, covered, window=idle_window_min, threshold_pct=idle_pct)
+    if rollups is not None:
+        rollups.append(hour_rollups(run_id, s.info.uuid, minutes, values))
     return Played(s.info.uuid, stats, idle), float(t[0]), float(t[-1])
 
 
@@ -170,6 +179,102 @@ def of_rows(
     return Played(uuid, stats, idle)
 
 
+def hour_rollups(
+    run_id: str, gpu: str, minutes: list[int], values: RowValues
+) -> list[Rollup] | None:
+    """The rollups of one GPU's minute rows (in minute order, one a minute: ``minutes``, their
+    epoch minutes, and ``values``, :data:`RowValues`) as the store computes them from the rows
+    it holds (:func:`tracker.store.rollups.rollups_of`), with numpy: every sum the same floats,
+    added in the same order (a padded row of each hour's values, summed by ``cumsum``, which
+    adds one value after another; an added 0.0 changes no sum that starts at 0.0). None where
+    a value is not one the rows here hold (covered seconds outside 0-60, a utilization or SM
+    activity outside 0-100, an energy or memory below 0 or infinite): the store's rules for
+    those are its own to apply."""
+    covered, util, sm, energy, mem = values
+    if not len(minutes):
+        return []
+    with np.errstate(invalid="ignore"):
+        if not (
+            ((covered >= 0.0) & (covered <= 60.0)).all()
+            and _within(util, 100.0)
+            and _within(sm, 100.0)
+            and _within(energy, math.inf)
+            and _within(mem, math.inf)
+        ):
+            return None
+    at = np.asarray(minutes, dtype=np.int64)
+    hours = at // HOUR_MIN
+    starts = np.flatnonzero(np.concatenate(([True], hours[1:] != hours[:-1])))
+    counts = np.diff(np.append(starts, len(at)))
+    # each row's place in its hour's padded row, after the 0.0 every sum starts from
+    place = (
+        np.repeat(np.arange(len(starts)), counts),
+        np.arange(len(at)) - np.repeat(starts, counts) + 1,
+    )
+    width = int(counts.max()) + 1
+
+    def summed(x: np.ndarray, use: np.ndarray | None = None) -> list[float]:
+        grid = np.zeros((len(starts), width))
+        grid[place] = x if use is None else np.where(use, x, 0.0)
+        return np.cumsum(grid, axis=1)[:, -1].tolist()
+
+    def flags(v: np.ndarray, rule: str) -> np.ndarray:
+        pct, window = ROLLUP_RULES[rule]
+        checked = _optional(v)
+        return np.array(
+            idle_flags(
+                checked, covered.tolist(), threshold_pct=pct, window=window, minutes=minutes
+            ),
+            dtype=bool,
+        )
+
+    sums: dict[str, list[float]] = {"covered_s": summed(covered)}
+    for name, v, rule in (("util", util, "util"), ("sm", sm, "sm_active")):
+        known = ~np.isnan(v)
+        if not known.any():
+            zero = [0.0] * len(starts)
+            sums.update({f"{name}_{k}": zero for k in ("known_s", "s", "idle_s", "idle_value_s")})
+            continue
+        weighted = v * covered
+        idle = known & flags(v, rule)
+        sums[f"{name}_known_s"] = summed(covered, known)
+        sums[f"{name}_s"] = summed(weighted, known)
+        sums[f"{name}_idle_s"] = summed(covered, idle)
+        sums[f"{name}_idle_value_s"] = summed(weighted, idle)
+    has_energy = np.add.reduceat(~np.isnan(energy), starts) > 0
+    energies = summed(energy, ~np.isnan(energy))
+    known_mem = ~np.isnan(mem)
+    has_mem = np.add.reduceat(known_mem, starts) > 0
+    peaks = np.fmax.reduceat(np.where(known_mem, mem, 0.0), starts).tolist()
+    out: list[Rollup] = []
+    for i, (hour, n) in enumerate(zip(hours[starts].tolist(), counts.tolist(), strict=True)):
+        out.append(
+            rollup_of(
+                (
+                    ("run_id", run_id),
+                    ("gpu", gpu),
+                    ("hour", hour),
+                    ("minutes", n),
+                    *((k, v[i]) for k, v in sums.items()),
+                    ("energy_kwh", energies[i] if has_energy[i] else None),
+                    # max(peak or 0.0, value) row after row: the largest, at least 0.0
+                    ("mem_peak_gib", max(0.0, peaks[i]) if has_mem[i] else None),
+                    ("dropped", 0),
+                    ("bad_util", 0),
+                    ("bad_sm", 0),
+                    ("bad_minutes", 0),
+                )
+            )
+        )
+    return out
+
+
+def _within(v: np.ndarray, high: float) -> bool:
+    """Whether every value of ``v`` is NaN (no value) or a number in [0, ``high``], not
+    infinite: what :func:`tracker.store.rollups.rollups_of` counts as it is."""
+    return bool((np.isnan(v) | ((v >= 0.0) & (v <= high) & (v != math.inf))).all())
+
+
 def idle_totals(
     minutes: list[int],
     utils: list[float | None],
@@ -197,18 +302,19 @@ def _minutes(
     *,
     run_id: str,
     rows: list[MinuteSample],
-) -> tuple[list[int], list[float | None], list[float]]:
+) -> tuple[list[int], list[float | None], list[float], RowValues]:
     """The minute rows (appended to ``rows``): each covering reading split at whole minutes,
-    summed per minute; and each row's epoch minute, utilization and covered seconds."""
+    summed per minute; and each row's epoch minute, utilization and covered seconds, and
+    their values as arrays (:data:`RowValues`)."""
     t = s.t
     covering = _kept(dt > 0)
     start_minute = int(t[0] // 60)
     b = t[covering]
     if len(b) == 0:
-        return [], [], []
+        return [], [], [], (np.zeros(0),) * 5
     a = b - dt[covering]
-    m0 = np.floor_divide(a, 60).astype(np.int64)
-    m1 = (-np.floor_divide(-b, 60)).astype(np.int64) - 1
+    m0 = _minute_of(a).astype(np.int64)
+    m1 = (-_minute_of(-b)).astype(np.int64) - 1
     k = m1 - m0 + 1
     if (k == 1).all():  # no reading crosses a minute: each is its own part, in place
         picked: slice | np.ndarray = covering
@@ -279,6 +385,15 @@ def _minutes(
     return _rows(columns, run_id=run_id, gpu=s.info.uuid, rows=rows)
 
 
+def _minute_of(t: np.ndarray) -> np.ndarray:
+    """``t // 60`` (floats): the floor of each exact quotient, as numpy's ``floor_divide``
+    gives it, in a third of its time (no ``fmod`` a value): the rounded quotient's floor is
+    it or one more, and ``q × 60`` (exact: an integer under 2**53) says which."""
+    q = np.floor(t / 60.0)
+    q -= q * 60.0 > t
+    return q
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _minute_start(minute: int) -> datetime:
     """The UTC start of an epoch minute: one datetime for each minute, whatever GPU's row."""
@@ -293,12 +408,17 @@ def _optional(values: np.ndarray) -> list[float | None]:
     return out
 
 
+RowValues = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""One GPU's minute rows' covered seconds, utilization, SM activity, energy (kWh) and peak
+memory as float64 arrays, each value the row's own (NaN where the row holds None)."""
+
+
 def _rows(
     columns: list[np.ndarray], *, run_id: str, gpu: str, rows: list[MinuteSample]
-) -> tuple[list[int], list[float | None], list[float]]:
+) -> tuple[list[int], list[float | None], list[float], RowValues]:
     """The minute rows of one GPU's columns (epoch minute, covered seconds, utilization, SM
     activity, peak memory, power, joules), appended to ``rows``; and each row's epoch minute,
-    utilization and covered seconds."""
+    utilization and covered seconds, and its values (:data:`RowValues`)."""
     at: list[int] = columns[0].tolist()
     seconds = columns[1]
     covered: list[float] = seconds.tolist()
@@ -309,24 +429,43 @@ def _rows(
     with np.errstate(invalid="ignore"):
         floored = np.where(peak > 0.0, peak, 0.0)  # max(0.0, peak), as the sampler's
     floored[np.isnan(peak)] = np.nan
-    utils, sms, peaks, powers, joules = (
-        _optional(c) for c in (columns[2], columns[3], floored, columns[5], columns[6])
+    utils, sms, peaks, powers = (
+        _optional(c) for c in (columns[2], columns[3], floored, columns[5])
     )
-    energies = [None if e is None else j_to_kwh(e) for e in joules]
+    kwh = j_to_kwh(columns[6])  # the same division, a value at a time or all at once
+    energies = _optional(kwh)
+    starts = map(_minute_start, at)
     rows.extend(
-        MinuteSample(
-            run_id=run_id,
-            minute=_minute_start(m),
-            gpu=gpu,
-            covered_s=c,
-            util_pct=u,
-            sm_active_pct=a,
-            mem_used_gib=p,
-            power_w=w,
-            energy_kwh=e,
-        )
-        for m, c, u, a, p, w, e in zip(
-            at, covered, utils, sms, peaks, powers, energies, strict=True
+        map(
+            _sample,
+            zip(
+                repeat(run_id),
+                starts,
+                repeat(gpu),
+                covered,
+                utils,
+                sms,
+                peaks,
+                powers,
+                energies,
+                strict=False,  # repeat() is endless; the others are as long as ``at``
+            ),
         )
     )
-    return at, utils, covered
+    values = (np.array(covered, dtype=np.float64), columns[2], columns[3], kwh, floored)
+    return at, utils, covered, values
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(MinuteSample))
+
+
+def _sample(values: tuple[Any, ...]) -> MinuteSample:
+    """A minute row of its fields' values in :class:`MinuteSample`'s order, made without the
+    frozen dataclass's ``__init__`` (a call of ``object.__setattr__`` a field: a third of the
+    rows' making): the same object, equal and alike."""
+    row = _new(MinuteSample)
+    row.__dict__.update(zip(_FIELDS, values, strict=True))
+    return row
+
+
+_new = object.__new__

@@ -195,13 +195,20 @@ def sample_rollups(samples: Iterable[MinuteSample]) -> dict[str, list[Rollup]] |
     once it holds these (and no other rows of those runs; a later sample of the same run, GPU
     and minute wins): an import computes them where it reads, beside its other work. None when
     a value would read back from a database other than it is (a NaN, a bool, not a number)."""
-    latest: dict[tuple[str, str, datetime], MinuteRow] = {}
-    for s in samples:
-        values = (s.covered_s, s.util_pct, s.sm_active_pct, s.energy_kwh, s.mem_used_gib)
-        for v in values:
-            if v is not None and (type(v) is not float or math.isnan(v)) and (type(v) is not int):
+    # (run id, GPU, minute, *values): a row's key is the first three, its MinuteRow the rest
+    read = list(map(_KEYED_ROW, samples))
+    if read:
+        values = list(zip(*read, strict=True))[3:]
+        for column in values:  # each checked in C: no value but None, an int, a float…
+            if not _STORABLE.issuperset(map(type, column)):
                 return None
-        latest[(s.run_id, s.gpu, s.minute)] = (s.minute, *values)
+            if any(map(operator.ne, column, column)):  # …that is not NaN (not itself)
+                return None
+        del values
+    latest: dict[tuple[str, str, datetime], MinuteRow] = {}
+    for row in read:
+        latest[row[:3]] = row[2:]
+    del read
     series: dict[tuple[str, str], list[MinuteRow]] = {}
     for (run_id, gpu, _), row in latest.items():
         series.setdefault((run_id, gpu), []).append(row)
@@ -209,6 +216,20 @@ def sample_rollups(samples: Iterable[MinuteSample]) -> dict[str, list[Rollup]] |
     for r in series_rollups(series):
         out.setdefault(r.run_id, []).append(r)
     return out
+
+
+_KEYED_ROW = operator.attrgetter(
+    "run_id",
+    "gpu",
+    "minute",
+    "covered_s",
+    "util_pct",
+    "sm_active_pct",
+    "energy_kwh",
+    "mem_used_gib",
+)
+_STORABLE = frozenset((float, int, type(None)))
+"""The types of a value that reads back from every database as it is (not a bool)."""
 
 
 WINDOW_MIN = max(window for _, window in ROLLUP_RULES.values())

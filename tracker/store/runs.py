@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -40,7 +40,7 @@ from tracker.store.schema import (
     row_to_run,
     run_to_row,
     runs_table,
-    sample_to_row,
+    sample_rows,
     samples_table,
     upsert,
     utc,
@@ -214,23 +214,25 @@ class RunStore:
             ValueError: A naive datetime.
         """
         runs = [run_to_row(r) for r in records]
-        by_key: dict[tuple[str, datetime, str], dict[str, Any]] = {}
-        for sample in rows:
-            row = sample_to_row(sample)
-            by_key[(row["run_id"], row["minute"], row["gpu"])] = row
+        by_key = sample_rows(rows)
+        # each series' first minute and each run's last, in one pass over the keys
         first: dict[tuple[str, str], datetime] = {}
+        last: dict[str, datetime] = {}
         for run_id, minute, gpu in by_key:
-            first[(run_id, gpu)] = min(minute, first.get((run_id, gpu), minute))
+            if (was := first.get(series := (run_id, gpu))) is None or minute < was:
+                first[series] = minute
+            if (was := last.get(run_id)) is None or minute > was:
+                last[run_id] = minute
         ids = list(dict.fromkeys(drop))
         # each run's days with samples written: from its first to its last minute
         minutes: dict[str, tuple[datetime, datetime]] = {}
         for (run_id, _), minute in first.items():
-            lo, hi = minutes.get(run_id, (minute, minute))
+            lo, hi = minutes.get(run_id, (minute, last[run_id]))
             minutes[run_id] = (min(lo, minute), hi)
-        for run_id, minute, _ in by_key:
-            lo, hi = minutes[run_id]
-            if minute > hi:
-                minutes[run_id] = (lo, minute)
+        # in the primary key's order (run, minute, GPU), not as they came (an import's: GPU
+        # after GPU): SQLite's key and minute indexes are then appended to, not split all over
+        # (a third of an import's insert time); the rows and what is stored are the same
+        ordered = [by_key[key] for key in sorted(by_key)]
 
         def work(conn: Connection) -> None:
             touched = changes.Touched()
@@ -264,7 +266,7 @@ class RunStore:
             rollup_sql.write_samples(
                 conn,
                 self._upsert_samples,
-                list(by_key.values()),
+                ordered,
                 samples_table,
                 first=first,
                 dropped=set(ids),

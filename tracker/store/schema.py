@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import json
 import operator
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -262,3 +263,41 @@ def sample_to_row(sample: MinuteSample) -> dict[str, Any]:
     row["minute"] = utc(sample.minute)
     row["run_id"], row["gpu"] = storable(sample.run_id), storable(sample.gpu)
     return row
+
+
+SampleKey = tuple[str, datetime, str]
+"""A minute row's primary key as bound: (run id, UTC minute, GPU)."""
+
+
+def sample_rows(samples: Iterable[MinuteSample]) -> dict[SampleKey, dict[str, Any]]:
+    """:func:`sample_to_row` of each sample by its key, a later sample of a key winning (in
+    the key's first place), made for many rows: each distinct minute converted to UTC once and
+    each distinct run id and GPU made storable once (an import's 46,080 rows hold 360 minutes,
+    128 GPUs and 2 runs), each row's dict made in one step. The same rows, the same errors."""
+    # a time object seen before (most rows share one): by identity, the object kept (so its
+    # id is no other's meanwhile); else equal times of one tzinfo object and fold, one instant
+    # (equality ignores fold)
+    objects: dict[int, tuple[datetime, datetime]] = {}
+    stamps: dict[tuple[datetime, int, int], datetime] = {}
+    texts: dict[str, str] = {}
+    out: dict[SampleKey, dict[str, Any]] = {}
+    fields, width = _SAMPLE_FIELDS, len(_SAMPLE_FIELDS)
+    for sample in samples:
+        # a MinuteSample's own fields are its __dict__: copied in one step
+        if type(sample) is not MinuteSample or len(row := sample.__dict__.copy()) != width:
+            row = dict(zip(fields, _sample_values(sample), strict=True))
+        minute = row["minute"]
+        if (seen := objects.get(id(minute))) is not None and seen[0] is minute:
+            at = seen[1]
+        else:
+            stamp = (minute, minute.fold, id(minute.tzinfo))
+            if (at := stamps.get(stamp)) is None:
+                at = stamps[stamp] = utc(minute)  # a naive time raises, as sample_to_row's
+            objects[id(minute)] = (minute, at)
+        if (run := texts.get(run_id := row["run_id"])) is None:
+            run = texts[run_id] = storable(run_id)
+        if (g := texts.get(gpu := row["gpu"])) is None:
+            g = texts[gpu] = storable(gpu)
+        row["run_id"], row["minute"], row["gpu"] = run, at, g
+        out[(run, at, g)] = row
+    return out

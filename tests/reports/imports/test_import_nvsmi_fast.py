@@ -10,18 +10,20 @@ import math
 import os
 import random
 import threading
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from reports.errors import ImportFailed
 from reports.imports.nvsmi import Labels, import_nvsmi, read_nvsmi
 from reports.imports.nvsmi_fast import parse
-from reports.imports.nvsmi_minutes import idle_totals
+from reports.imports.nvsmi_minutes import RowValues, hour_rollups, idle_totals
 from tracker.cost import IdleDetector
 from tracker.store import RunStore
 from tracker.store.rollups import COLUMNS as ROLLUP_COLUMNS
+from tracker.store.rollups import rollups_of, sample_rollups
 
 T0 = datetime(2026, 11, 29, 23, 40)  # across the W48/W49 edge
 
@@ -371,3 +373,75 @@ def test_rollups_computed_beside_the_reading_are_the_stores(tmp_path: Path, stor
         assert len(written) >= len(done.records)
         store.rebuild_rollups()  # from the minute rows the store holds, as it computes them
         assert rows(store) == written  # exactly: every sum in the same order
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_rollups_of_the_arrays_are_the_stores_to_the_bit(tmp_path: Path, seed: int) -> None:
+    """The rollups the vectorized read computes from its arrays are those the store computes
+    from the minute rows (:func:`tracker.store.rollups.sample_rollups`), every float equal, not
+    close: readings at odd fractions of a second, ``[N/A]`` cells, gaps, several GPUs."""
+    rng = random.Random(300 + seed)
+    log = tmp_path / "log.csv"
+    log.write_text(random_log(rng, units=seed % 2 == 0))
+    done = read_nvsmi([log], per_gpu=seed % 3 == 0)
+    for record in done.records:
+        rows = [s for s in done.samples if s.run_id == record.id]
+        expected = sample_rollups(rows) or {}
+        assert done.rollups.get(record.id) == expected.get(record.id)
+
+
+def _arrays(rows: list[tuple[float, float, float, float, float]]) -> RowValues:
+    return tuple(np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))  # type: ignore[return-value]
+
+
+def test_hour_rollups_leave_odd_values_to_the_store() -> None:
+    """A value the store's rules read their own way (covered seconds over 60, a utilization
+    over 100 by a rounding, an infinite energy) is not summed from the arrays: None, and the
+    store's own code computes them."""
+    nan = math.nan
+    good = [(60.0, 50.0, nan, 0.001, 3.5), (59.5, nan, 20.0, nan, nan), (0.0, 0.0, nan, 0.0, 0.0)]
+    assert hour_rollups("r", "g", [100, 101, 160], _arrays(good)) is not None
+    for odd in (
+        (60.5, 50.0, nan, 0.001, 3.5),
+        (60.0, 100.00000000000001, nan, 0.001, 3.5),
+        (60.0, 50.0, -1.0, 0.001, 3.5),
+        (60.0, 50.0, nan, math.inf, 3.5),
+        (nan, 50.0, nan, 0.001, 3.5),
+    ):
+        assert hour_rollups("r", "g", [100, 101, 160], _arrays([odd, *good[1:]])) is None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hour_rollups_equal_rollups_of(seed: int) -> None:
+    """Random rows with an hour missing, hours part-filled, idle stretches and values at the
+    idle threshold: :func:`hour_rollups` equals :func:`tracker.store.rollups.rollups_of`."""
+    rng = random.Random(seed)
+    minutes: list[int] = []
+    m = 29_500_000 + rng.randrange(60)
+    while len(minutes) < rng.randint(1, 400):
+        m += rng.choice([1, 1, 1, 1, 2, 61])
+        minutes.append(m)
+
+    def value(low: float, high: float) -> float:
+        return rng.choice([math.nan, 0.0, high, rng.uniform(low, high), 4.99, 5.0, 1.0 / 3])
+
+    rows = [
+        (
+            rng.choice([60.0, 0.0, round(rng.uniform(0, 60), 3)]),
+            value(0.0, 100.0),
+            value(0.0, 100.0) if seed % 2 else math.nan,
+            value(0.0, 1e-3),
+            value(0.0, 80.0),
+        )
+        for _ in minutes
+    ]
+    got = hour_rollups("run", "gpu", minutes, _arrays(rows))
+
+    def opt(v: float) -> float | None:
+        return None if math.isnan(v) else v
+
+    stored = [
+        (datetime.fromtimestamp(m * 60, UTC), c, opt(u), opt(sm), opt(e), opt(mem))
+        for m, (c, u, sm, e, mem) in zip(minutes, rows, strict=True)
+    ]
+    assert got == rollups_of("run", "gpu", stored)
