@@ -131,7 +131,7 @@ def run_weeks(
     kept = (run_codes >= 0) & (week_codes >= 0)  # as groupby leaves out a missing key
     key = run_codes[kept] * weeks_n + week_codes[kept]
     per = (
-        g[kept]
+        (g if kept.all() else g[kept])
         .groupby(key, sort=True)
         .agg(
             gpu_hours=("gpu_hours", "sum"),
