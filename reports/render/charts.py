@@ -76,13 +76,13 @@ def utilization_buckets(runs: pd.DataFrame) -> dict[str, float]:
     out = dict.fromkeys((*BUCKETS, "unknown"), 0.0)
     if runs.empty:
         return out
-    for util, hours in zip(
-        runs["utilization_pct"].astype(float), runs["gpu_hours"].astype(float), strict=True
-    ):
-        if math.isnan(util):
-            out["unknown"] += hours
-        else:
-            out[BUCKETS[min(max(int(util // 10), 0), 9)]] += hours
+    # by column (a week may hold a million runs): below 0 the first bucket, 100 the last
+    util = runs["utilization_pct"].astype(float)
+    hours = runs["gpu_hours"].astype(float)
+    bucket = (util.clip(0.0, 100.0) // 10).clip(upper=9.0)  # NaN: no bucket
+    for b, total in hours.groupby(bucket).sum().items():
+        out[BUCKETS[int(b)]] = float(total)
+    out["unknown"] = float(hours[util.isna()].sum())
     return out
 
 
