@@ -607,19 +607,44 @@ def user_week(k: WeekKpis, user: str) -> WeekKpis:
     )
 
 
-def runs_to_fix(k: WeekKpis) -> pd.DataFrame:
-    """The week's runs and jobs worth an engineer's look, by recoverable waste plus dollars not
-    measured (largest first): every run with either or a verdict other than healthy, whatever
-    its utilization. An input-bound run at 60%, a low-MFU run or a job nothing measured is as
-    much to fix as one under the underutilized threshold."""
+def fix_order(k: WeekKpis) -> np.ndarray:
+    """The positions in ``k.runs`` of the week's runs and jobs worth an engineer's look, by
+    recoverable waste plus dollars not measured (largest first, ties as listed): every run
+    with either or a verdict other than healthy, whatever its utilization. An input-bound run
+    at 60%, a low-MFU run or a job nothing measured is as much to fix as one under the
+    underutilized threshold."""
+    r = k.runs
+    if not len(r):
+        return np.zeros(0, dtype=np.int64)
+    waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
+    if "unmeasured_usd" in r:  # GPU-time paid and not measured: a line of its own to fix
+        waste = waste + pd.to_numeric(r["unmeasured_usd"], errors="coerce").fillna(0.0).to_numpy(
+            dtype=float
+        )
+    verdict = r["verdict"].astype(object)
+    flagged = (verdict.notna() & ~verdict.isin(["healthy", ""])).to_numpy(dtype=bool)
+    at = np.flatnonzero((waste >= 0.005) | flagged)
+    return at[np.argsort(-waste[at], kind="stable")]  # waste first, as before
+
+
+def runs_to_fix(k: WeekKpis, *, first: int | None = None, by_team: bool = False) -> pd.DataFrame:
+    """The week's runs and jobs worth an engineer's look (:func:`fix_order`), in that order.
+
+    Args:
+        k: The week.
+        first: Only the first so many (None: all): a million runs are not copied for a page
+            that shows fifty.
+        by_team: With ``first``, each team's first so many too (its own list's first rows,
+            in the same order): what a team's page shows of them.
+    """
     r = k.runs
     if not len(r):
         return r
-    waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0)
-    if "unmeasured_usd" in r:  # GPU-time paid and not measured: a line of its own to fix
-        waste = waste + pd.to_numeric(r["unmeasured_usd"], errors="coerce").fillna(0.0)
-    verdict = r["verdict"].astype(object)
-    flagged = verdict.notna() & ~verdict.isin(["healthy", ""])
-    fix = r[(waste >= 0.005) | flagged]
-    order = np.argsort(-waste[fix.index].to_numpy(), kind="stable")  # waste first, as before
-    return fix.iloc[order].reset_index(drop=True)
+    order = fix_order(k)
+    if first is not None:
+        keep = np.arange(len(order)) < first
+        if by_team and "team" in r:
+            team, _ = pd.factorize(r["team"].take(order), use_na_sentinel=False)
+            keep |= pd.Series(team).groupby(team).cumcount().to_numpy() < first
+        order = order[keep]
+    return r.iloc[order].reset_index(drop=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from reports.kpi import WeekKpis, runs_to_fix
+from reports.kpi import WeekKpis, fix_order
 from reports.kpi.weekly import unpriced_groups
 from reports.render.fmt import (
     as_number,
@@ -465,8 +465,8 @@ def report_context(
     """Everything the report template shows, as display strings."""
     h, t = k.headline, k.thresholds
     label = week_label(k.week)
-    fix = runs_to_fix(k)
-    under_rows = _run_rows(fix)
+    order = fix_order(k)  # the rows shown taken, not every run to fix copied
+    under_rows = _run_rows(k.runs.iloc[order[:MAX_RUN_ROWS]].reset_index(drop=True))
     causes = _causes(k)
     return {
         "title": title,
@@ -514,8 +514,8 @@ def report_context(
             for key, name in BREAKDOWNS
         ],
         "runs": under_rows,
-        "runs_to_fix": len(fix),
-        "more_runs": max(len(fix) - MAX_RUN_ROWS, 0),
+        "runs_to_fix": len(order),
+        "more_runs": max(len(order) - MAX_RUN_ROWS, 0),
         "rightsizing": _rightsizing_rows(k),
         "energy": _energy(k),
         "rent_vs_own": _rent_vs_own(k),

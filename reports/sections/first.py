@@ -135,4 +135,5 @@ def read(week: Week) -> FixFirst:
     k = week.kpis
     fits = k.rightsizing
     oversized = frozenset(fits["run_id"].astype(str).tolist()) if "run_id" in fits else frozenset()
-    return FixFirst(runs_to_fix(k), oversized)
+    # the rows the section and each team's page can show (a million runs are not kept)
+    return FixFirst(runs_to_fix(k, first=4 * ITEMS, by_team=True), oversized)
