@@ -25,7 +25,9 @@ import numpy as np
 
 @cache
 def available() -> bool:
-    """Whether pyarrow is installed (the ``parquet`` extra); asked once."""
+    """Whether pyarrow is installed; asked once. (The report's modules ask
+    :func:`reports.kpi.arrow_text.available`; the imports ask here: that package imports
+    pandas, which reading sacct or nvidia-smi text does not need.)"""
     try:
         import pyarrow.csv  # noqa: F401
     except ImportError:
@@ -76,6 +78,13 @@ class Coded:
             return None
         data = np.frombuffer(self._texts.buffers()[2], dtype=np.uint8)
         return data[offsets[0] : offsets[-1]].reshape(-1, width)  # no copy
+
+    def raw(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every distinct text's bytes: their offsets (one more than the texts, into the
+        data) and the UTF-8 data itself, as uint8 (no copy)."""
+        data = self._texts.buffers()[2]
+        bytes_ = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+        return self._offsets(), bytes_
 
     def chars(self, at: np.ndarray, width: int) -> np.ndarray:
         """The bytes of the distinct texts ``at`` (codes), each ``width`` bytes long, one a
@@ -148,8 +157,10 @@ def read_block(
             column's checks and conversions here then run once, not once a MiB.
 
     Returns:
-        ``(rows, columns)`` per batch; None where a row has another number of cells (a blank
-        line has one), a number column's cell is neither a number (with its text) nor
+        ``(rows, columns)`` per batch; None where a row has another number of cells, a
+        blank line in a block with a number column (Arrow reads a blank line as a row of
+        empty cells: of text columns alone, a row like any other), a number column's cell
+        is neither a number (with its text) nor
         ``missing``, a text column's cell is ``missing``, or a text column's bytes are no UTF-8.
     """
     import pyarrow as pa

@@ -439,16 +439,16 @@ def _rows(
         map(
             _sample,
             zip(
-                repeat(run_id),
+                repeat(run_id, len(at)),
                 starts,
-                repeat(gpu),
+                repeat(gpu, len(at)),
                 covered,
                 utils,
                 sms,
                 peaks,
                 powers,
                 energies,
-                strict=False,  # repeat() is endless; the others are as long as ``at``
+                strict=True,
             ),
         )
     )

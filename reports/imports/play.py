@@ -23,6 +23,7 @@ import operator
 import os
 import statistics
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -113,22 +114,37 @@ class Imported:
 T = TypeVar("T")
 
 
+class _Pause:
+    """The imports inside :func:`collector_paused` now, and whether the collector was on when
+    the first came in."""
+
+    lock = threading.Lock()
+    inside = 0
+    was_on = False
+
+
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while an import makes its rows, on again after
-    (if it was): an import makes some 100,000 objects for a 64-GPU day (minute rows, their
-    keys and dicts), none of them in a cycle, and each collection of the oldest generation
-    that their number sets off walks every object of the process, for nothing (a tenth of a
-    64-GPU import's CPU time). Reference counting frees them as ever; what cycles the
-    import leaves are collected once it is done."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """Python's cyclic garbage collector off while an import makes and writes its rows, on
+    again when the last import inside leaves (if it was on when the first came in; two
+    imports on two threads share the pause): an import makes some 100,000 objects for a
+    64-GPU day (minute rows, their keys and dicts), none of them in a cycle, and each
+    collection of the oldest generation that their number sets off walks every object of the
+    process, for nothing (a tenth of a 64-GPU import's CPU time). Reference counting frees
+    them as ever; what cycles the import leaves wait for the next collection after it. The
+    reading processes forked meanwhile keep the collector off for their short lives."""
+    with _Pause.lock:
+        if not _Pause.inside:
+            _Pause.was_on = gc.isenabled()
+            gc.disable()
+        _Pause.inside += 1
     try:
         yield
     finally:
-        gc.enable()
+        with _Pause.lock:
+            _Pause.inside -= 1
+            if not _Pause.inside and _Pause.was_on:
+                gc.enable()
 
 
 NO_GPU_TIME = (

@@ -50,8 +50,9 @@ is read one at a time as above, in the order of the lines. Those jobs are held a
 numbers and codes into each batch's distinct texts, made Python values (datetimes, strings)
 when :attr:`SlurmJobs.columns` is first asked for; the import's allocations take them as they
 are (:meth:`SlurmJobs.parts`, :class:`JobCodes`). A block whose lines all look like plain rows
-(no ``\r``, no line over the limit) is given to Arrow whole first, each line's fields not
-counted here: Arrow refuses a row of another number of fields, and then each line is looked at.
+(no ``\r``, a line break in every 256 KiB) is given to Arrow whole first, each line's fields not
+counted here: where Arrow refuses a row of another number of fields, or reads a row with no
+JobID (a blank line), each line of the block is looked at as above, and of the next block too.
 ``tests/reports/imports/test_sacct_blocks.py`` holds the two ways equal on random outputs.
 """
 
@@ -979,9 +980,7 @@ def _no_blank_id(batches: list[tuple[int, Batch]], keep: Mapping[str, str]) -> b
     for _, columns in batches:
         col = columns[key]
         assert not isinstance(col, np.ndarray)
-        raw = _raw(col)
-        blank = (np.diff(raw[0]) == 0) if raw is not None else col.matches("^$")
-        if blank.any():
+        if (np.diff(col.raw()[0]) == 0).any():  # a text of no bytes
             return False
     return True
 
@@ -1489,8 +1488,6 @@ def _plain_batch(
     # JobID: a job's own id or an array task's (digits) plainly; the others as _add reads them
     col = columns["JobID"]
     plain_id = _shaped(col, under=True)
-    if plain_id is None:
-        plain_id = col.matches(r"^\d+(_\d+)?$")
     ids: dict[int, str] = {}  # the other ids, stripped
     kind_of = np.where(plain_id, _Plain.JOB, _Plain.ODD).astype(np.int8)
     pending = np.zeros(len(plain_id), dtype=bool)
@@ -1606,8 +1603,6 @@ _KEPT = frozenset(
 def _elapsed_of(col: Coded) -> np.ndarray:
     """Each distinct ``ElapsedRaw`` text as :func:`_digits` reads it (-1: None), by code."""
     whole = _shaped(col, under=False)
-    if whole is None:
-        whole = col.matches(_WHOLE)
     out = np.full(len(whole), -1, dtype=np.int64)
     at = np.flatnonzero(whole)
     if len(at):
@@ -1619,31 +1614,11 @@ def _elapsed_of(col: Coded) -> np.ndarray:
     return out
 
 
-def _raw(col: Coded) -> tuple[np.ndarray, np.ndarray] | None:
-    """A column's distinct texts as bytes: their offsets (one more than the texts) into the
-    UTF-8 bytes; None where :class:`~reports.imports.arrow_csv.Coded` holds them another way
-    than as an Arrow string array (then asked by pattern)."""
-    texts, offsets = getattr(col, "_texts", None), getattr(col, "_offsets", None)
-    if texts is None or offsets is None:
-        return None
-    try:
-        data = texts.buffers()[2]
-        at = offsets()
-    except (AttributeError, IndexError, TypeError):
-        return None
-    if len(at) < 1:
-        return None
-    return at, np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-
-
-def _shaped(col: Coded, *, under: bool) -> np.ndarray | None:
+def _shaped(col: Coded, *, under: bool) -> np.ndarray:
     """Whether each distinct text of ``col`` is ASCII digits (``_WHOLE``: 1 to 18 of them) or,
     ``under``, digits with at most one ``_`` between them (``^\\d+(_\\d+)?$``), by code,
-    read from its bytes at once; None where they cannot be read so (:func:`_raw`)."""
-    raw = _raw(col)
-    if raw is None:
-        return None
-    offsets, data = raw
+    read from its bytes at once (:meth:`~reports.imports.arrow_csv.Coded.raw`)."""
+    offsets, data = col.raw()
     lo, hi = offsets[:-1], offsets[1:]
     ok = hi > lo
     if not under:

@@ -23,6 +23,7 @@ written, an input that is not sacct's). A row that cannot be read is left out an
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -359,24 +360,6 @@ def _after_output(last: datetime, ended: bool, seen: str) -> str:
     )
 
 
-_ALLOCATION_FIELDS = (
-    "source",
-    "cluster",
-    "job_id",
-    "shown_id",
-    "name",
-    "user",
-    "account",
-    "team",
-    "partition",
-    "state",
-    "start_at",
-    "end_at",
-    "seen_at",
-    "gpus",
-    "gpu_model",
-    "hosts",
-)
 _DAY_S = 86_400
 """Seconds of a day: no zone is a day or more from UTC (a time's wall clock is within it)."""
 
@@ -482,10 +465,11 @@ def _coded_into(jobs: JobCodes, ask: _Asked, out: SlurmImported) -> bool:
         models[kept].tolist(),
         host_values[node_codes[keep]].tolist(),
     )
-    new, append, names = Allocation.__new__, out.jobs.append, _ALLOCATION_FIELDS
+    names = [f.name for f in dataclasses.fields(Allocation)]  # the columns' order
+    new, append = Allocation.__new__, out.jobs.append
     for row in zip(*columns, strict=True):
         allocation = new(Allocation)  # its fields set without __init__'s 16 arguments
-        allocation.__dict__.update(zip(names, row, strict=False))  # (as many as the names)
+        allocation.__dict__.update(zip(names, row, strict=True))
         append(allocation)
     # each type read (the one holding most of a job's GPUs), in the order of the jobs
     typed = np.array([bool(t) for t in texts["gpu_types"][0].tolist()], dtype=bool)

@@ -21,7 +21,8 @@ holds it to Python's own."""
 
 @cache
 def available() -> bool:
-    """Whether pyarrow is installed; asked once."""
+    """Whether pyarrow is installed (its compute kernels); asked once, for the report's
+    modules (:mod:`reports.render.csv_arrow` too)."""
     try:
         import pyarrow.compute  # noqa: F401
     except ImportError:
@@ -49,9 +50,9 @@ def _text(values: Any) -> Any:
 
 
 def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
-    """For each of ``column``, whether it is among ``listed`` (a missing value where a missing
-    value is), as :meth:`pandas.Series.isin` answers: one hash table of ``listed``, probed in
-    C. None where either side is not text."""
+    """For each of ``column``, whether it is among ``listed``, as :meth:`pandas.Series.isin`
+    answers: one hash table of ``listed``, probed in C. None where either side is not text, or
+    both hold missing values (which pandas tells apart: None is not NaN)."""
     if not available():
         return None
     import pyarrow.compute as pc
@@ -59,6 +60,8 @@ def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
     values, wanted = _text(column), _text(listed)
     if values is None or wanted is None:
         return None
+    if values.null_count and wanted.null_count:
+        return None  # None, NaN and pd.NA are one null to Arrow, three values to pandas
     found = pc.is_in(values, value_set=wanted, skip_nulls=False)
     return found.to_numpy(zero_copy_only=False)
 
@@ -78,7 +81,8 @@ def text_order(distinct: np.ndarray) -> np.ndarray | None:
 
 def blank(texts: np.ndarray) -> np.ndarray | None:
     """Whether each text (all of them ``str``) is empty or only spaces (``not t.strip()``),
-    by one regular expression of :data:`SPACES`; None without pyarrow."""
+    by one regular expression of :data:`SPACES`; None without pyarrow or where a text is no
+    UTF-8 (a lone surrogate)."""
     if not available():
         return None
     import pyarrow as pa
@@ -86,5 +90,9 @@ def blank(texts: np.ndarray) -> np.ndarray | None:
 
     if not len(texts):
         return np.zeros(0, dtype=bool)
-    found = pc.match_substring_regex(pa.array(texts, type=pa.string()), f"^[{SPACES}]*$")
+    try:
+        text = pa.array(texts, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):  # a lone surrogate: no UTF-8
+        return None
+    found = pc.match_substring_regex(text, f"^[{SPACES}]*$")
     return found.to_numpy(zero_copy_only=False)

@@ -171,9 +171,11 @@ def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
 
 
 def positions_in(values: pd.Series, among: pd.Series) -> np.ndarray:
-    """For each of ``values``, its position in ``among`` (whose values are unique), -1 where
-    it is not there: :meth:`pandas.Index.get_indexer` at the cost of one factorization of
-    both (a million run ids: half a second, where a text index takes one or more).
+    """For each of ``values``, its position in ``among`` (whose values are unique: not
+    checked, a key twice gives its last place), -1 where it is not there:
+    :meth:`pandas.Index.get_indexer` at the cost of one factorization of both (a million run
+    ids: half a second, where a text index takes one or more); a missing value is found
+    where ``among`` holds one (None and NaN alike).
 
     Args:
         values: The keys to look up (run ids of GPU-time rows, say).

@@ -196,7 +196,7 @@ def _job_rows(
     owned: Mapping[str, OwnedGpu] | None,
 ) -> pd.DataFrame | None:
     """:func:`job_runs`' rows of ``runs`` with a job key, in no order and without units; None
-    where no run of ``runs`` finished in the span."""
+    where no run of ``runs`` that is not running started in the span."""
     if not len(runs):
         return None
     started = pd.to_datetime(runs["started_at"], utc=True)
@@ -326,7 +326,8 @@ def recurring_jobs(
         A frame of :data:`RECURRING_COLUMNS`.
     """
     # run ids as integers, counted per key: a million text ids are hashed once, not twice
-    run_code = pd.Series(pd.factorize(jr["run_id"])[0], index=jr.index)
+    codes = pd.factorize(jr["run_id"])[0]
+    run_code = pd.Series(codes, index=jr.index).where(codes >= 0)  # a missing id: none
     counts = run_code.groupby(jr["job_key"], sort=False).transform("nunique")
     many = (counts >= 2).to_numpy()
     if not many.any():

@@ -72,7 +72,8 @@ def _short_label(ts: pd.Timestamp) -> str:
 
 def utilization_buckets(runs: pd.DataFrame) -> dict[str, float]:
     """GPU-hours of the week's runs by their utilization, in 10 % buckets (``0–10`` …
-    ``90–100``), plus ``unknown`` for runs without a utilization value."""
+    ``90–100``; below 0 the first, from 100 and infinite the last), plus ``unknown`` for runs
+    without a utilization value; a run without a number of hours adds none."""
     out = dict.fromkeys((*BUCKETS, "unknown"), 0.0)
     if runs.empty:
         return out

@@ -10,12 +10,12 @@ the tests hold the two ways to the same bytes. Where pyarrow is not installed
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from reports.kpi import arrow_text
 from reports.render.csvsafe import FORMULA_START, QUOTED
 
 POSITIONAL = (1e-4, 1e10)
@@ -23,14 +23,10 @@ POSITIONAL = (1e-4, 1e10)
 from 1e10 on, ``repr`` below 1e-4 (and from 1e16) write one."""
 
 
-@cache
 def available() -> bool:
-    """Whether pyarrow is installed; asked once."""
-    try:
-        import pyarrow.compute  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether pyarrow is installed, as :func:`reports.kpi.arrow_text.available` answers for
+    the whole project (asked here by the CSV)."""
+    return arrow_text.available()
 
 
 def run_lines(
@@ -80,12 +76,13 @@ def cell_array(column: pd.Series, values_of: Callable[[pd.Series], list[Any]]) -
     values (objects, mixed columns) through ``values_of`` itself."""
     import pyarrow as pa
 
-    if pd.api.types.is_float_dtype(column):
-        return number_cells(column.to_numpy(dtype=float))
-    if pd.api.types.is_bool_dtype(column):
+    kind = column.dtype.kind if isinstance(column.dtype, np.dtype) else ""
+    if pd.api.types.is_float_dtype(column):  # (a missing value of Float64: NaN, an empty cell)
+        return number_cells(column.to_numpy(dtype=float, na_value=np.nan))
+    if kind == "b":
         false = (~column.to_numpy(dtype=bool)).astype(np.int8)
         return pa.array(["True", "False"]).take(pa.array(false))
-    if pd.api.types.is_integer_dtype(column):
+    if kind == "i":  # (unsigned, and pandas' nullable Int64 and boolean: values_of's way)
         return pa.array(column.to_numpy(dtype=np.int64)).cast(pa.string())
     if isinstance(column.dtype, pd.StringDtype) or (
         column.dtype == object and pd.api.types.infer_dtype(column) in ("string", "empty")

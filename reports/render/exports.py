@@ -437,12 +437,12 @@ class CsvExport(RunsExport):
         """Write the file to ``f`` (binary), UTF-8, a block at a time."""
         text = io.TextIOWrapper(f, encoding="utf-8", newline="", write_through=False)
         try:
-            self._write(text)
+            self._write(text, raw=f)
             text.flush()
         finally:
             text.detach()  # ``f`` stays open: it is the caller's
 
-    def _write(self, out: IO[str]) -> None:
+    def _write(self, out: IO[str], *, raw: IO[bytes] | None = None) -> None:
         d = self.d
         w = csv_writer(out)  # formula cells neutralized; a cell with a line break is quoted
         w.writerow(["week", "basis", "section", "key", "metric", "value"])
@@ -467,7 +467,7 @@ class CsvExport(RunsExport):
         for g in GROUPS:
             for row in d[f"by_{g}"]:
                 rows(g, row[g], {f: row.get(f) for f in GROUP_FIELDS})
-        _run_rows(out, safe_row([d["week"], d["basis"], "run"]), self.runs)
+        _run_rows(out, safe_row([d["week"], d["basis"], "run"]), self.runs, raw=raw)
         for row in d["trend"]:
             rows("trend", row["week"], {f: row.get(f) for f in HEADLINE_FIELDS})
         for row in d["excluded"]:
@@ -536,13 +536,21 @@ def _values(column: pd.Series) -> list[Any]:
     return _cells(column)
 
 
-def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 50_000) -> None:
+def _run_rows(
+    out: IO[str],
+    head: list[Any],
+    runs: pd.DataFrame,
+    block: int = 50_000,
+    *,
+    raw: IO[bytes] | None = None,
+) -> None:
     """The ``run`` section: a line per run and metric (:data:`_CSV_RUN_FIELDS`), ``block``
     runs at a time, each cell as :func:`csv.writer` (``excel``) writes it (:func:`_field`):
     a block's lines made in Arrow (:func:`reports.render.csv_arrow.run_lines`) where pyarrow
     is installed, else a run's lines one ``%`` of a template holding every constant (the week,
     the section, the metrics, the line ends) with its cells: no line is made by Python code of
-    its own (sixteen million lines for a million runs)."""
+    its own (sixteen million lines for a million runs). ``raw``: the binary file under ``out``
+    (UTF-8, lines as written), which the Arrow lines go to as they are."""
     from reports.render import csv_arrow
 
     prefix = ",".join(_field(h) for h in head) + ","
@@ -552,10 +560,9 @@ def _run_rows(out: IO[str], head: list[Any], runs: pd.DataFrame, block: int = 50
         for lo in range(0, len(runs), block):
             part = priced_runs(runs.iloc[lo : lo + block])  # unpriced dollars: empty cells
             text = csv_arrow.run_lines(part, prefix, fields, _values)
-            buffer = getattr(out, "buffer", None)
-            if buffer is not None:  # a text file: its bytes, the text written before first
+            if raw is not None:  # the file's bytes, the text written before them first
                 out.flush()
-                buffer.write(text)
+                raw.write(text)
             else:
                 out.write(bytes(text).decode())
         return

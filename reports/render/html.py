@@ -465,7 +465,9 @@ def report_context(
     """Everything the report template shows, as display strings."""
     h, t = k.headline, k.thresholds
     label = week_label(k.week)
-    order = fix_order(k)  # the rows shown taken, not every run to fix copied
+    # runs_to_fix(k, first=MAX_RUN_ROWS), with the count of them all: the rows shown taken,
+    # not every run to fix copied
+    order = fix_order(k)
     under_rows = _run_rows(k.runs.iloc[order[:MAX_RUN_ROWS]].reset_index(drop=True))
     causes = _causes(k)
     return {

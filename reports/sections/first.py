@@ -41,8 +41,10 @@ SHORT_FIX: dict[str, str] = {
 
 @dataclass(frozen=True)
 class FixFirst:
-    """The week's runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable waste
-    plus not measured), of which the section names the first :data:`ITEMS`."""
+    """The week's first runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable
+    waste plus not measured; its first 4 × :data:`ITEMS` and each team's first as many, what
+    the section and a team's page look at), of which the section names the first
+    :data:`ITEMS`."""
 
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
     oversized: frozenset[str] = frozenset()

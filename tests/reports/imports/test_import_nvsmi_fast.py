@@ -445,3 +445,29 @@ def test_hour_rollups_equal_rollups_of(seed: int) -> None:
         for m, (c, u, sm, e, mem) in zip(minutes, rows, strict=True)
     ]
     assert got == rollups_of("run", "gpu", stored)
+
+
+def test_the_collector_stays_off_until_the_last_import_inside_leaves() -> None:
+    """Two imports on two threads share the pause: the first to leave does not turn the
+    collector on under the other; one that was off before stays off."""
+    import gc
+
+    from reports.imports.play import collector_paused
+
+    before = gc.isenabled()
+    try:
+        gc.enable()
+        first, second = collector_paused(), collector_paused()
+        first.__enter__()
+        second.__enter__()
+        assert not gc.isenabled()
+        first.__exit__(None, None, None)
+        assert not gc.isenabled()  # the second import is still making its rows
+        second.__exit__(None, None, None)
+        assert gc.isenabled()
+        gc.disable()
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # off before: left off
+    finally:
+        (gc.enable if before else gc.disable)()

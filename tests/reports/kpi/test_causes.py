@@ -168,7 +168,15 @@ def test_rows_of_one_run_id_are_one_run_summed_exactly() -> None:
     assert (line.waste_usd, line.inferred_usd, line.cents) == (0.6, 0.0, 60)
 
 
-@pytest.mark.parametrize("arrow", [True, False])
+@pytest.mark.parametrize(
+    "arrow",
+    [
+        pytest.param(
+            True, marks=pytest.mark.skipif(not arrow_text.available(), reason="no pyarrow")
+        ),
+        False,
+    ],
+)
 def test_a_name_of_any_of_pythons_spaces_is_no_name(arrow: bool) -> None:
     """A name that ``str.strip`` empties (ideographic, no-break and information-separator
     spaces among them) is shown as the run's id; a zero-width space is no space to Python:
@@ -200,3 +208,13 @@ def test_the_spaces_a_name_may_be_made_of_are_pythons() -> None:
     spaces = {chr(c) for c in range(sys.maxunicode + 1) if chr(c).isspace()}
     listed = {chr(c) for c in range(sys.maxunicode + 1) if re.fullmatch(f"[{_SPACES}]", chr(c))}
     assert listed == spaces
+
+
+def test_a_name_that_is_no_utf8_is_judged_by_its_strip() -> None:
+    # a lone surrogate (no UTF-8, so no Arrow text): the strip of each name decides
+    import numpy as np
+
+    from reports.kpi.causes import _blank
+
+    names = np.array(["\ud800", " ", "a"], dtype=object)
+    assert _blank(names).tolist() == [False, True, False]

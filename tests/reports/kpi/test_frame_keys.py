@@ -27,6 +27,8 @@ def test_a_key_s_position_is_the_index_s_and_a_missing_one_is_minus_one(dtype: o
 @pytest.fixture(params=[True, False], ids=["arrow", "pandas"])
 def arrow(request: pytest.FixtureRequest) -> Iterator[bool]:
     """With pyarrow's kernels, and as without pyarrow installed."""
+    if request.param and not arrow_text.available():
+        pytest.skip("no pyarrow")
     with mock.patch.object(arrow_text, "available", return_value=request.param):
         yield request.param
 
@@ -67,6 +69,10 @@ def test_no_keys_give_no_codes() -> None:
         (pd.Series(["a", b"a"], dtype=object), ["a"]),
         (pd.Series(["a", None], dtype=object), np.array(["a"], dtype=object)),
         (pd.Series(["é", "a"], dtype="str"), frozenset(["é"])),
+        # None, NaN and pd.NA: three values to pandas in objects, one null to Arrow
+        (pd.Series(["a", None, np.nan, pd.NA], dtype=object), [np.nan]),
+        (pd.Series(["a", None, np.nan], dtype=object), [None]),
+        (pd.Series(["a", None], dtype=object), [pd.NA]),
     ],
 )
 def test_is_in_answers_as_pandas_isin(column: pd.Series, values: object, arrow: bool) -> None:

@@ -43,3 +43,21 @@ def test_a_part_of_the_runs_to_fix_holds_their_first_and_each_teams_first(seed: 
         runs_to_fix(k, first=5),  # type: ignore[arg-type]
         whole.head(5),
     )
+
+
+def test_the_runs_to_fix_by_hand() -> None:
+    # waste plus not measured, largest first, ties as listed; a verdict other than healthy
+    # makes a run with no dollars one to fix; under half a cent and healthy: none
+    runs = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "c", "d", "e", "f"],
+            "team": ["nlp"] * 6,
+            "waste_usd": [1.0, 3.0, 0.001, np.nan, 1.0, 0.5],
+            "unmeasured_usd": [0.0, 0.0, 0.0, 0.0, 0.0, 0.5],
+            "verdict": ["healthy", None, "", "idle", "healthy", "healthy"],
+        },
+        index=[10, 11, 12, 13, 14, 15],  # not a range: positions, not labels
+    )
+    k = SimpleNamespace(runs=runs)
+    assert fix_order(k).tolist() == [1, 0, 4, 5, 3]  # type: ignore[arg-type]
+    assert runs_to_fix(k)["run_id"].tolist() == ["b", "a", "e", "f", "d"]  # type: ignore[arg-type]

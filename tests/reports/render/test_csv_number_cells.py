@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import io
 import math
+from unittest import mock
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
+import pytest
 
 from reports.render import csv_arrow, exports
+
+pa = pytest.importorskip("pyarrow")  # what these tests are about: the Arrow way
 
 
 def _expected(values: np.ndarray) -> list[str]:
@@ -59,6 +62,29 @@ def test_a_run_column_held_in_chunks_is_written_as_one_held_whole() -> None:
     assert pa.array(chunked["name"]).num_chunks == 2  # what this test is about
     got, want = io.StringIO(), io.StringIO()
     exports._run_rows(got, ["2026-W48", "util", "run"], chunked)
-    exports._run_rows(want, ["2026-W48", "util", "run"], whole)
+    with mock.patch.object(csv_arrow, "available", return_value=False):  # a line at a time
+        exports._run_rows(want, ["2026-W48", "util", "run"], whole)
     assert got.getvalue() == want.getvalue()
     assert '2026-W48,util,run,"c""d",name,z\r\n' in got.getvalue()
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pd.Series([1, None, 3], dtype="Int64"),  # pandas' nullable integers
+        pd.Series([True, None], dtype="boolean"),
+        pd.Series([2**63, 0], dtype="uint64"),
+        pd.Series([1.5, None], dtype="Float64"),
+    ],
+    ids=["Int64", "boolean", "uint64", "Float64"],
+)
+def test_a_column_of_another_kind_of_number_is_written_as_without_arrow(
+    column: pd.Series,
+) -> None:
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(len(column))], "gpu_count": column})
+    got, want = io.StringIO(), io.StringIO()
+    exports._run_rows(got, ["2026-W48", "util", "run"], runs)
+    with mock.patch.object(csv_arrow, "available", return_value=False):
+        exports._run_rows(want, ["2026-W48", "util", "run"], runs)
+    assert got.getvalue() == want.getvalue()
+    assert "9223372036854775808" in got.getvalue() or column.dtype != "uint64"

@@ -209,7 +209,9 @@ def test_csv_run_lines_block_by_block(w48: WeekKpis, monkeypatch: pytest.MonkeyP
 
     whole = to_csv(to_dict(w48, UTC), w48.runs)
     real = exports._run_rows
-    monkeypatch.setattr(exports, "_run_rows", lambda out, head, runs: real(out, head, runs, 1))
+    monkeypatch.setattr(
+        exports, "_run_rows", lambda out, head, runs, raw=None: real(out, head, runs, 1, raw=raw)
+    )
     assert to_csv(to_dict(w48, UTC), w48.runs) == whole
 
 
