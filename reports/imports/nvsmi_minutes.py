@@ -432,7 +432,8 @@ def _rows(
     utils, sms, peaks, powers = (
         _optional(c) for c in (columns[2], columns[3], floored, columns[5])
     )
-    kwh = j_to_kwh(columns[6])  # the same division, a value at a time or all at once
+    # the same division, a value at a time or all at once
+    kwh: np.ndarray = j_to_kwh(columns[6])  # type: ignore[arg-type, assignment]
     energies = _optional(kwh)
     starts = map(_minute_start, at)
     rows.extend(

@@ -263,6 +263,8 @@ def _bound(
         if isinstance(column.type, sa.Float) and _PLAIN.issuperset(map(type, columns[i])):
             continue  # floats and None, bound as they are (_processor): not a call a value
         bind = _binder(column, conn.dialect)
+        if bind is None:  # bound as they are
+            continue
         # each distinct object bound once (many rows share one time object): by identity,
         # the objects held by the column meanwhile
         at = list(map(id, columns[i]))

@@ -291,8 +291,10 @@ def sample_rows(samples: Iterable[MinuteSample]) -> dict[SampleKey, dict[str, An
             at = seen[1]
         else:
             stamp = (minute, minute.fold, id(minute.tzinfo))
-            if (at := stamps.get(stamp)) is None:
-                at = stamps[stamp] = utc(minute)  # a naive time raises, as sample_to_row's
+            found = stamps.get(stamp)
+            if found is None:
+                found = stamps[stamp] = utc(minute)  # a naive time raises, as sample_to_row's
+            at = found
             objects[id(minute)] = (minute, at)
         if (run := texts.get(run_id := row["run_id"])) is None:
             run = texts[run_id] = storable(run_id)
