@@ -52,7 +52,15 @@ def _text(values: Any) -> Any:
 def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
     """For each of ``column``, whether it is among ``listed``, as :meth:`pandas.Series.isin`
     answers: one hash table of ``listed``, probed in C. None where either side is not text, or
-    both hold missing values (which pandas tells apart: None is not NaN)."""
+    both hold missing values (which pandas tells apart: None is not NaN).
+
+    Args:
+        column: The values to test.
+        listed: What to look for (a Series, an Index, an array or a list).
+
+    Returns:
+        A boolean array, one per value of ``column``; or None (the caller asks pandas).
+    """
     if not available():
         return None
     import pyarrow.compute as pc
@@ -68,7 +76,15 @@ def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
 
 def text_order(distinct: np.ndarray) -> np.ndarray | None:
     """The order of distinct texts sorted as Python sorts them (by code point: Arrow
-    compares UTF-8 bytes, which order as code points do); None where they are not all text."""
+    compares UTF-8 bytes, which order as code points do).
+
+    Args:
+        distinct: Distinct values, none missing (objects).
+
+    Returns:
+        The positions of ``distinct`` in sorted order (int64); None where they are not all
+        text, or without pyarrow.
+    """
     if not available():
         return None
     import pyarrow.compute as pc
@@ -81,8 +97,15 @@ def text_order(distinct: np.ndarray) -> np.ndarray | None:
 
 def blank(texts: np.ndarray) -> np.ndarray | None:
     """Whether each text (all of them ``str``) is empty or only spaces (``not t.strip()``),
-    by one regular expression of :data:`SPACES`; None without pyarrow or where a text is no
-    UTF-8 (a lone surrogate)."""
+    by one regular expression of :data:`SPACES`.
+
+    Args:
+        texts: The texts (objects, each a ``str``).
+
+    Returns:
+        A boolean array, one per text; None without pyarrow or where a text is no UTF-8 (a
+        lone surrogate).
+    """
     if not available():
         return None
     import pyarrow as pa

@@ -142,9 +142,10 @@ TOTALS_COLUMNS = [
 
 def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
     """``column.isin(values)`` as a boolean array, at the same cost whether pandas keeps text
-    in Python objects or in Arrow arrays (with pyarrow installed). pandas' Arrow ``isin``
-    makes a pyarrow scalar of each value looked for: over a million run ids, seconds where
-    factorizing both at once (Arrow's hash table) takes a fraction of one.
+    in Python objects or in Arrow arrays: text on both sides by Arrow's ``is_in``
+    (:func:`reports.kpi.arrow_text.text_in`, with pyarrow installed); else Arrow-held text by
+    one factorization of both (pandas' Arrow ``isin`` makes a pyarrow scalar of each value
+    looked for: over a million run ids, seconds), anything else by pandas itself.
 
     Args:
         column: The values to test (run ids, say).
@@ -180,6 +181,9 @@ def positions_in(values: pd.Series, among: pd.Series) -> np.ndarray:
     Args:
         values: The keys to look up (run ids of GPU-time rows, say).
         among: The unique keys (the runs' ids), in their order.
+
+    Returns:
+        Each value's position in ``among`` (int64), -1 where it is not there.
     """
     n = len(among)
     codes, _ = pd.factorize(pd.concat([among, values], ignore_index=True))
@@ -195,6 +199,10 @@ def sorted_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
     Args:
         values: Text keys (run ids, say).
+
+    Returns:
+        Each value's code (int64: its place among the sorted distinct values; -1 missing) and
+        the distinct values sorted, as objects.
     """
     codes, uniques = pd.factorize(values)
     distinct = np.asarray(uniques, dtype=object)

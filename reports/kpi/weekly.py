@@ -612,7 +612,14 @@ def fix_order(k: WeekKpis) -> np.ndarray:
     recoverable waste plus dollars not measured (largest first, ties as listed): every run
     with either or a verdict other than healthy, whatever its utilization. An input-bound run
     at 60%, a low-MFU run or a job nothing measured is as much to fix as one under the
-    underutilized threshold."""
+    underutilized threshold.
+
+    Args:
+        k: The week.
+
+    Returns:
+        Positions (int64) into ``k.runs``, in the order to fix them.
+    """
     r = k.runs
     if not len(r):
         return np.zeros(0, dtype=np.int64)
@@ -636,6 +643,9 @@ def runs_to_fix(k: WeekKpis, *, first: int | None = None, by_team: bool = False)
             that shows fifty.
         by_team: With ``first``, each team's first so many too (its own list's first rows,
             in the same order): what a team's page shows of them.
+
+    Returns:
+        Those rows of ``k.runs``, in that order, indexed from 0.
     """
     r = k.runs
     if not len(r):

@@ -45,6 +45,9 @@ def run_lines(
             (``,gpu_hours,``).
         values_of: The cells of a column that is neither text nor numbers, as ``%s`` writes
             each (:func:`reports.render.exports._values`).
+
+    Returns:
+        The lines' UTF-8 bytes, CRLF-ended, a view of Arrow's buffer (no copy).
     """
     import pyarrow as pa
     import pyarrow.compute as pc
