@@ -506,14 +506,63 @@ def render(
     return out
 
 
-def _archived(k: kpis.WeekKpis, req: Request) -> tuple[dict[str, Any], dict[str, Content]]:
-    """A complete week's document (for the BI tables) and its files, the JSON always among
-    them: the index reads the archive's JSON."""
-    week = to_dict(k, req.tz)
-    files = render(k, req, week=week)
-    if "json" not in files:
-        files["json"] = to_json(week).encode()
-    return week, files
+_STREAMED = ("csv", "parquet")
+"""The formats written as they are made, every run of the week (:class:`reports.archive.Streamed`)."""
+
+
+def _write_week(
+    out_dir: Path,
+    label: str,
+    k: kpis.WeekKpis,
+    req: Request,
+    *,
+    index: bool,
+    archived: Callable[[dict[str, Any]], None] | None = None,
+) -> list[Path]:
+    """Render the week's files and write them into the archive (all or none): the CSV and the
+    Parquet, every run of the week, in another thread while the pages are drawn.
+
+    Args:
+        out_dir: The archive folder.
+        label: The files' name (``2026-W48``, ``2026-W49-so-far``).
+        k: The week's KPIs.
+        req: What to report.
+        index: Whether to write the index too.
+        archived: For a complete week: called with its document (the BI tables) once every
+            file is made, before any is moved into place; the JSON is then written whether
+            asked for or not (the index reads it). None: a week under way.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        ReportError: Writing fails (the archive is left as it was).
+    """
+    week = (
+        to_dict(k, req.tz) if archived is not None or set(req.formats) - {"html", "email"} else None
+    )
+    streamed = [f for f in req.formats if f in _STREAMED]
+    every_run = (
+        render(k, dataclasses.replace(req, formats=tuple(streamed)), week=week) if streamed else {}
+    )
+
+    def pages() -> dict[str, Content]:
+        rest = dataclasses.replace(req, formats=tuple(f for f in req.formats if f not in _STREAMED))
+        files = render(k, rest, week=week)
+        if archived is not None:
+            assert week is not None
+            if "json" not in files:
+                files["json"] = to_json(week).encode()
+            archived(week)
+        return files
+
+    try:
+        if not every_run:
+            return write_archive(out_dir, label, pages(), index=index)
+        return write_archive(out_dir, label, every_run, index=index, later=pages)
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e
 
 
 def build(
@@ -538,22 +587,17 @@ def build(
     """
     check_out_dir(out_dir)
     c = compute(store_url, req, now=now or datetime.now(UTC))
-    label = label_of(c.kpis.week)
+    label, index = label_of(c.kpis.week), "html" in req.formats
     if c.kpis.so_far is not None:
         # a week under way is never archived as the week: its own files, out of the index's
         # weeks (it links them as the week under way) and of the BI tables, so a later report
         # (or --all) writes the complete week
-        files = render(c.kpis, req)
-        label, index = f"{label}-so-far", "html" in req.formats  # the index links it
-    else:
-        week, files = _archived(c.kpis, req)
+        return _write_week(out_dir, f"{label}-so-far", c.kpis, req, index=index)
+
+    def published(week: dict[str, Any]) -> None:
         publish_week(store_url, week, now=c.now)
-        index = "html" in req.formats
-    try:
-        return write_archive(out_dir, label, files, index=index)
-    except OSError as e:
-        reason = e.strerror or str(e)
-        raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e
+
+    return _write_week(out_dir, label, c.kpis, req, index=index, archived=published)
 
 
 def backfill(
@@ -610,6 +654,10 @@ def backfill(
         weeks.append(week)
         week = shift_week(week, req.tz, 1)
     busy = _weeks_with_runs(runs, req.tz, now)
+
+    def published(week: dict[str, Any]) -> None:
+        publish_week(store_url, week, now=now)
+
     written: list[Path] = []
     archived = empty = kept = 0
     try:
@@ -624,9 +672,7 @@ def backfill(
             if say is not None:
                 say(f"{label}: {n}/{len(weeks)} weeks")
             c = compute(store_url, dataclasses.replace(req, week=label), now=now)
-            week_doc, files = _archived(c.kpis, req)
-            publish_week(store_url, week_doc, now=now)
-            written += write_archive(out_dir, label, files, index=False)
+            written += _write_week(out_dir, label, c.kpis, req, index=False, archived=published)
             archived += 1
         if say is not None:
             say(

@@ -10,8 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clirun import gpu_kpi
@@ -186,6 +188,65 @@ def test_the_week_moves_in_at_once(store: str, w47_files: Path, tmp_path: Path) 
     assert {p.stat().st_mode & 0o777 for p in written} == {mode}  # not mkstemp's 0600
     index = (out / "index.html").read_text()
     assert 'href="2026-W47.html"' in index and 'href="2026-W48.html"' in index
+
+
+@pytest.mark.usefixtures("blank_charts")
+def test_the_csv_is_written_while_the_page_is_drawn(
+    store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run's CSV is written in another thread while the HTML is rendered: the CSV's
+    writer waits for the renderer to start and the renderer for the writer, which only
+    both running at once satisfies (one after the other, each would wait its full minute and
+    the test would fail); the CSV and the JSON are those of the same report built without the
+    waits."""
+    from reports.render import exports, html
+
+    writing, drawing = threading.Event(), threading.Event()
+    saw: dict[str, bool] = {}
+    write_to, render_html = exports.CsvExport.write_to, html.render_html
+
+    def csv_write_to(self: exports.CsvExport, f: Any) -> None:
+        writing.set()
+        saw["the page drawn meanwhile"] = drawing.wait(60)
+        write_to(self, f)
+
+    def page(*args: Any, **kw: Any) -> str:
+        drawing.set()
+        saw["the CSV written meanwhile"] = writing.wait(60)
+        return render_html(*args, **kw)
+
+    req = Request(week="2026-W48", tz=UTC, formats=EVERY)
+    alone = build(store, req, tmp_path / "alone", now=NOW)
+    monkeypatch.setattr(exports.CsvExport, "write_to", csv_write_to)
+    monkeypatch.setattr(html, "render_html", page)
+    both = build(store, req, tmp_path / "both", now=NOW)
+    assert saw == {"the page drawn meanwhile": True, "the CSV written meanwhile": True}
+    assert [p.name for p in both] == [p.name for p in alone]
+    for a, b in zip(alone, both, strict=True):
+        if a.suffix in (".csv", ".json"):  # the page and the mail carry the time they were made
+            assert b.read_bytes() == a.read_bytes(), a.name
+
+
+@pytest.mark.usefixtures("blank_charts")
+def test_a_failing_csv_write_changes_nothing(
+    store: str, w47_files: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while the CSV is written in its thread: one line, and the archive as it
+    was (nothing of W48, no temporary folder), the page rendered meanwhile thrown away."""
+    from reports.render import exports
+
+    out = tmp_path / "out"
+    before = archived_w47(w47_files, out)
+
+    def full_disk(self: exports.CsvExport, f: Any) -> None:
+        f.write(b"week,basis,section,key,metric,value\r\n")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(exports.CsvExport, "write_to", full_disk)
+    with pytest.raises(ReportError) as e:
+        build(store, Request(week="2026-W48", tz=UTC, formats=EVERY), out, now=NOW)
+    assert str(e.value) == f"cannot write the report to {out}: No space left on device"
+    assert snapshot(out) == before
 
 
 def test_an_output_path_that_is_a_file(
