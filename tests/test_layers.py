@@ -64,6 +64,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/data/columns.py",
         "reports/gputime.py",
         "reports/imports/arrow_csv.py",
+        "reports/imports/civil.py",
         "reports/imports/nvsmi_fast.py",
         "reports/imports/nvsmi_minutes.py",
         "reports/imports/slurm.py",

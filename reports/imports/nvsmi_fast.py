@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from reports.imports.civil import MONTH_DAYS, days_from_civil, is_leap
 from tracker.gpu.base import GpuInfo
 from tracker.gpu.replay import COLUMNS as _NUMERIC
 
@@ -68,16 +69,6 @@ _DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 22]
 LAST_YEAR = 2200
 """Later years go the exact way: their epoch microseconds pass 2**53 (in 2255), where a float
 of them would round twice and miss the exact path's ``datetime.timestamp()`` by a bit."""
-_MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
-
-
-def _days(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Days since 1970-01-01 of proleptic Gregorian dates (H. Hinnant's ``days_from_civil``)."""
-    y = y - (m <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * (m + np.where(m > 2, -3, 9)) + 2) // 5 + d - 1
-    return era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
 
 
 def _stamps(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -103,8 +94,7 @@ def _stamps(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         ]
     )
     y, mo, day, h, mi, s, ms = parts
-    leap = (y % 4 == 0) & ((y % 100 != 0) | (y % 400 == 0))
-    last = _MONTH_DAYS[np.clip(mo, 0, 12)] + (leap & (mo == 2))
+    last = MONTH_DAYS[np.clip(mo, 0, 12)] + (is_leap(y) & (mo == 2))
     if not (
         (y >= 1970)
         & (y <= LAST_YEAR)
@@ -117,7 +107,7 @@ def _stamps(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         & (s <= 59)
     ).all():
         return None
-    micros = ((_days(y, mo, day) * 86400 + h * 3600 + mi * 60 + s) * 1000 + ms) * 1000
+    micros = ((days_from_civil(y, mo, day) * 86400 + h * 3600 + mi * 60 + s) * 1000 + ms) * 1000
     # whole microseconds over 1e6, exact as datetime.timestamp() computes it: the same floats
     return micros.astype(np.float64) / 1e6, parts
 

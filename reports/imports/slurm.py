@@ -72,6 +72,7 @@ from typing import IO, TYPE_CHECKING, Any, overload
 import numpy as np
 
 from reports.errors import ImportFailed
+from reports.imports.civil import MONTH_DAYS, civil_from_days, days_from_civil, is_leap
 
 if TYPE_CHECKING:
     from reports.imports.arrow_csv import Batch, Coded
@@ -1060,7 +1061,6 @@ _LAST_S = 253_402_300_799
 """9999-12-31T23:59:59 as seconds since 1970: the last second a datetime holds."""
 _NO_TIME_RE = "^(" + "|".join(map(re.escape, sorted(_NO_TIME))) + ")$"
 _EPOCH = datetime(1970, 1, 1)
-_DAYS_IN = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
 _DIGIT_AT = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
 """Where ``YYYY-MM-DDTHH:MM:SS`` has its digits, and where its marks (:data:`_MARKS`)."""
 _MARK_AT = [4, 7, 10, 13, 16]
@@ -1159,31 +1159,18 @@ def _iso_seconds(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @functools.cache
 def _months() -> tuple[np.ndarray, np.ndarray]:
     """Each month of years 0 to 9999 (``year * 12 + month - 1``): the days from 1970-01-01 to
-    its first day (int64; H. Hinnant's ``days_from_civil``) and its days."""
+    its first day (int64) and its days."""
     year = np.repeat(np.arange(10_000, dtype=np.int64), 12)
     month = np.tile(np.arange(1, 13, dtype=np.int64), 10_000)
-    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * ((month + 9) % 12) + 2) // 5
-    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
-    return era * 146097 + doe - 719468, _DAYS_IN[month] + (leap & (month == 2))
+    first = days_from_civil(year, month, np.ones_like(month))
+    return first, MONTH_DAYS[month] + (is_leap(year) & (month == 2))
 
 
 def _civil(seconds: np.ndarray) -> list[list[int]]:
-    """Year, month, day, hour, minute and second of each of ``seconds`` since 1970 (H.
-    Hinnant's ``civil_from_days``), as lists for datetime()."""
+    """Year, month, day, hour, minute and second of each of ``seconds`` since 1970, as lists
+    for datetime()."""
     days, rest = np.divmod(seconds, 86400)
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = np.where(mp < 10, mp + 3, mp - 9)
-    year = yoe + era * 400 + (month <= 2)
+    year, month, day = civil_from_days(days)
     return [x.tolist() for x in (year, month, day, rest // 3600, rest // 60 % 60, rest % 60)]
 
 
