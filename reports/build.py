@@ -510,13 +510,15 @@ _STREAMED = ("csv", "parquet")
 """The formats written as they are made, every run of the week (:class:`reports.archive.Streamed`)."""
 
 
-def _write_week(
+def write_week(
     out_dir: Path,
     label: str,
     k: kpis.WeekKpis,
     req: Request,
     *,
     index: bool,
+    images: Mapping[str, bytes] | None = None,
+    week: dict[str, Any] | None = None,
     archived: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[Path]:
     """Render the week's files and write them into the archive (all or none): the CSV and the
@@ -528,19 +530,20 @@ def _write_week(
         k: The week's KPIs.
         req: What to report.
         index: Whether to write the index too.
+        images: The charts when already drawn (:func:`render`'s); None draws them.
+        week: The week's document when already made; None makes it where needed.
         archived: For a complete week: called with its document (the BI tables) once every
             file is made, before any is moved into place; the JSON is then written whether
-            asked for or not (the index reads it). None: a week under way.
+            asked for or not (the index reads it). None: nothing is called.
 
     Returns:
         The paths written.
 
     Raises:
-        ReportError: Writing fails (the archive is left as it was).
+        OSError: Writing fails (the archive is left as it was).
     """
-    week = (
-        to_dict(k, req.tz) if archived is not None or set(req.formats) - {"html", "email"} else None
-    )
+    if week is None and (archived is not None or set(req.formats) - {"html", "email"}):
+        week = to_dict(k, req.tz)
     streamed = [f for f in req.formats if f in _STREAMED]
     every_run = (
         render(k, dataclasses.replace(req, formats=tuple(streamed)), week=week) if streamed else {}
@@ -548,7 +551,7 @@ def _write_week(
 
     def pages() -> dict[str, Content]:
         rest = dataclasses.replace(req, formats=tuple(f for f in req.formats if f not in _STREAMED))
-        files = render(k, rest, week=week)
+        files = render(k, rest, images, week=week)
         if archived is not None:
             assert week is not None
             if "json" not in files:
@@ -556,10 +559,15 @@ def _write_week(
             archived(week)
         return files
 
+    if not every_run:
+        return write_archive(out_dir, label, pages(), index=index)
+    return write_archive(out_dir, label, every_run, index=index, later=pages)
+
+
+def _written(out_dir: Path, write: Callable[[], list[Path]]) -> list[Path]:
+    """``write()``, an error writing ``out_dir`` said on one line."""
     try:
-        if not every_run:
-            return write_archive(out_dir, label, pages(), index=index)
-        return write_archive(out_dir, label, every_run, index=index, later=pages)
+        return write()
     except OSError as e:
         reason = e.strerror or str(e)
         raise ReportError(f"cannot write the report to {out_dir}: {reason}") from e
@@ -592,12 +600,15 @@ def build(
         # a week under way is never archived as the week: its own files, out of the index's
         # weeks (it links them as the week under way) and of the BI tables, so a later report
         # (or --all) writes the complete week
-        return _write_week(out_dir, f"{label}-so-far", c.kpis, req, index=index)
+        so_far = f"{label}-so-far"
+        return _written(out_dir, lambda: write_week(out_dir, so_far, c.kpis, req, index=index))
 
     def published(week: dict[str, Any]) -> None:
         publish_week(store_url, week, now=c.now)
 
-    return _write_week(out_dir, label, c.kpis, req, index=index, archived=published)
+    return _written(
+        out_dir, lambda: write_week(out_dir, label, c.kpis, req, index=index, archived=published)
+    )
 
 
 def backfill(
@@ -655,8 +666,8 @@ def backfill(
         week = shift_week(week, req.tz, 1)
     busy = _weeks_with_runs(runs, req.tz, now)
 
-    def published(week: dict[str, Any]) -> None:
-        publish_week(store_url, week, now=now)
+    def published(doc: dict[str, Any]) -> None:
+        publish_week(store_url, doc, now=now)
 
     written: list[Path] = []
     archived = empty = kept = 0
@@ -672,7 +683,7 @@ def backfill(
             if say is not None:
                 say(f"{label}: {n}/{len(weeks)} weeks")
             c = compute(store_url, dataclasses.replace(req, week=label), now=now)
-            written += _write_week(out_dir, label, c.kpis, req, index=False, archived=published)
+            written += write_week(out_dir, label, c.kpis, req, index=False, archived=published)
             archived += 1
         if say is not None:
             say(

@@ -318,8 +318,8 @@ class Service:
     def _archive(self, week: _Week, errors: list[str]) -> list[Path]:
         """The week's report, and a page per team that has a team recipient (their email
         links it: ``teams/<slug>/<week>.html``)."""
-        from reports.archive import write_archive, write_team_page
-        from reports.build import render
+        from reports.archive import write_team_page
+        from reports.build import write_week
         from reports.data.kpi_tables import publish_week
         from reports.render.email import report_link
         from reports.render.exports import to_dict
@@ -330,8 +330,9 @@ class Service:
         doc = to_dict(week.computed.kpis, req.tz)
         publish_week(self.settings.tracker.store, doc, now=week.computed.now)
         try:
-            files = render(week.computed.kpis, req, images=week.images, week=doc)
-            written = write_archive(out, week.label, files, index=True)
+            written = write_week(
+                out, week.label, week.computed.kpis, req, index=True, images=week.images, week=doc
+            )
             for team in dict.fromkeys(
                 r.team
                 for r in self.settings.recipients
