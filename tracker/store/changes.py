@@ -23,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from tracker.store.engine import fetch, send, send_many
+from tracker.store.engine import fetch_first, send, send_many
 from tracker.store.schema import (
     RUN_LOCK_CLASS,
     changes_table,
@@ -127,6 +127,34 @@ class Touched:
 _CONFLICT = "ON CONFLICT (day, shard) DO UPDATE SET version = changes.version + 1"
 
 
+def run_statement(row: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """PostgreSQL's statement that raises the counters a write of the run ``row`` (its ``id``,
+    ``started_at``, ``ended_at``, ``heartbeat_at``) raises: the days of the run's stored span
+    and of ``row``'s, as :meth:`Touched.run` of each (:func:`span_days`), in day order, and
+    its parameters. The stored span is read by the statement itself, as it was when the
+    statement began: sent with the run's upsert in one statement (a ``WITH`` of it, a
+    heartbeat's one round trip), it reads the run before the upsert."""
+    touched = Touched()
+    touched.run(row)
+    days = sorted(day for day, _ in touched.keys)
+    first, last = _utc_day("started_at"), _utc_day("COALESCE(ended_at, heartbeat_at, started_at)")
+    stored = (
+        "SELECT generate_series(GREATEST(LEAST(a, b), GREATEST(a, b) - "
+        f"{int(MAX_SPAN_DAYS)}), GREATEST(a, b)) AS day FROM (SELECT {first} AS a, {last} AS b "
+        "FROM runs WHERE id = %s) AS stored"
+    )
+    sql = (
+        "INSERT INTO changes (day, shard, version) SELECT day, %s, 1 FROM "
+        f"({stored} UNION SELECT unnest(%s::integer[])) AS d ORDER BY day {_CONFLICT}"
+    )
+    return sql, (shard_of(row["id"]), row["id"], days)
+
+
+def _utc_day(column: str) -> str:
+    """PostgreSQL's :func:`day_of` of a ``timestamptz`` expression (a name of ours)."""
+    return f"(({column}) AT TIME ZONE 'UTC')::date - DATE '1970-01-01'"
+
+
 def as_time(value: Any) -> datetime | None:
     """A stored or given time as an aware datetime; None for what is no time (a damaged row:
     its span is unknown and raises nothing)."""
@@ -150,7 +178,9 @@ def stored_spans(
     """The stored ``id``, ``started_at``, ``ended_at``, ``heartbeat_at`` of the runs ``ids``
     (those that exist); on PostgreSQL, first, the advisory locks of the runs ``lock`` in that
     order (:data:`tracker.store.schema.RUN_LOCK_CLASS`), the first ``chunk`` of them in the
-    same statement (a live write's one run: one statement less)."""
+    same statement (a live write's one run: one statement less). The first statement goes
+    with the transaction's ``BEGIN`` where it is the transaction's first
+    (:func:`tracker.store.engine.fetch_first`)."""
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
     out: list[dict[str, Any]] = []
     if lock and mark == "%s":  # an import's many runs: the locks in order, chunk by chunk
@@ -162,7 +192,7 @@ def stored_spans(
         part = tuple(ids[i : i + chunk])
         # as the driver gives them (SQLite: text, which may be damaged): read by as_time
         sql = f"SELECT {', '.join(_SPAN)} FROM runs WHERE id IN ({', '.join([mark] * len(part))})"
-        out += [dict(zip(_SPAN, r, strict=True)) for r in fetch(conn, sql, part)]
+        out += [dict(zip(_SPAN, r, strict=True)) for r in fetch_first(conn, sql, part)]
     return out
 
 
@@ -180,7 +210,7 @@ def _locked_spans(
         f"SELECT {columns} FROM (SELECT count(pg_advisory_xact_lock(%s, hashtext(k))) "
         f"FROM unnest(ARRAY[{locks}]::text[]) AS k) AS l LEFT JOIN runs AS r ON r.id IN ({found})"
     )
-    rows = fetch(conn, sql, (RUN_LOCK_CLASS, *lock, *ids))
+    rows = fetch_first(conn, sql, (RUN_LOCK_CLASS, *lock, *ids))
     return [dict(zip(_SPAN, r, strict=True)) for r in rows if r[0] is not None]
 
 

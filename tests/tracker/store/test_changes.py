@@ -94,3 +94,45 @@ def test_a_version_3_store_gains_counters_without_a_rebuild(store_url: str) -> N
         s.upsert_run(run_record("v3", DAY0, 1))
     assert util_s == 1234
     assert counters(store_url) == {(0, ch.shard_of("v3")): 1}
+
+
+def test_a_runs_write_raises_the_days_of_its_spans_before_and_after(store_url: str) -> None:
+    """PostgreSQL reads the stored span in the statement that writes the run, SQLite apart:
+    the same days either way. A heartbeat before the start (the days between, swapped), an
+    end at midnight, a start 3,700 days back (only the last 3,661 days counted) and back."""
+    from tracker.record import RunRecord
+
+    start = datetime(2026, 11, 23, 23, 59, 59, 999999, tzinfo=UTC)  # day 0's last µs
+    writes = [
+        RunRecord(
+            id="s",
+            name="s",
+            started_at=start,
+            status="running",
+            heartbeat_at=start - timedelta(days=2),
+        ),  # day -2 to day 0
+        RunRecord(
+            id="s", name="s", started_at=start, status="done", ended_at=DAY0 + timedelta(days=1)
+        ),  # day 0 to day 1 (midnight)
+        RunRecord(
+            id="s",
+            name="s",
+            started_at=DAY0 - timedelta(days=3700),
+            status="running",
+            heartbeat_at=DAY0,
+        ),  # days -3660 to 0
+        RunRecord(id="s", name="s", started_at=start, status="running"),  # day 0
+    ]
+    with RunStore(store_url) as s:
+        for record in writes:
+            s.upsert_run(record)
+    got = counters(store_url)
+    shard = ch.shard_of("s")
+    assert {k[1] for k in got} == {shard}
+    by_day = {day: v for (day, _), v in got.items()}
+    # a write raises each day of its spans before and after once: days -2..0, then -2..1,
+    # then -3660..1 (the stored 0..1 and the new -3660..0), then -3660..0
+    assert by_day[0] == by_day[-1] == by_day[-2] == 4
+    assert by_day[1] == 2
+    assert by_day[-3] == by_day[-3660] == 2 and -3661 not in by_day
+    assert len(by_day) == 3662  # days -3660 to 1

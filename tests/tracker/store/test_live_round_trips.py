@@ -1,12 +1,15 @@
 """The live writer's round trips on PostgreSQL (issue 42): a pooled connection used within
 ``PING_AFTER_S`` goes out unpinged, one idle longer is pinged and replaced when its server
 end is gone; a run's advisory lock is taken with its stored span, in one statement; the change
-counters are raised in the statement that writes the samples and rollups."""
+counters are raised in the statement that writes the samples and rollups; a live minute is
+three round trips (the ``BEGIN`` sent with the span and the lock, the read, the write sent
+with the ``COMMIT``), a heartbeat one."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,7 +142,9 @@ def test_a_live_minute_raises_its_counter_in_the_write(
     before = counter()
     statements: list[str] = []
     for module in (changes, rollup_sql):
-        for name in ("fetch", "send"):
+        for name in ("fetch", "send", "fetch_first", "send_last"):
+            if not hasattr(module, name):
+                continue
             real = getattr(module, name)
 
             def sent(conn: sa.Connection, sql: str, params: Any = (), real: Any = real) -> Any:
@@ -163,3 +168,71 @@ def test_a_span_of_rows_minute_after_minute_is_keyed_without_its_minutes() -> No
     assert _Span([(m, *row) for m in (5, 6, 7)], []).minutes is None
     assert _Span([(m, *row) for m in (5, 6, 6, 8)], []).minutes == (5, 6, 6, 8)
     assert _Span([(m, *row) for m in (5, 7)], []).minutes == (5, 7)
+
+
+def round_trips(store: RunStore, trace: Path) -> Callable[[], list[str]]:
+    """What the store's connections send to the server from now on, read when the function
+    returned is called: one entry a round trip, a simple query's text, or ``"extended"`` for
+    a statement of the extended protocol (its ``Sync``), from libpq's own trace of the
+    messages."""
+    opened = trace.open("w")
+
+    def checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        dbapi_conn.pgconn.trace(opened.fileno())
+        dbapi_conn.pgconn.set_trace_flags(0)
+
+    sa.event.listen(store.engine, "checkout", checkout)
+
+    def read() -> list[str]:
+        opened.flush()
+        out: list[str] = []
+        for line in trace.read_text().splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 4 and fields[1] == "F" and fields[3] in ("Query", "Sync"):
+                out.append(fields[4].strip(' "') if fields[3] == "Query" else "extended")
+        return out
+
+    return read
+
+
+def test_a_live_minute_is_three_round_trips_and_a_heartbeat_one(
+    pg_store: RunStore, tmp_path: Path
+) -> None:
+    """Minute 10 of a run of 2 GPUs: the BEGIN goes with the span's read and the run's lock,
+    the COMMIT with the write of samples, rollups and counters (psycopg would send each
+    alone: five round trips); its heartbeat: one statement alone (the server's transaction of
+    one statement), the counters of the run's span read by it and the run's upsert. What is
+    stored is as before: the day's counter one up a write, the minutes and the heartbeat
+    there. (The minutes before: psycopg prepares the read on its
+    sixth use, a round trip once.)"""
+    run = RunRecord(id="r", name="r", started_at=T0, status="running", gpu_count=2)
+    pg_store.upsert_run(run)
+
+    def minute(m: int) -> list[MinuteSample]:
+        moment = T0 + timedelta(minutes=m)
+        return [
+            MinuteSample(run_id="r", minute=moment, gpu=f"g{g}", covered_s=60.0, util_pct=1.0)
+            for g in range(2)
+        ]
+
+    for m in range(10):
+        pg_store.upsert_samples(minute(m))
+    key = (changes.day_of(T0), changes.shard_of("r"))
+    sql = "SELECT version FROM changes WHERE day = %s AND shard = %s"
+    before = pg_store.transaction(lambda c: fetch(c, sql, key), write=False)[0][0]
+    sent_so_far = round_trips(pg_store, tmp_path / "trace.txt")
+    pg_store.upsert_samples(minute(10))
+    heartbeat = T0 + timedelta(minutes=10)
+    pg_store.upsert_run(run.replace(heartbeat_at=heartbeat))
+    sent = sent_so_far()
+    assert len(sent) == 4
+    assert sent[0].startswith("BEGIN; SELECT") and "pg_advisory_xact_lock" in sent[0]
+    assert sent[1] == "extended"  # the read, its rows in binary
+    assert sent[2].startswith("WITH w0 AS (INSERT INTO samples") and sent[2].endswith("COMMIT")
+    assert sent[3].startswith("WITH w0 AS (INSERT INTO changes") and "FROM runs" in sent[3]
+    assert "INSERT INTO runs" in sent[3] and "COMMIT" not in sent[3]
+    after = pg_store.transaction(lambda c: fetch(c, sql, key), write=False)[0][0]
+    assert after == before + 2  # the minute's write and the heartbeat's
+    stored = pg_store.get_run("r")
+    assert stored is not None and stored.heartbeat_at == heartbeat
+    assert len(pg_store.samples(run_ids=["r"])) == 22

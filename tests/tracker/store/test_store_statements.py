@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore, StoreError, rollup_sql
-from tracker.store.engine import fetch, send, send_many
+from tracker.store.engine import fetch, fetch_first, send, send_last, send_many
 from tracker.store.rollups import COLUMNS
 from tracker.store.schema import samples_table, upsert
 
@@ -62,16 +62,22 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     sent row by row counts once)."""
     out: list[str] = []
     real_send, real_many = rollup_sql.send, rollup_sql.send_many
+    real_last = rollup_sql.send_last
 
     def send(conn: sa.Connection, sql: str, params: Any = ()) -> None:
         out.append(sql)
         real_send(conn, sql, params)
+
+    def send_last(conn: sa.Connection, sql: str, params: Any = ()) -> None:
+        out.append(sql)
+        real_last(conn, sql, params)
 
     def send_many(conn: sa.Connection, sql: str, params: Any) -> None:
         out.append(sql)
         real_many(conn, sql, params)
 
     monkeypatch.setattr(rollup_sql, "send", send)
+    monkeypatch.setattr(rollup_sql, "send_last", send_last)
     monkeypatch.setattr(rollup_sql, "send_many", send_many)
     yield out
 
@@ -231,6 +237,8 @@ def test_the_drivers_errors_come_out_as_sqlalchemys(store_url: str) -> None:
         lambda conn: fetch(conn, "SELECT * FROM no_such_table"),
         lambda conn: send(conn, f"INSERT INTO no_such_table VALUES ({mark})", (1,)),
         lambda conn: send_many(conn, f"INSERT INTO no_such_table VALUES ({mark})", [(1,), (2,)]),
+        lambda conn: fetch_first(conn, f"SELECT * FROM no_such_table WHERE 1 = {mark}", (1,)),
+        lambda conn: send_last(conn, f"INSERT INTO no_such_table VALUES ({mark})", (1,)),
     ]
     try:
         for call in calls:
@@ -240,3 +248,54 @@ def test_the_drivers_errors_come_out_as_sqlalchemys(store_url: str) -> None:
             assert "no_such_table" in str(caught.value.orig)
     finally:
         engine.dispose()
+
+
+def test_the_first_statement_brings_the_begin_and_the_last_the_commit(store_url: str) -> None:
+    """``fetch_first`` gives the rows ``fetch`` gives (PostgreSQL: text, a NULL, an integer, a
+    float to the bit, a time; loaded from text); on PostgreSQL it opens the transaction the
+    statements after it are in (one transaction id), and a ``send_last`` commits it: another
+    connection sees its rows before SQLAlchemy's commit, and a failing one commits nothing.
+    SQLite sends both as ``fetch`` and ``send``: its rows are seen after the commit."""
+    with RunStore(store_url) as store:
+        postgres = store.engine.dialect.name == "postgresql"
+        mark = "%s" if postgres else "?"
+        store.transaction(lambda c: send(c, "CREATE TABLE t (x INTEGER)"), write=True)
+        values = ("a'b", None, 7, 0.1 + 0.2, T0) if postgres else ("a'b", None, 7, 0.1 + 0.2)
+        casts = ("text", "text", "integer", "float8", "timestamptz")
+        columns = ", ".join(
+            f"CAST({mark} AS {cast})" if postgres else mark for cast in casts[: len(values)]
+        )
+        sql = f"SELECT {columns}"
+        first = store.transaction(lambda c: fetch_first(c, sql, values), write=False)
+        plain = store.transaction(lambda c: fetch(c, sql, values), write=False)
+        assert first == plain == [values]
+
+        def count() -> int:
+            other = sa.create_engine(store_url)
+            try:
+                with other.connect() as conn:
+                    return int(conn.exec_driver_sql("SELECT count(*) FROM t").scalar_one())
+            finally:
+                other.dispose()
+
+        def work(conn: sa.Connection) -> tuple[list[Any], int]:
+            ids = fetch_first(conn, "SELECT txid_current()") if postgres else []
+            send(conn, f"INSERT INTO t VALUES ({mark})", (1,))
+            ids += fetch_first(conn, "SELECT txid_current()") if postgres else []
+            send_last(conn, f"INSERT INTO t VALUES ({mark})", (2,))
+            return ids, count()
+
+        ids, seen = store.transaction(work, write=True)
+        assert seen == (2 if postgres else 0)
+        assert count() == 2
+        if postgres:
+            assert len(set(ids)) == 1 and len(ids) == 2
+
+        def failing(conn: sa.Connection) -> None:
+            send(conn, f"INSERT INTO t VALUES ({mark})", (3,))
+            send_last(conn, "INSERT INTO no_such_table SELECT x FROM t")
+
+        # a missing table: the store's error on SQLite, SQLAlchemy's (a bug of ours) on PostgreSQL
+        with pytest.raises((StoreError, sa.exc.ProgrammingError)):
+            store.transaction(failing, write=True)
+        assert count() == 2
