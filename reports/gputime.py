@@ -35,6 +35,7 @@ from reports.data.columns import arrow_run_columns, run_columns
 from reports.data.samples import SampleTotals
 from reports.data.scans import SampleScans, database_per_connection, mark_crashed, records_of
 from reports.errors import ReportError
+from reports.kpi.frames import hand_back_freed
 from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
 from tracker.store import RunStore, StoreError, default_store_url
@@ -105,7 +106,10 @@ def week_gpu_time(
     gt = kpis.combine_gpu_time(
         read.runs, read.sampled, tz=tz, basis=basis, now=now, measured=read.measured
     )
-    return GpuTime(runs=read.runs, gpu_time=gt, skipped=read.skipped)
+    runs, skipped = read.runs, read.skipped
+    del read  # the sampled rows: in ``gt`` now
+    hand_back_freed()
+    return GpuTime(runs=runs, gpu_time=gt, skipped=skipped)
 
 
 def span_gpu_time(

@@ -109,8 +109,12 @@ def arrow_run_columns(table: Any) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]
     columns.clear()
     df = kept.to_pandas(split_blocks=True, self_destruct=True)
     del kept
+    # one column of None for all of them (a million runs: 8 MB, not 8 MB each): the frame
+    # knows they share it, and a write to one copies that one first (copy on write)
+    nothing = pd.Series(np.full(n if empty else 0, None, dtype=object), dtype=object)
     for col in empty:
-        df[col] = pd.Series(np.full(n, None, dtype=object), dtype=object)
+        df[col] = nothing
+    del nothing
     frame, ok = _checked(df[names], None)
     return frame, ok, rowids
 

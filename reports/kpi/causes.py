@@ -15,7 +15,7 @@ The causes add up to the week's waste, and their cents to its cents (largest rem
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,9 +126,6 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     waste = waste[at]
     idle = np.minimum(_usd(runs, "idle_usd")[at], waste)
     ids = _ids(runs, at)
-    names, is_name = _text(runs, "name", at)
-    is_name[is_name] = ~_blank(names[is_name])
-    names = np.where(is_name, names, ids)
     sources, is_source = _text(runs, "source", at)
     verdicts, is_verdict = _text(runs, "verdict", at)
     fits_smaller = (
@@ -143,8 +140,9 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     run, _ = pd.factorize(ids)
     n_runs = int(run.max()) + 1
     last = ~pd.Series(run).duplicated(keep="last").to_numpy()
-    name_of_run = np.empty(n_runs, dtype=object)
-    name_of_run[run[last]] = names[last]
+    last_of_run = np.empty(n_runs, dtype=np.int64)  # each run's last row (a position in ``at``)
+    last_of_run[run[last]] = np.flatnonzero(last)
+    del last
     inferred_row = is_source & (sources != "tracker")
     inferred_run = np.bincount(run, weights=inferred_row, minlength=n_runs) > 0
     part_cause = np.concatenate([np.full(len(at), _IDLE), rest])
@@ -155,7 +153,15 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     usd = _sums(where, part_usd[has], len(keys))
     cause, run_of = keys // n_runs, keys % n_runs  # by cause, in :data:`CAUSES` order
     inferred = (cause != _IDLE) & inferred_run[run_of]
-    top = _top(cause, usd, name_of_run[run_of])
+
+    def names_of(parts: np.ndarray) -> np.ndarray:
+        # the names of these parts' runs alone (a million runs' names are not made objects)
+        rows = last_of_run[run_of[parts]]
+        names, is_name = _text(runs, "name", at[rows])
+        is_name[is_name] = ~_blank(names[is_name])
+        return np.where(is_name, names, ids[rows])
+
+    top = _top(cause, usd, names_of)
 
     bounds = np.searchsorted(cause, np.arange(len(CAUSES) + 1))
     totals: dict[str, float] = {}
@@ -216,10 +222,11 @@ def _sums(where: np.ndarray, usd: np.ndarray, n: int) -> np.ndarray:
 
 
 def _top(
-    cause: np.ndarray, usd: np.ndarray, names: np.ndarray
+    cause: np.ndarray, usd: np.ndarray, names_of: Callable[[np.ndarray], np.ndarray]
 ) -> dict[int, tuple[tuple[str, float], ...]]:
     """Per cause (its code; ``cause`` sorted), its :data:`TOP_RUNS` runs with the most
-    dollars, by name where the dollars tie: (name, USD)."""
+    dollars, by name where the dollars tie: (name, USD); ``names_of``: the names of the runs
+    at these positions."""
     # the runs at or over their cause's TOP_RUNS-th dollars (ties at it too), then those by
     # name: a million runs' names are never sorted
     by_usd = np.lexsort((-usd, cause))
@@ -232,7 +239,7 @@ def _top(
         {
             "cause": cause[picked],
             "usd": usd[picked],
-            "name": pd.Series(names[picked], dtype=object),  # str's order, as sorted() has it
+            "name": pd.Series(names_of(picked), dtype=object),  # str's order, as sorted() has it
         }
     )
     top = top.sort_values(["cause", "usd", "name"], ascending=[True, False, True])

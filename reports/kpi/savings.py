@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from reports.kpi.frames import sorted_moving
 from reports.kpi.intervals import change_interval_pct
 from reports.kpi.jobkeys import job_keys
 from reports.kpi.pricing import run_prices
@@ -182,7 +183,7 @@ def job_runs(
         return pd.DataFrame(columns=list(JOB_RUN_COLUMNS))
     some = [r for r in rows if len(r)] or rows[:1]
     out = some[0] if len(some) == 1 else pd.concat(some, ignore_index=True)
-    out = out.sort_values(["job_key", "started_at", "run_id"], ignore_index=True)
+    out = sorted_moving(out, ["job_key", "started_at", "run_id"])  # not held twice
     out["unit"], out["work"] = _units(out)
     return out[list(JOB_RUN_COLUMNS)]
 
@@ -213,10 +214,10 @@ def _job_rows(
     cost = (hours * price).to_numpy()
     out = pd.DataFrame(
         {
-            "run_id": r["id"].astype(object).to_numpy(),
+            "run_id": _text_values(r["id"]),
             "job_key": job_keys(r["name"], r["links"]).to_numpy(),
-            "name": r["name"].astype(object).to_numpy(),
-            "team": r["team"].astype(object).to_numpy(),
+            "name": _text_values(r["name"]),
+            "team": _text_values(r["team"]),
             "started_at": started[keep.to_numpy()].reset_index(drop=True),
             "gpu_hours": hours.to_numpy(),
             "cost_usd": np.where(np.isfinite(cost) & (cost >= 0), cost, np.nan),
@@ -229,6 +230,35 @@ def _job_rows(
         }
     )
     return out[out["job_key"] != ""]
+
+
+def _text_values(column: pd.Series) -> Any:
+    """``column.astype(object).to_numpy()`` as :class:`pandas.DataFrame` takes it in a column of
+    its own: Arrow's text as it is (the frame would make the same text of a Python string per
+    value), any other column as those objects."""
+    if (
+        isinstance(column.dtype, pd.StringDtype)
+        and column.dtype == _TEXT
+        and column.notna().any()  # no text at all: the objects' column is not text
+    ):
+        return column.array
+    return column.astype(object).to_numpy()
+
+
+_TEXT = pd.DataFrame({"t": np.array(["t"], dtype=object)})["t"].dtype
+"""The type :class:`pandas.DataFrame` gives a column of Python strings (pandas' ``str``)."""
+
+
+def _objects(column: pd.Series) -> np.ndarray:
+    """``column.to_numpy()`` with one Python object per distinct text of Arrow's (a million
+    runs of five teams: five strings, not a million); any other column as it is."""
+    if not isinstance(column.dtype, pd.StringDtype) or not len(column):
+        return column.to_numpy()
+    codes, uniques = pd.factorize(column)  # missing: -1, the column's own missing value
+    values = np.empty(len(uniques) + 1, dtype=object)
+    values[:-1] = uniques.to_numpy(dtype=object)
+    values[-1] = column.dtype.na_value
+    return values[codes]
 
 
 def numbers(column: pd.Series) -> np.ndarray:
@@ -330,9 +360,10 @@ def recurring_jobs(
     run_code = pd.Series(codes, index=jr.index).where(codes >= 0)  # a missing id: none
     counts = run_code.groupby(jr["job_key"], sort=False).transform("nunique")
     many = (counts >= 2).to_numpy()
+    del codes, counts
     if not many.any():
         return pd.DataFrame(columns=list(RECURRING_COLUMNS))
-    j = jr[many]
+    j = jr[list(_RECURRING_READS)][many]  # the columns read below, not every one
     # as naive UTC datetime64 (an aware column's numpy is an object per value: slow)
     week = pd.DatetimeIndex(weeks_of[many]).tz_convert("UTC").tz_localize(None).to_numpy()
     this = pd.Timestamp(this_week).tz_convert("UTC").tz_localize(None).to_datetime64()
@@ -342,11 +373,11 @@ def recurring_jobs(
     hours = j["gpu_hours"].to_numpy()
     util = j["utilization_pct"].to_numpy()
     known = ~np.isnan(util) & ~np.isnan(hours)
-    tokens = j["unit"].to_numpy() == "1M tokens"
+    tokens = _objects(j["unit"]) == "1M tokens"
     tp = np.where(tokens, j["tokens_per_s"].to_numpy(), j["samples_per_s"].to_numpy())
     f = pd.DataFrame(
         {
-            "job_key": j["job_key"].to_numpy(),
+            "job_key": _text_values(j["job_key"]),
             "run": run_code.to_numpy()[many],
             "week": week,
             "this": week == this,
@@ -358,10 +389,11 @@ def recurring_jobs(
             "used": np.where(known, util * np.nan_to_num(hours), 0.0),
             "tp": tp,
             "tokens": tokens,
-            "unit": j["unit"].to_numpy(),
-            "verdict": j["verdict"].to_numpy(),
+            "unit": _text_values(j["unit"]),
+            "verdict": _text_values(j["verdict"]),
         }
     )
+    del run_code, week, tp, tokens  # in ``f`` now
     g = f.groupby("job_key", sort=False)
     out = pd.DataFrame(
         {
@@ -380,13 +412,19 @@ def recurring_jobs(
             "verdict": g["verdict"].last(),
         }
     )
+    # each week's cost per unit (of the rows with both: their columns alone), then the runs'
+    # frame goes before the teams are counted
+    keyed = f[["job_key", "week", "ok_cost", "ok_work"]]
+    weekly = keyed[ok].groupby(["job_key", "week"], sort=True)[["ok_cost", "ok_work"]].sum()
+    del g, f, keyed
     out["utilization_pct"] = (out["used"] / out["known_hours"]).where(out["known_hours"] > 0)
     out["usd_per_unit"] = (out["ok_cost"] / out["ok_work"]).where(out["ok_work"] > 0)
     out["throughput_unit"] = np.where(
         out["throughput"].notna(), np.where(out["tokens"], "tokens/s", "samples/s"), ""
     )
-    # the most common team (the first by name among equals)
-    teams = j.assign(team=j["team"].fillna("").astype(str))
+    # the most common team (the first by name among equals): its two columns, not a copy of
+    # every column of the runs
+    teams = pd.DataFrame({"job_key": j["job_key"], "team": j["team"].fillna("").astype(str)})
     by_team = teams[teams["team"] != ""].groupby(["job_key", "team"]).size()
     if len(by_team):
         top = by_team.reset_index(name="n").sort_values(
@@ -394,8 +432,7 @@ def recurring_jobs(
         )
         out["team"] = top.drop_duplicates("job_key").set_index("job_key")["team"]
     out["team"] = out.get("team", pd.Series(dtype=object)).reindex(out.index).fillna("")
-    # each week's cost per unit, and the first and the last week that has one
-    weekly = f[ok].groupby(["job_key", "week"], sort=True)[["ok_cost", "ok_work"]].sum()
+    # the first and the last week that has a cost per unit
     weekly = weekly[weekly["ok_work"] > 0]
     weekly["rate"] = weekly["ok_cost"] / weekly["ok_work"]
     weekly = weekly.reset_index()
@@ -416,6 +453,21 @@ def recurring_jobs(
     for column in ("first_week", "last_week"):
         out[column] = [None if pd.isna(v) else pd.Timestamp(v, tz="UTC") for v in out[column]]
     return out[list(RECURRING_COLUMNS)].astype({"runs": int, "weeks": int, "runs_this_week": int})
+
+
+_RECURRING_READS = (
+    "job_key",
+    "team",
+    "gpu_hours",
+    "cost_usd",
+    "utilization_pct",
+    "samples_per_s",
+    "tokens_per_s",
+    "verdict",
+    "unit",
+    "work",
+)
+"""The columns of :func:`job_runs` that :func:`recurring_jobs` reads past the run ids."""
 
 
 def mode_of(values: Iterable[Any]) -> str:
@@ -452,14 +504,14 @@ def _jobs(jr: pd.DataFrame) -> list[_Job]:
     cost = jr["cost_usd"].to_numpy(dtype=float)
     work = jr["work"].to_numpy(dtype=float)
     ok = (cost > 0) & (work > 0)  # NaN compares False: unpriced, or no work counted
-    j = jr[ok]
+    j = jr[["job_key", "started_at", "team", "verdict", "unit"]][ok]  # not every column
     if not len(j):
         return []
-    keys = j["job_key"].to_numpy()
+    keys = _objects(j["job_key"])
     bounds = np.flatnonzero(keys[1:] != keys[:-1]) + 1
     starts = pd.DatetimeIndex(j["started_at"])
     cost, work = cost[ok], work[ok]
-    teams, verdicts, units = (j[c].to_numpy() for c in ("team", "verdict", "unit"))
+    teams, verdicts, units = (_objects(j[c]) for c in ("team", "verdict", "unit"))
     return [
         _Job(
             key=str(keys[a]),

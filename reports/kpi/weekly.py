@@ -16,7 +16,7 @@ from reports.kpi.allocations import AllocationWeek, CapacityLine
 from reports.kpi.causes import CauseLine, week_causes
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
-from reports.kpi.frames import BASES, positions_in, sorted_codes
+from reports.kpi.frames import BASES, positions_in, sorted_codes, sorted_moving
 from reports.kpi.gputime import gpu_time
 from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, unallocated
 from reports.kpi.pricing import run_prices
@@ -148,7 +148,8 @@ def run_weeks(
         )
     )
     k = per.index.to_numpy(dtype=np.int64)
-    per.insert(0, "run_id", run_ids[k // weeks_n])
+    # the ids as objects, not made Arrow's text and then objects again
+    per.insert(0, "run_id", pd.Series(run_ids[k // weeks_n], index=per.index, dtype=object))
     per.insert(1, "week", week_values[k % weeks_n])
     per = per.reset_index(drop=True)
     per_at = per.pop("_at").to_numpy()
@@ -185,8 +186,18 @@ def run_weeks(
     }
     per = per.astype({"run_id": object})  # empty: run_id was float
     if len(per) and (per_at >= 0).all():
-        m = runs[cols].iloc[per_at].rename(columns=names).set_axis(per.index)
-        per = pd.concat([per, m], axis=1)
+        # a column of the runs that is None throughout is one column of None shared here too
+        # (not a copy of a million Nones each: copy on write keeps them apart)
+        blank = [c for c in cols if _all_none(runs[c])]
+        m = runs[[c for c in cols if c not in blank]].iloc[per_at].set_axis(per.index)
+        if blank:
+            nothing = pd.Series(
+                np.full(len(per), None, dtype=object), index=per.index, dtype=object
+            )
+            for c in blank:
+                m[c] = nothing
+            m = m[cols]
+        per = pd.concat([per, m.rename(columns=names)], axis=1)
     else:  # a row of no run in ``runs``: its attributes missing, as a join leaves them
         per = per.join(runs.set_index("id")[cols].rename(columns=names), on="run_id")
     share = per["gpu_hours"] / per["run_gpu_hours"].where(per["run_gpu_hours"] > 0)
@@ -199,6 +210,18 @@ def run_weeks(
     per["price_per_gpu_hour"] = _taken(price, per_at, np.nan)
     per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
     return per
+
+
+_NONE = np.array(None, dtype=object)
+"""None as an array numpy compares each object with."""
+
+
+def _all_none(column: pd.Series) -> bool:
+    """Whether ``column`` holds Python objects, each of them None (and at least one)."""
+    if column.dtype != object or not len(column):
+        return False
+    values = column.to_numpy()
+    return values[0] is None and bool(np.equal(values, _NONE).all())
 
 
 def _taken(values: np.ndarray, at: np.ndarray, missing: Any) -> np.ndarray:
@@ -455,10 +478,11 @@ def kpis_of_gpu_time(
         per = pd.concat([per, jobs.astype({"run_id": object})], ignore_index=True)
     w = pd.Timestamp(week).tz_convert("UTC")
     weeks = [shift_week(w, tz, -k) for k in range(max(trend_weeks, 2) - 1, -1, -1)]
-    of_week = dict(tuple(per[per["week"].isin(weeks)].groupby("week", sort=False)))
-    nothing = per.iloc[:0]
-    this = of_week.get(w, nothing)
-    prev = of_week.get(weeks[-2], nothing)
+    # each week's rows by position, a frame made only as it is used (a week that holds every
+    # row is ``per`` itself, not a copy of a million rows)
+    of_week = _week_positions(per["week"], weeks)
+    this = _rows_at(per, of_week.get(w))
+    prev = _rows_at(per, of_week.get(weeks[-2]))
     stored = {pd.Timestamp(k).tz_convert("UTC"): v for k, v in (stored or {}).items()}
 
     def free(wk: pd.Timestamp, rows: pd.DataFrame) -> Unallocated | None:
@@ -474,14 +498,14 @@ def kpis_of_gpu_time(
             capacity=(capacity or {}).get(wk, ()),
         )
 
-    empty = _headline(nothing, t)  # a week without rows or known capacity, worked out once
-
-    def worked_out(wk: pd.Timestamp) -> Headline:
-        rows = of_week.get(wk, nothing)
+    empty = _headline(per.iloc[:0], t)  # a week without rows or known capacity, worked out once
+    worked: dict[pd.Timestamp, Headline] = {}
+    for i, wk in enumerate(weeks):
+        last = len(weeks) - 1 - i
+        rows = this if last == 0 else prev if last == 1 else _rows_at(per, of_week.get(wk))
         spare = free(wk, rows)
-        return empty if not len(rows) and spare is None else _headline(rows, t, spare)
-
-    worked = {wk: worked_out(wk) for wk in weeks}
+        worked[wk] = empty if not len(rows) and spare is None else _headline(rows, t, spare)
+    del rows
     headlines = {
         wk: stored[wk] if wk in stored and wk not in of_week else worked[wk] for wk in weeks
     }
@@ -497,22 +521,49 @@ def kpis_of_gpu_time(
             for wk in weeks[len(weeks) - trend_weeks :]
         ]
     )
-    ordered = this.sort_values(["waste_usd", "spend_usd"], ascending=False, ignore_index=True)
-    under = ordered[
-        (ordered["utilization_pct"] < t.underutilized_pct)
-        & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)
-        & (ordered["kind"] == RUN_KIND)
-    ]
     run_codes = _run_codes(this)
     by = {
         k: _breakdown(this, k, run_codes)
         for k in ("team", "project", "user", "gpu_model", "source")
     }
+    del run_codes
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
-    measured = this[this["kind"] == RUN_KIND]
+    # the columns right-sizing reads, not a copy of every column of the runs it picks
+    measured = this[[c for c in _RIGHTSIZING_COLUMNS if c in this]]
+    is_run = (this["kind"] == RUN_KIND).to_numpy(dtype=bool)
     sized = rightsizing(
-        measured, prices, max_util_pct=t.underutilized_pct, target_util_pct=t.target_util_pct
+        measured if is_run.all() else measured[is_run],
+        prices,
+        max_util_pct=t.underutilized_pct,
+        target_util_pct=t.target_util_pct,
     )
+    del measured, is_run
+    rent = (
+        tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
+        if owned
+        else ()
+    )
+    teams = (
+        {
+            (str(team), pd.Timestamp(wk)): _headline(rows, t, None)
+            for (team, wk), rows in per[per["week"].isin(list(team_headlines))].groupby(
+                ["team", "week"]
+            )
+        }
+        if len(team_headlines)
+        else {}
+    )
+    # the week's rows move into ``ordered`` a column at a time: ``per`` (or the week's copy)
+    # is not held beside them
+    rows = this
+    del this, prev, per
+    ordered = sorted_moving(rows, ["waste_usd", "spend_usd"], ascending=False)
+    del rows
+    under = ordered[
+        (ordered["utilization_pct"] < t.underutilized_pct)
+        & (ordered["gpu_hours"] >= t.underutilized_min_gpu_hours)
+        & (ordered["kind"] == RUN_KIND)
+    ]
     return WeekKpis(
         week=w,
         basis=basis,
@@ -527,9 +578,7 @@ def kpis_of_gpu_time(
         trend=trend,
         rightsizing=sized,
         causes=week_causes(ordered, sized),
-        rent_vs_own=tuple(rent_vs_own_lines(this, owned, rent=prices, hours_in_week=hours_in_week))
-        if owned
-        else (),
+        rent_vs_own=rent,
         what_if=what_if(
             ordered,
             trend,
@@ -540,15 +589,41 @@ def kpis_of_gpu_time(
         ),
         carbon=carbon,
         week_headlines={wk: worked[wk] for wk in weeks if wk not in stored or wk in of_week},
-        team_headlines={
-            (str(team), pd.Timestamp(wk)): _headline(rows, t, None)
-            for (team, wk), rows in per[per["week"].isin(list(team_headlines))].groupby(
-                ["team", "week"]
-            )
-        }
-        if len(team_headlines)
-        else {},
+        team_headlines=teams,
     )
+
+
+_RIGHTSIZING_COLUMNS = (
+    "run_id",
+    "name",
+    "team",
+    "gpu_model",
+    "utilization_pct",
+    "mem_peak_gib",
+    "gpu_hours",
+    "spend_usd",
+    "idle_usd",
+    "priced",
+    "verdict",
+)
+"""The columns of a week's rows :func:`reports.kpi.rightsizing.rightsizing` reads."""
+
+
+def _rows_at(per: pd.DataFrame, at: np.ndarray | None) -> pd.DataFrame:
+    """The rows of ``per`` at the positions ``at`` (None: none), ``per`` itself where they are
+    all of its rows (:func:`_week_positions`' are ascending): no copy of a million rows."""
+    if at is None:
+        return per.iloc[:0]
+    return per if len(at) == len(per) else per.take(at)
+
+
+def _week_positions(week: pd.Series, weeks: Sequence[pd.Timestamp]) -> dict[Any, np.ndarray]:
+    """The positions of the rows of each of ``weeks`` in ``week`` (the rows' week starts),
+    ascending, by the week as the rows hold it: a week without rows is not a key (as
+    :meth:`pandas.DataFrame.groupby` of the rows in ``weeks`` leaves it out)."""
+    codes, values = pd.factorize(week)  # a missing week: -1, in no group
+    wanted = np.flatnonzero(pd.Index(values).isin(weeks))
+    return {values[i]: np.flatnonzero(codes == i) for i in wanted.tolist()}
 
 
 RATE_FIELDS = frozenset(

@@ -248,14 +248,36 @@ def recurring_of_weeks(
             (a million runs in the week are read once, not twice). None: all are read.
         runs_since: The start of the span ``runs`` covers.
     """
+    from reports.kpi.frames import hand_back_freed
+
+    end = min(shift_week(start, req.tz, 1), now)
+    since = shift_week(start, req.tz, -(savings.HISTORY_WEEKS - 1))
+    # what the week's figures freed is handed back before these grow, and what these freed
+    # after (a million runs: each step's frames would otherwise stay the process's)
+    hand_back_freed()
+    try:
+        return _recurring(store, req, start, since=since, end=end, runs=runs, runs_since=runs_since)
+    finally:
+        hand_back_freed()
+
+
+def _recurring(
+    store: RunStore,
+    req: Request,
+    start: datetime,
+    *,
+    since: datetime,
+    end: datetime,
+    runs: pd.DataFrame | None,
+    runs_since: datetime | None,
+) -> tuple[pd.DataFrame, tuple[Change, ...]]:
+    """:func:`recurring_of_weeks` from ``since`` to ``end``."""
     from reports.data.marks import read_marks
     from reports.data.scans import SampleScans
     from reports.gputime import usable_runs
     from reports.kpi.frames import is_in
     from tracker.store import StoreError
 
-    end = min(shift_week(start, req.tz, 1), now)
-    since = shift_week(start, req.tz, -(savings.HISTORY_WEEKS - 1))
     try:
         parts: list[pd.DataFrame] = []
         if runs is None or runs_since is None:
