@@ -28,6 +28,9 @@ COLUMNS = [
     "assumption",
 ]
 
+READS = (*COLUMNS[:6], "gpu_hours", "spend_usd", "idle_usd", "priced", "verdict")
+"""The columns of a week's rows :func:`rightsizing` reads (the first six it writes as read)."""
+
 
 def half_peak_tflops(model: str) -> float | None:
     """The 16-bit tensor peak (bf16, else fp16) of a model name, TFLOP/s; None when unknown."""

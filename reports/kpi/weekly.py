@@ -20,6 +20,7 @@ from reports.kpi.frames import BASES, positions_in, sorted_codes, sorted_moving
 from reports.kpi.gputime import gpu_time
 from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, unallocated
 from reports.kpi.pricing import run_prices
+from reports.kpi.rightsizing import READS as RIGHTSIZING_READS
 from reports.kpi.rightsizing import rightsizing
 from reports.kpi.whatif import WhatIf, what_if
 from reports.rows import Headline, Part
@@ -529,7 +530,7 @@ def kpis_of_gpu_time(
     del run_codes
     hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
     # the columns right-sizing reads, not a copy of every column of the runs it picks
-    measured = this[[c for c in _RIGHTSIZING_COLUMNS if c in this]]
+    measured = this[[c for c in RIGHTSIZING_READS if c in this]]
     is_run = (this["kind"] == RUN_KIND).to_numpy(dtype=bool)
     sized = rightsizing(
         measured if is_run.all() else measured[is_run],
@@ -591,22 +592,6 @@ def kpis_of_gpu_time(
         week_headlines={wk: worked[wk] for wk in weeks if wk not in stored or wk in of_week},
         team_headlines=teams,
     )
-
-
-_RIGHTSIZING_COLUMNS = (
-    "run_id",
-    "name",
-    "team",
-    "gpu_model",
-    "utilization_pct",
-    "mem_peak_gib",
-    "gpu_hours",
-    "spend_usd",
-    "idle_usd",
-    "priced",
-    "verdict",
-)
-"""The columns of a week's rows :func:`reports.kpi.rightsizing.rightsizing` reads."""
 
 
 def _rows_at(per: pd.DataFrame, at: np.ndarray | None) -> pd.DataFrame:

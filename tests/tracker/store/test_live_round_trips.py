@@ -32,6 +32,15 @@ def pg_store(store_url: str) -> Iterator[RunStore]:
         yield store
 
 
+def two_gpus(m: int) -> list[MinuteSample]:
+    """Minute ``m`` of run ``r``'s GPUs g0 and g1, idle (1%)."""
+    moment = T0 + timedelta(minutes=m)
+    return [
+        MinuteSample(run_id="r", minute=moment, gpu=f"g{g}", covered_s=60.0, util_pct=1.0)
+        for g in range(2)
+    ]
+
+
 def backend_pid(store: RunStore) -> int:
     return int(store.transaction(lambda c: fetch(c, "SELECT pg_backend_pid()"), write=False)[0][0])
 
@@ -125,20 +134,13 @@ def test_a_live_minute_raises_its_counter_in_the_write(
     run = RunRecord(id="r", name="r", started_at=T0, status="running", gpu_count=2)
     pg_store.upsert_run(run)
 
-    def minute(m: int) -> list[MinuteSample]:
-        moment = T0 + timedelta(minutes=m)
-        return [
-            MinuteSample(run_id="r", minute=moment, gpu=f"g{g}", covered_s=60.0, util_pct=1.0)
-            for g in range(2)
-        ]
-
     def counter() -> int:
         sql = "SELECT version FROM changes WHERE day = %s AND shard = %s"
         key = (changes.day_of(T0), changes.shard_of("r"))
         return int(pg_store.transaction(lambda c: fetch(c, sql, key), write=False)[0][0])
 
     for m in range(5):
-        pg_store.upsert_samples(minute(m))
+        pg_store.upsert_samples(two_gpus(m))
     before = counter()
     statements: list[str] = []
     for module in (changes, rollup_sql):
@@ -152,7 +154,7 @@ def test_a_live_minute_raises_its_counter_in_the_write(
                 return real(conn, sql, params)
 
             monkeypatch.setattr(module, name, sent)
-    pg_store.upsert_samples(minute(5))
+    pg_store.upsert_samples(two_gpus(5))
     assert counter() == before + 1
     assert len(statements) == 3
     assert "pg_advisory_xact_lock" in statements[0] and "JOIN runs" in statements[0]
@@ -208,20 +210,13 @@ def test_a_live_minute_is_three_round_trips_and_a_heartbeat_one(
     run = RunRecord(id="r", name="r", started_at=T0, status="running", gpu_count=2)
     pg_store.upsert_run(run)
 
-    def minute(m: int) -> list[MinuteSample]:
-        moment = T0 + timedelta(minutes=m)
-        return [
-            MinuteSample(run_id="r", minute=moment, gpu=f"g{g}", covered_s=60.0, util_pct=1.0)
-            for g in range(2)
-        ]
-
     for m in range(10):
-        pg_store.upsert_samples(minute(m))
+        pg_store.upsert_samples(two_gpus(m))
     key = (changes.day_of(T0), changes.shard_of("r"))
     sql = "SELECT version FROM changes WHERE day = %s AND shard = %s"
     before = pg_store.transaction(lambda c: fetch(c, sql, key), write=False)[0][0]
     sent_so_far = round_trips(pg_store, tmp_path / "trace.txt")
-    pg_store.upsert_samples(minute(10))
+    pg_store.upsert_samples(two_gpus(10))
     heartbeat = T0 + timedelta(minutes=10)
     pg_store.upsert_run(run.replace(heartbeat_at=heartbeat))
     sent = sent_so_far()
