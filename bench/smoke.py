@@ -21,7 +21,8 @@ a SQLite store built here (untimed). The report is made as ``gpu-kpi report`` ma
 (:func:`reports.build.build`, every format, the earlier weeks worked out from rows each time),
 ``--repeat`` times: each step's fastest. Steps are functions of the report's path, timed where
 they are called (:data:`STEPS`); a step's time includes the steps it calls. Two steps the
-report runs side by side (the runs and the rollups' sums, :data:`IN_TURN`) run in turn here:
+report runs side by side (the runs and the rollups' sums, the CSV and the page:
+:data:`IN_TURN`) run in turn here:
 a process's CPU clock cannot tell two threads apart, and each would count the other's work.
 
     .venv/bin/python bench/smoke.py [--repeat 2] [--dir DIR]
@@ -66,8 +67,9 @@ from bench.report_scale import (  # noqa: E402
 )
 
 BASELINE = ROOT / "bench" / "baseline.json"
-IN_TURN = ("reports.gputime",)
-"""Modules whose thread pool runs two steps side by side: timed, their calls run in turn."""
+IN_TURN = ("reports.gputime", "reports.archive")
+"""Modules whose thread pool runs two steps side by side (the runs and the rollups' sums; the
+CSV and the page): timed, their calls run in turn."""
 GPUS, CASE = 10, "split1"
 NOW = datetime(2026, 12, 1, 12, tzinfo=UTC)  # 2026-W48 complete
 LIMIT = 2.0
