@@ -224,6 +224,25 @@ def sorted_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return np.where(codes >= 0, rank[codes], -1), distinct[order]
 
 
+def shared_objects(column: pd.Series) -> np.ndarray:
+    """``column.to_numpy(dtype=object)`` with one Python object per distinct value (a million
+    rows of a few GPUs or teams: a few strings, not a million).
+
+    Args:
+        column: Any column.
+
+    Returns:
+        Its values as objects; a missing value as ``to_numpy(dtype=object)`` gives it.
+    """
+    codes, uniques = pd.factorize(column)  # missing: -1
+    out = np.empty(len(codes), dtype=object)
+    found = codes >= 0
+    out[found] = np.asarray(uniques, dtype=object)[codes[found]]
+    if not found.all():
+        out[~found] = column[~found].to_numpy(dtype=object)
+    return out
+
+
 def sorted_moving(rows: pd.DataFrame, keys: list[str], *, ascending: bool = True) -> pd.DataFrame:
     """``rows.sort_values(keys, ascending=ascending, ignore_index=True)``, made a column at a
     time: each column is taken out of ``rows`` (which is left with none) and freed once

@@ -16,7 +16,7 @@ from datetime import datetime, tzinfo
 import numpy as np
 import pandas as pd
 
-from reports.kpi.frames import BASES, GT_COLUMNS, is_in
+from reports.kpi.frames import BASES, GT_COLUMNS, is_in, shared_objects
 from reports.weeks import shift_week, week_spans, week_start_of
 from tracker.cost import Thresholds, idle_flags, thresholds_for
 
@@ -295,7 +295,7 @@ def totals_gpu_time(
             # the ids in Python objects from the start (not Arrow's text made objects again),
             # a GPU's name one object for all its rows
             "run_id": pd.Series(totals["run_id"].to_numpy(dtype=object), dtype=object),
-            "gpu": pd.Series(_shared_objects(totals["gpu"]), dtype=object),
+            "gpu": pd.Series(shared_objects(totals["gpu"]), dtype=object),
             "week": week[totals["bucket"].to_numpy(dtype=int)],
             "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / 3600.0,
             "known_hours": totals["known_s"].to_numpy(dtype=float) / 3600.0,
@@ -318,15 +318,3 @@ def totals_gpu_time(
         gt.iloc[rows, at] = part[figures].fillna(0.0).to_numpy()
     # the ids in Python objects, as a join with the idle rows' leaves them
     return gt.astype({"run_id": object, "gpu": object})[GT_COLUMNS]
-
-
-def _shared_objects(column: pd.Series) -> np.ndarray:
-    """``column.to_numpy(dtype=object)`` with one Python object per distinct value (a million
-    rows of a few GPUs: a few strings, not a million); a missing value as that gives it."""
-    codes, uniques = pd.factorize(column)  # missing: -1
-    out = np.empty(len(codes), dtype=object)
-    found = codes >= 0
-    out[found] = np.asarray(uniques, dtype=object)[codes[found]]
-    if not found.all():
-        out[~found] = column[~found].to_numpy(dtype=object)
-    return out

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.kpi.frames import sorted_moving
+from reports.kpi.frames import shared_objects, sorted_moving
 from reports.kpi.intervals import change_interval_pct
 from reports.kpi.jobkeys import job_keys
 from reports.kpi.pricing import run_prices
@@ -250,15 +250,11 @@ _TEXT = pd.DataFrame({"t": np.array(["t"], dtype=object)})["t"].dtype
 
 
 def _objects(column: pd.Series) -> np.ndarray:
-    """``column.to_numpy()`` with one Python object per distinct text of Arrow's (a million
-    runs of five teams: five strings, not a million); any other column as it is."""
-    if not isinstance(column.dtype, pd.StringDtype) or not len(column):
+    """``column.to_numpy()`` with one Python object per distinct text of Arrow's
+    (:func:`reports.kpi.frames.shared_objects`); any other column as it is."""
+    if not isinstance(column.dtype, pd.StringDtype):
         return column.to_numpy()
-    codes, uniques = pd.factorize(column)  # missing: -1, the column's own missing value
-    values = np.empty(len(uniques) + 1, dtype=object)
-    values[:-1] = uniques.to_numpy(dtype=object)
-    values[-1] = column.dtype.na_value
-    return values[codes]
+    return shared_objects(column)
 
 
 def numbers(column: pd.Series) -> np.ndarray:

@@ -11,8 +11,7 @@ import pandas as pd
 from fakes import run_record as run
 
 from reports import kpi as kpis
-from reports.kpi.frames import sorted_moving
-from reports.kpi.gputime import _shared_objects
+from reports.kpi.frames import shared_objects, sorted_moving
 from reports.kpi.savings import _objects, _text_values
 from reports.kpi.weekly import _week_positions
 from tracker.prices import PriceTable
@@ -54,7 +53,7 @@ def test_text_is_one_object_per_distinct_value_and_missing_stays_missing() -> No
     """Five runs of two teams and one without: two string objects, the missing one NaN, as
     ``to_numpy`` gives them."""
     teams = pd.Series(["nlp", "vision", "nlp", None, "nlp"], dtype="str")
-    for shared in (_objects(teams), _shared_objects(teams)):
+    for shared in (_objects(teams), shared_objects(teams)):
         assert shared[:3].tolist() == ["nlp", "vision", "nlp"] and shared[4] == "nlp"
         assert isinstance(shared[3], float) and np.isnan(shared[3])
         assert shared[0] is shared[2] is shared[4]
