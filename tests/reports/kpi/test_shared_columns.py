@@ -8,9 +8,11 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 from fakes import run_record as run
 
 from reports import kpi as kpis
+from reports.kpi import frames
 from reports.kpi.frames import shared_objects, sorted_moving
 from reports.kpi.savings import _objects, _text_values
 from reports.kpi.weekly import _week_positions
@@ -20,9 +22,14 @@ W48 = datetime(2026, 11, 23, tzinfo=UTC)  # Monday of ISO week 2026-W48
 NOW = W48 + timedelta(days=10)
 
 
-def test_sorted_moving_is_sort_values_and_leaves_its_input_empty() -> None:
+@pytest.mark.parametrize("move_from", [0, 100_000], ids=["moved", "copied"])
+def test_sorted_moving_is_sort_values_and_leaves_its_input_empty(
+    move_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Most waste first, then most spend, NaN last: c (3.0), d (1.0, spend 3), a (1.0,
-    spend 2), e (0.0), b (NaN)."""
+    spend 2), e (0.0), b (NaN); the same whether the columns are moved one at a time (the
+    input left empty) or the frame is sorted whole (few rows)."""
+    monkeypatch.setattr(frames, "MOVE_FROM", move_from)
     rows = pd.DataFrame(
         {
             "run_id": np.array(["a", "b", "c", "d", "e"], dtype=object),
@@ -36,7 +43,8 @@ def test_sorted_moving_is_sort_values_and_leaves_its_input_empty() -> None:
     got = sorted_moving(rows, ["waste_usd", "spend_usd"], ascending=False)
     assert got["run_id"].tolist() == ["c", "d", "a", "e", "b"]
     pd.testing.assert_frame_equal(got, expected, check_exact=True)
-    assert list(rows.columns) == []  # each column moved out
+    if move_from == 0:
+        assert list(rows.columns) == []  # each column moved out
 
 
 def test_week_positions_are_each_weeks_rows_and_no_key_for_a_week_without_any() -> None:
