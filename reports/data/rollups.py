@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy.engine import Connection
@@ -68,13 +68,21 @@ def rollup_totals(
     Returns:
         One :class:`RollupTotals` per run, GPU and bucket, in no order.
     """
-    sound, damaged = _totals_sql(conn, value, hour_edges)
-    params = (since_hour, until_hour)
-    hurt = _rows(conn, damaged, params)
-    if not hurt:
-        return [RollupTotals(*r) for r in _rows(conn, sound, params)]
-    out = {(r[0], r[1], r[2]): RollupTotals(*r) for r in _rows(conn, sound, params)}
-    for run_id, gpu, b, dropped, bad_values, bad_minutes, n in hurt:
+    sql = _totals_sql(conn, value, hour_edges)
+    return _merged(_rows(conn, sql, (since_hour, until_hour)))
+
+
+def _merged(rows: Iterable[Sequence[Any]]) -> list[RollupTotals]:
+    """:func:`_totals_sql`'s rows as totals: a damaged group's counts added to its sound
+    group's (or to one of no figure)."""
+    out: dict[tuple[str, str, int], RollupTotals] = {}
+    hurt = []
+    for r in rows:
+        if r[-1]:
+            out[(r[0], r[1], r[2])] = RollupTotals._make((*r[:-2], 0))
+        else:
+            hurt.append(r)
+    for run_id, gpu, b, *_, dropped, bad_values, bad_minutes, n, _sound in hurt:
         key = (run_id, gpu, b)
         kept = out.get(key) or RollupTotals(run_id, gpu, b, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0, 0)
         out[key] = kept._replace(
@@ -101,31 +109,53 @@ def rollup_totals_frame(
     :func:`rollup_totals`."""
     import pandas as pd
 
-    columns = list(RollupTotals._fields)
-    sound, damaged = _totals_sql(conn, value, hour_edges)
-    params = (since_hour, until_hour)
-    if _rows(conn, damaged, params):
-        totals = rollup_totals(
-            conn, value=value, hour_edges=hour_edges, since_hour=since_hour, until_hour=until_hour
-        )
-        return pd.DataFrame(totals, columns=columns)
-    result = conn.exec_driver_sql(sound, params)
+    sql = _totals_sql(conn, value, hour_edges)
+    result = conn.exec_driver_sql(sql, (since_hour, until_hour))
     try:
         parts = []
         while chunk := result.cursor.fetchmany(chunk_rows):
-            parts.append(pd.DataFrame.from_records(chunk, columns=columns, nrows=len(chunk)))
+            parts.append(pd.DataFrame.from_records(chunk, columns=SUMMED, nrows=len(chunk)))
     finally:
         result.close()
     if not parts:
-        return pd.DataFrame(columns=columns)
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        return pd.DataFrame(columns=RollupTotals._fields)
+    return totals_of(pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0])
 
 
-def _totals_sql(conn: Connection, value: str, hour_edges: Sequence[int]) -> tuple[str, str]:
-    """The queries of :func:`rollup_totals`: the sound rows summed, and the damaged ones
-    counted (parameters: the first hour and the hour the span ends before)."""
+SUMMED = [*RollupTotals._fields[:-1], "rows", "sound"]
+"""The columns of the rollups summed per run, GPU, bucket and whether sound (the rows of
+:func:`_totals_sql`, or :func:`hour_rows_sql`'s rows summed)."""
+
+
+def totals_of(summed: pd.DataFrame) -> pd.DataFrame:
+    """:data:`SUMMED` rows as :func:`rollup_totals_frame` gives them: a damaged group's
+    counts added to its sound group's."""
+    import pandas as pd
+
+    if not summed["sound"].to_numpy(dtype=bool).all():  # damaged rollup rows (few or none)
+        rows = summed[SUMMED].itertuples(index=False, name=None)
+        return pd.DataFrame(_merged(rows), columns=RollupTotals._fields)
+    # every group sound: no damaged row
+    return summed[SUMMED[:-2]].assign(damaged=0)
+
+
+def hour_rows_sql(value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int) -> str:
+    """The SQLite query of the rollup rows :func:`rollup_totals` sums, each with its bucket and
+    whether it is sound, named as :data:`SUMMED` (but ``rows``), the hours written in: summed
+    by run, GPU, bucket and whether sound, they are :func:`_totals_sql`'s rows."""
+    bucket, figures, ok = _figures(value, hour_edges)
+    named = ", ".join(f"{c} AS {n}" for c, n in zip(figures, SUMMED[3:-2], strict=True))
+    span = f"(hour >= {int(since_hour)} AND hour < {int(until_hour)}) OR hour = {MISSHAPED_HOUR}"
+    return (
+        f"SELECT run_id, gpu, {bucket} AS bucket, {named}, COALESCE({ok}, FALSE) AS sound "
+        f"FROM rollups WHERE {span}"
+    )
+
+
+def _figures(value: str, hour_edges: Sequence[int]) -> tuple[str, list[str], str]:
+    """A rollup row's bucket (SQL), its summed columns, and the SQL condition that its
+    figures are finite numbers in range."""
     known, used, idle, idle_used, bad = BASIS_COLUMNS[value]
-    mark = "?" if conn.dialect.name == "sqlite" else "%s"
     bucket = "0"
     for i, edge in enumerate(sorted(hour_edges)):
         bucket = f"CASE WHEN hour < {int(edge)} THEN ({bucket}) ELSE {i + 1} END"
@@ -141,8 +171,18 @@ def _totals_sql(conn: Connection, value: str, hour_edges: Sequence[int]) -> tupl
             in_range(idle_used, (0.0, 100 * hour_s)),
         )
     )
+    figures = ["minutes", "covered_s", known, used, idle, idle_used, "dropped", bad, "bad_minutes"]
+    return bucket, figures, ok
+
+
+def _totals_sql(conn: Connection, value: str, hour_edges: Sequence[int]) -> str:
+    """The query of :func:`rollup_totals`: per run, GPU and bucket, the sound rows summed and
+    the damaged ones apart (parameters: the first hour and the hour the span ends before).
+    Each row: :class:`RollupTotals`' fields up to ``bad_minutes``, the rows, whether sound."""
+    bucket, figures, ok = _figures(value, hour_edges)
+    mark = "?" if conn.dialect.name == "sqlite" else "%s"
     if conn.dialect.name == "sqlite":
-        hours = f"rollups WHERE ((hour >= {mark} AND hour < {mark}) OR hour = {MISSHAPED_HOUR}) AND"
+        hours = f"rollups WHERE (hour >= {mark} AND hour < {mark}) OR hour = {MISSHAPED_HOUR}"
     else:
         # the span's hours and the misshaped row apart, each a range of the index that leads
         # with the hour (ix_rollups_sums): with an OR of the two PostgreSQL scans the whole
@@ -150,20 +190,15 @@ def _totals_sql(conn: Connection, value: str, hour_edges: Sequence[int]) -> tupl
         # OR as two ranges itself, and the subquery would cost it twice the time.
         hours = (
             f"(SELECT * FROM rollups WHERE hour >= {mark} AND hour < {mark} UNION ALL "
-            f"SELECT * FROM rollups WHERE hour = {MISSHAPED_HOUR}) AS r WHERE"
+            f"SELECT * FROM rollups WHERE hour = {MISSHAPED_HOUR}) AS r"
         )
-    rows = f"FROM {hours} {{}} GROUP BY run_id, gpu, bucket"
-    counts = f"SUM(dropped), SUM({bad}), SUM(bad_minutes)"
-    # the sound rows summed, and apart (few or none) the damaged ones, only counted: a check
-    # in the WHERE is made once a row, in each SUM once a figure
-    sound = (
-        f"SELECT run_id, gpu, {bucket} AS bucket, SUM(minutes), SUM(covered_s), SUM({known}), "
-        f"SUM({used}), SUM({idle}), SUM({idle_used}), {counts}, 0 " + rows.format(ok)
+    # one pass: the sound rows and (few or none) the damaged ones grouped apart, the check
+    # made once a row; a damaged group's figures are not read, only its counts
+    return (
+        f"SELECT run_id, gpu, {bucket} AS bucket, {', '.join(f'SUM({c})' for c in figures)}, "
+        f"COUNT(*), COALESCE({ok}, FALSE) AS sound FROM {hours} "
+        "GROUP BY run_id, gpu, bucket, sound"
     )
-    damaged = f"SELECT run_id, gpu, {bucket} AS bucket, {counts}, COUNT(*) " + rows.format(
-        f"NOT COALESCE({ok}, FALSE)"
-    )
-    return sound, damaged
 
 
 def _rows(conn: Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
