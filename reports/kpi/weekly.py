@@ -131,23 +131,11 @@ def run_weeks(
     weeks_n = max(len(week_values), 1)
     kept = (run_codes >= 0) & (week_codes >= 0)  # as groupby leaves out a missing key
     key = run_codes[kept] * weeks_n + week_codes[kept]
-    per = (
-        (g if kept.all() else g[kept])
-        .groupby(key, sort=True)
-        .agg(
-            gpu_hours=("gpu_hours", "sum"),
-            known_hours=("known_hours", "sum"),
-            used_hours=("used_hours", "sum"),
-            spend_usd=("cost", "sum"),
-            waste_usd=("waste", "sum"),
-            idle_usd=("idle", "sum"),
-            unpriced=("unpriced", "sum"),
-            unmeasured_hours=("unmeasured_hours", "sum"),
-            waste_hours=("waste_hours", "sum"),
-            idle_hours=("idle_hours", "sum"),
-            _at=("_at", "first"),
-        )
-    )
+    grouped = (g if kept.all() else g[kept]).groupby(key, sort=True)
+    # the sums in one aggregation of the frame's columns (one named aggregation a column
+    # costs ~1.5 ms each whatever the rows), and a row's run the same in its group
+    per = grouped[list(_RUN_WEEK_SUMS)].sum().rename(columns=_RUN_WEEK_SUMS)
+    per["_at"] = grouped["_at"].first()
     k = per.index.to_numpy(dtype=np.int64)
     # the ids as objects, not made Arrow's text and then objects again
     per.insert(0, "run_id", pd.Series(run_ids[k // weeks_n], index=per.index, dtype=object))
@@ -212,6 +200,20 @@ def run_weeks(
     per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
     return per
 
+
+_RUN_WEEK_SUMS = {
+    "gpu_hours": "gpu_hours",
+    "known_hours": "known_hours",
+    "used_hours": "used_hours",
+    "cost": "spend_usd",
+    "waste": "waste_usd",
+    "idle": "idle_usd",
+    "unpriced": "unpriced",
+    "unmeasured_hours": "unmeasured_hours",
+    "waste_hours": "waste_hours",
+    "idle_hours": "idle_hours",
+}
+""":func:`run_weeks`' columns summed per run and week, and their names there."""
 
 _NONE = np.array(None, dtype=object)
 """None as an array numpy compares each object with."""
