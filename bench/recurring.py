@@ -13,7 +13,9 @@ are (``job-<k>-<run number>``, ``--keys`` jobs), each with its GPU-hours, utiliz
 3. the parts of 2 in memory: job keys and prices (``job_runs``), the table
    (``recurring_jobs``), the changes (``changes``),
 
-and prints the figures, the ratio to the baseline and the peak memory (tracemalloc) of 2.
+and prints the figures, the ratio to the baseline and the peak memory of 2: Python's and
+numpy's allocations (tracemalloc), and the process's resident memory at its highest (Linux'
+``VmHWM``, reset before the call: Arrow's buffers, which tracemalloc does not see, are in it).
 
     .venv/bin/python bench/recurring.py [--runs 200000] [--keys 2000] [--repeat 2]
 """
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -140,6 +143,7 @@ def main() -> None:
             table, found = recurring_of_weeks(store, req, WEEK, now=NOW)
             peak = tracemalloc.get_traced_memory()[1] / 2**20
             tracemalloc.stop()
+            held, rss = rss_peak(lambda: recurring_of_weeks(store, req, WEEK, now=NOW))
             runs, _ = usable_runs(scans, since=FIRST, until=WEEK + timedelta(weeks=1))
         until = WEEK + timedelta(weeks=1)
         t = time.perf_counter()
@@ -158,10 +162,32 @@ def main() -> None:
         f"{ours:.2f} s ({ours / base:.1f}x the baseline), peak {peak:.0f} MiB; "
         f"{len(table)} jobs shown, {len(found)} changes"
     )
+    if rss is not None:
+        print(f"  resident: {held:.0f} MiB before the call, {rss:.0f} MiB at its highest during it")
     print(
         f"  in memory: keys and prices {keyed:.2f} s, the table {tabled:.2f} s, "
         f"the change-point search {searched:.2f} s"
     )
+
+
+def rss_peak(call: Callable[[], object]) -> tuple[float, float | None]:
+    """The process's resident MiB before ``call`` and at its highest during it (Linux: the
+    high-water mark reset through ``/proc/self/clear_refs``); None elsewhere."""
+
+    def status(field: str) -> float:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+        raise OSError(field)
+
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+        before = status("VmRSS")
+    except OSError:
+        call()
+        return 0.0, None
+    call()
+    return before, status("VmHWM")
 
 
 if __name__ == "__main__":
