@@ -118,7 +118,7 @@ class MetricsRefresher:
             held = self._history = (
                 latest.week,
                 now,
-                compute(self._settings.tracker.store, req, now=now).kpis,
+                compute(self._settings.tracker.store, req, now=now, keep_frames=False).kpis,
             )
         return held[2]
 

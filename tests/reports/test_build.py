@@ -347,3 +347,24 @@ def test_a_week_under_way_is_compared_with_the_week_before_at_the_same_point(
     assert team is not None and team.so_far is not None
     assert team.previous is not None
     assert team.previous.spend_usd == pytest.approx(14 * 3.85 * share)
+
+
+def test_the_frames_let_go_change_no_figure(store: str) -> None:
+    """A report that keeps neither the runs nor the GPU-time rows (``gpu-kpi report``) has the
+    figures of one that keeps them (the service's, for team reports): the same headline
+    (4 runs' GPU-hours: busy 3, slow 1, sampled 1 in W48), runs and sections; the frames it
+    returns are empty, and a team's KPIs cannot be worked out from them."""
+    req = Request(week="2026-W48", tz=UTC)
+    now = W48 + timedelta(days=10)
+    kept = compute(store, req, now=now)
+    let_go = compute(store, req, now=now, keep_frames=False)
+    assert let_go.kpis.headline == kept.kpis.headline
+    assert let_go.kpis.headline.gpu_hours == pytest.approx(5.0)
+    assert let_go.kpis.runs.equals(kept.kpis.runs)
+    assert let_go.kpis.parts.keys() == kept.kpis.parts.keys()
+    assert len(kept.runs) == 4 and len(kept.gpu_time) > 0
+    assert (len(let_go.runs), len(let_go.gpu_time)) == (0, 0)
+    assert list(let_go.runs.columns) == list(kept.runs.columns)
+    assert kept.team(req, "nlp") is not None
+    with pytest.raises(ValueError, match="not kept"):
+        let_go.team(req, "nlp")
