@@ -62,6 +62,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "numpy": (
         "reports/kpi/",
         "reports/data/columns.py",
+        "reports/data/rollups.py",
         "reports/gputime.py",
         "reports/imports/arrow_csv.py",
         "reports/imports/civil.py",

@@ -286,3 +286,34 @@ def rollup_hours(
         )
         for r in _rows(conn, sql, (since_hour, until_hour))
     ]
+
+
+def summed_as_sqlite(rows: pd.DataFrame, keys: list[str], figures: list[str]) -> pd.DataFrame:
+    """``rows`` summed per distinct ``keys`` as SQLite's ``SUM`` adds them: one after another
+    in the rows' order, a NULL (NaN) left out, integers kept integers (pandas' grouped ``sum``
+    adds floats with Kahan's compensation: its sums differ from SQLite's in the last bits).
+
+    Args:
+        rows: The rows, in the order SQLite would add them (the store's hours in order).
+        keys: The columns that group them (hashed: no sort of the rows).
+        figures: The columns summed.
+
+    Returns:
+        One row per group in the order each first appears: the keys, each figure's sum, and
+        ``rows``, how many.
+    """
+    import numpy as np
+
+    # groups numbered as they first appear: a group's first row is where the number grows
+    codes = rows.groupby(keys, sort=False).ngroup().to_numpy()
+    groups = int(codes.max()) + 1 if len(codes) else 0
+    first = np.ones(len(codes), dtype=bool)
+    first[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
+    out = rows.loc[first, keys].reset_index(drop=True)
+    for name in figures:
+        values = rows[name].to_numpy()
+        weights = np.nan_to_num(values.astype(float), nan=0.0, posinf=np.inf, neginf=-np.inf)
+        total = np.bincount(codes, weights=weights, minlength=groups)
+        out[name] = total.astype(values.dtype) if values.dtype.kind in "iu" else total
+    out["rows"] = np.bincount(codes, minlength=groups)
+    return out

@@ -37,6 +37,7 @@ from reports.data.rollups import (
     rollup_hours,
     rollup_totals,
     rollup_totals_frame,
+    summed_as_sqlite,
     totals_of,
 )
 from reports.data.samples import (
@@ -76,9 +77,9 @@ ARROW_FROM_RUNS = 40_000
 Arrow: the driver's process costs ~0.3 s of CPU to start, and each run ~6 µs against the
 tuples' ~14 µs (100,800 runs: 0.9-1.1 s against 1.3-1.5 s). From as many,
 :meth:`SampleScans.rollup_totals_frame` reads the span's rollup rows by the driver and sums
-them with pandas: SQLite's ``GROUP BY`` sorts each row's 14 columns first, pandas' hash
-grouping does not, and a group is a frame row, not a tuple (235,000 rows of 101,000 runs:
-0.8-1.0 s against 1.2-1.6 s; 168,000 rows of 125 runs: 0.6 s against 0.4 s)."""
+them in this process (:func:`summed_as_sqlite`): SQLite's ``GROUP BY`` sorts each row's 14
+columns first, grouping by hash does not, and a group is a frame row, not a tuple (235,000 rows
+of 101,000 runs: 0.8-1.0 s against 1.2-1.6 s; 168,000 rows of 125 runs: 0.6 s against 0.4 s)."""
 
 _ARROW_TEXT = ("string", "large_string")
 _ARROW_NUMBERS = ("int64", "double")
@@ -373,7 +374,8 @@ class SampleScans:
     ) -> pd.DataFrame:
         """:func:`reports.data.rollups.rollup_totals_frame` (a version 2 store); in a SQLite
         file where :data:`ARROW_FROM_RUNS` runs started in the span, read by ADBC's driver in
-        a process of its own (:mod:`reports.data.adbc_read`) and summed by pandas."""
+        a process of its own (:mod:`reports.data.adbc_read`) and summed here as SQLite sums
+        them (:func:`summed_as_sqlite`)."""
         summed = self._summed_in_child(value, hour_edges, since_hour, until_hour)
         if summed is not None:
             return totals_of(summed)
@@ -409,11 +411,9 @@ class SampleScans:
         for name, kind in zip(table.column_names, table.schema.types, strict=True):
             if str(kind) not in (_ARROW_TEXT if name in ("run_id", "gpu") else _ARROW_NUMBERS):
                 return None
-        rows = table.to_pandas().assign(rows=1)
+        rows = table.to_pandas()
         del table
-        # pandas' hash grouping: SQLite's GROUP BY sorts each row's 14 columns first
-        summed = rows.groupby([*SUMMED[:3], "sound"], sort=False).sum()
-        return summed.reset_index()[SUMMED]
+        return summed_as_sqlite(rows, [*SUMMED[:3], "sound"], SUMMED[3:-2])[SUMMED]
 
     def rollup_hours(self, *, value: str, since_hour: int, until_hour: int) -> list[RollupHour]:
         """:func:`reports.data.rollups.rollup_hours` (a version 2 store)."""

@@ -1,7 +1,7 @@
-"""The hourly rollups of a SQLite store read by ADBC's driver and summed by pandas give the
-frame SQLite's ``GROUP BY`` gives: the same totals per run, GPU and week, the same damaged
-rows counted. A figure the driver cannot read (text in a number column) leaves the sums to
-SQLite."""
+"""The hourly rollups of a SQLite store read by ADBC's driver and summed in Python give the
+frame SQLite's ``GROUP BY`` gives, float for float: the same totals per run, GPU and week,
+added in the same order, the same damaged rows counted. A figure the driver cannot read (text
+in a number column) leaves the sums to SQLite."""
 
 from __future__ import annotations
 
@@ -32,14 +32,23 @@ SPAN = {
 KEY = ["run_id", "gpu", "bucket"]
 
 
+def uneven(minute: int) -> float:
+    """Run c's utilization: values whose six hourly sums SQLite adds one by one to another
+    total than a compensated (Kahan) sum."""
+    return 20.0 + ((minute * 11 + minute // 60) % 17) * 0.37
+
+
 def fill(path: Path) -> str:
     """Run a: 2 GPUs, 90 minutes from Sunday 23:00 of W47 into W48 (60 of them in W47's last
-    hour), 30% on GPU-0 and 80% on GPU-1; run b: 1 GPU, 30 minutes on Tuesday, 2% (idle)."""
+    hour), 30% on GPU-0 and 80% on GPU-1; run b: 1 GPU, 30 minutes on Tuesday, 2% (idle);
+    run c: 1 GPU, 6 hours on Wednesday, :func:`uneven`."""
     url = f"sqlite:///{path}"
     a0, b0 = W48 - timedelta(hours=1), W48 + timedelta(days=1, hours=3)
+    c0 = W48 + timedelta(days=2)
     with RunStore(url) as s:
         s.upsert_run(run_record("a", a0, 1.5, gpus=2))
         s.upsert_run(run_record("b", b0, 0.5))
+        s.upsert_run(run_record("c", c0, 6))
         rows = [
             MinuteSample(
                 run_id="a",
@@ -59,6 +68,16 @@ def fill(path: Path) -> str:
                 util_pct=2.0,
             )
             for i in range(30)
+        ]
+        rows += [
+            MinuteSample(
+                run_id="c",
+                minute=c0 + timedelta(minutes=i),
+                gpu="GPU-0",
+                covered_s=60.0,
+                util_pct=uneven(i),
+            )
+            for i in range(360)
         ]
         s.upsert_samples(rows)
     return url
@@ -95,13 +114,27 @@ def test_the_sums_of_the_driver_s_rows_are_sqlite_s(
     ours, by_sqlite = totals(url, monkeypatch, child=True)
     theirs, _ = totals(url, monkeypatch, child=False)
     assert not by_sqlite
-    pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=1e-12)
+    pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
     a1 = ours.set_index(KEY).loc[("a", "GPU-1")]
     assert a1["minutes"].tolist() == [60, 30]
     assert a1["covered_s"].tolist() == [3600.0, 1800.0]
     assert a1["value_s"].tolist() == [80 * 3600.0, 80 * 1800.0]
     b = ours.set_index(KEY).loc[("b", "GPU-0", 1)]
     assert (b["idle_s"], b["idle_value_s"], b["damaged"]) == (1800.0, 2 * 1800.0, 0)
+    # run c's six hours added one after another, as SQLite adds them: not compensated
+    with sa.create_engine(url).connect() as conn:
+        hours = [
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT util_s FROM rollups WHERE run_id = 'c' ORDER BY hour")
+            )
+        ]
+    one_by_one = 0.0
+    for h in hours:
+        one_by_one += h
+    kahan = pd.DataFrame({"g": 0, "v": hours}).groupby("g")["v"].sum().iloc[0]
+    assert len(hours) == 6 and kahan != one_by_one  # pandas' grouped sum compensates
+    assert ours.set_index(KEY).loc[("c", "GPU-0", 1), "value_s"] == one_by_one
 
 
 @pytest.mark.parametrize(
@@ -126,7 +159,7 @@ def test_damaged_rollup_rows_are_counted_as_sqlite_counts_them(
     ours, by_sqlite = totals(url, monkeypatch, child=True)
     theirs, _ = totals(url, monkeypatch, child=False)
     assert by_sqlite != read_by_driver
-    pd.testing.assert_frame_equal(ours, theirs, check_exact=False, rtol=1e-12, check_dtype=False)
+    pd.testing.assert_frame_equal(ours, theirs, check_exact=True, check_dtype=False)
     a0 = ours.set_index(KEY).loc[("a", "GPU-0")]
     assert a0["damaged"].tolist() == [1, 0]
     assert a0["minutes"].tolist() == [0, 30]
