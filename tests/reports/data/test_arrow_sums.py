@@ -5,6 +5,7 @@ in a number column) leaves the sums to SQLite."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,10 @@ from typing import Any
 import pandas as pd
 import pytest
 import sqlalchemy as sa
-from fakes import run_record
+from fakes import minutes, run_record
 
 from reports.data import scans as scans_module
 from reports.data.scans import SampleScans
-from tracker.record import MinuteSample
 from tracker.store import RunStore
 
 pytest.importorskip("adbc_driver_sqlite")
@@ -50,34 +50,13 @@ def fill(path: Path) -> str:
         s.upsert_run(run_record("b", b0, 0.5))
         s.upsert_run(run_record("c", c0, 6))
         rows = [
-            MinuteSample(
-                run_id="a",
-                minute=a0 + timedelta(minutes=i),
-                gpu=f"GPU-{g}",
-                covered_s=60.0,
-                util_pct=30.0 if g == 0 else 80.0,
-            )
-            for g in (0, 1)
-            for i in range(90)
-        ] + [
-            MinuteSample(
-                run_id="b",
-                minute=b0 + timedelta(minutes=i),
-                gpu="GPU-0",
-                covered_s=60.0,
-                util_pct=2.0,
-            )
-            for i in range(30)
-        ]
-        rows += [
-            MinuteSample(
-                run_id="c",
-                minute=c0 + timedelta(minutes=i),
-                gpu="GPU-0",
-                covered_s=60.0,
-                util_pct=uneven(i),
-            )
-            for i in range(360)
+            *minutes("a", a0, 90, util=30.0, gpu="GPU-0"),
+            *minutes("a", a0, 90, util=80.0, gpu="GPU-1"),
+            *minutes("b", b0, 30, util=2.0),
+            *(
+                dataclasses.replace(m, util_pct=uneven(i))
+                for i, m in enumerate(minutes("c", c0, 360))
+            ),
         ]
         s.upsert_samples(rows)
     return url
