@@ -305,7 +305,7 @@ def summed_as_sqlite(rows: pd.DataFrame, keys: list[str], figures: list[str]) ->
     import numpy as np
 
     # groups numbered as they first appear: a group's first row is where the number grows
-    codes = rows.groupby(keys, sort=False).ngroup().to_numpy()
+    codes = rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()
     groups = int(codes.max()) + 1 if len(codes) else 0
     first = np.ones(len(codes), dtype=bool)
     first[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
