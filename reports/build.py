@@ -137,8 +137,15 @@ class Computed:
     they are empty and :meth:`team` cannot be worked out."""
 
     def team(self, req: Request, team: str) -> WeekKpis | None:
-        """The week's KPIs of ``team``'s runs and jobs alone (None when it had no GPU time),
-        with what the whole report left out.
+        """The week's KPIs of ``team``'s runs and jobs alone, with what the whole report left
+        out.
+
+        Args:
+            req: The report's request (prices, thresholds, time zone).
+            team: The team, as the runs name it.
+
+        Returns:
+            The team's KPIs; None when it had no GPU time.
 
         Raises:
             ValueError: The runs and GPU-time rows were not kept."""

@@ -129,7 +129,14 @@ SUMMED = [*RollupTotals._fields[:-1], "rows", "sound"]
 
 def totals_of(summed: pd.DataFrame) -> pd.DataFrame:
     """:data:`SUMMED` rows as :func:`rollup_totals_frame` gives them: a damaged group's
-    counts added to its sound group's."""
+    counts added to its sound group's.
+
+    Args:
+        summed: The rollups summed per run, GPU, bucket and whether sound (:data:`SUMMED`).
+
+    Returns:
+        A frame of :class:`RollupTotals`' fields (seconds, value × seconds in %·s, counts).
+    """
     import pandas as pd
 
     if not summed["sound"].to_numpy(dtype=bool).all():  # damaged rollup rows (few or none)
@@ -142,7 +149,17 @@ def totals_of(summed: pd.DataFrame) -> pd.DataFrame:
 def hour_rows_sql(value: str, hour_edges: Sequence[int], since_hour: int, until_hour: int) -> str:
     """The SQLite query of the rollup rows :func:`rollup_totals` sums, each with its bucket and
     whether it is sound, named as :data:`SUMMED` (but ``rows``), the hours written in: summed
-    by run, GPU, bucket and whether sound, they are :func:`_totals_sql`'s rows."""
+    by run, GPU, bucket and whether sound, they are :func:`_totals_sql`'s rows.
+
+    Args:
+        value: The sample column of the utilization basis, a key of :data:`BASIS_COLUMNS`.
+        hour_edges: Hours since the epoch (UTC) that cut the span into buckets.
+        since_hour: The first hour (since the epoch, UTC).
+        until_hour: The hour the span ends before.
+
+    Returns:
+        One query, no parameter (every value in it is an integer of ours).
+    """
     bucket, figures, ok = _figures(value, hour_edges)
     named = ", ".join(f"{c} AS {n}" for c, n in zip(figures, SUMMED[3:-2], strict=True))
     span = f"(hour >= {int(since_hour)} AND hour < {int(until_hour)}) OR hour = {MISSHAPED_HOUR}"
