@@ -329,9 +329,10 @@ def gate_markdown(
 
 
 def _branch_of(links: object) -> str | None:
+    from reports.rows import parsed_links
     from tracker.scheduler import GIT_BRANCH_LINK
 
-    return links.get(GIT_BRANCH_LINK) if isinstance(links, Mapping) else None
+    return (links if isinstance(links, Mapping) else parsed_links(links)).get(GIT_BRANCH_LINK)
 
 
 def _candidate(args: argparse.Namespace, history: Any, store: Any) -> tuple[str, Any, str]:

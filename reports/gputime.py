@@ -36,6 +36,7 @@ from reports.data.samples import SampleTotals
 from reports.data.scans import SampleScans, database_per_connection, mark_crashed, records_of
 from reports.errors import ReportError
 from reports.kpi.frames import hand_back_freed
+from reports.rows import parsed_links
 from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
 from tracker.store import RunStore, StoreError, default_store_url
@@ -641,7 +642,7 @@ def week_allocations(
         sources = {j.source for j in jobs}
         named = [k for k, source in JOB_LINKS.items() if source in sources]
         for r in runs:
-            links = r["links"] if isinstance(r["links"], Mapping) else {}
+            links = parsed_links(r["links"])
             host = r["host"] if isinstance(r["host"], str) else ""
             if any(links.get(k) is not None for k in named) or short_host(host) in hosts:
                 wanted.append({**r, "links": links, "host": host})

@@ -6,6 +6,7 @@ shows a report section through (:class:`Part`, built by :mod:`reports.sections`)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
@@ -14,6 +15,27 @@ from typing import Any, ClassVar, Protocol
 TIME_DTYPE = "datetime64[us, UTC]"
 """The dtype of a runs frame's times, whatever they hold (pandas makes a column of only None
 seconds)."""
+
+NO_LINKS = "{}"
+"""A run's ``links`` in a frame when it has none."""
+
+
+def links_text(links: Mapping[str, str]) -> str:
+    """A run's links as a runs frame holds them: the JSON text the store writes (keys
+    sorted, ``json.dumps``' separators and escapes), not a dict per run (a million runs, each
+    with its W&B link: 1.8 s and 0.36 GB of dicts). :func:`parsed_links` reads it back."""
+    return json.dumps(dict(links), sort_keys=True)
+
+
+def parsed_links(value: Any) -> dict[str, str]:
+    """The links of a runs frame's cell (:func:`links_text`'s text, or a mapping) as a dict;
+    ``{}`` for anything else (text that is no JSON object, a missing value)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):  # not JSON (or nested past the parser): none
+            return {}
+    return dict(value) if isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True, kw_only=True)

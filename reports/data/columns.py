@@ -14,7 +14,7 @@ import pandas as pd
 import sqlalchemy as sa
 
 from reports.data.scans import RUN_COLUMNS, TIME_COLUMNS
-from reports.rows import TIME_DTYPE
+from reports.rows import NO_LINKS, TIME_DTYPE, links_text
 from tracker.record import RunRecord
 from tracker.store.schema import runs_table
 
@@ -139,6 +139,44 @@ def _store_times(column: Any) -> Any:
     return pc.cast(naive, pa.timestamp("us", tz="UTC"))  # naive UTC, as the store writes it
 
 
+_LINKS_TEXT = r"^\{(?:{s}: {s}(?:, {s}: {s})*)?\}$".replace(
+    "{s}", r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\(?:["\\/bfnrt]|u[0-9a-f]{4}))*"'
+)
+"""A JSON object of strings as ``json.dumps`` writes it (ASCII, ``", "`` and ``": "``): the
+store's links (:func:`reports.kpi.frames.links_text`); matched in Arrow, not parsed."""
+
+
+def _json_values(texts: pd.Series) -> list[Any]:
+    """Each text parsed as JSON; None for one that is no text or no JSON."""
+    out: list[Any] = []
+    for v in texts.to_numpy(dtype=object):
+        try:
+            out.append(json.loads(v) if type(v) is str else None)
+        except Exception:  # not JSON, nested past the parser's depth (RecursionError)
+            out.append(None)
+    return out
+
+
+def _links_texts(texts: pd.Series) -> tuple[pd.Series, np.ndarray]:
+    """The ``links`` column as the frame holds it (:func:`reports.kpi.frames.links_text`:
+    the JSON text, no dict per run), and for each row whether it is a JSON object of strings.
+    A text in the store's form is matched, not parsed (in Arrow, for Arrow's strings); any
+    other is parsed and written again in that form."""
+    shaped = texts.str.fullmatch(_LINKS_TEXT).to_numpy(dtype=bool, na_value=False)
+    if shaped.all():
+        return texts, shaped
+    out = texts.to_numpy(dtype=object).copy()
+    ok = shaped.copy()
+    others = np.flatnonzero(~shaped)
+    for i, value in zip(others, _json_values(texts.take(others)), strict=True):
+        if type(value) is dict and all(type(v) is str for v in value.values()):
+            out[i] = links_text(value)
+            ok[i] = True
+        else:
+            out[i] = NO_LINKS  # the row is read by records_of, which names it
+    return pd.Series(out, index=texts.index, dtype=texts.dtype), ok
+
+
 def _start_order(started: Any, ids: Any) -> Any:
     """The order of the rows by start, then id (as :meth:`run_rows` reads them), or None
     where they are in it already (a store's rows, written as runs start, mostly are)."""
@@ -192,29 +230,19 @@ def _checked(
             df[col] = parsed.astype(TIME_DTYPE).set_axis(df.index)
         if col == "started_at":
             ok &= ~missing  # a record without a start: read by records_of
-    for col, empty, kind in (("tags", "[]", list), ("links", "{}", dict)):
-        # compared where the text is (Arrow's strings: no Python object per row)
-        bare = (df[col] == empty).to_numpy(dtype=bool, na_value=False)
-        out = np.full(len(bare), None, dtype=object)
-        if kind is list:
-            out[bare] = _NO_TAGS  # one empty tuple for all
-        else:
-            out[np.flatnonzero(bare)] = [{} for _ in range(int(bare.sum()))]  # a dict each
-        others = np.flatnonzero(~bare)
-        for i, v in zip(others, df[col].take(others).to_numpy(dtype=object), strict=True):
-            try:
-                value = json.loads(v) if type(v) is str else None
-            except Exception:  # not JSON, nested past the parser's depth (RecursionError)
-                value = None
-            if type(value) is not kind:
-                ok[i] = False
-                continue
-            items = value if kind is list else value.values()  # type: ignore[union-attr]
-            if not all(type(t) is str for t in items):
-                ok[i] = False
-                continue
-            out[i] = tuple(value) if kind is list else value
-        df[col] = pd.Series(out, dtype=object)
+    # tags: compared where the text is (Arrow's strings: no Python object per row)
+    bare = (df["tags"] == "[]").to_numpy(dtype=bool, na_value=False)
+    out = np.full(len(bare), None, dtype=object)
+    out[bare] = _NO_TAGS  # one empty tuple for all
+    others = np.flatnonzero(~bare)
+    for i, value in zip(others, _json_values(df["tags"].take(others)), strict=True):
+        if type(value) is not list or not all(type(t) is str for t in value):
+            ok[i] = False
+            continue
+        out[i] = tuple(value)
+    df["tags"] = pd.Series(out, dtype=object)
+    df["links"], links_ok = _links_texts(df["links"])
+    ok &= links_ok
     if nan:
         # NULL and NaN are both NaN in a float column: a NaN the driver gave is no NULL
         for col in _FLOAT_COLUMNS:

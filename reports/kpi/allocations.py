@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.gputime import idle_of_series
-from reports.rows import Allocation, Capacity
+from reports.rows import Allocation, Capacity, parsed_links
 from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import canonical_gpu, reported_price
@@ -312,8 +312,7 @@ def runs_of_jobs(
     host_of_run: dict[str, tuple[str, str]] = {}
     model_of_run: dict[str, str] = {}
     for r in runs:
-        links = r.get("links")
-        links = links if isinstance(links, Mapping) else {}
+        links = parsed_links(r.get("links"))
         link, pod = links.get(SLURM_LINK), links.get(KUBERNETES_LINK)
         if isinstance(r.get("gpu_model"), str) and r["gpu_model"]:
             model_of_run[r["id"]] = r["gpu_model"]

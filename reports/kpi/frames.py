@@ -15,7 +15,7 @@ from pandas.api.types import union_categoricals
 
 from reports.kpi import arrow_text
 from reports.kpi.checks import PCT_RANGE
-from reports.rows import TIME_DTYPE
+from reports.rows import TIME_DTYPE, links_text
 from tracker.record import MinuteSample, RunRecord
 
 BASES = {"util": ("util_pct", "NVML utilization"), "sm_active": ("sm_active_pct", "SM activity")}
@@ -38,7 +38,11 @@ have one row per week with ``gpu = "*"`` standing for all their GPUs."""
 
 # -- frames from records ----------------------------------------------------------------------
 def runs_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
+    """The runs as a frame: a column per :class:`RunRecord` field, times UTC, ``links`` as
+    :func:`links_text`."""
     rows = [r.as_dict() for r in runs]
+    for row in rows:
+        row["links"] = links_text(row["links"] or {})
     df = pd.DataFrame(rows, columns=list(RunRecord.__dataclass_fields__))
     for col in ("started_at", "ended_at", "heartbeat_at"):
         df[col] = pd.to_datetime(df[col], utc=True).astype(TIME_DTYPE)

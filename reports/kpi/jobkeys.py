@@ -20,6 +20,7 @@ from itertools import repeat
 import numpy as np
 import pandas as pd
 
+from reports.rows import parsed_links
 from tracker.record import JOB_KEY_LINK
 from tracker.scheduler import JOB_KEY_MAX, WORKLOAD_LINK
 
@@ -78,13 +79,14 @@ def job_keys(names: pd.Series, links: pd.Series) -> pd.Series:
 
     Args:
         names: The runs' names.
-        links: The runs' links (mappings; anything else is none).
+        links: The runs' links (mappings, or a runs frame's text:
+            :func:`reports.kpi.frames.links_text`; anything else is none).
     """
     n = len(names)
     out = np.full(n, "", dtype=object)
     by_rule = np.zeros(n, dtype=bool)  # the rule itself, run by run (text not ASCII…)
     todo = np.ones(n, dtype=bool)  # no key from a link yet
-    values = np.fromiter(links.tolist(), dtype=object, count=n)
+    values = _keyed_links(links)
     kinds = _kinds(values)
     dicts = np.flatnonzero(_is(kinds, dict))
     others = np.flatnonzero(~_is(kinds, dict) & ~_is(kinds, type(None)))
@@ -125,6 +127,26 @@ def job_keys(names: pd.Series, links: pd.Series) -> pd.Series:
     for i in np.flatnonzero(by_rule):
         out[i] = job_key(names.iat[i], values[i])
     return pd.Series(out, index=names.index, dtype=object)
+
+
+_KEYED = rf'"{JOB_KEY_LINK}"|"{WORKLOAD_LINK}"|\\u'
+"""What a links text holds where it may hold a link that gives a key: the links' names as
+``json.dumps`` writes them, or an escape (a name could be spelled with one)."""
+
+
+def _keyed_links(links: pd.Series) -> np.ndarray:
+    """The links as objects, a text parsed (:func:`parsed_links`) only where it may hold a
+    link that gives a key (:data:`_KEYED`; a million runs' W&B links are not parsed), None
+    for the other texts; mappings and anything else as they are."""
+    values = np.fromiter(links.tolist(), dtype=object, count=len(links))
+    texts = np.flatnonzero(_is(_kinds(values), str))
+    if len(texts):
+        column = links if len(texts) == len(links) else links.iloc[texts]
+        keyed = column.astype("str").str.contains(_KEYED, regex=True).to_numpy(dtype=bool)
+        values[texts] = None
+        at = texts[keyed]
+        values[at] = [parsed_links(v) for v in column.to_numpy(dtype=object)[keyed]]
+    return values
 
 
 def _kinds(values: np.ndarray) -> np.ndarray:
@@ -198,9 +220,10 @@ def job_key(name: object, links: object) -> str:
 
     Args:
         name: The run's name.
-        links: The run's links (a mapping; anything else is none).
+        links: The run's links (a mapping, or a runs frame's text:
+            :func:`reports.kpi.frames.links_text`; anything else is none).
     """
-    links = links if isinstance(links, Mapping) else {}
+    links = links if isinstance(links, Mapping) else parsed_links(links)
     given = links.get(JOB_KEY_LINK)
     if isinstance(given, str) and given.strip():
         return " ".join(given.split())[:JOB_KEY_MAX].rstrip()

@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.allocations import CapacityLine, JobLine
+from reports.rows import links_text
 from tracker.cost import gpu_waste_usd, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import PriceTable, owned_row
@@ -155,7 +156,7 @@ def job_rows(
                 "gpu_count": j.gpus,
                 "verdict": UNMEASURED_VERDICT if known <= 0 else _sacct_verdict(j, util),
                 "advice": UNMEASURED_ADVICE if known <= 0 else "",
-                "links": {j.source: job_key(j).split(":", 1)[1]},
+                "links": links_text({j.source: job_key(j).split(":", 1)[1]}),
                 "status": j.state.lower(),
                 "started_at": j.start,
                 "ended_at": j.end,

@@ -84,7 +84,7 @@ from reports.kpi.ledger import ledger_totals
 from reports.kpi.weekly import unpriced_groups
 from reports.render.csvsafe import FORMULA_START, QUOTED, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
-from reports.rows import Part, none_priced
+from reports.rows import Part, none_priced, parsed_links
 from reports.weeks import label_of
 from tracker.cost import Thresholds
 
@@ -195,7 +195,14 @@ def to_json(d: Mapping[str, Any]) -> str:
 
 def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     cols = [f for f in fields if f in frame.columns]
-    return [{k: plain(v) for k, v in row.items()} for row in frame[cols].to_dict("records")]
+    # a runs frame's links are their JSON text (reports.kpi.frames.links_text): an object here
+    return [
+        {
+            k: plain(parsed_links(v) if k == "links" and isinstance(v, str) else v)
+            for k, v in row.items()
+        }
+        for row in frame[cols].to_dict("records")
+    ]
 
 
 def _thresholds(t: Thresholds) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import pandas as pd
 
 from reports.kpi.budgets import BudgetLine
+from reports.rows import parsed_links
 
 LINK_NAMES = {"wandb": "W&B run", "tensorboard": "TensorBoard"}
 
@@ -136,6 +137,10 @@ def safe_http_url(value: object) -> str | None:
 
 
 def links_of(value: object) -> list[Link]:
+    """A run's links as the page shows them: a mapping, or a runs frame's text
+    (:func:`reports.kpi.frames.links_text`); none for anything else."""
+    if isinstance(value, str):
+        value = parsed_links(value)
     if not isinstance(value, Mapping):
         return []
     out = []

@@ -20,6 +20,7 @@ from reports import kpi as kpis
 from reports.data import scans as scans_module
 from reports.data.columns import arrow_run_columns
 from reports.data.scans import SampleScans
+from reports.rows import parsed_links
 from tracker.store import RunStore
 
 pytest.importorskip("adbc_driver_sqlite")
@@ -50,6 +51,8 @@ ONE_TYPE = {
     "int-tags": "UPDATE runs SET tags = '[1]' WHERE id = :id",
     "list-links": "UPDATE runs SET links = '[\"a\"]' WHERE id = :id",
     "int-gpu-hours": "UPDATE runs SET gpu_hours = 2 WHERE id = :id",  # REAL affinity: 2.0
+    # links another writer spelled its own way: kept, in the store's spelling
+    "own-links": """UPDATE runs SET links = '{"b":"2","a":"é"}' WHERE id = :id""",
     # the store's form, but no day: that column is parsed by pandas, the row named
     "nov-31-end": "UPDATE runs SET ended_at = '2026-11-31 10:00:00.000000' WHERE id = :id",
 }
@@ -104,13 +107,18 @@ def test_the_arrow_read_is_the_tuples_read(tmp_path: Path, monkeypatch: pytest.M
     pd.testing.assert_frame_equal(frame, expected, check_exact=True)
     assert excluded == expected_excluded
     # the bad values named (neg-hours, util-250, the tags and links), the rest kept
-    assert sorted(e.run_id for e in excluded) == sorted(set(ONE_TYPE) - {"int-gpu-hours"})
-    assert sorted(frame["id"]) == sorted([*GOOD, "int-gpu-hours"])
+    kept = {"int-gpu-hours", "own-links"}
+    assert sorted(e.run_id for e in excluded) == sorted(set(ONE_TYPE) - kept)
+    assert sorted(frame["id"]) == sorted([*GOOD, *kept])
     # by start, then id: plain and b-same-start start together
     assert frame["id"].tolist()[:2] == ["b-same-start", "plain"]
     tagged = frame.loc[frame["id"] == "tagged"].iloc[0]
     assert tagged["tags"] == ("nightly", "=formula")
-    assert tagged["links"] == {"wandb": "https://wandb.ai/x/y"}
+    # links as the JSON text the store writes (no dict per run), the same object read back
+    assert tagged["links"] == '{"wandb": "https://wandb.ai/x/y"}'
+    assert parsed_links(tagged["links"]) == {"wandb": "https://wandb.ai/x/y"}
+    own = frame.loc[frame["id"] == "own-links", "links"].tolist()
+    assert own == ['{"a": "\\u00e9", "b": "2"}']
     assert frame.loc[frame["id"] == "int-gpu-hours", "gpu_hours"].tolist() == [2.0]
     assert frame.loc[frame["id"] == "counted", "tokens"].tolist() == [10**15]
 
@@ -131,7 +139,8 @@ def test_the_rows_not_surely_usable_are_read_again_as_tuples(
     monkeypatch.setattr(SampleScans, "run_rows_at", spy)
     with RunStore(url) as store:
         gputime.usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
-    assert len(asked) == 1 and len(asked[0]) == len(ONE_TYPE) - 1  # int-gpu-hours is good
+    # int-gpu-hours and own-links are good
+    assert len(asked) == 1 and len(asked[0]) == len(ONE_TYPE) - 2
 
 
 @pytest.mark.parametrize("change", sorted(TWO_TYPES))

@@ -109,7 +109,7 @@ def test_the_columns_are_the_records(store_url: str) -> None:
     assert list(team) == (["\ufffdA"] if "not-utf8" in bad else [])
     tagged = frame.loc[frame["id"] == "tagged"].iloc[0]
     assert tagged["tags"] == ("nightly", "=formula")
-    assert tagged["links"] == {"wandb": "https://wandb.ai/x/y"}
+    assert tagged["links"] == '{"wandb": "https://wandb.ai/x/y"}'  # the store's text
     assert frame["started_at"].dtype == "datetime64[us, UTC]"
 
     # which rows took the record path: only those not surely as the store writes them and
