@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi import arrow_text
-from reports.kpi.frames import is_in
+from reports.kpi.frames import is_in, shared_objects
 from tracker.diagnosis import ADVICE
 
 CAUSES: dict[str, str] = {
@@ -126,8 +126,8 @@ def waste_by_cause(runs: pd.DataFrame, *, oversized: Collection[str] = ()) -> tu
     waste = waste[at]
     idle = np.minimum(_usd(runs, "idle_usd")[at], waste)
     ids = _ids(runs, at)
-    sources, is_source = _text(runs, "source", at)
-    verdicts, is_verdict = _text(runs, "verdict", at)
+    sources, is_source = _text(runs, "source", at, shared=True)
+    verdicts, is_verdict = _text(runs, "verdict", at, shared=True)
     fits_smaller = (
         is_in(pd.Series(ids, dtype=object), list(oversized))
         if len(oversized)
@@ -258,11 +258,19 @@ def _usd(runs: pd.DataFrame, column: str) -> np.ndarray:
         return np.where(np.isfinite(x) & (x > 0), x, 0.0)
 
 
-def _text(runs: pd.DataFrame, column: str, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A column's values at rows ``at`` (None without the column), and which of them are text."""
+def _text(
+    runs: pd.DataFrame, column: str, at: np.ndarray, *, shared: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """A column's values at rows ``at`` (None without the column), and which of them are text;
+    ``shared``: one object per distinct value (:func:`shared_objects`: a million runs'
+    sources are a few strings, not a million). The rows are taken before they are made
+    objects: a few runs' names are not a million runs' names made objects."""
     if column not in runs:
         return np.full(len(at), None, dtype=object), np.zeros(len(at), dtype=bool)
-    values = runs[column].to_numpy(dtype=object)[at]
+    col = runs[column]
+    every = len(at) == len(col) and bool((at == np.arange(len(at))).all())
+    taken = col if every else col.iloc[at]
+    values = shared_objects(taken) if shared else taken.to_numpy(dtype=object)
     if pd.api.types.infer_dtype(values, skipna=True) in ("string", "empty"):
         return values, pd.notna(values)
     # of mixed types (not from the store): each value looked at

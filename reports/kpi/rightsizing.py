@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from reports.kpi.frames import shared_objects
 from tracker.cost import Thresholds
 from tracker.peaks import PEAKS, peak_key
 from tracker.prices import PriceTable, is_datacenter
@@ -136,17 +137,17 @@ def rightsizing(
         ],
         dtype=object,
     )
-    assumptions = texts[codes]
     rows = {
         "run_id": picked["run_id"].to_numpy(dtype=object),
         "name": picked["name"].to_numpy(dtype=object),
-        "team": picked["team"].to_numpy(dtype=object),
-        "gpu_model": picked["gpu_model"].to_numpy(dtype=object),
+        "team": shared_objects(picked["team"]),
+        "gpu_model": shared_objects(picked["gpu_model"]),
         "utilization_pct": util_at,
         "mem_peak_gib": mem_at,
-        "suggested_gpu": suggested.tolist(),
+        "suggested_gpu": pd.Series(suggested, dtype=object),
         "saving_usd": hours[at] * (current[at] - price),
-        "assumption": assumptions.tolist(),
+        # one object per distinct sentence, kept as objects (as text: a copy of each row's)
+        "assumption": pd.Series(texts[codes], dtype=object),
     }
     return pd.DataFrame(rows, columns=COLUMNS).sort_values(
         "saving_usd", ascending=False, ignore_index=True
