@@ -4,6 +4,7 @@ every part of the suffix rule, odd text and odd links."""
 
 from __future__ import annotations
 
+import json
 from collections import UserDict
 from typing import Any
 
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reports.kpi.jobkeys import job_key, job_keys
+from reports.rows import links_text
 
 PIECES = st.sampled_from(
     [
@@ -80,7 +82,20 @@ def _link(kind: str, text: Any) -> object:
         return {}
     if kind == "text":
         return "not a mapping"
+    if kind.startswith("json-"):  # a runs frame's text of the same links (links_text)
+        links = _link(kind.removeprefix("json-"), text)
+        return links_text(links) if isinstance(links, dict) else links
+    if kind == "escaped":  # a name spelled with an escape: the same link once parsed
+        return '{"job\\u005fkey": ' + json.dumps(text) + '}'
+    if kind == "wandb":
+        return links_text({"wandb": f"https://wandb.ai/a/b/runs/{text}"})
     return None
+
+
+def _as_rule_reads(links: object) -> object:
+    """The links the per-run rule is given: a runs frame's text as the dict it stands for,
+    so that the columns' reading of the text is held to the rule on the dict."""
+    return json.loads(links) if isinstance(links, str) and links.startswith("{") else links
 
 
 @settings(max_examples=examples(400), deadline=None)
@@ -89,7 +104,11 @@ def _link(kind: str, text: Any) -> object:
         st.tuples(
             NAMES,
             st.sampled_from(
-                ["", "given", "workload", "both", "mapping", "subclass", "number", "empty", "text"]
+                [
+                    *("", "given", "workload", "both", "mapping", "subclass", "number"),
+                    *("empty", "text", "json-given", "json-workload", "json-both"),
+                    *("json-number", "json-empty", "escaped", "wandb"),
+                ]
             ),
             NAMES,
         ),
@@ -104,9 +123,13 @@ def test_the_columns_give_each_run_the_key_the_rule_gives_it(
     names = [name for name, _, _ in rows]
     links = [_link(kind, text) for _, kind, text in rows]
     column = pd.Series(names, dtype="str" if text_dtype else object)
-    want = [job_key(n, lk) for n, lk in zip(names, links, strict=True)]
+    want = [job_key(n, _as_rule_reads(lk)) for n, lk in zip(names, links, strict=True)]
     got = job_keys(column, pd.Series(links, dtype=object, index=column.index))
     assert list(got) == want
+    texts = [lk for lk in links if isinstance(lk, str)]
+    if len(texts) == len(links):  # a column of text alone, as a store's read gives it
+        got = job_keys(column, pd.Series(links, dtype="str", index=column.index))
+        assert list(got) == want
 
 
 @pytest.mark.parametrize(
