@@ -46,7 +46,7 @@ CASES = ("benign", "worst")
 """The week's shapes; a case ``split<M>`` is ``benign``'s samples cut into single-GPU runs of
 ``M`` minutes each (:func:`split_minutes`): 1,000 GPUs at ``split100`` are ~101k runs, at
 ``split10`` 1.008 M runs in the week."""
-DATA_VERSION = "1"  # bump when the generated data changes: cached files are keyed by it
+DATA_VERSION = "2"  # bump when the generated data changes: cached files are keyed by it
 SAMPLE_COLUMNS = (
     "run_id",
     "minute",
@@ -139,14 +139,23 @@ def run_records(gpus: int, case: str = "benign") -> Iterator[Any]:
     split = split_minutes(case)
     if not split:
         for i in range(runs):
-            yield _record(f"w-{i:04d}", i, WEEK, week_end, gpus_of_run(gpus, i), 50.0, **memory)
+            rid = f"w-{i:04d}"
+            more = {**memory, "links": _links(rid, i)}
+            yield _record(rid, i, WEEK, week_end, gpus_of_run(gpus, i), 50.0, **more)
         return
     for j in range(gpus):
         i = j // GPUS_PER_RUN  # the GPU's 8-GPU group: its team, model and base utilization
         for k in range(-(-MINUTES // split)):
             start = WEEK + timedelta(minutes=k * split)
             end = min(start + timedelta(minutes=split), week_end)
-            yield _record(f"w-{j:05d}-{k:04d}", i, start, end, 1, 50.0, **memory)
+            rid = f"w-{j:05d}-{k:04d}"
+            yield _record(rid, i, start, end, 1, 50.0, **memory, links=_links(rid, i))
+
+
+def _links(run_id: str, group: int) -> dict[str, str]:
+    """A week's run's links as the tracker records them for a run logged to W&B (each run its
+    own page): the report reads a million of them."""
+    return {"wandb": f"https://wandb.ai/acme/p{group % 17}/runs/{run_id}"}
 
 
 # -- samples, in Parquet --------------------------------------------------------------------------
