@@ -23,8 +23,13 @@ NO_LINKS = "{}"
 def links_text(links: Mapping[str, str]) -> str:
     """A run's links as a runs frame holds them: the JSON text the store writes (keys
     sorted, ``json.dumps``' separators and escapes), not a dict per run (a million runs, each
-    with its W&B link: 1.8 s and 0.36 GB of dicts). :func:`parsed_links` reads it back."""
-    return json.dumps(dict(links), sort_keys=True)
+    with its W&B link: 1.8 s and 0.36 GB of dicts). :func:`parsed_links` reads it back. Keys
+    of mixed types, or a value JSON has no form for (a record not from the store), are
+    written as their text."""
+    try:
+        return json.dumps(dict(links), sort_keys=True)
+    except (TypeError, ValueError):
+        return json.dumps({str(k): v for k, v in links.items()}, sort_keys=True, default=str)
 
 
 def parsed_links(value: Any) -> dict[str, str]:

@@ -39,7 +39,8 @@ _FLOAT_COLUMNS = tuple(col.name for col in runs_table.c if isinstance(col.type, 
 def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFrame, np.ndarray]:
     """Rows of :meth:`reports.data.scans.SampleScans.run_rows` as columns: the frame of
     :func:`reports.kpi.runs_frame` (a :class:`RunRecord` field a column; times UTC, ``tags``
-    tuples, ``links`` dicts), with no record made on the way, and for each row whether it was
+    tuples, ``links`` the JSON text of :func:`reports.rows.links_text`), with no record made
+    on the way, and for each row whether it was
     read as the store writes it.
 
     Only what is surely so is taken: a time shaped as the store writes it (or a datetime the
@@ -142,8 +143,9 @@ def _store_times(column: Any) -> Any:
 _LINKS_TEXT = r"^\{(?:{s}: {s}(?:, {s}: {s})*)?\}$".replace(
     "{s}", r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\(?:["\\/bfnrt]|u[0-9a-f]{4}))*"'
 )
-"""A JSON object of strings as ``json.dumps`` writes it (ASCII, ``", "`` and ``": "``): the
-store's links (:func:`reports.kpi.frames.links_text`); matched in Arrow, not parsed."""
+"""A JSON object of strings with ``json.dumps``' separators (``", "``, ``": "``) and escapes
+(ASCII): the store's links (:func:`reports.rows.links_text`), whatever the keys' order or
+escapes; matched in Arrow, not parsed."""
 
 
 def _json_values(texts: pd.Series) -> list[Any]:
@@ -158,11 +160,14 @@ def _json_values(texts: pd.Series) -> list[Any]:
 
 
 def _links_texts(texts: pd.Series) -> tuple[pd.Series, np.ndarray]:
-    """The ``links`` column as the frame holds it (:func:`reports.kpi.frames.links_text`:
+    """The ``links`` column as the frame holds it (:func:`reports.rows.links_text`:
     the JSON text, no dict per run), and for each row whether it is a JSON object of strings.
-    A text in the store's form is matched, not parsed (in Arrow, for Arrow's strings); any
-    other is parsed and written again in that form."""
-    shaped = texts.str.fullmatch(_LINKS_TEXT).to_numpy(dtype=bool, na_value=False)
+    A text of :data:`_LINKS_TEXT` is kept as it is, matched, not parsed (in Arrow, for
+    Arrow's strings); any other is parsed and written again as :func:`links_text` writes it."""
+    if texts.dtype == object or isinstance(texts.dtype, pd.StringDtype):
+        shaped = texts.str.fullmatch(_LINKS_TEXT).to_numpy(dtype=bool, na_value=False)
+    else:  # no text at all (a column of only NaN, say): each value looked at below
+        shaped = np.zeros(len(texts), dtype=bool)
     if shaped.all():
         return texts, shaped
     out = texts.to_numpy(dtype=object).copy()
@@ -174,7 +179,8 @@ def _links_texts(texts: pd.Series) -> tuple[pd.Series, np.ndarray]:
             ok[i] = True
         else:
             out[i] = NO_LINKS  # the row is read by records_of, which names it
-    return pd.Series(out, index=texts.index, dtype=texts.dtype), ok
+    kind = texts.dtype if shaped.any() or texts.dtype == object else object
+    return pd.Series(out, index=texts.index, dtype=kind), ok
 
 
 def _start_order(started: Any, ids: Any) -> Any:

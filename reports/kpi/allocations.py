@@ -284,8 +284,8 @@ def runs_of_jobs(
 
     Args:
         allocations: The jobs.
-        runs: The runs: ``id``, ``host``, ``links`` (a mapping), ``gpu_model``, and
-            ``started_at`` where known (which of two pods of one name a run was).
+        runs: The runs: ``id``, ``host``, ``links`` (a mapping, or a runs frame's JSON
+            text), ``gpu_model``, and ``started_at`` where known (which of two pods of one name a run was).
 
     Returns:
         Run id → the index of its job in ``allocations`` (its ``slurm`` link names it: by
@@ -505,8 +505,8 @@ class AllocationJoin:
     Args:
         allocations: The jobs (:class:`reports.rows.Allocation`) that held GPUs in
             the span.
-        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
-            ``gpu_model``, ``started_at`` where known.
+        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping,
+            or a runs frame's JSON text), ``gpu_model``, ``started_at`` where known.
         since: The span's start (timezone-aware).
         until: The span's end, excluded (timezone-aware).
     """
@@ -985,8 +985,8 @@ def allocation_week(
     Args:
         allocations: The jobs (:class:`reports.rows.Allocation`) that held GPUs in
             the span.
-        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping),
-            ``gpu_model``.
+        runs: The runs that may hold their samples: ``id``, ``host``, ``links`` (a mapping,
+            or a runs frame's JSON text), ``gpu_model``.
         samples: Minute samples as the report reads them
             (:class:`reports.kpi.frames.SampleFrameBuilder`: ``run_id``, ``minute``
             timezone-aware, ``gpu``, ``covered_s`` and ``value``), from the idle window before

@@ -238,7 +238,10 @@ def shared_objects(column: pd.Series) -> np.ndarray:
     Returns:
         Its values as objects; a missing value as ``to_numpy(dtype=object)`` gives it.
     """
-    codes, uniques = pd.factorize(column)  # missing: -1
+    try:
+        codes, uniques = pd.factorize(column)  # missing: -1
+    except TypeError:  # a value that cannot be hashed (a list: not from the store)
+        return column.to_numpy(dtype=object)
     out = np.empty(len(codes), dtype=object)
     found = codes >= 0
     out[found] = np.asarray(uniques, dtype=object)[codes[found]]

@@ -80,7 +80,7 @@ def job_keys(names: pd.Series, links: pd.Series) -> pd.Series:
     Args:
         names: The runs' names.
         links: The runs' links (mappings, or a runs frame's text:
-            :func:`reports.kpi.frames.links_text`; anything else is none).
+            :func:`reports.rows.links_text`; anything else is none).
     """
     n = len(names)
     out = np.full(n, "", dtype=object)
@@ -139,7 +139,7 @@ def _keyed_links(links: pd.Series) -> np.ndarray:
     link that gives a key (:data:`_KEYED`; a million runs' W&B links are not parsed), None
     for the other texts; mappings and anything else as they are."""
     values = np.fromiter(links.tolist(), dtype=object, count=len(links))
-    texts = np.flatnonzero(_is(_kinds(values), str))
+    texts = np.flatnonzero(_are(_kinds(values), str))  # a subclass of str too, as job_key
     if len(texts):
         column = links if len(texts) == len(links) else links.iloc[texts]
         keyed = column.astype("str").str.contains(_KEYED, regex=True).to_numpy(dtype=bool)
@@ -221,7 +221,7 @@ def job_key(name: object, links: object) -> str:
     Args:
         name: The run's name.
         links: The run's links (a mapping, or a runs frame's text:
-            :func:`reports.kpi.frames.links_text`; anything else is none).
+            :func:`reports.rows.links_text`; anything else is none).
     """
     links = links if isinstance(links, Mapping) else parsed_links(links)
     given = links.get(JOB_KEY_LINK)

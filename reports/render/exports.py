@@ -195,7 +195,7 @@ def to_json(d: Mapping[str, Any]) -> str:
 
 def _records(frame: pd.DataFrame, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     cols = [f for f in fields if f in frame.columns]
-    # a runs frame's links are their JSON text (reports.kpi.frames.links_text): an object here
+    # a runs frame's links are their JSON text (reports.rows.links_text): an object here
     return [
         {
             k: plain(parsed_links(v) if k == "links" and isinstance(v, str) else v)

@@ -138,7 +138,7 @@ def safe_http_url(value: object) -> str | None:
 
 def links_of(value: object) -> list[Link]:
     """A run's links as the page shows them: a mapping, or a runs frame's text
-    (:func:`reports.kpi.frames.links_text`); none for anything else."""
+    (:func:`reports.rows.links_text`); none for anything else."""
     if isinstance(value, str):
         value = parsed_links(value)
     if not isinstance(value, Mapping):

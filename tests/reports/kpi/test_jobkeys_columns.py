@@ -86,7 +86,7 @@ def _link(kind: str, text: Any) -> object:
         links = _link(kind.removeprefix("json-"), text)
         return links_text(links) if isinstance(links, dict) else links
     if kind == "escaped":  # a name spelled with an escape: the same link once parsed
-        return '{"job\\u005fkey": ' + json.dumps(text) + '}'
+        return '{"job\\u005fkey": ' + json.dumps(text) + "}"
     if kind == "wandb":
         return links_text({"wandb": f"https://wandb.ai/a/b/runs/{text}"})
     return None
