@@ -40,8 +40,7 @@ def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFra
     """Rows of :meth:`reports.data.scans.SampleScans.run_rows` as columns: the frame of
     :func:`reports.kpi.runs_frame` (a :class:`RunRecord` field a column; times UTC, ``tags``
     tuples, ``links`` the JSON text of :func:`reports.rows.links_text`), with no record made
-    on the way, and for each row whether it was
-    read as the store writes it.
+    on the way, and for each row whether it was read as the store writes it.
 
     Only what is surely so is taken: a time shaped as the store writes it (or a datetime the
     driver made), tags ``[]`` or a JSON list of strings, links ``{}`` or a JSON object of
@@ -164,9 +163,12 @@ def _links_texts(texts: pd.Series) -> tuple[pd.Series, np.ndarray]:
     the JSON text, no dict per run), and for each row whether it is a JSON object of strings.
     A text of :data:`_LINKS_TEXT` is kept as it is, matched, not parsed (in Arrow, for
     Arrow's strings); any other is parsed and written again as :func:`links_text` writes it."""
-    if texts.dtype == object or isinstance(texts.dtype, pd.StringDtype):
+    # a column of no text (only NaN: pandas makes it float) has no string methods: each
+    # value is looked at below, and the column made one of objects
+    is_text = texts.dtype == object or isinstance(texts.dtype, pd.StringDtype)
+    if is_text:
         shaped = texts.str.fullmatch(_LINKS_TEXT).to_numpy(dtype=bool, na_value=False)
-    else:  # no text at all (a column of only NaN, say): each value looked at below
+    else:
         shaped = np.zeros(len(texts), dtype=bool)
     if shaped.all():
         return texts, shaped
@@ -179,8 +181,7 @@ def _links_texts(texts: pd.Series) -> tuple[pd.Series, np.ndarray]:
             ok[i] = True
         else:
             out[i] = NO_LINKS  # the row is read by records_of, which names it
-    kind = texts.dtype if shaped.any() or texts.dtype == object else object
-    return pd.Series(out, index=texts.index, dtype=kind), ok
+    return pd.Series(out, index=texts.index, dtype=texts.dtype if is_text else object), ok
 
 
 def _start_order(started: Any, ids: Any) -> Any:

@@ -285,7 +285,8 @@ def runs_of_jobs(
     Args:
         allocations: The jobs.
         runs: The runs: ``id``, ``host``, ``links`` (a mapping, or a runs frame's JSON
-            text), ``gpu_model``, and ``started_at`` where known (which of two pods of one name a run was).
+            text), ``gpu_model``, and ``started_at`` where known (which of two pods of one
+            name a run was).
 
     Returns:
         Run id → the index of its job in ``allocations`` (its ``slurm`` link names it: by

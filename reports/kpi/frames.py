@@ -38,8 +38,15 @@ have one row per week with ``gpu = "*"`` standing for all their GPUs."""
 
 # -- frames from records ----------------------------------------------------------------------
 def runs_frame(runs: Iterable[RunRecord]) -> pd.DataFrame:
-    """The runs as a frame: a column per :class:`RunRecord` field, times UTC, ``links`` as
-    :func:`links_text`."""
+    """The runs as a frame.
+
+    Args:
+        runs: The records.
+
+    Returns:
+        A column per :class:`RunRecord` field, a row per record: times UTC, ``links`` as
+        :func:`reports.rows.links_text` writes them.
+    """
     rows = [r.as_dict() for r in runs]
     for row in rows:
         row["links"] = links_text(row["links"] or {})

@@ -137,8 +137,15 @@ def safe_http_url(value: object) -> str | None:
 
 
 def links_of(value: object) -> list[Link]:
-    """A run's links as the page shows them: a mapping, or a runs frame's text
-    (:func:`reports.rows.links_text`); none for anything else."""
+    """A run's links as the page shows them.
+
+    Args:
+        value: A mapping, or a runs frame's text (:func:`reports.rows.links_text`).
+
+    Returns:
+        The http(s) URLs as links, then the other targets (paths) as text, each by name;
+        none for a value that is neither.
+    """
     if isinstance(value, str):
         value = parsed_links(value)
     if not isinstance(value, Mapping):
