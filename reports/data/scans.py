@@ -673,6 +673,13 @@ class SampleScans:
             stmt = stmt.where(c.started_at < until)
         return int(self._transaction(lambda conn: conn.execute(stmt).scalar(), write=False) or 0)
 
+    def any_started_before(self, until: datetime) -> bool:
+        """Whether :meth:`run_rows` of a span ending at ``until`` may hold a row: a run
+        started before it (or one whose start is no time). One row at most is read: a span
+        that holds no run is not read at all."""
+        stmt = sa.select(runs_table.c.id).where(self._started_before(until)).limit(1)
+        return self._transaction(lambda conn: conn.execute(stmt).first(), write=False) is not None
+
     def run_rows_at(self, rowids: Sequence[int]) -> dict[int, tuple[Any, ...]]:
         """The rows of ``runs`` with these SQLite row ids (:meth:`run_table`'s), as
         :meth:`run_rows` gives them.
@@ -732,33 +739,40 @@ class SampleScans:
         """The SELECT of :meth:`run_rows` (no order), with SQLite's ``rowid`` first where
         asked."""
         c = runs_table.c
-        times = [col for col in runs_table.c if isinstance(col.type, UTCDateTime)]
         # the times as the driver returns them (SQLite: text), converted by the reader
         columns: list[Any] = [_ROWID.label("rowid")] if rowid else []
         columns += [
-            sa.type_coerce(col, sa.String).label(col.name) if col in times else col
+            sa.type_coerce(col, sa.String).label(col.name)
+            if isinstance(col.type, UTCDateTime)
+            else col
             for col in runs_table.c
         ]
         stmt = sa.select(*columns)
-        sqlite = self._engine.dialect.name == "sqlite"
-
-        def or_misshaped(
-            col: sa.Column[Any],
-            condition: sa.ColumnElement[bool],
-        ) -> sa.ColumnElement[bool]:
-            if not sqlite:  # timestamptz: always a time
-                return condition
-            return sa.or_(condition, sa.not_(sa.type_coerce(col, sa.String).like(TIME_SHAPE)))
-
         if where is not None:
             stmt = stmt.where(where)
         if until is not None:
-            stmt = stmt.where(or_misshaped(c.started_at, c.started_at < utc(until)))
+            stmt = stmt.where(self._started_before(until))
         if since is not None:
             stmt = stmt.where(
-                or_misshaped(c.ended_at, sa.or_(c.ended_at.is_(None), c.ended_at > utc(since)))
+                self._or_misshaped(
+                    c.ended_at, sa.or_(c.ended_at.is_(None), c.ended_at > utc(since))
+                )
             )
         return stmt
+
+    def _started_before(self, until: datetime) -> sa.ColumnElement[bool]:
+        """A run started before ``until``, or one whose start is no time (read, to be named)."""
+        c = runs_table.c
+        return self._or_misshaped(c.started_at, c.started_at < utc(until))
+
+    def _or_misshaped(
+        self, col: sa.Column[Any], condition: sa.ColumnElement[bool]
+    ) -> sa.ColumnElement[bool]:
+        """``condition``, or (SQLite) ``col``'s text is not shaped like a time: such a value
+        sorts anywhere among the times, so the span's read takes it and names it."""
+        if self._engine.dialect.name != "sqlite":  # timestamptz: always a time
+            return condition
+        return sa.or_(condition, sa.not_(sa.type_coerce(col, sa.String).like(TIME_SHAPE)))
 
     def _minute_span(
         self,

@@ -283,10 +283,11 @@ def _recurring(
         if runs is None or runs_since is None:
             parts.append(usable_runs(SampleScans(store), since=since, until=end)[0])
         else:
-            if since < runs_since:
+            scans = SampleScans(store)
+            if since < runs_since and scans.any_started_before(runs_since):
                 # the runs started before the span read; one that reaches into it is in both
                 # (taken from ``runs``): each part's job rows on their own, no run copied
-                earlier, _ = usable_runs(SampleScans(store), since=since, until=runs_since)
+                earlier, _ = usable_runs(scans, since=since, until=runs_since)
                 if len(earlier):
                     parts.append(earlier[~is_in(earlier["id"], runs["id"])])
             parts.append(runs)

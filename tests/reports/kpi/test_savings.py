@@ -10,6 +10,7 @@ import csv
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -308,6 +309,61 @@ def test_a_run_that_counted_nothing_is_left_out_of_the_rate_not_the_unit(
     (c,) = compute(store_url, request(), now=NOW).kpis.parts["savings"].changes
     assert (c.unit, c.runs_after) == ("1k samples", 6)
     assert c.usd_to_date == pytest.approx(48.0) and c.low_pct is not None
+
+
+def test_the_weeks_before_the_runs_read_are_read_only_where_a_run_may_lie(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runs before those the report read are read only where the store holds a run that
+    started before them, or one whose start is no time (the read names it): a store of this
+    week's runs alone reads no earlier week, and its recurring jobs are the same."""
+    import sqlalchemy as sa
+
+    from reports import gputime
+    from reports.data.scans import SampleScans
+    from reports.sections.savings import recurring_of_weeks
+
+    with RunStore(store_url) as s:
+        for d in range(3):  # this week's runs alone, a nightly of 2 GPU-hours
+            s.upsert_run(
+                run_record(f"n{d}", W45 + timedelta(days=d), 2, name=f"nightly-{1001 + d}")
+            )
+    reads: list[datetime | None] = []
+    read = gputime.usable_runs
+
+    def counted(scans: SampleScans, **kw: Any) -> Any:
+        reads.append(kw.get("until"))
+        return read(scans, **kw)
+
+    monkeypatch.setattr(gputime, "usable_runs", counted)
+    with RunStore(store_url) as s:
+        scans = SampleScans(s)
+        assert not scans.any_started_before(W45)
+        assert scans.any_started_before(W45 + timedelta(minutes=1))
+        runs, _ = read(scans, since=W45, until=W45 + timedelta(weeks=1))
+        alone, _ = recurring_of_weeks(s, request(), W45, now=NOW, runs=runs, runs_since=W45)
+        assert reads == []  # nothing before W45 to read
+        whole, _ = recurring_of_weeks(s, request(), W45, now=NOW)
+        assert len(reads) == 1
+    pd.testing.assert_frame_equal(alone, whole)
+    (job,) = whole.to_dict("records")
+    assert (job["job_key"], job["runs"], job["gpu_hours"]) == ("nightly", 3, pytest.approx(6.0))
+    if not store_url.startswith("sqlite"):
+        return  # PostgreSQL's starts are always times
+    # a run whose start is no time may lie anywhere: the earlier weeks are read (where it is
+    # left out, as in every read)
+    with RunStore(store_url) as s:
+        s.transaction(
+            lambda conn: conn.execute(
+                sa.text("UPDATE runs SET started_at = '2026-11-03 garbage' WHERE id = 'n1'")
+            ),
+            write=True,
+        )
+    reads.clear()
+    with RunStore(store_url) as s:
+        assert SampleScans(s).any_started_before(W45)
+        recurring_of_weeks(s, request(), W45, now=NOW, runs=runs, runs_since=W45)
+    assert reads == [W45]
 
 
 def test_the_weeks_runs_read_once_give_the_recurring_jobs_of_26_weeks(store_url: str) -> None:
