@@ -96,12 +96,28 @@ def as_tuples(scans: SampleScans, monkeypatch: pytest.MonkeyPatch) -> Any:
         return gputime.usable_runs(scans, since=SINCE, until=UNTIL)
 
 
+def read_with_table(scans: SampleScans, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """:func:`reports.gputime.usable_runs`' read of the span, and the table
+    :meth:`SampleScans.run_table` gave it (one driver's process per read, not two)."""
+    tables: list[Any] = []
+    real = SampleScans.run_table
+
+    def spy(self: SampleScans, **kw: Any) -> Any:
+        tables.append(real(self, **kw))
+        return tables[-1]
+
+    with monkeypatch.context() as m:
+        m.setattr(SampleScans, "run_table", spy)
+        frame, excluded = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+    (table,) = tables
+    return table, frame, excluded
+
+
 def test_the_arrow_read_is_the_tuples_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = fill(tmp_path / "runs.db", ONE_TYPE)
     with RunStore(url) as store:
         scans = SampleScans(store)
-        table = scans.run_table(since=SINCE, until=UNTIL)
-        frame, excluded = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+        table, frame, excluded = read_with_table(scans, monkeypatch)
         expected, expected_excluded = as_tuples(scans, monkeypatch)
     assert table is not None and table.num_rows == len(GOOD) + len(ONE_TYPE)
     pd.testing.assert_frame_equal(frame, expected, check_exact=True)
@@ -150,8 +166,7 @@ def test_a_store_the_arrow_read_does_not_take_is_read_as_tuples(
     url = fill(tmp_path / "runs.db", {change: TWO_TYPES[change]})
     with RunStore(url) as store:
         scans = SampleScans(store)
-        table = scans.run_table(since=SINCE, until=UNTIL)
-        frame, excluded = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+        table, frame, excluded = read_with_table(scans, monkeypatch)
         expected, expected_excluded = as_tuples(scans, monkeypatch)
     if change in ("bad-start", "second-60"):  # read, but its order may not be SQLite's
         assert table is not None and arrow_run_columns(table) is None
@@ -239,7 +254,9 @@ def test_runs_stored_in_start_order_are_not_sorted_again(
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="Linux's /proc")
-def test_the_driver_s_sqlite_never_runs_in_the_reading_process(tmp_path: Path) -> None:
+def test_the_driver_s_sqlite_never_runs_in_the_reading_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ADBC's driver carries its own copy of SQLite; two copies in one process break each
     other's locks (one truncates the WAL's shared memory the other has mapped: a bus error,
     seen once in CI). The read runs the driver in a process of its own, while this one holds
@@ -248,9 +265,8 @@ def test_the_driver_s_sqlite_never_runs_in_the_reading_process(tmp_path: Path) -
     with RunStore(url) as store, store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         before = conn.exec_driver_sql("SELECT count(*) FROM runs").scalar()
-        scans = SampleScans(store)
-        assert scans.run_table(since=SINCE, until=UNTIL) is not None
-        frame, _ = gputime.usable_runs(scans, since=SINCE, until=UNTIL)
+        table, frame, _ = read_with_table(SampleScans(store), monkeypatch)
+        assert table is not None
         assert conn.exec_driver_sql("SELECT count(*) FROM runs").scalar() == before == len(GOOD)
     assert sorted(frame["id"]) == sorted(GOOD)
     assert "libadbc_driver_sqlite" not in Path("/proc/self/maps").read_text()
