@@ -42,9 +42,9 @@ _POOL_SET: list[bool] = []
 
 
 def use_returning_arrow_pool() -> None:
-    """Arrow's allocations from here on from jemalloc's pool, which hands the pages freed
-    back to the system within a second, where this pyarrow has it; once per process, and
-    never where ``ARROW_DEFAULT_MEMORY_POOL`` names the pool (the user's choice).
+    """Arrow's allocations from here on from jemalloc's pool, which hands freed pages back
+    to the system sooner, where this pyarrow has it; once per process, and never where
+    ``ARROW_DEFAULT_MEMORY_POOL`` names the pool (the user's choice).
 
     pyarrow's default on Linux, mimalloc, keeps what a report's frames freed as the process's
     own while the next step grows: a week of a million runs peaked ~0.1 GiB higher (1.40-1.43
