@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -489,9 +490,20 @@ EXTRAS = {
 """Top-level modules of the optional extras (pyproject.toml), by the extra that installs them."""
 
 
+WEEK_COMMANDS = frozenset(
+    {"runs", "chargeback", "budgets", "report", "send", "serve", "job", "compare", "demo"}
+)
+"""The commands that read weeks of runs into frames: Arrow's pool is chosen before pandas is
+imported (:func:`reports.data.arrow_pool.use_returning_arrow_pool`)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in WEEK_COMMANDS and importlib.util.find_spec("pyarrow") is not None:
+        from reports.data.arrow_pool import use_returning_arrow_pool
+
+        use_returning_arrow_pool()
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # a full disk or a closed pipe is seen here, not at exit

@@ -31,7 +31,8 @@ from reports.data.allocations import (
     read_errors,
     usage_of,
 )
-from reports.data.columns import arrow_run_columns, run_columns, use_returning_arrow_pool
+from reports.data.arrow_pool import use_returning_arrow_pool
+from reports.data.columns import arrow_run_columns, run_columns
 from reports.data.samples import SampleTotals
 from reports.data.scans import SampleScans, database_per_connection, mark_crashed, records_of
 from reports.errors import ReportError

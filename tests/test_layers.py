@@ -39,6 +39,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/render/parquet.py",
         "reports/imports/arrow_csv.py",
         "reports/data/adbc_read.py",
+        "reports/data/arrow_pool.py",
         "reports/data/columns.py",
         "reports/kpi/arrow_text.py",
         "reports/render/csv_arrow.py",

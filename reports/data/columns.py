@@ -5,7 +5,6 @@ the store writes it goes to :func:`reports.data.scans.records_of`, which names w
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -35,33 +34,6 @@ _NO_TAGS[()] = ()
 """``()`` as a value numpy sets in many rows at once (not as a sequence of none)."""
 
 _FLOAT_COLUMNS = tuple(col.name for col in runs_table.c if isinstance(col.type, sa.Float))
-
-
-_POOL_SET: list[bool] = []
-"""Whether :func:`use_returning_arrow_pool` has run in this process (once is enough)."""
-
-
-def use_returning_arrow_pool() -> None:
-    """Arrow's allocations from here on from jemalloc's pool, which hands freed pages back
-    to the system sooner, where this pyarrow has it; once per process, and never where
-    ``ARROW_DEFAULT_MEMORY_POOL`` names the pool (the user's choice).
-
-    pyarrow's default on Linux, mimalloc, keeps what a report's frames freed as the process's
-    own while the next step grows: a week of a million runs peaked ~0.1 GiB higher (1.40-1.43
-    against 1.31-1.33 GiB), and 101,000 runs took 5% longer (``docs/benchmarks.md``). What
-    was allocated from the pool before is freed to it as before (each buffer knows its
-    pool)."""
-    if _POOL_SET:
-        return
-    _POOL_SET.append(True)
-    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-        return
-    import pyarrow as pa
-
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except NotImplementedError:  # a build without jemalloc (Windows): its default stays
-        pass
 
 
 def run_columns(rows: Sequence[Sequence[Any]], *, nan: bool) -> tuple[pd.DataFrame, np.ndarray]:

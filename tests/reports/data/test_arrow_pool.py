@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
-from reports.data import columns
+from reports.data import arrow_pool
 
 
 @pytest.fixture
 def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A process whose pool was never set by us; its pool as before afterwards."""
     before = pa.default_memory_pool()
-    monkeypatch.setattr(columns, "_POOL_SET", [])
+    monkeypatch.setattr(arrow_pool, "_POOL_SET", [])
     monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
     yield
     pa.set_memory_pool(before)
@@ -35,7 +39,7 @@ def test_the_pool_is_jemallocs_once_and_buffers_made_before_are_freed_to_their_o
     held = pa.mimalloc_memory_pool().bytes_allocated()  # by others' arrays alive
     before = pa.array([1.5] * 1000)  # a buffer of mimalloc's
     assert pa.mimalloc_memory_pool().bytes_allocated() > held
-    columns.use_returning_arrow_pool()
+    arrow_pool.use_returning_arrow_pool()
     assert pa.default_memory_pool().backend_name == "jemalloc"
     after = pa.array([2.5] * 1000)
     assert pa.jemalloc_memory_pool().bytes_allocated() >= after.nbytes
@@ -43,7 +47,7 @@ def test_the_pool_is_jemallocs_once_and_buffers_made_before_are_freed_to_their_o
     assert pa.mimalloc_memory_pool().bytes_allocated() == held
     # once a process: a pool set since (by whoever embeds us) stays
     pa.set_memory_pool(pa.system_memory_pool())
-    columns.use_returning_arrow_pool()
+    arrow_pool.use_returning_arrow_pool()
     assert pa.default_memory_pool().backend_name == "system"
 
 
@@ -51,7 +55,7 @@ def test_the_pool_is_jemallocs_once_and_buffers_made_before_are_freed_to_their_o
 def test_a_pool_the_user_named_stays(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", "system")
     pa.set_memory_pool(pa.system_memory_pool())  # as pyarrow read the variable at its start
-    columns.use_returning_arrow_pool()
+    arrow_pool.use_returning_arrow_pool()
     assert pa.default_memory_pool().backend_name == "system"
 
 
@@ -63,7 +67,7 @@ def test_a_build_without_jemalloc_keeps_its_pool(
 
     monkeypatch.setattr(pa, "jemalloc_memory_pool", missing)
     pa.set_memory_pool(pa.system_memory_pool())
-    columns.use_returning_arrow_pool()
+    arrow_pool.use_returning_arrow_pool()
     assert pa.default_memory_pool().backend_name == "system"
 
 
@@ -81,3 +85,34 @@ def test_a_week_read_sets_it(pool: None, monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(RuntimeError, match="after the pool"):
         gputime.week_gpu_time(None, None, tz=None, now=None)  # type: ignore[arg-type]
     assert calls == [None]
+
+
+def test_the_week_commands_are_commands() -> None:
+    """What the command line chooses the pool for before pandas is imported: commands that
+    exist (a renamed one would leave it to the first read of a week)."""
+    import argparse
+
+    from reports.cli import WEEK_COMMANDS, build_parser
+
+    (sub,) = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) >= WEEK_COMMANDS, WEEK_COMMANDS - set(sub.choices)
+    assert {"report", "serve", "runs", "budgets", "chargeback"} <= WEEK_COMMANDS
+
+
+def test_a_week_command_allocates_from_jemalloc_from_its_start(tmp_path: Path) -> None:
+    """In a process of its own (the pool is the process's): chosen before pandas is
+    imported, so mimalloc never starts."""
+    code = (
+        "import sys, pyarrow as pa; from reports.cli import main; main(sys.argv[1:]);"
+        "print(pa.default_memory_pool().backend_name, pa.mimalloc_memory_pool().max_memory())"
+    )
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("ARROW_DEFAULT_MEMORY_POOL", None)
+    argv = ["runs", "--store", f"sqlite:///{tmp_path / 'runs.db'}"]
+    p = subprocess.run(
+        [sys.executable, "-c", code, *argv], check=False, capture_output=True, text=True, env=env
+    )
+    backend, mimalloc_peak = p.stdout.split()[-2:]
+    assert backend == ("jemalloc" if jemalloc() else "mimalloc"), (p.stdout, p.stderr)
+    if jemalloc():
+        assert mimalloc_peak == "0"
