@@ -11,8 +11,8 @@ _POOL_SET: list[bool] = []
 
 def use_returning_arrow_pool() -> None:
     """Arrow's allocations from here on from jemalloc's pool, which hands freed pages back to
-    the system sooner, where this pyarrow has it; once per process, and never where
-    ``ARROW_DEFAULT_MEMORY_POOL`` names the pool (the user's choice).
+    the system sooner, where pyarrow is installed and has it; once per process, and never
+    where ``ARROW_DEFAULT_MEMORY_POOL`` names the pool (the user's choice).
 
     pyarrow's default on Linux, mimalloc, keeps what a report's frames freed as the process's
     own while the next step grows: the report of a week of a million runs peaked at 1.40-1.43
@@ -25,8 +25,10 @@ def use_returning_arrow_pool() -> None:
     _POOL_SET.append(True)
     if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
         return
-    import pyarrow as pa
-
+    try:
+        import pyarrow as pa
+    except ImportError:  # [reports] without pyarrow: pandas keeps text in Python objects
+        return
     try:
         pa.set_memory_pool(pa.jemalloc_memory_pool())
     except NotImplementedError:  # a build without jemalloc (Windows): its default stays

@@ -71,6 +71,16 @@ def test_a_build_without_jemalloc_keeps_its_pool(
     assert pa.default_memory_pool().backend_name == "system"
 
 
+def test_without_pyarrow_nothing_is_chosen_and_nothing_fails(
+    pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[reports]`` alone has no pyarrow: a week's read goes on without it."""
+    pa.set_memory_pool(pa.system_memory_pool())
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # not installed
+    arrow_pool.use_returning_arrow_pool()
+    assert pa.default_memory_pool().backend_name == "system"
+
+
 def test_a_week_read_sets_it(pool: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every report, live figure and budget reads its weeks through ``week_gpu_time``."""
     from reports import gputime
