@@ -46,6 +46,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     ),
     "adbc_driver_sqlite": ("reports/data/adbc_read.py",),
     "adbc_driver_manager": ("reports/data/adbc_read.py",),
+    "nanoarrow": ("reports/data/adbc_read.py",),
     "pandas": (
         "reports/kpi/",
         "reports/render/",

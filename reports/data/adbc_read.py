@@ -106,7 +106,6 @@ def main(argv: list[str]) -> int:
     # the driver's own API, not its DB-API module (which imports pandas: 1 s more a read)
     import adbc_driver_manager
     import adbc_driver_sqlite
-    import pyarrow as pa
 
     (uri,) = argv
     sql = sys.stdin.buffer.read().decode()  # UTF-8, as the parent writes it
@@ -119,14 +118,31 @@ def main(argv: list[str]) -> int:
             stmt.set_options(**{BATCH_ROWS_OPTION: str(BATCH_ROWS)})
             stmt.set_sql_query(sql)
             stream, _ = stmt.execute_query()
-            reader = pa.RecordBatchReader._import_from_c(stream.address)
-            with pa.ipc.new_stream(sys.stdout.buffer, reader.schema) as out:
-                for batch in reader:
-                    out.write_batch(batch)
+            _write_stream(stream, sys.stdout.buffer)
     except Exception as e:  # the driver's errors: the caller's own read names what is wrong
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _write_stream(stream: Any, out: Any) -> None:
+    """The driver's C stream written to ``out`` as an Arrow IPC stream: by nanoarrow where it
+    is installed (the ``adbc`` extra's; the child starts in ~0.05 s of CPU, against ~0.2 s
+    with pyarrow, which also starts its thread pools: 101,000 runs read in 0.30 s of the
+    child's CPU, not 0.48), else by pyarrow. The same bytes either way to the reader."""
+    try:
+        import nanoarrow.ipc as na_ipc
+    except ImportError:
+        import pyarrow as pa
+
+        reader = pa.RecordBatchReader._import_from_c(stream.address)
+        with pa.ipc.new_stream(out, reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+        return
+    writer = na_ipc.StreamWriter.from_writable(out)
+    writer.write_stream(stream)
+    writer.close()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ not UTF-8 or a start that is no time is read as tuples, as is a store without th
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -294,3 +295,35 @@ def test_a_child_that_fails_or_writes_no_table_leaves_the_rows_to_the_tuples(
     with RunStore(url) as store:
         frame, _ = gputime.usable_runs(SampleScans(store), since=SINCE, until=UNTIL)
     assert sorted(frame["id"]) == sorted(GOOD)
+
+
+def test_the_child_starts_without_pyarrow_and_its_fallback_writes_the_same_table(
+    tmp_path: Path,
+) -> None:
+    """The driver's process writes the rows by nanoarrow (the ``adbc`` extra's: it starts in
+    a fraction of pyarrow's time), never importing pyarrow; where nanoarrow is missing, by
+    pyarrow: the same table to the reader."""
+    import pyarrow as pa
+
+    from reports.data import adbc_read
+
+    pytest.importorskip("nanoarrow")
+    fill(tmp_path / "runs.db", ONE_TYPE)
+    uri = f"file:{tmp_path / 'runs.db'}?mode=ro"
+    sql = "SELECT * FROM runs ORDER BY id"
+    tables, imported = [], []
+    for hide in ("", "sys.modules['nanoarrow'] = sys.modules['nanoarrow.ipc'] = None;"):
+        code = (
+            f"import sys; {hide} sys.path.insert(0, {str(Path(adbc_read.__file__).parent)!r});"
+            f"import adbc_read; status = adbc_read.main([{uri!r}]);"
+            "sys.stderr.write(str('pyarrow' in sys.modules)); sys.exit(status)"
+        )
+        p = subprocess.run(
+            [sys.executable, "-P", "-c", code], input=sql.encode(), capture_output=True, check=False
+        )
+        assert p.returncode == 0, p.stderr
+        tables.append(pa.ipc.open_stream(p.stdout).read_all())
+        imported.append(p.stderr.decode())
+    assert imported == ["False", "True"]
+    assert tables[0].num_rows == len(GOOD) + len(ONE_TYPE)
+    assert tables[0].equals(tables[1]) and tables[0].schema.equals(tables[1].schema)
