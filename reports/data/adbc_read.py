@@ -29,12 +29,18 @@ BATCH_ROWS = 1 << 30
 """One batch: the driver takes each column's type from its first batch and fails a later one
 that differs (NULLs first: a number column read as int). A read this long is not taken."""
 
+NANOARROW_BELOW_RUNS = 250_000
+"""Below this many runs in the span read (the caller's count), the child writes its rows by
+nanoarrow (:func:`_write_stream`), which starts in a fraction of pyarrow's time; from it, by
+pyarrow: nanoarrow's writer held a copy of the batch, 861 MB of the child's memory against
+485 MB for a million runs (the same 2.4-2.6 s), where at 101,000 both took 109 MB."""
+
 TIMEOUT_S = 600.0
 """A read that takes longer is killed (a driver that hangs): the rows are read another way. A
 million runs take ~10 s."""
 
 
-def read_table(database: Path, sql: str) -> Any:
+def read_table(database: Path, sql: str, *, light: bool = False) -> Any:
     """The rows of ``sql`` from the SQLite file ``database``, opened read-only by ADBC's driver
     in a child process, as an Arrow table checked whole (text that is not UTF-8: the driver
     does not check it). The stream is read as it comes (held once, not twice).
@@ -42,6 +48,8 @@ def read_table(database: Path, sql: str) -> Any:
     Args:
         database: The SQLite file.
         sql: One query.
+        light: Whether the read is small enough for nanoarrow's writer in the child
+            (:data:`NANOARROW_BELOW_RUNS`); else pyarrow's.
 
     Returns:
         The table; None where the child cannot run or takes over :data:`TIMEOUT_S`, or the
@@ -53,7 +61,7 @@ def read_table(database: Path, sql: str) -> Any:
         return None
     uri = f"file:{urllib.parse.quote(os.fsencode(database.resolve()))}?mode=ro"
     # -P: the child's path does not start with this folder (no module here shadows another)
-    cmd = [sys.executable, "-P", __file__, uri]
+    cmd = [sys.executable, "-P", __file__, uri, *(["--nanoarrow"] if light else [])]
     try:
         with (
             tempfile.TemporaryFile() as err,
@@ -100,14 +108,16 @@ def _table(child: subprocess.Popen[bytes], sql: str, err: Any) -> Any:
 
 
 def main(argv: list[str]) -> int:
-    """The child: ``python adbc_read.py URI`` with the SQL on standard input; the rows on
-    standard output as an Arrow IPC stream. Exit status 0, or 1 with the driver's error on
-    standard error."""
+    """The child: ``python adbc_read.py URI [--nanoarrow]`` with the SQL on standard input;
+    the rows on standard output as an Arrow IPC stream (written by nanoarrow where asked and
+    installed, else by pyarrow). Exit status 0, or 1 with the driver's error on standard
+    error."""
     # the driver's own API, not its DB-API module (which imports pandas: 1 s more a read)
     import adbc_driver_manager
     import adbc_driver_sqlite
 
-    (uri,) = argv
+    uri, *flags = argv
+    light = flags == ["--nanoarrow"]
     sql = sys.stdin.buffer.read().decode()  # UTF-8, as the parent writes it
     try:
         with (
@@ -118,19 +128,22 @@ def main(argv: list[str]) -> int:
             stmt.set_options(**{BATCH_ROWS_OPTION: str(BATCH_ROWS)})
             stmt.set_sql_query(sql)
             stream, _ = stmt.execute_query()
-            _write_stream(stream, sys.stdout.buffer)
+            _write_stream(stream, sys.stdout.buffer, light=light)
     except Exception as e:  # the driver's errors: the caller's own read names what is wrong
         print(f"{type(e).__name__}: {e}", file=sys.stderr)
         return 1
     return 0
 
 
-def _write_stream(stream: Any, out: Any) -> None:
-    """The driver's C stream written to ``out`` as an Arrow IPC stream: by nanoarrow where it
-    is installed (the ``adbc`` extra's; the child starts in ~0.05 s of CPU, against ~0.2 s
-    with pyarrow, which also starts its thread pools: 101,000 runs read in 0.30 s of the
-    child's CPU, not 0.48), else by pyarrow. The same bytes either way to the reader."""
+def _write_stream(stream: Any, out: Any, *, light: bool) -> None:
+    """The driver's C stream written to ``out`` as an Arrow IPC stream: where ``light`` by
+    nanoarrow, if installed (the ``adbc`` extra's: the child starts in ~0.05 s of CPU,
+    against ~0.2 s with pyarrow, which also starts its thread pools; 101,000 runs read in
+    0.30 s of the child's CPU, not 0.48), else by pyarrow, which writes a big batch without
+    a copy (:data:`NANOARROW_BELOW_RUNS`). The same table either way to the reader."""
     try:
+        if not light:
+            raise ImportError("pyarrow's writer asked for")
         import nanoarrow.ipc as na_ipc
     except ImportError:
         import pyarrow as pa

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from reports.data.adbc_read import read_table
+from reports.data.adbc_read import NANOARROW_BELOW_RUNS, read_table
 from reports.data.rollups import (
     SUMMED,
     RollupHour,
@@ -403,9 +403,14 @@ class SampleScans:
         since, until = (
             datetime.fromtimestamp(h * S_PER_HOUR, UTC) for h in (since_hour, until_hour)
         )
-        if self._started_in(since, until) < ARROW_FROM_RUNS:
+        started = self._started_in(since, until)
+        if started < ARROW_FROM_RUNS:
             return None
-        table = read_table(database, hour_rows_sql(value, hour_edges, since_hour, until_hour))
+        table = read_table(
+            database,
+            hour_rows_sql(value, hour_edges, since_hour, until_hour),
+            light=started < NANOARROW_BELOW_RUNS,
+        )
         if table is None or table.column_names != [*SUMMED[:-2], "sound"]:
             return None
         for name, kind in zip(table.column_names, table.schema.types, strict=True):
@@ -637,7 +642,7 @@ class SampleScans:
         # the times bound as the store writes them (SQLite: naive UTC text), no other value
         literal = {"literal_binds": True}
         sql = str(stmt.compile(dialect=self._engine.dialect, compile_kwargs=literal))
-        table = read_table(database, sql)
+        table = read_table(database, sql, light=started < NANOARROW_BELOW_RUNS)
         if table is None:
             return None
         for col in runs_table.c:

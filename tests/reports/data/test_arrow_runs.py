@@ -297,12 +297,13 @@ def test_a_child_that_fails_or_writes_no_table_leaves_the_rows_to_the_tuples(
     assert sorted(frame["id"]) == sorted(GOOD)
 
 
-def test_the_child_starts_without_pyarrow_and_its_fallback_writes_the_same_table(
-    tmp_path: Path,
+def test_a_small_read_s_child_starts_without_pyarrow_and_every_writer_gives_one_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The driver's process writes the rows by nanoarrow (the ``adbc`` extra's: it starts in
-    a fraction of pyarrow's time), never importing pyarrow; where nanoarrow is missing, by
-    pyarrow: the same table to the reader."""
+    """The driver's process writes a read of fewer than ``NANOARROW_BELOW_RUNS`` runs by
+    nanoarrow (the ``adbc`` extra's: it starts in a fraction of pyarrow's time), never
+    importing pyarrow; a bigger one by pyarrow (nanoarrow's writer copies the batch), as where
+    nanoarrow is missing: the same table to the reader."""
     import pyarrow as pa
 
     from reports.data import adbc_read
@@ -311,11 +312,12 @@ def test_the_child_starts_without_pyarrow_and_its_fallback_writes_the_same_table
     fill(tmp_path / "runs.db", ONE_TYPE)
     uri = f"file:{tmp_path / 'runs.db'}?mode=ro"
     sql = "SELECT * FROM runs ORDER BY id"
+    hidden = "sys.modules['nanoarrow'] = sys.modules['nanoarrow.ipc'] = None;"
     tables, imported = [], []
-    for hide in ("", "sys.modules['nanoarrow'] = sys.modules['nanoarrow.ipc'] = None;"):
+    for hide, flags in (("", ["--nanoarrow"]), ("", []), (hidden, ["--nanoarrow"])):
         code = (
             f"import sys; {hide} sys.path.insert(0, {str(Path(adbc_read.__file__).parent)!r});"
-            f"import adbc_read; status = adbc_read.main([{uri!r}]);"
+            f"import adbc_read; status = adbc_read.main({[uri, *flags]!r});"
             "sys.stderr.write(str('pyarrow' in sys.modules)); sys.exit(status)"
         )
         p = subprocess.run(
@@ -324,6 +326,21 @@ def test_the_child_starts_without_pyarrow_and_its_fallback_writes_the_same_table
         assert p.returncode == 0, p.stderr
         tables.append(pa.ipc.open_stream(p.stdout).read_all())
         imported.append(p.stderr.decode())
-    assert imported == ["False", "True"]
+    assert imported == ["False", "True", "True"]
     assert tables[0].num_rows == len(GOOD) + len(ONE_TYPE)
-    assert tables[0].equals(tables[1]) and tables[0].schema.equals(tables[1].schema)
+    for other in tables[1:]:
+        assert tables[0].equals(other) and tables[0].schema.equals(other.schema)
+    # which writer a read asks for: by the runs started in its span
+    asked: list[bool] = []
+    real = scans_module.read_table
+
+    def spy(database: Path, sql: str, *, light: bool = False) -> Any:
+        asked.append(light)
+        return real(database, sql, light=light)
+
+    monkeypatch.setattr(scans_module, "read_table", spy)
+    with RunStore(f"sqlite:///{tmp_path / 'runs.db'}") as store:
+        assert SampleScans(store).run_table(since=SINCE, until=UNTIL) is not None
+        monkeypatch.setattr(scans_module, "NANOARROW_BELOW_RUNS", len(GOOD))
+        assert SampleScans(store).run_table(since=SINCE, until=UNTIL) is not None
+    assert asked == [True, False]
