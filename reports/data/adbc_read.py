@@ -141,21 +141,27 @@ def _write_stream(stream: Any, out: Any, *, light: bool) -> None:
     against ~0.2 s with pyarrow, which also starts its thread pools; 101,000 runs read in
     0.30 s of the child's CPU, not 0.48), else by pyarrow, which writes a big batch without
     a copy (:data:`NANOARROW_BELOW_RUNS`). The same table either way to the reader."""
-    try:
-        if not light:
-            raise ImportError("pyarrow's writer asked for")
-        import nanoarrow.ipc as na_ipc
-    except ImportError:
-        import pyarrow as pa
-
-        reader = pa.RecordBatchReader._import_from_c(stream.address)
-        with pa.ipc.new_stream(out, reader.schema) as writer:
-            for batch in reader:
-                writer.write_batch(batch)
+    na_ipc = _nanoarrow_ipc() if light else None
+    if na_ipc is not None:
+        writer = na_ipc.StreamWriter.from_writable(out)
+        writer.write_stream(stream)
+        writer.close()
         return
-    writer = na_ipc.StreamWriter.from_writable(out)
-    writer.write_stream(stream)
-    writer.close()
+    import pyarrow as pa
+
+    reader = pa.RecordBatchReader._import_from_c(stream.address)
+    with pa.ipc.new_stream(out, reader.schema) as pa_writer:
+        for batch in reader:
+            pa_writer.write_batch(batch)
+
+
+def _nanoarrow_ipc() -> Any:
+    """``nanoarrow.ipc``, or None where nanoarrow is not installed."""
+    try:
+        import nanoarrow.ipc
+    except ImportError:
+        return None
+    return nanoarrow.ipc
 
 
 if __name__ == "__main__":
