@@ -681,7 +681,14 @@ class SampleScans:
     def any_started_before(self, until: datetime) -> bool:
         """Whether :meth:`run_rows` of a span ending at ``until`` may hold a row: a run
         started before it (or one whose start is no time). One row at most is read: a span
-        that holds no run is not read at all."""
+        that holds no run is not read at all.
+
+        Args:
+            until: The span's end (timezone-aware, not in it).
+
+        Returns:
+            True where such a run is stored; False where the span's read would find none.
+        """
         stmt = sa.select(runs_table.c.id).where(self._started_before(until)).limit(1)
         return self._transaction(lambda conn: conn.execute(stmt).first(), write=False) is not None
 
