@@ -74,16 +74,42 @@ def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
     return found.to_numpy(zero_copy_only=False)
 
 
-def text_order(distinct: np.ndarray) -> np.ndarray | None:
+def text_positions(values: Any, among: Any) -> np.ndarray | None:
+    """For each of ``values``, its position in ``among`` (-1: not there), as
+    :func:`reports.kpi.frames.positions_in` answers: one hash table of ``among``, probed in C.
+    None where either side is not text, or both hold missing values.
+
+    Args:
+        values: The keys to look up.
+        among: The keys looked among (unique: a key twice is found at one of its places).
+
+    Returns:
+        Each value's position (int64), -1 where it is not there; or None (the caller asks
+        pandas).
+    """
+    if not available():
+        return None
+    import pyarrow.compute as pc
+
+    keys, table = _text(values), _text(among)
+    if keys is None or table is None:
+        return None
+    if keys.null_count and table.null_count:
+        return None  # None, NaN and pd.NA are one null to Arrow, three values to pandas
+    found = pc.index_in(keys, value_set=table, skip_nulls=True)
+    return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def text_order(distinct: Any) -> np.ndarray | None:
     """The order of distinct texts sorted as Python sorts them (by code point: Arrow
     compares UTF-8 bytes, which order as code points do).
 
     Args:
-        distinct: Distinct values, none missing (objects).
+        distinct: Distinct values (objects, or a Series of text).
 
     Returns:
         The positions of ``distinct`` in sorted order (int64); None where they are not all
-        text, or without pyarrow.
+        text or one is missing, or without pyarrow.
     """
     if not available():
         return None

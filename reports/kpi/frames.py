@@ -184,10 +184,11 @@ def is_in(column: pd.Series, values: Iterable[object]) -> np.ndarray:
 
 def positions_in(values: pd.Series, among: pd.Series) -> np.ndarray:
     """For each of ``values``, its position in ``among`` (whose values are unique: not
-    checked, a key twice gives its last place), -1 where it is not there:
-    :meth:`pandas.Index.get_indexer` at the cost of one factorization of both (a million run
-    ids: half a second, where a text index takes one or more); a missing value is found
-    where ``among`` holds one (None and NaN alike).
+    checked, a key twice is found at one of its places), -1 where it is not there:
+    :meth:`pandas.Index.get_indexer` at the cost of one hash table of ``among`` probed by
+    Arrow where both are text (:func:`reports.kpi.arrow_text.text_positions`: 101,000 run ids
+    in 8 ms), else one factorization of both (26 ms); a missing value is found where
+    ``among`` holds one (None and NaN alike).
 
     Args:
         values: The keys to look up (run ids of GPU-time rows, say).
@@ -196,6 +197,9 @@ def positions_in(values: pd.Series, among: pd.Series) -> np.ndarray:
     Returns:
         Each value's position in ``among`` (int64), -1 where it is not there.
     """
+    found = arrow_text.text_positions(values, among)
+    if found is not None:
+        return found
     n = len(among)
     codes, _ = pd.factorize(pd.concat([among, values], ignore_index=True))
     at = np.full(int(codes.max(initial=-1)) + 2, -1, dtype=np.int64)  # last slot: missing
@@ -219,7 +223,43 @@ def sorted_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     distinct = np.asarray(uniques, dtype=object)
     if not len(distinct):
         return codes, distinct
-    order = arrow_text.text_order(distinct)
+    return _sorted(values, codes, distinct, arrow_text.text_order(distinct))
+
+
+def sorted_codes_at(
+    values: pd.Series, at: np.ndarray, among: pd.Series
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sorted_codes` of ``values`` whose places in ``among`` are known (``at``, from
+    :func:`positions_in`): the keys ``among`` sorted once, a value's code its key's rank there,
+    no hash of the values (101,000 run ids: 4 ms against 13). A code of a key no value holds
+    is unused; its place in the values returned holds None.
+
+    Args:
+        values: Text keys (the run ids of GPU-time rows, say).
+        at: Each value's position in ``among``; where one is -1 (or a key is missing),
+            :func:`sorted_codes` of the values themselves.
+        among: The unique keys (the runs' ids).
+
+    Returns:
+        As :func:`sorted_codes`.
+    """
+    if not len(values) or (at < 0).any():
+        return sorted_codes(values)
+    order = arrow_text.text_order(among)
+    if order is None:  # not text alone, a key missing, or no pyarrow
+        return sorted_codes(values)
+    distinct = np.full(len(among), None, dtype=object)
+    distinct[at] = values.to_numpy(dtype=object)  # the column's own objects
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank[at], distinct[order]
+
+
+def _sorted(
+    values: pd.Series, codes: np.ndarray, distinct: np.ndarray, order: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sorted_codes` from the factorization of ``values`` and the order of its
+    ``distinct`` values (None: pandas sorts them)."""
     if order is None:  # not text alone, or no pyarrow: sorted as pandas sorts them
         codes, uniques = pd.factorize(values, sort=True)
         return codes, np.asarray(uniques, dtype=object)

@@ -138,6 +138,11 @@ def _keyed_links(links: pd.Series) -> np.ndarray:
     """The links as objects, a text parsed (:func:`parsed_links`) only where it may hold a
     link that gives a key (:data:`_KEYED`; a million runs' W&B links are not parsed), None
     for the other texts; mappings and anything else as they are."""
+    if isinstance(links.dtype, pd.StringDtype):  # a runs frame's text: no object per run
+        keyed = links.str.contains(_KEYED, regex=True).fillna(False).to_numpy(dtype=bool)
+        values = np.full(len(links), None, dtype=object)
+        values[keyed] = [parsed_links(v) for v in links[keyed].tolist()]
+        return values
     values = np.fromiter(links.tolist(), dtype=object, count=len(links))
     texts = np.flatnonzero(_are(_kinds(values), str))  # a subclass of str too, as job_key
     if len(texts):

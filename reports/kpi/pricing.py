@@ -32,17 +32,20 @@ def run_prices(
             )
         return known[key]
 
-    keys = pd.DataFrame(
-        {
-            "model": runs["gpu_model"].astype(object),
-            "price": runs["price_per_gpu_hour"].astype(float),
-            "source": runs["price_source"].astype(object),
-        }
+    columns = (
+        runs["gpu_model"],
+        runs["price_per_gpu_hour"].astype(float),
+        runs["price_source"],
     )
-    # each distinct (model, price, source) priced once, its runs given its price by position
-    group = keys.groupby(list(keys.columns), dropna=False, sort=False).ngroup().to_numpy()
+    # each distinct (model, price, source) priced once, its runs given its price by position:
+    # each column's values numbered (Arrow's text by Arrow, no Python object per run), the
+    # numbers of the columns so far made one, numbered again (never past the distinct keys)
+    group = np.zeros(len(runs), dtype=np.int64)
+    for column in columns:
+        codes, uniques = pd.factorize(column, use_na_sentinel=False)
+        group = pd.factorize(group * len(uniques) + codes)[0]
     _, first = np.unique(group, return_index=True)
-    priced = [price_of(*keys.iloc[i]) for i in first]
+    priced = [price_of(*(column.iat[i] for column in columns)) for i in first]
     price = pd.Series(
         np.array([np.nan if u is None else u for u, _ in priced], dtype=float)[group],
         index=runs.index,

@@ -16,7 +16,7 @@ from reports.kpi.allocations import AllocationWeek, CapacityLine
 from reports.kpi.causes import CauseLine, week_causes
 from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
-from reports.kpi.frames import BASES, positions_in, sorted_codes, sorted_moving
+from reports.kpi.frames import BASES, positions_in, sorted_codes_at, sorted_moving
 from reports.kpi.gputime import gpu_time
 from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, unallocated
 from reports.kpi.pricing import run_prices
@@ -126,7 +126,7 @@ def run_weeks(
     g["unmeasured_hours"] = g["gpu_hours"].where(g["known_hours"] <= 0, 0.0)
     # per (run, week), in the order of run id (as text) then week: grouped by one integer
     # (a million runs' text ids grouped as text: seconds)
-    run_codes, run_ids = sorted_codes(g["run_id"])
+    run_codes, run_ids = sorted_codes_at(g["run_id"], at, runs["id"])
     week_codes, week_values = pd.factorize(g["week"], sort=True)
     weeks_n = max(len(week_values), 1)
     kept = (run_codes >= 0) & (week_codes >= 0)  # as groupby leaves out a missing key

@@ -12,16 +12,7 @@ import pandas as pd
 import pytest
 
 from reports.kpi import arrow_text
-from reports.kpi.frames import is_in, positions_in, sorted_codes
-
-
-@pytest.mark.parametrize("dtype", ["str", object])
-def test_a_key_s_position_is_the_index_s_and_a_missing_one_is_minus_one(dtype: object) -> None:
-    among = pd.Series(["r3", "r1", "é", "r10"], dtype=dtype)
-    values = pd.Series(["r10", "x", "r3", None, "é", "r3"], dtype=dtype)
-    got = positions_in(values, among)
-    assert got.tolist() == [3, -1, 0, -1, 2, 0]
-    assert got.tolist() == pd.Index(among).get_indexer(values).tolist()
+from reports.kpi.frames import is_in, positions_in, sorted_codes, sorted_codes_at
 
 
 @pytest.fixture(params=[True, False], ids=["arrow", "pandas"])
@@ -31,6 +22,55 @@ def arrow(request: pytest.FixtureRequest) -> Iterator[bool]:
         pytest.skip("no pyarrow")
     with mock.patch.object(arrow_text, "available", return_value=request.param):
         yield request.param
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_a_key_s_position_is_the_index_s_and_a_missing_one_is_minus_one(
+    dtype: object, arrow: bool
+) -> None:
+    among = pd.Series(["r3", "r1", "é", "r10"], dtype=dtype)
+    values = pd.Series(["r10", "x", "r3", None, "é", "r3"], dtype=dtype)
+    got = positions_in(values, among)
+    assert got.dtype == np.int64
+    assert got.tolist() == [3, -1, 0, -1, 2, 0]
+    assert got.tolist() == pd.Index(among).get_indexer(values).tolist()
+
+
+@pytest.mark.parametrize(
+    ("values", "among", "want"),
+    [
+        # a missing key is found where the keys hold one (None and NaN alike)
+        (pd.Series(["a", None], dtype=object), pd.Series(["b", np.nan, "a"], dtype=object), [2, 1]),
+        (pd.Series([2, 7, 1]), pd.Series([1, 2, 3]), [1, -1, 0]),
+        (pd.Series(["1", 1], dtype=object), pd.Series([1, "1"], dtype=object), [1, 0]),
+    ],
+)
+def test_keys_not_all_text_are_found_as_pandas_finds_them(
+    values: pd.Series, among: pd.Series, want: list[int], arrow: bool
+) -> None:
+    assert positions_in(values, among).tolist() == want
+
+
+@pytest.mark.parametrize("dtype", ["str", object])
+def test_keys_coded_by_their_places_are_coded_as_by_their_own_sort(
+    dtype: object, arrow: bool
+) -> None:
+    # the runs' ids (one without a row: its code unused) and the rows' ids, as run_weeks has them
+    among = pd.Series(["r2", "é", "r10", "unused", "B", "😀"], dtype=dtype)
+    values = pd.Series(["😀", "r10", "r2", "B", "r10", "é", "r2"], dtype=object)
+    at = positions_in(values, among)
+    codes, keys = sorted_codes_at(values, at, among)
+    assert [keys[c] for c in codes] == values.tolist()
+    assert all(keys[c] is v for c, v in zip(codes, values, strict=True))  # the rows' objects
+    # the same order as sorting the rows' own keys: the codes rank the keys alike
+    want_codes, want_keys = sorted_codes(values)
+    assert [k for k in keys if k is not None] == want_keys.tolist()
+    assert (
+        np.argsort(codes, kind="stable").tolist() == np.argsort(want_codes, kind="stable").tolist()
+    )
+    # a row whose key is not among them: coded by its own sort
+    at[0] = -1
+    assert sorted_codes_at(values, at, among)[0].tolist() == want_codes.tolist()
 
 
 @pytest.mark.parametrize("dtype", ["str", object])
