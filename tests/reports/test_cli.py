@@ -343,3 +343,37 @@ def test_a_bad_report_flag_is_answered_before_anything_heavy_loads(
     p = python_c(code)
     assert "EXIT 2 HEAVY []" in p.stdout, p.stdout + p.stderr
     assert p.stderr.startswith(f"gpu-kpi: error: {error}") and p.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        (["prices", "--gpu", "H100", "--format", "json"], 0, '"gpu": "H100"'),
+        (["prices", "--gpu", "B300"], 2, "gpu-kpi: error: unknown GPU model 'B300'"),
+    ],
+)
+def test_the_program_exits_with_main_s_status_its_objects_frozen(
+    args: list[str], status: int, says: str
+) -> None:
+    # the installed command is entry(): main's status, every object alive frozen out of the
+    # collector before the interpreter's teardown (checked by an exit handler, which runs
+    # after entry() and before the teardown)
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="gpu-kpi")
+    assert script.value == "reports.cli:entry"
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('FROZEN', gc.get_freeze_count(), len(gc.get_objects()),"
+        " file=sys.stderr))\n"
+        f"sys.argv = ['gpu-kpi', *{args!r}]\n"
+        "from reports.cli import entry\n"
+        "entry()\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert p.returncode == status, p.stderr
+    assert says in p.stdout + p.stderr
+    frozen, unfrozen = map(int, re.findall(r"FROZEN (\d+) (\d+)", p.stderr)[0])
+    assert frozen > 10_000 and unfrozen < frozen / 100, p.stderr
