@@ -2,7 +2,8 @@
 --until``): the path for fleets beyond one machine, with Prometheus (or Thanos, Mimir, any
 server of the same HTTP API) as the engine and the run store as the store.
 
-Each DCGM field is read with one range query per chunk of :data:`CHUNK_POINTS` minutes
+Each DCGM field (by its name before DCGM 4.6 and by 4.6's: :data:`FIELDS`, :data:`UTIL_RATIO`)
+is read with one range query per chunk of :data:`CHUNK_POINTS` minutes
 (Prometheus refuses more than 11,000 points per series, and a chunk keeps each answer small):
 ``avg_over_time(FIELD[60s])`` (``max_over_time`` for memory and the energy counter) at every
 whole minute, so a point is the mean of the scrapes in the minute before it. The points of each
@@ -92,7 +93,18 @@ FIELDS: dict[str, tuple[str, float, str, float, float]] = {
     "DCGM_FI_DEV_FB_USED": ("mem_used_gib", 1 / 1024, "max", 0.0, 1e6),  # MiB
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0, "avg", 0.0, 1e5),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 1e-3, "max", 0.0, 1e18),  # mJ
+    # DCGM 4.6's names of the same fields (dcgm_fields.h: the old names are aliases of the same
+    # ids); an exporter exports whichever name its counters file lists, in the same unit
+    "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": ("gr_engine_pct", 100.0, "avg", 0.0, 100.0),  # 1001
+    "DCGM_FI_PROF_SM_UTIL_RATIO": ("sm_active_pct", 100.0, "avg", 0.0, 100.0),  # 1002
+    "DCGM_FI_PROF_TENSOR_UTIL_RATIO": ("tensor_active_pct", 100.0, "avg", 0.0, 100.0),  # 1004
+    "DCGM_FI_DEV_BOARD_POWER_WATTS": ("power_w", 1.0, "avg", 0.0, 1e5),  # 155
 }
+UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL_RATIO"
+"""DCGM 4.6's name of ``DCGM_FI_DEV_GPU_UTIL`` (id 203), whose unit depends on who exports it:
+DCGM 4.6 fills it with NVML's integer percent despite the name, while dcgm-exporter 4.9
+renames its default fields and turns utilization into a 0-1 ratio. Each GPU's series is read
+in the unit its own values show, chunk by chunk (:func:`_util_ratio_scales`)."""
 _SLICES = {"A30": 4}
 """Compute slices of a whole GPU, where not 7 (A100, H100, H200, B200)."""
 
@@ -377,6 +389,8 @@ class _Fleet:
         """GPUs seen with only the exporter's own pod label (no workload's)."""
         self.outside = 0
         """Points the server answered outside the range asked for (left out)."""
+        self.unit_unknown: set[tuple[str, ...]] = set()
+        """Series of :data:`UTIL_RATIO` whose unit their values could not tell (left out)."""
         self.owners = Owners()
         self.pods_of: dict[tuple[str, str, str], set[str]] = {}
         """A workload the runs are named after (namespace, kind, name) → its pods seen."""
@@ -557,6 +571,13 @@ class _Fleet:
                 "them, DCGM's pod mapping is off: enable it (kubelet pod-resources) and scrape "
                 "with the ServiceMonitor as is (its exported_pod labels are read)"
             )
+        if self.unit_unknown:
+            notes.append(
+                f"{len(self.unit_unknown)} series of {UTIL_RATIO} held only 0 and 1 in a "
+                "chunk, which is 1% in DCGM 4.6's percent and 100% in dcgm-exporter 4.9's "
+                "ratio: their utilization there is not measured (export DCGM_FI_DEV_GPU_UTIL "
+                "too, or a profiling field, to have it)"
+            )
         if self.outside:
             notes.append(
                 f"{self.outside:,} point(s) the server answered outside the range asked for "
@@ -612,7 +633,7 @@ def _chunk(
     metrics: dict[tuple[str, ...], dict[str, str]] = {}
     learn_owners(url, token, fleet.owners, first, last)
     outside = 0
-    for name, (field, scale, agg, low, high) in FIELDS.items():
+    for name, (field, scale, agg, low, high) in [*FIELDS.items(), (UTIL_RATIO, FIELDS[_UTIL])]:
         query = f"{agg}_over_time({name}[{STEP_S}s])"
         params = {
             "query": query,
@@ -620,18 +641,64 @@ def _chunk(
             "end": f"{last:.0f}",
             "step": f"{STEP_S}s",
         }
-        for series in _get(url, params, token):
+        answer = _get(url, params, token)
+        scales = (
+            _util_ratio_scales(url, token, first, last) if name == UTIL_RATIO and answer else {}
+        )
+        for series in answer:
             metric, values = _series(url, series)
             key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
             metrics[key] = metric
             per = points.setdefault(key, {})
+            factor = scales.get(key) if name == UTIL_RATIO else scale
+            if factor is None and not any(field in v for v in per.values()):
+                fleet.unit_unknown.add(key)  # 0 and 1 alone, no DCGM_FI_DEV_GPU_UTIL beside
             for t, value in values:
                 if not first <= t <= last:  # not asked for: never a run's time
                     outside += 1
                     continue
-                per.setdefault(t, {})[field] = _number(value, scale, low, high)
+                at = per.setdefault(t, {})
+                if factor is not None:
+                    at[field] = _number(value, factor, low, high)
+                else:  # the minute held, its utilization unknown (the old name's, if any)
+                    at.setdefault(field, None)
     fleet.outside += outside
     return points, metrics
+
+
+_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+
+def _util_ratio_scales(
+    url: str, token: str | None, first: float, last: float
+) -> dict[tuple[str, ...], float]:
+    """Per series of :data:`UTIL_RATIO` in the chunk ``first``..``last``, the scale of its
+    values to percent: 1 where a value is over 1 (percent), 100 where one is a fraction (a
+    ratio; checked once a minute), 1 where every value is 0 (nothing either way); none where
+    they are 0 and 1 alone (1% or 100%: the series is left out, and the import says so)."""
+    span = f"{last - first + STEP_S:.0f}s"
+    highest = _instant(url, token, f"max_over_time({UTIL_RATIO}[{span}])", last)
+    fraction = _instant(url, token, f"max_over_time(({UTIL_RATIO} % 1)[{span}:{STEP_S}s])", last)
+    scales: dict[tuple[str, ...], float] = {}
+    for key, top in highest.items():
+        if top > 1.0 or top == 0.0:
+            scales[key] = 1.0
+        elif fraction.get(key, 0.0) > 0.0:
+            scales[key] = 100.0
+    return scales
+
+
+def _instant(url: str, token: str | None, query: str, at: float) -> dict[tuple[str, ...], float]:
+    """Each series' value of ``query`` at ``at`` (a range query of one point), by its labels
+    as :func:`_chunk` keys them; a value that is no finite number left out."""
+    params = {"query": query, "start": f"{at:.0f}", "end": f"{at:.0f}", "step": f"{STEP_S}s"}
+    out: dict[tuple[str, ...], float] = {}
+    for series in _get(url, params, token):
+        metric, values = _series(url, series)
+        numbers = [x for _, v in values if (x := _number(v, 1.0, -math.inf, math.inf)) is not None]
+        if numbers:
+            out[tuple(sorted(f"{k}={v}" for k, v in metric.items()))] = numbers[-1]
+    return out
 
 
 def server(url: str) -> tuple[str, str | None]:

@@ -639,9 +639,11 @@ def test_points_outside_the_range_asked_for_are_left_out_and_said() -> None:
     assert run.started_at == TEN and run.ended_at == TEN + timedelta(hours=1)
     assert run.gpu_hours == pytest.approx(1.0)
     assert {s.minute.year for s in done.samples} == {2026}
-    # two stray points in the answer to each of the 7 DCGM fields (the fake answers alike)
+    # two stray points in the answer to each of the 12 names asked for (the fake answers
+    # alike): 7 fields, 4 of them by DCGM 4.6's name too, and DCGM_FI_DEV_GPU_UTIL_RATIO (its
+    # unit's two queries are no range's points)
     assert (
-        "14 point(s) the server answered outside the range asked for were left out "
+        "24 point(s) the server answered outside the range asked for were left out "
         "(a Prometheus that ignores start and end?)"
     ) in done.notes
 
@@ -781,3 +783,74 @@ def test_a_chunk_whose_answer_is_too_large_is_asked_for_in_halves(
     monkeypatch.setattr("reports.imports.prom.MAX_ANSWER_BYTES", 100)
     with pytest.raises(ImportFailed, match=r"an answer of over 100 bytes, for one minute"):
         read_prometheus(prometheus, since=TEN, until=NOON, progress=False)
+
+
+def dcgm_46(labels: dict[str, str], utils: list[float], **more: float) -> list[Sample]:
+    """One GPU's hour (from 10:00, a scrape every 15 s) as an exporter on DCGM 4.6's names
+    exports it: ``DCGM_FI_DEV_GPU_UTIL_RATIO`` cycling through ``utils`` (none: not
+    exported), and ``more`` fields at a fixed value."""
+    out: list[Sample] = []
+    for i in range(240):
+        ts = (TEN + timedelta(seconds=15 * i)).timestamp()
+        if utils:
+            out.append(("DCGM_FI_DEV_GPU_UTIL_RATIO", labels, utils[i % len(utils)], ts))
+        out += [(name, labels, value, ts) for name, value in more.items()]
+    return out
+
+
+@pytest.fixture(scope="module")
+def dcgm_46_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Six GPUs on exporters of DCGM 4.6's field names (the ``hostname`` label of 4.8.3 on):
+    a percent, a ratio, a GPU of 0 and 1 alone (1% or 100%?), one at 0, one that also exports
+    the old name, and one (a MIG instance's way) with the graphics engine's activity alone."""
+
+    def labels(uuid: str, pod: str) -> dict[str, str]:
+        return {
+            "hostname": "node9",
+            "gpu": uuid[-1],
+            "UUID": uuid,
+            "modelName": H100,
+            "pod": pod,
+            "namespace": "nlp",
+        }
+
+    samples = [
+        *dcgm_46(labels("GPU-1", "pct"), [80.0], DCGM_FI_DEV_BOARD_POWER_WATTS=500.0),
+        *dcgm_46(
+            labels("GPU-2", "ratio"),
+            [0.4],
+            DCGM_FI_PROF_SM_UTIL_RATIO=0.3,
+            DCGM_FI_PROF_TENSOR_UTIL_RATIO=0.2,
+            DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO=0.5,
+        ),
+        *dcgm_46(labels("GPU-3", "ones"), [0.0, 1.0]),
+        *dcgm_46(labels("GPU-4", "zero"), [0.0]),
+        *dcgm_46(labels("GPU-5", "both"), [1.0], DCGM_FI_DEV_GPU_UTIL=1.0),
+        *dcgm_46(labels("GPU-6", "engine"), [], DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO=0.25),
+    ]
+    with running_prometheus(tmp_path_factory.mktemp("prom46"), samples) as url:
+        yield url
+
+
+def test_dcgm_4_6_names_are_read_each_util_in_the_unit_its_values_show(
+    dcgm_46_prometheus: str,
+) -> None:
+    done = read_prometheus(dcgm_46_prometheus, since=TEN, until=NOON, progress=False)
+    runs = {r.name: r for r in done.records}
+    assert sorted(runs) == ["both", "engine", "ones", "pct", "ratio", "zero"]
+    # integer percent (a value over 1): as it is; a fraction: a ratio, times 100
+    assert runs["pct"].util_pct == pytest.approx(80.0)
+    assert runs["pct"].energy_kwh == pytest.approx(0.5)  # 500 W for an hour, by its new name
+    assert runs["ratio"].util_pct == pytest.approx(40.0)
+    assert runs["ratio"].sm_active_pct == pytest.approx(30.0)
+    # all 0: 0 either way; 0 and 1 with the old name beside it: the old name's 1%
+    assert runs["zero"].util_pct == pytest.approx(0.0)
+    assert runs["both"].util_pct == pytest.approx(1.0)
+    # 0 and 1 alone: 1% or 100%, not guessed; its hour held, measured by nothing
+    assert runs["ones"].util_pct is None and runs["ones"].gpu_hours == pytest.approx(1.0)
+    (note,) = [n for n in done.notes if "DCGM_FI_DEV_GPU_UTIL_RATIO" in n]
+    assert note.startswith("1 series of DCGM_FI_DEV_GPU_UTIL_RATIO held only 0 and 1")
+    sm = [s.sm_active_pct for s in done.samples if s.run_id == runs["ratio"].id]
+    assert len(sm) == 60 and sm == [pytest.approx(30.0)] * 60
+    # the graphics engine's activity, by its new name, where no utilization is exported
+    assert runs["engine"].util_pct == pytest.approx(25.0)
