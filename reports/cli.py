@@ -325,7 +325,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     h = week["headline"]
     beside = [
         f"{what} ${h[key]:,.2f}"
-        for what, key in (("not measured", "unmeasured_usd"), ("nobody held", "unallocated_usd"))
+        for what, key in (
+            ("not measured", "unmeasured_usd"),
+            ("failed work", "failed_usd"),
+            ("nobody held", "unallocated_usd"),
+        )
         if (h.get(key) or 0.0) >= 0.005
     ]
     if beside:  # paid, and in no cause of waste (the week's ledger)

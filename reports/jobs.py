@@ -8,7 +8,9 @@ node and time, every other job on its hosts sharing the node's samples
 utilization (time-weighted), peak memory and idle minutes. The note's waste is the report's
 recoverable waste over the sampled GPU-time (:func:`tracker.cost.gpu_waste_usd` per GPU: its
 idle time in full, the rest by the target rule; scaled to the job's share of a shared node's
-samples); GPU-time with no samples is named apart, never guessed.
+samples); GPU-time with no samples is named apart, never guessed. A job that ended failed,
+cancelled, on a node failure or out of memory (:func:`reports.rows.failed_state`) has
+no waste: its sampled GPU-time is the ledger's failed work, named as such.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from reports.errors import ReportError
 from reports.kpi.allocations import GpuRow, JobLine
 from reports.kpi.ledger import UNMEASURED_ADVICE, UNMEASURED_VERDICT
+from reports.rows import failed_state
 from tracker.diagnosis import ADVICE
 
 if TYPE_CHECKING:
@@ -59,12 +62,26 @@ class JobNote:
         return self.line.no_samples_usd
 
     @property
+    def failed(self) -> bool:
+        """Whether the job ended failed, cancelled, on a node failure or out of memory."""
+        return failed_state(self.line.state)
+
+    @property
+    def failed_usd(self) -> float | None:
+        """Its sampled GPU-time when it failed (the ledger's failed work), USD; 0 when it did
+        not; None: unpriced."""
+        price = self.line.price_per_gpu_hour
+        if price is None:
+            return None
+        return self.line.sampled_gpu_hours * price if self.failed else 0.0
+
+    @property
     def at_stake_usd(self) -> float | None:
-        """What it paid that no figure shows useful: recoverable waste plus not measured, USD
-        (the epilog mail's measure); None: unpriced."""
+        """What it paid that no figure shows useful: recoverable waste plus not measured plus
+        failed work, USD (the epilog mail's measure); None: unpriced."""
         if self.line.price_per_gpu_hour is None:
             return None
-        return (self.waste_usd or 0.0) + (self.unmeasured_usd or 0.0)
+        return (self.waste_usd or 0.0) + (self.unmeasured_usd or 0.0) + (self.failed_usd or 0.0)
 
 
 def find_job(store: RunStore, job_id: str, cluster: str | None) -> list[Allocation]:
@@ -173,6 +190,8 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
                 idle_util_time=(util or 0.0) * line.idle_gpu_hours,
                 target_util_pct=t.target_util_pct,
             )
+    if failed_state(line.state) and waste is not None:
+        waste = 0.0  # its sampled time is failed work: in no later bucket of the ledger
     verdict, advice = _verdict(line, util, runs, t.underutilized_pct, t.target_util_pct)
     label = BASES[req.basis][1]
     return JobNote(
@@ -258,8 +277,14 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
         f"Allocated, idle: {fmt_hours(j.idle_gpu_hours)}, {usd(j.idle_usd)}",
         f"Allocated, no samples: {fmt_hours(j.no_samples_gpu_hours)}, {usd(j.no_samples_usd)}",
         f"Recoverable waste (target {note.target_pct:.0f}%): {waste}",
-        f"Paid, not shown useful (waste + no samples): {usd(note.at_stake_usd)}",
     ]
+    if note.failed:
+        lines.append(
+            f"Failed work (it ended {one_line(j.state, 40)}): "
+            f"{fmt_hours(j.sampled_gpu_hours)}, {usd(note.failed_usd)}"
+        )
+    parts = "waste + no samples + failed work" if note.failed else "waste + no samples"
+    lines.append(f"Paid, not shown useful ({parts}): {usd(note.at_stake_usd)}")
     if note.gpus:
         lines += ["", f"{'GPU':<40} {'util':>7} {'mem peak':>9} {'idle':>8}"]
         for g in note.gpus[:64]:
@@ -314,6 +339,7 @@ def note_dict(note: JobNote) -> Mapping[str, Any]:
         "basis": note.basis_label,
         "waste_usd": note.waste_usd,
         "unmeasured_usd": note.unmeasured_usd,
+        "failed_usd": note.failed_usd,
         "at_stake_usd": note.at_stake_usd,
         "verdict": note.verdict,
         "advice": note.advice,

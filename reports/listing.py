@@ -85,7 +85,21 @@ def priced_as_reported(
 ) -> RunRecord:
     """``r`` with the price the reports charge it (:func:`tracker.prices.reported_price`: an
     owned model at its amortized rate, say) and its cost, waste and idle dollars at that price
-    (each is GPU-time × price, so they scale with it); as stored when the prices agree."""
+    (each is GPU-time × price, so they scale with it); as stored when the prices agree. A run
+    that failed or crashed has no waste or idle dollars: its GPU-time is the ledger's failed
+    work (:func:`reports.kpi.ledger.failed_work`), as the report counts it."""
+    from reports.rows import failed_state
+
+    priced = _priced(r, overrides, owned)
+    if failed_state(priced.status) and (priced.waste_usd or priced.idle_usd):
+        return dataclasses.replace(priced, waste_usd=0.0, idle_usd=0.0)
+    return priced
+
+
+def _priced(
+    r: RunRecord, overrides: Mapping[str, float], owned: Mapping[str, OwnedGpu]
+) -> RunRecord:
+    """:func:`priced_as_reported`'s price and dollars."""
     from tracker.prices import OWNED_SOURCE, reported_price
 
     try:

@@ -57,6 +57,18 @@ def parsed_links(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
+FAILED_STATES = ("failed", "crashed", "cancelled", "node_fail", "out_of_memory", "boot_fail")
+"""How a run's status (:data:`tracker.record.STATUSES`: ``failed``, ``crashed``) or a job's
+state (Slurm's, lower case: ``cancelled by 1000`` too) begins when its GPU-time is the
+ledger's failed work (:func:`reports.kpi.ledger.failed_work`). Not ``timeout`` or
+``preempted``: a job stopped at its limit or for another's may have checkpointed its work."""
+
+
+def failed_state(state: str | None) -> bool:
+    """Whether one run's status or job's state is a failure (:data:`FAILED_STATES`)."""
+    return (state or "").lower().startswith(FAILED_STATES)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Capacity:
     """A node's GPUs over a span (a row of ``gpu_kpi_capacity``): what the scheduler could
@@ -128,6 +140,12 @@ class Headline:
     """Of ``gpu_hours``, those no sample measured (:mod:`reports.kpi.ledger`): scheduler jobs'
     unsampled time and runs' GPU-weeks without a utilization value."""
     unmeasured_usd: float = 0.0
+    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
+    failed_gpu_hours: float = 0.0
+    """Of ``gpu_hours``, those of runs and jobs that failed, crashed or were cancelled
+    (:func:`reports.kpi.ledger.failed_work`): measured, but in no later bucket (not idle, not
+    below target)."""
+    failed_usd: float = 0.0
     """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
     unallocated_gpu_hours: float | None = None
     """Capacity nobody held (:func:`reports.kpi.ledger.unallocated`); None: no capacity known."""

@@ -7,6 +7,10 @@ the waste rule of :func:`tracker.cost.gpu_waste_usd`, per GPU:
 - **not measured**: a GPU-week of a run with no utilization value at all (no sample says what
   it did: a summary-only run, a tracker without NVML). A GPU with some minutes measured has
   the rest of its time judged by them (the waste rule's own extrapolation), never here;
+- **failed work**: the rest of the GPU-time of a run that ended failed or crashed, or of a
+  scheduler's job that ended failed, cancelled, on a node failure or out of memory
+  (:data:`reports.rows.FAILED_STATES`, :func:`failed_work`): whatever it did, it did not finish, so none
+  of it is idle or below target too;
 - **held idle**: its minutes in idle stretches (the idle rule);
 - **busy below target**: the recoverable share of the rest;
 - **useful**: what is left.
@@ -38,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from reports.kpi.allocations import CapacityLine, JobLine
-from reports.rows import links_text
+from reports.rows import FAILED_STATES, links_text
 from tracker.cost import gpu_waste_usd, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import PriceTable, owned_row
@@ -46,11 +50,50 @@ from tracker.prices import PriceTable, owned_row
 BUCKETS: dict[str, str] = {
     "unallocated": "capacity nobody held",
     "unmeasured": "allocated, not measured",
+    "failed": "failed work",
     "idle": "held idle",
     "below_target": "busy below target",
     "useful": "useful",
 }
 """The ledger's buckets, each key and its name, in the order a GPU-second falls through them."""
+
+FAILED_COLUMNS = ("waste_usd", "idle_usd", "waste_hours", "idle_hours")
+"""The figures of a row that are 0 when its GPU-time is failed work (it is in no later
+bucket)."""
+
+
+def is_failed(status: pd.Series) -> np.ndarray:
+    """For each status or state (any case; missing: not failed), whether it is a failure
+    (:data:`reports.rows.FAILED_STATES`; one at a time: :func:`reports.rows.failed_state`)."""
+    if not len(status):
+        return np.zeros(0, dtype=bool)
+    # as text (a runs frame's is Arrow's already: no Python object per run), missing as missing
+    text = status if isinstance(status.dtype, pd.StringDtype) else status.astype("str")
+    found = text.str.lower().str.startswith(FAILED_STATES)
+    return found.fillna(False).to_numpy(dtype=bool)
+
+
+def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (:func:`reports.kpi.weekly.run_weeks`' or :func:`job_rows`') with the ledger's
+    failed work: ``failed_hours``, a failed row's GPU-hours that some sample measured (what no
+    sample measured stays not measured), and ``failed_usd`` at its price (NaN unpriced); a
+    failed row's waste and idle figures (:data:`FAILED_COLUMNS`) 0 (unknown where unpriced, as
+    before). Changed in place, and returned."""
+    failed = is_failed(rows["status"]) if "status" in rows else np.zeros(len(rows), bool)
+    hours = rows["gpu_hours"].to_numpy(dtype=float)
+    measured = np.maximum(hours - rows["unmeasured_hours"].to_numpy(dtype=float), 0.0)
+    rows["failed_hours"] = np.where(failed, measured, 0.0)
+    price = rows["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)
+    rows["failed_usd"] = rows["failed_hours"].to_numpy() * price
+    if failed.any():
+        for name in FAILED_COLUMNS:
+            values = rows[name].to_numpy(dtype=float, na_value=np.nan)
+            rows[name] = np.where(failed, values * 0.0, values)  # NaN (unpriced) stays NaN
+    return rows
+
+
+FAILED_CAUSE = "failed"
+"""What the runs to fix name a failed run's or job's GPU-time by (its ledger bucket)."""
 
 UNMEASURED_VERDICT = "not measured"
 """The verdict of a job's row: GPU-time that no sample measured."""
@@ -165,7 +208,7 @@ def job_rows(
                 "price_per_gpu_hour": math.nan if price is None else price,
             }
         )
-    return pd.DataFrame(rows, columns=JOB_ROW_COLUMNS)
+    return failed_work(pd.DataFrame(rows, columns=JOB_ROW_COLUMNS))
 
 
 def unsampled_run_hours(gt: pd.DataFrame) -> dict[pd.Timestamp, dict[str, float]]:
@@ -289,17 +332,20 @@ def unallocated(
 
 
 def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
-    """Each row's GPU-hours per bucket (``unmeasured``, ``idle``, ``below_target``,
+    """Each row's GPU-hours per bucket (``unmeasured``, ``failed``, ``idle``, ``below_target``,
     ``useful``): they add up to its ``gpu_hours`` (the rows of :func:`run_weeks` and
-    :func:`job_rows`)."""
+    :func:`job_rows`, after :func:`failed_work`)."""
     hours = per["gpu_hours"].to_numpy(dtype=float)
     unmeasured = per["unmeasured_hours"].to_numpy(dtype=float)
+    failed = (
+        per["failed_hours"].to_numpy(dtype=float) if "failed_hours" in per else np.zeros(len(per))
+    )
     idle = per["idle_hours"].to_numpy(dtype=float)
     waste = per["waste_hours"].to_numpy(dtype=float)
     below = np.maximum(waste - idle, 0.0)
-    useful = np.maximum(hours - unmeasured - idle - below, 0.0)
+    useful = np.maximum(hours - unmeasured - failed - idle - below, 0.0)
     return pd.DataFrame(
-        dict(zip(list(BUCKETS)[1:], (unmeasured, idle, below, useful), strict=True)),
+        dict(zip(list(BUCKETS)[1:], (unmeasured, failed, idle, below, useful), strict=True)),
         index=per.index,
     )
 

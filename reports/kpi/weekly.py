@@ -18,7 +18,7 @@ from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES, positions_in, sorted_codes_at, sorted_moving
 from reports.kpi.gputime import gpu_time
-from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, unallocated
+from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, failed_work, unallocated
 from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import READS as RIGHTSIZING_READS
 from reports.kpi.rightsizing import rightsizing
@@ -198,7 +198,7 @@ def run_weeks(
     per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"], per["host"].fillna(""))
     per["price_per_gpu_hour"] = _taken(price, per_at, np.nan)
     per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
-    return per
+    return failed_work(per)
 
 
 _RUN_WEEK_SUMS = {
@@ -288,6 +288,8 @@ def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None)
         energy_gpu_hours=total(hours, metered),
         unmeasured_gpu_hours=total(unmeasured),
         unmeasured_usd=total(col("unmeasured_usd"), priced),
+        failed_gpu_hours=total(col("failed_hours")),
+        failed_usd=total(col("failed_usd"), priced),
         unallocated_gpu_hours=None if free is None else free.gpu_hours,
         unallocated_usd=None if free is None else free.usd,
         unallocated_unpriced_gpu_hours=0.0 if free is None else free.unpriced_gpu_hours,
@@ -309,6 +311,7 @@ _SUMMED = [
     "waste_usd",
     "idle_usd",
     "unmeasured_usd",
+    "failed_usd",
 ]
 _BREAKDOWN = [
     "gpu_hours",
@@ -316,6 +319,7 @@ _BREAKDOWN = [
     "waste_usd",
     "idle_usd",
     "unmeasured_usd",
+    "failed_usd",
     "co2e_kg",
     "runs",
     "utilization_pct",
@@ -686,10 +690,11 @@ def fix_order(k: WeekKpis) -> np.ndarray:
     if not len(r):
         return np.zeros(0, dtype=np.int64)
     waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
-    if "unmeasured_usd" in r:  # GPU-time paid and not measured: a line of its own to fix
-        waste = waste + pd.to_numeric(r["unmeasured_usd"], errors="coerce").fillna(0.0).to_numpy(
-            dtype=float
-        )
+    for lost in ("unmeasured_usd", "failed_usd"):  # paid, not measured or not finished
+        if lost in r:
+            waste = waste + pd.to_numeric(r[lost], errors="coerce").fillna(0.0).to_numpy(
+                dtype=float
+            )
     verdict = r["verdict"].astype(object)
     flagged = (verdict.notna() & ~verdict.isin(["healthy", ""])).to_numpy(dtype=bool)
     at = np.flatnonzero((waste >= 0.005) | flagged)

@@ -25,7 +25,8 @@ has passed), ``level`` (80, 100 or null), ``runs`` (the largest spends: ``name``
 ``recurring_jobs`` (:data:`RECURRING_FIELDS`), ``savings`` (:data:`SAVING_FIELDS`: each change
 to a recurring job, before and after, in dollars) and ``savings_by_team`` (``team``,
 ``usd_per_week``, ``usd_to_date``, ``changes``), ``ledger`` (bucket → ``gpu_hours``, ``usd``:
-capacity nobody held where known, not measured, held idle, busy below target, useful;
+capacity nobody held where known, not measured, failed work, held idle, busy below target,
+useful;
 :func:`reports.kpi.ledger.ledger_totals`), ``capacity_what_if`` (null for a week under way or
 with no recoverable waste: ``runs``, ``gpu_hours``, ``gpus``, ``hours``, ``used_gpus``,
 ``growth_pct_month``, ``trend_weeks``, ``months``, ``owned_model``, ``purchase_usd``,
@@ -38,7 +39,8 @@ into productive, allocated-idle and allocated with no samples), ``capacity``
 (:data:`reports.sections.scheduler.CAPACITY_FIELDS`, per scheduler and cluster whose nodes' GPUs
 were imported) and ``skipped``: the week's jobs and pods against the samples that say what their
 GPUs did, :mod:`reports.kpi.allocations`). Unknown values are ``null``: among them the dollars
-(``spend_usd``, ``waste_usd``, ``idle_usd``, the headline's ``unmeasured_usd``;
+(``spend_usd``, ``waste_usd``, ``idle_usd``, the headline's ``unmeasured_usd`` and
+``failed_usd``;
 :data:`USD_FIELDS`) no price covers: of a run whose GPU model has no price, of a ``by_*`` group
 whose runs all lack one (a group with a priced run has the priced runs' sum), and of a
 ``headline``, ``previous`` or ``trend`` week none of whose GPU-time is priced (its
@@ -115,6 +117,7 @@ RUN_FIELDS = (
     "waste_usd",
     "idle_usd",
     "unmeasured_usd",
+    "failed_usd",
     "energy_kwh",
     "co2e_kg",
     "verdict",
@@ -122,12 +125,12 @@ RUN_FIELDS = (
     "status",
     "links",
 )
-USD_FIELDS = ("spend_usd", "waste_usd", "idle_usd", "unmeasured_usd")
+USD_FIELDS = ("spend_usd", "waste_usd", "idle_usd", "unmeasured_usd", "failed_usd")
 """The dollars no price may stand for: null in the JSON (an empty CSV cell, a Parquet null)
 for a run whose GPU model has no price (``priced`` false), a breakdown group whose runs are
 all unpriced, and a headline (or trend week) none of whose GPU-time is priced. Unpriced is
 unknown, never $0; a group or week with some priced runs has the sum of those (as the HTML).
-Each where the row has it (``unmeasured_usd``: the headline's)."""
+Each where the row has it (``unmeasured_usd``, ``failed_usd``: the headline's)."""
 RIGHTSIZING_FIELDS = (
     "run_id",
     "name",

@@ -347,9 +347,9 @@ def _lede(k: WeekKpis) -> str:
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
-    unmeasured = _unmeasured(k)
-    if unmeasured:
-        text += f"; {unmeasured}"
+    for beside in (_unmeasured(k), _failed(k)):
+        if beside:
+            text += f"; {beside}"
     if h.unpriced_gpu_hours > 0:
         text += f". Not counted: {unpriced(k)} ({PRICE_HINT})"
     free = _unallocated(k)
@@ -366,18 +366,33 @@ def _unmeasured(k: WeekKpis) -> str:
     """``$85.72 paid for GPU-time no sample measured (23.2 GPU-h; the most: interactive-debug,
     ana · nlp, $77.00)``; empty when there is none."""
     h = k.headline
-    if h.unmeasured_gpu_hours < 0.005:
+    return _paid_for(
+        k, h.unmeasured_gpu_hours, h.unmeasured_usd, "unmeasured_usd", "GPU-time no sample measured"
+    )
+
+
+def _failed(k: WeekKpis) -> str:
+    """``$120.00 paid for runs and jobs that failed or crashed (16.0 GPU-h; the most: pretrain,
+    ana · nlp, $96.00)``; empty when there is none (the ledger's failed work)."""
+    h = k.headline
+    return _paid_for(
+        k, h.failed_gpu_hours, h.failed_usd, "failed_usd", "runs and jobs that failed or crashed"
+    )
+
+
+def _paid_for(k: WeekKpis, hours: float, usd: float, column: str, what: str) -> str:
+    """A lede's clause of GPU-time paid beside the waste: its dollars (or hours, unpriced) and
+    the row of ``column`` with the most; empty under half a cent's worth of hours."""
+    if hours < 0.005:
         return ""
-    what = fmt_hours(h.unmeasured_gpu_hours)
-    if h.unmeasured_usd >= 0.005:
-        text = f"{fmt_usd(h.unmeasured_usd)} paid for GPU-time no sample measured ({what}"
-    else:
-        text = f"{what} of GPU-time no sample measured (unpriced"
+    shown = fmt_hours(hours)
+    paid = usd >= 0.005
+    text = f"{fmt_usd(usd)} paid for {what} ({shown}" if paid else f"{shown} of {what} (unpriced"
     rows = k.runs
-    if len(rows) and "unmeasured_usd" in rows:
-        usd = pd.to_numeric(rows["unmeasured_usd"], errors="coerce")
-        if usd.notna().any() and float(usd.max()) >= 0.005:
-            r = rows.loc[usd.idxmax()]
+    if len(rows) and column in rows:
+        each = pd.to_numeric(rows[column], errors="coerce")
+        if each.notna().any() and float(each.max()) >= 0.005:
+            r = rows.loc[each.idxmax()]
             owner = " · ".join(
                 one_line(text_or_dash(r[c]), LEDE_NAME_CHARS)
                 for c in ("user", "team")
@@ -385,7 +400,7 @@ def _unmeasured(k: WeekKpis) -> str:
             )
             owner = f", {owner}" if owner else ""
             name = one_line(text_or_dash(r["name"]), LEDE_NAME_CHARS)
-            text += f"; the most: {name}{owner}, {fmt_usd(usd.max())}"
+            text += f"; the most: {name}{owner}, {fmt_usd(each.max())}"
     return text + ")"
 
 
@@ -414,16 +429,16 @@ def _unallocated(k: WeekKpis) -> str:
 
 
 def beside_waste(k: WeekKpis) -> str:
-    """What was paid and is in no cause of waste: GPU-time no sample measured and capacity
-    nobody held, in dollars (GPU-hours where unpriced); empty when neither."""
+    """What was paid and is in no cause of waste: GPU-time no sample measured, failed work and
+    capacity nobody held, in dollars (GPU-hours where unpriced); empty when none."""
     h = k.headline
     parts = []
-    if h.unmeasured_gpu_hours >= 0.005:
-        usd = h.unmeasured_usd >= 0.005
-        parts.append(
-            "not measured "
-            + (fmt_usd(h.unmeasured_usd) if usd else fmt_hours(h.unmeasured_gpu_hours))
-        )
+    for what, hours, usd in (
+        ("not measured", h.unmeasured_gpu_hours, h.unmeasured_usd),
+        ("failed work", h.failed_gpu_hours, h.failed_usd),
+    ):
+        if hours >= 0.005:
+            parts.append(f"{what} " + (fmt_usd(usd) if usd >= 0.005 else fmt_hours(hours)))
     if h.unallocated_gpu_hours is not None and h.unallocated_gpu_hours >= 0.005:
         usd = h.unallocated_usd is not None and h.unallocated_usd >= 0.005
         parts.append(

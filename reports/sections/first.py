@@ -14,7 +14,7 @@ import pandas as pd
 
 from reports.kpi import runs_to_fix
 from reports.kpi.causes import CAUSES, cause_of
-from reports.kpi.ledger import JOB_KIND, UNMEASURED_VERDICT
+from reports.kpi.ledger import BUCKETS, FAILED_CAUSE, JOB_KIND, UNMEASURED_VERDICT
 from reports.render.exports import plain
 from reports.render.fmt import as_number, fmt_usd, text_or_dash
 
@@ -35,14 +35,17 @@ SHORT_FIX: dict[str, str] = {
     "oversized": "run it on the cheaper GPU right-sizing names",
     "below-target": "profile a few steps",
     UNMEASURED_VERDICT: "track all of its time, or release the GPUs",
+    FAILED_CAUSE: "read why it stopped; checkpoint so a restart resumes",
 }
 """Each cause's fix in a few words (the full advice is in the runs to fix)."""
+_CSV_FIELDS = ("kind", "name", "usd", "waste_usd", "unmeasured_usd", "failed_usd", "cause")
+"""An item's fields in the CSV's ``fix_first`` rows."""
 
 
 @dataclass(frozen=True)
 class FixFirst:
     """The week's first runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable
-    waste plus not measured; its first 4 × :data:`ITEMS` and each team's first as many, what
+    waste plus not measured plus failed work; its first 4 × :data:`ITEMS` and each team's first as many, what
     the section and a team's page look at), of which the section names the first
     :data:`ITEMS`."""
 
@@ -64,16 +67,18 @@ class FixFirst:
         for r in self.rows.head(4 * ITEMS).to_dict("records"):
             waste = _usd(r.get("waste_usd"))
             unmeasured = _usd(r.get("unmeasured_usd"))
-            usd = waste + unmeasured
+            failed = _usd(r.get("failed_usd"))
+            usd = waste + unmeasured + failed
             if usd < MIN_USD:
                 continue
             job = r.get("kind") == JOB_KIND
             verdict = r.get("verdict")
-            cause = (
-                UNMEASURED_VERDICT
-                if job or unmeasured > waste
-                else cause_of(verdict, oversized=str(r.get("run_id")) in self.oversized)
-            )
+            if failed >= max(waste, unmeasured) and failed > 0:  # its ledger's largest part
+                cause = FAILED_CAUSE
+            elif job or unmeasured > waste:
+                cause = UNMEASURED_VERDICT
+            else:
+                cause = cause_of(verdict, oversized=str(r.get("run_id")) in self.oversized)
             out.append(
                 {
                     "run_id": str(r.get("run_id")),
@@ -84,6 +89,7 @@ class FixFirst:
                     "usd": usd,
                     "waste_usd": waste,
                     "unmeasured_usd": unmeasured,
+                    "failed_usd": failed,
                     "cause": cause,
                 }
             )
@@ -102,7 +108,7 @@ class FixFirst:
                     "name": text_or_dash(i["name"], i["run_id"]),
                     "job": i["run_id"].partition(":")[2] if i["kind"] == "job" else "",
                     "who": " · ".join(text_or_dash(x) for x in (i["user"], i["team"]) if x) or "—",
-                    "cause": CAUSES.get(i["cause"], i["cause"]),
+                    "cause": CAUSES.get(i["cause"], BUCKETS.get(i["cause"], i["cause"])),
                     "fix": SHORT_FIX.get(i["cause"], ""),
                 }
                 for i in items
@@ -120,7 +126,7 @@ class FixFirst:
             yield (
                 "fix_first",
                 i["run_id"],
-                {f: i[f] for f in ("kind", "name", "usd", "waste_usd", "unmeasured_usd", "cause")},
+                {f: i[f] for f in _CSV_FIELDS},
             )
 
     def card_lines(self) -> list[str]:

@@ -199,9 +199,10 @@ def _mail(
         if stake is None:
             what = "recoverable waste unknown (no price for its GPU type)"
         else:
+            failed = f" + failed work {fmt_usd(note.failed_usd or 0.0)}" if note.failed else ""
             what = (
                 f"recoverable waste {fmt_usd(note.waste_usd or 0.0)} + not measured "
-                f"{fmt_usd(note.unmeasured_usd or 0.0)} = {fmt_usd(stake)}"
+                f"{fmt_usd(note.unmeasured_usd or 0.0)}{failed} = {fmt_usd(stake)}"
             )
         print(f"not mailed: {what}, under --min-waste-usd {fmt_usd(minimum)}")
         return 0
@@ -321,6 +322,8 @@ def job_email(note: Any, text: str, *, sender: str, to: str, now: datetime) -> E
         what.append(f"{fmt_usd(note.waste_usd)} recoverable")
     if (note.unmeasured_usd or 0.0) >= 0.005:
         what.append(f"{fmt_usd(note.unmeasured_usd)} not measured")
+    if (note.failed_usd or 0.0) >= 0.005:
+        what.append(f"{fmt_usd(note.failed_usd)} failed work")
     subject = f"GPU efficiency of job {one_line(j.shown_id, 40)} ({one_line(j.name, 60)}): " + (
         ", ".join(what) or f"{fmt_usd(note.waste_usd)} recoverable"
     )

@@ -172,6 +172,14 @@ METRICS: tuple[PromMetric, ...] = (
         _WEEK,
     ),
     _gauge(
+        "gpu_kpi_week_failed_usd",
+        "week",
+        "failed_usd",
+        "paid GPU-time of runs and jobs that failed, crashed or were cancelled (USD), in "
+        "gpu_kpi_week_spend_usd, beside the waste; last complete week",
+        _WEEK,
+    ),
+    _gauge(
         "gpu_kpi_week_unallocated_usd",
         "week",
         "unallocated_usd",

@@ -307,9 +307,9 @@ def test_the_epilog_of_no_job_id_exits_0_and_starts_nothing(
     assert smtp_server.messages == []
 
 
-def test_the_notes_waste_is_the_per_gpu_rule(store_url: str, tmp_path: Path) -> None:
-    """A GPU idle 30 minutes (2%) then busy 60 (50%): its idle time in full, the rest by the
-    target rule — not the mean utilization's shortfall (1 − 34/85 would say 60.0%)."""
+def idle_then_busy_job(store_url: str, folder: Path, state: str) -> dict[str, str]:
+    """Job 106 on n5, ended ``state``: one H100 for 90 minutes, its tracked run idle (2%) for
+    the first 30 and busy (50%) for the next 60. The environment naming the store."""
     from datetime import timedelta
 
     from fakes import minutes, run_record
@@ -323,14 +323,35 @@ def test_the_notes_waste_is_the_per_gpu_rule(store_url: str, tmp_path: Path) -> 
             minutes("rb", TEN, 30, 2.0, "b0")
             + minutes("rb", TEN + timedelta(minutes=30), 60, 50.0, "b0")
         )
-    saved = tmp_path / "sacct.txt"
+    saved = folder / "sacct.txt"
     line = _sacct_line(
         "106", "mixed", "nlp", TEN, TEN + timedelta(minutes=90), "gres/gpu:h100=1", "n5"
     )
-    saved.write_text(f"{HEADER}\n{line}\n")
+    saved.write_text(f"{HEADER}\n{line.replace('|COMPLETED|', f'|{state}|')}\n")
     env = {"GPU_KPI_STORE": store_url}
     assert gpu_kpi("import", "slurm", str(saved), env=env).returncode == 0
+    return env
+
+
+def test_the_notes_waste_is_the_per_gpu_rule(store_url: str, tmp_path: Path) -> None:
+    """Its idle time in full, the rest by the target rule — not the mean utilization's
+    shortfall (1 − 34/85 would say 60.0%)."""
+    env = idle_then_busy_job(store_url, tmp_path, "COMPLETED")
     d = json.loads(gpu_kpi("job", "106", "--json", env=env).stdout)
     assert d["util_pct"] == pytest.approx((30 * 2 + 60 * 50) / 90)
     assert d["idle_gpu_hours"] == pytest.approx(0.5)
     assert d["waste_usd"] == pytest.approx(1.5 * 3.85 * (1 / 3 + 2 / 3 * (1 - 50 / 85)))
+    assert d["failed_usd"] == 0.0
+
+
+def test_a_job_that_failed_has_failed_work_not_waste(store_url: str, tmp_path: Path) -> None:
+    """The same job ended FAILED: none of its time is recoverable waste; its 1.5 sampled
+    GPU-hours are failed work, $5.78, and what it paid that no figure shows useful."""
+    env = idle_then_busy_job(store_url, tmp_path, "FAILED")
+    d = json.loads(gpu_kpi("job", "106", "--json", env=env).stdout)
+    assert d["state"] == "FAILED" and d["waste_usd"] == 0.0
+    assert d["failed_usd"] == pytest.approx(1.5 * 3.85)
+    assert d["at_stake_usd"] == pytest.approx(1.5 * 3.85)
+    text = gpu_kpi("job", "106", env=env).stdout
+    assert "Recoverable waste (target 85%): $0.00" in text
+    assert "Failed work (it ended FAILED): 1.5 GPU-h, $5.78" in text

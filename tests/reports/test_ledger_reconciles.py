@@ -1,11 +1,13 @@
 """The week's ledger reconciles, through the real store on SQLite and PostgreSQL: on generated
 fleets (tracked runs, runs with no utilization value, Slurm jobs with and without samples, gres
 types that name another model than the samples, owned and rented GPUs, unpriced models), every
-paid GPU-second is counted once at one price, and each surface (the headline, the teams, the
+paid GPU-second is counted once at one price (a run that failed or crashed: failed work), and
+each surface (the headline, the teams, the
 JSON, chargeback, budgets, the job notes) says the same dollars as a recomputation by hand."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from datetime import UTC, datetime, timedelta
@@ -42,6 +44,7 @@ RUN = st.fixed_dictionaries(
         "gres": st.sampled_from(["H100", None]),  # the job's gres type, whatever ran
         "team": st.sampled_from(["nlp", "vision"]),
         "sampled": st.booleans(),  # False: a summary with no utilization value
+        "status": st.sampled_from(["finished", "failed", "crashed"]),
     }
 )
 JOB = st.fixed_dictionaries(
@@ -83,8 +86,9 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         start = week + timedelta(days=1, hours=9)
         now = week + timedelta(days=9)
         records, rows, allocations = [], [], []
-        spend = unmeasured = 0.0
+        spend = unmeasured = failed = 0.0
         team_usd: dict[str, float] = {}
+        team_failed: dict[str, float] = {}
         job_usd: dict[str, float | None] = {}
 
         def pay(team: str, usd: float) -> None:
@@ -97,19 +101,22 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
             links = {"slurm": f"c/{job_id}"} if r["job"] != "none" else {}
             util = r["util"] if r["sampled"] else None
             records.append(
-                run_record(
-                    rid,
-                    start,
-                    hours,
-                    gpus=r["gpus"],
-                    util=util,
-                    model=r["model"],
-                    price=TABLE[r["model"]],
-                    host=host,
-                    links=links,
-                    team=r["team"],
-                    user="ana",
-                    gpu_source="nvml" if r["sampled"] else "none",
+                dataclasses.replace(
+                    run_record(
+                        rid,
+                        start,
+                        hours,
+                        gpus=r["gpus"],
+                        util=util,
+                        model=r["model"],
+                        price=TABLE[r["model"]],
+                        host=host,
+                        links=links,
+                        team=r["team"],
+                        user="ana",
+                        gpu_source="nvml" if r["sampled"] else "none",
+                    ),
+                    status=r["status"],
                 )
             )
             if r["sampled"]:
@@ -120,6 +127,11 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
                 pay(r["team"], r["gpus"] * hours * price)
                 if not r["sampled"]:
                     unmeasured += r["gpus"] * hours * price
+                elif r["status"] != "finished":  # measured, and it did not finish
+                    failed += r["gpus"] * hours * price
+                    team_failed[r["team"]] = (
+                        team_failed.get(r["team"], 0.0) + r["gpus"] * hours * price
+                    )
             if r["job"] == "none":
                 continue
             early = 20 if r["job"] == "id-late" else 0  # the run started 20 min into its job
@@ -185,6 +197,7 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         cents = pytest.approx
         assert h.spend_usd == cents(spend, abs=1e-6)
         assert h.unmeasured_usd == cents(unmeasured, abs=1e-6)
+        assert h.failed_usd == cents(failed, abs=1e-6)
         by_team = dict(zip(k.by["team"]["team"], k.by["team"]["spend_usd"], strict=True))
         assert {t: v for t, v in by_team.items() if v > 1e-9} == cents(
             {t: v for t, v in team_usd.items() if v > 1e-9}, abs=1e-6
@@ -194,6 +207,7 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
             mine = c.team(req, team)
             assert mine is not None, team
             assert mine.headline.spend_usd == cents(usd, abs=1e-6), team
+            assert mine.headline.failed_usd == cents(team_failed.get(team, 0.0), abs=1e-6), team
             assert mine.headline.unallocated_gpu_hours is None
             assert set(mine.runs["team"]) == {team}
         # the JSON, the chargeback and the budgets' period say the same
@@ -203,6 +217,8 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         assert math.fsum(v["usd"] or 0.0 for v in held.values()) == cents(spend, abs=1e-6)
         assert math.fsum(v["gpu_hours"] for v in held.values()) == cents(h.gpu_hours, abs=1e-6)
         assert held.get("unmeasured", {}).get("usd") in (None, cents(unmeasured, abs=1e-6))
+        assert held["failed"]["usd"] in (None, cents(failed, abs=1e-6))
+        assert (d["headline"]["failed_usd"] or 0.0) == cents(failed, abs=1e-6)
         charged = chargeback_rows(k, label_of(week))
         assert math.fsum(r["spend_usd"] for r in charged) == cents(spend, abs=0.005 * len(charged))
         from reports.budgets import spend as period_spend

@@ -232,3 +232,48 @@ def test_runs_report_chargeback_and_budgets_agree_to_the_cent(
         "budget": line.spend_usd,
     }
     assert {k: round(v, 2) for k, v in figures.items()} == dict.fromkeys(figures, spend)
+
+
+def test_a_failed_run_is_failed_work_in_runs_and_in_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run on 4 H100 for 2 h at 30% that failed, recorded by its tracker with $20.00 of waste:
+    ``gpu-kpi runs`` and the report say no waste, and the report's 8 GPU-h × $3.85 = $30.80 of
+    failed work."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as store:
+        store.upsert_run(
+            dataclasses.replace(
+                run_record(
+                    "oom",
+                    datetime(2026, 11, 25, 9, tzinfo=UTC),
+                    2,
+                    gpus=4,
+                    util=30.0,
+                    cost_usd=30.8,
+                    waste_usd=20.0,
+                    idle_usd=5.0,
+                    team="nlp",
+                ),
+                status="failed",
+            )
+        )
+    assert main(["runs", "--store", url, "--format", "json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["status"], listed["waste_usd"], listed["idle_usd"]) == ("failed", 0.0, 0.0)
+    assert listed["cost_usd"] == pytest.approx(30.8)
+    out = tmp_path / "out"
+    assert (
+        main(
+            ["report", "--store", url, "--week", "2026-W48", "--format", "json", "--out", str(out)]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    week = json.loads((out / "2026-W48.json").read_text())
+    h = week["headline"]
+    assert (h["waste_usd"], h["idle_usd"]) == (0.0, 0.0)
+    assert h["failed_usd"] == pytest.approx(8 * 3.85) and h["failed_gpu_hours"] == 8.0
+    assert week["ledger"]["failed"] == {"gpu_hours": 8.0, "usd": pytest.approx(30.8)}
+    (first,) = week["fix_first"]
+    assert (first["cause"], first["usd"]) == ("failed", pytest.approx(30.8))

@@ -95,8 +95,98 @@ def test_a_job_judged_by_sacct_is_judged_whole_at_its_average() -> None:
     assert r["waste_usd"] == pytest.approx(10 * 2.0 * (1 - 40 / 85))
     b = bucket_hours(pd.DataFrame([r]))
     assert b.iloc[0].to_dict() == pytest.approx(
-        {"unmeasured": 0.0, "idle": 0.0, "below_target": 10 * (1 - 40 / 85), "useful": 10 * 40 / 85}
+        {
+            "unmeasured": 0.0,
+            "failed": 0.0,
+            "idle": 0.0,
+            "below_target": 10 * (1 - 40 / 85),
+            "useful": 10 * 40 / 85,
+        }
     )
+
+
+@pytest.mark.parametrize(
+    ("state", "failed"),
+    [
+        ("FAILED", True),
+        ("CANCELLED by 1000", True),
+        ("NODE_FAIL", True),
+        ("OUT_OF_MEMORY", True),
+        ("TIMEOUT", False),  # stopped at its limit: it may have checkpointed its work
+        ("PREEMPTED", False),
+        ("COMPLETED", False),
+    ],
+)
+def test_a_job_that_failed_is_failed_work_not_waste(state: str, failed: bool) -> None:
+    # 10 GPU-h at its steps' 40%, $2.00 an hour: failed work $20.00, or waste as before
+    j = dataclasses.replace(
+        job("9", hours=10.0, sampled=10.0, matched="sacct", util=40.0, price=2.0, idle=2.0),
+        state=state,
+    )
+    r = rows_of(j).iloc[0]
+    b = bucket_hours(pd.DataFrame([r])).iloc[0]
+    if failed:
+        assert (r["failed_hours"], r["failed_usd"]) == (10.0, 20.0)
+        assert (r["waste_usd"], r["idle_usd"], r["waste_hours"]) == (0.0, 0.0, 0.0)
+        assert b.to_dict() == {
+            "unmeasured": 0.0,
+            "failed": 10.0,
+            "idle": 0.0,
+            "below_target": 0.0,
+            "useful": 0.0,
+        }
+    else:
+        assert (r["failed_hours"], r["failed_usd"]) == (0.0, 0.0)
+        assert r["idle_usd"] == pytest.approx(2 * 2.0) and b["failed"] == 0.0
+    assert b.sum() == pytest.approx(10.0)
+
+
+def test_a_failed_job_no_sample_measured_is_not_measured_not_failed() -> None:
+    # the ledger's order: what no sample measured is not measured, whatever became of the job
+    j = dataclasses.replace(job("7006", hours=20.0), state="FAILED")
+    r = rows_of(j).iloc[0]
+    assert (r["unmeasured_hours"], r["failed_hours"], r["failed_usd"]) == (20.0, 0.0, 0.0)
+
+
+def test_a_failed_4_gpu_run_is_failed_work_in_its_team_s_week() -> None:
+    """A 4-GPU run that failed after 3 hours at 30% (team vision) and one that crashed after an
+    hour on 1 GPU (team nlp) beside a healthy one: their 12 and 1 GPU-hours are failed work,
+    in no cause of waste; the week's and each team's dollars add up bucket by bucket."""
+    ok = run("ok", W48 + timedelta(days=1), 10, util=90.0, team="nlp", user="ben")
+    failed = dataclasses.replace(
+        run("f", W48 + timedelta(days=2), 3, gpus=4, util=30.0, team="vision", user="cy"),
+        status="failed",
+    )
+    crashed = dataclasses.replace(
+        run("c", W48 + timedelta(days=3), 1, util=5.0, team="nlp", user="ben"), status="crashed"
+    )
+    frame = kpis.runs_frame([ok, failed, crashed])
+    gt = kpis.gpu_time(frame, kpis.samples_frame([]), tz=UTC, now=W48 + timedelta(days=8))
+    k = kpis.kpis_of_gpu_time(frame, gt, W48, tz=UTC)
+    h = k.headline
+    assert h.failed_gpu_hours == pytest.approx(12.0 + 1.0)
+    assert h.failed_usd == pytest.approx(13 * 3.85)  # $50.05
+    # the waste is the healthy run's alone: 10 GPU-h at 90% is over the 85% target, so none
+    assert h.waste_usd == pytest.approx(0.0) and h.idle_usd == pytest.approx(0.0)
+    assert h.spend_usd == pytest.approx(23 * 3.85)
+    teams = k.by["team"].set_index("team")
+    assert teams.loc["vision", "failed_usd"] == pytest.approx(12 * 3.85)  # $46.20
+    assert teams.loc["nlp", "failed_usd"] == pytest.approx(3.85)
+    row = k.runs.set_index("run_id").loc["f"]
+    assert (row["failed_hours"], row["waste_usd"], row["idle_usd"]) == (12.0, 0.0, 0.0)
+    b = bucket_hours(k.runs).sum()
+    assert b["failed"] == pytest.approx(13.0) and b["useful"] == pytest.approx(10.0)
+    assert b.sum() == pytest.approx(h.gpu_hours)
+    # the team's own week: its rows alone
+    mine = frame[frame["team"] == "vision"]
+    tk = kpis.kpis_of_gpu_time(mine, gt[gt["run_id"].isin(mine["id"])], W48, tz=UTC)
+    assert (tk.headline.failed_usd, tk.headline.spend_usd) == (
+        pytest.approx(12 * 3.85),
+        pytest.approx(12 * 3.85),
+    )
+    # the page's lede and the runs to fix name it
+    assert "$46.20" in beside_waste(tk) and "failed work" in beside_waste(tk)
+    assert kpis.runs_to_fix(k)["run_id"].tolist()[:2] == ["f", "c"]
 
 
 def test_a_job_by_sacct_less_its_runs_time_keeps_its_shares() -> None:

@@ -118,7 +118,9 @@ def test_the_same_values_as_the_csv_run_lines(store: str, tmp_path: Path) -> Non
             else:
                 assert float(cell) == v, (row["run_id"], f)  # the CSV writes repr(float)
             checked += 1
-    assert checked == 3 * 18 and len(by_csv) == checked  # 18 fields: kind, unmeasured_usd too
+    assert (
+        checked == 3 * 19 and len(by_csv) == checked
+    )  # 19 fields: kind, unmeasured_usd, failed_usd too
 
 
 def test_row_groups_a_block_of_runs_at_a_time(
