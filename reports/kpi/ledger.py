@@ -69,8 +69,12 @@ def is_failed(status: pd.Series) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     # as text (a runs frame's is Arrow's already: no Python object per run), missing as missing
     text = status if isinstance(status.dtype, pd.StringDtype) else status.astype("str")
-    found = text.str.lower().str.startswith(FAILED_STATES)
+    found = text.str.match(_FAILED_START, case=False)  # no lowered copy of a million texts
     return found.fillna(False).to_numpy(dtype=bool)
+
+
+_FAILED_START = "(?:" + "|".join(FAILED_STATES) + ")"
+""":data:`reports.rows.FAILED_STATES` as one pattern (``str.match`` anchors at the start)."""
 
 
 def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
