@@ -58,6 +58,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "reports/data/scans.py",
         "reports/imports/nvsmi_fast.py",
         "reports/sections/savings.py",
+        "reports/sections/slownodes.py",
         "reports/sections/first.py",
         "reports/sections/week.py",
     ),

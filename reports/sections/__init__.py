@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from reports.sections import budgets, first, savings, scheduler
+from reports.sections import budgets, first, savings, scheduler, slownodes
 from reports.sections.week import Week
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ SECTIONS: tuple[Section, ...] = (
     Section(budgets.Budgets.name, budgets.read),
     Section(scheduler.Scheduler.name, scheduler.read),
     Section(savings.Savings.name, savings.read),
+    Section(slownodes.SlowNodes.name, slownodes.read),
 )
 """Every section that is a unit, in the order the page and the email show them."""
 
