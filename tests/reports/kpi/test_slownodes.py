@@ -113,6 +113,16 @@ def test_the_report_names_it_in_its_json_csv_and_team_part(tmp_path: Path) -> No
     assert ",slow_node,nightly-train@n07,slowdown_pct," in csv
     assert part.of_team("nlp").view() is not None and part.of_team("vision").view() is None
     assert isinstance(part.rows, pd.DataFrame)
+    # the page, as the command writes it
+    from reports.cli import main
+
+    out = tmp_path / "out"
+    week = ["--week", "2026-W48", "--format", "html", "--out", str(out)]
+    assert main(["report", "--store", url, *week]) == 0
+    page = (out / "2026-W48.html").read_text(encoding="utf-8")
+    assert "Slow nodes: the machine, not the code" in page
+    assert "nightly-train on n07 ran 18% slower than on its 3 other nodes" in page
+    assert "820 vs 1,000 samples/s" in page
 
 
 def test_the_median_elsewhere_is_numpy_s_median_of_what_is_left() -> None:
