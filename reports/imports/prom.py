@@ -100,6 +100,7 @@ FIELDS: dict[str, tuple[str, float, str, float, float]] = {
     "DCGM_FI_PROF_TENSOR_UTIL_RATIO": ("tensor_active_pct", 100.0, "avg", 0.0, 100.0),  # 1004
     "DCGM_FI_DEV_BOARD_POWER_WATTS": ("power_w", 1.0, "avg", 0.0, 1e5),  # 155
 }
+_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL_RATIO"
 """DCGM 4.6's name of ``DCGM_FI_DEV_GPU_UTIL`` (id 203), whose unit depends on who exports it:
 DCGM 4.6 fills it with NVML's integer percent despite the name, while dcgm-exporter 4.9
@@ -664,9 +665,6 @@ def _chunk(
                     at.setdefault(field, None)
     fleet.outside += outside
     return points, metrics
-
-
-_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 
 
 def _util_ratio_scales(

@@ -9,8 +9,8 @@ the waste rule of :func:`tracker.cost.gpu_waste_usd`, per GPU:
   the rest of its time judged by them (the waste rule's own extrapolation), never here;
 - **failed work**: the rest of the GPU-time of a run that ended failed or crashed, or of a
   scheduler's job that ended failed, cancelled, on a node failure or out of memory
-  (:data:`reports.rows.FAILED_STATES`, :func:`failed_work`): whatever it did, it did not finish, so none
-  of it is idle or below target too;
+  (:data:`reports.rows.FAILED_STATES`, :func:`failed_work`): whatever it did, it did not
+  finish, so none of it is idle or below target too;
 - **held idle**: its minutes in idle stretches (the idle rule);
 - **busy below target**: the recoverable share of the rest;
 - **useful**: what is left.

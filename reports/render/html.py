@@ -382,7 +382,7 @@ def _failed(k: WeekKpis) -> str:
 
 def _paid_for(k: WeekKpis, hours: float, usd: float, column: str, what: str) -> str:
     """A lede's clause of GPU-time paid beside the waste: its dollars (or hours, unpriced) and
-    the row of ``column`` with the most; empty under half a cent's worth of hours."""
+    the row of ``column`` with the most; empty under 0.005 GPU-hours."""
     if hours < 0.005:
         return ""
     shown = fmt_hours(hours)

@@ -45,9 +45,9 @@ _CSV_FIELDS = ("kind", "name", "usd", "waste_usd", "unmeasured_usd", "failed_usd
 @dataclass(frozen=True)
 class FixFirst:
     """The week's first runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable
-    waste plus not measured plus failed work; its first 4 × :data:`ITEMS` and each team's first as many, what
-    the section and a team's page look at), of which the section names the first
-    :data:`ITEMS`."""
+    waste plus not measured plus failed work; its first 4 × :data:`ITEMS` and each team's
+    first as many, what the section and a team's page look at), of which the section names the
+    first :data:`ITEMS`."""
 
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)
     oversized: frozenset[str] = frozenset()
