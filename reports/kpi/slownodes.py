@@ -62,6 +62,7 @@ the job's runs elsewhere, and what the slowdown cost (``lost_usd`` NaN: unpriced
 def slow_nodes(
     runs: pd.DataFrame,
     *,
+    among: np.ndarray | None = None,
     prices: Mapping[str, float] | None = None,
     owned: Mapping[str, OwnedGpu] | None = None,
 ) -> pd.DataFrame:
@@ -70,6 +71,8 @@ def slow_nodes(
 
     Args:
         runs: The runs to compare (a week's, say).
+        among: Which of ``runs`` to compare (a boolean mask; None: all): only the rows kept
+            are copied (a million runs are not copied to find the few with a throughput).
         prices: The report's price overrides (``[prices]``).
         owned: The owned models (``[owned.<MODEL>]``).
 
@@ -79,23 +82,31 @@ def slow_nodes(
     empty = pd.DataFrame(columns=list(SLOW_NODE_COLUMNS))
     if not len(runs):
         return empty
-    gpus = pd.to_numeric(runs["gpu_count"], errors="coerce").astype(float)
-    nodes = pd.to_numeric(runs["nodes"], errors="coerce").astype(float).fillna(1.0)
-    host = runs["host"].astype(object).where(runs["host"].notna(), "").astype(str).str.strip()
-    usable = (
-        (runs["status"].astype(object) == "finished") & (nodes <= 1) & (host != "") & (gpus > 0)
-    ).to_numpy(dtype=bool)
-    r = runs[usable]
+    rates = {
+        u: pd.to_numeric(runs[f"{u}_per_s"], errors="coerce").astype(float).to_numpy()
+        for u in ("samples", "tokens")
+    }
+    gpus = pd.to_numeric(runs["gpu_count"], errors="coerce").astype(float).to_numpy()
+    nodes = pd.to_numeric(runs["nodes"], errors="coerce").astype(float).to_numpy()
+    with np.errstate(invalid="ignore"):
+        # the numbers first, then the text of the few runs left (no object per run)
+        usable = ((rates["samples"] > 0) | (rates["tokens"] > 0)) & (gpus > 0) & ~(nodes > 1)
+    if among is not None:
+        usable &= among
+    at = np.flatnonzero(usable)
+    r = runs.iloc[at]
+    host = r["host"].astype(object).where(r["host"].notna(), "").astype(str).str.strip()
+    kept = ((r["status"].astype(object) == "finished") & (host != "")).to_numpy(dtype=bool)
+    at, r, host = at[kept], r[kept], host[kept]
     if not len(r):
         return empty
-    g = gpus[usable].to_numpy()
-    samples = pd.to_numeric(r["samples_per_s"], errors="coerce").astype(float).to_numpy() / g
-    tokens = pd.to_numeric(r["tokens_per_s"], errors="coerce").astype(float).to_numpy() / g
+    g = gpus[at]
+    samples, tokens = rates["samples"][at] / g, rates["tokens"][at] / g
     price, _ = run_prices(r, PriceTable(prices or {}), owned)
     frame = pd.DataFrame(
         {
             "job_key": job_keys(r["name"], r["links"]).to_numpy(),
-            "host": host[usable].to_numpy(),
+            "host": host.to_numpy(),
             "team": r["team"].astype(object).to_numpy(),
             "samples": samples,
             "tokens": tokens,

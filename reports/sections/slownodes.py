@@ -100,5 +100,17 @@ def read(week: Week) -> SlowNodes:
     runs = week.runs
     if runs is None or not len(runs):
         return SlowNodes()
-    mine = runs[runs["id"].isin(week.kpis.runs["run_id"])] if len(week.kpis.runs) else runs[:0]
-    return SlowNodes(slownodes.slow_nodes(mine, prices=week.req.prices, owned=week.req.owned))
+    from reports.kpi.frames import is_in
+
+    weeks = week.kpis.runs
+    if not len(weeks):
+        return SlowNodes()
+    # the week's runs by a mask, not a copy of the runs (a million runs: the report's peak)
+    return SlowNodes(
+        slownodes.slow_nodes(
+            runs,
+            among=is_in(runs["id"], weeks["run_id"]),
+            prices=week.req.prices,
+            owned=week.req.owned,
+        )
+    )

@@ -28,7 +28,9 @@ W48 = datetime(2026, 11, 23, tzinfo=UTC)
 def runs_of(
     job: str, by_host: dict[str, list[float]], *, team: str = "nlp", first: int = 0
 ) -> list:
-    """One 2-hour single-GPU run of ``job`` per throughput (samples/s) on each host."""
+    """One 2-hour single-GPU run of ``job`` per throughput (samples/s) on each host, every 3
+    hours from 00:00 of 2026-W48's day ``first // 20`` (a job's runs within its day and the
+    next)."""
     out = []
     n = first
     for host, speeds in by_host.items():
@@ -36,7 +38,7 @@ def runs_of(
             out.append(
                 run_record(
                     f"{job}-{1000 + n}",
-                    W48 + timedelta(days=1, hours=3 * n),
+                    W48 + timedelta(days=first // 20, hours=3 * (n - first)),
                     2,
                     name=f"{job}-{1000 + n}",
                     host=host,
@@ -100,9 +102,19 @@ def test_tokens_where_a_job_counts_them_and_nothing_without_a_host() -> None:
 
 def test_the_report_names_it_in_its_json_csv_and_team_part(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
+    # a week earlier (read for the trend): a node half as fast, not this week's to name
+    earlier = [
+        dataclasses.replace(
+            r,
+            started_at=r.started_at - timedelta(weeks=1),
+            ended_at=r.ended_at - timedelta(weeks=1),
+        )
+        for r in runs_of("old", {"n01": [100, 100, 100], "n09": [50, 50]}, first=100)
+    ]
     with RunStore(url) as store:
-        for r in fleet():
+        for r in [*fleet(), *earlier]:
             store.upsert_run(r)
+    assert all(W48 <= r.started_at < W48 + timedelta(days=7) for r in fleet())
     c = compute(url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 7, tzinfo=UTC))
     part = c.kpis.parts["slow_nodes"]
     d = to_dict(c.kpis, UTC)
