@@ -10,8 +10,8 @@ node (at least :data:`MIN_RUNS_ELSEWHERE`, on at least one other node). The slow
 1 − node ÷ others; the noise is the job's spread, 1.4826 × the median absolute deviation of
 all its runs ÷ the median elsewhere (a normal distribution's standard deviation, robust to an
 odd run; the slow node's own runs widen it: a node that holds half the job's runs must stand
-out the more). A node is
-named where the slowdown is over :data:`MIN_SLOWDOWN` and over :data:`NOISE_TIMES` × the noise.
+out the more). A node is named where the slowdown is over :data:`MIN_SLOWDOWN` and over
+:data:`NOISE_TIMES` × the noise.
 What it cost: each of the node's runs' GPU-hours × the slowdown (what the same work would not
 have needed on a typical node), at the run's price.
 """
