@@ -65,7 +65,15 @@ ledger's failed work (:func:`reports.kpi.ledger.failed_work`). Not ``timeout`` o
 
 
 def failed_state(state: str | None) -> bool:
-    """Whether one run's status or job's state is a failure (:data:`FAILED_STATES`)."""
+    """Whether one run's status or job's state is a failure (:data:`FAILED_STATES`; a column
+    of them: :func:`reports.kpi.ledger.is_failed`).
+
+    Args:
+        state: The status or state, any case (None: not failed).
+
+    Returns:
+        Whether it begins with one of :data:`FAILED_STATES`.
+    """
     return (state or "").lower().startswith(FAILED_STATES)
 
 

@@ -61,16 +61,12 @@ def text_in(column: pd.Series, listed: Any) -> np.ndarray | None:
     Returns:
         A boolean array, one per value of ``column``; or None (the caller asks pandas).
     """
-    if not available():
+    pair = _texts(column, listed)
+    if pair is None:
         return None
     import pyarrow.compute as pc
 
-    values, wanted = _text(column), _text(listed)
-    if values is None or wanted is None:
-        return None
-    if values.null_count and wanted.null_count:
-        return None  # None, NaN and pd.NA are one null to Arrow, three values to pandas
-    found = pc.is_in(values, value_set=wanted, skip_nulls=False)
+    found = pc.is_in(pair[0], value_set=pair[1], skip_nulls=False)
     return found.to_numpy(zero_copy_only=False)
 
 
@@ -87,17 +83,25 @@ def text_positions(values: Any, among: Any) -> np.ndarray | None:
         Each value's position (int64), -1 where it is not there; or None (the caller asks
         pandas).
     """
-    if not available():
+    pair = _texts(values, among)
+    if pair is None:
         return None
     import pyarrow.compute as pc
 
-    keys, table = _text(values), _text(among)
-    if keys is None or table is None:
-        return None
-    if keys.null_count and table.null_count:
-        return None  # None, NaN and pd.NA are one null to Arrow, three values to pandas
-    found = pc.index_in(keys, value_set=table, skip_nulls=True)
+    found = pc.index_in(pair[0], value_set=pair[1], skip_nulls=True)
     return found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+
+def _texts(values: Any, others: Any) -> tuple[Any, Any] | None:
+    """``values`` and ``others`` as Arrow string arrays (:func:`_text`), for one side to be
+    looked up in the other; None without pyarrow, where either is not text, or where both hold
+    missing values (None, NaN and pd.NA are one null to Arrow, three values to pandas)."""
+    if not available():
+        return None
+    a, b = _text(values), _text(others)
+    if a is None or b is None or (a.null_count and b.null_count):
+        return None
+    return a, b
 
 
 def text_order(distinct: Any) -> np.ndarray | None:

@@ -223,7 +223,19 @@ def sorted_codes(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     distinct = np.asarray(uniques, dtype=object)
     if not len(distinct):
         return codes, distinct
-    return _sorted(values, codes, distinct, arrow_text.text_order(distinct))
+    order = arrow_text.text_order(distinct)
+    if order is None:  # not text alone, or no pyarrow: sorted as pandas sorts them
+        codes, uniques = pd.factorize(values, sort=True)
+        return codes, np.asarray(uniques, dtype=object)
+    rank = _ranks(order)
+    if values.dtype == object:
+        # the column's own objects, not a second Python string per value: a row of each
+        # (any one: they are equal)
+        found = np.flatnonzero(codes >= 0)
+        row = np.empty(len(distinct), dtype=np.int64)
+        row[codes[found]] = found
+        distinct = values.to_numpy()[row]
+    return np.where(codes >= 0, rank[codes], -1), distinct[order]
 
 
 def sorted_codes_at(
@@ -250,29 +262,14 @@ def sorted_codes_at(
         return sorted_codes(values)
     distinct = np.full(len(among), None, dtype=object)
     distinct[at] = values.to_numpy(dtype=object)  # the column's own objects
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[at], distinct[order]
+    return _ranks(order)[at], distinct[order]
 
 
-def _sorted(
-    values: pd.Series, codes: np.ndarray, distinct: np.ndarray, order: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`sorted_codes` from the factorization of ``values`` and the order of its
-    ``distinct`` values (None: pandas sorts them)."""
-    if order is None:  # not text alone, or no pyarrow: sorted as pandas sorts them
-        codes, uniques = pd.factorize(values, sort=True)
-        return codes, np.asarray(uniques, dtype=object)
+def _ranks(order: np.ndarray) -> np.ndarray:
+    """Each position's place in the sorted order ``order`` (its inverse permutation)."""
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    if values.dtype == object:
-        # the column's own objects, not a second Python string per value: a row of each
-        # (any one: they are equal)
-        found = np.flatnonzero(codes >= 0)
-        row = np.empty(len(distinct), dtype=np.int64)
-        row[codes[found]] = found
-        distinct = values.to_numpy()[row]
-    return np.where(codes >= 0, rank[codes], -1), distinct[order]
+    return rank
 
 
 def shared_objects(column: pd.Series) -> np.ndarray:

@@ -64,7 +64,14 @@ bucket)."""
 
 def is_failed(status: pd.Series) -> np.ndarray:
     """For each status or state (any case; missing: not failed), whether it is a failure
-    (:data:`reports.rows.FAILED_STATES`; one at a time: :func:`reports.rows.failed_state`)."""
+    (:data:`reports.rows.FAILED_STATES`; one at a time: :func:`reports.rows.failed_state`).
+
+    Args:
+        status: Runs' statuses or jobs' states (text, Arrow's or objects).
+
+    Returns:
+        A boolean array, one per value.
+    """
     if not len(status):
         return np.zeros(0, dtype=bool)
     # as text (a runs frame's is Arrow's already: no Python object per run), missing as missing
@@ -78,11 +85,18 @@ _FAILED_START = "(?:" + "|".join(FAILED_STATES) + ")"
 
 
 def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` (:func:`reports.kpi.weekly.run_weeks`' or :func:`job_rows`') with the ledger's
-    failed work: ``failed_hours``, a failed row's GPU-hours that some sample measured (what no
-    sample measured stays not measured), and ``failed_usd`` at its price (NaN unpriced); a
-    failed row's waste and idle figures (:data:`FAILED_COLUMNS`) 0 (unknown where unpriced, as
-    before). Changed in place, and returned."""
+    """``rows`` with the ledger's failed work: a failed row's GPU-hours that some sample
+    measured (what no sample measured stays not measured), and its waste and idle figures
+    (:data:`FAILED_COLUMNS`) 0 (unknown where unpriced, as before).
+
+    Args:
+        rows: :func:`reports.kpi.weekly.run_weeks`' or :func:`job_rows`' rows (``status``,
+            ``gpu_hours``, ``unmeasured_hours``, ``price_per_gpu_hour`` in USD per GPU-hour);
+            changed in place.
+
+    Returns:
+        ``rows``, with ``failed_hours`` (GPU-hours) and ``failed_usd`` (USD; NaN unpriced).
+    """
     failed = is_failed(rows["status"]) if "status" in rows else np.zeros(len(rows), bool)
     hours = rows["gpu_hours"].to_numpy(dtype=float)
     measured = np.maximum(hours - rows["unmeasured_hours"].to_numpy(dtype=float), 0.0)

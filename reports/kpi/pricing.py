@@ -17,7 +17,17 @@ def run_prices(
     runs: pd.DataFrame, prices: PriceTable, owned: Mapping[str, OwnedGpu] | None = None
 ) -> tuple[pd.Series, pd.Series]:
     """Each run's price per GPU-hour (:func:`tracker.prices.reported_price`) and the owned
-    model pricing it (None: rented)."""
+    model pricing it (None: rented).
+
+    Args:
+        runs: Runs (``gpu_model``, ``price_per_gpu_hour``, ``price_source``).
+        prices: The price table with the report's overrides.
+        owned: The owned models (``[owned.<MODEL>]``).
+
+    Returns:
+        The price in USD per GPU-hour (NaN: unpriced) and the owned model (None: rented), each
+        by ``runs``' index.
+    """
 
     known: dict[tuple[Any, ...], tuple[float | None, str | None]] = {}
 

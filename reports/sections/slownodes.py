@@ -84,8 +84,15 @@ class SlowNodes:
 
 
 def sentence(r: Mapping[str, Any]) -> str:
-    """``nightly-train on n07 ran 18% slower than on its 3 other nodes (noise 2%): 1.9 GPU-h,
-    $7.32 of its GPU-time was the machine, not the code``."""
+    """One slow node said in a sentence.
+
+    Args:
+        r: A row of :data:`reports.kpi.slownodes.SLOW_NODE_COLUMNS`.
+
+    Returns:
+        ``nightly-train on n07 ran 18% slower than on its 3 other nodes (noise 1%): 1.1 GPU-h,
+        $4.16 of its GPU-time was the machine, not the code``.
+    """
     lost = "" if missing(r["lost_usd"]) else f", {fmt_usd(r['lost_usd'])}"
     n = r["nodes_elsewhere"]
     return (

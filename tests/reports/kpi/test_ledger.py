@@ -17,6 +17,7 @@ from reports import kpi as kpis
 from reports.kpi.allocations import JobLine
 from reports.kpi.ledger import bucket_hours, job_rows, unallocated
 from reports.render.html import beside_waste, report_context
+from reports.rows import failed_state
 from tracker.owned import OwnedGpu, amortize
 
 W48 = datetime(2026, 11, 23, tzinfo=UTC)
@@ -125,6 +126,7 @@ def test_a_job_that_failed_is_failed_work_not_waste(state: str, failed: bool) ->
     )
     r = rows_of(j).iloc[0]
     b = bucket_hours(pd.DataFrame([r])).iloc[0]
+    assert failed_state(state) is failed  # the rule one at a time, as the job note asks it
     if failed:
         assert (r["failed_hours"], r["failed_usd"]) == (10.0, 20.0)
         assert (r["waste_usd"], r["idle_usd"], r["waste_hours"]) == (0.0, 0.0, 0.0)
