@@ -101,6 +101,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.ranks",
         "tracker.config",
         "tracker.diagnosis",
+        "tracker.machine",
     ),
     ("tracker.gpu", "tracker.sinks", "tracker.store"),
     ("tracker.sampler",),

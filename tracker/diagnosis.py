@@ -18,6 +18,7 @@ VERDICTS = (
     "small-batch",
     "low-efficiency",
     "below-target",
+    "throttled",
     "healthy",
     "unknown",
 )
@@ -38,6 +39,10 @@ ADVICE: dict[str, str] = {
     "fused kernels (FlashAttention), and make matmuls larger.",
     "below-target": "Utilization is under target with no single cause measured: profile a few "
     "steps (torch.profiler) and look for host syncs (.item(), .cpu()), logging and I/O.",
+    "throttled": "The GPUs ran below their clocks for power or thermal reasons: the machine, not "
+    "your code. Ask the cluster's operators to check the node's cooling and power caps "
+    "(nvidia-smi -q -d PERFORMANCE names the reasons); the same job may finish sooner on "
+    "another node.",
     "healthy": "",
     "unknown": "No GPU data was collected (NVML missing or no GPU): nothing to judge. "
     "Install nvidia-ml-py and check the driver.",
@@ -63,6 +68,9 @@ class Limits:
     low_mfu: float = 0.2
     """MFU under which a busy GPU is called inefficient; large transformer training reaches 0.35-0.6."""
     rank_spread_pct: float = 20.0
+    throttled_share: float = 0.1
+    """Share of the GPU-time held below the clocks (power, thermal) from which an otherwise
+    healthy run is called throttled."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +98,9 @@ class Evidence:
     """What its GPU time in idle stretches cost (None: unpriced)."""
     device: str | None = None
     """``cpu`` when the trainer chose the CPU (:attr:`tracker.record.RunSpec.device`)."""
+    throttled_gpu_s: float | None = None
+    """GPU-seconds the clocks were held down for power or thermal reasons (None: not
+    measured)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +209,14 @@ def diagnose(e: Evidence, t: Thresholds | None = None, limits: Limits | None = N
             return verdict(
                 "low-efficiency", "warning", f"utilization {e.util_pct:.0f}% but MFU {e.mfu:.2f}"
             )
+    throttled = (e.throttled_gpu_s or 0.0) / gpu_s if gpu_s > 0 else 0.0
+    if not below and throttled >= lim.throttled_share:
+        return verdict(
+            "throttled",
+            "warning",
+            f"clocks held down for power or thermal reasons {100 * throttled:.0f}% of the "
+            f"GPU-time at {e.util_pct:.0f}% utilization",
+        )
     if not below:
         return verdict("healthy", "ok", f"utilization {e.util_pct:.0f}%")
     unknown = [

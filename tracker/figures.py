@@ -146,6 +146,7 @@ def run_figures(
     steps: int,
     samples: float,
     tokens: float,
+    interval_s: float = 1.0,
 ) -> dict[str, float | None]:
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
     ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``idle``
@@ -153,7 +154,9 @@ def run_figures(
     the measured (post-warm-up) steps, ``steps``/``samples``/``tokens`` every step's counts.
     ``own_time``: each GPU's waste is judged on the seconds it covered (``GpuStats.seconds``:
     an import whose GPUs were logged for different lengths, ``duration_s`` their mean), not on
-    ``duration_s``."""
+    ``duration_s``. ``interval_s``: the sampling interval, the bound of a throttled time that
+    was sampled rather than counted (``throttle_sampled_s``: 0 where every GPU's is
+    counter-exact)."""
     hours = s_to_hours(max(duration_s, 0.0))
     idle_each = [*idle, *[(0.0, 0.0)] * (len(stats) - len(idle))]
     idle_gpu_s = sum(i[0] for i in idle_each)
@@ -171,6 +174,7 @@ def run_figures(
         )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
+    throttles = [t for s in stats if (t := s.throttled_s) is not None]
     # GPUs idle most of the run: their utilization over all their known time under the
     # threshold, or half or more of their own time in idle stretches (one GPU at work and one
     # idle for 70 of 120 minutes is a launcher's fault, not a small batch)
@@ -204,6 +208,10 @@ def run_figures(
         "idle_usd": idle_cost,
         "idle_gpu_s": idle_gpu_s,
         "idle_gpus": float(idle_gpus),
+        "throttled_gpu_s": sum(t for t, _ in throttles) if throttles else None,
+        "throttle_sampled_s": (
+            (0.0 if all(exact for _, exact in throttles) else interval_s) if throttles else None
+        ),
     }
 
 
@@ -232,6 +240,7 @@ def evidence(
         cost_usd=fig["cost_usd"],
         idle_usd=fig.get("idle_usd"),
         device=device,
+        throttled_gpu_s=fig.get("throttled_gpu_s"),
     )
 
 
@@ -263,6 +272,8 @@ def record_fields(
     def count(key: str) -> int | None:
         return int(v) if (v := fig[key]) else None
 
+    throttled_s, sampled_s = fig.get("throttled_gpu_s"), fig.get("throttle_sampled_s")
+
     return {
         "gpu_count": n,
         "gpu_hours": fig["gpu_hours"] or 0.0,
@@ -282,4 +293,18 @@ def record_fields(
         "idle_usd": fig["idle_usd"],
         "verdict": verdict.verdict,
         "advice": verdict.advice or None,
+        "throttled_gpu_hours": None if throttled_s is None else s_to_hours(throttled_s),
+        "throttle_source": None if throttled_s is None else throttle_source(sampled_s),
     }
+
+
+COUNTER_EXACT = "counter"
+"""A throttled time from violation counters (:attr:`RunRecord.throttle_source`)."""
+
+
+def throttle_source(sampled_s: float | None) -> str:
+    """How a run's throttled time was measured, as the record keeps it: :data:`COUNTER_EXACT`,
+    or ``sampled every N s`` (a clock-event reason read at each reading)."""
+    if not sampled_s:
+        return COUNTER_EXACT
+    return f"sampled every {sampled_s:g} s"

@@ -60,6 +60,8 @@ RECORD_KEYS: tuple[str, ...] = (
     "idle_usd",
     "idle_gpu_s",
     "idle_gpus",
+    "throttled_gpu_s",
+    "throttle_sampled_s",
 )
 
 
@@ -151,6 +153,7 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     steps = [r.get("step_time_ms") for r in ranks]
     known_steps = [v for v in steps if v is not None]
     peaks = [v for r in ranks if (v := r.get("mem_peak_gib")) is not None]
+    sampled = [v for r in ranks if (v := r.get("throttle_sampled_s")) is not None]
     return {
         "gpu_count": sum(gpus),
         "gpu_hours": sum(hours),
@@ -173,6 +176,9 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
         "idle_usd": total("idle_usd"),
         "idle_gpu_s": total("idle_gpu_s"),
         "idle_gpus": total("idle_gpus"),
+        "throttled_gpu_s": total("throttled_gpu_s"),
+        # any rank's sampled figure makes the run's sampled, at the widest interval
+        "throttle_sampled_s": max(sampled) if sampled else None,
         "rank_spread_pct": _spread(steps)[3],
     }
 

@@ -59,6 +59,12 @@ class RunRecord:
     cost_usd: float | None = None
     waste_usd: float | None = None
     idle_usd: float | None = None
+    throttled_gpu_hours: float | None = None
+    """GPU-hours the run's GPUs ran below their clocks for power or thermal reasons (None: not
+    measured, never 0 for that)."""
+    throttle_source: str | None = None
+    """How that was measured: ``counter`` (violation counters: exact) or ``sampled every N s``
+    (:func:`tracker.figures.throttle_source`)."""
     verdict: str | None = None
     advice: str | None = None
     source: str = "tracker"

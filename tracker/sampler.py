@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tracker.cost import IdleDetector, Thresholds
 from tracker.gpu.base import GpuBackend, GpuInfo, GpuReading
 from tracker.record import MinuteSample
-from tracker.units import j_to_kwh
+from tracker.units import j_to_kwh, ns_to_s
 
 if TYPE_CHECKING:
     from tracker.config import Settings
@@ -86,6 +86,12 @@ class GpuStats:
         """Counter value where this span starts (else its first reading's)."""
         self.energy_last_j: float | None = None
         self._power_j = 0.0
+        self.throttle_base_ns: float | None = None
+        self.throttle_last_ns: float | None = None
+        self.throttled_sampled_s = 0.0
+        """Σ throttled share × seconds of the readings (where no counter)."""
+        self.throttle_sampled = False
+        """Whether any reading gave a throttled share."""
 
     def add(self, r: GpuReading, dt_s: float) -> None:
         for f in _TW_FIELDS:
@@ -103,9 +109,34 @@ class GpuStats:
             self.energy_last_j = r.energy_j
         if r.power_w is not None and dt_s > 0:
             self._power_j += r.power_w * dt_s
+        if r.throttle_ns is not None:
+            if self.throttle_base_ns is None:
+                self.throttle_base_ns = r.throttle_ns
+            self.throttle_last_ns = r.throttle_ns
+        elif r.throttled_share is not None and 0.0 <= r.throttled_share <= 1.0:
+            self.throttle_sampled = True
+            if dt_s > 0:
+                self.throttled_sampled_s += r.throttled_share * dt_s
 
     def mean(self, field: str) -> float | None:
         return self.tw[field].mean
+
+    @property
+    def throttled_s(self) -> tuple[float, bool] | None:
+        """Seconds of the span the GPU's clocks were held down for power or thermal reasons,
+        and whether that is counter-exact: the violation counters' difference (at most the
+        span: power and thermal violations that overlap are counted once only up to it), else
+        the readings' throttled shares of their intervals (a reading speaks for the interval
+        that ends at it: a throttle shorter than the interval may be missed,
+        and each start and end is placed within one interval). None: not measured (or the
+        counter went back, as after a driver reload, with nothing sampled)."""
+        if self.throttle_base_ns is not None and self.throttle_last_ns is not None:
+            used = self.throttle_last_ns - self.throttle_base_ns
+            if used >= 0:
+                return min(ns_to_s(used), self.seconds), True
+        if self.throttle_sampled:
+            return self.throttled_sampled_s, False
+        return None
 
     @property
     def energy_j(self) -> float | None:

@@ -606,6 +606,7 @@ class Session:
             steps=self.steps,
             samples=self.counts.samples,
             tokens=self.counts.tokens,
+            interval_s=self.settings.interval_s,
         )
 
     def _build_record(self, status: str) -> RunRecord:

@@ -38,3 +38,10 @@ def j_to_kwh(n: float) -> float:
 
 def s_to_hours(n: float) -> float:
     return n / S_PER_HOUR
+
+
+NS_PER_S = 1e9
+
+
+def ns_to_s(n: float) -> float:
+    return n / NS_PER_S

@@ -53,7 +53,14 @@ from tracker.record import RunRecord
 from tracker.store import RunStore, StoreError
 from tracker.store.changes import as_time
 from tracker.store.sample_sql import TIME_SHAPE, SampleSQL, checked_value
-from tracker.store.schema import UTCDateTime, row_to_run, runs_table, samples_table, utc
+from tracker.store.schema import (
+    UTCDateTime,
+    row_to_run,
+    run_select_columns,
+    runs_table,
+    samples_table,
+    utc,
+)
 from tracker.units import S_PER_HOUR
 
 if TYPE_CHECKING:
@@ -757,7 +764,7 @@ class SampleScans:
             sa.type_coerce(col, sa.String).label(col.name)
             if isinstance(col.type, UTCDateTime)
             else col
-            for col in runs_table.c
+            for col in run_select_columns(self.store.version)
         ]
         stmt = sa.select(*columns)
         if where is not None:

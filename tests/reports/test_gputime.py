@@ -228,7 +228,7 @@ def test_a_migrated_store_reports_what_its_minutes_say(
     before = kpis.week_kpis(runs, samples, W44, tz=BERLIN, now=NOW)
     after = compute(store_url, Request(week="2026-W44", tz=BERLIN), now=NOW).kpis
     with RunStore(store_url, create=False) as migrated:
-        assert migrated.version == 4
+        assert migrated.version == 5
     assert before.headline.idle_usd > 0 and before.headline.gpu_hours > 10
     for name, value in before.headline.__dict__.items():
         got = getattr(after.headline, name)

@@ -156,3 +156,19 @@ def test_two_ranks_count_every_gpu(tmp_path: object) -> None:
     assert stored == record
     # every GPU of every rank wrote its minutes under the one run id: 3 GPUs x 60 minutes
     assert len({r.gpu for r in rows}) == 3 and len(rows) == 180
+
+
+def test_throttled_time_adds_up_over_ranks_and_one_sampled_rank_makes_it_sampled() -> None:
+    from tracker.ranks import combine_records
+
+    base = {"gpu_count": 1.0, "gpu_hours": 1.0}
+    both = combine_records(
+        [
+            {**base, "throttled_gpu_s": 600.0, "throttle_sampled_s": 0.0},
+            {**base, "throttled_gpu_s": 30.0, "throttle_sampled_s": 2.0},
+            {**base},  # a rank that measured none: not 0
+        ]
+    )
+    assert both["throttled_gpu_s"] == 630.0 and both["throttle_sampled_s"] == 2.0
+    none = combine_records([base, base])
+    assert none["throttled_gpu_s"] is None and none["throttle_sampled_s"] is None

@@ -302,3 +302,25 @@ def test_any_wall_clock_steps_leave_the_gpu_time_to_the_monotonic_clock(
     assert sum(r.covered_s for r in rows) == pytest.approx(300.0)
     minutes = [r.minute for r in rows]
     assert minutes == sorted(minutes) and len(rows) <= 6 + 2 * len(steps)
+
+
+def test_throttled_time_is_the_counters_difference_else_the_sampled_readings() -> None:
+    from tracker.sampler import GpuStats
+
+    counted = GpuStats()
+    for ns, dt in ((5e12, 0.0), (5e12 + 2e9, 10.0), (5e12 + 2.5e9, 10.0)):
+        counted.add(GpuReading(uuid="a", throttle_ns=ns), dt)
+    assert counted.throttled_s == (2.5, True)
+    capped = GpuStats()  # power and thermal overlapping: never more than the span
+    for ns, dt in ((0.0, 0.0), (30e9, 10.0)):
+        capped.add(GpuReading(uuid="a", throttle_ns=ns), dt)
+    assert capped.throttled_s == (10.0, True)
+    sampled = GpuStats()  # each reading speaks for the interval that ends at it
+    for share, dt in ((1.0, 0.0), (0.0, 1.0), (1.0, 1.0), (1.0, 2.0), (None, 5.0), (7.0, 4.0)):
+        sampled.add(GpuReading(uuid="a", throttled_share=share), dt)
+    assert sampled.throttled_s == (3.0, False)  # (a share over 1 is no share: left out)
+    reloaded = GpuStats()  # the counter went back (a driver reload), nothing sampled
+    for ns, dt in ((9e9, 0.0), (1e9, 1.0)):
+        reloaded.add(GpuReading(uuid="a", throttle_ns=ns), dt)
+    assert reloaded.throttled_s is None
+    assert GpuStats().throttled_s is None  # not measured, never 0

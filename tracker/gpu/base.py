@@ -65,6 +65,15 @@ class GpuReading:
     """GPM DRAM bandwidth activity (DCGM ``PROF_DRAM_ACTIVE``), Hopper+, 0–100."""
     proc_util_pct: float | None = None
     """This process's own SM utilization when other processes share the GPU, 0–100."""
+    throttle_ns: float | None = None
+    """Cumulative time the GPU's clocks were held down for power or thermal reasons, ns: NVML's
+    power and thermal violation counters (``nvmlDeviceGetViolationStatus``) added up. A counter:
+    the difference between two readings is exact however far apart they are."""
+    throttled_share: float | None = None
+    """Share of the interval ending at this reading that the clocks were held down for power
+    or thermal reasons, 0–1, where no counter says: NVML's clock-event reasons read now
+    (``nvmlDeviceGetCurrentClocksEventReasons``: 1 or 0, the interval judged by its end), so the
+    throttled time is sampled (:attr:`tracker.sampler.GpuStats.throttled_s`)."""
 
 
 @runtime_checkable

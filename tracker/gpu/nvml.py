@@ -26,7 +26,9 @@ from tracker.gpu.nvml_names import (
     INIT_HINTS,
     LOST_ERRORS,
     NO_GPU_HINT,
+    THROTTLE_REASONS,
     UNSUPPORTED_ERRORS,
+    VIOLATION_POLICIES,
 )
 from tracker.units import bytes_to_gib, mj_to_j, mw_to_w
 
@@ -261,6 +263,7 @@ class NvmlBackend:
         clock = self._query(gpu, "sm_clock_mhz", "nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)
         temp = self._query(gpu, "temp_c", "nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU)
         gpm = self._read_gpm(gpu)
+        throttle_ns = self._read_violations(gpu)
         return GpuReading(
             uuid=gpu.uuid,
             util_pct=float(util.gpu) if util is not None else None,
@@ -275,7 +278,41 @@ class NvmlBackend:
             tensor_active_pct=gpm.get("tensor_active_pct"),
             dram_active_pct=gpm.get("dram_active_pct"),
             proc_util_pct=self._read_proc_util(gpu),
+            throttle_ns=throttle_ns,
+            throttled_share=self._read_throttled(gpu) if throttle_ns is None else None,
         )
+
+    def _read_violations(self, gpu: _Gpu) -> float | None:
+        """The power and thermal violation counters added up (ns since the driver loaded), or
+        None where either is missing (one alone would understate the time)."""
+        nvml = self._nvml
+        codes = [getattr(nvml, policy, None) for policy in VIOLATION_POLICIES]
+        if None in codes:  # a pynvml without them: as a device without them
+            gpu.unsupported.add("throttle_ns")
+            return None
+        total = 0.0
+        for code in codes:
+            status = self._query(gpu, "throttle_ns", "nvmlDeviceGetViolationStatus", code)
+            if status is None:
+                return None
+            total += float(status.violationTime)
+        return total
+
+    def _read_throttled(self, gpu: _Gpu) -> float | None:
+        """1.0 where a power or thermal clock-event reason is active now (no violation counter
+        on this device), else 0.0; None where the reasons are not given either."""
+        nvml = self._nvml
+        # pynvml before 12.535 names the call and its bits "ClocksThrottleReasons"
+        name = "nvmlDeviceGetCurrentClocksEventReasons"
+        if not hasattr(nvml, name):
+            name = "nvmlDeviceGetCurrentClocksThrottleReasons"
+        reasons = self._query(gpu, "throttled", name)
+        if reasons is None:
+            return None
+        mask = 0
+        for bit in THROTTLE_REASONS:
+            mask |= int(getattr(nvml, bit, getattr(nvml, bit.replace("Event", "Throttle"), 0)))
+        return 1.0 if int(reasons) & mask else 0.0
 
     def _read_gpm(self, gpu: _Gpu) -> dict[str, float | None]:
         """GPM metrics between the previous sample and a new one; ``{}`` on the first read."""

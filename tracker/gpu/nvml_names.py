@@ -12,6 +12,20 @@ GPM_METRICS: dict[str, str] = {
 }
 """GPM metrics read on Hopper and newer: :class:`GpuReading` field → ``pynvml`` metric id name."""
 
+VIOLATION_POLICIES = ("NVML_PERF_POLICY_POWER", "NVML_PERF_POLICY_THERMAL")
+"""The violation counters read (``nvmlDeviceGetViolationStatus``): time held below the
+clocks by the power cap (software and hardware power brake) and by thermal slowdown."""
+
+THROTTLE_REASONS = (
+    "nvmlClocksEventReasonSwPowerCap",
+    "nvmlClocksEventReasonHwSlowdown",
+    "nvmlClocksEventReasonSwThermalSlowdown",
+    "nvmlClocksEventReasonHwThermalSlowdown",
+    "nvmlClocksEventReasonHwPowerBrakeSlowdown",
+)
+"""The clock-event reasons that are power or thermal throttling (not idle, not application
+clocks, not sync boost, not a display's clock): their bits, looked up on ``pynvml``."""
+
 # NVML errors by meaning, named as pynvml names its classes (looked up on the module at run time).
 # (NVMLLibraryMismatchError: an unversioned call the installed driver lacks)
 UNSUPPORTED_ERRORS = (

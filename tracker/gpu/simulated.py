@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 
 from tracker.gpu.base import BackendError, GpuInfo, GpuReading
-from tracker.units import mib_to_gib
+from tracker.units import NS_PER_S, mib_to_gib
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +30,23 @@ class Profile:
     tensor_active_ratio: float
     dram_active_ratio: float
     help: str
+    throttle: tuple[float, float] | None = None
+    """``(period_s, throttled_s)``: the first ``throttled_s`` seconds of every ``period_s`` the
+    clocks are held down (thermal slowdown): the violation counter runs and the SM clock drops
+    to :data:`THROTTLED_CLOCK_SHARE` of its boost."""
+    lost_after_s: float | None = None
+    """Seconds after which the last GPU stops answering (falls off the bus)."""
+
+    def throttled_integral(self, t: float) -> float:
+        """Seconds throttled in [0, t]."""
+        if self.throttle is None:
+            return 0.0
+        period, throttled = self.throttle
+        cycles, rest = divmod(max(t, 0.0), period)
+        return cycles * throttled + min(rest, throttled)
+
+    def throttled_at(self, t: float) -> bool:
+        return self.throttle is not None and max(t, 0.0) % self.throttle[0] < self.throttle[1]
 
     @property
     def period_s(self) -> float:
@@ -109,6 +126,26 @@ PROFILES: dict[str, Profile] = {
             dram_active_ratio=0.3,
             help="97% busy but SM activity 29%: fp32, unfused kernels",
         ),
+        Profile(
+            name="throttled",
+            pattern=((1.0, 92.0),),
+            mem_frac=0.78,
+            sm_active_ratio=0.8,
+            tensor_active_ratio=0.5,
+            dram_active_ratio=0.4,
+            throttle=(60.0, 10.0),
+            help="steady 92%, thermal slowdown the first 10 s of every minute: the machine's",
+        ),
+        Profile(
+            name="gpu-lost",
+            pattern=((1.0, 92.0),),
+            mem_frac=0.78,
+            sm_active_ratio=0.8,
+            tensor_active_ratio=0.5,
+            dram_active_ratio=0.4,
+            lost_after_s=120.0,
+            help="steady 92%; after 2 min the last GPU falls off the bus",
+        ),
     )
 }
 
@@ -175,6 +212,9 @@ GPU_MODELS: dict[str, SimGpu] = {
 }
 
 _ENERGY_AT_START_J = 1.0e7  # NVML's counter runs since driver load, never from 0
+_THROTTLE_AT_START_NS = 3.0e12  # so does the violation counter
+THROTTLED_CLOCK_SHARE = 0.7
+"""The SM clock while a simulated GPU is throttled, as a share of its boost clock."""
 
 
 class SimulatedBackend:
@@ -251,6 +291,13 @@ class SimulatedBackend:
         power = g.idle_w + span_w * util / 100.0
         energy = _ENERGY_AT_START_J + g.idle_w * t + span_w * p.util_integral(t) / 100.0
         total = mib_to_gib(g.mem_total_mib)
+        clock = g.sm_clock_mhz if util > 0 else 345.0
+        if p.throttled_at(t) and util > 0:
+            clock = g.sm_clock_mhz * THROTTLED_CLOCK_SHARE
+        throttle_ns = _THROTTLE_AT_START_NS + p.throttled_integral(t) * NS_PER_S
+        count = self.count
+        if p.lost_after_s is not None and t >= p.lost_after_s:
+            count -= 1  # the last GPU answers no more: left out, as NVML's backend leaves it
         return [
             GpuReading(
                 uuid=self._uuid(i),
@@ -259,14 +306,15 @@ class SimulatedBackend:
                 mem_total_gib=total,
                 power_w=power,
                 energy_j=energy,
-                sm_clock_mhz=g.sm_clock_mhz if util > 0 else 345.0,
+                sm_clock_mhz=clock,
                 temp_c=35.0 + 0.4 * util,
                 sm_active_pct=util * p.sm_active_ratio if g.gpm else None,
                 sm_occupancy_pct=util * p.sm_active_ratio * 0.5 if g.gpm else None,
                 tensor_active_pct=util * p.tensor_active_ratio if g.gpm else None,
                 dram_active_pct=util * p.dram_active_ratio if g.gpm else None,
+                throttle_ns=throttle_ns,
             )
-            for i in range(self.count)
+            for i in range(count)
         ]
 
     def close(self) -> None:

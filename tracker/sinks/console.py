@@ -17,6 +17,7 @@ import logging
 import sys
 from typing import TextIO
 
+from tracker.machine import machine_sentence
 from tracker.record import RunRecord
 
 log = logging.getLogger("gpu_kpi")
@@ -60,6 +61,15 @@ def summary_text(r: RunRecord, where: str | None) -> str:
         f"  utilization {util} · cost {money(r.cost_usd)} · waste {money(r.waste_usd)}{idle}",
         f"  verdict: {_shown(r.verdict or 'n/a')}",
     ]
+    machine = machine_sentence(
+        gpu_hours=r.gpu_hours,
+        gpu_count=r.gpu_count,
+        throttled_gpu_hours=r.throttled_gpu_hours,
+        throttle_source=r.throttle_source,
+        usd_per_gpu_hour=r.price_per_gpu_hour,
+    )
+    if machine:
+        lines.append(f"  {_shown(machine)}")
     if r.advice:
         lines.append(f"  advice: {_shown(r.advice)}")
     if not where:

@@ -46,6 +46,7 @@ from tracker.store.schema import (
     SCHEMA_LOCK_KEY,
     SCHEMA_VERSION,
     UPSERT_OPTION,
+    add_run_columns,
     changes_table,
     meta_table,
     rollups_table,
@@ -814,7 +815,8 @@ def migrate(conn: Connection, version: int) -> None:
     """Bring a store of ``version`` to :data:`SCHEMA_VERSION` in one transaction (the caller's),
     serialized like :func:`create_schema`; a second migrator finds the work done. 1 → 2:
     create ``rollups``; 1 or 2 → 3: build them from every sample (:func:`rebuild`), by the
-    seconds-weighted idle rule; → 4: create ``changes`` (:mod:`tracker.store.changes`)."""
+    seconds-weighted idle rule; → 4: create ``changes`` (:mod:`tracker.store.changes`); → 5:
+    the runs' throttled time (:func:`tracker.store.schema.add_run_columns`)."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
     stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
@@ -826,6 +828,8 @@ def migrate(conn: Connection, version: int) -> None:
         rebuild(conn)
     if version < 4:
         changes_table.create(conn, checkfirst=True)
+    if version < 5:
+        add_run_columns(conn)
     conn.execute(
         sa.update(meta_table)
         .where(meta_table.c.key == "schema_version")

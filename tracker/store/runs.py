@@ -38,6 +38,7 @@ from tracker.store.schema import (
     meta_table,
     rollups_table,
     row_to_run,
+    run_select_columns,
     run_to_row,
     runs_table,
     sample_rows,
@@ -365,7 +366,9 @@ class RunStore:
         Raises:
             StoreError: The database failed.
         """
-        stmt = sa.select(runs_table).where(runs_table.c.id == storable(run_id))
+        stmt = sa.select(*run_select_columns(self.version)).where(
+            runs_table.c.id == storable(run_id)
+        )
         row = self._transaction(lambda conn: conn.execute(stmt).mappings().first(), write=False)
         return None if row is None else row_to_run(row)
 
@@ -400,7 +403,7 @@ class RunStore:
                 :meth:`reports.data.scans.SampleScans.read_runs`).
         """
         c = runs_table.c
-        stmt = sa.select(runs_table).order_by(c.started_at, c.id)
+        stmt = sa.select(*run_select_columns(self.version)).order_by(c.started_at, c.id)
         if until is not None:
             stmt = stmt.where(c.started_at < utc(until))
         if since is not None:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Dialect
 from tracker.record import MinuteSample, RunRecord
 from tracker.text import storable
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
 1: runs, samples, meta. 2: and ``rollups`` (:mod:`tracker.store.rollups`), built from the
 samples when a version 1 store is opened for writing
@@ -29,7 +29,9 @@ the seconds-weighted idle rule (:func:`tracker.cost.idle_flags`): rebuilt when a
 store is opened for writing; until then a report reads its minutes. 4: and ``changes``
 (:mod:`tracker.store.changes`), the per-day counters every write raises: a report reuses a
 complete week's KPIs while they hold. Writers older than version 4 would not raise them, so
-they refuse a version 4 store (upgrade the trackers with the reports)."""
+they refuse a version 4 store (upgrade the trackers with the reports). 5: the runs' throttled
+time (:data:`RUNS_V5_COLUMNS`), added to ``runs`` when an older store is opened for writing;
+a reader of an older store reads them as unknown (:func:`run_select_columns`)."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
@@ -102,6 +104,8 @@ runs_table = sa.Table(
     sa.Column("advice", sa.Text),
     sa.Column("source", sa.String, nullable=False),
     sa.Column("links", sa.Text, nullable=False),  # JSON object
+    sa.Column("throttled_gpu_hours", sa.Double),
+    sa.Column("throttle_source", sa.String),
     sa.Index("ix_runs_started_at", "started_at"),
     sa.Index("ix_runs_status", "status"),
 )
@@ -183,6 +187,31 @@ meta_table = sa.Table(
     sa.Column("key", sa.String, primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
 )
+
+
+RUNS_V5_COLUMNS = ("throttled_gpu_hours", "throttle_source")
+"""The columns of ``runs`` that schema version 5 added (nullable: a run tracked before has
+them unknown)."""
+
+
+def run_select_columns(version: int) -> list[Any]:
+    """The columns of ``runs`` to select from a store of schema ``version``: each one, or, for a
+    column that version lacks, NULL under its name (a reader leaves an older store as it is)."""
+    return [
+        sa.null().label(col.name) if version < 5 and col.name in RUNS_V5_COLUMNS else col
+        for col in runs_table.c
+    ]
+
+
+def add_run_columns(conn: Connection) -> None:
+    """Add to ``runs`` the columns of :data:`RUNS_V5_COLUMNS` it lacks (a store of version 4
+    or older: one transaction, the migrator's)."""
+    have = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+    for name in RUNS_V5_COLUMNS:
+        if name in have:
+            continue
+        kind = runs_table.c[name].type.compile(dialect=conn.dialect)
+        conn.execute(sa.text(f"ALTER TABLE runs ADD COLUMN {name} {kind}"))
 
 
 def create_schema(conn: Connection) -> None:

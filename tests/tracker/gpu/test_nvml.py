@@ -69,6 +69,10 @@ class Device:
     procs: list[int] = field(default_factory=list)
     proc_samples: list[tuple[int, int, int]] = field(default_factory=list)
     """(pid, timestamp µs, smUtil)."""
+    violation_ns: dict[int, int] = field(default_factory=lambda: {0: 0, 1: 0})
+    """Violation counters by perf policy (0 power, 1 thermal), ns."""
+    reasons: int = 0
+    """Clock-event reasons now (a bit mask)."""
     fails: dict[str, type[NVMLError]] = field(default_factory=dict)
     """pynvml function name → error it raises for this device."""
 
@@ -107,6 +111,15 @@ class FakePynvml(types.ModuleType):
     NVML_GPM_METRIC_ANY_TENSOR_UTIL = TENSOR
     NVML_GPM_METRIC_DRAM_BW_UTIL = DRAM
     c_nvmlGpmMetricsGet_t = MetricsGet
+    NVML_PERF_POLICY_POWER = 0
+    NVML_PERF_POLICY_THERMAL = 1
+    nvmlClocksEventReasonGpuIdle = 0x1
+    nvmlClocksEventReasonSwPowerCap = 0x4
+    nvmlClocksEventReasonHwSlowdown = 0x8
+    nvmlClocksEventReasonSyncBoost = 0x10
+    nvmlClocksEventReasonSwThermalSlowdown = 0x20
+    nvmlClocksEventReasonHwThermalSlowdown = 0x40
+    nvmlClocksEventReasonHwPowerBrakeSlowdown = 0x80
 
     def __init__(self, devices: list[Device], migs: list[Device] | None = None) -> None:
         super().__init__("pynvml")
@@ -173,6 +186,13 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetTemperature(self, h: Device, sensor: int) -> int:
         assert sensor == self.NVML_TEMPERATURE_GPU
         return self._dev("nvmlDeviceGetTemperature", h).temp
+
+    def nvmlDeviceGetViolationStatus(self, h: Device, policy: int) -> Any:
+        d = self._dev("nvmlDeviceGetViolationStatus", h)
+        return types.SimpleNamespace(referenceTime=0, violationTime=d.violation_ns[policy])
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Device) -> int:
+        return self._dev("nvmlDeviceGetCurrentClocksEventReasons", h).reasons
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Device) -> list[Any]:
         d = self._dev("nvmlDeviceGetComputeRunningProcesses", h)
@@ -441,6 +461,27 @@ def test_units_are_converted(install: Any) -> None:
     assert r.energy_j == 1500.0
     assert r.sm_clock_mhz == 1980.0
     assert r.temp_c == 65.0
+
+
+def test_throttle_time_is_the_power_and_thermal_violation_counters_added(install: Any) -> None:
+    devs = gpus(2)
+    devs[0].violation_ns = {0: 2_000_000_000, 1: 500_000_000, 2: 9_000_000_000}
+    devs[1].fails["nvmlDeviceGetViolationStatus"] = NotSupported
+    devs[1].reasons = 0x1 | 0x10  # idle and sync boost: not throttling
+    fake = install(devs)
+    backend = NvmlBackend()
+    backend.open(0.0)
+    first = by_uuid(backend.read(1.0))
+    # power 2 s + thermal 0.5 s (sync boost's counter, policy 2, is not the machine's)
+    assert first[devs[0].uuid].throttle_ns == 2_500_000_000.0
+    assert first[devs[0].uuid].throttled_share is None  # a counter: the reasons are not asked
+    assert fake.calls[("nvmlDeviceGetCurrentClocksEventReasons", devs[0].uuid)] == 0
+    assert first[devs[1].uuid].throttle_ns is None
+    assert first[devs[1].uuid].throttled_share == 0.0
+    devs[1].reasons = 0x40  # hardware thermal slowdown
+    assert by_uuid(backend.read(2.0))[devs[1].uuid].throttled_share == 1.0
+    devs[1].reasons = 0x4 | 0x1  # the power cap
+    assert by_uuid(backend.read(3.0))[devs[1].uuid].throttled_share == 1.0
 
 
 def test_unsupported_metric_is_none_and_logged_once(install: Any, caplog: Any) -> None:

@@ -64,6 +64,8 @@ def full_run(**changes: object) -> RunRecord:
         cost_usd=47.84,
         waste_usd=6.1,
         idle_usd=0.5,
+        throttled_gpu_hours=1.25,
+        throttle_source="counter",
         verdict="healthy",
         advice="nothing to do",
         source="tensorboard",
@@ -228,10 +230,10 @@ def test_mark_crashed_ends_stale_running_runs_at_their_heartbeat(store: RunStore
     assert store.mark_crashed(now=now, stale_after_s=600) == []
 
 
-def test_schema_is_created_once_at_version_4(store_url: str) -> None:
+def test_schema_is_created_once_at_version_5(store_url: str) -> None:
     with RunStore(store_url) as first:
         first.upsert_run(full_run())
-        assert first.schema_version() == first.version == 4
+        assert first.schema_version() == first.version == 5
     with RunStore(store_url) as again:
         assert again.get_run("run-1") == full_run()
     engine = _engine(store_url)
@@ -254,15 +256,39 @@ def test_schema_is_created_once_at_version_4(store_url: str) -> None:
         engine.dispose()
 
 
+def test_a_version_4_store_is_read_as_it_is_and_gains_the_throttle_columns_when_written(
+    store_url: str,
+) -> None:
+    with RunStore(store_url) as s:
+        s.upsert_run(full_run())
+
+        def as_version_4(conn: sa.Connection) -> None:
+            for name in ("throttled_gpu_hours", "throttle_source"):
+                conn.exec_driver_sql(f"ALTER TABLE runs DROP COLUMN {name}")
+            conn.exec_driver_sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+
+        s.transaction(as_version_4, write=True)
+    old = full_run(throttled_gpu_hours=None, throttle_source=None)
+    with RunStore(store_url, create=False) as reader:  # a reader changes nothing
+        assert reader.version == 4
+        assert reader.get_run("run-1") == old
+        assert reader.list_runs() == [old]
+    with RunStore(store_url) as writer:
+        assert writer.version == 5
+        assert writer.get_run("run-1") == old  # tracked before: not measured, never 0
+        writer.upsert_run(full_run(id="run-2"))
+        assert writer.get_run("run-2") == full_run(id="run-2")
+
+
 def test_newer_schema_is_refused(store_url: str) -> None:
     RunStore(store_url).close()
     engine = _engine(store_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE meta SET value = '5' WHERE key = 'schema_version'"))
+            conn.execute(sa.text("UPDATE meta SET value = '6' WHERE key = 'schema_version'"))
     finally:
         engine.dispose()
-    with pytest.raises(StoreError, match="schema version 5"):
+    with pytest.raises(StoreError, match="schema version 6"):
         RunStore(store_url)
 
 

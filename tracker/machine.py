@@ -1,0 +1,79 @@
+"""Whose the lost GPU-time is: the machine's share of a run in one sentence, said the same way on
+the end-of-run summary, ``gpu-kpi job`` and the report's runs to fix.
+
+The machine's share is the GPU-time the clocks were held down for power or thermal reasons
+(:attr:`tracker.record.RunRecord.throttled_gpu_hours`) and, where the report found one, the
+node a recurring job runs slower on than on its others (:mod:`reports.kpi.slownodes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracker.units import S_PER_HOUR
+
+SHOWN_FROM_SHARE = 0.01
+"""The share of a run's GPU-time from which its throttled time is named (a few seconds of a
+power cap are not worth a line)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlowNode:
+    """A node that ran a recurring job slower than its other nodes did."""
+
+    host: str
+    slower_pct: float
+    """How far the job's throughput there is below its median elsewhere, percent: that share
+    of a run's time there is time the same work takes no longer elsewhere."""
+
+
+def throttled_words(gpu_hours: float, gpu_count: int, source: str | None) -> str:
+    """``throttled 10 min, counter-exact`` (GPU-minutes where several GPUs ran)."""
+    minutes = gpu_hours * S_PER_HOUR / 60.0
+    unit = "GPU-min" if gpu_count > 1 else "min"
+    how = "counter-exact" if source in (None, "counter") else source
+    return f"throttled {minutes:,.0f} {unit}, {how}"
+
+
+def machine_sentence(
+    *,
+    gpu_hours: float,
+    gpu_count: int,
+    throttled_gpu_hours: float | None,
+    throttle_source: str | None,
+    usd_per_gpu_hour: float | None,
+    slow: SlowNode | None = None,
+) -> str | None:
+    """``17% of this run's GPU-time and $0.64 were the machine (throttled 10 min,
+    counter-exact), not your code``; None where the machine's share is nothing worth naming
+    (throttled under :data:`SHOWN_FROM_SHARE` of the GPU-time, or not measured, and no slow
+    node).
+
+    Args:
+        gpu_hours: The run's GPU-hours.
+        gpu_count: Its GPUs.
+        throttled_gpu_hours: Of them, held below the clocks (None: not measured).
+        throttle_source: How that was measured (``counter``, ``sampled every N s``).
+        usd_per_gpu_hour: The run's price (None: unpriced; the dollars are left out).
+        slow: The slow node the run ran on, if the report found one; its share is the rest
+            of the run's GPU-time times the slowdown (as :mod:`reports.kpi.slownodes` costs
+            it).
+    """
+    if gpu_hours <= 0:
+        return None
+    throttled = throttled_gpu_hours or 0.0
+    named = throttled >= SHOWN_FROM_SHARE * gpu_hours
+    parts = [throttled_words(throttled, gpu_count, throttle_source)] if named else []
+    lost = throttled if named else 0.0
+    if slow is not None and slow.slower_pct > 0:
+        # time spent beyond what the job takes elsewhere, outside the throttled time
+        lost += (gpu_hours - lost) * slow.slower_pct / 100.0
+        parts.append(f"node {slow.host} {slow.slower_pct:.0f}% slower than its siblings")
+    if not parts:
+        return None
+    share = min(lost / gpu_hours, 1.0)
+    usd = "" if usd_per_gpu_hour is None else f" and ${lost * usd_per_gpu_hour:,.2f}"
+    return (
+        f"{100 * share:.0f}% of this run's GPU-time{usd} were the machine "
+        f"({'; '.join(parts)}), not your code"
+    )
