@@ -328,6 +328,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for what, key in (
             ("not measured", "unmeasured_usd"),
             ("failed work", "failed_usd"),
+            ("throttled", "throttled_usd"),
             ("nobody held", "unallocated_usd"),
         )
         if (h.get(key) or 0.0) >= 0.005

@@ -54,6 +54,12 @@ class JobNote:
     target_pct: float
     shared_with: int
     """Other jobs on its hosts in its time (matched by node: their samples were shared)."""
+    throttled_gpu_hours: float | None = None
+    """Of its sampled GPU-time, the part its runs' GPUs were held below their clocks for power
+    or thermal reasons (the ledger's throttled: the machine's), at most what its waste leaves;
+    None: no run of it measured it. 0 when it failed (failed work takes it all)."""
+    throttle_source: str | None = None
+    """How its runs measured that (``counter``, ``sampled every N s``: the widest)."""
 
     @property
     def unmeasured_usd(self) -> float | None:
@@ -76,12 +82,41 @@ class JobNote:
         return self.line.sampled_gpu_hours * price if self.failed else 0.0
 
     @property
+    def throttled_usd(self) -> float | None:
+        """Its throttled GPU-time's dollars; None: unpriced or not measured."""
+        price = self.line.price_per_gpu_hour
+        if price is None or self.throttled_gpu_hours is None:
+            return None
+        return self.throttled_gpu_hours * price
+
+    @property
     def at_stake_usd(self) -> float | None:
         """What it paid that no figure shows useful: recoverable waste plus not measured plus
-        failed work, USD (the epilog mail's measure); None: unpriced."""
+        failed work plus the machine's throttled time, USD (the epilog mail's measure); None:
+        unpriced."""
         if self.line.price_per_gpu_hour is None:
             return None
-        return (self.waste_usd or 0.0) + (self.unmeasured_usd or 0.0) + (self.failed_usd or 0.0)
+        return (
+            (self.waste_usd or 0.0)
+            + (self.unmeasured_usd or 0.0)
+            + (self.failed_usd or 0.0)
+            + (self.throttled_usd or 0.0)
+        )
+
+    def machine(self) -> str | None:
+        """``17% of this job's GPU-time and $0.64 were the machine (throttled 10 min,
+        counter-exact), not your code`` (:func:`tracker.machine.machine_sentence`); None when
+        the machine's share is nothing worth naming."""
+        from tracker.machine import machine_sentence
+
+        return machine_sentence(
+            gpu_hours=self.line.sampled_gpu_hours,
+            gpu_count=self.line.gpus,
+            throttled_gpu_hours=self.throttled_gpu_hours,
+            throttle_source=self.throttle_source,
+            usd_per_gpu_hour=self.line.price_per_gpu_hour,
+            what="job",
+        )
 
 
 def find_job(store: RunStore, job_id: str, cluster: str | None) -> list[Allocation]:
@@ -193,6 +228,7 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
     if failed_state(line.state) and waste is not None:
         waste = 0.0  # its sampled time is failed work: in no later bucket of the ledger
     verdict, advice = _verdict(line, util, runs, t.underutilized_pct, t.target_util_pct)
+    throttled, source = _throttled(line, runs, waste)
     label = BASES[req.basis][1]
     return JobNote(
         line=line,
@@ -204,7 +240,32 @@ def job_note(store: RunStore, job: Allocation, req: Request) -> JobNote:
         basis_label=label,
         target_pct=t.target_util_pct,
         shared_with=others if line.matched == "node" else 0,
+        throttled_gpu_hours=throttled,
+        throttle_source=source,
     )
+
+
+def _throttled(line: JobLine, runs: Any, waste: float | None) -> tuple[float | None, str | None]:
+    """The job's throttled GPU-hours (its runs' by id, each pro rata by its GPU-hours inside
+    the job's sampled time, at most what the waste leaves of it, as the ledger's
+    :func:`reports.kpi.ledger.throttled_work` caps a row) and how they were measured; (None,
+    None) where no run of it measured it."""
+    from tracker.figures import COUNTER_EXACT
+
+    mine = [r for r in runs if r.id in line.runs and r.throttled_gpu_hours is not None]
+    if not mine or line.matched != "id":
+        return None, None
+    if failed_state(line.state):
+        return 0.0, mine[0].throttle_source
+    held = math.fsum(r.gpu_hours or 0.0 for r in mine)
+    share = min(line.sampled_gpu_hours / held, 1.0) if held > 0 else 0.0
+    hours = math.fsum(r.throttled_gpu_hours for r in mine) * share
+    price = line.price_per_gpu_hour
+    if waste is not None and price:
+        hours = min(hours, max(line.sampled_gpu_hours - waste / price, 0.0))
+    sources = {r.throttle_source or COUNTER_EXACT for r in mine}
+    source = COUNTER_EXACT if sources == {COUNTER_EXACT} else max(sources - {COUNTER_EXACT})
+    return hours, source
 
 
 def _verdict(
@@ -235,6 +296,7 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
         tz: The zone its times are shown in.
     """
     from reports.render.fmt import fmt_hours, fmt_usd
+    from tracker.machine import throttle_how
     from tracker.text import one_line
 
     j = note.line
@@ -283,7 +345,14 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
             f"Failed work (it ended {one_line(j.state, 40)}): "
             f"{fmt_hours(j.sampled_gpu_hours)}, {usd(note.failed_usd)}"
         )
-    parts = "waste + no samples + failed work" if note.failed else "waste + no samples"
+    throttled = note.throttled_gpu_hours
+    if throttled is not None and throttled > 0:
+        lines.append(
+            f"Throttled (the machine's, {throttle_how(note.throttle_source)}): "
+            f"{fmt_hours(throttled)}, {usd(note.throttled_usd)}"
+        )
+    parts = "waste + no samples" + (" + failed work" if note.failed else "")
+    parts += " + throttled" if throttled else ""
     lines.append(f"Paid, not shown useful ({parts}): {usd(note.at_stake_usd)}")
     if note.gpus:
         lines += ["", f"{'GPU':<40} {'util':>7} {'mem peak':>9} {'idle':>8}"]
@@ -295,6 +364,8 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
         if len(note.gpus) > 64:
             lines.append(f"and {len(note.gpus) - 64} more GPUs")
     lines += ["", f"Verdict: {note.verdict}"]
+    if machine := note.machine():
+        lines.append(machine)
     if note.advice:
         lines.append(f"Advice: {note.advice}")
     return "\n".join(lines) + "\n"
@@ -340,6 +411,9 @@ def note_dict(note: JobNote) -> Mapping[str, Any]:
         "waste_usd": note.waste_usd,
         "unmeasured_usd": note.unmeasured_usd,
         "failed_usd": note.failed_usd,
+        "throttled_gpu_hours": note.throttled_gpu_hours,
+        "throttled_usd": note.throttled_usd,
+        "throttle_source": note.throttle_source,
         "at_stake_usd": note.at_stake_usd,
         "verdict": note.verdict,
         "advice": note.advice,

@@ -155,6 +155,12 @@ class Headline:
     below target)."""
     failed_usd: float = 0.0
     """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
+    throttled_gpu_hours: float = 0.0
+    """Of ``gpu_hours``, those the clocks were held down for power or thermal reasons
+    (:func:`reports.kpi.ledger.throttled_work`): the machine's, not the code's; 0 where not
+    measured."""
+    throttled_usd: float = 0.0
+    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
     unallocated_gpu_hours: float | None = None
     """Capacity nobody held (:func:`reports.kpi.ledger.unallocated`); None: no capacity known."""
     unallocated_usd: float | None = None

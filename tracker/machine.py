@@ -27,12 +27,17 @@ class SlowNode:
     of a run's time there is time the same work takes no longer elsewhere."""
 
 
+def throttle_how(source: str | None) -> str:
+    """``counter-exact`` or ``sampled every 1 s``: how a throttled time was measured, in words
+    (:attr:`tracker.record.RunRecord.throttle_source`)."""
+    return "counter-exact" if source in (None, "counter") else source
+
+
 def throttled_words(gpu_hours: float, gpu_count: int, source: str | None) -> str:
     """``throttled 10 min, counter-exact`` (GPU-minutes where several GPUs ran)."""
     minutes = gpu_hours * S_PER_HOUR / 60.0
     unit = "GPU-min" if gpu_count > 1 else "min"
-    how = "counter-exact" if source in (None, "counter") else source
-    return f"throttled {minutes:,.0f} {unit}, {how}"
+    return f"throttled {minutes:,.0f} {unit}, {throttle_how(source)}"
 
 
 def machine_sentence(
@@ -43,6 +48,7 @@ def machine_sentence(
     throttle_source: str | None,
     usd_per_gpu_hour: float | None,
     slow: SlowNode | None = None,
+    what: str = "run",
 ) -> str | None:
     """``17% of this run's GPU-time and $0.64 were the machine (throttled 10 min,
     counter-exact), not your code``; None where the machine's share is nothing worth naming
@@ -58,6 +64,7 @@ def machine_sentence(
         slow: The slow node the run ran on, if the report found one; its share is the rest
             of the run's GPU-time times the slowdown (as :mod:`reports.kpi.slownodes` costs
             it).
+        what: What it is (``run``, ``job``).
     """
     if gpu_hours <= 0:
         return None
@@ -74,6 +81,6 @@ def machine_sentence(
     share = min(lost / gpu_hours, 1.0)
     usd = "" if usd_per_gpu_hour is None else f" and ${lost * usd_per_gpu_hour:,.2f}"
     return (
-        f"{100 * share:.0f}% of this run's GPU-time{usd} were the machine "
+        f"{100 * share:.0f}% of this {what}'s GPU-time{usd} were the machine "
         f"({'; '.join(parts)}), not your code"
     )

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpu_kpi")
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """Raised when the KPI arithmetic changes: every kept week is computed again."""
 
 _metadata = sa.MetaData()

@@ -13,6 +13,9 @@ the waste rule of :func:`tracker.cost.gpu_waste_usd`, per GPU:
   finish, so none of it is idle or below target too;
 - **held idle**: its minutes in idle stretches (the idle rule);
 - **busy below target**: the recoverable share of the rest;
+- **throttled**: of what is left, the GPU-time the clocks were held down for power or thermal
+  reasons (:func:`throttled_work`: the run's ``throttled_gpu_hours`` in each week pro rata by
+  its GPU-hours there): the machine's, not the code's;
 - **useful**: what is left.
 
 The scheduler's jobs (:class:`reports.kpi.allocations.JobLine`) add the GPU-time no run holds:
@@ -53,6 +56,7 @@ BUCKETS: dict[str, str] = {
     "failed": "failed work",
     "idle": "held idle",
     "below_target": "busy below target",
+    "throttled": "throttled (the machine)",
     "useful": "useful",
 }
 """The ledger's buckets, each key and its name, in the order a GPU-second falls through them."""
@@ -110,8 +114,44 @@ def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def throttled_work(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the ledger's throttled time: each run's throttled GPU-hours
+    (``run_throttled_gpu_hours``) in the week pro rata by its GPU-hours there (a run inside one
+    week: all of it), at most what the earlier buckets leave (not measured, failed, idle, below
+    target are the code's or unknown first; a failed run has none), and its dollars.
+
+    Args:
+        rows: :func:`failed_work`'s rows (``gpu_hours``, ``run_gpu_hours``,
+            ``unmeasured_hours``, ``failed_hours``, ``waste_hours``, ``price_per_gpu_hour``);
+            changed in place. A row without ``run_throttled_gpu_hours`` (a job's) has none.
+
+    Returns:
+        ``rows``, with ``throttled_hours`` (GPU-hours; 0 where not measured) and
+        ``throttled_usd`` (USD; NaN unpriced).
+    """
+    hours = rows["gpu_hours"].to_numpy(dtype=float)
+    if "run_throttled_gpu_hours" in rows and "run_gpu_hours" in rows:
+        raw = pd.to_numeric(rows["run_throttled_gpu_hours"], errors="coerce").to_numpy(float)
+        whole = pd.to_numeric(rows["run_gpu_hours"], errors="coerce").to_numpy(dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            share = np.where(whole > 0, np.minimum(hours / whole, 1.0), 0.0)
+        throttled = np.nan_to_num(raw * share, nan=0.0)
+        left = hours - rows["unmeasured_hours"].to_numpy(dtype=float)
+        left -= rows["failed_hours"].to_numpy(dtype=float) + rows["waste_hours"].to_numpy(float)
+        throttled = np.clip(throttled, 0.0, np.maximum(left, 0.0))
+    else:
+        throttled = np.zeros(len(rows))
+    rows["throttled_hours"] = throttled
+    price = rows["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)
+    rows["throttled_usd"] = throttled * price
+    return rows
+
+
 FAILED_CAUSE = "failed"
 """What the runs to fix name a failed run's or job's GPU-time by (its ledger bucket)."""
+
+THROTTLED_CAUSE = "throttled"
+"""What the runs to fix name a run's throttled time by (its ledger bucket: the machine's)."""
 
 UNMEASURED_VERDICT = "not measured"
 """The verdict of a job's row: GPU-time that no sample measured."""
@@ -226,7 +266,7 @@ def job_rows(
                 "price_per_gpu_hour": math.nan if price is None else price,
             }
         )
-    return failed_work(pd.DataFrame(rows, columns=JOB_ROW_COLUMNS))
+    return throttled_work(failed_work(pd.DataFrame(rows, columns=JOB_ROW_COLUMNS)))
 
 
 def unsampled_run_hours(gt: pd.DataFrame) -> dict[pd.Timestamp, dict[str, float]]:
@@ -351,8 +391,8 @@ def unallocated(
 
 def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
     """Each row's GPU-hours per bucket (``unmeasured``, ``failed``, ``idle``, ``below_target``,
-    ``useful``): they add up to its ``gpu_hours`` (the rows of :func:`run_weeks` and
-    :func:`job_rows`, after :func:`failed_work`)."""
+    ``throttled``, ``useful``): they add up to its ``gpu_hours`` (the rows of :func:`run_weeks`
+    and :func:`job_rows`, after :func:`failed_work` and :func:`throttled_work`)."""
     hours = per["gpu_hours"].to_numpy(dtype=float)
     unmeasured = per["unmeasured_hours"].to_numpy(dtype=float)
     failed = (
@@ -361,9 +401,20 @@ def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
     idle = per["idle_hours"].to_numpy(dtype=float)
     waste = per["waste_hours"].to_numpy(dtype=float)
     below = np.maximum(waste - idle, 0.0)
-    useful = np.maximum(hours - unmeasured - failed - idle - below, 0.0)
+    throttled = (
+        per["throttled_hours"].to_numpy(dtype=float)
+        if "throttled_hours" in per
+        else np.zeros(len(per))
+    )
+    useful = np.maximum(hours - unmeasured - failed - idle - below - throttled, 0.0)
     return pd.DataFrame(
-        dict(zip(list(BUCKETS)[1:], (unmeasured, failed, idle, below, useful), strict=True)),
+        dict(
+            zip(
+                list(BUCKETS)[1:],
+                (unmeasured, failed, idle, below, throttled, useful),
+                strict=True,
+            )
+        ),
         index=per.index,
     )
 

@@ -18,7 +18,14 @@ from reports.kpi.checks import Skipped
 from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES, positions_in, sorted_codes_at, sorted_moving
 from reports.kpi.gputime import gpu_time
-from reports.kpi.ledger import JOB_KIND, RUN_KIND, Unallocated, failed_work, unallocated
+from reports.kpi.ledger import (
+    JOB_KIND,
+    RUN_KIND,
+    Unallocated,
+    failed_work,
+    throttled_work,
+    unallocated,
+)
 from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import READS as RIGHTSIZING_READS
 from reports.kpi.rightsizing import rightsizing
@@ -160,6 +167,8 @@ def run_weeks(
         "verdict",
         "advice",
         "links",
+        "throttled_gpu_hours",
+        "throttle_source",
         "mem_peak_gib",
         "mem_total_gib",
         "status",
@@ -172,6 +181,7 @@ def run_weeks(
         "samples": "run_samples",
         "tokens": "run_tokens",
         "energy_kwh": "run_energy_kwh",
+        "throttled_gpu_hours": "run_throttled_gpu_hours",
     }
     per = per.astype({"run_id": object})  # empty: run_id was float
     if len(per) and (per_at >= 0).all():
@@ -198,7 +208,7 @@ def run_weeks(
     per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"], per["host"].fillna(""))
     per["price_per_gpu_hour"] = _taken(price, per_at, np.nan)
     per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
-    return failed_work(per)
+    return throttled_work(failed_work(per))
 
 
 _RUN_WEEK_SUMS = {
@@ -290,6 +300,8 @@ def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None)
         unmeasured_usd=total(col("unmeasured_usd"), priced),
         failed_gpu_hours=total(col("failed_hours")),
         failed_usd=total(col("failed_usd"), priced),
+        throttled_gpu_hours=total(col("throttled_hours")),
+        throttled_usd=total(col("throttled_usd"), priced),
         unallocated_gpu_hours=None if free is None else free.gpu_hours,
         unallocated_usd=None if free is None else free.usd,
         unallocated_unpriced_gpu_hours=0.0 if free is None else free.unpriced_gpu_hours,
@@ -312,6 +324,7 @@ _SUMMED = [
     "idle_usd",
     "unmeasured_usd",
     "failed_usd",
+    "throttled_usd",
 ]
 _BREAKDOWN = [
     "gpu_hours",
@@ -320,6 +333,7 @@ _BREAKDOWN = [
     "idle_usd",
     "unmeasured_usd",
     "failed_usd",
+    "throttled_usd",
     "co2e_kg",
     "runs",
     "utilization_pct",
@@ -690,7 +704,8 @@ def fix_order(k: WeekKpis) -> np.ndarray:
     if not len(r):
         return np.zeros(0, dtype=np.int64)
     waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
-    for lost in ("unmeasured_usd", "failed_usd"):  # paid, not measured or not finished
+    # paid, not measured, not finished or held down by the machine
+    for lost in ("unmeasured_usd", "failed_usd", "throttled_usd"):
         if lost in r:
             waste = waste + pd.to_numeric(r[lost], errors="coerce").fillna(0.0).to_numpy(
                 dtype=float

@@ -347,7 +347,7 @@ def _lede(k: WeekKpis) -> str:
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
-    for beside in (_unmeasured(k), _failed(k)):
+    for beside in (_unmeasured(k), _failed(k), _throttled(k)):
         if beside:
             text += f"; {beside}"
     if h.unpriced_gpu_hours > 0:
@@ -377,6 +377,20 @@ def _failed(k: WeekKpis) -> str:
     h = k.headline
     return _paid_for(
         k, h.failed_gpu_hours, h.failed_usd, "failed_usd", "runs and jobs that failed or crashed"
+    )
+
+
+def _throttled(k: WeekKpis) -> str:
+    """``$12.40 paid for GPU-time the machine held below its clocks (power, thermal) (3.2
+    GPU-h; the most: pretrain, ana · nlp, $9.60)``; empty when there is none (the ledger's
+    throttled time: the machine's, not the code's)."""
+    h = k.headline
+    return _paid_for(
+        k,
+        h.throttled_gpu_hours,
+        h.throttled_usd,
+        "throttled_usd",
+        "GPU-time the machine held below its clocks (power, thermal)",
     )
 
 
@@ -429,13 +443,15 @@ def _unallocated(k: WeekKpis) -> str:
 
 
 def beside_waste(k: WeekKpis) -> str:
-    """What was paid and is in no cause of waste: GPU-time no sample measured, failed work and
-    capacity nobody held, in dollars (GPU-hours where unpriced); empty when none."""
+    """What was paid and is in no cause of waste: GPU-time no sample measured, failed work, the
+    machine's throttled time and capacity nobody held, in dollars (GPU-hours where unpriced);
+    empty when none."""
     h = k.headline
     parts = []
     for what, hours, usd in (
         ("not measured", h.unmeasured_gpu_hours, h.unmeasured_usd),
         ("failed work", h.failed_gpu_hours, h.failed_usd),
+        ("throttled", h.throttled_gpu_hours, h.throttled_usd),
     ):
         if hours >= 0.005:
             parts.append(f"{what} " + (fmt_usd(usd) if usd >= 0.005 else fmt_hours(hours)))

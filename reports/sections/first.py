@@ -14,7 +14,13 @@ import pandas as pd
 
 from reports.kpi import runs_to_fix
 from reports.kpi.causes import CAUSES, cause_of
-from reports.kpi.ledger import BUCKETS, FAILED_CAUSE, JOB_KIND, UNMEASURED_VERDICT
+from reports.kpi.ledger import (
+    BUCKETS,
+    FAILED_CAUSE,
+    JOB_KIND,
+    THROTTLED_CAUSE,
+    UNMEASURED_VERDICT,
+)
 from reports.render.exports import plain
 from reports.render.fmt import as_number, fmt_usd, text_or_dash
 
@@ -36,16 +42,27 @@ SHORT_FIX: dict[str, str] = {
     "below-target": "profile a few steps",
     UNMEASURED_VERDICT: "track all of its time, or release the GPUs",
     FAILED_CAUSE: "read why it stopped; checkpoint so a restart resumes",
+    THROTTLED_CAUSE: "the machine's: ask its operators to check cooling and power caps",
 }
 """Each cause's fix in a few words (the full advice is in the runs to fix)."""
-_CSV_FIELDS = ("kind", "name", "usd", "waste_usd", "unmeasured_usd", "failed_usd", "cause")
+_CSV_FIELDS = (
+    "kind",
+    "name",
+    "usd",
+    "waste_usd",
+    "unmeasured_usd",
+    "failed_usd",
+    "throttled_usd",
+    "cause",
+)
 """An item's fields in the CSV's ``fix_first`` rows."""
 
 
 @dataclass(frozen=True)
 class FixFirst:
     """The week's first runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable
-    waste plus not measured plus failed work; its first 4 × :data:`ITEMS` and each team's
+    waste plus not measured plus failed work plus the machine's throttled time; its first
+    4 × :data:`ITEMS` and each team's
     first as many, what the section and a team's page look at), of which the section names the
     first :data:`ITEMS`."""
 
@@ -68,13 +85,16 @@ class FixFirst:
             waste = _usd(r.get("waste_usd"))
             unmeasured = _usd(r.get("unmeasured_usd"))
             failed = _usd(r.get("failed_usd"))
-            usd = waste + unmeasured + failed
+            throttled = _usd(r.get("throttled_usd"))
+            usd = waste + unmeasured + failed + throttled
             if usd < MIN_USD:
                 continue
             job = r.get("kind") == JOB_KIND
             verdict = r.get("verdict")
-            if failed >= max(waste, unmeasured) and failed > 0:  # its ledger's largest part
+            if failed >= max(waste, unmeasured, throttled) and failed > 0:  # its largest part
                 cause = FAILED_CAUSE
+            elif throttled > max(waste, unmeasured):
+                cause = THROTTLED_CAUSE
             elif job or unmeasured > waste:
                 cause = UNMEASURED_VERDICT
             else:
@@ -90,6 +110,7 @@ class FixFirst:
                     "waste_usd": waste,
                     "unmeasured_usd": unmeasured,
                     "failed_usd": failed,
+                    "throttled_usd": throttled,
                     "cause": cause,
                 }
             )

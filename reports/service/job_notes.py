@@ -194,12 +194,14 @@ def _mail(
 
     assert isinstance(note, JobNote)
     j = note.line
-    stake = note.at_stake_usd  # recoverable waste and GPU-time not measured alike
+    stake = note.at_stake_usd  # waste, not measured, failed work and the machine's alike
     if stake is None or stake < minimum:
         if stake is None:
             what = "recoverable waste unknown (no price for its GPU type)"
         else:
             failed = f" + failed work {fmt_usd(note.failed_usd or 0.0)}" if note.failed else ""
+            if note.throttled_usd:
+                failed += f" + throttled {fmt_usd(note.throttled_usd)}"
             what = (
                 f"recoverable waste {fmt_usd(note.waste_usd or 0.0)} + not measured "
                 f"{fmt_usd(note.unmeasured_usd or 0.0)}{failed} = {fmt_usd(stake)}"
@@ -324,6 +326,8 @@ def job_email(note: Any, text: str, *, sender: str, to: str, now: datetime) -> E
         what.append(f"{fmt_usd(note.unmeasured_usd)} not measured")
     if (note.failed_usd or 0.0) >= 0.005:
         what.append(f"{fmt_usd(note.failed_usd)} failed work")
+    if (note.throttled_usd or 0.0) >= 0.005:
+        what.append(f"{fmt_usd(note.throttled_usd)} the machine's")
     subject = f"GPU efficiency of job {one_line(j.shown_id, 40)} ({one_line(j.name, 60)}): " + (
         ", ".join(what) or f"{fmt_usd(note.waste_usd)} recoverable"
     )

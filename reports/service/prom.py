@@ -180,6 +180,14 @@ METRICS: tuple[PromMetric, ...] = (
         _WEEK,
     ),
     _gauge(
+        "gpu_kpi_week_throttled_usd",
+        "week",
+        "throttled_usd",
+        "paid GPU-time the machine held below its clocks for power or thermal reasons (USD), in "
+        "gpu_kpi_week_spend_usd, beside the waste; last complete week",
+        _WEEK,
+    ),
+    _gauge(
         "gpu_kpi_week_unallocated_usd",
         "week",
         "unallocated_usd",

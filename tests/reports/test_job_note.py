@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clirun import gpu_kpi
@@ -307,9 +308,17 @@ def test_the_epilog_of_no_job_id_exits_0_and_starts_nothing(
     assert smtp_server.messages == []
 
 
-def idle_then_busy_job(store_url: str, folder: Path, state: str) -> dict[str, str]:
+def idle_then_busy_job(
+    store_url: str,
+    folder: Path,
+    state: str,
+    *,
+    utils: tuple[float, float] = (2.0, 50.0),
+    **run: Any,
+) -> dict[str, str]:
     """Job 106 on n5, ended ``state``: one H100 for 90 minutes, its tracked run idle (2%) for
-    the first 30 and busy (50%) for the next 60. The environment naming the store."""
+    the first 30 and busy (50%) for the next 60 (``utils``; ``run``: more of its record). The
+    environment naming the store."""
     from datetime import timedelta
 
     from fakes import minutes, run_record
@@ -318,10 +327,12 @@ def idle_then_busy_job(store_url: str, folder: Path, state: str) -> dict[str, st
     from tracker.store import RunStore
 
     with RunStore(store_url) as store:
-        store.upsert_run(run_record("rb", TEN, 1.5, host="n5", links={"slurm": "gpukpi/106"}))
+        store.upsert_run(
+            run_record("rb", TEN, 1.5, host="n5", links={"slurm": "gpukpi/106"}, **run)
+        )
         store.upsert_samples(
-            minutes("rb", TEN, 30, 2.0, "b0")
-            + minutes("rb", TEN + timedelta(minutes=30), 60, 50.0, "b0")
+            minutes("rb", TEN, 30, utils[0], "b0")
+            + minutes("rb", TEN + timedelta(minutes=30), 60, utils[1], "b0")
         )
     saved = folder / "sacct.txt"
     line = _sacct_line(
@@ -355,3 +366,31 @@ def test_a_job_that_failed_has_failed_work_not_waste(store_url: str, tmp_path: P
     text = gpu_kpi("job", "106", env=env).stdout
     assert "Recoverable waste (target 85%): $0.00" in text
     assert "Failed work (it ended FAILED): 1.5 GPU-h, $5.78" in text
+
+
+def test_a_throttled_jobs_note_names_the_machine(store_url: str, tmp_path: Path) -> None:
+    """The same job at 92% throughout, its run's GPU held below its clocks 15 of its 90 minutes
+    (the violation counter): no waste; 0.25 GPU-h throttled, $0.96, 17% of its GPU-time, the
+    machine's, in what it paid that no figure shows useful."""
+    env = idle_then_busy_job(
+        store_url,
+        tmp_path,
+        "COMPLETED",
+        utils=(92.0, 92.0),
+        throttled_gpu_hours=0.25,
+        throttle_source="counter",
+        verdict="throttled",
+    )
+    d = json.loads(gpu_kpi("job", "106", "--json", env=env).stdout)
+    assert d["waste_usd"] == 0.0
+    assert d["throttled_gpu_hours"] == pytest.approx(0.25) and d["throttle_source"] == "counter"
+    assert d["throttled_usd"] == pytest.approx(0.25 * 3.85)
+    assert d["at_stake_usd"] == pytest.approx(0.25 * 3.85)
+    text = gpu_kpi("job", "106", env=env).stdout
+    assert "Throttled (the machine's, counter-exact): 0.25 GPU-h, $0.96" in text
+    assert "Paid, not shown useful (waste + no samples + throttled): $0.96" in text
+    assert "Verdict: throttled" in text
+    assert (
+        "17% of this job's GPU-time and $0.96 were the machine (throttled 15 min, "
+        "counter-exact), not your code" in text
+    )

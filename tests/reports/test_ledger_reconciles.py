@@ -1,7 +1,8 @@
 """The week's ledger reconciles, through the real store on SQLite and PostgreSQL: on generated
 fleets (tracked runs, runs with no utilization value, Slurm jobs with and without samples, gres
 types that name another model than the samples, owned and rented GPUs, unpriced models), every
-paid GPU-second is counted once at one price (a run that failed or crashed: failed work), and
+paid GPU-second is counted once at one price (a run that failed or crashed: failed work; a
+run's throttled time: the machine's), and
 each surface (the headline, the teams, the
 JSON, chargeback, budgets, the job notes) says the same dollars as a recomputation by hand."""
 
@@ -45,6 +46,7 @@ RUN = st.fixed_dictionaries(
         "team": st.sampled_from(["nlp", "vision"]),
         "sampled": st.booleans(),  # False: a summary with no utilization value
         "status": st.sampled_from(["finished", "failed", "crashed"]),
+        "throttled": st.sampled_from([None, 0.0, 0.25]),  # share of its GPU-time (counter)
     }
 )
 JOB = st.fixed_dictionaries(
@@ -86,9 +88,10 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         start = week + timedelta(days=1, hours=9)
         now = week + timedelta(days=9)
         records, rows, allocations = [], [], []
-        spend = unmeasured = failed = 0.0
+        spend = unmeasured = failed = throttled = 0.0
         team_usd: dict[str, float] = {}
         team_failed: dict[str, float] = {}
+        team_throttled: dict[str, float] = {}
         job_usd: dict[str, float | None] = {}
 
         def pay(team: str, usd: float) -> None:
@@ -117,6 +120,10 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
                         gpu_source="nvml" if r["sampled"] else "none",
                     ),
                     status=r["status"],
+                    throttled_gpu_hours=(
+                        None if r["throttled"] is None else r["throttled"] * r["gpus"] * hours
+                    ),
+                    throttle_source=None if r["throttled"] is None else "counter",
                 )
             )
             if r["sampled"]:
@@ -132,6 +139,13 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
                     team_failed[r["team"]] = (
                         team_failed.get(r["team"], 0.0) + r["gpus"] * hours * price
                     )
+                elif r["throttled"] and r["util"] > 0:
+                    # at 90% all of it is left to the machine's; at 30% below target leaves
+                    # 1 - (1 - 30/85) = 35% of the time, more than the 25% throttled; at 0%
+                    # (idle) nothing is left
+                    usd = r["throttled"] * r["gpus"] * hours * price
+                    throttled += usd
+                    team_throttled[r["team"]] = team_throttled.get(r["team"], 0.0) + usd
             if r["job"] == "none":
                 continue
             early = 20 if r["job"] == "id-late" else 0  # the run started 20 min into its job
@@ -198,6 +212,7 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         assert h.spend_usd == cents(spend, abs=1e-6)
         assert h.unmeasured_usd == cents(unmeasured, abs=1e-6)
         assert h.failed_usd == cents(failed, abs=1e-6)
+        assert h.throttled_usd == cents(throttled, abs=1e-6)
         by_team = dict(zip(k.by["team"]["team"], k.by["team"]["spend_usd"], strict=True))
         assert {t: v for t, v in by_team.items() if v > 1e-9} == cents(
             {t: v for t, v in team_usd.items() if v > 1e-9}, abs=1e-6
@@ -208,6 +223,9 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
             assert mine is not None, team
             assert mine.headline.spend_usd == cents(usd, abs=1e-6), team
             assert mine.headline.failed_usd == cents(team_failed.get(team, 0.0), abs=1e-6), team
+            assert mine.headline.throttled_usd == cents(team_throttled.get(team, 0.0), abs=1e-6), (
+                team
+            )
             assert mine.headline.unallocated_gpu_hours is None
             assert set(mine.runs["team"]) == {team}
         # the JSON, the chargeback and the budgets' period say the same
@@ -219,6 +237,8 @@ def test_every_surface_is_the_ledger_to_the_cent(store_url: str, owned: bool) ->
         assert held.get("unmeasured", {}).get("usd") in (None, cents(unmeasured, abs=1e-6))
         assert held["failed"]["usd"] in (None, cents(failed, abs=1e-6))
         assert (d["headline"]["failed_usd"] or 0.0) == cents(failed, abs=1e-6)
+        assert held["throttled"]["usd"] in (None, cents(throttled, abs=1e-6))
+        assert (d["headline"]["throttled_usd"] or 0.0) == cents(throttled, abs=1e-6)
         charged = chargeback_rows(k, label_of(week))
         assert math.fsum(r["spend_usd"] for r in charged) == cents(spend, abs=0.005 * len(charged))
         from reports.budgets import spend as period_spend

@@ -277,3 +277,45 @@ def test_a_failed_run_is_failed_work_in_runs_and_in_the_report(
     assert week["ledger"]["failed"] == {"gpu_hours": 8.0, "usd": pytest.approx(30.8)}
     (first,) = week["fix_first"]
     assert (first["cause"], first["usd"]) == ("failed", pytest.approx(30.8))
+
+
+def test_a_throttled_run_is_the_machines_in_runs_and_the_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run on 2 H100 for 3 h at 92% whose GPUs were held below their clocks 1.5 of its 6
+    GPU-hours (the violation counters): ``gpu-kpi runs`` lists it as its tracker recorded it
+    (verdict throttled, the hours and how they were measured), and the report's ledger, headline
+    and fix-first item say 1.5 GPU-h × $3.85 = $5.78, the machine's."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    with RunStore(url) as store:
+        store.upsert_run(
+            run_record(
+                "hot",
+                datetime(2026, 11, 25, 9, tzinfo=UTC),
+                3,
+                gpus=2,
+                util=92.0,
+                cost_usd=6 * 3.85,
+                waste_usd=0.0,
+                team="vision",
+                throttled_gpu_hours=1.5,
+                throttle_source="counter",
+                verdict="throttled",
+            )
+        )
+    assert main(["runs", "--store", url, "--format", "json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert (listed["verdict"], listed["throttled_gpu_hours"]) == ("throttled", 1.5)
+    assert listed["throttle_source"] == "counter"
+    out = tmp_path / "out"
+    args = ["report", "--store", url, "--week", "2026-W48", "--format", "json", "--out", str(out)]
+    assert main(args) == 0
+    capsys.readouterr()
+    week = json.loads((out / "2026-W48.json").read_text())
+    assert week["headline"]["throttled_usd"] == pytest.approx(1.5 * 3.85)
+    assert week["ledger"]["throttled"] == {"gpu_hours": 1.5, "usd": pytest.approx(1.5 * 3.85)}
+    assert week["ledger"]["useful"]["gpu_hours"] == pytest.approx(4.5)
+    (first,) = week["fix_first"]
+    assert (first["cause"], first["usd"]) == ("throttled", pytest.approx(1.5 * 3.85))
+    (run,) = week["runs"]
+    assert (run["throttled_hours"], run["throttle_source"]) == (1.5, "counter")

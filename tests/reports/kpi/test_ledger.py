@@ -101,6 +101,7 @@ def test_a_job_judged_by_sacct_is_judged_whole_at_its_average() -> None:
             "failed": 0.0,
             "idle": 0.0,
             "below_target": 10 * (1 - 40 / 85),
+            "throttled": 0.0,
             "useful": 10 * 40 / 85,
         }
     )
@@ -135,6 +136,7 @@ def test_a_job_that_failed_is_failed_work_not_waste(state: str, failed: bool) ->
             "failed": 10.0,
             "idle": 0.0,
             "below_target": 0.0,
+            "throttled": 0.0,
             "useful": 0.0,
         }
     else:
@@ -189,6 +191,57 @@ def test_a_failed_4_gpu_run_is_failed_work_in_its_team_s_week() -> None:
     # the page's lede and the runs to fix name it
     assert "$46.20" in beside_waste(tk) and "failed work" in beside_waste(tk)
     assert kpis.runs_to_fix(k)["run_id"].tolist()[:2] == ["f", "c"]
+
+
+def test_a_throttled_run_is_the_machine_s_in_its_team_s_week() -> None:
+    """An hour on one H100 at 92% with 10 min throttled (counter): $0.64 throttled, in the
+    team's week and on the runs to fix; a 4-GPU run over two weeks (3 h before Monday, 1 h
+    after) throttled 2 GPU-h has 1.5 and 0.5 in them; a run at 40% below target has its
+    throttled time only out of what below target leaves (1 h at 40%: 0.47 h useful)."""
+    hot = run(
+        "hot",
+        W48 + timedelta(days=1),
+        1,
+        util=92.0,
+        team="vision",
+        throttled_gpu_hours=10 / 60,
+        throttle_source="counter",
+        verdict="throttled",
+    )
+    across = run(
+        "x",
+        W48 - timedelta(hours=3),
+        4,
+        gpus=4,
+        util=92.0,
+        team="nlp",
+        throttled_gpu_hours=2.0,
+        throttle_source="counter",
+    )
+    slow = run("s", W48 + timedelta(days=2), 1, util=40.0, team="nlp", throttled_gpu_hours=0.9)
+    cool = run("c", W48 + timedelta(days=3), 2, util=92.0, team="nlp")  # not measured: none
+    frame = kpis.runs_frame([hot, across, slow, cool])
+    gt = kpis.gpu_time(frame, kpis.samples_frame([]), tz=UTC, now=W48 + timedelta(days=8))
+    k = kpis.kpis_of_gpu_time(frame, gt, W48, tz=UTC)
+    rows = k.runs.set_index("run_id")
+    assert rows.loc["hot", "throttled_hours"] == pytest.approx(10 / 60)
+    assert rows.loc["hot", "throttled_usd"] == pytest.approx(10 / 60 * 3.85)  # $0.6417
+    assert rows.loc["x", "throttled_hours"] == pytest.approx(2.0 * 4 / 16)  # its week's 4 of 16
+    assert rows.loc["s", "throttled_hours"] == pytest.approx(40 / 85)  # below target first
+    assert rows.loc["c", "throttled_hours"] == 0.0
+    h = k.headline
+    assert h.throttled_gpu_hours == pytest.approx(10 / 60 + 0.5 + 40 / 85)
+    assert h.throttled_usd == pytest.approx(h.throttled_gpu_hours * 3.85)
+    teams = k.by["team"].set_index("team")
+    assert teams.loc["vision", "throttled_usd"] == pytest.approx(10 / 60 * 3.85)
+    b = bucket_hours(k.runs)
+    assert (b.sum(axis=1) - k.runs["gpu_hours"]).abs().max() == pytest.approx(0.0, abs=1e-12)
+    assert b["throttled"].sum() == pytest.approx(h.throttled_gpu_hours)
+    assert b.loc[rows.index.get_loc("s"), "useful"] == pytest.approx(0.0, abs=1e-12)
+    # the throttled run is to fix (its verdict names the machine), by its dollars
+    assert "hot" in kpis.runs_to_fix(k)["run_id"].tolist()
+    # the page says it beside the waste: (1/6 + 0.5 + 40/85) GPU-h x $3.85 = $4.38
+    assert "throttled $4.38" in beside_waste(k)
 
 
 def test_a_job_by_sacct_less_its_runs_time_keeps_its_shares() -> None:
