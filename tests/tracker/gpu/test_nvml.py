@@ -189,6 +189,8 @@ class FakePynvml(types.ModuleType):
 
     def nvmlDeviceGetViolationStatus(self, h: Device, policy: int) -> Any:
         d = self._dev("nvmlDeviceGetViolationStatus", h)
+        if policy not in d.violation_ns:  # "Violation for thermal capping is not supported"
+            raise NotSupported()
         return types.SimpleNamespace(referenceTime=0, violationTime=d.violation_ns[policy])
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h: Device) -> int:
@@ -482,6 +484,22 @@ def test_throttle_time_is_the_power_and_thermal_violation_counters_added(install
     assert by_uuid(backend.read(2.0))[devs[1].uuid].throttled_share == 1.0
     devs[1].reasons = 0x4 | 0x1  # the power cap
     assert by_uuid(backend.read(3.0))[devs[1].uuid].throttled_share == 1.0
+
+
+def test_a_gpu_that_counts_power_but_not_thermal_violations_is_sampled(install: Any) -> None:
+    """NVML before 13 documents "Violation for thermal capping is not supported at this time":
+    the power counter alone would miss thermal throttling, so the reasons are read instead,
+    and the counters are not asked again."""
+    devs = gpus(1)
+    devs[0].violation_ns = {0: 7_000_000_000}
+    devs[0].reasons = 0x20  # software thermal slowdown
+    fake = install(devs)
+    backend = NvmlBackend()
+    backend.open(0.0)
+    for t in (1.0, 2.0):
+        (r,) = backend.read(t)
+        assert (r.throttle_ns, r.throttled_share) == (None, 1.0)
+    assert fake.calls[("nvmlDeviceGetViolationStatus", devs[0].uuid)] == 2  # power, thermal: once
 
 
 def test_unsupported_metric_is_none_and_logged_once(install: Any, caplog: Any) -> None:
