@@ -36,6 +36,28 @@ def weighted_util(stats: Iterable[GpuStats], field: str = "util_pct") -> float |
     return util if util is not None else mean(tw.last for tw in tws)
 
 
+def sm_active(stats: Iterable[GpuStats]) -> tuple[float, bool] | None:
+    """SM activity over the GPUs, %, weighted by each one's time (a GPU's own figure is its
+    cycle counters' where they were read, else its gauge's time-weighted mean:
+    :meth:`GpuStats.sm_active`), and whether every GPU's is counter-exact; None: none
+    measured it."""
+    total = seconds = 0.0
+    exact = True
+    found = []
+    for s in stats:
+        if (own := s.sm_active()) is None:
+            continue
+        value, counted = own
+        weight = s.seconds if counted else s.tw["sm_active_pct"].seconds
+        found.append(value)
+        total += value * weight
+        seconds += weight
+        exact = exact and counted
+    if not found:
+        return None
+    return (total / seconds if seconds > 0 else sum(found) / len(found)), exact
+
+
 def gpu_metrics(
     window: Mapping[str, GpuStats],
     last: Mapping[str, GpuReading],
@@ -175,6 +197,7 @@ def run_figures(
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
     throttles = [t for s in stats if (t := s.throttled_s) is not None]
+    sm = sm_active(stats)
     # GPUs idle most of the run: their utilization over all their known time under the
     # threshold, or half or more of their own time in idle stretches (one GPU at work and one
     # idle for 70 of 120 minutes is a launcher's fault, not a small batch)
@@ -189,7 +212,7 @@ def run_figures(
         "gpu_count": float(gpu_count),
         "gpu_hours": gpu_count * hours,
         "util_pct": weighted_util(stats),
-        "sm_active_pct": weighted_util(stats, "sm_active_pct"),
+        "sm_active_pct": None if sm is None else sm[0],
         "mem_peak_gib": max(
             (s.mem_peak_gib for s in stats if s.mem_peak_gib is not None), default=None
         ),
@@ -212,6 +235,7 @@ def run_figures(
         "throttle_sampled_s": (
             (0.0 if all(exact for _, exact in throttles) else interval_s) if throttles else None
         ),
+        "sm_active_sampled_s": None if sm is None else (0.0 if sm[1] else interval_s),
     }
 
 
@@ -294,17 +318,21 @@ def record_fields(
         "verdict": verdict.verdict,
         "advice": verdict.advice or None,
         "throttled_gpu_hours": None if throttled_s is None else s_to_hours(throttled_s),
-        "throttle_source": None if throttled_s is None else throttle_source(sampled_s),
+        "throttle_source": None if throttled_s is None else measured_by(sampled_s),
+        "sm_active_source": (
+            None if fig["sm_active_pct"] is None else measured_by(fig.get("sm_active_sampled_s"))
+        ),
     }
 
 
 COUNTER_EXACT = "counter"
-"""A throttled time from violation counters (:attr:`RunRecord.throttle_source`)."""
+"""A figure from cumulative counters' differences (:attr:`RunRecord.throttle_source`,
+:attr:`RunRecord.sm_active_source`)."""
 
 
-def throttle_source(sampled_s: float | None) -> str:
-    """How a run's throttled time was measured, as the record keeps it: :data:`COUNTER_EXACT`,
-    or ``sampled every N s`` (a clock-event reason read at each reading)."""
+def measured_by(sampled_s: float | None) -> str:
+    """How a run's figure was measured, as the record keeps it: :data:`COUNTER_EXACT`, or
+    ``sampled every N s`` (a gauge or a clock-event reason read at each reading)."""
     if not sampled_s:
         return COUNTER_EXACT
     return f"sampled every {sampled_s:g} s"

@@ -62,6 +62,7 @@ RECORD_KEYS: tuple[str, ...] = (
     "idle_gpus",
     "throttled_gpu_s",
     "throttle_sampled_s",
+    "sm_active_sampled_s",
 )
 
 
@@ -154,6 +155,7 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     known_steps = [v for v in steps if v is not None]
     peaks = [v for r in ranks if (v := r.get("mem_peak_gib")) is not None]
     sampled = [v for r in ranks if (v := r.get("throttle_sampled_s")) is not None]
+    sm_sampled = [v for r in ranks if (v := r.get("sm_active_sampled_s")) is not None]
     return {
         "gpu_count": sum(gpus),
         "gpu_hours": sum(hours),
@@ -179,6 +181,7 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
         "throttled_gpu_s": total("throttled_gpu_s"),
         # any rank's sampled figure makes the run's sampled, at the widest interval
         "throttle_sampled_s": max(sampled) if sampled else None,
+        "sm_active_sampled_s": max(sm_sampled) if sm_sampled else None,
         "rank_spread_pct": _spread(steps)[3],
     }
 

@@ -64,7 +64,10 @@ class RunRecord:
     measured, never 0 for that)."""
     throttle_source: str | None = None
     """How that was measured: ``counter`` (violation counters: exact) or ``sampled every N s``
-    (:func:`tracker.figures.throttle_source`)."""
+    (:func:`tracker.figures.measured_by`)."""
+    sm_active_source: str | None = None
+    """How ``sm_active_pct`` was measured: ``counter`` (cycle counters: exact) or ``sampled
+    every N s`` (a gauge read at each reading; its bound: docs/metrics.md)."""
     verdict: str | None = None
     advice: str | None = None
     source: str = "tracker"

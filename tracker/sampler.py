@@ -92,6 +92,9 @@ class GpuStats:
         """Σ throttled share × seconds of the readings (where no counter)."""
         self.throttle_sampled = False
         """Whether any reading gave a throttled share."""
+        self.cycles_base: tuple[float, float] | None = None
+        """SM cycles (active, elapsed) where this span starts (else its first reading's)."""
+        self.cycles_last: tuple[float, float] | None = None
 
     def add(self, r: GpuReading, dt_s: float) -> None:
         for f in _TW_FIELDS:
@@ -109,6 +112,10 @@ class GpuStats:
             self.energy_last_j = r.energy_j
         if r.power_w is not None and dt_s > 0:
             self._power_j += r.power_w * dt_s
+        if r.sm_cycles_active is not None and r.sm_cycles_elapsed is not None:
+            if self.cycles_base is None:
+                self.cycles_base = (r.sm_cycles_active, r.sm_cycles_elapsed)
+            self.cycles_last = (r.sm_cycles_active, r.sm_cycles_elapsed)
         if r.throttle_ns is not None:
             if self.throttle_base_ns is None:
                 self.throttle_base_ns = r.throttle_ns
@@ -120,6 +127,27 @@ class GpuStats:
 
     def mean(self, field: str) -> float | None:
         return self.tw[field].mean
+
+    @property
+    def sm_active_counted(self) -> float | None:
+        """SM activity over the span from the cycle counters, % (Δactive ÷ Δelapsed: exact,
+        weighted by cycles); None where they were not read, did not move, or went back."""
+        if self.cycles_base is None or self.cycles_last is None:
+            return None
+        active = self.cycles_last[0] - self.cycles_base[0]
+        elapsed = self.cycles_last[1] - self.cycles_base[1]
+        if elapsed <= 0 or not 0 <= active <= elapsed:
+            return None
+        return 100.0 * active / elapsed
+
+    def sm_active(self) -> tuple[float, bool] | None:
+        """SM activity over the span, % (the counters' where they were read, else the gauges'
+        time-weighted mean), and whether it is counter-exact; None: not measured."""
+        counted = self.sm_active_counted
+        if counted is not None:
+            return counted, True
+        mean = self.mean("sm_active_pct")
+        return None if mean is None else (mean, False)
 
     @property
     def throttled_s(self) -> tuple[float, bool] | None:
@@ -372,8 +400,10 @@ class Sampler:
                 stats = GpuStats()
                 if cur is not None:
                     closed.append(self._close_minute(r.uuid, *cur))
-                    # the energy counter carries over, so the minutes add up to the run
+                    # the counters carry over, so the minutes add up to the run
                     stats.energy_base_j = cur[1].energy_last_j
+                    stats.cycles_base = cur[1].cycles_last
+                    stats.throttle_base_ns = cur[1].throttle_last_ns
                 cur = (minute, stats)
                 self._minute[r.uuid] = cur
             end = min(t1, (minute + 1) * 60.0)
@@ -395,7 +425,7 @@ class Sampler:
             gpu=uuid,
             covered_s=round(s.seconds, 3),
             util_pct=s.mean("util_pct"),
-            sm_active_pct=s.mean("sm_active_pct"),
+            sm_active_pct=sm[0] if (sm := s.sm_active()) is not None else None,
             mem_used_gib=s.mem_peak_gib,
             power_w=s.mean("power_w"),
             energy_kwh=j_to_kwh(energy) if energy is not None else None,

@@ -420,11 +420,13 @@ def run_record(
     labels: Labels,
     settings: Settings,
     source: str,
+    interval_s: float = 1.0,
     **fields: Any,
 ) -> RunRecord:
     """The finished run of ``gpus`` from what their samplers played (:meth:`Player.finish`,
     in the order of ``gpus``; or anything with the sampler's ``run[uuid]`` and
-    ``idle_of_run()``, as :class:`reports.imports.nvsmi_minutes.Played`). Raises
+    ``idle_of_run()``, as :class:`reports.imports.nvsmi_minutes.Played`), their readings
+    ``interval_s`` apart (what a sampled figure says it was sampled every). Raises
     :class:`NoGpuTime` when their readings cover no time."""
     models = sorted({canonical_gpu(g.name) or g.name for g in gpus})
     if len(models) > 1 and labels.gpu_model is None:
@@ -460,6 +462,7 @@ def run_record(
         steps=0,
         samples=0,
         tokens=0,
+        interval_s=interval_s,
     )
     values = figures.record_fields(
         fig,

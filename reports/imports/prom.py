@@ -84,6 +84,8 @@ MAX_ANSWER_BYTES = 64 << 20
 answer is larger is asked for again in halves."""
 NO_MODEL = fixable("no modelName label: say the model with --gpu-model", "--gpu-model MODEL")
 
+_OLD_THROTTLE = "throttle_ns_old"
+
 FIELDS: dict[str, tuple[str, float, str, float, float]] = {
     # DCGM field → (reading field, scale to its unit, aggregation, lowest, highest after scaling)
     "DCGM_FI_DEV_GPU_UTIL": ("util_pct", 1.0, "avg", 0.0, 100.0),
@@ -100,6 +102,25 @@ FIELDS: dict[str, tuple[str, float, str, float, float]] = {
     "DCGM_FI_PROF_TENSOR_UTIL_RATIO": ("tensor_active_pct", 100.0, "avg", 0.0, 100.0),  # 1004
     "DCGM_FI_DEV_BOARD_POWER_WATTS": ("power_w", 1.0, "avg", 0.0, 1e5),  # 155
 }
+COUNTERS: dict[str, str] = {
+    # DCGM's cumulative counters (dcgm_fields.h @ 4.6.0) → the reading field they go to, as a
+    # running total (a reset, as after a driver reload, continued from where it was)
+    "DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL": "sm_cycles_active",  # 1085, DCGM 4.6
+    "DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL": "sm_cycles_elapsed",  # 1084
+    # throttle time in ns, DCGM 4.2: power cap, thermal (software, hardware), power brake
+    # (not sync boost: a group's clocks matched, not the machine holding them down)
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS": "throttle_ns",  # 1420
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN_NS": "throttle_ns",  # 1422
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN_NS": "throttle_ns",  # 1423
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN_NS": "throttle_ns",  # 1424
+    # the older violation counters (ns: "usec" in DCGM's header before 4.1 was a doc error),
+    # read where none of the above is: 240 is the same NVML counter as 1420, never added to it
+    "DCGM_FI_DEV_POWER_VIOLATION": _OLD_THROTTLE,  # 240
+    "DCGM_FI_DEV_THERMAL_VIOLATION": _OLD_THROTTLE,  # 241
+}
+_COUNTER_TOP = 9.2e18
+"""DCGM's blank values (``DCGM_INT64_BLANK`` = 2⁶³ − 16 and up, which old exporters let
+through) and anything past them: no count."""
 _UTIL = "DCGM_FI_DEV_GPU_UTIL"
 UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL_RATIO"
 """DCGM 4.6's name of ``DCGM_FI_DEV_GPU_UTIL`` (id 203), whose unit depends on who exports it:
@@ -395,6 +416,9 @@ class _Fleet:
         self.owners = Owners()
         self.pods_of: dict[tuple[str, str, str], set[str]] = {}
         """A workload the runs are named after (namespace, kind, name) → its pods seen."""
+        self.counted: dict[tuple[tuple[str, ...], str], tuple[float, float, float]] = {}
+        """Per series and counter: its last point's time, raw value and the offset its resets
+        added (:func:`_counter_points`), as of the last chunk read whole."""
 
     def _run(self, metric: dict[str, str]) -> tuple[_Run, str] | None:
         metric = self._workload(metric)
@@ -488,6 +512,9 @@ class _Fleet:
             player = self.runs[key].players[gpu]
             for t in sorted(per):
                 fields = per[t]
+                old = fields.pop(_OLD_THROTTLE, None)
+                if fields.get("throttle_ns") is None and old is not None:
+                    fields["throttle_ns"] = old  # DCGM before 4.2: its violation counters
                 gr = fields.pop("gr_engine_pct", None)
                 if fields.get("util_pct") is None and gr is not None:
                     fields["util_pct"] = gr  # DCGM's profiling activity where no NVML figure
@@ -561,6 +588,7 @@ class _Fleet:
                     labels=self._labels(run, gpus[0].name),
                     settings=self.settings,
                     source=SOURCE,
+                    interval_s=STEP_S,
                     **fields,
                 )
             )
@@ -627,9 +655,12 @@ def _chunk(
 ) -> tuple[
     dict[tuple[str, ...], dict[float, dict[str, float | None]]],
     dict[tuple[str, ...], dict[str, str]],
+    dict[tuple[tuple[str, ...], str], tuple[float, float, float]],
 ]:
-    """One chunk's points (series labels → minute → reading fields) and the series' labels;
-    the owners kube-state-metrics names learned on the way."""
+    """One chunk's points (series labels → minute → reading fields), the series' labels and
+    the counters' running state after it (:attr:`_Fleet.counted`, to be kept once the chunk
+    is fed: a chunk asked again in halves starts from the state before it); the owners
+    kube-state-metrics names learned on the way."""
     points: dict[tuple[str, ...], dict[float, dict[str, float | None]]] = {}
     metrics: dict[tuple[str, ...], dict[str, str]] = {}
     learn_owners(url, token, fleet.owners, first, last)
@@ -663,8 +694,49 @@ def _chunk(
                     at[field] = _number(value, factor, low, high)
                 else:  # the minute held, its utilization unknown (the old name's, if any)
                     at.setdefault(field, None)
+    counted = dict(fleet.counted)
+    for name, field in COUNTERS.items():
+        params = {
+            "query": f"last_over_time({name}[{STEP_S}s])",
+            "start": f"{first:.0f}",
+            "end": f"{last:.0f}",
+            "step": f"{STEP_S}s",
+        }
+        for series in _get(url, params, token):
+            metric, values = _series(url, series)
+            key = tuple(sorted(f"{k}={v}" for k, v in metric.items()))
+            metrics[key] = metric
+            per = points.setdefault(key, {})
+            inside = [(t, v) for t, v in values if first <= t <= last]
+            outside += len(values) - len(inside)
+            for t, total in _counter_points(counted, (key, name), inside):
+                at = per.setdefault(t, {})
+                at[field] = (at.get(field) or 0.0) + total  # a family's counters added
     fleet.outside += outside
-    return points, metrics
+    return points, metrics, counted
+
+
+def _counter_points(
+    state: dict[tuple[tuple[str, ...], str], tuple[float, float, float]],
+    key: tuple[tuple[str, ...], str],
+    values: list[tuple[float, Any]],
+) -> list[tuple[float, float]]:
+    """A counter's points as a running total: each raw value plus what its resets added (a
+    value below the one before is a reset, counted on from 0, as Prometheus's ``increase``
+    counts it); a value that is no count (text, negative, DCGM's blank) left out. ``state``
+    (its last time, raw value and offset) is read and updated."""
+    out = []
+    t0, before, offset = state.get(key, (-math.inf, 0.0, 0.0))
+    for t, text in values:
+        raw = _number(text, 1.0, 0.0, _COUNTER_TOP)
+        if raw is None or t <= t0:
+            continue
+        if raw < before:
+            offset += before
+        t0, before = t, raw
+        out.append((t, raw + offset))
+    state[key] = (t0, before, offset)
+    return out
 
 
 def _util_ratio_scales(
@@ -764,11 +836,12 @@ def read_prometheus(
         while pending:  # in time order: a chunk whose answer is too large, in halves
             first, last = pending.pop()
             try:
-                points, metrics = _chunk(url, token, fleet, first, last)
+                points, metrics, counted = _chunk(url, token, fleet, first, last)
             except _TooLarge as e:
                 pending += halves(e, first, last, "series")
                 continue
             fleet.feed(points, metrics)
+            fleet.counted = counted
     return fleet.records()
 
 

@@ -69,6 +69,13 @@ class GpuReading:
     """Cumulative time the GPU's clocks were held down for power or thermal reasons, ns: NVML's
     power and thermal violation counters (``nvmlDeviceGetViolationStatus``) added up. A counter:
     the difference between two readings is exact however far apart they are."""
+    sm_cycles_active: float | None = None
+    """Cumulative SM cycles with at least one warp active (DCGM 4.6's
+    ``DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL``): with :attr:`sm_cycles_elapsed`, SM activity as
+    the counters' differences, exact however seldom read
+    (:attr:`tracker.sampler.GpuStats.sm_active_counted`)."""
+    sm_cycles_elapsed: float | None = None
+    """Cumulative SM cycles elapsed (``DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL``)."""
     throttled_share: float | None = None
     """Share of the interval ending at this reading that the clocks were held down for power
     or thermal reasons, 0–1, where no counter says: NVML's clock-event reasons read now

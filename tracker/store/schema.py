@@ -30,8 +30,9 @@ store is opened for writing; until then a report reads its minutes. 4: and ``cha
 (:mod:`tracker.store.changes`), the per-day counters every write raises: a report reuses a
 complete week's KPIs while they hold. Writers older than version 4 would not raise them, so
 they refuse a version 4 store (upgrade the trackers with the reports). 5: the runs' throttled
-time (:data:`RUNS_V5_COLUMNS`), added to ``runs`` when an older store is opened for writing;
-a reader of an older store reads them as unknown (:func:`run_select_columns`)."""
+time and how their SM activity was measured (:data:`RUNS_V5_COLUMNS`), added to ``runs`` when
+an older store is opened for writing; a reader of an older store reads them as unknown
+(:func:`run_select_columns`)."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
@@ -106,6 +107,7 @@ runs_table = sa.Table(
     sa.Column("links", sa.Text, nullable=False),  # JSON object
     sa.Column("throttled_gpu_hours", sa.Double),
     sa.Column("throttle_source", sa.String),
+    sa.Column("sm_active_source", sa.String),
     sa.Index("ix_runs_started_at", "started_at"),
     sa.Index("ix_runs_status", "status"),
 )
@@ -189,7 +191,7 @@ meta_table = sa.Table(
 )
 
 
-RUNS_V5_COLUMNS = ("throttled_gpu_hours", "throttle_source")
+RUNS_V5_COLUMNS = ("throttled_gpu_hours", "throttle_source", "sm_active_source")
 """The columns of ``runs`` that schema version 5 added (nullable: a run tracked before has
 them unknown)."""
 

@@ -639,11 +639,11 @@ def test_points_outside_the_range_asked_for_are_left_out_and_said() -> None:
     assert run.started_at == TEN and run.ended_at == TEN + timedelta(hours=1)
     assert run.gpu_hours == pytest.approx(1.0)
     assert {s.minute.year for s in done.samples} == {2026}
-    # two stray points in the answer to each of the 12 names asked for (the fake answers
-    # alike): 7 fields, 4 of them by DCGM 4.6's name too, and DCGM_FI_DEV_GPU_UTIL_RATIO (its
-    # unit's two queries are no range's points)
+    # two stray points in the answer to each of the 20 names asked for (the fake answers
+    # alike): 7 fields, 4 of them by DCGM 4.6's name too, DCGM_FI_DEV_GPU_UTIL_RATIO (its
+    # unit's two queries are no range's points) and the 8 counters
     assert (
-        "24 point(s) the server answered outside the range asked for were left out "
+        "40 point(s) the server answered outside the range asked for were left out "
         "(a Prometheus that ignores start and end?)"
     ) in done.notes
 
@@ -854,3 +854,124 @@ def test_dcgm_4_6_names_are_read_each_util_in_the_unit_its_values_show(
     assert len(sm) == 60 and sm == [pytest.approx(30.0)] * 60
     # the graphics engine's activity, by its new name, where no utilization is exported
     assert runs["engine"].util_pct == pytest.approx(25.0)
+
+
+# DCGM 4.6's cycle counters and DCGM 4.2's throttle counters (dcgm_fields.h @ 4.6.0: ids
+# 1084/1085 and 1420-1424): SM clock 1.98 GHz for the first half hour, then 1.4 GHz; an SM
+# active 60% of the cycles, then 30%; the power cap holding the clocks half of each second
+# from 10:20 to 10:30 (300 s) and thermal slowdown from 10:40 to 10:50 (600 s)
+HALF_S = 1800.0
+
+
+def _elapsed(s: float) -> float:
+    return 1.98e9 * min(s, HALF_S) + 1.4e9 * max(s - HALF_S, 0.0)
+
+
+def _active(s: float) -> float:
+    return 0.6 * 1.98e9 * min(s, HALF_S) + 0.3 * 1.4e9 * max(s - HALF_S, 0.0)
+
+
+def _held(s: float, start_min: float, end_min: float, share: float) -> float:
+    """Nanoseconds held in [start, end) minutes of the hour up to ``s`` seconds, at ``share``."""
+    return 1e9 * share * max(0.0, min(s, 60 * end_min) - 60 * start_min)
+
+
+def counters_46(labels: dict[str, str], *, old: bool = False) -> list[Sample]:
+    """One GPU's hour of scrapes (every 15 s from 10:00) of the counters above, by DCGM 4.x's
+    names, or (``old``) by the violation counters of DCGM before 4.2 (ids 240, 241), with
+    ``DCGM_FI_DEV_GPU_UTIL_RATIO`` at 92 (percent, as DCGM 4.6 fills it) and, beside the
+    counters, the SM activity gauge a time-weighted mean would read (45%)."""
+    out: list[Sample] = []
+    base = 1e12  # counters run since the driver loaded, never from 0
+    for i in range(240):
+        s = 15.0 * i
+        ts = (TEN + timedelta(seconds=s)).timestamp()
+        power, thermal = _held(s, 20, 30, 0.5), _held(s, 40, 50, 1.0)
+        out += [
+            ("DCGM_FI_DEV_GPU_UTIL_RATIO", labels, 92.0, ts),
+            ("DCGM_FI_PROF_SM_UTIL_RATIO", labels, 0.6 if s < HALF_S else 0.3, ts),
+        ]
+        if old:
+            out += [
+                ("DCGM_FI_DEV_POWER_VIOLATION", labels, base + power, ts),
+                ("DCGM_FI_DEV_THERMAL_VIOLATION", labels, base + thermal, ts),
+            ]
+            continue
+        out += [
+            ("DCGM_FI_PROF_SM_CYCLES_ELAPSED_TOTAL", labels, base + _elapsed(s), ts),
+            ("DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL", labels, base + _active(s), ts),
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP_NS", labels, base + power, ts),
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN_NS", labels, base + thermal, ts),
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN_NS", labels, base, ts),
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN_NS", labels, base, ts),
+            # sync boost is the group matching its clocks, not the machine: never added
+            ("DCGM_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST_NS", labels, base + 1e9 * s, ts),
+        ]
+    return out
+
+
+@pytest.fixture(scope="module")
+def counters_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Two H100s on dcgm-exporter 4.8.3's labels (``pci_bus_id``, ``device``, ``hostname``):
+    one exporting DCGM 4.x's counters, one DCGM 3's violation counters."""
+
+    def labels(uuid: str, pod: str) -> dict[str, str]:
+        return {
+            "gpu": uuid[-1],
+            "UUID": uuid,
+            "pci_bus_id": f"00000000:0{uuid[-1]}:00.0",
+            "device": f"nvidia{uuid[-1]}",
+            "modelName": H100,
+            "hostname": "node7",
+            "container": "train",
+            "namespace": "nlp",
+            "pod": pod,
+        }
+
+    samples = [
+        *counters_46(labels("GPU-7", "counted")),
+        *counters_46(labels("GPU-8", "violations"), old=True),
+    ]
+    with running_prometheus(tmp_path_factory.mktemp("prom-counters"), samples) as url:
+        yield url
+
+
+def test_dcgm_counters_give_counter_exact_sm_activity_and_throttled_time(
+    counters_prometheus: str,
+) -> None:
+    """SM activity is Δactive ÷ Δelapsed between the first scrape (10:00:00) and the last
+    (10:59:45), not the gauge's time-weighted 45%: the slower second half weighs less; the
+    power cap's 300 s and the thermal slowdown's 600 s are 0.25 GPU-h throttled, counter-exact,
+    $0.96, by the 4.2 counters or the older violation counters alike."""
+    done = read_prometheus(counters_prometheus, since=TEN, until=NOON, progress=False)
+    runs = {r.name: r for r in done.records}
+    last = 239 * 15.0
+    by_hand = 100.0 * _active(last) / _elapsed(last)  # 47.6%
+    counted = runs["counted"]
+    assert counted.sm_active_pct == pytest.approx(by_hand, rel=1e-9)
+    assert by_hand == pytest.approx(47.6, abs=0.05) and counted.sm_active_source == "counter"
+    assert counted.util_pct == pytest.approx(92.0)
+    for run in (counted, runs["violations"]):
+        assert run.throttled_gpu_hours == pytest.approx(900 / 3600, rel=1e-9), run.name
+        assert run.throttle_source == "counter"
+        assert run.throttled_gpu_hours * H100_PRICE == pytest.approx(0.9625)
+    # no cycle counters: the gauge's time-weighted mean, marked sampled at the import's step
+    gauged = runs["violations"]
+    assert gauged.sm_active_pct == pytest.approx(45.0, abs=0.5)
+    assert gauged.sm_active_source == "sampled every 60 s"
+    # each minute's SM activity from its counters too: 60% in the first half hour, 30% after
+    minutes = sorted((s.minute, s.sm_active_pct) for s in done.samples if s.run_id == counted.id)
+    assert minutes[5][1] == pytest.approx(60.0) and minutes[45][1] == pytest.approx(30.0)
+
+
+def test_a_counter_that_resets_is_counted_on_from_zero() -> None:
+    from reports.imports.prom import _counter_points
+
+    state: dict[Any, Any] = {}
+    key = (("gpu=0",), "DCGM_FI_PROF_SM_CYCLES_ACTIVE_TOTAL")
+    got = _counter_points(state, key, [(60.0, "100"), (120.0, "160"), (180.0, "30")])
+    assert got == [(60.0, 100.0), (120.0, 160.0), (180.0, 190.0)]  # reset: +30, not -130
+    # the next chunk goes on from the state; a point asked again (t not after) is left out;
+    # DCGM's blank (2^63 - 16, as old exporters let it through) is no count
+    more = [(180.0, "30"), (240.0, "9223372036854775792"), (300.0, "50")]
+    assert _counter_points(state, key, more) == [(300.0, 210.0)]
