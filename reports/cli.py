@@ -329,6 +329,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             ("not measured", "unmeasured_usd"),
             ("failed work", "failed_usd"),
             ("throttled", "throttled_usd"),
+            ("slow nodes", "slow_node_usd"),
             ("nobody held", "unallocated_usd"),
         )
         if (h.get(key) or 0.0) >= 0.005

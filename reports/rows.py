@@ -161,6 +161,11 @@ class Headline:
     measured."""
     throttled_usd: float = 0.0
     """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
+    slow_node_gpu_hours: float = 0.0
+    """Of ``gpu_hours``, those lost to slow nodes (:mod:`reports.kpi.slownodes`): the
+    machine's, not the code's."""
+    slow_node_usd: float = 0.0
+    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
     unallocated_gpu_hours: float | None = None
     """Capacity nobody held (:func:`reports.kpi.ledger.unallocated`); None: no capacity known."""
     unallocated_usd: float | None = None

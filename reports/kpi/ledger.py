@@ -16,6 +16,9 @@ the waste rule of :func:`tracker.cost.gpu_waste_usd`, per GPU:
 - **throttled**: of what is left, the GPU-time the clocks were held down for power or thermal
   reasons (:func:`throttled_work`: the run's ``throttled_gpu_hours`` in each week pro rata by
   its GPU-hours there): the machine's, not the code's;
+- **slow node**: of what is left, a run's GPU-hours on a node its recurring job runs slower
+  on than on its other nodes, × the slowdown (:func:`reports.kpi.slownodes.slow_node_work`):
+  the machine's too;
 - **useful**: what is left.
 
 The scheduler's jobs (:class:`reports.kpi.allocations.JobLine`) add the GPU-time no run holds:
@@ -57,6 +60,7 @@ BUCKETS: dict[str, str] = {
     "idle": "held idle",
     "below_target": "busy below target",
     "throttled": "throttled (the machine)",
+    "slow_node": "slow node (the machine)",
     "useful": "useful",
 }
 """The ledger's buckets, each key and its name, in the order a GPU-second falls through them."""
@@ -152,6 +156,9 @@ FAILED_CAUSE = "failed"
 
 THROTTLED_CAUSE = "throttled"
 """What the runs to fix name a run's throttled time by (its ledger bucket: the machine's)."""
+
+SLOW_NODE_CAUSE = "slow_node"
+"""What the runs to fix name a run's time lost to a slow node by (its ledger bucket)."""
 
 UNMEASURED_VERDICT = "not measured"
 """The verdict of a job's row: GPU-time that no sample measured."""
@@ -391,8 +398,9 @@ def unallocated(
 
 def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
     """Each row's GPU-hours per bucket (``unmeasured``, ``failed``, ``idle``, ``below_target``,
-    ``throttled``, ``useful``): they add up to its ``gpu_hours`` (the rows of :func:`run_weeks`
-    and :func:`job_rows`, after :func:`failed_work` and :func:`throttled_work`)."""
+    ``throttled``, ``slow_node``, ``useful``): they add up to its ``gpu_hours`` (the rows of
+    :func:`run_weeks` and :func:`job_rows`, after :func:`failed_work`, :func:`throttled_work`
+    and :func:`reports.kpi.slownodes.slow_node_work`)."""
     hours = per["gpu_hours"].to_numpy(dtype=float)
     unmeasured = per["unmeasured_hours"].to_numpy(dtype=float)
     failed = (
@@ -406,12 +414,17 @@ def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
         if "throttled_hours" in per
         else np.zeros(len(per))
     )
-    useful = np.maximum(hours - unmeasured - failed - idle - below - throttled, 0.0)
+    slow = (
+        per["slow_node_hours"].to_numpy(dtype=float)
+        if "slow_node_hours" in per
+        else np.zeros(len(per))
+    )
+    useful = np.maximum(hours - unmeasured - failed - idle - below - throttled - slow, 0.0)
     return pd.DataFrame(
         dict(
             zip(
                 list(BUCKETS)[1:],
-                (unmeasured, failed, idle, below, throttled, useful),
+                (unmeasured, failed, idle, below, throttled, slow, useful),
                 strict=True,
             )
         ),

@@ -208,3 +208,99 @@ def _kth_without(whole: np.ndarray, part: np.ndarray, k: int) -> float:
         else:
             lo = mid + 1
     return float(whole[lo])
+
+
+LEDGER_COLUMNS = ("unmeasured_hours", "failed_hours", "waste_hours", "throttled_hours")
+"""A row's GPU-hours in the ledger's buckets before the slow node's (its cap)."""
+
+
+def slow_node_work(
+    per: pd.DataFrame,
+    runs: pd.DataFrame,
+    *,
+    prices: Mapping[str, float] | None = None,
+    owned: Mapping[str, OwnedGpu] | None = None,
+) -> tuple[pd.DataFrame, dict[pd.Timestamp, pd.DataFrame]]:
+    """The ledger's slow node: each week's slow nodes judged among that week's runs
+    (:func:`slow_nodes`), and each run row of a named job key on its node charged its GPU-hours
+    there × the slowdown, at most what the earlier buckets leave of the row (not measured,
+    failed, idle, below target, throttled: the throttled time may be why the node is slow).
+    Each slow node's ``gpu_hours``, ``lost_gpu_hours`` and ``lost_usd`` are then its rows' sums,
+    so that the section says the ledger's dollars.
+
+    Args:
+        per: The week rows (:func:`reports.kpi.weekly.run_weeks`' and the jobs', after
+            :func:`reports.kpi.ledger.throttled_work`); changed in place.
+        runs: The runs the rows are of (:func:`reports.kpi.runs_frame`).
+        prices: The report's price overrides (``[prices]``).
+        owned: The owned models (``[owned.<MODEL>]``).
+
+    Returns:
+        ``per`` with ``slow_node_hours`` (GPU-hours) and ``slow_node_usd`` (USD; NaN unpriced),
+        and each week's slow nodes by its start (weeks with none left out).
+    """
+    from reports.kpi.frames import is_in
+
+    hours = np.zeros(len(per))
+    found: dict[pd.Timestamp, pd.DataFrame] = {}
+    is_run = (
+        (per["kind"] == "run").to_numpy(dtype=bool) if "kind" in per else np.ones(len(per), bool)
+    )
+    if len(per) and len(runs) and is_run.any():
+        held = per["gpu_hours"].to_numpy(dtype=float)
+        left = held - sum(per[c].to_numpy(dtype=float) for c in LEDGER_COLUMNS if c in per)
+        host = per["host"].astype(object).where(per["host"].notna(), "").astype(str).str.strip()
+        codes, weeks = pd.factorize(per["week"], sort=True)
+        for i, week in enumerate(weeks):
+            mine = np.flatnonzero((codes == i) & is_run)
+            slow = slow_nodes(
+                runs, among=is_in(runs["id"], per["run_id"].iloc[mine]), prices=prices, owned=owned
+            )
+            if not len(slow):
+                continue
+            on = mine[is_in(host.iloc[mine], slow["host"])]
+            keys = job_keys(per["name"].iloc[on], per["links"].iloc[on]).to_numpy(dtype=object)
+            slowdown = {
+                (k, h): s / 100.0
+                for k, h, s in zip(slow["job_key"], slow["host"], slow["slowdown_pct"], strict=True)
+            }
+            where = host.iloc[on].to_numpy(dtype=object)
+            share = np.array([slowdown.get((k, h), 0.0) for k, h in zip(keys, where, strict=True)])
+            hours[on] = np.clip(held[on] * share, 0.0, np.maximum(left[on], 0.0))
+            price = per["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)[on]
+            rows = pd.DataFrame(
+                {
+                    "job_key": keys,
+                    "host": where,
+                    "gpu_hours": held[on],
+                    "lost_gpu_hours": hours[on],
+                    "lost_usd": np.where(np.isfinite(price), hours[on] * price, 0.0),
+                    "priced": np.isfinite(price),
+                }
+            )
+            found[pd.Timestamp(week)] = _as_ledger(slow, rows)
+    per["slow_node_hours"] = hours
+    per["slow_node_usd"] = hours * per["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)
+    return per, found
+
+
+def _as_ledger(slow: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """``slow`` with each node's GPU-hours, lost GPU-hours and dollars its rows' sums
+    (``rows``: ``job_key``, ``host``, ``gpu_hours``, ``lost_gpu_hours``, ``lost_usd``,
+    ``priced``)."""
+    sums = rows.groupby(["job_key", "host"], sort=False).agg(
+        gpu_hours=("gpu_hours", "sum"),
+        lost_gpu_hours=("lost_gpu_hours", "sum"),
+        lost_usd=("lost_usd", "sum"),
+        priced=("priced", "any"),
+    )
+    sums.loc[~sums["priced"], "lost_usd"] = np.nan
+    out = slow.drop(columns=["gpu_hours", "lost_gpu_hours", "lost_usd"]).join(
+        sums[["gpu_hours", "lost_gpu_hours", "lost_usd"]], on=["job_key", "host"]
+    )
+    out = out[list(SLOW_NODE_COLUMNS)]
+    return out.sort_values(
+        ["lost_usd", "lost_gpu_hours", "job_key", "host"],
+        ascending=[False, False, True, True],
+        na_position="last",
+    ).reset_index(drop=True)

@@ -29,6 +29,7 @@ from reports.kpi.ledger import (
 from reports.kpi.pricing import run_prices
 from reports.kpi.rightsizing import READS as RIGHTSIZING_READS
 from reports.kpi.rightsizing import rightsizing
+from reports.kpi.slownodes import SLOW_NODE_COLUMNS, slow_node_work
 from reports.kpi.whatif import WhatIf, what_if
 from reports.rows import Headline, Part
 from reports.weeks import shift_week
@@ -81,6 +82,9 @@ class WeekKpis:
     so_far: datetime | None = None
     """For a week still under way: the time its figures run to, in the report's time zone
     (set by the report builder); None for a complete week."""
+    slow_nodes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The week's slow nodes (:func:`reports.kpi.slownodes.slow_node_work`: judged among its
+    runs, their dollars the ledger's)."""
     hint: str = ""
     """Where the runs are when this week has none (set by the report builder)."""
     week_headlines: Mapping[pd.Timestamp, Headline] = field(default_factory=dict)
@@ -302,6 +306,8 @@ def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None)
         failed_usd=total(col("failed_usd"), priced),
         throttled_gpu_hours=total(col("throttled_hours")),
         throttled_usd=total(col("throttled_usd"), priced),
+        slow_node_gpu_hours=total(col("slow_node_hours")),
+        slow_node_usd=total(col("slow_node_usd"), priced),
         unallocated_gpu_hours=None if free is None else free.gpu_hours,
         unallocated_usd=None if free is None else free.usd,
         unallocated_unpriced_gpu_hours=0.0 if free is None else free.unpriced_gpu_hours,
@@ -325,6 +331,7 @@ _SUMMED = [
     "unmeasured_usd",
     "failed_usd",
     "throttled_usd",
+    "slow_node_usd",
 ]
 _BREAKDOWN = [
     "gpu_hours",
@@ -334,6 +341,7 @@ _BREAKDOWN = [
     "unmeasured_usd",
     "failed_usd",
     "throttled_usd",
+    "slow_node_usd",
     "co2e_kg",
     "runs",
     "utilization_pct",
@@ -497,6 +505,7 @@ def kpis_of_gpu_time(
     )
     if jobs is not None and len(jobs):
         per = pd.concat([per, jobs.astype({"run_id": object})], ignore_index=True)
+    per, slow = slow_node_work(per, runs, prices=prices.overrides, owned=owned)
     w = pd.Timestamp(week).tz_convert("UTC")
     weeks = [shift_week(w, tz, -k) for k in range(max(trend_weeks, 2) - 1, -1, -1)]
     # each week's rows by position, a frame made only as it is used (a week that holds every
@@ -611,6 +620,7 @@ def kpis_of_gpu_time(
         carbon=carbon,
         week_headlines={wk: worked[wk] for wk in weeks if wk not in stored or wk in of_week},
         team_headlines=teams,
+        slow_nodes=slow.get(w, pd.DataFrame(columns=list(SLOW_NODE_COLUMNS))),
     )
 
 
@@ -705,7 +715,7 @@ def fix_order(k: WeekKpis) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
     # paid, not measured, not finished or held down by the machine
-    for lost in ("unmeasured_usd", "failed_usd", "throttled_usd"):
+    for lost in ("unmeasured_usd", "failed_usd", "throttled_usd", "slow_node_usd"):
         if lost in r:
             waste = waste + pd.to_numeric(r[lost], errors="coerce").fillna(0.0).to_numpy(
                 dtype=float

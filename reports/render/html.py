@@ -347,7 +347,7 @@ def _lede(k: WeekKpis) -> str:
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
-    for beside in (_unmeasured(k), _failed(k), _throttled(k)):
+    for beside in (_unmeasured(k), _failed(k), _throttled(k), _slow_node(k)):
         if beside:
             text += f"; {beside}"
     if h.unpriced_gpu_hours > 0:
@@ -391,6 +391,15 @@ def _throttled(k: WeekKpis) -> str:
         h.throttled_usd,
         "throttled_usd",
         "GPU-time the machine held below its clocks (power, thermal)",
+    )
+
+
+def _slow_node(k: WeekKpis) -> str:
+    """``$4.16 paid for GPU-time lost to slow nodes (1.1 GPU-h; the most: …)``; empty when
+    there is none (the ledger's slow node: the machine's)."""
+    h = k.headline
+    return _paid_for(
+        k, h.slow_node_gpu_hours, h.slow_node_usd, "slow_node_usd", "GPU-time lost to slow nodes"
     )
 
 
@@ -444,14 +453,15 @@ def _unallocated(k: WeekKpis) -> str:
 
 def beside_waste(k: WeekKpis) -> str:
     """What was paid and is in no cause of waste: GPU-time no sample measured, failed work, the
-    machine's throttled time and capacity nobody held, in dollars (GPU-hours where unpriced);
-    empty when none."""
+    machine's throttled time and slow nodes, and capacity nobody held, in dollars (GPU-hours
+    where unpriced); empty when none."""
     h = k.headline
     parts = []
     for what, hours, usd in (
         ("not measured", h.unmeasured_gpu_hours, h.unmeasured_usd),
         ("failed work", h.failed_gpu_hours, h.failed_usd),
         ("throttled", h.throttled_gpu_hours, h.throttled_usd),
+        ("slow nodes", h.slow_node_gpu_hours, h.slow_node_usd),
     ):
         if hours >= 0.005:
             parts.append(f"{what} " + (fmt_usd(usd) if usd >= 0.005 else fmt_hours(hours)))

@@ -18,6 +18,7 @@ from reports.kpi.ledger import (
     BUCKETS,
     FAILED_CAUSE,
     JOB_KIND,
+    SLOW_NODE_CAUSE,
     THROTTLED_CAUSE,
     UNMEASURED_VERDICT,
 )
@@ -43,6 +44,7 @@ SHORT_FIX: dict[str, str] = {
     UNMEASURED_VERDICT: "track all of its time, or release the GPUs",
     FAILED_CAUSE: "read why it stopped; checkpoint so a restart resumes",
     THROTTLED_CAUSE: "the machine's: ask its operators to check cooling and power caps",
+    SLOW_NODE_CAUSE: "the machine's: ask its operators to check the node",
 }
 """Each cause's fix in a few words (the full advice is in the runs to fix)."""
 _CSV_FIELDS = (
@@ -53,6 +55,7 @@ _CSV_FIELDS = (
     "unmeasured_usd",
     "failed_usd",
     "throttled_usd",
+    "slow_node_usd",
     "cause",
 )
 """An item's fields in the CSV's ``fix_first`` rows."""
@@ -61,7 +64,8 @@ _CSV_FIELDS = (
 @dataclass(frozen=True)
 class FixFirst:
     """The week's first runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable
-    waste plus not measured plus failed work plus the machine's throttled time; its first
+    waste plus not measured plus failed work plus the machine's throttled time and slow
+    nodes; its first
     4 × :data:`ITEMS` and each team's
     first as many, what the section and a team's page look at), of which the section names the
     first :data:`ITEMS`."""
@@ -86,15 +90,16 @@ class FixFirst:
             unmeasured = _usd(r.get("unmeasured_usd"))
             failed = _usd(r.get("failed_usd"))
             throttled = _usd(r.get("throttled_usd"))
-            usd = waste + unmeasured + failed + throttled
+            slow = _usd(r.get("slow_node_usd"))
+            usd = waste + unmeasured + failed + throttled + slow
             if usd < MIN_USD:
                 continue
             job = r.get("kind") == JOB_KIND
             verdict = r.get("verdict")
-            if failed >= max(waste, unmeasured, throttled) and failed > 0:  # its largest part
+            if failed >= max(waste, unmeasured, throttled, slow) and failed > 0:  # its largest
                 cause = FAILED_CAUSE
-            elif throttled > max(waste, unmeasured):
-                cause = THROTTLED_CAUSE
+            elif max(throttled, slow) > max(waste, unmeasured):  # the machine's
+                cause = THROTTLED_CAUSE if throttled >= slow else SLOW_NODE_CAUSE
             elif job or unmeasured > waste:
                 cause = UNMEASURED_VERDICT
             else:
@@ -111,6 +116,7 @@ class FixFirst:
                     "unmeasured_usd": unmeasured,
                     "failed_usd": failed,
                     "throttled_usd": throttled,
+                    "slow_node_usd": slow,
                     "cause": cause,
                 }
             )

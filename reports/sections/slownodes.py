@@ -1,7 +1,7 @@
 """The slow-node section: recurring jobs whose runs on one node went slower than on the job's
 other nodes (:mod:`reports.kpi.slownodes`), from the week's runs' own throughput: the page's
 "Slow nodes", the JSON's ``slow_nodes`` and the CSV's ``slow_node`` rows. The machine's part of
-the week, beside the ledger's buckets (what it cost is in them: the runs' time is theirs)."""
+the week: what it cost is the ledger's slow-node bucket, node by node."""
 
 from __future__ import annotations
 
@@ -103,21 +103,6 @@ def sentence(r: Mapping[str, Any]) -> str:
 
 
 def read(week: Week) -> SlowNodes:
-    """The slow nodes of the runs that overlap the report's week."""
-    runs = week.runs
-    if runs is None or not len(runs):
-        return SlowNodes()
-    from reports.kpi.frames import is_in
-
-    weeks = week.kpis.runs
-    if not len(weeks):
-        return SlowNodes()
-    # the week's runs by a mask, not a copy of the runs (a million runs: the report's peak)
-    return SlowNodes(
-        slownodes.slow_nodes(
-            runs,
-            among=is_in(runs["id"], weeks["run_id"]),
-            prices=week.req.prices,
-            owned=week.req.owned,
-        )
-    )
+    """The slow nodes of the runs of the report's week, as its ledger has them
+    (:attr:`reports.kpi.weekly.WeekKpis.slow_nodes`)."""
+    return SlowNodes(week.kpis.slow_nodes) if len(week.kpis.slow_nodes) else SlowNodes()

@@ -188,6 +188,14 @@ METRICS: tuple[PromMetric, ...] = (
         _WEEK,
     ),
     _gauge(
+        "gpu_kpi_week_slow_node_usd",
+        "week",
+        "slow_node_usd",
+        "paid GPU-time lost to nodes a recurring job runs slower on than on its others (USD), in "
+        "gpu_kpi_week_spend_usd, beside the waste; last complete week",
+        _WEEK,
+    ),
+    _gauge(
         "gpu_kpi_week_unallocated_usd",
         "week",
         "unallocated_usd",

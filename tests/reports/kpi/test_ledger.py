@@ -102,6 +102,7 @@ def test_a_job_judged_by_sacct_is_judged_whole_at_its_average() -> None:
             "idle": 0.0,
             "below_target": 10 * (1 - 40 / 85),
             "throttled": 0.0,
+            "slow_node": 0.0,
             "useful": 10 * 40 / 85,
         }
     )
@@ -137,6 +138,7 @@ def test_a_job_that_failed_is_failed_work_not_waste(state: str, failed: bool) ->
             "idle": 0.0,
             "below_target": 0.0,
             "throttled": 0.0,
+            "slow_node": 0.0,
             "useful": 0.0,
         }
     else:

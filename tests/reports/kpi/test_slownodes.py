@@ -16,6 +16,7 @@ from fakes import run_record
 
 from reports import kpi as kpis
 from reports.build import compute
+from reports.kpi.ledger import bucket_hours
 from reports.kpi.slownodes import _median_without, slow_nodes
 from reports.render.exports import to_csv, to_dict
 from reports.request import Request
@@ -125,6 +126,22 @@ def test_the_report_names_it_in_its_json_csv_and_team_part(tmp_path: Path) -> No
     assert ",slow_node,nightly-train@n07,slowdown_pct," in csv
     assert part.of_team("nlp").view() is not None and part.of_team("vision").view() is None
     assert isinstance(part.rows, pd.DataFrame)
+    # a bucket of the week's ledger: each n07 run's 2 GPU-h x 18%, after its below-target
+    # share (at 50%: 0.82 GPU-h of 2), the same $4.16 as the section's
+    k = c.kpis
+    assert k.headline.slow_node_gpu_hours == pytest.approx(1.08)
+    assert k.headline.slow_node_usd == pytest.approx(1.08 * 3.85)
+    assert d["ledger"]["slow_node"] == {
+        "gpu_hours": pytest.approx(1.08),
+        "usd": pytest.approx(4.158),
+    }
+    on = k.runs[k.runs["host"] == "n07"]
+    assert on["slow_node_hours"].tolist() == [pytest.approx(0.36)] * 3
+    b = bucket_hours(k.runs)
+    assert (b.sum(axis=1) - k.runs["gpu_hours"]).abs().max() == pytest.approx(0.0, abs=1e-12)
+    teams = k.by["team"].set_index("team")
+    assert teams.loc["nlp", "slow_node_usd"] == pytest.approx(4.158)
+    assert teams.loc["vision", "slow_node_usd"] == 0.0
     # the page, as the command writes it
     from reports.cli import main
 
