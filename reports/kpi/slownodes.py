@@ -87,10 +87,7 @@ def slow_nodes(
         for u in ("samples", "tokens")
     }
     gpus = pd.to_numeric(runs["gpu_count"], errors="coerce").astype(float).to_numpy()
-    nodes = pd.to_numeric(runs["nodes"], errors="coerce").astype(float).to_numpy()
-    with np.errstate(invalid="ignore"):
-        # the numbers first, then the text of the few runs left (no object per run)
-        usable = ((rates["samples"] > 0) | (rates["tokens"] > 0)) & (gpus > 0) & ~(nodes > 1)
+    usable = _usable(runs, rates, gpus)
     if among is not None:
         usable &= among
     at = np.flatnonzero(usable)
@@ -124,6 +121,25 @@ def slow_nodes(
         ascending=[False, False, True, True],
         na_position="last",
     ).reset_index(drop=True)
+
+
+def _usable(
+    runs: pd.DataFrame,
+    rates: Mapping[str, np.ndarray] | None = None,
+    gpus: np.ndarray | None = None,
+) -> np.ndarray:
+    """Which runs have what a slow node is judged by: a throughput, GPUs and one node (the
+    numbers alone: the text of the few left is read after)."""
+    if rates is None:
+        rates = {
+            u: pd.to_numeric(runs[f"{u}_per_s"], errors="coerce").astype(float).to_numpy()
+            for u in ("samples", "tokens")
+        }
+    if gpus is None:
+        gpus = pd.to_numeric(runs["gpu_count"], errors="coerce").astype(float).to_numpy()
+    nodes = pd.to_numeric(runs["nodes"], errors="coerce").astype(float).to_numpy()
+    with np.errstate(invalid="ignore"):
+        return ((rates["samples"] > 0) | (rates["tokens"] > 0)) & (gpus > 0) & ~(nodes > 1)
 
 
 def _of_key(runs: pd.DataFrame) -> list[dict[str, object]]:
@@ -239,32 +255,36 @@ def slow_node_work(
         ``per`` with ``slow_node_hours`` (GPU-hours) and ``slow_node_usd`` (USD; NaN unpriced),
         and each week's slow nodes by its start (weeks with none left out).
     """
-    from reports.kpi.frames import is_in
+    from reports.kpi.frames import is_in, positions_in
 
     hours = np.zeros(len(per))
     found: dict[pd.Timestamp, pd.DataFrame] = {}
     is_run = (
         (per["kind"] == "run").to_numpy(dtype=bool) if "kind" in per else np.ones(len(per), bool)
     )
-    if len(per) and len(runs) and is_run.any():
+    usable = _usable(runs) if len(per) and len(runs) and is_run.any() else None
+    if usable is not None and usable.any():
+        # each row's run by position, once (not a look-up of the text ids per week)
+        at = positions_in(per["run_id"], runs["id"])
         held = per["gpu_hours"].to_numpy(dtype=float)
         left = held - sum(per[c].to_numpy(dtype=float) for c in LEDGER_COLUMNS if c in per)
-        host = per["host"].astype(object).where(per["host"].notna(), "").astype(str).str.strip()
         codes, weeks = pd.factorize(per["week"], sort=True)
         for i, week in enumerate(weeks):
-            mine = np.flatnonzero((codes == i) & is_run)
-            slow = slow_nodes(
-                runs, among=is_in(runs["id"], per["run_id"].iloc[mine]), prices=prices, owned=owned
-            )
+            mine = np.flatnonzero((codes == i) & is_run & (at >= 0))
+            among = np.zeros(len(runs), dtype=bool)
+            among[at[mine]] = True
+            if not (among & usable).any():
+                continue
+            slow = slow_nodes(runs, among=among & usable, prices=prices, owned=owned)
             if not len(slow):
                 continue
-            on = mine[is_in(host.iloc[mine], slow["host"])]
+            on = mine[is_in(per["host"].iloc[mine], slow["host"])]
             keys = job_keys(per["name"].iloc[on], per["links"].iloc[on]).to_numpy(dtype=object)
             slowdown = {
                 (k, h): s / 100.0
                 for k, h, s in zip(slow["job_key"], slow["host"], slow["slowdown_pct"], strict=True)
             }
-            where = host.iloc[on].to_numpy(dtype=object)
+            where = per["host"].iloc[on].to_numpy(dtype=object)
             share = np.array([slowdown.get((k, h), 0.0) for k, h in zip(keys, where, strict=True)])
             hours[on] = np.clip(held[on] * share, 0.0, np.maximum(left[on], 0.0))
             price = per["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)[on]
