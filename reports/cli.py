@@ -328,6 +328,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for what, key in (
             ("not measured", "unmeasured_usd"),
             ("failed work", "failed_usd"),
+            ("re-done work", "redone_usd"),
             ("throttled", "throttled_usd"),
             ("slow nodes", "slow_node_usd"),
             ("nobody held", "unallocated_usd"),

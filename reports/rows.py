@@ -155,6 +155,11 @@ class Headline:
     below target)."""
     failed_usd: float = 0.0
     """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
+    redone_gpu_hours: float = 0.0
+    """Of ``gpu_hours``, those on steps a later run of the job ran again after resuming from
+    an earlier checkpoint (:func:`reports.kpi.ledger.redone_work`)."""
+    redone_usd: float = 0.0
+    """Their dollars (priced ones; in ``spend_usd``, beside the waste, not in it)."""
     throttled_gpu_hours: float = 0.0
     """Of ``gpu_hours``, those the clocks were held down for power or thermal reasons
     (:func:`reports.kpi.ledger.throttled_work`): the machine's, not the code's; 0 where not

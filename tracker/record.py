@@ -65,6 +65,10 @@ class RunRecord:
     throttle_source: str | None = None
     """How that was measured: ``counter`` (violation counters: exact) or ``sampled every N s``
     (:func:`tracker.figures.measured_by`)."""
+    resumed_from_step: int | None = None
+    """The global step it resumed at from a checkpoint (None: it started from the beginning):
+    its ``steps`` count from there. The steps of the run before it past this one are run twice
+    (the report's re-done work: :func:`reports.kpi.ledger.redone_work`)."""
     sm_active_source: str | None = None
     """How ``sm_active_pct`` was measured: ``counter`` (cycle counters: exact) or ``sampled
     every N s`` (a gauge read at each reading; its bound: docs/metrics.md)."""
@@ -138,6 +142,9 @@ class RunSpec:
     """Where the trainer put the model: ``cpu`` when it chose the CPU (Lightning's
     ``accelerator="cpu"``, the Trainer's ``use_cpu``), so the verdict says so instead of asking
     for NVML; None: a GPU, or not known (a plain loop)."""
+    resumed_from_step: int | None = None
+    """The global step the run resumed at, from a checkpoint (None: from the start). The
+    callbacks find it themselves (the trainer's global step when training starts)."""
 
 
 _NUMBER_TYPES = ("int", "float", "int | None", "float | None")

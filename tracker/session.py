@@ -136,6 +136,8 @@ class Session:
         # the Slurm job or Kubernetes pod it runs in (the user's own links win)
         self.links = {**_scheduler_links(), **spec.links}
         self.flops_per_step = spec.flops_per_step
+        self.resumed_from_step = spec.resumed_from_step
+        """The global step the run resumed at (a callback sets it when training starts)."""
 
         place = placement or Placement()
         self.rank = place.rank
@@ -648,6 +650,7 @@ class Session:
                 price_source=price.source if price else None,
                 steps=self.steps,
                 links=self.links,
+                resumed_from_step=self.resumed_from_step or None,
                 **fields,
             )
         )
@@ -739,7 +742,8 @@ def track(
               one step on this process, for MFU), ``dtype`` (``"bf16"``, ``"fp32"``…: the
               GPU peak MFU is measured against), ``price_per_gpu_hour`` (USD per GPU-hour;
               None: the price table's for the GPU model), ``per_gpu`` (also log
-              ``gpu/<i>/…`` keys);
+              ``gpu/<i>/…`` keys), ``resumed_from_step`` (the global step a loop resumed
+              at from a checkpoint: the report counts the steps run twice);
             - settings over the config file's: ``interval_s`` (GPU sampling interval, seconds;
               default 1), ``log_every_s`` (live metrics every so many seconds; default 30),
               ``warmup_steps`` (first steps left out of step-time and throughput figures;

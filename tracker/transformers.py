@@ -224,6 +224,8 @@ class GpuKpiCallback(TrainerCallback):
             kwargs["name"] = str(name)
         kwargs.setdefault("framework", "transformers")
         kwargs.setdefault("dtype", _dtype(args))
+        # a train(resume_from_checkpoint=…) has its state loaded before on_train_begin
+        kwargs.setdefault("resumed_from_step", int(state.global_step) or None)
         if _device_type(args) == "cpu":  # told so at the end, never asked for NVML
             kwargs.setdefault("device", "cpu")
         kwargs["links"] = {**links, **kwargs.get("links", {})}

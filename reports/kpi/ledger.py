@@ -7,12 +7,17 @@ the waste rule of :func:`tracker.cost.gpu_waste_usd`, per GPU:
 - **not measured**: a GPU-week of a run with no utilization value at all (no sample says what
   it did: a summary-only run, a tracker without NVML). A GPU with some minutes measured has
   the rest of its time judged by them (the waste rule's own extrapolation), never here;
-- **failed work**: the rest of the GPU-time of a run that ended failed or crashed, or of a
-  scheduler's job that ended failed, cancelled, on a node failure or out of memory
-  (:data:`reports.rows.FAILED_STATES`, :func:`failed_work`): whatever it did, it did not
-  finish, so none of it is idle or below target too;
+- **failed work**: the rest of the GPU-time of a run that ended failed or crashed (and that
+  no later run of its job resumed from a checkpoint: then only its steps past the checkpoint
+  were lost, and they are re-done work), or of a scheduler's job that ended failed,
+  cancelled, on a node failure or out of memory (:data:`reports.rows.FAILED_STATES`,
+  :func:`failed_work`): whatever it did, it did not finish, so none of it is idle or below
+  target too;
 - **held idle**: its minutes in idle stretches (the idle rule);
 - **busy below target**: the recoverable share of the rest;
+- **re-done work**: of what is left, a run's GPU-time on steps that the next run of its job
+  ran again, having resumed from an earlier checkpoint (:func:`redone_shares`): paid twice,
+  kept once;
 - **throttled**: of what is left, the GPU-time the clocks were held down for power or thermal
   reasons (:func:`throttled_work`: the run's ``throttled_gpu_hours`` in each week pro rata by
   its GPU-hours there): the machine's, not the code's;
@@ -59,6 +64,7 @@ BUCKETS: dict[str, str] = {
     "failed": "failed work",
     "idle": "held idle",
     "below_target": "busy below target",
+    "redone": "re-done work",
     "throttled": "throttled (the machine)",
     "slow_node": "slow node (the machine)",
     "useful": "useful",
@@ -106,6 +112,8 @@ def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
         ``rows``, with ``failed_hours`` (GPU-hours) and ``failed_usd`` (USD; NaN unpriced).
     """
     failed = is_failed(rows["status"]) if "status" in rows else np.zeros(len(rows), bool)
+    if "run_resumed" in rows:  # resumed by a later run: what it lost is re-done work
+        failed = failed & ~rows["run_resumed"].to_numpy(dtype=bool)
     hours = rows["gpu_hours"].to_numpy(dtype=float)
     measured = np.maximum(hours - rows["unmeasured_hours"].to_numpy(dtype=float), 0.0)
     rows["failed_hours"] = np.where(failed, measured, 0.0)
@@ -118,11 +126,74 @@ def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def redone_shares(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per run, the share of its GPU-time spent on steps the next run of its job (the run of
+    the same job key started after it, before any other) ran again, having resumed from an
+    earlier checkpoint: (its last global step − the step the next run resumed at) ÷ its steps,
+    at most all of them; and whether such a next run resumed from it.
+
+    Args:
+        runs: The runs (:func:`reports.kpi.runs_frame`; ``resumed_from_step``, ``steps``,
+            ``started_at``, ``name``, ``links``).
+
+    Returns:
+        The shares (0 where none) and the resumed flags, in the order of ``runs``.
+    """
+    from reports.kpi.jobkeys import job_keys
+
+    n = len(runs)
+    share, resumed = np.zeros(n), np.zeros(n, dtype=bool)
+    if not n or "resumed_from_step" not in runs:
+        return share, resumed
+    at = pd.to_numeric(runs["resumed_from_step"], errors="coerce").to_numpy(dtype=float)
+    later = np.flatnonzero(at > 0)  # the numbers first: most weeks have no resume at all
+    if not len(later):
+        return share, resumed
+    keys = job_keys(runs["name"], runs["links"]).to_numpy(dtype=object)
+    wanted = np.flatnonzero(pd.Series(keys).isin(set(keys[later])).to_numpy(dtype=bool))
+    start = pd.to_datetime(runs["started_at"], utc=True).to_numpy(dtype="datetime64[ns]")
+    order = wanted[np.lexsort((start[wanted], keys[wanted]))]
+    steps = pd.to_numeric(runs["steps"], errors="coerce").fillna(0).to_numpy(dtype=float)
+    last = np.nan_to_num(at) + steps  # each run's last global step
+    for j in range(1, len(order)):
+        i, p = order[j], order[j - 1]
+        if at[i] > 0 and keys[i] == keys[p] and steps[p] > 0:
+            share[p] = min(max(last[p] - at[i], 0.0) / steps[p], 1.0)
+            resumed[p] = True
+    return share, resumed
+
+
+def redone_work(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with the ledger's re-done work: each row's GPU-hours × its run's re-done share
+    (``run_redone_share``, :func:`redone_shares`; pro rata over its weeks), at most what not
+    measured, failed work and the waste rule leave of it.
+
+    Args:
+        rows: :func:`failed_work`'s rows (``gpu_hours``, ``unmeasured_hours``,
+            ``failed_hours``, ``waste_hours``, ``price_per_gpu_hour``); changed in place. A row
+            without ``run_redone_share`` (a job's) has none.
+
+    Returns:
+        ``rows``, with ``redone_hours`` (GPU-hours) and ``redone_usd`` (USD; NaN unpriced).
+    """
+    hours = rows["gpu_hours"].to_numpy(dtype=float)
+    redone = np.zeros(len(rows))
+    if "run_redone_share" in rows:
+        share = pd.to_numeric(rows["run_redone_share"], errors="coerce").fillna(0.0)
+        left = hours - rows["unmeasured_hours"].to_numpy(dtype=float)
+        left -= rows["failed_hours"].to_numpy(dtype=float) + rows["waste_hours"].to_numpy(float)
+        redone = np.clip(hours * share.to_numpy(dtype=float), 0.0, np.maximum(left, 0.0))
+    rows["redone_hours"] = redone
+    price = rows["price_per_gpu_hour"].to_numpy(dtype=float, na_value=np.nan)
+    rows["redone_usd"] = redone * price
+    return rows
+
+
 def throttled_work(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with the ledger's throttled time: each run's throttled GPU-hours
     (``run_throttled_gpu_hours``) in the week pro rata by its GPU-hours there (a run inside one
     week: all of it), at most what the earlier buckets leave (not measured, failed, idle, below
-    target are the code's or unknown first; a failed run has none), and its dollars.
+    target, re-done are the code's or unknown first; a failed run has none), and its dollars.
 
     Args:
         rows: :func:`failed_work`'s rows (``gpu_hours``, ``run_gpu_hours``,
@@ -142,6 +213,8 @@ def throttled_work(rows: pd.DataFrame) -> pd.DataFrame:
         throttled = np.nan_to_num(raw * share, nan=0.0)
         left = hours - rows["unmeasured_hours"].to_numpy(dtype=float)
         left -= rows["failed_hours"].to_numpy(dtype=float) + rows["waste_hours"].to_numpy(float)
+        if "redone_hours" in rows:
+            left -= rows["redone_hours"].to_numpy(dtype=float)
         throttled = np.clip(throttled, 0.0, np.maximum(left, 0.0))
     else:
         throttled = np.zeros(len(rows))
@@ -156,6 +229,9 @@ FAILED_CAUSE = "failed"
 
 THROTTLED_CAUSE = "throttled"
 """What the runs to fix name a run's throttled time by (its ledger bucket: the machine's)."""
+
+REDONE_CAUSE = "redone"
+"""What the runs to fix name a run's re-done work by (its ledger bucket)."""
 
 SLOW_NODE_CAUSE = "slow_node"
 """What the runs to fix name a run's time lost to a slow node by (its ledger bucket)."""
@@ -273,7 +349,7 @@ def job_rows(
                 "price_per_gpu_hour": math.nan if price is None else price,
             }
         )
-    return throttled_work(failed_work(pd.DataFrame(rows, columns=JOB_ROW_COLUMNS)))
+    return throttled_work(redone_work(failed_work(pd.DataFrame(rows, columns=JOB_ROW_COLUMNS))))
 
 
 def unsampled_run_hours(gt: pd.DataFrame) -> dict[pd.Timestamp, dict[str, float]]:
@@ -398,9 +474,10 @@ def unallocated(
 
 def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
     """Each row's GPU-hours per bucket (``unmeasured``, ``failed``, ``idle``, ``below_target``,
-    ``throttled``, ``slow_node``, ``useful``): they add up to its ``gpu_hours`` (the rows of
-    :func:`run_weeks` and :func:`job_rows`, after :func:`failed_work`, :func:`throttled_work`
-    and :func:`reports.kpi.slownodes.slow_node_work`)."""
+    ``redone``, ``throttled``, ``slow_node``, ``useful``): they add up to its ``gpu_hours``
+    (the rows of :func:`run_weeks` and :func:`job_rows`, after :func:`failed_work`,
+    :func:`redone_work`, :func:`throttled_work` and
+    :func:`reports.kpi.slownodes.slow_node_work`)."""
     hours = per["gpu_hours"].to_numpy(dtype=float)
     unmeasured = per["unmeasured_hours"].to_numpy(dtype=float)
     failed = (
@@ -409,6 +486,9 @@ def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
     idle = per["idle_hours"].to_numpy(dtype=float)
     waste = per["waste_hours"].to_numpy(dtype=float)
     below = np.maximum(waste - idle, 0.0)
+    redone = (
+        per["redone_hours"].to_numpy(dtype=float) if "redone_hours" in per else np.zeros(len(per))
+    )
     throttled = (
         per["throttled_hours"].to_numpy(dtype=float)
         if "throttled_hours" in per
@@ -419,12 +499,12 @@ def bucket_hours(per: pd.DataFrame) -> pd.DataFrame:
         if "slow_node_hours" in per
         else np.zeros(len(per))
     )
-    useful = np.maximum(hours - unmeasured - failed - idle - below - throttled - slow, 0.0)
+    useful = np.maximum(hours - unmeasured - failed - idle - below - redone - throttled - slow, 0.0)
     return pd.DataFrame(
         dict(
             zip(
                 list(BUCKETS)[1:],
-                (unmeasured, failed, idle, below, throttled, slow, useful),
+                (unmeasured, failed, idle, below, redone, throttled, slow, useful),
                 strict=True,
             )
         ),

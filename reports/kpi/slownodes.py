@@ -226,7 +226,13 @@ def _kth_without(whole: np.ndarray, part: np.ndarray, k: int) -> float:
     return float(whole[lo])
 
 
-LEDGER_COLUMNS = ("unmeasured_hours", "failed_hours", "waste_hours", "throttled_hours")
+LEDGER_COLUMNS = (
+    "unmeasured_hours",
+    "failed_hours",
+    "waste_hours",
+    "redone_hours",
+    "throttled_hours",
+)
 """A row's GPU-hours in the ledger's buckets before the slow node's (its cap)."""
 
 

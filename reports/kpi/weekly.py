@@ -23,6 +23,8 @@ from reports.kpi.ledger import (
     RUN_KIND,
     Unallocated,
     failed_work,
+    redone_shares,
+    redone_work,
     throttled_work,
     unallocated,
 )
@@ -106,6 +108,7 @@ def run_weeks(
     the rest × max(0, 1 − util of the rest ÷ target)), idle $, energy and CO2e (the run's, pro
     rata by GPU-hours), and the run's attributes."""
     price_of_run, owned_gpu = run_prices(runs, prices, owned)
+    redone_share, resumed = redone_shares(runs)
     # floats, NaN unpriced (an empty frame's column would otherwise be of strings)
     price = pd.to_numeric(price_of_run, errors="coerce").to_numpy(dtype=float)
     # each row's run by its place in ``runs`` (-1: none): the text ids are looked up once,
@@ -212,7 +215,9 @@ def run_weeks(
     per["co2e_kg"] = (carbon or Carbon()).co2e_kg_series(per["energy_kwh"], per["host"].fillna(""))
     per["price_per_gpu_hour"] = _taken(price, per_at, np.nan)
     per["unmeasured_usd"] = per["unmeasured_hours"] * per["price_per_gpu_hour"]
-    return throttled_work(failed_work(per))
+    per["run_redone_share"] = _taken(redone_share, per_at, 0.0)
+    per["run_resumed"] = _taken(resumed, per_at, False).astype(bool)
+    return throttled_work(redone_work(failed_work(per)))
 
 
 _RUN_WEEK_SUMS = {
@@ -304,6 +309,8 @@ def _headline(per: pd.DataFrame, t: Thresholds, free: Unallocated | None = None)
         unmeasured_usd=total(col("unmeasured_usd"), priced),
         failed_gpu_hours=total(col("failed_hours")),
         failed_usd=total(col("failed_usd"), priced),
+        redone_gpu_hours=total(col("redone_hours")),
+        redone_usd=total(col("redone_usd"), priced),
         throttled_gpu_hours=total(col("throttled_hours")),
         throttled_usd=total(col("throttled_usd"), priced),
         slow_node_gpu_hours=total(col("slow_node_hours")),
@@ -330,6 +337,7 @@ _SUMMED = [
     "idle_usd",
     "unmeasured_usd",
     "failed_usd",
+    "redone_usd",
     "throttled_usd",
     "slow_node_usd",
 ]
@@ -340,6 +348,7 @@ _BREAKDOWN = [
     "idle_usd",
     "unmeasured_usd",
     "failed_usd",
+    "redone_usd",
     "throttled_usd",
     "slow_node_usd",
     "co2e_kg",
@@ -715,7 +724,7 @@ def fix_order(k: WeekKpis) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
     # paid, not measured, not finished or held down by the machine
-    for lost in ("unmeasured_usd", "failed_usd", "throttled_usd", "slow_node_usd"):
+    for lost in ("unmeasured_usd", "failed_usd", "redone_usd", "throttled_usd", "slow_node_usd"):
         if lost in r:
             waste = waste + pd.to_numeric(r[lost], errors="coerce").fillna(0.0).to_numpy(
                 dtype=float

@@ -40,7 +40,7 @@ into productive, allocated-idle and allocated with no samples), ``capacity``
 were imported) and ``skipped``: the week's jobs and pods against the samples that say what their
 GPUs did, :mod:`reports.kpi.allocations`). Unknown values are ``null``: among them the dollars
 (``spend_usd``, ``waste_usd``, ``idle_usd``, the headline's ``unmeasured_usd``,
-``failed_usd``, ``throttled_usd`` and ``slow_node_usd``;
+``failed_usd``, ``redone_usd``, ``throttled_usd`` and ``slow_node_usd``;
 :data:`USD_FIELDS`) no price covers: of a run whose GPU model has no price, of a ``by_*`` group
 whose runs all lack one (a group with a priced run has the priced runs' sum), and of a
 ``headline``, ``previous`` or ``trend`` week none of whose GPU-time is priced (its
@@ -118,6 +118,8 @@ RUN_FIELDS = (
     "idle_usd",
     "unmeasured_usd",
     "failed_usd",
+    "redone_hours",
+    "redone_usd",
     "throttled_hours",
     "throttled_usd",
     "throttle_source",
@@ -136,6 +138,7 @@ USD_FIELDS = (
     "idle_usd",
     "unmeasured_usd",
     "failed_usd",
+    "redone_usd",
     "throttled_usd",
     "slow_node_usd",
 )
@@ -143,8 +146,8 @@ USD_FIELDS = (
 for a run whose GPU model has no price (``priced`` false), a breakdown group whose runs are
 all unpriced, and a headline (or trend week) none of whose GPU-time is priced. Unpriced is
 unknown, never $0; a group or week with some priced runs has the sum of those (as the HTML).
-Each where the row has it (``unmeasured_usd``, ``failed_usd``, ``throttled_usd``,
-``slow_node_usd``: the headline's)."""
+Each where the row has it (``unmeasured_usd``, ``failed_usd``, ``redone_usd``,
+``throttled_usd``, ``slow_node_usd``: the headline's)."""
 RIGHTSIZING_FIELDS = (
     "run_id",
     "name",

@@ -347,7 +347,7 @@ def _lede(k: WeekKpis) -> str:
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
-    for beside in (_unmeasured(k), _failed(k), _throttled(k), _slow_node(k)):
+    for beside in (_unmeasured(k), _failed(k), _redone(k), _throttled(k), _slow_node(k)):
         if beside:
             text += f"; {beside}"
     if h.unpriced_gpu_hours > 0:
@@ -391,6 +391,19 @@ def _throttled(k: WeekKpis) -> str:
         h.throttled_usd,
         "throttled_usd",
         "GPU-time the machine held below its clocks (power, thermal)",
+    )
+
+
+def _redone(k: WeekKpis) -> str:
+    """``$7.70 paid for steps run twice after a resume from a checkpoint (2.0 GPU-h; the
+    most: …)``; empty when there is none (the ledger's re-done work)."""
+    h = k.headline
+    return _paid_for(
+        k,
+        h.redone_gpu_hours,
+        h.redone_usd,
+        "redone_usd",
+        "steps run twice after a resume from a checkpoint",
     )
 
 
@@ -452,14 +465,15 @@ def _unallocated(k: WeekKpis) -> str:
 
 
 def beside_waste(k: WeekKpis) -> str:
-    """What was paid and is in no cause of waste: GPU-time no sample measured, failed work, the
-    machine's throttled time and slow nodes, and capacity nobody held, in dollars (GPU-hours
+    """What was paid and is in no cause of waste: GPU-time no sample measured, failed and
+    re-done work, the machine's throttled time and slow nodes, and capacity nobody held, in dollars (GPU-hours
     where unpriced); empty when none."""
     h = k.headline
     parts = []
     for what, hours, usd in (
         ("not measured", h.unmeasured_gpu_hours, h.unmeasured_usd),
         ("failed work", h.failed_gpu_hours, h.failed_usd),
+        ("re-done work", h.redone_gpu_hours, h.redone_usd),
         ("throttled", h.throttled_gpu_hours, h.throttled_usd),
         ("slow nodes", h.slow_node_gpu_hours, h.slow_node_usd),
     ):

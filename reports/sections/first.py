@@ -18,6 +18,7 @@ from reports.kpi.ledger import (
     BUCKETS,
     FAILED_CAUSE,
     JOB_KIND,
+    REDONE_CAUSE,
     SLOW_NODE_CAUSE,
     THROTTLED_CAUSE,
     UNMEASURED_VERDICT,
@@ -43,6 +44,7 @@ SHORT_FIX: dict[str, str] = {
     "below-target": "profile a few steps",
     UNMEASURED_VERDICT: "track all of its time, or release the GPUs",
     FAILED_CAUSE: "read why it stopped; checkpoint so a restart resumes",
+    REDONE_CAUSE: "checkpoint more often, so a restart re-does less",
     THROTTLED_CAUSE: "the machine's: ask its operators to check cooling and power caps",
     SLOW_NODE_CAUSE: "the machine's: ask its operators to check the node",
 }
@@ -54,6 +56,7 @@ _CSV_FIELDS = (
     "waste_usd",
     "unmeasured_usd",
     "failed_usd",
+    "redone_usd",
     "throttled_usd",
     "slow_node_usd",
     "cause",
@@ -64,8 +67,8 @@ _CSV_FIELDS = (
 @dataclass(frozen=True)
 class FixFirst:
     """The week's first runs and jobs to fix (:func:`reports.kpi.runs_to_fix`: by recoverable
-    waste plus not measured plus failed work plus the machine's throttled time and slow
-    nodes; its first
+    waste plus not measured plus failed and re-done work plus the machine's throttled time
+    and slow nodes; its first
     4 × :data:`ITEMS` and each team's
     first as many, what the section and a team's page look at), of which the section names the
     first :data:`ITEMS`."""
@@ -91,13 +94,16 @@ class FixFirst:
             failed = _usd(r.get("failed_usd"))
             throttled = _usd(r.get("throttled_usd"))
             slow = _usd(r.get("slow_node_usd"))
-            usd = waste + unmeasured + failed + throttled + slow
+            redone = _usd(r.get("redone_usd"))
+            usd = waste + unmeasured + failed + redone + throttled + slow
             if usd < MIN_USD:
                 continue
             job = r.get("kind") == JOB_KIND
             verdict = r.get("verdict")
             if failed >= max(waste, unmeasured, throttled, slow) and failed > 0:  # its largest
                 cause = FAILED_CAUSE
+            elif redone > max(waste, unmeasured, throttled, slow):
+                cause = REDONE_CAUSE
             elif max(throttled, slow) > max(waste, unmeasured):  # the machine's
                 cause = THROTTLED_CAUSE if throttled >= slow else SLOW_NODE_CAUSE
             elif job or unmeasured > waste:
@@ -115,6 +121,7 @@ class FixFirst:
                     "waste_usd": waste,
                     "unmeasured_usd": unmeasured,
                     "failed_usd": failed,
+                    "redone_usd": redone,
                     "throttled_usd": throttled,
                     "slow_node_usd": slow,
                     "cause": cause,

@@ -180,6 +180,14 @@ METRICS: tuple[PromMetric, ...] = (
         _WEEK,
     ),
     _gauge(
+        "gpu_kpi_week_redone_usd",
+        "week",
+        "redone_usd",
+        "paid GPU-time on steps a later run ran again after resuming from an earlier checkpoint "
+        "(USD), in gpu_kpi_week_spend_usd, beside the waste; last complete week",
+        _WEEK,
+    ),
+    _gauge(
         "gpu_kpi_week_throttled_usd",
         "week",
         "throttled_usd",

@@ -287,6 +287,12 @@ class LightningHooks:
         self._accumulates = getattr(trainer, "accumulate_grad_batches", 2) != 1
         self._due_step = 0 if self._every > 0 else sys.maxsize
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        # fit(ckpt_path=…) has restored the loops by now: a global step past 0 is a resume
+        step = int(getattr(trainer, "global_step", 0) or 0)
+        if self.session is not None and step > 0:
+            self.session.resumed_from_step = step
+
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         if self.session is not None:
             self.session.interrupt()  # loader workers restart at an epoch boundary

@@ -30,7 +30,8 @@ store is opened for writing; until then a report reads its minutes. 4: and ``cha
 (:mod:`tracker.store.changes`), the per-day counters every write raises: a report reuses a
 complete week's KPIs while they hold. Writers older than version 4 would not raise them, so
 they refuse a version 4 store (upgrade the trackers with the reports). 5: the runs' throttled
-time and how their SM activity was measured (:data:`RUNS_V5_COLUMNS`), added to ``runs`` when
+time, how their SM activity was measured and the step they resumed at
+(:data:`RUNS_V5_COLUMNS`), added to ``runs`` when
 an older store is opened for writing; a reader of an older store reads them as unknown
 (:func:`run_select_columns`)."""
 
@@ -108,6 +109,7 @@ runs_table = sa.Table(
     sa.Column("throttled_gpu_hours", sa.Double),
     sa.Column("throttle_source", sa.String),
     sa.Column("sm_active_source", sa.String),
+    sa.Column("resumed_from_step", sa.BigInteger),
     sa.Index("ix_runs_started_at", "started_at"),
     sa.Index("ix_runs_status", "status"),
 )
@@ -191,7 +193,12 @@ meta_table = sa.Table(
 )
 
 
-RUNS_V5_COLUMNS = ("throttled_gpu_hours", "throttle_source", "sm_active_source")
+RUNS_V5_COLUMNS = (
+    "throttled_gpu_hours",
+    "throttle_source",
+    "sm_active_source",
+    "resumed_from_step",
+)
 """The columns of ``runs`` that schema version 5 added (nullable: a run tracked before has
 them unknown)."""
 

@@ -101,6 +101,7 @@ def test_a_job_judged_by_sacct_is_judged_whole_at_its_average() -> None:
             "failed": 0.0,
             "idle": 0.0,
             "below_target": 10 * (1 - 40 / 85),
+            "redone": 0.0,
             "throttled": 0.0,
             "slow_node": 0.0,
             "useful": 10 * 40 / 85,
@@ -137,6 +138,7 @@ def test_a_job_that_failed_is_failed_work_not_waste(state: str, failed: bool) ->
             "failed": 10.0,
             "idle": 0.0,
             "below_target": 0.0,
+            "redone": 0.0,
             "throttled": 0.0,
             "slow_node": 0.0,
             "useful": 0.0,
@@ -396,3 +398,48 @@ def test_buckets_add_up_and_every_surface_sums_the_same(
     rows = k.runs
     b = bucket_hours(rows)
     assert (b.sum(axis=1) - rows["gpu_hours"]).abs().max() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_run_resumed_from_an_earlier_checkpoint_makes_re_done_work() -> None:
+    """pretrain ran 1,000 steps on 4 H100 for 5 h at 90% and crashed; its last checkpoint was
+    step 800, where the next run resumed (2,000 steps after it, 10 h at 90%). The crashed run's
+    last 200 of 1,000 steps were run twice: 4 GPU x 5 h x 0.2 = 4 GPU-h ($15.40) re-done
+    work, and no failed work (its first 800 steps are in the checkpoint); the resumed run's
+    time is its own. A crashed run nobody resumed is failed work, whole."""
+    first = dataclasses.replace(
+        run("p1", W48 + timedelta(days=1), 5, gpus=4, util=90.0, name="pretrain", steps=1000),
+        status="crashed",
+    )
+    resumed = run(
+        "p2",
+        W48 + timedelta(days=1, hours=6),
+        10,
+        gpus=4,
+        util=90.0,
+        name="pretrain",
+        steps=2000,
+        resumed_from_step=800,
+    )
+    lost = dataclasses.replace(
+        run("o", W48 + timedelta(days=2), 1, util=90.0, name="other", steps=50),
+        status="crashed",
+    )
+    frame = kpis.runs_frame([first, resumed, lost])
+    gt = kpis.gpu_time(frame, kpis.samples_frame([]), tz=UTC, now=W48 + timedelta(days=8))
+    k = kpis.kpis_of_gpu_time(frame, gt, W48, tz=UTC)
+    rows = k.runs.set_index("run_id")
+    assert (rows.loc["p1", "redone_hours"], rows.loc["p1", "failed_hours"]) == (
+        pytest.approx(4.0),
+        0.0,
+    )
+    assert rows.loc["p1", "redone_usd"] == pytest.approx(4.0 * 3.85)  # $15.40
+    assert rows.loc["p2", "redone_hours"] == 0.0  # the run that kept the result
+    assert rows.loc["o", "failed_hours"] == pytest.approx(1.0)
+    h = k.headline
+    assert (h.redone_gpu_hours, h.failed_gpu_hours) == (pytest.approx(4.0), pytest.approx(1.0))
+    b = bucket_hours(k.runs)
+    assert (b.sum(axis=1) - k.runs["gpu_hours"]).abs().max() == pytest.approx(0.0, abs=1e-12)
+    assert b["redone"].sum() == pytest.approx(4.0)
+    assert "re-done work $15.40" in beside_waste(k)
+    first_items = kpis.runs_to_fix(k)["run_id"].tolist()
+    assert first_items.index("p1") < first_items.index("o")  # $15.40 before $3.85

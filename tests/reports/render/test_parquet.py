@@ -119,8 +119,8 @@ def test_the_same_values_as_the_csv_run_lines(store: str, tmp_path: Path) -> Non
                 assert float(cell) == v, (row["run_id"], f)  # the CSV writes repr(float)
             checked += 1
     assert (
-        checked == 3 * 24 and len(by_csv) == checked
-    )  # 24 fields: kind, unmeasured_usd, failed_usd, the throttled time's three, the slow node's two
+        checked == 3 * 26 and len(by_csv) == checked
+    )  # 26 fields: kind, unmeasured_usd, failed_usd, re-done, throttled and slow-node figures
 
 
 def test_row_groups_a_block_of_runs_at_a_time(

@@ -519,6 +519,8 @@ def test_a_resumed_fit_is_a_run_of_its_own(
     assert (r1.name, r2.name) == ("lightning_logs/a", "lightning_logs/b")
     assert (r1.steps, r1.samples) == (10, 10 * BATCH)
     assert (r2.steps, r2.samples) == (10, 10 * BATCH)  # its own, not 20 cumulative
+    # the step it resumed at, from the checkpoint: the report's re-done work reads it
+    assert (r1.resumed_from_step, r2.resumed_from_step) == (None, 10)
     assert stored(url, r1.id) == r1 and stored(url, r2.id) == r2
     # FLOPs measured on the resumed fit's first batch, though its batch_idx is 10, not 0
     assert second.session is not None and second.session.flops_per_step == step_flops(BATCH)

@@ -537,6 +537,8 @@ def test_resumed_run_counts_only_its_own_steps(tmp_path: Path) -> None:
     assert r1.id != r2.id
     for r in (r1, r2):
         assert (r.steps, r.samples, r.tokens) == (n, n * BATCH, n * BATCH * SEQ_LEN)
+    # the step it resumed at, from the checkpoint: the report's re-done work reads it
+    assert (r1.resumed_from_step, r2.resumed_from_step) == (None, n)
     # FLOPs start from the restored total_flos, not from 0
     assert flops_per_token(r2) == pytest.approx(FLOPS_PER_TOKEN, rel=1e-6)
     assert {(s.id, s.status, s.samples) for s in stored(tmp_path)} == {

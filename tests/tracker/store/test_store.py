@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore, StoreError
+from tracker.store.schema import RUNS_V5_COLUMNS
 from tracker.store.spool import Spool
 from tracker.store.writer import StoreWriter
 
@@ -67,6 +68,7 @@ def full_run(**changes: object) -> RunRecord:
         throttled_gpu_hours=1.25,
         throttle_source="counter",
         sm_active_source="sampled every 1 s",
+        resumed_from_step=4_000,
         verdict="healthy",
         advice="nothing to do",
         source="tensorboard",
@@ -264,12 +266,12 @@ def test_a_version_4_store_is_read_as_it_is_and_gains_the_throttle_columns_when_
         s.upsert_run(full_run())
 
         def as_version_4(conn: sa.Connection) -> None:
-            for name in ("throttled_gpu_hours", "throttle_source", "sm_active_source"):
+            for name in RUNS_V5_COLUMNS:
                 conn.exec_driver_sql(f"ALTER TABLE runs DROP COLUMN {name}")
             conn.exec_driver_sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
 
         s.transaction(as_version_4, write=True)
-    old = full_run(throttled_gpu_hours=None, throttle_source=None, sm_active_source=None)
+    old = full_run(**dict.fromkeys(RUNS_V5_COLUMNS))
     with RunStore(store_url, create=False) as reader:  # a reader changes nothing
         assert reader.version == 4
         assert reader.get_run("run-1") == old
