@@ -126,10 +126,15 @@ def failed_work(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+RESUME_SLACK = np.timedelta64(60, "s")
+"""How long after a resumed run's start the run before it may have ended (clocks, a
+scheduler's restart)."""
+
+
 def redone_shares(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per run, the share of its GPU-time spent on steps the next run of its job (the run of
-    the same job key started after it, before any other) ran again, having resumed from an
-    earlier checkpoint: (its last global step − the step the next run resumed at) ÷ its steps,
+    """Per run, the share of its GPU-time spent on steps the next run of its job (a run of the
+    same job key that resumed from an earlier checkpoint, this one being the last of the job
+    to end by its start) ran again: (its last global step − the step the next run resumed at) ÷ its steps,
     at most all of them; and whether such a next run resumed from it.
 
     Args:
@@ -150,16 +155,21 @@ def redone_shares(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     if not len(later):
         return share, resumed
     keys = job_keys(runs["name"], runs["links"]).to_numpy(dtype=object)
-    wanted = np.flatnonzero(pd.Series(keys).isin(set(keys[later])).to_numpy(dtype=bool))
     start = pd.to_datetime(runs["started_at"], utc=True).to_numpy(dtype="datetime64[ns]")
-    order = wanted[np.lexsort((start[wanted], keys[wanted]))]
+    end = pd.to_datetime(runs["ended_at"], utc=True).to_numpy(dtype="datetime64[ns]")
     steps = pd.to_numeric(runs["steps"], errors="coerce").fillna(0).to_numpy(dtype=float)
     last = np.nan_to_num(at) + steps  # each run's last global step
-    for j in range(1, len(order)):
-        i, p = order[j], order[j - 1]
-        if at[i] > 0 and keys[i] == keys[p] and steps[p] > 0:
-            share[p] = min(max(last[p] - at[i], 0.0) / steps[p], 1.0)
-            resumed[p] = True
+    of_key = pd.Series(np.arange(n)).groupby(keys).indices
+    for i in later:
+        same = of_key[keys[i]]
+        # the run before it: the last of its job to end by its start (not a sweep's sibling
+        # that ran beside it), a minute's slack for the scheduler's restart
+        before = same[(end[same] <= start[i] + RESUME_SLACK) & (same != i) & (steps[same] > 0)]
+        if not len(before):
+            continue
+        p = before[np.argmax(end[before])]
+        share[p] = max(share[p], min(max(last[p] - at[i], 0.0) / steps[p], 1.0))
+        resumed[p] = True
     return share, resumed
 
 

@@ -14,7 +14,8 @@ GPM_METRICS: dict[str, str] = {
 
 VIOLATION_POLICIES = ("NVML_PERF_POLICY_POWER", "NVML_PERF_POLICY_THERMAL")
 """The violation counters read (``nvmlDeviceGetViolationStatus``): time held below the
-clocks by the power cap (software and hardware power brake) and by thermal slowdown."""
+clocks by the power cap (the counter DCGM 4.2 calls ``CLOCKS_EVENT_REASON_SW_POWER_CAP_NS``)
+and by thermal slowdown."""
 
 THROTTLE_REASONS = (
     "nvmlClocksEventReasonSwPowerCap",

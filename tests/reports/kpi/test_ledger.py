@@ -424,7 +424,10 @@ def test_a_run_resumed_from_an_earlier_checkpoint_makes_re_done_work() -> None:
         run("o", W48 + timedelta(days=2), 1, util=90.0, name="other", steps=50),
         status="crashed",
     )
-    frame = kpis.runs_frame([first, resumed, lost])
+    # a sweep's sibling of the same job, started later than the crashed run and still running
+    # when the resume began: not the run it resumed from
+    sibling = run("s", W48 + timedelta(days=1, hours=1), 8, util=90.0, name="pretrain", steps=9)
+    frame = kpis.runs_frame([first, resumed, lost, sibling])
     gt = kpis.gpu_time(frame, kpis.samples_frame([]), tz=UTC, now=W48 + timedelta(days=8))
     k = kpis.kpis_of_gpu_time(frame, gt, W48, tz=UTC)
     rows = k.runs.set_index("run_id")
@@ -434,6 +437,7 @@ def test_a_run_resumed_from_an_earlier_checkpoint_makes_re_done_work() -> None:
     )
     assert rows.loc["p1", "redone_usd"] == pytest.approx(4.0 * 3.85)  # $15.40
     assert rows.loc["p2", "redone_hours"] == 0.0  # the run that kept the result
+    assert rows.loc["s", "redone_hours"] == 0.0
     assert rows.loc["o", "failed_hours"] == pytest.approx(1.0)
     h = k.headline
     assert (h.redone_gpu_hours, h.failed_gpu_hours) == (pytest.approx(4.0), pytest.approx(1.0))

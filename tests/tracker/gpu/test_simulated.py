@@ -75,3 +75,21 @@ def test_env_var_picks_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_specs_name_the_problem(spec: str, message: str) -> None:
     with pytest.raises(BackendError, match=message):
         open_backend(spec)
+
+
+def test_the_throttled_profile_counts_its_ten_seconds_a_minute_and_drops_the_clock() -> None:
+    b = SimulatedBackend("throttled", model="H100", count=1)
+    b.open(1000.0)
+    first = b.read(1000.0)[0]
+    assert first.sm_clock_mhz == pytest.approx(1980 * 0.7)  # held down from 0 to 10 s
+    later = b.read(1000.0 + 150.0)[0]  # 2.5 minutes: 10 + 10 + 10 s held
+    assert later.throttle_ns is not None and first.throttle_ns is not None
+    assert (later.throttle_ns - first.throttle_ns) / 1e9 == pytest.approx(30.0)
+    assert later.sm_clock_mhz == 1980.0  # 30 s into its minute: at its clocks
+
+
+def test_the_gpu_lost_profile_leaves_its_last_gpu_out_after_two_minutes() -> None:
+    b = SimulatedBackend("gpu-lost", model="H100", count=2)
+    infos = b.open(0.0)
+    assert len(b.read(119.0)) == 2
+    assert [r.uuid for r in b.read(120.0)] == [infos[0].uuid]
