@@ -30,7 +30,7 @@ class SlowNode:
 def throttle_how(source: str | None) -> str:
     """``counter-exact`` or ``sampled every 1 s``: how a throttled time was measured, in words
     (:attr:`tracker.record.RunRecord.throttle_source`)."""
-    return "counter-exact" if source in (None, "counter") else source
+    return source if isinstance(source, str) and source != "counter" else "counter-exact"
 
 
 def throttled_words(gpu_hours: float, gpu_count: int, source: str | None) -> str:
@@ -78,9 +78,21 @@ def machine_sentence(
         parts.append(f"node {slow.host} {slow.slower_pct:.0f}% slower than its siblings")
     if not parts:
         return None
-    share = min(lost / gpu_hours, 1.0)
-    usd = "" if usd_per_gpu_hour is None else f" and ${lost * usd_per_gpu_hour:,.2f}"
+    usd = None if usd_per_gpu_hour is None else lost * usd_per_gpu_hour
+    return machine_words(lost / gpu_hours, usd, parts, what=what)
+
+
+def machine_words(share: float, usd: float | None, parts: list[str], *, what: str) -> str:
+    """``17% of this run's GPU-time and $0.64 were the machine (PARTS), not your code``.
+
+    Args:
+        share: The machine's share of the GPU-time (0–1).
+        usd: Its dollars (None: unpriced, left out).
+        parts: What it was, each in a few words.
+        what: ``run``, ``job``.
+    """
+    paid = "" if usd is None else f" and ${usd:,.2f}"
     return (
-        f"{100 * share:.0f}% of this {what}'s GPU-time{usd} were the machine "
+        f"{100 * min(share, 1.0):.0f}% of this {what}'s GPU-time{paid} were the machine "
         f"({'; '.join(parts)}), not your code"
     )

@@ -213,9 +213,11 @@ def _gpus(count: object, model: object) -> str:
     return f"{round(n)} × {model_text}" if n else model_text
 
 
-def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
+def _run_rows(df: pd.DataFrame, slow: pd.DataFrame | None = None) -> list[dict[str, Any]]:
     rows = []
-    for r in df.head(MAX_RUN_ROWS).to_dict("records"):
+    df = df.head(MAX_RUN_ROWS)
+    machine = _machine_sentences(df, slow)
+    for r, says in zip(df.to_dict("records"), machine, strict=True):
         started = r.get("started_at")
         rows.append(
             {
@@ -231,20 +233,68 @@ def _run_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
                 "waste": _waste_cell(r),
                 "verdict": text_or_dash(r["verdict"]),
                 "advice": text_or_dash(r["advice"], ""),
+                "machine": says,
                 "links": links_of(r["links"]),
             }
         )
     return rows
 
 
+def _machine_sentences(df: pd.DataFrame, slow: pd.DataFrame | None) -> list[str]:
+    """Each row's machine share in a sentence, as the ledger counts it (its throttled and slow
+    node GPU-hours and dollars: :func:`tracker.machine.machine_words`); empty where it has
+    none worth naming."""
+    from reports.kpi.jobkeys import job_keys
+    from tracker.machine import SHOWN_FROM_SHARE, machine_words, throttled_words
+
+    slower: dict[tuple[str, str], float] = {}
+    if slow is not None and len(slow):
+        slower = {
+            (str(k), str(h)): float(p)
+            for k, h, p in zip(slow["job_key"], slow["host"], slow["slowdown_pct"], strict=True)
+        }
+    out = []
+    keys = job_keys(df["name"], df["links"]).tolist() if slower and len(df) else [""] * len(df)
+    for r, key in zip(df.to_dict("records"), keys, strict=True):
+        held = as_number(r.get("gpu_hours")) or 0.0
+        throttled = as_number(r.get("throttled_hours")) or 0.0
+        lost = as_number(r.get("slow_node_hours")) or 0.0
+        parts = []
+        named = held > 0 and throttled >= SHOWN_FROM_SHARE * held
+        if named:
+            gpus = int(as_number(r.get("gpu_count")) or 1)
+            parts.append(throttled_words(throttled, gpus, r.get("throttle_source")))
+        pct = slower.get((key, str(r.get("host"))))
+        if lost > 0 and pct is not None:
+            parts.append(f"node {text_or_dash(r.get('host'))} {pct:.0f}% slower than its siblings")
+        else:
+            lost = 0.0
+        if not parts:
+            out.append("")
+            continue
+        usd = None
+        if r.get("priced", True):
+            usd = (as_number(r.get("slow_node_usd")) or 0.0) if lost else 0.0
+            usd += (as_number(r.get("throttled_usd")) or 0.0) if named else 0.0
+        share = ((throttled if named else 0.0) + lost) / held
+        out.append(machine_words(share, usd, parts, what="run"))
+    return out
+
+
 def _waste_cell(r: Mapping[str, Any]) -> str:
-    """A run's recoverable waste, and its dollars no sample measured beside it."""
+    """A run's recoverable waste, and beside it its dollars no sample measured, of failed work
+    and of re-done work (the machine's are said under its verdict)."""
     if not r.get("priced", True):
         return "n/a"
     text = fmt_usd(r["waste_usd"])
-    unmeasured = as_number(r.get("unmeasured_usd"))
-    if unmeasured is not None and unmeasured >= 0.005:
-        text += f" + {fmt_usd(unmeasured)} not measured"
+    for column, what in (
+        ("unmeasured_usd", "not measured"),
+        ("failed_usd", "failed work"),
+        ("redone_usd", "re-done"),
+    ):
+        usd = as_number(r.get(column))
+        if usd is not None and usd >= 0.005:
+            text += f" + {fmt_usd(usd)} {what}"
     return text
 
 
@@ -523,7 +573,7 @@ def report_context(
     # runs_to_fix(k, first=MAX_RUN_ROWS), with the count of them all: the rows shown taken,
     # not every run to fix copied
     order = fix_order(k)
-    under_rows = _run_rows(k.runs.iloc[order[:MAX_RUN_ROWS]].reset_index(drop=True))
+    under_rows = _run_rows(k.runs.iloc[order[:MAX_RUN_ROWS]].reset_index(drop=True), k.slow_nodes)
     causes = _causes(k)
     return {
         "title": title,

@@ -99,6 +99,30 @@ def test_readings_are_in_range(opened: tuple[NvmlBackend, list[GpuInfo]]) -> Non
             assert 100.0 <= r.sm_clock_mhz <= 4000.0
 
 
+def test_throttle_time_is_a_counter_or_a_reason_on_real_hardware(
+    opened: tuple[NvmlBackend, list[GpuInfo]],
+) -> None:
+    """Each GPU gives its power and thermal violation counters (ns since the driver loaded,
+    never going back, growing no faster than the wall clock per policy), or else the
+    clock-event reasons as a share of 0 or 1; which, printed for the session's note."""
+    backend, _ = opened
+    t0 = time.monotonic()
+    first = {r.uuid: r for r in backend.read(time.time())}
+    time.sleep(1.0)
+    second = {r.uuid: r for r in backend.read(time.time())}
+    elapsed_ns = (time.monotonic() - t0) * 1e9
+    for uuid, r in second.items():
+        before = first[uuid]
+        print(f"{uuid}: throttle_ns {r.throttle_ns}, throttled_share {r.throttled_share}")
+        if r.throttle_ns is not None:
+            assert before.throttle_ns is not None and r.throttle_ns >= before.throttle_ns >= 0
+            # two policies, each at most the time that passed
+            assert r.throttle_ns - before.throttle_ns <= 2 * elapsed_ns + 1e6
+            assert r.throttled_share is None  # the reasons are asked only without counters
+        else:
+            assert r.throttled_share in (0.0, 1.0, None)
+
+
 def test_cuda_visible_devices_by_uuid_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     probe = NvmlBackend()
     try:

@@ -319,3 +319,11 @@ def test_a_throttled_run_is_the_machines_in_runs_and_the_report(
     assert (first["cause"], first["usd"]) == ("throttled", pytest.approx(1.5 * 3.85))
     (run,) = week["runs"]
     assert (run["throttled_hours"], run["throttle_source"]) == (1.5, "counter")
+    html = ["report", "--store", url, "--week", "2026-W48", "--format", "html", "--out", str(out)]
+    assert main(html) == 0
+    page = (out / "2026-W48.html").read_text(encoding="utf-8")
+    assert (
+        "25% of this run&#39;s GPU-time and $5.78 were the machine (throttled 90 GPU-min, "
+        "counter-exact), not your code"
+    ) in page
+    assert "Throttled $5.78" in page or "throttled $5.78" in page

@@ -152,6 +152,11 @@ def test_the_report_names_it_in_its_json_csv_and_team_part(tmp_path: Path) -> No
     assert "Slow nodes: the machine, not the code" in page
     assert "nightly-train on n07 ran 18% slower than on its 3 other nodes" in page
     assert "820 vs 1,000 samples/s" in page
+    # each of its runs to fix says the machine's share under its verdict: 2 GPU-h x 18%
+    assert (
+        "18% of this run&#39;s GPU-time and $1.39 were the machine (node n07 18% slower than its "
+        "siblings), not your code"
+    ) in page
 
 
 def test_the_median_elsewhere_is_numpy_s_median_of_what_is_left() -> None:
