@@ -431,8 +431,8 @@ def _failed(k: WeekKpis) -> str:
 
 
 def _throttled(k: WeekKpis) -> str:
-    """``$12.40 paid for GPU-time the machine held below its clocks (power, thermal) (3.2
-    GPU-h; the most: pretrain, ana · nlp, $9.60)``; empty when there is none (the ledger's
+    """``$12.40 paid for GPU-time the machine held below its clocks for power or thermal
+    reasons (3.2 GPU-h; the most: pretrain, ana · nlp, $9.60)``; empty when there is none (the ledger's
     throttled time: the machine's, not the code's)."""
     h = k.headline
     return _paid_for(
@@ -440,7 +440,7 @@ def _throttled(k: WeekKpis) -> str:
         h.throttled_gpu_hours,
         h.throttled_usd,
         "throttled_usd",
-        "GPU-time the machine held below its clocks (power, thermal)",
+        "GPU-time the machine held below its clocks for power or thermal reasons",
     )
 
 

@@ -45,8 +45,8 @@ SHORT_FIX: dict[str, str] = {
     UNMEASURED_VERDICT: "track all of its time, or release the GPUs",
     FAILED_CAUSE: "read why it stopped; checkpoint so a restart resumes",
     REDONE_CAUSE: "checkpoint more often, so a restart re-does less",
-    THROTTLED_CAUSE: "the machine's: ask its operators to check cooling and power caps",
-    SLOW_NODE_CAUSE: "the machine's: ask its operators to check the node",
+    THROTTLED_CAUSE: "ask the node's operators to check its cooling and power caps",
+    SLOW_NODE_CAUSE: "ask the node's operators to check it against its siblings",
 }
 """Each cause's fix in a few words (the full advice is in the runs to fix)."""
 _CSV_FIELDS = (

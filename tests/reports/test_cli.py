@@ -49,8 +49,9 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     lines = p.stdout.splitlines()
     assert lines[0].split()[:4] == ["started", "name", "team", "project"]
     table = {line.split()[2]: line.split() for line in lines[1:6]}
-    # 8 x H100 for 3 h at $3.85 = 24 GPU-h, $92.40, 92% utilization, healthy
-    assert table["llama-8b-sft"][-6:] == ["24.00", "92", "92.40", "0.00", "finished", "healthy"]
+    # 8 x H100 for 3 h at $3.85 = 24 GPU-h, $92.40, 92% utilization, no waste; its GPUs held
+    # below their clocks 10 s of every minute (the simulated thermal slowdown): throttled
+    assert table["llama-8b-sft"][-6:] == ["24.00", "92", "92.40", "0.00", "finished", "throttled"]
     # 4 x A100-80GB for 2 h, owned (the demo's config): 15000 / (4 x 8766) + 0.5 x 0.10 x 1.3
     # = $0.4928/GPU-h, $3.94; 60% util: waste 3.94 x (1 - 60/85) = $1.16, as in the report
     assert table["resnet50-heavy-aug"][-6:] == [
@@ -93,7 +94,8 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert round(head["spend_usd"] - unmeasured, 2) == 1512.26  # the runs' own, as before
     assert "$85.72 paid for GPU-time no sample measured" in html.read_text()
     assert "the most: interactive-debug, ana · nlp, $77.00" in html.read_text()
-    assert "  paid beside the waste: not measured $85.72 · nobody held $" in p.stdout
+    beside = "  paid beside the waste: not measured $85.72 · throttled $15.40 · nobody held $"
+    assert beside in p.stdout  # llama-8b-sft's 4 GPU-h the machine held below its clocks
     # capacity nobody held has one dollar figure on the page: the ledger's, at the top; the
     # Slurm section gives the nodes' hours no job held, never a second owned-GPU price of them
     page = html.read_text()
