@@ -71,6 +71,11 @@ BUCKETS: dict[str, str] = {
 }
 """The ledger's buckets, each key and its name, in the order a GPU-second falls through them."""
 
+BESIDE_WASTE_USD = ("unmeasured_usd", "failed_usd", "redone_usd", "throttled_usd", "slow_node_usd")
+"""A row's dollars paid and in no cause of waste, bucket by bucket (not measured, failed work,
+re-done work, the machine's throttled time and slow node): summed beside the waste on every
+surface."""
+
 FAILED_COLUMNS = ("waste_usd", "idle_usd", "waste_hours", "idle_hours")
 """The figures of a row that are 0 when its GPU-time is failed work (it is in no later
 bucket)."""

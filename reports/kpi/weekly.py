@@ -19,6 +19,7 @@ from reports.kpi.fleet import rent_vs_own_lines
 from reports.kpi.frames import BASES, positions_in, sorted_codes_at, sorted_moving
 from reports.kpi.gputime import gpu_time
 from reports.kpi.ledger import (
+    BESIDE_WASTE_USD,
     JOB_KIND,
     RUN_KIND,
     Unallocated,
@@ -335,22 +336,14 @@ _SUMMED = [
     "spend_usd",
     "waste_usd",
     "idle_usd",
-    "unmeasured_usd",
-    "failed_usd",
-    "redone_usd",
-    "throttled_usd",
-    "slow_node_usd",
+    *BESIDE_WASTE_USD,
 ]
 _BREAKDOWN = [
     "gpu_hours",
     "spend_usd",
     "waste_usd",
     "idle_usd",
-    "unmeasured_usd",
-    "failed_usd",
-    "redone_usd",
-    "throttled_usd",
-    "slow_node_usd",
+    *BESIDE_WASTE_USD,
     "co2e_kg",
     "runs",
     "utilization_pct",
@@ -723,8 +716,8 @@ def fix_order(k: WeekKpis) -> np.ndarray:
     if not len(r):
         return np.zeros(0, dtype=np.int64)
     waste = pd.to_numeric(r["waste_usd"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
-    # paid, not measured, not finished or held down by the machine
-    for lost in ("unmeasured_usd", "failed_usd", "redone_usd", "throttled_usd", "slow_node_usd"):
+    # paid beside the waste: not measured, not finished, re-done or the machine's
+    for lost in BESIDE_WASTE_USD:
         if lost in r:
             waste = waste + pd.to_numeric(r[lost], errors="coerce").fillna(0.0).to_numpy(
                 dtype=float

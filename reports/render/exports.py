@@ -82,7 +82,7 @@ import pandas as pd
 
 from reports.kpi import HEADLINE_FIELDS, Headline, WeekKpis
 from reports.kpi.checks import as_text
-from reports.kpi.ledger import ledger_totals
+from reports.kpi.ledger import BESIDE_WASTE_USD, ledger_totals
 from reports.kpi.weekly import unpriced_groups
 from reports.render.csvsafe import FORMULA_START, QUOTED, safe_cell, safe_row
 from reports.render.csvsafe import writer as csv_writer
@@ -132,16 +132,7 @@ RUN_FIELDS = (
     "status",
     "links",
 )
-USD_FIELDS = (
-    "spend_usd",
-    "waste_usd",
-    "idle_usd",
-    "unmeasured_usd",
-    "failed_usd",
-    "redone_usd",
-    "throttled_usd",
-    "slow_node_usd",
-)
+USD_FIELDS = ("spend_usd", "waste_usd", "idle_usd", *BESIDE_WASTE_USD)
 """The dollars no price may stand for: null in the JSON (an empty CSV cell, a Parquet null)
 for a run whose GPU model has no price (``priced`` false), a breakdown group whose runs are
 all unpriced, and a headline (or trend week) none of whose GPU-time is priced. Unpriced is

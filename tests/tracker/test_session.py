@@ -468,6 +468,22 @@ def test_a_wall_clock_step_mid_run_is_no_gpu_time(
     assert (r.ended_at - r.started_at).total_seconds() == pytest.approx(ends_after_s)
 
 
+def steady_run(profile: str, seconds: int) -> Session:
+    """A plain loop of 1-second steps on one simulated H100 of ``profile``, stored nowhere."""
+    clock = Clock()
+    with track(
+        name=profile,
+        backend=f"simulated:{profile}@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        warmup_steps=0,
+        log_to_python=False,
+    ) as run:
+        loop(run, clock, steps=seconds, wait_s=0.0, compute_s=1.0)
+    return run
+
+
 def test_an_hour_throttled_ten_minutes_in_each_hour_names_the_machine(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -475,18 +491,7 @@ def test_an_hour_throttled_ten_minutes_in_each_hour_names_the_machine(
     hour on one H100, 600 s throttled by the violation counter (exact), 10 min × $3.85/h =
     $0.6417, 1/6 of the GPU-time (17%). Utilization 92% (above target): its verdict names the
     machine, not the code."""
-    clock = Clock()
-    with track(
-        name="hot",
-        backend="simulated:throttled@H100",
-        store=False,
-        clock=clock,
-        threaded=False,
-        warmup_steps=0,
-        log_to_python=False,
-    ) as run:
-        loop(run, clock, steps=3600, wait_s=0.0, compute_s=1.0)
-    r = run.record
+    r = steady_run("throttled", 3600).record
     assert r is not None
     assert r.throttled_gpu_hours == pytest.approx(600 / 3600)
     assert r.throttle_source == "counter"
@@ -500,18 +505,7 @@ def test_an_hour_throttled_ten_minutes_in_each_hour_names_the_machine(
 
 
 def test_a_healthy_run_says_nothing_of_the_machine(capsys: pytest.CaptureFixture[str]) -> None:
-    clock = Clock()
-    with track(
-        name="cool",
-        backend="simulated:healthy@H100",
-        store=False,
-        clock=clock,
-        threaded=False,
-        warmup_steps=0,
-        log_to_python=False,
-    ) as run:
-        loop(run, clock, steps=120, wait_s=0.0, compute_s=1.0)
-    r = run.record
+    r = steady_run("healthy", 120).record
     assert r is not None
     assert r.throttled_gpu_hours == 0.0 and r.throttle_source == "counter"
     assert r.verdict == "healthy"
