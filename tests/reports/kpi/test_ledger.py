@@ -447,3 +447,69 @@ def test_a_run_resumed_from_an_earlier_checkpoint_makes_re_done_work() -> None:
     assert "re-done work $15.40" in beside_waste(k)
     first_items = kpis.runs_to_fix(k)["run_id"].tolist()
     assert first_items.index("p1") < first_items.index("o")  # $15.40 before $3.85
+
+
+LINK = st.tuples(
+    st.integers(1, 3),  # GPUs
+    st.integers(1, 6),  # hours
+    st.sampled_from([20.0, 60.0, 95.0]),  # utilization
+    st.integers(1, 500),  # steps run
+    st.sampled_from(["finished", "crashed", "failed"]),
+    st.integers(0, 600),  # the step the next run resumes at (its checkpoint)
+    st.sampled_from([None, 0.0, 0.3]),  # throttled share of its GPU-time
+)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(chain=st.lists(LINK, min_size=1, max_size=5))
+def test_a_chain_of_resumed_runs_adds_up_and_re_does_by_hand(
+    chain: list[tuple[int, int, float, int, str, int, float | None]],
+) -> None:
+    """One job's runs one after the other, each resuming at a drawn step: every row's buckets
+    add up to its GPU-hours; a run's re-done work is, by hand, its GPU-time × (its last global
+    step − the next run's resume step) ÷ its steps, at most what the waste rule leaves; a run
+    that failed is failed work only when no run resumed from it."""
+    records = []
+    at = W48 + timedelta(days=1)
+    base = 0  # each run's first global step
+    for i, (gpus, hours, util, steps, status, _, share) in enumerate(chain):
+        resume = None if i == 0 else min(chain[i - 1][5], base)  # no checkpoint past its end
+        first = base if resume is None else resume
+        records.append(
+            dataclasses.replace(
+                run(
+                    f"r{i}",
+                    at,
+                    hours,
+                    gpus=gpus,
+                    util=util,
+                    name="pretrain",
+                    steps=steps,
+                    resumed_from_step=resume or None,
+                    throttled_gpu_hours=None if share is None else share * gpus * hours,
+                    throttle_source=None if share is None else "counter",
+                ),
+                status=status,
+            )
+        )
+        base = first + steps
+        at += timedelta(hours=hours, minutes=5)
+    frame = kpis.runs_frame(records)
+    gt = kpis.gpu_time(frame, kpis.samples_frame([]), tz=UTC, now=W48 + timedelta(days=8))
+    k = kpis.kpis_of_gpu_time(frame, gt, W48, tz=UTC)
+    rows = k.runs.set_index("run_id")
+    b = bucket_hours(k.runs)
+    assert (b.sum(axis=1) - k.runs["gpu_hours"]).abs().max() == pytest.approx(0.0, abs=1e-9)
+    for i, r in enumerate(records):
+        row = rows.loc[r.id]
+        held = r.gpu_hours
+        resumed_by = records[i + 1].resumed_from_step if i + 1 < len(records) else None
+        failed = r.status != "finished" and resumed_by is None
+        assert row["failed_hours"] == pytest.approx(held if failed else 0.0), r.id
+        if failed or not resumed_by:
+            assert row["redone_hours"] == 0.0, r.id
+            continue
+        last = (r.resumed_from_step or 0) + r.steps
+        share = min(max(last - resumed_by, 0) / r.steps, 1.0)
+        below = held * max(0.0, 1 - r.util_pct / 85)  # the waste rule, no idle stretch here
+        assert row["redone_hours"] == pytest.approx(min(held * share, held - below)), r.id
