@@ -137,10 +137,10 @@ scheduler's restart)."""
 
 
 def redone_shares(runs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per run, the share of its GPU-time spent on steps the next run of its job (a run of the
-    same job key that resumed from an earlier checkpoint, this one being the last of the job
-    to end by its start) ran again: (its last global step − the step the next run resumed at) ÷ its steps,
-    at most all of them; and whether such a next run resumed from it.
+    """Per run, the share of its GPU-time spent on steps the next run of its job ran again (a
+    run of the same job key that resumed from an earlier checkpoint, this one being the last
+    of the job to end by its start): (its last global step − the step the next run resumed
+    at) ÷ its steps, at most all of them; and whether such a next run resumed from it.
 
     Args:
         runs: The runs (:func:`reports.kpi.runs_frame`; ``resumed_from_step``, ``steps``,
