@@ -250,7 +250,7 @@ def _throttled(line: JobLine, runs: Any, waste: float | None) -> tuple[float | N
     the job's sampled time, at most what the waste leaves of it, as the ledger's
     :func:`reports.kpi.ledger.throttled_work` caps a row) and how they were measured; (None,
     None) where no run of it measured it."""
-    from tracker.figures import COUNTER_EXACT
+    from tracker.figures import COUNTER_EXACT, sampled_every
 
     mine = [r for r in runs if r.id in line.runs and r.throttled_gpu_hours is not None]
     if not mine or line.matched != "id":
@@ -263,9 +263,9 @@ def _throttled(line: JobLine, runs: Any, waste: float | None) -> tuple[float | N
     price = line.price_per_gpu_hour
     if waste is not None and price:
         hours = min(hours, max(line.sampled_gpu_hours - waste / price, 0.0))
-    sources = {r.throttle_source or COUNTER_EXACT for r in mine}
-    source = COUNTER_EXACT if sources == {COUNTER_EXACT} else max(sources - {COUNTER_EXACT})
-    return hours, source
+    # counter-exact where every run's is; else the widest interval any run was sampled at
+    widest = max(mine, key=lambda r: sampled_every(r.throttle_source))
+    return hours, widest.throttle_source or COUNTER_EXACT
 
 
 def _verdict(
@@ -348,7 +348,7 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
     throttled = note.throttled_gpu_hours
     if throttled is not None and throttled > 0:
         lines.append(
-            f"Throttled (the machine's, {throttle_how(note.throttle_source)}): "
+            f"Throttled (the machine's, {one_line(throttle_how(note.throttle_source), 40)}): "
             f"{fmt_hours(throttled)}, {usd(note.throttled_usd)}"
         )
     parts = "waste + no samples" + (" + failed work" if note.failed else "")
@@ -365,7 +365,7 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
             lines.append(f"and {len(note.gpus) - 64} more GPUs")
     lines += ["", f"Verdict: {note.verdict}"]
     if machine := note.machine():
-        lines.append(machine)
+        lines.append(one_line(machine, 300))
     if note.advice:
         lines.append(f"Advice: {note.advice}")
     return "\n".join(lines) + "\n"

@@ -330,6 +330,16 @@ COUNTER_EXACT = "counter"
 :attr:`RunRecord.sm_active_source`)."""
 
 
+def sampled_every(source: str | None) -> float:
+    """The interval a figure measured as ``source`` (:func:`measured_by`'s words) was sampled
+    at, seconds; 0 for a counter's (or words that name no interval)."""
+    prefix, _, rest = (source or "").partition("sampled every ")
+    try:
+        return float(rest.removesuffix(" s")) if not prefix and rest else 0.0
+    except ValueError:
+        return 0.0
+
+
 def measured_by(sampled_s: float | None) -> str:
     """How a run's figure was measured, as the record keeps it: :data:`COUNTER_EXACT`, or
     ``sampled every N s`` (a gauge or a clock-event reason read at each reading)."""

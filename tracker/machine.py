@@ -8,23 +8,11 @@ node a recurring job runs slower on than on its others (:mod:`reports.kpi.slowno
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tracker.units import S_PER_HOUR
 
 SHOWN_FROM_SHARE = 0.01
 """The share of a run's GPU-time from which its throttled time is named (a few seconds of a
 power cap are not worth a line)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlowNode:
-    """A node that ran a recurring job slower than its other nodes did."""
-
-    host: str
-    slower_pct: float
-    """How far the job's throughput there is below its median elsewhere, percent: that share
-    of a run's time there is time the same work takes no longer elsewhere."""
 
 
 def throttle_how(source: str | None) -> str:
@@ -47,13 +35,11 @@ def machine_sentence(
     throttled_gpu_hours: float | None,
     throttle_source: str | None,
     usd_per_gpu_hour: float | None,
-    slow: SlowNode | None = None,
     what: str = "run",
 ) -> str | None:
     """``17% of this run's GPU-time and $0.64 were the machine (throttled 10 min,
     counter-exact), not your code``; None where the machine's share is nothing worth naming
-    (throttled under :data:`SHOWN_FROM_SHARE` of the GPU-time, or not measured, and no slow
-    node).
+    (throttled under :data:`SHOWN_FROM_SHARE` of the GPU-time, or not measured).
 
     Args:
         gpu_hours: The run's GPU-hours.
@@ -61,25 +47,17 @@ def machine_sentence(
         throttled_gpu_hours: Of them, held below the clocks (None: not measured).
         throttle_source: How that was measured (``counter``, ``sampled every N s``).
         usd_per_gpu_hour: The run's price (None: unpriced; the dollars are left out).
-        slow: The slow node the run ran on, if the report found one; its share is the rest
-            of the run's GPU-time times the slowdown (as :mod:`reports.kpi.slownodes` costs
-            it).
         what: What it is (``run``, ``job``).
+
+    Returns:
+        The sentence, or None.
     """
-    if gpu_hours <= 0:
-        return None
     throttled = throttled_gpu_hours or 0.0
-    named = throttled >= SHOWN_FROM_SHARE * gpu_hours
-    parts = [throttled_words(throttled, gpu_count, throttle_source)] if named else []
-    lost = throttled if named else 0.0
-    if slow is not None and slow.slower_pct > 0:
-        # time spent beyond what the job takes elsewhere, outside the throttled time
-        lost += (gpu_hours - lost) * slow.slower_pct / 100.0
-        parts.append(f"node {slow.host} {slow.slower_pct:.0f}% slower than its siblings")
-    if not parts:
+    if gpu_hours <= 0 or throttled < SHOWN_FROM_SHARE * gpu_hours:
         return None
-    usd = None if usd_per_gpu_hour is None else lost * usd_per_gpu_hour
-    return machine_words(lost / gpu_hours, usd, parts, what=what)
+    usd = None if usd_per_gpu_hour is None else throttled * usd_per_gpu_hour
+    parts = [throttled_words(throttled, gpu_count, throttle_source)]
+    return machine_words(throttled / gpu_hours, usd, parts, what=what)
 
 
 def machine_words(share: float, usd: float | None, parts: list[str], *, what: str) -> str:

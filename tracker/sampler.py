@@ -403,7 +403,6 @@ class Sampler:
                     # the counters carry over, so the minutes add up to the run
                     stats.energy_base_j = cur[1].energy_last_j
                     stats.cycles_base = cur[1].cycles_last
-                    stats.throttle_base_ns = cur[1].throttle_last_ns
                 cur = (minute, stats)
                 self._minute[r.uuid] = cur
             end = min(t1, (minute + 1) * 60.0)

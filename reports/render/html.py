@@ -397,8 +397,8 @@ def _lede(k: WeekKpis) -> str:
     )
     if h.idle_usd > 0:
         text += f", of which {fmt_usd(h.idle_usd)} paid for idle GPUs"
-    for beside in (_unmeasured(k), _failed(k), _redone(k), _throttled(k), _slow_node(k)):
-        if beside:
+    for _, hours, usd, column, what in _BESIDE:
+        if beside := _paid_for(k, getattr(h, hours), getattr(h, usd), column, what):
             text += f"; {beside}"
     if h.unpriced_gpu_hours > 0:
         text += f". Not counted: {unpriced(k)} ({PRICE_HINT})"
@@ -412,58 +412,48 @@ LEDE_NAME_CHARS = 60
 """A name in the lede is cut to this many characters (one line)."""
 
 
-def _unmeasured(k: WeekKpis) -> str:
-    """``$85.72 paid for GPU-time no sample measured (23.2 GPU-h; the most: interactive-debug,
-    ana · nlp, $77.00)``; empty when there is none."""
-    h = k.headline
-    return _paid_for(
-        k, h.unmeasured_gpu_hours, h.unmeasured_usd, "unmeasured_usd", "GPU-time no sample measured"
-    )
-
-
-def _failed(k: WeekKpis) -> str:
-    """``$120.00 paid for runs and jobs that failed or crashed (16.0 GPU-h; the most: pretrain,
-    ana · nlp, $96.00)``; empty when there is none (the ledger's failed work)."""
-    h = k.headline
-    return _paid_for(
-        k, h.failed_gpu_hours, h.failed_usd, "failed_usd", "runs and jobs that failed or crashed"
-    )
-
-
-def _throttled(k: WeekKpis) -> str:
-    """``$12.40 paid for GPU-time the machine held below its clocks for power or thermal
-    reasons (3.2 GPU-h; the most: pretrain, ana · nlp, $9.60)``; empty when there is none (the ledger's
-    throttled time: the machine's, not the code's)."""
-    h = k.headline
-    return _paid_for(
-        k,
-        h.throttled_gpu_hours,
-        h.throttled_usd,
-        "throttled_usd",
-        "GPU-time the machine held below its clocks for power or thermal reasons",
-    )
-
-
-def _redone(k: WeekKpis) -> str:
-    """``$7.70 paid for steps run twice after a resume from a checkpoint (2.0 GPU-h; the
-    most: …)``; empty when there is none (the ledger's re-done work)."""
-    h = k.headline
-    return _paid_for(
-        k,
-        h.redone_gpu_hours,
-        h.redone_usd,
+_BESIDE: tuple[tuple[str, str, str, str, str], ...] = (
+    # the name "beside the waste" gives it, the headline's GPU-hours and dollars, the rows'
+    # dollars, and what the lede says was paid for
+    (
+        "not measured",
+        "unmeasured_gpu_hours",
+        "unmeasured_usd",
+        "unmeasured_usd",
+        "GPU-time no sample measured",
+    ),
+    (
+        "failed work",
+        "failed_gpu_hours",
+        "failed_usd",
+        "failed_usd",
+        "runs and jobs that failed or crashed",
+    ),
+    (
+        "re-done work",
+        "redone_gpu_hours",
+        "redone_usd",
         "redone_usd",
         "steps run twice after a resume from a checkpoint",
-    )
-
-
-def _slow_node(k: WeekKpis) -> str:
-    """``$4.16 paid for GPU-time lost to slow nodes (1.1 GPU-h; the most: …)``; empty when
-    there is none (the ledger's slow node: the machine's)."""
-    h = k.headline
-    return _paid_for(
-        k, h.slow_node_gpu_hours, h.slow_node_usd, "slow_node_usd", "GPU-time lost to slow nodes"
-    )
+    ),
+    (
+        "throttled",
+        "throttled_gpu_hours",
+        "throttled_usd",
+        "throttled_usd",
+        "GPU-time the machine held below its clocks for power or thermal reasons",
+    ),
+    (
+        "slow nodes",
+        "slow_node_gpu_hours",
+        "slow_node_usd",
+        "slow_node_usd",
+        "GPU-time lost to slow nodes",
+    ),
+)
+"""The ledger's buckets paid and in no cause of waste, as the lede and "beside the waste" name
+them (:data:`reports.kpi.ledger.BESIDE_WASTE_USD`): ``$85.72 paid for GPU-time no sample
+measured (23.2 GPU-h; the most: interactive-debug, ana · nlp, $77.00)``."""
 
 
 def _paid_for(k: WeekKpis, hours: float, usd: float, column: str, what: str) -> str:
@@ -515,20 +505,15 @@ def _unallocated(k: WeekKpis) -> str:
 
 
 def beside_waste(k: WeekKpis) -> str:
-    """What was paid and is in no cause of waste: GPU-time no sample measured, failed and
-    re-done work, the machine's throttled time and slow nodes, and capacity nobody held, in dollars (GPU-hours
-    where unpriced); empty when none."""
+    """What was paid and is in no cause of waste (:data:`_BESIDE`: not measured, failed and
+    re-done work, the machine's throttled time and slow nodes) and capacity nobody held, in
+    dollars (GPU-hours where unpriced); empty when none."""
     h = k.headline
     parts = []
-    for what, hours, usd in (
-        ("not measured", h.unmeasured_gpu_hours, h.unmeasured_usd),
-        ("failed work", h.failed_gpu_hours, h.failed_usd),
-        ("re-done work", h.redone_gpu_hours, h.redone_usd),
-        ("throttled", h.throttled_gpu_hours, h.throttled_usd),
-        ("slow nodes", h.slow_node_gpu_hours, h.slow_node_usd),
-    ):
-        if hours >= 0.005:
-            parts.append(f"{what} " + (fmt_usd(usd) if usd >= 0.005 else fmt_hours(hours)))
+    for what, hours_field, usd_field, _, _ in _BESIDE:
+        held, paid = getattr(h, hours_field), getattr(h, usd_field)
+        if held >= 0.005:
+            parts.append(f"{what} " + (fmt_usd(paid) if paid >= 0.005 else fmt_hours(held)))
     if h.unallocated_gpu_hours is not None and h.unallocated_gpu_hours >= 0.005:
         usd = h.unallocated_usd is not None and h.unallocated_usd >= 0.005
         parts.append(

@@ -324,3 +324,13 @@ def test_throttled_time_is_the_counters_difference_else_the_sampled_readings() -
         reloaded.add(GpuReading(uuid="a", throttle_ns=ns), dt)
     assert reloaded.throttled_s is None
     assert GpuStats().throttled_s is None  # not measured, never 0
+
+
+def test_the_interval_a_figure_was_sampled_at_reads_back_from_its_words() -> None:
+    from tracker.figures import measured_by, sampled_every
+
+    assert sampled_every(measured_by(10.0)) == 10.0 and sampled_every(measured_by(0.0)) == 0.0
+    assert sampled_every(None) == 0.0 and sampled_every("sampled every soon s") == 0.0
+    # the widest of several is by number, not by text ("5" sorts after "10")
+    words = [measured_by(5.0), measured_by(10.0), measured_by(None)]
+    assert max(words, key=sampled_every) == "sampled every 10 s"
