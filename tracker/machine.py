@@ -22,10 +22,12 @@ def throttle_how(source: str | None) -> str:
 
 
 def throttled_words(gpu_hours: float, gpu_count: int, source: str | None) -> str:
-    """``throttled 10 min, counter-exact`` (GPU-minutes where several GPUs ran)."""
-    minutes = gpu_hours * S_PER_HOUR / 60.0
-    unit = "GPU-min" if gpu_count > 1 else "min"
-    return f"throttled {minutes:,.0f} {unit}, {throttle_how(source)}"
+    """``throttled 10 min, counter-exact`` (GPU-minutes where several GPUs ran; seconds under
+    a minute)."""
+    seconds = gpu_hours * S_PER_HOUR
+    gpu = "GPU-" if gpu_count > 1 else ""
+    amount = f"{seconds / 60.0:,.0f} {gpu}min" if seconds >= 59.5 else f"{seconds:.0f} {gpu}s"
+    return f"throttled {amount}, {throttle_how(source)}"
 
 
 def machine_sentence(

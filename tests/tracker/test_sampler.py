@@ -334,3 +334,13 @@ def test_the_interval_a_figure_was_sampled_at_reads_back_from_its_words() -> Non
     # the widest of several is by number, not by text ("5" sorts after "10")
     words = [measured_by(5.0), measured_by(10.0), measured_by(None)]
     assert max(words, key=sampled_every) == "sampled every 10 s"
+
+
+def test_throttled_time_in_words_says_seconds_under_a_minute() -> None:
+    from tracker.machine import throttled_words
+
+    assert throttled_words(600 / 3600, 1, "counter") == "throttled 10 min, counter-exact"
+    assert throttled_words(4.0, 8, None) == "throttled 240 GPU-min, counter-exact"
+    assert throttled_words(20 / 3600, 2, "sampled every 1 s") == (
+        "throttled 20 GPU-s, sampled every 1 s"
+    )
