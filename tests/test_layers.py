@@ -102,6 +102,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "tracker.config",
         "tracker.diagnosis",
         "tracker.machine",
+        "tracker.shares",
     ),
     ("tracker.gpu", "tracker.sinks", "tracker.store"),
     ("tracker.sampler",),

@@ -26,6 +26,9 @@ underutilized_pct = 50
 idle_pct = 5
 idle_window_min = 30
 
+[gpus]
+mig_share = "compute"   # a MIG instance is its compute slices of 7 (or "memory": of 8)
+
 [prices]          # USD per GPU-hour
 H100 = 2.49
 
@@ -74,6 +77,7 @@ from tracker.parsers import (
     text,
     whole,
 )
+from tracker.shares import SHARE_BASES
 from tracker.text import one_line
 
 __all__ = [
@@ -143,6 +147,9 @@ class Settings:
     """Owned GPU models by model (``[owned.<MODEL>]``), priced at their amortized cost."""
     carbon: Carbon = field(default_factory=Carbon)
     """Grid carbon intensity and PUE for CO2e (``[carbon]``)."""
+    mig_share: str = "compute"
+    """What a MIG instance's share of its GPU is counted by (``[gpus] mig_share``): its
+    compute slices (of 7) or its memory slices (of 8); :mod:`tracker.shares`."""
     gres_models: Mapping[str, str] = field(default_factory=dict)
     """Slurm gres types → the price table's model (``[slurm] gres_models``), for sites whose
     type names say no size (``a100``): what ``gpu-kpi import slurm`` records."""
@@ -216,6 +223,7 @@ TRACKER_SECTIONS: Sections = {
         "idle_pct": Key(_pct(), "IDLE_PCT"),
         "idle_window_min": Key(whole(1, 7 * 24 * 60), "IDLE_WINDOW_MIN"),
     },
+    "gpus": {"mig_share": Key(choice(SHARE_BASES), "MIG_SHARE")},
 }
 """The tracker's keys; the file's other sections belong to the reports side."""
 
@@ -385,6 +393,7 @@ def read_tracker(data: Mapping[str, Any], env: Mapping[str, str], errors: Errors
     return Settings(
         **found[""],
         **found["tracker"],
+        **found["gpus"],
         alert_webhook=webhook,
         thresholds=Thresholds(**found["thresholds"]),
         prices=read_prices(data, env, errors),

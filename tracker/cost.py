@@ -168,6 +168,9 @@ class GpuUse:
     held_s: float | None = None
     """Seconds this GPU was held, when it differs from the run's span (an import whose GPUs
     were logged for different lengths); None: the span."""
+    share: float = 1.0
+    """The share of a physical GPU it is (a MIG instance's slices: :mod:`tracker.shares`):
+    its seconds cost that share of the GPU's price."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,20 +185,21 @@ def run_cost(
     *,
     gpu_hours_each: float,
     gpus: list[GpuUse],
-    gpu_count: int,
+    gpu_count: float,
     usd_per_gpu_hour: float,
     target_util_pct: float,
 ) -> RunCost:
-    """A run's spend, waste and idle $: ``gpu_count`` GPUs for ``gpu_hours_each`` hours each,
-    ``gpus`` the use of each GPU that was sampled; waste per GPU on its own time
-    (:func:`gpu_waste_usd`: ``held_s``, else the span)."""
+    """A run's spend, waste and idle $: ``gpu_count`` GPUs (physical GPUs' worth: a MIG
+    instance counts its share) for ``gpu_hours_each`` hours each, ``gpus`` the use of each GPU
+    that was sampled; waste per GPU on its own time (:func:`gpu_waste_usd`: ``held_s``, else
+    the span), at its share of the price."""
     each = spend_usd(gpu_hours_each, usd_per_gpu_hour)
     span_s = 3600.0 * gpu_hours_each
 
     def waste(g: GpuUse) -> float:
         held_s = span_s if g.held_s is None else g.held_s
         return gpu_waste_usd(
-            spend_usd(s_to_hours(held_s), usd_per_gpu_hour),
+            spend_usd(s_to_hours(held_s), usd_per_gpu_hour * g.share),
             held=held_s,
             known=g.known_s,
             util_time=g.util_s,
@@ -207,7 +211,7 @@ def run_cost(
     return RunCost(
         spend_usd=gpu_count * each,
         waste_usd=sum(waste(g) for g in gpus),
-        idle_usd=idle_usd(sum(g.idle_s for g in gpus), usd_per_gpu_hour),
+        idle_usd=idle_usd(sum(g.idle_s * g.share for g in gpus), usd_per_gpu_hour),
     )
 
 

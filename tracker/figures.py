@@ -98,7 +98,7 @@ def window_metrics(
     fig: Mapping[str, float | None],
     *,
     peak_tflops: float | None,
-    gpu_count: int,
+    gpu_count: float,
     usd_per_gpu_hour: float | None,
     co2e_kg_per_kwh: float | None = None,
 ) -> dict[str, float]:
@@ -133,11 +133,16 @@ def window_metrics(
 
 
 def gpu_use(
-    stats: GpuStats, idle_s: float = 0.0, idle_util_s: float = 0.0, *, held_s: float | None = None
+    stats: GpuStats,
+    idle_s: float = 0.0,
+    idle_util_s: float = 0.0,
+    *,
+    held_s: float | None = None,
+    share: float = 1.0,
 ) -> GpuUse:
     """One GPU's :class:`GpuUse` from its run aggregates and its idle detector's counts; a
     single reading (no interval yet) stands for the span. ``held_s``: its own time, when not
-    the run's span."""
+    the run's span; ``share``: the share of a physical GPU it is."""
     tw = stats.tw["util_pct"]
     if tw.seconds > 0 or tw.last is None:
         return GpuUse(
@@ -146,8 +151,9 @@ def gpu_use(
             idle_s=idle_s,
             idle_util_s=idle_util_s,
             held_s=held_s,
+            share=share,
         )
-    return GpuUse(known_s=1.0, util_s=tw.last, held_s=held_s)
+    return GpuUse(known_s=1.0, util_s=tw.last, held_s=held_s, share=share)
 
 
 IDLE_SHARE = 0.5
@@ -169,6 +175,7 @@ def run_figures(
     samples: float,
     tokens: float,
     interval_s: float = 1.0,
+    shares: Sequence[float] = (),
 ) -> dict[str, float | None]:
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
     ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``idle``
@@ -178,25 +185,32 @@ def run_figures(
     an import whose GPUs were logged for different lengths, ``duration_s`` their mean), not on
     ``duration_s``. ``interval_s``: the sampling interval, the bound of a throttled time that
     was sampled rather than counted (``throttle_sampled_s``: 0 where every GPU's is
-    counter-exact)."""
+    counter-exact). ``shares``: the share of a physical GPU each GPU is (in the order of
+    ``stats``; a MIG instance's slices, :meth:`tracker.gpu.base.GpuInfo.share`; missing: 1):
+    GPU-hours, dollars and throttled time count physical GPUs' worth (``gpu_held``)."""
     hours = s_to_hours(max(duration_s, 0.0))
     idle_each = [*idle, *[(0.0, 0.0)] * (len(stats) - len(idle))]
+    share_each = [*shares, *[1.0] * (max(len(stats), gpu_count) - len(shares))]
+    held = sum(share_each[:gpu_count])
     idle_gpu_s = sum(i[0] for i in idle_each)
     cost = waste = idle_cost = None
     if usd_per_gpu_hour is not None and gpu_count:
         c = run_cost(
             gpu_hours_each=hours,
-            gpu_count=gpu_count,
+            gpu_count=held,
             usd_per_gpu_hour=usd_per_gpu_hour,
             gpus=[
-                gpu_use(s, *i, held_s=s.seconds if own_time else None)
-                for s, i in zip(stats, idle_each, strict=False)
+                gpu_use(s, *i, held_s=s.seconds if own_time else None, share=share)
+                for s, i, share in zip(stats, idle_each, share_each, strict=False)
             ],
             target_util_pct=thresholds.target_util_pct,
         )
         cost, waste, idle_cost = c.spend_usd, c.waste_usd, c.idle_usd
     energies = [e for s in stats if (e := s.energy_j) is not None]
-    throttles = [t for s in stats if (t := s.throttled_s) is not None]
+    throttles: list[tuple[float, bool]] = []  # each GPU's throttled seconds, its share's worth
+    for s, share in zip(stats, share_each, strict=False):
+        if (throttled := s.throttled_s) is not None:
+            throttles.append((throttled[0] * share, throttled[1]))
     sm = sm_active(stats)
     # GPUs idle most of the run: their utilization over all their known time under the
     # threshold, or half or more of their own time in idle stretches (one GPU at work and one
@@ -210,7 +224,8 @@ def run_figures(
     )
     return {
         "gpu_count": float(gpu_count),
-        "gpu_hours": gpu_count * hours,
+        "gpu_held": held,
+        "gpu_hours": held * hours,
         "util_pct": weighted_util(stats),
         "sm_active_pct": None if sm is None else sm[0],
         "mem_peak_gib": max(
@@ -280,8 +295,9 @@ def record_fields(
     """The run record's figures, MFU and verdict from :func:`run_figures` (of one process, or
     every rank's combined): the :class:`tracker.record.RunRecord` fields they fill."""
     n = int(fig["gpu_count"] or 0)
+    held = fig.get("gpu_held")
     flops_per_s = fig["flops_per_s"]
-    run_mfu = mfu(flops_per_s, peak_tflops, n) if flops_per_s else None
+    run_mfu = mfu(flops_per_s, peak_tflops, n if held is None else held) if flops_per_s else None
     verdict = diagnose(
         evidence(
             fig,

@@ -41,6 +41,7 @@ COUNT_KEYS = ("_gpus", "_samples", "_tokens")
 # what a rank sends for the run record: cumulative figures since the run started
 RECORD_KEYS: tuple[str, ...] = (
     "gpu_count",
+    "gpu_held",
     "gpu_hours",
     "util_pct",
     "sm_active_pct",
@@ -158,6 +159,7 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
     sm_sampled = [v for r in ranks if (v := r.get("sm_active_sampled_s")) is not None]
     return {
         "gpu_count": sum(gpus),
+        "gpu_held": total("gpu_held"),
         "gpu_hours": sum(hours),
         "util_pct": util_by_hours("util_pct"),
         "sm_active_pct": util_by_hours("sm_active_pct"),

@@ -72,6 +72,14 @@ class RunRecord:
     sm_active_source: str | None = None
     """How ``sm_active_pct`` was measured: ``counter`` (cycle counters: exact) or ``sampled
     every N s`` (a gauge read at each reading; its bound: docs/metrics.md)."""
+    mig_profile: str | None = None
+    """The MIG profile of its GPUs where they were MIG instances (``1g.10gb``; several
+    profiles joined by ``,``): its GPU-hours and dollars are their share of the physical GPUs
+    (:mod:`tracker.shares`). None: whole GPUs."""
+    gpu_split: str | None = None
+    """How a GPU it shared with other workloads at the same time (time-slicing, MPS) was split
+    between them: ``measured`` (each one's measured share of the GPU's work) or ``even``
+    (no per-process figure); None: it held its GPUs alone."""
     verdict: str | None = None
     advice: str | None = None
     source: str = "tracker"

@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -212,6 +212,7 @@ class Sampler:
             interval_s=settings.interval_s,
             idle_pct=t.idle_pct,
             idle_window_min=t.idle_window_min,
+            share_basis=settings.mig_share,
             **kwargs,
             alert=AlertRule(under_pct=t.alert_util_pct, window_s=settings.alert_window_s),
         )
@@ -231,6 +232,7 @@ class Sampler:
         on_idle: Callable[[list[str]], None] | None = None,
         idle_pct: float = _DEFAULTS.idle_pct,
         idle_window_min: int = _DEFAULTS.idle_window_min,
+        share_basis: str = "compute",
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
@@ -245,6 +247,10 @@ class Sampler:
         self.on_alert = on_alert
         self.on_idle = on_idle
         self.gpus: list[GpuInfo] = []
+        self.share_basis = share_basis
+        self.shares: dict[str, float] = {}
+        """Each GPU's share of a physical GPU (:meth:`GpuInfo.share`): its minute rows cover
+        that share of the minute's seconds and energy (a MIG instance's slices)."""
         self.run: dict[str, GpuStats] = {}
         self.window: dict[str, GpuStats] = {}
         self.idle: dict[str, IdleDetector] = {}
@@ -271,6 +277,7 @@ class Sampler:
         now = self.clock()
         self.gpus = self.backend.open(now)
         for g in self.gpus:
+            self.shares[g.uuid] = g.share(self.share_basis)
             self.run[g.uuid] = GpuStats()
             self.window[g.uuid] = GpuStats()
             self.idle[g.uuid] = IdleDetector(*self._idle_args)
@@ -413,8 +420,15 @@ class Sampler:
 
     def _close_minute(self, uuid: str, minute: int, stats: GpuStats) -> MinuteSample:
         row = self._minute_row(uuid, minute, stats)
-        self.idle[uuid].add_minute(row.util_pct, row.covered_s, minute)
-        return row
+        self.idle[uuid].add_minute(row.util_pct, row.covered_s, minute)  # the device's seconds
+        share = self.shares.get(uuid, 1.0)
+        if share == 1.0:
+            return row
+        return replace(
+            row,
+            covered_s=round(row.covered_s * share, 3),
+            energy_kwh=None if row.energy_kwh is None else row.energy_kwh * share,
+        )
 
     def _minute_row(self, uuid: str, minute: int, s: GpuStats) -> MinuteSample:
         energy = s.energy_j

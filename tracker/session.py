@@ -32,6 +32,7 @@ from tracker.ranks import Placement
 from tracker.record import JOB_KEY_LINK, MinuteSample, RunRecord, RunSpec, checked_record
 from tracker.sampler import Sampler
 from tracker.scheduler import GIT_BRANCH_LINK, git_branch_of, job_key_of, scheduler_links
+from tracker.shares import model_of_mig, profiles
 from tracker.sinks import LoggingSink, Sink, SinkSet
 from tracker.sinks.console import print_summary
 from tracker.sinks.summary import record_metrics
@@ -581,7 +582,7 @@ class Session:
                 window,
                 self._figures(),
                 peak_tflops=self.peak_tflops,
-                gpu_count=len(self.gpus),
+                gpu_count=self._held(),
                 usd_per_gpu_hour=usd_per_gpu_hour,
                 co2e_kg_per_kwh=self.co2e_kg_per_kwh,
             )
@@ -609,7 +610,12 @@ class Session:
             samples=self.counts.samples,
             tokens=self.counts.tokens,
             interval_s=self.settings.interval_s,
+            shares=[g.share(self.settings.mig_share) for g in self.gpus],
         )
+
+    def _held(self) -> float:
+        """Physical GPUs' worth held (a MIG instance counts its share)."""
+        return sum(g.share(self.settings.mig_share) for g in self.gpus)
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
@@ -628,7 +634,7 @@ class Session:
         model = self.gpus[0].name if self.gpus else None
         gpu_model = None
         if model:
-            gpu_model = canonical_gpu(model) or model
+            gpu_model = canonical_gpu(model) or model_of_mig(model)
         record, bad = checked_record(
             RunRecord(
                 id=self.id,
@@ -651,6 +657,7 @@ class Session:
                 steps=self.steps,
                 links=self.links,
                 resumed_from_step=self.resumed_from_step or None,
+                mig_profile=profiles(g.mig for g in self.gpus),
                 **fields,
             )
         )

@@ -463,6 +463,7 @@ def run_record(
         samples=0,
         tokens=0,
         interval_s=interval_s,
+        shares=[g.share(settings.mig_share) for g in gpus],
     )
     values = figures.record_fields(
         fig,

@@ -180,7 +180,7 @@ def test_a_database_without_our_tables(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is empty: nothing has been tracked"):
         RunStore(url, create=False)
     with RunStore(url) as s:  # a tracker may start a store in a shared database
-        assert s.schema_version() == 5
+        assert s.schema_version() == 6
 
 
 # -- output folders ---------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from tracker.shares import MigSlice
+
 
 class BackendError(Exception):
     """A GPU backend could not do what was asked (bad spec, unreadable log)."""
@@ -30,6 +32,13 @@ class GpuInfo:
     """Model name as NVML reports it (nvidia-smi ``name``), e.g. ``NVIDIA H100 80GB HBM3``."""
     mem_total_gib: float | None
     """Device memory (nvidia-smi ``memory.total``), GiB."""
+    mig: MigSlice | None = None
+    """The MIG instance it is, where it is one: counted and priced as its share of the physical
+    GPU (:mod:`tracker.shares`)."""
+
+    def share(self, basis: str = "compute") -> float:
+        """The share of a physical GPU this device is: 1, or a MIG instance's slices."""
+        return 1.0 if self.mig is None else self.mig.share(basis)
 
 
 @dataclass(frozen=True, kw_only=True)

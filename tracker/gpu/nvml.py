@@ -23,6 +23,7 @@ from tracker.gpu.base import BackendUnavailable, GpuInfo, GpuReading
 from tracker.gpu.devices import select_devices, visible_devices
 from tracker.gpu.nvml_names import (
     GPM_METRICS,
+    GPM_MIG_UTIL,
     INIT_HINTS,
     LOST_ERRORS,
     NO_GPU_HINT,
@@ -30,6 +31,7 @@ from tracker.gpu.nvml_names import (
     UNSUPPORTED_ERRORS,
     VIOLATION_POLICIES,
 )
+from tracker.shares import MigSlice, mig_slice
 from tracker.units import bytes_to_gib, mj_to_j, mw_to_w
 
 log = logging.getLogger("gpu_kpi")
@@ -52,6 +54,10 @@ class _Gpu:
     uuid: str
     handle: Any
     is_mig: bool
+    parent: Any = None
+    """A MIG instance's physical GPU (its handle)."""
+    gi_id: int | None = None
+    """A MIG instance's GPU instance id on its parent (GPM reads it by this)."""
     gpm: _Gpm | None = None
     unsupported: set[str] = field(default_factory=set)
     """Metrics this device lacks: not asked again."""
@@ -219,20 +225,54 @@ class NvmlBackend:
             try:
                 name = _text(nvml.nvmlDeviceGetName(handle))
                 mem = self._query(gpu, "mem_used_gib", "nvmlDeviceGetMemoryInfo")
+                mig = self._open_mig(gpu, name) if gpu.is_mig else None
                 gpu.gpm = self._start_gpm(gpu)
             except (nvml.NVMLError, _Lost) as err:
                 raise BackendUnavailable(
                     f"NVML could not open GPU {ordinal} ({gpu.uuid}): {_describe(err)}"
                 ) from err
             total = bytes_to_gib(mem.total) if mem is not None else None
-            infos.append(GpuInfo(index=ordinal, uuid=gpu.uuid, name=name, mem_total_gib=total))
+            infos.append(
+                GpuInfo(index=ordinal, uuid=gpu.uuid, name=name, mem_total_gib=total, mig=mig)
+            )
         return infos
 
+    def _open_mig(self, gpu: _Gpu, name: str) -> MigSlice | None:
+        """A MIG instance's slice of its GPU (its profile from its NVML name, ``NVIDIA
+        A100-SXM4-80GB MIG 3g.40gb``, else from its attributes) and its parent and GPU instance
+        (for GPM). None where NVML says neither: then it counts as a whole GPU, logged."""
+        nvml = self._nvml
+        gpu.parent = self._query(gpu, "mig", "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        gpu.gi_id = self._query(gpu, "mig", "nvmlDeviceGetGpuInstanceId")
+        parent_name, parent_gib = name, None
+        if gpu.parent is not None:
+            try:
+                parent_name = _text(nvml.nvmlDeviceGetName(gpu.parent))
+                parent_gib = bytes_to_gib(nvml.nvmlDeviceGetMemoryInfo(gpu.parent).total)
+            except nvml.NVMLError as err:
+                log.info("MIG device %s: its GPU's name or memory unknown (%s)", gpu.uuid, err)
+        found = mig_slice(name, parent_name, parent_gib)
+        if found is None and (a := self._query(gpu, "mig", "nvmlDeviceGetAttributes")):
+            gi, ci = int(a.gpuInstanceSliceCount), int(a.computeInstanceSliceCount)
+            compute = f"{ci}c." if 0 < ci < gi else ""
+            profile = f"{compute}{gi}g.{round(a.memorySizeMB / 1024)}gb"
+            found = mig_slice(profile, parent_name, parent_gib)
+        if found is None:
+            log.warning(
+                "gpu-kpi: MIG device %s (%s): its profile is unknown; counted as a whole GPU",
+                gpu.uuid,
+                name,
+            )
+        return found
+
     def _start_gpm(self, gpu: _Gpu) -> _Gpm | None:
-        # GPM on a MIG device needs the parent GPU and the instance id; not read here.
+        nvml = self._nvml
+        if gpu.is_mig and (gpu.parent is None or gpu.gi_id is None):
+            return None  # GPM reads a MIG instance on its parent, by its GPU instance id
         if gpu.is_mig:
-            return None
-        support = self._query(gpu, "gpm", "nvmlGpmQueryDeviceSupport")
+            support = self._query(gpu, "gpm", lambda _: nvml.nvmlGpmQueryDeviceSupport(gpu.parent))
+        else:
+            support = self._query(gpu, "gpm", "nvmlGpmQueryDeviceSupport")
         if support is None:
             return None
         if not support.isSupportedDevice:
@@ -266,7 +306,7 @@ class NvmlBackend:
         throttle_ns = self._read_violations(gpu)
         return GpuReading(
             uuid=gpu.uuid,
-            util_pct=float(util.gpu) if util is not None else None,
+            util_pct=float(util.gpu) if util is not None else gpm.get("util_pct"),
             mem_used_gib=bytes_to_gib(mem.used) if mem is not None else None,
             mem_total_gib=bytes_to_gib(mem.total) if mem is not None else None,
             power_w=mw_to_w(power_mw) if power_mw is not None else None,
@@ -321,17 +361,26 @@ class NvmlBackend:
             return {}
         nvml = self._nvml
         cur, prev = g.samples[g.cur], g.samples[1 - g.cur]
-        if self._query(gpu, "gpm", "nvmlGpmSampleGet", cur) is None:
+        if gpu.is_mig:
+            got = self._query(
+                gpu, "gpm", lambda _: nvml.nvmlGpmMigSampleGet(gpu.parent, gpu.gi_id, cur)
+            )
+        else:
+            got = self._query(gpu, "gpm", "nvmlGpmSampleGet", cur)
+        if got is None:
             self._drop_gpm_if_unsupported(gpu)
             return {}
         had_prev, g.have_prev, g.cur = g.have_prev, True, 1 - g.cur
         if not had_prev:
             return {}
+        metrics = dict(GPM_METRICS)
+        if gpu.is_mig and hasattr(nvml, GPM_MIG_UTIL):
+            metrics["util_pct"] = GPM_MIG_UTIL
         request = nvml.c_nvmlGpmMetricsGet_t()
         request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        request.numMetrics = len(GPM_METRICS)
+        request.numMetrics = len(metrics)
         request.sample1, request.sample2 = prev, cur
-        for i, metric in enumerate(GPM_METRICS.values()):
+        for i, metric in enumerate(metrics.values()):
             request.metrics[i].metricId = getattr(nvml, metric)
         # nvmlGpmMetricsGet takes no device; wrap it so errors are translated like the others.
         result = self._query(gpu, "gpm", lambda _handle: nvml.nvmlGpmMetricsGet(request))
@@ -340,7 +389,7 @@ class NvmlBackend:
             return {}
         return {
             key: float(m.value) if m.nvmlReturn == nvml.NVML_SUCCESS else None
-            for key, m in zip(GPM_METRICS, request.metrics, strict=False)
+            for key, m in zip(metrics, request.metrics, strict=False)
         }
 
     def _read_proc_util(self, gpu: _Gpu) -> float | None:

@@ -12,6 +12,10 @@ GPM_METRICS: dict[str, str] = {
 }
 """GPM metrics read on Hopper and newer: :class:`GpuReading` field → ``pynvml`` metric id name."""
 
+GPM_MIG_UTIL = "NVML_GPM_METRIC_GRAPHICS_UTIL"
+"""The GPM metric read as a MIG instance's utilization (NVML gives a MIG device none: the
+share of time its graphics/compute engine was active, DCGM's ``GR_ENGINE_ACTIVE``)."""
+
 VIOLATION_POLICIES = ("NVML_PERF_POLICY_POWER", "NVML_PERF_POLICY_THERMAL")
 """The violation counters read (``nvmlDeviceGetViolationStatus``): time held below the
 clocks by the power cap (the counter DCGM 4.2 calls ``CLOCKS_EVENT_REASON_SW_POWER_CAP_NS``)

@@ -5,7 +5,9 @@ memory use and GPM activity ratios. Readings are exact: a reading's utilization 
 mean over the time since the previous reading, as NVML's trailing-window utilization is, so a
 run's time-weighted utilization equals the pattern's integral whatever the sampling interval.
 
-Spec: ``simulated:PROFILE[@MODEL][:N]``, e.g. ``simulated:input-bound@A100-80GB:4``.
+Spec: ``simulated:PROFILE[@MODEL[/MIG]][:N]``, e.g. ``simulated:input-bound@A100-80GB:4``;
+``simulated:healthy@A100-80GB/1g.10gb`` is a MIG instance of that profile (what NVML gives a
+MIG device: its memory, no power or energy of its own).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 from dataclasses import dataclass
 
 from tracker.gpu.base import BackendError, GpuInfo, GpuReading
+from tracker.shares import has_mig, mig_slice
 from tracker.units import NS_PER_S, mib_to_gib
 
 
@@ -224,7 +227,12 @@ class SimulatedBackend:
     name = "simulated"
 
     def __init__(
-        self, profile: str | Profile = "healthy", *, model: str = "H100", count: int = 1
+        self,
+        profile: str | Profile = "healthy",
+        *,
+        model: str = "H100",
+        count: int = 1,
+        mig: str | None = None,
     ) -> None:
         if isinstance(profile, str):
             if profile not in PROFILES:
@@ -244,34 +252,58 @@ class SimulatedBackend:
         self.profile = profile
         self.gpu = GPU_MODELS[key]
         self.count = count
+        self.mig = None
+        if mig is not None:
+            self.mig = mig_slice(mig, self.gpu.name, self.gpu.mem_total_mib / 1024)
+            if self.mig is None or not has_mig(key):
+                raise BackendError(
+                    f"no MIG instance {mig!r} on a simulated {model}: a profile such as 1g.10gb "
+                    "or 3g.40gb, on a GPU with MIG (A100, A30, H100, H200, B200)"
+                )
         self._t0: float | None = None
         self._prev_t: float | None = None
 
     @classmethod
     def from_spec(cls, arg: str) -> SimulatedBackend:
-        """``PROFILE[@MODEL][:N]`` → a backend."""
+        """``PROFILE[@MODEL[/MIG]][:N]`` → a backend."""
         rest, _, count = arg.partition(":")
         profile, _, model = rest.partition("@")
+        model, _, mig = model.partition("/")
         try:
             n = int(count) if count else 1
         except ValueError:
             raise BackendError(f"bad GPU count {count!r} in 'simulated:{arg}'") from None
-        return cls(profile or "healthy", model=model or "H100", count=n)
+        return cls(profile or "healthy", model=model or "H100", count=n, mig=mig or None)
 
     def _uuid(self, i: int) -> str:
         # each rank of a multi-process run has GPUs of its own
         rank = os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or "0"
+        mig = "" if self.mig is None else f"/{self.mig.profile}"
         digest = hashlib.sha1(
-            f"{self.profile.name}/{self.gpu.name}/{rank}/{i}".encode()
+            f"{self.profile.name}/{self.gpu.name}{mig}/{rank}/{i}".encode()
         ).hexdigest()
-        return f"GPU-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+        kind = "GPU" if self.mig is None else "MIG"
+        return f"{kind}-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+
+    def _mem_total_gib(self) -> float:
+        """The device's memory: a MIG instance's memory slices of the GPU's."""
+        total = mib_to_gib(self.gpu.mem_total_mib)
+        if self.mig is None:
+            return total
+        return total * self.mig.share("memory") * self.mig.gpu_slices / self.mig.compute
 
     def open(self, now: float) -> list[GpuInfo]:
         self._t0 = now
         self._prev_t = None
-        total = mib_to_gib(self.gpu.mem_total_mib)
+        name = self.gpu.name if self.mig is None else f"{self.gpu.name} MIG {self.mig.profile}"
         return [
-            GpuInfo(index=i, uuid=self._uuid(i), name=self.gpu.name, mem_total_gib=total)
+            GpuInfo(
+                index=i,
+                uuid=self._uuid(i),
+                name=name,
+                mem_total_gib=self._mem_total_gib(),
+                mig=self.mig,
+            )
             for i in range(self.count)
         ]
 
@@ -290,7 +322,8 @@ class SimulatedBackend:
         span_w = g.max_w - g.idle_w
         power = g.idle_w + span_w * util / 100.0
         energy = _ENERGY_AT_START_J + g.idle_w * t + span_w * p.util_integral(t) / 100.0
-        total = mib_to_gib(g.mem_total_mib)
+        total = self._mem_total_gib()
+        whole = self.mig is None  # a MIG instance has no power or energy reading of its own
         clock = g.sm_clock_mhz if util > 0 else 345.0
         if p.throttled_at(t) and util > 0:
             clock = g.sm_clock_mhz * THROTTLED_CLOCK_SHARE
@@ -304,8 +337,8 @@ class SimulatedBackend:
                 util_pct=util,
                 mem_used_gib=total * p.mem_frac,
                 mem_total_gib=total,
-                power_w=power,
-                energy_j=energy,
+                power_w=power if whole else None,
+                energy_j=energy if whole else None,
                 sm_clock_mhz=clock,
                 temp_c=35.0 + 0.4 * util,
                 sm_active_pct=util * p.sm_active_ratio if g.gpm else None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from fractions import Fraction
 from typing import TextIO
 
 from tracker.machine import machine_sentence
@@ -51,6 +52,11 @@ def summary_text(r: RunRecord, where: str | None) -> str:
         if r.gpu_source != "none"
         else "no GPU data"
     )
+    if r.mig_profile and r.gpu_source != "none":  # the hours are the slices' share of the GPU
+        gpus += f" MIG {_shown(r.mig_profile)}"
+        if minutes and r.gpu_count:
+            share = Fraction(60 * r.gpu_hours / (minutes * r.gpu_count)).limit_denominator(56)
+            gpus += f" ({share} of a GPU each)" if r.gpu_count > 1 else f" ({share} of a GPU)"
     util = "n/a" if r.util_pct is None else f"{r.util_pct:.0f}%"
     idle = "" if r.idle_usd is None else f" (idle {money(r.idle_usd)})"
     hours = (

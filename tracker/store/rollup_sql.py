@@ -815,8 +815,8 @@ def migrate(conn: Connection, version: int) -> None:
     """Bring a store of ``version`` to :data:`SCHEMA_VERSION` in one transaction (the caller's),
     serialized like :func:`create_schema`; a second migrator finds the work done. 1 → 2:
     create ``rollups``; 1 or 2 → 3: build them from every sample (:func:`rebuild`), by the
-    seconds-weighted idle rule; → 4: create ``changes`` (:mod:`tracker.store.changes`); → 5:
-    the runs' throttled time (:func:`tracker.store.schema.add_run_columns`)."""
+    seconds-weighted idle rule; → 4: create ``changes`` (:mod:`tracker.store.changes`); → 5
+    and 6: the runs' new columns (:func:`tracker.store.schema.add_run_columns`)."""
     if conn.dialect.name == "postgresql":
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
     stmt = sa.select(meta_table.c.value).where(meta_table.c.key == "schema_version")
@@ -828,7 +828,7 @@ def migrate(conn: Connection, version: int) -> None:
         rebuild(conn)
     if version < 4:
         changes_table.create(conn, checkfirst=True)
-    if version < 5:
+    if version < 6:
         add_run_columns(conn)
     conn.execute(
         sa.update(meta_table)

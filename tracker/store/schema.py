@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Dialect
 from tracker.record import MinuteSample, RunRecord
 from tracker.text import storable
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
 1: runs, samples, meta. 2: and ``rollups`` (:mod:`tracker.store.rollups`), built from the
 samples when a version 1 store is opened for writing
@@ -31,9 +31,10 @@ store is opened for writing; until then a report reads its minutes. 4: and ``cha
 complete week's KPIs while they hold. Writers older than version 4 would not raise them, so
 they refuse a version 4 store (upgrade the trackers with the reports). 5: the runs' throttled
 time, how their SM activity was measured and the step they resumed at
-(:data:`RUNS_V5_COLUMNS`), added to ``runs`` when
+(:data:`RUN_COLUMNS_SINCE`), added to ``runs`` when
 an older store is opened for writing; a reader of an older store reads them as unknown
-(:func:`run_select_columns`)."""
+(:func:`run_select_columns`). 6: the runs' MIG profile and how a shared GPU was split
+between them, added alike."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
@@ -110,6 +111,8 @@ runs_table = sa.Table(
     sa.Column("throttle_source", sa.String),
     sa.Column("sm_active_source", sa.String),
     sa.Column("resumed_from_step", sa.BigInteger),
+    sa.Column("mig_profile", sa.String),
+    sa.Column("gpu_split", sa.String),
     sa.Index("ix_runs_started_at", "started_at"),
     sa.Index("ix_runs_status", "status"),
 )
@@ -193,30 +196,32 @@ meta_table = sa.Table(
 )
 
 
-RUNS_V5_COLUMNS = (
-    "throttled_gpu_hours",
-    "throttle_source",
-    "sm_active_source",
-    "resumed_from_step",
-)
-"""The columns of ``runs`` that schema version 5 added (nullable: a run tracked before has
-them unknown)."""
+RUN_COLUMNS_SINCE: dict[str, int] = {
+    "throttled_gpu_hours": 5,
+    "throttle_source": 5,
+    "sm_active_source": 5,
+    "resumed_from_step": 5,
+    "mig_profile": 6,
+    "gpu_split": 6,
+}
+"""The columns of ``runs`` that a later schema version added, and the version (nullable: a
+run tracked before has them unknown)."""
 
 
 def run_select_columns(version: int) -> list[Any]:
     """The columns of ``runs`` to select from a store of schema ``version``: each one, or, for a
     column that version lacks, NULL under its name (a reader leaves an older store as it is)."""
     return [
-        sa.null().label(col.name) if version < 5 and col.name in RUNS_V5_COLUMNS else col
+        sa.null().label(col.name) if RUN_COLUMNS_SINCE.get(col.name, 0) > version else col
         for col in runs_table.c
     ]
 
 
 def add_run_columns(conn: Connection) -> None:
-    """Add to ``runs`` the columns of :data:`RUNS_V5_COLUMNS` it lacks (a store of version 4
-    or older: one transaction, the migrator's)."""
+    """Add to ``runs`` the columns of :data:`RUN_COLUMNS_SINCE` it lacks (a store of an older
+    version: one transaction, the migrator's)."""
     have = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
-    for name in RUNS_V5_COLUMNS:
+    for name in RUN_COLUMNS_SINCE:
         if name in have:
             continue
         kind = runs_table.c[name].type.compile(dialect=conn.dialect)

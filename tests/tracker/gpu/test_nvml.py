@@ -47,7 +47,7 @@ DriverNotLoaded = _err("DriverNotLoaded")
 NotFound = _err("NotFound")
 Timeout = _err("Timeout")
 
-SM_UTIL, SM_OCC, TENSOR, DRAM = 2, 3, 5, 10
+GRAPHICS, SM_UTIL, SM_OCC, TENSOR, DRAM = 1, 2, 3, 5, 10
 NVML_NOT_SUPPORTED_CODE = 3
 
 
@@ -75,6 +75,12 @@ class Device:
     """Clock-event reasons now (a bit mask)."""
     fails: dict[str, type[NVMLError]] = field(default_factory=dict)
     """pynvml function name → error it raises for this device."""
+    parent: Device | None = None
+    """A MIG device's physical GPU."""
+    gi_id: int = 0
+    """A MIG device's GPU instance id."""
+    attributes: Any = None
+    """A MIG device's ``nvmlDeviceGetAttributes`` (None: not supported)."""
 
 
 @dataclass
@@ -106,6 +112,7 @@ class FakePynvml(types.ModuleType):
     NVML_CLOCK_SM = 1
     NVML_TEMPERATURE_GPU = 0
     NVML_GPM_METRICS_GET_VERSION = 1
+    NVML_GPM_METRIC_GRAPHICS_UTIL = GRAPHICS
     NVML_GPM_METRIC_SM_UTIL = SM_UTIL
     NVML_GPM_METRIC_SM_OCCUPANCY = SM_OCC
     NVML_GPM_METRIC_ANY_TENSOR_UTIL = TENSOR
@@ -226,6 +233,29 @@ class FakePynvml(types.ModuleType):
 
     def nvmlGpmSampleGet(self, h: Device, s: Sample) -> Sample:
         d = self._dev("nvmlGpmSampleGet", h)
+        assert not s.freed
+        self._seq += 1
+        s.device, s.seq, s.counters = d, self._seq, dict(d.gpm_counters)
+        return s
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h: Device) -> Device:
+        d = self._dev("nvmlDeviceGetDeviceHandleFromMigDeviceHandle", h)
+        if d.parent is None:
+            raise NotSupported()
+        return d.parent
+
+    def nvmlDeviceGetGpuInstanceId(self, h: Device) -> int:
+        return self._dev("nvmlDeviceGetGpuInstanceId", h).gi_id
+
+    def nvmlDeviceGetAttributes(self, h: Device) -> Any:
+        d = self._dev("nvmlDeviceGetAttributes", h)
+        if d.attributes is None:
+            raise NotSupported()
+        return d.attributes
+
+    def nvmlGpmMigSampleGet(self, h: Device, gi_id: int, s: Sample) -> Sample:
+        parent = self._dev("nvmlGpmMigSampleGet", h)
+        (d,) = [m for m in self.migs if m.parent is parent and m.gi_id == gi_id]
         assert not s.freed
         self._seq += 1
         s.device, s.seq, s.counters = d, self._seq, dict(d.gpm_counters)
@@ -398,6 +428,71 @@ def test_mig_device_by_uuid(install: Any, monkeypatch: pytest.MonkeyPatch) -> No
     assert reading.util_pct is None
     assert reading.mem_used_gib == 8.0
     assert fake.calls[("nvmlGpmQueryDeviceSupport", "MIG-5e8a-77c1")] == 0
+    # its profile from its name: 1 of the H100's 7 compute slices, 1 of its 8 memory slices
+    (info,) = infos
+    assert info.mig is not None and info.mig.profile == "1g.10gb"
+    assert (info.share(), info.share("memory")) == (1 / 7, 1 / 8)
+
+
+def test_a_mig_instance_is_read_by_gpm_on_its_parent(
+    install: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NVML gives a MIG device no utilization: its GPM graphics activity is its utilization,
+    read on the parent GPU by its GPU instance id; its share from its parent's memory (a
+    memory-heavy 1g.20gb is 2 of 8 memory slices of an H100 80GB)."""
+    h100 = gpus(1)[0]
+    mig = Device(
+        uuid="MIG-1111-2222",
+        name="NVIDIA H100 80GB HBM3 MIG 1g.20gb",
+        mem_total=20 * GIB,
+        parent=h100,
+        gi_id=9,
+    )
+    mig.fails["nvmlDeviceGetUtilizationRates"] = NotSupported
+    other = Device(uuid="MIG-3333-4444", name=mig.name, parent=h100, gi_id=3)
+    fake = install([h100], migs=[mig, other])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-1111-2222")
+    backend = NvmlBackend()
+    (info,) = backend.open(0.0)
+    assert (info.share(), info.share("memory")) == (1 / 7, 2 / 8)
+    mig.gpm_counters = {GRAPHICS: 40.0, SM_UTIL: 30.0}
+    other.gpm_counters = {GRAPHICS: 99.0}
+    backend.read(1.0)
+    mig.gpm_counters = {GRAPHICS: 100.0, SM_UTIL: 75.0}  # +60 and +45 between the two
+    (reading,) = backend.read(2.0)
+    assert (reading.util_pct, reading.sm_active_pct) == (60.0, 45.0)
+    assert fake.calls[("nvmlGpmMigSampleGet", h100.uuid)] == 2
+    assert fake.calls[("nvmlGpmSampleGet", h100.uuid)] == 0
+
+
+def test_a_mig_instance_named_without_its_profile_is_read_from_its_attributes(
+    install: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 1c.3g.40gb (one compute slice of a 3g GPU instance) of an A100 80GB: 1/7 by compute;
+    by memory 4 of 8 slices shared by the 3 compute slices' worth, 1/3 of it: 1/6."""
+    a100 = Device(uuid="GPU-a100", name="NVIDIA A100-SXM4-80GB", mem_total=80 * GIB)
+    mig = Device(uuid="MIG-5555", name="NVIDIA A100-SXM4-80GB", parent=a100, gi_id=1)
+    mig.attributes = types.SimpleNamespace(
+        gpuInstanceSliceCount=3, computeInstanceSliceCount=1, memorySizeMB=40_192
+    )
+    install([a100], migs=[mig])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-5555")
+    (info,) = NvmlBackend().open(0.0)
+    assert info.mig is not None and info.mig.profile == "1c.3g.39gb"
+    assert info.share() == pytest.approx(1 / 7)
+    assert info.share("memory") == pytest.approx(4 / 8 / 3)
+
+
+def test_a_mig_instance_whose_profile_nvml_does_not_say_is_a_whole_gpu_and_says_so(
+    install: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    mig = Device(uuid="MIG-6666", name="NVIDIA H100 80GB HBM3")
+    install(gpus(1), migs=[mig])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-6666")
+    with caplog.at_level(logging.WARNING, logger="gpu_kpi"):
+        (info,) = NvmlBackend().open(0.0)
+    assert info.mig is None and info.share() == 1.0
+    assert "MIG device MIG-6666" in caplog.text and "counted as a whole GPU" in caplog.text
 
 
 def test_unknown_mig_uuid_means_no_gpu(install: Any, monkeypatch: pytest.MonkeyPatch) -> None:

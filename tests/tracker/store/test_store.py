@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from tracker.record import MinuteSample, RunRecord
 from tracker.store import RunStore, StoreError
-from tracker.store.schema import RUNS_V5_COLUMNS
+from tracker.store.schema import RUN_COLUMNS_SINCE
 from tracker.store.spool import Spool
 from tracker.store.writer import StoreWriter
 
@@ -69,6 +69,8 @@ def full_run(**changes: object) -> RunRecord:
         throttle_source="counter",
         sm_active_source="sampled every 1 s",
         resumed_from_step=4_000,
+        mig_profile="3g.40gb",
+        gpu_split="measured",
         verdict="healthy",
         advice="nothing to do",
         source="tensorboard",
@@ -236,7 +238,7 @@ def test_mark_crashed_ends_stale_running_runs_at_their_heartbeat(store: RunStore
 def test_schema_is_created_once_at_version_5(store_url: str) -> None:
     with RunStore(store_url) as first:
         first.upsert_run(full_run())
-        assert first.schema_version() == first.version == 5
+        assert first.schema_version() == first.version == 6
     with RunStore(store_url) as again:
         assert again.get_run("run-1") == full_run()
     engine = _engine(store_url)
@@ -259,25 +261,29 @@ def test_schema_is_created_once_at_version_5(store_url: str) -> None:
         engine.dispose()
 
 
-def test_a_version_4_store_is_read_as_it_is_and_gains_the_throttle_columns_when_written(
-    store_url: str,
+@pytest.mark.parametrize("version", [4, 5])
+def test_an_older_store_is_read_as_it_is_and_gains_the_new_run_columns_when_written(
+    store_url: str, version: int
 ) -> None:
+    newer = [name for name, since in RUN_COLUMNS_SINCE.items() if since > version]
     with RunStore(store_url) as s:
         s.upsert_run(full_run())
 
-        def as_version_4(conn: sa.Connection) -> None:
-            for name in RUNS_V5_COLUMNS:
+        def as_older(conn: sa.Connection) -> None:
+            for name in newer:
                 conn.exec_driver_sql(f"ALTER TABLE runs DROP COLUMN {name}")
-            conn.exec_driver_sql("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+            conn.exec_driver_sql(
+                f"UPDATE meta SET value = '{version}' WHERE key = 'schema_version'"
+            )
 
-        s.transaction(as_version_4, write=True)
-    old = full_run(**dict.fromkeys(RUNS_V5_COLUMNS))
+        s.transaction(as_older, write=True)
+    old = full_run(**dict.fromkeys(newer))
     with RunStore(store_url, create=False) as reader:  # a reader changes nothing
-        assert reader.version == 4
+        assert reader.version == version
         assert reader.get_run("run-1") == old
         assert reader.list_runs() == [old]
     with RunStore(store_url) as writer:
-        assert writer.version == 5
+        assert writer.version == 6
         assert writer.get_run("run-1") == old  # tracked before: not measured, never 0
         writer.upsert_run(full_run(id="run-2"))
         assert writer.get_run("run-2") == full_run(id="run-2")
@@ -288,10 +294,10 @@ def test_newer_schema_is_refused(store_url: str) -> None:
     engine = _engine(store_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE meta SET value = '6' WHERE key = 'schema_version'"))
+            conn.execute(sa.text("UPDATE meta SET value = '7' WHERE key = 'schema_version'"))
     finally:
         engine.dispose()
-    with pytest.raises(StoreError, match="schema version 6"):
+    with pytest.raises(StoreError, match="schema version 7"):
         RunStore(store_url)
 
 

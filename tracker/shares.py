@@ -1,0 +1,136 @@
+"""What share of a physical GPU a device is: a MIG instance's slices.
+
+A MIG instance (a GPU split by Multi-Instance GPU: ``nvidia-smi mig -cgi``) is a device of its
+own to CUDA, NVML, nvidia-smi and dcgm-exporter, named by its **profile**: ``3g.40gb`` is 3 of
+the GPU's compute slices and 40 GB of its memory. gpu-kpi counts and prices it as that share of
+the physical GPU, so that the instances of one GPU add up to one GPU: a ``1g.10gb`` notebook
+held for an hour is 1/7 GPU-hour at the whole GPU's price, and the week's capacity counts the
+physical GPU once (a slice nobody held is capacity nobody held).
+
+The share is the compute slices out of the GPU's (7 on A100, H100, H200, B200; 4 on A30) by
+default, or the memory slices out of 8 (``[gpus] mig_share = "memory"``: for a site that
+charges a memory-heavy ``1g.20gb`` as the two memory slices it takes). A compute instance
+inside a GPU instance (``1c.3g.40gb``) is its compute slices, and that share of the GPU
+instance's memory.
+
+A device's share rides in the minute samples: a row's ``covered_s`` is the seconds of the
+physical GPU's time it covers (60 × 1/7 for a minute of a ``1g.10gb``), as a time-sliced GPU's
+rows carry each holder's part of the minute.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+SHARE_BASES = ("compute", "memory")
+"""What a MIG instance's share of its GPU is counted by (``[gpus] mig_share``)."""
+
+MEMORY_SLICES = 8
+"""Memory slices of every MIG-capable GPU (A100, A30, H100, H200, B200, GB200)."""
+
+COMPUTE_SLICES: dict[str, int] = {"A30": 4}
+"""Compute slices of a MIG-capable model (a table key of :mod:`tracker.prices`) that has other
+than :data:`DEFAULT_COMPUTE_SLICES`."""
+
+DEFAULT_COMPUTE_SLICES = 7
+"""A100, H100, H200, B200 and GB200: 7 compute slices."""
+
+MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "H800", "B200", "GB200")
+"""The models (table keys' starts, :mod:`tracker.prices`) that have MIG."""
+
+_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb", re.IGNORECASE)
+_MODEL_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
+_MIG_IN_NAME = re.compile(r"\s+MIG\s+(\S+)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigSlice:
+    """A MIG instance: its profile and what it holds of its GPU."""
+
+    profile: str
+    """As NVML, nvidia-smi and dcgm-exporter name it: ``3g.40gb``, ``1g.10gb+me``,
+    ``1c.3g.40gb``."""
+    compute: int
+    """Compute slices it holds."""
+    compute_of: int
+    """Compute slices of its GPU."""
+    mem_gb: float
+    """Memory of its GPU instance, GB as the profile says (shared by a GPU instance's compute
+    instances)."""
+    gpu_mem_gb: float | None
+    """Memory of the whole GPU, GB; None where unknown (then the memory share is unknown and
+    the compute share is used)."""
+    gpu_slices: int
+    """Compute slices of its GPU instance (``3`` of ``1c.3g.40gb``)."""
+
+    def share(self, basis: str = "compute") -> float:
+        """The share of the physical GPU, 0–1, by ``basis`` (:data:`SHARE_BASES`)."""
+        compute = min(1.0, self.compute / self.compute_of)
+        if basis != "memory" or not self.gpu_mem_gb:
+            return compute
+        # NVML's and the profiles' sizes round differently (a 3g.20gb has 19.6 of 39.6 GiB):
+        # counted in the memory slices the instance takes
+        slices = round(MEMORY_SLICES * self.mem_gb / self.gpu_mem_gb)
+        held = max(1, min(MEMORY_SLICES, slices)) / MEMORY_SLICES
+        return held * self.compute / self.gpu_slices
+
+
+def mig_slice(profile: str, model: str, gpu_mem_gb: float | None = None) -> MigSlice | None:
+    """The :class:`MigSlice` of ``profile`` on a GPU of ``model``, or None when ``profile``
+    names no MIG instance.
+
+    Args:
+        profile: The instance's profile (``3g.40gb``), or a MIG device's NVML name that ends
+            in one (``NVIDIA A100-SXM4-80GB MIG 3g.40gb``).
+        model: The physical GPU's model name (NVML's, a table key): its compute slices.
+        gpu_mem_gb: The physical GPU's memory, GB; None: what ``model``'s name says (``80GB``)
+            or unknown.
+
+    >>> mig_slice("3g.40gb", "NVIDIA A100-SXM4-80GB").share()
+    0.42857142857142855
+    >>> mig_slice("1g.20gb", "NVIDIA H100 80GB HBM3").share("memory")
+    0.25
+    """
+    if (named := _MIG_IN_NAME.search(profile)) is not None:
+        profile = named[1]
+    if (m := _PROFILE.search(profile)) is None:
+        return None
+    from tracker.prices import canonical_gpu
+
+    key = canonical_gpu(model) or ""
+    of = next((n for k, n in COMPUTE_SLICES.items() if key.startswith(k)), DEFAULT_COMPUTE_SLICES)
+    gpu_slices = int(m[2])
+    compute = int(m[1]) if m[1] else gpu_slices
+    if gpu_mem_gb is None and (gb := _MODEL_GB.search(model)) is not None:
+        gpu_mem_gb = float(gb[1])
+    return MigSlice(
+        profile=profile.strip(),
+        compute=max(1, compute),
+        compute_of=of,
+        mem_gb=float(m[3]),
+        gpu_mem_gb=gpu_mem_gb,
+        gpu_slices=max(1, gpu_slices),
+    )
+
+
+def has_mig(model: str) -> bool:
+    """Whether a GPU of ``model`` (NVML's name or a table key) can be split by MIG."""
+    from tracker.prices import canonical_gpu
+
+    key = canonical_gpu(model) or model.upper()
+    return key.startswith(MIG_MODELS)
+
+
+def profiles(slices: Iterable[MigSlice | None]) -> str | None:
+    """The MIG profiles of a run's GPUs as its record keeps them (``1g.10gb``, several joined
+    by ``,`` in order), or None when none is a MIG instance."""
+    found = sorted({s.profile for s in slices if s is not None})
+    return ",".join(found) or None
+
+
+def model_of_mig(name: str) -> str:
+    """A MIG device's NVML name without its profile: the physical GPU's model name
+    (``NVIDIA A100-SXM4-80GB MIG 3g.40gb`` → ``NVIDIA A100-SXM4-80GB``)."""
+    return _MIG_IN_NAME.sub("", name)
