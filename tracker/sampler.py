@@ -424,9 +424,9 @@ class Sampler:
         share = self.shares.get(uuid, 1.0)
         if share == 1.0:
             return row
-        return replace(
+        return replace(  # not rounded again: a week of 1/7 minutes adds up to 1/7 of the week
             row,
-            covered_s=round(row.covered_s * share, 3),
+            covered_s=row.covered_s * share,
             energy_kwh=None if row.energy_kwh is None else row.energy_kwh * share,
         )
 

@@ -39,6 +39,7 @@ from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.prices import canonical_gpu, price_for
 from tracker.record import MinuteSample, RunRecord, checked_record
 from tracker.sampler import Sampler
+from tracker.shares import profiles
 from tracker.throughput import StepCounter
 
 if TYPE_CHECKING:
@@ -472,6 +473,7 @@ def run_record(
         rank_spread_pct=None,
         thresholds=settings.thresholds,
     )
+    values["mig_profile"] = profiles(g.mig for g in gpus)
     values.update(fields)
     for label in ("project", "team", "user", "host"):
         values[label] = getattr(labels, label) or values.get(label) or ""

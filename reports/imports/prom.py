@@ -16,7 +16,10 @@ else the ``hpc_job``; the team the ``namespace``). The minutes a GPU has samples
 label are **unallocated**: a run per GPU named ``unallocated HOST GPU N``, team
 :data:`UNALLOCATED`, tagged ``unallocated``, so the report's team breakdown shows the fleet's
 unallocated GPU-time and what it cost. A MIG instance (``GPU_I_ID``, ``GPU_I_PROFILE`` such as
-``3g.40gb``) is a GPU of its own, priced as its share of the whole one (3 of 7 slices). Where
+``3g.40gb``) is a GPU of its own, counted as its share of the physical GPU (3 of 7 slices:
+:mod:`tracker.shares`), its utilization DCGM's graphics-engine activity (NVML gives a MIG
+instance none); the GPU's own series beside its instances' (dcgm-exporter sends both) is left
+out, its time being the instances'. Where
 kube-state-metrics is scraped too, a pod's run is its workload's (:data:`OWNERS`: its Job,
 Deployment or JobSet), one run for all its pods. A GPU
 several runs hold at the same minute (time-slicing: dcgm-exporter's ``--kubernetes-virtual-gpus``
@@ -37,7 +40,6 @@ import http.client
 import json
 import math
 import os
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -61,9 +63,9 @@ from reports.imports.play import (
 from reports.imports.play import progress as shown  # the parameter is named progress
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
-from tracker.prices import price_for
 from tracker.record import MinuteSample, RunRecord
 from tracker.scheduler import KUBERNETES_LINK, WORKLOAD_LINK
+from tracker.shares import mig_slice
 from tracker.text import one_line
 from tracker.units import LAST_EPOCH_S
 
@@ -127,8 +129,6 @@ UTIL_RATIO = "DCGM_FI_DEV_GPU_UTIL_RATIO"
 DCGM 4.6 fills it with NVML's integer percent despite the name, while dcgm-exporter 4.9
 renames its default fields and turns utilization into a 0-1 ratio. Each GPU's series is read
 in the unit its own values show, chunk by chunk (:func:`_util_ratio_scales`)."""
-_SLICES = {"A30": 4}
-"""Compute slices of a whole GPU, where not 7 (A100, H100, H200, B200)."""
 
 
 _WORKLOAD = ("pod", "namespace", "container")
@@ -411,6 +411,9 @@ class _Fleet:
         """GPUs seen with only the exporter's own pod label (no workload's)."""
         self.outside = 0
         """Points the server answered outside the range asked for (left out)."""
+        self.mig_gpus: set[str] = set()
+        """GPUs split into MIG instances whose own series (beside the instances') were left
+        out."""
         self.unit_unknown: set[tuple[str, ...]] = set()
         """Series of :data:`UTIL_RATIO` whose unit their values could not tell (left out)."""
         self.owners = Owners()
@@ -424,8 +427,9 @@ class _Fleet:
         metric = self._workload(metric)
         host = metric.get("Hostname", "")
         gpu = metric.get("UUID") or f"{host}/gpu{metric.get('gpu', '?')}"
-        if metric.get("GPU_I_ID"):
-            gpu += f"/mig{metric['GPU_I_ID']}"
+        instance = metric.get("GPU_I_ID", "")
+        if instance:
+            gpu += f"/mig{instance}"
         label = next((k for k in self.mapping.run if metric.get(k)), "")
         owner = metric[label] if label else ""
         team = metric.get(self.mapping.team, "") if self.mapping.team else ""
@@ -449,6 +453,8 @@ class _Fleet:
         run = self.runs.get(key)
         if run is None:
             name = owner or f"unallocated {host} GPU {metric.get('gpu', '?')}"
+            if instance and not owner:
+                name += f" MIG {metric.get('GPU_I_PROFILE') or '?'} (instance {instance})"
             run_id = (
                 "prom-" + hashlib.sha256("|".join([*key, self.range_key]).encode()).hexdigest()[:24]
             )
@@ -459,7 +465,14 @@ class _Fleet:
                 if run.name not in self.skipped.setdefault(NO_MODEL, []):
                     self.skipped[NO_MODEL].append(run.name)
                 return None
-            info = GpuInfo(index=len(run.infos), uuid=gpu, name=model, mem_total_gib=None)
+            profile = metric.get("GPU_I_PROFILE", "") if instance else ""
+            info = GpuInfo(
+                index=len(run.infos),
+                uuid=gpu,
+                name=model,
+                mem_total_gib=None,
+                mig=mig_slice(profile, model) if profile else None,
+            )
             run.infos[gpu] = info
             run.players[gpu] = Player(
                 info, run_id=run.run_id, settings=self.settings, gap_s=self.gap_s, rows=self.rows
@@ -497,8 +510,13 @@ class _Fleet:
         """One chunk's points: series labels → minute → reading fields. Series of the same GPU
         and run (a label such as ``container`` that changed) are merged minute by minute."""
         merged: dict[tuple[tuple[str, ...], str], dict[float, dict[str, float | None]]] = {}
+        split = {m.get("UUID") for m in metrics.values() if m.get("GPU_I_ID") and m.get("UUID")}
         for labels_key in sorted(points):
-            found = self._run(metrics[labels_key])
+            metric = metrics[labels_key]
+            if metric.get("UUID") in split and not metric.get("GPU_I_ID"):
+                self.mig_gpus.add(metric["UUID"])  # the GPU's own series: its instances' time
+                continue
+            found = self._run(metric)
             if found is None:
                 continue
             run, gpu = found
@@ -585,7 +603,7 @@ class _Fleet:
                     played,
                     run_id=run.run_id,
                     name=run.name,
-                    labels=self._labels(run, gpus[0].name),
+                    labels=self._labels(run),
                     settings=self.settings,
                     source=SOURCE,
                     interval_s=STEP_S,
@@ -619,6 +637,13 @@ class _Fleet:
                 f"{pods} pod(s) are {len(self.pods_of)} workload(s) by kube-state-metrics' "
                 f"owners ({kinds}): one run per workload, not per pod"
             )
+        if self.mig_gpus:
+            notes.append(
+                f"{len(self.mig_gpus)} GPU(s) were split into MIG instances: each instance is "
+                "counted as its share of the GPU, and the GPU's own series is left out (its "
+                "time is its instances'); what no instance holds is capacity nobody held "
+                "where [owned] declares the GPUs"
+            )
         if shared:
             sliced = set().union(*shared.values())
             notes.append(
@@ -628,26 +653,11 @@ class _Fleet:
             )
         return Imported(records, self.rows, self.skipped, notes=notes)
 
-    def _labels(self, run: _Run, model: str) -> Labels:
-        """The labels for ``run``: none of the command line's owners on unallocated time, and a
-        MIG instance's price its share of the whole GPU's."""
-        labels = (
-            replace(self.labels, team="", project="", user="") if run.unallocated else self.labels
-        )
-        profile = run.labels.get("GPU_I_PROFILE", "")
-        if not (m := re.match(r"(\d+)g\.", profile)):
-            return labels
-        price = price_for(
-            model,
-            self.labels.price,
-            self.settings.prices,
-            owned=self.settings.owned,
-            set_with="--price",
-        )
-        if price is None:
-            return labels
-        whole = next((n for k, n in _SLICES.items() if k in model.upper()), 7)
-        return replace(labels, price=price.usd_per_gpu_hour * min(1.0, int(m[1]) / whole))
+    def _labels(self, run: _Run) -> Labels:
+        """The labels for ``run``: none of the command line's owners on unallocated time."""
+        if run.unallocated:
+            return replace(self.labels, team="", project="", user="")
+        return self.labels
 
 
 def _chunk(

@@ -100,7 +100,7 @@ def test_a_notebook_on_a_1g_slice_is_billed_a_seventh_of_the_gpu(
         assert store.get_run(r.id) == r
         rows = store.samples(run_ids=[r.id])
     assert len(rows) == 120
-    assert all(row.covered_s == round(60 / 7, 3) for row in rows)
+    assert all(row.covered_s == pytest.approx(60 / 7) for row in rows)
     assert sum(row.covered_s for row in rows) / 3600 == pytest.approx(2 / 7, rel=1e-4)
     out = capsys.readouterr().out
     assert "1x A100-80GB MIG 1g.10gb (1/7 of a GPU), 0.29 GPU-h (120 min)" in out
