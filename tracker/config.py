@@ -28,6 +28,7 @@ idle_window_min = 30
 
 [gpus]
 mig_share = "compute"   # a MIG instance is its compute slices of 7 (or "memory": of 8)
+idle_split = "even"     # a time-sliced GPU's idle time: evenly between holders (or "work")
 
 [prices]          # USD per GPU-hour
 H100 = 2.49
@@ -77,7 +78,7 @@ from tracker.parsers import (
     text,
     whole,
 )
-from tracker.shares import SHARE_BASES
+from tracker.shares import IDLE_SPLITS, SHARE_BASES
 from tracker.text import one_line
 
 __all__ = [
@@ -150,6 +151,9 @@ class Settings:
     mig_share: str = "compute"
     """What a MIG instance's share of its GPU is counted by (``[gpus] mig_share``): its
     compute slices (of 7) or its memory slices (of 8); :mod:`tracker.shares`."""
+    idle_split: str = "even"
+    """How a time-sliced GPU's idle time is split between its holders (``[gpus]
+    idle_split``): evenly, or by their work (:func:`tracker.shares.time_sliced`)."""
     gres_models: Mapping[str, str] = field(default_factory=dict)
     """Slurm gres types → the price table's model (``[slurm] gres_models``), for sites whose
     type names say no size (``a100``): what ``gpu-kpi import slurm`` records."""
@@ -223,7 +227,10 @@ TRACKER_SECTIONS: Sections = {
         "idle_pct": Key(_pct(), "IDLE_PCT"),
         "idle_window_min": Key(whole(1, 7 * 24 * 60), "IDLE_WINDOW_MIN"),
     },
-    "gpus": {"mig_share": Key(choice(SHARE_BASES), "MIG_SHARE")},
+    "gpus": {
+        "mig_share": Key(choice(SHARE_BASES), "MIG_SHARE"),
+        "idle_split": Key(choice(IDLE_SPLITS), "IDLE_SPLIT"),
+    },
 }
 """The tracker's keys; the file's other sections belong to the reports side."""
 

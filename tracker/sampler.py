@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tracker.cost import IdleDetector, Thresholds
 from tracker.gpu.base import GpuBackend, GpuInfo, GpuReading
 from tracker.record import MinuteSample
+from tracker.shares import EVEN, MEASURED, time_sliced
 from tracker.units import j_to_kwh, ns_to_s
 
 if TYPE_CHECKING:
@@ -95,13 +96,32 @@ class GpuStats:
         self.cycles_base: tuple[float, float] | None = None
         """SM cycles (active, elapsed) where this span starts (else its first reading's)."""
         self.cycles_last: tuple[float, float] | None = None
+        self.held_s = 0.0
+        """Σ seconds × the share of a time-sliced GPU held (:attr:`GpuReading.held_share`;
+        1 for a reading of a GPU held alone)."""
+        self.splits: set[str] = set()
+        """How the shares of a time-sliced GPU were had: ``measured`` (a reading with a
+        :attr:`GpuReading.work_share`) or ``even``."""
 
-    def add(self, r: GpuReading, dt_s: float) -> None:
+    @property
+    def held_share(self) -> float:
+        """The share of the GPU held over the span, 0–1 (1: held alone throughout)."""
+        return self.held_s / self.seconds if self.seconds > 0 else 1.0
+
+    def add(self, r: GpuReading, dt_s: float, held: float | None = None) -> None:
+        """Fold ``r`` in for ``dt_s`` seconds; ``held``: the share of a time-sliced GPU held
+        over them (:func:`tracker.shares.time_sliced`; None: held alone): the means weigh
+        each reading by the GPU-time held, so that a share's utilization is its busy time over
+        its time."""
+        weight = dt_s if held is None else dt_s * held
         for f in _TW_FIELDS:
-            self.tw[f].add(getattr(r, f), dt_s)
+            self.tw[f].add(getattr(r, f), weight)
         self.seconds += max(dt_s, 0.0)
+        self.held_s += max(dt_s, 0.0) * (held if held is not None and 0 <= held <= 1 else 1.0)
+        if held is not None:
+            self.splits.add(MEASURED if r.work_share is not None else EVEN)
         if r.util_pct is not None and dt_s > 0:
-            self.hist_s[min(int(r.util_pct // 10), HIST_BINS - 1)] += dt_s
+            self.hist_s[min(int(r.util_pct // 10), HIST_BINS - 1)] += weight
         if r.mem_used_gib is not None:
             self.mem_peak_gib = max(self.mem_peak_gib or 0.0, r.mem_used_gib)
         if r.mem_total_gib is not None:
@@ -190,6 +210,15 @@ class AlertRule:
     window_s: float = 600.0
 
 
+def split_of(stats: Iterable[GpuStats]) -> str | None:
+    """How the time-sliced GPUs among ``stats`` were split (:attr:`RunRecord.gpu_split`):
+    ``measured`` where any share was, else ``even``; None where every GPU was held alone."""
+    splits = set().union(*(s.splits for s in stats))
+    if MEASURED in splits:
+        return MEASURED
+    return EVEN if splits else None
+
+
 class Sampler:
     """Reads every GPU of the process at a fixed interval on a daemon thread.
 
@@ -213,6 +242,7 @@ class Sampler:
             idle_pct=t.idle_pct,
             idle_window_min=t.idle_window_min,
             share_basis=settings.mig_share,
+            idle_split=settings.idle_split,
             **kwargs,
             alert=AlertRule(under_pct=t.alert_util_pct, window_s=settings.alert_window_s),
         )
@@ -233,6 +263,7 @@ class Sampler:
         idle_pct: float = _DEFAULTS.idle_pct,
         idle_window_min: int = _DEFAULTS.idle_window_min,
         share_basis: str = "compute",
+        idle_split: str = "even",
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
@@ -248,6 +279,7 @@ class Sampler:
         self.on_idle = on_idle
         self.gpus: list[GpuInfo] = []
         self.share_basis = share_basis
+        self.idle_split = idle_split
         self.shares: dict[str, float] = {}
         """Each GPU's share of a physical GPU (:meth:`GpuInfo.share`): its minute rows cover
         that share of the minute's seconds and energy (a MIG instance's slices)."""
@@ -366,14 +398,17 @@ class Sampler:
             prev = now - dt
             self._prev_t = now
             self._prev_mono = mono
-            for r in readings:
-                if r.uuid not in self.run:
+            own: list[GpuReading] = []  # each as this process's part of it
+            for reading in readings:
+                if reading.uuid not in self.run:
                     continue
+                r, held = self._own_part(reading)
+                own.append(r)
                 self.last[r.uuid] = r
-                self.run[r.uuid].add(r, dt)
-                self.window[r.uuid].add(r, dt)
-                closed.extend(self._add_to_minutes(r, prev, now))
-            alert = self._check_alert(readings, now, dt)
+                self.run[r.uuid].add(r, dt, held)
+                self.window[r.uuid].add(r, dt, held)
+                closed.extend(self._add_to_minutes(r, prev, now, held))
+            alert = self._check_alert(own, now, dt)
             idle = self._check_idle() if closed else []
         if closed and self.on_minute:
             self.on_minute(closed)
@@ -391,7 +426,18 @@ class Sampler:
         self._idle_alerted = bool(idle)
         return idle
 
-    def _add_to_minutes(self, r: GpuReading, t0: float, t1: float) -> list[MinuteSample]:
+    def _own_part(self, r: GpuReading) -> tuple[GpuReading, float | None]:
+        """A reading of a GPU shared in time (:attr:`GpuReading.holders` over 1) as this
+        process's part of it: its own utilization over its share, and the share
+        (:func:`tracker.shares.time_sliced`); a GPU held alone as it is, and None."""
+        if r.holders is None or r.holders <= 1:
+            return r, None
+        share, own = time_sliced(r.util_pct, r.work_share, round(r.holders), self.idle_split)
+        return replace(r, util_pct=own), share
+
+    def _add_to_minutes(
+        self, r: GpuReading, t0: float, t1: float, held: float | None = None
+    ) -> list[MinuteSample]:
         """Spread a reading over the minutes of (t0, t1]; return the minutes it closed."""
         closed: list[MinuteSample] = []
         if t1 <= t0:
@@ -413,7 +459,7 @@ class Sampler:
                 cur = (minute, stats)
                 self._minute[r.uuid] = cur
             end = min(t1, (minute + 1) * 60.0)
-            cur[1].add(r, end - t)
+            cur[1].add(r, end - t, held)
             if end >= t1:
                 return closed
             t = end
@@ -421,7 +467,7 @@ class Sampler:
     def _close_minute(self, uuid: str, minute: int, stats: GpuStats) -> MinuteSample:
         row = self._minute_row(uuid, minute, stats)
         self.idle[uuid].add_minute(row.util_pct, row.covered_s, minute)  # the device's seconds
-        share = self.shares.get(uuid, 1.0)
+        share = self.shares.get(uuid, 1.0) * stats.held_share
         if share == 1.0:
             return row
         return replace(  # not rounded again: a week of 1/7 minutes adds up to 1/7 of the week

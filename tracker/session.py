@@ -30,7 +30,7 @@ from tracker.peaks import peak_tflops
 from tracker.prices import Price, canonical_gpu, price_for
 from tracker.ranks import Placement
 from tracker.record import JOB_KEY_LINK, MinuteSample, RunRecord, RunSpec, checked_record
-from tracker.sampler import Sampler
+from tracker.sampler import Sampler, split_of
 from tracker.scheduler import GIT_BRANCH_LINK, git_branch_of, job_key_of, scheduler_links
 from tracker.shares import model_of_mig, profiles
 from tracker.sinks import LoggingSink, Sink, SinkSet
@@ -582,7 +582,7 @@ class Session:
                 window,
                 self._figures(),
                 peak_tflops=self.peak_tflops,
-                gpu_count=self._held(),
+                gpu_count=sum(self._shares()),
                 usd_per_gpu_hour=usd_per_gpu_hour,
                 co2e_kg_per_kwh=self.co2e_kg_per_kwh,
             )
@@ -610,12 +610,17 @@ class Session:
             samples=self.counts.samples,
             tokens=self.counts.tokens,
             interval_s=self.settings.interval_s,
-            shares=[g.share(self.settings.mig_share) for g in self.gpus],
+            shares=self._shares(),
         )
 
-    def _held(self) -> float:
-        """Physical GPUs' worth held (a MIG instance counts its share)."""
-        return sum(g.share(self.settings.mig_share) for g in self.gpus)
+    def _shares(self) -> list[float]:
+        """The share of a physical GPU each GPU held so far: a MIG instance's slices, times the
+        share of a time-sliced GPU measured so far (:attr:`GpuStats.held_share`)."""
+        basis = self.settings.mig_share
+        run = self.sampler.run if self.sampler is not None else {}
+        return [
+            g.share(basis) * (run[g.uuid].held_share if g.uuid in run else 1.0) for g in self.gpus
+        ]
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
@@ -658,6 +663,7 @@ class Session:
                 links=self.links,
                 resumed_from_step=self.resumed_from_step or None,
                 mig_profile=profiles(g.mig for g in self.gpus),
+                gpu_split=split_of(self.sampler.run.values() if self.sampler is not None else ()),
                 **fields,
             )
         )

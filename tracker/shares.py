@@ -13,6 +13,11 @@ charges a memory-heavy ``1g.20gb`` as the two memory slices it takes). A compute
 inside a GPU instance (``1c.3g.40gb``) is its compute slices, and that share of the GPU
 instance's memory.
 
+A **time-sliced** GPU (Kubernetes time-slicing, MPS, several processes on one GPU) is shared
+in time rather than space: each holder's share is measured (:func:`time_sliced`) where a
+per-process utilization exists (NVML's ``nvmlDeviceGetProcessUtilization``, dcgm-exporter's
+per-pod series), else the GPU is split evenly between its holders.
+
 A device's share rides in the minute samples: a row's ``covered_s`` is the seconds of the
 physical GPU's time it covers (60 × 1/7 for a minute of a ``1g.10gb``), as a time-sliced GPU's
 rows carry each holder's part of the minute.
@@ -26,6 +31,11 @@ from dataclasses import dataclass
 
 SHARE_BASES = ("compute", "memory")
 """What a MIG instance's share of its GPU is counted by (``[gpus] mig_share``)."""
+
+IDLE_SPLITS = ("even", "work")
+"""How a time-sliced GPU's idle time is split between its holders (``[gpus] idle_split``):
+evenly (each held it; the default), or in proportion to each one's work (its cost follows its
+work alone)."""
 
 MEMORY_SLICES = 8
 """Memory slices of every MIG-capable GPU (A100, A30, H100, H200, B200, GB200)."""
@@ -121,6 +131,54 @@ def has_mig(model: str) -> bool:
 
     key = canonical_gpu(model) or model.upper()
     return key.startswith(MIG_MODELS)
+
+
+MEASURED, EVEN = "measured", "even"
+"""How a time-sliced GPU was split between its holders (:attr:`RunRecord.gpu_split`): by each
+one's measured share of the GPU's work, or evenly (no per-process figure)."""
+
+
+def time_sliced(
+    util_pct: float | None, work_share: float | None, holders: int, idle: str = "even"
+) -> tuple[float, float | None]:
+    """A holder's share of a time-sliced GPU and its own utilization over that share.
+
+    The GPU's busy time is split by each holder's measured share of the work done on it, its
+    idle time evenly (each held the GPU, none used it): a holder that did 70% of the work of a
+    GPU busy 60% of the time holds 0.7 × 0.6 + 0.4 ÷ 2 = 0.62 of it with two holders, busy
+    0.42 ÷ 0.62 = 68% of its share; the other 0.38, busy 0.18 ÷ 0.38 = 47%. The holders' shares
+    add up to the GPU and their busy time to its busy time; a holder that does nothing still
+    pays for, and is judged idle on, its part of the idle time. ``idle="work"`` splits the idle
+    time by work too: 0.7 and 0.3, each at the GPU's utilization. Without a work share (no
+    per-process figure) each holds an even share at the GPU's utilization.
+
+    Args:
+        util_pct: The GPU's utilization (all its holders' work), 0–100; None: unknown.
+        work_share: This holder's share of the holders' work, 0–1 (its per-process SM
+            utilization over theirs); None: not measured (then the split is even).
+        holders: How many workloads held the GPU (1: alone).
+        idle: How the idle time is split (:data:`IDLE_SPLITS`).
+
+    Returns:
+        (share of the GPU 0–1, own utilization % over that share, or None where unknown).
+
+    >>> time_sliced(60.0, 0.7, 2)
+    (0.62, 67.74193548387098)
+    >>> time_sliced(60.0, 0.7, 2, idle="work")
+    (0.7, 60.0)
+    >>> time_sliced(60.0, None, 2)
+    (0.5, 60.0)
+    """
+    n = max(1, holders)
+    if work_share is None or util_pct is None:
+        return 1.0 / n, util_pct
+    worked = min(max(work_share, 0.0), 1.0)
+    if idle == "work":
+        return worked, util_pct
+    util = min(max(util_pct / 100.0, 0.0), 1.0)
+    busy = util * worked
+    share = busy + (1.0 - util) / n
+    return share, (100.0 * busy / share if share > 0 else 0.0)
 
 
 def profiles(slices: Iterable[MigSlice | None]) -> str | None:

@@ -38,7 +38,7 @@ from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.prices import canonical_gpu, price_for
 from tracker.record import MinuteSample, RunRecord, checked_record
-from tracker.sampler import Sampler
+from tracker.sampler import Sampler, split_of
 from tracker.shares import profiles
 from tracker.throughput import StepCounter
 
@@ -464,7 +464,9 @@ def run_record(
         samples=0,
         tokens=0,
         interval_s=interval_s,
-        shares=[g.share(settings.mig_share) for g in gpus],
+        shares=[
+            g.share(settings.mig_share) * s.held_share for g, s in zip(gpus, stats, strict=True)
+        ],
     )
     values = figures.record_fields(
         fig,
@@ -474,6 +476,7 @@ def run_record(
         thresholds=settings.thresholds,
     )
     values["mig_profile"] = profiles(g.mig for g in gpus)
+    values["gpu_split"] = split_of(stats)
     values.update(fields)
     for label in ("project", "team", "user", "host"):
         values[label] = getattr(labels, label) or values.get(label) or ""

@@ -9,6 +9,7 @@ from fakes import Clock
 from tracker import track
 from tracker.gpu import BackendError
 from tracker.gpu.simulated import SimulatedBackend
+from tracker.record import MinuteSample
 from tracker.shares import has_mig, mig_slice, model_of_mig, profiles
 from tracker.store import RunStore
 
@@ -129,3 +130,59 @@ def test_a_site_that_charges_by_memory_bills_a_1g_20gb_two_eighths(
     assert r is not None and r.mig_profile == "1g.20gb"
     assert r.gpu_hours == pytest.approx(0.25)
     assert r.cost_usd == pytest.approx(0.25 * 3.85)
+
+
+def test_a_time_sliced_gpu_is_held_by_this_process_s_measured_share(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An hour on an H100 shared with one other process, busy 60%, 70% of the work this
+    one's: it holds 0.6 × 0.7 of the busy time and half the idle time, 0.42 + 0.2 = 0.62 of the
+    GPU (0.62 GPU-h, $2.387 at $3.85), busy 0.42 ÷ 0.62 = 67.7% of its share; split measured.
+    Each full minute row covers 60 × 0.62 = 37.2 s."""
+    minutes: list[MinuteSample] = []
+    clock = Clock()
+    with track(
+        name="shared",
+        backend="simulated:time-sliced@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
+        run.sampler.on_minute = minutes.extend  # type: ignore[union-attr]
+        for _ in range(3600):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    r = run.record
+    assert r is not None and r.gpu_split == "measured" and r.mig_profile is None
+    assert r.gpu_hours == pytest.approx(0.62)
+    assert r.cost_usd == pytest.approx(0.62 * 3.85)
+    assert r.util_pct == pytest.approx(100 * 0.42 / 0.62)
+    assert len(minutes) == 60 and all(m.covered_s == pytest.approx(37.2) for m in minutes)
+    assert all(m.util_pct == pytest.approx(100 * 0.42 / 0.62) for m in minutes)
+    out = capsys.readouterr().out
+    assert "1x H100 time-sliced (62% of it, measured), 0.62 GPU-h (60 min)" in out
+    assert "utilization 68% · cost $2.39" in out
+
+
+def test_idle_split_by_work_bills_the_measured_share_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[gpus] idle_split = "work"``: the same hour split 70/30 whatever the idle time, at
+    the GPU's 60%: 0.7 GPU-h, $2.695."""
+    monkeypatch.setenv("GPU_KPI_IDLE_SPLIT", "work")
+    clock = Clock()
+    with track(
+        name="shared",
+        backend="simulated:time-sliced@H100",
+        store=False,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
+        for _ in range(3600):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    r = run.record
+    assert r is not None
+    assert r.gpu_hours == pytest.approx(0.7)
+    assert r.cost_usd == pytest.approx(0.7 * 3.85)
+    assert r.util_pct == pytest.approx(60.0)

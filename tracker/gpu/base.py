@@ -90,6 +90,14 @@ class GpuReading:
     or thermal reasons, 0–1, where no counter says: NVML's clock-event reasons read now
     (``nvmlDeviceGetCurrentClocksEventReasons``: 1 or 0, the interval judged by its end), so the
     throttled time is sampled (:attr:`tracker.sampler.GpuStats.throttled_s`)."""
+    holders: float | None = None
+    """Processes with a compute context on the GPU, this one included (NVML's compute
+    processes): over 1 on a GPU shared in time (time-slicing, MPS), which the sampler splits
+    between them (:func:`tracker.shares.time_sliced`). None or 1: held alone."""
+    work_share: float | None = None
+    """On a shared GPU: this process's measured share of the processes' work, 0–1 (its SM
+    utilization over theirs; an even share where none worked). None: not measured (the GPU
+    is then split evenly between its processes)."""
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from tracker.gpu.nvml_names import (
     INIT_HINTS,
     LOST_ERRORS,
     NO_GPU_HINT,
+    PROC_EVERY_S,
     THROTTLE_REASONS,
     UNSUPPORTED_ERRORS,
     VIOLATION_POLICIES,
@@ -65,6 +66,14 @@ class _Gpu:
     """Metrics whose passing errors were already logged."""
     proc_seen_us: int = 0
     """Newest per-process sample time seen (NVML's µs timestamp)."""
+    proc_at: float | None = None
+    """When the processes were last read (:data:`PROC_EVERY_S`)."""
+    holders: int = 1
+    """Processes with a compute context on the GPU at the last read (1: this one alone)."""
+    work_share: float | None = None
+    """This process's share of their SM utilization at the last read (None: not measured)."""
+    proc_util_pct: float | None = None
+    """This process's own SM utilization at the last read (None: alone or not found)."""
 
 
 class _Lost(Exception):
@@ -149,7 +158,7 @@ class NvmlBackend:
             readings: list[GpuReading] = []
             for gpu in list(self._gpus):
                 try:
-                    readings.append(self._read_one(gpu))
+                    readings.append(self._read_one(gpu, now))
                 except _Lost as err:
                     self._gpus.remove(gpu)
                     self.lost.add(gpu.uuid)
@@ -294,7 +303,7 @@ class NvmlBackend:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def _read_one(self, gpu: _Gpu) -> GpuReading:
+    def _read_one(self, gpu: _Gpu, now: float) -> GpuReading:
         nvml = self._nvml
         util = self._query(gpu, "util_pct", "nvmlDeviceGetUtilizationRates")
         mem = self._query(gpu, "mem_used_gib", "nvmlDeviceGetMemoryInfo")
@@ -304,9 +313,13 @@ class NvmlBackend:
         temp = self._query(gpu, "temp_c", "nvmlDeviceGetTemperature", nvml.NVML_TEMPERATURE_GPU)
         gpm = self._read_gpm(gpu)
         throttle_ns = self._read_violations(gpu)
+        util_pct = float(util.gpu) if util is not None else gpm.get("util_pct")
+        if gpu.proc_at is None or not 0 <= now - gpu.proc_at < PROC_EVERY_S:
+            gpu.proc_at = now
+            self._read_processes(gpu)
         return GpuReading(
             uuid=gpu.uuid,
-            util_pct=float(util.gpu) if util is not None else gpm.get("util_pct"),
+            util_pct=util_pct,
             mem_used_gib=bytes_to_gib(mem.used) if mem is not None else None,
             mem_total_gib=bytes_to_gib(mem.total) if mem is not None else None,
             power_w=mw_to_w(power_mw) if power_mw is not None else None,
@@ -317,7 +330,9 @@ class NvmlBackend:
             sm_occupancy_pct=gpm.get("sm_occupancy_pct"),
             tensor_active_pct=gpm.get("tensor_active_pct"),
             dram_active_pct=gpm.get("dram_active_pct"),
-            proc_util_pct=self._read_proc_util(gpu),
+            proc_util_pct=gpu.proc_util_pct,
+            holders=float(gpu.holders) if gpu.holders > 1 else None,
+            work_share=gpu.work_share if gpu.holders > 1 else None,
             throttle_ns=throttle_ns,
             throttled_share=self._read_throttled(gpu) if throttle_ns is None else None,
         )
@@ -392,24 +407,32 @@ class NvmlBackend:
             for key, m in zip(metrics, request.metrics, strict=False)
         }
 
-    def _read_proc_util(self, gpu: _Gpu) -> float | None:
-        """This process's SM utilization (%) when other processes use the GPU too, else None.
+    def _read_processes(self, gpu: _Gpu) -> None:
+        """Who else uses the GPU, and this process's share of their work since the last read
+        (:attr:`_Gpu.holders`, :attr:`_Gpu.work_share`): its SM utilization over the sum of
+        every process's, from the per-process samples newer than the last seen.
 
         NVML reports host PIDs: inside a PID namespace (most containers) this process is not
-        found and the figure stays None.
+        found; then the GPU is split evenly between its processes, and said so (``even``).
         """
         procs = self._query(gpu, "proc_util_pct", "nvmlDeviceGetComputeRunningProcesses")
         me = os.getpid()
-        if not procs or all(p.pid == me for p in procs):
-            return None
+        pids = {int(p.pid) for p in procs or ()}
+        gpu.holders = len(pids | {me}) if procs else 1
+        gpu.work_share = gpu.proc_util_pct = None
+        if gpu.holders < 2:
+            return
         samples = self._query(
             gpu, "proc_util_pct", "nvmlDeviceGetProcessUtilization", gpu.proc_seen_us
         )
-        if not samples:
-            return None
+        if not samples or me not in pids:
+            return
         gpu.proc_seen_us = max(gpu.proc_seen_us, *(int(s.timeStamp) for s in samples))
         mine = [float(s.smUtil) for s in samples if s.pid == me]
-        return sum(mine) / len(mine) if mine else None
+        total = sum(float(s.smUtil) for s in samples)
+        gpu.proc_util_pct = sum(mine) / len(mine) if mine else 0.0
+        # none worked: an even share of no work (the idle GPU is held evenly)
+        gpu.work_share = sum(mine) / total if total > 0 else 1.0 / gpu.holders
 
     # -- NVML calls and their errors -------------------------------------------------------------
 

@@ -12,6 +12,12 @@ GPM_METRICS: dict[str, str] = {
 }
 """GPM metrics read on Hopper and newer: :class:`GpuReading` field → ``pynvml`` metric id name."""
 
+PROC_EVERY_S = 10.0
+"""How often the processes on a GPU and their utilization are read (at most): a time-sliced
+GPU's holders and each one's share of its work. ``nvmlDeviceGetProcessUtilization`` is far
+costlier than the device queries and takes a driver lock; a share that changes every 10 s is
+still placed in its minutes."""
+
 GPM_MIG_UTIL = "NVML_GPM_METRIC_GRAPHICS_UTIL"
 """The GPM metric read as a MIG instance's utilization (NVML gives a MIG device none: the
 share of time its graphics/compute engine was active, DCGM's ``GR_ENGINE_ACTIVE``)."""

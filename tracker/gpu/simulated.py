@@ -39,6 +39,11 @@ class Profile:
     to :data:`THROTTLED_CLOCK_SHARE` of its boost."""
     lost_after_s: float | None = None
     """Seconds after which the last GPU stops answering (falls off the bus)."""
+    holders: int = 1
+    """Processes on each GPU, this one included (over 1: time-sliced with others); the
+    pattern is the GPU's utilization, all of theirs."""
+    work_share: float | None = None
+    """This process's share of their work (NVML's per-process utilization; None: unseen)."""
 
     def throttled_integral(self, t: float) -> float:
         """Seconds throttled in [0, t]."""
@@ -148,6 +153,17 @@ PROFILES: dict[str, Profile] = {
             dram_active_ratio=0.4,
             lost_after_s=120.0,
             help="steady 92%; after 2 min the last GPU falls off the bus",
+        ),
+        Profile(
+            name="time-sliced",
+            pattern=((6.0, 100.0), (4.0, 0.0)),
+            mem_frac=0.4,
+            sm_active_ratio=0.8,
+            tensor_active_ratio=0.5,
+            dram_active_ratio=0.4,
+            holders=2,
+            work_share=0.7,
+            help="a GPU shared in time with one other process, busy 60%, 70% of it this one's",
         ),
     )
 }
@@ -346,6 +362,8 @@ class SimulatedBackend:
                 tensor_active_pct=util * p.tensor_active_ratio if g.gpm else None,
                 dram_active_pct=util * p.dram_active_ratio if g.gpm else None,
                 throttle_ns=throttle_ns,
+                holders=float(p.holders) if p.holders > 1 else None,
+                work_share=p.work_share if p.holders > 1 else None,
             )
             for i in range(count)
         ]

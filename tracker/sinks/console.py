@@ -52,11 +52,16 @@ def summary_text(r: RunRecord, where: str | None) -> str:
         if r.gpu_source != "none"
         else "no GPU data"
     )
+    held = 60 * r.gpu_hours / (minutes * r.gpu_count) if minutes and r.gpu_count else None
+    each = " each" if r.gpu_count > 1 else ""
     if r.mig_profile and r.gpu_source != "none":  # the hours are the slices' share of the GPU
         gpus += f" MIG {_shown(r.mig_profile)}"
-        if minutes and r.gpu_count:
-            share = Fraction(60 * r.gpu_hours / (minutes * r.gpu_count)).limit_denominator(56)
-            gpus += f" ({share} of a GPU each)" if r.gpu_count > 1 else f" ({share} of a GPU)"
+        if held is not None and not r.gpu_split:
+            gpus += f" ({Fraction(held).limit_denominator(56)} of a GPU{each})"
+    if r.gpu_split and r.gpu_source != "none":  # shared in time: its measured or even share
+        how = "measured" if r.gpu_split == "measured" else "split evenly: no per-process figure"
+        share = f"{held:.0%} of it{each}, " if held is not None else ""
+        gpus += f" time-sliced ({share}{how})"
     util = "n/a" if r.util_pct is None else f"{r.util_pct:.0f}%"
     idle = "" if r.idle_usd is None else f" (idle {money(r.idle_usd)})"
     hours = (

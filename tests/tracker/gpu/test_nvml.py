@@ -665,7 +665,11 @@ def test_no_gpm_before_hopper(install: Any) -> None:
     assert fake.samples == []
 
 
-def test_process_utilization_when_gpu_is_shared(install: Any) -> None:
+def test_a_time_sliced_gpu_s_processes_and_this_one_s_share_of_their_work(install: Any) -> None:
+    """Two processes on a GPU busy 87%: this one did 40 of their 90 points of SM utilization,
+    a work share of 4/9 (the sampler makes it a share of the GPU). The processes are read every
+    10 s at most (a costly call that takes a driver lock): at 2 s the figure stands; at 11 s
+    the samples since the last one seen (20 of 90): 2/9."""
     me = os.getpid()
     devs = gpus(2)
     devs[0].procs = [me, OTHER_PID]
@@ -675,12 +679,38 @@ def test_process_utilization_when_gpu_is_shared(install: Any) -> None:
     backend = NvmlBackend()
     backend.open(0.0)
     got = by_uuid(backend.read(1.0))
-    assert got[devs[0].uuid].proc_util_pct == 40.0
-    assert got[devs[1].uuid].proc_util_pct is None
+    shared, alone = got[devs[0].uuid], got[devs[1].uuid]
+    assert (shared.holders, shared.work_share, shared.util_pct) == (2, 4 / 9, 87.0)
+    assert shared.proc_util_pct == 40.0
+    assert (alone.holders, alone.work_share, alone.util_pct) == (None, None, 87.0)
     assert fake.calls[("nvmlDeviceGetProcessUtilization", devs[1].uuid)] == 0
     devs[0].proc_samples += [(me, 200, 20), (OTHER_PID, 200, 70)]
-    assert by_uuid(backend.read(2.0))[devs[0].uuid].proc_util_pct == 20.0
+    later = by_uuid(backend.read(2.0))[devs[0].uuid]
+    assert later.work_share == 4 / 9 and fake.proc_ts_asked == [0]
+    last = by_uuid(backend.read(11.0))[devs[0].uuid]
+    assert last.work_share == 2 / 9
     assert fake.proc_ts_asked == [0, 100]  # only samples newer than the last one seen
+
+
+def test_a_shared_gpu_whose_processes_say_nothing_of_this_one_is_split_evenly(
+    install: Any,
+) -> None:
+    """In a PID namespace NVML's host PIDs never match this process: two other processes on
+    the GPU, this one unseen: three holders, the work share unmeasured (the sampler splits it
+    evenly). A GPU whose processes all idle: an even share of no work."""
+    devs = gpus(2)
+    devs[0].procs = [OTHER_PID, OTHER_PID + 1]
+    devs[0].proc_samples = [(OTHER_PID, 100, 30)]
+    devs[1].procs = [os.getpid(), OTHER_PID]
+    devs[1].proc_samples = [(os.getpid(), 100, 0), (OTHER_PID, 100, 0)]
+    devs[1].util = 0
+    install(devs)
+    backend = NvmlBackend()
+    backend.open(0.0)
+    got = by_uuid(backend.read(1.0))
+    unseen, idle = got[devs[0].uuid], got[devs[1].uuid]
+    assert (unseen.holders, unseen.work_share) == (3, None)
+    assert (idle.holders, idle.work_share) == (2, 0.5)
 
 
 def test_lost_gpu_is_left_out_and_warned_once(install: Any, caplog: Any) -> None:
