@@ -132,6 +132,7 @@ def of_rows(
     *,
     idle_window_min: int,
     idle_pct: float,
+    share: float = 1.0,
 ) -> Played:
     """One GPU's figures from its minute rows, where the rows were changed after playing (a
     time-sliced GPU's split between the runs that held it): time, utilization, SM activity,
@@ -144,9 +145,12 @@ def of_rows(
         rows: Its minute rows, in time order.
         idle_window_min: The idle rule's window, minutes.
         idle_pct: The idle rule's threshold, %.
+        share: The share of the physical GPU the device is (a MIG instance's), by which its
+            rows' seconds were already scaled: the figures count the device's seconds, as
+            the sampler's do.
     """
     stats = copy.deepcopy(played)
-    covered = np.array([r.covered_s for r in rows], dtype=np.float64)
+    covered = np.array([r.covered_s / share for r in rows], dtype=np.float64)
     share = float(covered.sum()) / played.seconds if played.seconds > 0 else 0.0
     for tw in stats.tw.values():
         tw.total *= share
@@ -163,7 +167,7 @@ def of_rows(
         time_weighted(stats, field, v, covered)
     stats.tw["power_w"] = type(stats.tw["power_w"])()
     time_weighted(stats, "power_w", power, covered)
-    stats.seconds = float(covered.sum())
+    stats.seconds = stats.held_s = float(covered.sum())  # the rows hold the share already
     use = ~np.isnan(util) & (covered > 0)
     bins = np.minimum((util[use] // 10).astype(np.int64), HIST_BINS - 1)
     stats.hist_s = np.bincount(bins, weights=covered[use], minlength=HIST_BINS).tolist()
@@ -172,7 +176,7 @@ def of_rows(
     idle = idle_totals(
         [int(r.minute.timestamp()) // 60 for r in rows],
         [r.util_pct for r in rows],
-        [r.covered_s for r in rows],
+        covered.tolist(),
         window=idle_window_min,
         threshold_pct=idle_pct,
     )

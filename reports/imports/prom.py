@@ -65,7 +65,7 @@ from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.record import MinuteSample, RunRecord
 from tracker.scheduler import KUBERNETES_LINK, WORKLOAD_LINK
-from tracker.shares import mig_slice
+from tracker.shares import EVEN, MEASURED, mig_slice, time_sliced
 from tracker.text import one_line
 from tracker.units import LAST_EPOCH_S
 
@@ -297,35 +297,96 @@ class _Run:
     it is, for the report's join with the pods' allocations."""
 
 
-def split_shared(rows: list[MinuteSample]) -> dict[str, set[str]]:
+@dataclass
+class Split:
+    """What :func:`split_shared` did to an import's minute rows."""
+
+    shared: dict[str, set[str]]
+    """Run id → the GPUs it shared with other runs at some minute (time-sliced)."""
+    measured: set[str]
+    """The runs whose shares were measured (per-pod utilization) at some minute."""
+    changed: set[str]
+    """Every run whose rows were changed or dropped (its figures are its rows')."""
+    devices: int = 0
+    """GPU-minutes whose own series (no pod) stood beside their pods' and was left out."""
+
+
+def split_shared(rows: list[MinuteSample], devices: set[str], idle: str = "even") -> Split:
     """Split each GPU-minute that several runs hold at once (a GPU time-sliced between pods:
-    dcgm-exporter's ``--kubernetes-virtual-gpus`` gives each pod a copy of the GPU's series)
-    evenly between them: each one's row keeps the GPU's figures, with its covered seconds and
-    energy divided by the number of holders. Rewrites ``rows`` in place.
+    dcgm-exporter's ``--kubernetes-virtual-gpus`` gives each pod its series) between them.
+    Rewrites ``rows`` in place.
+
+    dcgm-exporter 4.5.3-4.8.2 and later (``--kubernetes-virtual-gpus``) give each pod's
+    ``DCGM_FI_DEV_GPU_UTIL`` its own processes' SM utilization and keep the GPU's own series
+    (no pod) beside them. A GPU whose own row (a run of ``devices``) stands beside its pods'
+    rows in at least half of the minutes pods hold it is such a GPU (elsewhere the two meet
+    only in the minute one ends and the other starts, split as before): its own row is the
+    GPU's utilization, not a holder, and is left out; each pod holds its
+    measured share (:func:`tracker.shares.time_sliced`: the busy time by its share of the pods'
+    utilization, the idle time evenly, or by work with ``idle="work"``), at its own
+    utilization over that share. Where no GPU row stands beside them (an older exporter copies
+    the GPU's figures to each pod), the minute is split evenly, each row keeping the GPU's
+    utilization. Covered seconds and energy are each row's share of them.
 
     Args:
         rows: Minute rows of every run of the import.
+        devices: The runs of GPUs' own series (no pod: the import's unallocated runs).
+        idle: How the idle time is split (:data:`tracker.shares.IDLE_SPLITS`).
 
     Returns:
-        Run id → the GPUs it shared at some minute (no entry: it held its GPUs alone).
+        What was shared, measured and changed.
     """
     holders: dict[tuple[str, datetime], list[int]] = {}
     for i, row in enumerate(rows):
         if row.covered_s > 0:
             holders.setdefault((row.gpu, row.minute), []).append(i)
-    shared: dict[str, set[str]] = {}
+    pod_minutes: dict[str, int] = {}
+    both_minutes: dict[str, int] = {}
     for (gpu, _), held in holders.items():
-        if len({rows[i].run_id for i in held}) < 2:
-            continue
-        for i in held:
+        kinds = {rows[i].run_id in devices for i in held}
+        if False in kinds:
+            pod_minutes[gpu] = pod_minutes.get(gpu, 0) + 1
+            both_minutes[gpu] = both_minutes.get(gpu, 0) + (True in kinds)
+    beside = {gpu for gpu, n in pod_minutes.items() if 2 * both_minutes[gpu] >= n}
+    done = Split({}, set(), set())
+    drop: set[int] = set()
+    for (gpu, _), held in holders.items():
+        if gpu in beside:
+            pods = [i for i in held if rows[i].run_id not in devices]
+            own = [i for i in held if rows[i].run_id in devices]
+        else:
+            pods, own = held, []
+        if not pods or (not own and len({rows[i].run_id for i in pods}) < 2):
+            continue  # held alone, or by nobody
+        gpu_util = rows[own[0]].util_pct if own else None
+        if own:
+            drop.update(own)
+            done.devices += 1
+            done.changed.update(rows[i].run_id for i in own)
+        work = [rows[i].util_pct for i in pods]
+        total = sum(w for w in work if w is not None)
+        measured = bool(own) and gpu_util is not None and None not in work
+        for i, w in zip(pods, work, strict=True):
             row = rows[i]
+            if measured:
+                share, util = time_sliced(
+                    gpu_util, (w or 0.0) / total if total > 0 else 1 / len(pods), len(pods), idle
+                )
+                done.measured.add(row.run_id)
+            else:
+                share, util = 1 / len(pods), row.util_pct if gpu_util is None else gpu_util
             rows[i] = replace(
                 row,
-                covered_s=round(row.covered_s / len(held), 3),
-                energy_kwh=None if row.energy_kwh is None else row.energy_kwh / len(held),
+                covered_s=row.covered_s * share,
+                util_pct=util,
+                energy_kwh=None if row.energy_kwh is None else row.energy_kwh * share,
             )
-            shared.setdefault(row.run_id, set()).add(gpu)
-    return shared
+            done.changed.add(row.run_id)
+            if len(pods) > 1:
+                done.shared.setdefault(row.run_id, set()).add(gpu)
+    if drop:
+        rows[:] = [row for i, row in enumerate(rows) if i not in drop]
+    return done
 
 
 class Owners:
@@ -550,35 +611,45 @@ class _Fleet:
             for run in self.runs.values()
             if run.players
         }
-        shared = split_shared(self.rows)
+        devices = {run.run_id for run in self.runs.values() if run.unallocated}
+        split = split_shared(self.rows, devices, self.settings.idle_split)
+        shared = split.shared
         own: dict[tuple[str, str], list[MinuteSample]] = {}
-        if shared:
-            for row in sorted(self.rows, key=lambda r: r.minute):
-                if row.run_id in shared:
-                    own.setdefault((row.run_id, row.gpu), []).append(row)
+        for row in sorted(self.rows, key=lambda r: r.minute):
+            if row.run_id in split.changed:
+                own.setdefault((row.run_id, row.gpu), []).append(row)
+        basis = self.settings.mig_share
         for run in self.runs.values():
             if run.key not in finished:
                 continue
             played: list[tuple[Any, float, float]] = list(finished[run.key])
             if all(first == last for _, first, last in played):
                 continue  # one minute of samples: no time
-            if run.run_id in shared:
-                t = self.settings.thresholds
-                played = [  # what each GPU played, from its split rows (what the report reads)
-                    (
-                        of_rows(
-                            s.run[uuid],
-                            uuid,
-                            own.get((run.run_id, uuid), []),
-                            idle_window_min=t.idle_window_min,
-                            idle_pct=t.idle_pct,
-                        ),
-                        a,
-                        b,
-                    )
-                    for uuid, (s, a, b) in zip(run.players, played, strict=True)
-                ]
             gpus = list(run.infos.values())
+            if run.run_id in split.changed:
+                t = self.settings.thresholds
+                kept = [  # what each GPU played, from its split rows (what the report reads)
+                    (
+                        info,
+                        (
+                            of_rows(
+                                s.run[info.uuid],
+                                info.uuid,
+                                own[(run.run_id, info.uuid)],
+                                idle_window_min=t.idle_window_min,
+                                idle_pct=t.idle_pct,
+                                share=info.share(basis),
+                            ),
+                            a,
+                            b,
+                        ),
+                    )
+                    for info, (s, a, b) in zip(gpus, played, strict=True)
+                    if own.get((run.run_id, info.uuid))  # a GPU's own series left out whole
+                ]
+                if not kept:
+                    continue
+                gpus, played = [g for g, _ in kept], [p for _, p in kept]
             m = self.mapping
             fields: dict[str, Any] = {
                 "host": run.labels.get("Hostname", ""),
@@ -594,6 +665,7 @@ class _Fleet:
             tags: tuple[str, ...] = ("unallocated",) if run.unallocated else ()
             if run.run_id in shared:
                 tags += (TIME_SLICED,)
+                fields["gpu_split"] = MEASURED if run.run_id in split.measured else EVEN
             if tags:
                 fields["tags"] = tags
             records.append(
@@ -646,10 +718,19 @@ class _Fleet:
             )
         if shared:
             sliced = set().union(*shared.values())
+            even = len(shared.keys() - split.measured)
+            how = (
+                "each GPU-minute is split evenly between its holders, at the whole GPU's "
+                "utilization (no per-pod utilization: dcgm-exporter 4.5.3-4.8.2 or later with "
+                "--kubernetes-virtual-gpus measures it)"
+                if not split.measured
+                else "each pod's share measured by its own utilization (the GPU's busy time by "
+                "its share of the work, its idle time evenly)"
+                + (f"; {even} run(s) split evenly, unmeasured" if even else "")
+            )
             notes.append(
                 f"{len(sliced)} GPU(s) were time-sliced: {len(shared)} runs held one at the same "
-                f"time; each GPU-minute is split evenly between its holders (tagged "
-                f"{TIME_SLICED}), and the utilization shown is the whole GPU's"
+                f"time (tagged {TIME_SLICED}); {how}"
             )
         return Imported(records, self.rows, self.skipped, notes=notes)
 

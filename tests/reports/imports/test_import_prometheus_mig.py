@@ -17,6 +17,7 @@ from reports.build import compute
 from reports.imports.play import Labels
 from reports.imports.prom import UNALLOCATED, import_prometheus, read_prometheus
 from reports.request import Request
+from tracker.config import Settings
 from tracker.owned import OwnedGpu
 
 pytestmark = pytest.mark.prometheus
@@ -179,3 +180,91 @@ def test_an_a100_split_among_four_teams_is_each_team_s_share(
     notebook = k.runs.set_index("name").loc["notebook-1g"]
     assert notebook["spend_usd"] == pytest.approx(48.0, rel=1e-6)
     assert notebook["idle_usd"] == pytest.approx(48.0, rel=1e-6)
+
+
+# -- a GPU time-sliced between two pods, each one's utilization measured -----------------------
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def shared_hour() -> list[Sample]:
+    """What dcgm-exporter 4.5.3-4.8.2 with ``--kubernetes-virtual-gpus`` sends for an H100
+    time-sliced between two pods for an hour (its source at fb5e3dc: each pod's
+    ``DCGM_FI_DEV_GPU_UTIL`` its processes' SM utilization, the GPU's own beside them without
+    a pod, the other fields copied to each pod): the GPU busy 60%, infer-a's processes 42,
+    infer-b's 18 (70% and 30% of the work)."""
+    gpu = {
+        "gpu": "0",
+        "UUID": "GPU-shared",
+        "pci_bus_id": "00000000:1A:00.0",
+        "device": "nvidia0",
+        "modelName": H100,
+        "Hostname": "node5",
+    }
+    out: list[Sample] = []
+    for i in range(61):
+        ts = (TEN + timedelta(minutes=i)).timestamp()
+        out += [("DCGM_FI_DEV_GPU_UTIL", gpu, 60.0, ts), ("DCGM_FI_DEV_FB_USED", gpu, 30e3, ts)]
+        for k, (pod, util) in enumerate((("infer-a", 42.0), ("infer-b", 18.0))):
+            labels = {
+                **gpu,
+                "pod": pod,
+                "namespace": "serving",
+                "container": "main",
+                "pod_uid": f"uid-{pod}",
+                "vgpu": str(k),
+            }
+            out += [
+                ("DCGM_FI_DEV_GPU_UTIL", labels, util, ts),
+                ("DCGM_FI_DEV_POWER_USAGE", labels, 400.0, ts),
+                ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.6, ts),
+            ]
+    return out
+
+
+@pytest.fixture(scope="module")
+def shared_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with running_prometheus(tmp_path_factory.mktemp("shared"), shared_hour()) as url:
+        yield url
+
+
+def test_a_time_sliced_gpu_is_split_by_each_pod_s_measured_share(
+    shared_prometheus: str, tmp_path: Path
+) -> None:
+    """The hour's GPU, busy 60%, infer-a 70% of the work: it holds 0.7 × 0.6 + 0.4 ÷ 2 = 0.62
+    GPU-h ($2.387 at $3.85), busy 0.42 ÷ 0.62 = 67.7% of them; infer-b 0.38 GPU-h ($1.463),
+    busy 0.18 ÷ 0.38 = 47.4%. Together the GPU's hour, $3.85; the GPU's own series is no
+    holder and no unallocated run."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    done = import_prometheus(
+        url, shared_prometheus, since=TEN, until=TEN + timedelta(hours=1), progress=False
+    )
+    runs = {r.name: r for r in done.records}
+    assert sorted(runs) == ["infer-a", "infer-b"]
+    a, b = runs["infer-a"], runs["infer-b"]
+    assert a.gpu_hours == pytest.approx(0.62) and b.gpu_hours == pytest.approx(0.38)
+    assert a.cost_usd == pytest.approx(0.62 * 3.85) and b.cost_usd == pytest.approx(0.38 * 3.85)
+    assert a.util_pct == pytest.approx(100 * 0.42 / 0.62)
+    assert b.util_pct == pytest.approx(100 * 0.18 / 0.38)
+    assert a.gpu_split == b.gpu_split == "measured"
+    assert a.tags == b.tags == ("time-sliced",)
+    (note,) = [n for n in done.notes if "time-sliced" in n]
+    assert "each pod's share measured by its own utilization" in note
+    k = compute(url, Request(week="2026-W48", tz=UTC), now=datetime(2026, 12, 7, tzinfo=UTC)).kpis
+    assert k.headline.gpu_hours == pytest.approx(1.0)
+    assert k.headline.spend_usd == pytest.approx(3.85)
+    assert k.headline.utilization_pct == pytest.approx(60.0)
+
+
+def test_idle_split_by_work_splits_the_gpu_70_30(shared_prometheus: str) -> None:
+    """``[gpus] idle_split = "work"``: the same hour split 70/30 (0.7 and 0.3 GPU-h), each at
+    the GPU's 60%."""
+    done = read_prometheus(
+        shared_prometheus,
+        since=TEN,
+        until=TEN + timedelta(hours=1),
+        settings=Settings(idle_split="work"),
+    )
+    runs = {r.name: r for r in done.records}
+    assert runs["infer-a"].gpu_hours == pytest.approx(0.7)
+    assert runs["infer-b"].gpu_hours == pytest.approx(0.3)
+    assert runs["infer-a"].util_pct == runs["infer-b"].util_pct == pytest.approx(60.0)
