@@ -107,7 +107,8 @@ def run_record(
     price: float | None = 3.85,
     **kw: Any,
 ) -> RunRecord:
-    """A finished run's summary, as the store holds it: ``gpus`` GPUs for ``hours`` hours."""
+    """A finished run's summary, as the store holds it: ``gpus`` GPUs for ``hours`` hours
+    (``gpu_hours``: their share's, where a MIG instance or a time-sliced GPU)."""
     return RunRecord(
         id=id,
         name=kw.pop("name", id),
@@ -117,7 +118,7 @@ def run_record(
         gpu_model=model,
         gpu_count=gpus,
         price_per_gpu_hour=price,
-        gpu_hours=gpus * hours,
+        gpu_hours=kw.pop("gpu_hours", gpus * hours),
         util_pct=util,
         **kw,
     )

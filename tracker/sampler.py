@@ -96,9 +96,9 @@ class GpuStats:
         self.cycles_base: tuple[float, float] | None = None
         """SM cycles (active, elapsed) where this span starts (else its first reading's)."""
         self.cycles_last: tuple[float, float] | None = None
-        self.held_s = 0.0
-        """Σ seconds × the share of a time-sliced GPU held (:attr:`GpuReading.held_share`;
-        1 for a reading of a GPU held alone)."""
+        self.others_s = 0.0
+        """Σ seconds × the share of a time-sliced GPU other processes held
+        (:func:`tracker.shares.time_sliced`; 0 for a reading of a GPU held alone)."""
         self.splits: set[str] = set()
         """How the shares of a time-sliced GPU were had: ``measured`` (a reading with a
         :attr:`GpuReading.work_share`) or ``even``."""
@@ -106,7 +106,7 @@ class GpuStats:
     @property
     def held_share(self) -> float:
         """The share of the GPU held over the span, 0–1 (1: held alone throughout)."""
-        return self.held_s / self.seconds if self.seconds > 0 else 1.0
+        return 1.0 - self.others_s / self.seconds if self.seconds > 0 else 1.0
 
     def add(self, r: GpuReading, dt_s: float, held: float | None = None) -> None:
         """Fold ``r`` in for ``dt_s`` seconds; ``held``: the share of a time-sliced GPU held
@@ -117,7 +117,8 @@ class GpuStats:
         for f in _TW_FIELDS:
             self.tw[f].add(getattr(r, f), weight)
         self.seconds += max(dt_s, 0.0)
-        self.held_s += max(dt_s, 0.0) * (held if held is not None and 0 <= held <= 1 else 1.0)
+        if held is not None and 0 <= held <= 1:
+            self.others_s += max(dt_s, 0.0) * (1.0 - held)
         if held is not None:
             self.splits.add(MEASURED if r.work_share is not None else EVEN)
         if r.util_pct is not None and dt_s > 0:

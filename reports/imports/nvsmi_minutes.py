@@ -167,7 +167,8 @@ def of_rows(
         time_weighted(stats, field, v, covered)
     stats.tw["power_w"] = type(stats.tw["power_w"])()
     time_weighted(stats, "power_w", power, covered)
-    stats.seconds = stats.held_s = float(covered.sum())  # the rows hold the share already
+    stats.seconds = float(covered.sum())
+    stats.others_s = 0.0  # the rows hold the share of a time-sliced GPU already
     use = ~np.isnan(util) & (covered > 0)
     bins = np.minimum((util[use] // 10).astype(np.int64), HIST_BINS - 1)
     stats.hist_s = np.bincount(bins, weights=covered[use], minlength=HIST_BINS).tolist()

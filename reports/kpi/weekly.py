@@ -168,6 +168,8 @@ def run_weeks(
         "host",
         "gpu_model",
         "gpu_count",
+        "mig_profile",
+        "gpu_split",
         "gpu_hours",
         "samples",
         "tokens",

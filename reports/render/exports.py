@@ -111,6 +111,8 @@ RUN_FIELDS = (
     "user",
     "gpu_model",
     "gpu_count",
+    "mig_profile",
+    "gpu_split",
     "gpu_hours",
     "utilization_pct",
     "spend_usd",

@@ -41,6 +41,7 @@ from reports.weeks import label_of as week_label
 from reports.weeks import week_dates
 from tracker.cost import weighted_util_pct
 from tracker.extras import install_hint
+from tracker.shares import EVEN, MEASURED
 from tracker.text import one_line
 
 TEMPLATES_PACKAGE = "reports.templates"
@@ -207,10 +208,20 @@ def _rent_vs_own(k: WeekKpis) -> list[dict[str, str]]:
     ]
 
 
-def _gpus(count: object, model: object) -> str:
+def _gpus(count: object, model: object, mig: object = None, split: object = None) -> str:
+    """The GPUs a run held: ``2 × H100``; a MIG instance's profile (``1 × A100-80GB MIG
+    1g.10gb``: its GPU-hours its share of the GPU); a GPU shared in time, and how its share
+    was had (evenly where no per-process figure measured it)."""
     model_text = text_or_dash(model, "unknown GPU")
+    if not missing(mig) and mig:
+        model_text += f" MIG {text_or_dash(mig)}"
     n = as_number(count)
-    return f"{round(n)} × {model_text}" if n else model_text
+    text = f"{round(n)} × {model_text}" if n else model_text
+    if split == MEASURED:
+        text += ", time-sliced (its measured share)"
+    elif split == EVEN:
+        text += ", time-sliced (split evenly: no per-process figure measured its share)"
+    return text
 
 
 def _run_rows(df: pd.DataFrame, slow: pd.DataFrame | None = None) -> list[dict[str, Any]]:
@@ -225,7 +236,9 @@ def _run_rows(df: pd.DataFrame, slow: pd.DataFrame | None = None) -> list[dict[s
                 "team": text_or_dash(r["team"]),
                 "project": text_or_dash(r["project"]),
                 "user": text_or_dash(r["user"]),
-                "gpus": _gpus(r["gpu_count"], r["gpu_model"]),
+                "gpus": _gpus(
+                    r["gpu_count"], r["gpu_model"], r.get("mig_profile"), r.get("gpu_split")
+                ),
                 "started": "" if missing(started) else f"{pd.Timestamp(started):%Y-%m-%d %H:%M}",
                 "gpu_hours": fmt_hours(r["gpu_hours"]),
                 "utilization": fmt_pct(r["utilization_pct"]),

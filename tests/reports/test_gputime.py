@@ -20,7 +20,7 @@ from reports.gputime import load, span_gpu_time
 from reports.request import Request
 from tracker.cost import Thresholds
 from tracker.record import MinuteSample
-from tracker.store import RunStore
+from tracker.store import SCHEMA_VERSION, RunStore
 
 BERLIN = ZoneInfo("Europe/Berlin")
 W44 = datetime(2026, 10, 26, tzinfo=BERLIN)  # Monday; Berlin left summer time the day before
@@ -228,7 +228,7 @@ def test_a_migrated_store_reports_what_its_minutes_say(
     before = kpis.week_kpis(runs, samples, W44, tz=BERLIN, now=NOW)
     after = compute(store_url, Request(week="2026-W44", tz=BERLIN), now=NOW).kpis
     with RunStore(store_url, create=False) as migrated:
-        assert migrated.version == 5
+        assert migrated.version == SCHEMA_VERSION
     assert before.headline.idle_usd > 0 and before.headline.gpu_hours > 10
     for name, value in before.headline.__dict__.items():
         got = getattr(after.headline, name)

@@ -327,3 +327,55 @@ def test_a_throttled_run_is_the_machines_in_runs_and_the_report(
         "counter-exact), not your code"
     ) in page
     assert "Throttled $5.78" in page or "throttled $5.78" in page
+
+
+def test_a_slice_and_a_shared_gpu_say_so_on_the_page_and_in_the_exports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A notebook idle a day on a 1g.10gb of an A100 80GB (24 h × 1/7 = 3.43 GPU-h, $6.86 at
+    $2.00) and a service on an H100 it shared with another pod, split evenly (nothing measured
+    the pods' own work: 10 h × 1/2 = 5 GPU-h at the GPU's 30%): both runs to fix, each GPUs
+    cell says what it held and how the share was had; the JSON carries the same."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    day = datetime(2026, 11, 24, tzinfo=UTC)
+    with RunStore(url) as store:
+        store.upsert_run(
+            run_record(
+                "nb",
+                day,
+                24,
+                util=1.0,
+                model="A100-80GB",
+                price=2.00,
+                gpu_hours=24 / 7,
+                cost_usd=24 / 7 * 2.00,
+                mig_profile="1g.10gb",
+                team="research",
+            )
+        )
+        store.upsert_run(
+            run_record(
+                "svc",
+                day,
+                10,
+                util=30.0,
+                gpu_hours=5.0,
+                cost_usd=5 * 3.85,
+                gpu_split="even",
+                tags=("time-sliced",),
+                team="web",
+            )
+        )
+    out = tmp_path / "out"
+    args = ["report", "--store", url, "--week", "2026-W48", "--format", "json,html"]
+    assert main([*args, "--out", str(out)]) == 0
+    capsys.readouterr()
+    week = json.loads((out / "2026-W48.json").read_text())
+    runs = {r["name"]: r for r in week["runs"]}
+    assert (runs["nb"]["mig_profile"], runs["nb"]["gpu_split"]) == ("1g.10gb", None)
+    assert runs["nb"]["gpu_hours"] == pytest.approx(24 / 7)
+    assert runs["nb"]["spend_usd"] == pytest.approx(24 / 7 * 2.00)
+    assert (runs["svc"]["mig_profile"], runs["svc"]["gpu_split"]) == (None, "even")
+    page = (out / "2026-W48.html").read_text(encoding="utf-8")
+    assert "1 × A100-80GB MIG 1g.10gb" in page
+    assert "1 × H100, time-sliced (split evenly: no per-process figure measured its share)" in page
