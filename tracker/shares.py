@@ -50,6 +50,23 @@ DEFAULT_COMPUTE_SLICES = 7
 MIG_MODELS = ("A100", "A30", "H100", "H200", "H20", "H800", "B200", "GB200")
 """The models (table keys' starts, :mod:`tracker.prices`) that have MIG."""
 
+PROFILES: dict[str, tuple[str, ...]] = {
+    # NVIDIA's MIG user guide, "Supported MIG Profiles" (GPU instance profiles, smallest first)
+    "A30": ("1g.6gb", "2g.12gb"),
+    "A100-40GB": ("1g.5gb", "2g.10gb", "3g.20gb", "4g.20gb"),
+    "A100-80GB": ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb"),
+    "H100": ("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb"),
+    "H100-NVL": ("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb"),
+    "H200": ("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb"),
+    "B200": ("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb"),
+}
+"""The GPU instance profiles smaller than the whole GPU a right-sizing may suggest, by table
+key (:func:`tracker.prices.canonical_gpu`)."""
+
+USABLE_GIB_PER_GB = 0.95
+"""A profile's memory as a process can use it, GiB per GB of its name (a 1g.10gb shows 9.5 GiB
+to CUDA)."""
+
 _PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb", re.IGNORECASE)
 _MODEL_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 _MIG_IN_NAME = re.compile(r"\s+MIG\s+(\S+)\s*$", re.IGNORECASE)

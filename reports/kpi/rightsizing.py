@@ -5,6 +5,11 @@ A suggestion must hold the run's memory peak with headroom AND the compute it us
 under the target utilization of the candidate's peak, so the job would take the same hours
 there. A GPU without a published peak, or a workstation or GeForce card, is never suggested,
 and a run without one is not judged.
+A run on a whole GPU that MIG can split may be suggested a slice of it instead
+(:data:`tracker.shares.PROFILES`): the slice's memory, its compute slices' share of the peak,
+at that share of the run's own price (a notebook at 10% of an H100 with 6 GiB fits a
+``1g.10gb``: 1/7 of the GPU). A run on a MIG instance or a time-sliced GPU is not judged: it
+already holds a share.
 An idle run gets no suggestion: the answer there is to release the GPU, not a smaller one."""
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ import pandas as pd
 from reports.kpi.frames import shared_objects
 from tracker.cost import Thresholds
 from tracker.peaks import PEAKS, peak_key
-from tracker.prices import PriceTable, is_datacenter
+from tracker.prices import PriceTable, canonical_gpu, is_datacenter
+from tracker.shares import PROFILES, USABLE_GIB_PER_GB, mig_slice
 
 COLUMNS = [
     "run_id",
@@ -29,7 +35,16 @@ COLUMNS = [
     "assumption",
 ]
 
-READS = (*COLUMNS[:6], "gpu_hours", "spend_usd", "idle_usd", "priced", "verdict")
+READS = (
+    *COLUMNS[:6],
+    "gpu_hours",
+    "spend_usd",
+    "idle_usd",
+    "priced",
+    "verdict",
+    "mig_profile",
+    "gpu_split",
+)
 """The columns of a week's rows :func:`rightsizing` reads (the first six it writes as read)."""
 
 
@@ -87,6 +102,9 @@ def rightsizing(
         )
         if "verdict" in per:
             judged &= (per["verdict"] != "idle").to_numpy()
+        for shared in ("mig_profile", "gpu_split"):  # it holds a share already
+            if shared in per:
+                judged &= per[shared].isna().to_numpy()
         need = util / 100.0 * peak
         current = spend / hours
     best = np.full(len(per), -1)
@@ -100,13 +118,35 @@ def rightsizing(
             & (p.usd_per_gpu_hour < best_price)
         )
         best[fits], best_price[fits] = j, p.usd_per_gpu_hour
+    # (name, memory GiB, 16-bit peak, the peak in words) of each candidate: models, then slices
+    cands = [(p.gpu, p_mem, p_peak, f"{p_peak:g}") for p, p_mem, p_peak in priced]
+    for m, name in enumerate(models):
+        key = canonical_gpu(name) if isinstance(name, str) else None
+        whole = model_peak[m] if len(models) else np.nan
+        for profile in PROFILES.get(key or "", ()):
+            found = mig_slice(profile, name)
+            if found is None or np.isnan(whole):
+                continue
+            share = found.share()
+            slice_price = current * share
+            fits = (
+                judged
+                & (model == m)
+                & (USABLE_GIB_PER_GB * found.mem_gb >= mem * headroom)
+                & (need <= target_util_pct / 100.0 * whole * share)
+                & (slice_price < best_price)
+            )
+            of_whole = f"{found.compute}/{found.compute_of} of {whole:g}"
+            usable = USABLE_GIB_PER_GB * found.mem_gb
+            cands.append((f"{key} MIG {profile}", usable, whole * share, of_whole))
+            best[fits], best_price[fits] = len(cands) - 1, slice_price[fits]
     at = np.flatnonzero(best >= 0)
     if not len(at):
         return empty
     picked = per.iloc[at]
     pick = best[at]
-    price = np.array([p.usd_per_gpu_hour for p, _, _ in priced], dtype=float)[pick]
-    suggested = np.array([p.gpu for p, _, _ in priced], dtype=object)[pick]
+    price = best_price[at]
+    suggested = np.array([c[0] for c in cands], dtype=object)[pick]
     mem_at, util_at = mem[at], util[at]
     # the text is one per (memory, utilization, peak, suggestion): made once for each (a week
     # of a million runs has a few hundred texts), keyed by the figures' bits (-0.0 is no 0.0)
@@ -124,14 +164,14 @@ def rightsizing(
         [
             f"{m:.1f} GiB × {headroom:g} fits {best_mem:g} GiB; "
             f"{u:.1f}% of {pk:g} = {nd:.0f} TFLOP/s (16-bit) "
-            f"fits {target_util_pct:.0f}% of its {best_peak:g} = "
+            f"fits {target_util_pct:.0f}% of its {words} = "
             f"{target_util_pct / 100.0 * best_peak:.0f}: the same hours"
-            for m, u, pk, nd, (_, best_mem, best_peak) in zip(
+            for m, u, pk, nd, (_, best_mem, best_peak, words) in zip(
                 mem_at[firsts].tolist(),
                 util_at[firsts].tolist(),
                 peak[at][firsts].tolist(),
                 need[at][firsts].tolist(),
-                [priced[j] for j in pick[firsts].tolist()],
+                [cands[j] for j in pick[firsts].tolist()],
                 strict=True,
             )
         ],

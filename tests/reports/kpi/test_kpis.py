@@ -205,22 +205,26 @@ def test_unit_costs() -> None:
 def test_rightsizing_names_a_cheaper_gpu_that_fits() -> None:
     """Issue 11: memory AND compute. An H100 job at 20% used 0.20 x 989.4 = 197.9 TFLOP/s
     (16-bit): a T4 (85% of 65 = 55.3) or an L4 (85% of 121 = 102.9) cannot do that work in the
-    same hours; an L40S can (85% of 362.05 = 307.7) and holds 12 GiB x 1.2 in 48 GB:
-    10 h x (3.85 - 1.55) = $23.00."""
+    same hours; an L40S can (85% of 362.05 = 307.7, 12 GiB x 1.2 in 48 GB) at $1.55, and a
+    2g.20gb slice of its own H100 can too (85% of 2/7 of 989.4 = 240.3; 14.4 GiB in its 19 GiB
+    usable) at 2/7 of $3.85 = $1.10 (issue 44): 10 h x (3.85 - 1.10) = $27.50. A 1g.20gb holds
+    the memory but not the work (85% of 1/7 of 989.4 = 120.1)."""
     k = week([run("small-job", W48, 10, util=20.0, mem_peak_gib=12.0, mem_total_gib=80.0)])
     (s,) = k.rightsizing.to_dict("records")
-    assert s["suggested_gpu"] == "L40S" and s["saving_usd"] == pytest.approx(10 * (3.85 - 1.55))
+    assert s["suggested_gpu"] == "H100 MIG 2g.20gb"
+    assert s["saving_usd"] == pytest.approx(10 * (3.85 - 3.85 * 2 / 7))
     assert s["assumption"] == (
-        "12.0 GiB × 1.2 fits 48 GiB; 20.0% of 989.4 = 198 TFLOP/s "
-        "(16-bit) fits 85% of its 362.05 = 308: the same hours"
+        "12.0 GiB × 1.2 fits 19 GiB; 20.0% of 989.4 = 198 TFLOP/s "
+        "(16-bit) fits 85% of its 2/7 of 989.4 = 240: the same hours"
     )
 
 
 def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
-    """At 10% an H100 job needs 98.9 TFLOP/s: an L4 (102.9 at 85%) does it: $0.80. A GeForce
-    RTX 4090 would too ($0.39, 85% of 165.2 = 140.4, 24 GB) but a workstation or GeForce card
-    is never suggested. An idle notebook gets no suggestion (release the GPU), nor does a GPU
-    without a published peak."""
+    """At 10% an H100 job needs 98.9 TFLOP/s: an L4 (102.9 at 85%) does it at $0.80, a
+    1g.20gb slice of its own H100 (85% of 1/7 of 989.4 = 120.1; 14.4 GiB in 19) at 1/7 of
+    $3.85 = $0.55. A GeForce RTX 4090 would too ($0.39, 85% of 165.2 = 140.4, 24 GB) but a
+    workstation or GeForce card is never suggested. An idle notebook gets no suggestion
+    (release the GPU), nor does a GPU without a published peak."""
     k = week(
         [
             run("light", W48, 4, util=10.0, mem_peak_gib=12.0, mem_total_gib=80.0),
@@ -228,8 +232,37 @@ def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
             run("a10g", W48, 5, util=10.0, model="A10G", price=1.01, mem_peak_gib=2.0),
         ]
     )
-    assert k.rightsizing[["run_id", "suggested_gpu"]].values.tolist() == [["light", "L4"]]
-    assert k.rightsizing["saving_usd"].tolist() == pytest.approx([4 * (3.85 - 0.80)])
+    assert k.rightsizing[["run_id", "suggested_gpu"]].values.tolist() == [
+        ["light", "H100 MIG 1g.20gb"]
+    ]
+    assert k.rightsizing["saving_usd"].tolist() == pytest.approx([4 * (3.85 - 3.85 / 7)])
+
+
+def test_a_notebook_on_a_whole_a100_fits_a_1g_slice_and_one_on_a_slice_is_left_alone() -> None:
+    """Issue 44: a notebook on a whole A100 80GB ($2.00) the week through (168 h) at 8% with
+    6 GiB: 0.08 × 312 = 25.0 TFLOP/s fits 85% of 1/7 of 312 = 37.9, 6 × 1.2 = 7.2 GiB fits a
+    1g.10gb's 9.5: 168 × (2.00 − 2.00/7) = $288.00 a week less. The same notebook already on a
+    1g.10gb (its GPU-hours 1/7 of its hours) is not judged again."""
+    whole = run("nb", W48, 168, util=8.0, model="A100-80GB", price=2.00, mem_peak_gib=6.0)
+    on_slice = run(
+        "nb-slice",
+        W48,
+        168,
+        util=8.0,
+        model="A100-80GB",
+        price=2.00,
+        mem_peak_gib=6.0,
+        gpu_hours=24.0,
+        mig_profile="1g.10gb",
+    )
+    k = week([whole, on_slice])
+    (s,) = k.rightsizing.to_dict("records")
+    assert (s["run_id"], s["suggested_gpu"]) == ("nb", "A100-80GB MIG 1g.10gb")
+    assert s["saving_usd"] == pytest.approx(168 * (2.00 - 2.00 / 7))
+    assert s["assumption"] == (
+        "6.0 GiB × 1.2 fits 9.5 GiB; 8.0% of 312 = 25 TFLOP/s (16-bit) "
+        "fits 85% of its 1/7 of 312 = 38: the same hours"
+    )
 
 
 def _idle_of(

@@ -18,14 +18,24 @@ PRICE = {p.gpu: p.usd_per_gpu_hour for p in TABLE.rows()}
 
 
 def _sentence(mem: float, util: float, model: str, suggested: str) -> str:
-    """The sentence from one run's figures (headroom 1.2, target 85%)."""
+    """The sentence from one run's figures (headroom 1.2, target 85%): a smaller model's
+    memory and peak, or a slice of its own GPU's (``H100 MIG 1g.10gb``: 0.95 GiB per GB,
+    its compute slices of 7 of the peak)."""
     peak = half_peak_tflops(model)
-    best = half_peak_tflops(suggested)
-    assert peak is not None and best is not None
+    assert peak is not None
+    gpu, _, profile = suggested.partition(" MIG ")
+    if profile:
+        slices, gb = int(profile.split("g.")[0]), float(profile.split("g.")[1].rstrip("gb"))
+        fits, words, best = 0.95 * gb, f"{slices}/7 of {peak:g}", peak * slices / 7
+        assert gpu == model
+    else:
+        fits, best_peak = MEM[suggested], half_peak_tflops(suggested)
+        assert best_peak is not None
+        words, best = f"{best_peak:g}", best_peak
     return (
-        f"{mem:.1f} GiB × 1.2 fits {MEM[suggested]:g} GiB; "
+        f"{mem:.1f} GiB × 1.2 fits {fits:g} GiB; "
         f"{util:.1f}% of {peak:g} = {util / 100.0 * peak:.0f} TFLOP/s (16-bit) "
-        f"fits 85% of its {best:g} = {0.85 * best:.0f}: the same hours"
+        f"fits 85% of its {words} = {0.85 * best:.0f}: the same hours"
     )
 
 

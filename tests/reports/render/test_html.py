@@ -184,11 +184,12 @@ def test_breakdowns_and_engineer_tables(small: tuple) -> None:
     # the underutilized run: 4 x H100, with verdict and advice
     assert "4 × H100 4.0 GPU-h 10.0% $15.40 $13.59 input-bound" in text
     assert "<b>more</b> DataLoader workers" in text  # shown as text
-    # right-sizing: 12 GiB x 1.2 and 10% of 989.4 TFLOP/s fit an L4 (85% of 121) at $0.80:
-    # 4 GPU-h x (3.85 - 0.80) = $12.20
+    # right-sizing: 12 GiB x 1.2 and 10% of 989.4 TFLOP/s fit an L4 (85% of 121) at $0.80,
+    # and a 1g.20gb slice of the H100 (85% of 1/7 of 989.4 = 120; 19 GiB usable) at 1/7 of
+    # $3.85 = $0.55: 4 GPU-h x (3.85 - 0.55) = $13.20
     assert (
-        "H100 12.0 GiB of 80.0 GiB 10.0% L4 12.0 GiB × 1.2 fits 24 GiB; 10.0% of 989.4 = 99 "
-        "TFLOP/s (16-bit) fits 85% of its 121 = 103: the same hours $12.20"
+        "H100 12.0 GiB of 80.0 GiB 10.0% H100 MIG 1g.20gb 12.0 GiB × 1.2 fits 19 GiB; 10.0% of "
+        "989.4 = 99 TFLOP/s (16-bit) fits 85% of its 1/7 of 989.4 = 120: the same hours $13.20"
     ) in text
 
 
