@@ -35,6 +35,8 @@ test: $(STAMP)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 	# the speed guard: a 100,800-run week's steps against DuckDB, held to bench/baseline.json
 	$(BIN)/python bench/smoke.py
+	# a time-sliced GPU's per-process query: every 10 s at most, under 0.1% of a core per GPU
+	$(BIN)/python bench/process_query.py
 
 # the inner loop: no PostgreSQL, Chromium, Prometheus, Slurm, DDP, real trainers or end-to-end service runs;
 # the whole suite is `make test`. PYTHONDONTWRITEBYTECODE= (empty): bytecode and pytest's rewritten

@@ -6,7 +6,9 @@ Sections, each with its own time budget (a failing one prints one line; the othe
 
 1. ``pytest -m gpu tests/gpu``: the NVML backend's hardware tests (summary line).
 2. The sampler's CPU cost with real NVML (and GPM on Hopper+) at 1 s over ~30 s: CPU ms per
-   sampling pass and % of one core; µs per ``backend.read()`` over 200 back-to-back calls.
+   sampling pass and % of one core; µs per ``backend.read()`` over 200 back-to-back calls; the
+   per-process query of a time-sliced GPU (processes and their utilization) over 50 calls, and
+   its share of a core at one every 10 s (fails at 0.1% per GPU).
 3. Under a bf16 8192×8192 matmul load on cuda:0 for ~60 s: our NVML utilization read at 1 s
    against ``nvidia-smi --query-gpu=utilization.gpu -l 1`` over the same minute (means, series
    lengths, difference in percentage points); GPM SM-active and tensor-active means.
@@ -43,6 +45,7 @@ BUDGETS_S = {"pytest": 125.0, "sampler": 45.0, "util": 95.0, "mfu": 25.0}  # SIG
 PYTEST_TIMEOUT_S = 120.0
 SAMPLER_S = 30.0
 READ_CALLS = 200
+PROC_CALLS = 50
 LOAD_S = 60
 WARMUP_S = 3.0
 MATMUL_N = 8192
@@ -193,6 +196,42 @@ def check_sampler() -> None:
         backend.close()
     put("read.wall_us", 1e6 * wall_s / READ_CALLS, f"per backend.read(), {READ_CALLS} calls")
     put("read.cpu_us", 1e6 * proc_s / READ_CALLS, "process CPU per backend.read()")
+    check_process_query()
+
+
+def check_process_query() -> None:
+    """The per-process query a time-sliced GPU costs (issue 44): the GPU's compute processes
+    and their utilization since the start, as the backend asks them every PROC_EVERY_S, timed
+    back to back on GPU 0; its share of a core at that cadence, against 0.1% per GPU."""
+    from tracker.gpu import open_backend
+    from tracker.gpu.nvml_names import PROC_EVERY_S
+
+    backend = open_backend("nvml")
+    backend.open(time.time())
+    try:
+        gpu = backend._gpus[0]  # type: ignore[attr-defined]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(PROC_CALLS):
+            backend._query(gpu, "procs", "nvmlDeviceGetComputeRunningProcesses")  # type: ignore[attr-defined]
+            backend._query(gpu, "procs", "nvmlDeviceGetProcessUtilization", 0)  # type: ignore[attr-defined]
+        wall_s, proc_s = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        backend.close()
+    per_call_s = max(wall_s, proc_s) / PROC_CALLS
+    put(
+        "proc_query.wall_ms",
+        1e3 * wall_s / PROC_CALLS,
+        f"per processes + utilization, {PROC_CALLS} calls",
+    )
+    put("proc_query.cpu_ms", 1e3 * proc_s / PROC_CALLS, "process CPU per query")
+    core_pct = 100 * per_call_s / PROC_EVERY_S
+    put(
+        "proc_query.core_pct_per_gpu",
+        core_pct,
+        f"at one query every {PROC_EVERY_S:g} s (goal < 0.1)",
+    )
+    if core_pct >= 0.1:
+        raise RuntimeError(f"the per-process query costs {core_pct:.3f}% of a core per GPU")
 
 
 # -- 3. our utilization against nvidia-smi under load ---------------------------------------------

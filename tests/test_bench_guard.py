@@ -154,3 +154,20 @@ def test_steps_the_report_runs_side_by_side_are_timed_in_turn() -> None:
             failed.result()
     assert callers == ["MainThread"]
     assert gputime.ThreadPoolExecutor is ThreadPoolExecutor
+
+
+def test_the_per_process_query_guard_passes_and_fails_when_asked_every_reading(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench/process_query.py`` (run by ``make test``): 60 s of readings at 1 s ask a shared
+    GPU's processes 6 times per GPU (every 10 s); asked at every reading (a planted fault: the
+    cadence gone), 60 times, and the guard fails."""
+    from bench import process_query
+
+    monkeypatch.setattr(sys, "argv", ["process_query.py", "--seconds", "60", "--rounds", "1"])
+    assert process_query.main() == 0
+    out = capsys.readouterr().out
+    assert "6 per-process reads per GPU (every 10 s)" in out and out.rstrip().endswith("PASS")
+    monkeypatch.setattr("tracker.gpu.nvml.PROC_EVERY_S", 0.0)
+    assert process_query.main() == 1
+    assert "60 per-process reads per GPU" in capsys.readouterr().out
