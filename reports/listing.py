@@ -46,7 +46,11 @@ def _cell(r: RunRecord, field: str, tz: tzinfo = UTC) -> str:
 
 def _formatted(r: RunRecord, field: str, tz: tzinfo = UTC) -> str:
     if field == "gpus":
-        return f"{r.gpu_count}x{r.gpu_model}" if r.gpu_count else "-"
+        if not r.gpu_count:
+            return "-"
+        mig = f" MIG {r.mig_profile}" if r.mig_profile else ""
+        shared = " time-sliced" if r.gpu_split else ""
+        return f"{r.gpu_count}x{r.gpu_model}{mig}{shared}"
     if field == "started_at":
         return r.started_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
     value = getattr(r, field)

@@ -67,7 +67,9 @@ USABLE_GIB_PER_GB = 0.95
 """A profile's memory as a process can use it, GiB per GB of its name (a 1g.10gb shows 9.5 GiB
 to CUDA)."""
 
-_PROFILE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb", re.IGNORECASE)
+_PROFILE = re.compile(
+    r"(?<![\w.])(?:(\d{1,2})c\.)?(\d{1,2})g\.(\d{1,4})gb(?:\+[a-z]{1,8})?", re.IGNORECASE
+)
 _MODEL_GB = re.compile(r"(\d+)\s*GB", re.IGNORECASE)
 _MIG_IN_NAME = re.compile(r"\s+MIG\s+(\S+)\s*$", re.IGNORECASE)
 
@@ -130,10 +132,12 @@ def mig_slice(profile: str, model: str, gpu_mem_gb: float | None = None) -> MigS
     of = next((n for k, n in COMPUTE_SLICES.items() if key.startswith(k)), DEFAULT_COMPUTE_SLICES)
     gpu_slices = int(m[2])
     compute = int(m[1]) if m[1] else gpu_slices
+    if not 0 < compute <= gpu_slices <= of:
+        return None  # no profile of this GPU (a 9g, a 0c)
     if gpu_mem_gb is None and (gb := _MODEL_GB.search(model)) is not None:
         gpu_mem_gb = float(gb[1])
     return MigSlice(
-        profile=profile.strip(),
+        profile=m[0],  # what matched, never the rest of a label's text
         compute=max(1, compute),
         compute_of=of,
         mem_gb=float(m[3]),

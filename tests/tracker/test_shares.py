@@ -186,3 +186,12 @@ def test_idle_split_by_work_bills_the_measured_share_alone(monkeypatch: pytest.M
     assert r.gpu_hours == pytest.approx(0.7)
     assert r.cost_usd == pytest.approx(0.7 * 3.85)
     assert r.util_pct == pytest.approx(60.0)
+
+
+def test_a_hostile_profile_label_keeps_only_the_profile() -> None:
+    """A label is anyone's text: only the profile that matched is kept."""
+    found = mig_slice("1g.10gb</td><script>alert(1)</script>\n", "NVIDIA H100 80GB HBM3")
+    assert found is not None and found.profile == "1g.10gb"
+    assert mig_slice("99999g.1gb", "H100") is None
+    plus = mig_slice("1g.10gb+me", "H100")
+    assert plus is not None and plus.profile == "1g.10gb+me"

@@ -5,6 +5,7 @@ split among four teams over a week, every figure worked out by hand."""
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -14,6 +15,7 @@ import pytest
 from prom_server import Sample, running_prometheus
 
 from reports.build import compute
+from reports.cli import main
 from reports.imports.play import Labels
 from reports.imports.prom import UNALLOCATED, import_prometheus, read_prometheus
 from reports.request import Request
@@ -180,6 +182,20 @@ def test_an_a100_split_among_four_teams_is_each_team_s_share(
     notebook = k.runs.set_index("name").loc["notebook-1g"]
     assert notebook["spend_usd"] == pytest.approx(48.0, rel=1e-6)
     assert notebook["idle_usd"] == pytest.approx(48.0, rel=1e-6)
+    # finance's CSV, typed as the docs say: each team its slice's hours and dollars
+    config = tmp_path / "gpu-kpi.toml"
+    config.write_text(
+        "[owned.A100-80GB]\npurchase_usd = 17532\nlife_years = 1\npower_w = 0\n"
+        "usd_per_kwh = 0\ngpus = 2\n"
+    )
+    csv_out = tmp_path / "chargeback.csv"
+    args = ["chargeback", "--config", str(config), "--store", url, "--since", "2026-W48"]
+    assert main([*args, "--until", "2026-W48", "--out", str(csv_out)]) == 0
+    rows = {r["team"]: r for r in csv.DictReader(csv_out.read_text().splitlines())}
+    for team, (hours, _) in expected.items():
+        assert float(rows[team]["gpu_hours"]) == pytest.approx(hours, rel=1e-6), team
+        assert float(rows[team]["spend_usd"]) == pytest.approx(2.00 * hours, rel=1e-6), team
+    assert float(rows["research"]["idle_usd"]) == pytest.approx(48.0, rel=1e-6)
 
 
 # -- a GPU time-sliced between two pods, each one's utilization measured -----------------------
