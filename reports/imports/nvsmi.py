@@ -377,6 +377,14 @@ def read_nvsmi(
         if single
         else []
     )
+    mig = [p.name for p in files if mig_enabled(p)]
+    if mig:
+        notes.append(
+            f"MIG enabled ({', '.join(mig)}): nvidia-smi gives a GPU split into MIG instances "
+            "no utilization ([N/A]) and no --query-* gives its instances, so its time here is "
+            "not measured; dcgm-exporter's per-instance series (gpu-kpi import prometheus) or "
+            "the tracker on each instance measure them, each as its share of the GPU"
+        )
     return Imported(
         [r for _, r in records.values()],
         samples,
@@ -384,6 +392,32 @@ def read_nvsmi(
         rollups=rollups,
         notes=notes + no_time_note(no_time),
     )
+
+
+MIG_MODE = "mig.mode.current"
+"""The ``--query-gpu`` field that says a GPU is split into MIG instances (``Enabled``)."""
+
+
+def mig_enabled(path: Path) -> bool:
+    """Whether a log's last line says its GPU had MIG enabled (a ``mig.mode.current`` column
+    in its header, ``Enabled`` in it): nvidia-smi gives such a GPU no utilization (``[N/A]``),
+    and no ``--query-*`` gives its instances. Reads the first and the last line only."""
+    import csv
+
+    try:
+        with path.open("rb") as f:
+            head = f.readline().decode("utf-8", "replace")
+            if MIG_MODE not in head:
+                return False
+            f.seek(0, 2)
+            f.seek(max(f.tell() - 65536, 0))
+            tail = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return False
+    names = [n.strip() for n in next(csv.reader([head]))]
+    rows = [r for r in csv.reader(tail[-2:]) if len(r) == len(names)]
+    at = names.index(MIG_MODE)
+    return bool(rows) and rows[-1][at].strip() == "Enabled"
 
 
 def import_nvsmi(

@@ -708,3 +708,29 @@ def test_a_huge_file_that_is_no_log_is_refused_at_its_first_line_without_reading
     assert status == 2, p.stderr
     assert f"{junk}:1: a line of over 65,536 characters" in p.stderr
     assert maxrss_kib < 1 << 20  # under 1 GiB: the file was never read whole
+
+
+REAL_MIG = Path(__file__).resolve().parents[2] / "data" / "real" / "nvidia-smi"
+
+
+def test_a_real_log_of_a_gpu_split_by_mig_is_not_measured_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """nvidia-smi's own CSV of an H100 split into MIG instances (driver 590.48.01: two rows 17 s
+    apart, idle then under load, utilization ``[N/A]``, ``mig.mode.current`` ``Enabled``): its
+    time is held and not measured (never 0%), and the import says why and what measures MIG."""
+    import csv
+
+    log = REAL_MIG / "h100-mig-query-gpu-590.csv"
+    rows = list(csv.reader(log.read_text().splitlines(), skipinitialspace=True))
+    head, times = rows[0], [r[0] for r in rows[1:]]
+    assert rows[1][head.index("utilization.gpu [%]")] == "[N/A]"
+    first, last = (datetime.strptime(t, "%Y/%m/%d %H:%M:%S.%f") for t in times)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    assert main(["import", "nvidia-smi", str(log), "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "MIG enabled (h100-mig-query-gpu-590.csv): nvidia-smi gives a GPU split" in out
+    with RunStore(url) as store:
+        (run,) = store.list_runs()
+    assert (run.gpu_model, run.util_pct, run.mig_profile) == ("H100", None, None)
+    assert run.gpu_hours == pytest.approx((last - first).total_seconds() / 3600)
