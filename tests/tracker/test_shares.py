@@ -9,7 +9,7 @@ from fakes import Clock
 from tracker import track
 from tracker.gpu import BackendError
 from tracker.gpu.simulated import SimulatedBackend
-from tracker.record import MinuteSample
+from tracker.record import MinuteSample, RunRecord
 from tracker.shares import has_mig, mig_slice, model_of_mig, profiles
 from tracker.store import RunStore
 
@@ -108,26 +108,35 @@ def test_a_notebook_on_a_1g_slice_is_billed_a_seventh_of_the_gpu(
     assert "cost $0.57" in out
 
 
+def an_hour(backend: str, minutes: list[MinuteSample] | None = None) -> RunRecord:
+    """An hour of readings a second on ``backend``, stored nowhere: its record (its minute
+    rows into ``minutes``)."""
+    clock = Clock()
+    with track(
+        name="hour",
+        backend=backend,
+        store=False,
+        clock=clock,
+        threaded=False,
+        log_to_python=False,
+    ) as run:
+        if minutes is not None:
+            run.sampler.on_minute = minutes.extend  # type: ignore[union-attr]
+        for _ in range(3600):
+            clock.t += 1.0
+            run.sampler.sample()  # type: ignore[union-attr]
+    assert run.record is not None
+    return run.record
+
+
 def test_a_site_that_charges_by_memory_bills_a_1g_20gb_two_eighths(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``[gpus] mig_share = "memory"`` (here its variable): an hour on an H100's 1g.20gb is
     2 of 8 memory slices, 0.25 GPU-hours, $0.9625 at $3.85."""
     monkeypatch.setenv("GPU_KPI_MIG_SHARE", "memory")
-    clock = Clock()
-    with track(
-        name="mem",
-        backend="simulated:healthy@H100/1g.20gb",
-        store=False,
-        clock=clock,
-        threaded=False,
-        log_to_python=False,
-    ) as run:
-        for _ in range(3600):
-            clock.t += 1.0
-            run.sampler.sample()  # type: ignore[union-attr]
-    r = run.record
-    assert r is not None and r.mig_profile == "1g.20gb"
+    r = an_hour("simulated:healthy@H100/1g.20gb")
+    assert r.mig_profile == "1g.20gb"
     assert r.gpu_hours == pytest.approx(0.25)
     assert r.cost_usd == pytest.approx(0.25 * 3.85)
 
@@ -140,21 +149,8 @@ def test_a_time_sliced_gpu_is_held_by_this_process_s_measured_share(
     GPU (0.62 GPU-h, $2.387 at $3.85), busy 0.42 ÷ 0.62 = 67.7% of its share; split measured.
     Each full minute row covers 60 × 0.62 = 37.2 s."""
     minutes: list[MinuteSample] = []
-    clock = Clock()
-    with track(
-        name="shared",
-        backend="simulated:time-sliced@H100",
-        store=False,
-        clock=clock,
-        threaded=False,
-        log_to_python=False,
-    ) as run:
-        run.sampler.on_minute = minutes.extend  # type: ignore[union-attr]
-        for _ in range(3600):
-            clock.t += 1.0
-            run.sampler.sample()  # type: ignore[union-attr]
-    r = run.record
-    assert r is not None and r.gpu_split == "measured" and r.mig_profile is None
+    r = an_hour("simulated:time-sliced@H100", minutes)
+    assert r.gpu_split == "measured" and r.mig_profile is None
     assert r.gpu_hours == pytest.approx(0.62)
     assert r.cost_usd == pytest.approx(0.62 * 3.85)
     assert r.util_pct == pytest.approx(100 * 0.42 / 0.62)
@@ -169,20 +165,7 @@ def test_idle_split_by_work_bills_the_measured_share_alone(monkeypatch: pytest.M
     """``[gpus] idle_split = "work"``: the same hour split 70/30 whatever the idle time, at
     the GPU's 60%: 0.7 GPU-h, $2.695."""
     monkeypatch.setenv("GPU_KPI_IDLE_SPLIT", "work")
-    clock = Clock()
-    with track(
-        name="shared",
-        backend="simulated:time-sliced@H100",
-        store=False,
-        clock=clock,
-        threaded=False,
-        log_to_python=False,
-    ) as run:
-        for _ in range(3600):
-            clock.t += 1.0
-            run.sampler.sample()  # type: ignore[union-attr]
-    r = run.record
-    assert r is not None
+    r = an_hour("simulated:time-sliced@H100")
     assert r.gpu_hours == pytest.approx(0.7)
     assert r.cost_usd == pytest.approx(0.7 * 3.85)
     assert r.util_pct == pytest.approx(60.0)
