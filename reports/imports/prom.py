@@ -472,6 +472,8 @@ class _Fleet:
         """GPUs seen with only the exporter's own pod label (no workload's)."""
         self.outside = 0
         """Points the server answered outside the range asked for (left out)."""
+        self.mig_unknown: set[str] = set()
+        """MIG instances whose ``GPU_I_PROFILE`` names no profile of their GPU (whole GPUs)."""
         self.mig_gpus: set[str] = set()
         """GPUs split into MIG instances whose own series (beside the instances') were left
         out."""
@@ -526,14 +528,10 @@ class _Fleet:
                 if run.name not in self.skipped.setdefault(NO_MODEL, []):
                     self.skipped[NO_MODEL].append(run.name)
                 return None
-            profile = metric.get("GPU_I_PROFILE", "") if instance else ""
-            info = GpuInfo(
-                index=len(run.infos),
-                uuid=gpu,
-                name=model,
-                mem_total_gib=None,
-                mig=mig_slice(profile, model) if profile else None,
-            )
+            mig = mig_slice(metric.get("GPU_I_PROFILE", ""), model) if instance else None
+            if instance and mig is None:
+                self.mig_unknown.add(gpu)
+            info = GpuInfo(index=len(run.infos), uuid=gpu, name=model, mem_total_gib=None, mig=mig)
             run.infos[gpu] = info
             run.players[gpu] = Player(
                 info, run_id=run.run_id, settings=self.settings, gap_s=self.gap_s, rows=self.rows
@@ -715,6 +713,11 @@ class _Fleet:
                 "counted as its share of the GPU, and the GPU's own series is left out (its "
                 "time is its instances'); what no instance holds is capacity nobody held "
                 "where [owned] declares the GPUs"
+            )
+        if self.mig_unknown:
+            notes.append(
+                f"{len(self.mig_unknown)} MIG instance(s) named no profile of their GPU "
+                "(GPU_I_PROFILE such as 3g.40gb): each counted as a whole GPU"
             )
         if shared:
             sliced = set().union(*shared.values())

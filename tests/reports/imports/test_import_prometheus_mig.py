@@ -284,3 +284,26 @@ def test_idle_split_by_work_splits_the_gpu_70_30(shared_prometheus: str) -> None
     assert runs["infer-a"].gpu_hours == pytest.approx(0.7)
     assert runs["infer-b"].gpu_hours == pytest.approx(0.3)
     assert runs["infer-a"].util_pct == runs["infer-b"].util_pct == pytest.approx(60.0)
+
+
+def test_an_instance_whose_profile_is_no_profile_is_a_whole_gpu_and_said(tmp_path: Path) -> None:
+    """A label is anyone's text: an instance named ``<b>9g.99gb`` (no profile of an H100) is
+    counted as the whole GPU, an hour, never as a share nobody can check, and the import says
+    so; its name keeps the label's text (escaped where shown)."""
+    labels = {
+        "Hostname": "node6",
+        "gpu": "0",
+        "UUID": "GPU-odd",
+        "modelName": H100,
+        "GPU_I_ID": "2",
+        "GPU_I_PROFILE": "<b>9g.99gb",
+    }
+    samples: list[Sample] = [
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", labels, 0.5, (TEN + timedelta(minutes=i)).timestamp())
+        for i in range(61)
+    ]
+    with running_prometheus(tmp_path, samples) as url:
+        done = read_prometheus(url, since=TEN, until=TEN + timedelta(hours=1))
+    (run,) = done.records
+    assert run.gpu_hours == pytest.approx(1.0) and run.mig_profile is None
+    assert "1 MIG instance(s) named no profile of their GPU" in " ".join(done.notes)
