@@ -401,10 +401,13 @@ MIG_MODE = "mig.mode.current"
 def mig_enabled(path: Path) -> bool:
     """Whether a log's last line says its GPU had MIG enabled (a ``mig.mode.current`` column
     in its header, ``Enabled`` in it): nvidia-smi gives such a GPU no utilization (``[N/A]``),
-    and no ``--query-*`` gives its instances. Reads the first and the last line only."""
+    and no ``--query-*`` gives its instances. Reads the first and the last line of a regular
+    file only (a pipe was read once already: opening it again would wait for a writer)."""
     import csv
 
     try:
+        if not path.is_file():
+            return False
         with path.open("rb") as f:
             head = f.readline().decode("utf-8", "replace")
             if MIG_MODE not in head:
