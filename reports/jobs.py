@@ -111,7 +111,7 @@ class JobNote:
 
         return machine_sentence(
             gpu_hours=self.line.sampled_gpu_hours,
-            gpu_count=self.line.gpus,
+            gpu_count=math.ceil(self.line.gpus),
             throttled_gpu_hours=self.throttled_gpu_hours,
             throttle_source=self.throttle_source,
             usd_per_gpu_hour=self.line.price_per_gpu_hour,
@@ -295,7 +295,7 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
         note: The job's note.
         tz: The zone its times are shown in.
     """
-    from reports.render.fmt import fmt_hours, fmt_usd
+    from reports.render.fmt import fmt_gpus, fmt_hours, fmt_usd
     from tracker.machine import throttle_how
     from tracker.text import one_line
 
@@ -325,7 +325,7 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
         lines.append(f"Wall-clock time: {_duration(held)}")
     model = f" x {j.gpu_model}" if j.gpu_model else ""
     lines += [
-        f"GPUs: {j.gpus}{model}",
+        f"GPUs: {fmt_gpus(j.gpus)}{model}",
         f"Allocated: {fmt_hours(j.allocated_gpu_hours)}, {usd(j.allocated_usd)}",
     ]
     how = {

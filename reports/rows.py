@@ -110,7 +110,9 @@ class Allocation:
     end_at: datetime | None
     """None: it was running when last imported (it counts up to ``seen_at``)."""
     seen_at: datetime
-    gpus: int
+    gpus: float
+    """GPUs held: whole for a Slurm job or a device plugin's pod; a share where a pod held MIG
+    instances (their slices of the GPU: 3/7 for a ``3g.40gb``)."""
     gpu_model: str | None
     hosts: tuple[str, ...]
 

@@ -171,7 +171,7 @@ def minutes(
 
 def slurm_job(
     job_id: str,
-    gpus: int,
+    gpus: float,
     start: datetime,
     end: datetime | None,
     hosts: tuple[str, ...],

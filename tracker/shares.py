@@ -94,6 +94,17 @@ class MigSlice:
     gpu_slices: int
     """Compute slices of its GPU instance (``3`` of ``1c.3g.40gb``)."""
 
+    @property
+    def per_gpu(self) -> int:
+        """How many instances of this profile one GPU holds (7 of ``1g.10gb``, 3 of
+        ``2g.20gb``, 4 of the memory-heavy ``1g.20gb``): the GPUs behind a count of them."""
+        by_memory = MEMORY_SLICES
+        if self.gpu_mem_gb:
+            by_memory = MEMORY_SLICES // max(
+                1, round(MEMORY_SLICES * self.mem_gb / self.gpu_mem_gb)
+            )
+        return max(1, min(self.compute_of // self.gpu_slices, by_memory))
+
     def share(self, basis: str = "compute") -> float:
         """The share of the physical GPU, 0–1, by ``basis`` (:data:`SHARE_BASES`)."""
         compute = min(1.0, self.compute / self.compute_of)

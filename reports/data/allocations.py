@@ -67,7 +67,7 @@ allocations_table = sa.Table(
     sa.Column("start_at", UTCDateTime, nullable=False),
     sa.Column("end_at", UTCDateTime),  # None: running when imported
     sa.Column("seen_at", UTCDateTime, nullable=False),  # when it was imported
-    sa.Column("gpus", sa.Integer, nullable=False),
+    sa.Column("gpus", sa.Float, nullable=False),  # a share where a pod held MIG instances
     sa.Column("gpu_model", sa.Text),  # the price table's key of its GPU type, else None
     sa.Column("hosts", sa.Text, nullable=False),  # JSON list of host names
     sa.Index("ix_gpu_kpi_allocations_start", "start_at"),
@@ -113,6 +113,12 @@ def ensure_table(store: RunStore) -> None:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
         _metadata.create_all(conn, checkfirst=True)
+        if conn.dialect.name == "postgresql":  # GPUs as a share (issue 44): whole before
+            kinds = {c["name"]: c["type"] for c in sa.inspect(conn).get_columns(TABLE)}
+            if isinstance(kinds.get("gpus"), sa.Integer):
+                conn.execute(
+                    sa.text(f"ALTER TABLE {TABLE} ALTER COLUMN gpus TYPE double precision")
+                )
 
     store.transaction(work, write=True)
 
@@ -628,8 +634,8 @@ def _allocation(values: dict[str, Any]) -> Allocation | None:
     texts = (a.source, a.cluster, a.job_id, a.shown_id, a.name, a.user, a.account, a.team)
     if not all(isinstance(t, str) for t in (*texts, a.partition, a.state)):
         return None
-    if not isinstance(a.gpus, int) or not 0 <= a.gpus <= 1_000_000:
-        return None
+    if not isinstance(a.gpus, int | float) or not 0 <= a.gpus <= 1_000_000:
+        return None  # (NaN fails the comparison too)
     if a.end_at is not None and a.end_at < a.start_at:
         return None
     return a

@@ -385,6 +385,7 @@ def run_kube_import(args: argparse.Namespace, settings: Any, *, now: datetime) -
         team_label=given.get("team", ""),
         user_label=given.get("user", ""),
         now=now,
+        mig_share=settings.mig_share,
     )
     with RunStore(settings.store) as store:
         return write_pods(store, done)

@@ -56,6 +56,8 @@ from reports.imports.prom import (
 from reports.imports.slurm import Unreadable
 from reports.imports.slurm_jobs import MAX_GPUS, over_capacity
 from tracker.prices import canonical_gpu
+from tracker.shares import mig_slice
+from tracker.text import one_line
 
 if TYPE_CHECKING:
     from reports.rows import Allocation, Capacity
@@ -64,6 +66,10 @@ if TYPE_CHECKING:
 SOURCE = "kubernetes"
 RESOURCE = "nvidia_com_gpu"
 """``nvidia.com/gpu`` as kube-state-metrics writes a resource name (``[^a-zA-Z0-9_]`` → ``_``)."""
+MIG_RESOURCES = "nvidia_com_mig_.+"
+"""The device plugin's MIG resources under its ``mixed`` strategy (``nvidia.com/mig-3g.40gb``
+as kube-state-metrics writes it: ``nvidia_com_mig_3g_40gb``), matched as a pattern."""
+_MIG_RESOURCE = re.compile(r"nvidia_com_mig_(?:(\d+)c_)?(\d+)g_(\d+)gb(?:_(\w+))?")
 CHUNK_POINTS = 720
 """Minutes per range query (12 hours: one series per pod, a few points each)."""
 PRODUCT_LABEL = "label_nvidia_com_gpu_product"
@@ -88,12 +94,14 @@ def capacity_query(resource: str = RESOURCE) -> str:
     )
 
 
-def pods_query(resource: str = RESOURCE) -> str:
+def pods_query(resource: str = RESOURCE, *, pattern: bool = False) -> str:
     """PromQL: per running pod with a request of ``resource`` on a node, the units it asked for
-    (each container's request once, however many kube-state-metrics replicas report it)."""
+    (each container's request once, however many kube-state-metrics replicas report it);
+    ``pattern``: ``resource`` is a pattern, each resource it matches a series of its own."""
+    matcher = f'resource=~"{resource}"' if pattern else f'resource="{resource}"'
+    by = ", resource" if pattern else ""
     requests = _objects(
-        f'max_over_time(kube_pod_container_resource_requests{{resource="{resource}",'
-        'node!=""}[5m])',
+        f'max_over_time(kube_pod_container_resource_requests{{{matcher},node!=""}}[5m])',
         "namespace",
         "pod",
         "container",
@@ -104,11 +112,22 @@ def pods_query(resource: str = RESOURCE) -> str:
         "pod",
     )
     return (
-        "sum by (cluster, namespace, pod, uid, node) ("
-        f"max by (cluster, namespace, pod, uid, node, container) ({requests})"
+        f"sum by (cluster, namespace, pod, uid, node{by}) ("
+        f"max by (cluster, namespace, pod, uid, node, container{by}) ({requests})"
         ") * on (namespace, pod, uid) group_left () "
         f"(max by (namespace, pod, uid) ({running}) == 1)"
     )
+
+
+def mig_profile(resource: str) -> str | None:
+    """The MIG profile a resource name of kube-state-metrics asks for
+    (``nvidia_com_mig_3g_40gb`` → ``3g.40gb``, ``nvidia_com_mig_1c_3g_40gb`` → ``1c.3g.40gb``),
+    or None."""
+    m = _MIG_RESOURCE.fullmatch(resource)
+    if m is None:
+        return None
+    compute = f"{m[1]}c." if m[1] else ""
+    return f"{compute}{m[2]}g.{m[3]}gb" + (f"+{m[4]}" if m[4] else "")
 
 
 def label_name(key: str) -> str:
@@ -127,6 +146,8 @@ class _Pod:
     gpus: float
     first: float
     last: float
+    mig: dict[str, float] = field(default_factory=dict)
+    """MIG profile → the instances of it the pod asked for (the ``mixed`` strategy)."""
 
 
 @dataclass
@@ -154,6 +175,7 @@ def read_kubernetes(
     team_label: str = "",
     user_label: str = "",
     now: datetime,
+    mig_share: str = "compute",
 ) -> KubeImported:
     """The pods that held GPUs in ``[since, until]``, as allocations (nothing written).
 
@@ -168,6 +190,8 @@ def read_kubernetes(
         user_label: The pod label naming the user, or "".
         now: The time of the import: a pod at the last minute of a range that reaches it is
             running.
+        mig_share: What a MIG instance's share of its GPU is counted by (``[gpus]
+            mig_share``: :data:`tracker.shares.SHARE_BASES`).
 
     Raises:
         ImportFailed: Prometheus unreachable, refusing a query or answering something else
@@ -200,6 +224,17 @@ def read_kubernetes(
         for series in answer:
             metric, values = _series(url, series)
             _add(pods, metric, values, cluster=cluster, first=first, last=last, out=out)
+        for series in _get(url, _span(pods_query(MIG_RESOURCES, pattern=True), first, last), token):
+            metric, values = _series(url, series)
+            profile = mig_profile(metric.get("resource", ""))
+            if profile is None:
+                name = f"{metric.get('namespace', '')}/{metric.get('pod', '')}"
+                why = f"a request of {one_line(metric.get('resource', ''), 40)!r}: no MIG profile"
+                out.unreadable.append(Unreadable(f"pod {name}", why))
+                continue
+            _add(
+                pods, metric, values, cluster=cluster, first=first, last=last, out=out, mig=profile
+            )
         for series in _get(
             url,
             _span(capacity_query(), first, last),
@@ -227,7 +262,7 @@ def read_kubernetes(
                 metric = _series(url, series)[0]
                 ids = (metric.get("namespace", ""), metric.get("pod", ""), metric.get("uid", ""))
                 labels.setdefault(ids, {})[key] = metric.get(key, "")
-    out.capacity = node_spans(nodes, products)
+    out.capacity = node_spans(nodes, products, mig_share)
     # a node's most GPUs in the range; one that reported none (its device plugin restarting)
     # is not known
     has = {key: int(max(run[2] for run in runs)) for key, runs in nodes.items() if runs}
@@ -238,7 +273,7 @@ def read_kubernetes(
             out.short += 1
             continue
         known = {p.node: has[(p.cluster, p.node)]} if (p.cluster, p.node) in has else {}
-        too_many = over_capacity(int(p.gpus), (p.node,), known)
+        too_many = over_capacity(int(p.gpus), (p.node,), known) if p.gpus else None
         if too_many is not None:
             out.unreadable.append(Unreadable(f"pod {p.namespace}/{p.pod}", too_many))
             continue
@@ -264,12 +299,32 @@ def read_kubernetes(
                 seen_at=max(datetime.fromtimestamp(p.last, UTC), seen_at)
                 if running
                 else datetime.fromtimestamp(p.last, UTC),
-                gpus=int(p.gpus),
+                gpus=held_gpus(p, model, mig_share),
                 gpu_model=canonical_gpu(model) if model else None,
                 hosts=(p.node,),
             )
         )
     return out
+
+
+def held_gpus(pod: _Pod, product: str, basis: str) -> float:
+    """The GPUs a pod held, as shares of physical GPUs: its ``nvidia.com/gpu`` units, each a
+    MIG instance's share where the node's product label names one (the device plugin's
+    ``single`` strategy: ``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb``), else whole; and its MIG
+    resources' instances (the ``mixed`` strategy), each its share of the node's GPU model.
+
+    Args:
+        pod: The pod.
+        product: Its node's ``nvidia.com/gpu.product`` label ("" where not exported: MIG
+            instances of a GPU with 7 compute slices).
+        basis: :data:`tracker.shares.SHARE_BASES`.
+    """
+    single = mig_slice(product, product) if product else None
+    held = pod.gpus * (single.share(basis) if single is not None else 1.0)
+    for profile, count in pod.mig.items():
+        found = mig_slice(profile, product)
+        held += count * (found.share(basis) if found is not None else 1.0)
+    return held
 
 
 def _runs_of(
@@ -295,20 +350,27 @@ def _runs_of(
 
 
 def node_spans(
-    nodes: Mapping[tuple[str, str], list[list[float]]], products: Mapping[str, str]
+    nodes: Mapping[tuple[str, str], list[list[float]]],
+    products: Mapping[str, str],
+    basis: str = "compute",
 ) -> list[Capacity]:
     """Each node's runs of one GPU count as spans (a point covers nothing before it, as a
-    pod's: a run of one minute is none).
+    pod's: a run of one minute is none). A node whose product label names a MIG profile (the
+    ``single`` strategy) advertises instances: its GPUs are their count over the instances a
+    GPU holds (56 ``1g.10gb`` are 8 GPUs).
 
     Args:
         nodes: (cluster, node) → its runs, ``[first minute, last minute, GPUs]``.
         products: Node → its ``nvidia.com/gpu.product`` label.
+        basis: :data:`tracker.shares.SHARE_BASES` (unused for whole GPUs).
     """
     from reports.rows import Capacity
 
     out = []
     for (cluster, node), runs in sorted(nodes.items()):
         model = products.get(node, "")
+        single = mig_slice(model, model) if model else None
+        per_gpu = single.per_gpu if single is not None else 1
         out += [
             Capacity(
                 source=SOURCE,
@@ -316,7 +378,7 @@ def node_spans(
                 node=node,
                 start_at=datetime.fromtimestamp(a, UTC),
                 end_at=datetime.fromtimestamp(b, UTC),
-                gpus=int(c),
+                gpus=round(c / per_gpu),
                 gpu_model=canonical_gpu(model) if model else None,
             )
             for a, b, c in runs
@@ -344,9 +406,11 @@ def _add(
     first: float,
     last: float,
     out: KubeImported,
+    mig: str | None = None,
 ) -> None:
     """One pod's points of a chunk into ``pods`` (a pod with a request that is no GPU count
-    into ``out.unreadable``)."""
+    into ``out.unreadable``); ``mig``: the points are its request of that MIG profile's
+    instances."""
     namespace, pod, uid = (metric.get(k, "") for k in ("namespace", "pod", "uid"))
     name = f"{namespace}/{pod}"
     inside = [(t, v) for t, v in values if first <= t <= last]
@@ -366,9 +430,11 @@ def _add(
     key = (metric.get("cluster") or cluster, uid or name)
     have = pods.get(key)
     if have is None:
-        pods[key] = _Pod(key[0], namespace, pod, uid, metric.get("node", ""), gpus, lo, hi)
-        return
-    have.gpus = max(have.gpus, gpus)
+        have = pods[key] = _Pod(key[0], namespace, pod, uid, metric.get("node", ""), 0, lo, hi)
+    if mig is None:
+        have.gpus = max(have.gpus, gpus)
+    else:
+        have.mig[mig] = max(have.mig.get(mig, 0.0), gpus)
     have.first, have.last = min(have.first, lo), max(have.last, hi)
 
 

@@ -78,7 +78,8 @@ class JobLine:
     state: str
     start: datetime
     end: datetime | None
-    gpus: int
+    gpus: float
+    """GPUs held (a share where a pod held MIG instances)."""
     gpu_model: str | None
     matched: str
     """``id`` (runs that recorded the job), ``node`` (samples of its hosts), ``workload`` (a

@@ -352,7 +352,7 @@ def job_rows(
                 "user": j.user,
                 "host": "",
                 "gpu_model": j.gpu_model,
-                "gpu_count": j.gpus,
+                "gpu_count": math.ceil(j.gpus),  # devices: a share of one is one
                 "verdict": UNMEASURED_VERDICT if known <= 0 else _sacct_verdict(j, util),
                 "advice": UNMEASURED_ADVICE if known <= 0 else "",
                 "links": links_text({j.source: job_key(j).split(":", 1)[1]}),

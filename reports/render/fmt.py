@@ -83,6 +83,21 @@ def fmt_kg(value: object) -> str:
     return f"{v:.1f} kg" if abs(v) >= 10 else f"{v:.2f} kg" if abs(v) >= 1 else f"{v:.3g} kg"
 
 
+def fmt_gpus(value: object) -> str:
+    """A count of GPUs held: ``2``, or a share where an allocation held MIG instances
+    (``3/7``, ``1 3/7``); ``n/a`` when unknown."""
+    from fractions import Fraction
+
+    v = as_number(value)
+    if v is None:
+        return "n/a"
+    if v == int(v):
+        return f"{int(v):,}"
+    share = Fraction(v).limit_denominator(56)
+    whole, part = divmod(share, 1)
+    return f"{whole} {part}" if whole else f"{part}"
+
+
 def fmt_int(value: object) -> str:
     v = as_number(value)
     return "n/a" if v is None else f"{round(v):,}"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from reports.kpi.allocations import AllocationWeek
 from reports.render.exports import MAX_JSON_RUNS, plain
-from reports.render.fmt import fmt_hours, fmt_pct, fmt_usd
+from reports.render.fmt import fmt_gpus, fmt_hours, fmt_pct, fmt_usd
 from reports.render.html import MAX_RUN_ROWS
 
 if TYPE_CHECKING:
@@ -155,7 +155,9 @@ class Scheduler:
                     "job": f"{j.cluster}/{j.shown_id}" if j.cluster else j.shown_id,
                     "name": j.name,
                     "who": " · ".join(x for x in (j.user, j.team) if x),
-                    "gpus": f"{j.gpus} × {j.gpu_model}" if j.gpu_model else str(j.gpus),
+                    "gpus": f"{fmt_gpus(j.gpus)} × {j.gpu_model}"
+                    if j.gpu_model
+                    else fmt_gpus(j.gpus),
                     "allocated": fmt_hours(j.allocated_gpu_hours),
                     "idle": fmt_hours(j.idle_gpu_hours),
                     "no_samples": fmt_hours(j.no_samples_gpu_hours),
