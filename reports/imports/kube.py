@@ -69,6 +69,9 @@ RESOURCE = "nvidia_com_gpu"
 MIG_RESOURCES = "nvidia_com_mig_.+"
 """The device plugin's MIG resources under its ``mixed`` strategy (``nvidia.com/mig-3g.40gb``
 as kube-state-metrics writes it: ``nvidia_com_mig_3g_40gb``), matched as a pattern."""
+CORES = "nvidia_com_gpucores"
+"""HAMi's ``nvidia.com/gpucores``: the percent of a GPU's compute each of a container's
+``nvidia.com/gpu`` units (vGPUs) may use: its share of the GPU."""
 _MIG_RESOURCE = re.compile(r"nvidia_com_mig_(?:(\d+)c_)?(\d+)g_(\d+)gb(?:_(\w+))?")
 CHUNK_POINTS = 720
 """Minutes per range query (12 hours: one series per pod, a few points each)."""
@@ -119,6 +122,34 @@ def pods_query(resource: str = RESOURCE, *, pattern: bool = False) -> str:
     )
 
 
+def cores_query() -> str:
+    """PromQL: per running pod, Σ over its containers of its HAMi vGPUs × the percent of a GPU
+    each may use (``nvidia.com/gpu`` × ``nvidia.com/gpucores``)."""
+    by = "cluster, namespace, pod, uid, node, container"
+
+    def requests(resource: str) -> str:
+        inner = _objects(
+            f'max_over_time(kube_pod_container_resource_requests{{resource="{resource}",'
+            'node!=""}[5m])',
+            "namespace",
+            "pod",
+            "container",
+        )
+        return f"max by ({by}) ({inner})"
+
+    running = _objects(
+        f'last_over_time(kube_pod_status_phase{{phase="Running"}}[{STEP_S - 1}s])',
+        "namespace",
+        "pod",
+    )
+    return (
+        "sum by (cluster, namespace, pod, uid, node) ("
+        f"{requests(RESOURCE)} * on ({by}) {requests(CORES)}"
+        ") * on (namespace, pod, uid) group_left () "
+        f"(max by (namespace, pod, uid) ({running}) == 1)"
+    )
+
+
 def mig_profile(resource: str) -> str | None:
     """The MIG profile a resource name of kube-state-metrics asks for
     (``nvidia_com_mig_3g_40gb`` → ``3g.40gb``, ``nvidia_com_mig_1c_3g_40gb`` → ``1c.3g.40gb``),
@@ -148,6 +179,8 @@ class _Pod:
     last: float
     mig: dict[str, float] = field(default_factory=dict)
     """MIG profile → the instances of it the pod asked for (the ``mixed`` strategy)."""
+    cores_pct: float = 0.0
+    """HAMi: Σ of its vGPUs × the percent of a GPU each may use (0: none asked for)."""
 
 
 @dataclass
@@ -235,6 +268,9 @@ def read_kubernetes(
             _add(
                 pods, metric, values, cluster=cluster, first=first, last=last, out=out, mig=profile
             )
+        for series in _get(url, _span(cores_query(), first, last), token):
+            metric, values = _series(url, series)
+            _add_cores(pods, metric, values, cluster=cluster, first=first, last=last)
         for series in _get(
             url,
             _span(capacity_query(), first, last),
@@ -312,6 +348,8 @@ def held_gpus(pod: _Pod, product: str, basis: str) -> float:
     MIG instance's share where the node's product label names one (the device plugin's
     ``single`` strategy: ``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb``), else whole; and its MIG
     resources' instances (the ``mixed`` strategy), each its share of the node's GPU model.
+    A pod of HAMi's vGPUs holds the percent of a GPU each may use (``nvidia.com/gpucores``:
+    one vGPU at 30 is 0.3 of a GPU), at most its units.
 
     Args:
         pod: The pod.
@@ -320,7 +358,10 @@ def held_gpus(pod: _Pod, product: str, basis: str) -> float:
         basis: :data:`tracker.shares.SHARE_BASES`.
     """
     single = mig_slice(product, product) if product else None
-    held = pod.gpus * (single.share(basis) if single is not None else 1.0)
+    if pod.cores_pct > 0:  # HAMi's vGPUs: each the percent of a GPU it may use
+        held = min(pod.cores_pct / 100.0, pod.gpus)
+    else:
+        held = pod.gpus * (single.share(basis) if single is not None else 1.0)
     for profile, count in pod.mig.items():
         found = mig_slice(profile, product)
         held += count * (found.share(basis) if found is not None else 1.0)
@@ -436,6 +477,30 @@ def _add(
     else:
         have.mig[mig] = max(have.mig.get(mig, 0.0), gpus)
     have.first, have.last = min(have.first, lo), max(have.last, hi)
+
+
+def _add_cores(
+    pods: dict[tuple[str, str], _Pod],
+    metric: dict[str, str],
+    values: list[tuple[float, object]],
+    *,
+    cluster: str,
+    first: float,
+    last: float,
+) -> None:
+    """A pod's HAMi cores (:func:`cores_query`) onto its entry of ``pods`` (a pod the GPU query
+    did not find, or a value that is no percent, is left as it is: whole GPUs)."""
+    namespace, pod, uid = (metric.get(k, "") for k in ("namespace", "pod", "uid"))
+    have = pods.get((metric.get("cluster") or cluster, uid or f"{namespace}/{pod}"))
+    if have is None:
+        return
+    for t, v in values:
+        try:
+            pct = float(str(v))
+        except ValueError:
+            continue
+        if first <= t <= last and math.isfinite(pct) and 0 < pct <= 100.0 * MAX_GPUS:
+            have.cores_pct = max(have.cores_pct, pct)
 
 
 def _count(value: object) -> float | None:
