@@ -1,4 +1,5 @@
-"""What share of a physical GPU a device is: a MIG instance's slices.
+"""What share of a physical GPU a device or a workload held: a MIG instance's slices, a
+time-sliced GPU's measured share.
 
 A MIG instance (a GPU split by Multi-Instance GPU: ``nvidia-smi mig -cgi``) is a device of its
 own to CUDA, NVML, nvidia-smi and dcgm-exporter, named by its **profile**: ``3g.40gb`` is 3 of
@@ -107,7 +108,7 @@ class MigSlice:
 
     def share(self, basis: str = "compute") -> float:
         """The share of the physical GPU, 0–1, by ``basis`` (:data:`SHARE_BASES`)."""
-        compute = min(1.0, self.compute / self.compute_of)
+        compute = self.compute / self.compute_of
         if basis != "memory" or not self.gpu_mem_gb:
             return compute
         # NVML's and the profiles' sizes round differently (a 3g.20gb has 19.6 of 39.6 GiB):
@@ -149,11 +150,11 @@ def mig_slice(profile: str, model: str, gpu_mem_gb: float | None = None) -> MigS
         gpu_mem_gb = float(gb[1])
     return MigSlice(
         profile=m[0],  # what matched, never the rest of a label's text
-        compute=max(1, compute),
+        compute=compute,
         compute_of=of,
         mem_gb=float(m[3]),
         gpu_mem_gb=gpu_mem_gb,
-        gpu_slices=max(1, gpu_slices),
+        gpu_slices=gpu_slices,
     )
 
 

@@ -307,8 +307,6 @@ class Split:
     """The runs whose shares were measured (per-pod utilization) at some minute."""
     changed: set[str]
     """Every run whose rows were changed or dropped (its figures are its rows')."""
-    devices: int = 0
-    """GPU-minutes whose own series (no pod) stood beside their pods' and was left out."""
 
 
 def split_shared(rows: list[MinuteSample], devices: set[str], idle: str = "even") -> Split:
@@ -361,7 +359,6 @@ def split_shared(rows: list[MinuteSample], devices: set[str], idle: str = "even"
         gpu_util = rows[own[0]].util_pct if own else None
         if own:
             drop.update(own)
-            done.devices += 1
             done.changed.update(rows[i].run_id for i in own)
         work = [rows[i].util_pct for i in pods]
         total = sum(w for w in work if w is not None)
