@@ -97,57 +97,50 @@ def capacity_query(resource: str = RESOURCE) -> str:
     )
 
 
+_CONTAINER = "cluster, namespace, pod, uid, node, container"
+"""A container of a pod on a node: the labels a request is kept by."""
+
+
+def _requests(matcher: str, by: str = "") -> str:
+    """PromQL: each running container's request of the resources ``matcher`` selects, once
+    however many kube-state-metrics replicas report it (``by``: more labels kept)."""
+    inner = _objects(
+        f'max_over_time(kube_pod_container_resource_requests{{{matcher},node!=""}}[5m])',
+        "namespace",
+        "pod",
+        "container",
+    )
+    return f"max by ({_CONTAINER}{by}) ({inner})"
+
+
+def _per_running_pod(expr: str, by: str = "") -> str:
+    """PromQL: ``expr`` (per container) summed per pod, for the minutes the pod was Running."""
+    running = _objects(
+        f'last_over_time(kube_pod_status_phase{{phase="Running"}}[{STEP_S - 1}s])',
+        "namespace",
+        "pod",
+    )
+    return (
+        f"sum by (cluster, namespace, pod, uid, node{by}) ({expr})"
+        " * on (namespace, pod, uid) group_left () "
+        f"(max by (namespace, pod, uid) ({running}) == 1)"
+    )
+
+
 def pods_query(resource: str = RESOURCE, *, pattern: bool = False) -> str:
     """PromQL: per running pod with a request of ``resource`` on a node, the units it asked for
     (each container's request once, however many kube-state-metrics replicas report it);
     ``pattern``: ``resource`` is a pattern, each resource it matches a series of its own."""
     matcher = f'resource=~"{resource}"' if pattern else f'resource="{resource}"'
     by = ", resource" if pattern else ""
-    requests = _objects(
-        f'max_over_time(kube_pod_container_resource_requests{{{matcher},node!=""}}[5m])',
-        "namespace",
-        "pod",
-        "container",
-    )
-    running = _objects(
-        f'last_over_time(kube_pod_status_phase{{phase="Running"}}[{STEP_S - 1}s])',
-        "namespace",
-        "pod",
-    )
-    return (
-        f"sum by (cluster, namespace, pod, uid, node{by}) ("
-        f"max by (cluster, namespace, pod, uid, node, container{by}) ({requests})"
-        ") * on (namespace, pod, uid) group_left () "
-        f"(max by (namespace, pod, uid) ({running}) == 1)"
-    )
+    return _per_running_pod(_requests(matcher, by), by)
 
 
 def cores_query() -> str:
     """PromQL: per running pod, Σ over its containers of its HAMi vGPUs × the percent of a GPU
     each may use (``nvidia.com/gpu`` × ``nvidia.com/gpucores``)."""
-    by = "cluster, namespace, pod, uid, node, container"
-
-    def requests(resource: str) -> str:
-        inner = _objects(
-            f'max_over_time(kube_pod_container_resource_requests{{resource="{resource}",'
-            'node!=""}[5m])',
-            "namespace",
-            "pod",
-            "container",
-        )
-        return f"max by ({by}) ({inner})"
-
-    running = _objects(
-        f'last_over_time(kube_pod_status_phase{{phase="Running"}}[{STEP_S - 1}s])',
-        "namespace",
-        "pod",
-    )
-    return (
-        "sum by (cluster, namespace, pod, uid, node) ("
-        f"{requests(RESOURCE)} * on ({by}) {requests(CORES)}"
-        ") * on (namespace, pod, uid) group_left () "
-        f"(max by (namespace, pod, uid) ({running}) == 1)"
-    )
+    gpus, cores = _requests(f'resource="{RESOURCE}"'), _requests(f'resource="{CORES}"')
+    return _per_running_pod(f"{gpus} * on ({_CONTAINER}) {cores}")
 
 
 def mig_profile(resource: str) -> str | None:
