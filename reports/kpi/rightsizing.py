@@ -127,17 +127,16 @@ def rightsizing(
             found = mig_slice(profile, name)
             if found is None or np.isnan(whole):
                 continue
-            share = found.share()
+            share, usable = found.share(), USABLE_GIB_PER_GB * found.mem_gb
             slice_price = current * share
             fits = (
                 judged
                 & (model == m)
-                & (USABLE_GIB_PER_GB * found.mem_gb >= mem * headroom)
+                & (usable >= mem * headroom)
                 & (need <= target_util_pct / 100.0 * whole * share)
                 & (slice_price < best_price)
             )
             of_whole = f"{found.compute}/{found.compute_of} of {whole:g}"
-            usable = USABLE_GIB_PER_GB * found.mem_gb
             cands.append((f"{key} MIG {profile}", usable, whole * share, of_whole))
             best[fits], best_price[fits] = len(cands) - 1, slice_price[fits]
     at = np.flatnonzero(best >= 0)

@@ -8,6 +8,7 @@ import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from fractions import Fraction
 from urllib.parse import urlsplit
 
 import pandas as pd
@@ -86,8 +87,6 @@ def fmt_kg(value: object) -> str:
 def fmt_gpus(value: object) -> str:
     """A count of GPUs held: ``2``, or a share where an allocation held MIG instances
     (``3/7``, ``1 3/7``); ``n/a`` when unknown."""
-    from fractions import Fraction
-
     v = as_number(value)
     if v is None:
         return "n/a"

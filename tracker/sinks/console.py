@@ -56,8 +56,9 @@ def summary_text(r: RunRecord, where: str | None) -> str:
     each = " each" if r.gpu_count > 1 else ""
     if r.mig_profile and r.gpu_source != "none":  # the hours are the slices' share of the GPU
         gpus += f" MIG {_shown(r.mig_profile)}"
-        if held is not None and not r.gpu_split:
-            gpus += f" ({Fraction(held).limit_denominator(56)} of a GPU{each})"
+        if held is not None and not r.gpu_split and "," not in r.mig_profile:
+            # sevenths or eighths (compute or memory slices), whatever a clock's milliseconds
+            gpus += f" ({Fraction(held).limit_denominator(8)} of a GPU{each})"
     if r.gpu_split and r.gpu_source != "none":  # shared in time: its measured or even share
         how = "measured" if r.gpu_split == "measured" else "split evenly: no per-process figure"
         share = f"{held:.0%} of it{each}, " if held is not None else ""
