@@ -427,6 +427,15 @@ class Sampler:
         self._idle_alerted = bool(idle)
         return idle
 
+    def held_shares(self) -> list[float]:
+        """The share of a physical GPU each GPU (in the order of :attr:`gpus`) held so far: a
+        MIG instance's slices (:attr:`shares`), times the share of a time-sliced GPU measured
+        so far (:attr:`GpuStats.held_share`)."""
+        return [
+            self.shares.get(g.uuid, 1.0) * (s.held_share if (s := self.run.get(g.uuid)) else 1.0)
+            for g in self.gpus
+        ]
+
     def _own_part(self, r: GpuReading) -> tuple[GpuReading, float | None]:
         """A reading of a GPU shared in time (:attr:`GpuReading.holders` over 1) as this
         process's part of it: its own utilization over its share, and the share

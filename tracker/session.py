@@ -614,13 +614,10 @@ class Session:
         )
 
     def _shares(self) -> list[float]:
-        """The share of a physical GPU each GPU held so far: a MIG instance's slices, times the
-        share of a time-sliced GPU measured so far (:attr:`GpuStats.held_share`)."""
-        basis = self.settings.mig_share
-        run = self.sampler.run if self.sampler is not None else {}
-        return [
-            g.share(basis) * (run[g.uuid].held_share if g.uuid in run else 1.0) for g in self.gpus
-        ]
+        """The share of a physical GPU each GPU held so far (:meth:`Sampler.held_shares`)."""
+        if self.sampler is None:
+            return [1.0] * len(self.gpus)
+        return self.sampler.held_shares()
 
     def _build_record(self, status: str) -> RunRecord:
         """The run record: this process's figures, or on rank 0 of a multi-rank run, every
