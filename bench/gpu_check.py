@@ -347,8 +347,7 @@ def check_util() -> None:
 
 def check_mfu() -> None:
     torch = cuda_torch()
-    from tracker.peaks import peak_tflops
-    from tracker.throughput import mfu
+    from tracker.peaks import denominator, judge
 
     n = MATMUL_N
     a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
@@ -371,14 +370,15 @@ def check_mfu() -> None:
     seconds = timed_s(count)
     flops_per_s = 2 * n**3 * count / seconds
     name = GPU_NAME[0] if GPU_NAME else str(torch.cuda.get_device_name(0))
-    peak = peak_tflops(name, "bf16")
-    value = mfu(flops_per_s, peak, 1)
+    den = denominator(name, "bf16")
+    peak = den.tflops
+    value, note = judge(flops_per_s, den, 1)
     put("mfu.matmuls", count, f"{n}x{n} bf16, {seconds:.2f} s of GPU time")
     put("mfu.achieved_tflops", flops_per_s / 1e12)
     put("mfu.peak_tflops", peak, f"dense bf16 peak of {name}")
     put("mfu.mfu", value, "achieved / peak")
     if value is None:
-        print(f"  WARN: no bf16 peak for {name!r} in tracker.peaks: no MFU")
+        print(f"  WARN: no MFU for {name!r}: {note}")
     elif not 0.05 <= value <= 1.0:
         print(f"  WARN: MFU {value:.3g} is outside 0.05-1.0 (expected 0.3-0.9 on H100/H200)")
 

@@ -163,7 +163,21 @@ def compare_document(a: Side, b: Side, rows: Sequence[Row], unit: str) -> dict[s
         "b": {"label": b.label, "runs": list(b.run_ids), "verdict": mode_of(b.verdicts)},
         "unit": unit,
         "metrics": as_plain(list(rows)),
+        "mfu_peaks": {"a": list(a.peaks), "b": list(b.peaks), "note": peaks_note(a, b)},
     }
+
+
+def peaks_note(a: Side, b: Side) -> str | None:
+    """What the MFU row is measured against, when the sides' runs do not share one peak:
+    their MFUs are then shares of different denominators (another GPU, another dtype)."""
+    if not a.peaks and not b.peaks:
+        return None
+    if len(a.peaks) == 1 and a.peaks == b.peaks:
+        return None
+    return (
+        f"MFU against different peaks: {a.label} {'; '.join(a.peaks) or 'none'}, "
+        f"{b.label} {'; '.join(b.peaks) or 'none'} (compare the throughput)"
+    )
 
 
 def compare_text(a: Side, b: Side, rows: Sequence[Row], *, markdown: bool) -> str:
@@ -175,16 +189,30 @@ def compare_text(a: Side, b: Side, rows: Sequence[Row], *, markdown: bool) -> st
         [r.label, _fmt(r.a, r.metric), _fmt(r.b, r.metric), _change(r), _noise(r)] for r in rows
     ]
     body.append(["verdict", mode_of(a.verdicts) or "—", mode_of(b.verdicts) or "—", "", ""])
+    if a.peaks or b.peaks:  # MFU's denominator on each side
+        body.append(["MFU's peak", _peak_cell(a), _peak_cell(b), "", ""])
+    note = peaks_note(a, b)
     if markdown:
         cells = [[md(c) for c in row] for row in [head, *body]]  # a side's label is the user's
         lines = ["| " + " | ".join(cells[0]) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in cells[1:]]
-        return "\n".join(lines)
+        return "\n".join(lines + ([f"\n{md(note)}"] if note else []))
     widths = [max(len(row[i]) for row in [head, *body]) for i in range(len(head))]
     return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-        for row in [head, *body]
+        [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [head, *body]
+        ]
+        + ([note] if note else [])
     )
+
+
+def _peak_cell(side: Side) -> str:
+    """A side's MFU denominator: its one peak, or the first and how many others."""
+    if not side.peaks:
+        return "—"
+    more = f" (+{len(side.peaks) - 1} others)" if len(side.peaks) > 1 else ""
+    return side.peaks[0] + more
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 
 from reports.cli_support import _open_store, _report_section, _settings, printable
 from tracker.owned import OwnedGpu
+from tracker.peaks import mfu_cell
 from tracker.record import RunRecord
 
 STATUSES = ("running", "finished", "failed", "crashed")
@@ -30,6 +31,7 @@ RUN_COLUMNS: tuple[tuple[str, str], ...] = (
     ("gpus", "gpus"),
     ("gpu_h", "gpu_hours"),
     ("util_%", "util_pct"),
+    ("mfu", "mfu"),
     ("cost_$", "cost_usd"),
     ("waste_$", "waste_usd"),
     ("status", "status"),
@@ -53,6 +55,8 @@ def _formatted(r: RunRecord, field: str, tz: tzinfo = UTC) -> str:
         return f"{r.gpu_count}x{r.gpu_model}{mig}{shared}"
     if field == "started_at":
         return r.started_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    if field == "mfu":  # with its peak and dtype, or why there is none
+        return mfu_cell(r)
     value = getattr(r, field)
     if value is None:
         return "n/a"

@@ -18,8 +18,9 @@ from tracker.cost import GpuUse, Thresholds, run_cost, weighted_util_pct
 from tracker.diagnosis import Evidence, diagnose
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.metrics import per_gpu_key
+from tracker.peaks import TENSOR_DTYPES, Denominator, judge, ofu_gap
 from tracker.sampler import GpuStats
-from tracker.throughput import StepCounter, mfu
+from tracker.throughput import StepCounter
 from tracker.units import j_to_kwh, s_to_hours
 
 
@@ -97,14 +98,17 @@ def window_metrics(
     steps: StepCounter,
     fig: Mapping[str, float | None],
     *,
-    peak_tflops: float | None,
+    peak: Denominator | None,
     gpu_count: float,
     usd_per_gpu_hour: float | None,
     co2e_kg_per_kwh: float | None = None,
+    world_size: int = 1,
 ) -> dict[str, float]:
     """``perf/*``, ``cost/*``, ``gpu/energy_kwh`` and ``gpu/co2e_kg`` of one log window:
     ``steps`` counted over the window, ``fig`` the run's :func:`run_figures` so far,
-    ``co2e_kg_per_kwh`` the kg CO2e of a kWh of GPU energy here (PUE × grid intensity)."""
+    ``co2e_kg_per_kwh`` the kg CO2e of a kWh of GPU energy here (PUE × grid intensity).
+    ``perf/mfu`` against ``peak``; left out where the rate is over the peak (an error the
+    record names, :func:`tracker.peaks.judge`)."""
     out: dict[str, float | None] = {
         "perf/step_time_ms": steps.step_time_ms,
         "perf/data_wait_pct": steps.data_wait_pct,
@@ -114,7 +118,9 @@ def window_metrics(
     flops_per_s = steps.rate(steps.flops)
     if flops_per_s is not None:
         out["perf/tflops"] = flops_per_s / 1e12
-        out["perf/mfu"] = mfu(flops_per_s, peak_tflops, gpu_count)
+        out["perf/mfu"] = judge(flops_per_s, peak, gpu_count, world_size=world_size)[0]
+    if (ofu := fig.get("ofu")) is not None:
+        out["perf/ofu"] = ofu
     energy = out["gpu/energy_kwh"] = fig["energy_kwh"]
     out["gpu/co2e_kg"] = (
         energy * co2e_kg_per_kwh if energy is not None and co2e_kg_per_kwh is not None else None
@@ -156,6 +162,12 @@ def gpu_use(
     return GpuUse(known_s=1.0, util_s=tw.last, held_s=held_s, share=share)
 
 
+def _weighted_mean(pairs: Iterable[tuple[float | None, float]]) -> float | None:
+    known = [(v, w) for v, w in pairs if v is not None and w > 0]
+    weight = sum(w for _, w in known)
+    return sum(v * w for v, w in known) / weight if weight > 0 else None
+
+
 IDLE_SHARE = 0.5
 """The share of a GPU's own time in idle stretches from which it counts as idle (``idle_gpus``):
 a run holding it is ``imbalanced`` when the others worked."""
@@ -176,6 +188,7 @@ def run_figures(
     tokens: float,
     interval_s: float = 1.0,
     shares: Sequence[float] = (),
+    peak_mhz: float | None = None,
 ) -> dict[str, float | None]:
     """One process's cumulative figures since the run started (:data:`tracker.ranks.RECORD_KEYS`):
     ``gpu_count`` GPUs held for ``duration_s``, ``stats`` their aggregates over the run, ``idle``
@@ -187,7 +200,9 @@ def run_figures(
     was sampled rather than counted (``throttle_sampled_s``: 0 where every GPU's is
     counter-exact). ``shares``: the share of a physical GPU each GPU is (in the order of
     ``stats``; a MIG instance's slices, :meth:`tracker.gpu.base.GpuInfo.share`; missing: 1):
-    GPU-hours, dollars and throttled time count physical GPUs' worth (``gpu_held``)."""
+    GPU-hours, dollars and throttled time count physical GPUs' worth (``gpu_held``).
+    ``peak_mhz``: the SM clock the GPU's peak is quoted at, for the observed FLOPs utilization
+    (``ofu``, each GPU's weighted by the GPU-time it held)."""
     hours = s_to_hours(max(duration_s, 0.0))
     idle_each = [*idle, *[(0.0, 0.0)] * (len(stats) - len(idle))]
     share_each = [*shares, *[1.0] * (max(len(stats), gpu_count) - len(shares))]
@@ -212,6 +227,9 @@ def run_figures(
         if (throttled := s.throttled_s) is not None:
             throttles.append((throttled[0] * share, throttled[1]))
     sm = sm_active(stats)
+    ofu = _weighted_mean(
+        (s.ofu(peak_mhz), s.seconds * share) for s, share in zip(stats, share_each, strict=False)
+    )
     # GPUs idle most of the run: their utilization over all their known time under the
     # threshold, or half or more of their own time in idle stretches (one GPU at work and one
     # idle for 70 of 120 minutes is a launcher's fault, not a small batch)
@@ -228,6 +246,7 @@ def run_figures(
         "gpu_hours": held * hours,
         "util_pct": weighted_util(stats),
         "sm_active_pct": None if sm is None else sm[0],
+        "ofu": ofu,
         "mem_peak_gib": max(
             (s.mem_peak_gib for s in stats if s.mem_peak_gib is not None), default=None
         ),
@@ -287,17 +306,28 @@ def record_fields(
     fig: Mapping[str, float | None],
     *,
     duration_s: float,
-    peak_tflops: float | None,
+    peak: Denominator | None,
     rank_spread_pct: float | None,
     thresholds: Thresholds,
     device: str | None = None,
+    world_size: int = 1,
 ) -> dict[str, Any]:
-    """The run record's figures, MFU and verdict from :func:`run_figures` (of one process, or
-    every rank's combined): the :class:`tracker.record.RunRecord` fields they fill."""
+    """The run record's figures, MFU (with its denominator, or what stands instead:
+    :func:`tracker.peaks.judge`; beside the hardware's OFU: :func:`tracker.peaks.ofu_gap`) and
+    verdict from :func:`run_figures` (of one process, or every rank's combined): the
+    :class:`tracker.record.RunRecord` fields they fill."""
     n = int(fig["gpu_count"] or 0)
     held = fig.get("gpu_held")
-    flops_per_s = fig["flops_per_s"]
-    run_mfu = mfu(flops_per_s, peak_tflops, n if held is None else held) if flops_per_s else None
+    run_mfu, note = judge(
+        fig["flops_per_s"], peak, n if held is None else held, world_size=world_size
+    )
+    ofu = fig.get("ofu")
+    tensor = peak is not None and peak.dtype in TENSOR_DTYPES  # fp32 runs on CUDA cores
+    if note is None and run_mfu is not None and ofu is not None and tensor:
+        # OFU is over the run's time, MFU over its measured steps': compared over the run
+        in_steps = (fig.get("step_time_ms") or 0.0) * (fig.get("steps") or 0.0) / 1000.0
+        share = min(in_steps / duration_s, 1.0) if duration_s > 0 and in_steps > 0 else 1.0
+        note = ofu_gap(run_mfu * share, ofu)
     verdict = diagnose(
         evidence(
             fig,
@@ -327,6 +357,11 @@ def record_fields(
         "samples_per_s": fig["samples_per_s"],
         "tokens_per_s": fig["tokens_per_s"],
         "mfu": run_mfu,
+        "mfu_peak_tflops": peak.tflops if peak is not None else None,
+        "mfu_dtype": peak.dtype if peak is not None and peak.tflops is not None else None,
+        "mfu_dtype_from": peak.dtype_from if peak is not None else None,
+        "mfu_note": note,
+        "ofu": ofu,
         "data_wait_pct": fig["data_wait_pct"],
         "cost_usd": fig["cost_usd"],
         "waste_usd": fig["waste_usd"],

@@ -40,7 +40,18 @@ METRICS: tuple[Metric, ...] = (
     Metric(key="perf/samples_per_s", unit="1/s", help="training samples per second"),
     Metric(key="perf/tokens_per_s", unit="1/s", help="training tokens per second"),
     Metric(key="perf/tflops", unit="TFLOP/s", help="achieved model TFLOP/s, all GPUs"),
-    Metric(key="perf/mfu", unit="fraction", help="model FLOPs utilization, 0-1"),
+    Metric(
+        key="perf/mfu",
+        unit="fraction",
+        help="model FLOPs utilization, 0-1, against the dense peak of the run's dtype (the "
+        "peak: the W&B config's gpu_kpi/mfu_peak); left out over 1, an error the run names",
+    ),
+    Metric(
+        key="perf/ofu",
+        unit="fraction",
+        help="observed FLOPs utilization, 0-1: tensor pipes active x SM clock over the peak's "
+        "clock (GPM, Hopper+), the hardware's cross-check of MFU",
+    ),
     Metric(key="cost/usd", unit="USD", help="cost so far: GPU-hours x price"),
     Metric(key="cost/usd_per_hour", unit="USD/h", help="price of the run's GPUs per hour"),
     Metric(

@@ -385,6 +385,17 @@ MODELS: tuple[GpuModel, ...] = (
         mem_gib=48,
         description="RTX 6000 Ada Generation 48GB",
     ),
+    # other vendors' parts, for imported runs (unpriced: a user prices them in [prices])
+    GpuModel(key="MI325X", pattern=r"MI325X", mem_gib=256, description="AMD Instinct MI325X"),
+    GpuModel(key="MI300X", pattern=r"MI300X", mem_gib=192, description="AMD Instinct MI300X"),
+    # one GCD, the device torch sees: half the module's 128 GB
+    GpuModel(key="MI250X", pattern=r"MI250X", mem_gib=64, description="AMD Instinct MI250X GCD"),
+    GpuModel(
+        key="Gaudi3", pattern=r"GAUDI[\s_-]*3|HL-32\d", mem_gib=128, description="Intel Gaudi 3"
+    ),
+    GpuModel(
+        key="Gaudi2", pattern=r"GAUDI[\s_-]*2|HL-22\d", mem_gib=96, description="Intel Gaudi 2"
+    ),
 )
 _BY_KEY: dict[str, GpuModel] = {m.key: m for m in MODELS}
 

@@ -55,6 +55,23 @@ class RunRecord:
     samples_per_s: float | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
+    """Model FLOPs utilization, 0-1, against :attr:`mfu_peak_tflops` × GPUs; never over 1 (a
+    rate over the peak is an error, named in :attr:`mfu_note`)."""
+    mfu_peak_tflops: float | None = None
+    """One GPU's dense peak for :attr:`mfu_dtype`, TF/s: MFU's denominator
+    (:mod:`tracker.peaks`)."""
+    mfu_dtype: str | None = None
+    """The dtype of that peak (``bf16``; ``tf32`` for an fp32 run whose matmuls ran as tf32)."""
+    mfu_dtype_from: str | None = None
+    """Where the dtype came from: ``trainer``, ``flag`` or ``assumed``
+    (:data:`tracker.peaks.DTYPE_FROM`)."""
+    mfu_note: str | None = None
+    """What stands instead of MFU or beside it: why there is none (``no peak for A10G``), a
+    FLOP rate over the peak named as an error with its likely cause, or MFU and OFU apart by
+    more than 10% and why."""
+    ofu: float | None = None
+    """Observed FLOPs utilization, 0-1: the tensor pipes' active fraction × the SM clock over
+    the peak's clock, where both were measured (the hardware's cross-check of MFU)."""
     data_wait_pct: float | None = None
     cost_usd: float | None = None
     waste_usd: float | None = None
@@ -141,7 +158,11 @@ class RunSpec:
     flops_per_step: float | None = None
     """Model FLOPs of one step on this process, for MFU."""
     dtype: str | None = None
-    """Training dtype (``bf16``, ``fp32``…): which GPU peak MFU is measured against."""
+    """Training dtype (``bf16``, ``fp32``…): which GPU peak MFU is measured against. None:
+    fp32 assumed (torch's default), and the run says so."""
+    dtype_from: str | None = None
+    """Where ``dtype`` came from: ``trainer`` (the callbacks set it from the trainer's own
+    precision), else ``flag`` (the user's)."""
     price_per_gpu_hour: float | None = None
     """USD; None: the price table's for the GPU model."""
     per_gpu: bool = False

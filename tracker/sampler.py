@@ -102,6 +102,11 @@ class GpuStats:
         self.splits: set[str] = set()
         """How the shares of a time-sliced GPU were had: ``measured`` (a reading with a
         :attr:`GpuReading.work_share`) or ``even``."""
+        self.tensor_clock = TimeWeighted()
+        """Tensor pipes' active fraction × SM clock (MHz) of each reading that has both: its
+        mean over the clock a peak is quoted at is the observed FLOPs utilization
+        (:meth:`ofu`), the product taken reading by reading (an idle stretch's low clock
+        must not scale a busy one's activity)."""
 
     @property
     def held_share(self) -> float:
@@ -121,6 +126,8 @@ class GpuStats:
             self.others_s += max(dt_s, 0.0) * (1.0 - held)
         if held is not None:
             self.splits.add(MEASURED if r.work_share is not None else EVEN)
+        if r.tensor_active_pct is not None and r.sm_clock_mhz is not None:
+            self.tensor_clock.add(r.tensor_active_pct / 100.0 * r.sm_clock_mhz, weight)
         if r.util_pct is not None and dt_s > 0:
             self.hist_s[min(int(r.util_pct // 10), HIST_BINS - 1)] += weight
         if r.mem_used_gib is not None:
@@ -148,6 +155,15 @@ class GpuStats:
 
     def mean(self, field: str) -> float | None:
         return self.tw[field].mean
+
+    def ofu(self, peak_mhz: float | None) -> float | None:
+        """Observed FLOPs utilization over the span, 0-1: the tensor pipes' active fraction ×
+        the SM clock over ``peak_mhz`` (the clock the GPU's peak is quoted at), never more than
+        the tensor activity itself; None where either was not measured or no clock is known."""
+        if not peak_mhz or (mean := self.tensor_clock.mean) is None:
+            return None
+        active = self.mean("tensor_active_pct")
+        return min(mean / peak_mhz, (active or 0.0) / 100.0)
 
     @property
     def sm_active_counted(self) -> float | None:

@@ -26,7 +26,7 @@ from tracker import figures, ranks
 from tracker.config import SETTING_KEYS, Settings, checked_argument, read_settings
 from tracker.diagnosis import idle_alert
 from tracker.gpu import BackendError, GpuBackend, GpuInfo, open_backend
-from tracker.peaks import peak_tflops
+from tracker.peaks import Denominator, denominator, peak_clock_mhz
 from tracker.prices import Price, canonical_gpu, price_for
 from tracker.ranks import Placement
 from tracker.record import JOB_KEY_LINK, MinuteSample, RunRecord, RunSpec, checked_record
@@ -95,8 +95,9 @@ class Session:
         gpus: This process's GPUs, once started (empty without GPU data).
         gpu_source: Where the GPU figures come from: the backend's name, or ``"none"``.
         price: The price per GPU-hour in force (USD) and its source, or None without GPUs.
-        peak_tflops: The GPU's dense peak for the run's dtype (TFLOP/s), for MFU; None when
-            unknown (no MFU rather than a wrong one).
+        peak: MFU's denominator: the GPU's dense peak for the run's dtype and where the dtype
+            came from, or why there is none (:class:`tracker.peaks.Denominator`); None
+            without GPUs.
         counts: Steps, samples, tokens and their times (:class:`tracker.throughput.RunSteps`).
         record: The final :class:`tracker.record.RunRecord`, once :meth:`finish` has run.
 
@@ -183,7 +184,8 @@ class Session:
         self.sampler: Sampler | None = None
         self.price: Price | None = None
         self.co2e_kg_per_kwh: float | None = None  # per kWh of GPU energy, on this host
-        self.peak_tflops: float | None = None
+        self.peak: Denominator | None = None
+        self._peak_mhz: float | None = None  # the clock the peak is quoted at, for OFU
         self.record: RunRecord | None = None
         self._writer: Any = None
         self._started_wall = 0.0
@@ -326,11 +328,15 @@ class Session:
         self.price = price_for(
             model, self.spec.price_per_gpu_hour, self.settings.prices, owned=self.settings.owned
         )
-        if self.spec.dtype:
-            try:  # str(): a torch.dtype or Lightning's precision 32 names a dtype too
-                self.peak_tflops = peak_tflops(model, str(self.spec.dtype))
-            except ValueError as e:
-                log.warning("gpu-kpi: no MFU: %s", e)
+        self.peak = denominator(model, self.spec.dtype, dtype_from=self.spec.dtype_from)
+        self._peak_mhz = peak_clock_mhz(model)
+        if self.peak.why_none and self.peak.why_none.startswith("no peak for dtype"):
+            log.warning("gpu-kpi: no MFU: %s", self.peak.why_none)
+
+    @property
+    def peak_tflops(self) -> float | None:
+        """One GPU's dense peak for the run's dtype (TF/s), for MFU; None when unknown."""
+        return self.peak.tflops if self.peak is not None else None
 
     def _open_store(self) -> None:
         if self._store_arg is False:
@@ -581,8 +587,9 @@ class Session:
             figures.window_metrics(
                 window,
                 self._figures(),
-                peak_tflops=self.peak_tflops,
+                peak=self.peak,
                 gpu_count=sum(self._shares()),
+                world_size=self.world_size,
                 usd_per_gpu_hour=usd_per_gpu_hour,
                 co2e_kg_per_kwh=self.co2e_kg_per_kwh,
             )
@@ -611,6 +618,7 @@ class Session:
             tokens=self.counts.tokens,
             interval_s=self.settings.interval_s,
             shares=self._shares(),
+            peak_mhz=self._peak_mhz,
         )
 
     def _shares(self) -> list[float]:
@@ -684,7 +692,8 @@ class Session:
         return figures.record_fields(
             finite,
             duration_s=self._elapsed(),
-            peak_tflops=self.peak_tflops,
+            peak=self.peak,
+            world_size=self.world_size,
             rank_spread_pct=spread,
             thresholds=self.settings.thresholds,
             device=self.spec.device,

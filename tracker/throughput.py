@@ -314,15 +314,6 @@ def _short_repr(value: object) -> str:
         return f"<{type(value).__name__}>"
 
 
-def mfu(flops_per_s: float, peak_tflops_per_gpu: float | None, gpu_count: float) -> float | None:
-    """Model FLOPs utilization, a fraction 0–1: achieved FLOP/s ÷ the GPUs' dense peak, or None
-    when the peak (:func:`tracker.peaks.peak_tflops`) or the GPUs are unknown. ``gpu_count``:
-    physical GPUs' worth (a MIG instance has its share of the GPU's peak)."""
-    if not peak_tflops_per_gpu or gpu_count <= 0:
-        return None
-    return flops_per_s / (peak_tflops_per_gpu * 1e12 * gpu_count)
-
-
 def infer_batch_size(batch: Any) -> int | None:
     """The leading dimension of the first tensor found in ``batch`` (a tensor, a sequence,
     a mapping such as a HF ``BatchEncoding``), or None. Reads only the shape: no GPU sync."""

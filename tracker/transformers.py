@@ -59,10 +59,14 @@ def tensorboard_dir(args: Any, run_id: str, now: datetime | None = None) -> Path
 
 
 def _dtype(args: Any) -> str:
+    """The training arguments' precision: ``bf16``/``fp16`` mixed precision, else fp32 matmuls
+    as ``tf32`` where ``tf32=True``, else ``fp32``."""
     if getattr(args, "bf16", False):
         return "bf16"
     if getattr(args, "fp16", False):
         return "fp16"
+    if getattr(args, "tf32", None) is True:
+        return "tf32"
     return "fp32"
 
 
@@ -125,7 +129,10 @@ class GpuKpiCallback(TrainerCallback):
     ``perf/tokens_per_s``             1/s         training tokens per second (when counted)
     ``perf/tflops``                   TFLOP/s     achieved model FLOP/s, all GPUs
     ``perf/mfu``                      0-1         model FLOPs utilization against the dtype's
-                                                  dense peak (none for an unknown GPU)
+                                                  dense peak (the config's gpu_kpi/mfu_peak);
+                                                  left out over 1: an error the run names
+    ``perf/ofu``                      0-1         observed FLOPs utilization: tensor pipes
+                                                  active x SM clock (GPM, Hopper+)
     ``cost/usd``                      USD         cost so far: GPU-hours x price
     ``cost/usd_per_hour``             USD/h       price of the run's GPUs per hour
     ``cost/waste_usd``                USD         recoverable waste so far (under the target)
@@ -223,7 +230,8 @@ class GpuKpiCallback(TrainerCallback):
         if name and not kwargs.get("name"):  # the Trainer's run_name, else W&B's run name
             kwargs["name"] = str(name)
         kwargs.setdefault("framework", "transformers")
-        kwargs.setdefault("dtype", _dtype(args))
+        if kwargs.get("dtype") is None:  # the arguments' precision, said to be the trainer's
+            kwargs["dtype"], kwargs["dtype_from"] = _dtype(args), "trainer"
         # a train(resume_from_checkpoint=…) has its state loaded before on_train_begin
         kwargs.setdefault("resumed_from_step", int(state.global_step) or None)
         if _device_type(args) == "cpu":  # told so at the end, never asked for NVML

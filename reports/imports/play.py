@@ -36,6 +36,7 @@ from reports.errors import ImportFailed
 from tracker import figures
 from tracker.config import Settings
 from tracker.gpu.base import GpuInfo, GpuReading
+from tracker.peaks import peak_clock_mhz
 from tracker.prices import canonical_gpu, price_for
 from tracker.record import MinuteSample, RunRecord, checked_record
 from tracker.sampler import Sampler, split_of
@@ -68,8 +69,15 @@ OUR_POINTS = {
     "gpu/power_w": "power_w",
 }
 """The keys our callback logs to W&B and TensorBoard → the reading fields they stand for."""
-OUR_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct")
+OUR_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct", "mfu_peak_tflops", "ofu")
 """Run figures our callback's summary holds that a reading cannot give."""
+OUR_SUMMARY_TEXT = ("mfu_dtype", "mfu_dtype_from", "mfu_note")
+"""And the words beside them: MFU's denominator, what stands instead of MFU or beside it."""
+
+
+def our_texts(get: Callable[[str], object]) -> dict[str, str]:
+    """The :data:`OUR_SUMMARY_TEXT` fields a summary holds (``get(field)``), as text."""
+    return {f: v for f in OUR_SUMMARY_TEXT if isinstance(v := get(f), str) and v}
 
 
 def our_reading(values: Mapping[str, float | None], gpu_count: int) -> dict[str, float | None]:
@@ -467,11 +475,12 @@ def run_record(
         shares=[
             g.share(settings.mig_share) * s.held_share for g, s in zip(gpus, stats, strict=True)
         ],
+        peak_mhz=peak_clock_mhz(model),  # OFU where tensor activity and the clock were read
     )
     values = figures.record_fields(
         fig,
         duration_s=covered_s,
-        peak_tflops=None,
+        peak=None,
         rank_spread_pct=None,
         thresholds=settings.thresholds,
     )

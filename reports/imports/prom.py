@@ -97,6 +97,8 @@ FIELDS: dict[str, tuple[str, float, str, float, float]] = {
     "DCGM_FI_DEV_FB_USED": ("mem_used_gib", 1 / 1024, "max", 0.0, 1e6),  # MiB
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0, "avg", 0.0, 1e5),
     "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_j", 1e-3, "max", 0.0, 1e18),  # mJ
+    # with tensor activity, the observed FLOPs utilization (tracker.peaks.observed)
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0, "avg", 0.0, 1e5),  # MHz
     # DCGM 4.6's names of the same fields (dcgm_fields.h: the old names are aliases of the same
     # ids); an exporter exports whichever name its counters file lists, in the same unit
     "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": ("gr_engine_pct", 100.0, "avg", 0.0, 100.0),  # 1001

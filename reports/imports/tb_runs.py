@@ -59,6 +59,7 @@ from reports.imports.play import (
     our_gpu_count,
     our_reading,
     our_run_id,
+    our_texts,
     played_run,
     progress,
     write_imported,
@@ -370,6 +371,7 @@ def _run_of(
     extra: dict[str, Any] = {}
     if ours:
         extra = {f: v for f in OUR_SUMMARY if (v := _float(run.summary.get(f))) is not None}
+        extra.update(our_texts(run.summary.get))
     else:
         for figure in ("samples_per_s", "tokens_per_s"):
             values = [x for _, _, x in run.scalars.get(tags.get(figure, ""), []) if x >= 0]

@@ -45,6 +45,7 @@ from reports.imports.play import (
     our_gpu_count,
     our_reading,
     our_run_id,
+    our_texts,
     played_run,
     progress,
     write_imported,
@@ -224,6 +225,7 @@ def _run_of(
             for f in OUR_SUMMARY
             if (v := number(log.summary.get(f"gpu_kpi/{f}"))) is not None and v >= 0
         }
+        extra.update(our_texts(lambda f: log.summary.get(f"gpu_kpi/{f}")))
     status = "crashed" if log.exit_code is None else "finished" if log.exit_code == 0 else "failed"
     try:
         return played_run(

@@ -73,6 +73,9 @@ class Side:
     """Metric key → a value per run (not ``usd_per_unit``: that is ``cost`` ÷ ``work``)."""
     cost: np.ndarray
     verdicts: tuple[str, ...]
+    peaks: tuple[str, ...] = ()
+    """MFU's denominators among its runs (``989 TF/s bf16 dense, H100 SXM``; why there is
+    none), the most common first: the MFU row is only a comparison where the sides share one."""
 
     @property
     def runs(self) -> int:
@@ -148,7 +151,21 @@ def side_of(
         values=values,
         cost=np.where(np.isfinite(cost) & (cost > 0), cost, np.nan),
         verdicts=tuple(str(v) for v in runs["verdict"].fillna("")),
+        peaks=_peaks(runs),
     )
+
+
+def _peaks(runs: pd.DataFrame) -> tuple[str, ...]:
+    """Each distinct MFU denominator of ``runs`` (:func:`tracker.peaks.mfu_denominator`), the
+    most runs' first."""
+    from collections import Counter
+
+    from tracker.peaks import mfu_denominator
+
+    if not len(runs) or "mfu_peak_tflops" not in runs.columns:
+        return ()
+    counted = Counter(d for r in runs.to_dict("records") if (d := mfu_denominator(r)) is not None)
+    return tuple(d for d, _ in counted.most_common())
 
 
 def common_unit(a: Side, b: Side) -> tuple[str, str, float]:

@@ -39,6 +39,7 @@ from reports.weeks import shift_week
 from tracker.carbon import Carbon
 from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, weighted_util_pct
 from tracker.owned import OwnedGpu, RentVsOwn
+from tracker.peaks import MFU_FIELDS
 from tracker.prices import PriceTable
 
 
@@ -171,6 +172,7 @@ def run_weeks(
         "mig_profile",
         "gpu_split",
         "gpu_hours",
+        *MFU_FIELDS,
         "samples",
         "tokens",
         "energy_kwh",

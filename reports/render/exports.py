@@ -89,6 +89,7 @@ from reports.render.csvsafe import writer as csv_writer
 from reports.rows import Part, none_priced, parsed_links
 from reports.weeks import label_of
 from tracker.cost import Thresholds
+from tracker.peaks import MFU_FIELDS
 
 SCHEMA = "gpu-kpi.week/1"
 GENERATOR = "gpu-kpi"
@@ -129,6 +130,7 @@ RUN_FIELDS = (
     "slow_node_usd",
     "energy_kwh",
     "co2e_kg",
+    *MFU_FIELDS,
     "verdict",
     "advice",
     "status",

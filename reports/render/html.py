@@ -41,6 +41,7 @@ from reports.weeks import label_of as week_label
 from reports.weeks import week_dates
 from tracker.cost import weighted_util_pct
 from tracker.extras import install_hint
+from tracker.peaks import mfu_lines
 from tracker.shares import EVEN, MEASURED
 from tracker.text import one_line
 
@@ -247,6 +248,7 @@ def _run_rows(df: pd.DataFrame, slow: pd.DataFrame | None = None) -> list[dict[s
                 "verdict": text_or_dash(r["verdict"]),
                 "advice": text_or_dash(r["advice"], ""),
                 "machine": says,
+                "mfu": mfu_lines(r),
                 "links": links_of(r["links"]),
             }
         )

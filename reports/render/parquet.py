@@ -35,7 +35,9 @@ ROW_GROUP = 100_000
 
 _FIELDS = ("week", "basis", *(f for f in RUN_FIELDS if f != "links"))
 _INTEGER = frozenset({"gpu_count"})
-_FIGURES = frozenset(f for f in _FIELDS if f.endswith(("_hours", "_pct", "_usd", "_kwh", "_kg")))
+_FIGURES = frozenset(
+    f for f in _FIELDS if f.endswith(("_hours", "_pct", "_usd", "_kwh", "_kg", "_tflops"))
+) | {"mfu", "ofu"}
 """The figures, by the unit in their names: doubles."""
 _TEXT = frozenset(_FIELDS) - _INTEGER - _FIGURES
 

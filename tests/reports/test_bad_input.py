@@ -21,7 +21,7 @@ from test_cli import one_line_error
 from reports.cli import main, printable
 from reports.weeks import WeekError, parse_week, shift_week, week_bounds
 from tracker.config import ConfigError, read_toml
-from tracker.store import RunStore, StoreError
+from tracker.store import SCHEMA_VERSION, RunStore, StoreError
 
 MONDAY = datetime(2026, 11, 23, tzinfo=UTC)
 
@@ -180,7 +180,7 @@ def test_a_database_without_our_tables(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="is empty: nothing has been tracked"):
         RunStore(url, create=False)
     with RunStore(url) as s:  # a tracker may start a store in a shared database
-        assert s.schema_version() == 6
+        assert s.schema_version() == SCHEMA_VERSION
 
 
 # -- output folders ---------------------------------------------------------------------------------

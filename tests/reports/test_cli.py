@@ -48,20 +48,21 @@ def test_demo_writes_runs_and_lists_them(tmp_path: Path) -> None:
     assert db.exists()
     lines = p.stdout.splitlines()
     assert lines[0].split()[:4] == ["started", "name", "team", "project"]
-    table = {line.split()[2]: line.split() for line in lines[1:6]}
+    # cells two spaces apart (a cell may hold one: a start time, an MFU with its peak)
+    table = {cells[1]: cells for cells in (re.split(r"\s{2,}", line) for line in lines[1:6])}
     # 8 x H100 for 3 h at $3.85 = 24 GPU-h, $92.40, 92% utilization, no waste; its GPUs held
-    # below their clocks 10 s of every minute (the simulated thermal slowdown): throttled
-    assert table["llama-8b-sft"][-6:] == ["24.00", "92", "92.40", "0.00", "finished", "throttled"]
+    # below their clocks 10 s of every minute (the simulated thermal slowdown): throttled.
+    # MFU against the bf16 peak it trained in
+    assert table["llama-8b-sft"][-7:] == [
+        "24.00", "92", "34% of 989 TF/s bf16", "92.40", "0.00", "finished", "throttled"
+    ]  # fmt: skip
     # 4 x A100-80GB for 2 h, owned (the demo's config): 15000 / (4 x 8766) + 0.5 x 0.10 x 1.3
     # = $0.4928/GPU-h, $3.94; 60% util: waste 3.94 x (1 - 60/85) = $1.16, as in the report
-    assert table["resnet50-heavy-aug"][-6:] == [
-        "8.00",
-        "60",
-        "3.94",
-        "1.16",
-        "finished",
-        "input-bound",
-    ]
+    assert table["resnet50-heavy-aug"][-7:] == [
+        "8.00", "60", "n/a", "3.94", "1.16", "finished", "input-bound"
+    ]  # fmt: skip
+    # a plain fp32 run on an H200: its MFU against the fp32 peak it was told
+    assert table["vit-l-fp32"][7] == "19% of 66.9 TF/s fp32"
     assert table["notebook-jlee"][-1] == "idle"
     assert table["bert-sweep-17"][-1] == "small-batch"
     assert table["vit-l-fp32"][-1] == "low-efficiency"

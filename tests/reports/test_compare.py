@@ -136,7 +136,38 @@ def test_compare_before_and_after_the_loader_fix(
     assert lines[0].startswith("| metric | llm-bench@") and lines[1].startswith("|---|")
     tokens_line = next(line for line in lines if line.startswith("| tokens/s |"))
     assert f"| +{100 * (tps_b / tps_a - 1):.1f}% | beyond noise (95%:" in tokens_line
-    assert lines[-1].startswith("| verdict | input-bound | healthy |")
+    assert lines[-2].startswith("| verdict | input-bound | healthy |")
+    # MFU's denominator on each side: one peak, the same, so the MFU row compares
+    peak = "989 TF/s bf16 dense, H100 SXM"
+    assert lines[-1] == f"| MFU's peak | {peak} | {peak} |  |  |"
+    assert doc["mfu_peaks"] == {"a": [peak], "b": [peak], "note": None}
+
+
+def test_mfu_against_different_peaks_is_said() -> None:
+    """An A100 run against an H100 run: each MFU a share of another peak."""
+    from reports.compare import compare_text, peaks_note
+    from reports.kpi.comparison import Side
+
+    def side(label: str, peaks: tuple[str, ...]) -> Side:
+        return Side(
+            label=label, run_ids=("r",), values={}, cost=np.array([]), verdicts=("healthy",),
+            peaks=peaks,
+        )  # fmt: skip
+
+    a = side("a100", ("312 TF/s bf16 dense, A100 80GB",))
+    b = side("h100", ("989 TF/s bf16 dense, H100 SXM", "66.9 TF/s fp32 dense, H100 SXM"))
+    note = peaks_note(a, b)
+    assert note == (
+        "MFU against different peaks: a100 312 TF/s bf16 dense, A100 80GB, h100 989 TF/s bf16 "
+        "dense, H100 SXM; 66.9 TF/s fp32 dense, H100 SXM (compare the throughput)"
+    )
+    text = compare_text(a, b, [], markdown=False).splitlines()
+    assert text[-1] == note
+    assert text[-2].split() == [
+        "MFU's", "peak", "312", "TF/s", "bf16", "dense,", "A100", "80GB", "989", "TF/s",
+        "bf16", "dense,", "H100", "SXM", "(+1", "others)",
+    ]  # fmt: skip
+    assert peaks_note(a, a) is None and peaks_note(side("x", ()), side("y", ())) is None
 
 
 def test_two_single_runs_say_their_noise_is_unknown(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -379,3 +380,50 @@ def test_a_slice_and_a_shared_gpu_say_so_on_the_page_and_in_the_exports(
     page = (out / "2026-W48.html").read_text(encoding="utf-8")
     assert "1 × A100-80GB MIG 1g.10gb" in page
     assert "1 × H100, time-sliced (split evenly: no per-process figure measured its share)" in page
+
+
+def test_mfu_shows_its_peak_in_runs_on_the_page_and_in_the_exports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 45: MFU with its denominator on every surface. A bf16 run (60% busy: a run to
+    fix) at 41% of an H100's 989 TF/s beside OFU 45%; a run on a GPU the table lacks says so;
+    a run whose FLOP rate was over the peak names the error, no figure."""
+    url = f"sqlite:///{tmp_path}/runs.db"
+    day = datetime(2026, 11, 24, tzinfo=UTC)
+    peak = {"mfu_peak_tflops": 989.4, "mfu_dtype": "bf16", "mfu_dtype_from": "trainer"}
+    error = "no MFU: the model FLOP rate is 1.20x the GPUs' peak (989 TF/s bf16 dense, H100 SXM)"
+    with RunStore(url) as store:
+        store.upsert_run(run_record("llm", day, 10, util=60.0, mfu=0.41, ofu=0.45, **peak))
+        store.upsert_run(
+            run_record("l20", day, 5, util=50.0, model="L20", price=1.0, mfu_note="no peak for L20")
+        )
+        store.upsert_run(run_record("twice", day, 5, util=80.0, mfu_note=error, **peak))
+    assert main(["runs", "--store", url, "--since", "2026-11-20"]) == 0
+    table = {
+        cells[1]: cells
+        for cells in (re.split(r"\s{2,}", line) for line in capsys.readouterr().out.splitlines())
+    }
+    assert table["llm"][-5] == "41% of 989 TF/s bf16"  # mfu, cost, waste, status, verdict
+    assert table["l20"][-5] == "no peak" and table["twice"][-5] == "over the peak: an error"
+    out = tmp_path / "out"
+    args = ["report", "--store", url, "--week", "2026-W48", "--format", "json,html,csv"]
+    assert main([*args, "--out", str(out)]) == 0
+    capsys.readouterr()
+    runs = {r["name"]: r for r in json.loads((out / "2026-W48.json").read_text())["runs"]}
+    assert (runs["llm"]["mfu"], runs["llm"]["mfu_peak_tflops"], runs["llm"]["ofu"]) == (
+        0.41,
+        989.4,
+        0.45,
+    )
+    assert (runs["llm"]["mfu_dtype"], runs["llm"]["mfu_dtype_from"]) == ("bf16", "trainer")
+    assert runs["l20"]["mfu"] is None and runs["l20"]["mfu_note"] == "no peak for L20"
+    assert runs["twice"]["mfu"] is None and runs["twice"]["mfu_note"] == error
+    page = (out / "2026-W48.html").read_text(encoding="utf-8")
+    assert (
+        "MFU 41% of 989 TF/s bf16 dense, H100 SXM · OFU 45% (tensor pipes active x SM clock)"
+        in page
+    )
+    assert "MFU: no peak for L20" in page
+    assert error.replace("'", "&#39;") in page  # Jinja2's escape of the quote
+    csv_text = (out / "2026-W48.csv").read_text()
+    assert ",run,llm,mfu_peak_tflops,989.4" in csv_text

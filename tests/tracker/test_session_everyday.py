@@ -45,15 +45,18 @@ def test_the_run_prints_its_summary_when_it_ends(
     ) as run:
         input_bound(run, clock, 600)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[:3] == [
+    assert lines[:4] == [
         'gpu-kpi: run "baseline" finished: 1x H100, 0.17 GPU-h (10 min)',
         "  utilization 60% · cost $0.64 · waste $0.19 (idle $0.00)",
+        # a plain loop's: no FLOPs counted; the tensor pipes' own figure
+        "  MFU: n/a, no model FLOPs counted (pass flops_per_step=) · OFU 30% (tensor pipes "
+        "active x SM clock)",
         "  verdict: below-target",
     ]
-    assert lines[3].startswith("  advice: ") and lines[3] == f"  advice: {run.record.advice}"  # type: ignore[union-attr]
-    assert lines[4] == f"  stored: run {run.id} in {store}"
-    assert lines[5] == "  W&B: https://wandb.ai/me/llm/runs/abc"
-    assert len(lines) == 6
+    assert lines[4].startswith("  advice: ") and lines[4] == f"  advice: {run.record.advice}"  # type: ignore[union-attr]
+    assert lines[5] == f"  stored: run {run.id} in {store}"
+    assert lines[6] == "  W&B: https://wandb.ai/me/llm/runs/abc"
+    assert len(lines) == 7
 
 
 def test_the_summary_is_off_with_a_flag_the_config_or_the_variable(

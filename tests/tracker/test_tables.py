@@ -6,7 +6,7 @@ import pytest
 
 from tracker.diagnosis import Evidence, diagnose
 from tracker.owned import OwnedGpu
-from tracker.peaks import normalize_dtype, peak_tflops
+from tracker.peaks import denominator, judge, normalize_dtype, peak_tflops
 from tracker.prices import (
     DEFAULT_PRICES,
     MODELS,
@@ -16,7 +16,6 @@ from tracker.prices import (
     gpu_keys,
     price_for,
 )
-from tracker.throughput import mfu
 
 
 @pytest.mark.parametrize(
@@ -71,8 +70,8 @@ from tracker.throughput import mfu
         ("Quadro RTX 6000", None),  # Turing: neither RTX 6000 above
         ("NVIDIA GeForce RTX 4090", "RTX-4090"),
         ("NVIDIA GeForce GTX 1080 Ti", None),
-        ("AMD Instinct MI300X", None),
-        ("Intel Gaudi 3", None),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("Intel Gaudi 3", "Gaudi3"),
     ],
 )
 def test_canonical_gpu(name: str, key: str | None) -> None:
@@ -147,7 +146,8 @@ def test_any_model_can_carry_a_price() -> None:
     assert table.lookup("NVIDIA RTX PRO 6000 Blackwell Server Edition") is None
     # a known model priced by the user takes its memory from the model table
     assert table.get("b200").source == "config" and table.get("B200").mem_gib == 180
-    assert table.get("MI300X").mem_gib is None
+    assert table.get("MI300X").mem_gib == 192  # now a model of the table (a peak, no price)
+    assert PriceTable({"H100": 2}).lookup("AMD Instinct MI300X") is None
     # a known model's own row comes before a user's name that is a word of it
     turing = PriceTable({"RTX 6000": 0.9, "RTX 6000 Ada": 1.1})
     assert turing.get("NVIDIA RTX 6000 Ada Generation").usd_per_gpu_hour == 1.1
@@ -218,10 +218,11 @@ def test_peaks_and_mfu() -> None:
     assert peak_tflops("NVIDIA A100-SXM4-40GB", "fp32", matmul_precision="high") == 156.0
     assert peak_tflops("Tesla V100-SXM2-16GB", "fp32", matmul_precision="high") == 15.7
     assert peak_tflops("Tesla T4", "bf16") is None  # no bf16 in hardware
-    assert peak_tflops("NVIDIA A10G", "bf16") is None  # no published peak: no MFU
-    assert mfu(400e12, 989.4, 1) == pytest.approx(400 / 989.4)
-    assert mfu(400e12, 989.4, 2) == pytest.approx(200 / 989.4)
-    assert mfu(400e12, None, 1) is None
+    assert peak_tflops("NVIDIA L20", "bf16") is None  # no published peak: no MFU
+    h100 = denominator("NVIDIA H100 80GB HBM3", "bf16")
+    assert judge(400e12, h100, 1)[0] == pytest.approx(400 / 989.4)
+    assert judge(400e12, h100, 2)[0] == pytest.approx(200 / 989.4)
+    assert judge(400e12, denominator("NVIDIA L20", "bf16"), 1)[0] is None
     assert normalize_dtype("torch.bfloat16") == "bf16"
     assert normalize_dtype("16-mixed") == "fp16"
     with pytest.raises(ValueError, match="unknown training dtype 'int4'"):

@@ -11,7 +11,8 @@ from fakes import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker.throughput import RunSteps, StepCounter, count, mfu
+from tracker.peaks import denominator, judge
+from tracker.throughput import RunSteps, StepCounter, count
 
 
 def test_step_counter_rates_and_data_wait() -> None:
@@ -35,9 +36,11 @@ def test_empty_counter_knows_nothing() -> None:
 
 def test_mfu_against_the_dense_peak() -> None:
     # 2 H100s at 989.4 TFLOP/s bf16 dense; 791.5 TFLOP/s achieved = 0.4
-    assert mfu(791.52e12, 989.4, 2) == pytest.approx(0.4)
-    assert mfu(1e12, None, 1) is None  # unknown GPU: no MFU rather than a wrong one
-    assert mfu(1e12, 989.4, 0) is None
+    h100 = denominator("NVIDIA H100 80GB HBM3", "bf16")
+    assert judge(791.52e12, h100, 2) == (pytest.approx(0.4), None)
+    unknown = denominator("NVIDIA GeForce GTX 1080 Ti", "bf16")  # no MFU rather than a wrong one
+    assert judge(1e12, unknown, 1) == (None, "no peak for NVIDIA GeForce GTX 1080 Ti")
+    assert judge(1e12, h100, 0) == (None, None)
 
 
 # -- what counts as a step's count, and a run's totals (issue 10) ---------------------------------

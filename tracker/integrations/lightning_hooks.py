@@ -161,7 +161,10 @@ class LightningHooks:
     ``perf/tokens_per_s``             1/s         training tokens per second (when counted)
     ``perf/tflops``                   TFLOP/s     achieved model FLOP/s, all GPUs
     ``perf/mfu``                      0-1         model FLOPs utilization against the dtype's
-                                                  dense peak (none for an unknown GPU)
+                                                  dense peak (the config's gpu_kpi/mfu_peak);
+                                                  left out over 1: an error the run names
+    ``perf/ofu``                      0-1         observed FLOPs utilization: tensor pipes
+                                                  active x SM clock (GPM, Hopper+)
     ``cost/usd``                      USD         cost so far: GPU-hours x price
     ``cost/usd_per_hour``             USD/h       price of the run's GPUs per hour
     ``cost/waste_usd``                USD         recoverable waste so far (under the target)
@@ -253,7 +256,8 @@ class LightningHooks:
         if name and not kwargs.get("name"):  # the loggers' name for the run
             kwargs["name"] = name
         kwargs.setdefault("framework", "lightning")
-        kwargs.setdefault("dtype", str(trainer.precision))
+        if kwargs.get("dtype") is None:  # the trainer's precision, said to be the trainer's
+            kwargs["dtype"], kwargs["dtype_from"] = str(trainer.precision), "trainer"
         if _device_type(trainer) == "cpu":  # told so at the end, never asked for NVML
             kwargs.setdefault("device", "cpu")
         kwargs["links"] = {**links, **kwargs.get("links", {})}

@@ -4,6 +4,7 @@ what the engineer sees in the terminal or notebook without turning logging on.
 ```text
 gpu-kpi: run "baseline-lr0.1" finished: 1x H100, 0.005 GPU-h (18 s)
   utilization 67% · cost $0.02 · waste <$0.01 (idle $0.00)
+  MFU 41% of 989 TF/s bf16 dense, H100 SXM
   verdict: input-bound
   advice: The loop waits for data: use 4-8 DataLoader workers per GPU, pin_memory=True, …
   stored: run 494fdc13… in sqlite:////home/me/.local/share/gpu-kpi/runs.db
@@ -19,6 +20,7 @@ from fractions import Fraction
 from typing import TextIO
 
 from tracker.machine import machine_sentence
+from tracker.peaks import mfu_lines
 from tracker.record import RunRecord
 
 log = logging.getLogger("gpu_kpi")
@@ -71,8 +73,9 @@ def summary_text(r: RunRecord, where: str | None) -> str:
     lines = [
         f'gpu-kpi: run "{_shown(r.name)}" {r.status}: {gpus}, {hours} GPU-h{took}',
         f"  utilization {util} · cost {money(r.cost_usd)} · waste {money(r.waste_usd)}{idle}",
-        f"  verdict: {_shown(r.verdict or 'n/a')}",
     ]
+    lines.extend(f"  {_shown(line)}" for line in mfu_lines(r))
+    lines.append(f"  verdict: {_shown(r.verdict or 'n/a')}")
     machine = machine_sentence(
         gpu_hours=r.gpu_hours,
         gpu_count=r.gpu_count,

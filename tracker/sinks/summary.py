@@ -3,6 +3,7 @@ summaries (W&B run summary, TensorBoard text)."""
 
 from __future__ import annotations
 
+from tracker.peaks import mfu_denominator
 from tracker.record import RunRecord
 
 SUMMARY_FIELDS: tuple[str, ...] = (
@@ -19,6 +20,11 @@ SUMMARY_FIELDS: tuple[str, ...] = (
     "samples_per_s",
     "tokens_per_s",
     "mfu",
+    "mfu_peak_tflops",
+    "mfu_dtype",
+    "mfu_dtype_from",
+    "mfu_note",
+    "ofu",
     "data_wait_pct",
     "cost_usd",
     "waste_usd",
@@ -45,6 +51,11 @@ def start_values(r: RunRecord, prefix: str = "gpu_kpi/") -> dict[str, object]:
             ("price_per_gpu_hour", r.price_per_gpu_hour),
             ("price_source", r.price_source),
             ("gpu_source", r.gpu_source),
+            # MFU's denominator: the peak, its dtype and where the dtype came from
+            ("mfu_peak", mfu_denominator(r)),
+            ("mfu_peak_tflops", r.mfu_peak_tflops),
+            ("mfu_dtype", r.mfu_dtype),
+            ("mfu_dtype_from", r.mfu_dtype_from),
         )
         if v is not None
     }
@@ -66,6 +77,7 @@ RECORD_METRICS: dict[str, str] = {
     "perf/samples_per_s": "samples_per_s",
     "perf/tokens_per_s": "tokens_per_s",
     "perf/mfu": "mfu",
+    "perf/ofu": "ofu",
     "perf/data_wait_pct": "data_wait_pct",
     "cost/usd": "cost_usd",
     "cost/waste_usd": "waste_usd",

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Dialect
 from tracker.record import MinuteSample, RunRecord
 from tracker.text import storable
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """Version of the tables this module writes; stored in ``meta`` under ``schema_version``.
 1: runs, samples, meta. 2: and ``rollups`` (:mod:`tracker.store.rollups`), built from the
 samples when a version 1 store is opened for writing
@@ -34,7 +34,9 @@ time, how their SM activity was measured and the step they resumed at
 (:data:`RUN_COLUMNS_SINCE`), added to ``runs`` when
 an older store is opened for writing; a reader of an older store reads them as unknown
 (:func:`run_select_columns`). 6: the runs' MIG profile and how a shared GPU was split
-between them, added alike."""
+between them, added alike. 7: MFU's denominator (the peak, its dtype and where the dtype came
+from), what stands instead of MFU or beside it, and the hardware's observed FLOPs
+utilization, added alike."""
 
 # Key of the PostgreSQL advisory lock that serializes schema creation across processes.
 SCHEMA_LOCK_KEY = 0x67_70_75_6B_70_69  # "gpukpi"
@@ -113,6 +115,11 @@ runs_table = sa.Table(
     sa.Column("resumed_from_step", sa.BigInteger),
     sa.Column("mig_profile", sa.String),
     sa.Column("gpu_split", sa.String),
+    sa.Column("mfu_peak_tflops", sa.Double),
+    sa.Column("mfu_dtype", sa.String),
+    sa.Column("mfu_dtype_from", sa.String),
+    sa.Column("mfu_note", sa.Text),
+    sa.Column("ofu", sa.Double),
     sa.Index("ix_runs_started_at", "started_at"),
     sa.Index("ix_runs_status", "status"),
 )
@@ -203,6 +210,11 @@ RUN_COLUMNS_SINCE: dict[str, int] = {
     "resumed_from_step": 5,
     "mig_profile": 6,
     "gpu_split": 6,
+    "mfu_peak_tflops": 7,
+    "mfu_dtype": 7,
+    "mfu_dtype_from": 7,
+    "mfu_note": 7,
+    "ofu": 7,
 }
 """The columns of ``runs`` that a later schema version added, and the version (nullable: a
 run tracked before has them unknown)."""

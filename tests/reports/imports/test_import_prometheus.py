@@ -41,6 +41,8 @@ def scrapes(
     mib: float,
     watts: float,
     sm: float | None = None,
+    tensor: float | None = None,
+    clock: float | None = None,
 ) -> list[Sample]:
     """DCGM-exporter's series of one GPU, a scrape every 15 s from ``start`` to ``end``."""
     out: list[Sample] = []
@@ -54,6 +56,10 @@ def scrapes(
         ]
         if sm is not None:
             out.append(("DCGM_FI_PROF_SM_ACTIVE", labels, sm, ts))
+        if tensor is not None:  # dcgm-exporter 4.0's defaults both
+            out.append(("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", labels, tensor, ts))
+        if clock is not None:
+            out.append(("DCGM_FI_DEV_SM_CLOCK", labels, clock, ts))
         t += timedelta(seconds=15)
     return out
 
@@ -63,15 +69,24 @@ def gpu(host: str, index: int, uuid: str, **workload: str) -> dict[str, str]:
 
 
 def fleet() -> list[Sample]:
-    """node1: GPU-a runs train-1 (nlp) at 80% for an hour, then sits unallocated at 0%; GPU-b
-    runs train-1 at 40%, then eval-2 (vision) at 3% (idle). node2: GPU-c unallocated for two
-    hours."""
+    """node1: GPU-a runs train-1 (nlp) at 80% for an hour (tensor pipes active 60% of cycles
+    at 1,647 MHz, 90% of the 1,830 MHz an H100's peak is quoted at), then sits unallocated at
+    0%; GPU-b runs train-1 at 40%, then eval-2 (vision) at 3% (idle). node2: GPU-c unallocated
+    for two hours."""
     last = TEN + timedelta(minutes=59, seconds=45)
     eleven = TEN + timedelta(hours=1)
     train = {"pod": "train-1", "namespace": "nlp", "container": "main"}
     return [
         *scrapes(
-            gpu("node1", 0, "GPU-a", **train), TEN, last, util=80, mib=40960, watts=500, sm=0.7
+            gpu("node1", 0, "GPU-a", **train),
+            TEN,
+            last,
+            util=80,
+            mib=40960,
+            watts=500,
+            sm=0.7,
+            tensor=0.6,
+            clock=1647,
         ),
         *scrapes(gpu("node1", 0, "GPU-a"), eleven, NOON, util=0, mib=0, watts=60),
         *scrapes(gpu("node1", 1, "GPU-b", **train), TEN, last, util=40, mib=20480, watts=300),
@@ -118,6 +133,8 @@ def test_busy_idle_and_unallocated_gpus_by_hand(prometheus: str, store_url: str)
     assert train.mem_peak_gib == pytest.approx(40.0)
     assert train.waste_usd == pytest.approx(H100_PRICE * (1 - 80 / 85) + H100_PRICE * (1 - 40 / 85))
     assert train.sm_active_pct == pytest.approx(70.0)  # GPU-a only: GPU-b has no profiling
+    # observed FLOPs utilization, GPU-a's alone: 0.6 x 1647 / 1830 (issue 45); no MFU
+    assert train.ofu == pytest.approx(0.6 * 1647 / 1830) and train.mfu is None
     ev = runs["eval-2"]
     assert (ev.team, ev.gpu_hours, ev.idle_usd) == (
         "vision",
@@ -639,11 +656,12 @@ def test_points_outside_the_range_asked_for_are_left_out_and_said() -> None:
     assert run.started_at == TEN and run.ended_at == TEN + timedelta(hours=1)
     assert run.gpu_hours == pytest.approx(1.0)
     assert {s.minute.year for s in done.samples} == {2026}
-    # two stray points in the answer to each of the 20 names asked for (the fake answers
-    # alike): 7 fields, 4 of them by DCGM 4.6's name too, DCGM_FI_DEV_GPU_UTIL_RATIO (its
-    # unit's two queries are no range's points) and the 8 counters
+    # two stray points in the answer to each of the 21 names asked for (the fake answers
+    # alike): 8 fields (the SM clock among them), 4 of them by DCGM 4.6's name too,
+    # DCGM_FI_DEV_GPU_UTIL_RATIO (its unit's two queries are no range's points) and the 8
+    # counters
     assert (
-        "40 point(s) the server answered outside the range asked for were left out "
+        "42 point(s) the server answered outside the range asked for were left out "
         "(a Prometheus that ignores start and end?)"
     ) in done.notes
 

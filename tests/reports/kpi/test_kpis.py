@@ -229,7 +229,7 @@ def test_rightsizing_never_downsizes_idle_or_unjudgeable_runs() -> None:
         [
             run("light", W48, 4, util=10.0, mem_peak_gib=12.0, mem_total_gib=80.0),
             run("notebook", W48, 8, util=2.0, mem_peak_gib=3.0, mem_total_gib=80.0, verdict="idle"),
-            run("a10g", W48, 5, util=10.0, model="A10G", price=1.01, mem_peak_gib=2.0),
+            run("l20", W48, 5, util=10.0, model="L20", price=1.01, mem_peak_gib=2.0),
         ]
     )
     assert k.rightsizing[["run_id", "suggested_gpu"]].values.tolist() == [

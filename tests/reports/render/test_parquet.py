@@ -119,9 +119,9 @@ def test_the_same_values_as_the_csv_run_lines(store: str, tmp_path: Path) -> Non
                 assert float(cell) == v, (row["run_id"], f)  # the CSV writes repr(float)
             checked += 1
     assert (
-        checked == 3 * 28 and len(by_csv) == checked
-    )  # 28 fields: kind, unmeasured_usd, failed_usd, re-done, throttled and slow-node figures,
-    # the MIG profile and how a time-sliced GPU was split
+        checked == 3 * 34 and len(by_csv) == checked
+    )  # 34 fields: kind, unmeasured_usd, failed_usd, re-done, throttled and slow-node figures,
+    # the MIG profile and how a time-sliced GPU was split, MFU, its denominator and OFU
 
 
 def test_row_groups_a_block_of_runs_at_a_time(

@@ -394,6 +394,12 @@ def test_flops_are_measured_once_and_give_mfu(tmp_path: Path) -> None:
     # precision "32-true", matmul precision "highest" (torch's default): the fp32 peak
     assert r.mfu is not None and r.mfu > 0
     assert r.mfu == pytest.approx(r.samples_per_s / BATCH * step_flops(BATCH) / FP32_PEAK)  # type: ignore[operator]
+    # its denominator, the dtype from the trainer's precision
+    assert (r.mfu_peak_tflops, r.mfu_dtype, r.mfu_dtype_from) == (
+        FP32_PEAK / 1e12,
+        "fp32",
+        "trainer",
+    )
     # a CPU step's FLOP rate on an H100's clock: low MFU says low efficiency, with advice
     assert r.data_wait_pct == 0
     assert r.verdict == "low-efficiency" and r.advice and "bf16" in r.advice
@@ -423,7 +429,7 @@ def test_given_flops_per_step_sets_mfu_against_the_dtype_peak(
     previous = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(matmul)
     try:
-        flops = 3.0e12
+        flops = 3.0e11  # at most 100 steps a second (a step sleeps 10 ms): under every peak
         cb = callback(tmp_path, flops_per_step=flops)
         trainer([cb], max_steps=8, precision=precision).fit(Tiny(), loader(8 * BATCH))
     finally:
@@ -432,6 +438,7 @@ def test_given_flops_per_step_sets_mfu_against_the_dtype_peak(
     assert cb.session is not None and cb.session.flops_per_step == flops
     r = final(cb)
     assert r.mfu == pytest.approx(r.samples_per_s / BATCH * flops / peak)  # type: ignore[operator]
+    assert r.mfu_peak_tflops == peak / 1e12 and r.mfu_dtype_from == "trainer"
 
 
 # -- 4. what is left out of step timing; input-bound ---------------------------------------------

@@ -381,12 +381,13 @@ def test_mfu_is_six_times_non_embedding_parameters_per_token(tmp_path: Path) -> 
     assert r.tokens_per_s is not None and r.mfu is not None and r.tokens is not None
     expected = FLOPS_PER_TOKEN * r.tokens_per_s / (H100_FP32_TFLOPS * 1e12)
     assert r.mfu == pytest.approx(expected, rel=1e-6)
+    assert (r.mfu_dtype, r.mfu_dtype_from) == ("fp32", "trainer")  # the arguments' precision
     # total_flos is what the Trainer counted: the same 6 N per token
     assert trainer.state.total_flos == pytest.approx(FLOPS_PER_TOKEN * r.tokens)
 
 
 def test_user_flops_per_step_wins_over_total_flos(tmp_path: Path) -> None:
-    flops = 1.0e15  # per step and GPU: MFU = 1e15 x steps/s / 66.9e12
+    flops = 1.0e11  # per step and GPU: MFU = 1e11 x steps/s / 66.9e12
     cb = GpuKpiCallback(backend="simulated:healthy@H100", store=False, flops_per_step=flops)
     make_trainer(tmp_path, cb, max_steps=10).train()
     r = final(cb)

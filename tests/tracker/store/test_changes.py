@@ -87,7 +87,7 @@ def test_a_version_3_store_gains_counters_without_a_rebuild(store_url: str) -> N
 
         s.transaction(as_version_3, write=True)
     with RunStore(store_url) as s:
-        assert s.version == 6
+        assert s.version == 7
         util_s = s.transaction(
             lambda conn: conn.exec_driver_sql("SELECT util_s FROM rollups").scalar(), write=False
         )

@@ -336,7 +336,7 @@ def test_a_version_1_store_is_migrated_when_opened_to_write(store_url: str) -> N
     with RunStore(store_url, create=False) as reader:
         assert reader.version == 1 and reader.schema_version() == 1
     with RunStore(store_url) as writer:
-        assert writer.version == writer.schema_version() == SCHEMA_VERSION == 6
+        assert writer.version == writer.schema_version() == SCHEMA_VERSION == 7
         assert rollup_rows(writer) == expected
         # the 40 idle minutes at 2%: 15 in the first hour, 25 in the next
         assert [r[COLUMNS.index("util_idle_s")] for r in expected[:2]] == [900.0, 1500.0]
@@ -364,7 +364,7 @@ def test_a_version_2_stores_rollups_are_rebuilt_by_the_seconds_weighted_rule(
         assert reader.version == 2
         assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(reader)) == 0.0
     with RunStore(store_url) as writer:
-        assert writer.version == 6
+        assert writer.version == 7
         assert sum(r[COLUMNS.index("util_idle_s")] for r in rollup_rows(writer)) == 29 * 60.0
 
 

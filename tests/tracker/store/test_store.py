@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from tracker.record import MinuteSample, RunRecord
-from tracker.store import RunStore, StoreError
+from tracker.store import SCHEMA_VERSION, RunStore, StoreError
 from tracker.store.schema import RUN_COLUMNS_SINCE
 from tracker.store.spool import Spool
 from tracker.store.writer import StoreWriter
@@ -238,7 +238,7 @@ def test_mark_crashed_ends_stale_running_runs_at_their_heartbeat(store: RunStore
 def test_schema_is_created_once_at_version_5(store_url: str) -> None:
     with RunStore(store_url) as first:
         first.upsert_run(full_run())
-        assert first.schema_version() == first.version == 6
+        assert first.schema_version() == first.version == 7
     with RunStore(store_url) as again:
         assert again.get_run("run-1") == full_run()
     engine = _engine(store_url)
@@ -283,7 +283,7 @@ def test_an_older_store_is_read_as_it_is_and_gains_the_new_run_columns_when_writ
         assert reader.get_run("run-1") == old
         assert reader.list_runs() == [old]
     with RunStore(store_url) as writer:
-        assert writer.version == 6
+        assert writer.version == 7
         assert writer.get_run("run-1") == old  # tracked before: not measured, never 0
         writer.upsert_run(full_run(id="run-2"))
         assert writer.get_run("run-2") == full_run(id="run-2")
@@ -294,10 +294,14 @@ def test_newer_schema_is_refused(store_url: str) -> None:
     engine = _engine(store_url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("UPDATE meta SET value = '7' WHERE key = 'schema_version'"))
+            newer = SCHEMA_VERSION + 1  # a store a later gpu-kpi wrote
+            conn.execute(
+                sa.text("UPDATE meta SET value = :v WHERE key = 'schema_version'"),
+                {"v": str(newer)},
+            )
     finally:
         engine.dispose()
-    with pytest.raises(StoreError, match="schema version 7"):
+    with pytest.raises(StoreError, match=f"schema version {newer}"):
         RunStore(store_url)
 
 
