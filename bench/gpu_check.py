@@ -11,9 +11,11 @@ Sections, each with its own time budget (a failing one prints one line; the othe
    its share of a core at one every 10 s (fails at 0.1% per GPU).
 3. Under a bf16 8192×8192 matmul load on cuda:0 for ~60 s: our NVML utilization read at 1 s
    against ``nvidia-smi --query-gpu=utilization.gpu -l 1`` over the same minute (means, series
-   lengths, difference in percentage points); GPM SM-active and tensor-active means.
+   lengths, difference in percentage points); GPM SM-active and tensor-active means, and OFU
+   (tensor active × SM clock over the clock the peak is quoted at).
 4. MFU of timed bf16 matmuls (2·n³ FLOPs each, timed with CUDA events) against the GPU's dense
-   bf16 peak from ``tracker.peaks``.
+   bf16 peak from ``tracker.peaks``, beside section 3's OFU of the same matmuls: a gap over 10%
+   is named (a GEMM's model FLOPs are the hardware's).
 
 Ends with a ``GPU-CHECK SUMMARY`` block of ``key=value`` lines. Exit 0 when every section ran,
 1 when one failed or the total budget ran out. Without NVML or a GPU: one line, exit 0.
@@ -54,6 +56,7 @@ DEVICE = "cuda:0"
 
 SUMMARY: dict[str, str] = {}
 GPU_NAME: list[str] = []  # NVML's name of cuda:0, once section 3 has opened it
+OFU: list[float] = []  # section 3's observed FLOPs utilization of the matmul load
 CHILDREN: list[subprocess.Popen[str]] = []  # nvidia-smi: killed however the script ends
 
 
@@ -330,6 +333,18 @@ def check_util() -> None:
     put("util.ours_mean_pct", our_mean, "NVML utilization, read at 1 s")
     put("util.sm_active_mean_pct", mean_of(ours, "sm_active_pct"), "GPM")
     put("util.tensor_active_mean_pct", mean_of(ours, "tensor_active_pct"), "GPM")
+    from tracker.peaks import observed, peak_clock_mhz
+
+    mhz = peak_clock_mhz(info.name)
+    each = [
+        o
+        for r in ours
+        if r.tensor_active_pct is not None
+        and (o := observed(r.tensor_active_pct / 100, r.sm_clock_mhz, mhz)) is not None
+    ]
+    if each:  # the hardware's figure of the same bf16 matmuls check_mfu times (issue 45)
+        OFU.append(statistics.fmean(each))
+        put("util.ofu", OFU[0], f"tensor active x SM clock / {mhz:g} MHz, read at 1 s")
     if smi_error or not smi_values:
         raise RuntimeError(smi_error or "nvidia-smi printed no utilization")
     smi_mean = statistics.fmean(smi_values)
@@ -347,7 +362,7 @@ def check_util() -> None:
 
 def check_mfu() -> None:
     torch = cuda_torch()
-    from tracker.peaks import denominator, judge
+    from tracker.peaks import denominator, judge, ofu_gap
 
     n = MATMUL_N
     a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
@@ -377,6 +392,12 @@ def check_mfu() -> None:
     put("mfu.achieved_tflops", flops_per_s / 1e12)
     put("mfu.peak_tflops", peak, f"dense bf16 peak of {name}")
     put("mfu.mfu", value, "achieved / peak")
+    if OFU and value is not None:  # a GEMM does the FLOPs it counts: the two should agree
+        gap = ofu_gap(value, OFU[0])
+        put("mfu.ofu", OFU[0], "section 3's observed FLOPs utilization")
+        put("mfu.ofu_gap", gap or "within 10%")
+        if gap:
+            print(f"  WARN: {gap}")
     if value is None:
         print(f"  WARN: no MFU for {name!r}: {note}")
     elif not 0.05 <= value <= 1.0:

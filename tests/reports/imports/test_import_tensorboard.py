@@ -146,6 +146,7 @@ def test_a_run_of_ours_comes_back_with_its_metrics(tmp_path: Path) -> None:
         interval_s=0.1,
         log_every_s=0.5,
         warmup_steps=0,
+        flops_per_step=1e11,  # at most 100 steps a second: under 16% of the fp32 peak assumed
         sinks=[TensorBoardSink(logdir=tmp_path / "tb")],
         log_to_python=False,
     ) as run:
@@ -169,6 +170,12 @@ def test_a_run_of_ours_comes_back_with_its_metrics(tmp_path: Path) -> None:
     weighted = sum((b[0] - a[0]) * b[1] for a, b in pairwise(points))
     assert r.util_pct == pytest.approx(weighted / span, rel=1e-6)
     assert r.samples_per_s == pytest.approx(run.record.samples_per_s, rel=1e-3)  # type: ignore[union-attr]
+    # MFU comes back with its denominator (issue 45): the summary note carries them
+    ours = run.record
+    assert ours is not None and ours.mfu is not None and r.mfu == pytest.approx(ours.mfu, rel=1e-3)
+    assert (r.mfu_peak_tflops, r.mfu_dtype, r.mfu_dtype_from) == (66.9, "fp32", "assumed")
+    assert r.mfu_note == ours.mfu_note
+    assert ours.ofu is not None and r.ofu == pytest.approx(ours.ofu, rel=1e-3)
 
 
 def cut(path: Path) -> None:

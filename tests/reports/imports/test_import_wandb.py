@@ -247,6 +247,8 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
         interval_s=0.1,
         log_every_s=0.5,
         warmup_steps=0,
+        flops_per_step=1e11,  # at most 100 steps a second: under 16% of the fp32 peak assumed
+        dtype="fp32",
         sinks=[WandbSink(wb)],
         log_to_python=False,
     ) as run:
@@ -272,6 +274,12 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
     weighted = sum((b[0] - a[0]) * b[1] for a, b in pairwise(points))
     assert r.util_pct == pytest.approx(weighted / span, rel=1e-6)
     assert r.samples_per_s == pytest.approx(logged.summary["gpu_kpi/samples_per_s"])
+    # MFU and its denominator (issue 45): the config says it from the start, the summary keeps it
+    assert logged.config["gpu_kpi/mfu_peak"] == "66.9 TF/s fp32 dense, H100 SXM"
+    ours = run.record
+    assert ours is not None and ours.mfu is not None
+    assert r.mfu == pytest.approx(ours.mfu) and r.ofu == pytest.approx(ours.ofu)
+    assert (r.mfu_peak_tflops, r.mfu_dtype, r.mfu_dtype_from) == (66.9, "fp32", "flag")
 
 
 def truncated(path: Path) -> None:
