@@ -541,6 +541,24 @@ PEAKS: dict[str, Peak] = {
             dated="2018-12",
             ampere_or_newer=False,
         ),
+        # the price row's P100 is PCIe (a cloud's); the SXM2 part has its own row
+        Peak(
+            model="P100",
+            name="Tesla P100 PCIe",
+            dense={"fp32": 9.3, "fp16": 18.7},
+            source="NVIDIA Tesla P100 datasheet (PCIe column; FP16 at twice the FP32 rate, no "
+            "tensor cores)",
+            dated="2016-06",
+            ampere_or_newer=False,
+        ),
+        Peak(
+            model="P100-SXM2",
+            name="Tesla P100 SXM2",
+            dense={"fp32": 10.6, "fp16": 21.2},
+            source="NVIDIA Tesla P100 datasheet (SXM2 column)",
+            dated="2016-04",
+            ampere_or_newer=False,
+        ),
         Peak(
             model="P40",
             name="Tesla P40",
@@ -624,8 +642,6 @@ PEAKS: dict[str, Peak] = {
 NO_PEAK: dict[str, str] = {
     "L20": "NVIDIA publishes no datasheet peak for it (a China-market part)",
     "RTX-PRO-6000": "its datasheet quotes FP4 only",
-    "P100": "its PCIe (9.3 FP32, 18.7 FP16) and SXM2 (10.6, 21.2) parts share one name, and "
-    "a PCIe peak would overstate an SXM2 run's MFU",
 }
 """Models the tables know that have no peak on purpose, and why (said with ``no peak``)."""
 

@@ -314,6 +314,14 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel(key="T4", pattern=_word("T4"), mem_gib=16, description="T4 16GB"),
     GpuModel(key="V100S", pattern=r"V100S", mem_gib=32, description="V100S 32GB"),
     GpuModel(key="V100", pattern=r"V100", mem_gib=16, description="V100 16GB"),
+    # NVML names the form factor (Tesla P100-SXM2-16GB): the SXM2 part's clocks are higher
+    GpuModel(
+        key="P100-SXM2",
+        pattern=r"P100.*SXM2",
+        base="P100",
+        mem_gib=16,
+        description="Tesla P100 SXM2 16GB",
+    ),
     GpuModel(key="P100", pattern=_word("P100"), mem_gib=16, description="Tesla P100 16GB"),
     GpuModel(key="P40", pattern=_word("P40"), mem_gib=24, description="Tesla P40 24GB"),
     GpuModel(key="K80", pattern=_word("K80"), mem_gib=12, description="Tesla K80 (per GPU)"),

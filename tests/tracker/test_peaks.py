@@ -107,7 +107,24 @@ CITED = [
     ("Gaudi3", "bf16", "dense", 1835),
     ("Gaudi2", "bf16", "dense", 432),
     ("Gaudi2", "fp8", "dense", 865),
+    ("B300", "bf16", "sparse", 36000 / 8),  # HGX B300: 36 PFLOPS for 8 GPUs
+    ("GB300", "bf16", "sparse", 360000 / 72),  # GB300 NVL72: 360 PFLOPS for 72 GPUs
+    ("GB200", "fp32", "dense", 5760 / 72),  # the rack's 5,760 TFLOPS
+    ("GH200", "bf16", "sparse", 1979),
+    ("H800", "bf16", "sparse", 1979),
+    ("H800-PCIe", "bf16", "sparse", 1513),
+    ("H20", "bf16", "dense", 148),
+    ("H20", "fp8", "dense", 296),
+    ("A800", "bf16", "dense", 312),
+    ("RTX-4080", "bf16", "dense", 97.5),
+    ("RTX-3080", "bf16", "dense", 59.5),
+    ("TITAN-RTX", "fp16", "dense", 130.5),
+    ("P40", "fp32", "dense", 11.8),
+    ("P100", "fp16", "dense", 18.7),
+    ("P100-SXM2", "fp16", "dense", 21.2),
+    ("K80", "fp32", "dense", 8.73 / 2),  # a board of two GPUs
 ]
+"""The A10G has no document: its row is derived, and held to a measured GEMM instead."""
 
 
 @pytest.mark.parametrize(("key", "dtype", "column", "printed"), CITED)
@@ -120,23 +137,18 @@ def test_each_row_holds_its_documents_figure(
     assert value == pytest.approx(printed, abs=0.51 if printed == int(printed) else 0.051)
 
 
-def test_every_row_is_cited_at_least_once_for_its_16_bit_or_only_figure() -> None:
-    cited = {key for key, *_ in CITED}
-    assert set(PEAKS) - cited <= {
-        "B300",
-        "GB300",
-        "GH200",
-        "H800",
-        "H800-PCIe",
-        "H20",
-        "A800",
-        "A10G",
-        "RTX-4080",
-        "RTX-3080",
-        "TITAN-RTX",
-        "P40",
-        "K80",
-    }
+def test_every_row_is_held_to_its_document() -> None:
+    assert set(PEAKS) - {key for key, *_ in CITED} == {"A10G"}
+
+
+def test_the_a10g_s_derived_peak_is_over_what_a_gemm_measured_on_one() -> None:
+    """80 SMs × 512 FLOPs a clock × 1,710 MHz = 70.0 TFLOP/s; a cuBLAS bf16 GEMM measured
+    69.47 on an A10G (fp16 the same, tf32 34.71): the peak holds them at 99%, the A10's 125
+    (copied for the A10G in public tables) would put a perfect GEMM at 56%."""
+    row = PEAKS["A10G"]
+    assert row.dense["bf16"] == pytest.approx(80 * 512 * 1710 / 1e6, rel=0.001)
+    assert 69.47 / row.dense["bf16"] == pytest.approx(0.99, abs=0.01)
+    assert 34.71 / row.dense["tf32"] == pytest.approx(0.99, abs=0.01)
 
 
 @pytest.mark.parametrize("key", sorted(PEAKS))
@@ -271,7 +283,6 @@ def test_the_denominator_names_peak_dtype_and_part() -> None:
     [
         ("NVIDIA GeForce GTX 1080 Ti", "bf16", "no peak for NVIDIA GeForce GTX 1080 Ti"),
         ("NVIDIA L20", "bf16", "no peak for NVIDIA L20: NVIDIA publishes no datasheet peak"),
-        ("Tesla P100-PCIE-16GB", "fp16", "no peak for Tesla P100-PCIE-16GB: its PCIe"),
         ("NVIDIA RTX 6000 Ada Generation", "bf16", "no bf16 peak for RTX 6000 Ada (the "),
         ("NVIDIA A100-SXM4-80GB", "fp8", "no fp8 peak for A100 80GB"),
         ("Tesla T4", "bf16", "no bf16 peak for T4"),
@@ -368,7 +379,11 @@ def test_a_variant_never_borrows_its_base_models_peak() -> None:
     for m in MODELS:
         if m.base in PEAKS:
             assert m.key in PEAKS and PEAKS[m.key].tflops != PEAKS[m.base].tflops, m.key
-    assert peak_key("NVIDIA H100 PCIe") == "H100-PCIe" and peak_key("P100") is None
+    assert peak_key("NVIDIA H100 PCIe") == "H100-PCIe"
+    assert (
+        peak_key("Tesla P100-SXM2-16GB") == "P100-SXM2"
+        and peak_key("Tesla P100-PCIE-16GB") == "P100"
+    )
 
 
 def test_the_peaks_page_is_the_table() -> None:
