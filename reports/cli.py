@@ -16,6 +16,7 @@ from reports.cli_support import _open_store, _report_section, _settings, printab
 from reports.errors import UsageError, writable_dir
 from tracker.extras import install_hint
 from tracker.text import one_line
+from tracker.units import WHOLE_S_PER_HOUR
 
 if TYPE_CHECKING:
     pass
@@ -191,7 +192,7 @@ def _said_skipped(unreadable: Sequence[Any], jobs: Sequence[Any], what: str) -> 
         print(printable(f"skipped {u.where}: {u.reason}"))
     if len(unreadable) > 20:
         print(f"skipped {len(unreadable) - 20} more {what}")
-    return sum(a.gpus * (a.until - a.start_at).total_seconds() for a in jobs) / 3600
+    return sum(a.gpus * (a.until - a.start_at).total_seconds() for a in jobs) / WHOLE_S_PER_HOUR
 
 
 def _import_slurm(args: argparse.Namespace, settings: Any) -> int:

@@ -18,6 +18,7 @@ from tracker.cost import Thresholds, waste_usd
 from tracker.owned import OwnedGpu
 from tracker.record import RunRecord
 from tracker.session import track
+from tracker.units import S_PER_HOUR, WHOLE_S_PER_HOUR
 
 DEMO_OWNED = {
     "A100-80GB": OwnedGpu(
@@ -194,7 +195,7 @@ def simulate(
     """Run one demo session in simulated time, starting ``run.start_hours_ago`` before
     ``now``, and return its final record."""
     clock = _Clock((now - timedelta(hours=run.start_hours_ago)).timestamp())
-    end = clock.t + run.hours * 3600.0
+    end = clock.t + run.hours * S_PER_HOUR
     session = track(
         name=run.name,
         project=run.project,
@@ -499,7 +500,7 @@ def fleet_history(first_week: datetime, weeks: int, *, seed: int = 48) -> list[R
                     gpu_hours=gpu_hours,
                     util_pct=util,
                     samples=samples,
-                    samples_per_s=samples / (hours * 3600) if samples else None,
+                    samples_per_s=samples / (hours * WHOLE_S_PER_HOUR) if samples else None,
                     mem_peak_gib=job.mem_peak_gib,
                     energy_kwh=gpu_hours * BOARD_W[job.gpu] * (0.2 + 0.8 * util / 100) / 1000,
                     mem_total_gib=float(prices.get(job.gpu).mem_gib or 0) or None,

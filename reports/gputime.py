@@ -42,6 +42,7 @@ from reports.weeks import shift_week, weeks_between
 from tracker.cost import Thresholds, thresholds_for
 from tracker.store import RunStore, StoreError, default_store_url
 from tracker.store.runs import STALE_AFTER_S
+from tracker.units import S_PER_HOUR, WHOLE_S_PER_HOUR
 
 if TYPE_CHECKING:
     from reports.kpi.allocations import AllocationWeek
@@ -159,9 +160,9 @@ def span_gpu_time(
             "run_id": totals["run_id"].astype(object),
             "gpu": totals["gpu"].astype(object),
             "week": pd.Timestamp(since).tz_convert("UTC"),
-            "gpu_hours": totals["covered_s"].astype(float) / 3600.0,
-            "known_hours": totals["known_s"].astype(float) / 3600.0,
-            "used_hours": totals["value_s"].astype(float) / 100.0 / 3600.0,
+            "gpu_hours": totals["covered_s"].astype(float) / S_PER_HOUR,
+            "known_hours": totals["known_s"].astype(float) / S_PER_HOUR,
+            "used_hours": totals["value_s"].astype(float) / 100.0 / S_PER_HOUR,
             "idle_hours": 0.0,
             "idle_used_hours": 0.0,
         }
@@ -498,8 +499,8 @@ def _from_rollups(
             "run_id": timed["run_id"].astype(object),
             "gpu": timed["gpu"].astype(object),
             "week": pd.DatetimeIndex(week_starts)[timed["bucket"].to_numpy(dtype=int)],
-            "idle_hours": timed["idle_s"].astype(float) / 3600.0,
-            "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / 3600.0,
+            "idle_hours": timed["idle_s"].astype(float) / S_PER_HOUR,
+            "idle_used_hours": timed["idle_value_s"].astype(float) / 100.0 / S_PER_HOUR,
         }
     )
     return totals, idle
@@ -675,7 +676,7 @@ def week_allocations(
             # hours need their minutes (short jobs starting and ending in most hours of every
             # node), the window is scanned instead and the whole hours' minutes left unused
             needed = sum((last - first).total_seconds() for _, _, first, last in stretches)
-            if needed / 3600 * STRETCH_COST < hours:
+            if needed / WHOLE_S_PER_HOUR * STRETCH_COST < hours:
                 scans.scan_sample_stretches(
                     frames,
                     columns=columns,

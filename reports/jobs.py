@@ -26,6 +26,7 @@ from reports.kpi.allocations import GpuRow, JobLine
 from reports.kpi.ledger import UNMEASURED_ADVICE, UNMEASURED_VERDICT
 from reports.rows import failed_state
 from tracker.diagnosis import ADVICE
+from tracker.units import WHOLE_S_PER_DAY, WHOLE_S_PER_HOUR
 
 if TYPE_CHECKING:
     from reports.request import Request
@@ -373,8 +374,8 @@ def note_text(note: JobNote, tz: tzinfo) -> str:
 
 def _duration(d: timedelta) -> str:
     seconds = int(d.total_seconds())
-    days, rest = divmod(seconds, 86_400)
-    h, rest = divmod(rest, 3600)
+    days, rest = divmod(seconds, WHOLE_S_PER_DAY)
+    h, rest = divmod(rest, WHOLE_S_PER_HOUR)
     m, s = divmod(rest, 60)
     return f"{days}-{h:02d}:{m:02d}:{s:02d}" if days else f"{h:02d}:{m:02d}:{s:02d}"
 

@@ -316,3 +316,65 @@ def test_every_config_key_is_in_the_docs() -> None:
         if not named(key)
     ]
     assert missing == [], "config keys no docs page names"
+
+
+def fast_markers() -> set[str]:
+    """The markers the Makefile's ``test-fast`` leaves out (its ``-m "not a and not b…"``)."""
+    make = (ROOT / "Makefile").read_text()
+    recipe = make.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
+    (expr,) = re.findall(r'-m "([^"]+)"', recipe)
+    return set(re.findall(r"not (\w+)", expr))
+
+
+def test_the_markers_test_fast_leaves_out_are_the_ones_the_docs_name() -> None:
+    """docs/tests.md says which markers ``make test-fast`` leaves out; the Makefile decides."""
+    page = (ROOT / "docs/tests.md").read_text()
+    said = page.split("leaves out the", 1)[1].split(".", 1)[0]
+    assert set(re.findall(r"`(\w+)`", said)) == fast_markers()
+
+
+def test_every_marker_is_in_contributing_s_table_as_pyproject_has_it() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    registered = {m.split(":")[0] for m in config["tool"]["pytest"]["ini_options"]["markers"]}
+    table = (ROOT / "CONTRIBUTING.md").read_text().split("| marker | meaning |", 1)[1]
+    rows = re.findall(r"^\| `(\w+)` \|", table.split("\n\n", 1)[0], flags=re.MULTILINE)
+    assert sorted(rows) == sorted(registered) and len(rows) == len(set(rows))
+    assert fast_markers() <= registered  # test-fast leaves out only markers that exist
+
+
+def test_a_package_that_lists_its_modules_lists_them_all() -> None:
+    """A package docstring with a ``:mod:`.name``` list names every module of the package,
+    and no module it lacks (``reports/kpi`` once listed 5 of its 20)."""
+    import ast
+
+    for init in sorted(
+        [*ROOT.glob("tracker/**/__init__.py"), *ROOT.glob("reports/**/__init__.py")]
+    ):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        if not re.search(r"^- :mod:`\.", doc, flags=re.MULTILINE):
+            continue  # a package that points elsewhere (the module map) lists none
+        listed = re.findall(r":mod:`\.(\w+)`", doc)
+        present = {p.stem for p in init.parent.glob("*.py") if p.stem != "__init__"}
+        present |= {p.name for p in init.parent.iterdir() if (p / "__init__.py").exists()}
+        where = init.relative_to(ROOT)
+        assert sorted(set(listed)) == sorted(present), f"{where}: {set(listed) ^ present}"
+
+
+def test_the_repository_cites_no_file_outside_it() -> None:
+    """A maintainer has only the repository: no page, test or module sends them to the team's
+    design or style notes, which are not in it (CONTRIBUTING.md once said "From style.md")."""
+    import subprocess
+
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    outside = re.compile(r"\b(?:design|style)\.md\b|\.\./shared/")
+    cited = [
+        f"{name}: {m.group(0)}"
+        for name in tracked
+        if name != "tests/test_docs.py" and (ROOT / name).suffix in (".md", ".py", ".toml")
+        for m in outside.finditer((ROOT / name).read_text(errors="replace"))
+    ]
+    assert not cited, "\n".join(cited)

@@ -1,4 +1,4 @@
-"""The architecture rules (design.md, ARCHITECTURE.md), checked on the source and on a fresh
+"""The architecture rules (ARCHITECTURE.md), checked on the source and on a fresh
 interpreter: who may import which outside library, no import cycle, imports only go down the
 floors, importing the tracker or the CLI stays light."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from functools import cache
@@ -130,8 +131,13 @@ FLOORS: tuple[tuple[str, ...], ...] = (
         "reports.sections",
     ),
     ("reports.service", "reports.demo", "reports.imports"),
+    ("reports.cli_support",),  # what the commands share: the store, the settings, the sections
+    ("reports.compare", "reports.ledger", "reports.listing", "reports.price_list"),  # commands
     ("reports", "reports.cli"),
 )
+"""An entry with a dot is a module or a package, its sub-modules with it (the longest entry that
+matches wins); ``tracker`` and ``reports`` stand for their ``__init__`` alone, so that a new
+module of either is on no floor until someone decides which."""
 
 
 def module_name(path: Path) -> str:
@@ -174,12 +180,39 @@ def graph() -> dict[str, frozenset[str]]:
 def floor_of(module: str) -> int:
     best = None
     for i, floor in enumerate(FLOORS):
-        for prefix in floor:
-            inside = module == prefix or module.startswith(prefix + ".")
-            if inside and (best is None or len(prefix) > best[1]):
-                best = (i, len(prefix))
+        for entry in floor:
+            inside = module == entry or ("." in entry and module.startswith(entry + "."))
+            if inside and (best is None or len(entry) > best[1]):
+                best = (i, len(entry))
     assert best is not None, f"{module} is on no floor: add it to FLOORS"
     return best[0]
+
+
+def test_every_module_is_on_a_floor_someone_gave_it() -> None:
+    """A module of the packages' top level is on no floor until it is named; one of a
+    sub-package takes its package's. Planted: a new top-level module fails."""
+    for m in modules():
+        floor_of(m)
+    with pytest.raises(AssertionError, match=r"reports\.planted is on no floor"):
+        floor_of("reports.planted")
+    with pytest.raises(AssertionError, match=r"tracker\.planted is on no floor"):
+        floor_of("tracker.planted")
+    assert floor_of("reports.kpi.planted") == floor_of("reports.kpi")
+    assert floor_of("tracker") == floor_of("tracker.lightning")
+
+
+def architecture_floors() -> list[set[str]]:
+    """ARCHITECTURE.md's floors table: each row's modules (the backticked names)."""
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    table = text.split("## Floors", 1)[1].split("| floor | modules |", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines() if re.match(r"\| \d+ \|", line)]
+    return [
+        {n for n in re.findall(r"`([a-z_.]+)`", row) if n.split(".")[0] in PACKAGES} for row in rows
+    ]
+
+
+def test_the_floors_table_in_architecture_md_is_floors() -> None:
+    assert architecture_floors() == [set(floor) for floor in FLOORS]
 
 
 def test_tracker_never_imports_reports_or_report_libraries() -> None:
@@ -377,3 +410,34 @@ def test_the_public_import_paths_still_work() -> None:
     p = fresh_python(code)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "OK GpuKpiCallback GpuKpiCallback RunStore" in p.stdout
+
+
+def time_literals(path: Path) -> list[str]:
+    """The seconds of an hour or a day written as a number in ``path`` (not in a comment or a
+    string): ``line: value``."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and type(node.value) in (int, float)
+        and node.value in (3600, 86400, 604800)
+    ]
+
+
+def test_the_seconds_of_an_hour_or_a_day_are_tracker_units_alone() -> None:
+    """Conversions live in ``tracker.units`` (CONTRIBUTING.md): an hour's 3,600 seconds written
+    inline elsewhere is a second copy of the rule (48 such once)."""
+    inline = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for name, path in modules().items()
+        if name != "tracker.units"
+        for where in time_literals(path)
+    ]
+    assert not inline, "\n".join(inline)
+
+
+def test_the_literal_check_sees_an_inline_hour(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text('HOURS = 7200 / 3600.0  # "3600" in a comment or a string is no number\n')
+    assert time_literals(planted) == ["1: 3600.0"]

@@ -26,7 +26,7 @@ from itertools import accumulate, compress, pairwise, repeat
 from operator import add, le, lt, mul, ne, sub
 from typing import Any, TypeVar, cast
 
-from tracker.units import s_to_hours
+from tracker.units import S_PER_HOUR, s_to_hours
 
 N = TypeVar("N", float, Any)  # a float, or a numpy array / pandas Series of them
 
@@ -194,7 +194,7 @@ def run_cost(
     that was sampled; waste per GPU on its own time (:func:`gpu_waste_usd`: ``held_s``, else
     the span), at its share of the price."""
     each = spend_usd(gpu_hours_each, usd_per_gpu_hour)
-    span_s = 3600.0 * gpu_hours_each
+    span_s = S_PER_HOUR * gpu_hours_each
 
     def waste(g: GpuUse) -> float:
         held_s = span_s if g.held_s is None else g.held_s

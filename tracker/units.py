@@ -4,7 +4,11 @@ from __future__ import annotations
 
 BYTES_PER_GIB = 1024**3
 J_PER_KWH = 3.6e6
-S_PER_HOUR = 3600.0
+WHOLE_S_PER_HOUR = 3600
+"""Seconds in an hour where the arithmetic is whole numbers (calendars, epoch hours)."""
+WHOLE_S_PER_DAY = 24 * WHOLE_S_PER_HOUR
+S_PER_HOUR = float(WHOLE_S_PER_HOUR)
+S_PER_DAY = float(WHOLE_S_PER_DAY)
 RATIO_PER_PCT = 0.01
 """A percentage (0–100) times this is a ratio (0–1)."""
 FIRST_YEAR, LAST_YEAR = 1970, 9998

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 
 from tracker.store.rollups import MISSHAPED_HOUR
 from tracker.store.sample_sql import in_range
+from tracker.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -177,7 +178,7 @@ def _figures(value: str, hour_edges: Sequence[int]) -> tuple[str, list[str], str
     for i, edge in enumerate(sorted(hour_edges)):
         bucket = f"CASE WHEN hour < {int(edge)} THEN ({bucket}) ELSE {i + 1} END"
     bucket = f"CASE WHEN hour = {MISSHAPED_HOUR} THEN -1 ELSE {bucket} END"
-    hour_s = 3600.0
+    hour_s = S_PER_HOUR
     # a figure damaged in the database (text on SQLite, inf, NaN) is out of range
     ok = " AND ".join(
         (
@@ -266,7 +267,7 @@ def rollup_hours(
     """
     known, used, idle, _, _ = BASIS_COLUMNS[value]
     mark = "?" if conn.dialect.name == "sqlite" else "%s"
-    hour_s = 3600.0
+    hour_s = S_PER_HOUR
     ok = " AND ".join(
         (
             in_range("minutes", (1.0, 60.0)),

@@ -35,6 +35,7 @@ import numpy as np
 from reports.imports.civil import MONTH_DAYS, days_from_civil, is_leap
 from tracker.gpu.base import GpuInfo
 from tracker.gpu.replay import COLUMNS as _NUMERIC
+from tracker.units import WHOLE_S_PER_DAY, WHOLE_S_PER_HOUR
 
 _TEXT = ("timestamp", "index", "uuid", "name")
 _MISSING = [
@@ -107,7 +108,10 @@ def _stamps(chars: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         & (s <= 59)
     ).all():
         return None
-    micros = ((days_from_civil(y, mo, day) * 86400 + h * 3600 + mi * 60 + s) * 1000 + ms) * 1000
+    micros = (
+        (days_from_civil(y, mo, day) * WHOLE_S_PER_DAY + h * WHOLE_S_PER_HOUR + mi * 60 + s) * 1000
+        + ms
+    ) * 1000
     # whole microseconds over 1e6, exact as datetime.timestamp() computes it: the same floats
     return micros.astype(np.float64) / 1e6, parts
 

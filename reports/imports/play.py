@@ -42,6 +42,7 @@ from tracker.record import MinuteSample, RunRecord, checked_record
 from tracker.sampler import Sampler, split_of
 from tracker.shares import profiles
 from tracker.throughput import StepCounter
+from tracker.units import S_PER_DAY, S_PER_HOUR
 
 if TYPE_CHECKING:
     from tracker.store import RunStore
@@ -49,11 +50,11 @@ if TYPE_CHECKING:
 
 GAP_INTERVALS = 3.0
 """A gap is longer than this many times the GPU's median interval between readings."""
-GAP_CEILING_S = 86_400.0
+GAP_CEILING_S = S_PER_DAY
 """The longest time one reading may cover, whatever the intervals or ``--max-gap`` say: a day
 (a log read hourly by cron still counts; a median taken from two readings 30 days apart does
 not make 30 days of GPU-time)."""
-OUR_POINT_MAX_S = 3600.0
+OUR_POINT_MAX_S = S_PER_HOUR
 """The longest window one of our callback's points may cover (it logs far more often)."""
 
 Series = Sequence[tuple[float, str, str, GpuReading]]

@@ -73,6 +73,7 @@ import numpy as np
 
 from reports.errors import ImportFailed
 from reports.imports.civil import MONTH_DAYS, civil_from_days, days_from_civil, is_leap
+from tracker.units import WHOLE_S_PER_DAY, WHOLE_S_PER_HOUR
 
 if TYPE_CHECKING:
     from reports.imports.arrow_csv import Batch, Coded
@@ -1153,7 +1154,7 @@ def _iso_seconds(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     valid = (year >= 1) & (month >= 1) & (month <= 12) & (day >= 1) & (day <= days_in[at])
     valid &= (hour < 24) & (minute < 60) & (second < 60)
     days = first[at] + (day - 1)
-    return days * 86400 + (hour * 3600 + minute * 60 + second), valid
+    return days * WHOLE_S_PER_DAY + (hour * WHOLE_S_PER_HOUR + minute * 60 + second), valid
 
 
 @functools.cache
@@ -1169,9 +1170,11 @@ def _months() -> tuple[np.ndarray, np.ndarray]:
 def _civil(seconds: np.ndarray) -> list[list[int]]:
     """Year, month, day, hour, minute and second of each of ``seconds`` since 1970, as lists
     for datetime()."""
-    days, rest = np.divmod(seconds, 86400)
+    days, rest = np.divmod(seconds, WHOLE_S_PER_DAY)
     year, month, day = civil_from_days(days)
-    return [x.tolist() for x in (year, month, day, rest // 3600, rest // 60 % 60, rest % 60)]
+    return [
+        x.tolist() for x in (year, month, day, rest // WHOLE_S_PER_HOUR, rest // 60 % 60, rest % 60)
+    ]
 
 
 def _datetimes(wall: np.ndarray, zone: np.ndarray, tz: tzinfo) -> list[datetime | None]:

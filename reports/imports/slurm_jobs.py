@@ -57,6 +57,7 @@ from reports.imports.slurm import (
 )
 from tracker.prices import canonical_gpu, gpu_keys
 from tracker.text import one_line
+from tracker.units import WHOLE_S_PER_DAY
 
 if TYPE_CHECKING:
     from reports.rows import Allocation, Capacity
@@ -360,7 +361,7 @@ def _after_output(last: datetime, ended: bool, seen: str) -> str:
     )
 
 
-_DAY_S = 86_400
+_DAY_S = WHOLE_S_PER_DAY
 """Seconds of a day: no zone is a day or more from UTC (a time's wall clock is within it)."""
 
 

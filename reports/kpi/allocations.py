@@ -54,8 +54,9 @@ from tracker.cost import Thresholds, weighted_util_pct
 from tracker.owned import OwnedGpu
 from tracker.prices import canonical_gpu, reported_price
 from tracker.scheduler import KUBERNETES_LINK, SLURM_LINK, WORKLOAD_LINK, slurm_job_of
+from tracker.units import S_PER_HOUR, WHOLE_S_PER_HOUR
 
-_HOUR = 3600
+_HOUR = WHOLE_S_PER_HOUR
 _HOUR_MINUTES = 60
 _PARTS = ("covered_s", "idle_s", "known_s", "value_s", "sm_known_s", "sm_value_s")
 """A job's seconds summed in the join: sampled, idle, with a value on the basis, Σ value ×
@@ -754,13 +755,13 @@ class AllocationJoin:
                     matched=matched,
                     runs=runs_j,
                     named_by=tuple(sorted(named[j])),
-                    allocated_gpu_hours=float(held[j]) / 3600.0,
-                    sampled_gpu_hours=got / 3600.0,
-                    idle_gpu_hours=min(idle, got) / 3600.0,
-                    no_samples_gpu_hours=max(0.0, float(held[j]) - got) / 3600.0,
-                    known_gpu_hours=min(measured, got) / 3600.0,
+                    allocated_gpu_hours=float(held[j]) / S_PER_HOUR,
+                    sampled_gpu_hours=got / S_PER_HOUR,
+                    idle_gpu_hours=min(idle, got) / S_PER_HOUR,
+                    no_samples_gpu_hours=max(0.0, float(held[j]) - got) / S_PER_HOUR,
+                    known_gpu_hours=min(measured, got) / S_PER_HOUR,
                     util_pct=weighted_util_pct(util, measured),
-                    sm_known_gpu_hours=min(float(m.sm_known[j]), got) / 3600.0,
+                    sm_known_gpu_hours=min(float(m.sm_known[j]), got) / S_PER_HOUR,
                     sm_active_pct=weighted_util_pct(float(m.sm_used[j]), float(m.sm_known[j])),
                     price_per_gpu_hour=price,
                 )
@@ -1045,7 +1046,7 @@ def capacity_lines(
     for c in capacity:
         key = (c.source, c.cluster, short_host(c.node))
         seconds = max(0.0, min(c.end_at.timestamp(), t1) - max(c.start_at.timestamp(), t0))
-        cap[key] += c.gpus * seconds / 3600.0
+        cap[key] += c.gpus * seconds / S_PER_HOUR
         most[key] = max(most[key], c.gpus)
         model_of[key] = c.gpu_model or model_of.get(key)
     per: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0] * 7)
@@ -1177,11 +1178,11 @@ def gpu_rows(
             GpuRow(
                 run=str(run),
                 gpu=str(gpu),
-                sampled_hours=float(g["covered"].sum()) / 3600.0,
-                known_hours=known / 3600.0,
-                util_hours=used / 3600.0,
-                idle_hours=float(g["idle_s"].sum()) / 3600.0,
-                idle_util_hours=float(g["idle_used"].sum()) / 3600.0,
+                sampled_hours=float(g["covered"].sum()) / S_PER_HOUR,
+                known_hours=known / S_PER_HOUR,
+                util_hours=used / S_PER_HOUR,
+                idle_hours=float(g["idle_s"].sum()) / S_PER_HOUR,
+                idle_util_hours=float(g["idle_used"].sum()) / S_PER_HOUR,
                 util_pct=weighted_util_pct(used, known),
                 mem_peak_gib=None if pd.isna(mem) else float(mem),
                 idle_minutes=int(g["idle"].sum()),

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tracker.units import S_PER_HOUR
+
 LEVELS = (80, 100)
 """Alert levels, % of the budget spent: one alert each per (team, period)."""
 MIN_FORECAST_H = 24.0
@@ -77,7 +79,7 @@ class BudgetLine:
         # in UTC: two times of one zone subtract as wall clocks, a DST change unseen
         start, end, until = (t.astimezone(UTC) for t in (self.start, self.end, self.until))
         elapsed = (until - start).total_seconds()
-        if elapsed < MIN_FORECAST_H * 3600.0:
+        if elapsed < MIN_FORECAST_H * S_PER_HOUR:
             return None
         return self.spend_usd * (end - start).total_seconds() / elapsed
 

@@ -19,6 +19,7 @@ import pandas as pd
 from reports.kpi.frames import BASES, GT_COLUMNS, is_in, shared_objects
 from reports.weeks import shift_week, week_spans, week_start_of
 from tracker.cost import Thresholds, idle_flags, thresholds_for
+from tracker.units import S_PER_HOUR
 
 
 def _ts(moment: datetime) -> pd.Timestamp:
@@ -85,7 +86,7 @@ def sampled_gpu_time(
     order = np.lexsort((minute, gpu_codes, run_codes))
     run_codes, gpu_codes, minute = run_codes[order], gpu_codes[order], minute[order]
     covered_s = s["covered_s"].to_numpy(dtype=float)[order]
-    hours = covered_s / 3600.0
+    hours = covered_s / S_PER_HOUR
     util = s[column].to_numpy(dtype=float)[order]
     series = run_codes.astype(np.int64) * len(gpu_names) + gpu_codes
     idle = idle_of_series(
@@ -297,9 +298,9 @@ def totals_gpu_time(
             "run_id": pd.Series(totals["run_id"].to_numpy(dtype=object), dtype=object),
             "gpu": pd.Series(shared_objects(totals["gpu"]), dtype=object),
             "week": week[totals["bucket"].to_numpy(dtype=int)],
-            "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / 3600.0,
-            "known_hours": totals["known_s"].to_numpy(dtype=float) / 3600.0,
-            "used_hours": totals["value_s"].to_numpy(dtype=float) / 100.0 / 3600.0,
+            "gpu_hours": totals["covered_s"].to_numpy(dtype=float) / S_PER_HOUR,
+            "known_hours": totals["known_s"].to_numpy(dtype=float) / S_PER_HOUR,
+            "used_hours": totals["value_s"].to_numpy(dtype=float) / 100.0 / S_PER_HOUR,
         }
     )
     keys = ["run_id", "gpu", "week"]

@@ -41,6 +41,7 @@ from tracker.cost import Thresholds, gpu_waste_usd, spend_usd, thresholds_for, w
 from tracker.owned import OwnedGpu, RentVsOwn
 from tracker.peaks import MFU_FIELDS
 from tracker.prices import PriceTable
+from tracker.units import S_PER_HOUR
 
 
 # -- one week's KPIs --------------------------------------------------------------------------
@@ -529,7 +530,7 @@ def kpis_of_gpu_time(
             end = max(min(end, pd.Timestamp(now)), wk)
         return unallocated(
             rows,
-            hours_in_week=(end - wk).total_seconds() / 3600.0,
+            hours_in_week=(end - wk).total_seconds() / S_PER_HOUR,
             owned=owned,
             capacity=(capacity or {}).get(wk, ()),
         )
@@ -563,7 +564,7 @@ def kpis_of_gpu_time(
         for k in ("team", "project", "user", "gpu_model", "source")
     }
     del run_codes
-    hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / 3600.0
+    hours_in_week = (shift_week(w, tz, 1) - w).total_seconds() / S_PER_HOUR
     # the columns right-sizing reads, not a copy of every column of the runs it picks
     measured = this[[c for c in RIGHTSIZING_READS if c in this]]
     is_run = (this["kind"] == RUN_KIND).to_numpy(dtype=bool)

@@ -40,6 +40,7 @@ from reports.service.config import Recipient
 from reports.service.mailer import Mailer, MailError
 from reports.service.outcomes import STOPPED, Outcome
 from tracker.store import RunStore
+from tracker.units import S_PER_HOUR
 
 if TYPE_CHECKING:
     from reports.render.chat import Card
@@ -48,7 +49,7 @@ log = logging.getLogger("gpu_kpi")
 
 FINAL = ("sent", "empty", "failed")
 STATUSES = ("sending", "deferred", *FINAL)
-LEASE_S = 3600.0
+LEASE_S = S_PER_HOUR
 """How long a claim holds: longer than any send with its retries."""
 
 

@@ -26,6 +26,8 @@ from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.cron import CronTrigger
 
+from tracker.units import WHOLE_S_PER_HOUR
+
 log = logging.getLogger("gpu_kpi")
 
 JOB_ID = "gpu-kpi-weekly-report"
@@ -106,7 +108,7 @@ class ServiceScheduler:
             job_defaults={
                 "coalesce": True,
                 "max_instances": 1,
-                "misfire_grace_time": max(1, round(settings.misfire_grace_h * 3600)),
+                "misfire_grace_time": max(1, round(settings.misfire_grace_h * WHOLE_S_PER_HOUR)),
             },
             timezone=self._tz,
         )

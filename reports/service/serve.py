@@ -21,6 +21,7 @@ from typing import Any
 
 from reports.service.config import ServiceSettings
 from reports.service.job import RunResult, Service
+from tracker.units import S_PER_HOUR
 
 log = logging.getLogger("gpu_kpi")
 
@@ -93,7 +94,7 @@ class MetricsRefresher:
     week changes and at most every :attr:`history_max_age_s` (imports and late runs change old
     weeks), not at every refresh."""
 
-    history_max_age_s = 3600.0
+    history_max_age_s = S_PER_HOUR
 
     def __init__(self, settings: ServiceSettings, exporter: Any) -> None:
         self._settings = settings

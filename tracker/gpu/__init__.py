@@ -4,7 +4,11 @@
   its errors; every backend imports it, it imports none of them;
 - :mod:`.nvml`: real hardware (the only ``pynvml`` importer);
 - :mod:`.simulated`: a named utilization profile, for demos, tests and GPU-less CI;
-- :mod:`.replay`: an ``nvidia-smi --query-gpu=... --format=csv`` log played back.
+- :mod:`.replay`: an ``nvidia-smi --query-gpu=... --format=csv`` log played back;
+- :mod:`.devices`: which GPUs are this process's own: `CUDA_VISIBLE_DEVICES` and `LOCAL_RANK`
+  rules as pure functions;
+- :mod:`.nvml_names`: NVML's names as `pynvml` spells them: GPM metric ids, error classes (plain
+  data).
 
 :func:`open_backend` picks one from a spec string such as ``"nvml"``,
 ``"simulated:input-bound@H100:4"`` or ``"replay:gpu.csv"``. A new backend is a module here that

@@ -17,7 +17,9 @@ What a training process needs (and ``gpu-kpi sync``, ``store rebuild-rollups``):
 - :mod:`.spool` (+ :mod:`.spool_files`): the local spool (JSON lines), flushed by the next
   write or ``gpu-kpi sync``;
 - :mod:`.rollups` + :mod:`.rollup_sql`: the hourly rollups, computed and kept as samples are
-  written, rebuilt, and built by the 1 → 2 migration.
+  written, rebuilt, and built by the 1 → 2 migration;
+- :mod:`.changes`: the per-day change counters every write of runs and samples raises in its
+  transaction (`Touched`, `marks`); what a kept week is checked against.
 
 The reports' reads and writes of the same database (fleet-scale scans, the rollups summed, the
 delivery log, the BI tables) are :mod:`reports.data`'s, the second owner of SQLAlchemy.

@@ -52,6 +52,7 @@ from tracker.store.schema import (
     rollups_table,
     upsert,
 )
+from tracker.units import WHOLE_S_PER_HOUR
 
 _ROW = "minute, covered_s, util_pct, sm_active_pct, energy_kwh, mem_used_gib"
 _VALUES = ("covered_s", "util_pct", "sm_active_pct", "energy_kwh", "mem_used_gib")
@@ -110,7 +111,7 @@ def refresh(conn: Connection, first: Mapping[tuple[str, str], datetime]) -> None
             _earliest_of_last(conn, q, run_id, gpu, before=q.time_value(minute), n=CONTEXT_ROWS)
         )
         start_hour = epoch_minute(min(reach, minute) if reach else minute) // HOUR_MIN
-        hour_start = q.time_value(datetime.fromtimestamp(start_hour * 3600, UTC))
+        hour_start = q.time_value(datetime.fromtimestamp(start_hour * WHOLE_S_PER_HOUR, UTC))
         since = _earliest_of_last(conn, q, run_id, gpu, before=hour_start, n=CONTEXT_ROWS)
         rows = _rows(conn, q, run_id, gpu, since if since is not None else hour_start)
         conn.execute(

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from tracker.record import MinuteSample, RunRecord
+from tracker.units import S_PER_HOUR
 
 try:
     import fcntl
@@ -27,7 +28,7 @@ PENDING_SUFFIX = ".jsonl"
 _CLAIMED = re.compile(r"^(?P<key>[^.]+)\.(?P<ts>\d+)\.(?P<host>[^.]+)\.(?P<pid>\d+)\.claimed$")
 _MAX_KEY_LEN = 120
 # A claim from another host cannot be checked for a live process; after this long it is taken.
-_FOREIGN_CLAIM_STALE_S = 3600.0
+_FOREIGN_CLAIM_STALE_S = S_PER_HOUR
 _RUN_TIMES = ("started_at", "ended_at", "heartbeat_at")
 
 
