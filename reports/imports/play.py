@@ -72,13 +72,43 @@ OUR_POINTS = {
 """The keys our callback logs to W&B and TensorBoard → the reading fields they stand for."""
 OUR_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct", "mfu_peak_tflops", "ofu")
 """Run figures our callback's summary holds that a reading cannot give."""
-OUR_SUMMARY_TEXT = ("mfu_dtype", "mfu_dtype_from", "mfu_note")
-"""And the words beside them: MFU's denominator, what stands instead of MFU or beside it."""
+OUR_SUMMARY_TEXT = ("verdict", "advice", "mfu_dtype", "mfu_dtype_from", "mfu_note")
+"""And the words: the tracker's verdict and advice (it judged steps, data wait and MFU, which
+the logged points do not carry), MFU's denominator, what stands instead of MFU or beside it."""
+OUR_LABELS = ("project", "team", "user")
+"""Who ran it, from the run's start values (the W&B config, the TensorBoard run note); a label
+given to the import wins."""
 
 
-def our_texts(get: Callable[[str], object]) -> dict[str, str]:
-    """The :data:`OUR_SUMMARY_TEXT` fields a summary holds (``get(field)``), as text."""
-    return {f: v for f in OUR_SUMMARY_TEXT if isinstance(v := get(f), str) and v}
+def our_texts(
+    get: Callable[[str], object], fields: Sequence[str] = OUR_SUMMARY_TEXT
+) -> dict[str, str]:
+    """The ``fields`` (:data:`OUR_SUMMARY_TEXT`, :data:`OUR_LABELS`) a summary or a run's start
+    values hold (``get(field)``), as text."""
+    return {f: v for f in fields if isinstance(v := get(f), str) and v}
+
+
+def tracked_difference(
+    name: str, record: RunRecord, hours: float | None, cost: float | None
+) -> str | None:
+    """The note an import of one of our runs gets where its GPU-hours or dollars from the
+    logged points differ from the tracker's record (``hours``, ``cost``) by over 1%: the
+    points cover the run from its first log to its last, the tracker from its start to its
+    end. None where they agree or the tracker's are not in the summary."""
+    pairs = [(record.gpu_hours, hours), (record.cost_usd, cost)]
+    if all(t is None or a is None or abs(a - t) <= 0.01 * abs(t) for a, t in pairs):
+        return None
+    return (
+        f"{name}: {_hours_usd(record.gpu_hours, record.cost_usd)} from its logged points, "
+        f"{_hours_usd(hours, cost)} in the tracker's record: the points cover the run from its "
+        "first log to its last, the tracker from its start to its end (the store keeps the "
+        "points')"
+    )
+
+
+def _hours_usd(hours: float | None, usd: float | None) -> str:
+    shown = "? GPU-h" if hours is None else f"{hours:.4g} GPU-h"
+    return shown + ("" if usd is None else f" (${usd:.4g})")
 
 
 def our_reading(values: Mapping[str, float | None], gpu_count: int) -> dict[str, float | None]:
@@ -523,6 +553,14 @@ def fixable(why: str, flag: str) -> str:
 
 
 TRACKED = "already in the store, tracked by gpu-kpi"
+
+
+def already_in(source: str) -> str:
+    """Why a run of ours the store holds is skipped: :data:`TRACKED` when the tracker wrote it,
+    else the import it came from (a W&B import after the TensorBoard one)."""
+    return TRACKED if source == "tracker" else f"already in the store, from a {source} import"
+
+
 SHARED = "a GPU of theirs has minutes of another run of this import at the same time"
 TIME_SLICED = "time-sliced"
 """The tag of a run that shared a GPU with others at the same time (Kubernetes time-slicing):
@@ -603,7 +641,7 @@ def write_imported(
         imported = _without(
             imported,
             {
-                r.id: TRACKED
+                r.id: already_in(old.source)
                 for r in imported.records
                 if (old := store.get_run(r.id)) is not None and old.source != source
             },

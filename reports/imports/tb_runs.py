@@ -45,6 +45,7 @@ from typing import Any
 from reports.errors import ImportFailed
 from reports.imports.play import (
     NO_GPU_TIME,
+    OUR_LABELS,
     OUR_POINT_MAX_S,
     OUR_POINTS,
     OUR_SUMMARY,
@@ -62,6 +63,7 @@ from reports.imports.play import (
     our_texts,
     played_run,
     progress,
+    tracked_difference,
     write_imported,
 )
 from tracker.config import Settings
@@ -336,6 +338,7 @@ def _run_of(
     gpus: int,
     tags: Mapping[str, str],
     no_time: list[str],
+    notes: list[str],
 ) -> tuple[RunRecord, list[MinuteSample]] | str:
     """The run of one directory's event files, or why it is skipped; where its events whose
     time is no time were goes to ``no_time``."""
@@ -372,6 +375,7 @@ def _run_of(
     if ours:
         extra = {f: v for f in OUR_SUMMARY if (v := _float(run.summary.get(f))) is not None}
         extra.update(our_texts(run.summary.get))
+        extra.update(our_texts(run.note.get, OUR_LABELS))  # who ran it: the run note says
     else:
         for figure in ("samples_per_s", "tokens_per_s"):
             values = [x for _, _, x in run.scalars.get(tags.get(figure, ""), []) if x >= 0]
@@ -379,13 +383,14 @@ def _run_of(
                 extra[figure] = statistics.fmean(values)
         extra["steps"] = run.max_step
     host = writer(Path(run.files[0]))[0]
+    name = root_names.get(path, path.name)
     try:
-        return played_run(
+        played = played_run(
             str(path),
             infos,
             series,
             run_id=str(run_id),
-            name=root_names.get(path, path.name),
+            name=name,
             labels=labels,
             settings=settings,
             max_gap_s=max_gap_s,
@@ -396,6 +401,16 @@ def _run_of(
         )
     except NoGpuTime:  # its events a gap apart
         return NO_GPU_TIME
+    if ours and (
+        said := tracked_difference(
+            name,
+            played[0],
+            _float(run.summary.get("gpu_hours")),
+            _float(run.summary.get("cost_usd")),
+        )
+    ):
+        notes.append(said)
+    return played
 
 
 def read_tensorboard(
@@ -432,6 +447,7 @@ def read_tensorboard(
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
     no_time: list[str] = []
+    notes: list[str] = []  # our runs' GPU-hours the points and the tracker count differently
     # a process our callback logged (its run note) is that run: another folder it wrote (the
     # HF Trainer's own, beside ours) holds the same GPU-time
     noted = {f for _, files in runs for f in files if _has_note(f)}
@@ -450,6 +466,7 @@ def read_tensorboard(
             gpus=gpus,
             tags=tags or {},
             no_time=no_time,
+            notes=notes,
         )
         if isinstance(got, str) or got[0].id in records:
             skipped.setdefault(got if isinstance(got, str) else TWICE, []).append(
@@ -458,7 +475,9 @@ def read_tensorboard(
             continue
         records[got[0].id] = got[0]
         samples.extend(got[1])
-    return Imported(list(records.values()), samples, skipped, notes=no_time_note(no_time))
+    return Imported(
+        list(records.values()), samples, skipped, notes=[*no_time_note(no_time), *notes]
+    )
 
 
 def import_tensorboard(

@@ -31,6 +31,7 @@ from typing import Any
 from reports.errors import ImportFailed
 from reports.imports.play import (
     NO_GPU_TIME,
+    OUR_LABELS,
     OUR_POINT_MAX_S,
     OUR_POINTS,
     OUR_SUMMARY,
@@ -48,6 +49,7 @@ from reports.imports.play import (
     our_texts,
     played_run,
     progress,
+    tracked_difference,
     write_imported,
 )
 from reports.imports.wandb_log import WandbLog, number, read_log
@@ -165,8 +167,10 @@ def _run_of(
     labels: Labels,
     settings: Settings,
     max_gap_s: float | None,
+    notes: list[str],
 ) -> tuple[RunRecord, list[MinuteSample]] | str:
-    """The run of one log, or why it is skipped."""
+    """The run of one log, or why it is skipped; a difference from the tracker's own record
+    (one of our runs) goes to ``notes``."""
     ours = log.config.get("gpu_kpi/run_id")
     readings = _system_readings(log)
     if not readings and isinstance(ours, str):
@@ -226,28 +230,41 @@ def _run_of(
             if (v := number(log.summary.get(f"gpu_kpi/{f}"))) is not None and v >= 0
         }
         extra.update(our_texts(lambda f: log.summary.get(f"gpu_kpi/{f}")))
+    who: dict[str, Any] = {"project": log.project, "user": log.user}
+    if isinstance(ours, str):  # who ran it, as the tracker knew it (the config says)
+        who.update(our_texts(lambda f: log.config.get(f"gpu_kpi/{f}"), OUR_LABELS))
     status = "crashed" if log.exit_code is None else "finished" if log.exit_code == 0 else "failed"
+    name = log.name or log.run_id or log.path.parent.name
     try:
-        return played_run(
+        played = played_run(
             log.url or str(log.path),
             gpus,
             series,
             run_id=run_id,
-            name=log.name or log.run_id or log.path.parent.name,
+            name=name,
             labels=labels,
             settings=settings,
             max_gap_s=max_gap_s,
             source=SOURCE,
             status=status,
-            project=log.project,
-            user=log.user,
             host=log.host,
             tags=tuple(log.tags),
             links={"wandb": log.url or str(log.path.parent)},
+            **who,
             **extra,
         )
     except NoGpuTime:  # one sample, or samples a gap apart
         return NO_GPU_TIME
+    if isinstance(ours, str) and (
+        said := tracked_difference(
+            name,
+            played[0],
+            number(log.summary.get("gpu_kpi/gpu_hours")),
+            number(log.summary.get("gpu_kpi/cost_usd")),
+        )
+    ):
+        notes.append(said)
+    return played
 
 
 def read_wandb(
@@ -316,13 +333,14 @@ def _read(
     samples: list[MinuteSample] = []
     skipped: dict[str, list[str]] = {}
     no_time: dict[str, None] = {}  # a chart export's row is each of its runs': once
+    notes: list[str] = []  # our runs' GPU-hours the points and the tracker count differently
     for name, log in logs:
         if isinstance(log, str):  # why the run could not be read
             skipped.setdefault(log, []).append(name)
             continue
         no_time.update(dict.fromkeys(log.no_time))
         path = log.path
-        got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s)
+        got = _run_of(log, labels=labels, settings=settings, max_gap_s=max_gap_s, notes=notes)
         if isinstance(got, str) or got[0].id in records:
             why = got if isinstance(got, str) else TWICE
             skipped.setdefault(why, []).append(log.name or str(path))
@@ -330,7 +348,9 @@ def _read(
         record, rows = got
         records[record.id] = record
         samples.extend(rows)
-    return Imported(list(records.values()), samples, skipped, notes=no_time_note(list(no_time)))
+    return Imported(
+        list(records.values()), samples, skipped, notes=[*no_time_note(list(no_time)), *notes]
+    )
 
 
 def import_wandb(

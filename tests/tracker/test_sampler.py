@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -227,13 +226,37 @@ def test_memory_is_bounded_whatever_the_run_length() -> None:
     assert stats.mean("util_pct") == pytest.approx(60.0)
 
 
+class CountedBackend(SimulatedBackend):
+    """The healthy profile, each read moving a test clock a second on: the sampler's thread
+    is seen to read, on a clock no busy machine stretches."""
+
+    def __init__(self, clock: list[float], enough: int) -> None:
+        super().__init__("healthy")
+        self.clock, self.enough, self.reads = clock, enough, 0
+        self.done = threading.Event()
+
+    def read(self, now: float) -> list[GpuReading]:
+        out = super().read(now)
+        self.reads += 1
+        self.clock[0] += 1.0
+        if self.reads >= self.enough:
+            self.done.set()
+        return out
+
+
 def test_thread_samples_and_stops_cleanly() -> None:
-    s = Sampler(SimulatedBackend("healthy"), interval_s=0.01)
+    """The thread reads on its own (the first reading is start's, the next five the
+    thread's: 5 s of the test clock), and stop joins it. The wait is a bound on a hang, not a
+    duration the test asserts."""
+    clock = [1_764_000_000.0]
+    backend = CountedBackend(clock, enough=6)
+    s = Sampler(backend, interval_s=0.001, clock=lambda: clock[0], monotonic=lambda: clock[0])
     s.start()
-    time.sleep(0.2)
+    assert backend.done.wait(60), "the sampler's thread never read the GPUs"
     s.stop()
     (stats,) = s.run.values()
-    assert stats.seconds > 0.1
+    assert backend.reads >= 7  # start's, the thread's six and stop's last at least
+    assert stats.seconds == backend.reads - 1  # one second between each two readings
     assert not any(t.name == "gpu-kpi-sampler" for t in threading.enumerate())
 
 

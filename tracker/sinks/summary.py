@@ -46,6 +46,10 @@ def start_values(r: RunRecord, prefix: str = "gpu_kpi/") -> dict[str, object]:
         f"{prefix}{k}": v
         for k, v in (
             ("run_id", r.id),
+            # who ran it, for an import of the logs to keep (issue 46's round trips)
+            ("project", r.project or None),
+            ("team", r.team or None),
+            ("user", r.user or None),
             ("gpu_model", r.gpu_model),
             ("gpu_count", r.gpu_count),
             ("price_per_gpu_hour", r.price_per_gpu_hour),

@@ -141,6 +141,8 @@ def test_a_run_of_ours_comes_back_with_its_metrics(tmp_path: Path) -> None:
     tracked = f"sqlite:///{tmp_path / 'tracked.db'}"
     with track(
         name="ours",
+        project="llm",
+        team="nlp",
         backend="simulated:input-bound@H100",
         store=tracked,
         interval_s=0.1,
@@ -176,6 +178,15 @@ def test_a_run_of_ours_comes_back_with_its_metrics(tmp_path: Path) -> None:
     assert (r.mfu_peak_tflops, r.mfu_dtype, r.mfu_dtype_from) == (66.9, "fp32", "assumed")
     assert r.mfu_note == ours.mfu_note
     assert ours.ofu is not None and r.ofu == pytest.approx(ours.ofu, rel=1e-3)
+    # who ran it and the tracker's verdict come back (issue 46: the team was lost, and the
+    # verdict judged again from the points, which carry no data wait or MFU)
+    assert (r.team, r.project, r.verdict, r.advice) == ("nlp", "llm", ours.verdict, ours.advice)
+    # GPU-hours and dollars: the tracker's, or a note names the difference
+    done = read_tensorboard([tmp_path / "tb"])
+    if abs(r.gpu_hours - ours.gpu_hours) > 0.01 * ours.gpu_hours:
+        (said,) = done.notes
+        assert said.startswith(f"tb: {r.gpu_hours:.4g} GPU-h (${r.cost_usd:.4g}) from its logged")
+        assert f"{ours.gpu_hours:.4g} GPU-h (${ours.cost_usd:.4g}) in the tracker's record" in said
 
 
 def cut(path: Path) -> None:

@@ -25,9 +25,11 @@ from reports.build import compute
 from reports.cli import main
 from reports.errors import ImportFailed
 from reports.imports.play import TRACKED, Labels
+from reports.imports.tb_runs import import_tensorboard
 from reports.imports.wandb_runs import NO_GPU, import_wandb, read_wandb
 from reports.request import Request
 from tracker.session import track
+from tracker.sinks.tensorboard import TensorBoardSink
 from tracker.sinks.wandb import WandbSink
 from tracker.store import RunStore
 
@@ -242,6 +244,8 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
     wb = wandb.init(mode="offline", dir=str(tmp_path), project="nlp")
     with track(
         name="ours",
+        project="llm",
+        team="nlp",
         backend="simulated:input-bound@H100",
         store=tracked,
         interval_s=0.1,
@@ -249,7 +253,7 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
         warmup_steps=0,
         flops_per_step=1e11,  # at most 100 steps a second: under 16% of the fp32 peak assumed
         dtype="fp32",
-        sinks=[WandbSink(wb)],
+        sinks=[WandbSink(wb), TensorBoardSink(logdir=tmp_path / "tb")],
         log_to_python=False,
     ) as run:
         deadline = time.monotonic() + 3.2
@@ -280,6 +284,23 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
     assert ours is not None and ours.mfu is not None
     assert r.mfu == pytest.approx(ours.mfu) and r.ofu == pytest.approx(ours.ofu)
     assert (r.mfu_peak_tflops, r.mfu_dtype, r.mfu_dtype_from) == (66.9, "fp32", "flag")
+    # the round trip keeps who ran it and the tracker's verdict (issue 46): the points alone
+    # do not carry the MFU and data wait it was judged on
+    assert (r.team, r.project, r.verdict, r.advice) == ("nlp", "llm", ours.verdict, ours.advice)
+    assert ours.verdict == "low-efficiency"  # busy 60%, MFU under 0.2
+    # its GPU-hours and dollars: the tracker's, or the import names the difference
+    done = import_wandb(f"sqlite:///{tmp_path / 'again.db'}", [tmp_path / "wandb"])
+    if abs(r.gpu_hours - ours.gpu_hours) > 0.01 * ours.gpu_hours:
+        (said,) = done.notes
+        assert f": {r.gpu_hours:.4g} GPU-h (${r.cost_usd:.4g}) from its logged points" in said
+        assert f"{ours.gpu_hours:.4g} GPU-h (${ours.cost_usd:.4g}) in the tracker's record" in said
+    # the same run from its TensorBoard logdir first: the W&B import says where it came from
+    both = f"sqlite:///{tmp_path / 'both.db'}"
+    assert [t.id for t in import_tensorboard(both, [tmp_path / "tb"]).records] == [ours.id]
+    later = import_wandb(both, [tmp_path / "wandb"])
+    assert later.records == [] and list(later.skipped) == [
+        "already in the store, from a tensorboard import"
+    ]
 
 
 def truncated(path: Path) -> None:
