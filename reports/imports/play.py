@@ -89,12 +89,14 @@ def our_texts(
 
 
 def tracked_difference(
-    name: str, record: RunRecord, hours: float | None, cost: float | None
+    name: str, record: RunRecord, tracked: Callable[[str], float | None]
 ) -> str | None:
     """The note an import of one of our runs gets where its GPU-hours or dollars from the
-    logged points differ from the tracker's record (``hours``, ``cost``) by over 1%: the
-    points cover the run from its first log to its last, the tracker from its start to its
-    end. None where they agree or the tracker's are not in the summary."""
+    logged points differ from the tracker's record (``tracked("gpu_hours")``,
+    ``tracked("cost_usd")``: its summary's) by over 1%: the points cover the run from its first
+    log to its last, the tracker from its start to its end. None where they agree or the
+    tracker's are not in the summary."""
+    hours, cost = tracked("gpu_hours"), tracked("cost_usd")
     pairs = [(record.gpu_hours, hours), (record.cost_usd, cost)]
     if all(t is None or a is None or abs(a - t) <= 0.01 * abs(t) for a, t in pairs):
         return None

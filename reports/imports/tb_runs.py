@@ -401,14 +401,7 @@ def _run_of(
         )
     except NoGpuTime:  # its events a gap apart
         return NO_GPU_TIME
-    if ours and (
-        said := tracked_difference(
-            name,
-            played[0],
-            _float(run.summary.get("gpu_hours")),
-            _float(run.summary.get("cost_usd")),
-        )
-    ):
+    if ours and (said := tracked_difference(name, played[0], lambda f: _float(run.summary.get(f)))):
         notes.append(said)
     return played
 

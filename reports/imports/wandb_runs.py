@@ -255,13 +255,9 @@ def _run_of(
         )
     except NoGpuTime:  # one sample, or samples a gap apart
         return NO_GPU_TIME
+    summary = log.summary
     if isinstance(ours, str) and (
-        said := tracked_difference(
-            name,
-            played[0],
-            number(log.summary.get("gpu_kpi/gpu_hours")),
-            number(log.summary.get("gpu_kpi/cost_usd")),
-        )
+        said := tracked_difference(name, played[0], lambda f: number(summary.get(f"gpu_kpi/{f}")))
     ):
         notes.append(said)
     return played
