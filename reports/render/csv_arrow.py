@@ -61,7 +61,11 @@ def run_lines(
     keys = large(cell_array(part["run_id"], values_of))
     pieces: list[Any] = []
     for column, text in metrics:
-        cells = large(cell_array(part[column], values_of)) if column in part.columns else none
+        values = part[column] if column in part.columns else None
+        # a column no run of the block has a value of (MFU of imported runs): empty cells,
+        # made once, not a cell a run
+        empty = values is None or not values.notna().to_numpy().any()
+        cells = none if empty else large(cell_array(values, values_of))
         pieces += [start, keys, large(text), cells, end]
     # each run's lines, one after another, as one text (the separator last, empty)
     lines = pc.binary_join_element_wise(*pieces, none)

@@ -516,8 +516,12 @@ def _ledger(k: WeekKpis) -> dict[str, dict[str, float | None]]:
     return plain(ledger_totals(k.runs, h.unallocated_gpu_hours, h.unallocated_usd))
 
 
-_CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in ("run_id", "links"))
-"""A run's metrics in the CSV (``links`` is an object: the JSON's alone)."""
+_CSV_ONLY_ELSEWHERE = ("run_id", "links", "mfu_dtype_from", "mfu_note", "ofu")
+_CSV_RUN_FIELDS = tuple(f for f in RUN_FIELDS if f not in _CSV_ONLY_ELSEWHERE)
+"""A run's metrics in the CSV: ``links`` is an object, the JSON's alone; MFU goes with its
+peak and dtype, and where the dtype came from, the note and OFU are the JSON's and the
+Parquet file's (a line each for every run of a week would add a tenth to the CSV, whose run
+lines are most of its bytes, for figures most runs lack)."""
 
 
 def _cells(column: pd.Series) -> list[str]:
