@@ -84,8 +84,12 @@ def our_texts(
     get: Callable[[str], object], fields: Sequence[str] = OUR_SUMMARY_TEXT
 ) -> dict[str, str]:
     """The ``fields`` (:data:`OUR_SUMMARY_TEXT`, :data:`OUR_LABELS`) a summary or a run's start
-    values hold (``get(field)``), as text."""
-    return {f: v for f in fields if isinstance(v := get(f), str) and v}
+    values hold (``get(field)``), as text, each at most :data:`OUR_TEXT_MAX` characters (a
+    summary is a file anyone can write: none of ours is longer)."""
+    return {f: v[:OUR_TEXT_MAX] for f in fields if isinstance(v := get(f), str) and v}
+
+
+OUR_TEXT_MAX = 2000
 
 
 def tracked_difference(

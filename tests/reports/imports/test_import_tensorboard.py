@@ -503,3 +503,11 @@ def test_an_event_at_a_20_digit_wall_time_is_left_out_and_counted(tmp_path: Path
         f"{(tmp_path / 'logs' / 'r').resolve()}/events.out.tfevents."
     )
     assert note.endswith(": an event at 1e+19 s since 1970)")
+
+
+def test_our_summary_s_words_are_kept_to_a_bound() -> None:
+    """A summary is a file anyone can write: a verdict of a megabyte comes back cut."""
+    from reports.imports.play import OUR_TEXT_MAX, our_texts
+
+    summary = {"verdict": "x" * 1_000_000, "advice": 7, "mfu_note": ""}
+    assert our_texts(summary.get) == {"verdict": "x" * OUR_TEXT_MAX}
