@@ -19,6 +19,7 @@ from tracker.diagnosis import Evidence, diagnose
 from tracker.gpu.base import GpuInfo, GpuReading
 from tracker.metrics import per_gpu_key
 from tracker.peaks import TENSOR_DTYPES, Denominator, judge, ofu_gap
+from tracker.ranks import weighted_mean
 from tracker.sampler import GpuStats
 from tracker.throughput import StepCounter
 from tracker.units import j_to_kwh, s_to_hours
@@ -162,12 +163,6 @@ def gpu_use(
     return GpuUse(known_s=1.0, util_s=tw.last, held_s=held_s, share=share)
 
 
-def _weighted_mean(pairs: Iterable[tuple[float | None, float]]) -> float | None:
-    known = [(v, w) for v, w in pairs if v is not None and w > 0]
-    weight = sum(w for _, w in known)
-    return sum(v * w for v, w in known) / weight if weight > 0 else None
-
-
 IDLE_SHARE = 0.5
 """The share of a GPU's own time in idle stretches from which it counts as idle (``idle_gpus``):
 a run holding it is ``imbalanced`` when the others worked."""
@@ -227,7 +222,7 @@ def run_figures(
         if (throttled := s.throttled_s) is not None:
             throttles.append((throttled[0] * share, throttled[1]))
     sm = sm_active(stats)
-    ofu = _weighted_mean(
+    ofu = weighted_mean(
         (s.ofu(peak_mhz), s.seconds * share) for s, share in zip(stats, share_each, strict=False)
     )
     # GPUs idle most of the run: their utilization over all their known time under the

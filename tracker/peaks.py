@@ -741,8 +741,19 @@ def denominator(
     dtype_from: str | None = None,
     matmul_precision: str | None = None,
 ) -> Denominator:
-    """The peak a run on ``gpu_name`` in ``dtype`` is measured against. ``dtype`` None: fp32
-    assumed (torch's default), said so; ``dtype_from`` None: ``flag`` for a given dtype.
+    """The peak a run on ``gpu_name`` in ``dtype`` is measured against.
+
+    Args:
+        gpu_name: NVML's name of the run's GPU, or a table key (``H100``).
+        dtype: The training dtype in any framework's spelling (``bf16-mixed``, ``32-true``,
+            ``torch.float16``); None: fp32 assumed (torch's default), said so.
+        dtype_from: Where it came from (:data:`DTYPE_FROM`); None: ``flag`` for a given dtype.
+        matmul_precision: torch's float32 matmul precision (None: torch's own, where torch is
+            imported): ``high`` or ``medium`` measure an fp32 run against tf32.
+
+    Returns:
+        One GPU's dense peak in TF/s (TOPS for int8) with its dtype and name, or why there is
+        none (:attr:`Denominator.why_none`).
 
     >>> denominator("NVIDIA H100 80GB HBM3", "bf16-mixed").text
     '989 TF/s bf16 dense, H100 SXM'
@@ -796,9 +807,20 @@ def judge(
     *,
     world_size: int = 1,
 ) -> tuple[float | None, str | None]:
-    """MFU (a fraction) of a model FLOP rate on ``gpus`` GPUs' worth, and what to say instead
-    of it: why there is no peak, or — above 100%, which no run reaches — that the FLOP count or
-    the peak is wrong and the likely cause. Never a figure over 1."""
+    """MFU of a model FLOP rate, and what to say instead of it: why there is no peak, or —
+    above 100%, which no run reaches — that the FLOP count or the peak is wrong and the likely
+    cause. Never a figure over 1.
+
+    Args:
+        flops_per_s: The model FLOPs done per second of the steps, all GPUs (None: not counted).
+        den: The peak (:func:`denominator`); None: no GPU data, nothing said.
+        gpus: Physical GPUs' worth the run held (a MIG slice its share).
+        world_size: The run's processes, to name FLOPs given for all of them as one's.
+
+    Returns:
+        (MFU as a fraction 0-1, None) where it is a figure; (None, the sentence) where there
+        is no peak or the rate is over it; (None, None) where no FLOPs were counted.
+    """
     if den is None:
         return None, None
     if den.tflops is None:  # said whether FLOPs were counted or not: never silently no MFU
@@ -859,8 +881,19 @@ OFU_GAP = 0.10
 def observed(
     tensor_active: float | None, sm_mhz: float | None, peak_mhz: float | None
 ) -> float | None:
-    """Observed FLOPs utilization (a fraction): the tensor pipes' active fraction × the SM
-    clock over the clock the peak is quoted at. None unless both are measured."""
+    """Observed FLOPs utilization of one reading.
+
+    Args:
+        tensor_active: The fraction of cycles the tensor pipes were active, 0-1 (GPM's
+            ``ANY_TENSOR_UTIL`` / 100, DCGM's ``PROF_PIPE_TENSOR_ACTIVE``).
+        sm_mhz: The SM clock, MHz.
+        peak_mhz: The SM clock the GPU's tensor peak is quoted at, MHz
+            (:func:`peak_clock_mhz`).
+
+    Returns:
+        A fraction of the peak, 0-1 (a clock over the peak's counts as the peak's); None
+        unless all three are known.
+    """
     if tensor_active is None or sm_mhz is None or not peak_mhz or tensor_active < 0:
         return None
     return tensor_active * min(sm_mhz / peak_mhz, 1.0)
@@ -868,9 +901,15 @@ def observed(
 
 def ofu_gap(mfu: float | None, ofu: float | None) -> str | None:
     """The sentence a run gets when its model FLOPs and the hardware's observed FLOPs differ
-    by more than :data:`OFU_GAP` (relative to OFU), with the likely cause; None when they
-    agree or one is unknown. ``mfu``: the model FLOPs over the same time as ``ofu`` (the
-    run's), as a fraction of the peak."""
+    by more than :data:`OFU_GAP` (relative to OFU), with the likely cause.
+
+    Args:
+        mfu: The model FLOPs over the same time as ``ofu`` (the run's), a fraction of the peak.
+        ofu: The observed FLOPs utilization (:func:`observed`), a fraction of the peak.
+
+    Returns:
+        The sentence; None where they agree or one is unknown.
+    """
     if mfu is None or ofu is None or ofu <= 0:
         return None
     gap = (mfu - ofu) / ofu
@@ -895,7 +934,14 @@ def ofu_gap(mfu: float | None, ofu: float | None) -> str | None:
 
 
 def peak_clock_mhz(gpu_name: str) -> float | None:
-    """The SM clock a model's tensor peak is quoted at, MHz (None: the table does not say)."""
+    """The SM clock a model's tensor peak is quoted at.
+
+    Args:
+        gpu_name: NVML's name of the GPU, or a table key.
+
+    Returns:
+        MHz; None where the table does not say (no OFU for it then).
+    """
     key = peak_key(gpu_name)
     return PEAKS[key].tensor_mhz if key is not None else None
 

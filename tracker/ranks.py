@@ -9,7 +9,7 @@ and the spread that a mean hides (min, max, slowest rank).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tracker.cost import weighted_util_pct
@@ -80,8 +80,10 @@ def _known(pairs: Sequence[tuple[float | None, float]]) -> list[tuple[float, flo
     return [(v, w) for v, w in pairs if v is not None]
 
 
-def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
-    known = _known(pairs)
+def weighted_mean(pairs: Iterable[tuple[float | None, float]]) -> float | None:
+    """The mean of the known values of ``(value, weight)`` pairs, by weight (GPU-hours, GPUs,
+    GPU-seconds); None where none is known or the weights add to nothing."""
+    known = _known(list(pairs))
     total = sum(w for _, w in known)
     return sum(v * w for v, w in known) / total if known and total > 0 else None
 
@@ -115,7 +117,7 @@ def combine_metrics(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
             out[key] = max(known)
         elif key in _MEAN:
             out[key] = sum(known) / len(known)
-        elif (w := _weighted(list(zip(values, gpus, strict=True)))) is not None:
+        elif (w := weighted_mean(list(zip(values, gpus, strict=True)))) is not None:
             out[key] = w
     cost = out.get("cost/usd")
     samples = sum(r.get("_samples") or 0.0 for r in ranks)
@@ -146,7 +148,7 @@ def combine_records(ranks: Sequence[Mapping[str, float | None]]) -> dict[str, fl
         return sum(known) if known else None
 
     def by_hours(key: str) -> float | None:
-        return _weighted(list(zip((r.get(key) for r in ranks), hours, strict=True)))
+        return weighted_mean(list(zip((r.get(key) for r in ranks), hours, strict=True)))
 
     def util_by_hours(key: str) -> float | None:
         known = _known(list(zip((r.get(key) for r in ranks), hours, strict=True)))

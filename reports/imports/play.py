@@ -75,6 +75,8 @@ OUR_SUMMARY = ("samples_per_s", "tokens_per_s", "mfu", "data_wait_pct", "mfu_pea
 OUR_SUMMARY_TEXT = ("verdict", "advice", "mfu_dtype", "mfu_dtype_from", "mfu_note")
 """And the words: the tracker's verdict and advice (it judged steps, data wait and MFU, which
 the logged points do not carry), MFU's denominator, what stands instead of MFU or beside it."""
+OUR_TEXT_MAX = 2000
+"""The longest text an import takes from one of our summaries (none of ours is longer)."""
 OUR_LABELS = ("project", "team", "user")
 """Who ran it, from the run's start values (the W&B config, the TensorBoard run note); a label
 given to the import wins."""
@@ -87,9 +89,6 @@ def our_texts(
     values hold (``get(field)``), as text, each at most :data:`OUR_TEXT_MAX` characters (a
     summary is a file anyone can write: none of ours is longer)."""
     return {f: v[:OUR_TEXT_MAX] for f in fields if isinstance(v := get(f), str) and v}
-
-
-OUR_TEXT_MAX = 2000
 
 
 def tracked_difference(
