@@ -97,10 +97,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     _open_store(settings.store, create=False).close()
     if args.since or args.all:
         written = backfill(
-            settings.store, req, Path(args.out).expanduser(), since=args.since, say=_progress()
+            settings.store,
+            req,
+            Path(args.out).expanduser(),
+            since=args.since,
+            say=_progress(),
+            now=args.now,
         )
     else:
-        written = build(settings.store, req, Path(args.out).expanduser())
+        written = build(settings.store, req, Path(args.out).expanduser(), now=args.now)
     for path in written:
         print(path)
     return 0
@@ -199,7 +204,7 @@ def _import_slurm(args: argparse.Namespace, settings: Any) -> int:
     """``import slurm``: the jobs written, what was left out, and the store."""
     from reports.imports.commands import run_slurm_import
 
-    done = run_slurm_import(args, settings, now=datetime.now(UTC))
+    done = run_slurm_import(args, settings, now=args.now)
     hours = _said_skipped(done.unreadable, done.jobs, "unreadable row(s)")
     parts = [f"{done.steps} step row(s)"] if done.steps else []
     parts += [f"{done.not_started} job(s) that never started"] if done.not_started else []
@@ -222,7 +227,7 @@ def _import_kubernetes(args: argparse.Namespace, settings: Any) -> int:
     """``import kubernetes``: the pods written, what was left out, and the store."""
     from reports.imports.commands import run_kube_import
 
-    done = run_kube_import(args, settings, now=datetime.now(UTC))
+    done = run_kube_import(args, settings, now=args.now)
     hours = _said_skipped(done.unreadable, done.jobs, "pod(s)")
     parts = [f"{done.short} pod(s) seen for one minute only"] if done.short else []
     parts += [f"{done.extended} pod(s) an earlier import had, now longer"] if done.extended else []
@@ -505,9 +510,21 @@ WEEK_COMMANDS = frozenset(
 imported (:func:`reports.data.arrow_pool.use_returning_arrow_pool`)."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, now: datetime | None = None) -> int:
+    """Run ``gpu-kpi ARGV``: its exit status; a user's error is one line on stderr (status 2).
+
+    Args:
+        argv: The command line after ``gpu-kpi``; None for ``sys.argv[1:]``.
+        now: The current time (timezone-aware) every command reads as "now": which week is
+            the last complete one, what ``compare`` and ``gate`` call recent, when a mark or a
+            baseline was written. None reads the clock once, before the command runs. Tests
+            inject one; the ``serve`` loop reads its scheduler's clock as it goes.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    if now is not None and now.utcoffset() is None:
+        raise ValueError("main(now=...) takes a timezone-aware time")
+    args.now = now if now is not None else datetime.now(UTC)
     if args.command in WEEK_COMMANDS and importlib.util.find_spec("pyarrow") is not None:
         from reports.data.arrow_pool import use_returning_arrow_pool
 

@@ -219,7 +219,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from reports.kpi.comparison import compare, side_of
 
     settings = _settings(args)
-    now = datetime.now(UTC)
+    now = args.now
     with _open_store(settings.store, create=False) as store:
         history = _history(store, now)
         (la, ra), (lb, rb) = (select(s, history, store) for s in (args.a, args.b))
@@ -406,7 +406,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.baseline is not None:
         kept = read_baseline(Path(args.baseline))
     settings = _settings(args)
-    now = datetime.now(UTC)
+    now = args.now
     since_mark = ""
     with _open_store(settings.store, create=False) as store:
         history = _history(store, now)
@@ -453,7 +453,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
             + since_mark
         )
         if args.write_baseline:
-            _write_baseline(Path(args.write_baseline), key, unit[0], baselines)
+            _write_baseline(Path(args.write_baseline), key, unit[0], baselines, written_at=now)
     lines = gate(run_values(candidate, unit, GATE_METRICS), baselines, threshold_pct=args.threshold)
     if not lines:
         raise UsageError("nothing to gate: the run and its baseline share no metric")
@@ -512,7 +512,9 @@ def _print(text: str) -> None:
         print(printable(line))
 
 
-def _write_baseline(path: Path, key: str, unit: str, baselines: Mapping[str, Baseline]) -> None:
+def _write_baseline(
+    path: Path, key: str, unit: str, baselines: Mapping[str, Baseline], *, written_at: datetime
+) -> None:
     """The baseline as a file, whole or not at all (:func:`reports.userfiles.write_file`).
 
     Raises:
@@ -527,7 +529,7 @@ def _write_baseline(path: Path, key: str, unit: str, baselines: Mapping[str, Bas
         "schema": BASELINE_SCHEMA,
         "job_key": key,
         "unit": unit,
-        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "written_at": written_at.isoformat(timespec="seconds"),
         "metrics": {k: {"mean": b.mean, "sd": b.sd, "runs": b.runs} for k, b in baselines.items()},
     }
     write_file(path, (json.dumps(doc, indent=2) + "\n").encode(), flag="--write-baseline")

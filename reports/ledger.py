@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from reports.cli_support import _open_store, _settings, printable
@@ -51,7 +51,7 @@ def cmd_mark(args: argparse.Namespace) -> int:
     from reports.weeks import zone
 
     settings = _settings(args)
-    now = datetime.now(UTC)
+    now = args.now
     zone(args.tz)  # an unknown zone is an error whether --at needs it or not
     if args.list:
         if args.note is not None:

@@ -182,7 +182,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
     settings = _settings(args)
     with _open_store(settings.store, create=False) as store:
-        mark_crashed(store, now=datetime.now(UTC))  # a read-only store: a warning
+        mark_crashed(store, now=args.now)  # a read-only store: a warning
         # row by row: a row that cannot be read is named, not a traceback for every run
         runs, unreadable = SampleScans(store).read_runs(since=since, until=until)
     runs = [
@@ -301,7 +301,7 @@ def cmd_chargeback(args: argparse.Namespace) -> int:
     args.tz = args.tz or section.get("timezone", "UTC")
     args.basis = args.basis or section.get("basis", "util")
     tz = zone(args.tz)
-    now = datetime.now(UTC)
+    now = args.now
     first = week_bounds(*parse_week(args.since), tz)[0]
     last = resolve_week(args.until, tz, now)
     weeks = [first]
@@ -406,7 +406,7 @@ def cmd_budgets(args: argparse.Namespace) -> int:
         raise UsageError(
             "no budgets: add [[budgets]] (team, usd_per_week or usd_per_month) to the config file"
         )
-    now = datetime.now(UTC)
+    now = args.now
     tz = zone(section.get("timezone", "UTC"))
     chosen: tuple[str, datetime] | None = None
     if args.week is not None:

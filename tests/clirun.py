@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from unittest import mock
 
@@ -24,7 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def gpu_kpi(
-    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    now: datetime | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``gpu-kpi ARGS`` in this process, as a subprocess would report it.
 
@@ -32,6 +36,7 @@ def gpu_kpi(
         *args: The command line after ``gpu-kpi``.
         cwd: The working folder during the command; None keeps the current one.
         env: Variables added to the environment during the command (restored after).
+        now: The time the command reads as now (``reports.cli.main``'s); None for the clock's.
 
     Returns:
         The exit status (argparse's own exits included), stdout, and stderr, which also holds
@@ -59,7 +64,7 @@ def gpu_kpi(
             mock.patch.object(reports.cli, "build_parser", _built(reports.cli.build_parser)),
         ):
             try:
-                code = reports.cli.main(list(args))
+                code = reports.cli.main(list(args), now=now)
             except SystemExit as e:  # argparse: --help, a bad flag
                 code = e.code if isinstance(e.code, int) else int(e.code is not None)
     finally:

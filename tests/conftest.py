@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import gc
 import itertools
 import os
@@ -27,64 +26,6 @@ settings.register_profile("gpu-kpi", deadline=None)
 settings.register_profile("fast", parent=settings.get_profile("gpu-kpi"), max_examples=10)
 # make test-fast: a tenth of the examples (see fakes.examples)
 settings.load_profile("fast" if os.environ.get("GPU_KPI_TEST_FAST") == "1" else "gpu-kpi")
-
-
-# -- collection: a module whose tests -m rules out is not even imported ---------------------------
-
-
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """Leave out, unimported, a test module whose every test carries a marker that ``-m`` rules
-    out (by its module-level ``pytestmark``): with ``make test-fast``'s ``-m``, the modules
-    marked ``trainer``, ``service``, ``slow``, ``prometheus`` or ``slurm`` as a whole.
-
-    Collection imports a module (and rewrites its asserts) before ``-m`` deselects its tests:
-    a ``trainer`` module imports torch, Lightning or transformers at the top (its test classes
-    subclass the frameworks'), a ``service`` module hundreds of lines of servers' tests. Without
-    this the fast suite would pay for those imports and run none of their tests.
-    ``tests/test_fast_suite.py`` checks that collecting the fast suite imports no framework.
-    """
-    name = collection_path.name
-    if not (name.startswith("test_") and name.endswith(".py")):
-        return None
-    markers = ruled_out(config.getoption("markexpr") or "")
-    if markers and whole_module_marks(collection_path) & markers:
-        return True
-    return None
-
-
-def ruled_out(expr: str) -> set[str]:
-    """The markers the ``-m`` expression ``expr`` is false for, whatever a test's other marks:
-    the ``not <marker>`` terms of a plain conjunction (``a and not b and ...``, no ``or``, no
-    parentheses). Anything else is left to pytest: none."""
-    if not expr or "(" in expr or re.search(r"\bor\b", expr):
-        return set()
-    terms = [" ".join(term.split()) for term in re.split(r"\band\b", expr)]
-    return {t.removeprefix("not ") for t in terms if re.fullmatch(r"not \w+", t)}
-
-
-def whole_module_marks(path: Path) -> set[str]:
-    """The markers the module at ``path`` gives all its tests with a top-level ``pytestmark``
-    (a mark or a list of marks, ``pytest.mark.NAME``), read from its source without importing
-    it."""
-    source = path.read_text(encoding="utf-8")
-    if "pytestmark" not in source:
-        return set()
-    found: set[str] = set()
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.Assign):
-            continue
-        if not any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
-            continue
-        for sub in ast.walk(node.value):
-            if (
-                isinstance(sub, ast.Attribute)
-                and isinstance(sub.value, ast.Attribute)
-                and sub.value.attr == "mark"
-                and isinstance(sub.value.value, ast.Name)
-                and sub.value.value.id == "pytest"
-            ):
-                found.add(sub.attr)
-    return found
 
 
 # -- the garbage collector: what the modules before left alive is not scanned again ------------

@@ -2,13 +2,14 @@
 
 Collection imports every test module before ``-m`` deselects its tests, so a module that imports
 torch, Lightning or transformers at the top costs the fast suite seconds of CPU for tests it
-never runs. ``tests/conftest.py`` leaves out, unimported, the modules whose every test carries a
-marker ``-m`` rules out (``trainer`` among them); any other test imports a framework inside the
-test or fixture that needs it.
+never runs. The tests that train (marker ``trainer``) live in ``tests/trainer/``, which the
+fast suite leaves out with ``--ignore``; any other test imports a framework inside the test or
+fixture that needs it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -37,13 +38,51 @@ _COLLECT = textwrap.dedent("""
 """)
 
 
-def fast_expression() -> str:
-    """The ``-m`` expression of ``make test-fast``, read from the Makefile."""
+def fast_args() -> tuple[str, list[str]]:
+    """The ``-m`` expression of ``make test-fast`` and the folders it leaves out
+    (``--ignore=...``), read from the Makefile."""
     makefile = (ROOT / "Makefile").read_text()
     target = makefile.split("\ntest-fast:", 1)[1].split("\n\n", 1)[0]
     found = re.search(r'pytest .*-m "([^"]+)"', target)
     assert found, "no -m expression in the Makefile's test-fast target"
-    return found[1]
+    return found[1], re.findall(r"--ignore=\S+", target)
+
+
+def whole_module_marks(source: str) -> set[str]:
+    """The markers a test module's source gives all its tests with a top-level ``pytestmark``
+    (a mark or a list of marks, ``pytest.mark.NAME``)."""
+    found: set[str] = set()
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+            continue
+        for sub in ast.walk(node.value):
+            if (
+                isinstance(sub, ast.Attribute)
+                and isinstance(sub.value, ast.Attribute)
+                and sub.value.attr == "mark"
+                and isinstance(sub.value.value, ast.Name)
+                and sub.value.value.id == "pytest"
+            ):
+                found.add(sub.attr)
+    return found
+
+
+def misplaced(tests: Path) -> list[str]:
+    """The test modules under ``tests`` on the wrong side of ``tests/trainer/``: one there whose
+    tests are not all marked ``trainer`` (a fast test ``--ignore`` would hide), or one elsewhere
+    whose tests all are (it belongs there; a single test marked ``trainer`` elsewhere imports
+    its framework inside the test)."""
+    wrong = []
+    for path in sorted(tests.rglob("test_*.py")):
+        marked = "trainer" in whole_module_marks(path.read_text(encoding="utf-8"))
+        inside = path.parent == tests / "trainer"
+        if inside and not marked:
+            wrong.append(f"{path.relative_to(tests)}: in trainer/, not marked trainer as a whole")
+        if marked and not inside:
+            wrong.append(f"{path.relative_to(tests)}: marked trainer as a whole, not in trainer/")
+    return wrong
 
 
 def collect(
@@ -68,35 +107,52 @@ def collect(
 
 
 def test_collecting_the_fast_suite_imports_no_framework() -> None:
-    rc, loaded = collect(fast_expression(), FRAMEWORKS, ["tests"], ROOT, [ROOT, ROOT / "tests"])
+    expr, ignores = fast_args()
+    assert ignores == ["--ignore=tests/trainer"]
+    rc, loaded = collect(expr, FRAMEWORKS, [*ignores, "tests"], ROOT, [ROOT, ROOT / "tests"])
     assert rc == 0
     assert loaded == []
 
 
-def test_the_check_finds_a_planted_framework_import(tmp_path: Path) -> None:
-    """A test of the test: in a planted tree, a trainer module's top-level import is left out
-    of the fast suite's collection, and so is a service module's; a plain module's is not, and
-    ``-m trainer`` loads all three."""
-    planted = ("planted_framework", "planted_library", "planted_server")
+def test_the_trainer_tests_and_only_they_are_in_their_folder() -> None:
+    assert misplaced(ROOT / "tests") == []
+    names = sorted(p.name for p in (ROOT / "tests" / "trainer").glob("test_*.py"))
+    assert names == ["test_lightning.py", "test_transformers.py"]
+
+
+def test_the_checks_find_a_planted_trainer_test_outside_its_folder(tmp_path: Path) -> None:
+    """A test of the tests: in a planted tree, the fast suite's collection leaves the trainer
+    folder's framework import out and loads a plain module's; a trainer test planted outside
+    the folder is loaded (the framework check above would fail) and :func:`misplaced` names it,
+    as it names an unmarked module planted in the folder; ``-m trainer`` without the
+    ``--ignore`` loads all three."""
+    planted = ("planted_framework", "planted_library", "planted_stray")
     for name in planted:
         (tmp_path / f"{name}.py").write_text("")
-    (tmp_path / "test_trainer_module.py").write_text(
+    tests = tmp_path / "tests"
+    (tests / "trainer").mkdir(parents=True)
+    (tests / "trainer" / "test_trainer_module.py").write_text(
         "import pytest\nimport planted_framework\n\n"
         "pytestmark = [pytest.mark.trainer]\n\n\ndef test_a() -> None:\n    pass\n"
     )
-    (tmp_path / "test_plain_module.py").write_text(
+    (tests / "test_plain_module.py").write_text(
         "import planted_library\n\n\ndef test_b() -> None:\n    pass\n"
     )
-    (tmp_path / "test_service_module.py").write_text(
-        "import pytest\nimport planted_server\n\n"
-        "pytestmark = pytest.mark.service\n\n\ndef test_c() -> None:\n    pass\n"
+    (tests / "test_stray_module.py").write_text(
+        "import pytest\nimport planted_stray\n\n"
+        "pytestmark = pytest.mark.trainer\n\n\ndef test_c() -> None:\n    pass\n"
     )
-    # the repository's conftest as a plugin: its collection hook, in a tree of its own
-    path = [tmp_path, ROOT, ROOT / "tests"]
-    args = ["-p", "conftest", "-W", "ignore::pytest.PytestUnknownMarkWarning", str(tmp_path)]
-    rc, loaded = collect(fast_expression(), planted, args, tmp_path, path)
-    assert (rc, loaded) == (0, ["planted_library"])
-    rc, loaded = collect("trainer", planted, args, tmp_path, path)
+    (tests / "trainer" / "test_unmarked_module.py").write_text("def test_d() -> None:\n    pass\n")
+    expr, ignores = fast_args()
+    path = [tmp_path]
+    args = ["-W", "ignore::pytest.PytestUnknownMarkWarning", *ignores, "tests"]
+    rc, loaded = collect(expr, planted, args, tmp_path, path)
+    assert (rc, loaded) == (0, ["planted_library", "planted_stray"])
+    assert misplaced(tests) == [
+        "test_stray_module.py: marked trainer as a whole, not in trainer/",
+        "trainer/test_unmarked_module.py: in trainer/, not marked trainer as a whole",
+    ]
+    rc, loaded = collect("trainer", planted, [*args[:2], "tests"], tmp_path, path)
     assert (rc, loaded) == (0, list(planted))
 
 

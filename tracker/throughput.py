@@ -1,5 +1,6 @@
-"""Step maths, no I/O and no clock: step counters over a span, rates, data wait, MFU, and the
-rule for what counts as a step's count.
+"""Step maths, no I/O and no clock: step counters over a span, rates, data wait, the FLOP rate
+MFU is made of (its peak and the judgement are :mod:`tracker.peaks`'), and the rule for what
+counts as a step's count.
 
 The session feeds :class:`RunSteps` with what its hooks measured (a step's duration, the time it
 waited for input, its samples, tokens and FLOPs); everything here is arithmetic on those

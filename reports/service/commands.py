@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +108,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         for w in config_warnings(settings):
             print(f"gpu-kpi: config warning: {w}", file=sys.stderr)
-        nxt = next_fire_time(settings.schedule, settings.tz, datetime.now(UTC))
+        nxt = next_fire_time(settings.schedule, settings.tz, args.now)
         print(
             f"config OK: {len(settings.recipients)} recipient(s), schedule "
             f"{settings.schedule!r} in {settings.timezone} (next: "

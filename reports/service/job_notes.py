@@ -26,7 +26,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from email.message import EmailMessage
 from typing import Any
 
@@ -131,7 +131,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     from reports.jobs import find_job, job_note, note_dict, note_text
     from tracker.store import RunStore
 
-    now = datetime.now(UTC)
+    now = args.now
     with RunStore(service.settings.tracker.store) as store:
         found = find_job(store, job_id, args.cluster)
         if not found and with_pod is not None and find_job(store, with_pod, None):

@@ -380,3 +380,22 @@ def test_the_program_exits_with_main_s_status_its_objects_frozen(
     assert says in p.stdout + p.stderr
     frozen, unfrozen = map(int, re.findall(r"FROZEN (\d+) (\d+)", p.stderr)[0])
     assert frozen > 10_000 and unfrozen < frozen / 100, p.stderr
+
+
+def test_a_command_reads_the_now_main_is_given(tmp_path: Path) -> None:
+    """``main(now=...)`` is the time a command reads as now (one reading of the clock when not
+    given): a mark made without ``--at`` is dated with it; a naive time is refused."""
+    from datetime import UTC
+
+    import reports.cli
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    RunStore(url).close()
+    now = datetime(2026, 12, 7, 9, 30, tzinfo=UTC)
+    assert (
+        gpu_kpi("mark", "llm-bench", "loader: 8 workers", "--store", url, now=now).returncode == 0
+    )
+    listed = gpu_kpi("mark", "--list", "--store", url)
+    assert listed.stdout == "2026-12-07 09:30 UTC  llm-bench  loader: 8 workers\n"
+    with pytest.raises(ValueError, match="timezone-aware"):
+        reports.cli.main(["mark", "--list", "--store", url], now=datetime(2026, 12, 7))

@@ -6,12 +6,14 @@ steps 8.6% slower (tokens/s −7.8%); every figure worked out here."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+import clirun
 import numpy as np
 import pytest
-from clirun import gpu_kpi
 from fakes import Clock, copy_store, isolate_user_dirs
 
 from reports.compare import BASELINE_SCHEMA
@@ -22,6 +24,13 @@ FLOPS = 4e14  # a step's FLOPs
 BF16_PEAK = 989.4e12  # H100 SXM dense bf16
 PRICE = 3.85  # H100 $/GPU-hour (the table's)
 STEPS = 300
+NOW = datetime(2026, 12, 7, 9, 30, tzinfo=UTC)  # what the commands read as now
+DAY_S = 86400
+
+
+def gpu_kpi(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``gpu-kpi ARGS`` at :data:`NOW`."""
+    return clirun.gpu_kpi(*args, env=env, now=NOW)
 
 
 def bench_run(
@@ -66,7 +75,7 @@ def recorded(
     store's URL, the clock's time after them, their ids and the time of the fix."""
     url = f"sqlite:///{tmp_path_factory.mktemp('recorded') / 'runs.db'}"
     clock = Clock()
-    clock.t = time.time() - 7 * 86400  # a week ago: inside the 26 weeks compare reads
+    clock.t = NOW.timestamp() - 7 * DAY_S  # a week ago: inside the 26 weeks compare reads
     with pytest.MonkeyPatch.context() as mp:
         isolate_user_dirs(mp, tmp_path_factory.mktemp("xdg"))
         before = [
@@ -224,6 +233,7 @@ def test_the_gate_fails_a_slower_run_and_passes_one_within_the_noise(
     assert "| fails |" in cost_line
     base = json.loads((tmp_path / "base.json").read_text())
     assert base["schema"] == BASELINE_SCHEMA and base["metrics"]["tokens_per_s"]["runs"] == 5
+    assert base["written_at"] == "2026-12-07T09:30:00+00:00"  # the command's now, not the clock's
     assert base["metrics"]["tokens_per_s"]["mean"] == pytest.approx(mean)
     # the same against the file, JSON out
     rc, out, err = gate(url, summary, "--baseline", str(tmp_path / "base.json"), "--format", "json")
@@ -241,7 +251,7 @@ def test_the_gate_fails_a_slower_run_and_passes_one_within_the_noise(
 def test_the_gate_refuses_what_it_cannot_compare(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     clock = Clock()
-    clock.t = time.time() - 86400
+    clock.t = NOW.timestamp() - DAY_S
     bench_run(url, clock, 0, wait_s=0.0, compute_s=0.7, branch="pr-1")
     summary = tmp_path / "summary.md"
     for args, said in [
@@ -292,7 +302,7 @@ def test_the_baseline_is_the_runs_since_the_last_mark_and_finished(
             "llm-bench",
             "loader: 8 workers",
             at=datetime.fromtimestamp(split, UTC),
-            now=datetime.now(UTC),
+            now=NOW,
         )
     bench_run(url, clock, 20, wait_s=0.0, compute_s=0.76, branch="pr-7")
     with (
@@ -361,7 +371,7 @@ def test_bad_gate_input_is_one_line_and_exit_2(
 def test_a_key_with_markdown_and_an_at_sign_is_literal(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     clock = Clock()
-    clock.t = time.time() - 86400
+    clock.t = NOW.timestamp() - DAY_S
     key = "a|b <img src=x onerror=alert(1)> [l](http://e.x) user@host"
     for n, c in enumerate([0.7, 0.7035, 0.6965, 0.76]):
         with track(

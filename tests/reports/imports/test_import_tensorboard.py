@@ -187,6 +187,8 @@ def test_a_run_of_ours_comes_back_with_its_metrics(tmp_path: Path) -> None:
         (said,) = done.notes
         assert said.startswith(f"tb: {r.gpu_hours:.4g} GPU-h (${r.cost_usd:.4g}) from its logged")
         assert f"{ours.gpu_hours:.4g} GPU-h (${ours.cost_usd:.4g}) in the tracker's record" in said
+    else:
+        assert done.notes == []
 
 
 def cut(path: Path) -> None:

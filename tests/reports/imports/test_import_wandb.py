@@ -294,6 +294,8 @@ def test_a_run_of_ours_keeps_its_id_and_is_not_counted_twice(
         (said,) = done.notes
         assert f": {r.gpu_hours:.4g} GPU-h (${r.cost_usd:.4g}) from its logged points" in said
         assert f"{ours.gpu_hours:.4g} GPU-h (${ours.cost_usd:.4g}) in the tracker's record" in said
+    else:
+        assert done.notes == []
     # the same run from its TensorBoard logdir first: the W&B import says where it came from
     both = f"sqlite:///{tmp_path / 'both.db'}"
     assert [t.id for t in import_tensorboard(both, [tmp_path / "tb"]).records] == [ours.id]

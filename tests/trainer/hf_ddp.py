@@ -1,6 +1,6 @@
 """A 2-process DDP run of the HF ``Trainer`` with ``GpuKpiCallback``, for test_transformers.py.
 
-Run with ``torchrun --nproc_per_node 2 tests/tracker/integrations/hf_ddp.py OUT_DIR`` (gloo on
+Run with ``torchrun --nproc_per_node 2 tests/trainer/hf_ddp.py OUT_DIR`` (gloo on
 CPU; each rank gets a simulated GPU of its own from ``GPU_KPI_GPU`` and its RANK). The run store is
 ``sqlite:///OUT_DIR/runs.db``; the Trainer writes to ``OUT_DIR/out``; rank 0 writes the run's
 id to ``OUT_DIR/run_id``.

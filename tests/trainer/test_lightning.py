@@ -39,7 +39,7 @@ from tracker.record import RunRecord
 from tracker.store import RunStore
 from tracker.store.spool import Spool
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 BATCH = 8
 WORK_S = 0.01  # a training step's "GPU compute"
 H100_MEM_GIB = 81559 / 1024  # the simulated H100's memory.total

@@ -48,7 +48,7 @@ from tracker.transformers import GpuKpiCallback  # noqa: E402
 
 pytestmark = pytest.mark.trainer
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 # A GPT-2 small enough for CPU yet with steps (~30 ms) long against the tracker's own logging.
 N_LAYER, N_EMBD, VOCAB, SEQ_LEN, BATCH = 2, 128, 128, 64, 8
@@ -861,7 +861,7 @@ def test_ddp_two_ranks_make_one_run(tmp_path: Path) -> None:
         "127.0.0.1",
         "--master_port",
         str(_free_port()),
-        str(REPO / "tests" / "tracker" / "integrations" / "hf_ddp.py"),
+        str(REPO / "tests" / "trainer" / "hf_ddp.py"),
         str(tmp_path),
     ]
     proc = subprocess.run(

@@ -1,6 +1,6 @@
 """A 2-process DDP fit on CPU (gloo) with the Lightning callback, for test_lightning.py.
 
-    GPU_KPI_GPU=simulated:healthy@H100 python tests/tracker/integrations/lightning_ddp.py OUT_DIR
+    GPU_KPI_GPU=simulated:healthy@H100 python tests/trainer/lightning_ddp.py OUT_DIR
 
 Lightning's launcher re-executes this file for rank 1, so everything runs under ``__main__``.
 Each rank samples its own simulated GPU (the UUID differs by ``LOCAL_RANK``). Rank 0 writes
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 STEPS = 20
 BATCH = 8
