@@ -293,7 +293,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     url = args.store or f"sqlite:///{out / 'runs.db'}"
     config = out / "gpu-kpi.toml"
     config.write_text(demo_config(url), encoding="utf-8")
-    records, monday = run_demo(url, config=str(config))
+    records, monday = run_demo(url, config=str(config), now=args.now)
     from reports.listing import format_runs
 
     print(format_runs(records))

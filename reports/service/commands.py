@@ -60,6 +60,7 @@ def cmd_send(args: argparse.Namespace) -> int:
             dry_run=Path(args.out) if args.dry_run else None,
             timeout_s=args.timeout,
             retry=not args.no_retry,
+            now=args.now,
         )
     except NothingToSend as e:
         print(f"gpu-kpi: nothing sent: {e}", file=sys.stderr)
