@@ -133,7 +133,9 @@ def test_the_week_and_the_month_are_the_reports_lines(store: list[str], tmp_path
     assert week == report[("vision", "2024-W48")]
     team_spend = next(t["spend_usd"] for t in doc["by_team"] if t["team"] == "vision")
     assert week["spend_usd"] == pytest.approx(team_spend) == 48.50
-    for line in budgets(*store, "--month", "2024-11"):
+    month = budgets(*store, "--month", "2024-11")
+    assert {line["team"] for line in month} == {t for t, label in report if label == "2024-11"}
+    for line in month:
         assert line == report[(line["team"], "2024-11")]
 
 

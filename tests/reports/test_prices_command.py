@@ -144,7 +144,13 @@ def test_owned_models_the_table_has_no_row_for_are_listed(tmp_path: Path) -> Non
 def test_every_row_is_what_the_reports_charge(tmp_path: Path, text: str) -> None:
     cfg = config(tmp_path, text)
     settings = load_settings(cfg)
-    for gpu, row in rows(cfg).items():
+    got = rows(cfg)
+    # every model of the table is a row, an override under the table's name for it
+    assert {p.gpu for p in DEFAULT_PRICES} <= set(got)
+    overridden = {"H100": 2.5, "H100-NVL": 3.0} if "[prices]" in text else {}
+    assert {g: got[g]["usd_per_gpu_hour"] for g in overridden} == overridden
+    assert ("A100-80GB" in got and got["A100-80GB"]["priced_by"] == "owned") == ("owned" in text)
+    for gpu, row in got.items():
         charged = reported_price(gpu, None, None, settings.prices, settings.owned)[0]
         assert row["usd_per_gpu_hour"] == charged, gpu
 

@@ -87,13 +87,9 @@ def test_the_vectorized_import_equals_the_sampler_path(tmp_path: Path, seed: int
     log.write_text(random_log(rng, units=seed % 2 == 0))
     assert parse(log) is not None  # the fast path takes it
     per_gpu = seed % 3 == 0
-    try:
-        exact = read_nvsmi([log], fast=False, per_gpu=per_gpu)
-    except ImportFailed as e:  # a GPU with one reading: both say so
-        with pytest.raises(ImportFailed, match=str(e).split(":")[-1].strip()[:30]):
-            read_nvsmi([log], per_gpu=per_gpu)
-        return
+    exact = read_nvsmi([log], fast=False, per_gpu=per_gpu)
     fast = read_nvsmi([log], per_gpu=per_gpu)
+    assert exact.records
     assert len(fast.records) == len(exact.records)
     for a, b in zip(fast.records, exact.records, strict=True):
         same(a, b, f"seed {seed} record")
@@ -277,7 +273,9 @@ def rows(header: str, cells: list[str], n: int = 12) -> str:
 def test_odd_logs_agree_with_the_exact_path(tmp_path: Path, text: str, per_gpu: bool) -> None:
     log = tmp_path / "odd.csv"
     log.write_text(text)
-    agree(log, per_gpu=per_gpu)
+    # a model given: a log without its name column still makes runs, so the readings the
+    # comments above describe are compared, not only the error for a missing model
+    agree(log, per_gpu=per_gpu, labels=Labels(gpu_model="H100"))
 
 
 def test_files_read_side_by_side_give_what_one_process_gives(tmp_path: Path) -> None:
@@ -384,10 +382,12 @@ def test_rollups_of_the_arrays_are_the_stores_to_the_bit(tmp_path: Path, seed: i
     log = tmp_path / "log.csv"
     log.write_text(random_log(rng, units=seed % 2 == 0))
     done = read_nvsmi([log], per_gpu=seed % 3 == 0)
+    assert done.records
     for record in done.records:
         rows = [s for s in done.samples if s.run_id == record.id]
         expected = sample_rollups(rows) or {}
-        assert done.rollups.get(record.id) == expected.get(record.id)
+        assert expected.get(record.id)  # a run's rollups, not two absent ones
+        assert done.rollups.get(record.id) == expected[record.id]
 
 
 def _arrays(rows: list[tuple[float, float, float, float, float]]) -> RowValues:

@@ -17,8 +17,10 @@ pytestmark = pytest.mark.skipif(not arrow_csv.available(), reason="needs pyarrow
 CELLS = ["1234", "1234_7", "2026-12-02T10:34:28", "Unknown", "", "ö", "1234.batch", "007"]
 
 
-def texts(rng: random.Random, n: int) -> list[str]:
-    """``n`` cells, some repeated, some each their own."""
+def texts(rng: random.Random, n: int, *, width: int | None = None) -> list[str]:
+    """``n`` cells, some repeated, some each their own; each ``width`` bytes where given."""
+    if width is not None:
+        return [str(rng.randint(10 ** (width - 1), 10**width - 1)) for _ in range(n)]
     return [
         rng.choice(CELLS) if rng.random() < 0.5 else str(rng.randint(0, 10**6)) for _ in range(n)
     ]
@@ -31,7 +33,8 @@ def by_row(col: arrow_csv.Coded) -> list[str]:
 @pytest.mark.parametrize("seed", range(examples(20)))
 def test_a_plain_column_reads_as_its_dictionary_does(seed: int) -> None:
     rng = random.Random(seed)
-    cells = texts(rng, rng.randint(1, 300))
+    # every other block's cells all 4 bytes: the fixed-width view is taken
+    cells = texts(rng, rng.randint(1, 300), width=4 if seed % 2 == 0 else None)
     data = "".join(f"{c}|x\n" for c in cells).encode()
     plain = arrow_csv.read_block(data, ["t", "x"], delimiter="|", plain=["t"])
     coded = arrow_csv.read_block(data, ["t", "x"], delimiter="|")
@@ -47,5 +50,10 @@ def test_a_plain_column_reads_as_its_dictionary_does(seed: int) -> None:
         assert np.array_equal(a.whole(at), b.whole(b.codes[at]))
         odd = np.flatnonzero(~a.matches(r"^\d+$"))
         assert a.texts(odd) == [a.text(i) for i in odd.tolist()] == [by_row(b)[i] for i in odd]
-        if (fixed := a.fixed(4)) is not None:
+        fixed = a.fixed(4)
+        if all(len(v.encode()) == 4 for v in a.values):
+            assert fixed is not None
             assert np.array_equal(fixed, a.chars(np.arange(len(a.codes)), 4))
+            assert [bytes(row).decode() for row in fixed] == a.values
+        else:
+            assert fixed is None

@@ -160,8 +160,7 @@ def test_headline_none_priced_is_null_with_no_change(w48: WeekKpis, w49: WeekKpi
     assert {f: head[f] for f in USD_FIELDS} == dict.fromkeys(USD_FIELDS, None)
     assert head["gpu_hours"] == pytest.approx(5.0)
     assert head["unpriced_gpu_hours"] == pytest.approx(5.0)
-    if "unmeasured_usd" in head:  # the headline's dollars of GPU-time no sample measured
-        assert head["unmeasured_usd"] is None
+    assert head["unmeasured_usd"] is None  # the dollars of GPU-time no sample measured
     # from $7.70 to unknown is no -100%: the HTML shows no change either
     assert w49.change_pct["spend_usd"] == pytest.approx(-100.0)  # what the KPIs say
     assert {f: d49["change_pct"][f] for f in USD_FIELDS} == dict.fromkeys(USD_FIELDS, None)
